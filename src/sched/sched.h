@@ -1,0 +1,116 @@
+/* Pipeline schedules as data: the action IR, its text and CSV forms, generators, lowering (adding
+ * communication) and the validator. Pure data and pure functions: no threads, no model code.
+ * Timing with costs lives in sim/; running actions on real layers lives in run/.
+ *
+ * Legend: P ranks (pipeline positions), S stages (model chunks, S = P * chunks * pipes),
+ * M microbatches.
+ *
+ * Stages and pipes. A stage id g is global. The model is cut into `stages_per_pipe` consecutive
+ * stages; `n_pipes` is 1 except for chimera (2: two model replicas, pipe 0 runs stages 0..K-1 on
+ * ranks 0..P-1, pipe 1 runs stages K..2K-1 on ranks P-1..0). Stage g belongs to pipe g / K and
+ * is at position g % K of the model; its forward successor is g+1 within the same pipe. Each
+ * microbatch belongs to one pipe (mb_pipe[mb]) and visits exactly that pipe's stages.
+ *
+ * Text form (torch.distributed.pipelining style): "<stage><KIND><mb>", e.g. 2F0, 1B3, 0W2, 1BW0,
+ * 3SEND_F1, 4RECV_F1. B is the input-gradient backward, W the weight-gradient backward, BW both at
+ * once. SEND_F on stage g sends g's forward output to g+1; RECV_F on stage g receives g-1's output;
+ * SEND_B on g sends g's input gradient to g-1; RECV_B on g receives it from g+1.
+ * REDUCE_GRAD and STEP are written "<stage>REDUCE_GRAD" and "STEP" (no stage, no microbatch; mb
+ * and stage are -1). On parse, "I" is accepted as B (torch's name for the input-gradient backward).
+ */
+#ifndef PT_SCHED_H
+#define PT_SCHED_H
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef enum {
+    ACT_F, ACT_B, ACT_W, ACT_BW,
+    ACT_SEND_F, ACT_RECV_F, ACT_SEND_B, ACT_RECV_B,
+    ACT_REDUCE_GRAD, ACT_STEP,
+    ACT_N_KINDS
+} sched_kind;
+
+typedef struct {
+    int stage;        /* global stage id, -1 for STEP */
+    int mb;           /* microbatch, -1 for REDUCE_GRAD and STEP */
+    sched_kind kind;
+} sched_action;
+
+typedef struct {
+    int n_ranks;            /* P */
+    int n_stages;           /* S, all pipes together */
+    int n_pipes;            /* 1, or 2 for chimera */
+    int stages_per_pipe;    /* K = S / n_pipes */
+    int n_mb;               /* M */
+    int *stage_rank;        /* [S] rank that runs stage g */
+    int *mb_pipe;           /* [M] pipe that microbatch mb goes through */
+    int *len;               /* [P] actions per rank */
+    int *cap;               /* [P] allocated slots per rank (internal) */
+    sched_action **acts;    /* [P][len[r]] ordered actions of rank r */
+    bool lowered;           /* communication actions present */
+    bool async;             /* pipedream: weights update per microbatch, no flush */
+    char name[32];          /* generator name, or "csv" */
+} sched;
+
+/* Parameters of a generator call. chunks: stages per rank per pipe (interleaved: v; zb-v: 2;
+ * others 1). costs and mem_limit are only read by the greedy generator. */
+typedef struct {
+    int ranks;              /* P */
+    int microbatches;       /* M */
+    int chunks;             /* v, default 1 (0 means the generator's default) */
+    double cost_f, cost_b, cost_w;      /* greedy: default per-stage times when per_stage is NULL */
+    const double *stage_cost_f, *stage_cost_b, *stage_cost_w;  /* greedy: [S] or NULL */
+    int mem_limit;          /* greedy: max microbatches of activations per stage (0: no limit) */
+} sched_params;
+
+/* ---- allocation and editing ---- */
+/* New empty schedule. stage_rank defaults to g % n_ranks... callers set it; mb_pipe to 0. */
+sched *sched_new(int n_ranks, int n_stages, int n_pipes, int n_mb);
+void sched_free(sched *s);
+void sched_push(sched *s, int rank, sched_kind kind, int stage, int mb);
+sched *sched_copy(const sched *s);
+
+/* ---- text ---- */
+const char *sched_kind_name(sched_kind k);                 /* "F", "SEND_F", ... */
+/* Formats one action into buf ("2F0", "STEP"); returns buf. */
+char *sched_action_str(const sched_action *a, char *buf, int n);
+/* Parses one action token. Returns 0 or -1 with an error quoting the token. */
+int sched_action_parse(const char *tok, sched_action *out);
+/* Prints the schedule as a grid: one line per rank, "rank r: 0F0 0F1 ...". */
+void sched_print(const sched *s, FILE *f);
+/* CSV: one row per rank, one action per cell; an empty cell is an idle slot (ignored on load). */
+void sched_write_csv(const sched *s, FILE *f);
+/* Loads a CSV. Stage-to-rank map is inferred (each stage must appear on one rank), microbatch
+ * count is 1 + the largest mb, pipes inferred as 1 unless given (n_pipes > 0 overrides).
+ * lowered is set when any communication action appears. Errors name file, row and column. */
+sched *sched_read_csv(const char *path, int n_pipes);
+
+/* ---- generators (pure) ----
+ * Names: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, pipedream, greedy.
+ * Return a compute-only schedule (F, B, W, BW actions, then REDUCE_GRAD per stage and STEP unless
+ * async), or NULL with an error naming the bad parameter. */
+sched *sched_generate(const char *name, const sched_params *p);
+/* List of generator names, NULL-terminated. */
+extern const char *const sched_generator_names[];
+
+/* ---- lowering and validation ---- */
+/* Returns a new schedule with SEND/RECV actions added in an order that cannot deadlock; stages
+ * that hand over on the same rank need no communication. Returns NULL with an error if the input
+ * is invalid. */
+sched *sched_lower(const sched *s);
+
+typedef struct {
+    int rank, step, stage, mb;   /* the failing cell (-1 where not applicable) */
+    char msg[512];
+} sched_error;
+/* Checks: every (stage, mb) of the mb's pipe has exactly one F and its backward (BW, or B then W);
+ * F < B < W per (stage, mb); dependencies across stages; each stage on one rank; sends matched by
+ * receives; no deadlock (unit-cost execution). Returns 0, or -1 filling err (may be NULL) and
+ * setting pt_err to a message that names rank, step, stage, mb and includes the grid with the
+ * failing cell marked. */
+int sched_validate(const sched *s, sched_error *err);
+/* Peak activations held per stage, in microbatches (F ran, W or BW not yet) following each rank's
+ * order: out[S]. */
+void sched_peak_activations(const sched *s, int *out);
+
+#endif

@@ -1,0 +1,121 @@
+/* Utilities: per-thread error message, clock, allocation, RNG, whole-file read. */
+#include "util/pt.h"
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char err_buf[2048];
+
+int pt_seterr(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int pt_adderr(const char *fmt, ...) {
+    char prefix[1024], old[sizeof err_buf];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err_buf, sizeof old);
+    size_t n = strlen(prefix);           /* truncation of a long message is fine */
+    memcpy(err_buf, prefix, n);
+    size_t room = sizeof err_buf - n - 1, m = strlen(old);
+    if (m > room) m = room;
+    memcpy(err_buf + n, old, m);
+    err_buf[n + m] = 0;
+    return -1;
+}
+
+const char *pt_err(void) { return err_buf; }
+
+double pt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void oom(size_t n) {
+    fprintf(stderr, "pipetrain: out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *pt_malloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) oom(n);
+    return p;
+}
+
+void *pt_calloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) oom(n * size);
+    return p;
+}
+
+float *pt_falloc(size_t n) {
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (!p) oom(bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+char *pt_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = pt_malloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+void pt_rng_seed(pt_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) {           /* splitmix64 expands the seed */
+        uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        r->s[i] = z ^ (z >> 31);
+    }
+}
+
+uint64_t pt_rng_next(pt_rng *r) {
+    uint64_t *s = r->s, result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t; s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double pt_rng_uniform(pt_rng *r) { return (double)(pt_rng_next(r) >> 11) * 0x1.0p-53; }
+
+double pt_rng_normal(pt_rng *r) {
+    double u1 = pt_rng_uniform(r), u2 = pt_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+char *pt_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { pt_seterr("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) != 0) goto io_error;
+    long n = ftell(f);
+    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) goto io_error;
+    buf = pt_malloc((size_t)n + 1);
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) goto io_error;
+    buf[n] = 0;
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return buf;
+io_error:
+    pt_seterr("%s: read failed: %s", path, strerror(errno));
+    free(buf);
+    fclose(f);
+    return NULL;
+}

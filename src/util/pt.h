@@ -1,0 +1,40 @@
+/* Small utilities shared by every module: error reporting, a monotonic clock, a seeded RNG,
+ * checked allocation. Not a platform layer: POSIX and C11 are assumed.
+ *
+ * Errors: library functions return 0 on success and -1 on failure after calling pt_seterr()
+ * with a message that says what was wrong and where (file, field, rank, step). The message is
+ * per thread. Only the CLI prints it and decides to exit. */
+#ifndef PT_UTIL_H
+#define PT_UTIL_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Sets this thread's last error (printf format). Always returns -1, so `return pt_seterr(...)`. */
+int pt_seterr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prefixes this thread's last error with more context ("loading x.safetensors: " + old). Returns -1. */
+int pt_adderr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* This thread's last error message ("" when none). */
+const char *pt_err(void);
+
+/* Monotonic wall clock in seconds. */
+double pt_now(void);
+
+/* Allocation that aborts with a message on failure (out of memory is not a recoverable user error
+ * here). pt_calloc zeroes. pt_falloc returns a 64-byte aligned, zeroed float buffer; free with free(). */
+void *pt_malloc(size_t n);
+void *pt_calloc(size_t n, size_t size);
+float *pt_falloc(size_t n);
+char *pt_strdup(const char *s);
+
+/* Seeded RNG (xoshiro256**): identical streams on every platform for the same seed. */
+typedef struct { uint64_t s[4]; } pt_rng;
+void pt_rng_seed(pt_rng *r, uint64_t seed);
+uint64_t pt_rng_next(pt_rng *r);
+double pt_rng_uniform(pt_rng *r);          /* [0, 1) */
+double pt_rng_normal(pt_rng *r);           /* standard normal (Box-Muller) */
+
+/* Reads a whole file into a malloc'd buffer (NUL-terminated for convenience); *len gets the size.
+ * Returns NULL and sets the error naming the path on failure. */
+char *pt_read_file(const char *path, size_t *len);
+
+#endif

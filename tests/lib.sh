@@ -1,0 +1,21 @@
+# Helpers for tests/test_*.sh (sourced). Each check prints "ok NAME" or "FAIL NAME: why";
+# tests/run.sh counts them. $PIPETRAIN is the binary under test, $TEST_TMP a scratch folder.
+: "${PIPETRAIN:=build/pipetrain}"
+: "${TEST_TMP:=$(mktemp -d)}"
+T_FAILED=0
+ok()   { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; T_FAILED=1; }
+# check NAME COND-COMMAND...: runs the command; ok when it exits 0.
+check() { local n=$1; shift; if "$@" >/dev/null 2>&1; then ok "$n"; else fail "$n" "command failed: $*"; fi; }
+# expect_error NAME PATTERN CMD...: the command must exit non-zero (not by a signal) and its
+# stderr must match PATTERN (grep -E), the user-facing error contract.
+expect_error() {
+  local n=$1 pat=$2; shift 2
+  local err="$TEST_TMP/err.$$"
+  "$@" >/dev/null 2>"$err"; local rc=$?
+  if [ $rc -eq 0 ]; then fail "$n" "exited 0, expected an error"
+  elif [ $rc -ge 128 ]; then fail "$n" "killed by signal $((rc-128)): $(head -3 "$err")"
+  elif ! grep -Eq -- "$pat" "$err"; then fail "$n" "error did not match /$pat/: $(head -3 "$err")"
+  else ok "$n"; fi
+}
+done_tests() { exit $T_FAILED; }
