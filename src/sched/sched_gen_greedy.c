@@ -1,0 +1,9 @@
+/* Placeholder generators until they land: each fails with a message. */
+#include "sched/gen.h"
+#include "util/pt.h"
+
+sched *gen_greedy(const sched_params *p) {
+    (void)p;
+    pt_seterr("schedule greedy: not implemented yet");
+    return NULL;
+}
