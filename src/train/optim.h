@@ -1,0 +1,55 @@
+/* The optimizer side of training: learning-rate schedule, global-norm gradient clipping and AdamW,
+ * with torch.optim.AdamW / torch.nn.utils.clip_grad_norm_ semantics. Works on flat float buffers
+ * and spans of them, so a pipeline stage can update just its own parameters. Knows nothing of the
+ * model beyond "this span decays, that one does not". */
+#ifndef PT_TRAIN_OPTIM_H
+#define PT_TRAIN_OPTIM_H
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum { LR_CONSTANT, LR_COSINE } lr_schedule;
+
+typedef struct {
+    double lr;            /* peak learning rate */
+    double lr_min;        /* cosine floor */
+    int warmup;           /* linear warm-up steps (0: none) */
+    int total_steps;      /* K, the cosine's length */
+    lr_schedule schedule;
+    double beta1, beta2, eps, weight_decay;
+    double grad_clip;     /* max global L2 norm; <= 0 disables clipping */
+} optim_config;
+
+/* Defaults: lr 3e-4, lr_min lr/10, no warm-up, constant, betas (0.9, 0.95), eps 1e-8,
+ * weight decay 0.1, clip 1.0. */
+optim_config optim_config_default(void);
+/* Checks ranges; error names the flag ("--beta1 must be in [0, 1), got 1.5"). */
+int optim_config_validate(const optim_config *c);
+
+/* Learning rate for step t (1-based) of c->total_steps: linear warm-up lr*t/warmup for t <= warmup,
+ * then constant lr, or cosine from lr to lr_min over the remaining steps. */
+double optim_lr_at(const optim_config *c, int t);
+
+/* Sum of squares of g[0..n) in double (for a global norm: add the partial sums of all spans,
+ * stages and replicas, then sqrt). */
+double optim_sumsq(const float *g, size_t n);
+/* clip_grad_norm_'s factor: max_norm / (norm + 1e-6) when that is below 1, else 1 (also 1 when
+ * clipping is off). Multiply every gradient by it. */
+double optim_clip_scale(double norm, double max_norm);
+
+/* AdamW state for n parameters: first and second moments, step count. */
+typedef struct {
+    size_t n;
+    float *m;   /* (n) */
+    float *v;   /* (n) */
+    int t;      /* updates done so far */
+} adamw_state;
+
+void adamw_init(adamw_state *s, size_t n);
+void adamw_free(adamw_state *s);
+/* One AdamW update of params[off, off+count) with grads at the same offsets, scaled by
+ * grad_scale first (the clipping factor). `t` is the 1-based step (for bias correction), `decay`
+ * whether weight decay applies to this span. Exactly torch.optim.AdamW's single-tensor update. */
+void adamw_update_span(adamw_state *s, float *params, const float *grads, size_t off, size_t count,
+                       double lr, double grad_scale, bool decay, int t, const optim_config *c);
+
+#endif
