@@ -1,0 +1,145 @@
+/* The GPT-2 model as an ordered list of layers over one flat parameter buffer and one flat
+ * gradient buffer: layer 0 the embedding, layers 1..L the transformer blocks, layer L+1 the final
+ * layernorm + tied LM head. Each layer can run forward (F), backward-input (B) and backward-weight
+ * (W) on its own, on any microbatch, with caller-owned activation storage, so pipeline stages can
+ * own any subset of layers. Not here: the optimizer, file I/O, scheduling.
+ *
+ * Legend: B batch (microbatch size), T time, C channels, NH heads, V vocab, L blocks,
+ * maxT = n_positions, N = B*T.
+ *
+ * Memory contract for one (layer, microbatch):
+ *   act      gpt_layer_act_floats(m, layer, B, T) floats, owned by the caller, kept from the F of
+ *            that microbatch until its W has run. F fills it (it copies its input x, so the caller
+ *            may reuse x right after F); B reads it and stores there what W needs (the gradients at
+ *            each matmul/layernorm output, so the caller may reuse dout right after B); W only
+ *            reads it. F, B, W of one microbatch must use the same B and T. After W the buffer is
+ *            free for another microbatch. Never shared by two microbatches in flight.
+ *   scratch  gpt_scratch_floats(m, B, T) floats, one per thread, contents not kept between calls.
+ * F/B/W of different layers, or of different microbatches, only touch their own act, the scratch
+ * given, their outputs, and (W) their own gradient span, so stages can run them in threads. */
+#ifndef PT_MODEL_GPT_H
+#define PT_MODEL_GPT_H
+#include <stddef.h>
+#include <stdint.h>
+#include "model/config.h"
+
+/* Named pointers into one transformer block's span (of params or of grads). */
+typedef struct {
+    float *ln1w, *ln1b;         /* (C), (C)          h.i.ln_1.{weight,bias} */
+    float *qkvw, *qkvb;         /* (C,3C), (3C)      h.i.attn.c_attn.{weight,bias} */
+    float *attprojw, *attprojb; /* (C,C), (C)        h.i.attn.c_proj.{weight,bias} */
+    float *ln2w, *ln2b;         /* (C), (C)          h.i.ln_2.{weight,bias} */
+    float *fcw, *fcb;           /* (C,4C), (4C)      h.i.mlp.c_fc.{weight,bias} */
+    float *fcprojw, *fcprojb;   /* (4C,C), (C)       h.i.mlp.c_proj.{weight,bias} */
+} gpt_block_tensors;
+
+/* Named pointers into a whole flat buffer (params or grads), in layout order. */
+typedef struct {
+    float *wte;                 /* (V,C)     layer 0: wte.weight (also the tied LM head) */
+    float *wpe;                 /* (maxT,C)  layer 0: wpe.weight */
+    gpt_block_tensors *h;       /* [L]       layers 1..L */
+    float *lnfw, *lnfb;         /* (C), (C)  layer L+1: ln_f.{weight,bias} */
+} gpt_tensors;
+
+/* One parameter tensor, for checkpoint I/O and the optimizer. */
+typedef struct {
+    char name[48];      /* Hugging Face name without "transformer.", e.g. "h.0.attn.c_attn.weight" */
+    int ndim;           /* 1 or 2 */
+    int shape[2];       /* as HF stores it: c_attn.weight is (C,3C) = (in,out); shape[1]=0 if 1-D */
+    size_t offset;      /* first float in the flat buffer */
+    size_t count;       /* floats */
+    int layer;          /* 0 embedding, 1..L blocks, L+1 head */
+    int decay;          /* 1 if AdamW applies weight decay (2-D weights, embeddings) */
+} gpt_param_info;
+
+typedef struct {
+    gpt_config cfg;
+    size_t num_params;          /* floats in params (and in grads) */
+    float *params;              /* (num_params) flat, 64-byte aligned, owned */
+    float *grads;               /* (num_params) flat, owned */
+    gpt_tensors w;              /* named pointers into params */
+    gpt_tensors g;              /* named pointers into grads */
+    size_t *layer_off;          /* [L+3]: layer i spans [layer_off[i], layer_off[i+1]) */
+    gpt_param_info *info;       /* [n_info] in layout order */
+    int n_info;
+    /* Private: buffers of gpt_forward_backward / gpt_forward, grown on demand. */
+    float *fb_act, *fb_scratch, *fb_x;
+    size_t fb_act_cap, fb_scratch_cap, fb_x_cap;
+} gpt_model;
+
+/* The tied token embedding as the head layer sees it. A stage that holds the head but not the
+ * embedding passes its own copy of wte (and a gradient buffer for it, reduced with the
+ * embedding's later). NULL (or NULL fields) means the model's own w.wte / g.wte. */
+typedef struct {
+    const float *wte;   /* (V,C) read by head F and B */
+    float *dwte;        /* (V,C) head W adds its wte gradient here */
+} gpt_tied;
+
+typedef enum { GPT_LAYER_EMBED, GPT_LAYER_BLOCK, GPT_LAYER_HEAD } gpt_layer_kind;
+
+/* ---- lifetime ---------------------------------------------------------------------------- */
+/* Validates cfg and allocates params and grads (zeroed) and the tables. Returns 0, or -1 with
+ * the config error. Free with gpt_free (also safe on a zeroed struct after a failed init). */
+int gpt_init(gpt_model *m, const gpt_config *cfg);
+void gpt_free(gpt_model *m);
+/* GPT-2 initialisation from pt_rng(seed): weights and embeddings normal(0, 0.02), residual
+ * projections (attn.c_proj.weight, mlp.c_proj.weight) normal(0, 0.02/sqrt(2L)), biases 0,
+ * layernorm weights 1. Deterministic for a seed; draws tensors in layout order. */
+void gpt_init_random(gpt_model *m, uint64_t seed);
+/* grads = 0. */
+void gpt_zero_grad(gpt_model *m);
+
+/* ---- layers ------------------------------------------------------------------------------ */
+int gpt_num_layers(const gpt_model *m);                     /* L + 2 */
+gpt_layer_kind gpt_layer_kind_of(const gpt_model *m, int layer);
+/* Layer's span of params and grads: floats [*offset, *offset + *count). The spans of layers
+ * 0..L+1 tile [0, num_params) in order. The head's span is ln_f only (its wte is layer 0's). */
+void gpt_layer_param_span(const gpt_model *m, int layer, size_t *offset, size_t *count);
+/* Floats of act storage one microbatch of (B,T) needs for this layer (see the contract above). */
+size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T);
+/* The same as bytes per token at sequence length T (attention keeps NH*T floats per token). */
+size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T);
+/* Floats of per-thread scratch any layer needs for a (B,T) microbatch. */
+size_t gpt_scratch_floats(const gpt_model *m, int B, int T);
+
+/* F of one layer on one microbatch. tied: head only (NULL = the model's wte).
+ *   embedding: tokens (B,T) in [0,V), x unused (NULL), out (B,T,C).
+ *   block:     x (B,T,C), tokens unused (NULL), out (B,T,C).
+ *   head:      x (B,T,C), tokens = targets (B,T) in [0,V), out[0] = mean cross-entropy.
+ *              With targets NULL it computes logits only: out (B,T,V) (no B/W possible then).
+ * Requires 1 <= T <= maxT. Returns 0, or -1 naming the bad token, its position and the layer. */
+int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
+                      float *scratch, float *out, const float *x, const int *tokens, int B, int T);
+/* B of one layer on one microbatch, after its F.
+ *   embedding: dout (B,T,C) is kept in act for W; dx unused (NULL).
+ *   block:     dout (B,T,C) -> dx (B,T,C) (written, =).
+ *   head:      dout = NULL, or one float: the gradient of the objective w.r.t. this microbatch's
+ *              mean loss (e.g. 1/M to average over M microbatches; NULL = 1). dx (B,T,C).
+ * Returns 0 (-1 reserved for misuse reported through pt_seterr). */
+int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
+                             float *scratch, float *dx, const float *dout, int B, int T);
+/* W of one layer on one microbatch, any time after its B: adds (+=) the parameter gradients to
+ * the layer's span of m->grads (head: ln_f there, wte's to tied->dwte or m->g.wte). Reads act
+ * only. Returns 0. */
+int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
+                              const float *act, float *scratch, int B, int T);
+
+/* ---- whole model, one process ------------------------------------------------------------ */
+/* F, then B and W of every layer on one batch; gradients accumulate (+=) into m->grads, *loss
+ * gets the mean cross-entropy. tokens, targets (B,T). Not reentrant on one model (it keeps its
+ * buffers in m). Returns 0, or -1 (bad token, T > maxT). */
+int gpt_forward_backward(gpt_model *m, const int *tokens, const int *targets, int B, int T,
+                         float *loss);
+/* Forward only: logits (B,T,V) for tokens (B,T). Same reentrancy and errors as above. */
+int gpt_forward(gpt_model *m, float *logits, const int *tokens, int B, int T);
+
+/* ---- tables ------------------------------------------------------------------------------ */
+int gpt_param_count(const gpt_model *m);                    /* number of tensors */
+const gpt_param_info *gpt_param_info_at(const gpt_model *m, int i);   /* NULL if out of range */
+/* Index of the tensor with this HF name (with or without "transformer."), or -1. */
+int gpt_param_find(const gpt_model *m, const char *name);
+/* Model FLOPs of one training step (F+B+W) on B x T tokens: 6*N*B*T + 6*L*B*T*T*C, with N the
+ * parameter count without the position embedding. */
+double gpt_flops_per_step(const gpt_model *m, int B, int T);
+
+#endif

@@ -1,0 +1,89 @@
+/* fp32 CPU kernels of a GPT-2 model: embedding, layernorm, matmul (+bias), causal multi-head
+ * attention, GELU (tanh), residual add, tied LM head and softmax cross-entropy. Matmuls go
+ * through cblas_sgemm; the rest is plain C. Not a tensor library: no shapes at run time, no
+ * allocation, no threads of its own (callers set BLAS to one thread per pipeline stage).
+ *
+ * Conventions (llm.c style):
+ * - Arguments: outputs first, then inputs, then sizes. Gradients take a `d` prefix.
+ * - Each op has `*_forward`; its backward is split in two, callable separately and in any order
+ *   after the forward (zero-bubble schedules run W long after B):
+ *     `*_backward_input`  (B) writes (`=`) the gradient of the activation input;
+ *     `*_backward_weight` (W) accumulates (`+=`) the gradient of the parameters, so gradients
+ *                             sum across microbatches until the caller zeroes them.
+ *   Ops without parameters (attention, GELU, residual, cross-entropy) have no backward_weight.
+ * - Every function is thread-safe: no static state; scratch memory is passed in by the caller.
+ * - Legend: B batch, T time, C channels, NH heads, hs = C/NH head size, V vocab,
+ *   N = B*T rows, IN/OUT matmul widths.
+ */
+#ifndef PT_NN_H
+#define PT_NN_H
+
+/* ---- embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] ------------------------------- */
+/* out (B,T,C); tokens (B,T), each in [0,V) (callers validate); wte (V,C); wpe (maxT,C), T<=maxT. */
+void embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                       int B, int T, int C);
+/* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over batch. dout (B,T,C).
+ * (No backward_input: tokens are discrete.) */
+void embedding_backward_weight(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                               int B, int T, int C);
+
+/* ---- layernorm over the last axis, eps 1e-5 (biased variance, as torch) ------------------ */
+/* out, inp (N,C); w, b (C); saves mean, rstd (N) for the backward. */
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                       const float *w, const float *b, int N, int C);
+/* dinp (N,C) = gradient of inp given dout (N,C). */
+void layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
+                              const float *mean, const float *rstd, int N, int C);
+/* dw, db (C) += gradients of the scale and shift. */
+void layernorm_backward_weight(float *dw, float *db, const float *dout, const float *inp,
+                               const float *mean, const float *rstd, int N, int C);
+
+/* ---- matmul with bias, weights as Hugging Face Conv1D: out = inp @ w + b ------------------ */
+/* out (N,OUT); inp (N,IN); w (IN,OUT); b (OUT) or NULL for no bias. */
+void matmul_forward(float *out, const float *inp, const float *w, const float *b,
+                    int N, int IN, int OUT);
+/* dinp (N,IN) = dout (N,OUT) @ w^T. */
+void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IN, int OUT);
+/* dw (IN,OUT) += inp^T @ dout; db (OUT) += column sums of dout (db may be NULL). */
+void matmul_backward_weight(float *dw, float *db, const float *dout, const float *inp,
+                            int N, int IN, int OUT);
+
+/* ---- causal multi-head self-attention ------------------------------------------------------ */
+/* qkv (B,T,3C) as HF's c_attn output: q = qkv[..., 0:C], k = [C:2C], v = [2C:3C], head h owns
+ * channels [h*hs, (h+1)*hs) of each. out (B,T,C): heads concatenated along C. att (B,NH,T,T)
+ * receives the softmax probabilities (row t is zero past column t), saved for the backward.
+ * Scores are scaled by 1/sqrt(hs). */
+void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* dqkv (B,T,3C) = gradient of qkv given dout (B,T,C), using the saved qkv and att.
+ * scratch: T*T floats owned by the caller (one per thread). */
+void attention_backward_input(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                              const float *att, int B, int T, int C, int NH);
+/* Floats of scratch attention_backward_input needs. */
+#define ATTENTION_SCRATCH_FLOATS(T) ((size_t)(T) * (size_t)(T))
+
+/* ---- GELU, tanh approximation (HF "gelu_new"): 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) ---- */
+/* out, inp (N); out may alias inp. */
+void gelu_forward(float *out, const float *inp, int N);
+/* dinp (N) = dout * gelu'(inp); dinp may alias dout. */
+void gelu_backward_input(float *dinp, const float *dout, const float *inp, int N);
+
+/* ---- residual add: out = a + b (N). Its backward passes dout unchanged to both inputs. ----- */
+void residual_forward(float *out, const float *a, const float *b, int N);
+
+/* ---- tied LM head: logits = inp @ wte^T (no bias) ----------------------------------------- */
+/* logits (N,V); inp (N,C); wte (V,C). */
+void lmhead_forward(float *logits, const float *inp, const float *wte, int N, int C, int V);
+/* dinp (N,C) = dlogits (N,V) @ wte. */
+void lmhead_backward_input(float *dinp, const float *dlogits, const float *wte, int N, int C, int V);
+/* dwte (V,C) += dlogits^T @ inp. */
+void lmhead_backward_weight(float *dwte, const float *dlogits, const float *inp, int N, int C, int V);
+
+/* ---- softmax cross-entropy, mean over the N rows ----------------------------------------- */
+/* probs (N,V) = softmax(logits) (probs may alias logits); targets (N) in [0,V).
+ * Returns the mean of -log probs[i, targets[i]]. */
+float crossentropy_forward(float *probs, const float *logits, const int *targets, int N, int V);
+/* dlogits (N,V) = dloss * (probs - onehot(targets)) / N; dlogits may alias probs. */
+void crossentropy_backward_input(float *dlogits, const float *probs, const int *targets,
+                                 float dloss, int N, int V);
+
+#endif
