@@ -5,6 +5,12 @@
 #define PT_SCHED_GEN_H
 #include "sched/sched.h"
 
+/* Checks what every generator needs (p not NULL, ranks >= 1, microbatches >= 1, chunks >= 0);
+ * sched_generate() calls it before any generator. Returns 0, or -1 with an error naming the
+ * parameter and the schedule. */
+int gen_check_common(const char *name, const sched_params *p);
+/* Helpers for generators live in sched.h: sched_new, sched_push, sched_append_sync_tail. */
+
 sched *gen_gpipe(const sched_params *p);
 sched *gen_1f1b(const sched_params *p);
 sched *gen_interleaved(const sched_params *p);

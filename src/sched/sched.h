@@ -64,11 +64,21 @@ typedef struct {
 } sched_params;
 
 /* ---- allocation and editing ---- */
-/* New empty schedule. stage_rank defaults to g % n_ranks... callers set it; mb_pipe to 0. */
+/* New empty schedule (no actions). stage_rank defaults to g % n_ranks (callers set it otherwise),
+ * mb_pipe to 0, stages_per_pipe to n_stages / n_pipes, name to "". Caller frees with sched_free. */
 sched *sched_new(int n_ranks, int n_stages, int n_pipes, int n_mb);
-void sched_free(sched *s);
+void sched_free(sched *s);                                  /* NULL is fine */
+/* Appends one action to rank's list (grows as needed). Sets lowered for communication kinds. */
 void sched_push(sched *s, int rank, sched_kind kind, int stage, int mb);
-sched *sched_copy(const sched *s);
+sched *sched_copy(const sched *s);                         /* deep copy; caller frees */
+/* Forward neighbours of stage g inside its pipe: g-1 / g+1, or -1 at the pipe's first / last stage. */
+int sched_stage_prev(const sched *s, int g);
+int sched_stage_next(const sched *s, int g);
+/* True for F, B, W, BW; true for the four SEND/RECV kinds. */
+bool sched_kind_is_compute(sched_kind k);
+bool sched_kind_is_comm(sched_kind k);
+/* Total actions over all ranks. */
+long sched_total_actions(const sched *s);
 
 /* ---- text ---- */
 const char *sched_kind_name(sched_kind k);                 /* "F", "SEND_F", ... */
@@ -78,17 +88,25 @@ char *sched_action_str(const sched_action *a, char *buf, int n);
 int sched_action_parse(const char *tok, sched_action *out);
 /* Prints the schedule as a grid: one line per rank, "rank r: 0F0 0F1 ...". */
 void sched_print(const sched *s, FILE *f);
-/* CSV: one row per rank, one action per cell; an empty cell is an idle slot (ignored on load). */
+/* Formats a window of the grid into buf (always NUL-terminated, truncated to n): columns
+ * [step-half, step+half] of up to 8 ranks around mark_rank, cell (mark_rank, mark_step) written
+ * as [1B3]. mark_rank < 0: the first columns of the first ranks, nothing marked. Returns buf. */
+char *sched_format_grid(const sched *s, int mark_rank, int mark_step, int half, char *buf, int n);
+/* CSV: one row per rank, one action per cell; an empty cell is an idle slot (ignored on load).
+ * Lines that are blank or start with '#' are skipped (they are not ranks). */
 void sched_write_csv(const sched *s, FILE *f);
 /* Loads a CSV. Stage-to-rank map is inferred (each stage must appear on one rank), microbatch
  * count is 1 + the largest mb, pipes inferred as 1 unless given (n_pipes > 0 overrides).
  * lowered is set when any communication action appears. Errors name file, row and column. */
 sched *sched_read_csv(const char *path, int n_pipes);
+/* Same from a string; `where` names the source in errors (e.g. the path). */
+sched *sched_parse_csv(const char *text, const char *where, int n_pipes);
 
 /* ---- generators (pure) ----
  * Names: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, pipedream, greedy.
  * Return a compute-only schedule (F, B, W, BW actions, then REDUCE_GRAD per stage and STEP unless
- * async), or NULL with an error naming the bad parameter. */
+ * async), or NULL with an error naming the bad parameter. Async (pipedream): each BW(g, mb) is
+ * followed at once by gREDUCE_GRAD and STEP, a weight update per microbatch, no flush. */
 sched *sched_generate(const char *name, const sched_params *p);
 /* List of generator names, NULL-terminated. */
 extern const char *const sched_generator_names[];
@@ -109,6 +127,9 @@ typedef struct {
  * setting pt_err to a message that names rank, step, stage, mb and includes the grid with the
  * failing cell marked. */
 int sched_validate(const sched *s, sched_error *err);
+/* Pushes, at the end of each rank's list, one REDUCE_GRAD per stage on that rank (in the order
+ * the stages' last backward work appears) and a STEP: the synchronous tail every generator adds. */
+void sched_append_sync_tail(sched *s);
 /* Peak activations held per stage, in microbatches (F ran, W or BW not yet) following each rank's
  * order: out[S]. */
 void sched_peak_activations(const sched *s, int *out);

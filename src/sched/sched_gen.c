@@ -1,0 +1,155 @@
+/* Generator dispatch (sched_generate) and the classic schedules: gpipe, 1f1b, interleaved-1f1b
+ * (Megatron-LM's order) and pipedream (asynchronous 1F1B). Pure functions: no I/O.
+ * Not here: zero-bubble, chimera and greedy generators (their own files).
+ * Legend: P ranks, S stages, M microbatches, v chunks (stages per rank). */
+#include "sched/gen.h"
+#include "util/pt.h"
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    sched *(*fn)(const sched_params *p);
+} gen_entry;
+
+static const gen_entry gen_table[] = {
+    { "gpipe", gen_gpipe },       { "1f1b", gen_1f1b },   { "interleaved-1f1b", gen_interleaved },
+    { "zb-h1", gen_zb_h1 },       { "zb-h2", gen_zb_h2 }, { "zb-v", gen_zb_v },
+    { "chimera", gen_chimera },   { "pipedream", gen_pipedream }, { "greedy", gen_greedy },
+};
+#define N_GEN ((int)(sizeof gen_table / sizeof gen_table[0]))
+
+const char *const sched_generator_names[] = {
+    "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "chimera", "pipedream", "greedy", NULL,
+};
+
+int gen_check_common(const char *name, const sched_params *p) {
+    if (!p) return pt_seterr("schedule %s: no parameters", name);
+    if (p->ranks < 1) return pt_seterr("schedule %s: ranks must be >= 1 (got %d)", name, p->ranks);
+    if (p->microbatches < 1)
+        return pt_seterr("schedule %s: microbatches must be >= 1 (got %d)", name, p->microbatches);
+    if (p->chunks < 0) return pt_seterr("schedule %s: chunks must be >= 0 (got %d)", name, p->chunks);
+    return 0;
+}
+
+/* Rejects chunks other than 0 or 1 for generators with one stage per rank. */
+static int gen_check_one_chunk(const char *name, const sched_params *p) {
+    if (gen_check_common(name, p) < 0) return -1;
+    if (p->chunks > 1)
+        return pt_seterr("schedule %s: chunks must be 1 (one stage per rank; got %d); "
+                         "use interleaved-1f1b for several", name, p->chunks);
+    return 0;
+}
+
+sched *sched_generate(const char *name, const sched_params *p) {
+    for (int i = 0; i < N_GEN; i++) {
+        if (strcmp(name, gen_table[i].name) != 0) continue;
+        if (gen_check_common(name, p) < 0) return NULL;
+        sched *s = gen_table[i].fn(p);
+        if (s && !s->name[0]) snprintf(s->name, sizeof s->name, "%s", name);
+        return s;
+    }
+    char list[256] = "";
+    for (int i = 0; sched_generator_names[i]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", sched_generator_names[i]);
+    pt_seterr("unknown schedule '%s' (known: %s)", name, list);
+    return NULL;
+}
+
+/* New schedule with P ranks, S = P stages, stage g on rank g. */
+static sched *gen_new_linear(const char *name, const sched_params *p) {
+    sched *s = sched_new(p->ranks, p->ranks, 1, p->microbatches);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    return s;
+}
+
+/* GPipe: every rank runs all forwards, then all backwards (BW, mb 0..M-1), then the sync tail. */
+sched *gen_gpipe(const sched_params *p) {
+    if (gen_check_one_chunk("gpipe", p) < 0) return NULL;
+    sched *s = gen_new_linear("gpipe", p);
+    for (int r = 0; r < p->ranks; r++) {
+        for (int mb = 0; mb < p->microbatches; mb++) sched_push(s, r, ACT_F, r, mb);
+        for (int mb = 0; mb < p->microbatches; mb++) sched_push(s, r, ACT_BW, r, mb);
+    }
+    sched_append_sync_tail(s);
+    return s;
+}
+
+/* The 1F1B order of rank r (stage r): min(P-r-1, M) warm-up forwards, then F/BW pairs, then the
+ * remaining backwards. async: each BW is followed by its REDUCE_GRAD and a STEP. */
+static void gen_push_1f1b_rank(sched *s, int r, int P, int M, bool async) {
+    int warm = P - r - 1 < M ? P - r - 1 : M, f = 0;
+    for (; f < warm; f++) sched_push(s, r, ACT_F, r, f);
+    for (int b = 0; b < M; b++) {
+        if (f < M) sched_push(s, r, ACT_F, r, f++);
+        sched_push(s, r, ACT_BW, r, b);
+        if (async) {
+            sched_push(s, r, ACT_REDUCE_GRAD, r, -1);
+            sched_push(s, r, ACT_STEP, -1, -1);
+        }
+    }
+}
+
+/* 1F1B (PipeDream-flush / Megatron non-interleaved): M < P is allowed, the warm-up shortens. */
+sched *gen_1f1b(const sched_params *p) {
+    if (gen_check_one_chunk("1f1b", p) < 0) return NULL;
+    sched *s = gen_new_linear("1f1b", p);
+    for (int r = 0; r < p->ranks; r++) gen_push_1f1b_rank(s, r, p->ranks, p->microbatches, false);
+    sched_append_sync_tail(s);
+    return s;
+}
+
+/* PipeDream's asynchronous 1F1B: the same order as 1f1b (rank r admits P-r forwards before its
+ * first backward), but weights update after every backward (REDUCE_GRAD + STEP), no flush. */
+sched *gen_pipedream(const sched_params *p) {
+    if (gen_check_one_chunk("pipedream", p) < 0) return NULL;
+    sched *s = gen_new_linear("pipedream", p);
+    s->async = true;
+    for (int r = 0; r < p->ranks; r++) gen_push_1f1b_rank(s, r, p->ranks, p->microbatches, true);
+    return s;
+}
+
+/* Interleaved virtual microbatch k of rank r (Megatron-LM's order): groups of P microbatches run
+ * through chunk 0, then chunk 1, ...; backward visits chunks in reverse. Sets *stage, *mb. */
+static void gen_interleaved_step(int k, int r, int P, int v, bool backward, int *stage, int *mb) {
+    int chunk = (k % (P * v)) / P;
+    if (backward) chunk = v - 1 - chunk;
+    *stage = chunk * P + r;
+    *mb = (k / (P * v)) * P + k % P;
+}
+
+static int gen_check_interleaved(const sched_params *p) {
+    if (p->chunks != 0 && p->chunks < 2)
+        return pt_seterr("schedule interleaved-1f1b: chunks must be >= 2 (got %d)", p->chunks);
+    if (p->microbatches % p->ranks != 0)
+        return pt_seterr("interleaved-1f1b needs microbatches divisible by ranks (got M=%d, P=%d)",
+                         p->microbatches, p->ranks);
+    return 0;
+}
+
+/* Interleaved 1F1B: S = P*v stages, stage g on rank g % P. Rank r warms up with
+ * (P-r-1)*2 + (v-1)*P forwards (capped at v*M), alternates F and BW, then cools down. chunks 0
+ * means 2. Needs M % P == 0. */
+sched *gen_interleaved(const sched_params *p) {
+    if (gen_check_common("interleaved-1f1b", p) < 0 || gen_check_interleaved(p) < 0) return NULL;
+    int P = p->ranks, M = p->microbatches, v = p->chunks ? p->chunks : 2, total = v * M;
+    sched *s = sched_new(P, P * v, 1, M);
+    snprintf(s->name, sizeof s->name, "interleaved-1f1b");
+    for (int r = 0; r < P; r++) {
+        int warm = (P - r - 1) * 2 + (v - 1) * P, f = 0, g, mb;
+        if (warm > total) warm = total;
+        for (; f < warm; f++) {
+            gen_interleaved_step(f, r, P, v, false, &g, &mb);
+            sched_push(s, r, ACT_F, g, mb);
+        }
+        for (int b = 0; b < total; b++) {
+            if (f < total) {
+                gen_interleaved_step(f++, r, P, v, false, &g, &mb);
+                sched_push(s, r, ACT_F, g, mb);
+            }
+            gen_interleaved_step(b, r, P, v, true, &g, &mb);
+            sched_push(s, r, ACT_BW, g, mb);
+        }
+    }
+    sched_append_sync_tail(s);
+    return s;
+}
