@@ -1,0 +1,225 @@
+/* GPT-2 model storage: the flat parameter and gradient buffers, their per-layer contiguous
+ * layout, the tensor table (Hugging Face names, shapes, decay flags), GPT-2 initialisation, and
+ * the single-process drivers gpt_forward_backward / gpt_forward. The layer computations
+ * themselves are in gpt_layers.c; file I/O is elsewhere. */
+#include "model/gpt.h"
+#include "util/pt.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INIT_STD 0.02   /* GPT-2's weight init standard deviation */
+
+/* Floats of parameters in each layer kind. */
+static size_t embed_floats(const gpt_config *c) {
+    return (size_t)c->vocab_size * c->n_embd + (size_t)c->n_positions * c->n_embd;
+}
+static size_t block_floats(const gpt_config *c) {
+    size_t C = (size_t)c->n_embd;
+    return 12 * C * C + 13 * C;   /* ln 4C, qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C, fcproj 4C^2+C */
+}
+
+/* Appends one tensor to the table at the cursor; sets its param/grad pointers. */
+static void gpt_add_tensor(gpt_model *m, size_t *cur, const char *name, int s0, int s1,
+                           int layer, int decay, float **pw, float **pg) {
+    gpt_param_info *pi = &m->info[m->n_info++];
+    snprintf(pi->name, sizeof pi->name, "%s", name);
+    pi->ndim = s1 ? 2 : 1;
+    pi->shape[0] = s0;
+    pi->shape[1] = s1;
+    pi->offset = *cur;
+    pi->count = (size_t)s0 * (s1 ? s1 : 1);
+    pi->layer = layer;
+    pi->decay = decay;
+    *pw = m->params + *cur;
+    *pg = m->grads + *cur;
+    *cur += pi->count;
+}
+
+/* Lays out one block's twelve tensors at the cursor. */
+static void gpt_add_block(gpt_model *m, size_t *cur, int i) {
+    int C = m->cfg.n_embd;
+    gpt_block_tensors *w = &m->w.h[i], *g = &m->g.h[i];
+    char n[48];
+#define ADD(suffix, s0, s1, decay, field) \
+    (snprintf(n, sizeof n, "h.%d.%s", i, suffix), \
+     gpt_add_tensor(m, cur, n, s0, s1, i + 1, decay, &w->field, &g->field))
+    ADD("ln_1.weight", C, 0, 0, ln1w);
+    ADD("ln_1.bias", C, 0, 0, ln1b);
+    ADD("attn.c_attn.weight", C, 3 * C, 1, qkvw);
+    ADD("attn.c_attn.bias", 3 * C, 0, 0, qkvb);
+    ADD("attn.c_proj.weight", C, C, 1, attprojw);
+    ADD("attn.c_proj.bias", C, 0, 0, attprojb);
+    ADD("ln_2.weight", C, 0, 0, ln2w);
+    ADD("ln_2.bias", C, 0, 0, ln2b);
+    ADD("mlp.c_fc.weight", C, 4 * C, 1, fcw);
+    ADD("mlp.c_fc.bias", 4 * C, 0, 0, fcb);
+    ADD("mlp.c_proj.weight", 4 * C, C, 1, fcprojw);
+    ADD("mlp.c_proj.bias", C, 0, 0, fcprojb);
+#undef ADD
+}
+
+int gpt_init(gpt_model *m, const gpt_config *cfg) {
+    memset(m, 0, sizeof *m);
+    if (gpt_config_validate(cfg, NULL) < 0) return -1;
+    m->cfg = *cfg;
+    int L = cfg->n_layer, C = cfg->n_embd;
+    m->num_params = embed_floats(cfg) + (size_t)L * block_floats(cfg) + 2 * (size_t)C;
+    m->params = pt_falloc(m->num_params);
+    m->grads = pt_falloc(m->num_params);
+    m->w.h = pt_calloc((size_t)L, sizeof *m->w.h);
+    m->g.h = pt_calloc((size_t)L, sizeof *m->g.h);
+    m->info = pt_calloc((size_t)12 * L + 4, sizeof *m->info);
+    m->layer_off = pt_calloc((size_t)L + 3, sizeof *m->layer_off);
+    size_t cur = 0;
+    gpt_add_tensor(m, &cur, "wte.weight", cfg->vocab_size, C, 0, 1, &m->w.wte, &m->g.wte);
+    gpt_add_tensor(m, &cur, "wpe.weight", cfg->n_positions, C, 0, 1, &m->w.wpe, &m->g.wpe);
+    for (int i = 0; i < L; i++) {
+        m->layer_off[i + 1] = cur;
+        gpt_add_block(m, &cur, i);
+    }
+    m->layer_off[L + 1] = cur;
+    gpt_add_tensor(m, &cur, "ln_f.weight", C, 0, L + 1, 0, &m->w.lnfw, &m->g.lnfw);
+    gpt_add_tensor(m, &cur, "ln_f.bias", C, 0, L + 1, 0, &m->w.lnfb, &m->g.lnfb);
+    m->layer_off[L + 2] = cur;
+    return 0;
+}
+
+void gpt_free(gpt_model *m) {
+    free(m->params);
+    free(m->grads);
+    free(m->w.h);
+    free(m->g.h);
+    free(m->info);
+    free(m->layer_off);
+    free(m->fb_act);
+    free(m->fb_scratch);
+    free(m->fb_x);
+    memset(m, 0, sizeof *m);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+void gpt_init_random(gpt_model *m, uint64_t seed) {
+    pt_rng rng;
+    pt_rng_seed(&rng, seed);
+    double resid_std = INIT_STD / sqrt(2.0 * m->cfg.n_layer);
+    for (int i = 0; i < m->n_info; i++) {
+        const gpt_param_info *pi = &m->info[i];
+        float *p = m->params + pi->offset;
+        if (pi->ndim == 1) {   /* biases 0, layernorm weights 1 */
+            float v = ends_with(pi->name, ".weight") ? 1.0f : 0.0f;
+            for (size_t k = 0; k < pi->count; k++) p[k] = v;
+            continue;
+        }
+        double sd = ends_with(pi->name, "c_proj.weight") ? resid_std : INIT_STD;
+        for (size_t k = 0; k < pi->count; k++) p[k] = (float)(sd * pt_rng_normal(&rng));
+    }
+}
+
+void gpt_zero_grad(gpt_model *m) { memset(m->grads, 0, m->num_params * sizeof *m->grads); }
+
+int gpt_num_layers(const gpt_model *m) { return m->cfg.n_layer + 2; }
+
+gpt_layer_kind gpt_layer_kind_of(const gpt_model *m, int layer) {
+    return layer == 0 ? GPT_LAYER_EMBED : layer <= m->cfg.n_layer ? GPT_LAYER_BLOCK : GPT_LAYER_HEAD;
+}
+
+void gpt_layer_param_span(const gpt_model *m, int layer, size_t *offset, size_t *count) {
+    *offset = m->layer_off[layer];
+    *count = m->layer_off[layer + 1] - m->layer_off[layer];
+}
+
+int gpt_param_count(const gpt_model *m) { return m->n_info; }
+
+const gpt_param_info *gpt_param_info_at(const gpt_model *m, int i) {
+    return i >= 0 && i < m->n_info ? &m->info[i] : NULL;
+}
+
+int gpt_param_find(const gpt_model *m, const char *name) {
+    if (strncmp(name, "transformer.", 12) == 0) name += 12;
+    for (int i = 0; i < m->n_info; i++)
+        if (strcmp(m->info[i].name, name) == 0) return i;
+    return -1;
+}
+
+double gpt_flops_per_step(const gpt_model *m, int B, int T) {
+    const gpt_config *c = &m->cfg;
+    double N = (double)m->num_params - (double)c->n_positions * c->n_embd;
+    return 6.0 * N * B * T + 6.0 * c->n_layer * (double)B * T * T * c->n_embd;
+}
+
+/* Grows one of the model's private buffers to at least n floats. */
+static float *gpt_grow(float **buf, size_t *cap, size_t n) {
+    if (*cap < n) {
+        free(*buf);
+        *buf = pt_falloc(n);
+        *cap = n;
+    }
+    return *buf;
+}
+
+/* Sizes the private buffers for (B,T); returns the act base of each layer in acts[]. */
+static void gpt_fb_buffers(gpt_model *m, int B, int T, float **acts) {
+    int nl = gpt_num_layers(m);
+    size_t total = 0, N = (size_t)B * T;
+    for (int l = 0; l < nl; l++) total += gpt_layer_act_floats(m, l, B, T);
+    float *a = gpt_grow(&m->fb_act, &m->fb_act_cap, total);
+    for (int l = 0; l < nl; l++) {
+        acts[l] = a;
+        a += gpt_layer_act_floats(m, l, B, T);
+    }
+    gpt_grow(&m->fb_scratch, &m->fb_scratch_cap, gpt_scratch_floats(m, B, T));
+    gpt_grow(&m->fb_x, &m->fb_x_cap, 2 * N * (size_t)m->cfg.n_embd);   /* ping-pong x / dx */
+}
+
+/* Forward through layers 0..L; leaves the last block's output in the returned buffer. */
+static float *gpt_fb_forward_body(gpt_model *m, float **acts, const int *tokens, int B, int T) {
+    size_t xn = (size_t)B * T * m->cfg.n_embd;
+    float *x = m->fb_x, *y = m->fb_x + xn;
+    if (gpt_layer_forward(m, 0, NULL, acts[0], m->fb_scratch, x, NULL, tokens, B, T) < 0) return NULL;
+    for (int l = 1; l <= m->cfg.n_layer; l++) {
+        gpt_layer_forward(m, l, NULL, acts[l], m->fb_scratch, y, x, NULL, B, T);
+        float *t = x; x = y; y = t;
+    }
+    return x;
+}
+
+int gpt_forward_backward(gpt_model *m, const int *tokens, const int *targets, int B, int T,
+                         float *loss) {
+    int nl = gpt_num_layers(m);
+    float **acts = pt_malloc((size_t)nl * sizeof *acts);
+    int rc = -1;
+    gpt_fb_buffers(m, B, T, acts);
+    float *x = gpt_fb_forward_body(m, acts, tokens, B, T);
+    if (!x || gpt_layer_forward(m, nl - 1, NULL, acts[nl - 1], m->fb_scratch, loss, x, targets,
+                                B, T) < 0)
+        goto free_acts;
+    size_t xn = (size_t)B * T * m->cfg.n_embd;
+    float *dx = m->fb_x, *dy = m->fb_x + xn;   /* forward buffers are free again */
+    for (int l = nl - 1; l >= 0; l--) {
+        gpt_layer_backward_input(m, l, NULL, acts[l], m->fb_scratch, l ? dx : NULL,
+                                 l == nl - 1 ? NULL : dy, B, T);
+        gpt_layer_backward_weight(m, l, NULL, acts[l], m->fb_scratch, B, T);
+        float *t = dx; dx = dy; dy = t;
+    }
+    rc = 0;
+free_acts:
+    free(acts);
+    return rc;
+}
+
+int gpt_forward(gpt_model *m, float *logits, const int *tokens, int B, int T) {
+    int nl = gpt_num_layers(m);
+    float **acts = pt_malloc((size_t)nl * sizeof *acts);
+    int rc = -1;
+    gpt_fb_buffers(m, B, T, acts);
+    float *x = gpt_fb_forward_body(m, acts, tokens, B, T);
+    if (x) rc = gpt_layer_forward(m, nl - 1, NULL, acts[nl - 1], m->fb_scratch, logits, x, NULL, B, T);
+    free(acts);
+    return rc;
+}

@@ -1,0 +1,266 @@
+/* Forward (F), backward-input (B) and backward-weight (W) of each GPT layer kind (embedding,
+ * transformer block, final layernorm + tied head) on one microbatch, over caller-owned act
+ * storage laid out here. Not here: buffer ownership, scheduling, the parameter table (gpt.c). */
+#include "model/gpt.h"
+#include "nn/nn.h"
+#include "util/pt.h"
+#include <string.h>
+
+/* Views into one block's act storage; F part first (saved activations), then the B part
+ * (gradients at each matmul / layernorm output that W needs). N = B*T. */
+typedef struct {
+    float *x;                   /* (N,C) block input */
+    float *ln1, *ln1m, *ln1r;   /* (N,C), (N), (N) */
+    float *qkv;                 /* (N,3C) */
+    float *atty;                /* (N,C) attention output, heads concatenated */
+    float *att;                 /* (B,NH,T,T) softmax probabilities */
+    float *res2;                /* (N,C) x + attention projection */
+    float *ln2, *ln2m, *ln2r;   /* (N,C), (N), (N) */
+    float *fch, *fchg;          /* (N,4C) c_fc output, after GELU */
+    /* written by B, read by W */
+    float *dres3;               /* (N,C) gradient at the block output (= at mlp.c_proj output) */
+    float *dfch;                /* (N,4C) at mlp.c_fc output */
+    float *dln2;                /* (N,C) at ln_2 output */
+    float *dres2;               /* (N,C) at res2 (= at attn.c_proj output) */
+    float *dqkv;                /* (N,3C) at attn.c_attn output */
+    float *dln1;                /* (N,C) at ln_1 output */
+    size_t size;                /* floats in all */
+} block_act;
+
+/* Head act: F part, then B part. */
+typedef struct {
+    float *x;                   /* (N,C) head input */
+    float *lnf, *lnfm, *lnfr;   /* (N,C), (N), (N) */
+    int *targets;               /* (N) stored as int in float-sized slots */
+    float *probs;               /* (N,V) softmax after F; dlogits after B */
+    float *dlnf;                /* (N,C) B: gradient at ln_f output */
+    size_t size;                /* floats in all */
+} head_act;
+
+/* Embedding act. */
+typedef struct {
+    int *tokens;                /* (N) */
+    float *dout;                /* (N,C) B: gradient at the embedding output */
+    size_t size;                /* floats in all */
+} embed_act;
+
+/* Carves base into consecutive regions: returns base + *off (NULL when base is NULL, which
+ * measures sizes only) and advances *off by n floats. */
+static float *take(float *base, size_t *off, size_t n) {
+    float *r = base ? base + *off : NULL;
+    *off += n;
+    return r;
+}
+
+static block_act block_act_view(const gpt_model *m, float *a, int B, int T) {
+    size_t C = (size_t)m->cfg.n_embd, N = (size_t)B * T, NH = (size_t)m->cfg.n_head;
+    block_act v;
+    size_t o = 0;
+    v.x = take(a, &o, N * C);
+    v.ln1 = take(a, &o, N * C); v.ln1m = take(a, &o, N); v.ln1r = take(a, &o, N);
+    v.qkv = take(a, &o, N * 3 * C);
+    v.atty = take(a, &o, N * C);
+    v.att = take(a, &o, (size_t)B * NH * T * T);
+    v.res2 = take(a, &o, N * C);
+    v.ln2 = take(a, &o, N * C); v.ln2m = take(a, &o, N); v.ln2r = take(a, &o, N);
+    v.fch = take(a, &o, N * 4 * C); v.fchg = take(a, &o, N * 4 * C);
+    v.dres3 = take(a, &o, N * C); v.dfch = take(a, &o, N * 4 * C); v.dln2 = take(a, &o, N * C);
+    v.dres2 = take(a, &o, N * C); v.dqkv = take(a, &o, N * 3 * C); v.dln1 = take(a, &o, N * C);
+    v.size = o;
+    return v;
+}
+
+static head_act head_act_view(const gpt_model *m, float *a, int B, int T) {
+    size_t C = (size_t)m->cfg.n_embd, N = (size_t)B * T, V = (size_t)m->cfg.vocab_size;
+    head_act v;
+    size_t o = 0;
+    v.x = take(a, &o, N * C);
+    v.lnf = take(a, &o, N * C); v.lnfm = take(a, &o, N); v.lnfr = take(a, &o, N);
+    v.targets = (int *)take(a, &o, N);
+    v.probs = take(a, &o, N * V);
+    v.dlnf = take(a, &o, N * C);
+    v.size = o;
+    return v;
+}
+
+static embed_act embed_act_view(const gpt_model *m, float *a, int B, int T) {
+    size_t C = (size_t)m->cfg.n_embd, N = (size_t)B * T;
+    embed_act v;
+    size_t o = 0;
+    v.tokens = (int *)take(a, &o, N);
+    v.dout = take(a, &o, N * C);
+    v.size = o;
+    return v;
+}
+
+_Static_assert(sizeof(int) == sizeof(float), "token ids are stored in float-sized act slots");
+
+size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
+    switch (gpt_layer_kind_of(m, layer)) {
+    case GPT_LAYER_EMBED: return embed_act_view(m, NULL, B, T).size;
+    case GPT_LAYER_BLOCK: return block_act_view(m, NULL, B, T).size;
+    default:              return head_act_view(m, NULL, B, T).size;
+    }
+}
+
+size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T) {
+    return gpt_layer_act_floats(m, layer, 1, T) * sizeof(float) / (size_t)T;
+}
+
+size_t gpt_scratch_floats(const gpt_model *m, int B, int T) {
+    return (size_t)B * T * 4 * m->cfg.n_embd + ATTENTION_SCRATCH_FLOATS(T);
+}
+
+/* Checks ids are in [0,V): -1 naming the first bad one, its (b,t) and what it was for. */
+static int check_tokens(const gpt_model *m, const int *tok, int B, int T, const char *what) {
+    for (int i = 0; i < B * T; i++)
+        if (tok[i] < 0 || tok[i] >= m->cfg.vocab_size)
+            return pt_seterr("%s %d at (b=%d, t=%d) is outside the vocabulary [0, %d)",
+                             what, tok[i], i / T, i % T, m->cfg.vocab_size);
+    return 0;
+}
+
+static const float *tied_wte(const gpt_model *m, const gpt_tied *tied) {
+    return tied && tied->wte ? tied->wte : m->w.wte;
+}
+
+static float *tied_dwte(const gpt_model *m, const gpt_tied *tied) {
+    return tied && tied->dwte ? tied->dwte : m->g.wte;
+}
+
+/* ---- embedding ---------------------------------------------------------------------------- */
+static int embed_forward(const gpt_model *m, float *act, float *out, const int *tokens, int B, int T) {
+    if (check_tokens(m, tokens, B, T, "token") < 0) return -1;
+    embed_act a = embed_act_view(m, act, B, T);
+    memcpy(a.tokens, tokens, (size_t)B * T * sizeof *tokens);
+    embedding_forward(out, tokens, m->w.wte, m->w.wpe, B, T, m->cfg.n_embd);
+    return 0;
+}
+
+/* ---- transformer block -------------------------------------------------------------------- */
+static void block_forward(const gpt_model *m, int l, float *act, float *out, const float *x,
+                          int B, int T) {
+    const gpt_block_tensors *w = &m->w.h[l - 1];
+    int C = m->cfg.n_embd, N = B * T;
+    block_act a = block_act_view(m, act, B, T);
+    memcpy(a.x, x, (size_t)N * C * sizeof *x);
+    layernorm_forward(a.ln1, a.ln1m, a.ln1r, a.x, w->ln1w, w->ln1b, N, C);
+    matmul_forward(a.qkv, a.ln1, w->qkvw, w->qkvb, N, C, 3 * C);
+    attention_forward(a.atty, a.att, a.qkv, B, T, C, m->cfg.n_head);
+    matmul_forward(a.res2, a.atty, w->attprojw, w->attprojb, N, C, C);
+    residual_forward(a.res2, a.res2, a.x, N * C);
+    layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, w->ln2w, w->ln2b, N, C);
+    matmul_forward(a.fch, a.ln2, w->fcw, w->fcb, N, C, 4 * C);
+    gelu_forward(a.fchg, a.fch, N * 4 * C);
+    matmul_forward(out, a.fchg, w->fcprojw, w->fcprojb, N, 4 * C, C);
+    residual_forward(out, out, a.res2, N * C);
+}
+
+/* scratch: (N,4C) for the widest intermediate, then the attention scratch. */
+static void block_backward_input(const gpt_model *m, int l, float *act, float *scratch, float *dx,
+                                 const float *dout, int B, int T) {
+    const gpt_block_tensors *w = &m->w.h[l - 1];
+    int C = m->cfg.n_embd, N = B * T;
+    block_act a = block_act_view(m, act, B, T);
+    float *s = scratch, *satt = scratch + (size_t)N * 4 * C;
+    memcpy(a.dres3, dout, (size_t)N * C * sizeof *dout);
+    matmul_backward_input(s, a.dres3, w->fcprojw, N, 4 * C, C);       /* at the GELU output */
+    gelu_backward_input(a.dfch, s, a.fch, N * 4 * C);
+    matmul_backward_input(a.dln2, a.dfch, w->fcw, N, C, 4 * C);
+    layernorm_backward_input(s, a.dln2, a.res2, w->ln2w, a.ln2m, a.ln2r, N, C);
+    residual_forward(a.dres2, a.dres3, s, N * C);
+    matmul_backward_input(s, a.dres2, w->attprojw, N, C, C);          /* at the attention output */
+    attention_backward_input(a.dqkv, satt, s, a.qkv, a.att, B, T, C, m->cfg.n_head);
+    matmul_backward_input(a.dln1, a.dqkv, w->qkvw, N, C, 3 * C);
+    layernorm_backward_input(dx, a.dln1, a.x, w->ln1w, a.ln1m, a.ln1r, N, C);
+    residual_forward(dx, dx, a.dres2, N * C);
+}
+
+static void block_backward_weight(const gpt_model *m, int l, const float *act, int B, int T) {
+    const gpt_block_tensors *g = &m->g.h[l - 1];
+    int C = m->cfg.n_embd, N = B * T;
+    block_act a = block_act_view(m, (float *)act, B, T);   /* read only below */
+    matmul_backward_weight(g->fcprojw, g->fcprojb, a.dres3, a.fchg, N, 4 * C, C);
+    matmul_backward_weight(g->fcw, g->fcb, a.dfch, a.ln2, N, C, 4 * C);
+    layernorm_backward_weight(g->ln2w, g->ln2b, a.dln2, a.res2, a.ln2m, a.ln2r, N, C);
+    matmul_backward_weight(g->attprojw, g->attprojb, a.dres2, a.atty, N, C, C);
+    matmul_backward_weight(g->qkvw, g->qkvb, a.dqkv, a.ln1, N, C, 3 * C);
+    layernorm_backward_weight(g->ln1w, g->ln1b, a.dln1, a.x, a.ln1m, a.ln1r, N, C);
+}
+
+/* ---- final layernorm + tied head ---------------------------------------------------------- */
+/* With targets: out[0] = mean loss, probs kept. Without: out (N,V) = logits. */
+static int head_forward(const gpt_model *m, const gpt_tied *tied, float *act, float *out,
+                        const float *x, const int *targets, int B, int T) {
+    int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
+    if (targets && check_tokens(m, targets, B, T, "target") < 0) return -1;
+    head_act a = head_act_view(m, act, B, T);
+    memcpy(a.x, x, (size_t)N * C * sizeof *x);
+    layernorm_forward(a.lnf, a.lnfm, a.lnfr, a.x, m->w.lnfw, m->w.lnfb, N, C);
+    if (!targets) {
+        lmhead_forward(out, a.lnf, tied_wte(m, tied), N, C, V);
+        return 0;
+    }
+    memcpy(a.targets, targets, (size_t)N * sizeof *targets);
+    lmhead_forward(a.probs, a.lnf, tied_wte(m, tied), N, C, V);
+    out[0] = crossentropy_forward(a.probs, a.probs, targets, N, V);
+    return 0;
+}
+
+static void head_backward_input(const gpt_model *m, const gpt_tied *tied, float *act, float *dx,
+                                const float *dloss, int B, int T) {
+    int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
+    head_act a = head_act_view(m, act, B, T);
+    crossentropy_backward_input(a.probs, a.probs, a.targets, dloss ? *dloss : 1.0f, N, V);
+    lmhead_backward_input(a.dlnf, a.probs, tied_wte(m, tied), N, C, V);
+    layernorm_backward_input(dx, a.dlnf, a.x, m->w.lnfw, a.lnfm, a.lnfr, N, C);
+}
+
+static void head_backward_weight(const gpt_model *m, const gpt_tied *tied, const float *act,
+                                 int B, int T) {
+    int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
+    head_act a = head_act_view(m, (float *)act, B, T);   /* read only below */
+    lmhead_backward_weight(tied_dwte(m, tied), a.probs, a.lnf, N, C, V);
+    layernorm_backward_weight(m->g.lnfw, m->g.lnfb, a.dlnf, a.x, a.lnfm, a.lnfr, N, C);
+}
+
+/* ---- dispatch ----------------------------------------------------------------------------- */
+int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
+                      float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
+    if (T < 1 || T > m->cfg.n_positions || B < 1)
+        return pt_seterr("layer %d: sequence length %d must be in [1, n_positions=%d] and batch %d >= 1",
+                         layer, T, m->cfg.n_positions, B);
+    int rc = 0;
+    switch (gpt_layer_kind_of(m, layer)) {
+    case GPT_LAYER_EMBED: rc = embed_forward(m, act, out, tokens, B, T); break;
+    case GPT_LAYER_BLOCK: block_forward(m, layer, act, out, x, B, T); break;
+    case GPT_LAYER_HEAD:  rc = head_forward(m, tied, act, out, x, tokens, B, T); break;
+    }
+    return rc < 0 ? pt_adderr("layer %d forward: ", layer) : 0;
+}
+
+int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
+                             float *scratch, float *dx, const float *dout, int B, int T) {
+    switch (gpt_layer_kind_of(m, layer)) {
+    case GPT_LAYER_EMBED:
+        memcpy(embed_act_view(m, act, B, T).dout, dout, (size_t)B * T * m->cfg.n_embd * sizeof *dout);
+        break;
+    case GPT_LAYER_BLOCK: block_backward_input(m, layer, act, scratch, dx, dout, B, T); break;
+    case GPT_LAYER_HEAD:  head_backward_input(m, tied, act, dx, dout, B, T); break;
+    }
+    return 0;
+}
+
+int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
+                              const float *act, float *scratch, int B, int T) {
+    switch (gpt_layer_kind_of(m, layer)) {
+    case GPT_LAYER_EMBED: {
+        embed_act a = embed_act_view(m, (float *)act, B, T);   /* read only */
+        embedding_backward_weight(m->g.wte, m->g.wpe, a.dout, a.tokens, B, T, m->cfg.n_embd);
+        break;
+    }
+    case GPT_LAYER_BLOCK: block_backward_weight(m, layer, act, B, T); break;
+    case GPT_LAYER_HEAD:  head_backward_weight(m, tied, act, B, T); break;
+    }
+    return 0;
+}

@@ -1,0 +1,100 @@
+/* Elementwise and per-row kernels: token + position embedding, layernorm, GELU (tanh form),
+ * residual add. Plain C loops written so the compiler vectorises them; no BLAS, no state. */
+#include "nn/nn.h"
+#include <math.h>
+#include <stddef.h>
+
+#define LN_EPS 1e-5f
+
+void embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                       int B, int T, int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            const float *e = wte + (size_t)tokens[b * T + t] * C, *p = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
+        }
+}
+
+void embedding_backward_weight(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                               int B, int T, int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            float *e = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) { e[i] += d[i]; p[i] += d[i]; }
+        }
+}
+
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                       const float *w, const float *b, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float s = 0, v = 0;
+        for (int i = 0; i < C; i++) s += x[i];
+        float m = s / C;
+        for (int i = 0; i < C; i++) { float d = x[i] - m; v += d * d; }
+        float r = 1.0f / sqrtf(v / C + LN_EPS);
+        for (int i = 0; i < C; i++) o[i] = (x[i] - m) * r * w[i] + b[i];
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w. */
+void layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
+                              const float *mean, const float *rstd, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float m = mean[n], r = rstd[n], sg = 0, sgx = 0;
+        for (int i = 0; i < C; i++) {
+            float g = d[i] * w[i];
+            sg += g;
+            sgx += g * (x[i] - m) * r;
+        }
+        sg /= C;
+        sgx /= C;
+        for (int i = 0; i < C; i++) {
+            float xh = (x[i] - m) * r;
+            dx[i] = r * (d[i] * w[i] - sg - xh * sgx);
+        }
+    }
+}
+
+void layernorm_backward_weight(float *dw, float *db, const float *dout, const float *inp,
+                               const float *mean, const float *rstd, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        float m = mean[n], r = rstd[n];
+        for (int i = 0; i < C; i++) {
+            dw[i] += d[i] * (x[i] - m) * r;
+            db[i] += d[i];
+        }
+    }
+}
+
+#define GELU_K 0.7978845608028654f   /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+void gelu_forward(float *out, const float *inp, int N) {
+    for (int i = 0; i < N; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_A * x * x * x)));
+    }
+}
+
+void gelu_backward_input(float *dinp, const float *dout, const float *inp, int N) {
+    for (int i = 0; i < N; i++) {
+        float x = inp[i];
+        float th = tanhf(GELU_K * (x + GELU_A * x * x * x));
+        float sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+        dinp[i] = dout[i] * g;
+    }
+}
+
+void residual_forward(float *out, const float *a, const float *b, int N) {
+    for (int i = 0; i < N; i++) out[i] = a[i] + b[i];
+}

@@ -1,0 +1,32 @@
+/* Softmax cross-entropy over the vocabulary, mean over rows. The forward keeps the
+ * probabilities (the backward needs nothing else); no fused logits matmul here. */
+#include "nn/nn.h"
+#include <math.h>
+#include <stddef.h>
+
+float crossentropy_forward(float *probs, const float *logits, const int *targets, int N, int V) {
+    double loss = 0;
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * V;
+        float *p = probs + (size_t)n * V;
+        float mx = l[0], s = 0, lt = l[targets[n]];   /* read before p (maybe = l) is written */
+        for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+        for (int v = 0; v < V; v++) { p[v] = expf(l[v] - mx); s += p[v]; }
+        float inv = 1.0f / s;
+        for (int v = 0; v < V; v++) p[v] *= inv;
+        /* log p from the logits directly: exact even when p underflows to 0 */
+        loss += (double)(mx + logf(s) - lt);
+    }
+    return (float)(loss / N);
+}
+
+void crossentropy_backward_input(float *dlogits, const float *probs, const int *targets,
+                                 float dloss, int N, int V) {
+    float k = dloss / (float)N;
+    for (int n = 0; n < N; n++) {
+        const float *p = probs + (size_t)n * V;
+        float *d = dlogits + (size_t)n * V;
+        for (int v = 0; v < V; v++) d[v] = k * p[v];
+        d[targets[n]] -= k;
+    }
+}
