@@ -1,0 +1,71 @@
+/* Atomic file writing for every io writer (safetensors, token files, configs): write to
+ * "<path>.tmp.<pid>", fsync, rename over the real path. Not a general file API. */
+#include "io/io.h"
+#include "util/pt.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void atomic_release(io_atomic_file *a) {
+    free(a->path);
+    free(a->tmp);
+    memset(a, 0, sizeof *a);
+}
+
+int io_atomic_open(io_atomic_file *a, const char *path) {
+    memset(a, 0, sizeof *a);
+    size_t n = strlen(path) + 32;
+    a->tmp = pt_malloc(n);
+    snprintf(a->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    a->f = fopen(a->tmp, "wb");
+    if (!a->f) {
+        pt_seterr("%s: cannot create %s: %s", path, a->tmp, strerror(errno));
+        atomic_release(a);
+        return -1;
+    }
+    a->path = pt_strdup(path);
+    return 0;
+}
+
+/* fsync the folder holding path so the rename itself survives a crash; best effort. */
+static void sync_parent_dir(const char *path) {
+    char *dir = pt_strdup(path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) { (void)fsync(fd); close(fd); }
+    free(dir);
+}
+
+int io_atomic_commit(io_atomic_file *a) {
+    int bad = ferror(a->f);
+    if (fflush(a->f) != 0 || fsync(fileno(a->f)) != 0) bad = 1;
+    int err = errno;
+    if (fclose(a->f) != 0) { bad = 1; err = errno; }
+    a->f = NULL;
+    if (bad) {
+        pt_seterr("%s: write failed: %s", a->path, err ? strerror(err) : "I/O error");
+        goto remove_tmp;
+    }
+    if (rename(a->tmp, a->path) != 0) {
+        pt_seterr("%s: cannot rename %s over it: %s", a->path, a->tmp, strerror(errno));
+        goto remove_tmp;
+    }
+    sync_parent_dir(a->path);
+    atomic_release(a);
+    return 0;
+remove_tmp:
+    unlink(a->tmp);
+    atomic_release(a);
+    return -1;
+}
+
+void io_atomic_abort(io_atomic_file *a) {
+    if (a->f) fclose(a->f);
+    if (a->tmp) unlink(a->tmp);
+    atomic_release(a);
+}
