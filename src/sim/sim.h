@@ -1,0 +1,88 @@
+/* Discrete-event simulator of pipeline schedules: runs every rank's action list with durations
+ * from a cost model (per-stage F/B/W times, link latency/bandwidth, slow links and stages,
+ * compute and communication overlapping on separate streams) and reports iteration time, bubble,
+ * memory and the critical path. Not a validator (see sched_validate) and not a runtime.
+ *
+ * Time unit: whatever the costs are in (seconds for real costs; 1 per action for unit costs).
+ * Legend: P ranks, S stages, M microbatches, N iterations. */
+#ifndef PT_SIM_H
+#define PT_SIM_H
+#include "sched/sched.h"
+#include "sim/timeline.h"
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Per-link override between ranks a and b (either direction). A negative latency or bandwidth
+ * keeps the uniform value; extra is added to every message on the link (a slow link). */
+typedef struct {
+    int a, b;
+    double latency, bandwidth, extra;
+} sim_link;
+
+typedef struct {
+    int n_stages;           /* S */
+    double *f, *b, *w;      /* [S] compute times of F, B (input grad), W (weight grad) */
+    double *bw;             /* [S] time of a fused BW; a negative entry means b + w */
+    double *act_bytes;      /* [S] activation bytes per microbatch: memory held and message size */
+    double *reduce;         /* [S] time of REDUCE_GRAD (0: free) */
+    double step;            /* time of STEP */
+    double latency;         /* seconds per message, every link */
+    double bandwidth;       /* bytes per second, every link; 0 means infinite */
+    sim_link *links;        /* [n_links] overrides */
+    int n_links;
+} sim_costs;
+
+/* Uniform costs for S stages: f, b, w per stage, fused bw = b + w, no bytes, free links. */
+void sim_costs_init(sim_costs *c, int n_stages, double f, double b, double w);
+void sim_costs_free(sim_costs *c);
+/* "--cost" spec "f=1,b=1,w=1[,bw=X][,act=BYTES]" applied to every stage. Error names the key. */
+int sim_costs_parse_spec(sim_costs *c, const char *spec);
+/* Loads a costs JSON file (format in docs/simulator.md) over c's current values; per-stage
+ * fields are a number (every stage) or an array of S numbers. Errors name file and field. */
+int sim_costs_load_json(sim_costs *c, const char *path);
+/* "I-J:SECONDS": every message between ranks I and J (either way) takes SECONDS longer.
+ * n_ranks bounds I and J. Error quotes the spec. */
+int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks);
+/* "I:FACTOR": stage I's F, B, W, BW times multiplied by FACTOR (> 0). */
+int sim_costs_add_slow_stage(sim_costs *c, const char *spec);
+/* Adds or updates the override for link a-b (negative latency/bandwidth: keep uniform). */
+void sim_costs_set_link(sim_costs *c, int a, int b, double latency, double bandwidth, double extra);
+
+typedef struct {
+    int iterations;         /* N >= 1 (0 means 1) */
+    bool post_validation;   /* ranks start the next iteration right after their own STEP */
+} sim_opts;
+
+/* One link of the critical path: an event and how long it waited before starting. */
+typedef struct {
+    int ev;                 /* index into result.tl.ev */
+    double waited;          /* start - ready */
+} sim_crit;
+
+typedef struct {
+    int n_ranks, n_stages, n_iters;
+    double makespan;        /* end of the last action, all iterations */
+    double iteration_time;  /* makespan for N = 1; steady-state time per iteration for N > 1 */
+    double *iter_end;       /* [N] latest end of iteration i over ranks */
+    double bubble_fraction; /* sum_r (makespan - busy_r) / (P * makespan) */
+    double steady_bubble;   /* 1 - busy per iteration / (P * iteration_time); = bubble for N = 1 */
+    double ideal_time;      /* busiest rank's compute time per iteration */
+    double *busy, *idle;    /* [P] compute time and makespan - busy, all iterations */
+    int *peak_mb;           /* [S] peak activations held, in microbatches */
+    double *peak_bytes;     /* [S] peak_mb * act_bytes */
+    double *rank_peak_bytes;/* [P] peak bytes held by all stages of the rank at once */
+    sim_crit *crit;         /* [n_crit] critical path, first event to last */
+    int n_crit;
+    timeline tl;            /* every event; compute, send and recv */
+} sim_result;
+
+/* Simulates s (lowered, or compute-only: then each cross-rank edge is sent implicitly right
+ * after the producing action, exactly as sched_lower would place SEND/RECV). c->n_stages must
+ * equal s->n_stages. Fills out (free with sim_result_free). Returns -1 with an error on bad
+ * input or deadlock (the error names every stuck rank, its step, action and what it waits for). */
+int sim_run(const sched *s, const sim_costs *c, const sim_opts *o, sim_result *out);
+void sim_result_free(sim_result *r);
+/* Writes the critical path, one line per event with its wait, to f. */
+void sim_print_critical_path(const sim_result *r, FILE *f);
+
+#endif

@@ -1,0 +1,200 @@
+/* The simulator's cost model: construction, the --cost spec, the costs JSON file, slow links and
+ * slow stages. Only parsing and storage; how costs turn into time is sim.c's business. */
+#include "sim/sim.h"
+#include "util/pt.h"
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double *fill(int n, double v) {
+    double *x = pt_malloc(sizeof(double) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) x[i] = v;
+    return x;
+}
+
+void sim_costs_init(sim_costs *c, int n_stages, double f, double b, double w) {
+    memset(c, 0, sizeof *c);
+    c->n_stages = n_stages;
+    c->f = fill(n_stages, f);
+    c->b = fill(n_stages, b);
+    c->w = fill(n_stages, w);
+    c->bw = fill(n_stages, -1);
+    c->act_bytes = fill(n_stages, 0);
+    c->reduce = fill(n_stages, 0);
+}
+
+void sim_costs_free(sim_costs *c) {
+    free(c->f); free(c->b); free(c->w); free(c->bw); free(c->act_bytes); free(c->reduce); free(c->links);
+    memset(c, 0, sizeof *c);
+}
+
+void sim_costs_set_link(sim_costs *c, int a, int b, double latency, double bandwidth, double extra) {
+    for (int i = 0; i < c->n_links; i++) {
+        sim_link *l = &c->links[i];
+        if ((l->a == a && l->b == b) || (l->a == b && l->b == a)) {
+            if (latency >= 0) l->latency = latency;
+            if (bandwidth >= 0) l->bandwidth = bandwidth;
+            l->extra += extra;
+            return;
+        }
+    }
+    sim_link *links = pt_malloc(sizeof *links * (size_t)(c->n_links + 1));
+    if (c->n_links) memcpy(links, c->links, sizeof *links * (size_t)c->n_links);
+    free(c->links);
+    c->links = links;
+    c->links[c->n_links++] = (sim_link){ a, b, latency, bandwidth, extra };
+}
+
+/* Strict number: the whole string, finite. */
+static int parse_num(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 0 || v > 1000000000L) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* One "key=value" of a --cost spec, applied to every stage. */
+static int spec_item(sim_costs *c, const char *item) {
+    const char *eq = strchr(item, '=');
+    double v;
+    if (!eq || parse_num(eq + 1, &v) || v < 0)
+        return pt_seterr("--cost: '%s' should be KEY=NUMBER >= 0 with KEY one of f, b, w, bw, act", item);
+    size_t k = (size_t)(eq - item);
+    double *dst = !strncmp(item, "f", k) && k == 1 ? c->f : !strncmp(item, "b", k) && k == 1 ? c->b
+                : !strncmp(item, "w", k) && k == 1 ? c->w : !strncmp(item, "bw", k) && k == 2 ? c->bw
+                : !strncmp(item, "act", k) && k == 3 ? c->act_bytes : NULL;
+    if (!dst) return pt_seterr("--cost: unknown key in '%s' (known: f, b, w, bw, act)", item);
+    for (int g = 0; g < c->n_stages; g++) dst[g] = v;
+    return 0;
+}
+
+int sim_costs_parse_spec(sim_costs *c, const char *spec) {
+    char buf[256];
+    if (strlen(spec) >= sizeof buf) return pt_seterr("--cost: spec too long");
+    strcpy(buf, spec);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        if (spec_item(c, tok)) return -1;
+    return 0;
+}
+
+int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks) {
+    char buf[128];
+    const char *colon = strchr(spec, ':'), *dash = strchr(spec, '-');
+    int a, b;
+    double extra;
+    if (!colon || !dash || dash > colon || strlen(spec) >= sizeof buf) goto bad;
+    memcpy(buf, spec, (size_t)(dash - spec)); buf[dash - spec] = 0;
+    if (parse_int(buf, &a)) goto bad;
+    memcpy(buf, dash + 1, (size_t)(colon - dash - 1)); buf[colon - dash - 1] = 0;
+    if (parse_int(buf, &b) || parse_num(colon + 1, &extra) || extra < 0) goto bad;
+    if (a >= n_ranks || b >= n_ranks || a == b)
+        return pt_seterr("--slow-link '%s': ranks must be two different ranks in 0..%d", spec, n_ranks - 1);
+    sim_costs_set_link(c, a, b, -1, -1, extra);
+    return 0;
+bad:
+    return pt_seterr("--slow-link '%s': expected I-J:SECONDS (ranks I, J; extra seconds per message >= 0)", spec);
+}
+
+int sim_costs_add_slow_stage(sim_costs *c, const char *spec) {
+    char buf[64];
+    const char *colon = strchr(spec, ':');
+    int g;
+    double k;
+    if (!colon || (size_t)(colon - spec) >= sizeof buf) goto bad;
+    memcpy(buf, spec, (size_t)(colon - spec)); buf[colon - spec] = 0;
+    if (parse_int(buf, &g) || parse_num(colon + 1, &k) || k <= 0) goto bad;
+    if (g >= c->n_stages) return pt_seterr("--slow-stage '%s': stage %d out of range 0..%d", spec, g, c->n_stages - 1);
+    c->f[g] *= k; c->b[g] *= k; c->w[g] *= k;
+    if (c->bw[g] >= 0) c->bw[g] *= k;
+    return 0;
+bad:
+    return pt_seterr("--slow-stage '%s': expected I:FACTOR (stage I, factor > 0)", spec);
+}
+
+/* Reads field `name` of obj into dst[S]: a number (every stage) or an array of S numbers >= 0.
+ * Absent: dst unchanged. */
+static int json_stage_field(const cJSON *obj, const char *name, double *dst, int S, const char *path) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    if (!v) return 0;
+    if (cJSON_IsNumber(v)) {
+        if (v->valuedouble < 0) return pt_seterr("%s: field '%s' must be >= 0", path, name);
+        for (int g = 0; g < S; g++) dst[g] = v->valuedouble;
+        return 0;
+    }
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != S)
+        return pt_seterr("%s: field '%s' must be a number or an array of %d numbers (one per stage)", path, name, S);
+    int g = 0;
+    for (const cJSON *x = v->child; x; x = x->next, g++) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0)
+            return pt_seterr("%s: field '%s'[%d] must be a number >= 0", path, name, g);
+        dst[g] = x->valuedouble;
+    }
+    return 0;
+}
+
+/* Reads an optional scalar >= 0. */
+static int json_scalar(const cJSON *obj, const char *name, double *dst, const char *path) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0) return pt_seterr("%s: field '%s' must be a number >= 0", path, name);
+    *dst = v->valuedouble;
+    return 0;
+}
+
+/* "links": [{"a":0,"b":1,"latency":..,"bandwidth":..,"extra":..}, ...] */
+static int json_links(sim_costs *c, const cJSON *root, const char *path) {
+    const cJSON *links = cJSON_GetObjectItemCaseSensitive(root, "links");
+    if (!links) return 0;
+    if (!cJSON_IsArray(links)) return pt_seterr("%s: field 'links' must be an array of objects", path);
+    int i = 0;
+    for (const cJSON *l = links->child; l; l = l->next, i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(l, "a"), *b = cJSON_GetObjectItemCaseSensitive(l, "b");
+        if (!cJSON_IsObject(l) || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) || a->valueint < 0 || b->valueint < 0)
+            return pt_seterr("%s: field 'links'[%d] needs ranks 'a' and 'b' (whole numbers >= 0)", path, i);
+        double lat = -1, bw = -1, extra = 0;
+        char name[32];
+        snprintf(name, sizeof name, "links[%d]", i);
+        if (json_scalar(l, "latency", &lat, path) || json_scalar(l, "bandwidth", &bw, path) ||
+            json_scalar(l, "extra", &extra, path))
+            return pt_adderr("%s: ", name);
+        sim_costs_set_link(c, a->valueint, b->valueint, lat, bw, extra);
+    }
+    return 0;
+}
+
+int sim_costs_load_json(sim_costs *c, const char *path) {
+    size_t len;
+    char *text = pt_read_file(path, &len);
+    if (!text) return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return pt_seterr("%s: not a JSON object (see docs/simulator.md for the costs format)", path);
+    }
+    int S = c->n_stages, rc = -1;
+    if (json_stage_field(root, "f", c->f, S, path) || json_stage_field(root, "b", c->b, S, path) ||
+        json_stage_field(root, "w", c->w, S, path) || json_stage_field(root, "bw", c->bw, S, path) ||
+        json_stage_field(root, "act_bytes", c->act_bytes, S, path) ||
+        json_stage_field(root, "reduce", c->reduce, S, path) || json_scalar(root, "step", &c->step, path) ||
+        json_scalar(root, "latency", &c->latency, path) || json_scalar(root, "bandwidth", &c->bandwidth, path) ||
+        json_links(c, root, path))
+        goto done;
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    return rc;
+}

@@ -1,0 +1,40 @@
+/* A timeline: the start and end of every action on every rank, as predicted by the simulator or
+ * measured by the runtime. Trace (io/trace.h) and SVG (io/svg.h) writers read only this type.
+ * Not a scheduler and not a clock: it only stores events in the order they were added. */
+#ifndef PT_TIMELINE_H
+#define PT_TIMELINE_H
+#include "sched/sched.h"
+
+/* Where an event ran: the compute stream, or the rank's outgoing / incoming communication. */
+typedef enum { TL_COMPUTE, TL_SEND, TL_RECV, TL_N_STREAMS } tl_stream;
+
+typedef struct {
+    sched_action act;   /* stage, kind, mb (mb is the microbatch within its iteration) */
+    int rank;           /* rank the event ran on */
+    int iter;           /* iteration, from 0 */
+    tl_stream stream;
+    int peer;           /* SEND: destination rank, RECV: source rank, else -1 */
+    int link;           /* SEND: index of the event that consumed the data (RECV or compute), or -1 */
+    double ready;       /* when the rank reached the action (start - ready = time it waited) */
+    double start, end;  /* seconds */
+} tl_event;
+
+typedef struct {
+    int n_ranks, n_stages, n_mb, n_iters;
+    int *stage_rank;    /* [S] */
+    double *act_bytes;  /* [S] bytes held per microbatch of stage g, or NULL (counts only) */
+    tl_event *ev;       /* [n] events, in the order they were added */
+    int n, cap;
+    char name[32];      /* schedule name */
+} timeline;
+
+/* Initialises an empty timeline for a schedule's shape (copies stage_rank; act_bytes may be
+ * NULL, else [S] is copied). Free with timeline_free. */
+void timeline_init(timeline *tl, const sched *s, const double *act_bytes, int n_iters);
+void timeline_free(timeline *tl);
+/* Appends one event; returns its index (events keep their index until free). */
+int timeline_push(timeline *tl, const tl_event *e);
+/* Latest end time over all events (0 for an empty timeline). */
+double timeline_end(const timeline *tl);
+
+#endif
