@@ -114,7 +114,9 @@ extern const char *const sched_generator_names[];
 /* ---- lowering and validation ---- */
 /* Returns a new schedule with SEND/RECV actions added in an order that cannot deadlock; stages
  * that hand over on the same rank need no communication. Returns NULL with an error if the input
- * is invalid. */
+ * is invalid. For each cross-rank edge: SEND_F / SEND_B right after the producing F / B or BW on
+ * the producer's rank, RECV_F / RECV_B right before the consuming action on the consumer's rank.
+ * An already lowered (valid) schedule comes back as a copy. Caller frees. */
 sched *sched_lower(const sched *s);
 
 typedef struct {

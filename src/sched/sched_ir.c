@@ -190,10 +190,11 @@ char *sched_format_grid(const sched *s, int mark_rank, int mark_step, int half, 
         grid_append(buf, n, &used, "  rank %d:%s", r, c0 > 0 ? " ..." : "");
         for (int i = c0; i <= c1 && i < s->len[r]; i++) {
             const char *t = sched_action_str(&s->acts[r][i], tmp, sizeof tmp);
-            if (r == mark_rank && i == mark_step) grid_append(buf, n, &used, " [%*s]", w, t);
-            else grid_append(buf, n, &used, "  %*s ", w, t);
+            int pad = w - (int)strlen(t);
+            if (r == mark_rank && i == mark_step) grid_append(buf, n, &used, " [%s]%*s", t, pad, "");
+            else grid_append(buf, n, &used, "  %s %*s", t, pad, "");
         }
-        if (mark_rank == r && mark_step >= s->len[r]) grid_append(buf, n, &used, " [%*s]", w, "end");
+        if (mark_rank == r && mark_step >= s->len[r]) grid_append(buf, n, &used, " [end]");
         grid_append(buf, n, &used, "%s\n", c1 < s->len[r] - 1 ? " ..." : "");
     }
     if (r1 < s->n_ranks - 1) grid_append(buf, n, &used, "  ... ranks %d-%d\n", r1 + 1, s->n_ranks - 1);

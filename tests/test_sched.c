@@ -1,0 +1,381 @@
+/* Tests of the schedule IR: action text round-trip, goldens of gpipe / 1f1b / interleaved-1f1b /
+ * pipedream, every generator through the validator (compute-only and lowered), lowering, peak
+ * activations, validator rejections with the failing cell, CSV round-trip and CSV errors.
+ * Not the simulator's tests (test_sim*). PT_WRITE_GOLDEN=1 rewrites the goldens (then check them
+ * by hand). */
+#include "sched/sched.h"
+#include "test.h"
+#include "util/pt.h"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- helpers ---- */
+
+static sched *gen(const char *name, int P, int M, int v) {
+    sched_params p = { .ranks = P, .microbatches = M, .chunks = v };
+    return sched_generate(name, &p);
+}
+
+/* Prints s into a malloc'd string. */
+static char *print_str(const sched *s) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    sched_print(s, f);
+    fclose(f);
+    return buf;
+}
+
+static int count_kind(const sched *s, sched_kind k) {
+    int n = 0;
+    for (int r = 0; r < s->n_ranks; r++)
+        for (int i = 0; i < s->len[r]; i++) n += s->acts[r][i].kind == k;
+    return n;
+}
+
+/* Removes action i of rank r. */
+static void drop_action(sched *s, int r, int i) {
+    memmove(&s->acts[r][i], &s->acts[r][i + 1], (size_t)(s->len[r] - i - 1) * sizeof(sched_action));
+    s->len[r]--;
+}
+
+static int find_action(const sched *s, int r, const char *tok) {
+    char buf[48];
+    for (int i = 0; i < s->len[r]; i++)
+        if (strcmp(sched_action_str(&s->acts[r][i], buf, sizeof buf), tok) == 0) return i;
+    return -1;
+}
+
+static bool same_sched(const sched *a, const sched *b) {
+    if (a->n_ranks != b->n_ranks || a->n_stages != b->n_stages || a->n_mb != b->n_mb ||
+        a->n_pipes != b->n_pipes || a->lowered != b->lowered || a->async != b->async) return false;
+    for (int g = 0; g < a->n_stages; g++) if (a->stage_rank[g] != b->stage_rank[g]) return false;
+    for (int m = 0; m < a->n_mb; m++) if (a->mb_pipe[m] != b->mb_pipe[m]) return false;
+    for (int r = 0; r < a->n_ranks; r++) {
+        if (a->len[r] != b->len[r]) return false;
+        if (a->len[r] && memcmp(a->acts[r], b->acts[r], (size_t)a->len[r] * sizeof(sched_action))) return false;
+    }
+    return true;
+}
+
+/* ---- action text ---- */
+
+static void test_action_text(void) {
+    char buf[48], name[64];
+    for (int k = 0; k < ACT_N_KINDS; k++) {
+        sched_action a = { .stage = 12, .mb = 345, .kind = (sched_kind)k }, b;
+        if (k == ACT_REDUCE_GRAD) a.mb = -1;
+        if (k == ACT_STEP) a.stage = a.mb = -1;
+        sched_action_str(&a, buf, sizeof buf);
+        snprintf(name, sizeof name, "action_roundtrip_%s", sched_kind_name((sched_kind)k));
+        int rc = sched_action_parse(buf, &b);
+        CHECK(name, rc == 0 && b.kind == a.kind && b.stage == a.stage && b.mb == a.mb, "'%s' -> rc %d %s", buf, rc, pt_err());
+    }
+    sched_action a;
+    CHECK("action_parse_I_is_B", sched_action_parse("3I7", &a) == 0 && a.kind == ACT_B && a.stage == 3 && a.mb == 7, "%s", pt_err());
+    const char *bad[] = { "XF1", "2F", "F1", "2F1x", "", "2SEND1", "1STEP", "-1F0", "2BWW0" };
+    for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+        snprintf(name, sizeof name, "action_parse_rejects_'%s'", bad[i]);
+        int rc = sched_action_parse(bad[i], &a);
+        CHECK(name, rc < 0 && strstr(pt_err(), "bad action"), "rc %d err '%s'", rc, pt_err());
+    }
+}
+
+/* ---- goldens ---- */
+
+static void check_golden(const char *name, int P, int M, int v) {
+    char path[128], tname[160];
+    if (v) snprintf(path, sizeof path, "tests/golden/%s-p%d-m%d-v%d.txt", name, P, M, v);
+    else snprintf(path, sizeof path, "tests/golden/%s-p%d-m%d.txt", name, P, M);
+    snprintf(tname, sizeof tname, "golden_%s", path + strlen("tests/golden/"));
+    sched *s = gen(name, P, M, v);
+    if (!s) { CHECK(tname, 0, "generate: %s", pt_err()); return; }
+    char *got = print_str(s);
+    if (getenv("PT_WRITE_GOLDEN")) {
+        FILE *f = fopen(path, "w");
+        if (f) { fputs(got, f); fclose(f); }
+    }
+    size_t n;
+    char *want = pt_read_file(path, &n);
+    CHECK(tname, want && strcmp(want, got) == 0, "differs from %s; got:\n%s", path, got);
+    free(want);
+    free(got);
+    sched_free(s);
+}
+
+static void test_goldens(void) {
+    for (int P = 2; P <= 4; P++) {
+        check_golden("gpipe", P, 4, 0);
+        check_golden("1f1b", P, 4, 0);
+        check_golden("1f1b", P, 2 * P + 1, 0);
+        check_golden("pipedream", P, 4, 0);
+        check_golden("interleaved-1f1b", P, 2 * P, 2);
+    }
+    check_golden("1f1b", 4, 2, 0);
+    check_golden("interleaved-1f1b", 2, 4, 3);
+}
+
+/* ---- every generator validates ---- */
+
+/* A synchronous schedule ends each rank with its stages' REDUCE_GRAD then STEP. */
+static bool has_sync_tail(const sched *s) {
+    for (int r = 0; r < s->n_ranks; r++) {
+        int n = 0;
+        for (int g = 0; g < s->n_stages; g++) n += s->stage_rank[g] == r;
+        if (s->len[r] < n + 1 || s->acts[r][s->len[r] - 1].kind != ACT_STEP) return false;
+        for (int i = s->len[r] - 1 - n; i < s->len[r] - 1; i++)
+            if (s->acts[r][i].kind != ACT_REDUCE_GRAD) return false;
+    }
+    return true;
+}
+
+/* Lowered: one RECV per SEND, and a send for every cross-rank edge (F and backward). */
+static bool comm_balanced(const sched *lo) {
+    int edges = 0;
+    for (int g = 0; g < lo->n_stages; g++) {
+        int nx = sched_stage_next(lo, g);
+        if (nx < 0 || lo->stage_rank[nx] == lo->stage_rank[g]) continue;
+        for (int m = 0; m < lo->n_mb; m++) edges += lo->mb_pipe[m] == g / lo->stages_per_pipe;
+    }
+    return count_kind(lo, ACT_SEND_F) == count_kind(lo, ACT_RECV_F) && count_kind(lo, ACT_SEND_F) == edges &&
+           count_kind(lo, ACT_SEND_B) == count_kind(lo, ACT_RECV_B) && count_kind(lo, ACT_SEND_B) == edges;
+}
+
+/* One (generator, P, M): 1 ok, 0 rejected parameters, -1 failure (message in why). */
+static int check_one_generated(const char *name, int P, int M, char *why, int n) {
+    sched *s = gen(name, P, M, 0);
+    if (!s) return 0;
+    int rc = -1;
+    sched *lo = NULL;
+    if (sched_validate(s, NULL) < 0) snprintf(why, (size_t)n, "P=%d M=%d: %s", P, M, pt_err());
+    else if (!s->async && !has_sync_tail(s)) snprintf(why, (size_t)n, "P=%d M=%d: no REDUCE_GRAD/STEP tail", P, M);
+    else if (!(lo = sched_lower(s))) snprintf(why, (size_t)n, "P=%d M=%d lower: %s", P, M, pt_err());
+    else if (sched_validate(lo, NULL) < 0) snprintf(why, (size_t)n, "P=%d M=%d lowered: %s", P, M, pt_err());
+    else if (!comm_balanced(lo)) snprintf(why, (size_t)n, "P=%d M=%d: sends and receives unbalanced", P, M);
+    else rc = 1;
+    sched_free(lo);
+    sched_free(s);
+    return rc;
+}
+
+static void test_all_generators(void) {
+    const int ms[] = { 1, 2, 3, 4, 5, 7, 8, 12, 16 };
+    char tname[96], why[2400];
+    for (int gi = 0; sched_generator_names[gi]; gi++) {
+        const char *name = sched_generator_names[gi];
+        sched *probe = gen(name, 2, 4, 0);
+        if (!probe && strstr(pt_err(), "not implemented")) {
+            printf("# skipped %s: %s\n", name, pt_err());
+            continue;
+        }
+        sched_free(probe);
+        for (int P = 1; P <= 8; P++) {
+            int made = 0, bad = 0;
+            why[0] = 0;
+            for (int j = 0; j < (int)(sizeof ms / sizeof ms[0]) + 3 && !bad; j++) {
+                int M = j < (int)(sizeof ms / sizeof ms[0]) ? ms[j] : P * (j - (int)(sizeof ms / sizeof ms[0]) + 1);
+                int rc = check_one_generated(name, P, M, why, sizeof why);
+                made += rc == 1;
+                bad = rc < 0;
+            }
+            snprintf(tname, sizeof tname, "generator_valid_%s_p%d", name, P);
+            CHECK(tname, !bad && made > 0, "%s", bad ? why : "no microbatch count accepted");
+        }
+    }
+}
+
+/* ---- generator specifics and parameter errors ---- */
+
+static void test_gen_errors(void) {
+    sched *s = gen("interleaved-1f1b", 4, 6, 2);
+    CHECK("interleaved_rejects_m_not_divisible", !s && strstr(pt_err(), "interleaved-1f1b needs microbatches divisible by ranks (got M=6, P=4)"), "%s", pt_err());
+    s = gen("interleaved-1f1b", 2, 4, 1);
+    CHECK("interleaved_rejects_one_chunk", !s && strstr(pt_err(), "chunks"), "%s", pt_err());
+    s = gen("1f1b", 0, 4, 0);
+    CHECK("rejects_zero_ranks", !s && strstr(pt_err(), "ranks"), "%s", pt_err());
+    s = gen("gpipe", 2, 0, 0);
+    CHECK("rejects_zero_microbatches", !s && strstr(pt_err(), "microbatches"), "%s", pt_err());
+    s = gen("gpipe", 2, 4, 2);
+    CHECK("gpipe_rejects_chunks", !s && strstr(pt_err(), "chunks"), "%s", pt_err());
+    s = gen("nope", 2, 4, 0);
+    CHECK("unknown_generator_lists_names", !s && strstr(pt_err(), "nope") && strstr(pt_err(), "interleaved-1f1b") &&
+          strstr(pt_err(), "greedy"), "%s", pt_err());
+}
+
+/* Interleaved rank r starts with min((P-r-1)*2 + (v-1)*P, v*M) forwards (Megatron-LM's warm-up). */
+static void test_interleaved_warmup(void) {
+    const int cases[][3] = { { 4, 8, 2 }, { 4, 4, 2 }, { 3, 9, 3 }, { 2, 8, 4 } };
+    for (int c = 0; c < 4; c++) {
+        int P = cases[c][0], M = cases[c][1], v = cases[c][2], ok = 1;
+        sched *s = gen("interleaved-1f1b", P, M, v);
+        for (int r = 0; s && r < P; r++) {
+            int want = (P - r - 1) * 2 + (v - 1) * P, n = 0;
+            if (want > v * M) want = v * M;
+            while (s->acts[r][n].kind == ACT_F) n++;
+            if (n != want + (want < v * M)) ok = 0;    /* the steady phase opens with one more F */
+        }
+        char tname[64];
+        snprintf(tname, sizeof tname, "interleaved_warmup_p%d_m%d_v%d", P, M, v);
+        CHECK(tname, s && ok && s->n_stages == P * v && s->stage_rank[P + 1] == 1, "%s", s ? "warm-up length" : pt_err());
+        sched_free(s);
+    }
+}
+
+static void test_peak_activations(void) {
+    int out[8], ok1 = 1, okg = 1;
+    for (int P = 1; P <= 6; P++)
+        for (int M = 1; M <= 10; M++) {
+            sched *s = gen("1f1b", P, M, 0);
+            sched_peak_activations(s, out);
+            if (out[0] != (P < M ? P : M)) ok1 = 0;
+            sched_free(s);
+            s = gen("gpipe", P, M, 0);
+            sched_peak_activations(s, out);
+            if (out[0] != M || out[P - 1] != M) okg = 0;
+            sched_free(s);
+        }
+    CHECK("peak_activations_1f1b_stage0_min_p_m", ok1, "1f1b stage 0 peak != min(P, M)");
+    CHECK("peak_activations_gpipe_m", okg, "gpipe peak != M");
+}
+
+/* ---- lowering ---- */
+
+static void test_lowering_shape(void) {
+    sched *s = gen("1f1b", 3, 2, 0), *lo = sched_lower(s);
+    char *got = lo ? print_str(lo) : NULL;
+    /* last stage sends no forward output; its BW needs no RECV_B */
+    const char *want2 =
+        "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0BW0 0RECV_B1 0BW1 0REDUCE_GRAD STEP\n"
+        "rank 1: 1RECV_F0 1F0 1SEND_F0 1RECV_F1 1F1 1SEND_F1 1RECV_B0 1BW0 1SEND_B0 1RECV_B1 1BW1 1SEND_B1 1REDUCE_GRAD STEP\n"
+        "rank 2: 2RECV_F0 2F0 2BW0 2SEND_B0 2RECV_F1 2F1 2BW1 2SEND_B1 2REDUCE_GRAD STEP\n";
+    CHECK("lower_1f1b_p3_m2", got && strcmp(got, want2) == 0 && lo->lowered, "got:\n%s", got ? got : pt_err());
+    free(got);
+    sched_free(lo);
+    sched_free(s);
+    /* interleaved with P=1: every handover is on one rank, so nothing to send */
+    s = gen("interleaved-1f1b", 1, 3, 2);
+    lo = s ? sched_lower(s) : NULL;
+    CHECK("lower_same_rank_no_comm", lo && count_kind(lo, ACT_SEND_F) == 0 && count_kind(lo, ACT_RECV_B) == 0, "%s", pt_err());
+    sched_free(lo);
+    sched_free(s);
+}
+
+/* ---- validator rejections ---- */
+
+static void check_reject(const char *name, const sched *s, int rank, int step, const char *msg, const char *cell) {
+    sched_error e;
+    int rc = s ? sched_validate(s, &e) : 0;
+    CHECK(name, s && rc < 0 && e.rank == rank && e.step == step && strstr(e.msg, msg) && strstr(pt_err(), cell),
+          "rc %d cell (%d,%d) want (%d,%d); err: %s", rc, s ? e.rank : -9, s ? e.step : -9, rank, step, pt_err());
+}
+
+static void test_validator_rejects(void) {
+    sched *s = sched_parse_csv("0F0,0B0,0W0\n1F0,1B0\n", "t", 1);
+    check_reject("validate_rejects_missing_W", s, 1, 1, "missing 1W0", "[1B0]");
+    sched_free(s);
+    s = sched_parse_csv("0F0,0F1,0BW0,0BW1\n1F0,1BW1,1BW0,1F1\n", "t", 1);
+    check_reject("validate_rejects_B_before_F", s, 1, 1, "1BW1 on rank 1 step 1 runs before 1F1", "[1BW1]");
+    sched_free(s);
+    s = gen("1f1b", 4, 4, 0);
+    int i = find_action(s, 3, "3F2");
+    s->acts[3][i].stage = 2;
+    check_reject("validate_rejects_stage_on_two_ranks", s, 3, i, "stage 2 appears on ranks 2 and 3", "[2F2]");
+    sched_free(s);
+    sched *c = gen("gpipe", 3, 2, 0);
+    s = sched_lower(c);
+    drop_action(s, 2, find_action(s, 2, "2RECV_F0"));
+    check_reject("validate_rejects_send_without_recv", s, 1, find_action(s, 1, "1SEND_F0"),
+                 "1SEND_F0 on rank 1 step 2 has no matching 2RECV_F0 on rank 2", "[1SEND_F0]");
+    sched_free(s);
+    sched_free(c);
+    s = sched_parse_csv("0RECV_B0,0F0,0SEND_F0,0BW0\n1RECV_F0,1F0,1BW0,1SEND_B0\n", "t", 1);
+    check_reject("validate_rejects_cyclic_wait", s, 0, 0,
+                 "deadlock: every rank waits: rank 0 at step 0 (0RECV_B0) waits for 1SEND_B0 (rank 1); "
+                 "rank 1 at step 0 (1RECV_F0) waits for 0SEND_F0 (rank 0)", "[0RECV_B0]");
+    sched_free(s);
+    /* compute-only deadlock: 0BW0 needs 1BW0, which rank 1 runs after 1F1, which needs 0F1 */
+    s = sched_parse_csv("0F0,0BW0,0F1,0BW1\n1F1,1BW1,1F0,1BW0\n", "t", 1);
+    check_reject("validate_rejects_compute_deadlock", s, 0, 1, "deadlock: every rank waits: rank 0 at step 1 (0BW0) "
+                 "waits for 1BW0 (rank 1); rank 1 at step 0 (1F1) waits for 0F1 (rank 0)", "[0BW0]");
+    sched_free(s);
+    s = sched_parse_csv("0F0,0BW0,STEP,0F1,0BW1\n", "t", 1);
+    check_reject("validate_rejects_compute_after_step", s, 0, 3, "0F1 on rank 0 step 3 runs after STEP", "[0F1]");
+    sched_free(s);
+    s = sched_parse_csv("0F0,0F1,0BW0,0REDUCE_GRAD,0BW1,STEP\n", "t", 1);
+    check_reject("validate_rejects_reduce_before_backward", s, 0, 3, "0REDUCE_GRAD on rank 0 step 3 runs before 0BW1", "[0REDUCE_GRAD]");
+    sched_free(s);
+    s = sched_parse_csv("0F0,0BW0,0F0,0BW1\n", "t", 1);
+    check_reject("validate_rejects_duplicate", s, 0, 2, "runs twice", "[0F0]");
+    sched_free(s);
+}
+
+/* ---- CSV ---- */
+
+static void check_csv_roundtrip(const char *tname, sched *s, int n_pipes) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/pt_test_sched_%d.csv", (int)getpid());
+    FILE *f = fopen(path, "w");
+    sched_write_csv(s, f);
+    fclose(f);
+    sched *b = sched_read_csv(path, n_pipes);
+    CHECK(tname, b && same_sched(s, b), "%s", b ? "differs after read" : pt_err());
+    sched_free(b);
+    remove(path);
+}
+
+static void check_csv_error(const char *tname, const char *text, const char *want) {
+    sched *s = sched_parse_csv(text, "s.csv", 1);
+    CHECK(tname, !s && strstr(pt_err(), want), "want '%s', got '%s'", want, pt_err());
+    sched_free(s);
+}
+
+static void test_csv(void) {
+    const char *names[] = { "gpipe", "1f1b", "interleaved-1f1b", "pipedream" };
+    char tname[80];
+    for (int i = 0; i < 4; i++) {
+        sched *s = gen(names[i], 4, 8, 0), *lo = sched_lower(s);
+        snprintf(tname, sizeof tname, "csv_roundtrip_%s", names[i]);
+        snprintf(s->name, sizeof s->name, "csv");
+        check_csv_roundtrip(tname, s, 1);
+        snprintf(tname, sizeof tname, "csv_roundtrip_lowered_%s", names[i]);
+        snprintf(lo->name, sizeof lo->name, "csv");
+        check_csv_roundtrip(tname, lo, 1);
+        sched_free(lo);
+        sched_free(s);
+    }
+    sched *s = sched_parse_csv("# comment\n0F0, 0BW0 ,,STEP\r\n\n1F0,1BW0,STEP\n", "s.csv", 1);
+    CHECK("csv_blank_cells_comments_spaces", s && s->n_ranks == 2 && s->len[0] == 3 && s->stage_rank[1] == 1 &&
+          sched_validate(s, NULL) == 0, "%s", pt_err());
+    sched_free(s);
+    check_csv_error("csv_error_bad_action", "0F0,0BW0\n1F0,1BW0,1F1,1BW1,XF1\n", "s.csv:2:5: bad action 'XF1'");
+    check_csv_error("csv_error_stage_two_ranks", "0F0,0BW0\n1F0,0F1\n", "s.csv:2:2: stage 0 appears on ranks 0 and 1");
+    check_csv_error("csv_error_missing_stage", "0F0,0BW0\n2F0,2BW0\n", "stage 1 appears in no row");
+    check_csv_error("csv_error_empty", "\n# nothing\n", "s.csv: no rows");
+    s = sched_read_csv("/nonexistent/s.csv", 1);
+    CHECK("csv_error_missing_file", !s && strstr(pt_err(), "/nonexistent/s.csv"), "%s", pt_err());
+    s = sched_parse_csv("0F0,0BW0,0REDUCE_GRAD,STEP,0F1,0BW1,0REDUCE_GRAD,STEP\n", "s.csv", 1);
+    CHECK("csv_infers_async", s && s->async && sched_validate(s, NULL) == 0, "%s", pt_err());
+    sched_free(s);
+}
+
+static void test_copy(void) {
+    sched *s = gen("interleaved-1f1b", 3, 6, 2), *c = sched_copy(s);
+    CHECK("copy_equal", same_sched(s, c) && strcmp(c->name, "interleaved-1f1b") == 0, "copy differs");
+    sched_free(c);
+    sched_free(s);
+}
+
+int main(void) {
+    test_action_text();
+    test_goldens();
+    test_all_generators();
+    test_gen_errors();
+    test_interleaved_warmup();
+    test_peak_activations();
+    test_lowering_shape();
+    test_validator_rejects();
+    test_csv();
+    test_copy();
+    TEST_DONE();
+}
