@@ -1,0 +1,275 @@
+/* The whole GPT model: gradients against finite differences on a tiny odd config; per-microbatch
+ * activation storage independent (F0 F1 B1 B0 W0 W1 equals two sequential forward_backward calls,
+ * bitwise); the tied head's separate wte gradient; parameter spans tiling the buffer; the tensor
+ * table; GPT-2 init statistics; errors for bad tokens and lengths. */
+#include "model/gpt.h"
+#include "test.h"
+#include "util/pt.h"
+#include <string.h>
+
+#define FD_STEP 1e-2f    /* float forward: keeps float rounding of the loss small against dL */
+#define FD_TOL 5e-3      /* per tensor, |fd - g| over max|g|: O(h^2) curvature + float loss rounding */
+#define SUM_TOL 1e-6     /* the same float sums in another order */
+#define INIT_TOL 0.05    /* sample std within 5% (thousands of samples: a few % standard error) */
+
+static const gpt_config tiny = {.n_layer = 2, .n_head = 3, .n_embd = 12, .vocab_size = 11, .n_positions = 8};
+enum { B = 2, T = 5, N = B * T };
+
+static void make_batch(int *tok, int *tgt, int n, int V, uint64_t seed) {
+    pt_rng r;
+    pt_rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) { tok[i] = (int)(pt_rng_next(&r) % V); tgt[i] = (int)(pt_rng_next(&r) % V); }
+}
+
+/* Mean cross-entropy from gpt_forward's logits, in double. */
+static double loss_double(gpt_model *m, const int *tok, const int *tgt) {
+    int V = m->cfg.vocab_size;
+    float *lg = pt_falloc((size_t)N * V);
+    double L = 0;
+    if (gpt_forward(m, lg, tok, B, T) < 0) { free(lg); return NAN; }
+    for (int n = 0; n < N; n++) {
+        double mx = lg[n * V], s = 0;
+        for (int v = 1; v < V; v++) if (lg[n * V + v] > mx) mx = lg[n * V + v];
+        for (int v = 0; v < V; v++) s += exp(lg[n * V + v] - mx);
+        L += mx + log(s) - lg[n * V + tgt[n]];
+    }
+    free(lg);
+    return L / N;
+}
+
+/* Larger-than-GPT-2 random weights, so gradients stand well above float rounding. */
+static void perturb_params(gpt_model *m, uint64_t seed) {
+    pt_rng r;
+    pt_rng_seed(&r, seed);
+    for (size_t i = 0; i < m->num_params; i++) m->params[i] += (float)(0.3 * pt_rng_normal(&r));
+}
+
+static void test_gradients_fd(void) {
+    gpt_model m;
+    int tok[N], tgt[N];
+    float loss;
+    gpt_init(&m, &tiny);
+    gpt_init_random(&m, 7);
+    perturb_params(&m, 8);
+    make_batch(tok, tgt, N, tiny.vocab_size, 9);
+    gpt_zero_grad(&m);
+    gpt_forward_backward(&m, tok, tgt, B, T, &loss);
+    double ld = loss_double(&m, tok, tgt);
+    CHECK("gpt_loss_matches_logits", fabs(loss - ld) < 1e-5 * ld, "loss %.7f, from logits %.7f", loss, ld);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int k = 0; k < gpt_param_count(&m); k++) {
+        const gpt_param_info *pi = gpt_param_info_at(&m, k);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < pi->count; i++) {
+            float *p = m.params + pi->offset + i, save = *p, xp = save + FD_STEP, xm = save - FD_STEP;
+            *p = xp; double lp = loss_double(&m, tok, tgt);
+            *p = xm; double lm = loss_double(&m, tok, tgt);
+            *p = save;
+            double fd = (lp - lm) / ((double)xp - xm), g = m.grads[pi->offset + i];
+            if (fabs(fd - g) > num) num = fabs(fd - g);
+            if (fabs(g) > den) den = fabs(g);
+        }
+        double e = den > 0 ? num / den : num;
+        if (e > worst) { worst = e; worst_name = pi->name; }
+    }
+    printf("# worst fd relerr %.3g in %s\n", worst, worst_name);
+    CHECK("gpt_gradients_match_finite_differences", worst < FD_TOL, "relerr %g in %s", worst, worst_name);
+    gpt_free(&m);
+}
+
+/* Per-(layer, microbatch) act buffers for the layer-API runs. */
+typedef struct { float *act[2][8]; float *x[2][8]; float *scratch; } mb_state;
+
+static void mb_alloc(const gpt_model *m, mb_state *s) {
+    for (int mb = 0; mb < 2; mb++)
+        for (int l = 0; l < gpt_num_layers(m); l++) {
+            s->act[mb][l] = pt_falloc(gpt_layer_act_floats(m, l, B, T));
+            s->x[mb][l] = pt_falloc((size_t)N * m->cfg.n_embd);   /* output of layer l / its dx */
+        }
+    s->scratch = pt_falloc(gpt_scratch_floats(m, B, T));
+}
+
+static void mb_free(const gpt_model *m, mb_state *s) {
+    for (int mb = 0; mb < 2; mb++)
+        for (int l = 0; l < gpt_num_layers(m); l++) { free(s->act[mb][l]); free(s->x[mb][l]); }
+    free(s->scratch);
+}
+
+static void run_F(const gpt_model *m, mb_state *s, int mb, const int *tok, const int *tgt, float *loss) {
+    int nl = gpt_num_layers(m);
+    for (int l = 0; l < nl; l++)
+        gpt_layer_forward(m, l, NULL, s->act[mb][l], s->scratch, l == nl - 1 ? loss : s->x[mb][l],
+                          l ? s->x[mb][l - 1] : NULL, l == 0 ? tok : l == nl - 1 ? tgt : NULL, B, T);
+}
+
+/* B of all layers, top down; dx of layer l lands in x[mb][l-1] (its forward input is not needed again). */
+static void run_B(const gpt_model *m, mb_state *s, int mb, const gpt_tied *tied) {
+    int nl = gpt_num_layers(m);
+    for (int l = nl - 1; l >= 0; l--)
+        gpt_layer_backward_input(m, l, tied, s->act[mb][l], s->scratch, l ? s->x[mb][l - 1] : NULL,
+                                 l == nl - 1 ? NULL : s->x[mb][l], B, T);
+}
+
+static void run_W(const gpt_model *m, mb_state *s, int mb, const gpt_tied *tied) {
+    for (int l = gpt_num_layers(m) - 1; l >= 0; l--)
+        gpt_layer_backward_weight(m, l, tied, s->act[mb][l], s->scratch, B, T);
+}
+
+static void test_microbatch_interleaving(void) {
+    gpt_model m;
+    int tok[2][N], tgt[2][N];
+    float l0, l1, k0, k1;
+    gpt_init(&m, &tiny);
+    gpt_init_random(&m, 11);
+    perturb_params(&m, 12);
+    make_batch(tok[0], tgt[0], N, tiny.vocab_size, 13);
+    make_batch(tok[1], tgt[1], N, tiny.vocab_size, 14);
+    gpt_zero_grad(&m);
+    gpt_forward_backward(&m, tok[0], tgt[0], B, T, &l0);
+    gpt_forward_backward(&m, tok[1], tgt[1], B, T, &l1);
+    float *ref = pt_falloc(m.num_params);
+    memcpy(ref, m.grads, m.num_params * sizeof *ref);
+
+    mb_state s;
+    mb_alloc(&m, &s);
+    gpt_zero_grad(&m);
+    run_F(&m, &s, 0, tok[0], tgt[0], &k0);
+    run_F(&m, &s, 1, tok[1], tgt[1], &k1);
+    run_B(&m, &s, 1, NULL);
+    run_B(&m, &s, 0, NULL);
+    run_W(&m, &s, 0, NULL);
+    run_W(&m, &s, 1, NULL);
+    CHECK("gpt_interleaved_losses_bitwise", k0 == l0 && k1 == l1, "%g %g vs %g %g", k0, k1, l0, l1);
+    CHECK("gpt_interleaved_F0F1B1B0W0W1_grads_bitwise",
+          memcmp(ref, m.grads, m.num_params * sizeof *ref) == 0, "gradients differ");
+
+    /* tied head with its own wte gradient: embedding's + head's = the single buffer's */
+    float *dwte = pt_falloc((size_t)tiny.vocab_size * tiny.n_embd);
+    gpt_tied tied = {.wte = m.w.wte, .dwte = dwte};
+    gpt_zero_grad(&m);
+    run_F(&m, &s, 0, tok[0], tgt[0], &k0);
+    run_B(&m, &s, 0, &tied);
+    run_W(&m, &s, 0, &tied);
+    run_F(&m, &s, 1, tok[1], tgt[1], &k1);
+    run_B(&m, &s, 1, &tied);
+    run_W(&m, &s, 1, &tied);
+    for (int i = 0; i < tiny.vocab_size * tiny.n_embd; i++) m.g.wte[i] += dwte[i];
+    double e = test_tensor_relerr(m.grads, ref, m.num_params);
+    CHECK("gpt_tied_head_separate_dwte_sums_to_same", e < SUM_TOL, "relerr %g", e);
+    free(dwte);
+    mb_free(&m, &s);
+    free(ref);
+    gpt_free(&m);
+}
+
+static void test_spans_and_table(void) {
+    gpt_model m;
+    gpt_init(&m, &tiny);
+    int nl = gpt_num_layers(&m), ok = nl == tiny.n_layer + 2;
+    size_t expect = 0, off, cnt;
+    for (int l = 0; l < nl; l++) {
+        gpt_layer_param_span(&m, l, &off, &cnt);
+        ok &= off == expect && cnt > 0;
+        expect = off + cnt;
+    }
+    CHECK("gpt_layer_spans_tile_buffer", ok && expect == m.num_params, "end %zu vs %zu", expect, m.num_params);
+    size_t C = 12, V = 11, P = 8, L = 2;
+    CHECK("gpt_num_params", m.num_params == V * C + P * C + L * (12 * C * C + 13 * C) + 2 * C, "%zu", m.num_params);
+    /* tensors tile the buffer in order, each inside its layer's span */
+    ok = gpt_param_count(&m) == 4 + 12 * (int)L;
+    expect = 0;
+    for (int k = 0; k < gpt_param_count(&m); k++) {
+        const gpt_param_info *pi = gpt_param_info_at(&m, k);
+        gpt_layer_param_span(&m, pi->layer, &off, &cnt);
+        ok &= pi->offset == expect && pi->offset >= off && pi->offset + pi->count <= off + cnt;
+        ok &= pi->count == (size_t)pi->shape[0] * (pi->ndim == 2 ? pi->shape[1] : 1);
+        ok &= pi->decay == (pi->ndim == 2);
+        expect += pi->count;
+    }
+    CHECK("gpt_param_table_tiles_buffer", ok && expect == m.num_params, "table inconsistent");
+    int qi = gpt_param_find(&m, "transformer.h.1.attn.c_attn.weight");
+    const gpt_param_info *q = gpt_param_info_at(&m, qi);
+    CHECK("gpt_param_find_hf_name", q && q->layer == 2 && q->shape[0] == 12 && q->shape[1] == 36 &&
+          m.params + q->offset == m.w.h[1].qkvw && m.grads + q->offset == m.g.h[1].qkvw, "index %d", qi);
+    CHECK("gpt_param_names", strcmp(gpt_param_info_at(&m, 0)->name, "wte.weight") == 0 &&
+          strcmp(gpt_param_info_at(&m, 13)->name, "h.0.mlp.c_proj.bias") == 0 &&
+          strcmp(gpt_param_info_at(&m, gpt_param_count(&m) - 1)->name, "ln_f.bias") == 0 &&
+          gpt_param_find(&m, "lm_head.weight") < 0, "names differ");
+    double flops = 6.0 * (m.num_params - P * C) * 4 * 8 + 6.0 * L * 4 * 8 * 8 * C;
+    CHECK("gpt_flops_per_step", gpt_flops_per_step(&m, 4, 8) == flops, "%g vs %g", gpt_flops_per_step(&m, 4, 8), flops);
+    CHECK("gpt_act_bytes_per_token", gpt_layer_act_bytes_per_token(&m, 1, 8) * 8 ==
+          gpt_layer_act_floats(&m, 1, 1, 8) * sizeof(float) &&
+          gpt_layer_act_floats(&m, 1, 3, 8) == 3 * gpt_layer_act_floats(&m, 1, 1, 8), "not linear in B");
+    gpt_free(&m);
+}
+
+/* Sample std of a tensor; mean returned through *mean. */
+static double tensor_std(const float *p, size_t n, double *mean) {
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) { s += p[i]; s2 += (double)p[i] * p[i]; }
+    *mean = s / n;
+    return sqrt(s2 / n - *mean * *mean);
+}
+
+static void test_init_statistics(void) {
+    gpt_config c = {.n_layer = 3, .n_head = 4, .n_embd = 64, .vocab_size = 256, .n_positions = 64};
+    gpt_model m;
+    gpt_init(&m, &c);
+    gpt_init_random(&m, 42);
+    double mean, rs = 0.02 / sqrt(2.0 * c.n_layer);
+    double s_wte = tensor_std(m.w.wte, 256 * 64, &mean);
+    CHECK("gpt_init_wte_std", fabs(s_wte / 0.02 - 1) < INIT_TOL && fabs(mean) < 0.001, "std %g mean %g", s_wte, mean);
+    double s_qkv = tensor_std(m.w.h[1].qkvw, 64 * 192, &mean);
+    CHECK("gpt_init_c_attn_std", fabs(s_qkv / 0.02 - 1) < INIT_TOL, "std %g", s_qkv);
+    double s_proj = tensor_std(m.w.h[2].fcprojw, 256 * 64, &mean);
+    CHECK("gpt_init_residual_proj_std", fabs(s_proj / rs - 1) < INIT_TOL, "std %g, want %g", s_proj, rs);
+    double s_ap = tensor_std(m.w.h[0].attprojw, 64 * 64, &mean);
+    CHECK("gpt_init_attn_proj_std", fabs(s_ap / rs - 1) < 2 * INIT_TOL, "std %g, want %g", s_ap, rs);
+    int ok = 1;
+    for (int i = 0; i < 64; i++)
+        ok &= m.w.h[0].ln1w[i] == 1 && m.w.h[0].ln1b[i] == 0 && m.w.lnfw[i] == 1 && m.w.h[2].fcprojb[i] == 0;
+    for (int i = 0; i < 192; i++) ok &= m.w.h[1].qkvb[i] == 0;
+    CHECK("gpt_init_biases_zero_ln_one", ok, "a bias or layernorm weight is off");
+    gpt_model m2;
+    gpt_init(&m2, &c);
+    gpt_init_random(&m2, 42);
+    CHECK("gpt_init_deterministic", memcmp(m.params, m2.params, m.num_params * sizeof(float)) == 0, "differs");
+    gpt_free(&m);
+    gpt_free(&m2);
+}
+
+static void test_errors(void) {
+    gpt_model m;
+    int tok[N], tgt[N];
+    float loss;
+    gpt_init(&m, &tiny);
+    gpt_init_random(&m, 1);
+    make_batch(tok, tgt, N, tiny.vocab_size, 2);
+    tok[7] = 11;
+    int rc = gpt_forward_backward(&m, tok, tgt, B, T, &loss);
+    CHECK("gpt_bad_token_error", rc < 0 && strstr(pt_err(), "token 11 at (b=1, t=2)") && strstr(pt_err(), "layer 0"),
+          "rc %d: %s", rc, pt_err());
+    tok[7] = 0;
+    tgt[0] = -1;
+    rc = gpt_forward_backward(&m, tok, tgt, B, T, &loss);
+    CHECK("gpt_bad_target_error", rc < 0 && strstr(pt_err(), "target -1 at (b=0, t=0)"), "rc %d: %s", rc, pt_err());
+    tgt[0] = 0;
+    rc = gpt_forward_backward(&m, tok, tgt, 1, 9, &loss);
+    CHECK("gpt_too_long_error", rc < 0 && strstr(pt_err(), "n_positions=8"), "rc %d: %s", rc, pt_err());
+    gpt_config bad = tiny;
+    bad.n_embd = 10;
+    gpt_model mb;
+    CHECK("gpt_init_bad_config", gpt_init(&mb, &bad) < 0 && strstr(pt_err(), "n_embd"), "%s", pt_err());
+    gpt_free(&mb);
+    gpt_free(&m);
+}
+
+int main(void) {
+    test_spans_and_table();
+    test_init_statistics();
+    test_errors();
+    test_microbatch_interleaving();
+    test_gradients_fd();
+    TEST_DONE();
+}
