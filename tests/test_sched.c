@@ -99,6 +99,10 @@ static void check_golden(const char *name, int P, int M, int v) {
     size_t n;
     char *want = pt_read_file(path, &n);
     CHECK(tname, want && strcmp(want, got) == 0, "differs from %s; got:\n%s", path, got);
+    sched *back = want ? sched_parse_text(want, path, 1) : NULL;
+    snprintf(tname, sizeof tname, "text_parse_golden_%s", path + strlen("tests/golden/"));
+    CHECK(tname, back && same_sched(s, back), "%s", back ? "parsed grid differs" : pt_err());
+    sched_free(back);
     free(want);
     free(got);
     sched_free(s);
@@ -314,6 +318,14 @@ static void test_validator_rejects(void) {
     s = sched_parse_csv("0F0,0F1,0BW0,0REDUCE_GRAD,0BW1,STEP\n", "t", 1);
     check_reject("validate_rejects_reduce_before_backward", s, 0, 3, "0REDUCE_GRAD on rank 0 step 3 runs before 0BW1", "[0REDUCE_GRAD]");
     sched_free(s);
+    /* a big schedule: the error shows a window of the grid around the cell, not all of it */
+    s = gen("1f1b", 16, 64, 0);
+    i = find_action(s, 9, "9BW40");
+    s->acts[9][i].kind = ACT_B;
+    check_reject("validate_big_grid_window", s, 9, i, "missing 9W40", "[9B40]");
+    CHECK("validate_big_grid_window_short", strlen(pt_err()) < 1800 && strstr(pt_err(), "... ranks 0-5") &&
+          strstr(pt_err(), "... ranks 14-15"), "%zu chars: %s", strlen(pt_err()), pt_err());
+    sched_free(s);
     s = sched_parse_csv("0F0,0BW0,0F0,0BW1\n", "t", 1);
     check_reject("validate_rejects_duplicate", s, 0, 2, "runs twice", "[0F0]");
     sched_free(s);
@@ -361,6 +373,10 @@ static void test_csv(void) {
     check_csv_error("csv_error_stage_two_ranks", "0F0,0BW0\n1F0,0F1\n", "s.csv:2:2: stage 0 appears on ranks 0 and 1");
     check_csv_error("csv_error_missing_stage", "0F0,0BW0\n2F0,2BW0\n", "stage 1 appears in no row");
     check_csv_error("csv_error_empty", "\n# nothing\n", "s.csv: no rows");
+    s = sched_parse_text("rank 0: 0F0 0BW0\nrank 2: 1F0 1BW0\n", "g.txt", 1);
+    CHECK("text_error_row_label", !s && strstr(pt_err(), "g.txt:2: bad row label (expected 'rank 1:')"), "%s", pt_err());
+    s = sched_parse_text("rank 0: 0F0 0BW0\nrank 1: 1F0 1QW0\n", "g.txt", 1);
+    CHECK("text_error_bad_action", !s && strstr(pt_err(), "g.txt:2:2: bad action '1QW0'"), "%s", pt_err());
     s = sched_read_csv("/nonexistent/s.csv", 1);
     CHECK("csv_error_missing_file", !s && strstr(pt_err(), "/nonexistent/s.csv"), "%s", pt_err());
     s = sched_parse_csv("0F0,0BW0,0REDUCE_GRAD,STEP,0F1,0BW1,0REDUCE_GRAD,STEP\n", "s.csv", 1);

@@ -101,6 +101,9 @@ void sched_write_csv(const sched *s, FILE *f);
 sched *sched_read_csv(const char *path, int n_pipes);
 /* Same from a string; `where` names the source in errors (e.g. the path). */
 sched *sched_parse_csv(const char *text, const char *where, int n_pipes);
+/* Reads the grid sched_print writes ("rank r: 0F0 0F1 ...", cells split by spaces; the "rank r:"
+ * label is optional but must match the row). Same inference and errors as the CSV loader. */
+sched *sched_parse_text(const char *text, const char *where, int n_pipes);
 
 /* ---- generators (pure) ----
  * Names: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, pipedream, greedy.

@@ -182,12 +182,12 @@ char *sched_format_grid(const sched *s, int mark_rank, int mark_step, int half, 
     int used = 0, mr = mark_rank < 0 ? 0 : mark_rank, ms = mark_step < 0 ? 0 : mark_step;
     int r0 = mr - 3 < 0 ? 0 : mr - 3, r1 = r0 + 7 < s->n_ranks - 1 ? r0 + 7 : s->n_ranks - 1;
     int c0 = ms - half < 0 ? 0 : ms - half, c1 = c0 + 2 * half;
-    int w = grid_width(s, r0, r1, c0, c1);
+    int w = grid_width(s, r0, r1, c0, c1), digits = snprintf(NULL, 0, "%d", r1 > 0 ? r1 : 0);
     char tmp[48];
     buf[0] = 0;
     if (r0 > 0) grid_append(buf, n, &used, "  ... ranks 0-%d\n", r0 - 1);
     for (int r = r0; r <= r1; r++) {
-        grid_append(buf, n, &used, "  rank %d:%s", r, c0 > 0 ? " ..." : "");
+        grid_append(buf, n, &used, "  rank %*d:%s", digits, r, c0 > 0 ? " ..." : "");
         for (int i = c0; i <= c1 && i < s->len[r]; i++) {
             const char *t = sched_action_str(&s->acts[r][i], tmp, sizeof tmp);
             int pad = w - (int)strlen(t);
@@ -219,6 +219,7 @@ typedef struct {
     csv_cell *cells;
     int n, cap, n_rows;
     const char *where;
+    bool text;              /* the printed grid: "rank r:" then cells split by spaces */
 } csv_doc;
 
 static void csv_add(csv_doc *d, csv_cell c) {
@@ -241,18 +242,42 @@ static char *csv_trim(char *b, char **e) {
 }
 
 /* Parses one non-blank row (NUL-terminated, modified in place) as rank d->n_rows. */
+/* Parses one cell; empty cells are idle slots. */
+static int csv_parse_cell(csv_doc *d, char *tok, int line, int col) {
+    if (!*tok) return 0;
+    csv_cell cell = { .rank = d->n_rows, .line = line, .col = col };
+    if (sched_action_parse(tok, &cell.a) < 0) return pt_adderr("%s:%d:%d: ", d->where, line, col);
+    csv_add(d, cell);
+    return 0;
+}
+
+/* Grid form: skips the "rank r:" label (r must be the row's rank); returns the rest or NULL. */
+static char *text_skip_label(csv_doc *d, char *row, int line) {
+    if (strncmp(row, "rank", 4) != 0) return row;
+    char *colon = strchr(row, ':'), *endp;
+    long r = strtol(row + 4, &endp, 10);
+    if (!colon || endp != colon || r != d->n_rows) {
+        pt_seterr("%s:%d: bad row label (expected 'rank %d:')", d->where, line, d->n_rows);
+        return NULL;
+    }
+    return colon + 1;
+}
+
+/* Parses one non-blank row (NUL-terminated, modified in place) as rank d->n_rows. */
 static int csv_parse_row(csv_doc *d, char *row, int line) {
     int col = 1;
+    if (d->text) {
+        if (!(row = text_skip_label(d, row, line))) return -1;
+        char *save = NULL;
+        for (char *tok = strtok_r(row, " \t\r", &save); tok; tok = strtok_r(NULL, " \t\r", &save), col++)
+            if (csv_parse_cell(d, tok, line, col) < 0) return -1;
+        d->n_rows++;
+        return 0;
+    }
     for (char *c = row;; col++) {
         char *e = strchr(c, ',');
         char *end = e ? e : c + strlen(c);
-        char *tok = csv_trim(c, &end);
-        if (*tok) {
-            csv_cell cell = { .rank = d->n_rows, .line = line, .col = col };
-            if (sched_action_parse(tok, &cell.a) < 0)
-                return pt_adderr("%s:%d:%d: ", d->where, line, col);
-            csv_add(d, cell);
-        }
+        if (csv_parse_cell(d, csv_trim(c, &end), line, col) < 0) return -1;
         if (!e) break;
         c = e + 1;
     }
@@ -339,14 +364,23 @@ static sched *csv_build(const csv_doc *d, int n_pipes) {
     return s;
 }
 
-sched *sched_parse_csv(const char *text, const char *where, int n_pipes) {
-    csv_doc d = { .where = where ? where : "csv" };
+/* Shared loader of both forms. */
+static sched *parse_rows(const char *text, const char *where, int n_pipes, bool grid) {
+    csv_doc d = { .where = where ? where : "schedule", .text = grid };
     char *copy = pt_strdup(text);
     sched *s = NULL;
     if (csv_parse_rows(&d, copy) == 0) s = csv_build(&d, n_pipes);
     free(copy);
     free(d.cells);
     return s;
+}
+
+sched *sched_parse_csv(const char *text, const char *where, int n_pipes) {
+    return parse_rows(text, where, n_pipes, false);
+}
+
+sched *sched_parse_text(const char *text, const char *where, int n_pipes) {
+    return parse_rows(text, where, n_pipes, true);
 }
 
 sched *sched_read_csv(const char *path, int n_pipes) {

@@ -88,16 +88,18 @@ static int check_maps(vstate *v) {
 static int check_cell_range(vstate *v, int r, int i, const sched_action *a) {
     char b[48];
     const char *t = sched_action_str(a, b, sizeof b);
-    if (a->kind < 0 || a->kind >= ACT_N_KINDS) return vfail(v, r, i, a->stage, a->mb, "bad kind %d on rank %d step %d", (int)a->kind, r, i);
+    int g = a->stage, mb = a->mb;
+    if (a->kind < 0 || a->kind >= ACT_N_KINDS)
+        return vfail(v, r, i, g, mb, "bad kind %d on rank %d step %d", (int)a->kind, r, i);
     if (a->kind == ACT_STEP) return 0;
-    if (a->stage < 0 || a->stage >= v->S)
-        return vfail(v, r, i, a->stage, a->mb, "%s on rank %d step %d: stage %d is not in 0..%d", t, r, i, a->stage, v->S - 1);
+    if (g < 0 || g >= v->S)
+        return vfail(v, r, i, g, mb, "%s on rank %d step %d: stage %d is not in 0..%d", t, r, i, g, v->S - 1);
     if (a->kind == ACT_REDUCE_GRAD) return 0;
-    if (a->mb < 0 || a->mb >= v->M)
-        return vfail(v, r, i, a->stage, a->mb, "%s on rank %d step %d: microbatch %d is not in 0..%d", t, r, i, a->mb, v->M - 1);
-    if (v->s->mb_pipe[a->mb] != a->stage / v->K)
-        return vfail(v, r, i, a->stage, a->mb, "%s on rank %d step %d: microbatch %d belongs to pipe %d, stage %d to pipe %d",
-                     t, r, i, a->mb, v->s->mb_pipe[a->mb], a->stage, a->stage / v->K);
+    if (mb < 0 || mb >= v->M)
+        return vfail(v, r, i, g, mb, "%s on rank %d step %d: microbatch %d is not in 0..%d", t, r, i, mb, v->M - 1);
+    if (v->s->mb_pipe[mb] != g / v->K)
+        return vfail(v, r, i, g, mb, "%s on rank %d step %d: microbatch %d belongs to pipe %d, stage %d to pipe %d",
+                     t, r, i, mb, v->s->mb_pipe[mb], g, g / v->K);
     return 0;
 }
 
