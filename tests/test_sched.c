@@ -365,6 +365,12 @@ static void test_csv(void) {
         sched_free(lo);
         sched_free(s);
     }
+    sched *ch = gen("chimera", 4, 8, 0);    /* two pipes: mb_pipe inferred from the stages used */
+    if (ch) {
+        snprintf(ch->name, sizeof ch->name, "csv");
+        check_csv_roundtrip("csv_roundtrip_chimera_two_pipes", ch, 2);
+    } else printf("# skipped csv_roundtrip_chimera_two_pipes: %s\n", pt_err());
+    sched_free(ch);
     sched *s = sched_parse_csv("# comment\n0F0, 0BW0 ,,STEP\r\n\n1F0,1BW0,STEP\n", "s.csv", 1);
     CHECK("csv_blank_cells_comments_spaces", s && s->n_ranks == 2 && s->len[0] == 3 && s->stage_rank[1] == 1 &&
           sched_validate(s, NULL) == 0, "%s", pt_err());
