@@ -1,0 +1,24 @@
+/* One optimizer step of single-process training: gradients of a batch, global-norm clipping,
+ * AdamW with the LR schedule, decay only where the parameter table says so. The pipelined
+ * trainer reuses the same pieces per stage. Not here: data, logging, checkpoints (the CLI). */
+#ifndef PT_TRAIN_TRAIN_H
+#define PT_TRAIN_TRAIN_H
+#include "model/gpt.h"
+#include "train/optim.h"
+
+typedef struct {
+    float loss;         /* mean cross-entropy of the batch, before the update */
+    double grad_norm;   /* global L2 norm before clipping */
+    double lr;          /* learning rate used */
+    double clip_scale;  /* factor the gradients were multiplied by (1: no clipping) */
+} train_stats;
+
+/* Applies AdamW step t (1-based) to every parameter of m from m->grads, scaled by grad_scale. */
+void train_apply_adamw(gpt_model *m, adamw_state *opt, const optim_config *oc, int t, double lr,
+                       double grad_scale);
+/* Zeroes grads, runs forward+backward on (inputs, targets) (B,T), clips, updates with AdamW step
+ * t. Returns 0, or -1 (bad token, T too long) with the model unchanged. */
+int train_step(gpt_model *m, adamw_state *opt, const optim_config *oc, int t, const int *inputs,
+               const int *targets, int B, int T, train_stats *st);
+
+#endif
