@@ -58,15 +58,11 @@ int config_from_cjson(gpt_config *out, const cJSON *obj, const char *where) {
     return 0;
 }
 
-/* "line N: parse error near '...'" for a cJSON failure at `at` inside text. */
-static int parse_error(const char *path, const char *text, const char *at) {
-    int line = 1;
-    for (const char *p = text; p < at; p++) line += *p == '\n';
-    char near[32];
-    size_t k = 0;
-    for (const char *p = at; *p && *p != '\n' && k + 1 < sizeof near; p++) near[k++] = *p;
-    near[k] = 0;
-    if (!k) return pt_seterr("%s: line %d: parse error at end of input", path, line);
+/* "line N: parse error near '...'" for a cJSON failure at byte `at` of text. */
+static int parse_error(const char *path, const char *text, size_t len, size_t at) {
+    char near[40];
+    int line = io_text_position(text, len, at, near, sizeof near);
+    if (!near[0]) return pt_seterr("%s: line %d: parse error (unexpected end of input)", path, line);
     return pt_seterr("%s: line %d: parse error near '%s'", path, line, near);
 }
 
@@ -76,12 +72,11 @@ int config_load_json(gpt_config *c, const char *path) {
     if (!text) return -1;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+    if (root) at += strspn(text + at, " \t\r\n");        /* only whitespace may follow */
     int rc;
-    if (!root) rc = parse_error(path, text, end && end >= text && end <= text + len ? end : text);
-    else if (end && end[strspn(end, " \t\r\n")] != 0)
-        rc = parse_error(path, text, end + strspn(end, " \t\r\n"));
-    else
-        rc = config_from_cjson(c, root, path);
+    if (!root || at < len) rc = parse_error(path, text, len, at);
+    else rc = config_from_cjson(c, root, path);
     cJSON_Delete(root);
     free(text);
     return rc;

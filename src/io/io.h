@@ -41,4 +41,8 @@ int io_atomic_commit(io_atomic_file *a);
 /* Closes and removes the temporary without touching the real path. Releases a; empty a is fine. */
 void io_atomic_abort(io_atomic_file *a);
 
+/* For parse errors: the 1-based line of byte `at` in text[0..len), and in `near` (cap bytes) a
+ * printable excerpt of that line around it (a few characters before, some after). */
+int io_text_position(const char *text, size_t len, size_t at, char *near, size_t cap);
+
 #endif

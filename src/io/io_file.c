@@ -1,5 +1,5 @@
-/* Atomic file writing for every io writer (safetensors, token files, configs): write to
- * "<path>.tmp.<pid>", fsync, rename over the real path. Not a general file API. */
+/* File helpers shared by the io readers and writers: atomic writing ("<path>.tmp.<pid>", fsync,
+ * rename over the real path) and parse-error positions. Not a general file API. */
 #include "io/io.h"
 #include "util/pt.h"
 #include <errno.h>
@@ -68,4 +68,17 @@ void io_atomic_abort(io_atomic_file *a) {
     if (a->f) fclose(a->f);
     if (a->tmp) unlink(a->tmp);
     atomic_release(a);
+}
+
+int io_text_position(const char *text, size_t len, size_t at, char *near, size_t cap) {
+    if (at > len) at = len;
+    int line = 1;
+    size_t start = 0;
+    for (size_t i = 0; i < at; i++)
+        if (text[i] == '\n') { line++; start = i + 1; }
+    size_t from = at > start + 16 ? at - 16 : start, k = 0;
+    for (size_t i = from; i < len && i < at + 8 && text[i] != '\n' && k + 1 < cap; i++)
+        near[k++] = (text[i] >= 32 && text[i] < 127) ? text[i] : '?';
+    near[k] = 0;
+    return line;
 }

@@ -54,6 +54,7 @@ int st_dtype_parse(const char *s, st_dtype *out) {
 /* A JSON number that is a non-negative integer below 2^53, else -1 with the error set. */
 static int json_size(const cJSON *v, size_t *out, const char *path, const char *name, const char *field) {
     double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
+    *out = 0;
     if (!cJSON_IsNumber(v) || !(d >= 0 && d <= ST_MAX_INT) || d != (double)(int64_t)d)
         return pt_seterr("%s: tensor '%s': %s must hold non-negative integers", path, name, field);
     *out = (size_t)d;
@@ -193,17 +194,6 @@ static int check_tiling(st_file *f) {
     return rc;
 }
 
-/* 1-based line of `at` in text, and a short printable excerpt from there. */
-static int error_line(const char *text, const char *at, char *near, size_t cap) {
-    int line = 1;
-    for (const char *p = text; p < at; p++) line += *p == '\n';
-    size_t k = 0;
-    for (const char *p = at; *p && k + 1 < cap && p < at + 24; p++)
-        near[k++] = (*p >= 32 && *p < 127) ? *p : ' ';
-    near[k] = 0;
-    return line;
-}
-
 static int parse_header(st_file *f, const char *json, size_t len) {
     char *text = pt_malloc(len + 1);   /* NUL-terminated copy: the parser never reads past it */
     memcpy(text, json, len);
@@ -212,10 +202,10 @@ static int parse_header(st_file *f, const char *json, size_t len) {
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     int rc = 0;
     if (!root) {
-        char near[32];
-        int line = error_line(text, end ? end : text, near, sizeof near);
-        rc = pt_seterr("%s: header JSON parse error at byte %ld (line %d) near '%s'", f->path,
-                       end ? (long)(end - text) : 0L, line, near);
+        char near[40];
+        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        io_text_position(text, len, at, near, sizeof near);
+        rc = pt_seterr("%s: header JSON parse error at byte %zu near '%s'", f->path, at, near);
         goto free_text;
     }
     if (!cJSON_IsObject(root)) {
