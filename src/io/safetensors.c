@@ -354,8 +354,21 @@ static float bf16_to_f32(uint16_t h) {
     return v;
 }
 
+/* Maps the pages of [p, p+n) in one call rather than one fault per 4 KiB page: a 500 MB tensor
+ * then loads at memcpy speed. Advice only; failure (older kernels) changes nothing. */
+static void prefault(const void *p, size_t n) {
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22   /* Linux 5.14; older kernels return EINVAL */
+#endif
+    if (n < (1u << 20)) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p & ~(page - 1);
+    size_t len = (size_t)((uintptr_t)p + n - a);
+    if (madvise((void *)a, len, MADV_POPULATE_READ) != 0) (void)madvise((void *)a, len, MADV_WILLNEED);
+}
+
 int st_tensor_f32(const st_file *f, const st_tensor *t, float *dst) {
     const unsigned char *p = t->data;
+    prefault(p, t->nbytes);
     switch (t->dtype) {
     case ST_F32:
         if (t->nbytes) memcpy(dst, p, t->nbytes);
