@@ -1,8 +1,255 @@
-/* pipetrain simulate: placeholder until the verb lands; says so and fails. */
+/* pipetrain simulate: builds or loads a schedule, builds the cost model from flags or a costs
+ * file, runs the simulator and prints a summary (human, --json, or --csv events), optionally a
+ * Chrome trace and an SVG timeline. Thin: the work lives in sim/ and io/. */
 #include "cli/cli.h"
+#include "io/svg.h"
+#include "io/trace.h"
+#include "sched/sched.h"
+#include "sim/sim.h"
+#include "util/pt.h"
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *USAGE =
+    "(--schedule NAME --stages P --microbatches M [--chunks V] | --schedule-file S.csv)\n"
+    "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
+    "       [--act-bytes N] [--slow-link I-J:SECONDS]... [--slow-stage I:FACTOR]... [--iterations N]\n"
+    "       [--post-validation] [--trace out.json] [--svg out.svg] [--json | --csv] [--critical-path]";
+
+#define UNSET (-1e300)   /* a number flag not given */
+
+typedef struct {
+    const char *name, *file, *cost, *costs, *trace, *svg;
+    int stages, mb, chunks, iters;
+    double latency, bandwidth, act_bytes;
+    bool post_validation, json, csv, crit;
+    const char **slow_links, **slow_stages;
+    int n_slow_links, n_slow_stages;
+} sim_args;
+
+/* Takes the repeatable --slow-link / --slow-stage out of argv (cli_parse has no lists); the rest
+ * stays in rest[] for cli_parse. Returns the new argc, or -1 when a value is missing. */
+static int take_repeated(int argc, char **argv, char **rest, sim_args *a) {
+    int n = 0;
+    rest[n++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        bool link = !strncmp(s, "--slow-link", 11), stage = !strncmp(s, "--slow-stage", 12);
+        size_t k = link ? 11 : 12;
+        if ((!link && !stage) || (s[k] != 0 && s[k] != '=')) { rest[n++] = argv[i]; continue; }
+        const char *v = s[k] == '=' ? s + k + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!v) { fprintf(stderr, "pipetrain simulate: %s needs a value\n", link ? "--slow-link" : "--slow-stage"); return -1; }
+        if (link) a->slow_links[a->n_slow_links++] = v;
+        else a->slow_stages[a->n_slow_stages++] = v;
+    }
+    return n;
+}
+
+static int parse_args(int argc, char **argv, sim_args *a) {
+    cli_opt opts[] = {
+        {"--schedule", OPT_STR, &a->name, "generator name (see pipetrain schedule --help)"},
+        {"--stages", OPT_INT, &a->stages, "P, the number of ranks"},
+        {"--microbatches", OPT_INT, &a->mb, "M, microbatches per iteration"},
+        {"--chunks", OPT_INT, &a->chunks, "V, model chunks per rank (interleaved-1f1b)"},
+        {"--schedule-file", OPT_STR, &a->file, "simulate this CSV schedule instead (one row per rank)"},
+        {"--cost", OPT_STR, &a->cost, "per-stage times for every stage: f=1,b=1,w=1[,bw=X][,act=BYTES]"},
+        {"--costs", OPT_STR, &a->costs, "costs JSON file (docs/simulator.md); --cost and the flags below override it"},
+        {"--latency", OPT_DOUBLE, &a->latency, "seconds per message, every link"},
+        {"--bandwidth", OPT_DOUBLE, &a->bandwidth, "bytes per second, every link (0: infinite)"},
+        {"--act-bytes", OPT_DOUBLE, &a->act_bytes, "activation bytes per microbatch, every stage"},
+        {"--slow-link", OPT_STR, NULL, "I-J:SECONDS extra delay per message between ranks I and J (repeatable)"},
+        {"--slow-stage", OPT_STR, NULL, "I:FACTOR multiplies stage I's compute times (repeatable)"},
+        {"--iterations", OPT_INT, &a->iters, "N iterations back to back (default 1)"},
+        {"--post-validation", OPT_FLAG, &a->post_validation, "no global sync between iterations"},
+        {"--trace", OPT_STR, &a->trace, "write a Chrome trace JSON (Perfetto)"},
+        {"--svg", OPT_STR, &a->svg, "write an SVG timeline"},
+        {"--json", OPT_FLAG, &a->json, "print one JSON object instead of the summary"},
+        {"--csv", OPT_FLAG, &a->csv, "print every simulated event as CSV instead of the summary"},
+        {"--critical-path", OPT_FLAG, &a->crit, "also print the critical path"},
+    };
+    char **rest = pt_malloc(sizeof(char *) * (size_t)(argc + 1));
+    a->slow_links = pt_malloc(sizeof(char *) * (size_t)argc);
+    a->slow_stages = pt_malloc(sizeof(char *) * (size_t)argc);
+    int n = take_repeated(argc, argv, rest, a), rc = -1;
+    if (n >= 0) rc = cli_parse(n, rest, "simulate", USAGE, opts, (int)(sizeof opts / sizeof opts[0]));
+    free(rest);
+    return rc;
+}
+
+/* The schedule from --schedule-file (validated) or from the generator flags. */
+static sched *read_schedule(const sim_args *a) {
+    if (a->file) {
+        sched *s = sched_read_csv(a->file, 0);
+        if (!s) return NULL;
+        if (a->stages > 0 && a->stages != s->n_ranks) {
+            pt_seterr("--stages %d does not match %s, which has %d rows (ranks)", a->stages, a->file, s->n_ranks);
+            sched_free(s);
+            return NULL;
+        }
+        if (sched_validate(s, NULL)) { pt_adderr("%s: ", a->file); sched_free(s); return NULL; }
+        return s;
+    }
+    if (!a->name) { pt_seterr("--schedule NAME or --schedule-file S.csv is required"); return NULL; }
+    if (a->stages < 1) { pt_seterr("--stages must be >= 1 (got %d)", a->stages); return NULL; }
+    if (a->mb < 1) { pt_seterr("--microbatches must be >= 1 (got %d)", a->mb); return NULL; }
+    if (a->chunks < 0) { pt_seterr("--chunks must be >= 0 (got %d)", a->chunks); return NULL; }
+    sched_params p = { .ranks = a->stages, .microbatches = a->mb, .chunks = a->chunks,
+                       .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+    return sched_generate(a->name, &p);
+}
+
+/* The schedule, lowered (so the trace and picture show each RECV and its wait). */
+static sched *load_schedule(const sim_args *a) {
+    sched *s = read_schedule(a);
+    if (!s || s->lowered) return s;
+    sched *l = sched_lower(s);
+    sched_free(s);
+    return l;
+}
+
+/* Costs: defaults f=b=w=1, then --costs file, --cost spec, uniform flags, slow links/stages. */
+static int build_costs(const sim_args *a, const sched *s, sim_costs *c) {
+    sim_costs_init(c, s->n_stages, 1, 1, 1);
+    if (a->costs && sim_costs_load_json(c, a->costs)) return -1;
+    if (a->cost && sim_costs_parse_spec(c, a->cost)) return -1;
+    if (a->latency != UNSET && !(a->latency >= 0)) return pt_seterr("--latency must be >= 0 seconds (got %g)", a->latency);
+    if (a->bandwidth != UNSET && !(a->bandwidth >= 0)) return pt_seterr("--bandwidth must be >= 0 bytes/s (got %g)", a->bandwidth);
+    if (a->act_bytes != UNSET && !(a->act_bytes >= 0)) return pt_seterr("--act-bytes must be >= 0 (got %g)", a->act_bytes);
+    if (a->latency != UNSET) c->latency = a->latency;
+    if (a->bandwidth != UNSET) c->bandwidth = a->bandwidth;
+    if (a->act_bytes != UNSET) for (int g = 0; g < c->n_stages; g++) c->act_bytes[g] = a->act_bytes;
+    for (int i = 0; i < a->n_slow_links; i++)
+        if (sim_costs_add_slow_link(c, a->slow_links[i], s->n_ranks)) return -1;
+    for (int i = 0; i < a->n_slow_stages; i++)
+        if (sim_costs_add_slow_stage(c, a->slow_stages[i])) return -1;
+    return 0;
+}
+
+static void print_human(const sched *s, const sim_result *r, const sim_args *a) {
+    printf("schedule %s  ranks %d  stages %d  microbatches %d  iterations %d%s\n", s->name, s->n_ranks,
+           s->n_stages, s->n_mb, r->n_iters, a->post_validation ? " (post-validation)" : "");
+    printf("iteration time   %.6g%s\n", r->iteration_time, r->n_iters > 1 ? "  (steady state)" : "");
+    if (r->n_iters > 1) printf("total time       %.6g\n", r->makespan);
+    printf("ideal time       %.6g  (busiest rank's compute per iteration)\n", r->ideal_time);
+    printf("bubble fraction  %.4f  (%.2f%% of rank time idle)\n", r->bubble_fraction, 100 * r->bubble_fraction);
+    if (r->n_iters > 1) printf("steady bubble    %.4f\n", r->steady_bubble);
+    printf("per rank         busy        idle\n");
+    for (int i = 0; i < r->n_ranks; i++)
+        printf("  rank %-4d  %10.6g  %10.6g\n", i, r->busy[i], r->idle[i]);
+    printf("peak activations per stage (microbatches, bytes)\n");
+    for (int g = 0; g < r->n_stages; g++)
+        printf("  stage %-4d %4d  %.6g\n", g, r->peak_mb[g], r->peak_bytes[g]);
+    if (a->crit) { printf("critical path\n"); sim_print_critical_path(r, stdout); }
+}
+
+static cJSON *json_doubles(const double *x, int n) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(x[i]));
+    return arr;
+}
+
+static cJSON *json_critical_path(const sim_result *r) {
+    static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv" };
+    cJSON *arr = cJSON_CreateArray();
+    char act[48];
+    for (int i = 0; i < r->n_crit; i++) {
+        const tl_event *e = &r->tl.ev[r->crit[i].ev];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", e->rank);
+        cJSON_AddStringToObject(o, "action", sched_action_str(&e->act, act, sizeof act));
+        cJSON_AddStringToObject(o, "stream", stream[e->stream]);
+        cJSON_AddNumberToObject(o, "iter", e->iter);
+        cJSON_AddNumberToObject(o, "start", e->start);
+        cJSON_AddNumberToObject(o, "end", e->end);
+        cJSON_AddNumberToObject(o, "waited", r->crit[i].waited);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+static void print_json(const sched *s, const sim_result *r, const sim_args *a) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "schedule", s->name);
+    cJSON_AddNumberToObject(o, "ranks", s->n_ranks);
+    cJSON_AddNumberToObject(o, "stages", s->n_stages);
+    cJSON_AddNumberToObject(o, "microbatches", s->n_mb);
+    cJSON_AddNumberToObject(o, "iterations", r->n_iters);
+    cJSON_AddBoolToObject(o, "post_validation", a->post_validation);
+    cJSON_AddNumberToObject(o, "iteration_time", r->iteration_time);
+    cJSON_AddNumberToObject(o, "makespan", r->makespan);
+    cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble_fraction);
+    cJSON_AddNumberToObject(o, "steady_bubble_fraction", r->steady_bubble);
+    cJSON_AddNumberToObject(o, "ideal_time", r->ideal_time);
+    cJSON_AddItemToObject(o, "iteration_end", json_doubles(r->iter_end, r->n_iters));
+    cJSON_AddItemToObject(o, "peak_activations", cJSON_CreateIntArray(r->peak_mb, r->n_stages));
+    cJSON_AddItemToObject(o, "peak_activation_bytes", json_doubles(r->peak_bytes, r->n_stages));
+    cJSON_AddItemToObject(o, "rank_peak_bytes", json_doubles(r->rank_peak_bytes, r->n_ranks));
+    cJSON *per = cJSON_AddArrayToObject(o, "per_rank");
+    for (int i = 0; i < r->n_ranks; i++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "busy", r->busy[i]);
+        cJSON_AddNumberToObject(x, "idle", r->idle[i]);
+        cJSON_AddItemToArray(per, x);
+    }
+    cJSON_AddItemToObject(o, "critical_path", json_critical_path(r));
+    char *text = cJSON_PrintUnformatted(o);
+    printf("%s\n", text);
+    free(text);
+    cJSON_Delete(o);
+}
+
+static void print_csv(const sim_result *r) {
+    static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv" };
+    char act[48];
+    printf("rank,stream,action,stage,mb,iter,ready,start,end\n");
+    for (int i = 0; i < r->tl.n; i++) {
+        const tl_event *e = &r->tl.ev[i];
+        printf("%d,%s,%s,%d,%d,%d,%.9g,%.9g,%.9g\n", e->rank, stream[e->stream],
+               sched_action_str(&e->act, act, sizeof act), e->act.stage, e->act.mb, e->iter, e->ready, e->start, e->end);
+    }
+}
+
+/* Trace and SVG files, when asked for. */
+static int write_pictures(const sched *s, const sim_result *r, const sim_args *a) {
+    if (a->trace && trace_write(&r->tl, a->trace)) return -1;
+    if (!a->svg) return 0;
+    char title[160], sub[160], extra[32] = "";
+    if (s->n_stages != s->n_ranks) snprintf(extra, sizeof extra, " | S=%d stages", s->n_stages);
+    snprintf(title, sizeof title, "%s | P=%d | M=%d%s", s->name, s->n_ranks, s->n_mb, extra);
+    snprintf(sub, sizeof sub, "iteration time %.6g | bubble %.1f%% | ideal %.6g | %d iteration%s%s",
+             r->iteration_time, 100 * r->bubble_fraction, r->ideal_time, r->n_iters, r->n_iters > 1 ? "s" : "",
+             a->post_validation ? " (post-validation)" : "");
+    svg_opts o = { title, sub, 0 };
+    return svg_write(&r->tl, &o, a->svg);
+}
 
 int cli_simulate(int argc, char **argv) {
-    fprintf(stderr, "pipetrain simulate: not implemented yet\n");
-    return 1;
+    sim_args a = { .latency = UNSET, .bandwidth = UNSET, .act_bytes = UNSET, .iters = 1 };
+    int rc = parse_args(argc, argv, &a), status = 1;
+    sched *s = NULL;
+    sim_costs c = { 0 };
+    sim_result r = { 0 };
+    if (rc) { status = rc > 0 ? 0 : 2; goto free_args; }
+    if (a.iters < 1) { pt_seterr("--iterations must be >= 1 (got %d)", a.iters); goto fail; }
+    if (a.json && a.csv) { pt_seterr("--json and --csv exclude each other"); goto fail; }
+    if (!(s = load_schedule(&a)) || build_costs(&a, s, &c)) goto fail;
+    sim_opts o = { a.iters, a.post_validation };
+    if (sim_run(s, &c, &o, &r) || write_pictures(s, &r, &a)) goto fail;
+    if (a.json) print_json(s, &r, &a);
+    else if (a.csv) print_csv(&r);
+    else print_human(s, &r, &a);
+    status = 0;
+    goto done;
+fail:
+    cli_fail("simulate");
+done:
+    sim_result_free(&r);
+    sim_costs_free(&c);
+    sched_free(s);
+free_args:
+    free(a.slow_links);
+    free(a.slow_stages);
+    return status;
 }

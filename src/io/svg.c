@@ -10,7 +10,7 @@
 #include <string.h>
 
 #define ROW_H 26        /* compute row height, px */
-#define COMM_H 7        /* comm sub-row height, px */
+#define COMM_H 10       /* comm sub-row height, px: sends on its upper half, receive waits below */
 #define ROW_GAP 8
 #define LEFT 64         /* room for "rank 12" */
 #define RIGHT 16
@@ -51,7 +51,7 @@ static void draw_event(const svg_ctx *c, const tl_event *e) {
     if (w <= 0) return;
     int y = row_y(e->rank), h = ROW_H;
     int light = e->act.stage >= 0 && c->chunk[e->act.stage] % 2 == 1;
-    if (e->stream != TL_COMPUTE) { y += ROW_H + 1; h = COMM_H - 1; }
+    if (e->stream != TL_COMPUTE) { y += ROW_H + 1 + (e->stream == TL_RECV ? COMM_H / 2 : 0); h = COMM_H / 2 - 1; }
     if (e->stream == TL_RECV && e->act.kind != ACT_RECV_F && e->act.kind != ACT_RECV_B) return;
     fprintf(c->f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"%s>", x, y, w, h,
             kind_colour(e->act.kind, light), e->stream == TL_COMPUTE ? " stroke=\"#fff\" stroke-width=\"0.5\"" : "");
@@ -97,7 +97,7 @@ static void draw_legend(const svg_ctx *c, int y) {
     fprintf(c->f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"#ececec\" stroke=\"#ccc\"/>", x, y);
     fprintf(c->f, "<text x=\"%d\" y=\"%d\" class=\"leg\">idle</text>\n", x + 18, y + 10);
     fprintf(c->f, "<text x=\"%d\" y=\"%d\" class=\"leg\">lighter shade: the rank's second (odd) model chunk; "
-                  "thin row under each rank: communication</text>\n", LEFT, y + 28);
+                  "thin row under each rank: sends (upper), receive waits (lower)</text>\n", LEFT, y + 28);
 }
 
 static void draw_rows(const svg_ctx *c, int P, double t_end) {

@@ -3,6 +3,7 @@
 #include "io/trace.h"
 #include "util/pt.h"
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,13 +77,15 @@ static void write_counters(const timeline *tl, FILE *f) {
     qsort(ch, (size_t)n, sizeof *ch, cmp_change);
     int *cnt = pt_calloc((size_t)tl->n_stages, sizeof(int));
     double *bytes = pt_calloc((size_t)tl->n_ranks, sizeof(double));
+    bool any_bytes = false;
+    for (int g = 0; tl->act_bytes && g < tl->n_stages; g++) any_bytes |= tl->act_bytes[g] > 0;
     for (int i = 0; i < n; i++) {
         int g = ch[i].stage, r = tl->stage_rank[g];
         cnt[g] += ch[i].delta;
         sep(f);
         fprintf(f, "{\"name\":\"activations stage %d\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,\"args\":{\"microbatches\":%d}}",
                 g, r, ch[i].t * US_PER_S, cnt[g]);
-        if (!tl->act_bytes) continue;
+        if (!any_bytes) continue;
         bytes[r] += ch[i].delta * tl->act_bytes[g];
         sep(f);
         fprintf(f, "{\"name\":\"activation bytes\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,\"args\":{\"bytes\":%.0f}}",
