@@ -8,6 +8,7 @@
 #include "util/pt.h"
 #include "test.h"
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -138,23 +139,25 @@ static unsigned char *small_valid_file(size_t *n) {
     return (unsigned char *)pt_read_file(path, n);
 }
 
-/* Every proper prefix of a valid file must fail cleanly, naming the file. */
+/* Every proper prefix of a valid file must fail cleanly, naming the file. The file is cut
+ * shorter in place (ftruncate), longest first. */
 static void test_st_truncated(void) {
     size_t n;
     unsigned char *full = small_valid_file(&n);
     const char *path = tpath("trunc.safetensors");
-    int bad = -1;
-    for (size_t len = 0; len < n && bad < 0; len++) {
-        write_bytes(path, full, len);
-        st_file *f = NULL;
-        if (st_open(&f, path) == 0 || !err_has(path, NULL)) bad = (int)len;
-        st_close(f);
-    }
-    CHECK("st truncated at every byte fails cleanly", bad < 0, "length %d of %zu: %s", bad, n, pt_err());
     write_bytes(path, full, n);
     st_file *f = NULL;
     CHECK("st untruncated control opens", st_open(&f, path) == 0, "%s", pt_err());
     st_close(f);
+    int fd = open(path, O_WRONLY), bad = -1;
+    for (size_t len = n; len-- > 0 && bad < 0;) {
+        if (ftruncate(fd, (off_t)len) != 0) { perror("ftruncate"); exit(2); }
+        f = NULL;
+        if (st_open(&f, path) == 0 || !err_has(path, NULL)) bad = (int)len;
+        st_close(f);
+    }
+    close(fd);
+    CHECK("st truncated at every byte fails cleanly", bad < 0, "length %d of %zu: %s", bad, n, pt_err());
     free(full);
 }
 
@@ -169,36 +172,47 @@ static int tiles_data(const st_file *f, size_t file_len) {
     return sum == file_len - 8 - hl;
 }
 
+/* Opens path after writing `b` at byte pos (in place), checks the outcome, restores the byte.
+ * Returns 1 when the outcome is clean: a failure naming the file, or a self-consistent file. */
+static int try_damage(int fd, const char *path, size_t file_len, size_t pos, unsigned char b,
+                      unsigned char orig, int *opened) {
+    if (pwrite(fd, &b, 1, (off_t)pos) != 1) { perror("pwrite"); exit(2); }
+    st_file *f = NULL;
+    int rc = st_open(&f, path);
+    int clean = rc == 0 ? tiles_data(f, file_len) : err_has(path, NULL);
+    *opened += rc == 0;
+    st_close(f);
+    if (pwrite(fd, &orig, 1, (off_t)pos) != 1) { perror("pwrite"); exit(2); }
+    return clean;
+}
+
 /* Each header byte (and the length bytes) replaced by characters that matter to JSON; then
  * random multi-byte damage. Opening may succeed (a changed digit can still be valid) but then
  * the file must be self-consistent; failing must name the file. */
 static void test_st_corrupted(void) {
     size_t n;
-    unsigned char *full = small_valid_file(&n), *buf = pt_malloc(n);
+    unsigned char *full = small_valid_file(&n);
     uint64_t hl;
     memcpy(&hl, full, 8);
     const char *path = tpath("corrupt.safetensors");
+    write_bytes(path, full, n);
+    int fd = open(path, O_WRONLY);
     const unsigned char subs[] = {'x', '"', '{', '}', '[', ']', ',', ':', '0', '9', '-', '.', 'e', ' ', 0, 0xff, '\\'};
     int bad = -1, opened = 0, tried = 0;
     for (size_t pos = 0; pos < 8 + hl && bad < 0; pos++)
         for (size_t k = 0; k < sizeof subs && bad < 0; k++) {
             if (full[pos] == subs[k]) continue;
-            memcpy(buf, full, n);
-            buf[pos] = subs[k];
-            write_bytes(path, buf, n);
-            st_file *f = NULL;
-            int rc = st_open(&f, path);
             tried++;
-            if (rc == 0) opened++;
-            if (rc == 0 ? !tiles_data(f, n) : !err_has(path, NULL)) bad = (int)pos;
-            st_close(f);
+            if (!try_damage(fd, path, n, pos, subs[k], full[pos], &opened)) bad = (int)pos;
         }
     CHECK("st every header byte corrupted: clean result", bad < 0, "byte %d: %s", bad, pt_err());
     CHECK("st corruption mostly detected", opened < tried / 2, "%d of %d opened", opened, tried);
+    close(fd);
     pt_rng r;
     pt_rng_seed(&r, 7);
     bad = -1;
-    for (int trial = 0; trial < 2000 && bad < 0; trial++) {
+    unsigned char *buf = pt_malloc(n);
+    for (int trial = 0; trial < 500 && bad < 0; trial++) {
         memcpy(buf, full, n);
         for (int j = 0; j < 3; j++) buf[pt_rng_next(&r) % (8 + hl)] = (unsigned char)pt_rng_next(&r);
         write_bytes(path, buf, n);
@@ -328,23 +342,23 @@ static void test_tokens_vocab(void) {
     CHECK("data_write_tokens rejects -1", data_write_tokens(w, toks, 10) == -1 && err_has(w, "-1"), "%s", pt_err());
 }
 
-/* Every prefix of a token file fails cleanly. */
+/* Every prefix of a token file fails cleanly (cut in place, longest first). */
 static void test_tokens_truncated(void) {
     static int toks[20];
     for (int i = 0; i < 20; i++) toks[i] = i;
-    const char *full_path = tpath("full.bin"), *path = tpath("cut.bin");
-    data_write_tokens(full_path, toks, 20);
-    size_t n;
-    char *full = pt_read_file(full_path, &n);
-    int bad = -1;
-    for (size_t len = 0; len < n && bad < 0; len++) {
-        write_bytes(path, full, len);
+    const char *path = tpath("cut.bin");
+    data_write_tokens(path, toks, 20);
+    struct stat sb;
+    stat(path, &sb);
+    int fd = open(path, O_WRONLY), bad = -1;
+    for (off_t len = sb.st_size; len-- > 0 && bad < 0;) {
+        if (ftruncate(fd, len) != 0) { perror("ftruncate"); exit(2); }
         data_set *d = NULL;
         if (data_open(&d, path, 256) == 0 || !err_has(path, NULL)) bad = (int)len;
         data_close(d);
     }
+    close(fd);
     CHECK("data truncated at every byte fails cleanly", bad < 0, "length %d: %s", bad, pt_err());
-    free(full);
 }
 
 static void test_batch_bad(void) {
