@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -226,6 +228,37 @@ static void test_st_corrupted(void) {
     free(full);
 }
 
+/* A write that fails half way (file size limit) reports the path and leaves the old file whole. */
+static void test_st_write_failure(void) {
+    float small = 1, big[2048] = {0};
+    int64_t shape[1] = {2048};
+    const char *path = tpath("keep.safetensors");
+    st_writer *w = st_writer_new();
+    st_writer_add(w, "old", ST_F32, 0, NULL, &small);
+    st_write(w, path);
+    st_writer_free(w);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 4096;                      /* the new file needs 8 KiB */
+    signal(SIGXFSZ, SIG_IGN);                 /* then write() fails with EFBIG instead */
+    setrlimit(RLIMIT_FSIZE, &lim);
+    w = st_writer_new();
+    st_writer_add(w, "new", ST_F32, 1, shape, big);
+    int rc = st_write(w, path);
+    st_writer_free(w);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_DFL);
+    CHECK("st_write failure names the file", rc == -1 && err_has(path, "write failed"), "rc %d: %s", rc, pt_err());
+    st_file *f = NULL;
+    rc = st_open(&f, path);
+    CHECK("st_write failure keeps the old file", rc == 0 && st_find(f, "old") && !st_find(f, "new"), "%s", pt_err());
+    st_close(f);
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    CHECK("st_write failure removes its temporary", access(tmp, F_OK) != 0, "%s left", tmp);
+}
+
 /* ------------------------------------------------------------------ config */
 
 static void test_config_bad(void) {
@@ -385,6 +418,7 @@ int main(void) {
     test_st_file_level();
     test_st_truncated();
     test_st_corrupted();
+    test_st_write_failure();
     test_config_bad();
     test_tokens_bad();
     test_tokens_vocab();

@@ -18,7 +18,8 @@
 typedef struct data_set data_set;
 
 /* Opens path as a token file (if its first int32 is DATA_MAGIC) or as byte-level text (anything
- * else; needs vocab_size >= 256). Checks the header (magic, version, count against the file size)
+ * else; needs vocab_size >= 256). A file that cannot be text (name ending in ".bin", or a NUL
+ * byte in its first 1024 bytes) but lacks the magic is a "bad magic" error, not text. Checks the header (magic, version, count against the file size)
  * and every token < vocab_size. The file is mmap'd and stays open until data_close. Errors name
  * the file and what is wrong: "x.bin: token 70000 at position 1234 is out of the vocabulary
  * (vocab_size 50257)". An empty file is an error. */

@@ -42,13 +42,12 @@ static void sync_parent_dir(const char *path) {
 }
 
 int io_atomic_commit(io_atomic_file *a) {
-    int bad = ferror(a->f);
-    if (fflush(a->f) != 0 || fsync(fileno(a->f)) != 0) bad = 1;
-    int err = errno;
-    if (fclose(a->f) != 0) { bad = 1; err = errno; }
+    int err = ferror(a->f) ? EIO : 0;     /* an earlier fwrite failed; its errno is gone */
+    if (!err && (fflush(a->f) != 0 || fsync(fileno(a->f)) != 0)) err = errno;
+    if (fclose(a->f) != 0 && !err) err = errno;
     a->f = NULL;
-    if (bad) {
-        pt_seterr("%s: write failed: %s", a->path, err ? strerror(err) : "I/O error");
+    if (err) {
+        pt_seterr("%s: write failed: %s", a->path, strerror(err));
         goto remove_tmp;
     }
     if (rename(a->tmp, a->path) != 0) {
