@@ -366,7 +366,8 @@ static void critical_path(sim_state *st) {
     res->n_crit = n;
     for (int i = last; i >= 0; i = st->pred[i]) {
         const tl_event *e = &res->tl.ev[i];
-        res->crit[--n] = (sim_crit){ i, e->start - e->ready };
+        double waited = e->stream == TL_RECV ? e->end - e->ready : e->start - e->ready;   /* a RECV's span is its wait */
+        res->crit[--n] = (sim_crit){ i, waited };
     }
 }
 

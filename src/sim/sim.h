@@ -56,7 +56,7 @@ typedef struct {
 /* One link of the critical path: an event and how long it waited before starting. */
 typedef struct {
     int ev;                 /* index into result.tl.ev */
-    double waited;          /* start - ready */
+    double waited;          /* start - ready (a RECV: end - ready, the time it blocked its rank) */
 } sim_crit;
 
 typedef struct {

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# CLI tests of `pipetrain schedule` and `pipetrain simulate`: output shapes, --json keys and
+# values for a case with known answers (1f1b P=4 M=8: iteration 33, bubble 9/33), files written,
+# and errors that name the bad flag, field or CSV cell. Needs only bash and grep.
+cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh
+P=$PIPETRAIN
+T=$TEST_TMP/cli_sched.$$
+mkdir -p "$T"
+
+# ---- schedule
+out=$($P schedule --schedule 1f1b --stages 4 --microbatches 8)
+[ "$(echo "$out" | grep -c '^rank ')" = 4 ] && echo "$out" | grep -q '0F0' && ok cli_schedule_grid \
+  || fail cli_schedule_grid "expected 4 rank lines: $out"
+$P schedule --schedule gpipe --stages 3 --microbatches 4 --csv >"$T/g.csv"
+[ "$(wc -l <"$T/g.csv")" = 3 ] && head -c 4 "$T/g.csv" | grep -q '^0F0,' && ok cli_schedule_csv \
+  || fail cli_schedule_csv "expected 3 CSV rows starting 0F0: $(head -2 "$T/g.csv")"
+check cli_schedule_lower_has_sends bash -c "$P schedule --schedule 1f1b --stages 2 --microbatches 2 --lower | grep -q SEND_F"
+check cli_schedule_interleaved_chunks bash -c "$P schedule --schedule interleaved-1f1b --stages 2 --microbatches 4 --chunks 2 | grep -q '3F0'"
+check cli_schedule_help bash -c "$P schedule --help | grep -q -- --microbatches"
+
+# ---- simulate: human, json, csv
+out=$($P simulate --schedule 1f1b --stages 4 --microbatches 8)
+echo "$out" | grep -Eq '^iteration time +33$' && echo "$out" | grep -Eq '^bubble fraction +0\.2727' \
+  && echo "$out" | grep -Eq '^  stage 0 +4 ' && ok cli_simulate_human || fail cli_simulate_human "$out"
+js=$($P simulate --schedule 1f1b --stages 4 --microbatches 8 --json)
+for k in iteration_time bubble_fraction ideal_time peak_activations per_rank makespan critical_path; do
+  echo "$js" | grep -q "\"$k\":" || fail cli_simulate_json_keys "missing $k"
+done
+echo "$js" | grep -q '"iteration_time":33,' && echo "$js" | grep -q '"ideal_time":24,' \
+  && echo "$js" | grep -q '"peak_activations":\[4,3,2,1\]' && echo "$js" | grep -q '"per_rank":\[{"busy":24,"idle":9}' \
+  && ok cli_simulate_json_values || fail cli_simulate_json_values "$(echo "$js" | head -c 300)"
+[ "$(echo "$js" | wc -l)" = 1 ] && ok cli_simulate_json_one_line || fail cli_simulate_json_one_line "more than one line"
+n=$($P simulate --schedule gpipe --stages 2 --microbatches 2 --csv | grep -c ',compute,')
+[ "$n" = 12 ] && ok cli_simulate_csv_events || fail cli_simulate_csv_events "$n compute rows, want 2x(2F+2BW+REDUCE+STEP)"
+
+# ---- simulate: cost model flags (gpipe P=4 M=8, F=1 BW=2: 33; slow link +2X; latency+transfer 6(L+T))
+it() { "$@" --json | grep -o '"iteration_time":[0-9.e+-]*' | cut -d: -f2; }
+[ "$(it $P simulate --schedule gpipe --stages 4 --microbatches 8 --slow-link 1-2:0.5)" = 34 ] \
+  && ok cli_simulate_slow_link || fail cli_simulate_slow_link "want 34"
+[ "$(it $P simulate --schedule gpipe --stages 4 --microbatches 8 --slow-link=1-2:0.5 --slow-link 2-3:0.25)" = 34.5 ] \
+  && ok cli_simulate_slow_link_repeated || fail cli_simulate_slow_link_repeated "want 34.5"
+[ "$(it $P simulate --schedule gpipe --stages 4 --microbatches 8 --latency 0.25 --bandwidth 4 --act-bytes 1)" = 36 ] \
+  && ok cli_simulate_latency_bandwidth || fail cli_simulate_latency_bandwidth "want 33 + 6 x 0.5"
+[ "$(it $P simulate --schedule gpipe --stages 2 --microbatches 2 --slow-stage 1:2)" = 15 ] \
+  && ok cli_simulate_slow_stage || fail cli_simulate_slow_stage "want 15"
+[ "$(it $P simulate --schedule gpipe --stages 2 --microbatches 2 --cost f=2,b=1,w=1)" = 12 ] \
+  && ok cli_simulate_cost_spec || fail cli_simulate_cost_spec "want (2+2)(2+1)"
+echo '{"f": [1, 3], "b": 1, "w": 1, "act_bytes": 10, "bandwidth": 0}' >"$T/costs.json"
+[ "$(it $P simulate --schedule gpipe --stages 2 --microbatches 2 --costs "$T/costs.json")" = 13 ] \
+  && ok cli_simulate_costs_file || fail cli_simulate_costs_file "want 1 + 3+3 (rank 1 F) + 2+2 (rank 1 BW) + 2 (rank 0 BW1) = 13"
+[ "$(it $P simulate --schedule 1f1b --stages 4 --microbatches 8 --iterations 3)" = 33 ] \
+  && ok cli_simulate_iterations || fail cli_simulate_iterations "want 33 per iteration"
+check cli_simulate_post_validation bash -c "$P simulate --schedule 1f1b --stages 2 --microbatches 4 --iterations 2 --post-validation | grep -q post-validation"
+
+# ---- files
+$P simulate --schedule interleaved-1f1b --stages 2 --microbatches 4 --chunks 2 --trace "$T/t.json" --svg "$T/t.svg" >/dev/null
+head -c 40 "$T/t.json" | grep -q traceEvents\\\|displayTimeUnit && grep -q '"ph":"X"' "$T/t.json" && grep -q '"ph":"s"' "$T/t.json" \
+  && ok cli_simulate_trace_file || fail cli_simulate_trace_file "no trace events"
+head -c 4 "$T/t.svg" | grep -q '<svg' && grep -q 'interleaved-1f1b' "$T/t.svg" && grep -q 'bubble' "$T/t.svg" \
+  && ok cli_simulate_svg_file || fail cli_simulate_svg_file "not an SVG with a title"
+
+# ---- schedule files: a CSV from `schedule --csv` simulates to the generator's numbers
+$P schedule --schedule 1f1b --stages 4 --microbatches 8 --csv >"$T/1f1b.csv"
+[ "$(it $P simulate --schedule-file "$T/1f1b.csv")" = 33 ] && ok cli_simulate_schedule_file \
+  || fail cli_simulate_schedule_file "want 33"
+
+# ---- errors name the parameter, field or cell
+expect_error cli_err_no_schedule '--schedule' $P simulate --stages 2 --microbatches 2
+expect_error cli_err_stages '--stages' $P simulate --schedule 1f1b --stages 0 --microbatches 2
+expect_error cli_err_stages_schedule '--stages' $P schedule --schedule 1f1b --stages -1 --microbatches 2
+expect_error cli_err_microbatches_number '--microbatches' $P simulate --schedule 1f1b --stages 2 --microbatches x
+expect_error cli_err_unknown_schedule "unknown schedule 'nope'" $P simulate --schedule nope --stages 2 --microbatches 2
+expect_error cli_err_unknown_flag "unknown flag '--bogus'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --bogus
+expect_error cli_err_interleaved_divisible 'divisible' $P schedule --schedule interleaved-1f1b --stages 4 --microbatches 6
+expect_error cli_err_iterations '--iterations' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --iterations 0
+expect_error cli_err_bandwidth '--bandwidth' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --bandwidth -3
+expect_error cli_err_slow_link "--slow-link '1x2'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-link 1x2
+expect_error cli_err_slow_link_rank 'ranks must be' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-link 0-7:1
+expect_error cli_err_slow_stage "--slow-stage '9:2'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-stage 9:2
+expect_error cli_err_cost_key "--cost: unknown key in 'z=1'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --cost f=1,z=1
+echo '{"f": [1, 2, 3]}' >"$T/bad_costs.json"
+expect_error cli_err_costs_field "bad_costs.json: field 'f'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --costs "$T/bad_costs.json"
+expect_error cli_err_costs_missing 'nothere.json' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --costs "$T/nothere.json"
+printf '0F0,0XX1\n1F0\n' >"$T/bad.csv"
+expect_error cli_err_csv_cell "bad.csv:1:2" $P simulate --schedule-file "$T/bad.csv"
+printf '0F0,0BW0\n1BW0,1F0\n' >"$T/order.csv"
+expect_error cli_err_csv_order 'rank 1' $P simulate --schedule-file "$T/order.csv"
+expect_error cli_err_csv_stages_mismatch '--stages 3' $P simulate --schedule-file "$T/1f1b.csv" --stages 3
+expect_error cli_err_json_and_csv 'exclude' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --json --csv
+expect_error cli_err_trace_path 'nodir/t.json' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --trace "$T/nodir/t.json"
+rm -rf "$T"
+done_tests
