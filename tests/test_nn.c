@@ -2,6 +2,7 @@
  * double accumulation of the objective J = sum(out * R) with a fixed random R), on small odd
  * shapes; plus the = / += conventions and attention against a naive double reference. */
 #include "nn/nn.h"
+#include "nn/nn_math.h"
 #include "test.h"
 #include "util/pt.h"
 #include <string.h>
@@ -278,6 +279,23 @@ static void test_crossentropy(void) {
     free(ce.logits); free(ce.probs); free(dl); free(dl3);
 }
 
+/* The vectorisable exp and tanh used by softmax and GELU, against libm in double. */
+static void test_fast_math(void) {
+    double emax = 0, tmax = 0;
+    for (float x = -80.0f; x <= 80.0f; x += 0.0137f) {
+        double e = fabs(nn_expf(x) - exp((double)x)) / exp((double)x);
+        if (e > emax) emax = e;
+    }
+    for (float x = -12.0f; x <= 12.0f; x += 0.00123f) {
+        double e = fabs(nn_tanhf(x) - tanh((double)x));
+        if (e > tmax) tmax = e;
+    }
+    CHECK("nn_expf_relative_error", emax < 1e-6, "max relerr %g", emax);
+    CHECK("nn_tanhf_absolute_error", tmax < 1e-6, "max abserr %g", tmax);
+    CHECK("nn_expf_clamps", nn_expf(-1000.0f) > 0 && nn_expf(1000.0f) < INFINITY && nn_tanhf(100.0f) == 1.0f &&
+          nn_tanhf(-100.0f) == -1.0f, "limits wrong");
+}
+
 static void test_residual(void) {
     float a[3] = {1, 2, 3}, b[3] = {0.5f, -2, 4}, o[3];
     residual_forward(o, a, b, 3);
@@ -294,5 +312,6 @@ int main(void) {
     test_lmhead();
     test_crossentropy();
     test_residual();
+    test_fast_math();
     TEST_DONE();
 }

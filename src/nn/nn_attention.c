@@ -2,6 +2,7 @@
  * (batch, head) done by cblas_sgemm in row blocks that stop at the diagonal (about half the
  * work of a full T x T product). Softmax and its backward are plain C. No masking buffer, no state. */
 #include "nn/nn.h"
+#include "nn/nn_math.h"
 #include <cblas.h>
 #include <math.h>
 #include <stddef.h>
@@ -16,7 +17,7 @@ static void attention_softmax_rows(float *p, int T) {
     for (int t = 0; t < T; t++) {
         float *row = p + (size_t)t * T, mx = row[0], s = 0;
         for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-        for (int j = 0; j <= t; j++) { row[j] = expf(row[j] - mx); s += row[j]; }
+        for (int j = 0; j <= t; j++) { row[j] = nn_expf(row[j] - mx); s += row[j]; }
         float inv = 1.0f / s;
         for (int j = 0; j <= t; j++) row[j] *= inv;
         for (int j = t + 1; j < T; j++) row[j] = 0.0f;

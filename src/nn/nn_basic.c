@@ -1,6 +1,7 @@
 /* Elementwise and per-row kernels: token + position embedding, layernorm, GELU (tanh form),
  * residual add. Plain C loops written so the compiler vectorises them; no BLAS, no state. */
 #include "nn/nn.h"
+#include "nn/nn_math.h"
 #include <math.h>
 #include <stddef.h>
 
@@ -81,14 +82,14 @@ void layernorm_backward_weight(float *dw, float *db, const float *dout, const fl
 void gelu_forward(float *out, const float *inp, int N) {
     for (int i = 0; i < N; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_A * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + nn_tanhf(GELU_K * (x + GELU_A * x * x * x)));
     }
 }
 
 void gelu_backward_input(float *dinp, const float *dout, const float *inp, int N) {
     for (int i = 0; i < N; i++) {
         float x = inp[i];
-        float th = tanhf(GELU_K * (x + GELU_A * x * x * x));
+        float th = nn_tanhf(GELU_K * (x + GELU_A * x * x * x));
         float sech2 = 1.0f - th * th;
         float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
         dinp[i] = dout[i] * g;

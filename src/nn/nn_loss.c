@@ -1,6 +1,7 @@
 /* Softmax cross-entropy over the vocabulary, mean over rows. The forward keeps the
  * probabilities (the backward needs nothing else); no fused logits matmul here. */
 #include "nn/nn.h"
+#include "nn/nn_math.h"
 #include <math.h>
 #include <stddef.h>
 
@@ -11,7 +12,7 @@ float crossentropy_forward(float *probs, const float *logits, const int *targets
         float *p = probs + (size_t)n * V;
         float mx = l[0], s = 0, lt = l[targets[n]];   /* read before p (maybe = l) is written */
         for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-        for (int v = 0; v < V; v++) { p[v] = expf(l[v] - mx); s += p[v]; }
+        for (int v = 0; v < V; v++) { p[v] = nn_expf(l[v] - mx); s += p[v]; }
         float inv = 1.0f / s;
         for (int v = 0; v < V; v++) p[v] *= inv;
         /* log p from the logits directly: exact even when p underflows to 0 */
