@@ -92,6 +92,7 @@ static void test_st_fields(void) {
         {"st entry not an object", "{\"a\":5}", 0, "'a'", "not a JSON object"},
         {"st metadata value not a string", "{\"__metadata__\":{\"format\":1}}", 0, "__metadata__", "format"},
         {"st metadata not an object", "{\"__metadata__\":[1]}", 0, "__metadata__", NULL},
+        {"st metadata key twice", "{\"__metadata__\":{\"a\":\"1\",\"b\":\"2\",\"a\":\"3\"}}", 0, "__metadata__", "\"a\" appears twice"},
         {"st metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "__metadata__", "twice"},
         {"st header an array", "[{\"a\":1}]", 0, "header", NULL},
         {"st header parse error", "{\"a\":{\"dtype\":\"F32\",}", 0, "parse error", NULL},

@@ -123,24 +123,32 @@ static int parse_entry(st_tensor *t, const cJSON *e, const char *path, size_t da
     return 0;
 }
 
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 static int parse_metadata(st_file *f, const cJSON *m) {
     if (!cJSON_IsObject(m))
         return pt_seterr("%s: __metadata__ is not a JSON object", f->path);
-    int n = cJSON_GetArraySize(m), i = 0;
+    int n = cJSON_GetArraySize(m);
     f->meta_key = pt_calloc((size_t)n, sizeof(char *));
     f->meta_val = pt_calloc((size_t)n, sizeof(char *));
     const cJSON *e;
     cJSON_ArrayForEach(e, m) {
         if (!cJSON_IsString(e))
             return pt_seterr("%s: __metadata__ \"%s\" is not a string", f->path, e->string);
-        for (int j = 0; j < i; j++)
-            if (strcmp(f->meta_key[j], e->string) == 0)
-                return pt_seterr("%s: __metadata__ key \"%s\" appears twice", f->path, e->string);
-        f->meta_key[i] = pt_strdup(e->string);
-        f->meta_val[i] = pt_strdup(e->valuestring);
-        f->n_meta = ++i;
+        f->meta_key[f->n_meta] = pt_strdup(e->string);
+        f->meta_val[f->n_meta++] = pt_strdup(e->valuestring);
     }
-    return 0;
+    char **sorted = pt_malloc(sizeof(char *) * (size_t)(n ? n : 1));   /* duplicates: sort, compare */
+    memcpy(sorted, f->meta_key, sizeof(char *) * (size_t)n);
+    qsort(sorted, (size_t)n, sizeof(char *), cmp_str_ptr);
+    int rc = 0;
+    for (int i = 1; i < n && rc == 0; i++)
+        if (strcmp(sorted[i - 1], sorted[i]) == 0)
+            rc = pt_seterr("%s: __metadata__ key \"%s\" appears twice", f->path, sorted[i]);
+    free(sorted);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- reading: whole-file checks */
@@ -194,48 +202,47 @@ static int check_tiling(st_file *f) {
     return rc;
 }
 
+/* The members of the header object: __metadata__ and one entry per tensor, in header order. */
+static int parse_members(st_file *f, const cJSON *root) {
+    int n = cJSON_GetArraySize(root), seen_meta = 0;
+    f->t = pt_calloc((size_t)(n ? n : 1), sizeof(st_tensor));
+    const cJSON *e;
+    cJSON_ArrayForEach(e, root) {
+        if (strcmp(e->string, "__metadata__") == 0) {
+            if (seen_meta++) return pt_seterr("%s: __metadata__ appears twice", f->path);
+            if (parse_metadata(f, e) != 0) return -1;
+            continue;
+        }
+        st_tensor *t = &f->t[f->n];
+        if (parse_entry(t, e, f->path, f->data_len) != 0) return -1;
+        t->name = pt_strdup(e->string);       /* the JSON tree is freed by our caller */
+        t->data = f->data + t->offset;
+        f->n++;
+    }
+    return 0;
+}
+
 static int parse_header(st_file *f, const char *json, size_t len) {
     char *text = pt_malloc(len + 1);   /* NUL-terminated copy: the parser never reads past it */
     memcpy(text, json, len);
     text[len] = 0;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    int rc = 0;
+    size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+    int rc;
     if (!root) {
         char near[40];
-        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
         io_text_position(text, len, at, near, sizeof near);
-        rc = pt_seterr("%s: header JSON parse error at byte %zu near '%s'", f->path, at, near);
-        goto free_text;
-    }
-    if (!cJSON_IsObject(root)) {
+        rc = pt_seterr("%s: header JSON parse error at header byte %zu near '%s'", f->path, at, near);
+    } else if (!cJSON_IsObject(root)) {
         rc = pt_seterr("%s: header is not a JSON object", f->path);
-        goto free_json;
+    } else if (at + strspn(text + at, " \t\r\n") < len) {    /* only padding may follow */
+        rc = pt_seterr("%s: header has stray bytes after its JSON object, at header byte %zu",
+                       f->path, at + strspn(text + at, " \t\r\n"));
+    } else {
+        rc = parse_members(f, root);
     }
-    for (const char *p = end; p < text + len; p++)   /* only padding may follow the object */
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            rc = pt_seterr("%s: header has stray bytes after its JSON object, at byte %ld",
-                           f->path, (long)(p - text));
-            goto free_json;
-        }
-    int n = cJSON_GetArraySize(root), seen_meta = 0;
-    f->t = pt_calloc((size_t)(n ? n : 1), sizeof(st_tensor));
-    const cJSON *e;
-    cJSON_ArrayForEach(e, root) {
-        if (strcmp(e->string, "__metadata__") == 0) {
-            if (seen_meta++) { rc = pt_seterr("%s: __metadata__ appears twice", f->path); break; }
-            if ((rc = parse_metadata(f, e)) != 0) break;
-            continue;
-        }
-        st_tensor *t = &f->t[f->n];
-        if ((rc = parse_entry(t, e, f->path, f->data_len)) != 0) break;
-        t->name = pt_strdup(e->string);       /* the JSON tree is freed below */
-        t->data = f->data + t->offset;
-        f->n++;
-    }
-free_json:
     cJSON_Delete(root);
-free_text:
     free(text);
     return rc;
 }
