@@ -89,6 +89,20 @@ static void remove_ckpt_dir(const char *dir) {
     rmdir(dir);
 }
 
+/* mkdir -p of the folder that will hold dir. */
+static int make_parents(const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+            return pt_seterr("%s: cannot create folder: %s", path, strerror(errno));
+        *p = '/';
+    }
+    return 0;
+}
+
 int ckpt_save(const char *dir, const gpt_model *m, const adamw_state *opt, const ckpt_manifest *man,
               int overwrite) {
     char tmp[1100], path[1200];
@@ -97,6 +111,7 @@ int ckpt_save(const char *dir, const gpt_model *m, const adamw_state *opt, const
     if (!overwrite && stat(dir, &st) == 0) return pt_seterr("%s: already exists; not overwriting", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid());
     remove_ckpt_dir(tmp);
+    if (make_parents(dir) < 0) return -1;
     if (mkdir(tmp, 0755) < 0) return pt_seterr("%s: cannot create folder: %s", tmp, strerror(errno));
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     int n_files = opt ? 2 : 1;
