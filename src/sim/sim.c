@@ -69,7 +69,7 @@ static void key_resolve(sim_state *st, long key, double t, int ev) {
 static int push_event(sim_state *st, const tl_event *e, int pred) {
     int i = timeline_push(&st->r->tl, e);
     if (i >= st->pred_cap) {
-        st->pred_cap = st->pred_cap ? 2 * st->pred_cap : 1024;
+        st->pred_cap = st->r->tl.cap;
         int *p = pt_malloc(sizeof(int) * (size_t)st->pred_cap);
         if (i) memcpy(p, st->pred, sizeof(int) * (size_t)i);
         free(st->pred);
@@ -395,6 +395,8 @@ int sim_run(const sched *s, const sim_costs *c, const sim_opts *o, sim_result *o
     sim_result res;
     state_init(&st, s, c, o, &res);
     result_init(&res, s, c, st.N);
+    long n_ev = 2 * sched_total_actions(s) * st.N + 16;   /* actions plus at most one implicit send each */
+    if (n_ev < 1L << 30) timeline_reserve(&res.tl, (int)n_ev);
     for (int r = 0; r < st.P; r++) {
         if (s->len[r] == 0) for (int i = 0; i < st.N; i++) iteration_done(&st, r, i);
         work_push(&st, r);

@@ -2,6 +2,7 @@
  * (the simulator computes its results itself; the writers read events directly). */
 #include "sim/timeline.h"
 #include "util/pt.h"
+#include <stdlib.h>
 #include <string.h>
 
 void timeline_init(timeline *tl, const sched *s, const double *act_bytes, int n_iters) {
@@ -26,14 +27,16 @@ void timeline_free(timeline *tl) {
     memset(tl, 0, sizeof *tl);
 }
 
+void timeline_reserve(timeline *tl, int n) {
+    if (n <= tl->cap) return;
+    tl_event *ev = realloc(tl->ev, sizeof *ev * (size_t)n);
+    if (!ev) { free(tl->ev); tl->ev = pt_malloc(sizeof *ev * (size_t)n); return; }   /* pt_malloc aborts */
+    tl->ev = ev;
+    tl->cap = n;
+}
+
 int timeline_push(timeline *tl, const tl_event *e) {
-    if (tl->n == tl->cap) {
-        tl->cap = tl->cap ? 2 * tl->cap : 256;
-        tl_event *ev = pt_malloc(sizeof *ev * (size_t)tl->cap);
-        if (tl->n) memcpy(ev, tl->ev, sizeof *ev * (size_t)tl->n);
-        free(tl->ev);
-        tl->ev = ev;
-    }
+    if (tl->n == tl->cap) timeline_reserve(tl, tl->cap ? 2 * tl->cap : 256);
     tl->ev[tl->n] = *e;
     return tl->n++;
 }

@@ -32,6 +32,8 @@ typedef struct {
  * NULL, else [S] is copied). Free with timeline_free. */
 void timeline_init(timeline *tl, const sched *s, const double *act_bytes, int n_iters);
 void timeline_free(timeline *tl);
+/* Makes room for n events in all (no effect when there is room already). */
+void timeline_reserve(timeline *tl, int n);
 /* Appends one event; returns its index (events keep their index until free). */
 int timeline_push(timeline *tl, const tl_event *e);
 /* Latest end time over all events (0 for an empty timeline). */
