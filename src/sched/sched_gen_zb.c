@@ -55,8 +55,10 @@ sched *gen_zb_h1(const sched_params *p) { return zb_build("zb-h1", p, 0); }
 sched *gen_zb_h2(const sched_params *p) { return zb_build("zb-h2", p, 1); }
 
 /* ZB-V: S = 2P, stage g on rank g for g < P and on rank 2P-1-g for g >= P (chunks must be 2).
- * Built by the list scheduler with unit costs and at most 2P chunk activations per rank (the
- * memory of 1F1B's stage 0: P microbatches of a whole rank's layers). Any M >= 1. */
+ * Built by the list scheduler with unit costs and at most 3P chunk activations per rank (1.5
+ * times 1F1B's stage 0, counting an activation as held until its W; 2P, 1F1B's, leaves gaps in
+ * the cool-down). Any M >= 1; with F=B=W and M >= 2P every rank is busy from its first action to
+ * its last and the iteration is 6M + P - 1. */
 sched *gen_zb_v(const sched_params *p) {
     if (gen_check_common("zb-v", p) < 0) return NULL;
     if (p->chunks != 0 && p->chunks != 2)
@@ -69,7 +71,7 @@ sched *gen_zb_v(const sched_params *p) {
     gen_list_spec sp = {
         .name = "zb-v", .n_ranks = P, .n_stages = S, .n_pipes = 1, .n_mb = p->microbatches,
         .stage_rank = stage_rank, .cost_f = one, .cost_b = one, .cost_w = one,
-        .rank_limit = 2 * P,
+        .rank_limit = 3 * P,
     };
     sched *s = gen_list_schedule(&sp);
     free(stage_rank);
