@@ -53,10 +53,14 @@ static bool has_magic(const data_set *d) {
     return m == DATA_MAGIC;
 }
 
+static bool has_bin_name(const data_set *d) {
+    size_t len = strlen(d->path);
+    return len >= 4 && strcmp(d->path + len - 4, ".bin") == 0;
+}
+
 static bool must_be_token_file(const data_set *d) {
-    size_t len = strlen(d->path), head = d->map_len < HEADER_BYTES ? d->map_len : HEADER_BYTES;
-    if (len >= 4 && strcmp(d->path + len - 4, ".bin") == 0) return true;
-    return memchr(d->map, 0, head) != NULL;
+    size_t head = d->map_len < HEADER_BYTES ? d->map_len : HEADER_BYTES;
+    return has_bin_name(d) || memchr(d->map, 0, head) != NULL;
 }
 
 static int check_tokens(const data_set *d, int vocab) {
@@ -73,8 +77,10 @@ static int open_token_file(data_set *d, int vocab) {
                          d->path, d->map_len, HEADER_BYTES);
     int32_t h[3];
     memcpy(h, d->map, sizeof h);
+    bool bin = has_bin_name(d);
     if (h[0] != DATA_MAGIC)
-        return pt_seterr("%s: bad magic %d (expected %d, an llm.c token file)", d->path, h[0], DATA_MAGIC);
+        return pt_seterr("%s: bad magic %d (expected %d, an llm.c token file)%s", d->path, h[0],
+                         DATA_MAGIC, bin ? "" : "; not text either: it has NUL bytes near the start");
     if (h[1] != DATA_VERSION)
         return pt_seterr("%s: header version %d, expected %d (uint16 tokens)", d->path, h[1], DATA_VERSION);
     if (h[2] < 0) return pt_seterr("%s: header token count %d is negative", d->path, h[2]);
