@@ -1,0 +1,83 @@
+/* Communication between the ranks of one job: non-blocking point-to-point messages with tags,
+ * collectives on groups, and failure propagation. One small interface (a vtable) with one file per
+ * transport: comm_threads.c (ranks are threads of one process; the default), comm_mpi.c (Open
+ * MPI), and comm_faulty.c (wraps another transport to inject delays and failures for tests).
+ *
+ * Contract for every transport:
+ * - isend never blocks and never waits for the receiver: it returns a request at once. The send
+ *   buffer must stay unchanged until the request completes (test/wait says so); a transport may
+ *   read it later (zero-copy handover) or copy it at once.
+ * - Messages between one (src, dst) pair with the same tag arrive in the order sent. A receive
+ *   matches on (src, tag) exactly (no wildcards). A message larger than the receive buffer is an
+ *   error naming both sizes.
+ * - wait(timeout) returns -1 with an error naming the peer and tag when nothing arrived in time,
+ *   and -1 at once after any rank called abort (error: "rank R failed: <why>"), so a dead or failed
+ *   rank makes the others stop within a bounded time instead of hanging.
+ * - Collectives (allreduce, barrier) are called by every rank of the communicator in the same
+ *   order. allreduce sums in a fixed order (by rank), so every rank gets bitwise the same result
+ *   and repeated runs agree.
+ * - Ranks of a split communicator are numbered 0..size-1 by increasing parent rank.
+ * All calls return 0 or -1 with pt_seterr; requests are freed by the test that reports them done,
+ * or by wait. */
+#ifndef PT_COMM_H
+#define PT_COMM_H
+#include <stddef.h>
+
+typedef struct comm comm;
+typedef struct comm_req comm_req;
+
+typedef struct {
+    const char *name;   /* "threads", "mpi", "faulty(threads)" */
+    int (*isend)(comm *c, int dst, int tag, const void *buf, size_t bytes, comm_req **req);
+    int (*irecv)(comm *c, int src, int tag, void *buf, size_t bytes, comm_req **req);
+    /* *done = 1 when the request completed (then it is freed). */
+    int (*test)(comm *c, comm_req *req, int *done);
+    /* Blocks until done (frees req), the timeout (seconds; <= 0: no limit) passes, or an abort. */
+    int (*wait)(comm *c, comm_req *req, double timeout);
+    /* In-place sum over all ranks of c. */
+    int (*allreduce_f32)(comm *c, float *buf, size_t n);
+    int (*allreduce_f64)(comm *c, double *buf, size_t n);
+    int (*barrier)(comm *c);
+    /* Collective over c: ranks with the same color form a new communicator (*out); color < 0:
+     * not in any (*out = NULL). Like MPI_Comm_split with key = rank. */
+    int (*split)(comm *c, int color, comm **out);
+    /* Tells every rank of the job to stop: their pending and later waits fail naming this rank. */
+    void (*abort)(comm *c, const char *why);
+    void (*free)(comm *c);
+} comm_vtable;
+
+struct comm {
+    const comm_vtable *vt;
+    int rank, size;     /* in this communicator */
+    int world_rank;     /* in the whole job, for messages */
+    void *impl;
+};
+
+/* Convenience wrappers (same contracts as the vtable). */
+static inline int comm_isend(comm *c, int dst, int tag, const void *b, size_t n, comm_req **r) { return c->vt->isend(c, dst, tag, b, n, r); }
+static inline int comm_irecv(comm *c, int src, int tag, void *b, size_t n, comm_req **r) { return c->vt->irecv(c, src, tag, b, n, r); }
+static inline int comm_test(comm *c, comm_req *r, int *done) { return c->vt->test(c, r, done); }
+static inline int comm_wait(comm *c, comm_req *r, double timeout) { return c->vt->wait(c, r, timeout); }
+static inline int comm_allreduce_f32(comm *c, float *b, size_t n) { return c->vt->allreduce_f32(c, b, n); }
+static inline int comm_allreduce_f64(comm *c, double *b, size_t n) { return c->vt->allreduce_f64(c, b, n); }
+static inline int comm_barrier(comm *c) { return c->vt->barrier(c); }
+static inline int comm_split(comm *c, int color, comm **out) { return c->vt->split(c, color, out); }
+static inline void comm_abort(comm *c, const char *why) { c->vt->abort(c, why); }
+static inline void comm_free(comm *c) { if (c) c->vt->free(c); }
+
+/* Threads transport: creates `size` connected endpoints for `size` threads of this process
+ * (out[r] is rank r's; each used by one thread only). Free each with comm_free. */
+int comm_threads_create(int size, comm **out);
+
+/* MPI transport: MPI_Init (thread level FUNNELED is enough: one thread per rank calls MPI) and
+ * the world communicator. comm_mpi_available() is 0 when built without MPI. */
+int comm_mpi_available(void);
+int comm_mpi_init(int *argc, char ***argv, comm **out);
+void comm_mpi_finalize(void);
+
+/* Fault injection around `inner` (which it owns): every message to rank `slow_peer` (-1: none)
+ * is delivered `delay` seconds late without blocking the sender; after `die_after` sends
+ * (< 0: never) this rank fails: its calls return -1 and it aborts the job ("rank R died"). */
+int comm_faulty_wrap(comm *inner, int slow_peer, double delay, int die_after, comm **out);
+
+#endif

@@ -1,0 +1,34 @@
+/* How a model is laid out over workers: P pipeline ranks x D data-parallel replicas, S stages
+ * (model chunks) placed on ranks by a schedule, each stage owning a contiguous range of the
+ * model's layers (layer 0 = embedding, 1..L = blocks, L+1 = head; see model/gpt.h). Pure data:
+ * no threads, no communication.
+ *
+ * World ranks: w = d * P + p for replica d and pipeline rank p.
+ * Splits count transformer blocks per model chunk: "--split 3,5,4,4" gives chunk 0 blocks 1..3,
+ * chunk 1 blocks 4..8, ...; the embedding always joins chunk 0 and the head the last chunk. With
+ * two pipes (chimera) stage g and g + K hold the same layers (two replicas of the model). */
+#ifndef PT_RUN_LAYOUT_H
+#define PT_RUN_LAYOUT_H
+
+typedef struct {
+    int P, D;             /* pipeline ranks, data-parallel replicas */
+    int K;                /* model chunks (stages per pipe) */
+    int n_pipes;          /* 1, or 2 for chimera */
+    int n_layers;         /* L + 2 */
+    int *chunk_first;     /* [K+1] chunk c owns layers [chunk_first[c], chunk_first[c+1]) */
+} run_layout;
+
+/* Even split of n_blocks transformer blocks into K chunks (the first n_blocks % K chunks get one
+ * more), or the split given as text ("3,5,4,4": blocks per chunk; NULL for even). Errors name the
+ * problem: more chunks than blocks, a count < 1, a sum that drops or repeats blocks
+ * ("--split 3,5,4 covers 12 blocks, the model has 16"), a malformed list. */
+int layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks, const char *split);
+void layout_free(run_layout *lo);
+/* Chunk of stage g (g % K), and the layer range of stage g. */
+int layout_chunk_of(const run_layout *lo, int g);
+void layout_stage_layers(const run_layout *lo, int g, int *first, int *end);
+/* World rank of (replica d, pipeline rank p), and back. */
+int layout_world_rank(const run_layout *lo, int d, int p);
+void layout_coords(const run_layout *lo, int w, int *d, int *p);
+
+#endif
