@@ -10,6 +10,10 @@ CC      := gcc
 OPT     ?= -O3 -march=native
 CFLAGS  := -std=c11 -g -Wall -Wextra -Wno-unused-parameter -Wshadow -D_GNU_SOURCE -Isrc $(OPT)
 LDLIBS  := -lopenblas -lcjson -lm -lpthread
+# Open MPI: flags from its compiler wrapper. Recursive (=) on purpose: expanded when a recipe
+# runs, after `deps` has installed Open MPI on a fresh machine.
+MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 BUILD   := build
 
 ifeq ($(SAN),1)
@@ -31,10 +35,13 @@ LIB_SRC  := $(wildcard src/*/*.c)
 LIB_SRC  := $(filter-out src/cli/%,$(LIB_SRC))
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
+# Helper programs for script tests (tests/test_*.sh), e.g. MPI programs started by mpirun.
+AUX_SRC  := $(wildcard tests/aux_*.c)
 BENCH_SRC:= $(wildcard bench/bench_*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+AUX_BIN  := $(AUX_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 DEPS_OK  := build/.deps-ok
 
@@ -52,22 +59,22 @@ $(DEPS_OK):
 
 $(BUILD)/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libpipetrain.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/pipetrain: $(CLI_OBJ) $(BUILD)/libpipetrain.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpipetrain.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpipetrain.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
-test: $(BUILD)/pipetrain $(TEST_BIN)
+test: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN)
 	@BUILD=$(BUILD) tests/run.sh
 
 demo: $(BUILD)/pipetrain
@@ -79,5 +86,5 @@ bench: $(BUILD)/pipetrain $(BENCH_BIN)
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(AUX_BIN:=.d) $(BENCH_BIN:=.d)
 .SECONDARY:
