@@ -15,10 +15,8 @@ static int imin(int a, int b) { return a < b ? a : b; }
 /* Row t of p (T wide): softmax over columns 0..t, zero after. */
 static void attention_softmax_rows(float *p, int T) {
     for (int t = 0; t < T; t++) {
-        float *row = p + (size_t)t * T, mx = row[0], s = 0;
-        for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-        for (int j = 0; j <= t; j++) { row[j] = nn_expf(row[j] - mx); s += row[j]; }
-        float inv = 1.0f / s;
+        float *row = p + (size_t)t * T;
+        float inv = 1.0f / nn_exp_shift_sum(row, row, nn_max(row, t + 1), t + 1);
         for (int j = 0; j <= t; j++) row[j] *= inv;
         for (int j = t + 1; j < T; j++) row[j] = 0.0f;
     }
@@ -57,8 +55,7 @@ static void attention_softmax_backward_rows(float *ds, const float *p, int T, fl
     for (int t = 0; t < T; t++) {
         float *d = ds + (size_t)t * T;
         const float *pr = p + (size_t)t * T;
-        float dot = 0;
-        for (int j = 0; j <= t; j++) dot += pr[j] * d[j];
+        float dot = nn_dot(pr, d, t + 1);
         for (int j = 0; j <= t; j++) d[j] = scale * pr[j] * (d[j] - dot);
         for (int j = t + 1; j < T; j++) d[j] = 0.0f;
     }

@@ -32,12 +32,10 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
-        float s = 0, v = 0;
-        for (int i = 0; i < C; i++) s += x[i];
-        float m = s / C;
-        for (int i = 0; i < C; i++) { float d = x[i] - m; v += d * d; }
-        float r = 1.0f / sqrtf(v / C + LN_EPS);
-        for (int i = 0; i < C; i++) o[i] = (x[i] - m) * r * w[i] + b[i];
+        float m = nn_sum(x, C) / C;
+        for (int i = 0; i < C; i++) o[i] = x[i] - m;   /* centred input, scaled below */
+        float r = 1.0f / sqrtf(nn_dot(o, o, C) / C + LN_EPS);
+        for (int i = 0; i < C; i++) o[i] = o[i] * r * w[i] + b[i];
         mean[n] = m;
         rstd[n] = r;
     }
@@ -49,14 +47,9 @@ void layernorm_backward_input(float *dinp, const float *dout, const float *inp, 
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
-        float m = mean[n], r = rstd[n], sg = 0, sgx = 0;
-        for (int i = 0; i < C; i++) {
-            float g = d[i] * w[i];
-            sg += g;
-            sgx += g * (x[i] - m) * r;
-        }
-        sg /= C;
-        sgx /= C;
+        float m = mean[n], r = rstd[n];
+        for (int i = 0; i < C; i++) dx[i] = d[i] * w[i];   /* g, overwritten below */
+        float sg = nn_sum(dx, C) / C, sgx = nn_dot_shift(dx, x, m, C) * r / C;
         for (int i = 0; i < C; i++) {
             float xh = (x[i] - m) * r;
             dx[i] = r * (d[i] * w[i] - sg - xh * sgx);

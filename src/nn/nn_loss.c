@@ -10,9 +10,8 @@ float crossentropy_forward(float *probs, const float *logits, const int *targets
     for (int n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * V;
         float *p = probs + (size_t)n * V;
-        float mx = l[0], s = 0, lt = l[targets[n]];   /* read before p (maybe = l) is written */
-        for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-        for (int v = 0; v < V; v++) { p[v] = nn_expf(l[v] - mx); s += p[v]; }
+        float lt = l[targets[n]];   /* read before p (maybe = l) is written */
+        float mx = nn_max(l, V), s = nn_exp_shift_sum(p, l, mx, V);
         float inv = 1.0f / s;
         for (int v = 0; v < V; v++) p[v] *= inv;
         /* log p from the logits directly: exact even when p underflows to 0 */

@@ -31,4 +31,59 @@ static inline float nn_expf(float x) {
 /* tanh(x) = 1 - 2 / (1 + e^(2x)); absolute error ~1e-7, exact limits +-1. */
 static inline float nn_tanhf(float x) { return 1.0f - 2.0f / (1.0f + nn_expf(2.0f * x)); }
 
+/* Reductions with NN_LANES independent partial sums, so the compiler vectorises them (a plain
+ * float `s += x[i]` loop must stay sequential without -ffast-math). */
+#define NN_LANES 16
+
+/* sum of x[0..n). */
+static inline float nn_sum(const float *x, int n) {
+    float acc[NN_LANES] = {0}, s = 0;
+    int i = 0;
+    for (; i + NN_LANES <= n; i += NN_LANES)
+        for (int k = 0; k < NN_LANES; k++) acc[k] += x[i + k];
+    for (; i < n; i++) s += x[i];
+    for (int k = 0; k < NN_LANES; k++) s += acc[k];
+    return s;
+}
+
+/* sum of a[i] * b[i]. */
+static inline float nn_dot(const float *a, const float *b, int n) {
+    float acc[NN_LANES] = {0}, s = 0;
+    int i = 0;
+    for (; i + NN_LANES <= n; i += NN_LANES)
+        for (int k = 0; k < NN_LANES; k++) acc[k] += a[i + k] * b[i + k];
+    for (; i < n; i++) s += a[i] * b[i];
+    for (int k = 0; k < NN_LANES; k++) s += acc[k];
+    return s;
+}
+
+/* sum of a[i] * (b[i] - shift), without the cancellation of dot(a,b) - shift*sum(a). */
+static inline float nn_dot_shift(const float *a, const float *b, float shift, int n) {
+    float acc[NN_LANES] = {0}, s = 0;
+    int i = 0;
+    for (; i + NN_LANES <= n; i += NN_LANES)
+        for (int k = 0; k < NN_LANES; k++) acc[k] += a[i + k] * (b[i + k] - shift);
+    for (; i < n; i++) s += a[i] * (b[i] - shift);
+    for (int k = 0; k < NN_LANES; k++) s += acc[k];
+    return s;
+}
+
+/* max of x[0..n), n >= 1. */
+static inline float nn_max(const float *x, int n) {
+    float acc[NN_LANES], m = x[0];
+    for (int k = 0; k < NN_LANES; k++) acc[k] = x[0];
+    int i = 0;
+    for (; i + NN_LANES <= n; i += NN_LANES)
+        for (int k = 0; k < NN_LANES; k++) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (int k = 0; k < NN_LANES; k++) m = acc[k] > m ? acc[k] : m;
+    return m;
+}
+
+/* out[i] = e^(x[i] - shift) for i < n (out may alias x); returns their sum. */
+static inline float nn_exp_shift_sum(float *out, const float *x, float shift, int n) {
+    for (int i = 0; i < n; i++) out[i] = nn_expf(x[i] - shift);
+    return nn_sum(out, n);
+}
+
 #endif
