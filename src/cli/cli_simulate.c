@@ -19,6 +19,7 @@ static const char *USAGE =
     "       [--post-validation] [--trace out.json] [--svg out.svg] [--json | --csv] [--critical-path]";
 
 #define UNSET (-1e300)   /* a number flag not given */
+#define MAX_EVENTS 2e7   /* actions x iterations kept as timeline events (about 64 bytes each) */
 
 typedef struct {
     const char *name, *file, *cost, *costs, *trace, *svg;
@@ -235,6 +236,11 @@ int cli_simulate(int argc, char **argv) {
     if (a.iters < 1) { pt_seterr("--iterations must be >= 1 (got %d)", a.iters); goto fail; }
     if (a.json && a.csv) { pt_seterr("--json and --csv exclude each other"); goto fail; }
     if (!(s = load_schedule(&a)) || build_costs(&a, s, &c)) goto fail;
+    if ((double)a.iters * (double)sched_total_actions(s) > MAX_EVENTS) {
+        pt_seterr("--iterations %d x %ld actions is more than the %.0f events the simulator keeps", a.iters,
+                  sched_total_actions(s), MAX_EVENTS);
+        goto fail;
+    }
     sim_opts o = { a.iters, a.post_validation };
     if (sim_run(s, &c, &o, &r) || write_pictures(s, &r, &a)) goto fail;
     if (a.json) print_json(s, &r, &a);

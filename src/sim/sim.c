@@ -236,9 +236,9 @@ static int step_rank(sim_state *st, int r) {
 /* Every action must name a stage and microbatch in range, on the rank that owns the stage. */
 static int check_input(const sched *s, const sim_costs *c) {
     if (c->n_stages != s->n_stages)
-        return pt_seterr("simulate: the costs have %d stages, the schedule %d", c->n_stages, s->n_stages);
+        return pt_seterr("the costs have %d stages, the schedule %d", c->n_stages, s->n_stages);
     if (s->n_stages % s->n_pipes || s->stages_per_pipe != s->n_stages / s->n_pipes)
-        return pt_seterr("simulate: stages_per_pipe %d does not match %d stages in %d pipes",
+        return pt_seterr("stages_per_pipe %d does not match %d stages in %d pipes",
                          s->stages_per_pipe, s->n_stages, s->n_pipes);
     for (int r = 0; r < s->n_ranks; r++)
         for (int i = 0; i < s->len[r]; i++) {
@@ -247,16 +247,16 @@ static int check_input(const sched *s, const sim_costs *c) {
             sched_action_str(a, buf, sizeof buf);
             if (a->kind == ACT_STEP) continue;
             if (a->stage < 0 || a->stage >= s->n_stages)
-                return pt_seterr("simulate: rank %d step %d (%s): stage out of range 0..%d", r, i, buf, s->n_stages - 1);
+                return pt_seterr("rank %d step %d (%s): stage out of range 0..%d", r, i, buf, s->n_stages - 1);
             if (s->stage_rank[a->stage] != r)
-                return pt_seterr("simulate: rank %d step %d (%s): stage %d runs on rank %d", r, i, buf, a->stage, s->stage_rank[a->stage]);
+                return pt_seterr("rank %d step %d (%s): stage %d runs on rank %d", r, i, buf, a->stage, s->stage_rank[a->stage]);
             if (a->kind == ACT_REDUCE_GRAD) continue;
             if (a->mb < 0 || a->mb >= s->n_mb)
-                return pt_seterr("simulate: rank %d step %d (%s): microbatch out of range 0..%d", r, i, buf, s->n_mb - 1);
+                return pt_seterr("rank %d step %d (%s): microbatch out of range 0..%d", r, i, buf, s->n_mb - 1);
             int pos = a->stage % s->stages_per_pipe;
             bool edge = (a->kind == ACT_SEND_F && pos == s->stages_per_pipe - 1) || (a->kind == ACT_RECV_F && pos == 0)
                      || (a->kind == ACT_SEND_B && pos == 0) || (a->kind == ACT_RECV_B && pos == s->stages_per_pipe - 1);
-            if (edge) return pt_seterr("simulate: rank %d step %d (%s): no neighbouring stage to talk to", r, i, buf);
+            if (edge) return pt_seterr("rank %d step %d (%s): no neighbouring stage to talk to", r, i, buf);
         }
     return 0;
 }
@@ -319,6 +319,7 @@ void sim_result_free(sim_result *r) {
 
 /* Describes what key waits for, in words, into buf. */
 static void key_describe(const sim_state *st, long key, char *buf, size_t n) {
+    if (key < 0) { snprintf(buf, n, "nothing (not started)"); return; }
     if (key >= (long)K_N * st->S * st->MM) {
         snprintf(buf, n, "every rank's STEP of iteration %d", (int)(key - (long)K_N * st->S * st->MM));
         return;
@@ -339,7 +340,7 @@ static int deadlock_error(const sim_state *st) {
     char msg[1900], what[160], act[48];
     int n_stuck = 0, len = 0;
     for (int r = 0; r < st->P; r++) n_stuck += st->pos[r] < (long)st->s->len[r] * st->N;
-    len = snprintf(msg, sizeof msg, "simulate: deadlock, %d of %d ranks stuck:", n_stuck, st->P);
+    len = snprintf(msg, sizeof msg, "deadlock, %d of %d ranks stuck:", n_stuck, st->P);
     for (int r = 0, shown = 0; r < st->P && shown < 8; r++) {
         int len_r = st->s->len[r];
         if (st->pos[r] >= (long)len_r * st->N) continue;

@@ -145,13 +145,17 @@ static int json_stage_field(const cJSON *obj, const char *name, double *dst, int
     return 0;
 }
 
-/* Reads an optional scalar >= 0. */
-static int json_scalar(const cJSON *obj, const char *name, double *dst, const char *path) {
+/* Reads an optional scalar >= 0; errors call it `label` (e.g. "links[1].latency"). */
+static int json_scalar_as(const cJSON *obj, const char *name, const char *label, double *dst, const char *path) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
     if (!v) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0) return pt_seterr("%s: field '%s' must be a number >= 0", path, name);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0) return pt_seterr("%s: field '%s' must be a number >= 0", path, label);
     *dst = v->valuedouble;
     return 0;
+}
+
+static int json_scalar(const cJSON *obj, const char *name, double *dst, const char *path) {
+    return json_scalar_as(obj, name, name, dst, path);
 }
 
 /* "links": [{"a":0,"b":1,"latency":..,"bandwidth":..,"extra":..}, ...] */
@@ -165,11 +169,13 @@ static int json_links(sim_costs *c, const cJSON *root, const char *path) {
         if (!cJSON_IsObject(l) || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) || a->valueint < 0 || b->valueint < 0)
             return pt_seterr("%s: field 'links'[%d] needs ranks 'a' and 'b' (whole numbers >= 0)", path, i);
         double lat = -1, bw = -1, extra = 0;
-        char name[32];
-        snprintf(name, sizeof name, "links[%d]", i);
-        if (json_scalar(l, "latency", &lat, path) || json_scalar(l, "bandwidth", &bw, path) ||
-            json_scalar(l, "extra", &extra, path))
-            return pt_adderr("%s: ", name);
+        char l_lat[40], l_bw[40], l_ex[40];
+        snprintf(l_lat, sizeof l_lat, "links[%d].latency", i);
+        snprintf(l_bw, sizeof l_bw, "links[%d].bandwidth", i);
+        snprintf(l_ex, sizeof l_ex, "links[%d].extra", i);
+        if (json_scalar_as(l, "latency", l_lat, &lat, path) || json_scalar_as(l, "bandwidth", l_bw, &bw, path) ||
+            json_scalar_as(l, "extra", l_ex, &extra, path))
+            return -1;
         sim_costs_set_link(c, a->valueint, b->valueint, lat, bw, extra);
     }
     return 0;
