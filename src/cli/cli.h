@@ -25,5 +25,7 @@ int cli_grad(int argc, char **argv);
 int cli_sample(int argc, char **argv);
 int cli_schedule(int argc, char **argv);
 int cli_simulate(int argc, char **argv);
+int cli_profile(int argc, char **argv);
+int cli_plan(int argc, char **argv);
 
 #endif

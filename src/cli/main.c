@@ -9,6 +9,8 @@ static const struct { const char *name; int (*fn)(int, char **); const char *wha
     {"sample",   cli_sample,   "generate text from a checkpoint"},
     {"schedule", cli_schedule, "print a pipeline schedule (text grid or CSV)"},
     {"simulate", cli_simulate, "simulate a schedule with a cost model; trace and SVG timeline"},
+    {"profile",  cli_profile,  "measure per-layer F/B/W times and memory on this machine"},
+    {"plan",     cli_plan,     "choose the layout (dp x pipeline x microbatches x schedule x split)"},
 };
 
 static void usage(FILE *f) {
