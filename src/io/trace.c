@@ -9,32 +9,35 @@
 
 #define US_PER_S 1e6
 
-/* Events are separated by ",\n"; the first of a file gets none. Per thread, one file at a time. */
-static _Thread_local int n_written;
-static void sep(FILE *f) {
-    if (n_written++) fputs(",\n", f);
+/* The output stream and how many events went out (events are separated by ",\n"). */
+typedef struct { FILE *f; long n; } trace_out;
+
+static void sep(trace_out *o) {
+    if (o->n++) fputs(",\n", o->f);
 }
 
 static const char *const stream_names[TL_N_STREAMS] = { "compute", "send", "recv" };
 
-static void write_metadata(const timeline *tl, FILE *f) {
+static void write_metadata(const timeline *tl, trace_out *o) {
+    FILE *f = o->f;
     for (int r = 0; r < tl->n_ranks; r++) {
-        sep(f);
+        sep(o);
         fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}", r, r);
-        sep(f);
+        sep(o);
         fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", r, r);
         for (int t = 0; t < TL_N_STREAMS; t++) {
-            sep(f);
+            sep(o);
             fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
                     r, t, stream_names[t]);
         }
     }
 }
 
-static void write_span(const tl_event *e, FILE *f) {
+static void write_span(const tl_event *e, trace_out *o) {
+    FILE *f = o->f;
     char name[48];
     sched_action_str(&e->act, name, sizeof name);
-    sep(f);
+    sep(o);
     fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                "\"args\":{\"stage\":%d,\"mb\":%d,\"kind\":\"%s\",\"iter\":%d",
             name, sched_kind_name(e->act.kind), e->rank, (int)e->stream, e->start * US_PER_S,
@@ -45,12 +48,13 @@ static void write_span(const tl_event *e, FILE *f) {
 }
 
 /* Flow from send event i to the event that consumed its data (id = i). */
-static void write_flow(const timeline *tl, int i, FILE *f) {
+static void write_flow(const timeline *tl, int i, trace_out *o) {
+    FILE *f = o->f;
     const tl_event *s = &tl->ev[i], *d = &tl->ev[s->link];
-    sep(f);
+    sep(o);
     fprintf(f, "{\"name\":\"%s\",\"cat\":\"flow\",\"ph\":\"s\",\"id\":%d,\"pid\":%d,\"tid\":%d,\"ts\":%.3f}",
             sched_kind_name(s->act.kind), i, s->rank, (int)s->stream, s->start * US_PER_S);
-    sep(f);
+    sep(o);
     fprintf(f, "{\"name\":\"%s\",\"cat\":\"flow\",\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"pid\":%d,\"tid\":%d,\"ts\":%.3f}",
             sched_kind_name(s->act.kind), i, d->rank, (int)d->stream, d->start * US_PER_S);
 }
@@ -65,7 +69,8 @@ static int cmp_change(const void *a, const void *b) {
 }
 
 /* Activations held: +1 at each F start, -1 at each W or BW end, per stage, in time order. */
-static void write_counters(const timeline *tl, FILE *f) {
+static void write_counters(const timeline *tl, trace_out *o) {
+    FILE *f = o->f;
     mem_change *ch = pt_malloc(sizeof *ch * (size_t)(tl->n ? tl->n : 1));
     int n = 0;
     for (int i = 0; i < tl->n; i++) {
@@ -82,12 +87,12 @@ static void write_counters(const timeline *tl, FILE *f) {
     for (int i = 0; i < n; i++) {
         int g = ch[i].stage, r = tl->stage_rank[g];
         cnt[g] += ch[i].delta;
-        sep(f);
+        sep(o);
         fprintf(f, "{\"name\":\"activations stage %d\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,\"args\":{\"microbatches\":%d}}",
                 g, r, ch[i].t * US_PER_S, cnt[g]);
         if (!any_bytes) continue;
         bytes[r] += ch[i].delta * tl->act_bytes[g];
-        sep(f);
+        sep(o);
         fprintf(f, "{\"name\":\"activation bytes\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,\"args\":{\"bytes\":%.0f}}",
                 r, ch[i].t * US_PER_S, bytes[r]);
     }
@@ -98,13 +103,13 @@ int trace_write_file(const timeline *tl, FILE *f) {
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"%s\",\"ranks\":%d,\"stages\":%d,"
                "\"microbatches\":%d,\"iterations\":%d},\n\"traceEvents\":[\n",
             tl->name, tl->n_ranks, tl->n_stages, tl->n_mb, tl->n_iters);
-    n_written = 0;
-    write_metadata(tl, f);
+    trace_out o = { f, 0 };
+    write_metadata(tl, &o);
     for (int i = 0; i < tl->n; i++) {
-        write_span(&tl->ev[i], f);
-        if (tl->ev[i].stream == TL_SEND && tl->ev[i].link >= 0 && tl->ev[i].link < tl->n) write_flow(tl, i, f);
+        write_span(&tl->ev[i], &o);
+        if (tl->ev[i].stream == TL_SEND && tl->ev[i].link >= 0 && tl->ev[i].link < tl->n) write_flow(tl, i, &o);
     }
-    write_counters(tl, f);
+    write_counters(tl, &o);
     fprintf(f, "\n]}\n");
     return ferror(f) ? -1 : 0;
 }
