@@ -238,10 +238,23 @@ static void test_iterations(void) {
     sched_free(s);
 }
 
+/* The simulator's peak activations agree with the IR's count (sched_peak_activations). */
+static bool same_peaks(const sched *s, const sim_result *r, const char *name) {
+    int *want = pt_calloc((size_t)s->n_stages, sizeof(int)), ok = 1;
+    sched_peak_activations(s, want);
+    for (int g = 0; g < s->n_stages && ok; g++)
+        if (want[g] != r->peak_mb[g]) {
+            printf("# %s stage %d: sim peak %d, sched_peak_activations %d\n", name, g, r->peak_mb[g], want[g]);
+            ok = 0;
+        }
+    free(want);
+    return ok;
+}
+
 /* Compute-only and lowered schedules give the same times (implicit sends sit where sched_lower
  * puts SEND/RECV), for every generator that exists, with latency and bandwidth. */
 static void test_lowered_equals_compute_only(void) {
-    int bad = 0, n = 0;
+    int bad = 0, bad_peak = 0, n = 0;
     for (int i = 0; sched_generator_names[i]; i++) {
         const char *name = sched_generator_names[i];
         int v = !strcmp(name, "interleaved-1f1b") ? 2 : 0;
@@ -260,6 +273,7 @@ static void test_lowered_equals_compute_only(void) {
             else {
                 if (fabs(a.makespan - b.makespan) > TOL_EXACT && bad++ < 3)
                     printf("# %s: compute-only %g lowered %g\n", name, a.makespan, b.makespan);
+                bad_peak += !same_peaks(s, &a, name);
                 sim_result_free(&b);
             }
             sim_result_free(&a);
@@ -269,6 +283,7 @@ static void test_lowered_equals_compute_only(void) {
         sched_free(s);
     }
     CHECK("sim_lowered_equals_compute_only", bad == 0 && n >= 4, "%d of %d generators differ", bad, n);
+    CHECK("sim_peaks_equal_sched_peak_activations", bad_peak == 0 && n >= 4, "%d of %d generators differ", bad_peak, n);
 }
 
 /* Two ranks each waiting for the other: a compute-only B before its own F, and a lowered cyclic
