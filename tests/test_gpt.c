@@ -5,6 +5,7 @@
 #include "model/gpt.h"
 #include "test.h"
 #include "util/pt.h"
+#include <pthread.h>
 #include <string.h>
 
 #define FD_STEP 1e-2f    /* float forward: keeps float rounding of the loss small against dL */
@@ -78,8 +79,8 @@ static void test_gradients_fd(void) {
     gpt_free(&m);
 }
 
-/* Per-(layer, microbatch) act buffers for the layer-API runs. */
-typedef struct { float *act[2][8]; float *x[2][8]; float *scratch; } mb_state;
+/* Per-(layer, microbatch) act buffers for the layer-API runs; one scratch per stage thread. */
+typedef struct { float *act[2][8]; float *x[2][8]; float *scratch[2]; } mb_state;
 
 static void mb_alloc(const gpt_model *m, mb_state *s) {
     for (int mb = 0; mb < 2; mb++)
@@ -87,33 +88,58 @@ static void mb_alloc(const gpt_model *m, mb_state *s) {
             s->act[mb][l] = pt_falloc(gpt_layer_act_floats(m, l, B, T));
             s->x[mb][l] = pt_falloc((size_t)N * m->cfg.n_embd);   /* output of layer l / its dx */
         }
-    s->scratch = pt_falloc(gpt_scratch_floats(m, B, T));
+    for (int i = 0; i < 2; i++) s->scratch[i] = pt_falloc(gpt_scratch_floats(m, B, T));
 }
 
 static void mb_free(const gpt_model *m, mb_state *s) {
     for (int mb = 0; mb < 2; mb++)
         for (int l = 0; l < gpt_num_layers(m); l++) { free(s->act[mb][l]); free(s->x[mb][l]); }
-    free(s->scratch);
+    for (int i = 0; i < 2; i++) free(s->scratch[i]);
+}
+
+/* One stage's work on one microbatch: layers [lo, hi), scratch sc. */
+typedef struct {
+    const gpt_model *m; mb_state *s; int mb, lo, hi, sc;
+    const int *tok, *tgt; float *loss; const gpt_tied *tied;
+} stage_job;
+
+static void job_F(const stage_job *j) {
+    int nl = gpt_num_layers(j->m), mb = j->mb;
+    for (int l = j->lo; l < j->hi; l++)
+        gpt_layer_forward(j->m, l, j->tied, j->s->act[mb][l], j->s->scratch[j->sc],
+                          l == nl - 1 ? j->loss : j->s->x[mb][l], l ? j->s->x[mb][l - 1] : NULL,
+                          l == 0 ? j->tok : l == nl - 1 ? j->tgt : NULL, B, T);
+}
+
+/* B top down; dx of layer l lands in x[mb][l-1] (its forward input is not needed again). */
+static void job_B(const stage_job *j) {
+    int nl = gpt_num_layers(j->m), mb = j->mb;
+    for (int l = j->hi - 1; l >= j->lo; l--)
+        gpt_layer_backward_input(j->m, l, j->tied, j->s->act[mb][l], j->s->scratch[j->sc],
+                                 l ? j->s->x[mb][l - 1] : NULL, l == nl - 1 ? NULL : j->s->x[mb][l], B, T);
+}
+
+static void job_W(const stage_job *j) {
+    for (int l = j->hi - 1; l >= j->lo; l--)
+        gpt_layer_backward_weight(j->m, l, j->tied, j->s->act[j->mb][l], j->s->scratch[j->sc], B, T);
+}
+
+static stage_job whole(const gpt_model *m, mb_state *s, int mb, const int *tok, const int *tgt,
+                       float *loss, const gpt_tied *tied) {
+    return (stage_job){m, s, mb, 0, gpt_num_layers(m), 0, tok, tgt, loss, tied};
 }
 
 static void run_F(const gpt_model *m, mb_state *s, int mb, const int *tok, const int *tgt, float *loss) {
-    int nl = gpt_num_layers(m);
-    for (int l = 0; l < nl; l++)
-        gpt_layer_forward(m, l, NULL, s->act[mb][l], s->scratch, l == nl - 1 ? loss : s->x[mb][l],
-                          l ? s->x[mb][l - 1] : NULL, l == 0 ? tok : l == nl - 1 ? tgt : NULL, B, T);
+    stage_job j = whole(m, s, mb, tok, tgt, loss, NULL);
+    job_F(&j);
 }
-
-/* B of all layers, top down; dx of layer l lands in x[mb][l-1] (its forward input is not needed again). */
 static void run_B(const gpt_model *m, mb_state *s, int mb, const gpt_tied *tied) {
-    int nl = gpt_num_layers(m);
-    for (int l = nl - 1; l >= 0; l--)
-        gpt_layer_backward_input(m, l, tied, s->act[mb][l], s->scratch, l ? s->x[mb][l - 1] : NULL,
-                                 l == nl - 1 ? NULL : s->x[mb][l], B, T);
+    stage_job j = whole(m, s, mb, NULL, NULL, NULL, tied);
+    job_B(&j);
 }
-
 static void run_W(const gpt_model *m, mb_state *s, int mb, const gpt_tied *tied) {
-    for (int l = gpt_num_layers(m) - 1; l >= 0; l--)
-        gpt_layer_backward_weight(m, l, tied, s->act[mb][l], s->scratch, B, T);
+    stage_job j = whole(m, s, mb, NULL, NULL, NULL, tied);
+    job_W(&j);
 }
 
 static void test_microbatch_interleaving(void) {
@@ -157,6 +183,76 @@ static void test_microbatch_interleaving(void) {
     for (int i = 0; i < tiny.vocab_size * tiny.n_embd; i++) m.g.wte[i] += dwte[i];
     double e = test_tensor_relerr(m.grads, ref, m.num_params);
     CHECK("gpt_tied_head_separate_dwte_sums_to_same", e < SUM_TOL, "relerr %g", e);
+    free(dwte);
+    mb_free(&m, &s);
+    free(ref);
+    gpt_free(&m);
+}
+
+/* A stage thread: runs its ops ("F", "BW", "FBW") on one microbatch. */
+typedef struct { stage_job job; const char *ops; } stage_task;
+
+static void *stage_thread(void *arg) {
+    const stage_task *t = arg;
+    for (const char *op = t->ops; *op; op++)
+        *op == 'F' ? job_F(&t->job) : *op == 'B' ? job_B(&t->job) : job_W(&t->job);
+    return NULL;
+}
+
+/* Runs two stage tasks at once, in two threads. */
+static void run_pair(stage_task *a, stage_task *b) {
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, stage_thread, a);
+    pthread_create(&tb, NULL, stage_thread, b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+}
+
+/* Two pipeline stages as threads over one shared model (1F1B-like overlap: stage 0 runs mb1's F
+ * while stage 1 runs mb0's F,B,W, ...): every gradient but the tied wte equals the sequential run
+ * bitwise; wte (embedding's + head's separate dwte) to rounding. Run under TSAN to catch races. */
+static void test_two_stage_threads(void) {
+    gpt_model m;
+    int tok[2][N], tgt[2][N];
+    float l[2], k[2];
+    gpt_init(&m, &tiny);
+    gpt_init_random(&m, 21);
+    perturb_params(&m, 22);
+    make_batch(tok[0], tgt[0], N, tiny.vocab_size, 23);
+    make_batch(tok[1], tgt[1], N, tiny.vocab_size, 24);
+    gpt_zero_grad(&m);
+    gpt_forward_backward(&m, tok[0], tgt[0], B, T, &l[0]);
+    gpt_forward_backward(&m, tok[1], tgt[1], B, T, &l[1]);
+    float *ref = pt_falloc(m.num_params);
+    memcpy(ref, m.grads, m.num_params * sizeof *ref);
+    gpt_zero_grad(&m);
+
+    mb_state s;
+    mb_alloc(&m, &s);
+    size_t nwte = (size_t)tiny.vocab_size * tiny.n_embd;
+    float *dwte = pt_falloc(nwte);
+    gpt_tied tied = {.wte = m.w.wte, .dwte = dwte};
+    int split = 2, nl = gpt_num_layers(&m);
+    stage_job s0[2], s1[2];
+    for (int mb = 0; mb < 2; mb++) {
+        s0[mb] = (stage_job){&m, &s, mb, 0, split, 0, tok[mb], tgt[mb], &k[mb], NULL};
+        s1[mb] = (stage_job){&m, &s, mb, split, nl, 1, tok[mb], tgt[mb], &k[mb], &tied};
+    }
+    job_F(&s0[0]);
+    stage_task a1 = {s0[1], "F"}, b1 = {s1[0], "FBW"};
+    run_pair(&a1, &b1);
+    stage_task a2 = {s0[0], "BW"}, b2 = {s1[1], "FBW"};
+    run_pair(&a2, &b2);
+    job_B(&s0[1]);
+    job_W(&s0[1]);
+
+    CHECK("gpt_two_stage_threads_losses_bitwise", k[0] == l[0] && k[1] == l[1], "%g %g vs %g %g", k[0], k[1], l[0], l[1]);
+    size_t o = nwte;   /* everything after wte */
+    CHECK("gpt_two_stage_threads_grads_bitwise", memcmp(ref + o, m.grads + o, (m.num_params - o) * sizeof *ref) == 0,
+          "gradients differ");
+    for (size_t i = 0; i < nwte; i++) m.g.wte[i] += dwte[i];
+    double e = test_tensor_relerr(m.g.wte, ref, nwte);
+    CHECK("gpt_two_stage_threads_tied_wte", e < SUM_TOL, "relerr %g", e);
     free(dwte);
     mb_free(&m, &s);
     free(ref);
@@ -270,6 +366,7 @@ int main(void) {
     test_init_statistics();
     test_errors();
     test_microbatch_interleaving();
+    test_two_stage_threads();
     test_gradients_fd();
     TEST_DONE();
 }
