@@ -1,14 +1,27 @@
-/* Checkpoints: a folder holding model.safetensors (parameters, Hugging Face GPT-2 names, so the
- * file alone loads anywhere), optim.safetensors (AdamW moments "m/<name>", "v/<name>"), and
- * manifest.json (config, step, data position, RNG seed, layout, file sizes and FNV-1a checksums).
- * The folder is written under "<dir>.tmp.<pid>" and renamed only when complete, so a crash
- * mid-save never leaves a half checkpoint under the real name and never touches older ones.
- * Single-process layout for now: one stage owning every layer. */
+/* Checkpoints: a folder with one safetensors file per model chunk, "chunk-<c>.safetensors"
+ * (that chunk's parameters under Hugging Face GPT-2 names, wte only in chunk 0's file, and the
+ * AdamW moments "m/<name>", "v/<name>"), and manifest.json (config, progress, data position,
+ * seeds, the layout it was saved under, each chunk's layer range, bytes and FNV-1a checksum).
+ * The folder is written under a temporary name and renamed only when complete: under its real
+ * name it is complete or absent, and a crash mid-save never touches an older checkpoint.
+ * Loading reads tensors by name from whichever file holds their layer, so a checkpoint saved
+ * under one split loads under any other. Not here: deciding when to save, who writes what.
+ * Format details: docs/checkpoints.md. */
 #ifndef PT_TRAIN_CHECKPOINT_H
 #define PT_TRAIN_CHECKPOINT_H
+#include <stddef.h>
 #include <stdint.h>
 #include "model/gpt.h"
 #include "train/optim.h"
+
+#define CKPT_MAX_CHUNKS 256
+
+/* One model chunk's file: layers [first_layer, end_layer) (0 embedding, 1..L blocks, L+1 head). */
+typedef struct {
+    int first_layer, end_layer;
+    size_t bytes;           /* file size, filled by ckpt_commit, checked by ckpt_read_manifest */
+    uint64_t fnv1a64;       /* FNV-1a 64 of the whole file, likewise */
+} ckpt_chunk;
 
 typedef struct {
     gpt_config cfg;
@@ -18,19 +31,94 @@ typedef struct {
     uint64_t shuffle_seed;  /* 0: sequential batches; data position = step (see io/data.h) */
     uint64_t init_seed;
     char data_path[1024];   /* training data, as given on the command line */
+    /* The layout it was saved under (informational: loading works under any layout). All zero
+     * in a manifest given to ckpt_save means one process: P = D = K = 1, one chunk. */
+    int P, D, K, n_pipes;
+    char schedule[32];      /* schedule name, "" when none */
+    int n_chunks;           /* == K; chunk c is in file "chunk-<c>.safetensors" */
+    ckpt_chunk chunks[CKPT_MAX_CHUNKS];
+    int has_optim;          /* 1 when the files hold AdamW moments (set by commit / read) */
 } ckpt_manifest;
 
-/* Writes the checkpoint folder dir (must not exist yet unless overwrite is set; replaced
- * atomically then). opt may be NULL (no optimizer state saved). Returns 0 or -1 naming the path. */
+/* ---- distributed save: begin (one rank), write_chunk (each chunk once), commit (one rank) --- */
+
+/* Fills man's layout fields: P, D, K chunks, n_pipes, schedule (may be NULL), and chunk c =
+ * layers [chunk_first[c], chunk_first[c+1]) for c < K. -1 if K is out of 1..CKPT_MAX_CHUNKS. */
+int ckpt_manifest_set_layout(ckpt_manifest *man, int P, int D, int K, int n_pipes,
+                             const char *schedule, const int *chunk_first);
+/* The temporary folder name for dir written by process `pid`: "<dir>.tmp.<pid>". Ranks that are
+ * other processes (MPI) get rank 0's pid from it (e.g. by a reduction) and call this to learn
+ * where to write. -1 if it does not fit in n. */
+int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n);
+/* World rank 0, before any chunk is written: creates "<dir>.tmp.<getpid()>" fresh (a stale one
+ * of that name is removed first), and dir's parent folders; puts the name in tmpdir[n]. dir
+ * itself is not touched. Returns 0, or -1 naming the path. */
+int ckpt_begin(const char *dir, char *tmpdir, size_t n);
+/* Writes tmpdir/chunk-<chunk>.safetensors with the parameters of layers [first_layer,
+ * end_layer) from m->params, and their AdamW moments from opt (laid out like m->params;
+ * opt NULL: no moments; every chunk of one checkpoint must agree). The embedding's wte goes
+ * only into the file of the chunk holding layer 0; a head holder's tied copy is not saved.
+ * Reads m and opt only: any rank or thread may write its chunk concurrently with the others.
+ * Each chunk must be written exactly once (with two pipes, by one of its holders). Atomic per
+ * file. Returns 0, or -1 naming the file. */
+int ckpt_write_chunk(const char *tmpdir, int chunk, int first_layer, int end_layer,
+                     const gpt_model *m, const adamw_state *opt);
+/* World rank 0, after every chunk file is written (a barrier): checks each chunk file of
+ * man->chunks exists and holds the layer range the manifest says, that the ranges tile layers
+ * [0, L+2) in order, fills bytes and checksums, writes manifest.json, fsyncs, and renames
+ * tmpdir to dir. An existing dir is replaced only after the new folder is complete (an atomic
+ * exchange where the filesystem has one). On failure tmpdir is removed, dir is untouched, and
+ * -1 names the file. man is not modified. */
+int ckpt_commit(const char *dir, const char *tmpdir, const ckpt_manifest *man);
+/* Removes a temporary folder after a failed save (only the files a checkpoint holds). */
+void ckpt_abandon(const char *tmpdir);
+
+/* ---- load ------------------------------------------------------------------------------- */
+
+/* Reads and checks dir/manifest.json (every field present and well typed, chunk ranges tiling
+ * the model's layers exactly) and verifies the size and checksum of every chunk file. Errors
+ * name the file and field ("run/ckpt-10/chunk-1.safetensors: checksum mismatch (file changed
+ * or corrupt)", "run/ckpt-10/manifest.json: field \"step\" missing ..."). */
+int ckpt_read_manifest(ckpt_manifest *man, const char *dir);
+/* Loads the parameters of layers [first_layer, end_layer) into m->params (m allocated with
+ * man->cfg) and, when opt is not NULL, their AdamW moments into opt->m, opt->v (opt->n ==
+ * m->num_params; -1 if the checkpoint has none). Tensors are read from whichever chunk file
+ * holds their layer, whatever split the checkpoint was saved with. Does not set opt->t (use
+ * man->adam_t) and does not load a head holder's tied wte copy (see ckpt_load_tensor). Safe to
+ * call from several threads at once for disjoint layer ranges of one model. Call after
+ * ckpt_read_manifest (which verified the files). Returns 0, or -1 naming file and tensor. */
+int ckpt_load_layers(const char *dir, const ckpt_manifest *man, gpt_model *m, adamw_state *opt,
+                     int first_layer, int end_layer);
+/* Loads one tensor by Hugging Face name (e.g. "wte.weight") of count floats: the parameter into
+ * param and its moments into mom_m, mom_v (each may be NULL; moments need has_optim). For the
+ * head holder's own copy of the tied wte and its moments. Returns 0, or -1 naming the file. */
+int ckpt_load_tensor(const char *dir, const ckpt_manifest *man, const char *name, size_t count,
+                     float *param, float *mom_m, float *mom_v);
+
+/* ---- one process ------------------------------------------------------------------------ */
+
+/* Writes the checkpoint folder dir as one chunk holding every layer (or, when man's layout
+ * fields are set, with the chunks they name, all written from m and opt). dir must not exist
+ * unless overwrite is set (then it is replaced atomically). opt may be NULL (no moments).
+ * Returns 0 or -1 naming the path. */
 int ckpt_save(const char *dir, const gpt_model *m, const adamw_state *opt, const ckpt_manifest *man,
               int overwrite);
-/* Reads and checks dir/manifest.json and verifies the size and checksum of every file it lists.
- * Errors name the file and field ("run/ckpt-10/model.safetensors: checksum mismatch (file
- * changed or corrupt)"). */
-int ckpt_read_manifest(ckpt_manifest *man, const char *dir);
-/* Loads parameters from dir/model.safetensors into m (allocated with man->cfg). */
+/* Loads every parameter from dir into m (allocated with man->cfg). */
 int ckpt_load_params(gpt_model *m, const char *dir, const ckpt_manifest *man);
-/* Loads AdamW moments into s (allocated for m->num_params). -1 if the checkpoint has none. */
+/* Loads every AdamW moment into s (allocated for m->num_params). -1 if the checkpoint has none.
+ * Reads the manifest again but does not re-verify checksums (ckpt_read_manifest did). */
 int ckpt_load_optim(adamw_state *s, const gpt_model *m, const char *dir);
+/* Writes every parameter of checkpoint dir into one Hugging Face style model.safetensors at path
+ * (atomically), for use outside pipetrain. */
+int ckpt_export_params(const char *dir, const char *path);
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+/* Test hook: makes the save abort() at a named point, to test crash safety in a forked child.
+ * Points: "chunk" (inside ckpt_write_chunk, after its file is written, for chunk index `arg`),
+ * "manifest" (in ckpt_commit before manifest.json is written), "rename" (manifest written,
+ * before the rename), "swap" (after the new folder took the real name, before the old one is
+ * deleted). NULL clears. Costs one pointer test per call when unset. */
+void ckpt_test_crash_at(const char *point, int arg);
 
 #endif
