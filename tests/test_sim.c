@@ -422,6 +422,25 @@ static void test_trace(void) {
     sched_free(s);
 }
 
+/* A compute-only timeline links every send to the action that consumed its data. */
+static void test_compute_only_links(void) {
+    sched *s = gen("1f1b", 3, 4, 0, NULL);
+    sim_result r;
+    if (!s || run_unit(s, 1, 1, 1, 1, false, &r)) { CHECK("sim_compute_only_sends_linked", 0, "no run"); sched_free(s); return; }
+    int sends = 0, linked = 0;
+    for (int i = 0; i < r.tl.n; i++) {
+        const tl_event *e = &r.tl.ev[i];
+        if (e->stream != TL_SEND) continue;
+        sends++;
+        if (e->link < 0) continue;
+        const tl_event *d = &r.tl.ev[e->link];
+        linked += d->rank == e->peer && d->stream == TL_COMPUTE && d->act.mb == e->act.mb && d->start >= e->end;
+    }
+    CHECK("sim_compute_only_sends_linked", sends == 2 * 2 * 4 && linked == sends, "%d of %d sends linked", linked, sends);
+    sim_result_free(&r);
+    sched_free(s);
+}
+
 /* SVG: well-formed enough to contain the title, legend, one rect per non-empty event. */
 static void test_svg(void) {
     sched *s = gen("interleaved-1f1b", 2, 4, 2, NULL);
@@ -472,6 +491,7 @@ int main(void) {
     test_timeline_sane();
     test_costs_json();
     test_trace();
+    test_compute_only_links();
     test_svg();
     test_pipedream();
     TEST_DONE();

@@ -151,8 +151,8 @@ static void mem_change(sim_state *st, int r, int g, int d) {
     if (st->rank_bytes[r] > res->rank_peak_bytes[r]) res->rank_peak_bytes[r] = st->rank_bytes[r];
 }
 
-/* Runs a compute action (F/B/W/BW/REDUCE_GRAD/STEP) that is ready at `start`. */
-static void run_compute(sim_state *st, int r, const sched_action *a, int iter, double ready,
+/* Runs a compute action (F/B/W/BW/REDUCE_GRAD/STEP) that is ready at `start`; returns its event. */
+static int run_compute(sim_state *st, int r, const sched_action *a, int iter, double ready,
                         double start, int pred) {
     double end = start + compute_time(st->c, a);
     tl_event e = { .act = *a, .rank = r, .iter = iter, .stream = TL_COMPUTE, .peer = -1, .link = -1,
@@ -166,12 +166,13 @@ static void run_compute(sim_state *st, int r, const sched_action *a, int iter, d
     if (a->kind == ACT_F) key_resolve(st, key_of(st, K_FEND, g, vmb), end, ev);
     if (a->kind == ACT_B || a->kind == ACT_BW) key_resolve(st, key_of(st, K_BEND, g, vmb), end, ev);
     if (a->kind == ACT_W || a->kind == ACT_BW) key_resolve(st, key_of(st, K_WEND, g, vmb), end, ev);
-    if (st->s->lowered) return;
+    if (st->s->lowered) return ev;
     int pos = g % st->K;     /* compute-only: the implicit SEND sched_lower would place here */
     if (a->kind == ACT_F && pos < st->K - 1 && st->s->stage_rank[g + 1] != r)
         issue_send(st, r, g, a->mb, iter, true, end, ev);
     if ((a->kind == ACT_B || a->kind == ACT_BW) && pos > 0 && st->s->stage_rank[g - 1] != r)
         issue_send(st, r, g, a->mb, iter, false, end, ev);
+    return ev;
 }
 
 /* A RECV: the rank stands still until the data has arrived. */
@@ -193,6 +194,17 @@ static void iteration_done(sim_state *st, int r, int iter) {
     long kb = key_barrier(st, iter);
     if (st->t[r] >= st->r->iter_end[iter]) { st->r->iter_end[iter] = st->t[r]; st->bar_ev[iter] = st->last_ev[r]; }
     if (++st->bar_count[iter] == st->P) key_resolve(st, kb, st->r->iter_end[iter], st->bar_ev[iter]);
+}
+
+/* Compute event ev consumed a message without a RECV (compute-only schedule): the send links to
+ * it, so the trace can draw the arrow. */
+static void link_messages(sim_state *st, const long *keys, int n, int ev) {
+    for (int i = 0; i < n; i++) {
+        long k = keys[i] / ((long)st->S * st->MM);
+        if (k != K_MSGF && k != K_MSGB) continue;
+        tl_event *send = &st->r->tl.ev[st->ksrc[keys[i]]];
+        if (send->link < 0) send->link = ev;
+    }
 }
 
 /* Parks rank r on key's waiter list until the key resolves. Returns 0 (did not run). */
@@ -226,8 +238,10 @@ static int step_rank(sim_state *st, int r) {
         issue_send(st, r, a->stage, a->mb, iter, a->kind == ACT_SEND_F, ready, st->last_ev[r]);
     else if (a->kind == ACT_RECV_F || a->kind == ACT_RECV_B)
         run_recv(st, r, a, iter, keys[0]);
-    else
-        run_compute(st, r, a, iter, ready, start, pred);
+    else {
+        int ev = run_compute(st, r, a, iter, ready, start, pred);
+        link_messages(st, keys, n, ev);
+    }
     st->pos[r]++;
     if (step == len - 1) iteration_done(st, r, iter);
     return 1;
