@@ -3,6 +3,7 @@
  * the single-process drivers gpt_forward_backward / gpt_forward. The layer computations
  * themselves are in gpt_layers.c; file I/O is elsewhere. */
 #include "model/gpt.h"
+#include "nn/nn.h"
 #include "util/pt.h"
 #include <math.h>
 #include <stdio.h>
@@ -222,4 +223,20 @@ int gpt_forward(gpt_model *m, float *logits, const int *tokens, int B, int T) {
     if (x) rc = gpt_layer_forward(m, nl - 1, NULL, acts[nl - 1], m->fb_scratch, logits, x, NULL, B, T);
     free(acts);
     return rc;
+}
+
+int gpt_forward_last(gpt_model *m, float *logits, const int *tokens, int B, int T) {
+    int nl = gpt_num_layers(m), C = m->cfg.n_embd;
+    float **acts = pt_malloc((size_t)nl * sizeof *acts);
+    gpt_fb_buffers(m, B, T, acts);
+    float *x = gpt_fb_forward_body(m, acts, tokens, B, T);
+    free(acts);
+    if (!x) return -1;
+    /* scratch (N*4C + T*T floats) easily holds last rows (B,C), their norm (B,C), mean, rstd (B) */
+    float *last = m->fb_scratch, *ln = last + (size_t)B * C, *mean = ln + (size_t)B * C, *rstd = mean + B;
+    for (int b = 0; b < B; b++)
+        memcpy(last + (size_t)b * C, x + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof *x);
+    layernorm_forward(ln, mean, rstd, last, m->w.lnfw, m->w.lnfb, B, C);
+    lmhead_forward(logits, ln, m->w.wte, B, C, m->cfg.vocab_size);
+    return 0;
 }

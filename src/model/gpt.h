@@ -132,6 +132,9 @@ int gpt_forward_backward(gpt_model *m, const int *tokens, const int *targets, in
                          float *loss);
 /* Forward only: logits (B,T,V) for tokens (B,T). Same reentrancy and errors as above. */
 int gpt_forward(gpt_model *m, float *logits, const int *tokens, int B, int T);
+/* Forward only, for sampling: logits (B,V) of the last position (t = T-1) of each row; skips the
+ * head's work on the other positions. Same reentrancy and errors as above. */
+int gpt_forward_last(gpt_model *m, float *logits, const int *tokens, int B, int T);
 
 /* ---- tables ------------------------------------------------------------------------------ */
 int gpt_param_count(const gpt_model *m);                    /* number of tensors */
