@@ -308,6 +308,10 @@ static void test_spans_and_table(void) {
     CHECK("gpt_act_bytes_per_token", gpt_layer_act_bytes_per_token(&m, 1, 8) * 8 ==
           gpt_layer_act_floats(&m, 1, 1, 8) * sizeof(float) &&
           gpt_layer_act_floats(&m, 1, 3, 8) == 3 * gpt_layer_act_floats(&m, 1, 1, 8), "not linear in B");
+    size_t n = 3 * 8;   /* B=3, T=8 tokens */
+    CHECK("gpt_act_floats_documented", gpt_layer_act_floats(&m, 0, 3, 8) == n * (1 + C) &&
+          gpt_layer_act_floats(&m, 1, 3, 8) == n * (27 * C + 4 + 3 * 8) &&
+          gpt_layer_act_floats(&m, 3, 3, 8) == n * (3 * C + 3 + V), "sizes differ from gpt.h");
     gpt_free(&m);
 }
 

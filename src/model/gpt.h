@@ -95,7 +95,9 @@ gpt_layer_kind gpt_layer_kind_of(const gpt_model *m, int layer);
 /* Layer's span of params and grads: floats [*offset, *offset + *count). The spans of layers
  * 0..L+1 tile [0, num_params) in order. The head's span is ln_f only (its wte is layer 0's). */
 void gpt_layer_param_span(const gpt_model *m, int layer, size_t *offset, size_t *count);
-/* Floats of act storage one microbatch of (B,T) needs for this layer (see the contract above). */
+/* Floats of act storage one microbatch of (B,T) needs for this layer (see the contract above):
+ * B*T times, per token: embedding 1 + C; block 27C + 4 + NH*T (16C + 4 + NH*T saved by F,
+ * 11C stored by B for W); head 3C + 3 + V. */
 size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T);
 /* The same as bytes per token at sequence length T (attention keeps NH*T floats per token). */
 size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T);
