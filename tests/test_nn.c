@@ -1,6 +1,9 @@
 /* Every kernel's backward against central finite differences of its forward (float forward,
  * double accumulation of the objective J = sum(out * R) with a fixed random R), on small odd
- * shapes; plus the = / += conventions and attention against a naive double reference. */
+ * shapes; plus the = / += conventions and attention against a naive double reference.
+ * Every backward_input writes into a buffer prefilled with garbage (rand_buf(..., 5)), so its
+ * match with finite differences also proves it overwrites (=); backward_weight is checked to
+ * add (+=) onto a prefilled buffer. */
 #include "nn/nn.h"
 #include "nn/nn_math.h"
 #include "test.h"
