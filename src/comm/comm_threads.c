@@ -1,0 +1,492 @@
+/* Threads transport: the ranks of a job are threads of one process sharing one "world" (a mutex,
+ * a condition variable per rank, a mailbox per rank). A message is handed over with one memcpy,
+ * done by whichever side arrives second; collectives meet at a generation-counting barrier.
+ * Not a general message queue: no wildcards, no cancel, no progress thread (none is needed).
+ *
+ * Locking: one mutex per world guards every queue, request state and collective state. Buffer
+ * copies run outside the lock while the request is marked REQ_COPYING. */
+#include "comm/comm.h"
+#include "util/pt.h"
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { REQ_QUEUED, REQ_COPYING, REQ_DONE, REQ_FAILED };
+
+/* A send or receive request. While REQ_QUEUED it sits in a mailbox queue of its world. */
+typedef struct tw_req {
+    struct tw_req *next;
+    int is_send, state;
+    int ctx;                    /* communicator id: messages of different communicators never match */
+    int src, dst;               /* world ranks */
+    int src_rank, dst_rank;     /* ranks in the communicator (for messages) */
+    int tag;
+    void *buf;                  /* receive: destination; send: source (never written) */
+    size_t bytes;
+    char err[256];              /* REQ_FAILED: why */
+} tw_req;
+
+typedef struct { tw_req *head, *tail; } tw_queue;
+
+typedef struct {
+    pthread_mutex_t mu;
+    int size;
+    pthread_cond_t *wake;       /* [size] rank w's thread sleeps on wake[w] */
+    tw_queue *recvs;            /* [size] receives posted by rank w, in posting order */
+    tw_queue *sends;            /* [size] unmatched sends to rank w, in sending order */
+    int aborted, abort_rank;
+    char why[200];
+    int next_ctx;
+    int refs;                   /* live endpoints, all communicators */
+} tw_world;
+
+/* A communicator: shared by its member endpoints, with its own collective state. */
+typedef struct tw_group {
+    tw_world *w;
+    int ctx, size, refs;
+    int *members;               /* [size] world rank of each communicator rank */
+    int arrived;                /* barrier: ranks arrived in this generation */
+    unsigned gen;
+    const void **bufs;          /* [size] allreduce inputs */
+    size_t *counts;             /* [size] allreduce element counts */
+    int *colors;                /* [size] split colors */
+    struct tw_group **split_out;/* [size] split results */
+    void *scratch;              /* allreduce result, scratch_cap bytes */
+    size_t scratch_cap;
+    int failed;                 /* the last arriver found an error (err) for this generation */
+    char err[256];
+} tw_group;
+
+static const comm_vtable tw_vtable;
+
+/* ---- world and group lifetime ---------------------------------------------------------- */
+
+static tw_world *world_new(int size) {
+    tw_world *w = pt_calloc(1, sizeof *w);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    w->size = size;
+    w->wake = pt_calloc(size, sizeof *w->wake);
+    for (int i = 0; i < size; i++) pthread_cond_init(&w->wake[i], &ca);
+    pthread_condattr_destroy(&ca);
+    w->recvs = pt_calloc(size, sizeof *w->recvs);
+    w->sends = pt_calloc(size, sizeof *w->sends);
+    return w;
+}
+
+static void world_free(tw_world *w) {
+    for (int i = 0; i < w->size; i++) pthread_cond_destroy(&w->wake[i]);
+    pthread_mutex_destroy(&w->mu);
+    free(w->wake); free(w->recvs); free(w->sends); free(w);
+}
+
+/* A group of n members (world ranks copied from members). Caller holds w->mu or owns w alone. */
+static tw_group *group_new(tw_world *w, int n, const int *members) {
+    tw_group *g = pt_calloc(1, sizeof *g);
+    g->w = w;
+    g->ctx = w->next_ctx++;
+    g->size = g->refs = n;
+    g->members = pt_malloc(n * sizeof *g->members);
+    memcpy(g->members, members, n * sizeof *members);
+    g->bufs = pt_calloc(n, sizeof *g->bufs);
+    g->counts = pt_calloc(n, sizeof *g->counts);
+    g->colors = pt_calloc(n, sizeof *g->colors);
+    g->split_out = pt_calloc(n, sizeof *g->split_out);
+    return g;
+}
+
+static void group_free(tw_group *g) {
+    free(g->members); free(g->bufs); free(g->counts); free(g->colors);
+    free(g->split_out); free(g->scratch); free(g);
+}
+
+static comm *endpoint_new(tw_group *g, int rank) {
+    comm *c = pt_calloc(1, sizeof *c);
+    c->vt = &tw_vtable;
+    c->rank = rank;
+    c->size = g->size;
+    c->world_rank = g->members[rank];
+    c->impl = g;
+    return c;
+}
+
+/* ---- queues and requests --------------------------------------------------------------- */
+
+static void queue_push(tw_queue *q, tw_req *r) {
+    r->next = NULL;
+    if (q->tail) q->tail->next = r; else q->head = r;
+    q->tail = r;
+}
+
+/* Removes and returns the first request with (ctx, src, tag), or NULL. FIFO matching. */
+static tw_req *queue_take(tw_queue *q, int ctx, int src, int tag) {
+    tw_req *prev = NULL;
+    for (tw_req *r = q->head; r; prev = r, r = r->next) {
+        if (r->ctx != ctx || r->src != src || r->tag != tag) continue;
+        if (prev) prev->next = r->next; else q->head = r->next;
+        if (q->tail == r) q->tail = prev;
+        r->next = NULL;
+        return r;
+    }
+    return NULL;
+}
+
+/* Removes (and frees) every request of communicator ctx owned by world rank w from q. */
+static void queue_drop(tw_queue *q, int ctx, int w, int owner_is_src) {
+    tw_req **pp = &q->head;
+    q->tail = NULL;
+    while (*pp) {
+        tw_req *r = *pp;
+        int owner = owner_is_src ? r->src : r->dst;
+        if (r->ctx == ctx && owner == w) { *pp = r->next; free(r); continue; }
+        q->tail = r;
+        pp = &r->next;
+    }
+}
+
+static int abort_error(tw_world *w) {
+    return pt_seterr("rank %d failed: %s", w->abort_rank, w->why);
+}
+
+static int size_error(char *out, size_t cap, const tw_req *s, const tw_req *r) {
+    snprintf(out, cap, "threads: message of %zu bytes from rank %d to rank %d tag %d does not "
+             "match the %zu-byte receive buffer (size mismatch)", s->bytes, s->src_rank,
+             s->dst_rank, s->tag, r->bytes);
+    return -1;
+}
+
+static tw_req *req_new(comm *c, int is_send, int peer, int tag, void *buf, size_t bytes) {
+    tw_group *g = c->impl;
+    tw_req *r = pt_calloc(1, sizeof *r);
+    r->is_send = is_send;
+    r->ctx = g->ctx;
+    r->src_rank = is_send ? c->rank : peer;
+    r->dst_rank = is_send ? peer : c->rank;
+    r->src = g->members[r->src_rank];
+    r->dst = g->members[r->dst_rank];
+    r->tag = tag;
+    r->buf = buf;
+    r->bytes = bytes;
+    return r;
+}
+
+static int check_peer(comm *c, const char *what, int peer, int tag) {
+    if (peer < 0 || peer >= c->size)
+        return pt_seterr("threads: %s: rank %d has no peer %d (communicator of %d ranks)", what,
+                         c->rank, peer, c->size);
+    if (tag < 0) return pt_seterr("threads: %s: rank %d: tag %d is negative", what, c->rank, tag);
+    return 0;
+}
+
+/* Copies `bytes` from src to dst outside the lock while `mark` is REQ_COPYING, then completes
+ * mark and wakes its owner. Caller holds w->mu; it is held again on return. */
+static void copy_unlocked(tw_world *w, tw_req *mark, int owner, void *dst, const void *src,
+                          size_t bytes) {
+    mark->state = REQ_COPYING;
+    pthread_mutex_unlock(&w->mu);
+    if (bytes) memcpy(dst, src, bytes);
+    pthread_mutex_lock(&w->mu);
+    mark->state = REQ_DONE;
+    pthread_cond_broadcast(&w->wake[owner]);
+}
+
+/* ---- point to point -------------------------------------------------------------------- */
+
+/* Sends never block: a posted receive gets the data now (one copy), else the message waits in
+ * the receiver's mailbox pointing at the sender's buffer (no copy) until a receive matches. */
+static int tw_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, comm_req **out) {
+    tw_world *w = ((tw_group *)c->impl)->w;
+    if (check_peer(c, "isend", dst, tag)) return -1;
+    tw_req *s = req_new(c, 1, dst, tag, (void *)buf, bytes);
+    pthread_mutex_lock(&w->mu);
+    if (w->aborted) { pthread_mutex_unlock(&w->mu); free(s); return abort_error(w); }
+    tw_req *r = queue_take(&w->recvs[s->dst], s->ctx, s->src, tag);
+    if (!r) {
+        queue_push(&w->sends[s->dst], s);
+    } else if (r->bytes != bytes) {
+        size_error(r->err, sizeof r->err, s, r);
+        r->state = REQ_FAILED;
+        pthread_cond_broadcast(&w->wake[r->dst]);
+        pthread_mutex_unlock(&w->mu);
+        pt_seterr("%s", r->err);
+        free(s);
+        return -1;
+    } else {
+        copy_unlocked(w, r, r->dst, r->buf, buf, bytes);
+        s->state = REQ_DONE;
+    }
+    pthread_mutex_unlock(&w->mu);
+    *out = (comm_req *)s;
+    return 0;
+}
+
+/* A receive takes the oldest matching queued send (copying from the sender's buffer and
+ * completing that send), else it is posted for a later send to fill. */
+static int tw_irecv(comm *c, int src, int tag, void *buf, size_t bytes, comm_req **out) {
+    tw_world *w = ((tw_group *)c->impl)->w;
+    if (check_peer(c, "irecv", src, tag)) return -1;
+    tw_req *r = req_new(c, 0, src, tag, buf, bytes);
+    pthread_mutex_lock(&w->mu);
+    if (w->aborted) { pthread_mutex_unlock(&w->mu); free(r); return abort_error(w); }
+    tw_req *s = queue_take(&w->sends[r->dst], r->ctx, r->src, tag);
+    if (!s) {
+        queue_push(&w->recvs[r->dst], r);
+    } else if (s->bytes != bytes) {
+        size_error(s->err, sizeof s->err, s, r);
+        s->state = REQ_FAILED;
+        pthread_cond_broadcast(&w->wake[s->src]);
+        pthread_mutex_unlock(&w->mu);
+        pt_seterr("%s", s->err);
+        free(r);
+        return -1;
+    } else {
+        copy_unlocked(w, s, s->src, buf, s->buf, bytes);
+        r->state = REQ_DONE;
+    }
+    pthread_mutex_unlock(&w->mu);
+    *out = (comm_req *)r;
+    return 0;
+}
+
+/* Reports a finished request (freeing it): 0 done, -1 failed. Caller holds the lock. */
+static int req_finish_locked(tw_req *r) {
+    int rc = 0;
+    if (r->state == REQ_FAILED) rc = pt_seterr("%s", r->err);
+    free(r);
+    return rc;
+}
+
+static int req_pending(const tw_req *r) {
+    return r->state == REQ_QUEUED || r->state == REQ_COPYING;
+}
+
+static int tw_test(comm *c, comm_req *req, int *done) {
+    tw_world *w = ((tw_group *)c->impl)->w;
+    tw_req *r = (tw_req *)req;
+    int rc = 0;
+    *done = 0;
+    pthread_mutex_lock(&w->mu);
+    if (!req_pending(r)) { *done = 1; rc = req_finish_locked(r); }
+    else if (w->aborted) rc = abort_error(w);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+static struct timespec deadline_after(double seconds) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double whole = (double)(long)seconds;
+    t.tv_sec += (time_t)whole;
+    t.tv_nsec += (long)((seconds - whole) * 1e9);
+    if (t.tv_nsec >= 1000000000L) { t.tv_sec++; t.tv_nsec -= 1000000000L; }
+    return t;
+}
+
+/* Sleeps on this rank's condition variable until r completes, the deadline, or an abort. On a
+ * timeout or an abort the request stays pending (wait again, or comm_free drops it). */
+static int tw_wait(comm *c, comm_req *req, double timeout) {
+    tw_world *w = ((tw_group *)c->impl)->w;
+    tw_req *r = (tw_req *)req;
+    struct timespec dl = deadline_after(timeout > 0 ? timeout : 0);
+    int rc = 0, timed_out = 0;
+    pthread_mutex_lock(&w->mu);
+    while (req_pending(r) && !w->aborted && !timed_out) {
+        if (timeout > 0)
+            timed_out = pthread_cond_timedwait(&w->wake[c->world_rank], &w->mu, &dl) == ETIMEDOUT;
+        else
+            pthread_cond_wait(&w->wake[c->world_rank], &w->mu);
+    }
+    if (!req_pending(r)) rc = req_finish_locked(r);
+    else if (w->aborted) rc = abort_error(w);
+    else
+        rc = pt_seterr("threads: rank %d timed out after %.3g s waiting to %s rank %d tag %d "
+                       "(%zu bytes): the peer never %s", c->rank, timeout,
+                       r->is_send ? "send to" : "receive from", r->is_send ? r->dst_rank : r->src_rank,
+                       r->tag, r->bytes, r->is_send ? "posted the receive" : "sent");
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+/* ---- collectives ----------------------------------------------------------------------- */
+
+/* Generation-counting barrier over g. The last rank to arrive runs last(g, arg) under the lock
+ * before releasing the others. Caller holds w->mu. Returns -1 on an abort. */
+static int group_sync_locked(tw_group *g, int my_world, void (*last)(tw_group *, void *), void *arg) {
+    tw_world *w = g->w;
+    unsigned gen = g->gen;
+    if (w->aborted) return abort_error(w);
+    if (++g->arrived == g->size) {
+        g->arrived = 0;
+        g->failed = 0;
+        if (last) last(g, arg);
+        g->gen++;
+        for (int i = 0; i < g->size; i++) pthread_cond_broadcast(&w->wake[g->members[i]]);
+        return 0;
+    }
+    while (g->gen == gen && !w->aborted) pthread_cond_wait(&w->wake[my_world], &w->mu);
+    return g->gen == gen ? abort_error(w) : 0;
+}
+
+static int group_sync(comm *c, void (*last)(tw_group *, void *), void *arg) {
+    tw_group *g = c->impl;
+    pthread_mutex_lock(&g->w->mu);
+    int rc = group_sync_locked(g, c->world_rank, last, arg);
+    if (rc == 0 && g->failed) rc = pt_seterr("%s", g->err);
+    pthread_mutex_unlock(&g->w->mu);
+    return rc;
+}
+
+static int tw_barrier(comm *c) { return group_sync(c, NULL, NULL); }
+
+/* Last arriver of an allreduce: all counts must agree; the scratch buffer gets room. */
+static void allreduce_prepare(tw_group *g, void *arg) {
+    size_t esz = *(size_t *)arg;
+    for (int i = 1; i < g->size; i++) {
+        if (g->counts[i] == g->counts[0]) continue;
+        snprintf(g->err, sizeof g->err, "threads: allreduce: rank 0 passed %zu elements, rank %d "
+                 "passed %zu", g->counts[0], i, g->counts[i]);
+        g->failed = 1;
+        return;
+    }
+    if (g->counts[0] * esz > g->scratch_cap) {
+        free(g->scratch);
+        g->scratch_cap = g->counts[0] * esz;
+        g->scratch = pt_malloc(g->scratch_cap);
+    }
+}
+
+typedef void (*sum_fn)(void *out, const void **in, int k, size_t lo, size_t hi);
+
+/* out[i] = ((in[0][i] + in[1][i]) + in[2][i]) + ...: rank order, the same on every rank. */
+static void sum_f32(void *out, const void **in, int k, size_t lo, size_t hi) {
+    float *o = out;
+    for (size_t i = lo; i < hi; i++) o[i] = ((const float *)in[0])[i];
+    for (int j = 1; j < k; j++) {
+        const float *x = in[j];
+        for (size_t i = lo; i < hi; i++) o[i] += x[i];
+    }
+}
+
+static void sum_f64(void *out, const void **in, int k, size_t lo, size_t hi) {
+    double *o = out;
+    for (size_t i = lo; i < hi; i++) o[i] = ((const double *)in[0])[i];
+    for (int j = 1; j < k; j++) {
+        const double *x = in[j];
+        for (size_t i = lo; i < hi; i++) o[i] += x[i];
+    }
+}
+
+/* Every rank publishes its buffer; after a barrier each rank sums its own slice of the element
+ * range (in rank order) into the shared scratch; after a second barrier all copy the result out.
+ * The next collective cannot resize scratch or reuse bufs[] before every rank has arrived at
+ * it, i.e. finished copying, so two barriers suffice. */
+static int tw_allreduce(comm *c, void *buf, size_t n, size_t esz, sum_fn sum) {
+    tw_group *g = c->impl;
+    pthread_mutex_lock(&g->w->mu);
+    g->bufs[c->rank] = buf;
+    g->counts[c->rank] = n;
+    pthread_mutex_unlock(&g->w->mu);
+    if (group_sync(c, allreduce_prepare, &esz)) return -1;
+    size_t lo = n * c->rank / c->size, hi = n * (c->rank + 1) / c->size;
+    sum(g->scratch, g->bufs, c->size, lo, hi);
+    if (group_sync(c, NULL, NULL)) return -1;
+    if (n) memcpy(buf, g->scratch, n * esz);
+    return 0;
+}
+
+static int tw_allreduce_f32(comm *c, float *buf, size_t n) {
+    return tw_allreduce(c, buf, n, sizeof *buf, sum_f32);
+}
+
+static int tw_allreduce_f64(comm *c, double *buf, size_t n) {
+    return tw_allreduce(c, buf, n, sizeof *buf, sum_f64);
+}
+
+/* Last arriver of a split: one new group per colour >= 0, members in parent rank order. */
+static void split_build(tw_group *g, void *arg) {
+    int *members = pt_malloc(g->size * sizeof *members);
+    for (int i = 0; i < g->size; i++) g->split_out[i] = NULL;
+    for (int i = 0; i < g->size; i++) {
+        if (g->colors[i] < 0 || g->split_out[i]) continue;
+        int n = 0;
+        for (int j = i; j < g->size; j++)
+            if (g->colors[j] == g->colors[i]) members[n++] = g->members[j];
+        tw_group *sub = group_new(g->w, n, members);
+        for (int j = i; j < g->size; j++)
+            if (g->colors[j] == g->colors[i]) g->split_out[j] = sub;
+    }
+    free(members);
+}
+
+static int tw_split(comm *c, int color, comm **out) {
+    tw_group *g = c->impl;
+    *out = NULL;
+    pthread_mutex_lock(&g->w->mu);
+    g->colors[c->rank] = color;
+    pthread_mutex_unlock(&g->w->mu);
+    if (group_sync(c, split_build, NULL)) return -1;
+    pthread_mutex_lock(&g->w->mu);
+    tw_group *sub = g->split_out[c->rank];
+    if (sub) g->w->refs++;
+    pthread_mutex_unlock(&g->w->mu);
+    if (!sub) return 0;
+    int r = 0;
+    while (sub->members[r] != c->world_rank) r++;
+    *out = endpoint_new(sub, r);
+    return 0;
+}
+
+/* ---- failure and teardown -------------------------------------------------------------- */
+
+/* The first abort wins; every sleeping rank wakes and fails "rank R failed: why". */
+static void tw_abort(comm *c, const char *why) {
+    tw_world *w = ((tw_group *)c->impl)->w;
+    pthread_mutex_lock(&w->mu);
+    if (!w->aborted) {
+        w->aborted = 1;
+        w->abort_rank = c->world_rank;
+        snprintf(w->why, sizeof w->why, "%s", why ? why : "aborted");
+    }
+    for (int i = 0; i < w->size; i++) pthread_cond_broadcast(&w->wake[i]);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Drops this endpoint's still-queued requests (never matched), then the group and the world
+ * when their last endpoint goes. Requests being copied or done but not yet waited stay the
+ * caller's: free an endpoint only after its requests completed. */
+static void tw_free(comm *c) {
+    tw_group *g = c->impl;
+    tw_world *w = g->w;
+    pthread_mutex_lock(&w->mu);
+    queue_drop(&w->recvs[c->world_rank], g->ctx, c->world_rank, 0);
+    for (int i = 0; i < w->size; i++) queue_drop(&w->sends[i], g->ctx, c->world_rank, 1);
+    int last_group = --g->refs == 0, last_world = --w->refs == 0;
+    pthread_mutex_unlock(&w->mu);
+    if (last_group) group_free(g);
+    if (last_world) world_free(w);
+    free(c);
+}
+
+static const comm_vtable tw_vtable = {
+    .name = "threads",
+    .isend = tw_isend, .irecv = tw_irecv, .test = tw_test, .wait = tw_wait,
+    .allreduce_f32 = tw_allreduce_f32, .allreduce_f64 = tw_allreduce_f64,
+    .barrier = tw_barrier, .split = tw_split, .abort = tw_abort, .free = tw_free,
+};
+
+int comm_threads_create(int size, comm **out) {
+    if (size < 1) return pt_seterr("threads: cannot create a world of %d ranks (need >= 1)", size);
+    tw_world *w = world_new(size);
+    int *members = pt_malloc(size * sizeof *members);
+    for (int i = 0; i < size; i++) members[i] = i;
+    tw_group *g = group_new(w, size, members);
+    free(members);
+    w->refs = size;
+    for (int i = 0; i < size; i++) out[i] = endpoint_new(g, i);
+    return 0;
+}

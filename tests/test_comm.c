@@ -1,0 +1,405 @@
+/* Transports in one process: the threads transport (messages, matching, sizes, timeouts, abort,
+ * collectives, split) and the fault-injection wrapper around it (delays, a rank that dies).
+ * Rank bodies run on threads and record what they saw; only the main thread runs CHECKs.
+ * The MPI transport is tested by tests/test_comm_mpi.sh. */
+#include "test.h"
+#include "comm/comm.h"
+#include "util/pt.h"
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_RANKS 8
+#define WAIT_S 10.0          /* a generous bound for waits that must succeed (noisy machine) */
+
+/* One run of `body` on `n` threads, rank r with endpoint cs[r]. Bodies report through arg. */
+typedef struct { comm *c; void *arg; void (*body)(comm *, void *); } rank_job;
+
+static void *rank_main(void *p) {
+    rank_job *j = p;
+    j->body(j->c, j->arg);
+    return NULL;
+}
+
+static void run_ranks(comm **cs, int n, void (*body)(comm *, void *), void *arg) {
+    pthread_t th[MAX_RANKS];
+    rank_job jobs[MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        jobs[r] = (rank_job){cs[r], arg, body};
+        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+    }
+    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+}
+
+/* A world of n threads endpoints, run body, free. */
+static void run_world(int n, void (*body)(comm *, void *), void *arg) {
+    comm *cs[MAX_RANKS];
+    if (comm_threads_create(n, cs)) { printf("FAIL create: %s\n", pt_err()); exit(1); }
+    run_ranks(cs, n, body, arg);
+    for (int r = 0; r < n; r++) comm_free(cs[r]);
+}
+
+/* Per-rank outcome: 0 ok, else the first error and where. */
+typedef struct { int bad[MAX_RANKS]; char msg[MAX_RANKS][300]; double t[MAX_RANKS]; } outcome;
+
+static void note(outcome *o, int r, const char *what) {
+    if (o->bad[r]) return;
+    o->bad[r] = 1;
+    snprintf(o->msg[r], sizeof o->msg[r], "rank %d: %s: %s", r, what, pt_err());
+}
+
+static int first_bad(const outcome *o, int n) {
+    for (int r = 0; r < n; r++) if (o->bad[r]) return r;
+    return -1;
+}
+
+static int send_wait(comm *c, int dst, int tag, const void *b, size_t n) {
+    comm_req *q;
+    return comm_isend(c, dst, tag, b, n, &q) || comm_wait(c, q, WAIT_S);
+}
+
+static int recv_wait(comm *c, int src, int tag, void *b, size_t n) {
+    comm_req *q;
+    return comm_irecv(c, src, tag, b, n, &q) || comm_wait(c, q, WAIT_S);
+}
+
+/* ---- point to point ------------------------------------------------------------------ */
+
+#define PINGS 200
+static void body_pingpong(comm *c, void *arg) {
+    outcome *o = arg;
+    int v = 0;
+    for (int i = 0; i < PINGS; i++) {
+        if (c->rank == 0) {
+            int w = i * 2;
+            if (send_wait(c, 1, 7, &w, sizeof w) || recv_wait(c, 1, 8, &v, sizeof v)) { note(o, 0, "io"); return; }
+            if (v != w + 1) { snprintf(o->msg[0], 300, "round %d: got %d want %d", i, v, w + 1); o->bad[0] = 1; return; }
+        } else {
+            if (recv_wait(c, 0, 7, &v, sizeof v)) { note(o, 1, "recv"); return; }
+            v++;
+            if (send_wait(c, 0, 8, &v, sizeof v)) { note(o, 1, "send"); return; }
+        }
+    }
+}
+
+static void test_pingpong(void) {
+    outcome o = {0};
+    run_world(2, body_pingpong, &o);
+    int b = first_bad(&o, 2);
+    CHECK("threads ping-pong 200 rounds", b < 0, "%s", b < 0 ? "" : o.msg[b]);
+}
+
+#define NTAGS 16
+/* Rank 0 sends one message per tag in order; rank 1 posts receives in reverse tag order. */
+static void body_tags(comm *c, void *arg) {
+    outcome *o = arg;
+    comm_req *q[NTAGS];
+    int v[NTAGS];
+    if (c->rank == 0) {
+        for (int t = 0; t < NTAGS; t++) { v[t] = 1000 + t; if (comm_isend(c, 1, t, &v[t], sizeof v[t], &q[t])) { note(o, 0, "isend"); return; } }
+        for (int t = 0; t < NTAGS; t++) if (comm_wait(c, q[t], WAIT_S)) { note(o, 0, "wait"); return; }
+        return;
+    }
+    for (int t = NTAGS - 1; t >= 0; t--) if (comm_irecv(c, 0, t, &v[t], sizeof v[t], &q[t])) { note(o, 1, "irecv"); return; }
+    for (int t = NTAGS - 1; t >= 0; t--) if (comm_wait(c, q[t], WAIT_S)) { note(o, 1, "wait"); return; }
+    for (int t = 0; t < NTAGS; t++)
+        if (v[t] != 1000 + t) { o->bad[1] = 1; snprintf(o->msg[1], 300, "tag %d got %d", t, v[t]); return; }
+}
+
+static void test_tags(void) {
+    outcome o = {0};
+    run_world(2, body_tags, &o);
+    int b = first_bad(&o, 2);
+    CHECK("threads many tags matched out of order", b < 0, "%s", b < 0 ? "" : o.msg[b]);
+}
+
+#define NFIFO 64
+/* Same tag, many messages: half the receives posted before the sends start, half after. Two
+ * tags interleaved must each keep their own order. */
+static void body_fifo(comm *c, void *arg) {
+    outcome *o = arg;
+    comm_req *q[2 * NFIFO];
+    int v[2 * NFIFO];
+    if (c->rank == 0) {
+        if (comm_barrier(c)) { note(o, 0, "barrier"); return; }
+        for (int i = 0; i < 2 * NFIFO; i++) {
+            v[i] = i;
+            if (comm_isend(c, 1, 3 + (i & 1), &v[i], sizeof v[i], &q[i])) { note(o, 0, "isend"); return; }
+        }
+        for (int i = 0; i < 2 * NFIFO; i++) if (comm_wait(c, q[i], WAIT_S)) { note(o, 0, "wait"); return; }
+        return;
+    }
+    for (int i = 0; i < NFIFO; i++)
+        if (comm_irecv(c, 0, 3 + (i & 1), &v[i], sizeof v[i], &q[i])) { note(o, 1, "irecv"); return; }
+    if (comm_barrier(c)) { note(o, 1, "barrier"); return; }
+    for (int i = NFIFO; i < 2 * NFIFO; i++)
+        if (comm_irecv(c, 0, 3 + (i & 1), &v[i], sizeof v[i], &q[i])) { note(o, 1, "irecv"); return; }
+    for (int i = 0; i < 2 * NFIFO; i++) if (comm_wait(c, q[i], WAIT_S)) { note(o, 1, "wait"); return; }
+    for (int i = 0; i < 2 * NFIFO; i++)
+        if (v[i] != i) { o->bad[1] = 1; snprintf(o->msg[1], 300, "receive %d got message %d", i, v[i]); return; }
+}
+
+static void test_fifo(void) {
+    outcome o = {0};
+    run_world(2, body_fifo, &o);
+    int b = first_bad(&o, 2);
+    CHECK("threads FIFO per (src, dst, tag)", b < 0, "%s", b < 0 ? "" : o.msg[b]);
+}
+
+/* Single-threaded: both endpoints driven by the main thread (isend/irecv never block). */
+static void test_size_mismatch(void) {
+    comm *cs[2];
+    comm_threads_create(2, cs);
+    double big[2] = {1, 2};
+    float small[1];
+    comm_req *s, *r;
+    /* send first, then a receive that is too small */
+    int rc = comm_isend(cs[0], 1, 9, big, sizeof big, &s);
+    int rc2 = comm_irecv(cs[1], 0, 9, small, sizeof small, &r);
+    const char *e = pt_err();
+    CHECK("size mismatch: receive fails", rc == 0 && rc2 == -1, "rc %d %d", rc, rc2);
+    CHECK("size mismatch error names sizes, ranks, tag",
+          strstr(e, "16 bytes") && strstr(e, "4-byte") && strstr(e, "rank 0") && strstr(e, "rank 1") &&
+          strstr(e, "tag 9"), "%s", e);
+    rc = comm_wait(cs[0], s, WAIT_S);
+    CHECK("size mismatch: the send fails too", rc == -1 && strstr(pt_err(), "16 bytes"), "rc %d: %s", rc, pt_err());
+    /* receive first, then a send that does not fit */
+    rc = comm_irecv(cs[1], 0, 10, small, sizeof small, &r);
+    rc2 = comm_isend(cs[0], 1, 10, big, sizeof big, &s);
+    CHECK("size mismatch, receive posted first: send fails", rc == 0 && rc2 == -1 && strstr(pt_err(), "tag 10"),
+          "rc %d %d: %s", rc, rc2, pt_err());
+    rc = comm_wait(cs[1], r, WAIT_S);
+    CHECK("size mismatch, receive posted first: receive fails", rc == -1 && strstr(pt_err(), "4-byte"),
+          "rc %d: %s", rc, pt_err());
+    comm_free(cs[0]); comm_free(cs[1]);
+}
+
+static void test_send_never_blocks(void) {
+    comm *cs[2];
+    comm_threads_create(2, cs);
+    int v = 42, got = 0, done = -1, done2 = -1;
+    comm_req *s, *r;
+    double t0 = pt_now();
+    int rc = comm_isend(cs[0], 1, 1, &v, sizeof v, &s);
+    CHECK("isend without a receiver returns", rc == 0, "%s", pt_err());
+    comm_test(cs[0], s, &done);
+    CHECK("test: not done before a receive matched", done == 0, "done %d", done);
+    rc = comm_wait(cs[0], s, 0.05);
+    CHECK("wait times out while unmatched (send side names peer and tag)",
+          rc == -1 && strstr(pt_err(), "rank 1") && strstr(pt_err(), "tag 1"), "rc %d: %s", rc, pt_err());
+    comm_irecv(cs[1], 0, 1, &got, sizeof got, &r);
+    comm_test(cs[0], s, &done);
+    comm_test(cs[1], r, &done2);
+    CHECK("test: done after the receive matched", done == 1 && done2 == 1 && got == 42,
+          "done %d %d got %d", done, done2, got);
+    (void)t0;
+    comm_free(cs[0]); comm_free(cs[1]);
+}
+
+static void test_bad_args(void) {
+    comm *cs[2];
+    comm_threads_create(2, cs);
+    comm_req *q;
+    int v = 0;
+    CHECK("send to a rank outside the communicator fails", comm_isend(cs[0], 2, 0, &v, 4, &q) == -1 &&
+          strstr(pt_err(), "peer 2"), "%s", pt_err());
+    CHECK("negative tag fails", comm_irecv(cs[0], 1, -1, &v, 4, &q) == -1 && strstr(pt_err(), "tag -1"),
+          "%s", pt_err());
+    comm *none[1];
+    CHECK("world of 0 ranks fails", comm_threads_create(0, none) == -1, "no error");
+    /* an unmatched send and receive are dropped by free (no leak under ASan) */
+    comm_isend(cs[0], 1, 5, &v, 4, &q);
+    comm_irecv(cs[1], 0, 6, &v, 4, &q);
+    comm_free(cs[0]); comm_free(cs[1]);
+}
+
+static void test_wait_timeout(void) {
+    comm *cs[2];
+    comm_threads_create(2, cs);
+    float x[4];
+    comm_req *r;
+    comm_irecv(cs[1], 0, 77, x, sizeof x, &r);
+    double t0 = pt_now();
+    int rc = comm_wait(cs[1], r, 0.1);
+    double dt = pt_now() - t0;
+    const char *e = pt_err();
+    CHECK("wait timeout fails", rc == -1 && dt >= 0.09, "rc %d after %.3f s", rc, dt);
+    CHECK("wait timeout error names the peer and tag", strstr(e, "rank 0") && strstr(e, "tag 77"), "%s", e);
+    comm_free(cs[0]); comm_free(cs[1]);
+}
+
+/* ---- collectives ----------------------------------------------------------------------- */
+
+#define AR_RANKS 4
+static const size_t ar_sizes[] = {0, 1, 7, 1001, 65537};
+#define N_AR_SIZES (sizeof ar_sizes / sizeof ar_sizes[0])
+
+/* Values whose float sum depends on the order: big and small magnitudes mixed. */
+static double ar_value(int rank, size_t i) {
+    double big = (i + rank) % 3 == 0 ? 1e8 : 1.0;
+    return (rank % 2 ? -1 : 1) * big * (1.0 + 0.1 * (double)((i * 7 + rank * 13) % 17)) + 0.37 * rank;
+}
+
+typedef struct { float *f[AR_RANKS][N_AR_SIZES]; double *d[AR_RANKS][N_AR_SIZES]; outcome o; } ar_state;
+
+static void body_allreduce(comm *c, void *arg) {
+    ar_state *st = arg;
+    for (size_t k = 0; k < N_AR_SIZES; k++) {
+        size_t n = ar_sizes[k];
+        float *f = st->f[c->rank][k];
+        double *d = st->d[c->rank][k];
+        for (size_t i = 0; i < n; i++) { f[i] = (float)ar_value(c->rank, i); d[i] = ar_value(c->rank, i); }
+        if (comm_allreduce_f32(c, n ? f : NULL, n) || comm_allreduce_f64(c, n ? d : NULL, n)) {
+            note(&st->o, c->rank, "allreduce");
+            return;
+        }
+    }
+}
+
+static void test_allreduce(void) {
+    ar_state *st = pt_calloc(1, sizeof *st);
+    for (int r = 0; r < AR_RANKS; r++)
+        for (size_t k = 0; k < N_AR_SIZES; k++) {
+            st->f[r][k] = pt_malloc((ar_sizes[k] + 1) * sizeof(float));
+            st->d[r][k] = pt_malloc((ar_sizes[k] + 1) * sizeof(double));
+        }
+    run_world(AR_RANKS, body_allreduce, st);
+    int b = first_bad(&st->o, AR_RANKS);
+    CHECK("allreduce runs for sizes 0, 1, 7, 1001, 65537", b < 0, "%s", b < 0 ? "" : st->o.msg[b]);
+    int eq_f = 1, eq_d = 1, ord_f = 1, ord_d = 1;
+    for (size_t k = 0; k < N_AR_SIZES; k++)
+        for (size_t i = 0; i < ar_sizes[k]; i++) {
+            float sf = (float)ar_value(0, i);
+            double sd = ar_value(0, i);
+            for (int r = 1; r < AR_RANKS; r++) { sf += (float)ar_value(r, i); sd += ar_value(r, i); }
+            ord_f &= memcmp(&st->f[0][k][i], &sf, sizeof sf) == 0;
+            ord_d &= memcmp(&st->d[0][k][i], &sd, sizeof sd) == 0;
+            for (int r = 1; r < AR_RANKS; r++) {
+                eq_f &= memcmp(&st->f[r][k][i], &st->f[0][k][i], sizeof(float)) == 0;
+                eq_d &= memcmp(&st->d[r][k][i], &st->d[0][k][i], sizeof(double)) == 0;
+            }
+        }
+    CHECK("allreduce f32 bitwise equal on all ranks", eq_f, "differs");
+    CHECK("allreduce f64 bitwise equal on all ranks", eq_d, "differs");
+    CHECK("allreduce f32 sums in rank order (bitwise)", ord_f, "differs from ((r0+r1)+r2)+r3");
+    CHECK("allreduce f64 sums in rank order (bitwise)", ord_d, "differs from ((r0+r1)+r2)+r3");
+    for (int r = 0; r < AR_RANKS; r++)
+        for (size_t k = 0; k < N_AR_SIZES; k++) { free(st->f[r][k]); free(st->d[r][k]); }
+    free(st);
+}
+
+static void body_count_mismatch(comm *c, void *arg) {
+    outcome *o = arg;
+    float x[3] = {1, 2, 3};
+    if (comm_allreduce_f32(c, x, c->rank == 2 ? 3 : 2) == 0) { o->bad[c->rank] = 1; return; }
+    snprintf(o->msg[c->rank], 300, "%s", pt_err());
+    if (comm_allreduce_f32(c, x, 3)) note(o, c->rank, "allreduce after a failed one");
+}
+
+static void test_allreduce_mismatch(void) {
+    outcome o = {0};
+    run_world(3, body_count_mismatch, &o);
+    int all = 1;
+    for (int r = 0; r < 3; r++) all &= !o.bad[r] && strstr(o.msg[r], "rank 2 passed 3") != NULL;
+    CHECK("allreduce with different counts fails on every rank, naming the rank", all,
+          "%s | %s | %s", o.msg[0], o.msg[1], o.msg[2]);
+}
+
+#define SPLIT_ROUNDS 50
+/* 6 ranks: colours rank % 2 (two sub-communicators of 3) and colour -1 for rank 5 in a second
+ * split. The two sub-communicators run allreduces concurrently and must not mix. */
+typedef struct { outcome o; int sub_rank[6], sub_size[6]; int none_ok[6]; } split_state;
+
+static void body_split(comm *c, void *arg) {
+    split_state *st = arg;
+    comm *sub = NULL, *sub2 = NULL;
+    if (comm_split(c, c->rank % 2, &sub)) { note(&st->o, c->rank, "split"); return; }
+    st->sub_rank[c->rank] = sub->rank;
+    st->sub_size[c->rank] = sub->size;
+    for (int i = 0; i < SPLIT_ROUNDS; i++) {
+        double x[3] = {c->rank, 1, i};
+        if (comm_allreduce_f64(sub, x, 3)) { note(&st->o, c->rank, "sub allreduce"); break; }
+        double want = c->rank % 2 ? 1 + 3 + 5 : 0 + 2 + 4;
+        if (x[0] != want || x[1] != 3 || x[2] != 3 * i) {
+            st->o.bad[c->rank] = 1;
+            snprintf(st->o.msg[c->rank], 300, "rank %d round %d: sum %g %g %g", c->rank, i, x[0], x[1], x[2]);
+            break;
+        }
+    }
+    /* point to point inside the sub-communicator uses sub ranks */
+    int v = c->rank, got = -1;
+    if (sub->rank == 0) { if (send_wait(sub, 1, 0, &v, sizeof v)) note(&st->o, c->rank, "sub send"); }
+    else if (sub->rank == 1) {
+        if (recv_wait(sub, 0, 0, &got, sizeof got)) note(&st->o, c->rank, "sub recv");
+        else if (got != c->rank - 2) { st->o.bad[c->rank] = 1; snprintf(st->o.msg[c->rank], 300, "got %d", got); }
+    }
+    if (comm_split(c, c->rank == 5 ? -1 : 0, &sub2)) note(&st->o, c->rank, "split 2");
+    st->none_ok[c->rank] = c->rank == 5 ? sub2 == NULL : sub2 != NULL && sub2->size == 5;
+    if (sub2 && comm_barrier(sub2)) note(&st->o, c->rank, "sub2 barrier");
+    if (comm_barrier(c)) note(&st->o, c->rank, "world barrier");
+    comm_free(sub2);
+    comm_free(sub);
+}
+
+static void test_split(void) {
+    split_state st = {0};
+    run_world(6, body_split, &st);
+    int b = first_bad(&st.o, 6);
+    CHECK("split: concurrent allreduces on two sub-communicators", b < 0, "%s", b < 0 ? "" : st.o.msg[b]);
+    int ranks_ok = 1, none_ok = 1;
+    for (int r = 0; r < 6; r++) {
+        ranks_ok &= st.sub_rank[r] == r / 2 && st.sub_size[r] == 3;
+        none_ok &= st.none_ok[r];
+    }
+    CHECK("split: sub ranks ordered by parent rank", ranks_ok, "rank 5 -> %d", st.sub_rank[5]);
+    CHECK("split: colour -1 gives no communicator", none_ok, "wrong");
+}
+
+/* ---- abort ----------------------------------------------------------------------------- */
+
+#define ABORT_WAIT_S 5.0     /* the waits that an abort must cut short */
+static void body_abort(comm *c, void *arg) {
+    outcome *o = arg;
+    double t0 = pt_now();
+    if (c->rank == 2) {
+        usleep(50000);
+        comm_abort(c, "injected failure");
+        return;
+    }
+    float x;
+    comm_req *r;
+    int rc;
+    if (c->rank == 3) rc = comm_barrier(c);        /* a collective is cut short too */
+    else rc = comm_irecv(c, (c->rank + 1) % 4, 5, &x, sizeof x, &r) || comm_wait(c, r, ABORT_WAIT_S);
+    o->t[c->rank] = pt_now() - t0;
+    if (rc == 0) { o->bad[c->rank] = 1; snprintf(o->msg[c->rank], 300, "rank %d: no error", c->rank); return; }
+    snprintf(o->msg[c->rank], 300, "%s", pt_err());
+}
+
+static void test_abort(void) {
+    outcome o = {0};
+    run_world(4, body_abort, &o);
+    int named = 1, fast = 1;
+    for (int r = 0; r < 4; r++) {
+        if (r == 2) continue;
+        named &= !o.bad[r] && strstr(o.msg[r], "rank 2 failed: injected failure") != NULL;
+        fast &= o.t[r] < ABORT_WAIT_S;
+    }
+    CHECK("abort: every other rank's wait fails naming the rank", named, "%s | %s | %s", o.msg[0], o.msg[1], o.msg[3]);
+    CHECK("abort: waits end before their timeout", fast, "%.2f %.2f %.2f s", o.t[0], o.t[1], o.t[3]);
+}
+
+int main(void) {
+    test_pingpong();
+    test_tags();
+    test_fifo();
+    test_size_mismatch();
+    test_send_never_blocks();
+    test_bad_args();
+    test_wait_timeout();
+    test_allreduce();
+    test_allreduce_mismatch();
+    test_split();
+    test_abort();
+    TEST_DONE();
+}
