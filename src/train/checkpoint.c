@@ -1,11 +1,15 @@
-/* Checkpoint folders: write into a temporary folder, checksum, rename; read back with checks. */
+/* Checkpoint folders: chunk files written by any rank into a temporary folder, a manifest with
+ * checksums, an atomic install under the real name; loading by layer from whichever chunk file
+ * holds it, with every field and file checked first. Not the trainer's policy (when, who). */
 #include "train/checkpoint.h"
 #include "io/io.h"
 #include "io/safetensors.h"
 #include "model/gpt_io.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,85 +17,95 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const ckpt_files[] = {"model.safetensors", "optim.safetensors"};
+#define CKPT_PATH_MAX 1200   /* a file in a checkpoint folder */
+#define CKPT_DIR_MAX 1100    /* a checkpoint folder (leaves room for the file name) */
+#define CKPT_FORMAT "pipetrain-checkpoint"
+#define CKPT_VERSION 2
 
-/* FNV-1a 64 of a whole file; -1 with an error on read failure. */
+/* ---- test hook: one pointer test when unset ---------------------------------------------- */
+
+static const char *crash_point;
+static int crash_arg;
+
+void ckpt_test_crash_at(const char *point, int arg) {
+    crash_point = point;
+    crash_arg = arg;
+}
+
+static void crash_maybe(const char *point, int arg) {
+    if (!strcmp(crash_point, point) && (arg < 0 || arg == crash_arg)) abort();
+}
+#define CRASH_POINT(p, arg) do { if (crash_point) crash_maybe(p, arg); } while (0)
+
+/* ---- small file helpers ------------------------------------------------------------------ */
+
+static void chunk_path(char *out, size_t n, const char *dir, int c) {
+    snprintf(out, n, "%s/chunk-%d.safetensors", dir, c);
+}
+
+/* FNV-1a 64 and size of a whole file, streamed; -1 naming the path on read failure. */
 static int file_fnv(const char *path, uint64_t *hash, size_t *len) {
-    char *buf = pt_read_file(path, len);
-    if (!buf) return -1;
+    FILE *f = fopen(path, "rb");
+    if (!f) return pt_seterr("%s: cannot open: %s", path, strerror(errno));
+    static const size_t bufsz = 1 << 20;
+    unsigned char *buf = pt_malloc(bufsz);
     uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < *len; i++) h = (h ^ (uint8_t)buf[i]) * 0x100000001b3ULL;
+    size_t got, total = 0;
+    while ((got = fread(buf, 1, bufsz, f)) > 0) {
+        for (size_t i = 0; i < got; i++) h = (h ^ buf[i]) * 0x100000001b3ULL;
+        total += got;
+    }
+    int rc = ferror(f) ? pt_seterr("%s: read error", path) : 0;
+    fclose(f);
     free(buf);
     *hash = h;
-    return 0;
-}
-
-static int write_optim(const char *path, const gpt_model *m, const adamw_state *opt) {
-    st_writer *w = st_writer_new();
-    int rc = gpt_add_to_writer(m, w, opt->m, "m/");
-    if (rc == 0) rc = gpt_add_to_writer(m, w, opt->v, "v/");
-    if (rc == 0) rc = st_write(w, path);
-    st_writer_free(w);
+    *len = total;
     return rc;
 }
 
-/* manifest.json: config, progress, and one {name, bytes, fnv1a64} entry per file in tmpdir. */
-static int write_manifest(const char *tmpdir, const ckpt_manifest *man, int n_files) {
-    char path[1200], hex[32];
-    cJSON *root = cJSON_CreateObject(), *files = cJSON_AddArrayToObject(root, "files");
-    cJSON_AddItemToObject(root, "config", config_to_cjson(&man->cfg));
-    cJSON_AddNumberToObject(root, "step", (double)man->step);
-    cJSON_AddNumberToObject(root, "adam_t", man->adam_t);
-    cJSON_AddNumberToObject(root, "batch", man->batch);
-    cJSON_AddNumberToObject(root, "seq", man->seq);
-    snprintf(hex, sizeof hex, "%" PRIu64, man->shuffle_seed);
-    cJSON_AddStringToObject(root, "shuffle_seed", hex);
-    snprintf(hex, sizeof hex, "%" PRIu64, man->init_seed);
-    cJSON_AddStringToObject(root, "init_seed", hex);
-    cJSON_AddStringToObject(root, "data", man->data_path);
-    cJSON *layout = cJSON_AddObjectToObject(root, "layout");
-    cJSON_AddNumberToObject(layout, "stages", 1);
-    cJSON_AddNumberToObject(layout, "dp", 1);
-    int rc = 0;
-    for (int i = 0; i < n_files && rc == 0; i++) {
-        uint64_t h;
-        size_t len;
-        snprintf(path, sizeof path, "%s/%s", tmpdir, ckpt_files[i]);
-        if ((rc = file_fnv(path, &h, &len)) < 0) break;
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(f, "name", ckpt_files[i]);
-        cJSON_AddNumberToObject(f, "bytes", (double)len);
-        snprintf(hex, sizeof hex, "%016" PRIx64, h);
-        cJSON_AddStringToObject(f, "fnv1a64", hex);
-        cJSON_AddItemToArray(files, f);
-    }
-    if (rc == 0) {
-        char *text = cJSON_Print(root);
-        io_atomic_file a;
-        snprintf(path, sizeof path, "%s/manifest.json", tmpdir);
-        rc = io_atomic_open(&a, path);
-        if (rc == 0) { fputs(text, a.f); fputc('\n', a.f); rc = io_atomic_commit(&a); }
-        free(text);
-    }
-    cJSON_Delete(root);
-    return rc;
+/* fsync a folder so renames and new entries in it survive a crash; best effort. */
+static void sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) { (void)fsync(fd); close(fd); }
 }
 
-/* Removes a checkpoint-shaped folder (only the files we write, then the folder). */
-static void remove_ckpt_dir(const char *dir) {
-    char path[1200];
-    for (unsigned i = 0; i < sizeof ckpt_files / sizeof *ckpt_files; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, ckpt_files[i]);
-        unlink(path);
-    }
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    unlink(path);
-    rmdir(dir);
+static void sync_parent(const char *path) {
+    char parent[CKPT_PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = 0;
+    else *slash = 0;
+    sync_dir(parent);
+}
+
+/* Names a checkpoint folder may hold: ours, the older single-process format, stale temporaries. */
+static int is_ckpt_file(const char *name) {
+    int c, end = 0;
+    if (!strcmp(name, "manifest.json") || !strcmp(name, "model.safetensors") ||
+        !strcmp(name, "optim.safetensors"))
+        return 1;
+    if (strstr(name, ".tmp.")) return !strncmp(name, "chunk-", 6) || !strncmp(name, "manifest", 8);
+    return sscanf(name, "chunk-%d.safetensors%n", &c, &end) == 1 && !name[end];
+}
+
+void ckpt_abandon(const char *tmpdir) {
+    DIR *d = opendir(tmpdir);
+    if (!d) return;
+    char path[CKPT_PATH_MAX];
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (is_ckpt_file(e->d_name)) {
+            snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
+    rmdir(tmpdir);
 }
 
 /* mkdir -p of the folder that will hold dir. */
 static int make_parents(const char *dir) {
-    char path[1100];
+    char path[CKPT_PATH_MAX];
     snprintf(path, sizeof path, "%s", dir);
     for (char *p = path + 1; *p; p++) {
         if (*p != '/') continue;
@@ -103,72 +117,434 @@ static int make_parents(const char *dir) {
     return 0;
 }
 
-int ckpt_save(const char *dir, const gpt_model *m, const adamw_state *opt, const ckpt_manifest *man,
-              int overwrite) {
-    char tmp[1100], path[1200];
-    struct stat st;
-    if (strlen(dir) > 1000) return pt_seterr("%s: checkpoint path too long", dir);
-    if (!overwrite && stat(dir, &st) == 0) return pt_seterr("%s: already exists; not overwriting", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid());
-    remove_ckpt_dir(tmp);
-    if (make_parents(dir) < 0) return -1;
-    if (mkdir(tmp, 0755) < 0) return pt_seterr("%s: cannot create folder: %s", tmp, strerror(errno));
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    int n_files = opt ? 2 : 1;
-    int rc = gpt_save_safetensors(m, path);
-    if (rc == 0 && opt) {
-        snprintf(path, sizeof path, "%s/optim.safetensors", tmp);
-        rc = write_optim(path, m, opt);
+/* ---- layout ------------------------------------------------------------------------------ */
+
+int ckpt_manifest_set_layout(ckpt_manifest *man, int P, int D, int K, int n_pipes,
+                             const char *schedule, const int *chunk_first) {
+    if (K < 1 || K > CKPT_MAX_CHUNKS)
+        return pt_seterr("checkpoint layout: %d chunks, must be 1..%d", K, CKPT_MAX_CHUNKS);
+    man->P = P; man->D = D; man->K = K; man->n_pipes = n_pipes;
+    snprintf(man->schedule, sizeof man->schedule, "%s", schedule ? schedule : "");
+    man->n_chunks = K;
+    for (int c = 0; c < K; c++) {
+        man->chunks[c].first_layer = chunk_first[c];
+        man->chunks[c].end_layer = chunk_first[c + 1];
     }
-    if (rc == 0) rc = write_manifest(tmp, man, n_files);
-    if (rc == 0 && overwrite && stat(dir, &st) == 0) remove_ckpt_dir(dir);
-    if (rc == 0 && rename(tmp, dir) < 0)
-        rc = pt_seterr("%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
-    if (rc < 0) remove_ckpt_dir(tmp);
+    return 0;
+}
+
+/* Chunk ranges must tile layers [0, n_layers) in order, each non-empty. `where` names the source. */
+static int check_tiling(const ckpt_manifest *man, int n_layers, const char *where) {
+    if (man->n_chunks < 1 || man->n_chunks > CKPT_MAX_CHUNKS)
+        return pt_seterr("%s: %d chunks, must be 1..%d", where, man->n_chunks, CKPT_MAX_CHUNKS);
+    int next = 0;
+    for (int c = 0; c < man->n_chunks; c++) {
+        const ckpt_chunk *ch = &man->chunks[c];
+        if (ch->first_layer != next || ch->end_layer <= ch->first_layer)
+            return pt_seterr("%s: chunk %d covers layers [%d, %d), expected a non-empty range "
+                             "starting at layer %d (chunks must cover every layer once, in order)",
+                             where, c, ch->first_layer, ch->end_layer, next);
+        next = ch->end_layer;
+    }
+    if (next != n_layers)
+        return pt_seterr("%s: chunks cover layers [0, %d), the model has %d layers (embedding, "
+                         "%d blocks, head)", where, next, n_layers, n_layers - 2);
+    return 0;
+}
+
+/* Index of the chunk holding layer, or -1. */
+static int chunk_of_layer(const ckpt_manifest *man, int layer) {
+    for (int c = 0; c < man->n_chunks; c++)
+        if (layer >= man->chunks[c].first_layer && layer < man->chunks[c].end_layer) return c;
+    return -1;
+}
+
+/* ---- save ------------------------------------------------------------------------------- */
+
+int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n) {
+    int len = snprintf(tmpdir, n, "%s.tmp.%ld", dir, pid);
+    if (len < 0 || (size_t)len >= n || len >= CKPT_DIR_MAX)
+        return pt_seterr("%s: checkpoint path too long", dir);
+    return 0;
+}
+
+int ckpt_begin(const char *dir, char *tmpdir, size_t n) {
+    if (ckpt_tmpdir_name(dir, (long)getpid(), tmpdir, n) < 0) return -1;
+    ckpt_abandon(tmpdir);
+    if (make_parents(dir) < 0) return -1;
+    if (mkdir(tmpdir, 0755) < 0)
+        return pt_seterr("%s: cannot create folder: %s", tmpdir, strerror(errno));
+    return 0;
+}
+
+/* Adds layers [first, end) of buf (laid out like m->params) to w, names prefixed. */
+static int add_layers(st_writer *w, const gpt_model *m, const float *buf, const char *prefix,
+                      int first, int end) {
+    char name[160];
+    for (int i = 0; i < gpt_param_count(m); i++) {
+        const gpt_param_info *pi = gpt_param_info_at(m, i);
+        if (pi->layer < first || pi->layer >= end) continue;
+        int64_t shape[2] = {pi->shape[0], pi->shape[1]};
+        snprintf(name, sizeof name, "%s%s", prefix, pi->name);
+        if (st_writer_add(w, name, ST_F32, pi->ndim, shape, buf + pi->offset) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Metadata that lets commit check a file against the manifest. */
+static int add_chunk_meta(st_writer *w, int chunk, int first, int end, int has_optim) {
+    char v[32];
+    int rc = st_writer_meta(w, "format", "pt");
+    snprintf(v, sizeof v, "%d", chunk);
+    if (rc == 0) rc = st_writer_meta(w, "pipetrain.chunk", v);
+    snprintf(v, sizeof v, "%d", first);
+    if (rc == 0) rc = st_writer_meta(w, "pipetrain.first_layer", v);
+    snprintf(v, sizeof v, "%d", end);
+    if (rc == 0) rc = st_writer_meta(w, "pipetrain.end_layer", v);
+    if (rc == 0) rc = st_writer_meta(w, "pipetrain.optimizer", has_optim ? "1" : "0");
     return rc;
 }
 
-/* Checks one manifest "files" entry against the file on disk. */
-static int verify_file(const char *dir, const cJSON *f, const char *mpath) {
-    const cJSON *name = cJSON_GetObjectItem(f, "name"), *bytes = cJSON_GetObjectItem(f, "bytes"),
-                *sum = cJSON_GetObjectItem(f, "fnv1a64");
-    if (!cJSON_IsString(name) || !cJSON_IsNumber(bytes) || !cJSON_IsString(sum) ||
-        strchr(name->valuestring, '/'))
-        return pt_seterr("%s: field \"files\": each entry needs name, bytes and fnv1a64", mpath);
-    char path[1200], hex[32];
-    snprintf(path, sizeof path, "%s/%s", dir, name->valuestring);
-    uint64_t h;
-    size_t len;
-    if (file_fnv(path, &h, &len) < 0) return -1;
-    if ((double)len != bytes->valuedouble)
-        return pt_seterr("%s: %zu bytes, manifest says %.0f (truncated or replaced)", path, len,
-                         bytes->valuedouble);
-    snprintf(hex, sizeof hex, "%016" PRIx64, h);
-    if (strcmp(hex, sum->valuestring))
-        return pt_seterr("%s: checksum mismatch (file changed or corrupt)", path);
+int ckpt_write_chunk(const char *tmpdir, int chunk, int first_layer, int end_layer,
+                     const gpt_model *m, const adamw_state *opt) {
+    char path[CKPT_PATH_MAX];
+    chunk_path(path, sizeof path, tmpdir, chunk);
+    if (chunk < 0 || chunk >= CKPT_MAX_CHUNKS || first_layer < 0 || end_layer <= first_layer ||
+        end_layer > gpt_num_layers(m))
+        return pt_seterr("%s: bad chunk %d or layer range [%d, %d) (model has %d layers)", path,
+                         chunk, first_layer, end_layer, gpt_num_layers(m));
+    if (opt && opt->n != m->num_params)
+        return pt_seterr("%s: optimizer state holds %zu floats, the model %zu", path, opt->n,
+                         m->num_params);
+    st_writer *w = st_writer_new();
+    int rc = add_chunk_meta(w, chunk, first_layer, end_layer, opt != NULL);
+    if (rc == 0) rc = add_layers(w, m, m->params, "", first_layer, end_layer);
+    if (rc == 0 && opt) rc = add_layers(w, m, opt->m, "m/", first_layer, end_layer);
+    if (rc == 0 && opt) rc = add_layers(w, m, opt->v, "v/", first_layer, end_layer);
+    if (rc == 0) rc = st_write(w, path);
+    st_writer_free(w);
+    if (rc < 0) return pt_adderr("checkpoint chunk %d: ", chunk);
+    CRASH_POINT("chunk", chunk);
     return 0;
 }
 
-static int manifest_fields(ckpt_manifest *man, const cJSON *root, const char *mpath) {
-    const char *keys[] = {"step", "adam_t", "batch", "seq"};
-    double v[4];
-    for (int i = 0; i < 4; i++) {
-        const cJSON *it = cJSON_GetObjectItem(root, keys[i]);
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0)
-            return pt_seterr("%s: field \"%s\" missing or not a non-negative number", mpath, keys[i]);
-        v[i] = it->valuedouble;
+/* Reads an integer metadata value of an open chunk file; -1 if missing or malformed. */
+static int meta_int(const st_file *f, const char *key, int *out) {
+    const char *v = st_meta(f, key);
+    char *end;
+    if (!v) return -1;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+/* Checks one written chunk file against the manifest's range; sets *has_optim from it. */
+static int check_written_chunk(const char *path, const ckpt_chunk *ch, int *has_optim) {
+    st_file *f;
+    if (st_open(&f, path) < 0) return -1;
+    int first, end, opt, rc = 0;
+    if (meta_int(f, "pipetrain.first_layer", &first) < 0 || meta_int(f, "pipetrain.end_layer", &end) < 0 ||
+        meta_int(f, "pipetrain.optimizer", &opt) < 0)
+        rc = pt_seterr("%s: not a pipetrain chunk file (metadata missing)", path);
+    else if (first != ch->first_layer || end != ch->end_layer)
+        rc = pt_seterr("%s: holds layers [%d, %d), the manifest says [%d, %d)", path, first, end,
+                       ch->first_layer, ch->end_layer);
+    else
+        *has_optim = opt;
+    st_close(f);
+    return rc;
+}
+
+/* Fills bytes, checksums and has_optim of *man from the chunk files in tmpdir. */
+static int checksum_chunks(ckpt_manifest *man, const char *tmpdir) {
+    char path[CKPT_PATH_MAX];
+    for (int c = 0; c < man->n_chunks; c++) {
+        ckpt_chunk *ch = &man->chunks[c];
+        int opt = 0;
+        chunk_path(path, sizeof path, tmpdir, c);
+        if (check_written_chunk(path, ch, &opt) < 0) return -1;
+        if (c > 0 && opt != man->has_optim)
+            return pt_seterr("%s: optimizer state in some chunk files but not in others", path);
+        man->has_optim = opt;
+        if (file_fnv(path, &ch->fnv1a64, &ch->bytes) < 0) return -1;
     }
-    man->step = (long)v[0]; man->adam_t = (int)v[1]; man->batch = (int)v[2]; man->seq = (int)v[3];
-    const cJSON *s = cJSON_GetObjectItem(root, "shuffle_seed"), *i = cJSON_GetObjectItem(root, "init_seed"),
-                *d = cJSON_GetObjectItem(root, "data");
-    man->shuffle_seed = cJSON_IsString(s) ? strtoull(s->valuestring, NULL, 10) : 0;
-    man->init_seed = cJSON_IsString(i) ? strtoull(i->valuestring, NULL, 10) : 0;
-    snprintf(man->data_path, sizeof man->data_path, "%s", cJSON_IsString(d) ? d->valuestring : "");
     return 0;
 }
 
-int ckpt_read_manifest(ckpt_manifest *man, const char *dir) {
-    char mpath[1200];
+static cJSON *manifest_layout_json(const ckpt_manifest *man) {
+    char s[64];
+    cJSON *lo = cJSON_CreateObject(), *chunks;
+    cJSON_AddNumberToObject(lo, "P", man->P);
+    cJSON_AddNumberToObject(lo, "D", man->D);
+    cJSON_AddNumberToObject(lo, "K", man->K);
+    cJSON_AddNumberToObject(lo, "pipes", man->n_pipes);
+    cJSON_AddStringToObject(lo, "schedule", man->schedule);
+    chunks = cJSON_AddArrayToObject(lo, "chunks");
+    for (int c = 0; c < man->n_chunks; c++) {
+        cJSON *e = cJSON_CreateObject();
+        snprintf(s, sizeof s, "chunk-%d.safetensors", c);
+        cJSON_AddStringToObject(e, "file", s);
+        cJSON_AddNumberToObject(e, "first_layer", man->chunks[c].first_layer);
+        cJSON_AddNumberToObject(e, "end_layer", man->chunks[c].end_layer);
+        cJSON_AddNumberToObject(e, "bytes", (double)man->chunks[c].bytes);
+        snprintf(s, sizeof s, "%016" PRIx64, man->chunks[c].fnv1a64);
+        cJSON_AddStringToObject(e, "fnv1a64", s);
+        cJSON_AddItemToArray(chunks, e);
+    }
+    return lo;
+}
+
+static cJSON *manifest_json(const ckpt_manifest *man) {
+    char s[32];
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", CKPT_FORMAT);
+    cJSON_AddNumberToObject(root, "version", CKPT_VERSION);
+    cJSON_AddItemToObject(root, "config", config_to_cjson(&man->cfg));
+    cJSON_AddNumberToObject(root, "step", (double)man->step);
+    cJSON_AddNumberToObject(root, "adam_t", man->adam_t);
+    cJSON_AddNumberToObject(root, "batch", man->batch);
+    cJSON_AddNumberToObject(root, "seq", man->seq);
+    snprintf(s, sizeof s, "%" PRIu64, man->shuffle_seed);
+    cJSON_AddStringToObject(root, "shuffle_seed", s);
+    snprintf(s, sizeof s, "%" PRIu64, man->init_seed);
+    cJSON_AddStringToObject(root, "init_seed", s);
+    cJSON_AddStringToObject(root, "data", man->data_path);
+    cJSON_AddBoolToObject(root, "optimizer", man->has_optim);
+    cJSON_AddItemToObject(root, "layout", manifest_layout_json(man));
+    return root;
+}
+
+static int write_manifest(const char *tmpdir, const ckpt_manifest *man) {
+    char path[CKPT_PATH_MAX];
+    snprintf(path, sizeof path, "%s/manifest.json", tmpdir);
+    cJSON *root = manifest_json(man);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    io_atomic_file a;
+    int rc = io_atomic_open(&a, path);
+    if (rc == 0) {
+        fputs(text, a.f);
+        fputc('\n', a.f);
+        rc = io_atomic_commit(&a);
+    }
+    free(text);
+    return rc;
+}
+
+/* Moves the complete tmpdir to dir. An existing dir (which must be a checkpoint) is swapped
+ * out atomically where the filesystem can (renameat2 RENAME_EXCHANGE), else moved aside first;
+ * either way it is deleted only once the new folder has the real name. */
+static int install_dir(const char *dir, const char *tmpdir) {
+    struct stat st;
+    char mpath[CKPT_PATH_MAX], aside[CKPT_PATH_MAX];
+    if (stat(dir, &st) != 0) {
+        if (rename(tmpdir, dir) < 0)
+            return pt_seterr("%s: cannot rename %s into place: %s", dir, tmpdir, strerror(errno));
+        return 0;
+    }
+    snprintf(mpath, sizeof mpath, "%s/manifest.json", dir);
+    if (access(mpath, F_OK) != 0)
+        return pt_seterr("%s: exists and is not a checkpoint folder (no manifest.json); not "
+                         "replacing it", dir);
+    if (renameat2(AT_FDCWD, tmpdir, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+        snprintf(aside, sizeof aside, "%s", tmpdir);
+    } else {
+        snprintf(aside, sizeof aside, "%s.old", tmpdir);
+        if (rename(dir, aside) < 0)
+            return pt_seterr("%s: cannot move the old checkpoint aside: %s", dir, strerror(errno));
+        if (rename(tmpdir, dir) < 0) {
+            int err = errno;
+            (void)rename(aside, dir);
+            return pt_seterr("%s: cannot rename %s into place: %s", dir, tmpdir, strerror(err));
+        }
+    }
+    CRASH_POINT("swap", -1);
+    ckpt_abandon(aside);
+    return 0;
+}
+
+int ckpt_commit(const char *dir, const char *tmpdir, const ckpt_manifest *man) {
+    ckpt_manifest *w = pt_malloc(sizeof *w);
+    *w = *man;
+    int rc = check_tiling(w, w->cfg.n_layer + 2, tmpdir);
+    if (rc == 0) rc = checksum_chunks(w, tmpdir);
+    if (rc == 0) CRASH_POINT("manifest", -1);
+    if (rc == 0) rc = write_manifest(tmpdir, w);
+    free(w);
+    if (rc == 0) {
+        sync_dir(tmpdir);
+        CRASH_POINT("rename", -1);
+        rc = install_dir(dir, tmpdir);
+    }
+    if (rc < 0) {
+        ckpt_abandon(tmpdir);
+        return pt_adderr("saving checkpoint %s: ", dir);
+    }
+    sync_parent(dir);
+    return 0;
+}
+
+int ckpt_save(const char *dir, const gpt_model *m, const adamw_state *opt, const ckpt_manifest *man,
+              int overwrite) {
+    char tmp[CKPT_DIR_MAX];
+    struct stat st;
+    if (strlen(dir) > 1000) return pt_seterr("%s: checkpoint path too long", dir);
+    if (!overwrite && stat(dir, &st) == 0) return pt_seterr("%s: already exists; not overwriting", dir);
+    ckpt_manifest *w = pt_malloc(sizeof *w);
+    *w = *man;
+    int rc = 0;
+    if (w->n_chunks == 0) {
+        int first[2] = {0, gpt_num_layers(m)};
+        rc = ckpt_manifest_set_layout(w, 1, 1, 1, 1, man->schedule, first);
+    }
+    if (rc == 0) rc = ckpt_begin(dir, tmp, sizeof tmp);
+    for (int c = 0; rc == 0 && c < w->n_chunks; c++) {
+        const ckpt_chunk *ch = &w->chunks[c];
+        rc = ckpt_write_chunk(tmp, c, ch->first_layer, ch->end_layer, m, opt);
+        if (rc < 0) ckpt_abandon(tmp);
+    }
+    if (rc == 0) rc = ckpt_commit(dir, tmp, w);
+    free(w);
+    return rc;
+}
+
+/* ---- manifest reading ------------------------------------------------------------------- */
+
+/* An integer field >= min of obj; errors name the manifest and the field's path. */
+static int json_int(const cJSON *obj, const char *key, long min, long *out, const char *mpath,
+                    const char *field) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(it) || it->valuedouble != (double)(long)it->valuedouble ||
+        it->valuedouble < (double)min)
+        return pt_seterr("%s: field \"%s\" missing or not an integer >= %ld", mpath, field, min);
+    *out = (long)it->valuedouble;
+    return 0;
+}
+
+static const char *json_str(const cJSON *obj, const char *key, const char *mpath, const char *field) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsString(it)) {
+        pt_seterr("%s: field \"%s\" missing or not a string", mpath, field);
+        return NULL;
+    }
+    return it->valuestring;
+}
+
+/* A decimal uint64 stored as a string (JSON numbers lose bits past 2^53). */
+static int json_u64(const cJSON *obj, const char *key, uint64_t *out, const char *mpath) {
+    const char *s = json_str(obj, key, mpath, key);
+    char *end;
+    if (!s) return -1;
+    errno = 0;
+    *out = strtoull(s, &end, 10);
+    if (end == s || *end || errno || *s == '-')
+        return pt_seterr("%s: field \"%s\" is not a decimal unsigned integer: '%s'", mpath, key, s);
+    return 0;
+}
+
+static int manifest_progress(ckpt_manifest *man, const cJSON *root, const char *mpath) {
+    long v[4];
+    const char *keys[] = {"step", "adam_t", "batch", "seq"};
+    for (int i = 0; i < 4; i++)
+        if (json_int(root, keys[i], i < 2 ? 0 : 1, &v[i], mpath, keys[i]) < 0) return -1;
+    man->step = v[0]; man->adam_t = (int)v[1]; man->batch = (int)v[2]; man->seq = (int)v[3];
+    if (json_u64(root, "shuffle_seed", &man->shuffle_seed, mpath) < 0 ||
+        json_u64(root, "init_seed", &man->init_seed, mpath) < 0)
+        return -1;
+    const char *data = json_str(root, "data", mpath, "data");
+    if (!data) return -1;
+    snprintf(man->data_path, sizeof man->data_path, "%s", data);
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    if (!cJSON_IsBool(opt)) return pt_seterr("%s: field \"optimizer\" missing or not a boolean", mpath);
+    man->has_optim = cJSON_IsTrue(opt);
+    return 0;
+}
+
+/* One layout.chunks[c] entry: the file name must be chunk-<c>.safetensors (never a path). */
+static int manifest_chunk(ckpt_chunk *ch, const cJSON *e, int c, const char *mpath) {
+    char field[64], want[48];
+    long first = 0, end = 0, bytes = 0;
+    snprintf(field, sizeof field, "layout.chunks[%d].file", c);
+    const char *file = json_str(e, "file", mpath, field);
+    snprintf(want, sizeof want, "chunk-%d.safetensors", c);
+    if (!file) return -1;
+    if (strcmp(file, want)) return pt_seterr("%s: field \"%s\" is '%s', expected '%s'", mpath, field, file, want);
+    snprintf(field, sizeof field, "layout.chunks[%d].first_layer", c);
+    if (json_int(e, "first_layer", 0, &first, mpath, field) < 0) return -1;
+    snprintf(field, sizeof field, "layout.chunks[%d].end_layer", c);
+    if (json_int(e, "end_layer", 0, &end, mpath, field) < 0) return -1;
+    snprintf(field, sizeof field, "layout.chunks[%d].bytes", c);
+    if (json_int(e, "bytes", 0, &bytes, mpath, field) < 0) return -1;
+    snprintf(field, sizeof field, "layout.chunks[%d].fnv1a64", c);
+    const char *sum = json_str(e, "fnv1a64", mpath, field);
+    char *stop;
+    if (!sum) return -1;
+    ch->fnv1a64 = strtoull(sum, &stop, 16);
+    if (strlen(sum) != 16 || *stop) return pt_seterr("%s: field \"%s\" is not 16 hex digits", mpath, field);
+    ch->first_layer = (int)first; ch->end_layer = (int)end; ch->bytes = (size_t)bytes;
+    return 0;
+}
+
+static int manifest_layout(ckpt_manifest *man, const cJSON *root, const char *mpath) {
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(root, "layout");
+    if (!cJSON_IsObject(lo)) return pt_seterr("%s: field \"layout\" missing or not an object", mpath);
+    long v[4];
+    const char *keys[] = {"P", "D", "K", "pipes"};
+    char field[64];
+    for (int i = 0; i < 4; i++) {
+        snprintf(field, sizeof field, "layout.%s", keys[i]);
+        if (json_int(lo, keys[i], 1, &v[i], mpath, field) < 0) return -1;
+    }
+    man->P = (int)v[0]; man->D = (int)v[1]; man->K = (int)v[2]; man->n_pipes = (int)v[3];
+    const char *sched = json_str(lo, "schedule", mpath, "layout.schedule");
+    if (!sched) return -1;
+    snprintf(man->schedule, sizeof man->schedule, "%s", sched);
+    const cJSON *chunks = cJSON_GetObjectItemCaseSensitive(lo, "chunks"), *e;
+    if (!cJSON_IsArray(chunks) || cJSON_GetArraySize(chunks) != man->K || man->K > CKPT_MAX_CHUNKS)
+        return pt_seterr("%s: field \"layout.chunks\" missing or not an array of K = %d entries "
+                         "(at most %d)", mpath, man->K, CKPT_MAX_CHUNKS);
+    man->n_chunks = 0;
+    cJSON_ArrayForEach(e, chunks) {
+        if (manifest_chunk(&man->chunks[man->n_chunks], e, man->n_chunks, mpath) < 0) return -1;
+        man->n_chunks++;
+    }
+    return check_tiling(man, man->cfg.n_layer + 2, mpath);
+}
+
+static int manifest_header(const cJSON *root, const char *mpath) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    long version = 0;
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CKPT_FORMAT))
+        return pt_seterr("%s: field \"format\" missing or not \"" CKPT_FORMAT "\" (a checkpoint "
+                         "from an older pipetrain, or not a checkpoint)", mpath);
+    if (json_int(root, "version", 1, &version, mpath, "version") < 0) return -1;
+    if (version != CKPT_VERSION)
+        return pt_seterr("%s: checkpoint format version %ld, this pipetrain reads version %d",
+                         mpath, version, CKPT_VERSION);
+    return 0;
+}
+
+/* Size and checksum of every chunk file against the manifest. */
+static int verify_chunks(const ckpt_manifest *man, const char *dir) {
+    char path[CKPT_PATH_MAX];
+    for (int c = 0; c < man->n_chunks; c++) {
+        uint64_t h;
+        size_t len;
+        chunk_path(path, sizeof path, dir, c);
+        if (file_fnv(path, &h, &len) < 0) return -1;
+        if (len != man->chunks[c].bytes)
+            return pt_seterr("%s: %zu bytes, manifest says %zu (truncated or replaced)", path, len,
+                             man->chunks[c].bytes);
+        if (h != man->chunks[c].fnv1a64)
+            return pt_seterr("%s: checksum mismatch (file changed or corrupt)", path);
+    }
+    return 0;
+}
+
+/* Parses dir/manifest.json into man; verify: also check every chunk file's size and checksum. */
+static int manifest_read(ckpt_manifest *man, const char *dir, int verify) {
+    char mpath[CKPT_PATH_MAX], where[CKPT_PATH_MAX + 16];
     snprintf(mpath, sizeof mpath, "%s/manifest.json", dir);
     char *text = pt_read_file(mpath, NULL);
     if (!text) return pt_adderr("not a checkpoint folder: ");
@@ -176,44 +552,147 @@ int ckpt_read_manifest(ckpt_manifest *man, const char *dir) {
     cJSON *root = cJSON_Parse(text);
     free(text);
     int rc = -1;
-    if (!root) { pt_seterr("%s: not valid JSON (corrupt manifest)", mpath); goto done; }
-    char where[1300];
+    if (!cJSON_IsObject(root)) { pt_seterr("%s: not a JSON object (corrupt manifest)", mpath); goto done; }
     snprintf(where, sizeof where, "%s: config", mpath);
-    if (config_from_cjson(&man->cfg, cJSON_GetObjectItem(root, "config"), where) < 0) goto done;
-    if (manifest_fields(man, root, mpath) < 0) goto done;
-    const cJSON *files = cJSON_GetObjectItem(root, "files"), *f;
-    if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) < 1) {
-        pt_seterr("%s: field \"files\" missing or empty", mpath);
+    if (manifest_header(root, mpath) < 0 ||
+        config_from_cjson(&man->cfg, cJSON_GetObjectItemCaseSensitive(root, "config"), where) < 0 ||
+        manifest_progress(man, root, mpath) < 0 || manifest_layout(man, root, mpath) < 0)
         goto done;
-    }
-    cJSON_ArrayForEach(f, files) if (verify_file(dir, f, mpath) < 0) goto done;
-    rc = 0;
+    rc = verify ? verify_chunks(man, dir) : 0;
 done:
     cJSON_Delete(root);
     return rc;
 }
 
-int ckpt_load_params(gpt_model *m, const char *dir, const ckpt_manifest *man) {
-    char path[1200];
-    (void)man;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    return gpt_load_safetensors(m, path, NULL);
+int ckpt_read_manifest(ckpt_manifest *man, const char *dir) {
+    return manifest_read(man, dir, 1);
 }
 
-int ckpt_load_optim(adamw_state *s, const gpt_model *m, const char *dir) {
-    char path[1200], name[160];
-    snprintf(path, sizeof path, "%s/optim.safetensors", dir);
+/* ---- loading by layer ------------------------------------------------------------------- */
+
+/* Reads one tensor (prefix + name) of chunk file f into dst, checking its shape. */
+static int read_tensor(const st_file *f, const char *prefix, const gpt_param_info *pi, float *dst) {
+    char name[160];
+    int64_t shape[2] = {pi->shape[0], pi->shape[1]};
+    snprintf(name, sizeof name, "%s%s", prefix, pi->name);
+    return st_read_f32(f, name, dst + pi->offset, pi->ndim, shape);
+}
+
+/* Loads layers [first, end) held by chunk c: params into params (may be NULL), moments into
+ * opt (may be NULL). */
+static int load_from_chunk(const char *dir, int c, const gpt_model *m, float *params,
+                           adamw_state *opt, int first, int end) {
+    char path[CKPT_PATH_MAX];
+    chunk_path(path, sizeof path, dir, c);
     st_file *f;
     if (st_open(&f, path) < 0) return -1;
     int rc = 0;
     for (int i = 0; i < gpt_param_count(m) && rc == 0; i++) {
         const gpt_param_info *pi = gpt_param_info_at(m, i);
-        int64_t shape[2] = {pi->shape[0], pi->shape[1]};
-        snprintf(name, sizeof name, "m/%s", pi->name);
-        rc = st_read_f32(f, name, s->m + pi->offset, pi->ndim, shape);
-        snprintf(name, sizeof name, "v/%s", pi->name);
-        if (rc == 0) rc = st_read_f32(f, name, s->v + pi->offset, pi->ndim, shape);
+        if (pi->layer < first || pi->layer >= end) continue;
+        if (params) rc = read_tensor(f, "", pi, params);
+        if (rc == 0 && opt) rc = read_tensor(f, "m/", pi, opt->m);
+        if (rc == 0 && opt) rc = read_tensor(f, "v/", pi, opt->v);
     }
     st_close(f);
+    return rc;
+}
+
+/* The checks every load makes before reading: same config, a valid range, moments present. */
+static int load_check(const char *dir, const ckpt_manifest *man, const gpt_model *m,
+                      const adamw_state *opt, int first, int end) {
+    const gpt_config *a = &man->cfg, *b = &m->cfg;
+    if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd ||
+        a->vocab_size != b->vocab_size || a->n_positions != b->n_positions)
+        return pt_seterr("%s: checkpoint config differs from the model's (n_layer %d/%d, n_embd "
+                         "%d/%d, ...)", dir, a->n_layer, b->n_layer, a->n_embd, b->n_embd);
+    if (first < 0 || end <= first || end > gpt_num_layers(m))
+        return pt_seterr("%s: bad layer range [%d, %d) (model has %d layers)", dir, first, end,
+                         gpt_num_layers(m));
+    if (opt && !man->has_optim) return pt_seterr("%s: checkpoint holds no optimizer state", dir);
+    if (opt && opt->n != m->num_params)
+        return pt_seterr("%s: optimizer state holds %zu floats, the model %zu", dir, opt->n,
+                         m->num_params);
+    return 0;
+}
+
+/* Loads layers [first, end) from every chunk overlapping them. */
+static int load_range(const char *dir, const ckpt_manifest *man, const gpt_model *m,
+                      float *params, adamw_state *opt, int first, int end) {
+    if (load_check(dir, man, m, opt, first, end) < 0) return -1;
+    for (int c = 0; c < man->n_chunks; c++) {
+        int lo = man->chunks[c].first_layer > first ? man->chunks[c].first_layer : first;
+        int hi = man->chunks[c].end_layer < end ? man->chunks[c].end_layer : end;
+        if (lo < hi && load_from_chunk(dir, c, m, params, opt, lo, hi) < 0) return -1;
+    }
+    return 0;
+}
+
+int ckpt_load_layers(const char *dir, const ckpt_manifest *man, gpt_model *m, adamw_state *opt,
+                     int first_layer, int end_layer) {
+    return load_range(dir, man, m, m->params, opt, first_layer, end_layer);
+}
+
+/* Layer of an HF parameter name: 0 for wte/wpe, i+1 for h.i.*, L+1 for ln_f.*; -1 if unknown. */
+static int layer_of_name(const char *name, int n_layer) {
+    int i;
+    if (!strncmp(name, "wte.", 4) || !strncmp(name, "wpe.", 4)) return 0;
+    if (!strncmp(name, "ln_f.", 5)) return n_layer + 1;
+    if (sscanf(name, "h.%d.", &i) == 1 && i >= 0 && i < n_layer) return i + 1;
+    return -1;
+}
+
+/* Copies tensor prefix+name of f (count floats) into dst. */
+static int read_named(const st_file *f, const char *prefix, const char *name, size_t count, float *dst) {
+    char full[200];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    const st_tensor *t = st_find(f, full);
+    if (!t) return pt_seterr("%s: has no tensor '%s'", st_path(f), full);
+    if (t->numel != count)
+        return pt_seterr("%s: tensor '%s' has %zu elements, expected %zu", st_path(f), full, t->numel, count);
+    return st_tensor_f32(f, t, dst);
+}
+
+int ckpt_load_tensor(const char *dir, const ckpt_manifest *man, const char *name, size_t count,
+                     float *param, float *mom_m, float *mom_v) {
+    int layer = layer_of_name(name, man->cfg.n_layer), c = chunk_of_layer(man, layer);
+    if (layer < 0 || c < 0) return pt_seterr("%s: no parameter '%s' in this checkpoint", dir, name);
+    if ((mom_m || mom_v) && !man->has_optim)
+        return pt_seterr("%s: checkpoint holds no optimizer state", dir);
+    char path[CKPT_PATH_MAX];
+    chunk_path(path, sizeof path, dir, c);
+    st_file *f;
+    if (st_open(&f, path) < 0) return -1;
+    int rc = param ? read_named(f, "", name, count, param) : 0;
+    if (rc == 0 && mom_m) rc = read_named(f, "m/", name, count, mom_m);
+    if (rc == 0 && mom_v) rc = read_named(f, "v/", name, count, mom_v);
+    st_close(f);
+    return rc;
+}
+
+/* ---- one process ------------------------------------------------------------------------ */
+
+int ckpt_load_params(gpt_model *m, const char *dir, const ckpt_manifest *man) {
+    return load_range(dir, man, m, m->params, NULL, 0, gpt_num_layers(m));
+}
+
+int ckpt_load_optim(adamw_state *s, const gpt_model *m, const char *dir) {
+    ckpt_manifest *man = pt_malloc(sizeof *man);
+    int rc = manifest_read(man, dir, 0);
+    if (rc == 0) rc = load_range(dir, man, m, NULL, s, 0, gpt_num_layers(m));
+    free(man);
+    return rc;
+}
+
+int ckpt_export_params(const char *dir, const char *path) {
+    ckpt_manifest *man = pt_malloc(sizeof *man);
+    gpt_model m;
+    memset(&m, 0, sizeof m);
+    int rc = ckpt_read_manifest(man, dir);
+    if (rc == 0) rc = gpt_init(&m, &man->cfg);
+    if (rc == 0) rc = ckpt_load_params(&m, dir, man);
+    if (rc == 0) rc = gpt_save_safetensors(&m, path);
+    gpt_free(&m);
+    free(man);
     return rc;
 }

@@ -1,0 +1,463 @@
+/* Distributed checkpoints: chunk files written concurrently, re-split loads under other layouts
+ * (bitwise), the single-process API, export, crash safety (a forked child aborts mid-save), and
+ * every kind of corrupt or partial checkpoint giving an error that names the file. */
+#include "test.h"
+#include "io/safetensors.h"
+#include "model/gpt_io.h"
+#include "train/checkpoint.h"
+#include "util/pt.h"
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Tiny model: 6 blocks, so 8 layers (embedding, 6 blocks, head). */
+static const gpt_config CFG = {.n_layer = 6, .n_head = 2, .n_embd = 16, .vocab_size = 64,
+                               .n_positions = 16};
+static char root[256];
+
+typedef struct {
+    gpt_model m;
+    adamw_state opt;
+} state;
+
+/* Random params (seeded) and distinct random moments, so a misplaced tensor shows. */
+static void state_init(state *s, uint64_t seed) {
+    gpt_init(&s->m, &CFG);
+    gpt_init_random(&s->m, seed);
+    adamw_init(&s->opt, s->m.num_params);
+    pt_rng r;
+    pt_rng_seed(&r, seed + 1000);
+    for (size_t i = 0; i < s->opt.n; i++) {
+        s->opt.m[i] = (float)pt_rng_normal(&r);
+        s->opt.v[i] = (float)pt_rng_uniform(&r);
+    }
+    s->opt.t = 7;
+}
+
+static void state_zero(state *s) {
+    gpt_init(&s->m, &CFG);
+    adamw_init(&s->opt, s->m.num_params);
+}
+
+static void state_free(state *s) {
+    gpt_free(&s->m);
+    adamw_free(&s->opt);
+}
+
+static int same(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof *a); }
+
+static int same_state(const state *a, const state *b) {
+    size_t n = a->m.num_params;
+    return same(a->m.params, b->m.params, n) && same(a->opt.m, b->opt.m, n) &&
+           same(a->opt.v, b->opt.v, n);
+}
+
+static ckpt_manifest base_manifest(long step) {
+    ckpt_manifest man;
+    memset(&man, 0, sizeof man);
+    man.cfg = CFG;
+    man.step = step;
+    man.adam_t = 7;
+    man.batch = 4;
+    man.seq = 8;
+    man.shuffle_seed = 18446744073709551615ULL;   /* beyond 2^53: must survive as a string */
+    man.init_seed = 1337;
+    snprintf(man.data_path, sizeof man.data_path, "tests/fixtures/none.bin");
+    return man;
+}
+
+typedef struct {
+    const char *tmp;
+    int chunk, first, end;
+    const state *s;
+    int rc;
+} writer_arg;
+
+static void *writer_main(void *p) {
+    writer_arg *a = p;
+    a->rc = ckpt_write_chunk(a->tmp, a->chunk, a->first, a->end, &a->s->m, &a->s->opt);
+    return NULL;
+}
+
+/* Saves s under a K-chunk split (chunk_first[K+1]) the distributed way: one thread per chunk. */
+static int save_split(const char *dir, const state *s, int K, const int *chunk_first, long step) {
+    char tmp[1100];
+    ckpt_manifest man = base_manifest(step);
+    if (ckpt_manifest_set_layout(&man, K, 1, K, 1, "1f1b", chunk_first) < 0) return -1;
+    if (ckpt_begin(dir, tmp, sizeof tmp) < 0) return -1;
+    pthread_t th[CKPT_MAX_CHUNKS];
+    writer_arg wa[CKPT_MAX_CHUNKS];
+    for (int c = 0; c < K; c++) {
+        wa[c] = (writer_arg){tmp, c, chunk_first[c], chunk_first[c + 1], s, 0};
+        pthread_create(&th[c], NULL, writer_main, &wa[c]);
+    }
+    int rc = 0;
+    for (int c = 0; c < K; c++) {
+        pthread_join(th[c], NULL);
+        if (wa[c].rc < 0) rc = -1;
+    }
+    if (rc < 0) { ckpt_abandon(tmp); return -1; }
+    return ckpt_commit(dir, tmp, &man);
+}
+
+/* Loads a whole state chunk by chunk under another split (as the ranks of that layout would). */
+static int load_split(const char *dir, state *s, int K, const int *chunk_first) {
+    ckpt_manifest man;
+    if (ckpt_read_manifest(&man, dir) < 0) return -1;
+    for (int c = 0; c < K; c++)
+        if (ckpt_load_layers(dir, &man, &s->m, &s->opt, chunk_first[c], chunk_first[c + 1]) < 0)
+            return -1;
+    s->opt.t = man.adam_t;
+    return 0;
+}
+
+static void path_of(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", root, name); }
+
+static void test_resplit(void) {
+    char dir[512];
+    path_of(dir, sizeof dir, "k4");
+    state src, dst;
+    state_init(&src, 42);
+    int k4[] = {0, 3, 4, 6, 8};   /* embed + 2 blocks | 1 block | 2 blocks | 1 block + head */
+    CHECK("save K=4 (chunks written by 4 threads)", save_split(dir, &src, 4, k4, 10) == 0, "%s", pt_err());
+    ckpt_manifest man;
+    int rc = ckpt_read_manifest(&man, dir);
+    CHECK("manifest reads back", rc == 0, "%s", pt_err());
+    CHECK("manifest fields", man.step == 10 && man.adam_t == 7 && man.batch == 4 && man.seq == 8 &&
+          man.shuffle_seed == 18446744073709551615ULL && man.init_seed == 1337 &&
+          !strcmp(man.data_path, "tests/fixtures/none.bin") && man.has_optim,
+          "step %ld adam_t %d seed %llu", man.step, man.adam_t, (unsigned long long)man.shuffle_seed);
+    CHECK("manifest layout", man.P == 4 && man.D == 1 && man.K == 4 && man.n_pipes == 1 &&
+          !strcmp(man.schedule, "1f1b") && man.n_chunks == 4 && man.chunks[1].first_layer == 3 &&
+          man.chunks[3].end_layer == 8, "P %d K %d chunks %d", man.P, man.K, man.n_chunks);
+    const int *splits[] = {(int[]){0, 4, 8}, (int[]){0, 8}, (int[]){0, 1, 2, 7, 8}};
+    const int ks[] = {2, 1, 4};
+    const char *names[] = {"load K=4 under K=2: params and moments bitwise",
+                           "load K=4 under K=1: params and moments bitwise",
+                           "load K=4 under uneven 1,1,5,1 split: params and moments bitwise"};
+    for (int i = 0; i < 3; i++) {
+        state_zero(&dst);
+        rc = load_split(dir, &dst, ks[i], splits[i]);
+        CHECK(names[i], rc == 0 && same_state(&src, &dst) && dst.opt.t == 7, "rc %d %s", rc, pt_err());
+        state_free(&dst);
+    }
+    /* A partial load touches only its layers: blocks 2..4 = layers [3, 6). */
+    state_zero(&dst);
+    rc = ckpt_load_layers(dir, &man, &dst.m, &dst.opt, 3, 6);
+    size_t off, cnt, off_end, cnt_end;
+    gpt_layer_param_span(&src.m, 3, &off, &cnt);
+    gpt_layer_param_span(&src.m, 5, &off_end, &cnt_end);
+    size_t span = off_end + cnt_end - off;
+    int only = rc == 0 && same(dst.m.params + off, src.m.params + off, span) &&
+               same(dst.opt.v + off, src.opt.v + off, span) && dst.m.params[off - 1] == 0 &&
+               dst.m.params[off + span] == 0;
+    CHECK("load of layers [3,6) fills exactly their spans", only, "rc %d %s", rc, pt_err());
+    /* The head holder's tied wte copy, with its moments. */
+    size_t nw = (size_t)CFG.vocab_size * CFG.n_embd;
+    float *w = pt_falloc(nw), *wm = pt_falloc(nw), *wv = pt_falloc(nw);
+    rc = ckpt_load_tensor(dir, &man, "wte.weight", nw, w, wm, wv);
+    CHECK("tied wte copy loads by name", rc == 0 && same(w, src.m.w.wte, nw) &&
+          same(wm, src.opt.m, nw) && same(wv, src.opt.v, nw), "%s", pt_err());
+    rc = ckpt_load_tensor(dir, &man, "h.9.ln_1.weight", 16, w, NULL, NULL);
+    CHECK("unknown tensor name is an error", rc < 0 && strstr(pt_err(), "h.9.ln_1.weight"), "%s", pt_err());
+    free(w); free(wm); free(wv);
+    state_free(&dst);
+    /* wte only in chunk 0's file. */
+    char path[600];
+    snprintf(path, sizeof path, "%s/chunk-3.safetensors", dir);
+    st_file *f;
+    rc = st_open(&f, path);
+    CHECK("head chunk has ln_f and no wte", rc == 0 && st_find(f, "ln_f.weight") &&
+          st_find(f, "v/ln_f.bias") && !st_find(f, "wte.weight") && !st_find(f, "h.0.ln_1.weight"),
+          "%s", pt_err());
+    st_close(f);
+    state_free(&src);
+}
+
+static int count_tmp_leftovers(const char *prefix) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls -d %s.tmp.* 2>/dev/null | grep -q .", prefix);
+    return system(cmd) == 0;
+}
+
+static void test_single_process(void) {
+    char dir[512], out[600];
+    path_of(dir, sizeof dir, "single/ckpt-5");
+    state src, dst;
+    state_init(&src, 7);
+    ckpt_manifest man = base_manifest(5), back;
+    int rc = ckpt_save(dir, &src.m, &src.opt, &man, 0);
+    CHECK("ckpt_save (creates parent folders)", rc == 0, "%s", pt_err());
+    state_zero(&dst);
+    rc = ckpt_read_manifest(&back, dir);
+    if (rc == 0) rc = ckpt_load_params(&dst.m, dir, &back);
+    if (rc == 0) rc = ckpt_load_optim(&dst.opt, &dst.m, dir);
+    CHECK("ckpt_save / load_params / load_optim round trip bitwise",
+          rc == 0 && same_state(&src, &dst) && back.K == 1 && back.n_chunks == 1, "%s", pt_err());
+    rc = ckpt_save(dir, &src.m, &src.opt, &man, 0);
+    CHECK("ckpt_save refuses to overwrite", rc < 0 && strstr(pt_err(), "already exists"), "%s", pt_err());
+    man.step = 6;
+    src.m.params[0] += 1;
+    rc = ckpt_save(dir, &src.m, &src.opt, &man, 1);
+    if (rc == 0) rc = ckpt_read_manifest(&back, dir);
+    if (rc == 0) rc = ckpt_load_params(&dst.m, dir, &back);
+    CHECK("ckpt_save overwrite replaces the folder", rc == 0 && back.step == 6 &&
+          same(dst.m.params, src.m.params, src.m.num_params), "%s", pt_err());
+    CHECK("no temporary folders left", !count_tmp_leftovers(dir), "leftover %s.tmp.*", dir);
+    snprintf(out, sizeof out, "%s/exported.safetensors", root);
+    rc = ckpt_export_params(dir, out);
+    gpt_model m;
+    gpt_init(&m, &CFG);
+    if (rc == 0) rc = gpt_load_safetensors(&m, out, NULL);
+    CHECK("export to one model.safetensors loads as a plain GPT-2 file",
+          rc == 0 && same(m.params, src.m.params, m.num_params), "%s", pt_err());
+    gpt_free(&m);
+    /* Without optimizer state. */
+    snprintf(out, sizeof out, "%s/single/noopt", root);
+    rc = ckpt_save(out, &src.m, NULL, &man, 0);
+    if (rc == 0) rc = ckpt_read_manifest(&back, out);
+    CHECK("save without optimizer state", rc == 0 && !back.has_optim, "%s", pt_err());
+    rc = ckpt_load_optim(&dst.opt, &dst.m, out);
+    CHECK("loading moments from a checkpoint without them is an error",
+          rc < 0 && strstr(pt_err(), "no optimizer state"), "%s", pt_err());
+    state_free(&src);
+    state_free(&dst);
+}
+
+/* Child: save `s` at step under a crash hook; never returns. */
+static void crash_child(const char *dir, const state *s, const char *point, int arg, long step) {
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    ckpt_test_crash_at(point, arg);
+    int k3[] = {0, 3, 5, 8};
+    ckpt_manifest man = base_manifest(step);
+    ckpt_manifest_set_layout(&man, 3, 1, 3, 1, "gpipe", k3);
+    ckpt_save(dir, &s->m, &s->opt, &man, 1);
+    _exit(0);   /* the hook should have aborted before this */
+}
+
+/* Runs crash_child in a fork; 1 when it died of SIGABRT. Removes its temporary folder after. */
+static int crash_save(const char *dir, const state *s, const char *point, int arg, long step) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) crash_child(dir, s, point, arg, step);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char tmp[1100];
+    ckpt_tmpdir_name(dir, (long)pid, tmp, sizeof tmp);
+    ckpt_abandon(tmp);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+/* The checkpoint at dir loads completely and equals s at `step`. */
+static int loads_as(const char *dir, const state *s, long step) {
+    ckpt_manifest man;
+    state got;
+    state_zero(&got);
+    int ok = ckpt_read_manifest(&man, dir) == 0 && man.step == step &&
+             load_split(dir, &got, 1, (int[]){0, 8}) == 0 && same_state(s, &got);
+    state_free(&got);
+    return ok;
+}
+
+static void test_crash(void) {
+    char dir[512], name[128];
+    path_of(dir, sizeof dir, "crash/ckpt");
+    state old, neu;
+    state_init(&old, 1);
+    state_init(&neu, 2);
+    int k2[] = {0, 4, 8};
+    int rc = save_split(dir, &old, 2, k2, 1);
+    CHECK("crash: previous checkpoint saved", rc == 0, "%s", pt_err());
+    const char *points[] = {"chunk", "manifest", "rename", "swap"};
+    for (int i = 0; i < 4; i++) {
+        int died = crash_save(dir, &neu, points[i], 1, 2);
+        snprintf(name, sizeof name, "crash at '%s': child aborted mid-save", points[i]);
+        CHECK(name, died, "child did not abort");
+        /* Before the swap the old checkpoint stays; after it the new one is complete. */
+        int want_new = !strcmp(points[i], "swap");
+        snprintf(name, sizeof name, "crash at '%s': %s checkpoint loads intact", points[i],
+                 want_new ? "new" : "previous");
+        CHECK(name, loads_as(dir, want_new ? &neu : &old, want_new ? 2 : 1), "%s", pt_err());
+        if (want_new) save_split(dir, &old, 2, k2, 1);   /* back to the old one */
+    }
+    path_of(dir, sizeof dir, "crash/fresh");
+    int died = crash_save(dir, &neu, "rename", 0, 2);
+    struct stat st;
+    CHECK("crash before the first rename: no folder under the real name",
+          died && stat(dir, &st) != 0, "died %d, exists %d", died, stat(dir, &st) == 0);
+    path_of(dir, sizeof dir, "crash");
+    CHECK("crash: no temporary folders left after cleanup", !count_tmp_leftovers(dir), "leftovers");
+    state_free(&old);
+    state_free(&neu);
+}
+
+/* ---- corruption ---- */
+
+static const state *corrupt_src;
+
+/* A fresh 3-chunk checkpoint named `name` under root; its path in dir. */
+static void fresh(char *dir, size_t n, const char *name) {
+    int k3[] = {0, 3, 5, 8};
+    snprintf(dir, n, "%s/bad/%s", root, name);
+    if (save_split(dir, corrupt_src, 3, k3, 3) < 0) printf("# setup failed: %s\n", pt_err());
+}
+
+/* The load of dir must fail with an error containing both needles. */
+static void expect_load_error(const char *name, const char *dir, const char *n1, const char *n2) {
+    ckpt_manifest man;
+    state s;
+    state_zero(&s);
+    int rc = ckpt_read_manifest(&man, dir);
+    if (rc == 0) rc = load_split(dir, &s, 1, (int[]){0, 8});
+    const char *e = pt_err();
+    CHECK(name, rc < 0 && strstr(e, n1) && (!n2 || strstr(e, n2)), "rc %d, error: %s", rc, e);
+    state_free(&s);
+}
+
+static void damage_file(const char *path, long at, int truncate_to) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return;
+    if (truncate_to) {
+        if (ftruncate(fileno(f), at) != 0) printf("# ftruncate failed\n");
+    } else {
+        fseek(f, at, SEEK_END);
+        int c = fgetc(f);
+        fseek(f, at, SEEK_END);
+        fputc(c ^ 0x40, f);
+    }
+    fclose(f);
+}
+
+/* Rewrites dir/manifest.json after edit(root) changed it. */
+static void edit_manifest(const char *dir, void (*edit)(cJSON *root, const char *arg), const char *arg) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    char *text = pt_read_file(path, NULL);
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    edit(r, arg);
+    text = cJSON_Print(r);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    cJSON_Delete(r);
+}
+
+static void drop_key(cJSON *r, const char *key) {
+    if (!strcmp(key, "layout.chunks")) cJSON_DeleteItemFromObject(cJSON_GetObjectItem(r, "layout"), "chunks");
+    else if (!strcmp(key, "first_layer"))
+        cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "layout"),
+                                                                           "chunks"), 1), "first_layer");
+    else cJSON_DeleteItemFromObject(r, key);
+}
+
+/* arg "gap", "overlap", "short": break the chunk ranges. */
+static void break_ranges(cJSON *r, const char *how) {
+    cJSON *chunks = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "layout"), "chunks");
+    cJSON *c1 = cJSON_GetArrayItem(chunks, 1), *c2 = cJSON_GetArrayItem(chunks, 2);
+    if (!strcmp(how, "gap")) cJSON_SetNumberValue(cJSON_GetObjectItem(c1, "end_layer"), 4);
+    if (!strcmp(how, "overlap")) cJSON_SetNumberValue(cJSON_GetObjectItem(c2, "first_layer"), 4);
+    if (!strcmp(how, "short")) cJSON_SetNumberValue(cJSON_GetObjectItem(c2, "end_layer"), 7);
+}
+
+static void test_corrupt_files(void) {
+    char dir[512], path[700];
+    fresh(dir, sizeof dir, "missing");
+    snprintf(path, sizeof path, "%s/chunk-1.safetensors", dir);
+    unlink(path);
+    expect_load_error("missing chunk file: error names it", dir, "chunk-1.safetensors", NULL);
+    fresh(dir, sizeof dir, "flip");
+    snprintf(path, sizeof path, "%s/chunk-2.safetensors", dir);
+    damage_file(path, -5, 0);
+    expect_load_error("flipped byte: checksum error names the file", dir, "chunk-2.safetensors", "checksum");
+    fresh(dir, sizeof dir, "trunc");
+    snprintf(path, sizeof path, "%s/chunk-0.safetensors", dir);
+    damage_file(path, 100, 1);
+    expect_load_error("truncated chunk file: error names it", dir, "chunk-0.safetensors", "truncated");
+    fresh(dir, sizeof dir, "nomanifest");
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    unlink(path);
+    expect_load_error("missing manifest: error names it", dir, "manifest.json", NULL);
+    fresh(dir, sizeof dir, "badjson");
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    damage_file(path, 40, 1);
+    expect_load_error("malformed manifest: error names it", dir, "manifest.json", NULL);
+}
+
+static void test_corrupt_manifest(void) {
+    char dir[512], name[128];
+    const char *keys[] = {"step", "adam_t", "batch", "shuffle_seed", "init_seed", "data", "optimizer",
+                          "config", "layout", "layout.chunks", "first_layer", "format"};
+    for (unsigned i = 0; i < sizeof keys / sizeof *keys; i++) {
+        fresh(dir, sizeof dir, keys[i]);
+        edit_manifest(dir, drop_key, keys[i]);
+        snprintf(name, sizeof name, "manifest without \"%s\": error names file and field", keys[i]);
+        const char *field = !strcmp(keys[i], "config") ? "config" : keys[i];
+        expect_load_error(name, dir, "manifest.json", field);
+    }
+    const char *hows[] = {"gap", "overlap", "short"};
+    for (int i = 0; i < 3; i++) {
+        fresh(dir, sizeof dir, hows[i]);
+        edit_manifest(dir, break_ranges, hows[i]);
+        snprintf(name, sizeof name, "chunk ranges with a %s: error names the manifest", hows[i]);
+        expect_load_error(name, dir, "manifest.json", "chunk");
+    }
+}
+
+/* Commit refuses a layout that does not cover the model and a missing chunk file. */
+static void test_commit_errors(void) {
+    char dir[512], tmp[1100];
+    path_of(dir, sizeof dir, "commit/ckpt");
+    ckpt_manifest man = base_manifest(1);
+    int k2[] = {0, 4, 8}, bad[] = {0, 4, 7};
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "gpipe", bad);
+    int rc = ckpt_begin(dir, tmp, sizeof tmp);
+    if (rc == 0) rc = ckpt_write_chunk(tmp, 0, 0, 4, &corrupt_src->m, &corrupt_src->opt);
+    if (rc == 0) rc = ckpt_write_chunk(tmp, 1, 4, 7, &corrupt_src->m, &corrupt_src->opt);
+    if (rc == 0) rc = ckpt_commit(dir, tmp, &man);
+    struct stat st;
+    CHECK("commit: ranges not covering the model are refused", rc < 0 && strstr(pt_err(), "layers") &&
+          stat(dir, &st) != 0 && stat(tmp, &st) != 0, "%s", pt_err());
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "gpipe", k2);
+    rc = ckpt_begin(dir, tmp, sizeof tmp);
+    if (rc == 0) rc = ckpt_write_chunk(tmp, 0, 0, 4, &corrupt_src->m, &corrupt_src->opt);
+    if (rc == 0) rc = ckpt_commit(dir, tmp, &man);
+    CHECK("commit: a missing chunk file is named", rc < 0 && strstr(pt_err(), "chunk-1.safetensors") &&
+          stat(dir, &st) != 0, "%s", pt_err());
+    rc = ckpt_begin(dir, tmp, sizeof tmp);
+    if (rc == 0) rc = ckpt_write_chunk(tmp, 0, 0, 3, &corrupt_src->m, &corrupt_src->opt);
+    if (rc == 0) rc = ckpt_write_chunk(tmp, 1, 3, 8, &corrupt_src->m, &corrupt_src->opt);
+    if (rc == 0) rc = ckpt_commit(dir, tmp, &man);
+    CHECK("commit: a chunk file with other layers than the manifest is named",
+          rc < 0 && strstr(pt_err(), "chunk-0.safetensors") && strstr(pt_err(), "layers"), "%s", pt_err());
+    path_of(dir, sizeof dir, "commit");
+    rc = ckpt_save(dir, &corrupt_src->m, NULL, &man, 1);
+    CHECK("commit: refuses to replace a folder that is not a checkpoint",
+          rc < 0 && strstr(pt_err(), "not a checkpoint"), "%s", pt_err());
+}
+
+int main(void) {
+    snprintf(root, sizeof root, "/tmp/pt_ckpt_XXXXXX");
+    if (!mkdtemp(root)) { printf("FAIL mkdtemp\n"); return 1; }
+    test_resplit();
+    test_single_process();
+    test_crash();
+    state src;
+    state_init(&src, 99);
+    corrupt_src = &src;
+    test_corrupt_files();
+    test_corrupt_manifest();
+    test_commit_errors();
+    state_free(&src);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (system(cmd) != 0) printf("# could not remove %s\n", root);
+    TEST_DONE();
+}
