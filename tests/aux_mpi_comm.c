@@ -1,0 +1,213 @@
+/* MPI transport checks, run by tests/test_comm_mpi.sh under mpirun -np 4 (not a test binary on
+ * its own). Every rank runs every check in the same order; a rank that fails prints its own
+ * "FAIL name: rank r: why" line, rank 0 prints "ok name" when no rank failed.
+ *   aux_mpi_comm          ping-pong, tags, FIFO, sizes, allreduce, split, timeout
+ *   aux_mpi_comm abort    rank 2 aborts while the others wait: the job must end naming rank 2
+ *   aux_mpi_comm die      rank 1 dies after 3 sends (faulty wrapper): the job ends naming rank 1
+ *   aux_mpi_comm delay    messages to rank 1 are 0.5 s late; the sender is not held up */
+#include "comm/comm.h"
+#include "util/pt.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WAIT_S 20.0          /* bound for waits that must succeed (oversubscribed, noisy) */
+#define DEAD_WAIT_S 30.0     /* waits that an abort must cut short long before this */
+
+static int n_failed = 0;
+
+/* Collective check: every rank passes its own verdict; rank 0 reports "ok" if all passed. */
+static void check(comm *c, const char *name, int cond, const char *fmt, ...) {
+    if (!cond) {
+        char why[400];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, sizeof why, fmt, ap);
+        va_end(ap);
+        printf("FAIL %s: rank %d: %s\n", name, c->rank, why);
+        fflush(stdout);
+    }
+    double bad = !cond;
+    if (comm_allreduce_f64(c, &bad, 1)) { printf("FAIL %s: allreduce: %s\n", name, pt_err()); bad = 1; }
+    if (bad) n_failed++;
+    else if (c->rank == 0) { printf("ok %s\n", name); fflush(stdout); }
+}
+
+static int send_wait(comm *c, int dst, int tag, const void *b, size_t n) {
+    comm_req *q;
+    return comm_isend(c, dst, tag, b, n, &q) || comm_wait(c, q, WAIT_S);
+}
+
+static int recv_wait(comm *c, int src, int tag, void *b, size_t n) {
+    comm_req *q;
+    return comm_irecv(c, src, tag, b, n, &q) || comm_wait(c, q, WAIT_S);
+}
+
+/* Pairs (0,1) and (2,3) bounce a counter 100 times. */
+static void test_pingpong(comm *c) {
+    int peer = c->rank ^ 1, v = 0, ok = 1;
+    for (int i = 0; i < 100 && ok; i++) {
+        if (c->rank % 2 == 0) {
+            int w = 2 * i;
+            ok = !send_wait(c, peer, 1, &w, sizeof w) && !recv_wait(c, peer, 2, &v, sizeof v) && v == w + 1;
+        } else {
+            ok = !recv_wait(c, peer, 1, &v, sizeof v);
+            v++;
+            ok = ok && !send_wait(c, peer, 2, &v, sizeof v);
+        }
+    }
+    check(c, "mpi ping-pong 100 rounds", ok, "%s (v %d)", pt_err(), v);
+}
+
+#define NTAGS 16
+#define NFIFO 32
+/* Rank 0 -> 1: one message per tag, received in reverse tag order; then NFIFO messages on one
+ * tag, half the receives posted before the sends. */
+static void test_tags_fifo(comm *c) {
+    comm_req *q[NFIFO];
+    int v[NFIFO], ok = 1;
+    if (c->rank == 0) {
+        for (int t = 0; t < NTAGS; t++) { v[t] = 100 + t; ok &= !comm_isend(c, 1, 1000 + t, &v[t], sizeof v[t], &q[t]); }
+        for (int t = 0; t < NTAGS && ok; t++) ok &= !comm_wait(c, q[t], WAIT_S);
+    } else if (c->rank == 1) {
+        for (int t = NTAGS - 1; t >= 0; t--) ok &= !comm_irecv(c, 0, 1000 + t, &v[t], sizeof v[t], &q[t]);
+        for (int t = NTAGS - 1; t >= 0 && ok; t--) ok &= !comm_wait(c, q[t], WAIT_S);
+        for (int t = 0; t < NTAGS && ok; t++) ok &= v[t] == 100 + t;
+    }
+    check(c, "mpi many tags matched out of order", ok, "%s", pt_err());
+    ok = 1;
+    if (c->rank == 1)
+        for (int i = 0; i < NFIFO / 2; i++) ok &= !comm_irecv(c, 0, 5, &v[i], sizeof v[i], &q[i]);
+    comm_barrier(c);
+    if (c->rank == 0) {
+        int w[NFIFO];
+        for (int i = 0; i < NFIFO; i++) { w[i] = i; ok &= !comm_isend(c, 1, 5, &w[i], sizeof w[i], &q[i]); }
+        for (int i = 0; i < NFIFO && ok; i++) ok &= !comm_wait(c, q[i], WAIT_S);
+    } else if (c->rank == 1) {
+        for (int i = NFIFO / 2; i < NFIFO; i++) ok &= !comm_irecv(c, 0, 5, &v[i], sizeof v[i], &q[i]);
+        for (int i = 0; i < NFIFO && ok; i++) ok &= !comm_wait(c, q[i], WAIT_S);
+        for (int i = 0; i < NFIFO && ok; i++) ok &= v[i] == i;
+    }
+    check(c, "mpi FIFO per tag", ok, "%s", pt_err());
+}
+
+/* 0 -> 1: an 8-byte message into a 16-byte buffer, and a 16-byte one into an 8-byte buffer. */
+static void test_sizes(comm *c) {
+    double d[2] = {1, 2};
+    int ok = 1;
+    char msg[300] = "";
+    if (c->rank == 0) {
+        ok = !send_wait(c, 1, 7, d, 8) && !send_wait(c, 1, 8, d, 16);
+    } else if (c->rank == 1) {
+        int rc = recv_wait(c, 0, 7, d, 16);
+        snprintf(msg, sizeof msg, "%s", pt_err());
+        ok = rc != 0 && strstr(msg, "8 bytes") && strstr(msg, "16-byte") && strstr(msg, "tag 7");
+        rc = recv_wait(c, 0, 8, d, 8);
+        ok = ok && rc != 0 && strstr(pt_err(), "8-byte") && strstr(pt_err(), "tag 8");
+    }
+    check(c, "mpi size mismatch names sizes and tag", ok, "%s | %s", msg, pt_err());
+    comm_req *q;
+    int rc = comm_isend(c, 0, -3, d, 8, &q);
+    check(c, "mpi negative tag is an error", rc == -1 && strstr(pt_err(), "tag -3"), "%s", pt_err());
+}
+
+/* Same values as tests/test_comm.c: the float sum depends on the order. */
+static double ar_value(int rank, size_t i) {
+    double big = (i + rank) % 3 == 0 ? 1e8 : 1.0;
+    return (rank % 2 ? -1 : 1) * big * (1.0 + 0.1 * (double)((i * 7 + rank * 13) % 17)) + 0.37 * rank;
+}
+
+/* Each rank checks the result bitwise against ((r0 + r1) + r2) + r3 computed locally: so all ranks
+ * agree, and agree with the threads transport. */
+static void test_allreduce(comm *c) {
+    static const size_t sizes[] = {0, 1, 7, 1001, 65537};
+    int ok_f = 1, ok_d = 1, rc = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        float *f = pt_malloc((n + 1) * sizeof *f);
+        double *d = pt_malloc((n + 1) * sizeof *d);
+        for (size_t i = 0; i < n; i++) { f[i] = (float)ar_value(c->rank, i); d[i] = ar_value(c->rank, i); }
+        rc |= comm_allreduce_f32(c, f, n) | comm_allreduce_f64(c, d, n);
+        for (size_t i = 0; i < n; i++) {
+            float sf = (float)ar_value(0, i);
+            double sd = ar_value(0, i);
+            for (int r = 1; r < c->size; r++) { sf += (float)ar_value(r, i); sd += ar_value(r, i); }
+            ok_f &= memcmp(&sf, &f[i], sizeof sf) == 0;
+            ok_d &= memcmp(&sd, &d[i], sizeof sd) == 0;
+        }
+        free(f);
+        free(d);
+    }
+    check(c, "mpi allreduce f32 rank order, bitwise equal on all ranks (sizes 0..65537)", !rc && ok_f, "%s", pt_err());
+    check(c, "mpi allreduce f64 rank order, bitwise equal on all ranks (sizes 0..65537)", !rc && ok_d, "%s", pt_err());
+    float x[2] = {1, 2};
+    rc = comm_allreduce_f32(c, x, c->rank == 3 ? 2 : 1);
+    check(c, "mpi allreduce with different counts fails on every rank", rc == -1 && strstr(pt_err(), "different counts"),
+          "rc %d: %s", rc, pt_err());
+}
+
+static void test_split(comm *c) {
+    comm *sub = NULL, *none = NULL;
+    int rc = comm_split(c, c->rank % 2, &sub);
+    int ok = !rc && sub && sub->rank == c->rank / 2 && sub->size == 2;
+    double x[2] = {c->rank, 1};
+    for (int i = 0; i < 20 && ok; i++) {
+        x[0] = c->rank; x[1] = i;
+        ok = !comm_allreduce_f64(sub, x, 2) && x[0] == (c->rank % 2 ? 4 : 2) && x[1] == 2 * i;
+    }
+    int v = c->rank, got = -1;
+    if (ok && sub->rank == 0) ok = !send_wait(sub, 1, 3, &v, sizeof v);
+    if (ok && sub->rank == 1) ok = !recv_wait(sub, 0, 3, &got, sizeof got) && got == c->rank - 2;
+    check(c, "mpi split: sub ranks, allreduce and messages per sub-communicator", ok, "%s", pt_err());
+    rc = comm_split(c, c->rank == 3 ? -1 : 0, &none);
+    check(c, "mpi split: colour -1 gives no communicator", !rc && (c->rank == 3 ? !none : none && none->size == 3),
+          "%s", pt_err());
+    comm_free(none);
+    comm_free(sub);
+}
+
+/* Rank 1 waits 0.2 s for tag 99 from rank 0 (not yet sent): error names peer and tag; then rank
+ * 0 sends and the same request completes on a second wait. */
+static void test_timeout(comm *c) {
+    int v = 5, got = 0, ok = 1;
+    char msg[300] = "";
+    comm_req *q = NULL;
+    if (c->rank == 1) {
+        ok = !comm_irecv(c, 0, 99, &got, sizeof got, &q) && comm_wait(c, q, 0.2) == -1;
+        snprintf(msg, sizeof msg, "%s", pt_err());
+        ok = ok && strstr(msg, "rank 0") && strstr(msg, "tag 99");
+    }
+    check(c, "mpi wait timeout names the peer and tag", ok, "%s", msg);
+    ok = 1;
+    if (c->rank == 0) ok = !send_wait(c, 1, 99, &v, sizeof v);
+    if (c->rank == 1) ok = !comm_wait(c, q, WAIT_S) && got == 5;
+    check(c, "mpi request completes after a timed-out wait", ok, "%s", pt_err());
+}
+
+/* Rank 2 aborts; the others block in a wait that nobody will satisfy. Never returns normally. */
+static int run_abort(comm *c) {
+    comm_barrier(c);
+    if (c->rank == 2) comm_abort(c, "injected failure");
+    int x;
+    recv_wait(c, (c->rank + 1) % c->size, 42, &x, sizeof x);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    comm *c;
+    if (comm_mpi_init(&argc, &argv, &c)) { fprintf(stderr, "%s\n", pt_err()); return 1; }
+    const char *mode = argc > 1 ? argv[1] : "all";
+    if (strcmp(mode, "abort") == 0) run_abort(c);
+    else {
+        test_pingpong(c);
+        test_tags_fifo(c);
+        test_sizes(c);
+        test_allreduce(c);
+        test_split(c);
+        test_timeout(c);
+    }
+    comm_free(c);
+    comm_mpi_finalize();
+    return n_failed ? 1 : 0;
+}
