@@ -1,0 +1,57 @@
+/* One rank's executor: walks the rank's lowered action list on real layers. It holds the rank's
+ * stages (layer ranges of the model instances it is given), per (stage, layer, microbatch)
+ * activations, boundary buffers, scratch, private copies of the tied wte for a head stage whose
+ * embedding lives on another rank, and the sub-communicators for gradient reduction.
+ * Not here: threads, data loading, the model's parameters (the caller owns the instances).
+ *
+ * Summation order (what makes results reproducible): a stage's parameter gradients accumulate
+ * (+=) in the order its W (or BW) actions run; at the reduction, a rank first adds its own copies
+ * of a chunk (stage order), then the transport sums ranks in rank order. Chunk 0's wte is reduced
+ * with the head's private copies in one group (all ranks holding a wte copy).
+ *
+ * Legend: S stages, K chunks per pipe, M microbatches, b rows per microbatch, T time, C channels. */
+#ifndef PT_RUN_EXECUTOR_H
+#define PT_RUN_EXECUTOR_H
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "run/layout.h"
+#include "sched/sched.h"
+#include "sim/timeline.h"
+#include "train/optim.h"
+
+typedef struct run_exec run_exec;
+
+typedef struct {
+    const sched *s;            /* lowered, validated; not owned */
+    const run_layout *lo;      /* not owned */
+    int world_rank;            /* w = d*P + p */
+    comm *world;               /* this rank's endpoint; not owned */
+    gpt_model *models[2];      /* [n_pipes] the instance this rank's stages of pipe q use */
+    adamw_state *opts[2];      /* [n_pipes] AdamW state of each instance (NULL: no steps) */
+    int B, T;                  /* global batch, sequence length */
+    int mb_rows;               /* b = B / (D*M) */
+    double timeout;            /* seconds a receive may wait */
+    int recompute;             /* drop activations after F, recompute them at B */
+} run_exec_cfg;
+
+/* Iteration results on this rank: partial sums before the world reduction. */
+typedef struct {
+    float loss;                /* mean loss over all positions (after the world reduction) */
+    double grad_norm, clip_scale, lr;
+} run_exec_stats;
+
+/* Allocates the rank's state and splits the reduction communicators: collective over world (every
+ * rank calls it, in any order relative to other work). Copies the tied wte where needed from
+ * the instance's params. Returns 0 or -1. */
+int run_exec_init(run_exec **out, const run_exec_cfg *cfg);
+void run_exec_free(run_exec *e);
+/* Runs one iteration on the global batch (tokens, targets) (B,T): zeroes this rank's gradient
+ * spans, walks the action list, reduces gradients (at the rank's last REDUCE_GRAD), and at STEP
+ * (when oc != NULL) clips and applies AdamW step t. Every rank of the world must call it.
+ * Returns 0 or -1; on -1 the caller should comm_abort so the other ranks stop. */
+int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const optim_config *oc,
+                       int t, run_exec_stats *st);
+/* This iteration's events (times from pt_now; iter 0). Owned by the executor. */
+const timeline *run_exec_timeline(const run_exec *e);
+
+#endif

@@ -1,0 +1,77 @@
+/* The pipelined job: a plan (schedule + layer split + microbatching, checked up front) and a job
+ * that runs iterations of it on every rank, as threads of this process or as one MPI process per
+ * rank. The trainer's loop (data, logging, checkpoints) stays in the CLI; this is the engine.
+ * Not here: the per-rank action walk (run/executor.h), transports (comm/).
+ *
+ * Legend: P pipeline ranks, D replicas, S stages, K chunks per pipe, M microbatches,
+ * B global batch (sequences per step), T time, b = B/(D*M) rows per microbatch. */
+#ifndef PT_RUN_RUN_H
+#define PT_RUN_RUN_H
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "run/layout.h"
+#include "sched/sched.h"
+#include "sim/timeline.h"
+#include "train/optim.h"
+
+typedef struct {
+    int P, D;                   /* --stages, --dp */
+    const char *schedule;       /* generator name (NULL when schedule_file is given) */
+    const char *schedule_file;  /* CSV schedule, or NULL */
+    int chunks;                 /* --chunks (0: the generator's default) */
+    int M;                      /* --microbatches (0 with a file: the file's count) */
+    const char *split;          /* "3,5,4,4" blocks per chunk, or NULL for even */
+    int recompute;              /* drop activations after F, recompute at B */
+    double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
+} run_opts;
+
+typedef struct {
+    run_opts o;
+    sched *s;                   /* lowered and validated, owned */
+    run_layout lo;
+    int B, T, mb_rows;          /* global batch, sequence, rows per microbatch (b) */
+} run_plan;
+
+/* Builds and checks the plan for a model config and a (B,T) batch: the schedule (generated or
+ * read, lowered, validated; the file's rank count must equal P), the layer split, B divisible by
+ * D*M. Pure (no communication): every rank computes the same plan and the same error.
+ * Returns 0, or -1 naming the flag at fault. Free with run_plan_free. */
+int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T);
+void run_plan_free(run_plan *pl);
+
+/* Per-iteration results, equal on every rank. */
+typedef struct {
+    float loss;             /* mean cross-entropy over all B*T positions */
+    double grad_norm;       /* global L2 norm before clipping */
+    double clip_scale, lr;  /* factor applied, learning rate used (0 without a step) */
+    double iter_time;       /* seconds from the first rank's start to the last rank's end */
+    double bubble;          /* sum over ranks of idle time / (ranks * iter_time) */
+} run_stats;
+
+typedef struct run_job run_job;
+
+/* Starts a job: threads mode (world == NULL: P*D rank threads, one model copy per replica and
+ * pipe, OpenBLAS set to one thread process-wide) or MPI mode (world: this process's endpoint of
+ * a world of exactly P*D ranks; one full model per process, of which it uses its spans). init
+ * holds the starting parameters (copied). Collective in MPI mode. -1 on a bad world size. */
+int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init, comm *world);
+void run_job_free(run_job *j);
+/* One iteration on batch (tokens, targets) (B,T) (every rank passes the whole batch): zeroes the
+ * gradients, runs the schedule, reduces gradients, and when oc != NULL applies clipping and AdamW
+ * step t (1-based; LR schedule as src/train/train.c). Returns 0, or -1 with the first failing
+ * rank's error (the other ranks stop within the timeout). */
+int run_job_iteration(run_job *j, const int *tokens, const int *targets, const optim_config *oc,
+                      int t, run_stats *st);
+/* Copies every layer's parameters and gradients (replica 0, pipe 0) into out (a model of the
+ * same config) on the root (threads mode, or MPI rank 0); collective in MPI mode. */
+int run_job_gather(run_job *j, gpt_model *out);
+/* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
+int run_job_is_root(const run_job *j);
+/* The last iteration's events of every rank, merged (root only; NULL elsewhere): times in seconds
+ * from that iteration's start, send -> receive links set. Owned by the job. */
+const timeline *run_job_timeline(run_job *j);
+/* Median measured F, B, W, BW seconds per stage over the iterations run so far (after the
+ * first, when there was more than one): f, b, w, bw [S]; a kind never run is -1. Root only. */
+void run_job_profile(run_job *j, double *f, double *b, double *w, double *bw);
+
+#endif

@@ -1,0 +1,347 @@
+/* A pipelined job on this process: rank threads (threads transport) or this process's rank (MPI),
+ * their executors, the merged timeline of each iteration, measured bubble and profiled costs,
+ * and gathering the model back to the root. Not here: the per-rank walk (executor.c), the
+ * training loop (cli_train.c).
+ *
+ * Threads mode keeps one gpt_model per (replica, pipe), shared by that replica's rank threads:
+ * each thread touches only its own stages' spans. OpenBLAS's thread count is process-wide, so
+ * it is set to 1 once before the rank threads start (each rank computes on one core). */
+#include "run/executor.h"
+#include "run/run.h"
+#include "util/pt.h"
+#include <cblas.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG_GATHER 32100        /* above the executor's tags (run_plan.c keeps those < 32000) */
+
+typedef struct { int iter; double dur; } job_sample;
+typedef struct { job_sample *v; int n, cap; } job_samples;
+
+struct run_job {
+    const run_plan *pl;
+    int R, n_local, mpi;             /* world size, ranks in this process, MPI mode */
+    int n_models;                    /* threads: D * n_pipes; MPI: 1 */
+    gpt_model *models;
+    adamw_state *opts;
+    comm **comms;                    /* [n_local]; MPI: the caller's world (not owned) */
+    run_exec **ex;                   /* [n_local] */
+    run_exec_stats *rst;             /* [n_local] */
+    char **errs;                     /* [n_local] error of each rank thread */
+    atomic_int first_fail;
+    timeline tl;                     /* merged events of the last iteration (root) */
+    int tl_linked, n_iters;
+    job_samples *prof;               /* [S * 4] F, B, W, BW durations per stage (root) */
+    /* arguments of the call the rank threads run */
+    const int *tok, *tgt;
+    const optim_config *oc;
+    int t;
+};
+
+/* ---- rank threads ------------------------------------------------------------------------- */
+
+typedef int (*job_fn)(run_job *j, int r);
+typedef struct { run_job *j; int r; job_fn fn; } job_arg;
+
+/* Rank r's failure: keeps its message, tells the others to stop. */
+static void job_fail(run_job *j, int r) {
+    free(j->errs[r]);
+    j->errs[r] = pt_strdup(pt_err());
+    int expect = -1;
+    atomic_compare_exchange_strong(&j->first_fail, &expect, r);
+    comm_abort(j->comms[r], pt_err());
+}
+
+static void *job_thread(void *p) {
+    job_arg *a = p;
+    if (a->fn(a->j, a->r) < 0) job_fail(a->j, a->r);
+    return NULL;
+}
+
+/* Runs fn on every local rank (threads, or inline for MPI); -1 with the first failure's error. */
+static int job_run_all(run_job *j, job_fn fn) {
+    atomic_store(&j->first_fail, -1);
+    if (j->n_local == 1) {
+        if (fn(j, 0) == 0) return 0;
+        job_fail(j, 0);
+        return -1;
+    }
+    pthread_t *th = pt_malloc(sizeof *th * (size_t)j->n_local);
+    job_arg *args = pt_malloc(sizeof *args * (size_t)j->n_local);
+    for (int r = 0; r < j->n_local; r++) {
+        args[r] = (job_arg){ j, r, fn };
+        pthread_create(&th[r], NULL, job_thread, &args[r]);
+    }
+    for (int r = 0; r < j->n_local; r++) pthread_join(th[r], NULL);
+    free(th);
+    free(args);
+    int f = atomic_load(&j->first_fail);
+    if (f < 0) return 0;
+    pt_seterr("%s", j->errs[f]);
+    return -1;
+}
+
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+static int job_world_rank(const run_job *j, int r) { return j->mpi ? j->comms[0]->rank : r; }
+
+static int job_exec_init(run_job *j, int r) {
+    const run_plan *pl = j->pl;
+    int w = job_world_rank(j, r), d, p;
+    layout_coords(&pl->lo, w, &d, &p);
+    run_exec_cfg c = { .s = pl->s, .lo = &pl->lo, .world_rank = w, .world = j->comms[r],
+                       .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows, .timeout = pl->o.timeout,
+                       .recompute = pl->o.recompute };
+    for (int q = 0; q < pl->s->n_pipes; q++) {
+        int k = j->mpi ? 0 : d * pl->s->n_pipes + q;
+        c.models[q] = &j->models[k];
+        c.opts[q] = &j->opts[k];
+    }
+    return run_exec_init(&j->ex[r], &c);
+}
+
+static void job_alloc_models(run_job *j, const gpt_model *init) {
+    j->models = pt_calloc((size_t)j->n_models, sizeof *j->models);
+    j->opts = pt_calloc((size_t)j->n_models, sizeof *j->opts);
+    for (int k = 0; k < j->n_models; k++) {
+        gpt_init(&j->models[k], &init->cfg);     /* cfg already validated by init */
+        memcpy(j->models[k].params, init->params, init->num_params * sizeof(float));
+        adamw_init(&j->opts[k], init->num_params);
+    }
+}
+
+int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init, comm *world) {
+    run_job *j = pt_calloc(1, sizeof *j);
+    *out = j;
+    j->pl = pl;
+    j->R = pl->o.P * pl->o.D;
+    j->mpi = world != NULL;
+    if (j->mpi && world->size != j->R)
+        return pt_seterr("dp x stages = %d x %d = %d ranks, but the MPI world has %d processes "
+                         "(mpirun -np %d)", pl->o.D, pl->o.P, j->R, world->size, j->R);
+    j->n_local = j->mpi ? 1 : j->R;
+    j->n_models = j->mpi ? 1 : pl->o.D * pl->s->n_pipes;
+    j->comms = pt_calloc((size_t)j->n_local, sizeof *j->comms);
+    j->ex = pt_calloc((size_t)j->n_local, sizeof *j->ex);
+    j->rst = pt_calloc((size_t)j->n_local, sizeof *j->rst);
+    j->errs = pt_calloc((size_t)j->n_local, sizeof *j->errs);
+    j->prof = pt_calloc((size_t)pl->s->n_stages * 4, sizeof *j->prof);
+    timeline_init(&j->tl, pl->s, NULL, 1);
+    if (j->mpi) j->comms[0] = world;
+    else {
+        if (comm_threads_create(j->R, j->comms) < 0) return -1;
+        openblas_set_num_threads(1);
+    }
+    job_alloc_models(j, init);
+    return job_run_all(j, job_exec_init);
+}
+
+void run_job_free(run_job *j) {
+    if (!j) return;
+    for (int r = 0; r < j->n_local; r++) {
+        run_exec_free(j->ex ? j->ex[r] : NULL);
+        if (!j->mpi && j->comms) comm_free(j->comms[r]);
+        free(j->errs ? j->errs[r] : NULL);
+    }
+    for (int k = 0; j->models && k < j->n_models; k++) {
+        gpt_free(&j->models[k]);
+        adamw_free(&j->opts[k]);
+    }
+    if (j->prof)
+        for (int i = 0; i < j->pl->s->n_stages * 4; i++) free(j->prof[i].v);
+    free(j->prof);
+    free(j->models); free(j->opts); free(j->comms); free(j->ex); free(j->rst); free(j->errs);
+    timeline_free(&j->tl);
+    free(j);
+}
+
+int run_job_is_root(const run_job *j) { return !j->mpi || j->comms[0]->rank == 0; }
+
+/* ---- iteration ---------------------------------------------------------------------------- */
+
+static int job_iter_rank(run_job *j, int r) {
+    return run_exec_iteration(j->ex[r], j->tok, j->tgt, j->oc, j->t, &j->rst[r]);
+}
+
+/* Appends rank timeline src to the merged one. */
+static void job_merge(run_job *j, const timeline *src) {
+    timeline_reserve(&j->tl, j->tl.n + src->n);
+    for (int i = 0; i < src->n; i++) timeline_push(&j->tl, &src->ev[i]);
+}
+
+/* MPI: every rank's events to the root (count, then the events as bytes). */
+static int job_gather_events(run_job *j) {
+    comm *w = j->comms[0];
+    const timeline *mine = run_exec_timeline(j->ex[0]);
+    if (w->rank != 0) {
+        int n = mine->n;
+        comm_req *r1, *r2;
+        if (comm_isend(w, 0, TAG_GATHER, &n, sizeof n, &r1) < 0 ||
+            comm_isend(w, 0, TAG_GATHER + 1, mine->ev, sizeof(tl_event) * (size_t)n, &r2) < 0 ||
+            comm_wait(w, r1, j->pl->o.timeout) < 0 || comm_wait(w, r2, j->pl->o.timeout) < 0)
+            return -1;
+        return 0;
+    }
+    job_merge(j, mine);
+    for (int src = 1; src < w->size; src++) {
+        int n = 0;
+        comm_req *rq;
+        if (comm_irecv(w, src, TAG_GATHER, &n, sizeof n, &rq) < 0 || comm_wait(w, rq, j->pl->o.timeout) < 0)
+            return -1;
+        timeline_reserve(&j->tl, j->tl.n + n);
+        if (comm_irecv(w, src, TAG_GATHER + 1, j->tl.ev + j->tl.n, sizeof(tl_event) * (size_t)n, &rq) < 0 ||
+            comm_wait(w, rq, j->pl->o.timeout) < 0)
+            return -1;
+        j->tl.n += n;
+    }
+    return 0;
+}
+
+static void samples_add(job_samples *s, int iter, double dur) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 64;
+        job_samples t = { pt_malloc(sizeof *s->v * (size_t)s->cap), s->n, s->cap };
+        if (s->n) memcpy(t.v, s->v, sizeof *s->v * (size_t)s->n);
+        free(s->v);
+        *s = t;
+    }
+    s->v[s->n++] = (job_sample){ iter, dur };
+}
+
+/* Shifts the merged events to start at 0; measures iteration time and bubble; adds samples. */
+static void job_analyse(run_job *j, run_stats *st) {
+    timeline *tl = &j->tl;
+    double t0 = 1e300, t1 = -1e300;
+    double *busy = pt_calloc((size_t)j->R, sizeof *busy);
+    for (int i = 0; i < tl->n; i++) {
+        if (tl->ev[i].ready < t0) t0 = tl->ev[i].ready;
+        if (tl->ev[i].end > t1) t1 = tl->ev[i].end;
+    }
+    for (int i = 0; i < tl->n; i++) {
+        tl_event *e = &tl->ev[i];
+        e->ready -= t0; e->start -= t0; e->end -= t0;
+        if (!sched_kind_is_compute(e->act.kind)) continue;
+        busy[e->rank] += e->end - e->start;
+        int k = e->act.kind == ACT_BW ? 3 : (int)e->act.kind;   /* F 0, B 1, W 2, BW 3 */
+        samples_add(&j->prof[e->act.stage * 4 + k], j->n_iters, e->end - e->start);
+    }
+    st->iter_time = tl->n ? t1 - t0 : 0;
+    double idle = 0;
+    for (int r = 0; r < j->R; r++) idle += st->iter_time - busy[r];
+    st->bubble = st->iter_time > 0 ? idle / (j->R * st->iter_time) : 0;
+    free(busy);
+}
+
+int run_job_iteration(run_job *j, const int *tokens, const int *targets, const optim_config *oc,
+                      int t, run_stats *st) {
+    memset(st, 0, sizeof *st);
+    j->tok = tokens; j->tgt = targets; j->oc = oc; j->t = t;
+    if (job_run_all(j, job_iter_rank) < 0) return -1;
+    j->tl.n = 0;
+    j->tl_linked = 0;
+    if (j->mpi) {
+        if (job_gather_events(j) < 0) { comm_abort(j->comms[0], pt_err()); return -1; }
+    } else {
+        for (int r = 0; r < j->n_local; r++) job_merge(j, run_exec_timeline(j->ex[r]));
+    }
+    if (run_job_is_root(j)) job_analyse(j, st);
+    if (j->mpi) {   /* every rank reports the root's measurement */
+        double v[2] = { st->iter_time, st->bubble };
+        if (comm_allreduce_f64(j->comms[0], v, 2) < 0) return -1;
+        st->iter_time = v[0];
+        st->bubble = v[1];
+    }
+    st->loss = j->rst[0].loss;
+    st->grad_norm = j->rst[0].grad_norm;
+    st->clip_scale = oc ? j->rst[0].clip_scale : 1;
+    st->lr = j->rst[0].lr;
+    j->n_iters++;
+    return 0;
+}
+
+/* ---- timeline, profile, gather ------------------------------------------------------------ */
+
+/* The event that consumed send event e: the matching RECV on the peer. */
+static int job_find_consumer(const timeline *tl, const tl_event *e, const sched *s) {
+    int g = e->act.kind == ACT_SEND_F ? sched_stage_next(s, e->act.stage) : sched_stage_prev(s, e->act.stage);
+    sched_kind k = e->act.kind == ACT_SEND_F ? ACT_RECV_F : ACT_RECV_B;
+    for (int i = 0; i < tl->n; i++) {
+        const tl_event *c = &tl->ev[i];
+        if (c->rank == e->peer && c->act.kind == k && c->act.stage == g && c->act.mb == e->act.mb)
+            return i;
+    }
+    return -1;
+}
+
+const timeline *run_job_timeline(run_job *j) {
+    if (!run_job_is_root(j)) return NULL;
+    if (!j->tl_linked)
+        for (int i = 0; i < j->tl.n; i++)
+            if (j->tl.ev[i].stream == TL_SEND) j->tl.ev[i].link = job_find_consumer(&j->tl, &j->tl.ev[i], j->pl->s);
+    j->tl_linked = 1;
+    return &j->tl;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of the samples after the first iteration (all of them when only one ran); -1 if none. */
+static double samples_median(const job_samples *s, int n_iters) {
+    double *v = pt_malloc(sizeof *v * (size_t)(s->n + 1));
+    int n = 0;
+    for (int i = 0; i < s->n; i++)
+        if (n_iters < 2 || s->v[i].iter > 0) v[n++] = s->v[i].dur;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double m = n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : -1;
+    free(v);
+    return m;
+}
+
+void run_job_profile(run_job *j, double *f, double *b, double *w, double *bw) {
+    double *out[4] = { f, b, w, bw };
+    for (int g = 0; g < j->pl->s->n_stages; g++)
+        for (int k = 0; k < 4; k++) out[k][g] = samples_median(&j->prof[g * 4 + k], j->n_iters);
+}
+
+/* Floats [off, off+n) of chunk c's layers. */
+static void job_chunk_span(const run_job *j, int c, size_t *off, size_t *n) {
+    const gpt_model *m = &j->models[0];
+    int first = j->pl->lo.chunk_first[c], end = j->pl->lo.chunk_first[c + 1];
+    *off = m->layer_off[first];
+    *n = m->layer_off[end] - *off;
+}
+
+/* MPI: the holder of chunk c (replica 0, pipe 0) sends params and grads to the root. */
+static int job_gather_mpi(run_job *j, gpt_model *out) {
+    comm *w = j->comms[0];
+    for (int c = 0; c < j->pl->s->stages_per_pipe; c++) {
+        int holder = j->pl->s->stage_rank[c];
+        size_t off, n;
+        job_chunk_span(j, c, &off, &n);
+        float *bufs[2] = { j->models[0].params + off, j->models[0].grads + off };
+        float *dst[2] = { out ? out->params + off : NULL, out ? out->grads + off : NULL };
+        for (int k = 0; k < 2; k++) {
+            comm_req *rq;
+            if (w->rank == 0 && holder == 0) memcpy(dst[k], bufs[k], n * sizeof(float));
+            else if (w->rank == 0) {
+                if (comm_irecv(w, holder, TAG_GATHER + 2 + k, dst[k], n * sizeof(float), &rq) < 0 ||
+                    comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
+            } else if (w->rank == holder) {
+                if (comm_isend(w, 0, TAG_GATHER + 2 + k, bufs[k], n * sizeof(float), &rq) < 0 ||
+                    comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+int run_job_gather(run_job *j, gpt_model *out) {
+    if (j->mpi) return job_gather_mpi(j, run_job_is_root(j) ? out : NULL);
+    memcpy(out->params, j->models[0].params, out->num_params * sizeof(float));
+    memcpy(out->grads, j->models[0].grads, out->num_params * sizeof(float));
+    return 0;
+}

@@ -1,0 +1,84 @@
+/* The plan of a pipelined job, built and checked before anything runs: schedule (generated or
+ * read), lowering, validation, layer split, microbatch size. Pure: every rank gets the same plan
+ * or the same error. Not here: running it (run_job.c, executor.c). */
+#include "run/run.h"
+#include "util/pt.h"
+#include <string.h>
+
+#define RUN_TAG_LIMIT 32000     /* MPI guarantees tags up to 32767; the rest is for gathers */
+#define RUN_DEFAULT_TIMEOUT 60.0
+
+/* The schedule from the file or the generator, checked against P and M. */
+static sched *plan_schedule(const run_opts *o) {
+    if (o->schedule_file) {
+        sched *s = sched_read_csv(o->schedule_file, 0);
+        if (!s) return NULL;
+        if (s->n_ranks != o->P) {
+            pt_seterr("--schedule-file %s has %d ranks (rows), --stages is %d", o->schedule_file,
+                      s->n_ranks, o->P);
+            goto bad;
+        }
+        if (o->M > 0 && s->n_mb != o->M) {
+            pt_seterr("--schedule-file %s has %d microbatches, --microbatches is %d",
+                      o->schedule_file, s->n_mb, o->M);
+            goto bad;
+        }
+        if (sched_validate(s, NULL) < 0) { pt_adderr("--schedule-file %s: ", o->schedule_file); goto bad; }
+        return s;
+bad:
+        sched_free(s);
+        return NULL;
+    }
+    if (!o->schedule) { pt_seterr("--schedule NAME or --schedule-file S.csv is required"); return NULL; }
+    if (o->M < 1) { pt_seterr("--microbatches must be >= 1 (got %d)", o->M); return NULL; }
+    sched_params p = { .ranks = o->P, .microbatches = o->M, .chunks = o->chunks,
+                       .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+    sched *s = sched_generate(o->schedule, &p);
+    if (!s) pt_adderr("--schedule %s --stages %d --microbatches %d: ", o->schedule, o->P, o->M);
+    return s;
+}
+
+static int plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
+    const run_opts *o = &pl->o;
+    const sched *s = pl->s;
+    if (s->async) return pt_seterr("schedule %s is asynchronous (weight stashing); the runtime runs "
+                                   "synchronous schedules only for now", s->name);
+    if (o->recompute) return pt_seterr("--recompute is not implemented yet");
+    if (B % (o->D * s->n_mb))
+        return pt_seterr("--batch %d is not divisible by dp x microbatches = %d x %d", B, o->D, s->n_mb);
+    if ((long)s->n_stages * s->n_mb * 2 >= RUN_TAG_LIMIT)
+        return pt_seterr("%d stages x %d microbatches is too many messages to tag (limit %d)",
+                         s->n_stages, s->n_mb, RUN_TAG_LIMIT / 2);
+    if (T < 1 || T > cfg->n_positions)
+        return pt_seterr("--seq %d must be in 1..n_positions (%d)", T, cfg->n_positions);
+    pl->B = B;
+    pl->T = T;
+    pl->mb_rows = B / (o->D * s->n_mb);
+    return layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split);
+}
+
+int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T) {
+    memset(pl, 0, sizeof *pl);
+    pl->o = *o;
+    if (pl->o.timeout <= 0) pl->o.timeout = RUN_DEFAULT_TIMEOUT;
+    if (o->P < 1) return pt_seterr("--stages must be >= 1 (got %d)", o->P);
+    if (o->D < 1) return pt_seterr("--dp must be >= 1 (got %d)", o->D);
+    if (o->chunks < 0) return pt_seterr("--chunks must be >= 0 (got %d)", o->chunks);
+    sched *s = plan_schedule(o);
+    if (!s) return -1;
+    if (!s->lowered) {
+        sched *l = sched_lower(s);
+        sched_free(s);
+        if (!l) return -1;
+        s = l;
+    }
+    pl->s = s;
+    if (plan_check(pl, cfg, B, T) < 0) { run_plan_free(pl); return -1; }
+    return 0;
+}
+
+void run_plan_free(run_plan *pl) {
+    sched_free(pl->s);
+    layout_free(&pl->lo);
+    pl->s = NULL;
+}

@@ -1,0 +1,249 @@
+/* Equivalence of the pipelined runtime (threads transport) with a single-process run: loss and
+ * every gradient for every synchronous schedule, P in {1,2,4}, D in {1,2}; 5 training steps;
+ * bad layouts. Not here: MPI (tests/test_run_mpi.sh), the CLI (tests/test_run_cli.sh).
+ *
+ * The reference is the single-process run with the same microbatching and the same summation
+ * order: each (replica, pipe) accumulates its microbatches in increasing order, the head's wte
+ * gradient is kept apart where the head's rank differs from the embedding's, and the partial
+ * sums are added rank by rank (a rank's own copies first), as the executor and the transport do.
+ * Bitwise where the schedule runs each stage's W in increasing microbatch order and the head and
+ * embedding of one pipe are not two stages of one rank (zb-v's wte); else within REL_TOL. */
+#include "model/gpt.h"
+#include "run/run.h"
+#include "train/optim.h"
+#include "train/train.h"
+#include "util/pt.h"
+#include "test.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* float32 sums of the same terms in another order: a few ulps of the largest partial sum */
+#define REL_TOL 1e-5
+/* the whole batch at once versus microbatches: the same math, reassociated reductions */
+#define FULL_TOL 1e-4
+
+enum { BATCH = 16, SEQ = 8 };
+static const gpt_config CFG = { .n_layer = 8, .n_head = 4, .n_embd = 32, .vocab_size = 64,
+                                .n_positions = 8 };
+static int g_tok[BATCH * SEQ], g_tgt[BATCH * SEQ];
+
+static void make_data(void) {
+    pt_rng r;
+    pt_rng_seed(&r, 7);
+    for (int i = 0; i < BATCH * SEQ; i++) g_tok[i] = (int)(pt_rng_next(&r) % 64);
+    for (int i = 0; i < BATCH * SEQ; i++) g_tgt[i] = (int)(pt_rng_next(&r) % 64);
+}
+
+/* ---- the reference ---------------------------------------------------------------------- */
+
+/* One microbatch through every layer: F, then B and W in reverse; grads += into m->grads
+ * (head's wte gradient into dwte when not NULL). Returns its mean loss. */
+static float ref_microbatch(gpt_model *m, const int *tok, const int *tgt, int b, float scale, float *dwte) {
+    int nl = gpt_num_layers(m), C = m->cfg.n_embd;
+    size_t nc = (size_t)b * SEQ * C;
+    float **act = pt_malloc(sizeof(float *) * (size_t)nl), *sc = pt_falloc(gpt_scratch_floats(m, b, SEQ));
+    float *x = pt_falloc(nc), *y = pt_falloc(nc), loss = 0;
+    gpt_tied tied = { m->w.wte, dwte };
+    const gpt_tied *tp = dwte ? &tied : NULL;
+    for (int l = 0; l < nl; l++) act[l] = pt_falloc(gpt_layer_act_floats(m, l, b, SEQ));
+    for (int l = 0; l < nl; l++) {
+        gpt_layer_kind k = gpt_layer_kind_of(m, l);
+        float *o = k == GPT_LAYER_HEAD ? &loss : y;
+        gpt_layer_forward(m, l, tp, act[l], sc, o, k == GPT_LAYER_EMBED ? NULL : x,
+                          k == GPT_LAYER_EMBED ? tok : k == GPT_LAYER_HEAD ? tgt : NULL, b, SEQ);
+        float *t = x; x = y; y = t;
+    }
+    const float *dy = &scale;
+    for (int l = nl - 1; l >= 0; l--) {
+        gpt_layer_backward_input(m, l, tp, act[l], sc, l ? y : NULL, dy, b, SEQ);
+        dy = y;
+        float *t = x; x = y; y = t;
+    }
+    for (int l = nl - 1; l >= 0; l--) gpt_layer_backward_weight(m, l, tp, act[l], sc, b, SEQ);
+    for (int l = 0; l < nl; l++) free(act[l]);
+    free(act); free(sc); free(x); free(y);
+    return loss;
+}
+
+typedef struct { float *g; float *h; } ref_part;   /* (num_params), (V,C) or NULL */
+
+/* Head's wte gradient kept apart for pipe q (the head's rank is not the embedding's)? */
+static int ref_split(const sched *s, int q) {
+    int K = s->stages_per_pipe;
+    return s->stage_rank[q * K] != s->stage_rank[q * K + K - 1];
+}
+
+/* Adds (two-level, rank by rank) the copies the executor would reduce: chunk c (or wte: c < 0). */
+static void ref_fold(const run_plan *pl, ref_part *part, int c, float *dst, size_t off, size_t n) {
+    const sched *s = pl->s;
+    int K = s->stages_per_pipe, have = 0;
+    float *pre = pt_falloc(n);
+    for (int w = 0; w < pl->o.P * pl->o.D; w++) {
+        int d = w / pl->o.P, p = w % pl->o.P, np = 0;
+        for (int g = 0; g < s->n_stages; g++) {
+            if (s->stage_rank[g] != p) continue;
+            int q = g / K;
+            ref_part *rp = &part[d * s->n_pipes + q];
+            const float *src = NULL;
+            if (c >= 0 && g % K == c) src = rp->g + off;
+            if (c < 0 && g % K == 0) src = rp->g;
+            if (c < 0 && g % K == K - 1 && K > 1 && rp->h && g % K != 0) src = rp->h;
+            if (!src) continue;
+            for (size_t i = 0; i < n; i++) pre[i] = np ? pre[i] + src[i] : src[i];
+            np++;
+        }
+        if (!np) continue;
+        for (size_t i = 0; i < n; i++) dst[off + i] = have ? dst[off + i] + pre[i] : pre[i];
+        have = 1;
+    }
+    free(pre);
+}
+
+/* Reference gradients of the plan's microbatching into ref->grads; returns the mean loss. */
+static float ref_grads(const run_plan *pl, gpt_model *ref) {
+    const sched *s = pl->s;
+    int D = pl->o.D, M = s->n_mb, b = pl->mb_rows, n_part = D * s->n_pipes;
+    size_t V = (size_t)ref->cfg.vocab_size * ref->cfg.n_embd;
+    ref_part *part = pt_calloc((size_t)n_part, sizeof *part);
+    double loss = 0;
+    for (int d = 0; d < D; d++)
+        for (int q = 0; q < s->n_pipes; q++) {
+            ref_part *rp = &part[d * s->n_pipes + q];
+            rp->h = ref_split(s, q) ? pt_falloc(V) : NULL;
+            gpt_zero_grad(ref);
+            for (int j = 0; j < M; j++) {
+                if (s->mb_pipe[j] != q) continue;
+                size_t row = (size_t)d * (BATCH / D) + (size_t)j * b;
+                loss += ref_microbatch(ref, g_tok + row * SEQ, g_tgt + row * SEQ, b,
+                                       1.0f / (float)(M * D), rp->h);
+            }
+            rp->g = pt_falloc(ref->num_params);
+            memcpy(rp->g, ref->grads, ref->num_params * sizeof(float));
+        }
+    for (int c = 0; c < s->stages_per_pipe; c++) {
+        size_t off = ref->layer_off[pl->lo.chunk_first[c]], n = ref->layer_off[pl->lo.chunk_first[c + 1]] - off;
+        if (c == 0) { off += V; n -= V; }
+        ref_fold(pl, part, c, ref->grads, off, n);
+    }
+    ref_fold(pl, part, -1, ref->grads, 0, V);
+    for (int k = 0; k < n_part; k++) { free(part[k].g); free(part[k].h); }
+    free(part);
+    return (float)(loss / (M * D));
+}
+
+/* Every stage runs its W (or BW) in increasing microbatch order: accumulation order matches. */
+static int sched_w_in_order(const sched *s) {
+    int *last = pt_malloc(sizeof(int) * (size_t)s->n_stages), ok = 1;
+    for (int g = 0; g < s->n_stages; g++) last[g] = -1;
+    for (int r = 0; r < s->n_ranks; r++)
+        for (int i = 0; i < s->len[r]; i++) {
+            sched_action a = s->acts[r][i];
+            if (a.kind != ACT_W && a.kind != ACT_BW) continue;
+            if (a.mb < last[a.stage]) ok = 0;
+            last[a.stage] = a.mb;
+        }
+    free(last);
+    return ok;
+}
+
+/* wte accumulates head and embedding W of one rank in the reference's order (one stage, or two
+ * ranks apart)? zb-v puts them on one rank as two stages in another order. */
+static int sched_wte_in_order(const sched *s) {
+    int K = s->stages_per_pipe;
+    for (int q = 0; q < s->n_pipes; q++)
+        if (K > 1 && !ref_split(s, q)) return 0;
+    return 1;
+}
+
+/* ---- comparison ------------------------------------------------------------------------- */
+
+typedef struct { int bitwise; double maxerr; char worst[48]; } cmp_res;
+
+static cmp_res compare(const gpt_model *a, const gpt_model *ref, int skip_wte) {
+    cmp_res r = { 1, 0, "" };
+    for (int i = 0; i < gpt_param_count(ref); i++) {
+        const gpt_param_info *pi = gpt_param_info_at(ref, i);
+        if (skip_wte && i == 0) continue;
+        const float *x = a->grads + pi->offset, *y = ref->grads + pi->offset;
+        if (memcmp(x, y, pi->count * sizeof(float))) r.bitwise = 0;
+        double e = test_tensor_relerr(x, y, pi->count);
+        if (e > r.maxerr) { r.maxerr = e; snprintf(r.worst, sizeof r.worst, "%s", pi->name); }
+    }
+    return r;
+}
+
+static gpt_model g_init;
+
+/* Runs one grad iteration of a layout; NULL opts errors go to the caller. */
+static int run_grad(const run_plan *pl, gpt_model *out, float *loss) {
+    run_job *j = NULL;
+    run_stats st;
+    int rc = run_job_init(&j, pl, &g_init, NULL);
+    if (rc == 0) rc = run_job_iteration(j, g_tok, g_tgt, NULL, 1, &st);
+    if (rc == 0) rc = run_job_gather(j, out);
+    *loss = st.loss;
+    run_job_free(j);
+    return rc;
+}
+
+static void test_case(const char *name, int P, int D, int M, int chunks) {
+    char nm[160];
+    run_opts o = { .P = P, .D = D, .schedule = name, .M = M, .chunks = chunks };
+    run_plan pl;
+    snprintf(nm, sizeof nm, "grad %s P=%d D=%d M=%d", name, P, D, M);
+    if (run_plan_init(&pl, &o, &CFG, BATCH, SEQ) < 0) {
+        printf("# skip %s: %s\n", nm, pt_err());
+        return;
+    }
+    gpt_model got, ref, full;
+    gpt_init(&got, &CFG); gpt_init(&ref, &CFG); gpt_init(&full, &CFG);
+    memcpy(ref.params, g_init.params, ref.num_params * sizeof(float));
+    memcpy(full.params, g_init.params, full.num_params * sizeof(float));
+    float loss = 0, ref_loss = ref_grads(&pl, &ref), full_loss;
+    int rc = run_grad(&pl, &got, &loss);
+    CHECK(nm, rc == 0, "%s", pt_err());
+    if (rc == 0) {
+        int w_ok = sched_w_in_order(pl.s), wte_ok = sched_wte_in_order(pl.s);
+        cmp_res all = compare(&got, &ref, 0), rest = compare(&got, &ref, 1);
+        snprintf(nm, sizeof nm, "grad %s P=%d D=%d M=%d loss", name, P, D, M);
+        CHECK(nm, loss == ref_loss, "%.9g vs %.9g", loss, ref_loss);
+        snprintf(nm, sizeof nm, "grad %s P=%d D=%d M=%d within tolerance", name, P, D, M);
+        CHECK(nm, all.maxerr <= REL_TOL, "%s off by %.3g", all.worst, all.maxerr);
+        if (w_ok) {
+            snprintf(nm, sizeof nm, "grad %s P=%d D=%d M=%d bitwise%s", name, P, D, M, wte_ok ? "" : " (but wte)");
+            cmp_res c = wte_ok ? all : rest;
+            CHECK(nm, c.bitwise, "%s differs by %.3g", c.worst, c.maxerr);
+        } else printf("# %s: W not in microbatch order, tolerance only (max %.3g)\n", nm, all.maxerr);
+        gpt_zero_grad(&full);
+        gpt_forward_backward(&full, g_tok, g_tgt, BATCH, SEQ, &full_loss);
+        cmp_res f = compare(&got, &full, 0);
+        snprintf(nm, sizeof nm, "grad %s P=%d D=%d M=%d vs whole batch", name, P, D, M);
+        CHECK(nm, f.maxerr <= FULL_TOL && test_relerr(loss, full_loss, 1e-6) <= FULL_TOL,
+              "%s off by %.3g, loss %.7g vs %.7g", f.worst, f.maxerr, loss, full_loss);
+    }
+    gpt_free(&got); gpt_free(&ref); gpt_free(&full);
+    run_plan_free(&pl);
+}
+
+static const struct { const char *name; int chunks; } SCHEDS[] = {
+    { "gpipe", 0 }, { "1f1b", 0 }, { "interleaved-1f1b", 2 }, { "zb-h1", 0 }, { "zb-h2", 0 },
+    { "zb-v", 0 }, { "chimera", 0 }, { "greedy", 0 },
+};
+
+static void test_equivalence(void) {
+    const int Ps[] = { 1, 2, 4 };
+    for (size_t k = 0; k < sizeof SCHEDS / sizeof *SCHEDS; k++)
+        for (int pi = 0; pi < 3; pi++)
+            for (int D = 1; D <= 2; D++)
+                test_case(SCHEDS[k].name, Ps[pi], D, 4, SCHEDS[k].chunks);
+}
+
+int main(void) {
+    make_data();
+    gpt_init(&g_init, &CFG);
+    gpt_init_random(&g_init, 1);
+    test_equivalence();
+    gpt_free(&g_init);
+    TEST_DONE();
+}
