@@ -14,6 +14,7 @@
 #include "train/train.h"
 #include "util/pt.h"
 #include "test.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@
 #define REL_TOL 1e-5
 /* the whole batch at once versus microbatches: the same math, reassociated reductions */
 #define FULL_TOL 1e-4
+/* after 5 AdamW steps: m/sqrt(v) turns ulp-level gradient differences of near-zero entries into
+ * visible parameter differences */
+#define TRAIN_TOL 1e-4
 
 enum { BATCH = 16, SEQ = 8 };
 static const gpt_config CFG = { .n_layer = 8, .n_head = 4, .n_embd = 32, .vocab_size = 64,
@@ -239,11 +243,134 @@ static void test_equivalence(void) {
                 test_case(SCHEDS[k].name, Ps[pi], D, 4, SCHEDS[k].chunks);
 }
 
+
+/* ---- training ----------------------------------------------------------------------------- */
+
+/* K steps of the reference (same microbatching and order), losses into out[K]. */
+static void ref_train(const run_plan *pl, const optim_config *oc, int K, float *out, gpt_model *ref) {
+    adamw_state opt;
+    adamw_init(&opt, ref->num_params);
+    for (int t = 1; t <= K; t++) {
+        out[t - 1] = ref_grads(pl, ref);
+        double norm = sqrt(optim_sumsq(ref->grads, ref->num_params));
+        train_apply_adamw(ref, &opt, oc, t, optim_lr_at(oc, t), optim_clip_scale(norm, oc->grad_clip));
+    }
+    adamw_free(&opt);
+}
+
+enum { TRAIN_STEPS = 5 };
+
+static void test_train_case(const char *name, int P, int D, int chunks, double clip) {
+    char nm[160];
+    run_opts o = { .P = P, .D = D, .schedule = name, .M = 4, .chunks = chunks };
+    run_plan pl;
+    optim_config oc = optim_config_default();
+    oc.lr = 1e-2;
+    oc.grad_clip = clip;
+    snprintf(nm, sizeof nm, "train %s P=%d D=%d clip %g: %d steps", name, P, D, clip, TRAIN_STEPS);
+    if (run_plan_init(&pl, &o, &CFG, BATCH, SEQ) < 0) { CHECK(nm, 0, "%s", pt_err()); return; }
+    gpt_model ref, got;
+    gpt_init(&ref, &CFG); gpt_init(&got, &CFG);
+    memcpy(ref.params, g_init.params, ref.num_params * sizeof(float));
+    float want[TRAIN_STEPS], have[TRAIN_STEPS] = { 0 };
+    ref_train(&pl, &oc, TRAIN_STEPS, want, &ref);
+    run_job *j = NULL;
+    run_stats st;
+    int rc = run_job_init(&j, &pl, &g_init, NULL);
+    for (int t = 1; rc == 0 && t <= TRAIN_STEPS; t++) {
+        rc = run_job_iteration(j, g_tok, g_tgt, &oc, t, &st);
+        have[t - 1] = st.loss;
+    }
+    if (rc == 0) rc = run_job_gather(j, &got);
+    run_job_free(j);
+    CHECK(nm, rc == 0, "%s", pt_err());
+    double worst = 0;
+    int same = 1;
+    for (int t = 0; t < TRAIN_STEPS; t++) {
+        same &= have[t] == want[t];
+        double e = test_relerr(have[t], want[t], 1e-6);
+        if (e > worst) worst = e;
+    }
+    int bitwise = clip <= 0 && sched_w_in_order(pl.s) && sched_wte_in_order(pl.s);
+    snprintf(nm, sizeof nm, "train %s P=%d D=%d clip %g: losses %s", name, P, D, clip,
+             bitwise ? "bitwise" : "within tolerance");
+    CHECK(nm, bitwise ? same : worst <= REL_TOL, "worst %.3g (step 1 %.7g vs %.7g, step %d %.7g vs %.7g)",
+          worst, have[0], want[0], TRAIN_STEPS, have[TRAIN_STEPS - 1], want[TRAIN_STEPS - 1]);
+    snprintf(nm, sizeof nm, "train %s P=%d D=%d clip %g: loss falls", name, P, D, clip);
+    CHECK(nm, have[TRAIN_STEPS - 1] < have[0], "%.5f -> %.5f", have[0], have[TRAIN_STEPS - 1]);
+    double perr = test_tensor_relerr(got.params, ref.params, ref.num_params);
+    snprintf(nm, sizeof nm, "train %s P=%d D=%d clip %g: parameters", name, P, D, clip);
+    CHECK(nm, bitwise ? !memcmp(got.params, ref.params, ref.num_params * sizeof(float)) : perr <= TRAIN_TOL,
+          "off by %.3g", perr);
+    gpt_free(&ref); gpt_free(&got);
+    run_plan_free(&pl);
+}
+
+static void test_train(void) {
+    test_train_case("1f1b", 2, 2, 0, 0);
+    test_train_case("1f1b", 4, 1, 0, 1.0);
+    test_train_case("zb-h1", 2, 2, 0, 0);
+    test_train_case("interleaved-1f1b", 2, 1, 2, 0);
+    test_train_case("zb-v", 2, 2, 0, 1.0);
+    test_train_case("chimera", 2, 2, 0, 0);
+    test_train_case("chimera", 4, 1, 0, 1.0);
+}
+
+/* ---- bad layouts -------------------------------------------------------------------------- */
+
+static void expect_plan_error(const char *nm, run_opts o, int B, const char *pattern) {
+    run_plan pl;
+    int rc = run_plan_init(&pl, &o, &CFG, B, SEQ);
+    if (rc == 0) run_plan_free(&pl);
+    CHECK(nm, rc < 0 && strstr(pt_err(), pattern), "rc %d, error '%s' lacks '%s'", rc, pt_err(), pattern);
+}
+
+static void test_bad_layouts(void) {
+    run_opts o = { .P = 16, .D = 1, .schedule = "1f1b", .M = 16 };
+    expect_plan_error("bad layout: more stages than blocks", o, 16, "only 8 transformer blocks");
+    o = (run_opts){ .P = 2, .D = 2, .schedule = "1f1b", .M = 3 };
+    expect_plan_error("bad layout: batch not divisible by dp x microbatches", o, 16, "not divisible");
+    o = (run_opts){ .P = 4, .D = 1, .schedule = "chimera", .M = 1 };
+    expect_plan_error("bad layout: too few microbatches for the schedule", o, 16, "microbatches");
+    o = (run_opts){ .P = 2, .D = 1, .schedule = "1f1b", .M = 2, .split = "3,4" };
+    expect_plan_error("bad layout: split drops a block", o, 16, "covers 7 blocks");
+    o.split = "5,4";
+    expect_plan_error("bad layout: split repeats a block", o, 16, "covers 9 blocks");
+    o.split = NULL;
+    o.schedule = "nope";
+    expect_plan_error("bad layout: unknown schedule", o, 16, "unknown schedule");
+    const char *csv = "/tmp/test_run_sched.csv";
+    FILE *f = fopen(csv, "w");
+    fprintf(f, "0F0,0F1,0BW0,0BW1,0REDUCE_GRAD,STEP\n1F0,1BW0,1F1,1BW1,1REDUCE_GRAD,STEP\n");
+    fclose(f);
+    o = (run_opts){ .P = 4, .D = 1, .schedule_file = csv };
+    expect_plan_error("bad layout: schedule file rank count", o, 16, "has 2 ranks");
+    o.P = 2;
+    run_plan pl;
+    int rc = run_plan_init(&pl, &o, &CFG, BATCH, SEQ);
+    CHECK("schedule file: 2 ranks, 2 microbatches", rc == 0 && pl.s->n_mb == 2, "%s", pt_err());
+    if (rc == 0) {
+        gpt_model got, ref;
+        gpt_init(&got, &CFG); gpt_init(&ref, &CFG);
+        memcpy(ref.params, g_init.params, ref.num_params * sizeof(float));
+        float loss, rl = ref_grads(&pl, &ref);
+        rc = run_grad(&pl, &got, &loss);
+        cmp_res c = compare(&got, &ref, 0);
+        CHECK("schedule file: gradients bitwise", rc == 0 && c.bitwise && loss == rl, "%s %s %.3g",
+              pt_err(), c.worst, c.maxerr);
+        gpt_free(&got); gpt_free(&ref);
+        run_plan_free(&pl);
+    }
+    remove(csv);
+}
+
 int main(void) {
     make_data();
     gpt_init(&g_init, &CFG);
     gpt_init_random(&g_init, 1);
     test_equivalence();
+    test_train();
+    test_bad_layouts();
     gpt_free(&g_init);
     TEST_DONE();
 }
