@@ -1,0 +1,82 @@
+# Command-line contract of train, grad and sample (single process): a short training run whose
+# loss falls, metrics lines, checkpoint + exact resume, sampling, and bad input that must give a
+# clear error naming the file and field (non-zero exit, no crash).
+. tests/lib.sh
+P=$PIPETRAIN
+D=$TEST_TMP/cli_train
+mkdir -p "$D"
+FX=tests/fixtures/gpt-tiny
+cat > "$D/cfg.json" <<'J'
+{"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}
+J
+# A small repetitive text corpus: a model learns it quickly.
+for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
+
+train() { "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 4 --seq 16 --lr 3e-3 --threads 1 "$@"; }
+
+# --- a run whose loss falls, with metrics and checkpoints
+if train --steps 40 --metrics "$D/m.jsonl" --save "$D/run" --save-every 20 > "$D/train.out" 2>&1; then
+  ok "train runs"
+else
+  fail "train runs" "$(tail -3 "$D/train.out")"
+fi
+n=$(wc -l < "$D/m.jsonl")
+[ "$n" -eq 40 ] && ok "metrics: one line per step" || fail "metrics: one line per step" "got $n lines"
+head -1 "$D/m.jsonl" | grep -q '"step":1,"loss":' && ok "metrics: step starts at 1 with loss" \
+  || fail "metrics: step starts at 1 with loss" "$(head -1 "$D/m.jsonl")"
+first=$(head -1 "$D/m.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/')
+last=$(tail -5 "$D/m.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/' | sort -g | tail -1)
+awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 1.0)}' && ok "loss falls (from $first to <= $last)" \
+  || fail "loss falls" "first $first, worst of last five $last"
+grep -q 'tok/s' "$D/train.out" && grep -q 'left' "$D/train.out" && ok "progress line: tokens/s and time left" \
+  || fail "progress line" "$(head -3 "$D/train.out")"
+[ -f "$D/run/ckpt-20/manifest.json" ] && [ -f "$D/run/ckpt-40/manifest.json" ] && ok "checkpoints every 20 steps" \
+  || fail "checkpoints every 20 steps" "$(ls "$D/run")"
+ls "$D/run" | grep -q tmp && fail "no temporary folders left" "$(ls "$D/run")" || ok "no temporary folders left"
+
+# --- resume from step 20 continues exactly: same losses for steps 21..40
+if train --steps 40 --resume "$D/run/ckpt-20" --metrics "$D/m2.jsonl" > "$D/resume.out" 2>&1; then
+  a=$(sed -n '21,40p' "$D/m.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/' | tr '\n' ' ')
+  b=$(sed 's/.*"loss":\([0-9.]*\).*/\1/' "$D/m2.jsonl" | tr '\n' ' ')
+  [ "$a" = "$b" ] && ok "resume: losses equal the uninterrupted run" || fail "resume: losses equal" "$a vs $b"
+else
+  fail "resume runs" "$(tail -3 "$D/resume.out")"
+fi
+
+# --- sample from the run folder (newest checkpoint) and from config + weights
+"$P" sample --checkpoint "$D/run" --prompt "the " --length 40 --seed 2 > "$D/s.out" 2>&1 \
+  && [ "$(wc -c < "$D/s.out")" -ge 44 ] && ok "sample from a run folder" || fail "sample" "$(cat "$D/s.out")"
+"$P" sample --config "$FX/config.json" --init "$FX/model.safetensors" --length 10 > /dev/null 2>&1 \
+  && ok "sample from config + weights" || fail "sample from config + weights" "non-zero exit"
+
+# --- bad input: clear errors naming what and where
+expect_error "train: missing config file" "nope.json" train --config nope.json --steps 1
+printf '{"n_layer": 2, "n_head": 3, "n_embd": 32, "vocab_size": 256, "n_positions": 32}' > "$D/bad.json"
+expect_error "train: n_embd not divisible by n_head" "bad.json.*n_embd.*n_head" \
+  "$P" train --config "$D/bad.json" --data "$D/text.txt" --batch 2 --seq 8 --steps 1
+printf '{"n_layer": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}' > "$D/nohead.json"
+expect_error "train: missing key" "nohead.json.*n_head" \
+  "$P" train --config "$D/nohead.json" --data "$D/text.txt" --batch 2 --seq 8 --steps 1
+expect_error "train: seq longer than n_positions" "n_positions" train --seq 64 --steps 1
+expect_error "train: too little data" "too few|at least" train --batch 512 --seq 32 --steps 1
+expect_error "train: unknown flag" "unknown flag '--bogus'" train --bogus 1
+expect_error "train: bad number" "--lr expects a number" train --lr abc
+expect_error "train: bad lr schedule" "lr-schedule" train --lr-schedule linear --steps 1
+head -c 100 "$FX/model.safetensors" > "$D/trunc.safetensors"
+expect_error "grad: truncated safetensors names the file" "trunc.safetensors" \
+  "$P" grad --config "$FX/config.json" --init "$D/trunc.safetensors" --tokens "$FX/tokens.bin" --batch 2 --seq 13 --out "$D/g.st"
+expect_error "grad: weights of another shape name the tensor" "wte.weight.*shape|shape.*wte" \
+  "$P" grad --config "$D/cfg.json" --init "$FX/model.safetensors" --tokens "$FX/tokens.bin" --batch 2 --seq 13 --out "$D/g.st"
+cp "$FX/tokens.bin" "$D/badmagic.bin"; printf '\x01\x02\x03\x04' | dd of="$D/badmagic.bin" conv=notrunc 2>/dev/null
+expect_error "grad: wrong token-file magic" "badmagic.bin.*magic" \
+  "$P" grad --config "$FX/config.json" --init "$FX/model.safetensors" --tokens "$D/badmagic.bin" --batch 2 --seq 13 --out "$D/g.st"
+printf '{"n_layer": 2, "n_head": 3, "n_embd": 24, "vocab_size": 10, "n_positions": 32}' > "$D/v10.json"
+expect_error "grad: token out of the vocabulary" "tokens.bin.*out of the vocabulary" \
+  "$P" grad --config "$D/v10.json" --tokens "$FX/tokens.bin" --batch 2 --seq 13 --out "$D/g.st"
+expect_error "grad: missing token file" "missing.bin" \
+  "$P" grad --config "$FX/config.json" --tokens "$D/missing.bin" --batch 2 --seq 13 --out "$D/g.st"
+cp -r "$D/run/ckpt-40" "$D/corrupt"; printf 'XXXX' | dd of="$D/corrupt/chunk-0.safetensors" bs=1 seek=200 conv=notrunc 2>/dev/null
+expect_error "sample: corrupt checkpoint names the file" "corrupt/chunk-0.safetensors.*(checksum|corrupt)" \
+  "$P" sample --checkpoint "$D/corrupt" --length 5
+expect_error "sample: not a checkpoint" "not a checkpoint|no such|neither" "$P" sample --checkpoint "$D" --length 5
+done_tests
