@@ -210,6 +210,21 @@ static void test_single_process(void) {
     CHECK("ckpt_save overwrite replaces the folder", rc == 0 && back.step == 6 &&
           same(dst.m.params, src.m.params, src.m.num_params), "%s", pt_err());
     CHECK("no temporary folders left", !count_tmp_leftovers(dir), "leftover %s.tmp.*", dir);
+    /* Replacing without an atomic exchange (filesystems without RENAME_EXCHANGE). */
+    ckpt_test_crash_at("no-exchange", 0);
+    man.step = 7;
+    rc = ckpt_save(dir, &src.m, &src.opt, &man, 1);
+    ckpt_test_crash_at(NULL, 0);
+    if (rc == 0) rc = ckpt_read_manifest(&back, dir);
+    CHECK("overwrite by moving the old folder aside", rc == 0 && back.step == 7 &&
+          !count_tmp_leftovers(dir), "%s", pt_err());
+    /* A trailing slash: the temporary folder is a sibling, the result is the same folder. */
+    snprintf(out, sizeof out, "%s/", dir);
+    man.step = 8;
+    rc = ckpt_save(out, &src.m, &src.opt, &man, 1);
+    if (rc == 0) rc = ckpt_read_manifest(&back, dir);
+    CHECK("dir with a trailing slash", rc == 0 && back.step == 8 && !count_tmp_leftovers(dir), "%s",
+          pt_err());
     snprintf(out, sizeof out, "%s/exported.safetensors", root);
     rc = ckpt_export_params(dir, out);
     gpt_model m;
@@ -481,6 +496,11 @@ static void test_commit_errors(void) {
     if (rc == 0) rc = ckpt_commit(dir, tmp, &man);
     CHECK("commit: a chunk file with other layers than the manifest is named",
           rc < 0 && strstr(pt_err(), "chunk-0.safetensors") && strstr(pt_err(), "layers"), "%s", pt_err());
+    man.P = 0;
+    rc = ckpt_save(dir, &corrupt_src->m, NULL, &man, 0);
+    CHECK("commit: a layout without P is refused", rc < 0 && strstr(pt_err(), "P 0") &&
+          stat(dir, &st) != 0, "%s", pt_err());
+    man.P = 2;
     path_of(dir, sizeof dir, "commit");
     rc = ckpt_save(dir, &corrupt_src->m, NULL, &man, 1);
     CHECK("commit: refuses to replace a folder that is not a checkpoint",

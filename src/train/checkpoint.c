@@ -36,8 +36,21 @@ static void crash_maybe(const char *point, int arg) {
     if (!strcmp(crash_point, point) && (arg < 0 || arg == crash_arg)) abort();
 }
 #define CRASH_POINT(p, arg) do { if (crash_point) crash_maybe(p, arg); } while (0)
+/* "no-exchange" aborts nothing: it makes install_dir take its fallback path, for tests. */
+#define NO_EXCHANGE() (crash_point && !strcmp(crash_point, "no-exchange"))
 
 /* ---- small file helpers ------------------------------------------------------------------ */
+
+/* dir without trailing slashes ("run/ckpt-1/" -> "run/ckpt-1"), so "<dir>.tmp.<pid>" is a
+ * sibling of dir, never a child. -1 naming dir when it does not fit. */
+static int trim_dir(char *out, size_t n, const char *dir) {
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    if (len + 1 > n || len + 1 > CKPT_DIR_MAX) return pt_seterr("%s: checkpoint path too long", dir);
+    memcpy(out, dir, len);
+    out[len] = 0;
+    return 0;
+}
 
 static void chunk_path(char *out, size_t n, const char *dir, int c) {
     snprintf(out, n, "%s/chunk-%d.safetensors", dir, c);
@@ -162,7 +175,9 @@ static int chunk_of_layer(const ckpt_manifest *man, int layer) {
 /* ---- save ------------------------------------------------------------------------------- */
 
 int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n) {
-    int len = snprintf(tmpdir, n, "%s.tmp.%ld", dir, pid);
+    char d[CKPT_DIR_MAX];
+    if (trim_dir(d, sizeof d, dir) < 0) return -1;
+    int len = snprintf(tmpdir, n, "%s.tmp.%ld", d, pid);
     if (len < 0 || (size_t)len >= n || len >= CKPT_DIR_MAX)
         return pt_seterr("%s: checkpoint path too long", dir);
     return 0;
@@ -171,7 +186,7 @@ int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n) {
 int ckpt_begin(const char *dir, char *tmpdir, size_t n) {
     if (ckpt_tmpdir_name(dir, (long)getpid(), tmpdir, n) < 0) return -1;
     ckpt_abandon(tmpdir);
-    if (make_parents(dir) < 0) return -1;
+    if (make_parents(tmpdir) < 0) return -1;
     if (mkdir(tmpdir, 0755) < 0)
         return pt_seterr("%s: cannot create folder: %s", tmpdir, strerror(errno));
     return 0;
@@ -347,7 +362,7 @@ static int install_dir(const char *dir, const char *tmpdir) {
     if (access(mpath, F_OK) != 0)
         return pt_seterr("%s: exists and is not a checkpoint folder (no manifest.json); not "
                          "replacing it", dir);
-    if (renameat2(AT_FDCWD, tmpdir, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+    if (!NO_EXCHANGE() && renameat2(AT_FDCWD, tmpdir, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
         snprintf(aside, sizeof aside, "%s", tmpdir);
     } else {
         snprintf(aside, sizeof aside, "%s.old", tmpdir);
@@ -364,10 +379,24 @@ static int install_dir(const char *dir, const char *tmpdir) {
     return 0;
 }
 
-int ckpt_commit(const char *dir, const char *tmpdir, const ckpt_manifest *man) {
+/* The layout fields commit writes must read back: P, D, pipes >= 1, K == the chunk count. */
+static int check_layout_fields(ckpt_manifest *w, const char *tmpdir) {
+    if (w->P < 1 || w->D < 1 || w->n_pipes < 1)
+        return pt_seterr("%s: manifest layout P %d, D %d, pipes %d: each must be >= 1 (see "
+                         "ckpt_manifest_set_layout)", tmpdir, w->P, w->D, w->n_pipes);
+    w->K = w->n_chunks;
+    return check_tiling(w, w->cfg.n_layer + 2, tmpdir);
+}
+
+int ckpt_commit(const char *dir_in, const char *tmpdir, const ckpt_manifest *man) {
+    char dir[CKPT_DIR_MAX];
+    if (trim_dir(dir, sizeof dir, dir_in) < 0) {
+        ckpt_abandon(tmpdir);
+        return -1;
+    }
     ckpt_manifest *w = pt_malloc(sizeof *w);
     *w = *man;
-    int rc = check_tiling(w, w->cfg.n_layer + 2, tmpdir);
+    int rc = check_layout_fields(w, tmpdir);
     if (rc == 0) rc = checksum_chunks(w, tmpdir);
     if (rc == 0) CRASH_POINT("manifest", -1);
     if (rc == 0) rc = write_manifest(tmpdir, w);

@@ -118,7 +118,9 @@ int ckpt_export_params(const char *dir, const char *path);
  * Points: "chunk" (inside ckpt_write_chunk, after its file is written, for chunk index `arg`),
  * "manifest" (in ckpt_commit before manifest.json is written), "rename" (manifest written,
  * before the rename), "swap" (after the new folder took the real name, before the old one is
- * deleted). NULL clears. Costs one pointer test per call when unset. */
+ * deleted). "no-exchange" aborts nothing: it makes the replace of an existing folder take the
+ * fallback path (old folder renamed aside first) used where the filesystem has no atomic
+ * exchange. NULL clears. Costs one pointer test per call when unset. */
 void ckpt_test_crash_at(const char *point, int arg);
 
 #endif
