@@ -1,10 +1,9 @@
 /* MPI transport checks, run by tests/test_comm_mpi.sh under mpirun -np 4 (not a test binary on
  * its own). Every rank runs every check in the same order; a rank that fails prints its own
  * "FAIL name: rank r: why" line, rank 0 prints "ok name" when no rank failed.
- *   aux_mpi_comm          ping-pong, tags, FIFO, sizes, allreduce, split, timeout
+ *   aux_mpi_comm          ping-pong, tags, FIFO, sizes, allreduce, split, timeout, faulty delay
  *   aux_mpi_comm abort    rank 2 aborts while the others wait: the job must end naming rank 2
- *   aux_mpi_comm die      rank 1 dies after 3 sends (faulty wrapper): the job ends naming rank 1
- *   aux_mpi_comm delay    messages to rank 1 are 0.5 s late; the sender is not held up */
+ *   aux_mpi_comm die      rank 1 dies after 3 sends (faulty wrapper): the job ends naming rank 1 */
 #include "comm/comm.h"
 #include "util/pt.h"
 #include <stdarg.h>
@@ -185,6 +184,45 @@ static void test_timeout(comm *c) {
     check(c, "mpi request completes after a timed-out wait", ok, "%s", pt_err());
 }
 
+#define DELAY_S 0.5          /* injected delay: big enough to tell from scheduling noise */
+#define NOT_BLOCKED_S 0.25   /* "the sender was not held up": well under DELAY_S */
+#define SKEW_S 0.1           /* ranks leave a barrier up to this far apart (oversubscribed) */
+/* Over a faulty wrapper (on a split copy of c): rank 0's messages to rank 1 are DELAY_S late;
+ * rank 0's isends (to 1, then to 2) return at once; rank 1 waits about DELAY_S. */
+static void test_faulty_delay(comm *c) {
+    comm *sub = NULL, *f = NULL;
+    int ok = !comm_split(c, 0, &sub) && !comm_faulty_wrap(sub, c->rank == 0 ? 1 : -1, DELAY_S, -1, &f);
+    double dt = 0;
+    int v = 7, got = 0;
+    ok = ok && !comm_barrier(f);
+    double t0 = pt_now();
+    if (ok && c->rank == 0) {
+        comm_req *a, *b;
+        ok = !comm_isend(f, 1, 4, &v, sizeof v, &a) && !comm_isend(f, 2, 4, &v, sizeof v, &b);
+        dt = pt_now() - t0;
+        ok = ok && dt < NOT_BLOCKED_S && !comm_wait(f, b, WAIT_S) && !comm_wait(f, a, WAIT_S);
+    } else if (ok && (c->rank == 1 || c->rank == 2)) {
+        ok = !recv_wait(f, 0, 4, &got, sizeof got) && got == 7;
+        dt = pt_now() - t0;
+        if (c->rank == 1) ok = ok && dt >= DELAY_S - SKEW_S;
+    }
+    check(c, "mpi faulty delay: late delivery, the sender not held up", ok, "%.3f s: %s", dt, pt_err());
+    if (f) comm_free(f);     /* frees sub too */
+    else comm_free(sub);
+}
+
+/* Rank 1 (die_after 3) sends to rank 0 until it dies; never returns normally. */
+static int run_die(comm *c) {
+    comm *f;
+    if (comm_faulty_wrap(c, -1, 0, c->rank == 1 ? 3 : -1, &f)) return 1;
+    int v = 0;
+    for (int i = 0; i < 10; i++) {
+        if (c->rank == 1) send_wait(f, 0, 1, &v, sizeof v);
+        if (c->rank == 0) recv_wait(f, 1, 1, &v, sizeof v);
+    }
+    return comm_barrier(f);
+}
+
 /* Rank 2 aborts; the others block in a wait that nobody will satisfy. Never returns normally. */
 static int run_abort(comm *c) {
     comm_barrier(c);
@@ -199,6 +237,7 @@ int main(int argc, char **argv) {
     if (comm_mpi_init(&argc, &argv, &c)) { fprintf(stderr, "%s\n", pt_err()); return 1; }
     const char *mode = argc > 1 ? argv[1] : "all";
     if (strcmp(mode, "abort") == 0) run_abort(c);
+    else if (strcmp(mode, "die") == 0) run_die(c);
     else {
         test_pingpong(c);
         test_tags_fifo(c);
@@ -206,6 +245,7 @@ int main(int argc, char **argv) {
         test_allreduce(c);
         test_split(c);
         test_timeout(c);
+        test_faulty_delay(c);
     }
     comm_free(c);
     comm_mpi_finalize();

@@ -389,6 +389,118 @@ static void test_abort(void) {
     CHECK("abort: waits end before their timeout", fast, "%.2f %.2f %.2f s", o.t[0], o.t[1], o.t[3]);
 }
 
+/* ---- fault injection ------------------------------------------------------------------- */
+
+/* A world whose endpoints are all wrapped: rank r gets (slow[r], delay[r], die[r]). */
+static void run_faulty_world(int n, const int *slow, const double *delay, const int *die,
+                             void (*body)(comm *, void *), void *arg) {
+    comm *raw[MAX_RANKS], *cs[MAX_RANKS];
+    comm_threads_create(n, raw);
+    for (int r = 0; r < n; r++)
+        if (comm_faulty_wrap(raw[r], slow[r], delay[r], die[r], &cs[r])) { printf("FAIL wrap: %s\n", pt_err()); exit(1); }
+    run_ranks(cs, n, body, arg);
+    for (int r = 0; r < n; r++) comm_free(cs[r]);
+}
+
+static void test_faulty_transparent(void) {
+    int slow[6] = {-1, -1, -1, -1, -1, -1}, die[6] = {-1, -1, -1, -1, -1, -1};
+    double delay[6] = {0};
+    outcome o = {0};
+    run_faulty_world(2, slow, delay, die, body_pingpong, &o);
+    int b = first_bad(&o, 2);
+    CHECK("faulty without faults: ping-pong", b < 0, "%s", b < 0 ? "" : o.msg[b]);
+    split_state st = {0};
+    run_faulty_world(6, slow, delay, die, body_split, &st);
+    b = first_bad(&st.o, 6);
+    CHECK("faulty without faults: split and allreduce", b < 0, "%s", b < 0 ? "" : st.o.msg[b]);
+    comm *raw[1], *c;
+    comm_threads_create(1, raw);
+    comm_faulty_wrap(raw[0], -1, 0, -1, &c);
+    CHECK("faulty name says what it wraps", strcmp(c->vt->name, "faulty(threads)") == 0, "%s", c->vt->name);
+    comm_free(c);
+}
+
+#define DELAY_S 0.5          /* injected delay: big enough to tell from scheduling noise */
+#define NOT_BLOCKED_S 0.25   /* "the sender was not held up by the delay": well under DELAY_S */
+/* Rank 0 sends to the slow rank 1, then at once to rank 2. t[0]: isend to the slow peer took;
+ * t[1]: rank 1's message arrived after t0; t[2]: rank 2's arrived after t0. */
+typedef struct { outcome o; double t0; double t[3]; int v[3]; pthread_mutex_t mu; } delay_state;
+
+static void body_delay(comm *c, void *arg) {
+    delay_state *st = arg;
+    int v = 40 + c->rank;
+    if (comm_barrier(c)) { note(&st->o, c->rank, "barrier"); return; }
+    if (c->rank == 0) {
+        comm_req *a, *b;
+        double t0 = pt_now();
+        pthread_mutex_lock(&st->mu); st->t0 = t0; pthread_mutex_unlock(&st->mu);
+        int v1 = 41, v2 = 42;
+        if (comm_isend(c, 1, 0, &v1, sizeof v1, &a)) { note(&st->o, 0, "isend slow"); return; }
+        st->t[0] = pt_now() - t0;
+        if (comm_isend(c, 2, 0, &v2, sizeof v2, &b)) { note(&st->o, 0, "isend"); return; }
+        if (comm_wait(c, b, WAIT_S) || comm_wait(c, a, WAIT_S)) note(&st->o, 0, "wait");
+        return;
+    }
+    if (recv_wait(c, 0, 0, &v, sizeof v)) { note(&st->o, c->rank, "recv"); return; }
+    double now = pt_now();
+    pthread_mutex_lock(&st->mu);
+    st->t[c->rank] = now - st->t0;
+    st->v[c->rank] = v;
+    pthread_mutex_unlock(&st->mu);
+}
+
+static void test_faulty_delay(void) {
+    int slow[3] = {1, -1, -1}, die[3] = {-1, -1, -1};
+    double delay[3] = {DELAY_S, 0, 0};
+    delay_state st = {0};
+    pthread_mutex_init(&st.mu, NULL);
+    run_faulty_world(3, slow, delay, die, body_delay, &st);
+    int b = first_bad(&st.o, 3);
+    CHECK("faulty delay: messages arrive", b < 0 && st.v[1] == 41 && st.v[2] == 42, "%s", b < 0 ? "" : st.o.msg[b]);
+    CHECK("faulty delay: the slow peer gets it no earlier than the delay", st.t[1] >= DELAY_S,
+          "arrived after %.3f s", st.t[1]);
+    CHECK("faulty delay: the isend returned at once", st.t[0] < NOT_BLOCKED_S, "took %.3f s", st.t[0]);
+    CHECK("faulty delay: the next send (to another peer) was not held up", st.t[2] < NOT_BLOCKED_S,
+          "arrived after %.3f s", st.t[2]);
+    pthread_mutex_destroy(&st.mu);
+}
+
+#define DIE_AFTER 3
+/* Rank 1 sends to 0 and 2 in turn until it dies; 0 and 2 receive until their wait fails. */
+static void body_die(comm *c, void *arg) {
+    outcome *o = arg;
+    double t0 = pt_now();
+    int v = 0;
+    if (c->rank == 1) {
+        for (int i = 0; i < 100; i++) {
+            comm_req *q;
+            v = i;
+            if (comm_isend(c, i % 2 ? 2 : 0, 0, &v, sizeof v, &q) || comm_wait(c, q, WAIT_S)) break;
+        }
+        snprintf(o->msg[1], 300, "%s", pt_err());
+        o->bad[1] = comm_barrier(c) == 0 || !strstr(pt_err(), "rank 1 died");   /* dead: calls fail */
+        return;
+    }
+    for (int i = 0; i < 100; i++)
+        if (recv_wait(c, 1, 0, &v, sizeof v)) break;
+    o->t[c->rank] = pt_now() - t0;
+    snprintf(o->msg[c->rank], 300, "%s", pt_err());
+}
+
+static void test_faulty_die(void) {
+    int slow[3] = {-1, -1, -1}, die[3] = {-1, DIE_AFTER, -1};
+    double delay[3] = {0};
+    outcome o = {0};
+    run_faulty_world(3, slow, delay, die, body_die, &o);
+    CHECK("faulty die_after: the dying rank's calls fail naming it",
+          !o.bad[1] && strstr(o.msg[1], "rank 1 died after 3 sends"), "%s", o.msg[1]);
+    CHECK("faulty die_after: the others fail naming the dead rank",
+          strstr(o.msg[0], "rank 1 failed: died after 3 sends") && strstr(o.msg[2], "rank 1 failed"),
+          "%s | %s", o.msg[0], o.msg[2]);
+    CHECK("faulty die_after: within a bounded time", o.t[0] < WAIT_S && o.t[2] < WAIT_S,
+          "%.2f %.2f s", o.t[0], o.t[2]);
+}
+
 int main(void) {
     test_pingpong();
     test_tags();
@@ -401,5 +513,8 @@ int main(void) {
     test_allreduce_mismatch();
     test_split();
     test_abort();
+    test_faulty_transparent();
+    test_faulty_delay();
+    test_faulty_die();
     TEST_DONE();
 }
