@@ -183,7 +183,7 @@ static gpt_model g_init;
 static int run_grad(const run_plan *pl, gpt_model *out, float *loss) {
     run_job *j = NULL;
     run_stats st;
-    int rc = run_job_init(&j, pl, &g_init, NULL);
+    int rc = run_job_init(&j, pl, &g_init, NULL, NULL);
     if (rc == 0) rc = run_job_iteration(j, g_tok, g_tgt, NULL, 1, &st);
     if (rc == 0) rc = run_job_gather(j, out);
     *loss = st.loss;
@@ -276,7 +276,7 @@ static void test_train_case(const char *name, int P, int D, int chunks, double c
     ref_train(&pl, &oc, TRAIN_STEPS, want, &ref);
     run_job *j = NULL;
     run_stats st;
-    int rc = run_job_init(&j, &pl, &g_init, NULL);
+    int rc = run_job_init(&j, &pl, &g_init, NULL, NULL);
     for (int t = 1; rc == 0 && t <= TRAIN_STEPS; t++) {
         rc = run_job_iteration(j, g_tok, g_tgt, &oc, t, &st);
         have[t - 1] = st.loss;

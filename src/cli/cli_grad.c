@@ -1,18 +1,23 @@
 /* pipetrain grad: loss and every parameter gradient of batch 0, written as safetensors with the
- * input's tensor names plus a scalar "loss". How anyone checks our numerics against theirs. */
+ * input's tensor names plus a scalar "loss". How anyone checks our numerics against theirs.
+ * With pipeline flags (--stages, --dp, --schedule, ...) the same file comes from the pipelined
+ * runtime (threads or MPI): the objective is the same mean loss, split into microbatches. */
 #include "cli/cli.h"
 #include "cli/cli_model.h"
 #include "io/data.h"
 #include "io/safetensors.h"
 #include "model/gpt_io.h"
+#include "run/run.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
-    const char *config, *init, *tokens, *out;
+    const char *config, *init, *tokens, *out, *transport;
     int batch, seq;
     long seed;
+    run_opts ro;
 } grad_args;
 
 static int grad_write(const gpt_model *m, int prefixed, float loss, const char *path) {
@@ -25,7 +30,28 @@ static int grad_write(const gpt_model *m, int prefixed, float loss, const char *
     return rc;
 }
 
-static int grad_run(const grad_args *a) {
+/* Loss and gradients through the pipeline; only the root writes. world: MPI endpoint or NULL. */
+static int grad_pipelined(const grad_args *a, gpt_model *m, int prefixed, const int *inp,
+                          const int *tgt, comm *world) {
+    run_plan pl;
+    run_job *j = NULL;
+    run_stats st;
+    if (run_plan_init(&pl, &a->ro, &m->cfg, a->batch, a->seq) < 0) return -1;
+    int rc = run_job_init(&j, &pl, m, NULL, world);
+    if (rc == 0) rc = run_job_iteration(j, inp, tgt, NULL, 1, &st);
+    if (rc == 0) rc = run_job_gather(j, m);
+    if (rc == 0 && run_job_is_root(j)) {
+        rc = grad_write(m, prefixed, st.loss, a->out);
+        if (rc == 0)
+            printf("loss %.6f, %d gradients written to %s (%s, %d stages x %d replicas, %d microbatches)\n",
+                   st.loss, gpt_param_count(m), a->out, pl.s->name, pl.o.P, pl.o.D, pl.s->n_mb);
+    }
+    run_job_free(j);
+    run_plan_free(&pl);
+    return rc;
+}
+
+static int grad_run(const grad_args *a, comm *world) {
     gpt_model m;
     data_set *d = NULL;
     int prefixed, rc = -1, *inp = NULL, *tgt = NULL;
@@ -39,6 +65,10 @@ static int grad_run(const grad_args *a) {
     inp = pt_malloc(sizeof(int) * a->batch * a->seq);
     tgt = pt_malloc(sizeof(int) * a->batch * a->seq);
     if (data_batch(d, 0, a->batch, a->seq, inp, tgt) < 0) goto free_data;
+    if (a->ro.P) {
+        rc = grad_pipelined(a, &m, prefixed, inp, tgt, world);
+        goto free_data;
+    }
     gpt_zero_grad(&m);
     if (gpt_forward_backward(&m, inp, tgt, a->batch, a->seq, &loss) < 0) goto free_data;
     if (grad_write(&m, prefixed, loss, a->out) < 0) goto free_data;
@@ -53,6 +83,23 @@ free_model:
     return rc;
 }
 
+/* Pipelined when any layout flag is given (P = D = 1 and a schedule otherwise default); the
+ * MPI world when --transport mpi. Errors name the flag; in MPI mode they say the rank. */
+static int cli_pipeline_setup(grad_args *a, int *argc, char ***argv, comm **world) {
+    run_opts *o = &a->ro;
+    if (!o->P && !o->D && !o->schedule && !o->schedule_file && !o->M && !a->transport && !o->split)
+        return 0;
+    if (!o->P) o->P = 1;
+    if (!o->D) o->D = 1;
+    if (!o->schedule && !o->schedule_file) o->schedule = "1f1b";
+    if (!o->M && !o->schedule_file) o->M = o->P;
+    if (!a->transport || !strcmp(a->transport, "threads")) return 0;
+    if (strcmp(a->transport, "mpi")) return pt_seterr("--transport must be threads or mpi, got '%s'", a->transport);
+    if (!comm_mpi_available()) return pt_seterr("--transport mpi: this build has no MPI");
+    if (comm_mpi_init(argc, argv, world) < 0) return -1;
+    return 0;
+}
+
 int cli_grad(int argc, char **argv) {
     grad_args a = {.batch = 0, .seq = 0, .seed = 1337};
     const cli_opt opts[] = {
@@ -63,6 +110,15 @@ int cli_grad(int argc, char **argv) {
         {"--seq", OPT_INT, &a.seq, "T, tokens per sequence"},
         {"--out", OPT_STR, &a.out, "output safetensors: gradients with the input's names + 'loss'"},
         {"--seed", OPT_LONG, &a.seed, "init seed when --init is not given (default 1337)"},
+        {"--stages", OPT_INT, &a.ro.P, "P, pipeline ranks (default 1: no pipeline)"},
+        {"--dp", OPT_INT, &a.ro.D, "D, data-parallel replicas (default 1)"},
+        {"--schedule", OPT_STR, &a.ro.schedule, "pipeline schedule (gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, greedy)"},
+        {"--chunks", OPT_INT, &a.ro.chunks, "V, stages per rank (interleaved; default: the schedule's)"},
+        {"--microbatches", OPT_INT, &a.ro.M, "M, microbatches per replica (default: P)"},
+        {"--schedule-file", OPT_STR, &a.ro.schedule_file, "CSV schedule (one row per rank) instead of --schedule"},
+        {"--split", OPT_STR, &a.ro.split, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
+        {"--transport", OPT_STR, &a.transport, "threads (default) | mpi (run under mpirun)"},
+        {"--timeout", OPT_DOUBLE, &a.ro.timeout, "seconds a rank waits for a message (default 60)"},
     };
     int rc = cli_parse(argc, argv, "grad", "--config C.json [--init M.safetensors] --tokens X.bin "
                        "--batch B --seq T --out G.safetensors", opts, sizeof opts / sizeof *opts);
@@ -71,5 +127,12 @@ int cli_grad(int argc, char **argv) {
         fprintf(stderr, "pipetrain grad: --tokens, --out, --batch (> 0) and --seq (> 0) are required\n");
         return 2;
     }
-    return grad_run(&a) < 0 ? cli_fail("grad") : 0;
+    comm *world = NULL;
+    if (cli_pipeline_setup(&a, &argc, &argv, &world) < 0) return cli_fail("grad");
+    if (grad_run(&a, world) < 0) {
+        if (world) pt_adderr("rank %d: ", world->rank);
+        rc = cli_fail("grad");
+    } else rc = 0;
+    if (world) { comm_free(world); comm_mpi_finalize(); }
+    return rc;
 }

@@ -100,7 +100,11 @@ static void exec_stage_init(run_exec *e, run_stage *st, int g) {
         st->priv_wte = pt_falloc(n);
         st->priv_dwte = pt_falloc(n);
         memcpy(st->priv_wte, st->m->w.wte, n * sizeof(float));
-        if (st->opt) adamw_init(&st->priv_opt, n);
+        if (st->opt) {   /* moments as the embedding's (non-zero when resuming) */
+            adamw_init(&st->priv_opt, n);
+            memcpy(st->priv_opt.m, st->opt->m, n * sizeof(float));
+            memcpy(st->priv_opt.v, st->opt->v, n * sizeof(float));
+        }
         st->tied.wte = st->priv_wte;
         st->tied.dwte = st->priv_dwte;
     }

@@ -12,6 +12,7 @@
 #include "run/layout.h"
 #include "sched/sched.h"
 #include "sim/timeline.h"
+#include "train/checkpoint.h"
 #include "train/optim.h"
 
 typedef struct {
@@ -53,8 +54,10 @@ typedef struct run_job run_job;
 /* Starts a job: threads mode (world == NULL: P*D rank threads, one model copy per replica and
  * pipe, OpenBLAS set to one thread process-wide) or MPI mode (world: this process's endpoint of
  * a world of exactly P*D ranks; one full model per process, of which it uses its spans). init
- * holds the starting parameters (copied). Collective in MPI mode. -1 on a bad world size. */
-int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init, comm *world);
+ * holds the starting parameters, init_opt (NULL: zeros) AdamW moments for every parameter (both
+ * copied). Collective in MPI mode. -1 on a bad world size. */
+int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
+                 const adamw_state *init_opt, comm *world);
 void run_job_free(run_job *j);
 /* One iteration on batch (tokens, targets) (B,T) (every rank passes the whole batch): zeroes the
  * gradients, runs the schedule, reduces gradients, and when oc != NULL applies clipping and AdamW
@@ -65,6 +68,10 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
 /* Copies every layer's parameters and gradients (replica 0, pipe 0) into out (a model of the
  * same config) on the root (threads mode, or MPI rank 0); collective in MPI mode. */
 int run_job_gather(run_job *j, gpt_model *out);
+/* Saves a checkpoint folder dir (train/checkpoint.h): one file per chunk, written by the chunk's
+ * holder in replica 0, pipe 0; the root begins and commits. man gives config, step, data
+ * position and seeds; the layout fields are filled here. Collective in MPI mode. */
+int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man);
 /* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
 int run_job_is_root(const run_job *j);
 /* The last iteration's events of every rank, merged (root only; NULL elsewhere): times in seconds

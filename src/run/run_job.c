@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TAG_GATHER 32100        /* above the executor's tags (run_plan.c keeps those < 32000) */
 
@@ -102,17 +103,22 @@ static int job_exec_init(run_job *j, int r) {
     return run_exec_init(&j->ex[r], &c);
 }
 
-static void job_alloc_models(run_job *j, const gpt_model *init) {
+static void job_alloc_models(run_job *j, const gpt_model *init, const adamw_state *init_opt) {
     j->models = pt_calloc((size_t)j->n_models, sizeof *j->models);
     j->opts = pt_calloc((size_t)j->n_models, sizeof *j->opts);
     for (int k = 0; k < j->n_models; k++) {
         gpt_init(&j->models[k], &init->cfg);     /* cfg already validated by init */
         memcpy(j->models[k].params, init->params, init->num_params * sizeof(float));
         adamw_init(&j->opts[k], init->num_params);
+        if (init_opt) {
+            memcpy(j->opts[k].m, init_opt->m, init->num_params * sizeof(float));
+            memcpy(j->opts[k].v, init_opt->v, init->num_params * sizeof(float));
+        }
     }
 }
 
-int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init, comm *world) {
+int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
+                 const adamw_state *init_opt, comm *world) {
     run_job *j = pt_calloc(1, sizeof *j);
     *out = j;
     j->pl = pl;
@@ -134,7 +140,7 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init, comm 
         if (comm_threads_create(j->R, j->comms) < 0) return -1;
         openblas_set_num_threads(1);
     }
-    job_alloc_models(j, init);
+    job_alloc_models(j, init, init_opt);
     return job_run_all(j, job_exec_init);
 }
 
@@ -343,5 +349,47 @@ int run_job_gather(run_job *j, gpt_model *out) {
     if (j->mpi) return job_gather_mpi(j, run_job_is_root(j) ? out : NULL);
     memcpy(out->params, j->models[0].params, out->num_params * sizeof(float));
     memcpy(out->grads, j->models[0].grads, out->num_params * sizeof(float));
+    return 0;
+}
+
+/* ---- checkpoints -------------------------------------------------------------------------- */
+
+/* MPI: sum of v over ranks (v[0..n)), the way to share one rank's number or count failures. */
+static int job_sum(run_job *j, double *v, int n) {
+    return j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)n) : 0;
+}
+
+int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
+    const run_plan *pl = j->pl;
+    ckpt_manifest man = *man0;
+    char tmp[1200];
+    int root = run_job_is_root(j), me = j->mpi ? j->comms[0]->rank : -1;
+    if (ckpt_manifest_set_layout(&man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
+                                 pl->s->name, pl->lo.chunk_first) < 0) return -1;
+    double v[2] = { 0, 0 };            /* root's pid, failures */
+    if (root) {
+        if (ckpt_begin(dir, tmp, sizeof tmp) < 0) v[1] = 1;
+        v[0] = (double)getpid();
+    }
+    if (job_sum(j, v, 2) < 0) return -1;
+    if (v[1] > 0) return root ? -1 : pt_seterr("checkpoint %s: rank 0 could not start it", dir);
+    if (!root && ckpt_tmpdir_name(dir, (long)v[0], tmp, sizeof tmp) < 0) return -1;
+    double fail = 0;
+    for (int c = 0; c < pl->s->stages_per_pipe; c++) {
+        if (j->mpi && pl->s->stage_rank[c] != me) continue;   /* holder in replica 0, pipe 0 */
+        if (ckpt_write_chunk(tmp, c, pl->lo.chunk_first[c], pl->lo.chunk_first[c + 1], &j->models[0],
+                             &j->opts[0]) < 0) { fail = 1; break; }
+    }
+    char err[512];
+    snprintf(err, sizeof err, "%s", pt_err());
+    if (job_sum(j, &fail, 1) < 0) return -1;
+    if (fail > 0) {
+        if (root) ckpt_abandon(tmp);
+        return pt_seterr("%s", err[0] ? err : "checkpoint: another rank failed to write its chunk");
+    }
+    double ok = root ? (ckpt_commit(dir, tmp, &man) < 0) : 0;
+    snprintf(err, sizeof err, "%s", pt_err());
+    if (job_sum(j, &ok, 1) < 0) return -1;
+    if (ok > 0) return pt_seterr("%s", root ? err : "checkpoint: rank 0 could not commit it");
     return 0;
 }
