@@ -426,6 +426,12 @@ static void break_ranges(cJSON *r, const char *how) {
     if (!strcmp(how, "short")) cJSON_SetNumberValue(cJSON_GetObjectItem(c2, "end_layer"), 7);
 }
 
+/* arg "bytes": a number too large for any integer; "first_layer": not an integer. */
+static void bad_number(cJSON *r, const char *key) {
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "layout"), "chunks"), 0);
+    cJSON_SetNumberValue(cJSON_GetObjectItem(c0, key), !strcmp(key, "bytes") ? 1e300 : 0.5);
+}
+
 static void test_corrupt_files(void) {
     char dir[512], path[700];
     fresh(dir, sizeof dir, "missing");
@@ -460,6 +466,14 @@ static void test_corrupt_manifest(void) {
         snprintf(name, sizeof name, "manifest without \"%s\": error names file and field", keys[i]);
         const char *field = !strcmp(keys[i], "config") ? "config" : keys[i];
         expect_load_error(name, dir, "manifest.json", field);
+    }
+    const char *nums[] = {"bytes", "first_layer"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(name, sizeof name, "num-%s", nums[i]);
+        fresh(dir, sizeof dir, name);
+        edit_manifest(dir, bad_number, nums[i]);
+        snprintf(name, sizeof name, "manifest with a bad number in \"%s\": error names the field", nums[i]);
+        expect_load_error(name, dir, "manifest.json", nums[i]);
     }
     const char *hows[] = {"gap", "overlap", "short"};
     for (int i = 0; i < 3; i++) {

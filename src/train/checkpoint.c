@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #define CKPT_DIR_MAX 1100    /* a checkpoint folder (leaves room for the file name) */
 #define CKPT_FORMAT "pipetrain-checkpoint"
 #define CKPT_VERSION 2
+#define JSON_LONG_MAX 9007199254740992L   /* 2^53: larger JSON numbers are not exact */
 
 /* ---- test hook: one pointer test when unset ---------------------------------------------- */
 
@@ -440,13 +443,15 @@ int ckpt_save(const char *dir, const gpt_model *m, const adamw_state *opt, const
 
 /* ---- manifest reading ------------------------------------------------------------------- */
 
-/* An integer field >= min of obj; errors name the manifest and the field's path. */
-static int json_int(const cJSON *obj, const char *key, long min, long *out, const char *mpath,
-                    const char *field) {
+/* An integer field in [min, max] of obj (max <= 2^53, where doubles stop being exact); errors
+ * name the manifest and the field's path. */
+static int json_int(const cJSON *obj, const char *key, long min, long max, long *out,
+                    const char *mpath, const char *field) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!cJSON_IsNumber(it) || it->valuedouble != (double)(long)it->valuedouble ||
-        it->valuedouble < (double)min)
-        return pt_seterr("%s: field \"%s\" missing or not an integer >= %ld", mpath, field, min);
+    if (!cJSON_IsNumber(it) || !(it->valuedouble >= (double)min && it->valuedouble <= (double)max) ||
+        it->valuedouble != floor(it->valuedouble))
+        return pt_seterr("%s: field \"%s\" missing or not an integer in [%ld, %ld]", mpath, field,
+                         min, max);
     *out = (long)it->valuedouble;
     return 0;
 }
@@ -476,7 +481,7 @@ static int manifest_progress(ckpt_manifest *man, const cJSON *root, const char *
     long v[4];
     const char *keys[] = {"step", "adam_t", "batch", "seq"};
     for (int i = 0; i < 4; i++)
-        if (json_int(root, keys[i], i < 2 ? 0 : 1, &v[i], mpath, keys[i]) < 0) return -1;
+        if (json_int(root, keys[i], i < 2 ? 0 : 1, i == 0 ? JSON_LONG_MAX : INT_MAX, &v[i], mpath, keys[i]) < 0) return -1;
     man->step = v[0]; man->adam_t = (int)v[1]; man->batch = (int)v[2]; man->seq = (int)v[3];
     if (json_u64(root, "shuffle_seed", &man->shuffle_seed, mpath) < 0 ||
         json_u64(root, "init_seed", &man->init_seed, mpath) < 0)
@@ -500,11 +505,11 @@ static int manifest_chunk(ckpt_chunk *ch, const cJSON *e, int c, const char *mpa
     if (!file) return -1;
     if (strcmp(file, want)) return pt_seterr("%s: field \"%s\" is '%s', expected '%s'", mpath, field, file, want);
     snprintf(field, sizeof field, "layout.chunks[%d].first_layer", c);
-    if (json_int(e, "first_layer", 0, &first, mpath, field) < 0) return -1;
+    if (json_int(e, "first_layer", 0, INT_MAX, &first, mpath, field) < 0) return -1;
     snprintf(field, sizeof field, "layout.chunks[%d].end_layer", c);
-    if (json_int(e, "end_layer", 0, &end, mpath, field) < 0) return -1;
+    if (json_int(e, "end_layer", 0, INT_MAX, &end, mpath, field) < 0) return -1;
     snprintf(field, sizeof field, "layout.chunks[%d].bytes", c);
-    if (json_int(e, "bytes", 0, &bytes, mpath, field) < 0) return -1;
+    if (json_int(e, "bytes", 0, JSON_LONG_MAX, &bytes, mpath, field) < 0) return -1;
     snprintf(field, sizeof field, "layout.chunks[%d].fnv1a64", c);
     const char *sum = json_str(e, "fnv1a64", mpath, field);
     char *stop;
@@ -523,7 +528,7 @@ static int manifest_layout(ckpt_manifest *man, const cJSON *root, const char *mp
     char field[64];
     for (int i = 0; i < 4; i++) {
         snprintf(field, sizeof field, "layout.%s", keys[i]);
-        if (json_int(lo, keys[i], 1, &v[i], mpath, field) < 0) return -1;
+        if (json_int(lo, keys[i], 1, INT_MAX, &v[i], mpath, field) < 0) return -1;
     }
     man->P = (int)v[0]; man->D = (int)v[1]; man->K = (int)v[2]; man->n_pipes = (int)v[3];
     const char *sched = json_str(lo, "schedule", mpath, "layout.schedule");
@@ -547,7 +552,7 @@ static int manifest_header(const cJSON *root, const char *mpath) {
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CKPT_FORMAT))
         return pt_seterr("%s: field \"format\" missing or not \"" CKPT_FORMAT "\" (a checkpoint "
                          "from an older pipetrain, or not a checkpoint)", mpath);
-    if (json_int(root, "version", 1, &version, mpath, "version") < 0) return -1;
+    if (json_int(root, "version", 1, INT_MAX, &version, mpath, "version") < 0) return -1;
     if (version != CKPT_VERSION)
         return pt_seterr("%s: checkpoint format version %ld, this pipetrain reads version %d",
                          mpath, version, CKPT_VERSION);
