@@ -1,8 +1,138 @@
-/* pipetrain plan: placeholder until the verb lands; says so and fails. */
+/* pipetrain plan: reads the model config, the cluster (and optionally profiled costs), searches
+ * layouts with plan_search and prints the best N (human or --json); --out writes the best as a
+ * plan file. Thin: the work lives in plan/. */
 #include "cli/cli.h"
+#include "io/io.h"
+#include "plan/plan.h"
+#include "util/pt.h"
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *USAGE =
+    "--config C.json --cluster K.json --global-batch G [--seq T] [--costs costs.json] [--top N]\n"
+    "       [--out plan.json] [--schedules a,b,...] [--no-recompute] [--max-sims N] [--json]";
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define SHOW_STAGES 12   /* stages listed per layout in the human output */
+
+typedef struct {
+    const char *config, *cluster, *costs, *out, *schedules;
+    long global_batch;
+    int T, top, max_sims;
+    bool no_recompute, json;
+} plan_args;
+
+static void print_layout(int i, const plan_layout *p) {
+    char split[1024];
+    printf("#%d  step %.6g s  %.6g tokens/s  bubble %.1f%%\n", i + 1, p->step_time, p->tokens_per_s, 100 * p->bubble);
+    printf("    dp %d x stages %d  %s%s%.0d  microbatches %d x %d  recompute %s  placement %s\n", p->D, p->P,
+           p->schedule, p->chunks > 1 ? " v=" : "", p->chunks > 1 ? p->chunks : 0, p->M, p->mb_size,
+           p->recompute ? "yes" : "no", p->placement);
+    printf("    split %s\n    peak memory GiB per chunk:", plan_layout_split_str(p, split, sizeof split));
+    for (int k = 0; k < p->K && k < SHOW_STAGES; k++) printf(" %.3g", p->stage_mem[k] / GIB);
+    printf("%s\n", p->K > SHOW_STAGES ? " ..." : "");
+}
+
+static void print_json(const plan_result *r) {
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "plans");
+    cJSON_AddNumberToObject(o, "considered", (double)r->considered);
+    cJSON_AddNumberToObject(o, "infeasible", (double)r->infeasible);
+    cJSON_AddNumberToObject(o, "simulated", (double)r->simulated);
+    for (int i = 0; i < r->n_best; i++) {
+        const plan_layout *p = &r->best[i];
+        char split[1024];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "step_time", p->step_time);
+        cJSON_AddNumberToObject(x, "tokens_per_s", p->tokens_per_s);
+        cJSON_AddNumberToObject(x, "bubble", p->bubble);
+        cJSON_AddNumberToObject(x, "dp", p->D);
+        cJSON_AddNumberToObject(x, "stages", p->P);
+        cJSON_AddNumberToObject(x, "microbatches", p->M);
+        cJSON_AddNumberToObject(x, "microbatch_size", p->mb_size);
+        cJSON_AddStringToObject(x, "schedule", p->schedule);
+        cJSON_AddNumberToObject(x, "chunks", p->chunks);
+        cJSON_AddBoolToObject(x, "recompute", p->recompute);
+        cJSON_AddStringToObject(x, "placement", p->placement);
+        cJSON_AddStringToObject(x, "split", plan_layout_split_str(p, split, sizeof split));
+        cJSON *mem = cJSON_AddArrayToObject(x, "stage_memory");
+        for (int k = 0; k < p->K; k++) cJSON_AddItemToArray(mem, cJSON_CreateNumber(p->stage_mem[k]));
+        cJSON_AddItemToArray(arr, x);
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    printf("%s\n", text);
+    free(text);
+    cJSON_Delete(o);
+}
+
+/* "a,b,c" into a NULL-terminated list of pointers into buf (which it edits). */
+static const char **split_names(char *buf) {
+    int n = 1;
+    for (char *c = buf; *c; c++) n += *c == ',';
+    const char **names = pt_calloc((size_t)n + 1, sizeof *names);
+    n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) names[n++] = t;
+    return names;
+}
+
+static int parse_args(int argc, char **argv, plan_args *a) {
+    cli_opt opts[] = {
+        {"--config", OPT_STR, &a->config, "model config JSON (Hugging Face GPT-2 keys)"},
+        {"--cluster", OPT_STR, &a->cluster, "cluster JSON (docs/planner.md; examples/cluster-*.json)"},
+        {"--global-batch", OPT_LONG, &a->global_batch, "G, sequences per optimizer step"},
+        {"--seq", OPT_INT, &a->T, "T, sequence length (default n_positions)"},
+        {"--costs", OPT_STR, &a->costs, "profiled costs from pipetrain profile (override the analytic model)"},
+        {"--top", OPT_INT, &a->top, "N best layouts to print (default 5)"},
+        {"--out", OPT_STR, &a->out, "write the best layout as a plan JSON"},
+        {"--schedules", OPT_STR, &a->schedules, "only these schedules (comma list; default all the planner knows)"},
+        {"--no-recompute", OPT_FLAG, &a->no_recompute, "do not consider activation recomputation"},
+        {"--max-sims", OPT_INT, &a->max_sims, "simulate at most N candidates (default 400)"},
+        {"--json", OPT_FLAG, &a->json, "print one JSON object instead of the summary"},
+    };
+    return cli_parse(argc, argv, "plan", USAGE, opts, (int)(sizeof opts / sizeof opts[0]));
+}
+
+static int run_plan(const plan_args *a, const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs) {
+    char *names_buf = a->schedules ? pt_strdup(a->schedules) : NULL;
+    const char **names = names_buf ? split_names(names_buf) : NULL;
+    plan_opts o = { .global_batch = a->global_batch, .T = a->T ? a->T : cfg->n_positions, .top = a->top,
+                    .costs = costs, .schedules = names, .max_sims = a->max_sims, .no_recompute = a->no_recompute };
+    plan_result r;
+    int rc = plan_search(cfg, k, &o, &r);
+    free(names); free(names_buf);
+    if (rc < 0) return cli_fail("plan");
+    if (r.n_best == 0) {
+        fprintf(stderr, "pipetrain plan: %s\n", r.advice);
+        plan_result_free(&r);
+        return 1;
+    }
+    if (a->json) print_json(&r);
+    else {
+        printf("plan: %d devices, global batch %ld x seq %d: %ld layouts considered, %ld do not fit, %ld simulated\n",
+               k->n_devices, a->global_batch, o.T, r.considered, r.infeasible, r.simulated);
+        for (int i = 0; i < r.n_best; i++) print_layout(i, &r.best[i]);
+    }
+    rc = a->out && plan_write(&r.best[0], a->out) < 0 ? cli_fail("plan") : 0;
+    if (rc == 0 && a->out && !a->json) printf("wrote %s\n", a->out);
+    plan_result_free(&r);
+    return rc;
+}
 
 int cli_plan(int argc, char **argv) {
-    fprintf(stderr, "pipetrain plan: not implemented yet\n");
-    return 1;
+    plan_args a = { .top = 5 };
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc > 0 ? 0 : 2;
+    if (!a.config) return pt_seterr("--config is required"), cli_fail("plan");
+    if (!a.cluster) return pt_seterr("--cluster is required (see examples/cluster-*.json)"), cli_fail("plan");
+    if (a.global_batch < 1) return pt_seterr("--global-batch is required and must be >= 1 (got %ld)", a.global_batch), cli_fail("plan");
+    gpt_config cfg;
+    plan_cluster k;
+    plan_costs costs;
+    if (config_load_json(&cfg, a.config) < 0) return cli_fail("plan");
+    if (a.costs && plan_costs_load(&costs, a.costs) < 0) return cli_fail("plan");
+    if (plan_cluster_load(&k, a.cluster) < 0) return cli_fail("plan");
+    rc = run_plan(&a, &cfg, &k, a.costs ? &costs : NULL);
+    plan_cluster_free(&k);
+    return rc;
 }

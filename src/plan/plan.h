@@ -1,0 +1,165 @@
+/* The planner: per-layer costs (analytic model or profiled on this machine), cluster descriptions,
+ * the exact min-max layer split, the search over D x P x microbatching x schedule x split x
+ * recompute judged by the simulator, and plan files. Not here: running a plan (run/), the
+ * simulator itself (sim/), schedule generators (sched/). Formats: docs/planner.md.
+ *
+ * Legend: L blocks, B microbatch size, T sequence, C channels, V vocab, P pipeline ranks,
+ * D data-parallel replicas, M microbatches per replica, v chunks per rank, K = P * v chunks.
+ * Times in seconds, memory in bytes, compute in FLOPs. */
+#ifndef PT_PLAN_H
+#define PT_PLAN_H
+#include "model/config.h"
+#include <stdbool.h>
+
+/* ---- per-layer costs ------------------------------------------------------------------------ */
+typedef enum { PLAN_EMBED, PLAN_BLOCK, PLAN_HEAD, PLAN_N_KINDS } plan_kind;
+typedef enum { PLAN_F, PLAN_B, PLAN_W, PLAN_N_PHASES } plan_phase;
+
+/* One layer on one microbatch of B x T tokens. */
+typedef struct {
+    double flops[PLAN_N_PHASES];  /* F, B (input grad), W (weight grad) */
+    double act_bytes;             /* held from F to W (gpt_layer_act_floats * 4) */
+    double input_bytes;           /* the layer's input, kept per microbatch under recompute */
+    double param_bytes;           /* fp32 parameters stored by the stage holding the layer */
+    double grad_bytes;            /* fp32 gradients */
+    double optim_bytes;           /* AdamW m and v (2 x parameters); 0 for the head's wte copy */
+} plan_layer_cost;
+
+/* Analytic cost of one layer kind (see docs/planner.md for the FLOP formulas). B, T >= 1. */
+void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, plan_layer_cost *out);
+/* Bytes sent between consecutive layers per microbatch: B*T*C*4. */
+double plan_p2p_bytes(const gpt_config *cfg, int B, int T);
+
+/* Profiled costs of this machine (the costs file). rate = model FLOPs / measured seconds. */
+#define PLAN_MAX_BATCHES 8
+typedef struct {
+    gpt_config cfg;
+    int T;                                    /* sequence length profiled */
+    int repeats;                              /* timed repeats per median */
+    int n_batch;                              /* microbatch sizes measured */
+    int batch[PLAN_MAX_BATCHES];
+    double sec[PLAN_MAX_BATCHES][PLAN_N_KINDS][PLAN_N_PHASES];   /* median seconds */
+} plan_costs;
+
+/* Measures F, B, W of the embedding, one block and the head for each microbatch size in
+ * batch[n_batch] at sequence T: `repeats` timed runs after one warm-up, medians, one BLAS thread
+ * (restored after). Allocates the whole model of cfg. Returns 0, or -1 with an error. */
+int plan_profile_run(plan_costs *out, const gpt_config *cfg, const int *batch, int n_batch, int T,
+                     int repeats);
+/* Writes / reads the costs JSON (docs/planner.md). Errors name the file and field. */
+int plan_costs_save(const plan_costs *c, const char *path);
+/* The costs JSON as a malloc'd string (caller frees), or NULL with an error. */
+char *plan_costs_to_json(const plan_costs *c);
+int plan_costs_load(plan_costs *c, const char *path);
+/* Achieved FLOP/s of (kind, phase) at the measured size nearest to B (0 when not measured). */
+double plan_costs_rate(const plan_costs *c, plan_kind kind, plan_phase ph, int B);
+
+/* ---- cluster --------------------------------------------------------------------------------- */
+typedef struct {
+    char name[32];
+    double rate;        /* achieved FLOP/s (flops * efficiency), or 0 when given as speed */
+    double speed;       /* relative speed (1 = the profiled device), or 0 when given as flops */
+    double memory;      /* bytes */
+    int node;           /* node index */
+    int cls;            /* device class: same name, rate, speed and memory */
+} plan_device;
+
+typedef struct {
+    int n_nodes, n_devices, n_classes;
+    plan_device *dev;                 /* [n_devices] node-major */
+    double *intra_bw, *intra_lat;     /* [n_nodes] link inside each node */
+    double inter_bw, inter_lat;       /* between nodes */
+    double reference_flops;           /* FLOP/s of speed 1 when no costs file is given */
+} plan_cluster;
+
+/* Parses a cluster JSON file (schema in docs/planner.md). Errors name the file and field:
+ * "k.json: nodes[3].devices.memory must be a positive number". */
+int plan_cluster_load(plan_cluster *c, const char *path);
+/* The same from text; `where` names the source in errors. */
+int plan_cluster_parse(plan_cluster *c, const char *text, const char *where);
+void plan_cluster_free(plan_cluster *c);
+
+/* ---- the exact split ------------------------------------------------------------------------- */
+/* A chain of n items (layers, in order) onto K stages (in order), each stage >= 1 item.
+ * Stage k holding items [i, j) takes sum work / speed[k] and needs
+ * sum mem_fixed + inflight[k] * sum mem_act + mem_extra[k] bytes <= cap[k]. */
+typedef struct {
+    int n, K;
+    const double *work, *mem_fixed, *mem_act;  /* [n], all >= 0 */
+    const double *speed, *cap, *inflight;      /* [K]; cap <= 0 means unlimited */
+    const double *mem_extra;                   /* [K] or NULL */
+} plan_chain;
+
+/* Minimises the largest stage time subject to the memory caps, exactly: bisection on the
+ * bottleneck with a greedy feasibility check (take as many items as fit, leaving one per later
+ * stage), then stepping down through achieved bottlenecks until the next lower one is infeasible.
+ * first[K+1] gets the item ranges; *bottleneck the optimum. Returns 0, or -1 when nothing fits
+ * (no error set: the caller words it). O(K n log) with prefix sums. */
+int plan_split(const plan_chain *c, int *first, double *bottleneck);
+/* The same by dynamic programming, O(K n^2): the reference the tests compare plan_split with. */
+int plan_split_dp(const plan_chain *c, int *first, double *bottleneck);
+/* Among the splits whose stages all take <= X (pass plan_split's bottleneck): the one with the
+ * least total stage time, then the most even (least sum of squares), by dynamic programming,
+ * O(K n^2). Fast devices then carry all the work they can, which shortens the pipeline's fill
+ * and drain. first[K+1]. Returns 0, or -1 when no split meets X. */
+int plan_split_refine(const plan_chain *c, double X, int *first);
+
+/* ---- plans ----------------------------------------------------------------------------------- */
+typedef struct {
+    int P, D, M, mb_size;     /* ranks, replicas, microbatches per replica, microbatch size B */
+    int T;                    /* sequence length */
+    char schedule[32];        /* generator name */
+    int chunks;               /* v, chunks per rank */
+    int K;                    /* chunks in all = P * v */
+    bool recompute;           /* activation recomputation (keep block inputs, redo F before B) */
+    char placement[16];       /* "node" or "mixed" (how devices form pipelines) */
+    int *split;               /* [K] blocks per chunk ("--split" of run/layout.h) */
+    int *devices;             /* [D*P] cluster device of (replica d, rank p) at d*P + p, or NULL */
+    double step_time;         /* predicted seconds per optimizer step (simulator) */
+    double tokens_per_s;      /* global batch * T / step_time */
+    double bubble;            /* simulator's bubble fraction */
+    double bound;             /* analytic lower bound on step_time used for pruning */
+    double *stage_mem;        /* [K] peak bytes per chunk (params, grads, AdamW, activations) */
+    double *stage_time;       /* [K] F+B+W seconds per microbatch of each chunk */
+    int *stage_inflight;      /* [K] peak microbatches held per chunk */
+} plan_layout;
+
+void plan_layout_free(plan_layout *p);
+/* "3,5,4,4" into buf (n bytes); returns buf. */
+char *plan_layout_split_str(const plan_layout *p, char *buf, int n);
+/* Writes / reads a plan JSON (docs/planner.md), atomically on write. plan_read fills *out (free
+ * with plan_layout_free); errors name the file and field. */
+int plan_write(const plan_layout *p, const char *path);
+int plan_read(const char *path, plan_layout *out);
+
+typedef struct {
+    long global_batch;        /* G sequences per optimizer step */
+    int T;                    /* sequence length */
+    int top;                  /* N best layouts to keep (>= 1) */
+    const plan_costs *costs;  /* profiled costs, or NULL for the analytic model only */
+    const char *const *schedules;  /* NULL-terminated names, or NULL for the default set */
+    int max_sims;             /* simulations at most (0: 400) */
+    bool no_recompute;        /* do not consider recomputation */
+} plan_opts;
+
+typedef struct {
+    plan_layout *best;        /* [n_best] fastest first */
+    int n_best;
+    long considered, infeasible, simulated;
+    char advice[512];         /* when n_best == 0: what would fit */
+} plan_result;
+
+/* Searches all layouts of cfg on cluster k (see docs/planner.md) and keeps the o->top fastest by
+ * simulated step time. Returns 0 (n_best may be 0: then advice says what would fit), or -1 with
+ * an error for bad options. Free with plan_result_free. */
+int plan_search(const gpt_config *cfg, const plan_cluster *k, const plan_opts *o, plan_result *out);
+void plan_result_free(plan_result *r);
+
+/* Scores one layout (P, D, M, mb_size, T, schedule, chunks, recompute, split, devices set; NULL
+ * devices: replica d rank p is device d*P + p) with the simulator: fills step_time, tokens_per_s,
+ * bubble, stage_mem, stage_time, stage_inflight. Returns 0, or -1 with an error (a schedule that
+ * does not exist for P, M). Memory caps are not checked here: stage_mem says what it needs. */
+int plan_evaluate(const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs,
+                  plan_layout *p);
+
+#endif

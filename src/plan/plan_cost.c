@@ -1,0 +1,188 @@
+/* The planner's per-layer cost model (FLOPs and bytes from the config) and the costs file that
+ * profiling writes (measured seconds per layer, phase and microbatch size). Not the measuring
+ * itself (plan_profile.c) and not how costs become stage times (plan_eval.c).
+ * Legend: B microbatch size, T sequence, N = B*T tokens, C channels, NH heads, V vocab. */
+#include "plan/plan.h"
+#include "io/io.h"
+#include "util/pt.h"
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const KIND_NAME[PLAN_N_KINDS] = { "embedding", "block", "head" };
+static const char *const PHASE_NAME[PLAN_N_PHASES] = { "f", "b", "w" };
+
+/* FLOPs: matmuls cost 2 per multiply-add; B and W each repeat the forward's matmul FLOPs (dX = dY W^T,
+ * dW = X^T dY); causal attention (QK^T and AV, half the T x T square) is 2*N*T*C forward and
+ * twice that backward, all of it in B (it has no weights). Element-wise work is left out. */
+static void block_model(const gpt_config *g, double N, double T, plan_layer_cost *o) {
+    double C = g->n_embd, mm = 12.0 * C * C, params = mm + 13.0 * C, att = 2.0 * N * T * C;
+    o->flops[PLAN_F] = 2.0 * mm * N + att;
+    o->flops[PLAN_B] = 2.0 * mm * N + 2.0 * att;
+    o->flops[PLAN_W] = 2.0 * mm * N;
+    /* the act layout of model/gpt_layers.c: 27 (N,C) tensors, 4 (N) stats, (B,NH,T,T) probabilities */
+    o->act_bytes = 4.0 * (27.0 * N * C + 4.0 * N + N * g->n_head * T);
+    o->input_bytes = 4.0 * N * C;
+    o->param_bytes = o->grad_bytes = 4.0 * params;
+    o->optim_bytes = 8.0 * params;
+}
+
+/* Head: ln_f, logits against the tied wte (V,C), softmax cross-entropy (about 5 FLOPs a logit).
+ * The stage stores a copy of wte and its gradient; AdamW state lives with the embedding. */
+static void head_model(const gpt_config *g, double N, plan_layer_cost *o) {
+    double C = g->n_embd, V = g->vocab_size, mm = 2.0 * N * C * V;
+    o->flops[PLAN_F] = mm + 5.0 * N * V;
+    o->flops[PLAN_B] = mm;
+    o->flops[PLAN_W] = mm;
+    o->act_bytes = 4.0 * (3.0 * N * C + 3.0 * N + N * V);
+    o->input_bytes = 4.0 * N * C;
+    o->param_bytes = o->grad_bytes = 4.0 * (V * C + 2.0 * C);
+    o->optim_bytes = 8.0 * 2.0 * C;
+}
+
+/* Embedding: a gather forward, a scatter-add for W; memory-bound, counted as one FLOP a value. */
+static void embed_model(const gpt_config *g, double N, plan_layer_cost *o) {
+    double C = g->n_embd, params = (double)g->vocab_size * C + (double)g->n_positions * C;
+    o->flops[PLAN_F] = N * C;
+    o->flops[PLAN_B] = N * C;
+    o->flops[PLAN_W] = N * C;
+    o->act_bytes = 4.0 * (N + N * C);
+    o->input_bytes = 4.0 * N;
+    o->param_bytes = o->grad_bytes = 4.0 * params;
+    o->optim_bytes = 8.0 * params;
+}
+
+void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, plan_layer_cost *out) {
+    double N = (double)B * T;
+    memset(out, 0, sizeof *out);
+    if (kind == PLAN_EMBED) embed_model(cfg, N, out);
+    else if (kind == PLAN_BLOCK) block_model(cfg, N, T, out);
+    else head_model(cfg, N, out);
+}
+
+double plan_p2p_bytes(const gpt_config *cfg, int B, int T) {
+    return 4.0 * B * T * cfg->n_embd;
+}
+
+double plan_costs_rate(const plan_costs *c, plan_kind kind, plan_phase ph, int B) {
+    int best = -1;
+    for (int i = 0; i < c->n_batch; i++)
+        if (best < 0 || abs(c->batch[i] - B) < abs(c->batch[best] - B)) best = i;
+    if (best < 0 || !(c->sec[best][kind][ph] > 0)) return 0;
+    plan_layer_cost lc;
+    plan_layer_model(&c->cfg, kind, c->batch[best], c->T, &lc);
+    return lc.flops[ph] / c->sec[best][kind][ph];
+}
+
+/* ---- the costs file ------------------------------------------------------------------------ */
+static cJSON *layer_json(const plan_costs *c, int i, plan_kind k) {
+    cJSON *o = cJSON_CreateObject();
+    plan_layer_cost lc;
+    plan_layer_model(&c->cfg, k, c->batch[i], c->T, &lc);
+    for (int ph = 0; ph < PLAN_N_PHASES; ph++) cJSON_AddNumberToObject(o, PHASE_NAME[ph], c->sec[i][k][ph]);
+    cJSON_AddNumberToObject(o, "act_bytes", lc.act_bytes);
+    cJSON_AddNumberToObject(o, "param_bytes", lc.param_bytes);
+    cJSON_AddNumberToObject(o, "optimizer_bytes", lc.optim_bytes);
+    cJSON_AddNumberToObject(o, "flops_f", lc.flops[PLAN_F]);
+    cJSON_AddNumberToObject(o, "flops_b", lc.flops[PLAN_B]);
+    cJSON_AddNumberToObject(o, "flops_w", lc.flops[PLAN_W]);
+    return o;
+}
+
+char *plan_costs_to_json(const plan_costs *c) {
+    cJSON *root = cJSON_CreateObject(), *cfg = config_to_cjson(&c->cfg);
+    if (!cfg) { cJSON_Delete(root); return NULL; }
+    cJSON_AddStringToObject(root, "format", "pipetrain-costs/1");
+    cJSON_AddItemToObject(root, "config", cfg);
+    cJSON_AddNumberToObject(root, "seq", c->T);
+    cJSON_AddNumberToObject(root, "repeats", c->repeats);
+    cJSON_AddNumberToObject(root, "blas_threads", 1);
+    cJSON *arr = cJSON_AddArrayToObject(root, "batches");
+    for (int i = 0; i < c->n_batch; i++) {
+        cJSON *b = cJSON_CreateObject(), *layers = cJSON_CreateObject();
+        cJSON_AddNumberToObject(b, "batch", c->batch[i]);
+        cJSON_AddNumberToObject(b, "p2p_bytes", plan_p2p_bytes(&c->cfg, c->batch[i], c->T));
+        for (int k = 0; k < PLAN_N_KINDS; k++) cJSON_AddItemToObject(layers, KIND_NAME[k], layer_json(c, i, k));
+        cJSON_AddItemToObject(b, "layers", layers);
+        cJSON_AddItemToArray(arr, b);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+int plan_costs_save(const plan_costs *c, const char *path) {
+    char *text = plan_costs_to_json(c);
+    if (!text) return -1;
+    io_atomic_file f;
+    int rc = io_atomic_open(&f, path);
+    if (rc == 0) { fprintf(f.f, "%s\n", text); rc = io_atomic_commit(&f); }
+    free(text);
+    return rc;
+}
+
+/* A positive whole number field (< 2^31). */
+static int get_count(const cJSON *o, const char *key, const char *where, const char *field, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 2147483647.0 ||
+        v->valuedouble != floor(v->valuedouble))
+        return pt_seterr("%s: %s must be a whole number >= 1", where, field);
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+static int load_layer(plan_costs *c, int i, plan_kind k, const cJSON *layers, const char *where) {
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(layers, KIND_NAME[k]);
+    if (!cJSON_IsObject(l))
+        return pt_seterr("%s: batches[%d].layers.%s must be an object with f, b, w (seconds)", where, i, KIND_NAME[k]);
+    for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(l, PHASE_NAME[ph]);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || !isfinite(v->valuedouble))
+            return pt_seterr("%s: batches[%d].layers.%s.%s must be a number of seconds >= 0", where, i,
+                             KIND_NAME[k], PHASE_NAME[ph]);
+        c->sec[i][k][ph] = v->valuedouble;
+    }
+    return 0;
+}
+
+static int load_batches(plan_costs *c, const cJSON *arr, const char *where) {
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) < 1 || cJSON_GetArraySize(arr) > PLAN_MAX_BATCHES)
+        return pt_seterr("%s: batches must be an array of 1 to %d entries", where, PLAN_MAX_BATCHES);
+    int i = 0;
+    char field[64];
+    for (const cJSON *b = arr->child; b; b = b->next, i++) {
+        snprintf(field, sizeof field, "batches[%d].batch", i);
+        if (get_count(b, "batch", where, field, &c->batch[i]) < 0) return -1;
+        const cJSON *layers = cJSON_GetObjectItemCaseSensitive(b, "layers");
+        if (!cJSON_IsObject(layers)) return pt_seterr("%s: batches[%d].layers must be an object", where, i);
+        for (int k = 0; k < PLAN_N_KINDS; k++)
+            if (load_layer(c, i, k, layers, where) < 0) return -1;
+    }
+    c->n_batch = i;
+    return 0;
+}
+
+int plan_costs_load(plan_costs *c, const char *path) {
+    size_t len;
+    char *text = pt_read_file(path, &len);
+    if (!text) return -1;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    int rc = -1;
+    memset(c, 0, sizeof *c);
+    if (!cJSON_IsObject(root)) { pt_seterr("%s: not a JSON object (a costs file from pipetrain profile)", path); goto done; }
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+    if (!cJSON_IsObject(cfg)) { pt_seterr("%s: config must be an object (the model config profiled)", path); goto done; }
+    char where[300];
+    snprintf(where, sizeof where, "%s: config", path);
+    if (config_from_cjson(&c->cfg, cfg, where) < 0) goto done;
+    if (get_count(root, "seq", path, "seq", &c->T) < 0) goto done;
+    c->repeats = 1;
+    if (cJSON_GetObjectItemCaseSensitive(root, "repeats") && get_count(root, "repeats", path, "repeats", &c->repeats) < 0)
+        goto done;
+    rc = load_batches(c, cJSON_GetObjectItemCaseSensitive(root, "batches"), path);
+done:
+    cJSON_Delete(root);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* Internal to plan/: one candidate's context (ranks' speeds, memory caps and links for a device
+ * placement; the schedule's activations in flight) shared by the evaluator and the search.
+ * Legend as in plan.h. */
+#ifndef PT_PLAN_INT_H
+#define PT_PLAN_INT_H
+#include "plan/plan.h"
+#include "sched/sched.h"
+
+/* Per-layer numbers of one microbatch size, in chain items (blocks; the embedding folded into
+ * item 0, the head into item L-1). work is in "reference FLOPs": time = work / rank rate. */
+typedef struct {
+    int n;                        /* L */
+    double *work, *mem_fixed;     /* [L] F+B+W (+F again with recompute) reference FLOPs; bytes */
+    double *mem_act;              /* [L] bytes per microbatch in flight */
+    double *ph[PLAN_N_PHASES];    /* [L] reference FLOPs of F, B (with recompute's F), W */
+    double *grad;                 /* [L] gradient bytes (what data parallelism reduces) */
+    double extra_first, extra_last, extra_mid;   /* mem_extra of the first, last, other chunks */
+} plan_items;
+
+/* One placement: the pipeline ranks as the slowest replica sees them. */
+typedef struct {
+    int P, D;
+    const int *devices;           /* [D*P] device of (d, p) */
+    double *rate;                 /* [P] reference FLOP/s (min over replicas) */
+    double *cap;                  /* [P] memory bytes (min over replicas) */
+    double reduce_bw, reduce_lat; /* data-parallel gradient ring */
+} plan_ranks;
+
+/* Per-kind, per-phase efficiency relative to the profiled block (1 without costs) and the rate of
+ * a speed-1 device. */
+typedef struct {
+    double eff[PLAN_N_KINDS][PLAN_N_PHASES];
+    double ref_rate;
+} plan_scale;
+
+void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster *k, int B);
+void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s, int B, int T, bool recompute);
+void plan_items_free(plan_items *it);
+/* devices NULL: replica d rank p is device d*P + p. */
+void plan_ranks_init(plan_ranks *r, const plan_cluster *k, const plan_scale *s, int P, int D, const int *devices);
+void plan_ranks_free(plan_ranks *r);
+/* Link between the devices of ranks a and b (slowest over replicas). */
+void plan_ranks_link(const plan_ranks *r, const plan_cluster *k, int a, int b, double *bw, double *lat);
+
+/* The schedule generator for (name, P, M, v); NULL with the generator's error. */
+sched *plan_make_sched(const char *name, int P, int M, int v);
+
+/* Splits items over the schedule's K stages (rank caps divided among the rank's chunks), exactly
+ * min-max; refine: then the least total time among those (plan_split_refine). first[K+1] chunk
+ * item ranges. Returns 0, or -1 when nothing fits. */
+int plan_split_candidate(const plan_items *it, const plan_ranks *r, const sched *s, bool refine, int *first,
+                         double *bottleneck);
+
+/* Simulates the split and fills p's predictions (step_time, bubble, stage_*). */
+int plan_score(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
+               const sched *s, const int *first, long global_batch, plan_layout *p);
+
+/* Bytes a rank of the placement needs at peak for chunk layout first[] (max over ranks) and the
+ * rank's cap; used for infeasibility advice. */
+double plan_peak_need(const plan_items *it, const sched *s, const int *first, int *rank_out);
+
+#endif

@@ -1,0 +1,100 @@
+/* Profiling on this machine: times F, B and W of the embedding, one transformer block (blocks are
+ * identical) and the head on real layers (model/gpt.h), medians over repeats after a warm-up, one
+ * BLAS thread. Not the costs file format (plan_cost.c) nor any use of the numbers. */
+#include "plan/plan.h"
+#include "model/gpt.h"
+#include "util/pt.h"
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Buffers for one layer on one (B, T) microbatch. */
+typedef struct {
+    float *act, *scratch, *x, *out, *dx, *dout;   /* act per gpt.h; x, out, dx, dout (B,T,C) */
+    int *tokens;                                  /* (B,T) */
+} prof_bufs;
+
+static void bufs_init(prof_bufs *b, const gpt_model *m, int layer, int B, int T, pt_rng *rng) {
+    size_t N = (size_t)B * T, C = (size_t)m->cfg.n_embd;
+    b->act = pt_falloc(gpt_layer_act_floats(m, layer, B, T));
+    b->scratch = pt_falloc(gpt_scratch_floats(m, B, T));
+    b->x = pt_falloc(N * C); b->out = pt_falloc(N * C); b->dx = pt_falloc(N * C); b->dout = pt_falloc(N * C);
+    b->tokens = pt_malloc(sizeof(int) * N);
+    for (size_t i = 0; i < N; i++) b->tokens[i] = (int)(pt_rng_next(rng) % (uint64_t)m->cfg.vocab_size);
+    for (size_t i = 0; i < N * C; i++) { b->x[i] = (float)pt_rng_normal(rng); b->dout[i] = (float)pt_rng_normal(rng) * 1e-2f; }
+}
+
+static void bufs_free(prof_bufs *b) {
+    free(b->act); free(b->scratch); free(b->x); free(b->out); free(b->dx); free(b->dout); free(b->tokens);
+}
+
+/* Runs F, B, W once, each timed into t[3]. */
+static int run_once(const gpt_model *m, int layer, prof_bufs *b, int B, int T, double *t) {
+    gpt_layer_kind kind = gpt_layer_kind_of(m, layer);
+    const int *tok = kind == GPT_LAYER_BLOCK ? NULL : b->tokens;
+    const float *x = kind == GPT_LAYER_EMBED ? NULL : b->x;
+    double t0 = pt_now();
+    if (gpt_layer_forward(m, layer, NULL, b->act, b->scratch, b->out, x, tok, B, T) < 0) return -1;
+    double t1 = pt_now();
+    const float *dout = kind == GPT_LAYER_HEAD ? NULL : b->dout;
+    float *dx = kind == GPT_LAYER_EMBED ? NULL : b->dx;
+    if (gpt_layer_backward_input(m, layer, NULL, b->act, b->scratch, dx, dout, B, T) < 0) return -1;
+    double t2 = pt_now();
+    if (gpt_layer_backward_weight(m, layer, NULL, b->act, b->scratch, B, T) < 0) return -1;
+    double t3 = pt_now();
+    t[PLAN_F] = t1 - t0; t[PLAN_B] = t2 - t1; t[PLAN_W] = t3 - t2;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* Medians of one layer at one size into sec[3]. */
+static int profile_layer(const gpt_model *m, int layer, int B, int T, int repeats, double *sec) {
+    pt_rng rng;
+    pt_rng_seed(&rng, 1234 + (uint64_t)layer);
+    prof_bufs b;
+    bufs_init(&b, m, layer, B, T, &rng);
+    double *t = pt_malloc(sizeof(double) * PLAN_N_PHASES * (size_t)repeats), one[PLAN_N_PHASES];
+    int rc = run_once(m, layer, &b, B, T, one);   /* warm-up: page faults, caches */
+    for (int r = 0; r < repeats && rc == 0; r++) {
+        rc = run_once(m, layer, &b, B, T, one);
+        for (int ph = 0; ph < PLAN_N_PHASES; ph++) t[ph * repeats + r] = one[ph];
+    }
+    for (int ph = 0; ph < PLAN_N_PHASES && rc == 0; ph++) sec[ph] = median(t + ph * repeats, repeats);
+    free(t);
+    bufs_free(&b);
+    return rc;
+}
+
+int plan_profile_run(plan_costs *out, const gpt_config *cfg, const int *batch, int n_batch, int T, int repeats) {
+    if (n_batch < 1 || n_batch > PLAN_MAX_BATCHES) return pt_seterr("profile: 1 to %d microbatch sizes", PLAN_MAX_BATCHES);
+    if (repeats < 1) return pt_seterr("profile: --repeats must be >= 1 (got %d)", repeats);
+    if (T < 1 || T > cfg->n_positions) return pt_seterr("profile: --seq %d must be in 1..%d (n_positions)", T, cfg->n_positions);
+    for (int i = 0; i < n_batch; i++)
+        if (batch[i] < 1) return pt_seterr("profile: --batch sizes must be >= 1 (got %d)", batch[i]);
+    gpt_model m;
+    memset(&m, 0, sizeof m);
+    if (gpt_init(&m, cfg) < 0) return -1;
+    gpt_init_random(&m, 42);
+    memset(out, 0, sizeof *out);
+    out->cfg = *cfg; out->T = T; out->repeats = repeats; out->n_batch = n_batch;
+    int threads = openblas_get_num_threads(), rc = 0;
+    openblas_set_num_threads(1);   /* one device = one core; restored below */
+    const int layer[PLAN_N_KINDS] = { 0, 1, cfg->n_layer + 1 };
+    for (int i = 0; i < n_batch && rc == 0; i++) {
+        out->batch[i] = batch[i];
+        for (int k = 0; k < PLAN_N_KINDS && rc == 0; k++)
+            rc = profile_layer(&m, layer[k], batch[i], T, repeats, out->sec[i][k]);
+    }
+    openblas_set_num_threads(threads);
+    gpt_free(&m);
+    return rc;
+}

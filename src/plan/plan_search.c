@@ -1,0 +1,312 @@
+/* The planner's search: every data-parallel degree D dividing the devices (P = devices / D),
+ * device placement, power-of-two microbatch size, schedule and recomputation; the exact split of
+ * each; an analytic lower bound per candidate; then the simulator on candidates in bound order
+ * until the bound passes the N-th best simulated time (so the pruning loses nothing), at most
+ * max_sims. Not here: the split itself (plan_split.c) and scoring (plan_eval.c). */
+#include "plan/plan_int.h"
+#include "util/pt.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { const char *name; int v; } sched_choice;
+static const sched_choice DEFAULT_SCHEDS[] = {
+    {"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"interleaved-1f1b", 4},
+    {"zb-h1", 1}, {"zb-h2", 1}, {"zb-v", 2},
+};
+#define N_DEFAULT_SCHEDS ((int)(sizeof DEFAULT_SCHEDS / sizeof DEFAULT_SCHEDS[0]))
+#define DEFAULT_MAX_SIMS 400
+
+typedef struct {
+    int P, D, B, M, v, sched_i, placement;   /* placement: 0 node, 1 mixed */
+    bool recompute;
+    int *first;                               /* [K+1] */
+    double bound;
+} candidate;
+
+typedef struct {
+    const gpt_config *cfg;
+    const plan_cluster *k;
+    const plan_opts *o;
+    sched_choice *sc;                         /* [n_sc] */
+    int n_sc;
+    candidate *cand;
+    long n_cand, cap_cand;
+    int *mixed;                               /* [n_devices] mixed placement of the current D */
+    plan_result *res;
+    double lean_need, lean_cap;               /* the smallest memory shortfall seen, for advice */
+    int lean_P;
+} search;
+
+static void push_candidate(search *S, const candidate *c) {
+    if (S->n_cand == S->cap_cand) {
+        S->cap_cand = S->cap_cand ? 2 * S->cap_cand : 256;
+        candidate *n = pt_malloc(sizeof *n * (size_t)S->cap_cand);
+        if (S->n_cand) memcpy(n, S->cand, sizeof *n * (size_t)S->n_cand);
+        free(S->cand);
+        S->cand = n;
+    }
+    S->cand[S->n_cand++] = *c;
+}
+
+/* Mixed placement: every pipeline gets the same share of each device class (consecutive devices
+ * of a class, so of a node, stay together), classes with more memory first (stage 0 holds the
+ * most activations). Returns 0, or -1 when a class does not divide by D. */
+static int make_mixed(const plan_cluster *k, int P, int D, int *out) {
+    int *order = pt_malloc(sizeof(int) * (size_t)k->n_classes), rc = -1;
+    int *cnt = pt_calloc((size_t)k->n_classes, sizeof(int));
+    double *mem = pt_calloc((size_t)k->n_classes, sizeof(double));
+    for (int i = 0; i < k->n_devices; i++) { cnt[k->dev[i].cls]++; mem[k->dev[i].cls] = k->dev[i].memory; }
+    for (int c = 0; c < k->n_classes; c++) {
+        order[c] = c;
+        if (cnt[c] % D) goto done;
+    }
+    for (int a = 1; a < k->n_classes; a++)          /* insertion sort, memory descending */
+        for (int b = a; b > 0 && mem[order[b]] > mem[order[b - 1]]; b--) { int t = order[b]; order[b] = order[b - 1]; order[b - 1] = t; }
+    int p = 0;
+    for (int oc = 0; oc < k->n_classes; oc++) {
+        int c = order[oc], share = cnt[c] / D, seen = 0;
+        for (int i = 0; i < k->n_devices; i++)
+            if (k->dev[i].cls == c) { out[(seen / share) * P + p + seen % share] = i; seen++; }
+        p += share;
+    }
+    rc = 0;
+done:
+    free(order); free(cnt); free(mem);
+    return rc;
+}
+
+/* Analytic lower bound on the step: every rank must run M microbatches of its chunks and its
+ * gradient reduction; the first microbatch must go through every chunk forward and back. */
+static double lower_bound(const plan_items *it, const plan_ranks *r, const sched *s, const int *first, int M) {
+    int K = s->n_stages;
+    double *rank = pt_calloc((size_t)r->P, sizeof(double)), chain = 0, lb = 0;
+    for (int g = 0; g < K; g++) {
+        double rate = r->rate[s->stage_rank[g]], w = 0, fb = 0, grad = 0;
+        for (int i = first[g]; i < first[g + 1]; i++) {
+            w += it->work[i]; fb += it->ph[PLAN_F][i] + it->ph[PLAN_B][i]; grad += it->grad[i];
+        }
+        double red = r->D > 1 ? 2.0 * (r->D - 1) / r->D * grad / r->reduce_bw : 0;
+        rank[s->stage_rank[g]] += M * w / rate + red;
+        chain += fb / rate;
+    }
+    for (int p = 0; p < r->P; p++) lb = fmax(lb, rank[p]);
+    free(rank);
+    return fmax(lb, chain);
+}
+
+/* Leanest-shortfall bookkeeping for the advice when nothing fits. */
+static void note_shortfall(search *S, const plan_items *it, const plan_ranks *r, const sched *s) {
+    int K = s->n_stages, *first = pt_malloc(sizeof(int) * (size_t)(K + 1)), rank = 0;
+    for (int g = 0; g <= K; g++) first[g] = (int)((long)g * it->n / K);
+    double need = plan_peak_need(it, s, first, &rank);
+    if (S->lean_need == 0 || need / r->cap[rank] < S->lean_need / S->lean_cap) {
+        S->lean_need = need; S->lean_cap = r->cap[rank]; S->lean_P = r->P;
+    }
+    free(first);
+}
+
+/* The schedule used for P = 1: 1f1b if listed (it holds one microbatch), else the first. */
+static int first_single(const search *S) {
+    for (int i = 0; i < S->n_sc; i++) if (!strcmp(S->sc[i].name, "1f1b")) return i;
+    return 0;
+}
+
+/* All schedules x recompute for one (D, P, placement, B). */
+static void enumerate_b(search *S, int P, int D, int pl, int B, int M) {
+    plan_scale sc;
+    plan_scale_init(&sc, S->o->costs, S->k, B);
+    plan_ranks r;
+    plan_ranks_init(&r, S->k, &sc, P, D, pl ? S->mixed : NULL);
+    for (int rc = 0; rc <= (S->o->no_recompute ? 0 : 1); rc++) {
+        plan_items it;
+        plan_items_init(&it, S->cfg, &sc, B, S->o->T, rc);
+        for (int si = 0; si < S->n_sc; si++) {
+            if (P == 1 && si != first_single(S)) continue;   /* one rank: every schedule is the same */
+            sched *s = P * S->sc[si].v <= S->cfg->n_layer ? plan_make_sched(S->sc[si].name, P, M, S->sc[si].v) : NULL;
+            if (!s || s->n_pipes != 1) { sched_free(s); continue; }
+            candidate c = { P, D, B, M, S->sc[si].v, si, pl, rc, pt_malloc(sizeof(int) * (size_t)(s->n_stages + 1)), 0 };
+            double bott;
+            S->res->considered++;
+            if (plan_split_candidate(&it, &r, s, false, c.first, &bott) < 0) {
+                S->res->infeasible++;
+                note_shortfall(S, &it, &r, s);
+                free(c.first);
+            } else {
+                c.bound = lower_bound(&it, &r, s, c.first, M);
+                push_candidate(S, &c);
+            }
+            sched_free(s);
+        }
+        plan_items_free(&it);
+    }
+    plan_ranks_free(&r);
+}
+
+static void enumerate(search *S) {
+    int N = S->k->n_devices, L = S->cfg->n_layer;
+    long G = S->o->global_batch;
+    S->mixed = pt_malloc(sizeof(int) * (size_t)N);
+    for (int D = 1; D <= N; D++) {
+        int P = N / D;
+        if (N % D || P > L || G % D) continue;
+        long per = G / D;
+        for (int pl = 0; pl < 2; pl++) {
+            if (pl == 1 && (S->k->n_classes < 2 || make_mixed(S->k, P, D, S->mixed) < 0)) continue;
+            for (long B = 1; B <= per; B *= 2)
+                if (per % B == 0) enumerate_b(S, P, D, pl, (int)B, (int)(per / B));
+        }
+    }
+}
+
+static int cmp_bound(const void *a, const void *b) {
+    double x = ((const candidate *)a)->bound, y = ((const candidate *)b)->bound;
+    return x < y ? -1 : x > y;
+}
+
+static int *placement_copy(const search *S, const candidate *c) {
+    int n = c->P * c->D, *d = pt_malloc(sizeof(int) * (size_t)n);
+    if (c->placement) make_mixed(S->k, c->P, c->D, d);
+    else for (int i = 0; i < n; i++) d[i] = i;
+    return d;
+}
+
+/* Simulates candidate c into a fresh layout. */
+static int simulate(search *S, const candidate *c, plan_layout *p) {
+    memset(p, 0, sizeof *p);
+    p->P = c->P; p->D = c->D; p->M = c->M; p->mb_size = c->B; p->T = S->o->T;
+    p->chunks = c->v; p->recompute = c->recompute; p->bound = c->bound;
+    snprintf(p->schedule, sizeof p->schedule, "%s", S->sc[c->sched_i].name);
+    snprintf(p->placement, sizeof p->placement, "%s", c->placement ? "mixed" : "node");
+    p->devices = placement_copy(S, c);
+    plan_scale sc;
+    plan_scale_init(&sc, S->o->costs, S->k, c->B);
+    plan_items it;
+    plan_ranks r;
+    plan_items_init(&it, S->cfg, &sc, c->B, S->o->T, c->recompute);
+    plan_ranks_init(&r, S->k, &sc, c->P, c->D, p->devices);
+    sched *s = plan_make_sched(p->schedule, c->P, c->M, c->v);
+    double bott;
+    int rc = s ? plan_split_candidate(&it, &r, s, true, c->first, &bott) : -1;
+    if (rc == 0) rc = plan_score(S->cfg, S->k, &it, &r, s, c->first, S->o->global_batch, p);
+    sched_free(s);
+    plan_items_free(&it);
+    plan_ranks_free(&r);
+    if (rc < 0) plan_layout_free(p);
+    return rc;
+}
+
+static double max_mem(const plan_layout *p) {
+    double m = 0;
+    for (int k = 0; k < p->K; k++) if (p->stage_mem[k] > m) m = p->stage_mem[k];
+    return m;
+}
+
+/* Faster first; within TIE_REL of the same time, less peak memory first. */
+#define TIE_REL 1e-9   /* simulated times that differ only by rounding are a tie */
+static bool better(const plan_layout *a, const plan_layout *b) {
+    if (a->step_time < b->step_time * (1 - TIE_REL)) return true;
+    if (a->step_time > b->step_time * (1 + TIE_REL)) return false;
+    return max_mem(a) < max_mem(b);
+}
+
+/* Inserts p into the sorted top list (keeps at most top); takes ownership. */
+static void keep_best(plan_result *res, int top, plan_layout *p) {
+    int i = res->n_best;
+    if (i == top && !better(p, &res->best[i - 1])) { plan_layout_free(p); return; }
+    if (i == top) plan_layout_free(&res->best[--i]);
+    else res->n_best++;
+    for (; i > 0 && better(p, &res->best[i - 1]); i--) res->best[i] = res->best[i - 1];
+    res->best[i] = *p;
+}
+
+static void judge(search *S) {
+    int top = S->o->top, max_sims = S->o->max_sims > 0 ? S->o->max_sims : DEFAULT_MAX_SIMS;
+    qsort(S->cand, (size_t)S->n_cand, sizeof *S->cand, cmp_bound);
+    S->res->best = pt_calloc((size_t)top, sizeof(plan_layout));
+    for (long i = 0; i < S->n_cand && S->res->simulated < max_sims; i++) {
+        if (S->res->n_best == top && S->cand[i].bound > S->res->best[top - 1].step_time * (1 + TIE_REL)) break;
+        plan_layout p;
+        S->res->simulated++;
+        if (simulate(S, &S->cand[i], &p) == 0) keep_best(S->res, top, &p);
+    }
+}
+
+static void write_advice(search *S) {
+    plan_result *r = S->res;
+    if (r->n_best > 0) return;
+    if (r->considered == 0) {
+        snprintf(r->advice, sizeof r->advice, "no layout to try: the global batch %ld must divide among the "
+                 "data-parallel replicas (D divides the %d devices, P = devices / D <= %d blocks); try a global "
+                 "batch that is a multiple of a power of two, or a cluster whose device count has divisors <= n_layer",
+                 S->o->global_batch, S->k->n_devices, S->cfg->n_layer);
+        return;
+    }
+    double gib = 1024.0 * 1024 * 1024, ratio = S->lean_need / S->lean_cap;
+    snprintf(r->advice, sizeof r->advice, "nothing fits in memory: the leanest layout tried (P=%d) needs "
+             "%.2f GiB on one device, which has %.2f GiB. Would fit: about %.1fx the memory per device or more "
+             "devices per pipeline, recomputation%s, a smaller microbatch or shorter sequence, or at most about "
+             "%d blocks (n_layer)", S->lean_P, S->lean_need / gib, S->lean_cap / gib, ratio,
+             S->o->no_recompute ? " (it was turned off)" : "", (int)(S->cfg->n_layer / ratio));
+}
+
+static int check_opts(const gpt_config *cfg, const plan_cluster *k, const plan_opts *o) {
+    if (o->global_batch < 1) return pt_seterr("plan: --global-batch must be >= 1 (sequences per step)");
+    if (o->T < 1 || o->T > cfg->n_positions)
+        return pt_seterr("plan: --seq %d must be in 1..%d (n_positions)", o->T, cfg->n_positions);
+    if (o->top < 1) return pt_seterr("plan: --top must be >= 1");
+    if (k->n_devices < 1) return pt_seterr("plan: the cluster has no devices");
+    return 0;
+}
+
+/* Synchronous single-pipe schedules only: chimera (two model replicas) and pipedream (no flush)
+ * change what a step means, greedy needs costs up front. */
+static bool known_sched(const char *name) {
+    for (int i = 0; i < N_DEFAULT_SCHEDS; i++)
+        if (!strcmp(name, DEFAULT_SCHEDS[i].name)) return true;
+    return false;
+}
+
+/* The schedule list: the default set, or the names given (interleaved with v = 2). */
+static int choose_scheds(search *S) {
+    int n = 0;
+    if (!S->o->schedules) {
+        S->sc = pt_malloc(sizeof *S->sc * N_DEFAULT_SCHEDS);
+        for (int i = 0; i < N_DEFAULT_SCHEDS; i++) S->sc[i] = DEFAULT_SCHEDS[i];
+        S->n_sc = N_DEFAULT_SCHEDS;
+        return 0;
+    }
+    while (S->o->schedules[n]) n++;
+    S->sc = pt_malloc(sizeof *S->sc * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) {
+        const char *nm = S->o->schedules[i];
+        if (!known_sched(nm)) {
+            free(S->sc);
+            return pt_seterr("plan: schedule '%s' is not one the planner searches (gpipe, 1f1b, "
+                             "interleaved-1f1b, zb-h1, zb-h2, zb-v)", nm);
+        }
+        S->sc[i] = (sched_choice){ nm, !strcmp(nm, "interleaved-1f1b") || !strcmp(nm, "zb-v") ? 2 : 1 };
+    }
+    S->n_sc = n;
+    return 0;
+}
+
+int plan_search(const gpt_config *cfg, const plan_cluster *k, const plan_opts *o, plan_result *out) {
+    memset(out, 0, sizeof *out);
+    if (check_opts(cfg, k, o) < 0) return -1;
+    search S = { .cfg = cfg, .k = k, .o = o, .res = out };
+    if (choose_scheds(&S) < 0) return -1;
+    enumerate(&S);
+    judge(&S);
+    write_advice(&S);
+    for (long i = 0; i < S.n_cand; i++) free(S.cand[i].first);
+    free(S.cand); free(S.mixed); free(S.sc);
+    return 0;
+}
+
+void plan_result_free(plan_result *r) {
+    for (int i = 0; i < r->n_best; i++) plan_layout_free(&r->best[i]);
+    free(r->best);
+    memset(r, 0, sizeof *r);
+}
