@@ -1,9 +1,14 @@
-/* pipetrain train: single-process training loop around train_step: data, LR schedule, metrics
- * (one JSON line per step), a progress line, checkpoints and resume. Pipelined layouts come with
- * the runtime. */
+/* pipetrain train: the training loop: data, LR schedule, metrics (one JSON line per step), a
+ * progress line, checkpoints and resume. One process (train_step), or with pipeline flags the
+ * pipelined runtime (run/run.h) on threads or MPI, which adds the measured bubble per step and,
+ * at the end, measured iteration time next to the simulator's prediction from profiled costs. */
 #include "cli/cli.h"
 #include "cli/cli_model.h"
 #include "io/data.h"
+#include "io/svg.h"
+#include "io/trace.h"
+#include "run/run.h"
+#include "sim/sim.h"
 #include "train/checkpoint.h"
 #include "train/train.h"
 #include "util/pt.h"
@@ -18,6 +23,8 @@ typedef struct {
     long seed, shuffle;
     double lr_min;
     optim_config oc;
+    run_opts ro;                 /* pipelined when ro.P > 0 (any layout flag given) */
+    const char *transport, *trace, *svg;
 } train_args;
 
 typedef struct {
@@ -28,6 +35,13 @@ typedef struct {
     int *inp, *tgt;
     long step0;        /* updates already done (resume) */
     double t_start;
+    /* pipelined */
+    comm *world;       /* MPI endpoint, or NULL (threads) */
+    run_plan pl;
+    run_job *job;
+    int root;          /* prints and writes files */
+    double *iter_t, *bubble;   /* [steps] measured per step */
+    int n_iter;
 } train_run;
 
 static int parse_schedule(train_args *a) {
@@ -75,15 +89,19 @@ static int save_checkpoint(train_run *r, const train_args *a, long step) {
     return 0;
 }
 
-static void log_step(train_run *r, const train_args *a, long step, const train_stats *st, double dt) {
+static void log_step(train_run *r, const train_args *a, long step, const train_stats *st, double dt,
+                     double bubble) {
     double tok_s = (double)a->batch * a->seq / dt, elapsed = pt_now() - r->t_start;
     long done = step - r->step0, left = a->steps - step;
     if (r->metrics) {
         fprintf(r->metrics, "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,"
-                "\"tokens_per_s\":%.1f,\"step_ms\":%.3f}\n", step, st->loss, st->lr, st->grad_norm,
+                "\"tokens_per_s\":%.1f,\"step_ms\":%.3f", step, st->loss, st->lr, st->grad_norm,
                 tok_s, dt * 1e3);
+        if (bubble >= 0) fprintf(r->metrics, ",\"bubble_fraction\":%.4f", bubble);
+        fprintf(r->metrics, "}\n");
         fflush(r->metrics);
     }
+    if (!r->root) return;
     if (step % a->log_every && step != a->steps && step != r->step0 + 1) return;
     double eta = done > 0 ? elapsed / done * left : 0;
     printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | left %dm%02ds\n",
@@ -104,16 +122,118 @@ static int train_loop(train_run *r, const train_args *a) {
         double t0 = pt_now();
         if (train_step(&r->m, &r->opt, &a->oc, (int)step, r->inp, r->tgt, a->batch, a->seq, &st) < 0)
             return pt_adderr("step %ld: ", step);
-        log_step(r, a, step, &st, pt_now() - t0);
+        log_step(r, a, step, &st, pt_now() - t0, -1);
         if (a->save && ((a->save_every > 0 && step % a->save_every == 0) || step == a->steps))
             if (save_checkpoint(r, a, step) < 0) return -1;
     }
     return 0;
 }
 
-static int train_main(const train_args *a) {
+
+/* ---- pipelined --------------------------------------------------------------------------- */
+
+/* Checkpoint of the pipelined run: each chunk written by its holder (run_job_save). */
+static int pipe_save(train_run *r, const train_args *a, long step) {
+    char dir[1100];
+    ckpt_manifest man = {.cfg = r->m.cfg, .step = step, .adam_t = (int)step, .batch = a->batch,
+                         .seq = a->seq, .shuffle_seed = (uint64_t)a->shuffle,
+                         .init_seed = (uint64_t)a->seed};
+    snprintf(man.data_path, sizeof man.data_path, "%s", a->data);
+    snprintf(dir, sizeof dir, "%s/ckpt-%ld", a->save, step);
+    if (run_job_save(r->job, dir, &man) < 0) return -1;
+    if (r->root) printf("saved %s\n", dir);
+    return 0;
+}
+
+static int cmp_double(const void *x, const void *y) {
+    double u = *(const double *)x, v = *(const double *)y;
+    return u < v ? -1 : u > v;
+}
+
+/* Median of v[0..n) after the first entry (the warm-up) when there are several. */
+static double median_after_first(const double *v, int n) {
+    int skip = n > 1, k = n - skip;
+    if (k <= 0) return 0;
+    double *t = pt_malloc(sizeof *t * (size_t)k);
+    memcpy(t, v + skip, sizeof *t * (size_t)k);
+    qsort(t, (size_t)k, sizeof *t, cmp_double);
+    double m = k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
+    free(t);
+    return m;
+}
+
+/* Measured iteration time and bubble next to the simulator's, from costs profiled in this run;
+ * then the last iteration's trace and picture when asked. Root only. */
+static int pipe_report(train_run *r, const train_args *a) {
+    if (!r->root || r->n_iter == 0) return 0;
+    const sched *s = r->pl.s;
+    double it = median_after_first(r->iter_t, r->n_iter), bub = median_after_first(r->bubble, r->n_iter);
+    sim_costs c;
+    sim_result res;
+    sim_opts o = { .iterations = 1 };
+    sim_costs_init(&c, s->n_stages, 0, 0, 0);
+    run_job_profile(r->job, &c);
+    int rc = sim_run(s, &c, &o, &res);
+    sim_costs_free(&c);
+    printf("measured:  iteration %.3f ms, bubble %.1f%% (%s, P=%d, D=%d, M=%d; median of steps)\n",
+           it * 1e3, bub * 100, s->name, r->pl.o.P, r->pl.o.D, s->n_mb);
+    if (rc == 0) {
+        printf("simulated: iteration %.3f ms, bubble %.1f%% (from F/B/W costs profiled in this run; "
+               "measured/simulated %.2f)\n", res.iteration_time * 1e3, res.bubble_fraction * 100,
+               res.iteration_time > 0 ? it / res.iteration_time : 0);
+        sim_result_free(&res);
+    } else printf("simulated: not available: %s\n", pt_err());
+    const timeline *tl = run_job_timeline(r->job);
+    if (a->trace && trace_write(tl, a->trace) < 0) return -1;
+    if (a->svg) {
+        char title[96], sub[96];
+        snprintf(title, sizeof title, "%s  P=%d  D=%d  M=%d  (measured)", s->name, r->pl.o.P, r->pl.o.D, s->n_mb);
+        snprintf(sub, sizeof sub, "last step  %.2f ms  bubble %.1f%%", r->iter_t[r->n_iter - 1] * 1e3,
+                 r->bubble[r->n_iter - 1] * 100);
+        svg_opts so = { title, sub, 0 };
+        if (svg_write(tl, &so, a->svg) < 0) return -1;
+    }
+    return 0;
+}
+
+static int pipe_loop(train_run *r, const train_args *a) {
+    size_t n = (size_t)a->batch * a->seq;
+    r->inp = pt_malloc(n * sizeof(int));
+    r->tgt = pt_malloc(n * sizeof(int));
+    r->iter_t = pt_calloc((size_t)a->steps + 1, sizeof *r->iter_t);
+    r->bubble = pt_calloc((size_t)a->steps + 1, sizeof *r->bubble);
+    r->t_start = pt_now();
+    for (long step = r->step0 + 1; step <= a->steps; step++) {
+        int64_t k = data_batch_index(r->d, a->batch, a->seq, (uint64_t)a->shuffle, step - 1);
+        if (k < 0 || data_batch(r->d, k, a->batch, a->seq, r->inp, r->tgt) < 0) return -1;
+        run_stats rs;
+        double t0 = pt_now();
+        if (run_job_iteration(r->job, r->inp, r->tgt, &a->oc, (int)step, &rs) < 0)
+            return pt_adderr("step %ld: ", step);
+        train_stats st = { .loss = rs.loss, .grad_norm = rs.grad_norm, .lr = rs.lr,
+                           .clip_scale = rs.clip_scale };
+        r->iter_t[r->n_iter] = rs.iter_time;
+        r->bubble[r->n_iter++] = rs.bubble;
+        log_step(r, a, step, &st, pt_now() - t0, rs.bubble);
+        if (a->save && ((a->save_every > 0 && step % a->save_every == 0) || step == a->steps))
+            if (pipe_save(r, a, step) < 0) return -1;
+    }
+    return pipe_report(r, a);
+}
+
+/* The plan and the job over the model (and moments, when resuming) set up so far. */
+static int pipe_start(train_run *r, const train_args *a) {
+    if (run_plan_init(&r->pl, &a->ro, &r->m.cfg, a->batch, a->seq) < 0) return -1;
+    if (run_job_init(&r->job, &r->pl, &r->m, &r->opt, r->world) < 0) return -1;
+    r->root = run_job_is_root(r->job);
+    return 0;
+}
+
+static int train_main(const train_args *a, comm *world) {
     train_run r;
     memset(&r, 0, sizeof r);
+    r.world = world;
+    r.root = !world || world->rank == 0;
     int rc = -1;
     if (setup_model(&r, a) < 0) goto cleanup;
     if (a->seq > r.m.cfg.n_positions) {
@@ -122,15 +242,24 @@ static int train_main(const train_args *a) {
     }
     if (data_open(&r.d, a->data, r.m.cfg.vocab_size) < 0 || data_check_batch(r.d, a->batch, a->seq) < 0)
         goto cleanup;
-    if (a->metrics && !(r.metrics = fopen(a->metrics, r.step0 ? "a" : "w"))) {
+    if (a->ro.P && pipe_start(&r, a) < 0) goto cleanup;
+    if (r.root && a->metrics && !(r.metrics = fopen(a->metrics, r.step0 ? "a" : "w"))) {
         pt_seterr("%s: cannot open for writing", a->metrics);
         goto cleanup;
     }
-    printf("model: %d layers, %d heads, %d channels, vocab %d, %.2fM parameters; data: %s, %zu tokens\n",
-           r.m.cfg.n_layer, r.m.cfg.n_head, r.m.cfg.n_embd, r.m.cfg.vocab_size, r.m.num_params / 1e6,
-           a->data, data_ntokens(r.d));
-    rc = train_loop(&r, a);
+    if (r.root)
+        printf("model: %d layers, %d heads, %d channels, vocab %d, %.2fM parameters; data: %s, %zu tokens\n",
+               r.m.cfg.n_layer, r.m.cfg.n_head, r.m.cfg.n_embd, r.m.cfg.vocab_size, r.m.num_params / 1e6,
+               a->data, data_ntokens(r.d));
+    if (r.root && a->ro.P)
+        printf("pipeline: %s, %d stages x %d replicas, %d microbatches of %d sequences, %s transport\n",
+               r.pl.s->name, r.pl.o.P, r.pl.o.D, r.pl.s->n_mb, r.pl.mb_rows, world ? "mpi" : "threads");
+    rc = a->ro.P ? pipe_loop(&r, a) : train_loop(&r, a);
 cleanup:
+    run_job_free(r.job);
+    if (r.pl.s) run_plan_free(&r.pl);
+    free(r.iter_t);
+    free(r.bubble);
     if (r.metrics) fclose(r.metrics);
     free(r.inp);
     free(r.tgt);
@@ -138,6 +267,24 @@ cleanup:
     if (r.m.params) adamw_free(&r.opt);
     gpt_free(&r.m);
     return rc;
+}
+
+/* Pipelined when any layout flag is given (then P = D = 1, 1f1b and M = P unless given); the MPI
+ * world when --transport mpi. */
+static int pipe_flags(train_args *a, int *argc, char ***argv, comm **world) {
+    run_opts *o = &a->ro;
+    if (!o->P && !o->D && !o->schedule && !o->schedule_file && !o->M && !a->transport && !o->split) {
+        if (a->trace || a->svg) return pt_seterr("--trace and --svg record a pipelined run (give --stages)");
+        return 0;
+    }
+    if (!o->P) o->P = 1;
+    if (!o->D) o->D = 1;
+    if (!o->schedule && !o->schedule_file) o->schedule = "1f1b";
+    if (!o->M && !o->schedule_file) o->M = o->P;
+    if (!a->transport || !strcmp(a->transport, "threads")) return 0;
+    if (strcmp(a->transport, "mpi")) return pt_seterr("--transport must be threads or mpi, got '%s'", a->transport);
+    if (!comm_mpi_available()) return pt_seterr("--transport mpi: this build has no MPI");
+    return comm_mpi_init(argc, argv, world);
 }
 
 int cli_train(int argc, char **argv) {
@@ -166,13 +313,31 @@ int cli_train(int argc, char **argv) {
         {"--save-every", OPT_INT, &a.save_every, "also save every K steps (default: only at the end)"},
         {"--resume", OPT_STR, &a.resume, "continue from a checkpoint folder (DIR/ckpt-<step>)"},
         {"--log-every", OPT_INT, &a.log_every, "progress line every N steps (default: ~50 lines)"},
-        {"--threads", OPT_INT, &a.threads, "OpenBLAS threads (default: all cores)"},
+        {"--threads", OPT_INT, &a.threads, "OpenBLAS threads (default: all cores; pipelined: 1 per rank)"},
+        {"--stages", OPT_INT, &a.ro.P, "P, pipeline ranks (default 1: no pipeline)"},
+        {"--dp", OPT_INT, &a.ro.D, "D, data-parallel replicas (default 1)"},
+        {"--schedule", OPT_STR, &a.ro.schedule, "pipeline schedule (gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, greedy)"},
+        {"--chunks", OPT_INT, &a.ro.chunks, "V, stages per rank (interleaved; default: the schedule's)"},
+        {"--microbatches", OPT_INT, &a.ro.M, "M, microbatches per replica (default: P)"},
+        {"--schedule-file", OPT_STR, &a.ro.schedule_file, "CSV schedule (one row per rank) instead of --schedule"},
+        {"--split", OPT_STR, &a.ro.split, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
+        {"--transport", OPT_STR, &a.transport, "threads (default) | mpi (run under mpirun)"},
+        {"--timeout", OPT_DOUBLE, &a.ro.timeout, "seconds a rank waits for a message (default 60)"},
+        {"--trace", OPT_STR, &a.trace, "pipelined: Chrome trace JSON of the last step, measured"},
+        {"--svg", OPT_STR, &a.svg, "pipelined: SVG timeline of the last step, measured"},
     };
     int rc = cli_parse(argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
                        "--lr X [flags]", opts, sizeof opts / sizeof *opts);
     if (rc) return rc < 0 ? 2 : 0;
     if (a.log_every <= 0) a.log_every = a.steps / 50 > 1 ? a.steps / 50 : 1;
     if (a.threads > 0) openblas_set_num_threads(a.threads);
-    if (parse_schedule(&a) < 0 || train_main(&a) < 0) return cli_fail("train");
-    return 0;
+    comm *world = NULL;
+    if (pipe_flags(&a, &argc, &argv, &world) < 0) return cli_fail("train");
+    rc = 0;
+    if (parse_schedule(&a) < 0 || train_main(&a, world) < 0) {
+        if (world) pt_adderr("rank %d: ", world->rank);
+        rc = cli_fail("train");
+    }
+    if (world) { comm_free(world); comm_mpi_finalize(); }
+    return rc;
 }

@@ -11,6 +11,7 @@
 #include "model/gpt.h"
 #include "run/layout.h"
 #include "sched/sched.h"
+#include "sim/sim.h"
 #include "sim/timeline.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
@@ -77,8 +78,10 @@ int run_job_is_root(const run_job *j);
 /* The last iteration's events of every rank, merged (root only; NULL elsewhere): times in seconds
  * from that iteration's start, send -> receive links set. Owned by the job. */
 const timeline *run_job_timeline(run_job *j);
-/* Median measured F, B, W, BW seconds per stage over the iterations run so far (after the
- * first, when there was more than one): f, b, w, bw [S]; a kind never run is -1. Root only. */
-void run_job_profile(run_job *j, double *f, double *b, double *w, double *bw);
+/* Costs profiled from the iterations run so far (medians of the recorded durations, after the
+ * first iteration when there was more than one), into c (sim_costs_init'ed for S stages): per
+ * stage F, B, W (B and W from a fused BW split in half when only BW ran), BW, REDUCE_GRAD, and
+ * STEP; links free. Root only (elsewhere c is left as it is). */
+void run_job_profile(run_job *j, sim_costs *c);
 
 #endif

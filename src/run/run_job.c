@@ -34,7 +34,7 @@ struct run_job {
     atomic_int first_fail;
     timeline tl;                     /* merged events of the last iteration (root) */
     int tl_linked, n_iters;
-    job_samples *prof;               /* [S * 4] F, B, W, BW durations per stage (root) */
+    job_samples *prof;               /* [S*5 + 1] F, B, W, BW, REDUCE per stage; STEP (root) */
     /* arguments of the call the rank threads run */
     const int *tok, *tgt;
     const optim_config *oc;
@@ -133,7 +133,7 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
     j->ex = pt_calloc((size_t)j->n_local, sizeof *j->ex);
     j->rst = pt_calloc((size_t)j->n_local, sizeof *j->rst);
     j->errs = pt_calloc((size_t)j->n_local, sizeof *j->errs);
-    j->prof = pt_calloc((size_t)pl->s->n_stages * 4, sizeof *j->prof);
+    j->prof = pt_calloc((size_t)pl->s->n_stages * 5 + 1, sizeof *j->prof);
     timeline_init(&j->tl, pl->s, NULL, 1);
     if (j->mpi) j->comms[0] = world;
     else {
@@ -156,7 +156,7 @@ void run_job_free(run_job *j) {
         adamw_free(&j->opts[k]);
     }
     if (j->prof)
-        for (int i = 0; i < j->pl->s->n_stages * 4; i++) free(j->prof[i].v);
+        for (int i = 0; i < j->pl->s->n_stages * 5 + 1; i++) free(j->prof[i].v);
     free(j->prof);
     free(j->models); free(j->opts); free(j->comms); free(j->ex); free(j->rst); free(j->errs);
     timeline_free(&j->tl);
@@ -228,10 +228,14 @@ static void job_analyse(run_job *j, run_stats *st) {
     for (int i = 0; i < tl->n; i++) {
         tl_event *e = &tl->ev[i];
         e->ready -= t0; e->start -= t0; e->end -= t0;
+        int S = j->pl->s->n_stages;
+        if (e->act.kind == ACT_STEP) samples_add(&j->prof[S * 5], j->n_iters, e->end - e->start);
+        if (e->act.kind == ACT_REDUCE_GRAD)
+            samples_add(&j->prof[e->act.stage * 5 + 4], j->n_iters, e->end - e->start);
         if (!sched_kind_is_compute(e->act.kind)) continue;
         busy[e->rank] += e->end - e->start;
         int k = e->act.kind == ACT_BW ? 3 : (int)e->act.kind;   /* F 0, B 1, W 2, BW 3 */
-        samples_add(&j->prof[e->act.stage * 4 + k], j->n_iters, e->end - e->start);
+        samples_add(&j->prof[e->act.stage * 5 + k], j->n_iters, e->end - e->start);
     }
     st->iter_time = tl->n ? t1 - t0 : 0;
     double idle = 0;
@@ -307,10 +311,20 @@ static double samples_median(const job_samples *s, int n_iters) {
     return m;
 }
 
-void run_job_profile(run_job *j, double *f, double *b, double *w, double *bw) {
-    double *out[4] = { f, b, w, bw };
-    for (int g = 0; g < j->pl->s->n_stages; g++)
-        for (int k = 0; k < 4; k++) out[k][g] = samples_median(&j->prof[g * 4 + k], j->n_iters);
+void run_job_profile(run_job *j, sim_costs *c) {
+    if (!run_job_is_root(j)) return;
+    int S = j->pl->s->n_stages;
+    for (int g = 0; g < S; g++) {
+        double v[5];
+        for (int k = 0; k < 5; k++) v[k] = samples_median(&j->prof[g * 5 + k], j->n_iters);
+        c->f[g] = v[0] > 0 ? v[0] : 0;
+        c->b[g] = v[1] >= 0 ? v[1] : v[3] > 0 ? v[3] / 2 : 0;
+        c->w[g] = v[2] >= 0 ? v[2] : v[3] > 0 ? v[3] / 2 : 0;
+        c->bw[g] = v[3] >= 0 ? v[3] : -1;
+        c->reduce[g] = v[4] > 0 ? v[4] : 0;
+    }
+    double st = samples_median(&j->prof[S * 5], j->n_iters);
+    c->step = st > 0 ? st : 0;
 }
 
 /* Floats [off, off+n) of chunk c's layers. */
