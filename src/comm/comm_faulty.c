@@ -19,6 +19,7 @@ typedef struct {
 
 typedef struct fa_req {
     struct fa_req *next;    /* in the deferred queue while not yet posted */
+    struct fa_req *live_prev, *live_next;   /* every request not yet freed (for fa_free) */
     comm_req *inner;        /* NULL while deferred */
     int is_send, deferred, failed;
     double due;             /* when a deferred send may be posted */
@@ -34,11 +35,28 @@ typedef struct {
     double delay;
     fa_fate *fate;
     fa_req *head, *tail;    /* deferred sends, in sending order */
+    fa_req *live;           /* requests not yet reported done (a timed-out or aborted wait) */
     comm_vtable vt;         /* per instance, for the name */
     char name[48];
 } fa_impl;
 
 static comm *faulty_new(comm *inner, int slow_peer, double delay, fa_fate *fate);
+
+static fa_req *req_new(fa_impl *m, fa_req init) {
+    fa_req *r = pt_malloc(sizeof *r);
+    *r = init;
+    r->live_prev = NULL;
+    r->live_next = m->live;
+    if (m->live) m->live->live_prev = r;
+    m->live = r;
+    return r;
+}
+
+static void req_free(fa_impl *m, fa_req *r) {
+    if (r->live_prev) r->live_prev->live_next = r->live_next; else m->live = r->live_next;
+    if (r->live_next) r->live_next->live_prev = r->live_prev;
+    free(r);
+}
 
 static int dead_error(fa_fate *f) {
     return pt_seterr("faulty: rank %d died after %d sends (fault injection)", f->world_rank, f->die_after);
@@ -84,15 +102,14 @@ static int fa_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, co
     }
     f->sends++;
     progress(m, 0);
-    fa_req *r = pt_calloc(1, sizeof *r);
-    *r = (fa_req){.is_send = 1, .peer = dst, .tag = tag, .buf = buf, .bytes = bytes};
+    fa_req *r = req_new(m, (fa_req){.is_send = 1, .peer = dst, .tag = tag, .buf = buf, .bytes = bytes});
     if (dst == m->slow_peer && m->delay > 0) {
         r->deferred = 1;
         r->due = pt_now() + m->delay;
         if (m->tail) m->tail->next = r; else m->head = r;
         m->tail = r;
     } else if (comm_isend(m->inner, dst, tag, buf, bytes, &r->inner)) {
-        free(r);
+        req_free(m, r);
         return -1;
     }
     *out = (comm_req *)r;
@@ -103,9 +120,8 @@ static int fa_irecv(comm *c, int src, int tag, void *buf, size_t bytes, comm_req
     fa_impl *m = c->impl;
     if (m->fate->dead) return dead_error(m->fate);
     progress(m, 0);
-    fa_req *r = pt_calloc(1, sizeof *r);
-    *r = (fa_req){.peer = src, .tag = tag, .bytes = bytes};
-    if (comm_irecv(m->inner, src, tag, buf, bytes, &r->inner)) { free(r); return -1; }
+    fa_req *r = req_new(m, (fa_req){.peer = src, .tag = tag, .bytes = bytes});
+    if (comm_irecv(m->inner, src, tag, buf, bytes, &r->inner)) { req_free(m, r); return -1; }
     *out = (comm_req *)r;
     return 0;
 }
@@ -115,7 +131,7 @@ static int req_test(fa_impl *m, fa_req *r, int *done) {
     *done = 0;
     if (r->deferred) return 0;
     int rc = r->failed ? pt_seterr("%s", r->err) : comm_test(m->inner, r->inner, done);
-    if (r->failed || *done) { *done = 1; free(r); }
+    if (r->failed || *done) { *done = 1; req_free(m, r); }
     return rc;
 }
 
@@ -140,7 +156,7 @@ static int fa_wait(comm *c, comm_req *req, double timeout) {
             double left = timeout > 0 ? timeout - (pt_now() - t0) : 0;
             if (timeout > 0 && left <= 0) left = 1e-9;
             int rc = comm_wait(m->inner, r->inner, left);
-            if (rc == 0) free(r);
+            if (rc == 0) req_free(m, r);
             return rc;
         }
         int done, rc = req_test(m, r, &done);
@@ -196,10 +212,11 @@ static void fa_abort(comm *c, const char *why) {
     comm_abort(((fa_impl *)c->impl)->inner, why);
 }
 
-/* Drops sends never posted (free after your requests completed), then the inner endpoint. */
+/* Drops requests never reported done (sends never posted among them), then the inner endpoint
+ * (which drops its own pending requests). */
 static void fa_free(comm *c) {
     fa_impl *m = c->impl;
-    while (m->head) { fa_req *r = m->head; m->head = r->next; free(r); }
+    while (m->live) req_free(m, m->live);
     comm_free(m->inner);
     if (--m->fate->refs == 0) free(m->fate);
     free(m);

@@ -136,7 +136,7 @@ static void sleep_s(double s) {
     nanosleep(&t, NULL);
 }
 
-/* Polls MPI_Test, sleeping 20 us growing to 1 ms between polls, until done or the deadline.
+/* Polls MPI_Test, sleeping 20 us growing to 320 us between polls, until done or the deadline.
  * On a timeout the request stays pending (it may be waited again). */
 static int mp_wait(comm *c, comm_req *req, double timeout) {
     mp_req *r = (mp_req *)req;
@@ -153,7 +153,7 @@ static int mp_wait(comm *c, comm_req *req, double timeout) {
                              is_send ? "send to" : "receive from", peer, tag, bytes,
                              is_send ? "posted the receive" : "sent");
         sleep_s(nap);
-        if (nap < 1e-3) nap *= 2;
+        if (nap < 250e-6) nap *= 2;
     }
 }
 
