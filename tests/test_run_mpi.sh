@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The pipelined runtime over MPI (mpirun as root, oversubscribed on this machine): `grad` and
+# `train` with --transport mpi give bitwise the results of the threads transport (both sum in
+# rank order), so the threads equivalence tests (tests/test_run.c) carry over; a world size that
+# does not match dp x stages is an error on every rank, and nothing hangs.
+. "$(dirname "$0")/lib.sh"
+BUILD=${BUILD:-build}
+P=$PIPETRAIN
+CMP="$BUILD/tests/aux_run_cmp"
+JOB_LIMIT_S=120     # a hang is a failure; a healthy run takes a second or two
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own leaks
+D=$TEST_TMP/run_mpi
+mkdir -p "$D"
+cat > "$D/cfg.json" <<'J'
+{"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}
+J
+for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
+mpi() { local n=$1; shift; timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -np "$n" "$P" "$@" < /dev/null; }
+gargs="--config $D/cfg.json --tokens $D/text.txt --batch 8 --seq 16"
+
+# grad: every rank count the schedules allow on 4 processes, against threads, bitwise.
+while read -r name flags; do
+  n="grad mpi $name $flags"
+  if ! mpi 4 grad $gargs --out "$D/mpi.st" --schedule "$name" $flags --transport mpi > "$D/out" 2>&1; then
+    fail "$n" "$(tail -3 "$D/out")"; continue; fi
+  "$P" grad $gargs --out "$D/thr.st" --schedule "$name" $flags > /dev/null 2>&1
+  check "$n equals threads bitwise" "$CMP" "$D/mpi.st" "$D/thr.st" 0
+done <<'L'
+gpipe --stages 4 --microbatches 4
+1f1b --stages 2 --dp 2 --microbatches 2
+interleaved-1f1b --stages 2 --dp 2 --chunks 2 --microbatches 2
+zb-h1 --stages 4 --microbatches 4
+zb-v --stages 2 --dp 2 --microbatches 2
+chimera --stages 2 --dp 2 --microbatches 2
+L
+
+# train: 5 steps over MPI give the threads run's losses.
+targs="train --config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3 --steps 5 --stages 2 --dp 2 --schedule zb-h2 --microbatches 2"
+if mpi 4 $targs --transport mpi --metrics "$D/m_mpi.jsonl" > "$D/out" 2>&1; then ok "train mpi zb-h2 P=2 D=2 runs"
+else fail "train mpi zb-h2 P=2 D=2 runs" "$(tail -3 "$D/out")"; fi
+"$P" $targs --metrics "$D/m_thr.jsonl" > /dev/null 2>&1
+loss() { sed 's/.*"loss":\([0-9.]*\).*/\1/' "$1"; }
+[ -s "$D/m_mpi.jsonl" ] && [ "$(loss "$D/m_mpi.jsonl")" = "$(loss "$D/m_thr.jsonl")" ] \
+  && ok "train mpi: losses equal threads" \
+  || fail "train mpi: losses equal threads" "$(loss "$D/m_mpi.jsonl" | tr '\n' ' ') vs $(loss "$D/m_thr.jsonl" | tr '\n' ' ')"
+grep -q '^simulated: iteration' "$D/out" && ok "train mpi: measured vs simulated on rank 0" \
+  || fail "train mpi: measured vs simulated on rank 0" "$(tail -3 "$D/out")"
+
+# bad layout: the world does not match dp x stages; every rank says so and exits.
+mpi 3 grad $gargs --out "$D/x.st" --stages 2 --dp 2 --transport mpi > "$D/out" 2>&1; rc=$?
+nerr=$(grep -c 'MPI world has 3 processes' "$D/out")
+if [ $rc -eq 124 ]; then fail "mpi: world size mismatch" "hang"
+elif [ $rc -ne 0 ] && [ "$nerr" -eq 3 ]; then ok "mpi: world size mismatch is an error on every rank"
+else fail "mpi: world size mismatch is an error on every rank" "rc $rc, $nerr ranks said it: $(head -3 "$D/out")"; fi
+mpi 2 grad $gargs --out "$D/x.st" --stages 2 --microbatches 3 --transport mpi > "$D/out" 2>&1; rc=$?
+nerr=$(grep -c 'not divisible' "$D/out")
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$nerr" -eq 2 ] && ok "mpi: bad batch split is an error on every rank" \
+  || fail "mpi: bad batch split is an error on every rank" "rc $rc: $(head -3 "$D/out")"
+done_tests
