@@ -316,6 +316,24 @@ static void test_train(void) {
     test_train_case("chimera", 4, 1, 0, 1.0);
 }
 
+/* A rank that dies mid-step: the others stop with an error naming it (no hang). */
+static void test_rank_dies(void) {
+    run_opts o = { .P = 4, .D = 1, .schedule = "1f1b", .M = 4, .fail_rank = 2, .fail_after = 3,
+                   .timeout = 10 };
+    run_plan pl;
+    if (run_plan_init(&pl, &o, &CFG, BATCH, SEQ) < 0) { CHECK("rank dies", 0, "%s", pt_err()); return; }
+    run_job *j = NULL;
+    run_stats st;
+    double t0 = pt_now();
+    int rc = run_job_init(&j, &pl, &g_init, NULL, NULL);
+    if (rc == 0) rc = run_job_iteration(j, g_tok, g_tgt, NULL, 1, &st);
+    double dt = pt_now() - t0;
+    CHECK("rank dies: the job fails naming it", rc < 0 && strstr(pt_err(), "rank 2"), "rc %d: %s", rc, pt_err());
+    CHECK("rank dies: the others stop before their timeout", dt < 5, "took %.1f s", dt);
+    run_job_free(j);
+    run_plan_free(&pl);
+}
+
 /* ---- bad layouts -------------------------------------------------------------------------- */
 
 static void expect_plan_error(const char *nm, run_opts o, int B, const char *pattern) {
@@ -371,6 +389,7 @@ int main(void) {
     test_equivalence();
     test_train();
     test_bad_layouts();
+    test_rank_dies();
     gpt_free(&g_init);
     TEST_DONE();
 }

@@ -25,6 +25,9 @@ typedef struct {
     const char *split;          /* "3,5,4,4" blocks per chunk, or NULL for even */
     int recompute;              /* drop activations after F, recompute at B */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
+    /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),
+     * through comm_faulty_wrap. */
+    int fail_rank, fail_after;
 } run_opts;
 
 typedef struct {

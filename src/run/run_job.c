@@ -139,6 +139,9 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
     else {
         if (comm_threads_create(j->R, j->comms) < 0) return -1;
         openblas_set_num_threads(1);
+        int fr = pl->o.fail_rank;
+        if (pl->o.fail_after > 0 && fr >= 0 && fr < j->R &&
+            comm_faulty_wrap(j->comms[fr], -1, 0, pl->o.fail_after, &j->comms[fr]) < 0) return -1;
     }
     job_alloc_models(j, init, init_opt);
     return job_run_all(j, job_exec_init);
