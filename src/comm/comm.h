@@ -17,6 +17,8 @@
  *   order. allreduce sums in a fixed order (by rank), so every rank gets bitwise the same result
  *   and repeated runs agree.
  * - Ranks of a split communicator are numbered 0..size-1 by increasing parent rank.
+ * The threads and mpi transports go further (docs/comm.md): a message of any size other than the
+ * receive buffer's is an error, and their allreduce sums are bitwise identical to each other.
  * All calls return 0 or -1 with pt_seterr; requests are freed by the test that reports them done,
  * or by wait. */
 #ifndef PT_COMM_H
