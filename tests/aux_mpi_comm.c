@@ -59,6 +59,27 @@ static void test_pingpong(comm *c) {
     check(c, "mpi ping-pong 100 rounds", ok, "%s (v %d)", pt_err(), v);
 }
 
+#define BIG_FLOATS (2u << 20)   /* 8 MiB: well past Open MPI's eager limit (rendezvous path) */
+/* Pairs exchange big buffers both ways at once (isend and irecv before either wait), and every
+ * rank sends a message to itself. */
+static void test_big_and_self(comm *c) {
+    float *out = pt_malloc(BIG_FLOATS * sizeof *out), *in = pt_malloc(BIG_FLOATS * sizeof *in);
+    for (size_t i = 0; i < BIG_FLOATS; i++) out[i] = (float)(c->rank * 1000003 + i % 9973);
+    int peer = c->rank ^ 1, ok;
+    comm_req *s, *r;
+    ok = !comm_isend(c, peer, 6, out, BIG_FLOATS * sizeof *out, &s) &&
+         !comm_irecv(c, peer, 6, in, BIG_FLOATS * sizeof *in, &r) &&
+         !comm_wait(c, r, WAIT_S) && !comm_wait(c, s, WAIT_S);
+    for (size_t i = 0; ok && i < BIG_FLOATS; i++) ok = in[i] == (float)(peer * 1000003 + i % 9973);
+    check(c, "mpi 8 MiB messages both ways at once", ok, "%s", pt_err());
+    int v = 40 + c->rank, got = -1;
+    ok = !comm_isend(c, c->rank, 2, &v, sizeof v, &s) && !recv_wait(c, c->rank, 2, &got, sizeof got) &&
+         !comm_wait(c, s, WAIT_S) && got == v;
+    check(c, "mpi message to self", ok, "%s", pt_err());
+    free(out);
+    free(in);
+}
+
 #define NTAGS 16
 #define NFIFO 32
 /* Rank 0 -> 1: one message per tag, received in reverse tag order; then NFIFO messages on one
@@ -240,6 +261,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "die") == 0) run_die(c);
     else {
         test_pingpong(c);
+        test_big_and_self(c);
         test_tags_fifo(c);
         test_sizes(c);
         test_allreduce(c);

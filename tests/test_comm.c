@@ -196,6 +196,20 @@ static void test_send_never_blocks(void) {
     comm_free(cs[0]); comm_free(cs[1]);
 }
 
+/* A rank may message itself (stages of one rank in interleaved schedules); in either order. */
+static void test_self(void) {
+    comm *cs[1];
+    comm_threads_create(1, cs);
+    int a = 5, b = 6, ga = 0, gb = 0;
+    comm_req *s1, *r1, *s2, *r2;
+    int rc = comm_isend(cs[0], 0, 1, &a, sizeof a, &s1) || comm_irecv(cs[0], 0, 1, &ga, sizeof ga, &r1) ||
+             comm_irecv(cs[0], 0, 2, &gb, sizeof gb, &r2) || comm_isend(cs[0], 0, 2, &b, sizeof b, &s2) ||
+             comm_wait(cs[0], s1, WAIT_S) || comm_wait(cs[0], r1, WAIT_S) ||
+             comm_wait(cs[0], s2, WAIT_S) || comm_wait(cs[0], r2, WAIT_S);
+    CHECK("message to self, send or receive first", !rc && ga == 5 && gb == 6, "%s", pt_err());
+    comm_free(cs[0]);
+}
+
 static void test_bad_args(void) {
     comm *cs[2];
     comm_threads_create(2, cs);
@@ -507,6 +521,7 @@ int main(void) {
     test_fifo();
     test_size_mismatch();
     test_send_never_blocks();
+    test_self();
     test_bad_args();
     test_wait_timeout();
     test_allreduce();
