@@ -450,14 +450,23 @@ static int exec_finish_sends(run_exec *e) {
     return 0;
 }
 
-int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const optim_config *oc,
-                       int t, run_exec_stats *st) {
-    memset(st, 0, sizeof *st);
-    e->tl.n = 0;
-    e->loss_sum = 0;
-    e->sumsq = 0;
-    e->stepped = 0;
-    exec_zero_grads(e);
+/* After a failure: frees the requests that completed (test reports them); the transport drops
+ * the ones still pending when the endpoint is freed. Keeps the first error. */
+static int exec_drop_requests(run_exec *e) {
+    char err[1024];
+    snprintf(err, sizeof err, "%s", pt_err());
+    comm_req **lists[2] = { e->recv_req, e->send_req };
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < e->c.s->len[e->p]; i++) {
+            int done = 0;
+            if (lists[k][i]) comm_test(e->c.world, lists[k][i], &done);
+            lists[k][i] = NULL;
+        }
+    return pt_seterr("%s", err);
+}
+
+static int exec_walk(run_exec *e, const int *tokens, const int *targets, const optim_config *oc,
+                     int t, run_exec_stats *st) {
     if (exec_post_recvs(e) < 0) return -1;
     int len = e->c.s->len[e->p];
     for (int i = 0; i < len; i++) {
@@ -469,4 +478,16 @@ int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const
         if (exec_reduce_world(e, st) < 0) return -1;
     }
     return exec_finish_sends(e);
+}
+
+int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const optim_config *oc,
+                       int t, run_exec_stats *st) {
+    memset(st, 0, sizeof *st);
+    e->tl.n = 0;
+    e->loss_sum = 0;
+    e->sumsq = 0;
+    e->stepped = 0;
+    exec_zero_grads(e);
+    if (exec_walk(e, tokens, targets, oc, t, st) < 0) return exec_drop_requests(e);
+    return 0;
 }
