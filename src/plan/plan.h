@@ -91,10 +91,10 @@ typedef struct {
 } plan_chain;
 
 /* Minimises the largest stage time subject to the memory caps, exactly: bisection on the
- * bottleneck with a greedy feasibility check (take as many items as fit, leaving one per later
- * stage), then stepping down through achieved bottlenecks until the next lower one is infeasible.
+ * bottleneck with an exact O(K n) feasibility check (reachability of cut positions), then
+ * stepping down through achieved bottlenecks until the next lower one is infeasible.
  * first[K+1] gets the item ranges; *bottleneck the optimum. Returns 0, or -1 when nothing fits
- * (no error set: the caller words it). O(K n log) with prefix sums. */
+ * (no error set: the caller words it). */
 int plan_split(const plan_chain *c, int *first, double *bottleneck);
 /* The same by dynamic programming, O(K n^2): the reference the tests compare plan_split with. */
 int plan_split_dp(const plan_chain *c, int *first, double *bottleneck);
@@ -138,14 +138,16 @@ typedef struct {
     int top;                  /* N best layouts to keep (>= 1) */
     const plan_costs *costs;  /* profiled costs, or NULL for the analytic model only */
     const char *const *schedules;  /* NULL-terminated names, or NULL for the default set */
-    int max_sims;             /* simulations at most (0: 400) */
+    int max_sims;             /* candidates simulated at most (0: 400); each also gets a local search */
     bool no_recompute;        /* do not consider recomputation */
 } plan_opts;
 
 typedef struct {
     plan_layout *best;        /* [n_best] fastest first */
     int n_best;
-    long considered, infeasible, simulated;
+    long considered, infeasible;  /* layouts (before the split's refinement), and those that do not fit */
+    long candidates_simulated;    /* candidates judged by the simulator (at most max_sims) */
+    long simulated;               /* simulator runs in all, local search included */
     char advice[512];         /* when n_best == 0: what would fit */
 } plan_result;
 

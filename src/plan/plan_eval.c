@@ -184,10 +184,11 @@ static void score_costs(const plan_cluster *k, const plan_items *it, const plan_
     }
 }
 
+/* Fresh prediction arrays; the split array is the caller's when given (K entries). */
 static void layout_arrays(plan_layout *p, int K) {
-    free(p->split); free(p->stage_mem); free(p->stage_time); free(p->stage_inflight);
+    free(p->stage_mem); free(p->stage_time); free(p->stage_inflight);
     p->K = K;
-    p->split = pt_calloc((size_t)K, sizeof(int));
+    if (!p->split) p->split = pt_calloc((size_t)K, sizeof(int));
     p->stage_mem = pt_calloc((size_t)K, sizeof(double));
     p->stage_time = pt_calloc((size_t)K, sizeof(double));
     p->stage_inflight = pt_calloc((size_t)K, sizeof(int));
@@ -244,4 +245,62 @@ done:
     free(first);
     sched_free(s);
     return rc;
+}
+
+/* True when every chunk of first[] fits its share of its rank's memory (the split's own rule). */
+static bool split_fits(const plan_items *it, const plan_ranks *r, const sched *s, const int *peak, const int *first) {
+    int K = s->n_stages, *per_rank = pt_calloc((size_t)s->n_ranks, sizeof(int));
+    bool ok = true;
+    for (int g = 0; g < K; g++) per_rank[s->stage_rank[g]]++;
+    for (int g = 0; g < K && ok; g++) {
+        int rk = s->stage_rank[g];
+        ok = chunk_mem(it, K, first, g, peak[g]) <= r->cap[rk] / per_rank[rk];
+    }
+    free(per_rank);
+    return ok;
+}
+
+/* Moves worth trying: any pair for few chunks; else neighbours and chunks that share a rank. */
+static bool move_allowed(const sched *s, int a, int b) {
+    return s->n_stages <= 8 || abs(a - b) == 1 || s->stage_rank[a] == s->stage_rank[b];
+}
+
+/* One block from chunk a to chunk b: every cut between them shifts by one. */
+static void move_block(int *first, int a, int b) {
+    if (a < b) for (int g = a + 1; g <= b; g++) first[g]--;
+    else for (int g = b + 1; g <= a; g++) first[g]++;
+}
+
+int plan_polish(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
+                const sched *s, int *first, long global_batch, plan_layout *p, int budget) {
+    int K = s->n_stages, sims = 0, *peak = pt_malloc(sizeof(int) * (size_t)K);
+    int *trial = pt_malloc(sizeof(int) * (size_t)(K + 1));
+    sched_peak_activations(s, peak);
+    bool improved = true;
+    while (improved && sims < budget) {
+        improved = false;
+        for (int a = 0; a < K && !improved && sims < budget; a++)
+            for (int b = 0; b < K && !improved && sims < budget; b++) {
+                if (a == b || first[a + 1] - first[a] < 2 || !move_allowed(s, a, b)) continue;
+                memcpy(trial, first, sizeof(int) * (size_t)(K + 1));
+                move_block(trial, a, b);
+                if (!split_fits(it, r, s, peak, trial)) continue;
+                plan_layout q = *p;
+                q.split = NULL; q.stage_mem = NULL; q.stage_time = NULL; q.stage_inflight = NULL; q.devices = NULL;
+                sims++;
+                if (plan_score(cfg, k, it, r, s, trial, global_batch, &q) == 0 &&
+                    q.step_time < p->step_time * (1 - PLAN_TIE_REL)) {
+                    memcpy(first, trial, sizeof(int) * (size_t)(K + 1));
+                    q.devices = p->devices;
+                    p->devices = NULL;
+                    plan_layout_free(p);
+                    *p = q;
+                    improved = true;
+                } else {
+                    plan_layout_free(&q);
+                }
+            }
+    }
+    free(peak); free(trial);
+    return sims;
 }

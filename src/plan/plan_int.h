@@ -51,9 +51,22 @@ sched *plan_make_sched(const char *name, int P, int M, int v);
 int plan_split_candidate(const plan_items *it, const plan_ranks *r, const sched *s, bool refine, int *first,
                          double *bottleneck);
 
-/* Simulates the split and fills p's predictions (step_time, bubble, stage_*). */
+/* Simulates the split and fills p's predictions (step_time, bubble, stage_*) and split (in place
+ * when p->split is given, K entries; else allocated). */
 int plan_score(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
                const sched *s, const int *first, long global_batch, plan_layout *p);
+
+/* Simulated times that differ by less than this fraction are a tie (rounding, not a gain). */
+#define PLAN_TIE_REL 1e-9
+
+/* Local search judged by the simulator from the split first[] (already scored into p): moves one
+ * block from a chunk to another (any pair for K <= 8 chunks, else neighbours and chunks on one
+ * rank) while the simulated step improves and memory fits, at most `budget` simulations. Keeps
+ * first[] and p at the best found. Returns the simulations spent. The min-max split balances the
+ * chunks; with several chunks per rank (interleaved, zb-v) the rank totals and the fill and drain
+ * matter too, which only the simulator sees. */
+int plan_polish(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
+                const sched *s, int *first, long global_batch, plan_layout *p, int budget);
 
 /* Bytes a rank of the placement needs at peak for chunk layout first[] (max over ranks) and the
  * rank's cap; used for infeasibility advice. */

@@ -17,6 +17,7 @@ static const sched_choice DEFAULT_SCHEDS[] = {
 };
 #define N_DEFAULT_SCHEDS ((int)(sizeof DEFAULT_SCHEDS / sizeof DEFAULT_SCHEDS[0]))
 #define DEFAULT_MAX_SIMS 400
+#define POLISH_BUDGET(K) (32 + 4 * (K))   /* simulations of local search per candidate */
 
 typedef struct {
     int P, D, B, M, v, sched_i, placement;   /* placement: 0 node, 1 mixed */
@@ -190,6 +191,8 @@ static int simulate(search *S, const candidate *c, plan_layout *p) {
     double bott;
     int rc = s ? plan_split_candidate(&it, &r, s, true, c->first, &bott) : -1;
     if (rc == 0) rc = plan_score(S->cfg, S->k, &it, &r, s, c->first, S->o->global_batch, p);
+    if (rc == 0) S->res->simulated += plan_polish(S->cfg, S->k, &it, &r, s, c->first, S->o->global_batch, p,
+                                                  POLISH_BUDGET(s->n_stages));
     sched_free(s);
     plan_items_free(&it);
     plan_ranks_free(&r);
@@ -203,8 +206,8 @@ static double max_mem(const plan_layout *p) {
     return m;
 }
 
-/* Faster first; within TIE_REL of the same time, less peak memory first. */
-#define TIE_REL 1e-9   /* simulated times that differ only by rounding are a tie */
+/* Faster first; within PLAN_TIE_REL of the same time, less peak memory first. */
+#define TIE_REL PLAN_TIE_REL
 static bool better(const plan_layout *a, const plan_layout *b) {
     if (a->step_time < b->step_time * (1 - TIE_REL)) return true;
     if (a->step_time > b->step_time * (1 + TIE_REL)) return false;
@@ -225,10 +228,11 @@ static void judge(search *S) {
     int top = S->o->top, max_sims = S->o->max_sims > 0 ? S->o->max_sims : DEFAULT_MAX_SIMS;
     qsort(S->cand, (size_t)S->n_cand, sizeof *S->cand, cmp_bound);
     S->res->best = pt_calloc((size_t)top, sizeof(plan_layout));
-    for (long i = 0; i < S->n_cand && S->res->simulated < max_sims; i++) {
+    for (long i = 0; i < S->n_cand && i < max_sims; i++) {
         if (S->res->n_best == top && S->cand[i].bound > S->res->best[top - 1].step_time * (1 + TIE_REL)) break;
         plan_layout p;
         S->res->simulated++;
+        S->res->candidates_simulated++;
         if (simulate(S, &S->cand[i], &p) == 0) keep_best(S->res, top, &p);
     }
 }

@@ -38,24 +38,40 @@ static bool seg_fits(const chain_sums *s, int k, int i, int j) {
     return m <= c->cap[k];
 }
 
-/* Greedy at bottleneck X: each stage takes as many items as fit in time X and its memory while
- * leaving one item per later stage. Optimal for the feasibility question because a stage's time
- * and memory only grow with its items, so a shorter remaining suffix is never harder. Fills
- * first[K+1] and returns the largest stage time, or -1 when X is infeasible. */
-static double greedy(const chain_sums *s, double X, int *first) {
+/* Feasibility at bottleneck X by reachability: reach[k][j] says items [0, j) fit on stages 0..k-1
+ * with every stage within time X and its memory. Stage k can take [i, j) for i in [lo(j), j) only
+ * (its time and memory grow as the range grows), and lo(j) never decreases as j grows, so one
+ * sweep with a running count of reachable i per stage decides it: O(K n). (Taking as much as
+ * fits per stage is not enough here: with unequal stages, a stage that takes an item can leave
+ * the next stage one it cannot hold.) Fills first[K+1] and returns the largest stage time, or -1
+ * when X is infeasible. reach and cnt: scratch of K+1 by n+1. */
+static double feasible(const chain_sums *s, double X, int *first, unsigned char *reach, int *cnt) {
     const plan_chain *c = s->c;
-    int i = 0;
-    double worst = 0;
-    for (int k = 0; k < c->K; k++) {
-        int last = c->n - (c->K - 1 - k), j = i;
-        while (j < last && seg_time(s, k, i, j + 1) <= X && seg_fits(s, k, i, j + 1)) j++;
-        if (j == i || (k == c->K - 1 && j != c->n)) return -1;
-        first[k] = i;
-        double t = seg_time(s, k, i, j);
-        if (t > worst) worst = t;
-        i = j;
+    int n = c->n, K = c->K;
+    memset(reach, 0, (size_t)(K + 1) * (n + 1));
+    reach[0] = 1;   /* nothing placed on no stage */
+    for (int k = 0; k < K; k++) {
+        const unsigned char *rk = reach + (size_t)k * (n + 1);
+        unsigned char *next = reach + (size_t)(k + 1) * (n + 1);
+        int *ck = cnt + (size_t)k * (n + 2);   /* ck[i] = reachable positions in [0, i) */
+        ck[0] = 0;
+        for (int i = 0; i <= n; i++) ck[i + 1] = ck[i] + rk[i];
+        for (int j = 1, lo = 0; j <= n; j++) {
+            while (lo < j && !(seg_time(s, k, lo, j) <= X && seg_fits(s, k, lo, j))) lo++;
+            next[j] = lo < j && ck[j] - ck[lo] > 0;
+        }
     }
-    first[c->K] = c->n;
+    if (!reach[(size_t)K * (n + 1) + n]) return -1;
+    double worst = 0;
+    first[K] = n;
+    for (int k = K - 1, j = n; k >= 0; k--) {   /* walk back through any reachable cut */
+        const unsigned char *rk = reach + (size_t)k * (n + 1);
+        int i = j - 1;
+        while (!(rk[i] && seg_time(s, k, i, j) <= X && seg_fits(s, k, i, j))) i--;
+        first[k] = i;
+        worst = fmax(worst, seg_time(s, k, i, j));
+        j = i;
+    }
     return worst;
 }
 
@@ -63,25 +79,28 @@ int plan_split(const plan_chain *c, int *first, double *bottleneck) {
     if (c->K < 1 || c->n < c->K) return -1;
     chain_sums s;
     sums_init(&s, c);
-    double hi = greedy(&s, INFINITY, first), lo = 0;
+    unsigned char *reach = pt_malloc((size_t)(c->K + 1) * (c->n + 1));
+    int *cnt = pt_malloc(sizeof(int) * (size_t)c->K * (c->n + 2));
+    double hi = feasible(&s, INFINITY, first, reach, cnt), lo = 0;
     int rc = -1;
     if (hi < 0) goto done;
     /* Bisection narrows (lo infeasible, hi feasible); hi is always an achieved bottleneck. */
     for (int it = 0; it < 200 && hi - lo > hi * 1e-15; it++) {
-        double mid = lo + (hi - lo) / 2, t = greedy(&s, mid, first);
+        double mid = lo + (hi - lo) / 2, t = feasible(&s, mid, first, reach, cnt);
         if (t >= 0) hi = t; else lo = mid;
     }
     /* Step down through achieved values until the next smaller double is infeasible: then hi is
      * feasible and nothing below it is (feasibility is monotone in X), so hi is the optimum. */
     for (;;) {
-        double t = greedy(&s, nextafter(hi, 0), first);
+        double t = feasible(&s, nextafter(hi, 0), first, reach, cnt);
         if (t < 0) break;
         hi = t;
     }
-    greedy(&s, hi, first);
+    feasible(&s, hi, first, reach, cnt);
     *bottleneck = hi;
     rc = 0;
 done:
+    free(reach); free(cnt);
     sums_free(&s);
     return rc;
 }
