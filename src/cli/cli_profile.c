@@ -12,13 +12,14 @@
 static const char *USAGE = "--config C.json --batch B[,B2,...] --seq T [--out costs.json] [--repeats N]";
 
 /* "1,2,4" into sizes[]; -1 naming the flag on a malformed list. */
-static int parse_sizes(const char *s, int *sizes, int *n) {
+static int parse_sizes(const char *list, int *sizes, int *n) {
+    const char *s = list;
     *n = 0;
     while (*s) {
         char *end;
         long v = strtol(s, &end, 10);
         if (end == s || (*end && *end != ',') || v < 1 || v > 1 << 20)
-            return pt_seterr("--batch '%s': expected microbatch sizes >= 1 like 1,2,4", s);
+            return pt_seterr("--batch '%s': expected microbatch sizes >= 1 like 1,2,4", list);
         if (*n == PLAN_MAX_BATCHES) return pt_seterr("--batch: at most %d sizes", PLAN_MAX_BATCHES);
         sizes[(*n)++] = (int)v;
         s = *end ? end + 1 : end;

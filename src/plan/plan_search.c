@@ -237,6 +237,14 @@ static void judge(search *S) {
     }
 }
 
+static char *fmt_bytes(double b, char *buf, size_t n) {
+    const char *unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    int u = 0;
+    while (b >= 1024 && u < 4) { b /= 1024; u++; }
+    snprintf(buf, n, "%.4g %s", b, unit[u]);
+    return buf;
+}
+
 static void write_advice(search *S) {
     plan_result *r = S->res;
     if (r->n_best > 0) return;
@@ -247,12 +255,15 @@ static void write_advice(search *S) {
                  S->o->global_batch, S->k->n_devices, S->cfg->n_layer);
         return;
     }
-    double gib = 1024.0 * 1024 * 1024, ratio = S->lean_need / S->lean_cap;
-    snprintf(r->advice, sizeof r->advice, "nothing fits in memory: the leanest layout tried (P=%d) needs "
-             "%.2f GiB on one device, which has %.2f GiB. Would fit: about %.1fx the memory per device or more "
-             "devices per pipeline, recomputation%s, a smaller microbatch or shorter sequence, or at most about "
-             "%d blocks (n_layer)", S->lean_P, S->lean_need / gib, S->lean_cap / gib, ratio,
-             S->o->no_recompute ? " (it was turned off)" : "", (int)(S->cfg->n_layer / ratio));
+    double ratio = S->lean_need / S->lean_cap;
+    char need[32], cap[32], fewer[96] = "";
+    int blocks = (int)(S->cfg->n_layer / ratio);
+    if (blocks >= 1 && blocks < S->cfg->n_layer) snprintf(fewer, sizeof fewer, ", or at most about %d blocks (n_layer)", blocks);
+    snprintf(r->advice, sizeof r->advice, "nothing fits in memory: the leanest layout tried (P=%d) needs %s on one "
+             "device, which has %s. Would fit: about %.1fx the memory per device or more devices per pipeline%s, "
+             "a smaller microbatch or shorter sequence%s", S->lean_P, fmt_bytes(S->lean_need, need, sizeof need),
+             fmt_bytes(S->lean_cap, cap, sizeof cap), ratio,
+             S->o->no_recompute ? ", recomputation (it was turned off)" : "", fewer);
 }
 
 static int check_opts(const gpt_config *cfg, const plan_cluster *k, const plan_opts *o) {

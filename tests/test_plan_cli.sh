@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# CLI tests of `pipetrain profile` and `pipetrain plan`: the costs file and the plan file written,
+# the human and --json outputs, the example clusters, and errors that name the flag or the field
+# (bad cluster file, bad costs file, nothing fits). Needs only bash and grep.
+cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh
+P=$PIPETRAIN
+T=$TEST_TMP/plan_cli.$$
+mkdir -p "$T"
+CFG=tests/fixtures/gpt-tiny/config.json
+
+# ---- profile
+out=$($P profile --config $CFG --batch 1,2 --seq 8 --repeats 2 --out "$T/costs.json")
+echo "$out" | grep -Eq '^ +2 +block ' && grep -q '"batches"' "$T/costs.json" && grep -q '"p2p_bytes"' "$T/costs.json" \
+  && ok cli_profile_out || fail cli_profile_out "$out"
+check cli_profile_stdout_json bash -c "$P profile --config $CFG --batch 1 --seq 4 --repeats 1 | grep -q '\"act_bytes\"'"
+check cli_profile_help bash -c "$P profile --help | grep -q -- --repeats"
+expect_error cli_profile_no_seq '--seq is required' $P profile --config $CFG --batch 1
+expect_error cli_profile_bad_batch "--batch '1,x'" $P profile --config $CFG --batch 1,x --seq 8
+expect_error cli_profile_seq_too_long 'n_positions' $P profile --config $CFG --batch 1 --seq 999
+
+# ---- plan: human, --out, --json, --costs, examples
+out=$($P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 16 --top 2 --out "$T/plan.json")
+echo "$out" | grep -q '^#1  step ' && echo "$out" | grep -q '^#2  step ' && echo "$out" | grep -q 'split ' \
+  && ok cli_plan_human || fail cli_plan_human "$out"
+grep -q '"split":' "$T/plan.json" && grep -q '"predicted":' "$T/plan.json" && grep -q '"schedule":' "$T/plan.json" \
+  && ok cli_plan_out || fail cli_plan_out "$(head -5 "$T/plan.json")"
+js=$($P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 16 --json)
+for k in plans step_time tokens_per_s bubble stage_memory split schedule dp stages; do
+  echo "$js" | grep -q "\"$k\":" || fail cli_plan_json_keys "missing $k"
+done
+ok cli_plan_json_keys
+check cli_plan_costs bash -c "$P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 8 --costs $T/costs.json | grep -q '^#1'"
+check cli_plan_8gpu bash -c "$P plan --config examples/char-gpt.json --cluster examples/cluster-8gpu.json --global-batch 64 | grep -q '^#1'"
+printf '{"n_layer": 96, "n_head": 64, "n_embd": 8192, "vocab_size": 50257, "n_positions": 2048}\n' >"$T/gpt96.json"
+out=$($P plan --config "$T/gpt96.json" --cluster examples/cluster-hetero-1024.json --global-batch 1024 --top 1)
+echo "$out" | grep -q '^#1  step ' && echo "$out" | grep -q '1024 devices' && ok cli_plan_hetero_1024 \
+  || fail cli_plan_hetero_1024 "$out"
+check cli_plan_schedules bash -c "$P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 16 --schedules gpipe --top 1 | grep -Eq 'gpipe|1 x'"
+
+# ---- errors name the flag or the field
+expect_error cli_plan_no_cluster '--cluster is required' $P plan --config $CFG --global-batch 8
+expect_error cli_plan_no_batch '--global-batch is required' $P plan --config $CFG --cluster examples/cluster-local.json
+expect_error cli_plan_bad_schedule "schedule 'chimera' is not one" \
+  $P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --schedules chimera
+cat >"$T/bad.json" <<'EOF'
+{"nodes": [{"devices": {"count": 2, "speed": 1, "memory": 0}, "link": {"bandwidth": 1e9, "latency": 0}}]}
+EOF
+expect_error cli_plan_bad_cluster_field 'bad.json: nodes\[0\]\.devices\.memory must be a positive number' \
+  $P plan --config $CFG --cluster "$T/bad.json" --global-batch 8
+printf '{"nodes": [' >"$T/trunc.json"
+expect_error cli_plan_cluster_parse 'trunc.json: JSON parse error' $P plan --config $CFG --cluster "$T/trunc.json" --global-batch 8
+sed 's/"f":[^,]*,/"f": "slow",/' "$T/costs.json" >"$T/badcosts.json"
+expect_error cli_plan_bad_costs_field 'badcosts.json: batches\[0\]\.layers\.embedding\.f must be a number' \
+  $P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --costs "$T/badcosts.json"
+cat >"$T/tiny-mem.json" <<'EOF'
+{"nodes": [{"devices": {"count": 2, "speed": 1, "memory": 1000}, "link": {"bandwidth": 1e9, "latency": 0}}]}
+EOF
+expect_error cli_plan_nothing_fits 'nothing fits in memory.*Would fit' \
+  $P plan --config $CFG --cluster "$T/tiny-mem.json" --global-batch 8 --seq 16
+
+done_tests
