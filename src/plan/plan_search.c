@@ -226,7 +226,7 @@ static void keep_best(plan_result *res, int top, plan_layout *p) {
 
 static void judge(search *S) {
     int top = S->o->top, max_sims = S->o->max_sims > 0 ? S->o->max_sims : DEFAULT_MAX_SIMS;
-    qsort(S->cand, (size_t)S->n_cand, sizeof *S->cand, cmp_bound);
+    if (S->n_cand) qsort(S->cand, (size_t)S->n_cand, sizeof *S->cand, cmp_bound);
     S->res->best = pt_calloc((size_t)top, sizeof(plan_layout));
     for (long i = 0; i < S->n_cand && i < max_sims; i++) {
         if (S->res->n_best == top && S->cand[i].bound > S->res->best[top - 1].step_time * (1 + TIE_REL)) break;
