@@ -19,6 +19,7 @@ enum { REQ_QUEUED, REQ_COPYING, REQ_DONE, REQ_FAILED };
 /* A send or receive request. While REQ_QUEUED it sits in a mailbox queue of its world. */
 typedef struct tw_req {
     struct tw_req *next;
+    struct tw_req *live_prev, *live_next;   /* the owner endpoint's requests not yet reported */
     int is_send, state;
     int ctx;                    /* communicator id: messages of different communicators never match */
     int src, dst;               /* world ranks */
@@ -59,6 +60,12 @@ typedef struct tw_group {
     int failed;                 /* the last arriver found an error (err) for this generation */
     char err[256];
 } tw_group;
+
+/* One rank's endpoint of a communicator, with its requests not yet reported done (freed by
+ * tw_free when the caller abandoned them, e.g. after an abort). */
+typedef struct { tw_group *g; tw_req *live; } tw_ep;
+
+static tw_group *ep_group(comm *c) { return ((tw_ep *)c->impl)->g; }
 
 static const comm_vtable tw_vtable;
 
@@ -111,7 +118,9 @@ static comm *endpoint_new(tw_group *g, int rank) {
     c->rank = rank;
     c->size = g->size;
     c->world_rank = g->members[rank];
-    c->impl = g;
+    tw_ep *ep = pt_calloc(1, sizeof *ep);
+    ep->g = g;
+    c->impl = ep;
     return c;
 }
 
@@ -136,17 +145,28 @@ static tw_req *queue_take(tw_queue *q, int ctx, int src, int tag) {
     return NULL;
 }
 
-/* Removes (and frees) every request of communicator ctx owned by world rank w from q. */
-static void queue_drop(tw_queue *q, int ctx, int w, int owner_is_src) {
-    tw_req **pp = &q->head;
-    q->tail = NULL;
-    while (*pp) {
-        tw_req *r = *pp;
-        int owner = owner_is_src ? r->src : r->dst;
-        if (r->ctx == ctx && owner == w) { *pp = r->next; free(r); continue; }
-        q->tail = r;
-        pp = &r->next;
-    }
+/* Removes r from q (where it must be). */
+static void queue_remove(tw_queue *q, tw_req *r) {
+    tw_req *prev = NULL;
+    for (tw_req *x = q->head; x != r; x = x->next) prev = x;
+    if (prev) prev->next = r->next; else q->head = r->next;
+    if (q->tail == r) q->tail = prev;
+    r->next = NULL;
+}
+
+/* The endpoint's live list (caller holds the lock). */
+static void live_link(comm *c, tw_req *r) {
+    tw_ep *ep = c->impl;
+    r->live_prev = NULL;
+    r->live_next = ep->live;
+    if (ep->live) ep->live->live_prev = r;
+    ep->live = r;
+}
+
+static void live_unlink(comm *c, tw_req *r) {
+    tw_ep *ep = c->impl;
+    if (r->live_prev) r->live_prev->live_next = r->live_next; else ep->live = r->live_next;
+    if (r->live_next) r->live_next->live_prev = r->live_prev;
 }
 
 static int abort_error(tw_world *w) {
@@ -161,7 +181,7 @@ static int size_error(char *out, size_t cap, const tw_req *s, const tw_req *r) {
 }
 
 static tw_req *req_new(comm *c, int is_send, int peer, int tag, void *buf, size_t bytes) {
-    tw_group *g = c->impl;
+    tw_group *g = ep_group(c);
     tw_req *r = pt_calloc(1, sizeof *r);
     r->is_send = is_send;
     r->ctx = g->ctx;
@@ -200,7 +220,7 @@ static void copy_unlocked(tw_world *w, tw_req *mark, int owner, void *dst, const
 /* Sends never block: a posted receive gets the data now (one copy), else the message waits in
  * the receiver's mailbox pointing at the sender's buffer (no copy) until a receive matches. */
 static int tw_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, comm_req **out) {
-    tw_world *w = ((tw_group *)c->impl)->w;
+    tw_world *w = ep_group(c)->w;
     if (check_peer(c, "isend", dst, tag)) return -1;
     tw_req *s = req_new(c, 1, dst, tag, (void *)buf, bytes);
     pthread_mutex_lock(&w->mu);
@@ -220,6 +240,7 @@ static int tw_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, co
         copy_unlocked(w, r, r->dst, r->buf, buf, bytes);
         s->state = REQ_DONE;
     }
+    live_link(c, s);
     pthread_mutex_unlock(&w->mu);
     *out = (comm_req *)s;
     return 0;
@@ -228,7 +249,7 @@ static int tw_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, co
 /* A receive takes the oldest matching queued send (copying from the sender's buffer and
  * completing that send), else it is posted for a later send to fill. */
 static int tw_irecv(comm *c, int src, int tag, void *buf, size_t bytes, comm_req **out) {
-    tw_world *w = ((tw_group *)c->impl)->w;
+    tw_world *w = ep_group(c)->w;
     if (check_peer(c, "irecv", src, tag)) return -1;
     tw_req *r = req_new(c, 0, src, tag, buf, bytes);
     pthread_mutex_lock(&w->mu);
@@ -248,15 +269,17 @@ static int tw_irecv(comm *c, int src, int tag, void *buf, size_t bytes, comm_req
         copy_unlocked(w, s, s->src, buf, s->buf, bytes);
         r->state = REQ_DONE;
     }
+    live_link(c, r);
     pthread_mutex_unlock(&w->mu);
     *out = (comm_req *)r;
     return 0;
 }
 
 /* Reports a finished request (freeing it): 0 done, -1 failed. Caller holds the lock. */
-static int req_finish_locked(tw_req *r) {
+static int req_finish_locked(comm *c, tw_req *r) {
     int rc = 0;
     if (r->state == REQ_FAILED) rc = pt_seterr("%s", r->err);
+    live_unlink(c, r);
     free(r);
     return rc;
 }
@@ -266,12 +289,12 @@ static int req_pending(const tw_req *r) {
 }
 
 static int tw_test(comm *c, comm_req *req, int *done) {
-    tw_world *w = ((tw_group *)c->impl)->w;
+    tw_world *w = ep_group(c)->w;
     tw_req *r = (tw_req *)req;
     int rc = 0;
     *done = 0;
     pthread_mutex_lock(&w->mu);
-    if (!req_pending(r)) { *done = 1; rc = req_finish_locked(r); }
+    if (!req_pending(r)) { *done = 1; rc = req_finish_locked(c, r); }
     else if (w->aborted) rc = abort_error(w);
     pthread_mutex_unlock(&w->mu);
     return rc;
@@ -290,7 +313,7 @@ static struct timespec deadline_after(double seconds) {
 /* Sleeps on this rank's condition variable until r completes, the deadline, or an abort. On a
  * timeout or an abort the request stays pending (wait again, or comm_free drops it). */
 static int tw_wait(comm *c, comm_req *req, double timeout) {
-    tw_world *w = ((tw_group *)c->impl)->w;
+    tw_world *w = ep_group(c)->w;
     tw_req *r = (tw_req *)req;
     struct timespec dl = deadline_after(timeout > 0 ? timeout : 0);
     int rc = 0, timed_out = 0;
@@ -301,7 +324,7 @@ static int tw_wait(comm *c, comm_req *req, double timeout) {
         else
             pthread_cond_wait(&w->wake[c->world_rank], &w->mu);
     }
-    if (!req_pending(r)) rc = req_finish_locked(r);
+    if (!req_pending(r)) rc = req_finish_locked(c, r);
     else if (w->aborted) rc = abort_error(w);
     else
         rc = pt_seterr("threads: rank %d timed out after %.3g s waiting to %s rank %d tag %d "
@@ -333,7 +356,7 @@ static int group_sync_locked(tw_group *g, int my_world, void (*last)(tw_group *,
 }
 
 static int group_sync(comm *c, void (*last)(tw_group *, void *), void *arg) {
-    tw_group *g = c->impl;
+    tw_group *g = ep_group(c);
     pthread_mutex_lock(&g->w->mu);
     int rc = group_sync_locked(g, c->world_rank, last, arg);
     if (rc == 0 && g->failed) rc = pt_seterr("%s", g->err);
@@ -386,7 +409,7 @@ static void sum_f64(void *out, const void **in, int k, size_t lo, size_t hi) {
  * The next collective cannot resize scratch or reuse bufs[] before every rank has arrived at
  * it, i.e. finished copying, so two barriers suffice. */
 static int tw_allreduce(comm *c, void *buf, size_t n, size_t esz, sum_fn sum) {
-    tw_group *g = c->impl;
+    tw_group *g = ep_group(c);
     pthread_mutex_lock(&g->w->mu);
     g->bufs[c->rank] = buf;
     g->counts[c->rank] = n;
@@ -424,7 +447,7 @@ static void split_build(tw_group *g, void *arg) {
 }
 
 static int tw_split(comm *c, int color, comm **out) {
-    tw_group *g = c->impl;
+    tw_group *g = ep_group(c);
     *out = NULL;
     pthread_mutex_lock(&g->w->mu);
     g->colors[c->rank] = color;
@@ -445,7 +468,7 @@ static int tw_split(comm *c, int color, comm **out) {
 
 /* The first abort wins; every sleeping rank wakes and fails "rank R failed: why". */
 static void tw_abort(comm *c, const char *why) {
-    tw_world *w = ((tw_group *)c->impl)->w;
+    tw_world *w = ep_group(c)->w;
     pthread_mutex_lock(&w->mu);
     if (!w->aborted) {
         w->aborted = 1;
@@ -456,19 +479,25 @@ static void tw_abort(comm *c, const char *why) {
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Drops this endpoint's still-queued requests (never matched), then the group and the world
- * when their last endpoint goes. Requests being copied or done but not yet waited stay the
- * caller's: free an endpoint only after its requests completed. */
+/* Frees the requests the caller never saw complete (unmatched ones leave their queue; one being
+ * copied by a peer is waited for), then the group and the world when their last endpoint goes. */
 static void tw_free(comm *c) {
-    tw_group *g = c->impl;
+    tw_ep *ep = c->impl;
+    tw_group *g = ep->g;
     tw_world *w = g->w;
     pthread_mutex_lock(&w->mu);
-    queue_drop(&w->recvs[c->world_rank], g->ctx, c->world_rank, 0);
-    for (int i = 0; i < w->size; i++) queue_drop(&w->sends[i], g->ctx, c->world_rank, 1);
+    while (ep->live) {
+        tw_req *r = ep->live;
+        while (r->state == REQ_COPYING) pthread_cond_wait(&w->wake[c->world_rank], &w->mu);
+        if (r->state == REQ_QUEUED) queue_remove(r->is_send ? &w->sends[r->dst] : &w->recvs[r->dst], r);
+        live_unlink(c, r);
+        free(r);
+    }
     int last_group = --g->refs == 0, last_world = --w->refs == 0;
     pthread_mutex_unlock(&w->mu);
     if (last_group) group_free(g);
     if (last_world) world_free(w);
+    free(ep);
     free(c);
 }
 
