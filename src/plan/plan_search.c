@@ -78,23 +78,17 @@ done:
     return rc;
 }
 
-/* Analytic lower bound on the step: every rank must run M microbatches of its chunks and its
- * gradient reduction; the first microbatch must go through every chunk forward and back. */
-static double lower_bound(const plan_items *it, const plan_ranks *r, const sched *s, const int *first, int M) {
-    int K = s->n_stages;
-    double *rank = pt_calloc((size_t)r->P, sizeof(double)), chain = 0, lb = 0;
-    for (int g = 0; g < K; g++) {
-        double rate = r->rate[s->stage_rank[g]], w = 0, fb = 0, grad = 0;
-        for (int i = first[g]; i < first[g + 1]; i++) {
-            w += it->work[i]; fb += it->ph[PLAN_F][i] + it->ph[PLAN_B][i]; grad += it->grad[i];
-        }
-        double red = r->D > 1 ? 2.0 * (r->D - 1) / r->D * grad / r->reduce_bw : 0;
-        rank[s->stage_rank[g]] += M * w / rate + red;
-        chain += fb / rate;
-    }
-    for (int p = 0; p < r->P; p++) lb = fmax(lb, rank[p]);
-    free(rank);
-    return fmax(lb, chain);
+/* Analytic lower bound on the step that holds for every split of the candidate that fits (so
+ * also for what the local search finds): every microbatch's F, B and W run somewhere, at best
+ * spread over all ranks in proportion to their rates; the first microbatch goes forward through
+ * every layer and back, one after another, at best at the fastest rank's rate; with one chunk
+ * per rank, M microbatches pass the slowest stage, which takes at least the optimal bottleneck. */
+static double lower_bound(const plan_items *it, const plan_ranks *r, int v, double bottleneck, int M) {
+    double work = 0, fb = 0, rates = 0, fastest = 0;
+    for (int i = 0; i < it->n; i++) { work += it->work[i]; fb += it->ph[PLAN_F][i] + it->ph[PLAN_B][i]; }
+    for (int p = 0; p < r->P; p++) { rates += r->rate[p]; fastest = fmax(fastest, r->rate[p]); }
+    double lb = fmax(M * work / rates, fb / fastest);
+    return v == 1 ? fmax(lb, M * bottleneck) : lb;
 }
 
 /* Leanest-shortfall bookkeeping for the advice when nothing fits. */
@@ -135,7 +129,7 @@ static void enumerate_b(search *S, int P, int D, int pl, int B, int M) {
                 note_shortfall(S, &it, &r, s);
                 free(c.first);
             } else {
-                c.bound = lower_bound(&it, &r, s, c.first, M);
+                c.bound = lower_bound(&it, &r, S->sc[si].v, bott, M);
                 push_candidate(S, &c);
             }
             sched_free(s);
