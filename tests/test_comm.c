@@ -326,7 +326,7 @@ static void test_allreduce_mismatch(void) {
 #define SPLIT_ROUNDS 50
 /* 6 ranks: colours rank % 2 (two sub-communicators of 3) and colour -1 for rank 5 in a second
  * split. The two sub-communicators run allreduces concurrently and must not mix. */
-typedef struct { outcome o; int sub_rank[6], sub_size[6]; int none_ok[6]; } split_state;
+typedef struct { outcome o; int sub_rank[6], sub_size[6]; int none_ok[6]; char timeout_msg[2][300]; } split_state;
 
 static void body_split(comm *c, void *arg) {
     split_state *st = arg;
@@ -351,6 +351,11 @@ static void body_split(comm *c, void *arg) {
         if (recv_wait(sub, 0, 0, &got, sizeof got)) note(&st->o, c->rank, "sub recv");
         else if (got != c->rank - 2) { st->o.bad[c->rank] = 1; snprintf(st->o.msg[c->rank], 300, "got %d", got); }
     }
+    if (sub->rank == 2) {   /* a timeout inside a sub-communicator names the world ranks too */
+        comm_req *q;
+        if (comm_irecv(sub, 0, 9, &got, sizeof got, &q) == 0 && comm_wait(sub, q, 0.02) == -1)
+            snprintf(st->timeout_msg[c->rank % 2], 300, "%s", pt_err());
+    }
     if (comm_split(c, c->rank == 5 ? -1 : 0, &sub2)) note(&st->o, c->rank, "split 2");
     st->none_ok[c->rank] = c->rank == 5 ? sub2 == NULL : sub2 != NULL && sub2->size == 5;
     if (sub2 && comm_barrier(sub2)) note(&st->o, c->rank, "sub2 barrier");
@@ -371,6 +376,9 @@ static void test_split(void) {
     }
     CHECK("split: sub ranks ordered by parent rank", ranks_ok, "rank 5 -> %d", st.sub_rank[5]);
     CHECK("split: colour -1 gives no communicator", none_ok, "wrong");
+    CHECK("split: a timeout names sub and world ranks",
+          strstr(st.timeout_msg[0], "rank 0 tag 9") && strstr(st.timeout_msg[0], "world ranks 0 and 4") &&
+          strstr(st.timeout_msg[1], "world ranks 1 and 5"), "%s | %s", st.timeout_msg[0], st.timeout_msg[1]);
 }
 
 /* ---- abort ----------------------------------------------------------------------------- */

@@ -310,6 +310,17 @@ static struct timespec deadline_after(double seconds) {
     return t;
 }
 
+/* "rank 1 timed out ... receive from rank 0 tag 7"; in a sub-communicator the world ranks too. */
+static int timeout_error(comm *c, const tw_req *r, double timeout) {
+    char world[64] = "";
+    if (ep_group(c)->ctx != 0)
+        snprintf(world, sizeof world, " (sub-communicator; world ranks %d and %d)", r->src, r->dst);
+    return pt_seterr("threads: rank %d timed out after %.3g s waiting to %s rank %d tag %d "
+                     "(%zu bytes)%s: the peer never %s", c->rank, timeout,
+                     r->is_send ? "send to" : "receive from", r->is_send ? r->dst_rank : r->src_rank,
+                     r->tag, r->bytes, world, r->is_send ? "posted the receive" : "sent");
+}
+
 /* Sleeps on this rank's condition variable until r completes, the deadline, or an abort. On a
  * timeout or an abort the request stays pending (wait again, or comm_free drops it). */
 static int tw_wait(comm *c, comm_req *req, double timeout) {
@@ -326,11 +337,7 @@ static int tw_wait(comm *c, comm_req *req, double timeout) {
     }
     if (!req_pending(r)) rc = req_finish_locked(c, r);
     else if (w->aborted) rc = abort_error(w);
-    else
-        rc = pt_seterr("threads: rank %d timed out after %.3g s waiting to %s rank %d tag %d "
-                       "(%zu bytes): the peer never %s", c->rank, timeout,
-                       r->is_send ? "send to" : "receive from", r->is_send ? r->dst_rank : r->src_rank,
-                       r->tag, r->bytes, r->is_send ? "posted the receive" : "sent");
+    else rc = timeout_error(c, r, timeout);
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
