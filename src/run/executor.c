@@ -26,6 +26,10 @@ typedef struct {
     float **dxo;                      /* [M] (N,C) input gradient (NULL at the first stage) */
     float **dyin;                     /* [M] (N,C) received output gradient (next remote) */
     float *loss;                      /* [M] head stage: mean loss of each microbatch */
+    /* asynchronous schedules (pipedream): the weights each microbatch's F used */
+    size_t span_off, span_n;          /* the stage's parameter span (with wte for chunk 0) */
+    float **stash;                    /* [M] (span_n) params at F; priv wte after them */
+    double *stash_sum;                /* [M] checksum of the stashed weights */
 } run_stage;
 
 typedef struct { comm_req *req; } run_pending;
@@ -43,6 +47,10 @@ struct run_exec {
     int n_reduce, last_reduce;        /* REDUCE_GRAD actions; index of the last */
     double loss_sum, sumsq;
     int stepped;
+    int async;                        /* weights update per microbatch, with weight stashing */
+    int n_updates;                    /* AdamW updates so far (async bias correction) */
+    float *live;                      /* async: the current weights while stashed ones run */
+    int stash_checked, stash_bad, stash_stale;   /* run_exec_stash_stats */
     timeline tl;
 };
 
@@ -95,7 +103,16 @@ static void exec_stage_init(run_exec *e, run_stage *st, int g) {
     if (st->prev_rank >= 0) st->xin = exec_bufs(e->M, nc);
     if (st->prev >= 0) st->dxo = exec_bufs(e->M, nc);
     if (st->next_rank >= 0) st->dyin = exec_bufs(e->M, nc);
-    if (st->next < 0 && st->chunk != 0 && !exec_holds_embedding(e, st->pipe)) {
+    size_t o1, c1, priv = 0;
+    gpt_layer_param_span(st->m, st->first, &st->span_off, &c1);
+    gpt_layer_param_span(st->m, st->end - 1, &o1, &c1);
+    st->span_n = o1 + c1 - st->span_off;
+    if (st->next < 0 && st->chunk != 0 && !exec_holds_embedding(e, st->pipe)) priv = (size_t)V * e->C;
+    if (e->async) {
+        st->stash = exec_bufs(e->M, st->span_n + priv);
+        st->stash_sum = pt_calloc((size_t)e->M, sizeof *st->stash_sum);
+    }
+    if (priv) {
         size_t n = (size_t)V * e->C;
         st->priv_wte = pt_falloc(n);
         st->priv_dwte = pt_falloc(n);
@@ -122,6 +139,8 @@ static void exec_stage_free(run_exec *e, run_stage *st) {
     free(st->priv_wte);
     free(st->priv_dwte);
     if (st->priv_opt.m) adamw_free(&st->priv_opt);
+    exec_free_bufs(st->stash, e->M);
+    free(st->stash_sum);
 }
 
 static const gpt_tied *exec_tied(const run_stage *st) { return st->priv_wte ? &st->tied : NULL; }
@@ -146,6 +165,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->c = *cfg;
     layout_coords(cfg->lo, cfg->world_rank, &e->d, &e->p);
     e->M = s->n_mb;
+    e->async = s->async;
     e->N = cfg->mb_rows * cfg->T;
     e->C = cfg->models[0]->cfg.n_embd;
     e->loc = pt_malloc(sizeof(int) * (size_t)s->n_stages);
@@ -154,6 +174,13 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     for (int g = 0; g < s->n_stages; g++)
         if (e->loc[g] >= 0) exec_stage_init(e, &e->st[e->loc[g]], g);
     e->scratch = pt_falloc(gpt_scratch_floats(cfg->models[0], cfg->mb_rows, cfg->T));
+    if (e->async) {
+        size_t mx = 0;
+        for (int i = 0; i < e->n_stages; i++)
+            if (e->st[i].span_n + (size_t)cfg->models[0]->cfg.vocab_size * e->C > mx)
+                mx = e->st[i].span_n + (size_t)cfg->models[0]->cfg.vocab_size * e->C;
+        e->live = pt_falloc(mx);
+    }
     for (int k = 0; k < 2; k++) e->tmp[k] = pt_falloc((size_t)e->N * e->C);
     int len = s->len[e->p];
     e->recv_req = pt_calloc((size_t)len + 1, sizeof *e->recv_req);
@@ -177,6 +204,7 @@ void run_exec_free(run_exec *e) {
     free(e->st);
     free(e->loc);
     free(e->scratch);
+    free(e->live);
     free(e->tmp[0]);
     free(e->tmp[1]);
     free(e->recv_req);
@@ -228,7 +256,8 @@ static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, c
 }
 
 static void exec_backward_input(run_exec *e, run_stage *st, int mb) {
-    float scale = 1.0f / (float)(e->M * e->c.lo->D);
+    /* the objective: mean over all microbatches, or (async) over this microbatch's replicas */
+    float scale = 1.0f / (float)((e->async ? 1 : e->M) * e->c.lo->D);
     const float *dy = st->next < 0 ? &scale : exec_dout(e, st, mb);
     int k = 0;
     for (int l = st->end - 1; l >= st->first; l--) {
@@ -247,6 +276,68 @@ static void exec_backward_weight(run_exec *e, run_stage *st, int mb) {
     for (int l = st->end - 1; l >= st->first; l--)
         gpt_layer_backward_weight(st->m, l, exec_tied(st), st->act[l - st->first][mb], e->scratch,
                                   e->c.mb_rows, e->c.T);
+}
+
+
+/* ---- weight stashing (asynchronous schedules) ---------------------------------------------- */
+
+/* The stage's weights (span, then the private wte when it has one) into dst. */
+static void exec_weights_get(const run_stage *st, float *dst) {
+    memcpy(dst, st->m->params + st->span_off, st->span_n * sizeof(float));
+    if (st->priv_wte)
+        memcpy(dst + st->span_n, st->priv_wte, (size_t)st->m->cfg.vocab_size * st->m->cfg.n_embd * sizeof(float));
+}
+
+static void exec_weights_put(run_stage *st, const float *src) {
+    memcpy(st->m->params + st->span_off, src, st->span_n * sizeof(float));
+    if (st->priv_wte)
+        memcpy(st->priv_wte, src + st->span_n, (size_t)st->m->cfg.vocab_size * st->m->cfg.n_embd * sizeof(float));
+}
+
+/* Position-weighted checksum of w[0..n) as elements base.. of a longer vector: two weight
+ * versions that differ anywhere almost surely differ here. */
+static double exec_checksum(const float *w, size_t n, size_t base) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)w[i] * (double)(1 + (base + i) % 7919);
+    return s;
+}
+
+static size_t exec_weights_n(const run_stage *st) {
+    return st->span_n + (st->priv_wte ? (size_t)st->m->cfg.vocab_size * st->m->cfg.n_embd : 0);
+}
+
+/* Checksum of the weights the stage's layers read right now (span, then the private wte). */
+static double exec_weights_sum(const run_stage *st) {
+    double s = exec_checksum(st->m->params + st->span_off, st->span_n, 0);
+    if (st->priv_wte) s += exec_checksum(st->priv_wte, exec_weights_n(st) - st->span_n, st->span_n);
+    return s;
+}
+
+/* At F: remember the weights this microbatch sees. */
+static void exec_stash(run_stage *st, int mb) {
+    exec_weights_get(st, st->stash[mb]);
+    st->stash_sum[mb] = exec_weights_sum(st);
+}
+
+/* Before the backward: the current weights aside, the stashed ones in. Counts (the direct
+ * check of stashing): backwards run, backwards whose weights differ from their F's (a bug), and
+ * backwards whose F's weights differ from the current ones (stashing mattered). */
+static void exec_unstash(run_exec *e, run_stage *st, int mb) {
+    exec_weights_get(st, e->live);
+    exec_weights_put(st, st->stash[mb]);
+    e->stash_checked++;
+    e->stash_bad += exec_weights_sum(st) != st->stash_sum[mb];
+    e->stash_stale += memcmp(e->live, st->stash[mb], exec_weights_n(st) * sizeof(float)) != 0;
+}
+
+static void exec_restash(run_exec *e, run_stage *st) { exec_weights_put(st, e->live); }
+
+/* BW of an asynchronous schedule: on the weights its F used, then the current ones back. */
+static void exec_backward_stashed(run_exec *e, run_stage *st, int mb, int input, int weight) {
+    exec_unstash(e, st, mb);
+    if (input) exec_backward_input(e, st, mb);
+    if (weight) exec_backward_weight(e, st, mb);
+    exec_restash(e, st);
 }
 
 /* ---- communication ---------------------------------------------------------------------- */
@@ -357,31 +448,47 @@ fail:
     return pt_adderr("rank %d: gradient reduction: ", e->c.world_rank);
 }
 
+/* Asynchronous schedules: stage st's gradients now (its chunk's holders, then the wte copies
+ * when st has one). Every holder reduces the same microbatch's gradients: replicas run the same
+ * list, and chunk 0's and the head's k-th backward are of the same microbatch. */
+static int exec_reduce_stage(run_exec *e, run_stage *st) {
+    size_t off, cnt, wte = (size_t)st->m->cfg.vocab_size * e->C;
+    float *p;
+    exec_chunk_span(st, &off, &cnt);
+    p = st->m->grads + off;
+    if (exec_reduce_copies(e->chunk_comm[st->chunk], &p, 1, cnt) < 0) goto fail;
+    p = st->chunk == 0 ? st->m->grads : st->priv_dwte;
+    if (p && exec_reduce_copies(e->tied_comm, &p, 1, wte) < 0) goto fail;
+    return 0;
+fail:
+    return pt_adderr("rank %d: stage %d gradient reduction: ", e->c.world_rank, st->g);
+}
+
 /* World reduction of (sum of squares, loss sum): once per iteration, at STEP or at the end. */
 static int exec_reduce_world(run_exec *e, run_exec_stats *rs) {
     double v[2] = { e->sumsq, e->loss_sum };
     if (comm_allreduce_f64(e->c.world, v, 2) < 0) return pt_adderr("rank %d: loss/norm: ", e->c.world_rank);
     rs->grad_norm = sqrt(v[0]);
     rs->loss = (float)(v[1] / (e->M * e->c.lo->D));
+    if (e->async) rs->clip_scale = 1;
     return 0;
 }
 
-/* AdamW on every span this rank owns (and its private wte copies), clipped by the global norm. */
-static void exec_adamw(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs) {
-    rs->clip_scale = optim_clip_scale(rs->grad_norm, oc->grad_clip);
-    rs->lr = optim_lr_at(oc, t);
+/* AdamW update t (bias correction) on every span this rank owns and its private wte copies,
+ * gradients multiplied by scale (the clipping factor) first. */
+static void exec_adamw(run_exec *e, const optim_config *oc, int t, double lr, double scale) {
     for (int i = 0; i < e->n_stages; i++) {
         run_stage *st = &e->st[i];
         for (int k = 0; k < gpt_param_count(st->m); k++) {
             const gpt_param_info *pi = gpt_param_info_at(st->m, k);
             if (pi->layer < st->first || pi->layer >= st->end) continue;
-            adamw_update_span(st->opt, st->m->params, st->m->grads, pi->offset, pi->count, rs->lr,
-                              rs->clip_scale, pi->decay != 0, t, oc);
+            adamw_update_span(st->opt, st->m->params, st->m->grads, pi->offset, pi->count, lr,
+                              scale, pi->decay != 0, t, oc);
         }
         if (st->priv_wte) {
             const gpt_param_info *pi = gpt_param_info_at(st->m, 0);   /* wte */
-            adamw_update_span(&st->priv_opt, st->priv_wte, st->priv_dwte, 0, pi->count, rs->lr,
-                              rs->clip_scale, pi->decay != 0, t, oc);
+            adamw_update_span(&st->priv_opt, st->priv_wte, st->priv_dwte, 0, pi->count, lr,
+                              scale, pi->decay != 0, t, oc);
         }
     }
 }
@@ -414,17 +521,39 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
     int peer = -1, rc = 0;
     tl_stream sm = TL_COMPUTE;
     switch (a.kind) {
-    case ACT_F: rc = exec_forward(e, st, a.mb, tok, tgt); break;
-    case ACT_B: exec_backward_input(e, st, a.mb); break;
-    case ACT_W: exec_backward_weight(e, st, a.mb); break;
-    case ACT_BW: exec_backward_input(e, st, a.mb); exec_backward_weight(e, st, a.mb); break;
+    case ACT_F:
+        if (e->async) exec_stash(st, a.mb);
+        rc = exec_forward(e, st, a.mb, tok, tgt);
+        break;
+    case ACT_B: case ACT_W: case ACT_BW:
+        if (e->async) exec_backward_stashed(e, st, a.mb, a.kind != ACT_W, a.kind != ACT_B);
+        else {
+            if (a.kind != ACT_W) exec_backward_input(e, st, a.mb);
+            if (a.kind != ACT_B) exec_backward_weight(e, st, a.mb);
+        }
+        break;
     case ACT_SEND_F: case ACT_SEND_B: sm = TL_SEND; rc = exec_send(e, i, a, &peer); break;
     case ACT_RECV_F: case ACT_RECV_B: sm = TL_RECV; rc = exec_recv(e, i, a, &peer); break;
-    case ACT_REDUCE_GRAD: if (i == e->last_reduce) rc = exec_reduce_all(e); break;
+    case ACT_REDUCE_GRAD:
+        if (e->async) rc = exec_reduce_stage(e, st);
+        else if (i == e->last_reduce) rc = exec_reduce_all(e);
+        break;
     case ACT_STEP:
+        if (e->async) {
+            if (oc) {
+                rs->lr = optim_lr_at(oc, t);
+                exec_adamw(e, oc, ++e->n_updates, rs->lr, 1.0);
+            }
+            exec_zero_grads(e);
+            break;
+        }
         if (e->n_reduce == 0) rc = exec_reduce_all(e);
         if (rc == 0) rc = exec_reduce_world(e, rs);
-        if (rc == 0 && oc) exec_adamw(e, oc, t, rs);
+        if (rc == 0 && oc) {
+            rs->clip_scale = optim_clip_scale(rs->grad_norm, oc->grad_clip);
+            rs->lr = optim_lr_at(oc, t);
+            exec_adamw(e, oc, t, rs->lr, rs->clip_scale);
+        }
         e->stepped = 1;
         break;
     default: break;
@@ -474,7 +603,7 @@ static int exec_walk(run_exec *e, const int *tokens, const int *targets, const o
         if (exec_poll_sends(e, i + 1) < 0) return pt_adderr("rank %d: ", e->c.world_rank);
     }
     if (!e->stepped) {
-        if (e->n_reduce == 0 && exec_reduce_all(e) < 0) return -1;
+        if (!e->async && e->n_reduce == 0 && exec_reduce_all(e) < 0) return -1;
         if (exec_reduce_world(e, st) < 0) return -1;
     }
     return exec_finish_sends(e);
@@ -490,4 +619,10 @@ int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const
     exec_zero_grads(e);
     if (exec_walk(e, tokens, targets, oc, t, st) < 0) return exec_drop_requests(e);
     return 0;
+}
+
+void run_exec_stash_stats(const run_exec *e, int out[3]) {
+    out[0] = e->stash_checked;
+    out[1] = e->stash_bad;
+    out[2] = e->stash_stale;
 }

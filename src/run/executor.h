@@ -51,6 +51,10 @@ void run_exec_free(run_exec *e);
  * Returns 0 or -1; on -1 the caller should comm_abort so the other ranks stop. */
 int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const optim_config *oc,
                        int t, run_exec_stats *st);
+/* Asynchronous schedules, the direct check of weight stashing, since init: out[0] backwards run,
+ * out[1] backwards whose weights differed from those their F used (a bug if > 0), out[2]
+ * backwards whose F's weights differed from the current ones (stashing mattered). */
+void run_exec_stash_stats(const run_exec *e, int out[3]);
 /* This iteration's events (times from pt_now; iter 0). Owned by the executor. */
 const timeline *run_exec_timeline(const run_exec *e);
 

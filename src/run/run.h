@@ -65,8 +65,12 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
 void run_job_free(run_job *j);
 /* One iteration on batch (tokens, targets) (B,T) (every rank passes the whole batch): zeroes the
  * gradients, runs the schedule, reduces gradients, and when oc != NULL applies clipping and AdamW
- * step t (1-based; LR schedule as src/train/train.c). Returns 0, or -1 with the first failing
- * rank's error (the other ranks stop within the timeout). */
+ * step t (1-based; LR schedule as src/train/train.c). Asynchronous schedules (pipedream) update
+ * each stage after each microbatch's backward (REDUCE_GRAD and STEP per microbatch) on the
+ * gradient of that microbatch's mean loss, with the weights its forward used (weight stashing),
+ * without clipping (there is no global moment to take a norm at); lr from step t, AdamW's bias
+ * correction counts updates. Returns 0, or -1 with the first failing rank's error (the other
+ * ranks stop within the timeout). */
 int run_job_iteration(run_job *j, const int *tokens, const int *targets, const optim_config *oc,
                       int t, run_stats *st);
 /* Copies every layer's parameters and gradients (replica 0, pipe 0) into out (a model of the
@@ -76,6 +80,10 @@ int run_job_gather(run_job *j, gpt_model *out);
  * holder in replica 0, pipe 0; the root begins and commits. man gives config, step, data
  * position and seeds; the layout fields are filled here. Collective in MPI mode. */
 int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man);
+/* Asynchronous schedules (pipedream), summed over this process's ranks: out[0] backwards run,
+ * out[1] backwards that did not use the weights of their forward (0 unless broken), out[2]
+ * backwards whose forward's weights had been updated since (where stashing mattered). */
+void run_job_stash_stats(const run_job *j, int out[3]);
 /* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
 int run_job_is_root(const run_job *j);
 /* The last iteration's events of every rank, merged (root only; NULL elsewhere): times in seconds

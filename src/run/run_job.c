@@ -166,6 +166,15 @@ void run_job_free(run_job *j) {
     free(j);
 }
 
+void run_job_stash_stats(const run_job *j, int out[3]) {
+    out[0] = out[1] = out[2] = 0;
+    for (int r = 0; r < j->n_local; r++) {
+        int v[3];
+        run_exec_stash_stats(j->ex[r], v);
+        for (int k = 0; k < 3; k++) out[k] += v[k];
+    }
+}
+
 int run_job_is_root(const run_job *j) { return !j->mpi || j->comms[0]->rank == 0; }
 
 /* ---- iteration ---------------------------------------------------------------------------- */

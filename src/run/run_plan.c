@@ -41,8 +41,6 @@ bad:
 static int plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     const run_opts *o = &pl->o;
     const sched *s = pl->s;
-    if (s->async) return pt_seterr("schedule %s is asynchronous (weight stashing); the runtime runs "
-                                   "synchronous schedules only for now", s->name);
     if (o->recompute) return pt_seterr("--recompute is not implemented yet");
     if (B % (o->D * s->n_mb))
         return pt_seterr("--batch %d is not divisible by dp x microbatches = %d x %d", B, o->D, s->n_mb);
