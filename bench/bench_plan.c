@@ -1,12 +1,17 @@
-/* Planner speed: plans a 96-layer GPT (n_embd 8192) on examples/cluster-hetero-1024.json (1024
- * devices, 128 nodes, two generations) and on examples/cluster-8gpu.json, and times the exact
- * split (reachability + bisection) against the dynamic program on a 96-block, 64-stage chain,
- * side by side in one run. The goal is the 1024-device plan under 10 s. Not a test. Run from the
- * repo root. */
+/* Planner speed and accuracy. Speed: plans a 96-layer GPT (n_embd 8192) on
+ * examples/cluster-hetero-1024.json (1024 devices, 128 nodes, two generations) and on
+ * examples/cluster-8gpu.json, and times the exact split against the dynamic program on a
+ * 96-block, 64-stage chain; the goal is the 1024-device plan under 10 s. Accuracy: profiles
+ * examples/char-gpt.json on this machine, predicts four layouts (P in {1,2}, three schedules) with
+ * plan_evaluate on examples/cluster-local.json, and runs each with `pipetrain train` ($PIPETRAIN,
+ * default build/pipetrain), side by side; the goal is within 15%. Not a test. Run from the repo
+ * root. */
+#include "io/io.h"
 #include "plan/plan.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GOAL_S 10.0   /* issue 5: planning 96 layers on 1024 devices */
 
@@ -62,6 +67,49 @@ static void bench_split(int n, int K) {
     free(first);
 }
 
+/* Runs `pipetrain train` on one layout; returns the measured iteration in seconds (the runtime's
+ * median over steps), or -1. */
+static double measure(const char *sched, int P, int M, int B, int T) {
+    const char *bin = getenv("PIPETRAIN") ? getenv("PIPETRAIN") : "build/pipetrain";
+    char cmd[1024], line[512];
+    snprintf(cmd, sizeof cmd, "%s train --config examples/char-gpt.json --data docs/simulator.md --batch %d "
+             "--seq %d --steps 8 --threads 1 --stages %d --schedule %s --microbatches %d 2>&1", bin, B * M, T, P,
+             sched, M);
+    FILE *f = popen(cmd, "r");
+    double ms = -1;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "measured:", 9)) sscanf(line, "measured: iteration %lf", &ms);
+    pclose(f);
+    return ms > 0 ? ms / 1e3 : -1;
+}
+
+static void bench_accuracy(void) {
+    const char *sched[] = { "1f1b", "1f1b", "gpipe", "zb-h1" };
+    const int P[] = { 1, 2, 2, 2 }, M = 4, B = 2, T = 128, sizes[] = { 2 };
+    gpt_config cfg;
+    plan_cluster k;
+    plan_costs c;
+    if (config_load_json(&cfg, "examples/char-gpt.json") || plan_cluster_load(&k, "examples/cluster-local.json") ||
+        plan_profile_run(&c, &cfg, sizes, 1, T, 9)) { fprintf(stderr, "bench_plan: %s\n", pt_err()); return; }
+    printf("predicted vs measured, examples/char-gpt.json, microbatches %d x %d, seq %d, one BLAS thread per rank\n", M, B, T);
+    printf("  layout            predicted   measured   measured/predicted\n");
+    for (int i = 0; i < 4; i++) {
+        int split[2] = { P[i] == 1 ? cfg.n_layer : cfg.n_layer / 2, cfg.n_layer - cfg.n_layer / 2 };
+        plan_layout p = { .P = P[i], .D = 1, .M = M, .mb_size = B, .T = T, .chunks = 1, .split = split };
+        snprintf(p.schedule, sizeof p.schedule, "%s", sched[i]);
+        int rc = plan_evaluate(&cfg, &k, &c, &p);
+        double got = measure(sched[i], P[i], M, B, T);
+        if (rc == 0 && got > 0)
+            printf("  P=%d %-12s %8.1f ms %8.1f ms   %.2f\n", P[i], sched[i], 1e3 * p.step_time, 1e3 * got, got / p.step_time);
+        else
+            printf("  P=%d %-12s failed: %s\n", P[i], sched[i], rc ? pt_err() : "no 'measured:' line from pipetrain train");
+        p.split = NULL;
+        plan_layout_free(&p);
+    }
+    plan_cluster_free(&k);
+}
+
 int main(void) {
     gpt_config big = { .n_layer = 96, .n_head = 64, .n_embd = 8192, .vocab_size = 50257, .n_positions = 2048 };
     gpt_config mid = { .n_layer = 24, .n_head = 16, .n_embd = 2048, .vocab_size = 50257, .n_positions = 2048 };
@@ -74,6 +122,7 @@ int main(void) {
         printf("1024-device plan / 8-GPU plan = %.1fx; goal: 1024 devices under %.0f s: %s\n", t1 / t2, GOAL_S,
                t1 < GOAL_S ? "met" : "NOT met");
     bench_split(96, 64);
+    bench_accuracy();
     if (t1 >= 0) plan_result_free(&r1);
     if (t2 >= 0) plan_result_free(&r2);
     return t1 >= 0 && t2 >= 0 ? 0 : 1;
