@@ -43,7 +43,8 @@ typedef struct {
 
 /* Measures F, B, W of the embedding, one block and the head for each microbatch size in
  * batch[n_batch] at sequence T: `repeats` timed runs after one warm-up, medians, one BLAS thread
- * (restored after). Allocates the whole model of cfg. Returns 0, or -1 with an error. */
+ * (restored after). Allocates a one-block model of cfg (blocks are identical). Returns 0, or -1
+ * with an error. */
 int plan_profile_run(plan_costs *out, const gpt_config *cfg, const int *batch, int n_batch, int T,
                      int repeats);
 /* Writes / reads the costs JSON (docs/planner.md). Errors name the file and field. */

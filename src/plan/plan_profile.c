@@ -81,14 +81,16 @@ int plan_profile_run(plan_costs *out, const gpt_config *cfg, const int *batch, i
     for (int i = 0; i < n_batch; i++)
         if (batch[i] < 1) return pt_seterr("profile: --batch sizes must be >= 1 (got %d)", batch[i]);
     gpt_model m;
+    gpt_config one = *cfg;
+    one.n_layer = 1;   /* blocks are identical: the embedding, one block and the head are enough */
     memset(&m, 0, sizeof m);
-    if (gpt_init(&m, cfg) < 0) return -1;
+    if (gpt_init(&m, &one) < 0) return -1;
     gpt_init_random(&m, 42);
     memset(out, 0, sizeof *out);
     out->cfg = *cfg; out->T = T; out->repeats = repeats; out->n_batch = n_batch;
     int threads = openblas_get_num_threads(), rc = 0;
     openblas_set_num_threads(1);   /* one device = one core; restored below */
-    const int layer[PLAN_N_KINDS] = { 0, 1, cfg->n_layer + 1 };
+    const int layer[PLAN_N_KINDS] = { 0, 1, 2 };
     for (int i = 0; i < n_batch && rc == 0; i++) {
         out->batch[i] = batch[i];
         for (int k = 0; k < PLAN_N_KINDS && rc == 0; k++)
