@@ -24,7 +24,23 @@ typedef struct {
     bool no_recompute, json;
 } plan_args;
 
-static void print_layout(int i, const plan_layout *p) {
+/* "pipeline 0: devices 0-7 (gpu x8)": the first replica's devices and their names, in rank order. */
+static void print_pipeline0(const plan_layout *p, const plan_cluster *k) {
+    printf("    pipeline 0 devices:");
+    for (int r = 0; r < p->P && r < SHOW_STAGES; r++) printf(" %d", p->devices ? p->devices[r] : r);
+    printf("%s (", p->P > SHOW_STAGES ? " ..." : "");
+    for (int r = 0, run = 0; r < p->P; r++) {   /* runs of one device name */
+        const char *nm = k->dev[p->devices ? p->devices[r] : r].name;
+        run++;
+        if (r + 1 == p->P || strcmp(nm, k->dev[p->devices ? p->devices[r + 1] : r + 1].name)) {
+            printf("%s%s x%d", r + 1 - run ? ", " : "", nm, run);
+            run = 0;
+        }
+    }
+    printf(")\n");
+}
+
+static void print_layout(int i, const plan_layout *p, const plan_cluster *cl) {
     char split[1024];
     printf("#%d  step %.6g s  %.6g tokens/s  bubble %.1f%%\n", i + 1, p->step_time, p->tokens_per_s, 100 * p->bubble);
     printf("    dp %d x stages %d  %s%s%.0d  microbatches %d x %d  recompute %s  placement %s\n", p->D, p->P,
@@ -33,13 +49,15 @@ static void print_layout(int i, const plan_layout *p) {
     printf("    split %s\n    peak memory GiB per chunk:", plan_layout_split_str(p, split, sizeof split));
     for (int k = 0; k < p->K && k < SHOW_STAGES; k++) printf(" %.3g", p->stage_mem[k] / GIB);
     printf("%s\n", p->K > SHOW_STAGES ? " ..." : "");
+    print_pipeline0(p, cl);
 }
 
 static void print_json(const plan_result *r) {
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "plans");
     cJSON_AddNumberToObject(o, "considered", (double)r->considered);
     cJSON_AddNumberToObject(o, "infeasible", (double)r->infeasible);
-    cJSON_AddNumberToObject(o, "simulated", (double)r->simulated);
+    cJSON_AddNumberToObject(o, "simulated", (double)r->candidates_simulated);
+    cJSON_AddNumberToObject(o, "simulator_runs", (double)r->simulated);
     for (int i = 0; i < r->n_best; i++) {
         const plan_layout *p = &r->best[i];
         char split[1024];
@@ -109,9 +127,10 @@ static int run_plan(const plan_args *a, const gpt_config *cfg, const plan_cluste
     }
     if (a->json) print_json(&r);
     else {
-        printf("plan: %d devices, global batch %ld x seq %d: %ld layouts considered, %ld do not fit, %ld simulated\n",
-               k->n_devices, a->global_batch, o.T, r.considered, r.infeasible, r.simulated);
-        for (int i = 0; i < r.n_best; i++) print_layout(i, &r.best[i]);
+        printf("plan: %d devices, global batch %ld x seq %d: %ld layouts considered, %ld do not fit, %ld simulated "
+               "(%ld simulator runs with local search)\n", k->n_devices, a->global_batch, o.T, r.considered, r.infeasible,
+               r.candidates_simulated, r.simulated);
+        for (int i = 0; i < r.n_best; i++) print_layout(i, &r.best[i], k);
     }
     rc = a->out && plan_write(&r.best[0], a->out) < 0 ? cli_fail("plan") : 0;
     if (rc == 0 && a->out && !a->json) printf("wrote %s\n", a->out);
