@@ -17,6 +17,7 @@ static const sched_choice DEFAULT_SCHEDS[] = {
 };
 #define N_DEFAULT_SCHEDS ((int)(sizeof DEFAULT_SCHEDS / sizeof DEFAULT_SCHEDS[0]))
 #define DEFAULT_MAX_SIMS 400
+#define MAX_RANK_MICROBATCHES (1L << 18)   /* P x M: schedules past this are slow to generate */
 #define POLISH_BUDGET(K) (32 + 4 * (K))   /* simulations of local search per candidate */
 
 typedef struct {
@@ -108,34 +109,39 @@ static int first_single(const search *S) {
     return 0;
 }
 
+/* One candidate: the exact split of schedule s (si) with or without recomputation, and its bound. */
+static void consider(search *S, const plan_items *it, const plan_ranks *r, const sched *s, int si, int pl, int B,
+                     int M, bool rc) {
+    candidate c = { r->P, r->D, B, M, S->sc[si].v, si, pl, rc, pt_malloc(sizeof(int) * (size_t)(s->n_stages + 1)), 0 };
+    double bott;
+    S->res->considered++;
+    if (plan_split_candidate(it, r, s, false, c.first, &bott) < 0) {
+        S->res->infeasible++;
+        note_shortfall(S, it, r, s);
+        free(c.first);
+        return;
+    }
+    c.bound = lower_bound(it, r, S->sc[si].v, bott, M);
+    push_candidate(S, &c);
+}
+
 /* All schedules x recompute for one (D, P, placement, B). */
 static void enumerate_b(search *S, int P, int D, int pl, int B, int M) {
+    if ((long)P * M > MAX_RANK_MICROBATCHES) return;   /* a larger microbatch size covers it */
     plan_scale sc;
     plan_scale_init(&sc, S->o->costs, S->k, B);
     plan_ranks r;
     plan_ranks_init(&r, S->k, &sc, P, D, pl ? S->mixed : NULL);
-    for (int rc = 0; rc <= (S->o->no_recompute ? 0 : 1); rc++) {
-        plan_items it;
-        plan_items_init(&it, S->cfg, &sc, B, S->o->T, rc);
-        for (int si = 0; si < S->n_sc; si++) {
-            if (P == 1 && si != first_single(S)) continue;   /* one rank: every schedule is the same */
-            sched *s = P * S->sc[si].v <= S->cfg->n_layer ? plan_make_sched(S->sc[si].name, P, M, S->sc[si].v) : NULL;
-            if (!s || s->n_pipes != 1) { sched_free(s); continue; }
-            candidate c = { P, D, B, M, S->sc[si].v, si, pl, rc, pt_malloc(sizeof(int) * (size_t)(s->n_stages + 1)), 0 };
-            double bott;
-            S->res->considered++;
-            if (plan_split_candidate(&it, &r, s, false, c.first, &bott) < 0) {
-                S->res->infeasible++;
-                note_shortfall(S, &it, &r, s);
-                free(c.first);
-            } else {
-                c.bound = lower_bound(&it, &r, S->sc[si].v, bott, M);
-                push_candidate(S, &c);
-            }
-            sched_free(s);
-        }
-        plan_items_free(&it);
+    int n_rc = S->o->no_recompute ? 1 : 2;
+    plan_items it[2];
+    for (int rc = 0; rc < n_rc; rc++) plan_items_init(&it[rc], S->cfg, &sc, B, S->o->T, rc);
+    for (int si = 0; si < S->n_sc; si++) {
+        if (P == 1 && si != first_single(S)) continue;   /* one rank: every schedule is the same */
+        sched *s = P * S->sc[si].v <= S->cfg->n_layer ? plan_make_sched(S->sc[si].name, P, M, S->sc[si].v) : NULL;
+        for (int rc = 0; s && s->n_pipes == 1 && rc < n_rc; rc++) consider(S, &it[rc], &r, s, si, pl, B, M, rc);
+        sched_free(s);
     }
+    for (int rc = 0; rc < n_rc; rc++) plan_items_free(&it[rc]);
     plan_ranks_free(&r);
 }
 
