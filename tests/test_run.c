@@ -336,6 +336,49 @@ static void test_rank_dies(void) {
     run_plan_free(&pl);
 }
 
+/* ---- recomputation ------------------------------------------------------------------------ */
+
+/* --recompute gives bitwise the gradients (and pipedream's updates) of keeping activations. */
+static void test_recompute_case(const char *name, int P, int D, int chunks) {
+    char nm[128];
+    gpt_model a, b;
+    gpt_init(&a, &CFG); gpt_init(&b, &CFG);
+    optim_config oc = optim_config_default();
+    int rc = 0;
+    size_t bytes[2] = { 0, 0 };
+    for (int rcmp = 0; rcmp < 2 && rc == 0; rcmp++) {
+        run_opts o = { .P = P, .D = D, .schedule = name, .M = 4, .chunks = chunks, .recompute = rcmp };
+        run_plan pl;
+        run_job *j = NULL;
+        run_stats st;
+        rc = run_plan_init(&pl, &o, &CFG, BATCH, SEQ);
+        if (rc == 0) rc = run_job_init(&j, &pl, &g_init, NULL, NULL);
+        for (int t = 1; rc == 0 && t <= 2; t++) rc = run_job_iteration(j, g_tok, g_tgt, &oc, t, &st);
+        if (rc == 0) rc = run_job_gather(j, rcmp ? &b : &a);
+        if (j) bytes[rcmp] = run_job_act_bytes(j);
+        run_job_free(j);
+        if (pl.s) run_plan_free(&pl);
+    }
+    snprintf(nm, sizeof nm, "recompute %s P=%d D=%d: 2 steps bitwise as without", name, P, D);
+    CHECK(nm, rc == 0 && !memcmp(a.params, b.params, a.num_params * sizeof(float)) &&
+              !memcmp(a.grads, b.grads, a.num_params * sizeof(float)), "rc %d %s", rc, pt_err());
+    /* zero-bubble schedules keep a microbatch's activations from B to its late W anyway, so
+     * the busiest rank may hold as much; the others drop them from F to B */
+    int zb = !strncmp(name, "zb-", 3);
+    snprintf(nm, sizeof nm, "recompute %s P=%d D=%d: holds %s activations", name, P, D, zb ? "no more" : "fewer");
+    CHECK(nm, zb ? bytes[1] <= bytes[0] : bytes[1] < bytes[0], "%zu bytes with, %zu without", bytes[1], bytes[0]);
+    gpt_free(&a); gpt_free(&b);
+}
+
+static void test_recompute(void) {
+    test_recompute_case("1f1b", 2, 2, 0);
+    test_recompute_case("zb-h1", 4, 1, 0);
+    test_recompute_case("zb-v", 2, 1, 0);
+    test_recompute_case("interleaved-1f1b", 2, 1, 2);
+    test_recompute_case("chimera", 2, 1, 0);
+    test_recompute_case("pipedream", 2, 2, 0);
+}
+
 /* ---- pipedream (asynchronous, weight stashing) -------------------------------------------- */
 
 /* One stage: pipedream is AdamW after every microbatch (no staleness): bitwise against that. */
@@ -463,6 +506,7 @@ int main(void) {
     test_pipedream_one_stage();
     test_pipedream(2, 1);
     test_pipedream(4, 2);
+    test_recompute();
     gpt_free(&g_init);
     TEST_DONE();
 }

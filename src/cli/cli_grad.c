@@ -87,7 +87,8 @@ free_model:
  * MPI world when --transport mpi. Errors name the flag; in MPI mode they say the rank. */
 static int cli_pipeline_setup(grad_args *a, int *argc, char ***argv, comm **world) {
     run_opts *o = &a->ro;
-    if (!o->P && !o->D && !o->schedule && !o->schedule_file && !o->M && !a->transport && !o->split)
+    if (!o->P && !o->D && !o->schedule && !o->schedule_file && !o->M && !a->transport && !o->split &&
+        !o->recompute)
         return 0;
     if (!o->P) o->P = 1;
     if (!o->D) o->D = 1;
@@ -119,6 +120,7 @@ int cli_grad(int argc, char **argv) {
         {"--split", OPT_STR, &a.ro.split, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
         {"--transport", OPT_STR, &a.transport, "threads (default) | mpi (run under mpirun)"},
         {"--timeout", OPT_DOUBLE, &a.ro.timeout, "seconds a rank waits for a message (default 60)"},
+        {"--recompute", OPT_FLAG, &a.ro.recompute, "drop activations after F, recompute them at B (less memory)"},
     };
     int rc = cli_parse(argc, argv, "grad", "--config C.json [--init M.safetensors] --tokens X.bin "
                        "--batch B --seq T --out G.safetensors", opts, sizeof opts / sizeof *opts);

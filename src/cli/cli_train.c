@@ -273,7 +273,8 @@ cleanup:
  * world when --transport mpi. */
 static int pipe_flags(train_args *a, int *argc, char ***argv, comm **world) {
     run_opts *o = &a->ro;
-    if (!o->P && !o->D && !o->schedule && !o->schedule_file && !o->M && !a->transport && !o->split) {
+    if (!o->P && !o->D && !o->schedule && !o->schedule_file && !o->M && !a->transport && !o->split &&
+        !o->recompute) {
         if (a->trace || a->svg) return pt_seterr("--trace and --svg record a pipelined run (give --stages)");
         return 0;
     }
@@ -323,6 +324,7 @@ int cli_train(int argc, char **argv) {
         {"--split", OPT_STR, &a.ro.split, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
         {"--transport", OPT_STR, &a.transport, "threads (default) | mpi (run under mpirun)"},
         {"--timeout", OPT_DOUBLE, &a.ro.timeout, "seconds a rank waits for a message (default 60)"},
+        {"--recompute", OPT_FLAG, &a.ro.recompute, "drop activations after F, recompute them at B (less memory)"},
         {"--trace", OPT_STR, &a.trace, "pipelined: Chrome trace JSON of the last step, measured"},
         {"--svg", OPT_STR, &a.svg, "pipelined: SVG timeline of the last step, measured"},
     };

@@ -7,6 +7,7 @@
  * accumulate (+=) over microbatches. */
 #include "run/executor.h"
 #include "util/pt.h"
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,10 @@ typedef struct {
     float *priv_wte, *priv_dwte;      /* (V,C) head stage whose embedding is on another rank */
     adamw_state priv_opt;
     gpt_tied tied;
-    float ***act;                     /* [end-first][M] activations of layer, microbatch */
+    float ***act;                     /* [end-first][n_slots+1] activation sets of each layer */
+    int n_slots;                      /* sets held at once (the schedule's peak for this stage) */
+    int *slot_of;                     /* [M] set of each microbatch, -1: none */
+    int *slot_mb;                     /* [n_slots] microbatch in each set, -1: free */
     float **out;                      /* [M] (N,C) forward output (NULL for the head's stage) */
     float **xin;                      /* [M] (N,C) received input (prev on another rank) */
     float **dxo;                      /* [M] (N,C) input gradient (NULL at the first stage) */
@@ -79,6 +83,22 @@ static int exec_holds_embedding(const run_exec *e, int pipe) {
     return e->c.s->stage_rank[g0] == e->p;
 }
 
+/* Activation sets stage g holds at once, following the rank's order: from F (or, recomputing,
+ * from the backward's recompute) until W or BW. */
+static int exec_count_slots(const run_exec *e, int g) {
+    const sched *s = e->c.s;
+    int n = 0, peak = 1;
+    for (int i = 0; i < s->len[e->p]; i++) {
+        sched_action a = s->acts[e->p][i];
+        if (a.stage != g) continue;
+        if (a.kind == (e->c.recompute ? ACT_B : ACT_F)) n++;
+        if (a.kind == ACT_BW && e->c.recompute) n++;
+        if (n > peak) peak = n;
+        if (a.kind == ACT_W || a.kind == ACT_BW) n--;
+    }
+    return peak;
+}
+
 static void exec_stage_init(run_exec *e, run_stage *st, int g) {
     const sched *s = e->c.s;
     int K = s->stages_per_pipe, V = 0;
@@ -94,9 +114,14 @@ static void exec_stage_init(run_exec *e, run_stage *st, int g) {
     st->opt = e->c.opts[st->pipe];
     V = st->m->cfg.vocab_size;
     int nl = st->end - st->first;
+    st->n_slots = exec_count_slots(e, g);
+    st->slot_of = pt_malloc(sizeof(int) * (size_t)e->M);
+    st->slot_mb = pt_malloc(sizeof(int) * (size_t)st->n_slots);
+    for (int j = 0; j < e->M; j++) st->slot_of[j] = -1;
+    for (int k = 0; k < st->n_slots; k++) st->slot_mb[k] = -1;
     st->act = pt_calloc((size_t)nl, sizeof *st->act);
-    for (int l = 0; l < nl; l++)
-        st->act[l] = exec_bufs(e->M, gpt_layer_act_floats(st->m, st->first + l, e->c.mb_rows, e->c.T));
+    for (int l = 0; l < nl; l++)   /* one more set: the forward's when recomputing */
+        st->act[l] = exec_bufs(st->n_slots + 1, gpt_layer_act_floats(st->m, st->first + l, e->c.mb_rows, e->c.T));
     size_t nc = (size_t)e->N * e->C;
     if (st->next >= 0) st->out = exec_bufs(e->M, nc);
     else st->loss = pt_calloc((size_t)e->M, sizeof *st->loss);
@@ -129,8 +154,10 @@ static void exec_stage_init(run_exec *e, run_stage *st, int g) {
 
 static void exec_stage_free(run_exec *e, run_stage *st) {
     if (st->act)
-        for (int l = 0; l < st->end - st->first; l++) exec_free_bufs(st->act[l], e->M);
+        for (int l = 0; l < st->end - st->first; l++) exec_free_bufs(st->act[l], st->n_slots + 1);
     free(st->act);
+    free(st->slot_of);
+    free(st->slot_mb);
     exec_free_bufs(st->out, e->M);
     exec_free_bufs(st->xin, e->M);
     exec_free_bufs(st->dxo, e->M);
@@ -236,22 +263,44 @@ static const float *exec_dout(run_exec *e, const run_stage *st, int mb) {
     return e->st[e->loc[st->next]].dxo[mb];
 }
 
-static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, const int *targets) {
+/* Activation set of (layer, mb). */
+static float *exec_act(const run_stage *st, int layer, int mb) {
+    return st->act[layer - st->first][st->slot_of[mb]];
+}
+
+/* Gives mb a free activation set (spare: the extra set a recomputing forward uses). */
+static void exec_acquire(run_stage *st, int mb, int spare) {
+    if (spare) { st->slot_of[mb] = st->n_slots; return; }
+    for (int k = 0; k < st->n_slots; k++)
+        if (st->slot_mb[k] < 0) { st->slot_mb[k] = mb; st->slot_of[mb] = k; return; }
+    assert(!"activation sets exhausted: exec_count_slots disagrees with the schedule");
+}
+
+static void exec_release(run_stage *st, int mb) {
+    if (st->slot_of[mb] < st->n_slots) st->slot_mb[st->slot_of[mb]] = -1;
+    st->slot_of[mb] = -1;
+}
+
+/* F of stage st on mb. again: the recompute before a backward (output to scratch, loss not
+ * counted; it already succeeded once, so it cannot fail). */
+static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, const int *targets,
+                        int again) {
     const float *x = exec_input(e, st, mb);
     int b = e->c.mb_rows, T = e->c.T, k = 0;
+    float loss;
     for (int l = st->first; l < st->end; l++) {
-        float *act = st->act[l - st->first][mb], *y;
+        float *y;
         gpt_layer_kind kind = gpt_layer_kind_of(st->m, l);
         const int *tk = kind == GPT_LAYER_EMBED ? exec_rows(e, tokens, mb)
                       : kind == GPT_LAYER_HEAD ? exec_rows(e, targets, mb) : NULL;
-        if (kind == GPT_LAYER_HEAD) y = &st->loss[mb];
-        else if (l == st->end - 1) y = st->out[mb];
+        if (kind == GPT_LAYER_HEAD) y = again ? &loss : &st->loss[mb];
+        else if (l == st->end - 1 && !again) y = st->out[mb];
         else { y = e->tmp[k]; k ^= 1; }
-        if (gpt_layer_forward(st->m, l, exec_tied(st), act, e->scratch, y, x, tk, b, T) < 0)
+        if (gpt_layer_forward(st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch, y, x, tk, b, T) < 0)
             return pt_adderr("stage %d F%d: ", st->g, mb);
         x = y;
     }
-    if (st->next < 0) e->loss_sum += st->loss[mb];
+    if (st->next < 0 && !again) e->loss_sum += st->loss[mb];
     return 0;
 }
 
@@ -265,7 +314,7 @@ static void exec_backward_input(run_exec *e, run_stage *st, int mb) {
         if (l == 0) dx = NULL;
         else if (l == st->first) dx = st->dxo[mb];
         else { dx = e->tmp[k]; k ^= 1; }
-        gpt_layer_backward_input(st->m, l, exec_tied(st), st->act[l - st->first][mb], e->scratch,
+        gpt_layer_backward_input(st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
                                  dx, dy, e->c.mb_rows, e->c.T);
         dy = dx;
     }
@@ -274,10 +323,31 @@ static void exec_backward_input(run_exec *e, run_stage *st, int mb) {
 /* W in reverse layer order, so a stage holding head and embedding adds to wte as one process. */
 static void exec_backward_weight(run_exec *e, run_stage *st, int mb) {
     for (int l = st->end - 1; l >= st->first; l--)
-        gpt_layer_backward_weight(st->m, l, exec_tied(st), st->act[l - st->first][mb], e->scratch,
+        gpt_layer_backward_weight(st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
                                   e->c.mb_rows, e->c.T);
 }
 
+/* The F action: activations kept for the backward, or (recomputing) dropped at once. */
+static int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, const int *tgt) {
+    exec_acquire(st, mb, e->c.recompute);
+    int rc = exec_forward(e, st, mb, tok, tgt, 0);
+    if (e->c.recompute) exec_release(st, mb);
+    return rc;
+}
+
+/* B, W or BW: recomputes the forward first when asked; the activations go after W. */
+static void exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight,
+                          const int *tok, const int *tgt) {
+    if (input && e->c.recompute) {
+        exec_acquire(st, mb, 0);
+        exec_forward(e, st, mb, tok, tgt, 1);
+    }
+    if (input) exec_backward_input(e, st, mb);
+    if (weight) {
+        exec_backward_weight(e, st, mb);
+        exec_release(st, mb);
+    }
+}
 
 /* ---- weight stashing (asynchronous schedules) ---------------------------------------------- */
 
@@ -333,10 +403,10 @@ static void exec_unstash(run_exec *e, run_stage *st, int mb) {
 static void exec_restash(run_exec *e, run_stage *st) { exec_weights_put(st, e->live); }
 
 /* BW of an asynchronous schedule: on the weights its F used, then the current ones back. */
-static void exec_backward_stashed(run_exec *e, run_stage *st, int mb, int input, int weight) {
+static void exec_backward_stashed(run_exec *e, run_stage *st, int mb, int input, int weight,
+                                  const int *tok, const int *tgt) {
     exec_unstash(e, st, mb);
-    if (input) exec_backward_input(e, st, mb);
-    if (weight) exec_backward_weight(e, st, mb);
+    exec_backward(e, st, mb, input, weight, tok, tgt);
     exec_restash(e, st);
 }
 
@@ -523,14 +593,11 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
     switch (a.kind) {
     case ACT_F:
         if (e->async) exec_stash(st, a.mb);
-        rc = exec_forward(e, st, a.mb, tok, tgt);
+        rc = exec_forward_action(e, st, a.mb, tok, tgt);
         break;
     case ACT_B: case ACT_W: case ACT_BW:
-        if (e->async) exec_backward_stashed(e, st, a.mb, a.kind != ACT_W, a.kind != ACT_B);
-        else {
-            if (a.kind != ACT_W) exec_backward_input(e, st, a.mb);
-            if (a.kind != ACT_B) exec_backward_weight(e, st, a.mb);
-        }
+        if (e->async) exec_backward_stashed(e, st, a.mb, a.kind != ACT_W, a.kind != ACT_B, tok, tgt);
+        else exec_backward(e, st, a.mb, a.kind != ACT_W, a.kind != ACT_B, tok, tgt);
         break;
     case ACT_SEND_F: case ACT_SEND_B: sm = TL_SEND; rc = exec_send(e, i, a, &peer); break;
     case ACT_RECV_F: case ACT_RECV_B: sm = TL_RECV; rc = exec_recv(e, i, a, &peer); break;
@@ -625,4 +692,14 @@ void run_exec_stash_stats(const run_exec *e, int out[3]) {
     out[0] = e->stash_checked;
     out[1] = e->stash_bad;
     out[2] = e->stash_stale;
+}
+
+size_t run_exec_act_bytes(const run_exec *e) {
+    size_t n = 0;
+    for (int i = 0; i < e->n_stages; i++) {
+        const run_stage *st = &e->st[i];
+        for (int l = st->first; l < st->end; l++)
+            n += (size_t)(st->n_slots + 1) * gpt_layer_act_floats(st->m, l, e->c.mb_rows, e->c.T);
+    }
+    return n * sizeof(float);
 }

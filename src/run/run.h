@@ -8,6 +8,7 @@
 #ifndef PT_RUN_RUN_H
 #define PT_RUN_RUN_H
 #include "comm/comm.h"
+#include <stdbool.h>
 #include "model/gpt.h"
 #include "run/layout.h"
 #include "sched/sched.h"
@@ -23,7 +24,7 @@ typedef struct {
     int chunks;                 /* --chunks (0: the generator's default) */
     int M;                      /* --microbatches (0 with a file: the file's count) */
     const char *split;          /* "3,5,4,4" blocks per chunk, or NULL for even */
-    int recompute;              /* drop activations after F, recompute at B */
+    bool recompute;             /* drop activations after F, recompute them at B */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),
      * through comm_faulty_wrap. */
@@ -84,6 +85,8 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man);
  * out[1] backwards that did not use the weights of their forward (0 unless broken), out[2]
  * backwards whose forward's weights had been updated since (where stashing mattered). */
 void run_job_stash_stats(const run_job *j, int out[3]);
+/* Largest activation storage of one rank of this process, in bytes (run_exec_act_bytes). */
+size_t run_job_act_bytes(const run_job *j);
 /* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
 int run_job_is_root(const run_job *j);
 /* The last iteration's events of every rank, merged (root only; NULL elsewhere): times in seconds

@@ -175,6 +175,13 @@ void run_job_stash_stats(const run_job *j, int out[3]) {
     }
 }
 
+size_t run_job_act_bytes(const run_job *j) {
+    size_t mx = 0;
+    for (int r = 0; r < j->n_local; r++)
+        if (run_exec_act_bytes(j->ex[r]) > mx) mx = run_exec_act_bytes(j->ex[r]);
+    return mx;
+}
+
 int run_job_is_root(const run_job *j) { return !j->mpi || j->comms[0]->rank == 0; }
 
 /* ---- iteration ---------------------------------------------------------------------------- */

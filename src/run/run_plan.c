@@ -41,7 +41,6 @@ bad:
 static int plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     const run_opts *o = &pl->o;
     const sched *s = pl->s;
-    if (o->recompute) return pt_seterr("--recompute is not implemented yet");
     if (B % (o->D * s->n_mb))
         return pt_seterr("--batch %d is not divisible by dp x microbatches = %d x %d", B, o->D, s->n_mb);
     if ((long)s->n_stages * s->n_mb * 2 >= RUN_TAG_LIMIT)
