@@ -17,8 +17,8 @@ fi
 steps=${DEMO_STEPS:-300}
 echo "== training a 4-layer, 128-channel character-level GPT on $data ($(wc -c < "$data") bytes), $steps steps"
 rm -rf "$out/run"
-"$bin" train --config examples/char-gpt.json --data "$data" --batch 16 --seq 128 \
-  --steps "$steps" --lr 1e-3 --warmup 20 --lr-schedule cosine --shuffle 7 \
+"$bin" train --config examples/char-gpt.json --data "$data" --batch 32 --seq 128 \
+  --steps "$steps" --lr 2e-3 --beta2 0.99 --warmup 30 --lr-schedule cosine --shuffle 7 \
   --metrics "$out/metrics.jsonl" --save "$out/run" --log-every 10
 echo "== metrics: $out/metrics.jsonl; checkpoint: $out/run/ckpt-$steps"
 echo "== sample (temperature 0.8):"
