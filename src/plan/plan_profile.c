@@ -1,6 +1,8 @@
 /* Profiling on this machine: times F, B and W of the embedding, one transformer block (blocks are
  * identical) and the head on real layers (model/gpt.h), medians over repeats after a warm-up, one
- * BLAS thread. Not the costs file format (plan_cost.c) nor any use of the numbers. */
+ * BLAS thread. Like a pipeline stage, each repeat runs F on several microbatches' activation
+ * buffers, then their B, then their W, so caches see what they see in a pipeline rather than one
+ * buffer hot. Not the costs file format (plan_cost.c) nor any use of the numbers. */
 #include "plan/plan.h"
 #include "model/gpt.h"
 #include "util/pt.h"
@@ -8,15 +10,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Buffers for one layer on one (B, T) microbatch. */
+#define IN_FLIGHT 4               /* microbatches whose activations cycle per repeat */
+#define IN_FLIGHT_BYTES (1L << 30)  /* ... fewer when their activations pass this */
+
+/* Buffers for one layer on n_act (B, T) microbatches. */
 typedef struct {
-    float *act, *scratch, *x, *out, *dx, *dout;   /* act per gpt.h; x, out, dx, dout (B,T,C) */
+    float *act[IN_FLIGHT];                        /* act per gpt.h, one per microbatch */
+    int n_act;
+    float *scratch, *x, *out, *dx, *dout;         /* x, out, dx, dout (B,T,C) */
     int *tokens;                                  /* (B,T) */
 } prof_bufs;
 
 static void bufs_init(prof_bufs *b, const gpt_model *m, int layer, int B, int T, pt_rng *rng) {
     size_t N = (size_t)B * T, C = (size_t)m->cfg.n_embd;
-    b->act = pt_falloc(gpt_layer_act_floats(m, layer, B, T));
+    size_t act = gpt_layer_act_floats(m, layer, B, T);
+    b->n_act = (int)(IN_FLIGHT_BYTES / (long)(act * sizeof(float) + 1));
+    b->n_act = b->n_act < 1 ? 1 : b->n_act > IN_FLIGHT ? IN_FLIGHT : b->n_act;
+    for (int i = 0; i < b->n_act; i++) b->act[i] = pt_falloc(act);
     b->scratch = pt_falloc(gpt_scratch_floats(m, B, T));
     b->x = pt_falloc(N * C); b->out = pt_falloc(N * C); b->dx = pt_falloc(N * C); b->dout = pt_falloc(N * C);
     b->tokens = pt_malloc(sizeof(int) * N);
@@ -25,24 +35,32 @@ static void bufs_init(prof_bufs *b, const gpt_model *m, int layer, int B, int T,
 }
 
 static void bufs_free(prof_bufs *b) {
-    free(b->act); free(b->scratch); free(b->x); free(b->out); free(b->dx); free(b->dout); free(b->tokens);
+    for (int i = 0; i < b->n_act; i++) free(b->act[i]);
+    free(b->scratch); free(b->x); free(b->out); free(b->dx); free(b->dout); free(b->tokens);
 }
 
-/* Runs F, B, W once, each timed into t[3]. */
+/* F on every act buffer, then B on each, then W on each; t[ph * n_act + i] gets the seconds. */
 static int run_once(const gpt_model *m, int layer, prof_bufs *b, int B, int T, double *t) {
     gpt_layer_kind kind = gpt_layer_kind_of(m, layer);
     const int *tok = kind == GPT_LAYER_BLOCK ? NULL : b->tokens;
-    const float *x = kind == GPT_LAYER_EMBED ? NULL : b->x;
-    double t0 = pt_now();
-    if (gpt_layer_forward(m, layer, NULL, b->act, b->scratch, b->out, x, tok, B, T) < 0) return -1;
-    double t1 = pt_now();
-    const float *dout = kind == GPT_LAYER_HEAD ? NULL : b->dout;
+    const float *x = kind == GPT_LAYER_EMBED ? NULL : b->x, *dout = kind == GPT_LAYER_HEAD ? NULL : b->dout;
     float *dx = kind == GPT_LAYER_EMBED ? NULL : b->dx;
-    if (gpt_layer_backward_input(m, layer, NULL, b->act, b->scratch, dx, dout, B, T) < 0) return -1;
-    double t2 = pt_now();
-    if (gpt_layer_backward_weight(m, layer, NULL, b->act, b->scratch, B, T) < 0) return -1;
-    double t3 = pt_now();
-    t[PLAN_F] = t1 - t0; t[PLAN_B] = t2 - t1; t[PLAN_W] = t3 - t2;
+    int n = b->n_act;
+    for (int i = 0; i < n; i++) {
+        double t0 = pt_now();
+        if (gpt_layer_forward(m, layer, NULL, b->act[i], b->scratch, b->out, x, tok, B, T) < 0) return -1;
+        t[PLAN_F * n + i] = pt_now() - t0;
+    }
+    for (int i = 0; i < n; i++) {
+        double t0 = pt_now();
+        if (gpt_layer_backward_input(m, layer, NULL, b->act[i], b->scratch, dx, dout, B, T) < 0) return -1;
+        t[PLAN_B * n + i] = pt_now() - t0;
+    }
+    for (int i = 0; i < n; i++) {
+        double t0 = pt_now();
+        if (gpt_layer_backward_weight(m, layer, NULL, b->act[i], b->scratch, B, T) < 0) return -1;
+        t[PLAN_W * n + i] = pt_now() - t0;
+    }
     return 0;
 }
 
@@ -56,19 +74,21 @@ static double median(double *x, int n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-/* Medians of one layer at one size into sec[3]. */
+/* Medians of one layer at one size into sec[3], over repeats x in-flight samples. */
 static int profile_layer(const gpt_model *m, int layer, int B, int T, int repeats, double *sec) {
     pt_rng rng;
     pt_rng_seed(&rng, 1234 + (uint64_t)layer);
     prof_bufs b;
     bufs_init(&b, m, layer, B, T, &rng);
-    double *t = pt_malloc(sizeof(double) * PLAN_N_PHASES * (size_t)repeats), one[PLAN_N_PHASES];
+    int n = b.n_act, per = repeats * n;
+    double *t = pt_malloc(sizeof(double) * PLAN_N_PHASES * (size_t)per), one[PLAN_N_PHASES * IN_FLIGHT];
     int rc = run_once(m, layer, &b, B, T, one);   /* warm-up: page faults, caches */
     for (int r = 0; r < repeats && rc == 0; r++) {
         rc = run_once(m, layer, &b, B, T, one);
-        for (int ph = 0; ph < PLAN_N_PHASES; ph++) t[ph * repeats + r] = one[ph];
+        for (int ph = 0; ph < PLAN_N_PHASES; ph++)
+            for (int i = 0; i < n; i++) t[ph * per + r * n + i] = one[ph * n + i];
     }
-    for (int ph = 0; ph < PLAN_N_PHASES && rc == 0; ph++) sec[ph] = median(t + ph * repeats, repeats);
+    for (int ph = 0; ph < PLAN_N_PHASES && rc == 0; ph++) sec[ph] = median(t + ph * per, per);
     free(t);
     bufs_free(&b);
     return rc;
