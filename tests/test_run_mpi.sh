@@ -56,4 +56,11 @@ mpi 2 grad $gargs --out "$D/x.st" --stages 2 --microbatches 3 --transport mpi > 
 nerr=$(grep -c 'not divisible' "$D/out")
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$nerr" -eq 2 ] && ok "mpi: bad batch split is an error on every rank" \
   || fail "mpi: bad batch split is an error on every rank" "rc $rc: $(head -3 "$D/out")"
+# a rank that dies mid-step (fault injection): the job ends with an error naming it, no hang.
+t0=$(date +%s)
+mpi 4 $targs --transport mpi --fail-rank 2 --fail-after 3 > "$D/out" 2>&1; rc=$?
+if [ $rc -eq 124 ]; then fail "mpi: a dying rank ends the job naming it" "hang"
+elif [ $rc -ne 0 ] && grep -q 'rank 2 failed: died after 3 sends' "$D/out"; then
+  ok "mpi: a dying rank ends the job naming it ($(( $(date +%s) - t0 ))s)"
+else fail "mpi: a dying rank ends the job naming it" "rc $rc: $(head -5 "$D/out")"; fi
 done_tests

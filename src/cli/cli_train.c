@@ -285,7 +285,11 @@ static int pipe_flags(train_args *a, int *argc, char ***argv, comm **world) {
     if (!a->transport || !strcmp(a->transport, "threads")) return 0;
     if (strcmp(a->transport, "mpi")) return pt_seterr("--transport must be threads or mpi, got '%s'", a->transport);
     if (!comm_mpi_available()) return pt_seterr("--transport mpi: this build has no MPI");
-    return comm_mpi_init(argc, argv, world);
+    if (comm_mpi_init(argc, argv, world) < 0) return -1;
+    /* the fault-injection test hook: threads mode wraps inside the job, MPI here (it owns world) */
+    if (o->fail_after > 0 && (*world)->rank == o->fail_rank)
+        return comm_faulty_wrap(*world, -1, 0, o->fail_after, world);
+    return 0;
 }
 
 int cli_train(int argc, char **argv) {
@@ -325,6 +329,8 @@ int cli_train(int argc, char **argv) {
         {"--transport", OPT_STR, &a.transport, "threads (default) | mpi (run under mpirun)"},
         {"--timeout", OPT_DOUBLE, &a.ro.timeout, "seconds a rank waits for a message (default 60)"},
         {"--recompute", OPT_FLAG, &a.ro.recompute, "drop activations after F, recompute them at B (less memory)"},
+        {"--fail-rank", OPT_INT, &a.ro.fail_rank, "testing: this world rank dies after --fail-after sends"},
+        {"--fail-after", OPT_INT, &a.ro.fail_after, "testing: sends before --fail-rank dies (default 0: never)"},
         {"--trace", OPT_STR, &a.trace, "pipelined: Chrome trace JSON of the last step, measured"},
         {"--svg", OPT_STR, &a.svg, "pipelined: SVG timeline of the last step, measured"},
     };
