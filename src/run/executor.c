@@ -36,8 +36,6 @@ typedef struct {
     double *stash_sum;                /* [M] checksum of the stashed weights */
 } run_stage;
 
-typedef struct { comm_req *req; } run_pending;
-
 struct run_exec {
     run_exec_cfg c;
     int d, p, M, N, C, n_stages;      /* replica, pipeline rank, sizes */
@@ -48,6 +46,7 @@ struct run_exec {
     comm *tied_comm;                  /* ranks holding a wte copy */
     comm_req **recv_req;              /* [len] request of each RECV action, posted early */
     comm_req **send_req;              /* [len] pending sends */
+    int *pend, n_pend;                /* indices of the pending sends, oldest first */
     int n_reduce, last_reduce;        /* REDUCE_GRAD actions; index of the last */
     double loss_sum, sumsq;
     int stepped;
@@ -212,6 +211,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     int len = s->len[e->p];
     e->recv_req = pt_calloc((size_t)len + 1, sizeof *e->recv_req);
     e->send_req = pt_calloc((size_t)len + 1, sizeof *e->send_req);
+    e->pend = pt_calloc((size_t)len + 1, sizeof *e->pend);
     e->last_reduce = -1;
     for (int i = 0; i < len; i++)
         if (s->acts[e->p][i].kind == ACT_REDUCE_GRAD) { e->n_reduce++; e->last_reduce = i; }
@@ -236,6 +236,7 @@ void run_exec_free(run_exec *e) {
     free(e->tmp[1]);
     free(e->recv_req);
     free(e->send_req);
+    free(e->pend);
     timeline_free(&e->tl);
     free(e);
 }
@@ -433,13 +434,15 @@ static int exec_post_recvs(run_exec *e) {
 }
 
 /* Completes finished sends without blocking (lazily, between actions). */
-static int exec_poll_sends(run_exec *e, int upto) {
-    for (int i = 0; i < upto; i++) {
-        if (!e->send_req[i]) continue;
-        int done = 0;
+static int exec_poll_sends(run_exec *e) {
+    int k = 0;
+    for (int n = 0; n < e->n_pend; n++) {
+        int i = e->pend[n], done = 0;
         if (comm_test(e->c.world, e->send_req[i], &done) < 0) return -1;
         if (done) e->send_req[i] = NULL;
+        else e->pend[k++] = i;
     }
+    e->n_pend = k;
     return 0;
 }
 
@@ -490,6 +493,7 @@ static void exec_chunk_span(const run_stage *st, size_t *off, size_t *n) {
         *n -= wte;
     }
 }
+
 
 /* Reduces every chunk, then wte, in one global order (chunk 0..K-1, tied) so collectives on the
  * sub-communicators cannot cross. Adds the unique gradients' sum of squares to e->sumsq. */
@@ -643,6 +647,7 @@ static int exec_finish_sends(run_exec *e) {
         if (comm_wait(e->c.world, r, e->c.timeout) < 0)
             return pt_adderr("rank %d: completing sends: ", e->c.world_rank);
     }
+    e->n_pend = 0;
     return 0;
 }
 
@@ -667,7 +672,8 @@ static int exec_walk(run_exec *e, const int *tokens, const int *targets, const o
     int len = e->c.s->len[e->p];
     for (int i = 0; i < len; i++) {
         if (exec_action(e, i, tokens, targets, oc, t, st) < 0) return -1;
-        if (exec_poll_sends(e, i + 1) < 0) return pt_adderr("rank %d: ", e->c.world_rank);
+        if (e->send_req[i]) e->pend[e->n_pend++] = i;
+        if (e->n_pend && exec_poll_sends(e) < 0) return pt_adderr("rank %d: ", e->c.world_rank);
     }
     if (!e->stepped) {
         if (!e->async && e->n_reduce == 0 && exec_reduce_all(e) < 0) return -1;
@@ -683,6 +689,7 @@ int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const
     e->loss_sum = 0;
     e->sumsq = 0;
     e->stepped = 0;
+    e->n_pend = 0;
     exec_zero_grads(e);
     if (exec_walk(e, tokens, targets, oc, t, st) < 0) return exec_drop_requests(e);
     return 0;
