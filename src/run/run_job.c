@@ -251,6 +251,8 @@ static void job_analyse(run_job *j, run_stats *st) {
         if (e->act.kind == ACT_STEP) samples_add(&j->prof[S * 5], j->n_iters, e->end - e->start);
         if (e->act.kind == ACT_REDUCE_GRAD)
             samples_add(&j->prof[e->act.stage * 5 + 4], j->n_iters, e->end - e->start);
+        if (e->act.kind == ACT_REDUCE_GRAD || e->act.kind == ACT_STEP)   /* busy, as in sim */
+            busy[e->rank] += e->end - e->start;
         if (!sched_kind_is_compute(e->act.kind)) continue;
         busy[e->rank] += e->end - e->start;
         int k = e->act.kind == ACT_BW ? 3 : (int)e->act.kind;   /* F 0, B 1, W 2, BW 3 */
