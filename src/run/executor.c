@@ -98,22 +98,16 @@ static int exec_count_slots(const run_exec *e, int g) {
     return peak;
 }
 
-static void exec_stage_init(run_exec *e, run_stage *st, int g) {
-    const sched *s = e->c.s;
-    int K = s->stages_per_pipe, V = 0;
-    st->g = g;
-    st->chunk = layout_chunk_of(e->c.lo, g);
-    st->pipe = g / K;
-    layout_stage_layers(e->c.lo, g, &st->first, &st->end);
-    st->prev = sched_stage_prev(s, g);
-    st->next = sched_stage_next(s, g);
-    st->prev_rank = st->prev >= 0 && s->stage_rank[st->prev] != e->p ? exec_rank_of(e, st->prev) : -1;
-    st->next_rank = st->next >= 0 && s->stage_rank[st->next] != e->p ? exec_rank_of(e, st->next) : -1;
-    st->m = e->c.models[st->pipe];
-    st->opt = e->c.opts[st->pipe];
-    V = st->m->cfg.vocab_size;
+/* Floats of the weights a stage reads: its span, then its private wte when it has one. */
+static size_t exec_weights_n(const run_stage *st) {
+    return st->span_n + (st->priv_wte ? (size_t)st->m->cfg.vocab_size * st->m->cfg.n_embd : 0);
+}
+
+/* Activation sets and the boundary buffers of each microbatch. */
+static void exec_stage_buffers(run_exec *e, run_stage *st) {
     int nl = st->end - st->first;
-    st->n_slots = exec_count_slots(e, g);
+    size_t nc = (size_t)e->N * e->C;
+    st->n_slots = exec_count_slots(e, st->g);
     st->slot_of = pt_malloc(sizeof(int) * (size_t)e->M);
     st->slot_mb = pt_malloc(sizeof(int) * (size_t)st->n_slots);
     for (int j = 0; j < e->M; j++) st->slot_of[j] = -1;
@@ -121,33 +115,49 @@ static void exec_stage_init(run_exec *e, run_stage *st, int g) {
     st->act = pt_calloc((size_t)nl, sizeof *st->act);
     for (int l = 0; l < nl; l++)   /* one more set: the forward's when recomputing */
         st->act[l] = exec_bufs(st->n_slots + 1, gpt_layer_act_floats(st->m, st->first + l, e->c.mb_rows, e->c.T));
-    size_t nc = (size_t)e->N * e->C;
     if (st->next >= 0) st->out = exec_bufs(e->M, nc);
     else st->loss = pt_calloc((size_t)e->M, sizeof *st->loss);
     if (st->prev_rank >= 0) st->xin = exec_bufs(e->M, nc);
     if (st->prev >= 0) st->dxo = exec_bufs(e->M, nc);
     if (st->next_rank >= 0) st->dyin = exec_bufs(e->M, nc);
-    size_t o1, c1, priv = 0;
+}
+
+/* The head's own wte, dwte and moments (copied from the instance: equal to the embedding's). */
+static void exec_stage_tied(run_stage *st) {
+    size_t n = (size_t)st->m->cfg.vocab_size * st->m->cfg.n_embd;
+    st->priv_wte = pt_falloc(n);
+    st->priv_dwte = pt_falloc(n);
+    memcpy(st->priv_wte, st->m->w.wte, n * sizeof(float));
+    if (st->opt) {   /* non-zero when resuming */
+        adamw_init(&st->priv_opt, n);
+        memcpy(st->priv_opt.m, st->opt->m, n * sizeof(float));
+        memcpy(st->priv_opt.v, st->opt->v, n * sizeof(float));
+    }
+    st->tied.wte = st->priv_wte;
+    st->tied.dwte = st->priv_dwte;
+}
+
+static void exec_stage_init(run_exec *e, run_stage *st, int g) {
+    const sched *s = e->c.s;
+    st->g = g;
+    st->chunk = layout_chunk_of(e->c.lo, g);
+    st->pipe = g / s->stages_per_pipe;
+    layout_stage_layers(e->c.lo, g, &st->first, &st->end);
+    st->prev = sched_stage_prev(s, g);
+    st->next = sched_stage_next(s, g);
+    st->prev_rank = st->prev >= 0 && s->stage_rank[st->prev] != e->p ? exec_rank_of(e, st->prev) : -1;
+    st->next_rank = st->next >= 0 && s->stage_rank[st->next] != e->p ? exec_rank_of(e, st->next) : -1;
+    st->m = e->c.models[st->pipe];
+    st->opt = e->c.opts[st->pipe];
+    exec_stage_buffers(e, st);
+    size_t o1, c1;
     gpt_layer_param_span(st->m, st->first, &st->span_off, &c1);
     gpt_layer_param_span(st->m, st->end - 1, &o1, &c1);
     st->span_n = o1 + c1 - st->span_off;
-    if (st->next < 0 && st->chunk != 0 && !exec_holds_embedding(e, st->pipe)) priv = (size_t)V * e->C;
+    if (st->next < 0 && st->chunk != 0 && !exec_holds_embedding(e, st->pipe)) exec_stage_tied(st);
     if (e->async) {
-        st->stash = exec_bufs(e->M, st->span_n + priv);
+        st->stash = exec_bufs(e->M, exec_weights_n(st));
         st->stash_sum = pt_calloc((size_t)e->M, sizeof *st->stash_sum);
-    }
-    if (priv) {
-        size_t n = (size_t)V * e->C;
-        st->priv_wte = pt_falloc(n);
-        st->priv_dwte = pt_falloc(n);
-        memcpy(st->priv_wte, st->m->w.wte, n * sizeof(float));
-        if (st->opt) {   /* moments as the embedding's (non-zero when resuming) */
-            adamw_init(&st->priv_opt, n);
-            memcpy(st->priv_opt.m, st->opt->m, n * sizeof(float));
-            memcpy(st->priv_opt.v, st->opt->v, n * sizeof(float));
-        }
-        st->tied.wte = st->priv_wte;
-        st->tied.dwte = st->priv_dwte;
     }
 }
 
@@ -371,10 +381,6 @@ static double exec_checksum(const float *w, size_t n, size_t base) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)w[i] * (double)(1 + (base + i) % 7919);
     return s;
-}
-
-static size_t exec_weights_n(const run_stage *st) {
-    return st->span_n + (st->priv_wte ? (size_t)st->m->cfg.vocab_size * st->m->cfg.n_embd : 0);
 }
 
 /* Checksum of the weights the stage's layers read right now (span, then the private wte). */
