@@ -46,6 +46,15 @@ loss() { sed 's/.*"loss":\([0-9.]*\).*/\1/' "$1"; }
 grep -q '^simulated: iteration' "$D/out" && ok "train mpi: measured vs simulated on rank 0" \
   || fail "train mpi: measured vs simulated on rank 0" "$(tail -3 "$D/out")"
 
+# checkpoints: saved over MPI (each chunk by its holder), resumed with threads, same losses.
+sargs="train --config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3 --stages 2 --dp 2 --schedule 1f1b --microbatches 2"
+mpi 4 $sargs --steps 3 --save "$D/ck" --transport mpi > "$D/out" 2>&1
+"$P" $sargs --steps 6 --metrics "$D/full.jsonl" > /dev/null 2>&1
+"$P" $sargs --steps 6 --resume "$D/ck/ckpt-3" --metrics "$D/res.jsonl" > /dev/null 2>&1
+[ -s "$D/res.jsonl" ] && [ "$(tail -3 "$D/full.jsonl" | loss /dev/stdin)" = "$(loss "$D/res.jsonl")" ] \
+  && ok "mpi: checkpoint saved over MPI resumes with threads, same losses" \
+  || fail "mpi: checkpoint saved over MPI resumes with threads, same losses" "$(tail -3 "$D/out")"
+
 # bad layout: the world does not match dp x stages; every rank says so and exits.
 mpi 3 grad $gargs --out "$D/x.st" --stages 2 --dp 2 --transport mpi > "$D/out" 2>&1; rc=$?
 nerr=$(grep -c 'MPI world has 3 processes' "$D/out")
