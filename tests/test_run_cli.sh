@@ -78,6 +78,7 @@ expect_error "bad layout: split drops a block" "covers 3 blocks" grad --out "$D/
 expect_error "bad layout: schedule file rows" "has 2 ranks.*--stages is 4" grad --out "$D/x.st" --stages 4 --schedule-file "$D/s.csv"
 expect_error "bad layout: unknown transport" "--transport must be threads or mpi" train --steps 1 --stages 2 --transport tcp
 expect_error "train: --trace needs a pipeline" "--trace and --svg" train --steps 1 --trace "$D/x.json"
+expect_error "grad: pipedream has no batch gradient" "needs a synchronous schedule" grad --out "$D/x.st" --stages 2 --schedule pipedream
 expect_error "a dying rank stops the job naming it" "rank 2.*died after 3 sends" \
   train --steps 3 --stages 2 --dp 2 --fail-rank 2 --fail-after 3 --timeout 10
 done_tests

@@ -18,20 +18,23 @@ for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i
 mpi() { local n=$1; shift; timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -np "$n" "$P" "$@" < /dev/null; }
 gargs="--config $D/cfg.json --tokens $D/text.txt --batch 8 --seq 16"
 
-# grad: every rank count the schedules allow on 4 processes, against threads, bitwise.
-while read -r name flags; do
-  n="grad mpi $name $flags"
-  if ! mpi 4 grad $gargs --out "$D/mpi.st" --schedule "$name" $flags --transport mpi > "$D/out" 2>&1; then
+# grad: schedules, rank counts and a split on 2 or 4 processes, against threads, bitwise.
+while read -r np name flags; do
+  n="grad mpi -np $np $name $flags"
+  if ! mpi "$np" grad $gargs --out "$D/mpi.st" --schedule "$name" $flags --transport mpi > "$D/out" 2>&1; then
     fail "$n" "$(tail -3 "$D/out")"; continue; fi
   "$P" grad $gargs --out "$D/thr.st" --schedule "$name" $flags > /dev/null 2>&1
   check "$n equals threads bitwise" "$CMP" "$D/mpi.st" "$D/thr.st" 0
 done <<'L'
-gpipe --stages 4 --microbatches 4
-1f1b --stages 2 --dp 2 --microbatches 2
-interleaved-1f1b --stages 2 --dp 2 --chunks 2 --microbatches 2
-zb-h1 --stages 4 --microbatches 4
-zb-v --stages 2 --dp 2 --microbatches 2
-chimera --stages 2 --dp 2 --microbatches 2
+4 gpipe --stages 4 --microbatches 4
+2 gpipe --stages 1 --dp 2 --microbatches 2
+4 1f1b --stages 2 --dp 2 --microbatches 2
+4 interleaved-1f1b --stages 2 --dp 2 --chunks 2 --microbatches 2
+4 zb-h1 --stages 4 --microbatches 4
+4 zb-h2 --stages 4 --microbatches 4
+4 zb-v --stages 2 --dp 2 --microbatches 2
+4 chimera --stages 2 --dp 2 --microbatches 2
+4 greedy --stages 2 --dp 2 --microbatches 2 --split 1,3
 L
 
 # train: 5 steps over MPI give the threads run's losses.
@@ -45,6 +48,12 @@ loss() { sed 's/.*"loss":\([0-9.]*\).*/\1/' "$1"; }
   || fail "train mpi: losses equal threads" "$(loss "$D/m_mpi.jsonl" | tr '\n' ' ') vs $(loss "$D/m_thr.jsonl" | tr '\n' ' ')"
 grep -q '^simulated: iteration' "$D/out" && ok "train mpi: measured vs simulated on rank 0" \
   || fail "train mpi: measured vs simulated on rank 0" "$(tail -3 "$D/out")"
+pargs="train --config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3 --steps 5 --stages 2 --dp 2 --schedule pipedream --microbatches 2"
+mpi 4 $pargs --transport mpi --metrics "$D/p_mpi.jsonl" > "$D/out" 2>&1
+"$P" $pargs --metrics "$D/p_thr.jsonl" > /dev/null 2>&1
+[ -s "$D/p_mpi.jsonl" ] && [ "$(loss "$D/p_mpi.jsonl")" = "$(loss "$D/p_thr.jsonl")" ] \
+  && ok "train mpi pipedream: losses equal threads" \
+  || fail "train mpi pipedream: losses equal threads" "$(tail -3 "$D/out")"
 
 # checkpoints: saved over MPI (each chunk by its holder), resumed with threads, same losses.
 sargs="train --config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3 --stages 2 --dp 2 --schedule 1f1b --microbatches 2"

@@ -268,6 +268,9 @@ static void job_analyse(run_job *j, run_stats *st) {
 int run_job_iteration(run_job *j, const int *tokens, const int *targets, const optim_config *oc,
                       int t, run_stats *st) {
     memset(st, 0, sizeof *st);
+    if (j->pl->s->async && !oc)
+        return pt_seterr("schedule %s updates the weights after every microbatch; the gradient of "
+                         "a whole batch needs a synchronous schedule", j->pl->s->name);
     j->tok = tokens; j->tgt = targets; j->oc = oc; j->t = t;
     if (job_run_all(j, job_iter_rank) < 0) return -1;
     j->tl.n = 0;
