@@ -44,7 +44,7 @@ if paste <(loss "$D/m1.jsonl") <(loss "$D/m2.jsonl") | awk -v t=$TOL '
      { d = $1 - $2; if (d < 0) d = -d; if (d > t * $1) bad = 1; n++ } END { exit bad || n != 5 }'; then
   ok "train: 5 losses equal one process"
 else fail "train: 5 losses equal one process" "$(paste <(loss "$D/m1.jsonl") <(loss "$D/m2.jsonl") | tr '\n' ' ')"; fi
-grep -q '"bubble_fraction":0\.[0-9]*}' "$D/m2.jsonl" && ok "train: metrics carry bubble_fraction" \
+grep -q '"bubble_fraction":0\.[0-9]*,"act_bytes_max_rank":[0-9]*}' "$D/m2.jsonl" && ok "train: metrics carry bubble_fraction" \
   || fail "train: metrics carry bubble_fraction" "$(head -1 "$D/m2.jsonl")"
 grep -q '^measured:  iteration' "$D/train.out" && grep -q '^simulated: iteration' "$D/train.out" \
   && ok "train: measured and simulated iteration time" || fail "train: measured and simulated iteration time" "$(tail -3 "$D/train.out")"

@@ -97,7 +97,8 @@ static void log_step(train_run *r, const train_args *a, long step, const train_s
         fprintf(r->metrics, "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,"
                 "\"tokens_per_s\":%.1f,\"step_ms\":%.3f", step, st->loss, st->lr, st->grad_norm,
                 tok_s, dt * 1e3);
-        if (bubble >= 0) fprintf(r->metrics, ",\"bubble_fraction\":%.4f", bubble);
+        if (bubble >= 0) fprintf(r->metrics, ",\"bubble_fraction\":%.4f,\"act_bytes_max_rank\":%zu",
+                                 bubble, run_job_act_bytes(r->job));
         fprintf(r->metrics, "}\n");
         fflush(r->metrics);
     }
@@ -252,8 +253,10 @@ static int train_main(const train_args *a, comm *world) {
                r.m.cfg.n_layer, r.m.cfg.n_head, r.m.cfg.n_embd, r.m.cfg.vocab_size, r.m.num_params / 1e6,
                a->data, data_ntokens(r.d));
     if (r.root && a->ro.P)
-        printf("pipeline: %s, %d stages x %d replicas, %d microbatches of %d sequences, %s transport\n",
-               r.pl.s->name, r.pl.o.P, r.pl.o.D, r.pl.s->n_mb, r.pl.mb_rows, world ? "mpi" : "threads");
+        printf("pipeline: %s, %d stages x %d replicas, %d microbatches of %d sequences, %s transport; "
+               "activations %.2f MB on the busiest rank%s\n", r.pl.s->name, r.pl.o.P, r.pl.o.D,
+               r.pl.s->n_mb, r.pl.mb_rows, world ? "mpi" : "threads", run_job_act_bytes(r.job) / 1e6,
+               a->ro.recompute ? " (recomputing)" : "");
     rc = a->ro.P ? pipe_loop(&r, a) : train_loop(&r, a);
 cleanup:
     run_job_free(r.job);

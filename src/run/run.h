@@ -86,7 +86,7 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man);
  * out[1] backwards that did not use the weights of their forward (0 unless broken), out[2]
  * backwards whose forward's weights had been updated since (where stashing mattered). */
 void run_job_stash_stats(const run_job *j, int out[3]);
-/* Largest activation storage of one rank of this process, in bytes (run_exec_act_bytes). */
+/* Largest activation storage of any rank of the job, in bytes (run_exec_act_bytes). */
 size_t run_job_act_bytes(const run_job *j);
 /* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
 int run_job_is_root(const run_job *j);

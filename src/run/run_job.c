@@ -34,6 +34,7 @@ struct run_job {
     atomic_int first_fail;
     timeline tl;                     /* merged events of the last iteration (root) */
     int tl_linked, n_iters;
+    size_t act_max;                  /* largest activation storage of any rank, bytes */
     job_samples *prof;               /* [S*5 + 1] F, B, W, BW, REDUCE per stage; STEP (root) */
     /* arguments of the call the rank threads run */
     const int *tok, *tgt;
@@ -117,6 +118,17 @@ static void job_alloc_models(run_job *j, const gpt_model *init, const adamw_stat
     }
 }
 
+/* The busiest rank's activation bytes (MPI: every rank's, summed into its own slot). */
+static int job_measure_acts(run_job *j) {
+    double *v = pt_calloc((size_t)j->R, sizeof *v);
+    for (int r = 0; r < j->n_local; r++) v[job_world_rank(j, r)] = (double)run_exec_act_bytes(j->ex[r]);
+    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R) : 0;
+    for (int r = 0; r < j->R; r++)
+        if (v[r] > j->act_max) j->act_max = (size_t)v[r];
+    free(v);
+    return rc;
+}
+
 int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
                  const adamw_state *init_opt, comm *world) {
     run_job *j = pt_calloc(1, sizeof *j);
@@ -144,7 +156,8 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
             comm_faulty_wrap(j->comms[fr], -1, 0, pl->o.fail_after, &j->comms[fr]) < 0) return -1;
     }
     job_alloc_models(j, init, init_opt);
-    return job_run_all(j, job_exec_init);
+    if (job_run_all(j, job_exec_init) < 0) return -1;
+    return job_measure_acts(j);
 }
 
 void run_job_free(run_job *j) {
@@ -175,12 +188,7 @@ void run_job_stash_stats(const run_job *j, int out[3]) {
     }
 }
 
-size_t run_job_act_bytes(const run_job *j) {
-    size_t mx = 0;
-    for (int r = 0; r < j->n_local; r++)
-        if (run_exec_act_bytes(j->ex[r]) > mx) mx = run_exec_act_bytes(j->ex[r]);
-    return mx;
-}
+size_t run_job_act_bytes(const run_job *j) { return j->act_max; }
 
 int run_job_is_root(const run_job *j) { return !j->mpi || j->comms[0]->rank == 0; }
 
