@@ -227,6 +227,7 @@ static int pipe_start(train_run *r, const train_args *a) {
     if (run_plan_init(&r->pl, &a->ro, &r->m.cfg, a->batch, a->seq) < 0) return -1;
     if (run_job_init(&r->job, &r->pl, &r->m, &r->opt, r->world) < 0) return -1;
     r->root = run_job_is_root(r->job);
+    if (r->world && a->threads > 0) openblas_set_num_threads(a->threads);   /* per process */
     return 0;
 }
 
@@ -321,7 +322,7 @@ int cli_train(int argc, char **argv) {
         {"--save-every", OPT_INT, &a.save_every, "also save every K steps (default: only at the end)"},
         {"--resume", OPT_STR, &a.resume, "continue from a checkpoint folder (DIR/ckpt-<step>)"},
         {"--log-every", OPT_INT, &a.log_every, "progress line every N steps (default: ~50 lines)"},
-        {"--threads", OPT_INT, &a.threads, "OpenBLAS threads (default: all cores; pipelined: 1 per rank)"},
+        {"--threads", OPT_INT, &a.threads, "OpenBLAS threads (default: all cores; pipelined: 1 per rank, MPI: this many per process)"},
         {"--stages", OPT_INT, &a.ro.P, "P, pipeline ranks (default 1: no pipeline)"},
         {"--dp", OPT_INT, &a.ro.D, "D, data-parallel replicas (default 1)"},
         {"--schedule", OPT_STR, &a.ro.schedule, "pipeline schedule (gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, greedy)"},

@@ -58,10 +58,11 @@ typedef struct {
 typedef struct run_job run_job;
 
 /* Starts a job: threads mode (world == NULL: P*D rank threads, one model copy per replica and
- * pipe, OpenBLAS set to one thread process-wide) or MPI mode (world: this process's endpoint of
+ * pipe) or MPI mode (world: this process's endpoint of
  * a world of exactly P*D ranks; one full model per process, of which it uses its spans). init
  * holds the starting parameters, init_opt (NULL: zeros) AdamW moments for every parameter (both
- * copied). Collective in MPI mode. -1 on a bad world size. */
+ * copied). Sets OpenBLAS to one thread (process-wide: one core per rank). Collective in MPI
+ * mode. -1 on a bad world size. */
 int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
                  const adamw_state *init_opt, comm *world);
 void run_job_free(run_job *j);

@@ -5,7 +5,8 @@
  *
  * Threads mode keeps one gpt_model per (replica, pipe), shared by that replica's rank threads:
  * each thread touches only its own stages' spans. OpenBLAS's thread count is process-wide, so
- * it is set to 1 once before the rank threads start (each rank computes on one core). */
+ * it is set to 1 once before the rank threads start (each rank computes on one core); MPI mode
+ * sets it to 1 per process too (the CLI's --threads raises it there). */
 #include "run/executor.h"
 #include "run/run.h"
 #include "util/pt.h"
@@ -147,10 +148,10 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
     j->errs = pt_calloc((size_t)j->n_local, sizeof *j->errs);
     j->prof = pt_calloc((size_t)pl->s->n_stages * 5 + 1, sizeof *j->prof);
     timeline_init(&j->tl, pl->s, NULL, 1);
+    openblas_set_num_threads(1);     /* one core per rank (MPI: per process; the caller may raise it) */
     if (j->mpi) j->comms[0] = world;
     else {
         if (comm_threads_create(j->R, j->comms) < 0) return -1;
-        openblas_set_num_threads(1);
         int fr = pl->o.fail_rank;
         if (pl->o.fail_after > 0 && fr >= 0 && fr < j->R &&
             comm_faulty_wrap(j->comms[fr], -1, 0, pl->o.fail_after, &j->comms[fr]) < 0) return -1;
