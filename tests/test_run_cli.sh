@@ -70,6 +70,14 @@ if paste <(tail -3 "$D/full.jsonl" | loss /dev/stdin) <(loss "$D/res2.jsonl") | 
   ok "train: resume under P=4 D=2 continues the P=2 run"
 else fail "train: resume under P=4 D=2 continues the P=2 run" "$(loss "$D/res2.jsonl" | tr '\n' ' ')"; fi
 
+pd="--stages 2 --schedule pipedream --microbatches 4"
+train --steps 6 $pd --metrics "$D/pfull.jsonl" >/dev/null 2>&1
+train --steps 3 $pd --save "$D/pck" >/dev/null 2>&1
+train --steps 6 $pd --resume "$D/pck/ckpt-3" --metrics "$D/pres.jsonl" >/dev/null 2>&1
+[ -s "$D/pres.jsonl" ] && [ "$(tail -3 "$D/pfull.jsonl" | loss /dev/stdin)" = "$(loss "$D/pres.jsonl")" ] \
+  && ok "train: pipedream resumes exactly" \
+  || fail "train: pipedream resumes exactly" "$(loss "$D/pres.jsonl" | tr '\n' ' ')"
+
 # --- bad layouts: a clear error, never a hang
 expect_error "bad layout: more stages than blocks" "only 4 transformer blocks" grad --out "$D/x.st" --stages 8
 expect_error "bad layout: batch not divisible" "not divisible by dp x microbatches" grad --out "$D/x.st" --stages 2 --dp 2 --microbatches 3

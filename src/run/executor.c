@@ -51,7 +51,7 @@ struct run_exec {
     double loss_sum, sumsq;
     int stepped;
     int async;                        /* weights update per microbatch, with weight stashing */
-    int n_updates;                    /* AdamW updates so far (async bias correction) */
+    int n_step_acts, step_idx;        /* async: STEPs per iteration, STEPs done in this one */
     float *live;                      /* async: the current weights while stashed ones run */
     int stash_checked, stash_bad, stash_stale;   /* run_exec_stash_stats */
     timeline tl;
@@ -225,6 +225,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->last_reduce = -1;
     for (int i = 0; i < len; i++)
         if (s->acts[e->p][i].kind == ACT_REDUCE_GRAD) { e->n_reduce++; e->last_reduce = i; }
+    for (int i = 0; i < len; i++) e->n_step_acts += s->acts[e->p][i].kind == ACT_STEP;
     timeline_init(&e->tl, s, NULL, 1);
     *out = e;
     if (exec_split_comms(e) < 0) return pt_adderr("rank %d: ", cfg->world_rank);
@@ -619,7 +620,8 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
         if (e->async) {
             if (oc) {
                 rs->lr = optim_lr_at(oc, t);
-                exec_adamw(e, oc, ++e->n_updates, rs->lr, 1.0);
+                /* update number from the step alone, so a resumed run counts the same */
+                exec_adamw(e, oc, (t - 1) * e->n_step_acts + ++e->step_idx, rs->lr, 1.0);
             }
             exec_zero_grads(e);
             break;
@@ -695,6 +697,7 @@ int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const
     e->loss_sum = 0;
     e->sumsq = 0;
     e->stepped = 0;
+    e->step_idx = 0;
     e->n_pend = 0;
     exec_zero_grads(e);
     if (exec_walk(e, tokens, targets, oc, t, st) < 0) return exec_drop_requests(e);
