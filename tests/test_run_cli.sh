@@ -33,6 +33,9 @@ check "grad: --split 1,3 equals one process" "$CMP" "$D/g4.st" "$D/g1.st" $TOL
 printf '0F0,0F1,0BW0,0BW1,0REDUCE_GRAD,STEP\n1F0,1BW0,1F1,1BW1,1REDUCE_GRAD,STEP\n' > "$D/s.csv"
 check "grad: --schedule-file" grad --out "$D/g5.st" --stages 2 --schedule-file "$D/s.csv"
 check "grad: --schedule-file equals one process" "$CMP" "$D/g5.st" "$D/g1.st" $TOL
+"$P" schedule --schedule chimera --stages 2 --microbatches 2 --csv > "$D/chimera.csv"
+check "grad: a chimera CSV (--pipes 2)" grad --out "$D/g6.st" --stages 2 --schedule-file "$D/chimera.csv" --pipes 2
+check "grad: the chimera CSV equals one process" "$CMP" "$D/g6.st" "$D/g1.st" $TOL
 
 # --- train: same losses as one process, bubble per step, measured vs simulated, trace, picture
 train --steps 5 --metrics "$D/m1.jsonl" >/dev/null 2>&1

@@ -117,6 +117,7 @@ int cli_grad(int argc, char **argv) {
         {"--chunks", OPT_INT, &a.ro.chunks, "V, stages per rank (interleaved; default: the schedule's)"},
         {"--microbatches", OPT_INT, &a.ro.M, "M, microbatches per replica (default: P)"},
         {"--schedule-file", OPT_STR, &a.ro.schedule_file, "CSV schedule (one row per rank) instead of --schedule"},
+        {"--pipes", OPT_INT, &a.ro.pipes, "pipes of the --schedule-file schedule (2 for a chimera; default 1)"},
         {"--split", OPT_STR, &a.ro.split, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
         {"--transport", OPT_STR, &a.transport, "threads (default) | mpi (run under mpirun)"},
         {"--timeout", OPT_DOUBLE, &a.ro.timeout, "seconds a rank waits for a message (default 60)"},

@@ -21,6 +21,7 @@ typedef struct {
     int P, D;                   /* --stages, --dp */
     const char *schedule;       /* generator name (NULL when schedule_file is given) */
     const char *schedule_file;  /* CSV schedule, or NULL */
+    int pipes;                  /* pipes of the CSV schedule (0: 1; chimera: 2) */
     int chunks;                 /* --chunks (0: the generator's default) */
     int M;                      /* --microbatches (0 with a file: the file's count) */
     const char *split;          /* "3,5,4,4" blocks per chunk, or NULL for even */

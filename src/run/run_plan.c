@@ -11,7 +11,7 @@
 /* The schedule from the file or the generator, checked against P and M. */
 static sched *plan_schedule(const run_opts *o) {
     if (o->schedule_file) {
-        sched *s = sched_read_csv(o->schedule_file, 0);
+        sched *s = sched_read_csv(o->schedule_file, o->pipes);
         if (!s) return NULL;
         if (s->n_ranks != o->P) {
             pt_seterr("--schedule-file %s has %d ranks (rows), --stages is %d", o->schedule_file,
