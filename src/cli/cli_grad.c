@@ -85,7 +85,7 @@ free_model:
 
 /* Pipelined when any layout flag is given (P = D = 1 and a schedule otherwise default); the
  * MPI world when --transport mpi. Errors name the flag; in MPI mode they say the rank. */
-static int cli_pipeline_setup(grad_args *a, int *argc, char ***argv, comm **world) {
+static int grad_pipeline_flags(grad_args *a, int *argc, char ***argv, comm **world) {
     run_opts *o = &a->ro;
     if (!o->P && !o->D && !o->schedule && !o->schedule_file && !o->M && !a->transport && !o->split &&
         !o->recompute)
@@ -131,7 +131,7 @@ int cli_grad(int argc, char **argv) {
         return 2;
     }
     comm *world = NULL;
-    if (cli_pipeline_setup(&a, &argc, &argv, &world) < 0) return cli_fail("grad");
+    if (grad_pipeline_flags(&a, &argc, &argv, &world) < 0) return cli_fail("grad");
     if (grad_run(&a, world) < 0) {
         if (world) pt_adderr("rank %d: ", world->rank);
         rc = cli_fail("grad");
