@@ -44,6 +44,7 @@ done <<'L'
 4 interleaved-1f1b --stages 2 --dp 2 --chunks 2 --microbatches 2
 4 zb-h1 --stages 4 --microbatches 4
 4 zb-h2 --stages 4 --microbatches 4
+8 zb-h1 --stages 4 --dp 2 --microbatches 2
 4 zb-v --stages 2 --dp 2 --microbatches 2
 4 chimera --stages 2 --dp 2 --microbatches 2
 4 greedy --stages 2 --dp 2 --microbatches 2 --split 1,3
