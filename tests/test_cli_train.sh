@@ -49,6 +49,25 @@ fi
 "$P" sample --config "$FX/config.json" --init "$FX/model.safetensors" --length 10 > /dev/null 2>&1 \
   && ok "sample from config + weights" || fail "sample from config + weights" "non-zero exit"
 
+# --- train --plan runs the layout the planner chose
+if "$P" plan --config "$D/cfg.json" --cluster examples/cluster-local.json --global-batch 8 --seq 16 \
+     --out "$D/plan.json" > "$D/plan.out" 2>&1; then
+  ok "plan writes a plan file"
+  if "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan.json" --steps 3 --lr 1e-3 > "$D/tp.out" 2>&1 \
+     && grep -q "^plan .*stages x dp" "$D/tp.out" && grep -q "step *3/3" "$D/tp.out"; then
+    ok "train --plan runs the planned layout"
+  else
+    fail "train --plan runs the planned layout" "$(tail -3 "$D/tp.out")"
+  fi
+  expect_error "train --plan with layout flags" "--plan sets the layout" \
+    "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan.json" --stages 2 --steps 1
+  expect_error "train --plan with another batch" "plan.json: the plan is for a global batch of 8" \
+    "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan.json" --batch 6 --steps 1
+else
+  fail "plan writes a plan file" "$(tail -3 "$D/plan.out")"
+fi
+expect_error "train --plan: missing file" "nope-plan.json" train --plan "$D/nope-plan.json" --steps 1
+
 # --- bad input: clear errors naming what and where
 expect_error "train: missing config file" "nope.json" train --config nope.json --steps 1
 printf '{"n_layer": 2, "n_head": 3, "n_embd": 32, "vocab_size": 256, "n_positions": 32}' > "$D/bad.json"

@@ -7,6 +7,7 @@
 #include "io/data.h"
 #include "io/svg.h"
 #include "io/trace.h"
+#include "plan/plan.h"
 #include "run/run.h"
 #include "sim/sim.h"
 #include "train/checkpoint.h"
@@ -25,6 +26,9 @@ typedef struct {
     optim_config oc;
     run_opts ro;                 /* pipelined when ro.P > 0 (any layout flag given) */
     const char *transport, *trace, *svg;
+    const char *plan;            /* --plan plan.json: the layout from `pipetrain plan --out` */
+    char plan_split[512];        /* its split as --split text */
+    char plan_schedule[32];
 } train_args;
 
 typedef struct {
@@ -273,6 +277,37 @@ cleanup:
     return rc;
 }
 
+/* --plan: takes P, D, M, schedule, chunks, split and recompute from a plan file; the global batch
+ * is D * M * microbatch size and T the plan's, unless --batch / --seq say the same. Layout flags
+ * next to --plan are an error (which would win is not obvious). */
+static int apply_plan(train_args *a) {
+    run_opts *o = &a->ro;
+    if (o->P || o->D || o->schedule || o->schedule_file || o->M || o->split || o->chunks)
+        return pt_seterr("--plan sets the layout: drop --stages/--dp/--schedule/--schedule-file/"
+                         "--microbatches/--split/--chunks, or drop --plan");
+    plan_layout pl;
+    if (plan_read(a->plan, &pl) < 0) return -1;
+    int batch = pl.D * pl.M * pl.mb_size, rc = 0;
+    if (a->batch && a->batch != batch)
+        rc = pt_seterr("%s: the plan is for a global batch of %d sequences (dp %d x %d microbatches "
+                       "x %d), not --batch %d", a->plan, batch, pl.D, pl.M, pl.mb_size, a->batch);
+    else if (a->seq && a->seq != pl.T)
+        rc = pt_seterr("%s: the plan is for --seq %d, not %d", a->plan, pl.T, a->seq);
+    if (rc == 0) {
+        a->batch = batch;
+        a->seq = pl.T;
+        o->P = pl.P; o->D = pl.D; o->M = pl.M; o->chunks = pl.chunks;
+        o->recompute = o->recompute || pl.recompute;
+        snprintf(a->plan_schedule, sizeof a->plan_schedule, "%s", pl.schedule);
+        o->schedule = a->plan_schedule;
+        o->split = plan_layout_split_str(&pl, a->plan_split, sizeof a->plan_split);
+        printf("plan %s: %d stages x dp %d, %s, %d microbatches of %d, split %s%s\n", a->plan, pl.P,
+               pl.D, pl.schedule, pl.M, pl.mb_size, o->split, pl.recompute ? ", recompute" : "");
+    }
+    plan_layout_free(&pl);
+    return rc;
+}
+
 /* Pipelined when any layout flag is given (then P = D = 1, 1f1b and M = P unless given); the MPI
  * world when --transport mpi. */
 static int pipe_flags(train_args *a, int *argc, char ***argv, comm **world) {
@@ -338,6 +373,7 @@ int cli_train(int argc, char **argv) {
         {"--fail-after", OPT_INT, &a.ro.fail_after, "testing: sends before --fail-rank dies (default 0: never)"},
         {"--trace", OPT_STR, &a.trace, "pipelined: Chrome trace JSON of the last step, measured"},
         {"--svg", OPT_STR, &a.svg, "pipelined: SVG timeline of the last step, measured"},
+        {"--plan", OPT_STR, &a.plan, "run the layout of a plan file (pipetrain plan --out plan.json)"},
     };
     int rc = cli_parse(argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
                        "--lr X [flags]", opts, sizeof opts / sizeof *opts);
@@ -345,6 +381,7 @@ int cli_train(int argc, char **argv) {
     if (a.log_every <= 0) a.log_every = a.steps / 50 > 1 ? a.steps / 50 : 1;
     if (a.threads > 0) openblas_set_num_threads(a.threads);
     comm *world = NULL;
+    if (a.plan && apply_plan(&a) < 0) return cli_fail("train");
     if (pipe_flags(&a, &argc, &argv, &world) < 0) return cli_fail("train");
     rc = 0;
     if (parse_schedule(&a) < 0 || train_main(&a, world) < 0) {
