@@ -9,7 +9,9 @@ JOB_LIMIT_S=120     # a hang is a failure; a healthy run takes seconds
 # Under SAN=1: Open MPI leaks at MPI_Finalize (inside plugins it has dlclose'd, so suppressions
 # by library name cannot match); leak checks of our own code are in test_comm (threads, faulty).
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-mpi() { timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -np 4 "$AUX" "$@"; }
+# Under TSAN=1: Open MPI's own internals are suppressed (tests/openmpi.tsan.supp).
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp"
+mpi() { timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS -np 4 "$AUX" "$@"; }
 
 out="$TEST_TMP/mpi_comm.out"
 mpi >"$out" 2>"$out.err"; rc=$?

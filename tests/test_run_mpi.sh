@@ -11,18 +11,8 @@ JOB_LIMIT_S=120     # a hang is a failure; a healthy run takes a second or two
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own leaks
 D=$TEST_TMP/run_mpi
 mkdir -p "$D"
-# Under TSAN=1: Open MPI's own locking (its TCP transport, MPI_Finalize) is not ours to judge;
-# the threads transport is checked by test_run under TSan without suppressions.
-cat > "$D/tsan.supp" <<'S'
-deadlock:mca_btl_tcp
-race:libopen-pal
-race:libmpi
-race:mca_
-called_from_lib:libopen-pal.so
-mutex:ompi_pml_v_output_close
-mutex:libmpi.so
-S
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$D/tsan.supp"
+# Under TSAN=1: Open MPI's own internals are suppressed (tests/openmpi.tsan.supp).
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp"
 cat > "$D/cfg.json" <<'J'
 {"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}
 J
