@@ -9,7 +9,7 @@
 static void print_help(const char *verb, const char *usage, const cli_opt *opts, int n) {
     printf("usage: pipetrain %s %s\n", verb, usage ? usage : "[flags]");
     for (int i = 0; i < n; i++)
-        printf("  %-22s %s\n", opts[i].name, opts[i].help ? opts[i].help : "");
+        if (opts[i].name) printf("  %-22s %s\n", opts[i].name, opts[i].help ? opts[i].help : "");
 }
 
 static int set_value(const cli_opt *o, const char *verb, const char *v) {
@@ -47,7 +47,7 @@ int cli_parse(int argc, char **argv, const char *verb, const char *usage, const 
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
         const cli_opt *o = NULL;
         for (int k = 0; k < n; k++)
-            if (strlen(opts[k].name) == len && !strncmp(opts[k].name, a, len)) { o = &opts[k]; break; }
+            if (opts[k].name && strlen(opts[k].name) == len && !strncmp(opts[k].name, a, len)) { o = &opts[k]; break; }
         if (!o) {
             fprintf(stderr, "pipetrain %s: unknown flag '%s' (try --help)\n", verb, a);
             return -1;

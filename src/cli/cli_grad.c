@@ -3,6 +3,7 @@
  * With pipeline flags (--stages, --dp, --schedule, ...) the same file comes from the pipelined
  * runtime (threads or MPI): the objective is the same mean loss, split into microbatches. */
 #include "cli/cli.h"
+#include "cli/cli_layout.h"
 #include "cli/cli_model.h"
 #include "io/data.h"
 #include "io/safetensors.h"
@@ -83,27 +84,9 @@ free_model:
     return rc;
 }
 
-/* Pipelined when any layout flag is given (P = D = 1 and a schedule otherwise default); the
- * MPI world when --transport mpi. Errors name the flag; in MPI mode they say the rank. */
-static int grad_pipeline_flags(grad_args *a, int *argc, char ***argv, comm **world) {
-    run_opts *o = &a->ro;
-    if (!o->P && !o->D && !o->schedule && !o->schedule_file && !o->M && !a->transport && !o->split &&
-        !o->recompute)
-        return 0;
-    if (!o->P) o->P = 1;
-    if (!o->D) o->D = 1;
-    if (!o->schedule && !o->schedule_file) o->schedule = "1f1b";
-    if (!o->M && !o->schedule_file) o->M = o->P;
-    if (!a->transport || !strcmp(a->transport, "threads")) return 0;
-    if (strcmp(a->transport, "mpi")) return pt_seterr("--transport must be threads or mpi, got '%s'", a->transport);
-    if (!comm_mpi_available()) return pt_seterr("--transport mpi: this build has no MPI");
-    if (comm_mpi_init(argc, argv, world) < 0) return -1;
-    return 0;
-}
-
 int cli_grad(int argc, char **argv) {
     grad_args a = {.batch = 0, .seq = 0, .seed = 1337};
-    const cli_opt opts[] = {
+    cli_opt opts[7 + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &a.config, "model config JSON (Hugging Face GPT-2 keys)"},
         {"--init", OPT_STR, &a.init, "weights (safetensors, HF GPT-2 names); default: seeded init"},
         {"--tokens", OPT_STR, &a.tokens, "token file (llm.c format) or raw text"},
@@ -111,18 +94,8 @@ int cli_grad(int argc, char **argv) {
         {"--seq", OPT_INT, &a.seq, "T, tokens per sequence"},
         {"--out", OPT_STR, &a.out, "output safetensors: gradients with the input's names + 'loss'"},
         {"--seed", OPT_LONG, &a.seed, "init seed when --init is not given (default 1337)"},
-        {"--stages", OPT_INT, &a.ro.P, "P, pipeline ranks (default 1: no pipeline)"},
-        {"--dp", OPT_INT, &a.ro.D, "D, data-parallel replicas (default 1)"},
-        {"--schedule", OPT_STR, &a.ro.schedule, "pipeline schedule (gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, greedy)"},
-        {"--chunks", OPT_INT, &a.ro.chunks, "V, stages per rank (interleaved; default: the schedule's)"},
-        {"--microbatches", OPT_INT, &a.ro.M, "M, microbatches per replica (default: P)"},
-        {"--schedule-file", OPT_STR, &a.ro.schedule_file, "CSV schedule (one row per rank) instead of --schedule"},
-        {"--pipes", OPT_INT, &a.ro.pipes, "pipes of the --schedule-file schedule (2 for a chimera; default 1)"},
-        {"--split", OPT_STR, &a.ro.split, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
-        {"--transport", OPT_STR, &a.transport, "threads (default) | mpi (run under mpirun)"},
-        {"--timeout", OPT_DOUBLE, &a.ro.timeout, "seconds a rank waits for a message (default 60)"},
-        {"--recompute", OPT_FLAG, &a.ro.recompute, "drop activations after F, recompute them at B (less memory)"},
     };
+    cli_layout_opts(opts + 7, &a.ro, &a.transport);
     int rc = cli_parse(argc, argv, "grad", "--config C.json [--init M.safetensors] --tokens X.bin "
                        "--batch B --seq T --out G.safetensors", opts, sizeof opts / sizeof *opts);
     if (rc) return rc < 0 ? 2 : 0;
@@ -131,7 +104,8 @@ int cli_grad(int argc, char **argv) {
         return 2;
     }
     comm *world = NULL;
-    if (grad_pipeline_flags(&a, &argc, &argv, &world) < 0) return cli_fail("grad");
+    if (cli_layout_given(&a.ro, a.transport) && cli_layout_start(&a.ro, a.transport, &argc, &argv, &world) < 0)
+        return cli_fail("grad");
     if (grad_run(&a, world) < 0) {
         if (world) pt_adderr("rank %d: ", world->rank);
         rc = cli_fail("grad");

@@ -3,6 +3,7 @@
  * pipelined runtime (run/run.h) on threads or MPI, which adds the measured bubble per step and,
  * at the end, measured iteration time next to the simulator's prediction from profiled costs. */
 #include "cli/cli.h"
+#include "cli/cli_layout.h"
 #include "cli/cli_model.h"
 #include "io/data.h"
 #include "io/svg.h"
@@ -312,21 +313,13 @@ static int apply_plan(train_args *a) {
  * world when --transport mpi. */
 static int pipe_flags(train_args *a, int *argc, char ***argv, comm **world) {
     run_opts *o = &a->ro;
-    if (!o->P && !o->D && !o->schedule && !o->schedule_file && !o->M && !a->transport && !o->split &&
-        !o->recompute) {
+    if (!cli_layout_given(o, a->transport)) {
         if (a->trace || a->svg) return pt_seterr("--trace and --svg record a pipelined run (give --stages)");
         return 0;
     }
-    if (!o->P) o->P = 1;
-    if (!o->D) o->D = 1;
-    if (!o->schedule && !o->schedule_file) o->schedule = "1f1b";
-    if (!o->M && !o->schedule_file) o->M = o->P;
-    if (!a->transport || !strcmp(a->transport, "threads")) return 0;
-    if (strcmp(a->transport, "mpi")) return pt_seterr("--transport must be threads or mpi, got '%s'", a->transport);
-    if (!comm_mpi_available()) return pt_seterr("--transport mpi: this build has no MPI");
-    if (comm_mpi_init(argc, argv, world) < 0) return -1;
+    if (cli_layout_start(o, a->transport, argc, argv, world) < 0) return -1;
     /* the fault-injection test hook: threads mode wraps inside the job, MPI here (it owns world) */
-    if (o->fail_after > 0 && (*world)->rank == o->fail_rank)
+    if (*world && o->fail_after > 0 && (*world)->rank == o->fail_rank)
         return comm_faulty_wrap(*world, -1, 0, o->fail_after, world);
     return 0;
 }
@@ -334,7 +327,8 @@ static int pipe_flags(train_args *a, int *argc, char ***argv, comm **world) {
 int cli_train(int argc, char **argv) {
     train_args a = {.steps = 100, .seed = 1337, .log_every = 0, .lr_min = -1, .threads = 0,
                     .oc = optim_config_default()};
-    const cli_opt opts[] = {
+    enum { N_TRAIN_OPTS = 28 };
+    cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &a.config, "model config JSON (Hugging Face GPT-2 keys)"},
         {"--init", OPT_STR, &a.init, "initial weights (safetensors); default: GPT-2 init from --seed"},
         {"--data", OPT_STR, &a.data, "training data: raw text (bytes) or an llm.c token file"},
@@ -358,23 +352,13 @@ int cli_train(int argc, char **argv) {
         {"--resume", OPT_STR, &a.resume, "continue from a checkpoint folder (DIR/ckpt-<step>)"},
         {"--log-every", OPT_INT, &a.log_every, "progress line every N steps (default: ~50 lines)"},
         {"--threads", OPT_INT, &a.threads, "OpenBLAS threads (default: all cores; pipelined: 1 per rank, MPI: this many per process)"},
-        {"--stages", OPT_INT, &a.ro.P, "P, pipeline ranks (default 1: no pipeline)"},
-        {"--dp", OPT_INT, &a.ro.D, "D, data-parallel replicas (default 1)"},
-        {"--schedule", OPT_STR, &a.ro.schedule, "pipeline schedule (gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, greedy)"},
-        {"--chunks", OPT_INT, &a.ro.chunks, "V, stages per rank (interleaved; default: the schedule's)"},
-        {"--microbatches", OPT_INT, &a.ro.M, "M, microbatches per replica (default: P)"},
-        {"--schedule-file", OPT_STR, &a.ro.schedule_file, "CSV schedule (one row per rank) instead of --schedule"},
-        {"--pipes", OPT_INT, &a.ro.pipes, "pipes of the --schedule-file schedule (2 for a chimera; default 1)"},
-        {"--split", OPT_STR, &a.ro.split, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
-        {"--transport", OPT_STR, &a.transport, "threads (default) | mpi (run under mpirun)"},
-        {"--timeout", OPT_DOUBLE, &a.ro.timeout, "seconds a rank waits for a message (default 60)"},
-        {"--recompute", OPT_FLAG, &a.ro.recompute, "drop activations after F, recompute them at B (less memory)"},
         {"--fail-rank", OPT_INT, &a.ro.fail_rank, "testing: this world rank dies after --fail-after sends"},
         {"--fail-after", OPT_INT, &a.ro.fail_after, "testing: sends before --fail-rank dies (default 0: never)"},
         {"--trace", OPT_STR, &a.trace, "pipelined: Chrome trace JSON of the last step, measured"},
         {"--svg", OPT_STR, &a.svg, "pipelined: SVG timeline of the last step, measured"},
         {"--plan", OPT_STR, &a.plan, "run the layout of a plan file (pipetrain plan --out plan.json)"},
     };
+    cli_layout_opts(opts + N_TRAIN_OPTS, &a.ro, &a.transport);
     int rc = cli_parse(argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
                        "--lr X [flags]", opts, sizeof opts / sizeof *opts);
     if (rc) return rc < 0 ? 2 : 0;

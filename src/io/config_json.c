@@ -98,15 +98,7 @@ cJSON *config_to_cjson(const gpt_config *c) {
 int config_save_json(const gpt_config *c, const char *path) {
     if (gpt_config_validate(c, path) != 0) return -1;
     cJSON *o = config_to_cjson(c);
-    char *text = cJSON_Print(o);
+    int rc = io_write_json(o, path);
     cJSON_Delete(o);
-    io_atomic_file a;
-    int rc = io_atomic_open(&a, path);
-    if (rc == 0) {
-        fputs(text, a.f);
-        fputc('\n', a.f);
-        rc = io_atomic_commit(&a);
-    }
-    cJSON_free(text);
     return rc;
 }

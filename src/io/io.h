@@ -23,6 +23,9 @@ cJSON *config_to_cjson(const gpt_config *c);
 /* Validates c and writes it as pretty JSON, atomically (see io_atomic_open). */
 int config_save_json(const gpt_config *c, const char *path);
 
+/* Writes a JSON value as pretty text plus a newline, atomically (see io_atomic_open). -1 with an
+ * error naming the path. */
+int io_write_json(const cJSON *value, const char *path);
 /* Atomic file writing: write through `f`, then commit. Until commit the real path is untouched;
  * after a crash at most a stale "<path>.tmp.<pid>" is left. Not for two threads of one process
  * writing the same path at once (they would share the temporary name). */

@@ -81,3 +81,17 @@ int io_text_position(const char *text, size_t len, size_t at, char *near, size_t
     near[k] = 0;
     return line;
 }
+
+int io_write_json(const cJSON *value, const char *path) {
+    char *text = cJSON_Print(value);
+    if (!text) return pt_seterr("%s: out of memory formatting JSON", path);
+    io_atomic_file a;
+    int rc = io_atomic_open(&a, path);
+    if (rc == 0) {
+        fputs(text, a.f);
+        fputc('\n', a.f);
+        rc = io_atomic_commit(&a);
+    }
+    cJSON_free(text);
+    return rc;
+}

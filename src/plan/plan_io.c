@@ -61,12 +61,8 @@ static cJSON *plan_to_json(const plan_layout *p) {
 
 int plan_write(const plan_layout *p, const char *path) {
     cJSON *o = plan_to_json(p);
-    char *text = cJSON_Print(o);
+    int rc = io_write_json(o, path);
     cJSON_Delete(o);
-    io_atomic_file f;
-    int rc = io_atomic_open(&f, path);
-    if (rc == 0) { fprintf(f.f, "%s\n", text); rc = io_atomic_commit(&f); }
-    free(text);
     return rc;
 }
 

@@ -337,16 +337,8 @@ static int write_manifest(const char *tmpdir, const ckpt_manifest *man) {
     char path[CKPT_PATH_MAX];
     snprintf(path, sizeof path, "%s/manifest.json", tmpdir);
     cJSON *root = manifest_json(man);
-    char *text = cJSON_Print(root);
+    int rc = io_write_json(root, path);
     cJSON_Delete(root);
-    io_atomic_file a;
-    int rc = io_atomic_open(&a, path);
-    if (rc == 0) {
-        fputs(text, a.f);
-        fputc('\n', a.f);
-        rc = io_atomic_commit(&a);
-    }
-    free(text);
     return rc;
 }
 

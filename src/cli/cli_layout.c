@@ -1,0 +1,38 @@
+/* Layout flags shared by train and grad, their defaults, and the MPI world. */
+#include "cli/cli_layout.h"
+#include "util/pt.h"
+#include <string.h>
+
+void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport) {
+    const cli_opt opts[CLI_LAYOUT_N_OPTS] = {
+        {"--stages", OPT_INT, &ro->P, "P, pipeline ranks (default 1: no pipeline)"},
+        {"--dp", OPT_INT, &ro->D, "D, data-parallel replicas (default 1)"},
+        {"--schedule", OPT_STR, &ro->schedule, "pipeline schedule (gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, greedy, pipedream)"},
+        {"--chunks", OPT_INT, &ro->chunks, "V, stages per rank (interleaved; default: the schedule's)"},
+        {"--microbatches", OPT_INT, &ro->M, "M, microbatches per replica (default: P)"},
+        {"--schedule-file", OPT_STR, &ro->schedule_file, "CSV schedule (one row per rank) instead of --schedule"},
+        {"--pipes", OPT_INT, &ro->pipes, "pipes of the --schedule-file schedule (2 for a chimera; default 1)"},
+        {"--split", OPT_STR, &ro->split, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
+        {"--transport", OPT_STR, transport, "threads (default) | mpi (run under mpirun)"},
+        {"--timeout", OPT_DOUBLE, &ro->timeout, "seconds a rank waits for a message (default 60)"},
+        {"--recompute", OPT_FLAG, &ro->recompute, "drop activations after F, recompute them at B (less memory)"},
+    };
+    memcpy(out, opts, sizeof opts);
+}
+
+int cli_layout_given(const run_opts *o, const char *transport) {
+    return o->P || o->D || o->schedule || o->schedule_file || o->M || transport || o->split ||
+           o->recompute;
+}
+
+int cli_layout_start(run_opts *o, const char *transport, int *argc, char ***argv, comm **world) {
+    *world = NULL;
+    if (!o->P) o->P = 1;
+    if (!o->D) o->D = 1;
+    if (!o->schedule && !o->schedule_file) o->schedule = "1f1b";
+    if (!o->M && !o->schedule_file) o->M = o->P;
+    if (!transport || !strcmp(transport, "threads")) return 0;
+    if (strcmp(transport, "mpi")) return pt_seterr("--transport must be threads or mpi, got '%s'", transport);
+    if (!comm_mpi_available()) return pt_seterr("--transport mpi: this build has no MPI");
+    return comm_mpi_init(argc, argv, world);
+}

@@ -1,0 +1,19 @@
+/* The pipeline-layout flags that `train` and `grad` share (--stages, --dp, --schedule, ...), and
+ * turning them into a run: defaults, and the MPI world for --transport mpi. */
+#ifndef PT_CLI_LAYOUT_H
+#define PT_CLI_LAYOUT_H
+#include "cli/cli.h"
+#include "comm/comm.h"
+#include "run/run.h"
+
+#define CLI_LAYOUT_N_OPTS 11
+
+/* Writes the CLI_LAYOUT_N_OPTS layout flags into out[], bound to ro and *transport. */
+void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport);
+/* 1 when any layout flag was given (the run is pipelined), else 0. */
+int cli_layout_given(const run_opts *ro, const char *transport);
+/* For a pipelined run: fills the defaults (P = D = 1, schedule 1f1b, M = P) and, for --transport
+ * mpi, initialises MPI and sets *world (NULL for threads). -1 with an error naming the flag. */
+int cli_layout_start(run_opts *ro, const char *transport, int *argc, char ***argv, comm **world);
+
+#endif
