@@ -89,5 +89,14 @@ expect_error cli_err_csv_order 'rank 1' $P simulate --schedule-file "$T/order.cs
 expect_error cli_err_csv_stages_mismatch '--stages 3' $P simulate --schedule-file "$T/1f1b.csv" --stages 3
 expect_error cli_err_json_and_csv 'exclude' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --json --csv
 expect_error cli_err_trace_path 'nodir/t.json' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --trace "$T/nodir/t.json"
+# greedy takes --mem-limit and the simulated costs (here a stage twice as slow)
+js=$($P simulate --schedule greedy --stages 4 --microbatches 8 --mem-limit 2 --json 2>&1)
+echo "$js" | grep -q '"peak_activations":\[2,2,' && ok cli_greedy_mem_limit_respected \
+  || fail cli_greedy_mem_limit_respected "$(echo "$js" | grep -o '"peak_activations":[^]]*]')"
+g=$($P simulate --schedule greedy --stages 4 --microbatches 8 --mem-limit 4 --cost f=1,b=2,w=1 --slow-stage 2:2 --json | grep -o '"iteration_time":[0-9.]*' | cut -d: -f2)
+z=$($P simulate --schedule zb-h1 --stages 4 --microbatches 8 --cost f=1,b=2,w=1 --slow-stage 2:2 --json | grep -o '"iteration_time":[0-9.]*' | cut -d: -f2)
+awk -v g="$g" -v z="$z" 'BEGIN{exit !(g != "" && g <= z)}' && ok cli_greedy_costs_not_worse_than_zb_h1 \
+  || fail cli_greedy_costs_not_worse_than_zb_h1 "greedy $g, zb-h1 $z"
+expect_error cli_err_mem_limit_negative 'mem-limit' $P simulate --schedule greedy --stages 2 --microbatches 2 --mem-limit -1
 rm -rf "$T"
 done_tests

@@ -5,17 +5,18 @@
 #include "util/pt.h"
 #include <stdio.h>
 
-static const char *USAGE = "--schedule NAME --stages P --microbatches M [--chunks V] [--csv] [--lower]";
+static const char *USAGE = "--schedule NAME --stages P --microbatches M [--chunks V] [--mem-limit N] [--csv] [--lower]";
 
 int cli_schedule(int argc, char **argv) {
     const char *name = NULL;
-    int stages = 0, mb = 0, chunks = 0;
+    int stages = 0, mb = 0, chunks = 0, mem_limit = 0;
     bool csv = false, lower = false;
     cli_opt opts[] = {
         {"--schedule", OPT_STR, &name, "generator: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, pipedream, greedy"},
         {"--stages", OPT_INT, &stages, "P, the number of ranks (pipeline positions)"},
         {"--microbatches", OPT_INT, &mb, "M, microbatches per iteration"},
         {"--chunks", OPT_INT, &chunks, "V, model chunks per rank (interleaved-1f1b; 0: the generator's default)"},
+        {"--mem-limit", OPT_INT, &mem_limit, "greedy: most microbatches of activations a stage may hold (0: no limit; unit costs: `pipetrain simulate` takes real ones)"},
         {"--csv", OPT_FLAG, &csv, "print CSV (one row per rank) instead of the grid"},
         {"--lower", OPT_FLAG, &lower, "add the SEND/RECV actions before printing"},
     };
@@ -25,7 +26,9 @@ int cli_schedule(int argc, char **argv) {
     if (stages < 1) return pt_seterr("--stages must be >= 1 (got %d)", stages), cli_fail("schedule");
     if (mb < 1) return pt_seterr("--microbatches must be >= 1 (got %d)", mb), cli_fail("schedule");
     if (chunks < 0) return pt_seterr("--chunks must be >= 0 (got %d)", chunks), cli_fail("schedule");
-    sched_params p = { .ranks = stages, .microbatches = mb, .chunks = chunks, .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+    if (mem_limit < 0) return pt_seterr("--mem-limit must be >= 0 (got %d)", mem_limit), cli_fail("schedule");
+    sched_params p = { .ranks = stages, .microbatches = mb, .chunks = chunks, .cost_f = 1, .cost_b = 1,
+                       .cost_w = 1, .mem_limit = mem_limit };
     sched *s = sched_generate(name, &p);
     if (!s) return cli_fail("schedule");
     if (lower) {

@@ -23,7 +23,7 @@ static const char *USAGE =
 
 typedef struct {
     const char *name, *file, *cost, *costs, *trace, *svg;
-    int stages, mb, chunks, iters;
+    int stages, mb, chunks, iters, mem_limit;
     double latency, bandwidth, act_bytes;
     bool post_validation, json, csv, crit;
     const char **slow_links, **slow_stages;
@@ -63,6 +63,7 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--slow-link", OPT_STR, NULL, "I-J:SECONDS extra delay per message between ranks I and J (repeatable)"},
         {"--slow-stage", OPT_STR, NULL, "I:FACTOR multiplies stage I's compute times (repeatable)"},
         {"--iterations", OPT_INT, &a->iters, "N iterations back to back (default 1)"},
+        {"--mem-limit", OPT_INT, &a->mem_limit, "greedy: most microbatches of activations a stage may hold (0: no limit)"},
         {"--post-validation", OPT_FLAG, &a->post_validation, "no global sync between iterations"},
         {"--trace", OPT_STR, &a->trace, "write a Chrome trace JSON (Perfetto)"},
         {"--svg", OPT_STR, &a->svg, "write an SVG timeline"},
@@ -77,6 +78,24 @@ static int parse_args(int argc, char **argv, sim_args *a) {
     if (n >= 0) rc = cli_parse(n, rest, "simulate", USAGE, opts, (int)(sizeof opts / sizeof opts[0]));
     free(rest);
     return rc;
+}
+
+static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *c);
+
+/* The greedy generator schedules by the costs being simulated (per stage, slow stages included)
+ * and --mem-limit; the other generators ignore both. */
+static sched *generate(const sim_args *a, sched_params *p) {
+    if (strcmp(a->name, "greedy")) return sched_generate(a->name, p);
+    sim_costs gc = { 0 };
+    sched *s = NULL;
+    int S = a->stages * (a->chunks >= 2 ? 2 : 1);
+    if (build_costs(a, S, a->stages, &gc) == 0) {
+        p->stage_cost_f = gc.f; p->stage_cost_b = gc.b; p->stage_cost_w = gc.w;
+        p->mem_limit = a->mem_limit;
+        s = sched_generate(a->name, p);
+    }
+    sim_costs_free(&gc);
+    return s;
 }
 
 /* The schedule from --schedule-file (validated) or from the generator flags. */
@@ -96,9 +115,10 @@ static sched *read_schedule(const sim_args *a) {
     if (a->stages < 1) { pt_seterr("--stages must be >= 1 (got %d)", a->stages); return NULL; }
     if (a->mb < 1) { pt_seterr("--microbatches must be >= 1 (got %d)", a->mb); return NULL; }
     if (a->chunks < 0) { pt_seterr("--chunks must be >= 0 (got %d)", a->chunks); return NULL; }
+    if (a->mem_limit < 0) { pt_seterr("--mem-limit must be >= 0 (got %d)", a->mem_limit); return NULL; }
     sched_params p = { .ranks = a->stages, .microbatches = a->mb, .chunks = a->chunks,
                        .cost_f = 1, .cost_b = 1, .cost_w = 1 };
-    return sched_generate(a->name, &p);
+    return generate(a, &p);
 }
 
 /* The schedule, lowered (so the trace and picture show each RECV and its wait). */
@@ -111,8 +131,8 @@ static sched *load_schedule(const sim_args *a) {
 }
 
 /* Costs: defaults f=b=w=1, then --costs file, --cost spec, uniform flags, slow links/stages. */
-static int build_costs(const sim_args *a, const sched *s, sim_costs *c) {
-    sim_costs_init(c, s->n_stages, 1, 1, 1);
+static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *c) {
+    sim_costs_init(c, n_stages, 1, 1, 1);
     if (a->costs && sim_costs_load_json(c, a->costs)) return -1;
     if (a->cost && sim_costs_parse_spec(c, a->cost)) return -1;
     if (a->latency != UNSET && !(a->latency >= 0)) return pt_seterr("--latency must be >= 0 seconds (got %g)", a->latency);
@@ -122,7 +142,7 @@ static int build_costs(const sim_args *a, const sched *s, sim_costs *c) {
     if (a->bandwidth != UNSET) c->bandwidth = a->bandwidth;
     if (a->act_bytes != UNSET) for (int g = 0; g < c->n_stages; g++) c->act_bytes[g] = a->act_bytes;
     for (int i = 0; i < a->n_slow_links; i++)
-        if (sim_costs_add_slow_link(c, a->slow_links[i], s->n_ranks)) return -1;
+        if (sim_costs_add_slow_link(c, a->slow_links[i], n_ranks)) return -1;
     for (int i = 0; i < a->n_slow_stages; i++)
         if (sim_costs_add_slow_stage(c, a->slow_stages[i])) return -1;
     return 0;
@@ -235,7 +255,7 @@ int cli_simulate(int argc, char **argv) {
     if (rc) { status = rc > 0 ? 0 : 2; goto free_args; }
     if (a.iters < 1) { pt_seterr("--iterations must be >= 1 (got %d)", a.iters); goto fail; }
     if (a.json && a.csv) { pt_seterr("--json and --csv exclude each other"); goto fail; }
-    if (!(s = load_schedule(&a)) || build_costs(&a, s, &c)) goto fail;
+    if (!(s = load_schedule(&a)) || build_costs(&a, s->n_stages, s->n_ranks, &c)) goto fail;
     if ((double)a.iters * (double)sched_total_actions(s) > MAX_EVENTS) {
         pt_seterr("--iterations %d x %ld actions is more than the %.0f events the simulator keeps", a.iters,
                   sched_total_actions(s), MAX_EVENTS);
