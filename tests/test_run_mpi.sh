@@ -58,6 +58,12 @@ mpi 4 $pargs --transport mpi --metrics "$D/p_mpi.jsonl" > "$D/out" 2>&1
   && ok "train mpi pipedream: losses equal threads" \
   || fail "train mpi pipedream: losses equal threads" "$(tail -3 "$D/out")"
 
+# under mpirun the MPI transport is the default: no --transport flag needed
+mpi 4 $targs --metrics "$D/m_auto.jsonl" > "$D/out" 2>&1
+[ -s "$D/m_auto.jsonl" ] && [ "$(loss "$D/m_auto.jsonl")" = "$(loss "$D/m_thr.jsonl")" ] \
+  && ok "train under mpirun without --transport uses MPI" \
+  || fail "train under mpirun without --transport uses MPI" "$(tail -3 "$D/out")"
+
 # checkpoints: saved over MPI (each chunk by its holder), resumed with threads, same losses.
 sargs="train --config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3 --stages 2 --dp 2 --schedule 1f1b --microbatches 2"
 mpi 4 $sargs --steps 3 --save "$D/ck" --transport mpi > "$D/out" 2>&1

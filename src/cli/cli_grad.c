@@ -104,6 +104,7 @@ int cli_grad(int argc, char **argv) {
         return 2;
     }
     comm *world = NULL;
+    a.transport = cli_layout_transport(a.transport);
     if (cli_layout_given(&a.ro, a.transport) && cli_layout_start(&a.ro, a.transport, &argc, &argv, &world) < 0)
         return cli_fail("grad");
     if (grad_run(&a, world) < 0) {

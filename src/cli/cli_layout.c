@@ -1,6 +1,7 @@
 /* Layout flags shared by train and grad, their defaults, and the MPI world. */
 #include "cli/cli_layout.h"
 #include "util/pt.h"
+#include <stdlib.h>
 #include <string.h>
 
 void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport) {
@@ -18,6 +19,16 @@ void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport) {
         {"--recompute", OPT_FLAG, &ro->recompute, "drop activations after F, recompute them at B (less memory)"},
     };
     memcpy(out, opts, sizeof opts);
+}
+
+const char *cli_layout_transport(const char *given) {
+    if (given) return given;
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+    for (unsigned i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 1) return "mpi";
+    }
+    return NULL;
 }
 
 int cli_layout_given(const run_opts *o, const char *transport) {

@@ -10,6 +10,10 @@
 
 /* Writes the CLI_LAYOUT_N_OPTS layout flags into out[], bound to ro and *transport. */
 void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport);
+/* The transport to use: the one given, else "mpi" when this process was started by mpirun with
+ * more than one process (OMPI_COMM_WORLD_SIZE or PMI_SIZE > 1), else NULL (threads). So
+ * `mpirun -np 8 pipetrain train ... --stages 4 --dp 2` just works. */
+const char *cli_layout_transport(const char *given);
 /* 1 when any layout flag was given (the run is pipelined), else 0. */
 int cli_layout_given(const run_opts *ro, const char *transport);
 /* For a pipelined run: fills the defaults (P = D = 1, schedule 1f1b, M = P) and, for --transport

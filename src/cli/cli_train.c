@@ -365,6 +365,7 @@ int cli_train(int argc, char **argv) {
     if (a.log_every <= 0) a.log_every = a.steps / 50 > 1 ? a.steps / 50 : 1;
     if (a.threads > 0) openblas_set_num_threads(a.threads);
     comm *world = NULL;
+    a.transport = cli_layout_transport(a.transport);
     if (a.plan && apply_plan(&a) < 0) return cli_fail("train");
     if (pipe_flags(&a, &argc, &argv, &world) < 0) return cli_fail("train");
     rc = 0;
