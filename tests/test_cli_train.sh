@@ -49,6 +49,14 @@ fi
 "$P" sample --config "$FX/config.json" --init "$FX/model.safetensors" --length 10 > /dev/null 2>&1 \
   && ok "sample from config + weights" || fail "sample from config + weights" "non-zero exit"
 
+out=$("$P" sample --config "$FX/config.json" --init "$FX/model.safetensors" --length 5 --prompt-tokens 3,4 2>&1)
+echo "$out" | grep -Eq '^3 4( [0-9]+){5} ?$' && ok "sample: a non-byte vocabulary prints token ids" \
+  || fail "sample: a non-byte vocabulary prints token ids" "$out"
+expect_error "sample: text prompt on a non-byte vocabulary" "prompt-tokens" \
+  "$P" sample --config "$FX/config.json" --init "$FX/model.safetensors" --length 5 --prompt hi
+expect_error "sample: token id out of range" "entry 1 is not a token id" \
+  "$P" sample --config "$FX/config.json" --init "$FX/model.safetensors" --length 5 --prompt-tokens 3,99
+
 # --- train --plan runs the layout the planner chose
 if "$P" plan --config "$D/cfg.json" --cluster examples/cluster-local.json --global-batch 8 --seq 16 \
      --out "$D/plan.json" > "$D/plan.out" 2>&1; then

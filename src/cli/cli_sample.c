@@ -1,6 +1,6 @@
 /* pipetrain sample: generates text from a checkpoint (or config + weights) by repeated forward
  * passes over a sliding window, with temperature and top-k. Byte-level models (vocab 256) read
- * and print text; other vocabularies print token ids. */
+ * and print text; other vocabularies (no tokenizer here) take --prompt-tokens and print ids. */
 #include "cli/cli.h"
 #include "cli/cli_model.h"
 #include "util/pt.h"
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 typedef struct {
-    const char *checkpoint, *config, *init, *prompt;
+    const char *checkpoint, *config, *init, *prompt, *prompt_tokens;
     int length, top_k;
     double temperature;
     long seed;
@@ -60,18 +60,41 @@ static int sample_token(const float *logits, int V, double temp, int top_k, pt_r
     return V - 1;
 }
 
+#define BYTE_VOCAB 256   /* a byte-level model: tokens are bytes, printed as text */
+
 static void emit(int tok, int V) {
-    if (V <= 256) putchar(tok);
-    else printf(" %d", tok);
+    if (V == BYTE_VOCAB) putchar(tok);
+    else printf("%d ", tok);
     fflush(stdout);
 }
 
+/* The prompt as tokens into ctx: bytes of --prompt (byte-level models), or the comma-separated
+ * ids of --prompt-tokens (any model). Returns the count, or -1 naming the bad entry. */
+static int prompt_tokens(const sample_args *a, int V, int *ctx) {
+    int n = 0;
+    if (a->prompt[0] && V != BYTE_VOCAB)
+        return pt_seterr("--prompt is text, which needs a byte-level model (vocab_size %d, this one has "
+                         "%d); give token ids with --prompt-tokens 1,2,3", BYTE_VOCAB, V);
+    for (const char *s = a->prompt; *s; s++) ctx[n++] = (unsigned char)*s;
+    for (const char *s = a->prompt_tokens; s && *s;) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || (*end && *end != ',') || v < 0 || v >= V)
+            return pt_seterr("--prompt-tokens '%s': entry %d is not a token id in [0, %d)", a->prompt_tokens, n, V);
+        ctx[n++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
 static int sample_run(gpt_model *m, const sample_args *a) {
-    int V = m->cfg.vocab_size, maxT = m->cfg.n_positions, n = 0;
-    int *ctx = pt_malloc(sizeof(int) * (strlen(a->prompt) + a->length + 1));
-    if (V < 256 && a->prompt[0]) { free(ctx); return pt_seterr("--prompt needs a byte-level model (vocab_size >= 256)"); }
-    for (const char *s = a->prompt; *s; s++) { ctx[n++] = (unsigned char)*s; emit(ctx[n - 1], V); }
-    if (n == 0) ctx[n++] = '\n' % V;          /* an empty prompt starts from a newline */
+    int V = m->cfg.vocab_size, maxT = m->cfg.n_positions;
+    size_t cap = strlen(a->prompt) + (a->prompt_tokens ? strlen(a->prompt_tokens) : 0) + a->length + 1;
+    int *ctx = pt_malloc(sizeof(int) * cap);
+    int n = prompt_tokens(a, V, ctx);
+    if (n < 0) { free(ctx); return -1; }
+    for (int i = 0; i < n; i++) emit(ctx[i], V);
+    if (n == 0) ctx[n++] = '\n' % V;          /* an empty prompt starts from a newline (byte 10) */
     float *logits = pt_falloc((size_t)maxT * V);
     double *p = pt_malloc(sizeof(double) * V);
     pt_rng rng;
@@ -93,7 +116,8 @@ int cli_sample(int argc, char **argv) {
         {"--checkpoint", OPT_STR, &a.checkpoint, "checkpoint folder, or a run folder (newest ckpt-N)"},
         {"--config", OPT_STR, &a.config, "model config JSON (instead of --checkpoint)"},
         {"--init", OPT_STR, &a.init, "weights (safetensors) with --config"},
-        {"--prompt", OPT_STR, &a.prompt, "text to continue (byte-level models)"},
+        {"--prompt", OPT_STR, &a.prompt, "text to continue (byte-level models, vocab 256)"},
+        {"--prompt-tokens", OPT_STR, &a.prompt_tokens, "token ids to continue, e.g. 15496,11 (any model)"},
         {"--length", OPT_INT, &a.length, "tokens to generate (default 200)"},
         {"--temperature", OPT_DOUBLE, &a.temperature, "softmax temperature (default 1.0)"},
         {"--top-k", OPT_INT, &a.top_k, "sample among the k likeliest tokens (default 0: all)"},
