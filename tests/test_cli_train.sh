@@ -77,6 +77,11 @@ fi
 expect_error "train --plan: missing file" "nope-plan.json" train --plan "$D/nope-plan.json" --steps 1
 
 # --- bad input: clear errors naming what and where
+expect_error "grad: a folder as the config" "not a regular file" \
+  "$P" grad --config "$D" --tokens "$FX/tokens.bin" --batch 2 --seq 13 --out "$D/g.st"
+printf '{"n_layer": 100000, "n_head": 2, "n_embd": 100000, "vocab_size": 256, "n_positions": 32}' > "$D/huge.json"
+expect_error "grad: a model too large for memory is an error, not a crash" "cannot be allocated" \
+  "$P" grad --config "$D/huge.json" --tokens "$D/text.txt" --batch 1 --seq 4 --out "$D/g.st"
 expect_error "train: missing config file" "nope.json" train --config nope.json --steps 1
 printf '{"n_layer": 2, "n_head": 3, "n_embd": 32, "vocab_size": 256, "n_positions": 32}' > "$D/bad.json"
 expect_error "train: n_embd not divisible by n_head" "bad.json.*n_embd.*n_head" \

@@ -135,7 +135,30 @@ static void run_case(const char *c) {
     cJSON_Delete(cs);
 }
 
+/* A file holding a tensor under both "transformer.X" and "X" is ambiguous: an error, not a
+ * silent pick (a file assembled from two checkpoints would otherwise load half of one). */
+static void check_duplicate_names(void) {
+    gpt_config cfg;
+    gpt_model m;
+    if (config_load_json(&cfg, "tests/fixtures/gpt-tiny/config.json") || gpt_init(&m, &cfg)) return;
+    gpt_init_random(&m, 1);
+    char path[512];
+    snprintf(path, sizeof path, "%s/dup.safetensors", getenv("TEST_TMP") ? getenv("TEST_TMP") : "/tmp");
+    st_writer *w = st_writer_new();
+    gpt_add_to_writer(&m, w, m.params, "transformer.");
+    int64_t shape[2] = {cfg.vocab_size, cfg.n_embd};
+    st_writer_add(w, "wte.weight", ST_F32, 2, shape, m.grads);
+    int wrote = st_write(w, path) == 0;
+    st_writer_free(w);
+    int rc = wrote ? gpt_load_safetensors(&m, path, NULL) : 0;
+    CHECK("weights under both prefixed and plain names are rejected",
+          wrote && rc < 0 && strstr(pt_err(), "transformer.wte.weight") && strstr(pt_err(), "ambiguous"),
+          "rc %d: %s", rc, pt_err());
+    gpt_free(&m);
+}
+
 int main(void) {
+    check_duplicate_names();
     for (unsigned i = 0; i < sizeof cases / sizeof *cases; i++) run_case(cases[i]);
     TEST_DONE();
 }

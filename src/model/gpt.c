@@ -67,8 +67,15 @@ int gpt_init(gpt_model *m, const gpt_config *cfg) {
     m->cfg = *cfg;
     int L = cfg->n_layer, C = cfg->n_embd;
     m->num_params = embed_floats(cfg) + (size_t)L * block_floats(cfg) + 2 * (size_t)C;
-    m->params = pt_falloc(m->num_params);
-    m->grads = pt_falloc(m->num_params);
+    m->params = pt_falloc_try(m->num_params);
+    m->grads = m->params ? pt_falloc_try(m->num_params) : NULL;
+    if (!m->grads) {
+        double gib = 2.0 * m->num_params * sizeof(float) / (1 << 30);
+        gpt_free(m);
+        return pt_seterr("model of %d layers, %d channels, vocab %d: %.3g GiB for parameters and "
+                         "gradients cannot be allocated (a smaller config, or more pipeline stages "
+                         "over MPI)", L, C, cfg->vocab_size, gib);
+    }
     m->w.h = pt_calloc((size_t)L, sizeof *m->w.h);
     m->g.h = pt_calloc((size_t)L, sizeof *m->g.h);
     m->info = pt_calloc((size_t)12 * L + 4, sizeof *m->info);

@@ -46,6 +46,9 @@ int gpt_load_st(gpt_model *m, const st_file *f, int *prefixed) {
         const char *n = t->name;
         if (!strncmp(n, HF_PREFIX, strlen(HF_PREFIX))) n += strlen(HF_PREFIX);
         if (!strcmp(n, "lm_head.weight")) { lm = t; continue; }
+        if (n != t->name && st_find(f, n))
+            return pt_seterr("%s: both '%s' and '%s': which one is the model's is ambiguous",
+                             st_path(f), t->name, n);
         if (gpt_param_find(m, n) >= 0 || is_ignorable(n)) continue;
         return pt_seterr("%s: unexpected tensor '%s' (not a GPT-2 parameter of this config)",
                          st_path(f), t->name);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static _Thread_local char err_buf[2048];
@@ -59,11 +60,17 @@ void *pt_calloc(size_t n, size_t size) {
     return p;
 }
 
-float *pt_falloc(size_t n) {
+float *pt_falloc_try(size_t n) {
+    if (n > (SIZE_MAX - 64) / sizeof(float)) return NULL;
     size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
     void *p = aligned_alloc(64, bytes ? bytes : 64);
-    if (!p) oom(bytes);
-    memset(p, 0, bytes);
+    if (p) memset(p, 0, bytes ? bytes : 64);
+    return p;
+}
+
+float *pt_falloc(size_t n) {
+    float *p = pt_falloc_try(n);
+    if (!p) oom(n * sizeof(float));
     return p;
 }
 
@@ -103,6 +110,12 @@ double pt_rng_normal(pt_rng *r) {
 char *pt_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) { pt_seterr("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        pt_seterr("%s: not a regular file (a folder?)", path);
+        fclose(f);
+        return NULL;
+    }
     char *buf = NULL;
     if (fseek(f, 0, SEEK_END) != 0) goto io_error;
     long n = ftell(f);

@@ -24,6 +24,9 @@ double pt_now(void);
 void *pt_malloc(size_t n);
 void *pt_calloc(size_t n, size_t size);
 float *pt_falloc(size_t n);
+/* The same, but NULL (no abort, no error set) when the memory cannot be had: for buffers whose
+ * size a user chose (a model's parameters), so the caller can say what was too big. */
+float *pt_falloc_try(size_t n);
 char *pt_strdup(const char *s);
 
 /* Seeded RNG (xoshiro256**): identical streams on every platform for the same seed. */
