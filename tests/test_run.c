@@ -467,6 +467,8 @@ static void test_bad_layouts(void) {
     expect_plan_error("bad layout: split drops a block", o, 16, "covers 7 blocks");
     o.split = "5,4";
     expect_plan_error("bad layout: split repeats a block", o, 16, "covers 9 blocks");
+    o.split = "4,4,";
+    expect_plan_error("bad layout: split with a trailing comma", o, 16, "--split '4,4,': expected");
     o.split = NULL;
     o.schedule = "nope";
     expect_plan_error("bad layout: unknown schedule", o, 16, "unknown schedule");

@@ -11,8 +11,9 @@ static int parse_split(const char *split, int K, int *counts, int n_blocks) {
     while (*s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || (*end && *end != ','))
-            return pt_seterr("--split '%s': expected blocks per stage like 3,5,4,4", split);
+        if (end == s || (*end && *end != ',') || (*end == ',' && !end[1]))
+            return pt_seterr("--split '%s': expected blocks per stage like 3,5,4,4 (numbers joined by "
+                             "single commas, none at either end)", split);
         if (v < 1) return pt_seterr("--split '%s': stage %d has %ld blocks; every stage needs at least 1",
                                     split, n, v);
         if (n == K) return pt_seterr("--split '%s' lists more than %d stages", split, K);
