@@ -87,6 +87,16 @@ expect_error "bad layout: batch not divisible" "not divisible by dp x microbatch
 expect_error "bad layout: too few microbatches" "chimera.*microbatches" grad --out "$D/x.st" --stages 4 --schedule chimera --microbatches 1
 expect_error "bad layout: split drops a block" "covers 3 blocks" grad --out "$D/x.st" --stages 2 --split 1,2
 expect_error "bad layout: schedule file rows" "has 2 ranks.*--stages is 4" grad --out "$D/x.st" --stages 4 --schedule-file "$D/s.csv"
+# A CSV without the synchronous tail would train without updating (lr 0) and still exit 0.
+printf '0F0,0F1,0BW0,0BW1\n1F0,1BW0,1F1,1BW1\n' > "$D/nostep.csv"
+expect_error "schedule file: no STEP is an error" "nostep.csv: rank 0 has no STEP: the weights would never be updated" \
+  train --steps 1 --stages 2 --schedule-file "$D/nostep.csv"
+printf '0F0,0F1,0BW0,0BW1,STEP\n1F0,1BW0,1F1,1BW1,1REDUCE_GRAD,STEP\n' > "$D/noreduce.csv"
+expect_error "schedule file: a stage without REDUCE_GRAD is an error" "noreduce.csv: rank 0 has no 0REDUCE_GRAD" \
+  train --steps 1 --stages 2 --schedule-file "$D/noreduce.csv"
+"$P" schedule --schedule pipedream --stages 2 --microbatches 2 --csv > "$D/pipedream.csv"
+check "schedule file: a pipedream CSV (a STEP per microbatch) trains" \
+  train --steps 2 --stages 2 --schedule-file "$D/pipedream.csv"
 expect_error "bad layout: unknown transport" "--transport must be threads or mpi" train --steps 1 --stages 2 --transport tcp
 expect_error "train: --trace needs a pipeline" "--trace and --svg" train --steps 1 --trace "$D/x.json"
 expect_error "grad: pipedream has no batch gradient" "needs a synchronous schedule" grad --out "$D/x.st" --stages 2 --schedule pipedream

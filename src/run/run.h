@@ -40,7 +40,8 @@ typedef struct {
 } run_plan;
 
 /* Builds and checks the plan for a model config and a (B,T) batch: the schedule (generated or
- * read, lowered, validated; the file's rank count must equal P), the layer split, B divisible by
+ * read, lowered, validated; the file's rank count must equal P and each row must hold its stages'
+ * REDUCE_GRAD and a STEP, so weights update), the layer split, B divisible by
  * D*M. Pure (no communication): every rank computes the same plan and the same error.
  * Returns 0, or -1 naming the flag at fault. Free with run_plan_free. */
 int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T);

@@ -3,10 +3,38 @@
  * or the same error. Not here: running it (run_job.c, executor.c). */
 #include "run/run.h"
 #include "util/pt.h"
+#include <stdlib.h>
 #include <string.h>
 
 #define RUN_TAG_LIMIT 32000     /* MPI guarantees tags up to 32767; the rest is for gathers */
 #define RUN_DEFAULT_TIMEOUT 60.0
+
+/* The synchronous tail the executor needs to update weights: each stage's REDUCE_GRAD on its
+ * rank and a STEP on every rank (sched_validate has checked that REDUCE_GRAD follows the stage's
+ * backward work and that nothing computes after STEP). Asynchronous schedules pass with theirs
+ * (a REDUCE_GRAD and STEP per microbatch). The simulator takes compute-only schedules; the
+ * runtime does not. Errors name the file and rank and say what to add. */
+static int plan_check_tail(const sched *s, const char *src) {
+    bool *reduced = pt_calloc((size_t)s->n_stages, sizeof *reduced);
+    int rc = 0;
+    for (int r = 0; r < s->n_ranks && rc == 0; r++) {
+        bool stepped = false;
+        for (int i = 0; i < s->len[r]; i++) {
+            if (s->acts[r][i].kind == ACT_REDUCE_GRAD) reduced[s->acts[r][i].stage] = true;
+            if (s->acts[r][i].kind == ACT_STEP) stepped = true;
+        }
+        if (!stepped)
+            rc = pt_seterr("%s: rank %d has no STEP: the weights would never be updated; end each row "
+                           "with <stage>REDUCE_GRAD ... STEP", src, r);
+        for (int g = 0; g < s->n_stages && rc == 0; g++)
+            if (s->stage_rank[g] == r && !reduced[g])
+                rc = pt_seterr("%s: rank %d has no %dREDUCE_GRAD: stage %d's gradients would never be "
+                               "reduced; end each row with <stage>REDUCE_GRAD for each of its stages "
+                               "(after their backward work), then STEP", src, r, g, g);
+    }
+    free(reduced);
+    return rc;
+}
 
 /* The schedule from the file or the generator, checked against P and M. */
 static sched *plan_schedule(const run_opts *o) {
@@ -24,6 +52,7 @@ static sched *plan_schedule(const run_opts *o) {
             goto bad;
         }
         if (sched_validate(s, NULL) < 0) { pt_adderr("--schedule-file %s: ", o->schedule_file); goto bad; }
+        if (plan_check_tail(s, o->schedule_file) < 0) goto bad;
         return s;
 bad:
         sched_free(s);
