@@ -64,6 +64,16 @@ head -c 4 "$T/t.svg" | grep -q '<svg' && grep -q 'interleaved-1f1b' "$T/t.svg" &
 $P schedule --schedule 1f1b --stages 4 --microbatches 8 --csv >"$T/1f1b.csv"
 [ "$(it $P simulate --schedule-file "$T/1f1b.csv")" = 33 ] && ok cli_simulate_schedule_file \
   || fail cli_simulate_schedule_file "want 33"
+# chimera's CSV (two pipes) round-trips with --pipes 2: the same simulation as the generator's
+$P schedule --schedule chimera --stages 4 --microbatches 4 --csv >"$T/chimera.csv"
+sim_cmp() { "$@" --cost f=1,b=2,w=1 --latency 0.1 --json | sed 's/"schedule":"[a-z0-9-]*",//'; }
+a=$(sim_cmp $P simulate --schedule-file "$T/chimera.csv" --pipes 2)
+b=$(sim_cmp $P simulate --schedule chimera --stages 4 --microbatches 4)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok cli_simulate_chimera_csv_round_trip \
+  || fail cli_simulate_chimera_csv_round_trip "$(echo "$a" | head -c 200) vs $(echo "$b" | head -c 200)"
+expect_error cli_simulate_chimera_csv_hints_pipes 'chimera.csv: valid as 2 pipes: a chimera CSV needs --pipes 2' \
+  $P simulate --schedule-file "$T/chimera.csv"
+expect_error cli_err_pipes '--pipes must be >= 1' $P simulate --schedule-file "$T/chimera.csv" --pipes -1
 
 # ---- errors name the parameter, field or cell
 expect_error cli_err_no_schedule '--schedule' $P simulate --stages 2 --microbatches 2

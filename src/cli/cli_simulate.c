@@ -13,7 +13,7 @@
 #include <string.h>
 
 static const char *USAGE =
-    "(--schedule NAME --stages P --microbatches M [--chunks V] | --schedule-file S.csv)\n"
+    "(--schedule NAME --stages P --microbatches M [--chunks V] | --schedule-file S.csv [--pipes N])\n"
     "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
     "       [--act-bytes N] [--slow-link I-J:SECONDS]... [--slow-stage I:FACTOR]... [--iterations N]\n"
     "       [--post-validation] [--trace out.json] [--svg out.svg] [--json | --csv] [--critical-path]";
@@ -23,7 +23,7 @@ static const char *USAGE =
 
 typedef struct {
     const char *name, *file, *cost, *costs, *trace, *svg;
-    int stages, mb, chunks, iters, mem_limit;
+    int stages, mb, chunks, pipes, iters, mem_limit;
     double latency, bandwidth, act_bytes;
     bool post_validation, json, csv, crit;
     const char **slow_links, **slow_stages;
@@ -55,6 +55,7 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--microbatches", OPT_INT, &a->mb, "M, microbatches per iteration"},
         {"--chunks", OPT_INT, &a->chunks, "V, model chunks per rank (interleaved-1f1b)"},
         {"--schedule-file", OPT_STR, &a->file, "simulate this CSV schedule instead (one row per rank)"},
+        {"--pipes", OPT_INT, &a->pipes, "pipes of the --schedule-file (2 for a chimera CSV; default 1)"},
         {"--cost", OPT_STR, &a->cost, "per-stage times for every stage: f=1,b=1,w=1[,bw=X][,act=BYTES]"},
         {"--costs", OPT_STR, &a->costs, "costs JSON file (docs/simulator.md); --cost and the flags below override it"},
         {"--latency", OPT_DOUBLE, &a->latency, "seconds per message, every link"},
@@ -98,17 +99,36 @@ static sched *generate(const sim_args *a, sched_params *p) {
     return s;
 }
 
+/* Prefixes a validation error of a file read as one pipe with a hint when the file is valid as
+ * two pipes (a chimera CSV without --pipes 2); the error itself is kept after it. */
+static void hint_pipes(const sim_args *a, const sched *s) {
+    if (a->pipes > 0 || s->n_stages % 2) return;
+    char err[2048];
+    snprintf(err, sizeof err, "%s", pt_err());
+    sched *two = sched_read_csv(a->file, 2);
+    bool fits = two && sched_validate(two, NULL) == 0;
+    sched_free(two);
+    pt_seterr("%s", err);
+    if (fits) pt_adderr("valid as 2 pipes: a chimera CSV needs --pipes 2; read as 1 pipe, ");
+}
+
 /* The schedule from --schedule-file (validated) or from the generator flags. */
 static sched *read_schedule(const sim_args *a) {
     if (a->file) {
-        sched *s = sched_read_csv(a->file, 0);
+        if (a->pipes < 0) { pt_seterr("--pipes must be >= 1 (got %d)", a->pipes); return NULL; }
+        sched *s = sched_read_csv(a->file, a->pipes);
         if (!s) return NULL;
         if (a->stages > 0 && a->stages != s->n_ranks) {
             pt_seterr("--stages %d does not match %s, which has %d rows (ranks)", a->stages, a->file, s->n_ranks);
             sched_free(s);
             return NULL;
         }
-        if (sched_validate(s, NULL)) { pt_adderr("%s: ", a->file); sched_free(s); return NULL; }
+        if (sched_validate(s, NULL)) {
+            hint_pipes(a, s);
+            pt_adderr("%s: ", a->file);
+            sched_free(s);
+            return NULL;
+        }
         return s;
     }
     if (!a->name) { pt_seterr("--schedule NAME or --schedule-file S.csv is required"); return NULL; }
