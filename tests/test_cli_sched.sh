@@ -83,6 +83,15 @@ expect_error cli_err_microbatches_number '--microbatches' $P simulate --schedule
 expect_error cli_err_unknown_schedule "unknown schedule 'nope'" $P simulate --schedule nope --stages 2 --microbatches 2
 expect_error cli_err_unknown_flag "unknown flag '--bogus'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --bogus
 expect_error cli_err_interleaved_divisible 'divisible' $P schedule --schedule interleaved-1f1b --stages 4 --microbatches 6
+echo '{"links": [{"a": 1, "b": 9}]}' >"$T/badlink.json"
+expect_error cli_err_costs_link_rank 'badlink.json: links\[0\].b = 9 is not a rank \(ranks 0..3\)' \
+  $P simulate --schedule 1f1b --stages 4 --microbatches 4 --costs "$T/badlink.json"
+echo '{"f": 1e999}' >"$T/inf.json"
+expect_error cli_err_costs_infinite "inf.json: field 'f' = inf" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --costs "$T/inf.json"
+echo '{"act_byte": 10}' >"$T/typo.json"
+expect_error cli_err_costs_unknown_key "typo.json: unknown field 'act_byte'.*act_bytes" \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 2 --costs "$T/typo.json"
+expect_error cli_err_latency_infinite '--latency must be in 0' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --latency inf
 expect_error cli_err_iterations '--iterations' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --iterations 0
 expect_error cli_err_bandwidth '--bandwidth' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --bandwidth -3
 expect_error cli_err_slow_link "--slow-link '1x2'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-link 1x2

@@ -367,17 +367,36 @@ static void test_costs_json(void) {
     const char *p = write_tmp("costs_ok.json", "{\"f\": [1, 2, 3], \"b\": 2, \"w\": 0.5, \"act_bytes\": 100,"
                               " \"latency\": 0.01, \"bandwidth\": 1e9, \"step\": 0.5,"
                               " \"links\": [{\"a\": 0, \"b\": 1, \"extra\": 0.25}]}");
-    int rc = sim_costs_load_json(&c, p);
+    int rc = sim_costs_load_json(&c, p, 0);
     CHECK("sim_costs_json_loads", rc == 0 && c.f[2] == 3 && c.b[1] == 2 && c.w[0] == 0.5 && c.act_bytes[2] == 100 &&
           c.latency == 0.01 && c.bandwidth == 1e9 && c.step == 0.5 && c.n_links == 1 && c.links[0].extra == 0.25,
           "rc %d: %s", rc, pt_err());
     p = write_tmp("costs_bad.json", "{\"f\": [1, 2]}");
-    rc = sim_costs_load_json(&c, p);
+    rc = sim_costs_load_json(&c, p, 0);
     CHECK("sim_costs_json_names_field", rc == -1 && strstr(pt_err(), "'f'") && strstr(pt_err(), "costs_bad.json"),
           "rc %d: %s", rc, pt_err());
     p = write_tmp("costs_neg.json", "{\"latency\": -1}");
-    rc = sim_costs_load_json(&c, p);
+    rc = sim_costs_load_json(&c, p, 0);
     CHECK("sim_costs_json_negative", rc == -1 && strstr(pt_err(), "'latency'"), "rc %d: %s", rc, pt_err());
+    /* bad values are errors naming the file and field, never silently ignored or an inf time */
+    static const struct { const char *nm, *text, *want; } bad[] = {
+        { "sim_costs_json_link_rank_out_of_range", "{\"links\": [{\"a\": 1, \"b\": 9}]}",
+          "costs_x.json: links[0].b = 9 is not a rank (ranks 0..3)" },
+        { "sim_costs_json_link_to_itself", "{\"links\": [{\"a\": 1, \"b\": 1}]}", "links[0] joins rank 1 to itself" },
+        { "sim_costs_json_link_rank_fraction", "{\"links\": [{\"a\": 0.5, \"b\": 1}]}", "links[0].a must be a rank" },
+        { "sim_costs_json_infinite", "{\"f\": 1e999}", "field 'f' = inf must be a finite number" },
+        { "sim_costs_json_huge", "{\"b\": [1, 1, 1e300]}", "field 'b'[2] must be a finite number" },
+        { "sim_costs_json_huge_link", "{\"links\": [{\"a\": 0, \"b\": 1, \"extra\": 1e999}]}",
+          "links[0].extra' must be a finite number" },
+        { "sim_costs_json_unknown_key", "{\"act_byte\": 5}", "unknown field 'act_byte' (known: f, b, w, bw, act_bytes" },
+        { "sim_costs_json_unknown_link_key", "{\"links\": [{\"a\": 0, \"b\": 1, \"extr\": 1}]}",
+          "unknown field 'extr' in links[0] (known: a, b, latency, bandwidth, extra)" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        p = write_tmp("costs_x.json", bad[i].text);
+        rc = sim_costs_load_json(&c, p, 4);
+        CHECK(bad[i].nm, rc == -1 && strstr(pt_err(), bad[i].want), "rc %d: '%s' lacks '%s'", rc, pt_err(), bad[i].want);
+    }
     rc = sim_costs_parse_spec(&c, "f=2,bw=3,act=5");
     CHECK("sim_cost_spec", rc == 0 && c.f[1] == 2 && c.bw[2] == 3 && c.act_bytes[0] == 5, "%s", pt_err());
     rc = sim_costs_parse_spec(&c, "f=2,q=1");

@@ -150,14 +150,20 @@ static sched *load_schedule(const sim_args *a) {
     return l;
 }
 
+/* A cost flag's value: finite, >= 0 and at most SIM_COST_MAX (NaN fails every comparison). */
+static bool cost_ok(double v) { return v >= 0 && v <= SIM_COST_MAX; }
+
 /* Costs: defaults f=b=w=1, then --costs file, --cost spec, uniform flags, slow links/stages. */
 static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *c) {
     sim_costs_init(c, n_stages, 1, 1, 1);
-    if (a->costs && sim_costs_load_json(c, a->costs)) return -1;
+    if (a->costs && sim_costs_load_json(c, a->costs, n_ranks)) return -1;
     if (a->cost && sim_costs_parse_spec(c, a->cost)) return -1;
-    if (a->latency != UNSET && !(a->latency >= 0)) return pt_seterr("--latency must be >= 0 seconds (got %g)", a->latency);
-    if (a->bandwidth != UNSET && !(a->bandwidth >= 0)) return pt_seterr("--bandwidth must be >= 0 bytes/s (got %g)", a->bandwidth);
-    if (a->act_bytes != UNSET && !(a->act_bytes >= 0)) return pt_seterr("--act-bytes must be >= 0 (got %g)", a->act_bytes);
+    if (a->latency != UNSET && !cost_ok(a->latency))
+        return pt_seterr("--latency must be in 0..%g seconds (got %g)", SIM_COST_MAX, a->latency);
+    if (a->bandwidth != UNSET && !cost_ok(a->bandwidth))
+        return pt_seterr("--bandwidth must be in 0..%g bytes/s (got %g)", SIM_COST_MAX, a->bandwidth);
+    if (a->act_bytes != UNSET && !cost_ok(a->act_bytes))
+        return pt_seterr("--act-bytes must be in 0..%g (got %g)", SIM_COST_MAX, a->act_bytes);
     if (a->latency != UNSET) c->latency = a->latency;
     if (a->bandwidth != UNSET) c->bandwidth = a->bandwidth;
     if (a->act_bytes != UNSET) for (int g = 0; g < c->n_stages; g++) c->act_bytes[g] = a->act_bytes;

@@ -12,6 +12,10 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+/* Largest cost value accepted (seconds, bytes, bytes/s, factors): far above any real one, and
+ * sums and products of millions of them stay finite (no inf or null iteration time). */
+#define SIM_COST_MAX 1e15
+
 /* Per-link override between ranks a and b (either direction). A negative latency or bandwidth
  * keeps the uniform value; extra is added to every message on the link (a slow link). */
 typedef struct {
@@ -38,8 +42,10 @@ void sim_costs_free(sim_costs *c);
 /* "--cost" spec "f=1,b=1,w=1[,bw=X][,act=BYTES]" applied to every stage. Error names the key. */
 int sim_costs_parse_spec(sim_costs *c, const char *spec);
 /* Loads a costs JSON file (format in docs/simulator.md) over c's current values; per-stage
- * fields are a number (every stage) or an array of S numbers. Errors name file and field. */
-int sim_costs_load_json(sim_costs *c, const char *path);
+ * fields are a number (every stage) or an array of S numbers. Every value must be finite, >= 0
+ * and at most 1e15; links must join two different ranks in 0..n_ranks-1 (n_ranks <= 0: not
+ * bounded); an unknown key is an error listing the known ones. Errors name file and field. */
+int sim_costs_load_json(sim_costs *c, const char *path, int n_ranks);
 /* "I-J:SECONDS": every message between ranks I and J (either way) takes SECONDS longer.
  * n_ranks bounds I and J. Error quotes the spec. */
 int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks);

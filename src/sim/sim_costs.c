@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,8 +71,9 @@ static int parse_int(const char *s, int *out) {
 static int spec_item(sim_costs *c, const char *item) {
     const char *eq = strchr(item, '=');
     double v;
-    if (!eq || parse_num(eq + 1, &v) || v < 0)
-        return pt_seterr("--cost: '%s' should be KEY=NUMBER >= 0 with KEY one of f, b, w, bw, act", item);
+    if (!eq || parse_num(eq + 1, &v) || v < 0 || v > SIM_COST_MAX)
+        return pt_seterr("--cost: '%s' should be KEY=NUMBER in 0..%g with KEY one of f, b, w, bw, act", item,
+                         SIM_COST_MAX);
     size_t k = (size_t)(eq - item);
     double *dst = !strncmp(item, "f", k) && k == 1 ? c->f : !strncmp(item, "b", k) && k == 1 ? c->b
                 : !strncmp(item, "w", k) && k == 1 ? c->w : !strncmp(item, "bw", k) && k == 2 ? c->bw
@@ -99,13 +101,14 @@ int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks) {
     memcpy(buf, spec, (size_t)(dash - spec)); buf[dash - spec] = 0;
     if (parse_int(buf, &a)) goto bad;
     memcpy(buf, dash + 1, (size_t)(colon - dash - 1)); buf[colon - dash - 1] = 0;
-    if (parse_int(buf, &b) || parse_num(colon + 1, &extra) || extra < 0) goto bad;
+    if (parse_int(buf, &b) || parse_num(colon + 1, &extra) || extra < 0 || extra > SIM_COST_MAX) goto bad;
     if (a >= n_ranks || b >= n_ranks || a == b)
         return pt_seterr("--slow-link '%s': ranks must be two different ranks in 0..%d", spec, n_ranks - 1);
     sim_costs_set_link(c, a, b, -1, -1, extra);
     return 0;
 bad:
-    return pt_seterr("--slow-link '%s': expected I-J:SECONDS (ranks I, J; extra seconds per message >= 0)", spec);
+    return pt_seterr("--slow-link '%s': expected I-J:SECONDS (ranks I, J; extra seconds per message in 0..%g)",
+                     spec, SIM_COST_MAX);
 }
 
 int sim_costs_add_slow_stage(sim_costs *c, const char *spec) {
@@ -115,22 +118,44 @@ int sim_costs_add_slow_stage(sim_costs *c, const char *spec) {
     double k;
     if (!colon || (size_t)(colon - spec) >= sizeof buf) goto bad;
     memcpy(buf, spec, (size_t)(colon - spec)); buf[colon - spec] = 0;
-    if (parse_int(buf, &g) || parse_num(colon + 1, &k) || k <= 0) goto bad;
+    if (parse_int(buf, &g) || parse_num(colon + 1, &k) || k <= 0 || k > SIM_COST_MAX) goto bad;
     if (g >= c->n_stages) return pt_seterr("--slow-stage '%s': stage %d out of range 0..%d", spec, g, c->n_stages - 1);
     c->f[g] *= k; c->b[g] *= k; c->w[g] *= k;
     if (c->bw[g] >= 0) c->bw[g] *= k;
     return 0;
 bad:
-    return pt_seterr("--slow-stage '%s': expected I:FACTOR (stage I, factor > 0)", spec);
+    return pt_seterr("--slow-stage '%s': expected I:FACTOR (stage I, factor > 0 and <= %g)", spec, SIM_COST_MAX);
 }
 
-/* Reads field `name` of obj into dst[S]: a number (every stage) or an array of S numbers >= 0.
- * Absent: dst unchanged. */
+/* A cost value from JSON: a finite number in 0..SIM_COST_MAX (cJSON reads 1e999 as inf). */
+static bool json_cost_ok(const cJSON *v) {
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 0 && v->valuedouble <= SIM_COST_MAX;
+}
+
+/* Every key of obj must be one of known[n]; the error names the key, where it is (`label`) and
+ * the known ones. */
+static int json_known_keys(const cJSON *obj, const char *const *known, int n, const char *label, const char *path) {
+    for (const cJSON *x = obj->child; x; x = x->next) {
+        int i = 0;
+        while (i < n && strcmp(x->string, known[i])) i++;
+        if (i < n) continue;
+        char list[256] = "";
+        for (int j = 0; j < n; j++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "", known[j]);
+        return pt_seterr("%s: unknown field '%s'%s (known: %s)", path, x->string, label, list);
+    }
+    return 0;
+}
+
+/* Reads field `name` of obj into dst[S]: a number (every stage) or an array of S numbers in
+ * 0..SIM_COST_MAX. Absent: dst unchanged. */
 static int json_stage_field(const cJSON *obj, const char *name, double *dst, int S, const char *path) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
     if (!v) return 0;
     if (cJSON_IsNumber(v)) {
-        if (v->valuedouble < 0) return pt_seterr("%s: field '%s' must be >= 0", path, name);
+        if (!json_cost_ok(v))
+            return pt_seterr("%s: field '%s' = %g must be a finite number in 0..%g", path, name, v->valuedouble,
+                             SIM_COST_MAX);
         for (int g = 0; g < S; g++) dst[g] = v->valuedouble;
         return 0;
     }
@@ -138,18 +163,19 @@ static int json_stage_field(const cJSON *obj, const char *name, double *dst, int
         return pt_seterr("%s: field '%s' must be a number or an array of %d numbers (one per stage)", path, name, S);
     int g = 0;
     for (const cJSON *x = v->child; x; x = x->next, g++) {
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0)
-            return pt_seterr("%s: field '%s'[%d] must be a number >= 0", path, name, g);
+        if (!json_cost_ok(x))
+            return pt_seterr("%s: field '%s'[%d] must be a finite number in 0..%g", path, name, g, SIM_COST_MAX);
         dst[g] = x->valuedouble;
     }
     return 0;
 }
 
-/* Reads an optional scalar >= 0; errors call it `label` (e.g. "links[1].latency"). */
+/* Reads an optional scalar in 0..SIM_COST_MAX; errors call it `label` (e.g. "links[1].latency"). */
 static int json_scalar_as(const cJSON *obj, const char *name, const char *label, double *dst, const char *path) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
     if (!v) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0) return pt_seterr("%s: field '%s' must be a number >= 0", path, label);
+    if (!json_cost_ok(v))
+        return pt_seterr("%s: field '%s' must be a finite number in 0..%g", path, label, SIM_COST_MAX);
     *dst = v->valuedouble;
     return 0;
 }
@@ -158,16 +184,37 @@ static int json_scalar(const cJSON *obj, const char *name, double *dst, const ch
     return json_scalar_as(obj, name, name, dst, path);
 }
 
+/* links[i].a or .b: a whole number, a rank in 0..n_ranks-1 (n_ranks <= 0: any >= 0). */
+static int json_link_rank(const cJSON *l, const char *name, int i, int n_ranks, const char *path, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l, name);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9 ||
+        v->valuedouble != floor(v->valuedouble))
+        return pt_seterr("%s: links[%d].%s must be a rank (a whole number >= 0)", path, i, name);
+    if (n_ranks > 0 && v->valuedouble >= n_ranks)
+        return pt_seterr("%s: links[%d].%s = %g is not a rank (ranks 0..%d)", path, i, name, v->valuedouble,
+                         n_ranks - 1);
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
 /* "links": [{"a":0,"b":1,"latency":..,"bandwidth":..,"extra":..}, ...] */
-static int json_links(sim_costs *c, const cJSON *root, const char *path) {
+static int json_links(sim_costs *c, const cJSON *root, int n_ranks, const char *path) {
+    static const char *const known[] = { "a", "b", "latency", "bandwidth", "extra" };
     const cJSON *links = cJSON_GetObjectItemCaseSensitive(root, "links");
     if (!links) return 0;
     if (!cJSON_IsArray(links)) return pt_seterr("%s: field 'links' must be an array of objects", path);
     int i = 0;
     for (const cJSON *l = links->child; l; l = l->next, i++) {
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(l, "a"), *b = cJSON_GetObjectItemCaseSensitive(l, "b");
-        if (!cJSON_IsObject(l) || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) || a->valueint < 0 || b->valueint < 0)
-            return pt_seterr("%s: field 'links'[%d] needs ranks 'a' and 'b' (whole numbers >= 0)", path, i);
+        int a, b;
+        char label[48];
+        snprintf(label, sizeof label, " in links[%d]", i);
+        if (!cJSON_IsObject(l))
+            return pt_seterr("%s: links[%d] must be an object with ranks 'a' and 'b'", path, i);
+        if (json_known_keys(l, known, 5, label, path) || json_link_rank(l, "a", i, n_ranks, path, &a) ||
+            json_link_rank(l, "b", i, n_ranks, path, &b))
+            return -1;
+        if (a == b)
+            return pt_seterr("%s: links[%d] joins rank %d to itself; a link needs two different ranks", path, i, a);
         double lat = -1, bw = -1, extra = 0;
         char l_lat[40], l_bw[40], l_ex[40];
         snprintf(l_lat, sizeof l_lat, "links[%d].latency", i);
@@ -176,12 +223,14 @@ static int json_links(sim_costs *c, const cJSON *root, const char *path) {
         if (json_scalar_as(l, "latency", l_lat, &lat, path) || json_scalar_as(l, "bandwidth", l_bw, &bw, path) ||
             json_scalar_as(l, "extra", l_ex, &extra, path))
             return -1;
-        sim_costs_set_link(c, a->valueint, b->valueint, lat, bw, extra);
+        sim_costs_set_link(c, a, b, lat, bw, extra);
     }
     return 0;
 }
 
-int sim_costs_load_json(sim_costs *c, const char *path) {
+int sim_costs_load_json(sim_costs *c, const char *path, int n_ranks) {
+    static const char *const known[] = { "f", "b", "w", "bw", "act_bytes", "reduce", "step", "latency",
+                                         "bandwidth", "links" };
     size_t len;
     char *text = pt_read_file(path, &len);
     if (!text) return -1;
@@ -192,12 +241,13 @@ int sim_costs_load_json(sim_costs *c, const char *path) {
         return pt_seterr("%s: not a JSON object (see docs/simulator.md for the costs format)", path);
     }
     int S = c->n_stages, rc = -1;
-    if (json_stage_field(root, "f", c->f, S, path) || json_stage_field(root, "b", c->b, S, path) ||
+    if (json_known_keys(root, known, 10, "", path) ||
+        json_stage_field(root, "f", c->f, S, path) || json_stage_field(root, "b", c->b, S, path) ||
         json_stage_field(root, "w", c->w, S, path) || json_stage_field(root, "bw", c->bw, S, path) ||
         json_stage_field(root, "act_bytes", c->act_bytes, S, path) ||
         json_stage_field(root, "reduce", c->reduce, S, path) || json_scalar(root, "step", &c->step, path) ||
         json_scalar(root, "latency", &c->latency, path) || json_scalar(root, "bandwidth", &c->bandwidth, path) ||
-        json_links(c, root, path))
+        json_links(c, root, n_ranks, path))
         goto done;
     rc = 0;
 done:
