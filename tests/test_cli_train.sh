@@ -43,6 +43,19 @@ else
   fail "resume runs" "$(tail -3 "$D/resume.out")"
 fi
 
+# --- resume: appends to --metrics, refuses conflicting flags, says when there is nothing to do
+cp "$D/m.jsonl" "$D/m3.jsonl"; head -20 "$D/m.jsonl" > "$D/m3.jsonl"
+train --steps 40 --resume "$D/run/ckpt-20" --metrics "$D/m3.jsonl" > /dev/null 2>&1
+[ "$(wc -l < "$D/m3.jsonl")" -eq 40 ] && ok "resume appends to the metrics file" \
+  || fail "resume appends to the metrics file" "$(wc -l < "$D/m3.jsonl") lines"
+expect_error "resume: --init conflicts" "--init and --resume" train --steps 40 --resume "$D/run/ckpt-20" --init "$FX/model.safetensors"
+printf '{"n_layer": 3, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}' > "$D/other.json"
+expect_error "resume: a --config of another model" "other.json describes another model" \
+  "$P" train --config "$D/other.json" --data "$D/text.txt" --batch 4 --seq 16 --steps 40 --resume "$D/run/ckpt-20"
+out=$(train --steps 10 --resume "$D/run/ckpt-20" 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "nothing to do" && ok "resume past --steps says nothing to do" \
+  || fail "resume past --steps says nothing to do" "rc $rc: $out"
+
 # --- sample from the run folder (newest checkpoint) and from config + weights
 "$P" sample --checkpoint "$D/run" --prompt "the " --length 40 --seed 2 > "$D/s.out" 2>&1 \
   && [ "$(wc -c < "$D/s.out")" -ge 44 ] && ok "sample from a run folder" || fail "sample" "$(cat "$D/s.out")"
@@ -94,6 +107,16 @@ expect_error "train: too little data" "too few|at least" train --batch 512 --seq
 expect_error "train: unknown flag" "unknown flag '--bogus'" train --bogus 1
 expect_error "train: bad number" "--lr expects a number" train --lr abc
 expect_error "train: bad lr schedule" "lr-schedule" train --lr-schedule linear --steps 1
+expect_error "train: --stages 0" "--stages must be >= 1" train --stages 0 --steps 1
+expect_error "train: --dp 0" "--dp must be >= 1" train --dp 0 --steps 1
+expect_error "train: --microbatches 0" "--microbatches must be >= 1" train --stages 2 --microbatches 0 --steps 1
+expect_error "train: negative --grad-clip" "--grad-clip must be >= 0" train --grad-clip -1 --steps 1
+expect_error "train: negative --lr-min" "--lr-min" train --lr-schedule cosine --lr-min -1 --steps 1
+expect_error "train: diverging run stops with an error" "diverged" train --lr 1e10 --grad-clip 0 --steps 8
+mkdir -p "$D/adir"
+out=$(train --stages 2 --steps 3 --svg "$D/adir" 2>&1); rc=$?
+[ $rc -ne 0 ] && echo "$out" | grep -q "svg.*adir" && ! echo "$out" | grep -q "^step" \
+  && ok "train: an unwritable --svg fails before training" || fail "train: an unwritable --svg fails before training" "rc $rc: $out"
 head -c 100 "$FX/model.safetensors" > "$D/trunc.safetensors"
 expect_error "grad: truncated safetensors names the file" "trunc.safetensors" \
   "$P" grad --config "$FX/config.json" --init "$D/trunc.safetensors" --tokens "$FX/tokens.bin" --batch 2 --seq 13 --out "$D/g.st"

@@ -10,6 +10,7 @@
 #include "model/gpt_io.h"
 #include "run/run.h"
 #include "util/pt.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@ typedef struct {
 } grad_args;
 
 static int grad_write(const gpt_model *m, int prefixed, float loss, const char *path) {
+    if (!isfinite(loss))
+        return pt_seterr("the loss is %f, not a number: NaN or inf in the weights? (nothing written "
+                         "to %s)", loss, path);
     st_writer *w = st_writer_new();
     int rc = st_writer_meta(w, "format", "pt");
     if (rc == 0) rc = gpt_add_to_writer(m, w, m->grads, prefixed ? "transformer." : "");
@@ -96,6 +100,7 @@ int cli_grad(int argc, char **argv) {
         {"--seed", OPT_LONG, &a.seed, "init seed when --init is not given (default 1337)"},
     };
     cli_layout_opts(opts + 7, &a.ro, &a.transport);
+    cli_layout_init(&a.ro);
     int rc = cli_parse(argc, argv, "grad", "--config C.json [--init M.safetensors] --tokens X.bin "
                        "--batch B --seq T --out G.safetensors", opts, sizeof opts / sizeof *opts);
     if (rc) return rc < 0 ? 2 : 0;
@@ -105,8 +110,7 @@ int cli_grad(int argc, char **argv) {
     }
     comm *world = NULL;
     a.transport = cli_layout_transport(a.transport);
-    if (cli_layout_given(&a.ro, a.transport) && cli_layout_start(&a.ro, a.transport, &argc, &argv, &world) < 0)
-        return cli_fail("grad");
+    if (cli_layout_start(&a.ro, a.transport, &argc, &argv, &world) < 0) return cli_fail("grad");
     if (grad_run(&a, world) < 0) {
         if (world) pt_adderr("rank %d: ", world->rank);
         rc = cli_fail("grad");

@@ -31,17 +31,32 @@ const char *cli_layout_transport(const char *given) {
     return NULL;
 }
 
+void cli_layout_init(run_opts *ro) {
+    ro->P = ro->D = ro->M = CLI_UNSET;
+}
+
 int cli_layout_given(const run_opts *o, const char *transport) {
-    return o->P || o->D || o->schedule || o->schedule_file || o->M || transport || o->split ||
-           o->recompute;
+    return o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->schedule ||
+           o->schedule_file || transport || o->split || o->recompute;
+}
+
+/* An explicit count must be >= 1; not given: the default. */
+static int layout_count(int *v, int dflt, const char *flag) {
+    if (*v == CLI_UNSET) { *v = dflt; return 0; }
+    if (*v < 1) return pt_seterr("%s must be >= 1 (got %d)", flag, *v);
+    return 0;
 }
 
 int cli_layout_start(run_opts *o, const char *transport, int *argc, char ***argv, comm **world) {
     *world = NULL;
-    if (!o->P) o->P = 1;
-    if (!o->D) o->D = 1;
+    if (!cli_layout_given(o, transport)) {
+        o->P = o->D = o->M = 0;
+        return 0;
+    }
+    if (layout_count(&o->P, 1, "--stages") < 0 || layout_count(&o->D, 1, "--dp") < 0 ||
+        layout_count(&o->M, o->schedule_file ? 0 : o->P, "--microbatches") < 0)
+        return -1;
     if (!o->schedule && !o->schedule_file) o->schedule = "1f1b";
-    if (!o->M && !o->schedule_file) o->M = o->P;
     if (!transport || !strcmp(transport, "threads")) return 0;
     if (strcmp(transport, "mpi")) return pt_seterr("--transport must be threads or mpi, got '%s'", transport);
     if (!comm_mpi_available()) return pt_seterr("--transport mpi: this build has no MPI");

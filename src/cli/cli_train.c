@@ -6,6 +6,7 @@
 #include "cli/cli_layout.h"
 #include "cli/cli_model.h"
 #include "io/data.h"
+#include "io/io.h"
 #include "io/svg.h"
 #include "io/trace.h"
 #include "plan/plan.h"
@@ -15,9 +16,12 @@
 #include "train/train.h"
 #include "util/pt.h"
 #include <cblas.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     const char *config, *init, *data, *metrics, *save, *resume, *schedule;
@@ -55,10 +59,43 @@ static int parse_schedule(train_args *a) {
     else return pt_seterr("--lr-schedule must be constant or cosine, got '%s'", a->schedule);
     a->oc.warmup = a->warmup;
     a->oc.total_steps = a->steps;
-    a->oc.lr_min = a->lr_min >= 0 ? a->lr_min : a->oc.lr / 10;
+    a->oc.lr_min = isnan(a->lr_min) ? a->oc.lr / 10 : a->lr_min;
     if (a->batch <= 0 || a->seq <= 0) return pt_seterr("--batch and --seq must be positive");
     if (!a->data) return pt_seterr("--data is required (a text file or an llm.c token file)");
     return optim_config_validate(&a->oc);
+}
+
+/* --config next to --resume must describe the checkpoint's model. */
+static int check_same_config(const char *path, const gpt_config *saved, const char *dir) {
+    gpt_config c;
+    if (config_load_json(&c, path) < 0) return -1;
+    if (c.n_layer != saved->n_layer || c.n_head != saved->n_head || c.n_embd != saved->n_embd ||
+        c.vocab_size != saved->vocab_size || c.n_positions != saved->n_positions)
+        return pt_seterr("%s describes another model than the checkpoint %s (n_layer %d/%d, n_head "
+                         "%d/%d, n_embd %d/%d, vocab_size %d/%d, n_positions %d/%d); drop --config "
+                         "to resume", path, dir, c.n_layer, saved->n_layer, c.n_head, saved->n_head,
+                         c.n_embd, saved->n_embd, c.vocab_size, saved->vocab_size, c.n_positions,
+                         saved->n_positions);
+    return 0;
+}
+
+/* A diverged step is an error, not a run that goes on computing NaN. */
+static int check_loss(float loss, long step) {
+    if (isfinite(loss)) return 0;
+    return pt_seterr("step %ld: the loss is %f: training diverged (lower --lr, keep --grad-clip, or "
+                     "check the data and weights)", step, loss);
+}
+
+/* Output files that are only written at the end are tried at the start, so a bad path fails
+ * before the training, not after it. */
+static int check_writable(const char *path, const char *flag) {
+    if (!path) return 0;
+    FILE *f = fopen(path, "a");
+    if (!f) return pt_seterr("%s %s: cannot write there: %s", flag, path, strerror(errno));
+    long size = ftell(f);
+    fclose(f);
+    if (size == 0) unlink(path);      /* we created it: leave nothing behind until the end */
+    return 0;
 }
 
 /* Model, optimizer and step counter: from --resume, else --config [+ --init]. */
@@ -69,8 +106,10 @@ static int setup_model(train_run *r, const train_args *a) {
         return 0;
     }
     ckpt_manifest man;
-    if (ckpt_read_manifest(&man, a->resume) < 0 || cli_model_from_checkpoint(&r->m, a->resume) < 0)
-        return -1;
+    if (a->init) return pt_seterr("--init and --resume exclude each other (the checkpoint holds the weights)");
+    if (ckpt_read_manifest(&man, a->resume) < 0) return -1;
+    if (a->config && check_same_config(a->config, &man.cfg, a->resume) < 0) return -1;
+    if (cli_model_from_checkpoint(&r->m, a->resume) < 0) return -1;
     adamw_init(&r->opt, r->m.num_params);
     if (ckpt_load_optim(&r->opt, &r->m, a->resume) < 0) return -1;
     if (man.batch != a->batch || man.seq != a->seq || man.shuffle_seed != (uint64_t)a->shuffle)
@@ -128,6 +167,7 @@ static int train_loop(train_run *r, const train_args *a) {
         double t0 = pt_now();
         if (train_step(&r->m, &r->opt, &a->oc, (int)step, r->inp, r->tgt, a->batch, a->seq, &st) < 0)
             return pt_adderr("step %ld: ", step);
+        if (check_loss(st.loss, step) < 0) return -1;
         log_step(r, a, step, &st, pt_now() - t0, -1);
         if (a->save && ((a->save_every > 0 && step % a->save_every == 0) || step == a->steps))
             if (save_checkpoint(r, a, step) < 0) return -1;
@@ -218,6 +258,7 @@ static int pipe_loop(train_run *r, const train_args *a) {
             return pt_adderr("step %ld: ", step);
         train_stats st = { .loss = rs.loss, .grad_norm = rs.grad_norm, .lr = rs.lr,
                            .clip_scale = rs.clip_scale };
+        if (check_loss(st.loss, step) < 0) return -1;
         r->iter_t[r->n_iter] = rs.iter_time;
         r->bubble[r->n_iter++] = rs.bubble;
         log_step(r, a, step, &st, pt_now() - t0, rs.bubble);
@@ -250,8 +291,15 @@ static int train_main(const train_args *a, comm *world) {
     if (data_open(&r.d, a->data, r.m.cfg.vocab_size) < 0 || data_check_batch(r.d, a->batch, a->seq) < 0)
         goto cleanup;
     if (a->ro.P && pipe_start(&r, a) < 0) goto cleanup;
-    if (r.root && a->metrics && !(r.metrics = fopen(a->metrics, r.step0 ? "a" : "w"))) {
+    if (r.root && a->metrics && !(r.metrics = fopen(a->metrics, "a"))) {
         pt_seterr("%s: cannot open for writing", a->metrics);
+        goto cleanup;
+    }
+    if (r.root && (check_writable(a->trace, "--trace") < 0 || check_writable(a->svg, "--svg") < 0))
+        goto cleanup;
+    if (r.step0 >= a->steps) {
+        if (r.root) printf("nothing to do: %s is at step %ld and --steps is %d\n", a->resume, r.step0, a->steps);
+        rc = 0;
         goto cleanup;
     }
     if (r.root)
@@ -283,7 +331,8 @@ cleanup:
  * next to --plan are an error (which would win is not obvious). */
 static int apply_plan(train_args *a) {
     run_opts *o = &a->ro;
-    if (o->P || o->D || o->schedule || o->schedule_file || o->M || o->split || o->chunks)
+    if (o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->schedule ||
+        o->schedule_file || o->split || o->chunks)
         return pt_seterr("--plan sets the layout: drop --stages/--dp/--schedule/--schedule-file/"
                          "--microbatches/--split/--chunks, or drop --plan");
     plan_layout pl;
@@ -313,10 +362,8 @@ static int apply_plan(train_args *a) {
  * world when --transport mpi. */
 static int pipe_flags(train_args *a, int *argc, char ***argv, comm **world) {
     run_opts *o = &a->ro;
-    if (!cli_layout_given(o, a->transport)) {
-        if (a->trace || a->svg) return pt_seterr("--trace and --svg record a pipelined run (give --stages)");
-        return 0;
-    }
+    if (!cli_layout_given(o, a->transport) && (a->trace || a->svg))
+        return pt_seterr("--trace and --svg record a pipelined run (give --stages)");
     if (cli_layout_start(o, a->transport, argc, argv, world) < 0) return -1;
     /* the fault-injection test hook: threads mode wraps inside the job, MPI here (it owns world) */
     if (*world && o->fail_after > 0 && (*world)->rank == o->fail_rank)
@@ -325,7 +372,7 @@ static int pipe_flags(train_args *a, int *argc, char ***argv, comm **world) {
 }
 
 int cli_train(int argc, char **argv) {
-    train_args a = {.steps = 100, .seed = 1337, .log_every = 0, .lr_min = -1, .threads = 0,
+    train_args a = {.steps = 100, .seed = 1337, .log_every = 0, .lr_min = NAN, .threads = 0,
                     .oc = optim_config_default()};
     enum { N_TRAIN_OPTS = 28 };
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
@@ -359,6 +406,7 @@ int cli_train(int argc, char **argv) {
         {"--plan", OPT_STR, &a.plan, "run the layout of a plan file (pipetrain plan --out plan.json)"},
     };
     cli_layout_opts(opts + N_TRAIN_OPTS, &a.ro, &a.transport);
+    cli_layout_init(&a.ro);
     int rc = cli_parse(argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
                        "--lr X [flags]", opts, sizeof opts / sizeof *opts);
     if (rc) return rc < 0 ? 2 : 0;

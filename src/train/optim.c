@@ -20,6 +20,7 @@ int optim_config_validate(const optim_config *c) {
     if (!(c->eps > 0)) return pt_seterr("--eps must be positive, got %g", c->eps);
     if (!(c->weight_decay >= 0)) return pt_seterr("--weight-decay must be >= 0, got %g", c->weight_decay);
     if (c->warmup < 0) return pt_seterr("--warmup must be >= 0, got %d", c->warmup);
+    if (!(c->grad_clip >= 0)) return pt_seterr("--grad-clip must be >= 0 (0 turns clipping off), got %g", c->grad_clip);
     if (c->total_steps < 1) return pt_seterr("--steps must be >= 1, got %d", c->total_steps);
     return 0;
 }
