@@ -80,6 +80,8 @@ static void test_action_text(void) {
         int rc = sched_action_parse(bad[i], &a);
         CHECK(name, rc < 0 && strstr(pt_err(), "bad action"), "rc %d err '%s'", rc, pt_err());
     }
+    CHECK("action_parse_huge_microbatch_says_so", sched_action_parse("0F200000000", &a) < 0 &&
+          strstr(pt_err(), "microbatch above"), "%s", pt_err());
 }
 
 /* ---- goldens ---- */

@@ -104,12 +104,15 @@ char *sched_action_str(const sched_action *a, char *buf, int n) {
 }
 
 /* Reads a non-negative decimal at *p (advancing it); -1 if there is none or it overflows. */
+#define SCHED_MAX_INDEX 100000000   /* stages and microbatches above this are surely a typo */
+
+/* A non-negative number at *p: -1 when there is none, -2 when it exceeds SCHED_MAX_INDEX. */
 static int parse_uint(const char **p) {
     if (!isdigit((unsigned char)**p)) return -1;
     long v = 0;
     while (isdigit((unsigned char)**p)) {
         v = v * 10 + (**p - '0');
-        if (v > 100000000) return -1;
+        if (v > SCHED_MAX_INDEX) return -2;
         (*p)++;
     }
     return (int)v;
@@ -130,6 +133,7 @@ int sched_action_parse(const char *tok, sched_action *out) {
         return 0;
     }
     int stage = parse_uint(&p);
+    if (stage == -2) return pt_seterr("bad action '%s': stage above %d", tok, SCHED_MAX_INDEX);
     const char *k0 = p;
     while (isupper((unsigned char)*p) || *p == '_') p++;
     int kind = kind_from_name(k0, (size_t)(p - k0));
@@ -137,7 +141,9 @@ int sched_action_parse(const char *tok, sched_action *out) {
         return pt_seterr("bad action '%s' (expected <stage><kind><mb> like 2F0, 1SEND_B3, 0REDUCE_GRAD "
                          "or STEP)", tok);
     int mb = -1;
-    if (kind != ACT_REDUCE_GRAD && (mb = parse_uint(&p)) < 0)
+    if (kind != ACT_REDUCE_GRAD && (mb = parse_uint(&p)) == -2)
+        return pt_seterr("bad action '%s': microbatch above %d", tok, SCHED_MAX_INDEX);
+    if (kind != ACT_REDUCE_GRAD && mb < 0)
         return pt_seterr("bad action '%s': missing microbatch after %s", tok, kind_names[kind]);
     if (*p) return pt_seterr("bad action '%s': unexpected '%s' at the end", tok, p);
     *out = (sched_action){ .stage = stage, .mb = mb, .kind = (sched_kind)kind };
