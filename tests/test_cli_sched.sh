@@ -92,6 +92,15 @@ echo '{"act_byte": 10}' >"$T/typo.json"
 expect_error cli_err_costs_unknown_key "typo.json: unknown field 'act_byte'.*act_bytes" \
   $P simulate --schedule 1f1b --stages 2 --microbatches 2 --costs "$T/typo.json"
 expect_error cli_err_latency_infinite '--latency must be in 0' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --latency inf
+printf '0F0,0BW0\n' >"$T/one.csv"
+# a huge schedule is refused before it is built (it used to exhaust memory): timeout keeps a
+# regression from hanging the suite
+expect_error cli_err_too_large 'too large to simulate: --stages 100000 x --microbatches 100000 .*the limit is' \
+  timeout 20 $P simulate --schedule 1f1b --stages 100000 --microbatches 100000
+expect_error cli_err_too_large_iterations 'too large to simulate: .* x 1000000 iterations = ' \
+  timeout 20 $P simulate --schedule 1f1b --stages 4 --microbatches 8 --iterations 1000000
+expect_error cli_err_too_large_file_iterations 'too large to simulate: --iterations 19000000 x 2 actions' \
+  timeout 20 $P simulate --schedule-file "$T/one.csv" --iterations 19000000
 expect_error cli_err_iterations '--iterations' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --iterations 0
 expect_error cli_err_bandwidth '--bandwidth' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --bandwidth -3
 expect_error cli_err_slow_link "--slow-link '1x2'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-link 1x2

@@ -112,6 +112,19 @@ static void hint_pipes(const sim_args *a, const sched *s) {
     if (fits) pt_adderr("valid as 2 pipes: a chimera CSV needs --pipes 2; read as 1 pipe, ");
 }
 
+/* Bounds a generated schedule before it is built (a huge one would exhaust memory first): every
+ * microbatch runs at least an F and a backward on each of the P x V stages it visits, each an
+ * event per iteration. The exact count is checked again after generation. */
+static int check_size(const sim_args *a) {
+    int v = a->chunks > 0 ? a->chunks : !strcmp(a->name, "zb-v") ? 2 : 1;
+    double actions = 2.0 * a->stages * a->mb * v;
+    if (actions * a->iters <= MAX_EVENTS) return 0;
+    return pt_seterr("too large to simulate: --stages %d x --microbatches %d x %d chunk%s x 2 (F and "
+                     "backward) x %d iteration%s = %.3g actions at least; the limit is %.0f (actions x "
+                     "iterations): use fewer stages, microbatches or iterations", a->stages, a->mb, v,
+                     v > 1 ? "s" : "", a->iters, a->iters > 1 ? "s" : "", actions * a->iters, MAX_EVENTS);
+}
+
 /* The schedule from --schedule-file (validated) or from the generator flags. */
 static sched *read_schedule(const sim_args *a) {
     if (a->file) {
@@ -136,16 +149,28 @@ static sched *read_schedule(const sim_args *a) {
     if (a->mb < 1) { pt_seterr("--microbatches must be >= 1 (got %d)", a->mb); return NULL; }
     if (a->chunks < 0) { pt_seterr("--chunks must be >= 0 (got %d)", a->chunks); return NULL; }
     if (a->mem_limit < 0) { pt_seterr("--mem-limit must be >= 0 (got %d)", a->mem_limit); return NULL; }
+    if (check_size(a) < 0) return NULL;
     sched_params p = { .ranks = a->stages, .microbatches = a->mb, .chunks = a->chunks,
                        .cost_f = 1, .cost_b = 1, .cost_w = 1 };
     return generate(a, &p);
 }
 
-/* The schedule, lowered (so the trace and picture show each RECV and its wait). */
+/* Every action of every iteration is kept as an event: bounded by MAX_EVENTS. */
+static int check_events(const sim_args *a, const sched *s) {
+    if ((double)a->iters * (double)sched_total_actions(s) <= MAX_EVENTS) return 0;
+    return pt_seterr("too large to simulate: --iterations %d x %ld actions%s is more than the %.0f events "
+                     "the simulator keeps", a->iters, sched_total_actions(s),
+                     s->lowered ? "" : " (before adding sends and receives)", MAX_EVENTS);
+}
+
+/* The schedule, lowered (so the trace and picture show each RECV and its wait), within the
+ * event bound (checked before lowering too: lowering adds up to four actions per edge). */
 static sched *load_schedule(const sim_args *a) {
-    sched *s = read_schedule(a);
-    if (!s || s->lowered) return s;
-    sched *l = sched_lower(s);
+    sched *s = read_schedule(a), *l = NULL;
+    if (!s || check_events(a, s) < 0) goto done;
+    if (s->lowered) return s;
+    if ((l = sched_lower(s)) && check_events(a, l) < 0) { sched_free(l); l = NULL; }
+done:
     sched_free(s);
     return l;
 }
@@ -282,11 +307,6 @@ int cli_simulate(int argc, char **argv) {
     if (a.iters < 1) { pt_seterr("--iterations must be >= 1 (got %d)", a.iters); goto fail; }
     if (a.json && a.csv) { pt_seterr("--json and --csv exclude each other"); goto fail; }
     if (!(s = load_schedule(&a)) || build_costs(&a, s->n_stages, s->n_ranks, &c)) goto fail;
-    if ((double)a.iters * (double)sched_total_actions(s) > MAX_EVENTS) {
-        pt_seterr("--iterations %d x %ld actions is more than the %.0f events the simulator keeps", a.iters,
-                  sched_total_actions(s), MAX_EVENTS);
-        goto fail;
-    }
     sim_opts o = { a.iters, a.post_validation };
     if (sim_run(s, &c, &o, &r) || write_pictures(s, &r, &a)) goto fail;
     if (a.json) print_json(s, &r, &a);
