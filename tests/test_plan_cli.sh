@@ -51,6 +51,20 @@ expect_error cli_plan_bad_cluster_field 'bad.json: nodes\[0\]\.devices\.memory m
 printf '{"nodes": [' >"$T/trunc.json"
 expect_error cli_plan_cluster_parse 'trunc.json: JSON parse error' $P plan --config $CFG --cluster "$T/trunc.json" --global-batch 8
 sed 's/"f":[^,]*,/"f": "slow",/' "$T/costs.json" >"$T/badcosts.json"
+# a costs file that is not a profile, repeats a size, or times a block at 0 (which used to fall
+# back to the analytic model in silence) is an error naming the file and field
+sed 's#pipetrain-costs/1#pipetrain-plan/1#' "$T/costs.json" >"$T/fmtcosts.json"
+expect_error cli_plan_costs_wrong_format 'fmtcosts.json: format is "pipetrain-plan/1", not "pipetrain-costs/1"' \
+  $P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 8 --costs "$T/fmtcosts.json"
+echo '{"f": 1, "b": 1, "w": 1}' >"$T/simcosts.json"
+expect_error cli_plan_costs_simulator_file "simcosts.json: config must be an object.*not the simulator's costs file" \
+  $P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 8 --costs "$T/simcosts.json"
+sed 's/"batch":\t2,/"batch":\t1,/' "$T/costs.json" >"$T/dupcosts.json"
+expect_error cli_plan_costs_duplicate_batch 'dupcosts.json: batches\[1\]\.batch = 1 repeats batches\[0\]\.batch' \
+  $P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 8 --costs "$T/dupcosts.json"
+sed '/"block":/,/}/ s/"\([fbw]\)":\t[^,]*,/"\1":\t0,/' "$T/costs.json" >"$T/zerocosts.json"
+expect_error cli_plan_costs_zero_block 'zerocosts.json: batches\[0\]\.layers\.block\.f is 0: a measured time is > 0' \
+  $P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 8 --costs "$T/zerocosts.json"
 expect_error cli_plan_bad_costs_field 'badcosts.json: batches\[0\]\.layers\.embedding\.f must be a number' \
   $P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --costs "$T/badcosts.json"
 cat >"$T/tiny-mem.json" <<'EOF'

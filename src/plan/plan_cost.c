@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PLAN_COSTS_FORMAT "pipetrain-costs/1"   /* the "format" a profile writes and a plan reads */
+
 static const char *const KIND_NAME[PLAN_N_KINDS] = { "embedding", "block", "head" };
 static const char *const PHASE_NAME[PLAN_N_PHASES] = { "f", "b", "w" };
 
@@ -93,7 +95,7 @@ static cJSON *layer_json(const plan_costs *c, int i, plan_kind k) {
 char *plan_costs_to_json(const plan_costs *c) {
     cJSON *root = cJSON_CreateObject(), *cfg = config_to_cjson(&c->cfg);
     if (!cfg) { cJSON_Delete(root); return NULL; }
-    cJSON_AddStringToObject(root, "format", "pipetrain-costs/1");
+    cJSON_AddStringToObject(root, "format", PLAN_COSTS_FORMAT);
     cJSON_AddItemToObject(root, "config", cfg);
     cJSON_AddNumberToObject(root, "seq", c->T);
     cJSON_AddNumberToObject(root, "repeats", c->repeats);
@@ -141,6 +143,11 @@ static int load_layer(plan_costs *c, int i, plan_kind k, const cJSON *layers, co
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || !isfinite(v->valuedouble))
             return pt_seterr("%s: batches[%d].layers.%s.%s must be a number of seconds >= 0", where, i,
                              KIND_NAME[k], PHASE_NAME[ph]);
+        /* the planner takes FLOP/s from these; a 0 would quietly fall back to the analytic model */
+        if (v->valuedouble == 0)
+            return pt_seterr("%s: batches[%d].layers.%s.%s is 0: a measured time is > 0 (profile again "
+                             "with pipetrain profile, or plan without --costs for the analytic model)",
+                             where, i, KIND_NAME[k], PHASE_NAME[ph]);
         c->sec[i][k][ph] = v->valuedouble;
     }
     return 0;
@@ -154,6 +161,10 @@ static int load_batches(plan_costs *c, const cJSON *arr, const char *where) {
     for (const cJSON *b = arr->child; b; b = b->next, i++) {
         snprintf(field, sizeof field, "batches[%d].batch", i);
         if (get_count(b, "batch", where, field, &c->batch[i]) < 0) return -1;
+        for (int j = 0; j < i; j++)
+            if (c->batch[j] == c->batch[i])
+                return pt_seterr("%s: batches[%d].batch = %d repeats batches[%d].batch (one entry per "
+                                 "microbatch size)", where, i, c->batch[i], j);
         const cJSON *layers = cJSON_GetObjectItemCaseSensitive(b, "layers");
         if (!cJSON_IsObject(layers)) return pt_seterr("%s: batches[%d].layers must be an object", where, i);
         for (int k = 0; k < PLAN_N_KINDS; k++)
@@ -172,8 +183,19 @@ int plan_costs_load(plan_costs *c, const char *path) {
     int rc = -1;
     memset(c, 0, sizeof *c);
     if (!cJSON_IsObject(root)) { pt_seterr("%s: not a JSON object (a costs file from pipetrain profile)", path); goto done; }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (fmt && !(cJSON_IsString(fmt) && !strcmp(fmt->valuestring, PLAN_COSTS_FORMAT))) {
+        pt_seterr("%s: format is %s%s%s, not \"" PLAN_COSTS_FORMAT "\" (plan --costs takes a costs file from "
+                  "pipetrain profile)", path, cJSON_IsString(fmt) ? "\"" : "",
+                  cJSON_IsString(fmt) ? fmt->valuestring : "not a string", cJSON_IsString(fmt) ? "\"" : "");
+        goto done;
+    }
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
-    if (!cJSON_IsObject(cfg)) { pt_seterr("%s: config must be an object (the model config profiled)", path); goto done; }
+    if (!cJSON_IsObject(cfg)) {
+        pt_seterr("%s: config must be an object (the model config profiled; plan --costs takes a costs file "
+                  "from pipetrain profile, not the simulator's costs file)", path);
+        goto done;
+    }
     char where[300];
     snprintf(where, sizeof where, "%s: config", path);
     if (config_from_cjson(&c->cfg, cfg, where) < 0) goto done;
