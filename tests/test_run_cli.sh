@@ -86,6 +86,14 @@ expect_error "bad layout: more stages than blocks" "only 4 transformer blocks" g
 expect_error "bad layout: batch not divisible" "not divisible by dp x microbatches" grad --out "$D/x.st" --stages 2 --dp 2 --microbatches 3
 expect_error "bad layout: too few microbatches" "chimera.*microbatches" grad --out "$D/x.st" --stages 4 --schedule chimera --microbatches 1
 expect_error "bad layout: split drops a block" "covers 3 blocks" grad --out "$D/x.st" --stages 2 --split 1,2
+expect_error "bad layout: dp x microbatches beyond the batch (no overflow)" "not divisible by dp x microbatches" \
+  grad --out "$D/x.st" --stages 1 --dp 65536 --schedule gpipe --microbatches 65536
+printf '0F0,0F1,0BW0,0REDUCE_GRAD,STEP,0BW1,0REDUCE_GRAD,STEP\n1F0,1BW0,1F1,1BW1,1REDUCE_GRAD,STEP\n' > "$D/async_bad.csv"
+expect_error "async schedule file: unequal REDUCE_GRAD/STEP pairs (would hang)" "one per microbatch" \
+  timeout 60 "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --steps 1 --stages 2 --schedule-file "$D/async_bad.csv" --timeout 5
+train --steps 1 --stages 2 --dp 2 --svg "$D/d2.svg" > /dev/null 2>&1
+[ "$(grep -o '>rank [0-9]<' "$D/d2.svg" | sort -u | wc -l)" -eq 4 ] && ok "svg of a dp 2 x 2 stages run has a row per world rank" \
+  || fail "svg of a dp 2 x 2 stages run has a row per world rank" "$(grep -o '>rank [0-9]<' "$D/d2.svg" | sort -u | tr '\n' ' ')"
 expect_error "bad layout: schedule file rows" "has 2 ranks.*--stages is 4" grad --out "$D/x.st" --stages 4 --schedule-file "$D/s.csv"
 # A CSV without the synchronous tail would train without updating (lr 0) and still exit 0.
 printf '0F0,0F1,0BW0,0BW1\n1F0,1BW0,1F1,1BW1\n' > "$D/nostep.csv"

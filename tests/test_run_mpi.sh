@@ -58,6 +58,15 @@ mpi 4 $pargs --transport mpi --metrics "$D/p_mpi.jsonl" > "$D/out" 2>&1
   && ok "train mpi pipedream: losses equal threads" \
   || fail "train mpi pipedream: losses equal threads" "$(tail -3 "$D/out")"
 
+# one rank holding the same chunk in both pipes (a 2-pipe schedule file on 1 rank): MPI keeps a
+# model per pipe, like threads (it used to add both pipes' gradients into one buffer, doubling them)
+echo "0F0,0BW0,1F1,1BW1,0REDUCE_GRAD,1REDUCE_GRAD,STEP" > "$D/p2.csv"
+p2args="grad --config $D/cfg.json --tokens $D/text.txt --batch 8 --seq 16 --stages 1 --schedule-file $D/p2.csv --pipes 2"
+"$P" $p2args --out "$D/p2_thr.st" > /dev/null 2>&1
+mpi 1 $p2args --transport mpi --out "$D/p2_mpi.st" > "$D/out" 2>&1
+cmp -s "$D/p2_thr.st" "$D/p2_mpi.st" && ok "mpi: one rank, one chunk in both pipes equals threads bitwise" \
+  || fail "mpi: one rank, one chunk in both pipes equals threads bitwise" "$(tail -2 "$D/out")"
+
 # under mpirun the MPI transport is the default: no --transport flag needed
 mpi 4 $targs --metrics "$D/m_auto.jsonl" > "$D/out" 2>&1
 [ -s "$D/m_auto.jsonl" ] && [ "$(loss "$D/m_auto.jsonl")" = "$(loss "$D/m_thr.jsonl")" ] \

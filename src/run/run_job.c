@@ -25,7 +25,7 @@ typedef struct { job_sample *v; int n, cap; } job_samples;
 struct run_job {
     const run_plan *pl;
     int R, n_local, mpi;             /* world size, ranks in this process, MPI mode */
-    int n_models;                    /* threads: D * n_pipes; MPI: 1 */
+    int n_models;                    /* threads: D * n_pipes; MPI: n_pipes */
     gpt_model *models;
     adamw_state *opts;
     comm **comms;                    /* [n_local]; MPI: the caller's world (not owned) */
@@ -98,7 +98,7 @@ static int job_exec_init(run_job *j, int r) {
                        .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows, .timeout = pl->o.timeout,
                        .recompute = pl->o.recompute };
     for (int q = 0; q < pl->s->n_pipes; q++) {
-        int k = j->mpi ? 0 : d * pl->s->n_pipes + q;
+        int k = j->mpi ? q : d * pl->s->n_pipes + q;   /* a model per pipe: one rank may hold a chunk in both */
         c.models[q] = &j->models[k];
         c.opts[q] = &j->opts[k];
     }
@@ -141,13 +141,14 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
         return pt_seterr("dp x stages = %d x %d = %d ranks, but the MPI world has %d processes "
                          "(mpirun -np %d)", pl->o.D, pl->o.P, j->R, world->size, j->R);
     j->n_local = j->mpi ? 1 : j->R;
-    j->n_models = j->mpi ? 1 : pl->o.D * pl->s->n_pipes;
+    j->n_models = (j->mpi ? 1 : pl->o.D) * pl->s->n_pipes;
     j->comms = pt_calloc((size_t)j->n_local, sizeof *j->comms);
     j->ex = pt_calloc((size_t)j->n_local, sizeof *j->ex);
     j->rst = pt_calloc((size_t)j->n_local, sizeof *j->rst);
     j->errs = pt_calloc((size_t)j->n_local, sizeof *j->errs);
     j->prof = pt_calloc((size_t)pl->s->n_stages * 5 + 1, sizeof *j->prof);
     timeline_init(&j->tl, pl->s, NULL, 1);
+    j->tl.n_ranks = j->R;            /* events carry world ranks: every replica gets its row */
     openblas_set_num_threads(1);     /* one core per rank (MPI: per process; the caller may raise it) */
     if (j->mpi) j->comms[0] = world;
     else {

@@ -8,13 +8,17 @@
 
 #define RUN_TAG_LIMIT 32000     /* MPI guarantees tags up to 32767; the rest is for gathers */
 #define RUN_DEFAULT_TIMEOUT 60.0
+#define RUN_MAX_RANKS 65536     /* world ranks a job may have (P x D stays an int with room) */
 
 /* The synchronous tail the executor needs to update weights: each stage's REDUCE_GRAD on its
  * rank and a STEP on every rank (sched_validate has checked that REDUCE_GRAD follows the stage's
  * backward work and that nothing computes after STEP). Asynchronous schedules pass with theirs
  * (a REDUCE_GRAD and STEP per microbatch). The simulator takes compute-only schedules; the
  * runtime does not. Errors name the file and rank and say what to add. */
+static int plan_check_async(const sched *s, const char *src);
+
 static int plan_check_tail(const sched *s, const char *src) {
+    if (s->async) return plan_check_async(s, src);
     bool *reduced = pt_calloc((size_t)s->n_stages, sizeof *reduced);
     int rc = 0;
     for (int r = 0; r < s->n_ranks && rc == 0; r++) {
@@ -34,6 +38,33 @@ static int plan_check_tail(const sched *s, const char *src) {
     }
     free(reduced);
     return rc;
+}
+
+/* An asynchronous (pipedream-style) schedule runs one collective per REDUCE_GRAD and per STEP, so
+ * every rank must issue them in the same pattern or the job would wait forever: one stage per
+ * rank, and per microbatch exactly one REDUCE_GRAD then one STEP (what the pipedream generator
+ * writes). */
+static int plan_check_async(const sched *s, const char *src) {
+    if (s->n_stages != s->n_ranks)
+        return pt_seterr("%s: an asynchronous schedule (several STEPs per rank) needs one stage per "
+                         "rank; it has %d stages on %d ranks", src, s->n_stages, s->n_ranks);
+    for (int r = 0; r < s->n_ranks; r++) {
+        int pairs = 0, want_step = 0;
+        for (int i = 0; i < s->len[r]; i++) {
+            sched_kind k = s->acts[r][i].kind;
+            if (k != ACT_REDUCE_GRAD && k != ACT_STEP) continue;
+            if ((k == ACT_STEP) != want_step)
+                return pt_seterr("%s: rank %d step %d: an asynchronous schedule alternates "
+                                 "<stage>REDUCE_GRAD and STEP, one pair after each microbatch's "
+                                 "backward; found %s", src, r, i, want_step ? "REDUCE_GRAD twice" : "STEP without REDUCE_GRAD");
+            pairs += want_step;
+            want_step = !want_step;
+        }
+        if (pairs != s->n_mb || want_step)
+            return pt_seterr("%s: rank %d has %d REDUCE_GRAD/STEP pairs; an asynchronous schedule needs "
+                             "one per microbatch (%d), the same on every rank", src, r, pairs, s->n_mb);
+    }
+    return 0;
 }
 
 /* The schedule from the file or the generator, checked against P and M. */
@@ -70,7 +101,8 @@ bad:
 static int plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     const run_opts *o = &pl->o;
     const sched *s = pl->s;
-    if (B % (o->D * s->n_mb))
+    long long dm = (long long)o->D * s->n_mb;     /* in 64 bits: --dp 65536 x 65536 overflows int */
+    if (dm > B || B % dm)
         return pt_seterr("--batch %d is not divisible by dp x microbatches = %d x %d", B, o->D, s->n_mb);
     if ((long)s->n_stages * s->n_mb * 2 >= RUN_TAG_LIMIT)
         return pt_seterr("%d stages x %d microbatches is too many messages to tag (limit %d)",
@@ -79,7 +111,7 @@ static int plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
         return pt_seterr("--seq %d must be in 1..n_positions (%d)", T, cfg->n_positions);
     pl->B = B;
     pl->T = T;
-    pl->mb_rows = B / (o->D * s->n_mb);
+    pl->mb_rows = (int)(B / dm);
     return layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split);
 }
 
@@ -89,6 +121,8 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
     if (pl->o.timeout <= 0) pl->o.timeout = RUN_DEFAULT_TIMEOUT;
     if (o->P < 1) return pt_seterr("--stages must be >= 1 (got %d)", o->P);
     if (o->D < 1) return pt_seterr("--dp must be >= 1 (got %d)", o->D);
+    if ((long long)o->P * o->D > RUN_MAX_RANKS)
+        return pt_seterr("--stages %d x --dp %d is more than %d ranks", o->P, o->D, RUN_MAX_RANKS);
     if (o->chunks < 0) return pt_seterr("--chunks must be >= 0 (got %d)", o->chunks);
     sched *s = plan_schedule(o);
     if (!s) return -1;
