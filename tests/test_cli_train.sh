@@ -93,6 +93,9 @@ expect_error "train --plan: missing file" "nope-plan.json" train --plan "$D/nope
 expect_error "grad: a folder as the config" "not a regular file" \
   "$P" grad --config "$D" --tokens "$FX/tokens.bin" --batch 2 --seq 13 --out "$D/g.st"
 printf '{"n_layer": 100000, "n_head": 2, "n_embd": 100000, "vocab_size": 256, "n_positions": 32}' > "$D/huge.json"
+# (sanitizer allocators abort on such sizes unless told to return NULL like malloc does)
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1" \
+TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}allocator_may_return_null=1" \
 expect_error "grad: a model too large for memory is an error, not a crash" "cannot be allocated" \
   "$P" grad --config "$D/huge.json" --tokens "$D/text.txt" --batch 1 --seq 4 --out "$D/g.st"
 expect_error "train: missing config file" "nope.json" train --config nope.json --steps 1

@@ -1,6 +1,7 @@
 /* Private to src/nn: a branch-free expf the compiler can vectorise (libm's expf and tanhf are
  * scalar calls and dominated the step time in GELU and softmax). Not a general libm: inputs are
- * clamped to [-87, 88] (results stay normal, never inf or NaN for finite input).
+ * clamped to [-87, 88] (results stay normal, never inf or NaN for finite input); NaN in gives
+ * NaN out, so a diverged run still shows a NaN loss.
  * Accuracy: a few float ulps (relative error ~2e-7) over the clamped range. */
 #ifndef PT_NN_MATH_H
 #define PT_NN_MATH_H
@@ -9,8 +10,9 @@
 
 /* e^x = 2^n * e^r, n = round(x / ln2), |r| <= ln2/2; e^r by its degree-6 Taylor polynomial
  * (truncation < 7e-8 relative at |r| = ln2/2). */
-static inline float nn_expf(float x) {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+static inline float nn_expf(float in) {
+    float x = in < -87.0f ? -87.0f : in > 88.0f ? 88.0f : in;
+    x = x == x ? x : 0.0f;                          /* NaN: compute on 0 (no undefined int cast) */
     const float round_magic = 12582912.0f;          /* 1.5 * 2^23: adding it rounds to an integer */
     float n = (x * 1.44269504088896341f + round_magic) - round_magic;
     float r = x - n * 0.693145751953125f;           /* ln2 split hi + lo (Cody-Waite) */
@@ -25,7 +27,7 @@ static inline float nn_expf(float x) {
     int32_t bits = ((int32_t)n + 127) << 23;        /* 2^n, n in [-126, 127] after the clamp */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return in == in ? p * scale : in;
 }
 
 /* tanh(x) = 1 - 2 / (1 + e^(2x)); absolute error ~1e-7, exact limits +-1. */
