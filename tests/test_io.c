@@ -7,36 +7,11 @@
 #include "io/safetensors.h"
 #include "util/pt.h"
 #include "test.h"
+#include "test_tmpdir.h"
 #include <dirent.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
-
-static char tmpdir[64];
-
-static const char *tpath(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 512, "%s/%.200s", tmpdir, name);
-    return p;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); exit(2); }
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
-
-static void remove_tmpdir(void) {
-    DIR *d = opendir(tmpdir);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(tpath(e->d_name));
-    if (d) closedir(d);
-    rmdir(tmpdir);
-}
 
 /* Files whose name says they are a writer's temporary. */
 static int count_temporaries(void) {
@@ -451,8 +426,7 @@ static void test_shuffle(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/pt_test_io_XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
+    tmpdir_make("pt_test_io_");
     test_st_roundtrip();
     test_st_overwrite();
     test_st_hf_gpt2();
@@ -467,6 +441,6 @@ int main(void) {
     test_batches();
     test_shuffle();
     CHECK("writers leave no temporaries", count_temporaries() == 0, "%d left", count_temporaries());
-    remove_tmpdir();
+    tmpdir_remove();
     TEST_DONE();
 }

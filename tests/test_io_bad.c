@@ -7,6 +7,7 @@
 #include "io/safetensors.h"
 #include "util/pt.h"
 #include "test.h"
+#include "test_tmpdir.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -15,32 +16,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static char tmpdir[64];
-
-static const char *tpath(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 512, "%s/%.200s", tmpdir, name);
-    return p;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); exit(2); }
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
-
-static void remove_tmpdir(void) {
-    DIR *d = opendir(tmpdir);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) rmdir(tpath(e->d_name)), unlink(tpath(e->d_name));
-    if (d) closedir(d);
-    rmdir(tmpdir);
-}
 
 /* The error is set and mentions both strings (b may be NULL). */
 static int err_has(const char *a, const char *b) {
@@ -413,8 +388,7 @@ static void test_batch_bad(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/pt_test_io_bad_XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
+    tmpdir_make("pt_test_io_bad_");
     test_st_fields();
     test_st_file_level();
     test_st_truncated();
@@ -425,6 +399,6 @@ int main(void) {
     test_tokens_vocab();
     test_tokens_truncated();
     test_batch_bad();
-    remove_tmpdir();
+    tmpdir_remove();
     TEST_DONE();
 }
