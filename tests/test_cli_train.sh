@@ -43,6 +43,9 @@ else
   fail "resume runs" "$(tail -3 "$D/resume.out")"
 fi
 
+train --steps 1 --metrics "$D/new/sub/m.jsonl" > /dev/null 2>&1
+[ -s "$D/new/sub/m.jsonl" ] && ok "metrics: its folder is created" || fail "metrics: its folder is created" "no file"
+
 # --- resume: appends to --metrics, refuses conflicting flags, says when there is nothing to do
 cp "$D/m.jsonl" "$D/m3.jsonl"; head -20 "$D/m.jsonl" > "$D/m3.jsonl"
 train --steps 40 --resume "$D/run/ckpt-20" --metrics "$D/m3.jsonl" > /dev/null 2>&1

@@ -90,6 +90,7 @@ static int check_loss(float loss, long step) {
  * before the training, not after it. */
 static int check_writable(const char *path, const char *flag) {
     if (!path) return 0;
+    if (pt_make_parents(path) < 0) return -1;
     FILE *f = fopen(path, "a");
     if (!f) return pt_seterr("%s %s: cannot write there: %s", flag, path, strerror(errno));
     long size = ftell(f);
@@ -291,8 +292,8 @@ static int train_main(const train_args *a, comm *world) {
     if (data_open(&r.d, a->data, r.m.cfg.vocab_size) < 0 || data_check_batch(r.d, a->batch, a->seq) < 0)
         goto cleanup;
     if (a->ro.P && pipe_start(&r, a) < 0) goto cleanup;
-    if (r.root && a->metrics && !(r.metrics = fopen(a->metrics, "a"))) {
-        pt_seterr("%s: cannot open for writing", a->metrics);
+    if (r.root && a->metrics && (pt_make_parents(a->metrics) < 0 || !(r.metrics = fopen(a->metrics, "a")))) {
+        pt_seterr("--metrics %s: cannot open for writing: %s", a->metrics, strerror(errno));
         goto cleanup;
     }
     if (r.root && (check_writable(a->trace, "--trace") < 0 || check_writable(a->svg, "--svg") < 0))

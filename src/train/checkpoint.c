@@ -119,20 +119,6 @@ void ckpt_abandon(const char *tmpdir) {
     rmdir(tmpdir);
 }
 
-/* mkdir -p of the folder that will hold dir. */
-static int make_parents(const char *dir) {
-    char path[CKPT_PATH_MAX];
-    snprintf(path, sizeof path, "%s", dir);
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(path, 0755) < 0 && errno != EEXIST)
-            return pt_seterr("%s: cannot create folder: %s", path, strerror(errno));
-        *p = '/';
-    }
-    return 0;
-}
-
 /* ---- layout ------------------------------------------------------------------------------ */
 
 int ckpt_manifest_set_layout(ckpt_manifest *man, int P, int D, int K, int n_pipes,
@@ -189,7 +175,7 @@ int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n) {
 int ckpt_begin(const char *dir, char *tmpdir, size_t n) {
     if (ckpt_tmpdir_name(dir, (long)getpid(), tmpdir, n) < 0) return -1;
     ckpt_abandon(tmpdir);
-    if (make_parents(tmpdir) < 0) return -1;
+    if (pt_make_parents(tmpdir) < 0) return -1;
     if (mkdir(tmpdir, 0755) < 0)
         return pt_seterr("%s: cannot create folder: %s", tmpdir, strerror(errno));
     return 0;

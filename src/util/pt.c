@@ -132,3 +132,17 @@ io_error:
     fclose(f);
     return NULL;
 }
+
+int pt_make_parents(const char *path) {
+    char *buf = pt_strdup(path);
+    int rc = 0;
+    for (char *p = buf + 1; *p && rc == 0; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            rc = pt_seterr("%s: cannot create folder: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    free(buf);
+    return rc;
+}

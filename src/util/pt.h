@@ -40,4 +40,8 @@ double pt_rng_normal(pt_rng *r);           /* standard normal (Box-Muller) */
  * Returns NULL and sets the error naming the path on failure. */
 char *pt_read_file(const char *path, size_t *len);
 
+/* mkdir -p of the folder that will hold path (not path itself). -1 naming the folder that could
+ * not be made. */
+int pt_make_parents(const char *path);
+
 #endif
