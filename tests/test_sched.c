@@ -5,27 +5,13 @@
  * by hand). */
 #include "sched/sched.h"
 #include "test.h"
+#include "test_sched_util.h"
 #include "util/pt.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 /* ---- helpers ---- */
-
-static sched *gen(const char *name, int P, int M, int v) {
-    sched_params p = { .ranks = P, .microbatches = M, .chunks = v };
-    return sched_generate(name, &p);
-}
-
-/* Prints s into a malloc'd string. */
-static char *print_str(const sched *s) {
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    sched_print(s, f);
-    fclose(f);
-    return buf;
-}
 
 static int count_kind(const sched *s, sched_kind k) {
     int n = 0;
@@ -87,26 +73,15 @@ static void test_action_text(void) {
 /* ---- goldens ---- */
 
 static void check_golden(const char *name, int P, int M, int v) {
-    char path[128], tname[160];
-    if (v) snprintf(path, sizeof path, "tests/golden/%s-p%d-m%d-v%d.txt", name, P, M, v);
-    else snprintf(path, sizeof path, "tests/golden/%s-p%d-m%d.txt", name, P, M);
-    snprintf(tname, sizeof tname, "golden_%s", path + strlen("tests/golden/"));
-    sched *s = gen(name, P, M, v);
-    if (!s) { CHECK(tname, 0, "generate: %s", pt_err()); return; }
-    char *got = print_str(s);
-    if (getenv("PT_WRITE_GOLDEN")) {
-        FILE *f = fopen(path, "w");
-        if (f) { fputs(got, f); fclose(f); }
-    }
-    size_t n;
-    char *want = pt_read_file(path, &n);
-    CHECK(tname, want && strcmp(want, got) == 0, "differs from %s; got:\n%s", path, got);
-    sched *back = want ? sched_parse_text(want, path, 1) : NULL;
-    snprintf(tname, sizeof tname, "text_parse_golden_%s", path + strlen("tests/golden/"));
+    char *want, tname[160];
+    sched *s = golden_check(name, P, M, v, &want);
+    if (!s) return;
+    if (v) snprintf(tname, sizeof tname, "text_parse_golden_%s-p%d-m%d-v%d.txt", name, P, M, v);
+    else snprintf(tname, sizeof tname, "text_parse_golden_%s-p%d-m%d.txt", name, P, M);
+    sched *back = want ? sched_parse_text(want, tname, 1) : NULL;
     CHECK(tname, back && same_sched(s, back), "%s", back ? "parsed grid differs" : pt_err());
     sched_free(back);
     free(want);
-    free(got);
     sched_free(s);
 }
 

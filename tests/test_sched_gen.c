@@ -9,6 +9,7 @@
 #include "sim/sim.h"
 #include "util/pt.h"
 #include "test.h"
+#include "test_sched_util.h"
 #include <string.h>
 
 /* Unit costs are small integers summed in doubles: results are exact. */
@@ -18,23 +19,9 @@
 /* greedy at limit 2P-1 may lose this much to zb-h2. */
 #define GREEDY_H2_SLACK 2.0
 
-static sched *gen(const char *name, int P, int M, int v) {
-    sched_params p = { .ranks = P, .microbatches = M, .chunks = v };
-    return sched_generate(name, &p);
-}
-
 static sched *gen_greedy_lim(int P, int M, int lim) {
     sched_params p = { .ranks = P, .microbatches = M, .mem_limit = lim };
     return sched_generate("greedy", &p);
-}
-
-static char *print_str(const sched *s) {
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    sched_print(s, f);
-    fclose(f);
-    return buf;
 }
 
 /* Which (P, M) a generator accepts. */
@@ -79,22 +66,9 @@ static void test_valid_all(void) {
 /* ---- goldens ---- */
 
 static void check_golden(const char *name, int P, int M) {
-    char path[128], tname[160];
-    snprintf(path, sizeof path, "tests/golden/%s-p%d-m%d.txt", name, P, M);
-    snprintf(tname, sizeof tname, "golden_%s", path + strlen("tests/golden/"));
-    sched *s = gen(name, P, M, 0);
-    if (!s) { CHECK(tname, 0, "generate: %s", pt_err()); return; }
-    char *got = print_str(s);
-    if (getenv("PT_WRITE_GOLDEN")) {
-        FILE *f = fopen(path, "w");
-        if (f) { fputs(got, f); fclose(f); }
-    }
-    size_t n;
-    char *want = pt_read_file(path, &n);
-    CHECK(tname, want && strcmp(want, got) == 0, "differs from %s; got:\n%s", path, got);
+    char *want;
+    sched_free(golden_check(name, P, M, 0, &want));
     free(want);
-    free(got);
-    sched_free(s);
 }
 
 static void test_goldens(void) {
