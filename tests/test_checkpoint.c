@@ -4,7 +4,7 @@
 #include "test.h"
 #include "io/safetensors.h"
 #include "model/gpt_io.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/train.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>

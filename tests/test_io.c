@@ -4,6 +4,7 @@
  * tests/test_io_bad.c. Files go to a fresh temporary folder that is removed at the end. */
 #include "io/data.h"
 #include "io/io.h"
+#include "model/config.h"
 #include "io/safetensors.h"
 #include "util/pt.h"
 #include "test.h"

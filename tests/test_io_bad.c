@@ -4,6 +4,7 @@
  * or a sanitizer report fails the run. Good input is tests/test_io.c. */
 #include "io/data.h"
 #include "io/io.h"
+#include "model/config.h"
 #include "io/safetensors.h"
 #include "util/pt.h"
 #include "test.h"

@@ -1,7 +1,7 @@
 /* LR schedule, clipping factor and AdamW update against closed forms computed here in double.
  * The 5-step end-to-end check against torch.optim.AdamW lives in test_train_torch.c. */
 #include "test.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 #include <math.h>
 
 #define TOL_LR 1e-12      /* pure double arithmetic */

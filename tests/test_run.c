@@ -10,7 +10,7 @@
  * embedding of one pipe are not two stages of one rank (zb-v's wte); else within REL_TOL. */
 #include "model/gpt.h"
 #include "run/run.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 #include "train/train.h"
 #include "util/pt.h"
 #include "test.h"

@@ -1,8 +1,8 @@
 /* Simulator tests: closed-form bubbles and memory of the classic schedules with equal costs and
  * free communication, hand-computed link and stage delays, iterations, deadlock errors, the
  * costs file, and the trace/SVG writers' structure. Not the generators' orders (test_sched). */
-#include "io/svg.h"
-#include "io/trace.h"
+#include "trace/svg.h"
+#include "trace/trace.h"
 #include "sched/sched.h"
 #include "sim/sim.h"
 #include "test.h"

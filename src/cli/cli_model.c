@@ -2,7 +2,7 @@
 #include "cli/cli_model.h"
 #include "io/io.h"
 #include "model/gpt_io.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "util/pt.h"
 #include <stdio.h>
 

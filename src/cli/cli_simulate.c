@@ -2,8 +2,8 @@
  * file, runs the simulator and prints a summary (human, --json, or --csv events), optionally a
  * Chrome trace and an SVG timeline. Thin: the work lives in sim/ and io/. */
 #include "cli/cli.h"
-#include "io/svg.h"
-#include "io/trace.h"
+#include "trace/svg.h"
+#include "trace/trace.h"
 #include "sched/sched.h"
 #include "sim/sim.h"
 #include "util/pt.h"

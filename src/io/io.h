@@ -1,27 +1,10 @@
-/* Small file helpers of the io module: GPT-2 configs as JSON (Hugging Face GPT2Config keys) and
- * atomic file writing (temporary name, fsync, rename). Safetensors and token data have their own
- * headers (io/safetensors.h, io/data.h); traces are not here. */
+/* Small file helpers of the io module: JSON and atomic file writing (temporary name, fsync,
+ * rename). Safetensors and token data have their own headers (io/safetensors.h, io/data.h); model
+ * configs are model/config.h's, traces trace/'s. */
 #ifndef PT_IO_IO_H
 #define PT_IO_IO_H
 #include <stdio.h>
 #include <cjson/cJSON.h>
-#include "model/config.h"
-
-/* Reads a Hugging Face GPT-2 config: n_layer, n_head, n_embd, vocab_size, n_positions (n_ctx is
- * accepted when n_positions is missing). Unknown keys are ignored, except n_inner, which must be
- * null or 4 * n_embd (the only MLP width the model has). Values must be JSON integers (12 or 12.0;
- * not 2.5, "12" or true). Errors name the file and key: "gpt.json: missing key \"n_head\"",
- * "gpt.json: n_embd (10) is not divisible by n_head (3)", "gpt.json: line 3: parse error near
- * ...". On failure *c is unchanged. */
-int config_load_json(gpt_config *c, const char *path);
-/* The same from a parsed JSON object (a checkpoint manifest may embed the config); `where` names
- * the source in errors (a file name, "manifest.json: config"). */
-int config_from_cjson(gpt_config *c, const cJSON *obj, const char *where);
-/* A new cJSON object with the config's keys (n_ctx mirrors n_positions, model_type "gpt2");
- * the caller owns it. NULL with an error if the config is invalid. */
-cJSON *config_to_cjson(const gpt_config *c);
-/* Validates c and writes it as pretty JSON, atomically (see io_atomic_open). */
-int config_save_json(const gpt_config *c, const char *path);
 
 /* Writes a JSON value as pretty text plus a newline, atomically (see io_atomic_open). -1 with an
  * error naming the path. */

@@ -1,7 +1,8 @@
-/* GPT-2 model configuration, with Hugging Face GPT2Config key names. Parsing from JSON lives in
- * io/config_json.c; this header is only the struct and its validation. */
+/* GPT-2 model configuration, with Hugging Face GPT2Config key names: the struct, its validation,
+ * and its JSON form (model/config_json.c). */
 #ifndef PT_MODEL_CONFIG_H
 #define PT_MODEL_CONFIG_H
+#include <cjson/cJSON.h>
 
 typedef struct {
     int n_layer;      /* L: transformer blocks */
@@ -15,5 +16,21 @@ typedef struct {
  * key (e.g. "n_embd (10) is not divisible by n_head (3)"). `where` prefixes the message (a file
  * name), may be NULL. */
 int gpt_config_validate(const gpt_config *c, const char *where);
+
+/* Reads a Hugging Face GPT-2 config: n_layer, n_head, n_embd, vocab_size, n_positions (n_ctx is
+ * accepted when n_positions is missing). Unknown keys are ignored, except n_inner, which must be
+ * null or 4 * n_embd (the only MLP width the model has). Values must be JSON integers (12 or 12.0;
+ * not 2.5, "12" or true). Errors name the file and key: "gpt.json: missing key \"n_head\"",
+ * "gpt.json: n_embd (10) is not divisible by n_head (3)", "gpt.json: line 3: parse error near
+ * ...". On failure *c is unchanged. */
+int config_load_json(gpt_config *c, const char *path);
+/* The same from a parsed JSON object (a checkpoint manifest may embed the config); `where` names
+ * the source in errors (a file name, "manifest.json: config"). */
+int config_from_cjson(gpt_config *c, const cJSON *obj, const char *where);
+/* A new cJSON object with the config's keys (n_ctx mirrors n_positions, model_type "gpt2");
+ * the caller owns it. NULL with an error if the config is invalid. */
+cJSON *config_to_cjson(const gpt_config *c);
+/* Validates c and writes it as pretty JSON, atomically (see io_atomic_open). */
+int config_save_json(const gpt_config *c, const char *path);
 
 #endif

@@ -73,7 +73,7 @@ static void exec_free_bufs(float **b, int M) {
 
 /* World rank of stage g's rank in this replica. */
 static int exec_rank_of(const run_exec *e, int g) {
-    return layout_world_rank(e->c.lo, e->d, e->c.s->stage_rank[g]);
+    return run_layout_world_rank(e->c.lo, e->d, e->c.s->stage_rank[g]);
 }
 
 /* The model instance's chunk-0 stage (same pipe) is on this rank? */
@@ -140,9 +140,9 @@ static void exec_stage_tied(run_stage *st) {
 static void exec_stage_init(run_exec *e, run_stage *st, int g) {
     const sched *s = e->c.s;
     st->g = g;
-    st->chunk = layout_chunk_of(e->c.lo, g);
+    st->chunk = run_layout_chunk_of(e->c.lo, g);
     st->pipe = g / s->stages_per_pipe;
-    layout_stage_layers(e->c.lo, g, &st->first, &st->end);
+    run_layout_stage_layers(e->c.lo, g, &st->first, &st->end);
     st->prev = sched_stage_prev(s, g);
     st->next = sched_stage_next(s, g);
     st->prev_rank = st->prev >= 0 && s->stage_rank[st->prev] != e->p ? exec_rank_of(e, st->prev) : -1;
@@ -199,7 +199,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     run_exec *e = pt_calloc(1, sizeof *e);
     const sched *s = cfg->s;
     e->c = *cfg;
-    layout_coords(cfg->lo, cfg->world_rank, &e->d, &e->p);
+    run_layout_coords(cfg->lo, cfg->world_rank, &e->d, &e->p);
     e->M = s->n_mb;
     e->async = s->async;
     e->N = cfg->mb_rows * cfg->T;

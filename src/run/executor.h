@@ -16,8 +16,8 @@
 #include "model/gpt.h"
 #include "run/layout.h"
 #include "sched/sched.h"
-#include "sim/timeline.h"
-#include "train/optim.h"
+#include "trace/timeline.h"
+#include "optim/optim.h"
 
 typedef struct run_exec run_exec;
 

@@ -28,7 +28,7 @@ static int parse_split(const char *split, int K, int *counts, int n_blocks) {
     return 0;
 }
 
-int layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks, const char *split) {
+int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks, const char *split) {
     memset(lo, 0, sizeof *lo);
     if (P < 1 || D < 1 || K < 1 || n_pipes < 1)
         return pt_seterr("layout: stages, dp and chunks must be >= 1 (got P=%d D=%d K=%d)", P, D, K);
@@ -47,22 +47,22 @@ int layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks, 
     return 0;
 }
 
-void layout_free(run_layout *lo) {
+void run_layout_free(run_layout *lo) {
     free(lo->chunk_first);
     lo->chunk_first = NULL;
 }
 
-int layout_chunk_of(const run_layout *lo, int g) { return g % lo->K; }
+int run_layout_chunk_of(const run_layout *lo, int g) { return g % lo->K; }
 
-void layout_stage_layers(const run_layout *lo, int g, int *first, int *end) {
-    int c = layout_chunk_of(lo, g);
+void run_layout_stage_layers(const run_layout *lo, int g, int *first, int *end) {
+    int c = run_layout_chunk_of(lo, g);
     *first = lo->chunk_first[c];
     *end = lo->chunk_first[c + 1];
 }
 
-int layout_world_rank(const run_layout *lo, int d, int p) { return d * lo->P + p; }
+int run_layout_world_rank(const run_layout *lo, int d, int p) { return d * lo->P + p; }
 
-void layout_coords(const run_layout *lo, int w, int *d, int *p) {
+void run_layout_coords(const run_layout *lo, int w, int *d, int *p) {
     *d = w / lo->P;
     *p = w % lo->P;
 }

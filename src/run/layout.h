@@ -22,13 +22,13 @@ typedef struct {
  * more), or the split given as text ("3,5,4,4": blocks per chunk; NULL for even). Errors name the
  * problem: more chunks than blocks, a count < 1, a sum that drops or repeats blocks
  * ("--split 3,5,4 covers 12 blocks, the model has 16"), a malformed list. */
-int layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks, const char *split);
-void layout_free(run_layout *lo);
+int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks, const char *split);
+void run_layout_free(run_layout *lo);
 /* Chunk of stage g (g % K), and the layer range of stage g. */
-int layout_chunk_of(const run_layout *lo, int g);
-void layout_stage_layers(const run_layout *lo, int g, int *first, int *end);
+int run_layout_chunk_of(const run_layout *lo, int g);
+void run_layout_stage_layers(const run_layout *lo, int g, int *first, int *end);
 /* World rank of (replica d, pipeline rank p), and back. */
-int layout_world_rank(const run_layout *lo, int d, int p);
-void layout_coords(const run_layout *lo, int w, int *d, int *p);
+int run_layout_world_rank(const run_layout *lo, int d, int p);
+void run_layout_coords(const run_layout *lo, int w, int *d, int *p);
 
 #endif

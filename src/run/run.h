@@ -13,9 +13,9 @@
 #include "run/layout.h"
 #include "sched/sched.h"
 #include "sim/sim.h"
-#include "sim/timeline.h"
-#include "train/checkpoint.h"
-#include "train/optim.h"
+#include "trace/timeline.h"
+#include "ckpt/checkpoint.h"
+#include "optim/optim.h"
 
 typedef struct {
     int P, D;                   /* --stages, --dp */
@@ -81,7 +81,7 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
 /* Copies every layer's parameters and gradients (replica 0, pipe 0) into out (a model of the
  * same config) on the root (threads mode, or MPI rank 0); collective in MPI mode. */
 int run_job_gather(run_job *j, gpt_model *out);
-/* Saves a checkpoint folder dir (train/checkpoint.h): one file per chunk, written by the chunk's
+/* Saves a checkpoint folder dir (ckpt/checkpoint.h): one file per chunk, written by the chunk's
  * holder in replica 0, pipe 0; the root begins and commits. man gives config, step, data
  * position and seeds; the layout fields are filled here. Collective in MPI mode. */
 int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man);

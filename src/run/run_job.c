@@ -93,7 +93,7 @@ static int job_world_rank(const run_job *j, int r) { return j->mpi ? j->comms[0]
 static int job_exec_init(run_job *j, int r) {
     const run_plan *pl = j->pl;
     int w = job_world_rank(j, r), d, p;
-    layout_coords(&pl->lo, w, &d, &p);
+    run_layout_coords(&pl->lo, w, &d, &p);
     run_exec_cfg c = { .s = pl->s, .lo = &pl->lo, .world_rank = w, .world = j->comms[r],
                        .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows, .timeout = pl->o.timeout,
                        .recompute = pl->o.recompute };

@@ -112,7 +112,7 @@ static int plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     pl->B = B;
     pl->T = T;
     pl->mb_rows = (int)(B / dm);
-    return layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split);
+    return run_layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split);
 }
 
 int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T) {
@@ -139,6 +139,6 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
 
 void run_plan_free(run_plan *pl) {
     sched_free(pl->s);
-    layout_free(&pl->lo);
+    run_layout_free(&pl->lo);
     pl->s = NULL;
 }

@@ -8,7 +8,7 @@
 #ifndef PT_SIM_H
 #define PT_SIM_H
 #include "sched/sched.h"
-#include "sim/timeline.h"
+#include "trace/timeline.h"
 #include <stdbool.h>
 #include <stdio.h>
 

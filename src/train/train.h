@@ -4,7 +4,7 @@
 #ifndef PT_TRAIN_TRAIN_H
 #define PT_TRAIN_TRAIN_H
 #include "model/gpt.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 typedef struct {
     float loss;         /* mean cross-entropy of the batch, before the update */

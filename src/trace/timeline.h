@@ -1,5 +1,5 @@
 /* A timeline: the start and end of every action on every rank, as predicted by the simulator or
- * measured by the runtime. Trace (io/trace.h) and SVG (io/svg.h) writers read only this type.
+ * measured by the runtime. Trace (trace/trace.h) and SVG (trace/svg.h) writers read only this type.
  * Not a scheduler and not a clock: it only stores events in the order they were added. */
 #ifndef PT_TIMELINE_H
 #define PT_TIMELINE_H

@@ -7,7 +7,7 @@
  * timeline has act_bytes). Times in microseconds, timeline times taken as seconds. */
 #ifndef PT_TRACE_H
 #define PT_TRACE_H
-#include "sim/timeline.h"
+#include "trace/timeline.h"
 #include <stdio.h>
 
 /* Writes the trace to path. Returns 0, or -1 with an error naming the path. */

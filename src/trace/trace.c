@@ -1,6 +1,6 @@
 /* Chrome trace writer: metadata, spans, send-to-consumer flows and activation counters, written
  * with fprintf (traces reach millions of events; a DOM would only cost memory). Not a reader. */
-#include "io/trace.h"
+#include "trace/trace.h"
 #include "util/pt.h"
 #include <errno.h>
 #include <stdbool.h>

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "model/gpt.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 #define CKPT_MAX_CHUNKS 256
 

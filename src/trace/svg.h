@@ -3,7 +3,7 @@
  * receive waits on a thin sub-row, a legend and a time axis. Drawing only; no analysis. */
 #ifndef PT_SVG_H
 #define PT_SVG_H
-#include "sim/timeline.h"
+#include "trace/timeline.h"
 
 typedef struct {
     const char *title;      /* first line of the title (e.g. "1f1b  P=4  M=8"), may be NULL */

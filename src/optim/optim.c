@@ -1,6 +1,6 @@
 /* LR schedule, clipping and AdamW. Arithmetic follows torch 1.13's single-tensor AdamW in float32
  * (bias corrections and step size computed in double, as Python floats are). */
-#include "train/optim.h"
+#include "optim/optim.h"
 #include "util/pt.h"
 #include <math.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* SVG timeline writer: lays out ranks as rows, maps time to x, draws blocks, sub-row comm spans,
  * axis and legend. Colours follow the usual pipeline pictures: F blue, B teal-green, W orange,
  * BW between B and W; a stage's second chunk on the same rank is drawn lighter. */
-#include "io/svg.h"
+#include "trace/svg.h"
 #include "util/pt.h"
 #include <errno.h>
 #include <math.h>

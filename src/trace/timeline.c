@@ -1,6 +1,6 @@
 /* Timeline storage: a growable array of events plus the schedule's shape. No analysis here
  * (the simulator computes its results itself; the writers read events directly). */
-#include "sim/timeline.h"
+#include "trace/timeline.h"
 #include "util/pt.h"
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,6 @@
 /* GPT-2 configs as JSON with Hugging Face GPT2Config key names: load (strict about the keys we
  * use, silent about the rest) and save. Validation of the numbers is gpt_config_validate's. */
+#include "model/config.h"
 #include "io/io.h"
 #include "util/pt.h"
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Checkpoint folders: chunk files written by any rank into a temporary folder, a manifest with
  * checksums, an atomic install under the real name; loading by layer from whichever chunk file
  * holds it, with every field and file checked first. Not the trainer's policy (when, who). */
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "io/io.h"
 #include "io/safetensors.h"
 #include "model/gpt_io.h"
