@@ -146,3 +146,14 @@ int pt_make_parents(const char *path) {
     free(buf);
     return rc;
 }
+
+static int pt_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double pt_median(double *v, int n) {
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, pt_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

@@ -36,6 +36,9 @@ uint64_t pt_rng_next(pt_rng *r);
 double pt_rng_uniform(pt_rng *r);          /* [0, 1) */
 double pt_rng_normal(pt_rng *r);           /* standard normal (Box-Muller) */
 
+/* Median of v[0..n) (the mean of the middle two when n is even); sorts v in place. 0 when n <= 0. */
+double pt_median(double *v, int n);
+
 /* Reads a whole file into a malloc'd buffer (NUL-terminated for convenience); *len gets the size.
  * Returns NULL and sets the error naming the path on failure. */
 char *pt_read_file(const char *path, size_t *len);
