@@ -183,7 +183,7 @@ static void test_microbatch_interleaving(void) {
 
     /* tied head with its own wte gradient: embedding's + head's = the single buffer's */
     float *dwte = pt_falloc((size_t)tiny.vocab_size * tiny.n_embd);
-    gpt_tied tied = {.wte = m.w.wte, .dwte = dwte};
+    gpt_tied tied = {.w = m.w.wte, .dw = dwte};   /* tie 0: wte */
     gpt_zero_grad(&m);
     run_F(&m, &s, 0, tok[0], tgt[0], &k0);
     run_B(&m, &s, 0, &tied);
@@ -242,7 +242,7 @@ static void test_two_stage_threads(void) {
     mb_alloc(&m, &s);
     size_t nwte = (size_t)tiny.vocab_size * tiny.n_embd;
     float *dwte = pt_falloc(nwte);
-    gpt_tied tied = {.wte = m.w.wte, .dwte = dwte};
+    gpt_tied tied = {.w = m.w.wte, .dw = dwte};   /* tie 0: wte */
     int split = 2, nl = gpt_num_layers(&m);
     stage_job s0[2], s1[2];
     for (int mb = 0; mb < 2; mb++) {

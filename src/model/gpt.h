@@ -52,6 +52,19 @@ typedef struct {
     int decay;          /* 1 if AdamW applies weight decay (2-D weights, embeddings) */
 } gpt_param_info;
 
+/* Tied tensors: a parameter tensor that lives in one layer's span (its owner) and is read by
+ * another layer too (its user). GPT-2 has one: wte, owned by the embedding (layer 0) and read by
+ * the head (layer L+1) as the LM head. A pipeline stage that holds the user but not the owner
+ * keeps its own copy of the tensor and a gradient buffer for it, and the copies' gradients are
+ * reduced with the owner's: the model says which tensors are tied, the runtime does the rest
+ * without knowing what they are. */
+typedef struct {
+    int param;          /* index of the tensor in the parameter table (gpt_param_info_at) */
+    int owner;          /* layer whose parameter span holds it */
+    int user;           /* the other layer that reads it (and adds to its gradient in W) */
+} gpt_tie;
+#define GPT_MAX_TIES 2
+
 typedef struct {
     gpt_config cfg;
     size_t num_params;          /* floats in params (and in grads) */
@@ -62,20 +75,60 @@ typedef struct {
     size_t *layer_off;          /* [L+3]: layer i spans [layer_off[i], layer_off[i+1]) */
     gpt_param_info *info;       /* [n_info] in layout order */
     int n_info;
+    gpt_tie ties[GPT_MAX_TIES]; /* [n_ties] tied tensors (gpt_tie_at) */
+    int n_ties;
     /* Private: buffers of gpt_forward_backward / gpt_forward, grown on demand. */
     float *fb_act, *fb_scratch, *fb_x;
     size_t fb_act_cap, fb_scratch_cap, fb_x_cap;
 } gpt_model;
 
-/* The tied token embedding as the head layer sees it. A stage that holds the head but not the
- * embedding passes its own copy of wte (and a gradient buffer for it, reduced with the
- * embedding's later). NULL (or NULL fields) means the model's own w.wte / g.wte. */
+
+/* The buffers a user layer reads for each tie (gpt_tie above): an array of gpt_tie_count entries, or NULL. A NULL
+ * array or NULL fields mean the model's own tensor and gradient. */
 typedef struct {
-    const float *wte;   /* (V,C) read by head F and B */
-    float *dwte;        /* (V,C) head W adds its wte gradient here */
+    const float *w;     /* the tensor (wte: (V,C)), read by the user's F and B */
+    float *dw;          /* the user's W adds its gradient of the tensor here */
 } gpt_tied;
 
-typedef enum { GPT_LAYER_EMBED, GPT_LAYER_BLOCK, GPT_LAYER_HEAD } gpt_layer_kind;
+typedef enum { GPT_LAYER_EMBED, GPT_LAYER_BLOCK, GPT_LAYER_HEAD, GPT_N_LAYER_KINDS } gpt_layer_kind;
+
+/* ---- layer kinds: the seam a new kind plugs into -------------------------------------------
+ * Every layer kind is one row of a table (gpt_layers.c): what it reads from the batch, its
+ * activation size, F, B, W, and its analytic cost. The runtime and the planner use only this
+ * table and the parameter spans; a new kind (a tensor-parallel block) is one new row. */
+
+/* What a layer reads besides the activation stream x: the batch's tokens (the embedding: no x),
+ * or the targets, returning the mean loss instead of an activation (the head). */
+enum { GPT_IO_TOKENS = 1u, GPT_IO_TARGETS = 2u };
+
+/* Analytic cost of one layer on one microbatch of B x T tokens (docs/planner.md). */
+typedef struct {
+    double flops[3];        /* F, B (input grad), W (weight grad) */
+    double act_bytes;       /* held from F to W (act_floats * 4) */
+    double input_bytes;     /* the layer's input, kept per microbatch under recompute */
+    double param_bytes;     /* fp32 parameters stored by the stage holding the layer */
+    double grad_bytes;      /* fp32 gradients */
+    double optim_bytes;     /* AdamW m and v (0 for a tied copy: its state lives with the owner) */
+} gpt_layer_cost;
+
+typedef struct {
+    const char *name;       /* "embedding", "block", "head": the costs file's keys */
+    unsigned io;            /* GPT_IO_* flags */
+    size_t (*act_floats)(const gpt_model *m, int B, int T);
+    /* The three below are gpt_layer_forward / _backward_input / _backward_weight for this kind
+     * (contracts there), without the argument checks. */
+    int (*forward)(const gpt_model *m, int layer, const gpt_tied *tied, float *act, float *scratch,
+                   float *out, const float *x, const int *tokens, int B, int T);
+    int (*backward_input)(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
+                          float *scratch, float *dx, const float *dout, int B, int T);
+    int (*backward_weight)(const gpt_model *m, int layer, const gpt_tied *tied, const float *act,
+                           float *scratch, int B, int T);
+    void (*cost)(const gpt_config *cfg, int B, int T, gpt_layer_cost *out);
+} gpt_layer_ops;
+
+/* The row of a kind, and of a layer of m. */
+const gpt_layer_ops *gpt_kind_ops(gpt_layer_kind kind);
+const gpt_layer_ops *gpt_layer_ops_of(const gpt_model *m, int layer);
 
 /* ---- lifetime ---------------------------------------------------------------------------- */
 /* Validates cfg and allocates params and grads (zeroed) and the tables. Returns 0, or -1 with
@@ -95,6 +148,11 @@ gpt_layer_kind gpt_layer_kind_of(const gpt_model *m, int layer);
 /* Layer's span of params and grads: floats [*offset, *offset + *count). The spans of layers
  * 0..L+1 tile [0, num_params) in order. The head's span is ln_f only (its wte is layer 0's). */
 void gpt_layer_param_span(const gpt_model *m, int layer, size_t *offset, size_t *count);
+/* The span of layers [first, end) (contiguous, since layer spans tile the buffer in order). */
+void gpt_layers_param_span(const gpt_model *m, int first, int end, size_t *offset, size_t *count);
+/* Tied tensors (see gpt_tie above): how many, and the i-th (NULL if out of range). */
+int gpt_tie_count(const gpt_model *m);
+const gpt_tie *gpt_tie_at(const gpt_model *m, int i);
 /* Floats of act storage one microbatch of (B,T) needs for this layer (see the contract above):
  * B*T times, per token: embedding 1 + C; block 27C + 4 + NH*T (16C + 4 + NH*T saved by F,
  * 11C stored by B for W); head 3C + 3 + V. */
@@ -104,7 +162,8 @@ size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T);
 /* Floats of per-thread scratch any layer needs for a (B,T) microbatch. */
 size_t gpt_scratch_floats(const gpt_model *m, int B, int T);
 
-/* F of one layer on one microbatch. tied: head only (NULL = the model's wte).
+/* F of one layer on one microbatch. tied: the tie buffers (NULL = the model's own; only a tie's
+ * user layer reads them).
  *   embedding: tokens (B,T) in [0,V), x unused (NULL), out (B,T,C).
  *   block:     x (B,T,C), tokens unused (NULL), out (B,T,C).
  *   head:      x (B,T,C), tokens = targets (B,T) in [0,V), out[0] = mean cross-entropy.
@@ -121,7 +180,7 @@ int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float
 int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                              float *scratch, float *dx, const float *dout, int B, int T);
 /* W of one layer on one microbatch, any time after its B: adds (+=) the parameter gradients to
- * the layer's span of m->grads (head: ln_f there, wte's to tied->dwte or m->g.wte). Reads act
+ * the layer's span of m->grads (head: ln_f there, wte's to tied[0].dw or m->g.wte). Reads act
  * only. Returns 0. */
 int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
                               const float *act, float *scratch, int B, int T);

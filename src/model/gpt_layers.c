@@ -1,6 +1,7 @@
-/* Forward (F), backward-input (B) and backward-weight (W) of each GPT layer kind (embedding,
- * transformer block, final layernorm + tied head) on one microbatch, over caller-owned act
- * storage laid out here. Not here: buffer ownership, scheduling, the parameter table (gpt.c). */
+/* The layer kinds of GPT (embedding, transformer block, final layernorm + tied head) as rows of
+ * one table: forward (F), backward-input (B) and backward-weight (W) on one microbatch over
+ * caller-owned act storage laid out here, and the analytic cost of each. Not here: buffer
+ * ownership, scheduling, the parameter table (gpt.c). */
 #include "model/gpt.h"
 #include "nn/nn.h"
 #include "util/pt.h"
@@ -95,12 +96,12 @@ static embed_act embed_act_view(const gpt_model *m, float *a, int B, int T) {
 
 _Static_assert(sizeof(int) == sizeof(float), "token ids are stored in float-sized act slots");
 
+static size_t embed_act_floats(const gpt_model *m, int B, int T) { return embed_act_view(m, NULL, B, T).size; }
+static size_t block_act_floats(const gpt_model *m, int B, int T) { return block_act_view(m, NULL, B, T).size; }
+static size_t head_act_floats(const gpt_model *m, int B, int T) { return head_act_view(m, NULL, B, T).size; }
+
 size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
-    switch (gpt_layer_kind_of(m, layer)) {
-    case GPT_LAYER_EMBED: return embed_act_view(m, NULL, B, T).size;
-    case GPT_LAYER_BLOCK: return block_act_view(m, NULL, B, T).size;
-    default:              return head_act_view(m, NULL, B, T).size;
-    }
+    return gpt_layer_ops_of(m, layer)->act_floats(m, B, T);
 }
 
 size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T) {
@@ -120,16 +121,18 @@ static int check_tokens(const gpt_model *m, const int *tok, int B, int T, const 
     return 0;
 }
 
+/* The head reads tie 0 (wte, set up by gpt_init). */
 static const float *tied_wte(const gpt_model *m, const gpt_tied *tied) {
-    return tied && tied->wte ? tied->wte : m->w.wte;
+    return tied && tied[0].w ? tied[0].w : m->w.wte;
 }
 
 static float *tied_dwte(const gpt_model *m, const gpt_tied *tied) {
-    return tied && tied->dwte ? tied->dwte : m->g.wte;
+    return tied && tied[0].dw ? tied[0].dw : m->g.wte;
 }
 
 /* ---- embedding ---------------------------------------------------------------------------- */
-static int embed_forward(const gpt_model *m, float *act, float *out, const int *tokens, int B, int T) {
+static int embed_forward(const gpt_model *m, int l, const gpt_tied *tied, float *act,
+                         float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
     if (check_tokens(m, tokens, B, T, "token") < 0) return -1;
     embed_act a = embed_act_view(m, act, B, T);
     memcpy(a.tokens, tokens, (size_t)B * T * sizeof *tokens);
@@ -137,9 +140,22 @@ static int embed_forward(const gpt_model *m, float *act, float *out, const int *
     return 0;
 }
 
+static int embed_backward_input(const gpt_model *m, int l, const gpt_tied *tied, float *act,
+                                float *scratch, float *dx, const float *dout, int B, int T) {
+    memcpy(embed_act_view(m, act, B, T).dout, dout, (size_t)B * T * m->cfg.n_embd * sizeof *dout);
+    return 0;
+}
+
+static int embed_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
+                                 float *scratch, int B, int T) {
+    embed_act a = embed_act_view(m, (float *)act, B, T);   /* read only */
+    embedding_backward_weight(m->g.wte, m->g.wpe, a.dout, a.tokens, B, T, m->cfg.n_embd);
+    return 0;
+}
+
 /* ---- transformer block -------------------------------------------------------------------- */
-static void block_forward(const gpt_model *m, int l, float *act, float *out, const float *x,
-                          int B, int T) {
+static int block_forward(const gpt_model *m, int l, const gpt_tied *tied, float *act,
+                         float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
     const gpt_block_tensors *w = &m->w.h[l - 1];
     int C = m->cfg.n_embd, N = B * T;
     block_act a = block_act_view(m, act, B, T);
@@ -154,11 +170,12 @@ static void block_forward(const gpt_model *m, int l, float *act, float *out, con
     gelu_forward(a.fchg, a.fch, N * 4 * C);
     matmul_forward(out, a.fchg, w->fcprojw, w->fcprojb, N, 4 * C, C);
     residual_forward(out, out, a.res2, N * C);
+    return 0;
 }
 
 /* scratch: (N,4C) for the widest intermediate, then the attention scratch. */
-static void block_backward_input(const gpt_model *m, int l, float *act, float *scratch, float *dx,
-                                 const float *dout, int B, int T) {
+static int block_backward_input(const gpt_model *m, int l, const gpt_tied *tied, float *act,
+                                float *scratch, float *dx, const float *dout, int B, int T) {
     const gpt_block_tensors *w = &m->w.h[l - 1];
     int C = m->cfg.n_embd, N = B * T;
     block_act a = block_act_view(m, act, B, T);
@@ -174,9 +191,11 @@ static void block_backward_input(const gpt_model *m, int l, float *act, float *s
     matmul_backward_input(a.dln1, a.dqkv, w->qkvw, N, C, 3 * C);
     layernorm_backward_input(dx, a.dln1, a.x, w->ln1w, a.ln1m, a.ln1r, N, C);
     residual_forward(dx, dx, a.dres2, N * C);
+    return 0;
 }
 
-static void block_backward_weight(const gpt_model *m, int l, const float *act, int B, int T) {
+static int block_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
+                                 float *scratch, int B, int T) {
     const gpt_block_tensors *g = &m->g.h[l - 1];
     int C = m->cfg.n_embd, N = B * T;
     block_act a = block_act_view(m, (float *)act, B, T);   /* read only below */
@@ -186,12 +205,13 @@ static void block_backward_weight(const gpt_model *m, int l, const float *act, i
     matmul_backward_weight(g->attprojw, g->attprojb, a.dres2, a.atty, N, C, C);
     matmul_backward_weight(g->qkvw, g->qkvb, a.dqkv, a.ln1, N, C, 3 * C);
     layernorm_backward_weight(g->ln1w, g->ln1b, a.dln1, a.x, a.ln1m, a.ln1r, N, C);
+    return 0;
 }
 
 /* ---- final layernorm + tied head ---------------------------------------------------------- */
 /* With targets: out[0] = mean loss, probs kept. Without: out (N,V) = logits. */
-static int head_forward(const gpt_model *m, const gpt_tied *tied, float *act, float *out,
-                        const float *x, const int *targets, int B, int T) {
+static int head_forward(const gpt_model *m, int l, const gpt_tied *tied, float *act,
+                        float *scratch, float *out, const float *x, const int *targets, int B, int T) {
     int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
     if (targets && check_tokens(m, targets, B, T, "target") < 0) return -1;
     head_act a = head_act_view(m, act, B, T);
@@ -207,21 +227,78 @@ static int head_forward(const gpt_model *m, const gpt_tied *tied, float *act, fl
     return 0;
 }
 
-static void head_backward_input(const gpt_model *m, const gpt_tied *tied, float *act, float *dx,
-                                const float *dloss, int B, int T) {
+static int head_backward_input(const gpt_model *m, int l, const gpt_tied *tied, float *act,
+                               float *scratch, float *dx, const float *dloss, int B, int T) {
     int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
     head_act a = head_act_view(m, act, B, T);
     crossentropy_backward_input(a.probs, a.probs, a.targets, dloss ? *dloss : 1.0f, N, V);
     lmhead_backward_input(a.dlnf, a.probs, tied_wte(m, tied), N, C, V);
     layernorm_backward_input(dx, a.dlnf, a.x, m->w.lnfw, a.lnfm, a.lnfr, N, C);
+    return 0;
 }
 
-static void head_backward_weight(const gpt_model *m, const gpt_tied *tied, const float *act,
-                                 int B, int T) {
+static int head_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
+                                float *scratch, int B, int T) {
     int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
     head_act a = head_act_view(m, (float *)act, B, T);   /* read only below */
     lmhead_backward_weight(tied_dwte(m, tied), a.probs, a.lnf, N, C, V);
     layernorm_backward_weight(m->g.lnfw, m->g.lnfb, a.dlnf, a.x, a.lnfm, a.lnfr, N, C);
+    return 0;
+}
+
+/* ---- analytic costs ------------------------------------------------------------------------
+ * FLOPs: matmuls cost 2 per multiply-add; B and W each repeat the forward's matmul FLOPs (dX = dY W^T,
+ * dW = X^T dY); causal attention (QK^T and AV, half the T x T square) is 2*N*T*C forward and
+ * twice that backward, all of it in B (it has no weights). Element-wise work is left out. */
+static void block_cost(const gpt_config *g, int B, int T, gpt_layer_cost *o) {
+    double N = (double)B * T, C = g->n_embd, mm = 12.0 * C * C, params = mm + 13.0 * C, att = 2.0 * N * T * C;
+    o->flops[0] = 2.0 * mm * N + att;
+    o->flops[1] = 2.0 * mm * N + 2.0 * att;
+    o->flops[2] = 2.0 * mm * N;
+    /* the act layout above: 27 (N,C) tensors, 4 (N) stats, (B,NH,T,T) probabilities */
+    o->act_bytes = 4.0 * (27.0 * N * C + 4.0 * N + N * g->n_head * T);
+    o->input_bytes = 4.0 * N * C;
+    o->param_bytes = o->grad_bytes = 4.0 * params;
+    o->optim_bytes = 8.0 * params;
+}
+
+/* Head: ln_f, logits against the tied wte (V,C), softmax cross-entropy (about 5 FLOPs a logit).
+ * The stage stores a copy of wte and its gradient; AdamW state lives with the embedding. */
+static void head_cost(const gpt_config *g, int B, int T, gpt_layer_cost *o) {
+    double N = (double)B * T, C = g->n_embd, V = g->vocab_size, mm = 2.0 * N * C * V;
+    o->flops[0] = mm + 5.0 * N * V;
+    o->flops[1] = mm;
+    o->flops[2] = mm;
+    o->act_bytes = 4.0 * (3.0 * N * C + 3.0 * N + N * V);
+    o->input_bytes = 4.0 * N * C;
+    o->param_bytes = o->grad_bytes = 4.0 * (V * C + 2.0 * C);
+    o->optim_bytes = 8.0 * 2.0 * C;
+}
+
+/* Embedding: a gather forward, a scatter-add for W; memory-bound, counted as one FLOP a value. */
+static void embed_cost(const gpt_config *g, int B, int T, gpt_layer_cost *o) {
+    double N = (double)B * T, C = g->n_embd, params = (double)g->vocab_size * C + (double)g->n_positions * C;
+    o->flops[0] = o->flops[1] = o->flops[2] = N * C;
+    o->act_bytes = 4.0 * (N + N * C);
+    o->input_bytes = 4.0 * N;
+    o->param_bytes = o->grad_bytes = 4.0 * params;
+    o->optim_bytes = 8.0 * params;
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+static const gpt_layer_ops layer_kinds[GPT_N_LAYER_KINDS] = {
+    [GPT_LAYER_EMBED] = { "embedding", GPT_IO_TOKENS, embed_act_floats, embed_forward,
+                          embed_backward_input, embed_backward_weight, embed_cost },
+    [GPT_LAYER_BLOCK] = { "block", 0, block_act_floats, block_forward, block_backward_input,
+                          block_backward_weight, block_cost },
+    [GPT_LAYER_HEAD]  = { "head", GPT_IO_TARGETS, head_act_floats, head_forward,
+                          head_backward_input, head_backward_weight, head_cost },
+};
+
+const gpt_layer_ops *gpt_kind_ops(gpt_layer_kind kind) { return &layer_kinds[kind]; }
+
+const gpt_layer_ops *gpt_layer_ops_of(const gpt_model *m, int layer) {
+    return &layer_kinds[gpt_layer_kind_of(m, layer)];
 }
 
 /* ---- dispatch ----------------------------------------------------------------------------- */
@@ -230,37 +307,17 @@ int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float
     if (T < 1 || T > m->cfg.n_positions || B < 1)
         return pt_seterr("layer %d: sequence length %d must be in [1, n_positions=%d] and batch %d >= 1",
                          layer, T, m->cfg.n_positions, B);
-    int rc = 0;
-    switch (gpt_layer_kind_of(m, layer)) {
-    case GPT_LAYER_EMBED: rc = embed_forward(m, act, out, tokens, B, T); break;
-    case GPT_LAYER_BLOCK: block_forward(m, layer, act, out, x, B, T); break;
-    case GPT_LAYER_HEAD:  rc = head_forward(m, tied, act, out, x, tokens, B, T); break;
-    }
-    return rc < 0 ? pt_adderr("layer %d forward: ", layer) : 0;
+    if (gpt_layer_ops_of(m, layer)->forward(m, layer, tied, act, scratch, out, x, tokens, B, T) < 0)
+        return pt_adderr("layer %d forward: ", layer);
+    return 0;
 }
 
 int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                              float *scratch, float *dx, const float *dout, int B, int T) {
-    switch (gpt_layer_kind_of(m, layer)) {
-    case GPT_LAYER_EMBED:
-        memcpy(embed_act_view(m, act, B, T).dout, dout, (size_t)B * T * m->cfg.n_embd * sizeof *dout);
-        break;
-    case GPT_LAYER_BLOCK: block_backward_input(m, layer, act, scratch, dx, dout, B, T); break;
-    case GPT_LAYER_HEAD:  head_backward_input(m, tied, act, dx, dout, B, T); break;
-    }
-    return 0;
+    return gpt_layer_ops_of(m, layer)->backward_input(m, layer, tied, act, scratch, dx, dout, B, T);
 }
 
 int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
                               const float *act, float *scratch, int B, int T) {
-    switch (gpt_layer_kind_of(m, layer)) {
-    case GPT_LAYER_EMBED: {
-        embed_act a = embed_act_view(m, (float *)act, B, T);   /* read only */
-        embedding_backward_weight(m->g.wte, m->g.wpe, a.dout, a.tokens, B, T, m->cfg.n_embd);
-        break;
-    }
-    case GPT_LAYER_BLOCK: block_backward_weight(m, layer, act, B, T); break;
-    case GPT_LAYER_HEAD:  head_backward_weight(m, tied, act, B, T); break;
-    }
-    return 0;
+    return gpt_layer_ops_of(m, layer)->backward_weight(m, layer, tied, act, scratch, B, T);
 }

@@ -8,22 +8,17 @@
  * Times in seconds, memory in bytes, compute in FLOPs. */
 #ifndef PT_PLAN_H
 #define PT_PLAN_H
-#include "model/config.h"
+#include "model/gpt.h"
 #include <stdbool.h>
 
 /* ---- per-layer costs ------------------------------------------------------------------------ */
-typedef enum { PLAN_EMBED, PLAN_BLOCK, PLAN_HEAD, PLAN_N_KINDS } plan_kind;
+/* Layer kinds and their costs are the model's (model/gpt.h's kind table); the planner names them. */
+typedef enum { PLAN_EMBED = GPT_LAYER_EMBED, PLAN_BLOCK = GPT_LAYER_BLOCK, PLAN_HEAD = GPT_LAYER_HEAD,
+               PLAN_N_KINDS = GPT_N_LAYER_KINDS } plan_kind;
 typedef enum { PLAN_F, PLAN_B, PLAN_W, PLAN_N_PHASES } plan_phase;
 
-/* One layer on one microbatch of B x T tokens. */
-typedef struct {
-    double flops[PLAN_N_PHASES];  /* F, B (input grad), W (weight grad) */
-    double act_bytes;             /* held from F to W (gpt_layer_act_floats * 4) */
-    double input_bytes;           /* the layer's input, kept per microbatch under recompute */
-    double param_bytes;           /* fp32 parameters stored by the stage holding the layer */
-    double grad_bytes;            /* fp32 gradients */
-    double optim_bytes;           /* AdamW m and v (2 x parameters); 0 for the head's wte copy */
-} plan_layer_cost;
+/* One layer on one microbatch of B x T tokens: FLOPs per phase (indexed by plan_phase), bytes. */
+typedef gpt_layer_cost plan_layer_cost;
 
 /* Analytic cost of one layer kind (see docs/planner.md for the FLOP formulas). B, T >= 1. */
 void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, plan_layer_cost *out);

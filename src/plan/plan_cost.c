@@ -15,52 +15,10 @@
 static const char *const KIND_NAME[PLAN_N_KINDS] = { "embedding", "block", "head" };
 static const char *const PHASE_NAME[PLAN_N_PHASES] = { "f", "b", "w" };
 
-/* FLOPs: matmuls cost 2 per multiply-add; B and W each repeat the forward's matmul FLOPs (dX = dY W^T,
- * dW = X^T dY); causal attention (QK^T and AV, half the T x T square) is 2*N*T*C forward and
- * twice that backward, all of it in B (it has no weights). Element-wise work is left out. */
-static void block_model(const gpt_config *g, double N, double T, plan_layer_cost *o) {
-    double C = g->n_embd, mm = 12.0 * C * C, params = mm + 13.0 * C, att = 2.0 * N * T * C;
-    o->flops[PLAN_F] = 2.0 * mm * N + att;
-    o->flops[PLAN_B] = 2.0 * mm * N + 2.0 * att;
-    o->flops[PLAN_W] = 2.0 * mm * N;
-    /* the act layout of model/gpt_layers.c: 27 (N,C) tensors, 4 (N) stats, (B,NH,T,T) probabilities */
-    o->act_bytes = 4.0 * (27.0 * N * C + 4.0 * N + N * g->n_head * T);
-    o->input_bytes = 4.0 * N * C;
-    o->param_bytes = o->grad_bytes = 4.0 * params;
-    o->optim_bytes = 8.0 * params;
-}
-
-/* Head: ln_f, logits against the tied wte (V,C), softmax cross-entropy (about 5 FLOPs a logit).
- * The stage stores a copy of wte and its gradient; AdamW state lives with the embedding. */
-static void head_model(const gpt_config *g, double N, plan_layer_cost *o) {
-    double C = g->n_embd, V = g->vocab_size, mm = 2.0 * N * C * V;
-    o->flops[PLAN_F] = mm + 5.0 * N * V;
-    o->flops[PLAN_B] = mm;
-    o->flops[PLAN_W] = mm;
-    o->act_bytes = 4.0 * (3.0 * N * C + 3.0 * N + N * V);
-    o->input_bytes = 4.0 * N * C;
-    o->param_bytes = o->grad_bytes = 4.0 * (V * C + 2.0 * C);
-    o->optim_bytes = 8.0 * 2.0 * C;
-}
-
-/* Embedding: a gather forward, a scatter-add for W; memory-bound, counted as one FLOP a value. */
-static void embed_model(const gpt_config *g, double N, plan_layer_cost *o) {
-    double C = g->n_embd, params = (double)g->vocab_size * C + (double)g->n_positions * C;
-    o->flops[PLAN_F] = N * C;
-    o->flops[PLAN_B] = N * C;
-    o->flops[PLAN_W] = N * C;
-    o->act_bytes = 4.0 * (N + N * C);
-    o->input_bytes = 4.0 * N;
-    o->param_bytes = o->grad_bytes = 4.0 * params;
-    o->optim_bytes = 8.0 * params;
-}
-
+/* The analytic cost of a layer kind is the model's (its kind table: model/gpt_layers.c). */
 void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, plan_layer_cost *out) {
-    double N = (double)B * T;
     memset(out, 0, sizeof *out);
-    if (kind == PLAN_EMBED) embed_model(cfg, N, out);
-    else if (kind == PLAN_BLOCK) block_model(cfg, N, T, out);
-    else head_model(cfg, N, out);
+    gpt_kind_ops((gpt_layer_kind)kind)->cost(cfg, B, T, out);
 }
 
 double plan_p2p_bytes(const gpt_config *cfg, int B, int T) {

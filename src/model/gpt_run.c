@@ -1,0 +1,95 @@
+/* The whole model in one process: gpt_forward_backward (training), gpt_forward and
+ * gpt_forward_last (inference, sampling), layer after layer over the model's private buffers.
+ * Not here: the layers themselves (gpt_layers.c), storage (gpt.c), pipelines (run/). */
+#include "model/gpt.h"
+#include "nn/nn.h"
+#include "util/pt.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* Grows one of the model's private buffers to at least n floats. */
+static float *gpt_grow(float **buf, size_t *cap, size_t n) {
+    if (*cap < n) {
+        free(*buf);
+        *buf = pt_falloc(n);
+        *cap = n;
+    }
+    return *buf;
+}
+
+/* Sizes the private buffers for (B,T); returns the act base of each layer in acts[]. */
+static void gpt_fb_buffers(gpt_model *m, int B, int T, float **acts) {
+    int nl = gpt_num_layers(m);
+    size_t total = 0, N = (size_t)B * T;
+    for (int l = 0; l < nl; l++) total += gpt_layer_act_floats(m, l, B, T);
+    float *a = gpt_grow(&m->fb_act, &m->fb_act_cap, total);
+    for (int l = 0; l < nl; l++) {
+        acts[l] = a;
+        a += gpt_layer_act_floats(m, l, B, T);
+    }
+    gpt_grow(&m->fb_scratch, &m->fb_scratch_cap, gpt_scratch_floats(m, B, T));
+    gpt_grow(&m->fb_x, &m->fb_x_cap, 2 * N * (size_t)m->cfg.n_embd);   /* ping-pong x / dx */
+}
+
+/* Forward through layers 0..L; leaves the last block's output in the returned buffer. */
+static float *gpt_fb_forward_body(gpt_model *m, float **acts, const int *tokens, int B, int T) {
+    size_t xn = (size_t)B * T * m->cfg.n_embd;
+    float *x = m->fb_x, *y = m->fb_x + xn;
+    if (gpt_layer_forward(m, 0, NULL, acts[0], m->fb_scratch, x, NULL, tokens, B, T) < 0) return NULL;
+    for (int l = 1; l <= m->cfg.n_layer; l++) {
+        gpt_layer_forward(m, l, NULL, acts[l], m->fb_scratch, y, x, NULL, B, T);
+        float *t = x; x = y; y = t;
+    }
+    return x;
+}
+
+int gpt_forward_backward(gpt_model *m, const int *tokens, const int *targets, int B, int T,
+                         float *loss) {
+    int nl = gpt_num_layers(m);
+    float **acts = pt_malloc((size_t)nl * sizeof *acts);
+    int rc = -1;
+    gpt_fb_buffers(m, B, T, acts);
+    float *x = gpt_fb_forward_body(m, acts, tokens, B, T);
+    if (!x || gpt_layer_forward(m, nl - 1, NULL, acts[nl - 1], m->fb_scratch, loss, x, targets,
+                                B, T) < 0)
+        goto free_acts;
+    size_t xn = (size_t)B * T * m->cfg.n_embd;
+    float *dx = m->fb_x, *dy = m->fb_x + xn;   /* forward buffers are free again */
+    for (int l = nl - 1; l >= 0; l--) {
+        gpt_layer_backward_input(m, l, NULL, acts[l], m->fb_scratch, l ? dx : NULL,
+                                 l == nl - 1 ? NULL : dy, B, T);
+        gpt_layer_backward_weight(m, l, NULL, acts[l], m->fb_scratch, B, T);
+        float *t = dx; dx = dy; dy = t;
+    }
+    rc = 0;
+free_acts:
+    free(acts);
+    return rc;
+}
+
+int gpt_forward(gpt_model *m, float *logits, const int *tokens, int B, int T) {
+    int nl = gpt_num_layers(m);
+    float **acts = pt_malloc((size_t)nl * sizeof *acts);
+    int rc = -1;
+    gpt_fb_buffers(m, B, T, acts);
+    float *x = gpt_fb_forward_body(m, acts, tokens, B, T);
+    if (x) rc = gpt_layer_forward(m, nl - 1, NULL, acts[nl - 1], m->fb_scratch, logits, x, NULL, B, T);
+    free(acts);
+    return rc;
+}
+
+int gpt_forward_last(gpt_model *m, float *logits, const int *tokens, int B, int T) {
+    int nl = gpt_num_layers(m), C = m->cfg.n_embd;
+    float **acts = pt_malloc((size_t)nl * sizeof *acts);
+    gpt_fb_buffers(m, B, T, acts);
+    float *x = gpt_fb_forward_body(m, acts, tokens, B, T);
+    free(acts);
+    if (!x) return -1;
+    /* scratch (N*4C + T*T floats) easily holds last rows (B,C), their norm (B,C), mean, rstd (B) */
+    float *last = m->fb_scratch, *ln = last + (size_t)B * C, *mean = ln + (size_t)B * C, *rstd = mean + B;
+    for (int b = 0; b < B; b++)
+        memcpy(last + (size_t)b * C, x + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof *x);
+    layernorm_forward(ln, mean, rstd, last, m->w.lnfw, m->w.lnfb, B, C);
+    lmhead_forward(logits, ln, m->w.wte, B, C, m->cfg.vocab_size);
+    return 0;
+}

@@ -1,0 +1,92 @@
+/* An executor's messages: every receive of an iteration posted at its start, sends posted at
+ * their action and completed lazily between actions, and the clean-up after a failure.
+ * Not here: the transports (comm/), gradient collectives (exec_reduce.c). */
+#include "run/exec_int.h"
+#include "util/pt.h"
+#include <stdio.h>
+
+/* Tag of the message to stage g for microbatch mb: dir 0 forward activation, 1 gradient. */
+static int exec_tag(const run_exec *e, int g, int mb, int dir) { return (g * e->M + mb) * 2 + dir; }
+
+static size_t exec_msg_bytes(const run_exec *e) { return (size_t)e->N * e->C * sizeof(float); }
+
+/* Posts every receive of the iteration at once (buffers are per stage and microbatch). */
+int exec_post_recvs(run_exec *e) {
+    const sched *s = e->c.s;
+    for (int i = 0; i < s->len[e->p]; i++) {
+        sched_action a = s->acts[e->p][i];
+        run_stage *st = a.stage >= 0 ? &e->st[e->loc[a.stage]] : NULL;
+        int rc = 0;
+        if (a.kind == ACT_RECV_F)
+            rc = comm_irecv(e->c.world, st->prev_rank, exec_tag(e, a.stage, a.mb, 0), st->xin[a.mb],
+                            exec_msg_bytes(e), &e->recv_req[i]);
+        else if (a.kind == ACT_RECV_B)
+            rc = comm_irecv(e->c.world, st->next_rank, exec_tag(e, a.stage, a.mb, 1),
+                            st->dyin[a.mb], exec_msg_bytes(e), &e->recv_req[i]);
+        if (rc < 0) return pt_adderr("rank %d: posting %d%s%d: ", e->c.world_rank, a.stage,
+                                     sched_kind_name(a.kind), a.mb);
+    }
+    return 0;
+}
+
+/* Completes finished sends without blocking (lazily, between actions). */
+int exec_poll_sends(run_exec *e) {
+    int k = 0;
+    for (int n = 0; n < e->n_pend; n++) {
+        int i = e->pend[n], done = 0;
+        if (comm_test(e->c.world, e->send_req[i], &done) < 0) return -1;
+        if (done) e->send_req[i] = NULL;
+        else e->pend[k++] = i;
+    }
+    e->n_pend = k;
+    return 0;
+}
+
+int exec_send(run_exec *e, int i, sched_action a, int *peer) {
+    run_stage *st = &e->st[e->loc[a.stage]];
+    if (a.kind == ACT_SEND_F) {
+        *peer = st->next_rank;
+        return comm_isend(e->c.world, *peer, exec_tag(e, st->next, a.mb, 0), st->out[a.mb],
+                          exec_msg_bytes(e), &e->send_req[i]);
+    }
+    *peer = st->prev_rank;
+    return comm_isend(e->c.world, *peer, exec_tag(e, st->prev, a.mb, 1), st->dxo[a.mb],
+                      exec_msg_bytes(e), &e->send_req[i]);
+}
+
+int exec_recv(run_exec *e, int i, sched_action a, int *peer) {
+    run_stage *st = &e->st[e->loc[a.stage]];
+    *peer = a.kind == ACT_RECV_F ? st->prev_rank : st->next_rank;
+    comm_req *r = e->recv_req[i];
+    e->recv_req[i] = NULL;
+    if (!r) return pt_seterr("RECV without a posted receive");
+    return comm_wait(e->c.world, r, e->c.timeout);
+}
+
+/* Waits for every outstanding send and cancels nothing: a receive left over is a bug. */
+int exec_finish_sends(run_exec *e) {
+    for (int i = 0; i < e->c.s->len[e->p]; i++) {
+        if (!e->send_req[i]) continue;
+        comm_req *r = e->send_req[i];
+        e->send_req[i] = NULL;
+        if (comm_wait(e->c.world, r, e->c.timeout) < 0)
+            return pt_adderr("rank %d: completing sends: ", e->c.world_rank);
+    }
+    e->n_pend = 0;
+    return 0;
+}
+
+/* After a failure: frees the requests that completed (test reports them); the transport drops
+ * the ones still pending when the endpoint is freed. Keeps the first error; returns -1. */
+int exec_drop_requests(run_exec *e) {
+    char err[1024];
+    snprintf(err, sizeof err, "%s", pt_err());
+    comm_req **lists[2] = { e->recv_req, e->send_req };
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < e->c.s->len[e->p]; i++) {
+            int done = 0;
+            if (lists[k][i]) comm_test(e->c.world, lists[k][i], &done);
+            lists[k][i] = NULL;
+        }
+    return pt_seterr("%s", err);
+}

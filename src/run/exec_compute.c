@@ -1,0 +1,115 @@
+/* Compute of one stage on one microbatch: F, B and W over the stage's layers through the model's
+ * kind table (what each layer reads: the activation stream, the batch's tokens, or its targets
+ * and a loss), activation sets acquired at F and released after W, recomputation at B.
+ * Not here: communication, reduction, the order of actions (executor.c).
+ * Activation gradients are written (=), parameter gradients accumulate (+=) over microbatches. */
+#include "run/exec_int.h"
+#include "util/pt.h"
+#include <assert.h>
+
+/* Rows of microbatch mb in the global (B,T) batch: replica d's block, then the mb-th block. */
+static const int *exec_rows(const run_exec *e, const int *tok, int mb) {
+    size_t row = (size_t)e->d * (e->c.B / e->c.lo->D) + (size_t)mb * e->c.mb_rows;
+    return tok + row * e->c.T;
+}
+
+/* Input of stage st for mb: the neighbour's output on this rank, or the received buffer. */
+static const float *exec_input(run_exec *e, const run_stage *st, int mb) {
+    if (st->prev < 0) return NULL;
+    if (st->prev_rank >= 0) return st->xin[mb];
+    return e->st[e->loc[st->prev]].out[mb];
+}
+
+/* Gradient w.r.t. stage st's output for mb: from the next stage (local or received). */
+static const float *exec_dout(run_exec *e, const run_stage *st, int mb) {
+    if (st->next_rank >= 0) return st->dyin[mb];
+    return e->st[e->loc[st->next]].dxo[mb];
+}
+
+/* Activation set of (layer, mb). */
+static float *exec_act(const run_stage *st, int layer, int mb) {
+    return st->act[layer - st->first][st->slot_of[mb]];
+}
+
+static const gpt_tied *exec_tied(const run_stage *st) { return st->has_copy ? st->tied : NULL; }
+
+/* Gives mb a free activation set (spare: the extra set a recomputing forward uses). */
+static void exec_acquire(run_stage *st, int mb, int spare) {
+    if (spare) { st->slot_of[mb] = st->n_slots; return; }
+    for (int k = 0; k < st->n_slots; k++)
+        if (st->slot_mb[k] < 0) { st->slot_mb[k] = mb; st->slot_of[mb] = k; return; }
+    assert(!"activation sets exhausted: the slot count disagrees with the schedule");
+}
+
+static void exec_release(run_stage *st, int mb) {
+    if (st->slot_of[mb] < st->n_slots) st->slot_mb[st->slot_of[mb]] = -1;
+    st->slot_of[mb] = -1;
+}
+
+/* F of stage st on mb. again: the recompute before a backward (output to scratch, loss not
+ * counted; it already succeeded once, so it cannot fail). */
+static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, const int *targets,
+                        int again) {
+    const float *x = exec_input(e, st, mb);
+    int b = e->c.mb_rows, T = e->c.T, k = 0;
+    float loss;
+    for (int l = st->first; l < st->end; l++) {
+        float *y;
+        unsigned io = gpt_layer_ops_of(st->m, l)->io;
+        const int *tk = io & GPT_IO_TOKENS ? exec_rows(e, tokens, mb)
+                      : io & GPT_IO_TARGETS ? exec_rows(e, targets, mb) : NULL;
+        if (io & GPT_IO_TARGETS) y = again ? &loss : &st->loss[mb];
+        else if (l == st->end - 1 && !again) y = st->out[mb];
+        else { y = e->tmp[k]; k ^= 1; }
+        if (gpt_layer_forward(st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch, y, x, tk, b, T) < 0)
+            return pt_adderr("stage %d F%d: ", st->g, mb);
+        x = y;
+    }
+    if (st->next < 0 && !again) e->loss_sum += st->loss[mb];
+    return 0;
+}
+
+static void exec_backward_input(run_exec *e, run_stage *st, int mb) {
+    /* the objective: mean over all microbatches, or (async) over this microbatch's replicas */
+    float scale = 1.0f / (float)((e->async ? 1 : e->M) * e->c.lo->D);
+    const float *dy = st->next < 0 ? &scale : exec_dout(e, st, mb);
+    int k = 0;
+    for (int l = st->end - 1; l >= st->first; l--) {
+        float *dx;
+        if (gpt_layer_ops_of(st->m, l)->io & GPT_IO_TOKENS) dx = NULL;   /* no input to grade */
+        else if (l == st->first) dx = st->dxo[mb];
+        else { dx = e->tmp[k]; k ^= 1; }
+        gpt_layer_backward_input(st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
+                                 dx, dy, e->c.mb_rows, e->c.T);
+        dy = dx;
+    }
+}
+
+/* W in reverse layer order, so a stage holding a tie's user and owner adds to it as one process. */
+static void exec_backward_weight(run_exec *e, run_stage *st, int mb) {
+    for (int l = st->end - 1; l >= st->first; l--)
+        gpt_layer_backward_weight(st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
+                                  e->c.mb_rows, e->c.T);
+}
+
+/* The F action: activations kept for the backward, or (recomputing) dropped at once. */
+int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, const int *tgt) {
+    exec_acquire(st, mb, e->c.recompute);
+    int rc = exec_forward(e, st, mb, tok, tgt, 0);
+    if (e->c.recompute) exec_release(st, mb);
+    return rc;
+}
+
+/* B, W or BW: recomputes the forward first when asked; the activations go after W. */
+void exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, const int *tok,
+                   const int *tgt) {
+    if (input && e->c.recompute) {
+        exec_acquire(st, mb, 0);
+        exec_forward(e, st, mb, tok, tgt, 1);
+    }
+    if (input) exec_backward_input(e, st, mb);
+    if (weight) {
+        exec_backward_weight(e, st, mb);
+        exec_release(st, mb);
+    }
+}

@@ -1,0 +1,106 @@
+/* Internal to the executor (src/run/exec_*.c, executor.c): one rank's state and the functions
+ * its files share. Not public API: run/executor.h is. Each concern has its file:
+ *   exec_state.c    stages, activation sets, boundary buffers, tied copies, sub-communicators
+ *   exec_compute.c  F, B, W of a stage's layers on one microbatch (and recomputation)
+ *   exec_stash.c    weight stashing for asynchronous schedules
+ *   exec_comm.c     posting, completing and dropping sends and receives
+ *   exec_reduce.c   gradient reduction (chunks, tied tensors, world), AdamW, zeroing
+ *   executor.c      the walk over the action list, the timeline, the public calls
+ *
+ * The executor knows layers only through the model's kind table (gpt_layer_ops_of: what a layer
+ * reads, its act size, F/B/W) and its tied tensors (gpt_tie_at): a stage that holds a tie's
+ * user layer while the owner layer's stage is on another rank keeps a private copy.
+ *
+ * Legend: S stages, K chunks per pipe, M microbatches, b rows per microbatch, T time, C channels,
+ * N = b*T positions per microbatch, NT tied tensors. */
+#ifndef PT_RUN_EXEC_INT_H
+#define PT_RUN_EXEC_INT_H
+#include "run/executor.h"
+
+/* A private copy of tied tensor `tie` held by a stage without its owner layer. */
+typedef struct {
+    float *w, *dw;                    /* (count) copy and its gradient; NULL: no copy of this tie */
+    size_t count;
+    adamw_state opt;                  /* the copy's moments (its own AdamW step, same numbers) */
+} exec_tie_copy;
+
+typedef struct {
+    int g, chunk, pipe, first, end;   /* layers [first, end) */
+    int prev, next;                   /* neighbour stages in the pipe, -1 at the ends */
+    int prev_rank, next_rank;         /* world ranks of the neighbours (-1: none or local) */
+    gpt_model *m;
+    adamw_state *opt;
+    exec_tie_copy copy[GPT_MAX_TIES]; /* [NT] private copies of tied tensors */
+    gpt_tied tied[GPT_MAX_TIES];      /* [NT] what the stage's layers read (copies or NULL) */
+    int has_copy;                     /* any copy: pass tied to the layers */
+    float ***act;                     /* [end-first][n_slots+1] activation sets of each layer */
+    int n_slots;                      /* sets held at once (the schedule's peak for this stage) */
+    int *slot_of;                     /* [M] set of each microbatch, -1: none */
+    int *slot_mb;                     /* [n_slots] microbatch in each set, -1: free */
+    float **out;                      /* [M] (N,C) forward output (NULL for the last stage) */
+    float **xin;                      /* [M] (N,C) received input (prev on another rank) */
+    float **dxo;                      /* [M] (N,C) input gradient (NULL at the first stage) */
+    float **dyin;                     /* [M] (N,C) received output gradient (next remote) */
+    float *loss;                      /* [M] last stage: mean loss of each microbatch */
+    /* asynchronous schedules (pipedream): the weights each microbatch's F used */
+    size_t span_off, span_n;          /* the stage's parameter span */
+    float **stash;                    /* [M] (span_n + copies) params at F */
+    double *stash_sum;                /* [M] checksum of the stashed weights */
+} run_stage;
+
+struct run_exec {
+    run_exec_cfg c;
+    int d, p, M, N, C, n_stages;      /* replica, pipeline rank, sizes */
+    int n_ties;                       /* NT, the model's tied tensors */
+    run_stage *st;                    /* [n_stages] stages of this rank, in stage order */
+    int *loc;                         /* [S] index into st, or -1 */
+    float *scratch, *tmp[2];          /* per-thread scratch, (N,C) ping-pong buffers */
+    comm **chunk_comm;                /* [K] ranks holding chunk c (NULL: not a member) */
+    comm *tie_comm[GPT_MAX_TIES];     /* [NT] ranks holding tie t's owner or a copy */
+    comm_req **recv_req;              /* [len] request of each RECV action, posted early */
+    comm_req **send_req;              /* [len] pending sends */
+    int *pend, n_pend;                /* indices of the pending sends, oldest first */
+    int n_reduce, last_reduce;        /* REDUCE_GRAD actions; index of the last */
+    double loss_sum, sumsq;
+    int stepped;
+    int async;                        /* weights update per microbatch, with weight stashing */
+    int n_step_acts, step_idx;        /* async: STEPs per iteration, STEPs done in this one */
+    float *live;                      /* async: the current weights while stashed ones run */
+    int stash_checked, stash_bad, stash_stale;   /* run_exec_stash_stats */
+    timeline tl;
+};
+
+/* exec_state.c */
+int exec_state_init(run_exec *e);              /* stages, buffers, copies, comms; collective */
+void exec_state_free(run_exec *e);
+/* Stage st holds tie t's owner layer. */
+int exec_owns_tie(const run_exec *e, const run_stage *st, int t);
+/* Floats of the weights a stage reads: its span, then its private copies in tie order. */
+size_t exec_weights_n(const run_stage *st, int n_ties);
+
+/* exec_compute.c */
+int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, const int *tgt);
+void exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, const int *tok,
+                   const int *tgt);
+
+/* exec_stash.c */
+void exec_stash(run_exec *e, run_stage *st, int mb);
+void exec_unstash(run_exec *e, run_stage *st, int mb);
+void exec_restash(run_exec *e, run_stage *st);
+
+/* exec_comm.c */
+int exec_post_recvs(run_exec *e);
+int exec_poll_sends(run_exec *e);
+int exec_send(run_exec *e, int i, sched_action a, int *peer);
+int exec_recv(run_exec *e, int i, sched_action a, int *peer);
+int exec_finish_sends(run_exec *e);
+int exec_drop_requests(run_exec *e);
+
+/* exec_reduce.c */
+int exec_reduce_all(run_exec *e);
+int exec_reduce_stage(run_exec *e, run_stage *st);
+int exec_reduce_world(run_exec *e, run_exec_stats *rs);
+void exec_adamw(run_exec *e, const optim_config *oc, int t, double lr, double scale);
+void exec_zero_grads(run_exec *e);
+
+#endif
