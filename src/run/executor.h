@@ -1,13 +1,15 @@
 /* One rank's executor: walks the rank's lowered action list on real layers. It holds the rank's
  * stages (layer ranges of the model instances it is given), per (stage, layer, microbatch)
- * activations, boundary buffers, scratch, private copies of the tied wte for a head stage whose
- * embedding lives on another rank, and the sub-communicators for gradient reduction.
+ * activations, boundary buffers, scratch, private copies of tied tensors (the model's gpt_tie
+ * list: a stage holding a tie's user layer while its owner layer is on another rank), and the
+ * sub-communicators for gradient reduction. It sees layers only through the model's kind table.
  * Not here: threads, data loading, the model's parameters (the caller owns the instances).
+ * The files: run/exec_int.h.
  *
  * Summation order (what makes results reproducible): a stage's parameter gradients accumulate
  * (+=) in the order its W (or BW) actions run; at the reduction, a rank first adds its own copies
- * of a chunk (stage order), then the transport sums ranks in rank order. Chunk 0's wte is reduced
- * with the head's private copies in one group (all ranks holding a wte copy).
+ * of a chunk (stage order), then the transport sums ranks in rank order. A tied tensor (wte) is
+ * reduced over its owner and all copies in one group per tie.
  *
  * Legend: S stages, K chunks per pipe, M microbatches, b rows per microbatch, T time, C channels. */
 #ifndef PT_RUN_EXECUTOR_H

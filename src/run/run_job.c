@@ -328,19 +328,13 @@ const timeline *run_job_timeline(run_job *j) {
     return &j->tl;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median of the samples after the first iteration (all of them when only one ran); -1 if none. */
 static double samples_median(const job_samples *s, int n_iters) {
     double *v = pt_malloc(sizeof *v * (size_t)(s->n + 1));
     int n = 0;
     for (int i = 0; i < s->n; i++)
         if (n_iters < 2 || s->v[i].iter > 0) v[n++] = s->v[i].dur;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    double m = n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : -1;
+    double m = n ? pt_median(v, n) : -1;
     free(v);
     return m;
 }
@@ -363,10 +357,7 @@ void run_job_profile(run_job *j, sim_costs *c) {
 
 /* Floats [off, off+n) of chunk c's layers. */
 static void job_chunk_span(const run_job *j, int c, size_t *off, size_t *n) {
-    const gpt_model *m = &j->models[0];
-    int first = j->pl->lo.chunk_first[c], end = j->pl->lo.chunk_first[c + 1];
-    *off = m->layer_off[first];
-    *n = m->layer_off[end] - *off;
+    gpt_layers_param_span(&j->models[0], j->pl->lo.chunk_first[c], j->pl->lo.chunk_first[c + 1], off, n);
 }
 
 /* MPI: the holder of chunk c (replica 0, pipe 0) sends params and grads to the root. */
