@@ -27,5 +27,6 @@ int cli_schedule(int argc, char **argv);
 int cli_simulate(int argc, char **argv);
 int cli_profile(int argc, char **argv);
 int cli_plan(int argc, char **argv);
+int cli_report(int argc, char **argv);
 
 #endif

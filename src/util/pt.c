@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static _Thread_local char err_buf[2048];
 
@@ -156,4 +157,42 @@ double pt_median(double *v, int n) {
     if (n <= 0) return 0;
     qsort(v, (size_t)n, sizeof *v, pt_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The value of the first "key : value" line of /proc/cpuinfo starting with key, or "". */
+static void pt_cpuinfo_field(const char *key, char *out, size_t n) {
+    char line[8192];
+    out[0] = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, key, strlen(key)) != 0 || !colon) continue;
+        colon++;
+        while (*colon == ' ' || *colon == '\t') colon++;
+        snprintf(out, n, "%s", colon);
+        out[strcspn(out, "\n")] = 0;
+        break;
+    }
+    fclose(f);
+}
+
+/* Whole word w in the space-separated list s. */
+static int pt_has_word(const char *s, const char *w) {
+    size_t n = strlen(w);
+    for (const char *p = strstr(s, w); p; p = strstr(p + 1, w))
+        if ((p == s || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
+    return 0;
+}
+
+void pt_machine_info(pt_machine *m) {
+    char flags[8192];
+    pt_cpuinfo_field("model name", m->cpu, sizeof m->cpu);
+    if (!m->cpu[0]) snprintf(m->cpu, sizeof m->cpu, "unknown");
+    pt_cpuinfo_field("flags", flags, sizeof flags);
+    const char *isa = pt_has_word(flags, "avx512f") ? "AVX-512" : pt_has_word(flags, "avx2") ? "AVX2"
+                    : pt_has_word(flags, "sse2") ? "SSE2" : "none";
+    snprintf(m->isa, sizeof m->isa, "%s", isa);
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    m->cores = c > 0 ? (int)c : 1;
 }

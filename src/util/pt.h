@@ -39,6 +39,16 @@ double pt_rng_normal(pt_rng *r);           /* standard normal (Box-Muller) */
 /* Median of v[0..n) (the mean of the middle two when n is even); sorts v in place. 0 when n <= 0. */
 double pt_median(double *v, int n);
 
+/* The machine, for reports and benchmarks: the CPU model ("AMD EPYC 9R14", from /proc/cpuinfo;
+ * "unknown" elsewhere), the widest x86 vector ISA it has ("AVX-512", "AVX2", "SSE2" or "none"),
+ * and the online cores. */
+typedef struct {
+    char cpu[128];
+    char isa[16];
+    int cores;
+} pt_machine;
+void pt_machine_info(pt_machine *m);
+
 /* Reads a whole file into a malloc'd buffer (NUL-terminated for convenience); *len gets the size.
  * Returns NULL and sets the error naming the path on failure. */
 char *pt_read_file(const char *path, size_t *len);

@@ -1,0 +1,57 @@
+/* pipetrain report: one HTML page for one or several training runs (report/report.h): curves on a
+ * shared step axis, events, layout, machine, the last step's timeline. Flags only; the page is the
+ * library's. */
+#include "cli/cli.h"
+#include "report/report.h"
+#include "util/pt.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_RUNS 16   /* runs overlaid on one page (colours repeat after 8) */
+
+/* Splits argv into flags (for cli_parse; argv[0] kept) and the RUN paths. */
+static int split_args(int argc, char **argv, char **flags, int *n_flags, const char **runs, int *n_runs) {
+    *n_flags = 1;
+    *n_runs = 0;
+    flags[0] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        int takes_value = !strcmp(argv[i], "--out") || !strcmp(argv[i], "--title");
+        if (argv[i][0] == '-') {
+            flags[(*n_flags)++] = argv[i];
+            if (takes_value && i + 1 < argc) flags[(*n_flags)++] = argv[++i];
+        } else if (*n_runs == MAX_RUNS) {
+            return pt_seterr("at most %d runs on one page (got more)", MAX_RUNS);
+        } else runs[(*n_runs)++] = argv[i];
+    }
+    return 0;
+}
+
+int cli_report(int argc, char **argv) {
+    const char *out = NULL, *title = NULL;
+    const cli_opt opts[] = {
+        {"--out", OPT_STR, &out, "the HTML file to write (default: beside the first run's metrics, .html)"},
+        {"--title", OPT_STR, &title, "the page's title (default: pipetrain training report)"},
+    };
+    char **flags = pt_malloc(sizeof *flags * (size_t)(argc + 1));
+    const char *paths[MAX_RUNS];
+    int n_flags, n_runs, rc = split_args(argc, argv, flags, &n_flags, paths, &n_runs);
+    if (rc == 0) rc = cli_parse(n_flags, flags, "report", "RUN [RUN2 ...] [--out report.html]   "
+                                "(RUN: a metrics file or a save folder holding metrics.jsonl)", opts, 2);
+    free(flags);
+    if (rc < 0 && pt_err()[0]) return cli_fail("report");
+    if (rc) return rc < 0 ? 2 : 0;
+    if (n_runs == 0) { pt_seterr("give one or more runs: a metrics file or a save folder"); return cli_fail("report"); }
+    report_run runs[MAX_RUNS];
+    char def[1200];
+    int loaded = 0;
+    for (; loaded < n_runs; loaded++)
+        if (report_run_load(&runs[loaded], paths[loaded]) < 0) break;
+    char metrics[1100];
+    if (loaded == n_runs && !out && report_metrics_path(paths[0], metrics, sizeof metrics))
+        out = report_html_path(metrics, def, sizeof def);
+    rc = loaded < n_runs || !out || report_write_html(runs, n_runs, title, out) < 0;
+    if (!rc) printf("report: %s\n", out);
+    for (int i = 0; i < loaded; i++) report_run_free(&runs[i]);
+    return rc ? cli_fail("report") : 0;
+}

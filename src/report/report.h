@@ -1,0 +1,71 @@
+/* The run report: one self-contained HTML page (inline SVG and CSS, no script, XML-clean) that
+ * shows one or several training runs: the curves of every per-step metric on a shared step axis
+ * with the run's events marked, the layout, model and machine, measured against simulated step
+ * time, and the timeline of the last step. Also the run's event log, which the trainer writes
+ * beside the metrics and the report reads. Not here: writing the metrics (the trainer), the
+ * timeline picture itself (trace/svg.c; the report inlines the file).
+ *
+ * Files of one run (PATH = the metrics file, one JSON line per step; a save folder DIR means
+ * DIR/metrics.jsonl):
+ *   PATH                        {"step":..,"loss":..,"lr":..,"grad_norm":..,"tokens_per_s":..,
+ *                                "step_ms":..[,"bubble_fraction":..][,"eval_loss":..]}
+ *   PATH less .jsonl + .events.jsonl   one JSON line per event: {"event":KIND,"step":N,...}
+ *   PATH less .jsonl + .html           the report the trainer writes
+ * Event kinds: "start" (layout, model, machine), "resume", "save", "adapt", "side_task",
+ * "error", "end" (measured vs simulated step, the timeline SVG's path). */
+#ifndef PT_REPORT_REPORT_H
+#define PT_REPORT_REPORT_H
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* The per-step series a report draws, in page order. */
+typedef enum {
+    REP_LOSS, REP_EVAL_LOSS, REP_LR, REP_GRAD_NORM, REP_TOKENS_S, REP_STEP_MS, REP_BUBBLE,
+    REP_N_SERIES
+} report_series;
+
+typedef struct {
+    long step;
+    char kind[16];              /* "start", "save", "resume", "adapt", "side_task", "error", "end", "nan" */
+    char text[240];             /* what to show on hover */
+} report_event;
+
+typedef struct {
+    char name[256];             /* the path given, for the legend */
+    long *step;                 /* [n] increasing, unique (a resumed run's later line wins) */
+    double *val[REP_N_SERIES];  /* [n] each; NAN where a line lacks the key or it was not finite */
+    int n, cap;
+    report_event *ev;           /* [n_ev] in file order, then the ones found in the metrics */
+    int n_ev, cap_ev;
+    cJSON *start;               /* the last "start" event (layout, model, machine), or NULL */
+    cJSON *end;                 /* the last "end" event, or NULL */
+    char *svg;                  /* the last step's timeline (SVG text, prolog removed), or NULL */
+    int n_dup;                  /* step lines that repeated an earlier step (resumes) */
+    int n_bad;                  /* lines skipped: not JSON (a line cut by a crash) */
+} report_run;
+
+/* Loads a run from a metrics file or a folder holding metrics.jsonl, with its events file and
+ * timeline picture when they exist. Tolerates nan/inf numbers (drawn as gaps, marked as events),
+ * repeated steps (the later line wins; a "resume" is marked where the steps go back), and a last
+ * line cut short. -1 naming the file (and line) when it cannot be read, holds no step, or a line
+ * in the middle is not a JSON object. Free with report_run_free. */
+int report_run_load(report_run *r, const char *path);
+void report_run_free(report_run *r);
+
+/* Writes the page for runs[0..n) (overlaid, one colour each) to out, atomically. title may be
+ * NULL. -1 naming the path on failure. */
+int report_write_html(const report_run *runs, int n, const char *title, const char *out);
+
+/* The metrics file of a run: run itself, or run/metrics.jsonl when run is a folder. Returns buf,
+ * or NULL if it does not fit in n bytes. */
+char *report_metrics_path(const char *run, char *buf, size_t n);
+/* The events file and the page that belong to a metrics file: PATH less ".jsonl" (if it ends so)
+ * plus ".events.jsonl" / ".html", into buf (n bytes). Returns buf, or NULL if it does not fit. */
+char *report_events_path(const char *metrics, char *buf, size_t n);
+char *report_html_path(const char *metrics, char *buf, size_t n);
+
+/* Appends one event line {"event":kind,"step":step, ...fields} to the events file (created with
+ * its folder if needed). fields may be NULL; it is not freed. -1 naming the file on failure. */
+int report_event_append(const char *events_path, const char *kind, long step, const cJSON *fields);
+
+#endif

@@ -1,0 +1,18 @@
+/* Internal to src/report: the pieces the page (report_html.c) takes from the charts
+ * (report_svg.c). Not public API: report/report.h is. */
+#ifndef PT_REPORT_INT_H
+#define PT_REPORT_INT_H
+#include "report/report.h"
+#include <stdio.h>
+
+/* Writes s with &, <, >, " and ' escaped (and control characters dropped): safe in XML text and
+ * attribute values. */
+void report_xml_escape(FILE *f, const char *s);
+/* The colour of run i (a fixed palette, repeating after 8). */
+const char *report_colour(int run);
+/* 1 when any run has a finite value of series k. */
+int report_series_present(const report_run *runs, int n, report_series k);
+/* One chart of series k over runs[0..n) (n >= 1, each with at least one step), as inline SVG. */
+void report_chart(FILE *f, const report_run *runs, int n, report_series k, const char *title);
+
+#endif
