@@ -79,22 +79,6 @@ static int file_fnv(const char *path, uint64_t *hash, size_t *len) {
     return rc;
 }
 
-/* fsync a folder so renames and new entries in it survive a crash; best effort. */
-static void sync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) { (void)fsync(fd); close(fd); }
-}
-
-static void sync_parent(const char *path) {
-    char parent[CKPT_PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", path);
-    char *slash = strrchr(parent, '/');
-    if (!slash) snprintf(parent, sizeof parent, ".");
-    else if (slash == parent) parent[1] = 0;
-    else *slash = 0;
-    sync_dir(parent);
-}
-
 /* Names a checkpoint folder may hold: ours, the older single-process format, stale temporaries. */
 static int is_ckpt_file(const char *name) {
     int c, end = 0;
@@ -383,7 +367,7 @@ int ckpt_commit(const char *dir_in, const char *tmpdir, const ckpt_manifest *man
     if (rc == 0) rc = write_manifest(tmpdir, w);
     free(w);
     if (rc == 0) {
-        sync_dir(tmpdir);
+        io_fsync_dir(tmpdir);
         CRASH_POINT("rename", -1);
         rc = install_dir(dir, tmpdir);
     }
@@ -391,7 +375,7 @@ int ckpt_commit(const char *dir_in, const char *tmpdir, const ckpt_manifest *man
         ckpt_abandon(tmpdir);
         return pt_adderr("saving checkpoint %s: ", dir);
     }
-    sync_parent(dir);
+    io_fsync_parent(dir);
     return 0;
 }
 

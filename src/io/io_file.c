@@ -1,5 +1,5 @@
 /* File helpers shared by the io readers and writers: atomic writing ("<path>.tmp.<pid>", fsync,
- * rename over the real path) and parse-error positions. Not a general file API. */
+ * rename over the real path), folder fsync and parse-error positions. Not a general file API. */
 #include "io/io.h"
 #include "util/pt.h"
 #include <errno.h>
@@ -29,15 +29,18 @@ int io_atomic_open(io_atomic_file *a, const char *path) {
     return 0;
 }
 
-/* fsync the folder holding path so the rename itself survives a crash; best effort. */
-static void sync_parent_dir(const char *path) {
+void io_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) { (void)fsync(fd); close(fd); }
+}
+
+void io_fsync_parent(const char *path) {
     char *dir = pt_strdup(path);
     char *slash = strrchr(dir, '/');
     if (!slash) strcpy(dir, ".");
     else if (slash == dir) dir[1] = 0;
     else *slash = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) { (void)fsync(fd); close(fd); }
+    io_fsync_dir(dir);
     free(dir);
 }
 
@@ -54,7 +57,7 @@ int io_atomic_commit(io_atomic_file *a) {
         pt_seterr("%s: cannot rename %s over it: %s", a->path, a->tmp, strerror(errno));
         goto remove_tmp;
     }
-    sync_parent_dir(a->path);
+    io_fsync_parent(a->path);
     atomic_release(a);
     return 0;
 remove_tmp:
