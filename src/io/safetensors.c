@@ -3,6 +3,7 @@
  * of GPT-2 names here. Little-endian hosts only (the format is little-endian). */
 #include "io/safetensors.h"
 #include "io/io.h"
+#include "io/json.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -53,20 +54,20 @@ int st_dtype_parse(const char *s, st_dtype *out) {
 
 /* A JSON number that is a non-negative integer below 2^53, else -1 with the error set. */
 static int json_size(const cJSON *v, size_t *out, const char *path, const char *name, const char *field) {
-    double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
     *out = 0;
-    if (!cJSON_IsNumber(v) || !(d >= 0 && d <= ST_MAX_INT) || d != (double)(int64_t)d)
+    if (!io_json_is_whole(v, 0, ST_MAX_INT))
         return pt_seterr("%s: tensor '%s': %s must hold non-negative integers", path, name, field);
-    *out = (size_t)d;
+    *out = (size_t)v->valuedouble;
     return 0;
 }
 
 static int entry_dtype(st_tensor *t, const cJSON *e, const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-    if (!cJSON_IsString(v))
-        return pt_seterr("%s: tensor '%s': dtype is missing or not a string", path, t->name);
-    if (st_dtype_parse(v->valuestring, &t->dtype) != 0)
-        return pt_seterr("%s: tensor '%s': unknown dtype \"%s\"", path, t->name, v->valuestring);
+    const char *dtype;
+    if (io_json_str(&dtype, e, "dtype", IO_JSON_REQUIRED, 0, "%s: tensor '%s': dtype is missing or not a string",
+                    path, t->name) < 0)
+        return -1;
+    if (st_dtype_parse(dtype, &t->dtype) != 0)
+        return pt_seterr("%s: tensor '%s': unknown dtype \"%s\"", path, t->name, dtype);
     return 0;
 }
 
