@@ -33,6 +33,12 @@ void io_fsync_dir(const char *dir);
 /* io_fsync_dir of the folder holding path ("." for a bare name, "/" for "/name"). */
 void io_fsync_parent(const char *path);
 
+/* Maps the whole regular file at path read-only (private). An empty file cannot be mapped: it
+ * gives *map NULL and *len 0, and the caller says what empty means for it. -1 with an error
+ * naming the path when it cannot be opened, stat'd or mapped or is not a regular file (*map
+ * NULL). Release with munmap(*map, *len) when *map is not NULL. */
+int io_map_file(const char *path, unsigned char **map, size_t *len);
+
 /* For parse errors: the 1-based line of byte `at` in text[0..len), and in `near` (cap bytes) a
  * printable excerpt of that line around it (a few characters before, some after). */
 int io_text_position(const char *text, size_t len, size_t at, char *near, size_t cap);

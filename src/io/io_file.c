@@ -1,11 +1,13 @@
 /* File helpers shared by the io readers and writers: atomic writing ("<path>.tmp.<pid>", fsync,
- * rename over the real path), folder fsync and parse-error positions. Not a general file API. */
+ * rename over the real path), folder fsync, read-only file maps and parse-error positions. Not a general file API. */
 #include "io/io.h"
 #include "util/pt.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void atomic_release(io_atomic_file *a) {
@@ -70,6 +72,24 @@ void io_atomic_abort(io_atomic_file *a) {
     if (a->f) fclose(a->f);
     if (a->tmp) unlink(a->tmp);
     atomic_release(a);
+}
+
+int io_map_file(const char *path, unsigned char **map, size_t *len) {
+    *map = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return pt_seterr("%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    int rc = 0;
+    if (fstat(fd, &sb) != 0) rc = pt_seterr("%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode)) rc = pt_seterr("%s: not a regular file", path);
+    else if (sb.st_size > 0) {
+        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) rc = pt_seterr("%s: cannot map: %s", path, strerror(errno));
+        else { *map = m; *len = (size_t)sb.st_size; }
+    }
+    close(fd);
+    return rc;
 }
 
 int io_text_position(const char *text, size_t len, size_t at, char *near, size_t cap) {

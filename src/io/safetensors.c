@@ -6,14 +6,11 @@
 #include "io/json.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
@@ -249,23 +246,11 @@ static int parse_header(st_file *f, const char *json, size_t len) {
 }
 
 static int map_file(st_file *f) {
-    int fd = open(f->path, O_RDONLY);
-    if (fd < 0) return pt_seterr("%s: cannot open: %s", f->path, strerror(errno));
-    struct stat sb;
-    int rc = 0;
-    if (fstat(fd, &sb) != 0) rc = pt_seterr("%s: cannot stat: %s", f->path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) rc = pt_seterr("%s: not a regular file", f->path);
-    else if (sb.st_size < 8)
-        rc = pt_seterr("%s: file is %lld bytes, too short for a safetensors file (at least 8)",
-                       f->path, (long long)sb.st_size);
-    if (rc == 0) {
-        f->map_len = (size_t)sb.st_size;
-        void *m = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) rc = pt_seterr("%s: cannot map: %s", f->path, strerror(errno));
-        else f->map = m;
-    }
-    close(fd);
-    return rc;
+    if (io_map_file(f->path, &f->map, &f->map_len) < 0) return -1;
+    if (f->map_len < 8)
+        return pt_seterr("%s: file is %lld bytes, too short for a safetensors file (at least 8)",
+                         f->path, (long long)f->map_len);
+    return 0;
 }
 
 static int check_header_length(st_file *f, uint64_t *hlen) {
