@@ -18,16 +18,6 @@ static const gpt_config CFG = { .n_layer = 4, .n_head = 4, .n_embd = 128, .vocab
 
 typedef struct { double tok_s, iter, sim_iter, bubble, sim_bubble, overhead_us; } bench_res;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Per action, the time between a rank's actions (its bookkeeping), over the last step. */
 static double overhead_per_action(const timeline *tl, int R) {
     double total = 0;
@@ -65,8 +55,8 @@ static int bench_one(const char *name, int P, const gpt_model *init, const int *
         bub[t - 1] = st.bubble;
     }
     if (rc == 0) {
-        out->iter = median(it + 1, steps - 1);
-        out->bubble = median(bub + 1, steps - 1);
+        out->iter = pt_median(it + 1, steps - 1);
+        out->bubble = pt_median(bub + 1, steps - 1);
         out->tok_s = BATCH * SEQ / out->iter;
         out->overhead_us = overhead_per_action(run_job_timeline(j), P) * 1e6;
         sim_costs c;
@@ -117,7 +107,7 @@ int main(int argc, char **argv) {
         if (!ok) { fprintf(stderr, "bench_pipeline: %s\n", pt_err()); status = 1; continue; }
         printf("%-6s P=2 vs P=1 tokens/s:", names[k]);
         for (int i = 0; i < ROUNDS; i++) printf(" %.2f", ratio[i]);
-        printf(" | median %.2f (ideal ~1.9; P=1 %.0f tok/s)\n", median(ratio, ROUNDS), one[0].tok_s);
+        printf(" | median %.2f (ideal ~1.9; P=1 %.0f tok/s)\n", pt_median(ratio, ROUNDS), one[0].tok_s);
         for (int i = 0; i < ROUNDS; i++)
             printf("%-6s P=2: measured %.1f ms bubble %.1f%% | simulated %.1f ms bubble %.1f%% | "
                    "measured/simulated %.2f | overhead %.1f us/action\n", names[k], two[i].iter * 1e3,

@@ -13,16 +13,6 @@ void openblas_set_num_threads(int num_threads);
 
 #define SQ 1024   /* square sgemm size for the reference GFLOP/s */
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Seconds for one SQ x SQ x SQ sgemm. */
 static double time_sgemm_square(const float *a, const float *b, float *c) {
     double t0 = pt_now();
@@ -80,7 +70,7 @@ int main(int argc, char **argv) {
         gpt_forward_backward(&m, tok, tgt, B, T, &loss);
         t_step[i] = pt_now() - t0;
     }
-    double step = median(t_step, repeats), sq = median(t_sq, repeats), mix = median(t_mix, repeats);
+    double step = pt_median(t_step, repeats), sq = pt_median(t_sq, repeats), mix = pt_median(t_mix, repeats);
     double flops = gpt_flops_per_step(&m, B, T);
     double model_gf = flops / step * 1e-9, sq_gf = 2.0 * SQ * SQ * SQ / sq * 1e-9, mix_gf = mix_flops / mix * 1e-9;
     printf("bench_train: GPT n_layer 4, n_embd 256, n_head 4, vocab 256, B 8, T 256; 1 thread;\n"

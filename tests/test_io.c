@@ -1,15 +1,17 @@
 /* io module, good input: safetensors round trips (every dtype, scalar, empty, metadata, atomic
  * overwrite), a file laid out as Hugging Face writes GPT-2, F16/BF16/F64 conversion, JSON configs,
- * token files, text fallback, batches with wrap-around, the seeded batch order. Bad input is
- * tests/test_io_bad.c. Files go to a fresh temporary folder that is removed at the end. */
+ * token files, text fallback, batches with wrap-around, the seeded batch order, the checked JSON
+ * getters (good and bad values). Bad input is tests/test_io_bad.c. Files go to a fresh temporary folder that is removed at the end. */
 #include "io/data.h"
 #include "io/io.h"
+#include "io/json.h"
 #include "model/config.h"
 #include "io/safetensors.h"
 #include "util/pt.h"
 #include "test.h"
 #include "test_tmpdir.h"
 #include <dirent.h>
+#include <float.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -392,6 +394,42 @@ static void test_batches(void) {
     data_close(d);
 }
 
+/* io/json.h: 0 present and valid (*out set), 1 absent and optional (nothing set, no error), -1
+ * with the caller's message when wrong, out of range, or absent and required (*out untouched). */
+static void test_json_getters(void) {
+    cJSON *o = cJSON_Parse("{\"n\": 3, \"half\": 2.5, \"neg\": -1, \"inf\": 1e999, \"s\": \"abc\", "
+                           "\"t\": true, \"big\": 9007199254740992}");
+    int i = -7;
+    long l = 0;
+    double d = -7;
+    const char *s = NULL;
+    bool b = false;
+    CHECK("json int present", io_json_int(&i, o, "n", IO_JSON_REQUIRED, 1, 10, "x") == 0 && i == 3, "%d", i);
+    pt_seterr("before");
+    i = -7;
+    CHECK("json int absent and optional", io_json_int(&i, o, "no", IO_JSON_OPTIONAL, 1, 10, "x") == 1 && i == -7 &&
+          !strcmp(pt_err(), "before"), "%d '%s'", i, pt_err());
+    int rc = io_json_int(&i, o, "no", IO_JSON_REQUIRED, 1, 10, "%s: %s must be a whole number >= %d", "f.json", "no", 1);
+    CHECK("json int absent and required", rc == -1 && !strcmp(pt_err(), "f.json: no must be a whole number >= 1"),
+          "%d '%s'", rc, pt_err());
+    CHECK("json int refuses fraction, range, string", io_json_int(&i, o, "half", IO_JSON_OPTIONAL, 0, 10, "x") == -1 &&
+          io_json_int(&i, o, "n", IO_JSON_OPTIONAL, 4, 10, "x") == -1 &&
+          io_json_int(&i, o, "neg", IO_JSON_OPTIONAL, 0, 10, "x") == -1 &&
+          io_json_int(&i, o, "s", IO_JSON_OPTIONAL, 0, 10, "x") == -1 && i == -7, "%d", i);
+    CHECK("json long up to 2^53", io_json_long(&l, o, "big", IO_JSON_REQUIRED, 0, 9007199254740992L, "x") == 0 &&
+          l == 9007199254740992L && io_json_long(&l, o, "big", IO_JSON_REQUIRED, 0, 1L << 52, "x") == -1, "%ld", l);
+    CHECK("json num refuses inf", io_json_num(&d, o, "inf", IO_JSON_OPTIONAL, 0, DBL_MAX, "x") == -1 && d == -7,
+          "%g", d);
+    CHECK("json num > 0 as lo = DBL_TRUE_MIN", io_json_num(&d, o, "neg", IO_JSON_OPTIONAL, DBL_TRUE_MIN, DBL_MAX, "x") == -1 &&
+          io_json_num(&d, o, "half", IO_JSON_OPTIONAL, DBL_TRUE_MIN, DBL_MAX, "x") == 0 && d == 2.5, "%g", d);
+    CHECK("json str and its cap", io_json_str(&s, o, "s", IO_JSON_REQUIRED, 0, "x") == 0 && s && !strcmp(s, "abc") &&
+          io_json_str(&s, o, "s", IO_JSON_REQUIRED, 4, "x") == 0 && io_json_str(&s, o, "s", IO_JSON_REQUIRED, 3, "x") == -1 &&
+          io_json_str(&s, o, "n", IO_JSON_REQUIRED, 0, "x") == -1, "%s", s ? s : "(null)");
+    CHECK("json bool", io_json_bool(&b, o, "t", IO_JSON_REQUIRED, "x") == 0 && b &&
+          io_json_bool(&b, o, "n", IO_JSON_REQUIRED, "x") == -1, "%d", b);
+    cJSON_Delete(o);
+}
+
 /* Each epoch visits every batch index once; same seed, same order; seed 0 is sequential. */
 static void test_shuffle(void) {
     static int toks[5000];
@@ -441,6 +479,7 @@ int main(void) {
     test_text();
     test_batches();
     test_shuffle();
+    test_json_getters();
     CHECK("writers leave no temporaries", count_temporaries() == 0, "%d left", count_temporaries());
     tmpdir_remove();
     TEST_DONE();

@@ -300,6 +300,7 @@ static void test_tokens_bad(void) {
     unsigned char *img;
     const char *path = tpath("x.bin");
     expect_data_error("data missing file", tpath("nothere.bin"), 256, "cannot open");
+    expect_data_error("data a folder", tmpdir, 256, "not a regular file");
     img = token_image(20240520, 1, 100, 0, &len);
     write_bytes(path, img, 100);
     expect_data_error("data shorter than header", path, 256, "shorter than the 1024-byte header");

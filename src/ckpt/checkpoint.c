@@ -3,6 +3,7 @@
  * holds it, with every field and file checked first. Not the trainer's policy (when, who). */
 #include "ckpt/checkpoint.h"
 #include "io/io.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "model/gpt_io.h"
 #include "util/pt.h"
@@ -12,7 +13,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,22 +77,6 @@ static int file_fnv(const char *path, uint64_t *hash, size_t *len) {
     *hash = h;
     *len = total;
     return rc;
-}
-
-/* fsync a folder so renames and new entries in it survive a crash; best effort. */
-static void sync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) { (void)fsync(fd); close(fd); }
-}
-
-static void sync_parent(const char *path) {
-    char parent[CKPT_PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", path);
-    char *slash = strrchr(parent, '/');
-    if (!slash) snprintf(parent, sizeof parent, ".");
-    else if (slash == parent) parent[1] = 0;
-    else *slash = 0;
-    sync_dir(parent);
 }
 
 /* Names a checkpoint folder may hold: ours, the older single-process format, stale temporaries. */
@@ -383,7 +367,7 @@ int ckpt_commit(const char *dir_in, const char *tmpdir, const ckpt_manifest *man
     if (rc == 0) rc = write_manifest(tmpdir, w);
     free(w);
     if (rc == 0) {
-        sync_dir(tmpdir);
+        io_fsync_dir(tmpdir);
         CRASH_POINT("rename", -1);
         rc = install_dir(dir, tmpdir);
     }
@@ -391,7 +375,7 @@ int ckpt_commit(const char *dir_in, const char *tmpdir, const ckpt_manifest *man
         ckpt_abandon(tmpdir);
         return pt_adderr("saving checkpoint %s: ", dir);
     }
-    sync_parent(dir);
+    io_fsync_parent(dir);
     return 0;
 }
 
@@ -425,22 +409,15 @@ int ckpt_save(const char *dir, const gpt_model *m, const adamw_state *opt, const
  * name the manifest and the field's path. */
 static int json_int(const cJSON *obj, const char *key, long min, long max, long *out,
                     const char *mpath, const char *field) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!cJSON_IsNumber(it) || !(it->valuedouble >= (double)min && it->valuedouble <= (double)max) ||
-        it->valuedouble != floor(it->valuedouble))
-        return pt_seterr("%s: field \"%s\" missing or not an integer in [%ld, %ld]", mpath, field,
-                         min, max);
-    *out = (long)it->valuedouble;
-    return 0;
+    return io_json_long(out, obj, key, IO_JSON_REQUIRED, min, max,
+                        "%s: field \"%s\" missing or not an integer in [%ld, %ld]", mpath, field, min, max);
 }
 
+/* A string field (pointing into obj), or NULL with the error set. */
 static const char *json_str(const cJSON *obj, const char *key, const char *mpath, const char *field) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!cJSON_IsString(it)) {
-        pt_seterr("%s: field \"%s\" missing or not a string", mpath, field);
-        return NULL;
-    }
-    return it->valuestring;
+    const char *s = NULL;
+    io_json_str(&s, obj, key, IO_JSON_REQUIRED, 0, "%s: field \"%s\" missing or not a string", mpath, field);
+    return s;
 }
 
 /* A decimal uint64 stored as a string (JSON numbers lose bits past 2^53). */
@@ -467,9 +444,11 @@ static int manifest_progress(ckpt_manifest *man, const cJSON *root, const char *
     const char *data = json_str(root, "data", mpath, "data");
     if (!data) return -1;
     snprintf(man->data_path, sizeof man->data_path, "%s", data);
-    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
-    if (!cJSON_IsBool(opt)) return pt_seterr("%s: field \"optimizer\" missing or not a boolean", mpath);
-    man->has_optim = cJSON_IsTrue(opt);
+    bool opt;
+    if (io_json_bool(&opt, root, "optimizer", IO_JSON_REQUIRED, "%s: field \"optimizer\" missing or not a boolean",
+                     mpath) < 0)
+        return -1;
+    man->has_optim = opt;
     return 0;
 }
 

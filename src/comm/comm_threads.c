@@ -217,62 +217,50 @@ static void copy_unlocked(tw_world *w, tw_req *mark, int owner, void *dst, const
 
 /* ---- point to point -------------------------------------------------------------------- */
 
-/* Sends never block: a posted receive gets the data now (one copy), else the message waits in
- * the receiver's mailbox pointing at the sender's buffer (no copy) until a receive matches. */
-static int tw_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, comm_req **out) {
+/* The rank whose thread waits on q: the sender of a send, the receiver of a receive. */
+static int req_owner(const tw_req *q) { return q->is_send ? q->src : q->dst; }
+
+/* Posts a new request `mine` (owned by c) to its world: it takes the oldest matching queued
+ * request of the other kind from the receiver's mailbox, copies the message (from the sender's
+ * buffer, never an intermediate one) and completes both; with no match it is queued there for a
+ * later request to take. A match of another size fails the queued one and refuses mine. Sends
+ * therefore never block. 0 with *out = mine, or -1 with mine freed. */
+static int tw_post(comm *c, tw_req *mine, comm_req **out) {
     tw_world *w = ep_group(c)->w;
-    if (check_peer(c, "isend", dst, tag)) return -1;
-    tw_req *s = req_new(c, 1, dst, tag, (void *)buf, bytes);
+    tw_queue *theirs = mine->is_send ? &w->recvs[mine->dst] : &w->sends[mine->dst];
+    tw_queue *ours = mine->is_send ? &w->sends[mine->dst] : &w->recvs[mine->dst];
     pthread_mutex_lock(&w->mu);
-    if (w->aborted) { pthread_mutex_unlock(&w->mu); free(s); return abort_error(w); }
-    tw_req *r = queue_take(&w->recvs[s->dst], s->ctx, s->src, tag);
-    if (!r) {
-        queue_push(&w->sends[s->dst], s);
-    } else if (r->bytes != bytes) {
-        size_error(r->err, sizeof r->err, s, r);
-        r->state = REQ_FAILED;
-        pthread_cond_broadcast(&w->wake[r->dst]);
+    if (w->aborted) { pthread_mutex_unlock(&w->mu); free(mine); return abort_error(w); }
+    tw_req *peer = queue_take(theirs, mine->ctx, mine->src, mine->tag);
+    tw_req *s = mine->is_send ? mine : peer, *r = mine->is_send ? peer : mine;
+    if (!peer) {
+        queue_push(ours, mine);
+    } else if (peer->bytes != mine->bytes) {
+        size_error(peer->err, sizeof peer->err, s, r);
+        peer->state = REQ_FAILED;
+        pt_seterr("%s", peer->err);   /* before unlocking: then peer's owner may free it */
+        pthread_cond_broadcast(&w->wake[req_owner(peer)]);
         pthread_mutex_unlock(&w->mu);
-        pt_seterr("%s", r->err);
-        free(s);
+        free(mine);
         return -1;
     } else {
-        copy_unlocked(w, r, r->dst, r->buf, buf, bytes);
-        s->state = REQ_DONE;
+        copy_unlocked(w, peer, req_owner(peer), r->buf, s->buf, mine->bytes);
+        mine->state = REQ_DONE;
     }
-    live_link(c, s);
+    live_link(c, mine);
     pthread_mutex_unlock(&w->mu);
-    *out = (comm_req *)s;
+    *out = (comm_req *)mine;
     return 0;
 }
 
-/* A receive takes the oldest matching queued send (copying from the sender's buffer and
- * completing that send), else it is posted for a later send to fill. */
+static int tw_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, comm_req **out) {
+    if (check_peer(c, "isend", dst, tag)) return -1;
+    return tw_post(c, req_new(c, 1, dst, tag, (void *)buf, bytes), out);
+}
+
 static int tw_irecv(comm *c, int src, int tag, void *buf, size_t bytes, comm_req **out) {
-    tw_world *w = ep_group(c)->w;
     if (check_peer(c, "irecv", src, tag)) return -1;
-    tw_req *r = req_new(c, 0, src, tag, buf, bytes);
-    pthread_mutex_lock(&w->mu);
-    if (w->aborted) { pthread_mutex_unlock(&w->mu); free(r); return abort_error(w); }
-    tw_req *s = queue_take(&w->sends[r->dst], r->ctx, r->src, tag);
-    if (!s) {
-        queue_push(&w->recvs[r->dst], r);
-    } else if (s->bytes != bytes) {
-        size_error(s->err, sizeof s->err, s, r);
-        s->state = REQ_FAILED;
-        pthread_cond_broadcast(&w->wake[s->src]);
-        pthread_mutex_unlock(&w->mu);
-        pt_seterr("%s", s->err);
-        free(r);
-        return -1;
-    } else {
-        copy_unlocked(w, s, s->src, buf, s->buf, bytes);
-        r->state = REQ_DONE;
-    }
-    live_link(c, r);
-    pthread_mutex_unlock(&w->mu);
-    *out = (comm_req *)r;
-    return 0;
+    return tw_post(c, req_new(c, 0, src, tag, buf, bytes), out);
 }
 
 /* Reports a finished request (freeing it): 0 done, -1 failed. Caller holds the lock. */

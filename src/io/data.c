@@ -4,14 +4,10 @@
 #include "io/data.h"
 #include "io/io.h"
 #include "util/pt.h"
-#include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files assume a little-endian host");
 
@@ -27,21 +23,9 @@ struct data_set {
 };
 
 static int map_file(data_set *d) {
-    int fd = open(d->path, O_RDONLY);
-    if (fd < 0) return pt_seterr("%s: cannot open: %s", d->path, strerror(errno));
-    struct stat sb;
-    int rc = 0;
-    if (fstat(fd, &sb) != 0) rc = pt_seterr("%s: cannot stat: %s", d->path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) rc = pt_seterr("%s: not a regular file", d->path);
-    else if (sb.st_size == 0) rc = pt_seterr("%s: file is empty (no tokens)", d->path);
-    if (rc == 0) {
-        d->map_len = (size_t)sb.st_size;
-        void *m = mmap(NULL, d->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) rc = pt_seterr("%s: cannot map: %s", d->path, strerror(errno));
-        else d->map = m;
-    }
-    close(fd);
-    return rc;
+    if (io_map_file(d->path, &d->map, &d->map_len) < 0) return -1;
+    if (d->map_len == 0) return pt_seterr("%s: file is empty (no tokens)", d->path);
+    return 0;
 }
 
 /* A token file is recognised by its magic; a file that must be one (a .bin name, or NUL bytes

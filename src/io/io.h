@@ -1,6 +1,6 @@
 /* Small file helpers of the io module: JSON and atomic file writing (temporary name, fsync,
- * rename). Safetensors and token data have their own headers (io/safetensors.h, io/data.h); model
- * configs are model/config.h's, traces trace/'s. */
+ * rename), folder fsync. Safetensors and token data have their own headers (io/safetensors.h,
+ * io/data.h); model configs are model/config.h's, traces trace/'s. */
 #ifndef PT_IO_IO_H
 #define PT_IO_IO_H
 #include <stdio.h>
@@ -26,6 +26,18 @@ int io_atomic_open(io_atomic_file *a, const char *path);
 int io_atomic_commit(io_atomic_file *a);
 /* Closes and removes the temporary without touching the real path. Releases a; empty a is fine. */
 void io_atomic_abort(io_atomic_file *a);
+
+/* fsync a folder, so that renames and new entries in it survive a crash. Best effort: a folder
+ * that cannot be opened or synced is skipped silently (some filesystems refuse). */
+void io_fsync_dir(const char *dir);
+/* io_fsync_dir of the folder holding path ("." for a bare name, "/" for "/name"). */
+void io_fsync_parent(const char *path);
+
+/* Maps the whole regular file at path read-only (private). An empty file cannot be mapped: it
+ * gives *map NULL and *len 0, and the caller says what empty means for it. -1 with an error
+ * naming the path when it cannot be opened, stat'd or mapped or is not a regular file (*map
+ * NULL). Release with munmap(*map, *len) when *map is not NULL. */
+int io_map_file(const char *path, unsigned char **map, size_t *len);
 
 /* For parse errors: the 1-based line of byte `at` in text[0..len), and in `near` (cap bytes) a
  * printable excerpt of that line around it (a few characters before, some after). */

@@ -1,11 +1,13 @@
 /* File helpers shared by the io readers and writers: atomic writing ("<path>.tmp.<pid>", fsync,
- * rename over the real path) and parse-error positions. Not a general file API. */
+ * rename over the real path), folder fsync, read-only file maps and parse-error positions. Not a general file API. */
 #include "io/io.h"
 #include "util/pt.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void atomic_release(io_atomic_file *a) {
@@ -29,15 +31,18 @@ int io_atomic_open(io_atomic_file *a, const char *path) {
     return 0;
 }
 
-/* fsync the folder holding path so the rename itself survives a crash; best effort. */
-static void sync_parent_dir(const char *path) {
+void io_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) { (void)fsync(fd); close(fd); }
+}
+
+void io_fsync_parent(const char *path) {
     char *dir = pt_strdup(path);
     char *slash = strrchr(dir, '/');
     if (!slash) strcpy(dir, ".");
     else if (slash == dir) dir[1] = 0;
     else *slash = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) { (void)fsync(fd); close(fd); }
+    io_fsync_dir(dir);
     free(dir);
 }
 
@@ -54,7 +59,7 @@ int io_atomic_commit(io_atomic_file *a) {
         pt_seterr("%s: cannot rename %s over it: %s", a->path, a->tmp, strerror(errno));
         goto remove_tmp;
     }
-    sync_parent_dir(a->path);
+    io_fsync_parent(a->path);
     atomic_release(a);
     return 0;
 remove_tmp:
@@ -67,6 +72,24 @@ void io_atomic_abort(io_atomic_file *a) {
     if (a->f) fclose(a->f);
     if (a->tmp) unlink(a->tmp);
     atomic_release(a);
+}
+
+int io_map_file(const char *path, unsigned char **map, size_t *len) {
+    *map = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return pt_seterr("%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    int rc = 0;
+    if (fstat(fd, &sb) != 0) rc = pt_seterr("%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode)) rc = pt_seterr("%s: not a regular file", path);
+    else if (sb.st_size > 0) {
+        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) rc = pt_seterr("%s: cannot map: %s", path, strerror(errno));
+        else { *map = m; *len = (size_t)sb.st_size; }
+    }
+    close(fd);
+    return rc;
 }
 
 int io_text_position(const char *text, size_t len, size_t at, char *near, size_t cap) {

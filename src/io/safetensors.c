@@ -3,16 +3,14 @@
  * of GPT-2 names here. Little-endian hosts only (the format is little-endian). */
 #include "io/safetensors.h"
 #include "io/io.h"
+#include "io/json.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
@@ -53,20 +51,20 @@ int st_dtype_parse(const char *s, st_dtype *out) {
 
 /* A JSON number that is a non-negative integer below 2^53, else -1 with the error set. */
 static int json_size(const cJSON *v, size_t *out, const char *path, const char *name, const char *field) {
-    double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
     *out = 0;
-    if (!cJSON_IsNumber(v) || !(d >= 0 && d <= ST_MAX_INT) || d != (double)(int64_t)d)
+    if (!io_json_is_whole(v, 0, ST_MAX_INT))
         return pt_seterr("%s: tensor '%s': %s must hold non-negative integers", path, name, field);
-    *out = (size_t)d;
+    *out = (size_t)v->valuedouble;
     return 0;
 }
 
 static int entry_dtype(st_tensor *t, const cJSON *e, const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-    if (!cJSON_IsString(v))
-        return pt_seterr("%s: tensor '%s': dtype is missing or not a string", path, t->name);
-    if (st_dtype_parse(v->valuestring, &t->dtype) != 0)
-        return pt_seterr("%s: tensor '%s': unknown dtype \"%s\"", path, t->name, v->valuestring);
+    const char *dtype;
+    if (io_json_str(&dtype, e, "dtype", IO_JSON_REQUIRED, 0, "%s: tensor '%s': dtype is missing or not a string",
+                    path, t->name) < 0)
+        return -1;
+    if (st_dtype_parse(dtype, &t->dtype) != 0)
+        return pt_seterr("%s: tensor '%s': unknown dtype \"%s\"", path, t->name, dtype);
     return 0;
 }
 
@@ -248,23 +246,11 @@ static int parse_header(st_file *f, const char *json, size_t len) {
 }
 
 static int map_file(st_file *f) {
-    int fd = open(f->path, O_RDONLY);
-    if (fd < 0) return pt_seterr("%s: cannot open: %s", f->path, strerror(errno));
-    struct stat sb;
-    int rc = 0;
-    if (fstat(fd, &sb) != 0) rc = pt_seterr("%s: cannot stat: %s", f->path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) rc = pt_seterr("%s: not a regular file", f->path);
-    else if (sb.st_size < 8)
-        rc = pt_seterr("%s: file is %lld bytes, too short for a safetensors file (at least 8)",
-                       f->path, (long long)sb.st_size);
-    if (rc == 0) {
-        f->map_len = (size_t)sb.st_size;
-        void *m = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) rc = pt_seterr("%s: cannot map: %s", f->path, strerror(errno));
-        else f->map = m;
-    }
-    close(fd);
-    return rc;
+    if (io_map_file(f->path, &f->map, &f->map_len) < 0) return -1;
+    if (f->map_len < 8)
+        return pt_seterr("%s: file is %lld bytes, too short for a safetensors file (at least 8)",
+                         f->path, (long long)f->map_len);
+    return 0;
 }
 
 static int check_header_length(st_file *f, uint64_t *hlen) {

@@ -2,7 +2,9 @@
  * use, silent about the rest) and save. Validation of the numbers is gpt_config_validate's. */
 #include "model/config.h"
 #include "io/io.h"
+#include "io/json.h"
 #include "util/pt.h"
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,10 +26,9 @@ static int get_int(const cJSON *obj, const char *key, int *out, const char *wher
                          : cJSON_IsNull(v) ? "null" : "not a number";
         return pt_seterr("%s: %s must be an integer, got %s", where, key, what);
     }
-    double d = v->valuedouble;
-    if (!(d >= -2147483648.0 && d <= 2147483647.0) || d != (double)(int)d)
-        return pt_seterr("%s: %s must be an integer, got %g", where, key, d);
-    *out = (int)d;
+    if (!io_json_is_whole(v, INT_MIN, INT_MAX))
+        return pt_seterr("%s: %s must be an integer, got %g", where, key, v->valuedouble);
+    *out = (int)v->valuedouble;
     return 0;
 }
 

@@ -2,8 +2,10 @@
  * links inside a node and between nodes, read from JSON (schema in docs/planner.md). Only parsing
  * and storage; placing pipelines on devices is plan_search.c's business. */
 #include "plan/plan.h"
+#include "io/json.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,15 +18,14 @@ void plan_cluster_free(plan_cluster *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* Optional number field: absent leaves *out; present must be finite and > 0 (>= 0 when zero_ok). */
+/* Number field: absent leaves *out (an error when required); present must be finite and > 0
+ * (>= 0 when zero_ok). 0 or -1. */
 static int num_field(const cJSON *o, const char *key, const char *where, const char *path, bool zero_ok,
                      bool required, double *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v && !required) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 || (!zero_ok && v->valuedouble == 0))
-        return pt_seterr("%s: %s.%s must be a %s number", where, path, key, zero_ok ? "non-negative" : "positive");
-    *out = v->valuedouble;
-    return 0;
+    int rc = io_json_num(out, o, key, required ? IO_JSON_REQUIRED : IO_JSON_OPTIONAL, zero_ok ? 0 : DBL_TRUE_MIN,
+                         DBL_MAX, "%s: %s.%s must be a %s number", where, path, key,
+                         zero_ok ? "non-negative" : "positive");
+    return rc < 0 ? -1 : 0;
 }
 
 static int whole_field(const cJSON *o, const char *key, const char *where, const char *path, bool required,
@@ -68,9 +69,9 @@ static int device_field(const cJSON *node, const char *where, const char *path, 
     if ((flops > 0) == (d->speed > 0))
         return pt_seterr("%s: %s needs exactly one of flops (peak FLOP/s) and speed (relative)", where, sub);
     d->rate = flops * eff;
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
-    if (name && !cJSON_IsString(name)) return pt_seterr("%s: %s.name must be a string", where, sub);
-    snprintf(d->name, sizeof d->name, "%s", name ? name->valuestring : "device");
+    const char *name = "device";
+    if (io_json_str(&name, o, "name", IO_JSON_OPTIONAL, 0, "%s: %s.name must be a string", where, sub) < 0) return -1;
+    snprintf(d->name, sizeof d->name, "%s", name);
     return 0;
 }
 

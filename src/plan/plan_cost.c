@@ -4,9 +4,11 @@
  * Legend: B microbatch size, T sequence, N = B*T tokens, C channels, NH heads, V vocab. */
 #include "plan/plan.h"
 #include "io/io.h"
+#include "io/json.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
-#include <math.h>
+#include <float.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,14 +84,10 @@ int plan_costs_save(const plan_costs *c, const char *path) {
     return rc;
 }
 
-/* A positive whole number field (< 2^31). */
-static int get_count(const cJSON *o, const char *key, const char *where, const char *field, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 2147483647.0 ||
-        v->valuedouble != floor(v->valuedouble))
-        return pt_seterr("%s: %s must be a whole number >= 1", where, field);
-    *out = (int)v->valuedouble;
-    return 0;
+/* A positive whole number field (< 2^31); errors call it `field`. Returns as io_json_int does. */
+static int get_count(const cJSON *o, const char *key, io_json_need need, const char *where, const char *field,
+                     int *out) {
+    return io_json_int(out, o, key, need, 1, INT_MAX, "%s: %s must be a whole number >= 1", where, field);
 }
 
 static int load_layer(plan_costs *c, int i, plan_kind k, const cJSON *layers, const char *where) {
@@ -97,16 +95,16 @@ static int load_layer(plan_costs *c, int i, plan_kind k, const cJSON *layers, co
     if (!cJSON_IsObject(l))
         return pt_seterr("%s: batches[%d].layers.%s must be an object with f, b, w (seconds)", where, i, KIND_NAME[k]);
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(l, PHASE_NAME[ph]);
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || !isfinite(v->valuedouble))
-            return pt_seterr("%s: batches[%d].layers.%s.%s must be a number of seconds >= 0", where, i,
-                             KIND_NAME[k], PHASE_NAME[ph]);
+        double *sec = &c->sec[i][k][ph];
+        if (io_json_num(sec, l, PHASE_NAME[ph], IO_JSON_REQUIRED, 0, DBL_MAX,
+                        "%s: batches[%d].layers.%s.%s must be a number of seconds >= 0", where, i, KIND_NAME[k],
+                        PHASE_NAME[ph]) < 0)
+            return -1;
         /* the planner takes FLOP/s from these; a 0 would quietly fall back to the analytic model */
-        if (v->valuedouble == 0)
+        if (*sec == 0)
             return pt_seterr("%s: batches[%d].layers.%s.%s is 0: a measured time is > 0 (profile again "
                              "with pipetrain profile, or plan without --costs for the analytic model)",
                              where, i, KIND_NAME[k], PHASE_NAME[ph]);
-        c->sec[i][k][ph] = v->valuedouble;
     }
     return 0;
 }
@@ -118,7 +116,7 @@ static int load_batches(plan_costs *c, const cJSON *arr, const char *where) {
     char field[64];
     for (const cJSON *b = arr->child; b; b = b->next, i++) {
         snprintf(field, sizeof field, "batches[%d].batch", i);
-        if (get_count(b, "batch", where, field, &c->batch[i]) < 0) return -1;
+        if (get_count(b, "batch", IO_JSON_REQUIRED, where, field, &c->batch[i]) < 0) return -1;
         for (int j = 0; j < i; j++)
             if (c->batch[j] == c->batch[i])
                 return pt_seterr("%s: batches[%d].batch = %d repeats batches[%d].batch (one entry per "
@@ -157,10 +155,9 @@ int plan_costs_load(plan_costs *c, const char *path) {
     char where[300];
     snprintf(where, sizeof where, "%s: config", path);
     if (config_from_cjson(&c->cfg, cfg, where) < 0) goto done;
-    if (get_count(root, "seq", path, "seq", &c->T) < 0) goto done;
+    if (get_count(root, "seq", IO_JSON_REQUIRED, path, "seq", &c->T) < 0) goto done;
     c->repeats = 1;
-    if (cJSON_GetObjectItemCaseSensitive(root, "repeats") && get_count(root, "repeats", path, "repeats", &c->repeats) < 0)
-        goto done;
+    if (get_count(root, "repeats", IO_JSON_OPTIONAL, path, "repeats", &c->repeats) < 0) goto done;
     rc = load_batches(c, cJSON_GetObjectItemCaseSensitive(root, "batches"), path);
 done:
     cJSON_Delete(root);

@@ -2,9 +2,9 @@
  * read back for `pipetrain train --plan`. Not the search (plan_search.c). */
 #include "plan/plan.h"
 #include "io/io.h"
+#include "io/json.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,12 +66,11 @@ int plan_write(const plan_layout *p, const char *path) {
     return rc;
 }
 
+#define PLAN_INT_MAX 1000000000   /* a sanity bound on the whole numbers of a plan file */
+
 static int get_int(const cJSON *o, const char *key, const char *path, int lo, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > 1e9 || v->valuedouble != floor(v->valuedouble))
-        return pt_seterr("%s: %s must be a whole number >= %d", path, key, lo);
-    *out = (int)v->valuedouble;
-    return 0;
+    return io_json_int(out, o, key, IO_JSON_REQUIRED, lo, PLAN_INT_MAX, "%s: %s must be a whole number >= %d",
+                       path, key, lo);
 }
 
 /* An int array of exactly n entries >= lo. */
@@ -82,7 +81,7 @@ static int get_ints(const cJSON *o, const char *key, const char *path, int n, in
     *out = pt_malloc(sizeof(int) * (size_t)n);
     int i = 0;
     for (const cJSON *x = a->child; x; x = x->next, i++) {
-        if (!cJSON_IsNumber(x) || x->valuedouble < lo || x->valuedouble != floor(x->valuedouble) || x->valuedouble > 1e9)
+        if (!io_json_is_whole(x, lo, PLAN_INT_MAX))
             return pt_seterr("%s: %s[%d] must be a whole number >= %d", path, key, i, lo);
         (*out)[i] = (int)x->valuedouble;
     }
@@ -90,10 +89,10 @@ static int get_ints(const cJSON *o, const char *key, const char *path, int n, in
 }
 
 static int get_str(const cJSON *o, const char *key, const char *path, char *dst, size_t n) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsString(v) || strlen(v->valuestring) >= n)
-        return pt_seterr("%s: %s must be a string (shorter than %zu)", path, key, n);
-    strcpy(dst, v->valuestring);
+    const char *s;
+    if (io_json_str(&s, o, key, IO_JSON_REQUIRED, n, "%s: %s must be a string (shorter than %zu)", path, key, n) < 0)
+        return -1;
+    strcpy(dst, s);
     return 0;
 }
 
@@ -112,9 +111,9 @@ static int plan_from_json(const cJSON *o, const char *path, plan_layout *p) {
         get_int(o, "seq", path, 1, &p->T) || get_int(o, "chunks", path, 1, &p->chunks) ||
         get_str(o, "schedule", path, p->schedule, sizeof p->schedule))
         return -1;
-    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(o, "recompute");
-    if (rc && !cJSON_IsBool(rc)) return pt_seterr("%s: recompute must be true or false", path);
-    p->recompute = cJSON_IsTrue(rc);
+    p->recompute = false;
+    if (io_json_bool(&p->recompute, o, "recompute", IO_JSON_OPTIONAL, "%s: recompute must be true or false", path) < 0)
+        return -1;
     if (cJSON_GetObjectItemCaseSensitive(o, "placement") && get_str(o, "placement", path, p->placement, sizeof p->placement))
         return -1;
     p->K = p->P * p->chunks;

@@ -64,16 +64,6 @@ static int run_once(const gpt_model *m, int layer, prof_bufs *b, int B, int T, d
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 /* Medians of one layer at one size into sec[3], over repeats x in-flight samples. */
 static int profile_layer(const gpt_model *m, int layer, int B, int T, int repeats, double *sec) {
     pt_rng rng;
@@ -88,7 +78,7 @@ static int profile_layer(const gpt_model *m, int layer, int B, int T, int repeat
         for (int ph = 0; ph < PLAN_N_PHASES; ph++)
             for (int i = 0; i < n; i++) t[ph * per + r * n + i] = one[ph * n + i];
     }
-    for (int ph = 0; ph < PLAN_N_PHASES && rc == 0; ph++) sec[ph] = median(t + ph * per, per);
+    for (int ph = 0; ph < PLAN_N_PHASES && rc == 0; ph++) sec[ph] = pt_median(t + ph * per, per);
     free(t);
     bufs_free(&b);
     return rc;

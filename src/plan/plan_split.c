@@ -83,7 +83,7 @@ int plan_split(const plan_chain *c, int *first, double *bottleneck) {
     int *cnt = pt_malloc(sizeof(int) * (size_t)c->K * (c->n + 2));
     double hi = feasible(&s, INFINITY, first, reach, cnt), lo = 0;
     int rc = -1;
-    if (hi < 0) goto done;
+    if (hi < 0) goto free_buffers;
     /* Bisection narrows (lo infeasible, hi feasible); hi is always an achieved bottleneck. */
     for (int it = 0; it < 200 && hi - lo > hi * 1e-15; it++) {
         double mid = lo + (hi - lo) / 2, t = feasible(&s, mid, first, reach, cnt);
@@ -99,10 +99,17 @@ int plan_split(const plan_chain *c, int *first, double *bottleneck) {
     feasible(&s, hi, first, reach, cnt);
     *bottleneck = hi;
     rc = 0;
-done:
+free_buffers:
     free(reach); free(cnt);
     sums_free(&s);
     return rc;
+}
+
+/* first[0..K] from a dynamic program's cut table: from[k][j] is where stage k starts when it
+ * ends before item j (K by n+1). */
+static void cuts_from_table(const int *from, int K, int n, int *first) {
+    first[K] = n;
+    for (int k = K - 1, j = n; k >= 0; k--) j = first[k] = from[k * (n + 1) + j];
 }
 
 /* best[k][j]: smallest bottleneck placing items [0, j) on stages 0..k; from[k][j] the cut. */
@@ -125,12 +132,11 @@ int plan_split_dp(const plan_chain *c, int *first, double *bottleneck) {
             }
         }
     double opt = best[(K - 1) * (n + 1) + n];
-    if (opt == INFINITY) goto done;
-    first[K] = n;
-    for (int k = K - 1, j = n; k >= 0; k--) j = first[k] = from[k * (n + 1) + j];
+    if (opt == INFINITY) goto free_buffers;
+    cuts_from_table(from, K, n, first);
     *bottleneck = opt;
     rc = 0;
-done:
+free_buffers:
     free(best); free(from);
     sums_free(&s);
     return rc;
@@ -165,11 +171,10 @@ int plan_split_refine(const plan_chain *c, double X, int *first) {
                 if (score_less(cand, *b)) { *b = cand; from[k * (n + 1) + j] = i; }
             }
         }
-    if (best[(K - 1) * (n + 1) + n].sum == INFINITY) goto done;
-    first[K] = n;
-    for (int k = K - 1, j = n; k >= 0; k--) j = first[k] = from[k * (n + 1) + j];
+    if (best[(K - 1) * (n + 1) + n].sum == INFINITY) goto free_buffers;
+    cuts_from_table(from, K, n, first);
     rc = 0;
-done:
+free_buffers:
     free(best); free(from);
     sums_free(&s);
     return rc;

@@ -1,11 +1,11 @@
 /* The simulator's cost model: construction, the --cost spec, the costs JSON file, slow links and
  * slow stages. Only parsing and storage; how costs turn into time is sim.c's business. */
 #include "sim/sim.h"
+#include "io/json.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,11 +127,6 @@ bad:
     return pt_seterr("--slow-stage '%s': expected I:FACTOR (stage I, factor > 0 and <= %g)", spec, SIM_COST_MAX);
 }
 
-/* A cost value from JSON: a finite number in 0..SIM_COST_MAX (cJSON reads 1e999 as inf). */
-static bool json_cost_ok(const cJSON *v) {
-    return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 0 && v->valuedouble <= SIM_COST_MAX;
-}
-
 /* Every key of obj must be one of known[n]; the error names the key, where it is (`label`) and
  * the known ones. */
 static int json_known_keys(const cJSON *obj, const char *const *known, int n, const char *label, const char *path) {
@@ -153,7 +148,7 @@ static int json_stage_field(const cJSON *obj, const char *name, double *dst, int
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
     if (!v) return 0;
     if (cJSON_IsNumber(v)) {
-        if (!json_cost_ok(v))
+        if (!io_json_is_num(v, 0, SIM_COST_MAX))
             return pt_seterr("%s: field '%s' = %g must be a finite number in 0..%g", path, name, v->valuedouble,
                              SIM_COST_MAX);
         for (int g = 0; g < S; g++) dst[g] = v->valuedouble;
@@ -163,7 +158,7 @@ static int json_stage_field(const cJSON *obj, const char *name, double *dst, int
         return pt_seterr("%s: field '%s' must be a number or an array of %d numbers (one per stage)", path, name, S);
     int g = 0;
     for (const cJSON *x = v->child; x; x = x->next, g++) {
-        if (!json_cost_ok(x))
+        if (!io_json_is_num(x, 0, SIM_COST_MAX))
             return pt_seterr("%s: field '%s'[%d] must be a finite number in 0..%g", path, name, g, SIM_COST_MAX);
         dst[g] = x->valuedouble;
     }
@@ -172,12 +167,9 @@ static int json_stage_field(const cJSON *obj, const char *name, double *dst, int
 
 /* Reads an optional scalar in 0..SIM_COST_MAX; errors call it `label` (e.g. "links[1].latency"). */
 static int json_scalar_as(const cJSON *obj, const char *name, const char *label, double *dst, const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
-    if (!v) return 0;
-    if (!json_cost_ok(v))
-        return pt_seterr("%s: field '%s' must be a finite number in 0..%g", path, label, SIM_COST_MAX);
-    *dst = v->valuedouble;
-    return 0;
+    int rc = io_json_num(dst, obj, name, IO_JSON_OPTIONAL, 0, SIM_COST_MAX,
+                         "%s: field '%s' must be a finite number in 0..%g", path, label, SIM_COST_MAX);
+    return rc < 0 ? -1 : 0;
 }
 
 static int json_scalar(const cJSON *obj, const char *name, double *dst, const char *path) {
@@ -186,14 +178,12 @@ static int json_scalar(const cJSON *obj, const char *name, double *dst, const ch
 
 /* links[i].a or .b: a whole number, a rank in 0..n_ranks-1 (n_ranks <= 0: any >= 0). */
 static int json_link_rank(const cJSON *l, const char *name, int i, int n_ranks, const char *path, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l, name);
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9 ||
-        v->valuedouble != floor(v->valuedouble))
-        return pt_seterr("%s: links[%d].%s must be a rank (a whole number >= 0)", path, i, name);
-    if (n_ranks > 0 && v->valuedouble >= n_ranks)
-        return pt_seterr("%s: links[%d].%s = %g is not a rank (ranks 0..%d)", path, i, name, v->valuedouble,
+    if (io_json_int(out, l, name, IO_JSON_REQUIRED, 0, 1000000000,
+                    "%s: links[%d].%s must be a rank (a whole number >= 0)", path, i, name) < 0)
+        return -1;
+    if (n_ranks > 0 && *out >= n_ranks)
+        return pt_seterr("%s: links[%d].%s = %g is not a rank (ranks 0..%d)", path, i, name, (double)*out,
                          n_ranks - 1);
-    *out = (int)v->valuedouble;
     return 0;
 }
 

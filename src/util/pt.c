@@ -12,10 +12,15 @@
 
 static _Thread_local char err_buf[2048];
 
+int pt_vseterr(const char *fmt, va_list ap) {
+    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    return -1;
+}
+
 int pt_seterr(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    pt_vseterr(fmt, ap);
     va_end(ap);
     return -1;
 }

@@ -6,11 +6,14 @@
  * per thread. Only the CLI prints it and decides to exit. */
 #ifndef PT_UTIL_H
 #define PT_UTIL_H
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* Sets this thread's last error (printf format). Always returns -1, so `return pt_seterr(...)`. */
 int pt_seterr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* pt_seterr for a function that takes a format and arguments of its own (va_list). Returns -1. */
+int pt_vseterr(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 /* Prefixes this thread's last error with more context ("loading x.safetensors: " + old). Returns -1. */
 int pt_adderr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* This thread's last error message ("" when none). */
