@@ -14,7 +14,6 @@
 
 #define PLAN_COSTS_FORMAT "pipetrain-costs/1"   /* the "format" a profile writes and a plan reads */
 
-static const char *const KIND_NAME[PLAN_N_KINDS] = { "embedding", "block", "head" };
 static const char *const PHASE_NAME[PLAN_N_PHASES] = { "f", "b", "w" };
 
 /* The analytic cost of a layer kind is the model's (its kind table: model/gpt_layers.c). */
@@ -65,7 +64,7 @@ char *plan_costs_to_json(const plan_costs *c) {
         cJSON *b = cJSON_CreateObject(), *layers = cJSON_CreateObject();
         cJSON_AddNumberToObject(b, "batch", c->batch[i]);
         cJSON_AddNumberToObject(b, "p2p_bytes", plan_p2p_bytes(&c->cfg, c->batch[i], c->T));
-        for (int k = 0; k < PLAN_N_KINDS; k++) cJSON_AddItemToObject(layers, KIND_NAME[k], layer_json(c, i, k));
+        for (int k = 0; k < PLAN_N_KINDS; k++) cJSON_AddItemToObject(layers, gpt_kind_ops((gpt_layer_kind)k)->name, layer_json(c, i, k));
         cJSON_AddItemToObject(b, "layers", layers);
         cJSON_AddItemToArray(arr, b);
     }
@@ -91,20 +90,20 @@ static int get_count(const cJSON *o, const char *key, io_json_need need, const c
 }
 
 static int load_layer(plan_costs *c, int i, plan_kind k, const cJSON *layers, const char *where) {
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(layers, KIND_NAME[k]);
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(layers, gpt_kind_ops((gpt_layer_kind)k)->name);
     if (!cJSON_IsObject(l))
-        return pt_seterr("%s: batches[%d].layers.%s must be an object with f, b, w (seconds)", where, i, KIND_NAME[k]);
+        return pt_seterr("%s: batches[%d].layers.%s must be an object with f, b, w (seconds)", where, i, gpt_kind_ops((gpt_layer_kind)k)->name);
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
         double *sec = &c->sec[i][k][ph];
         if (io_json_num(sec, l, PHASE_NAME[ph], IO_JSON_REQUIRED, 0, DBL_MAX,
-                        "%s: batches[%d].layers.%s.%s must be a number of seconds >= 0", where, i, KIND_NAME[k],
+                        "%s: batches[%d].layers.%s.%s must be a number of seconds >= 0", where, i, gpt_kind_ops((gpt_layer_kind)k)->name,
                         PHASE_NAME[ph]) < 0)
             return -1;
         /* the planner takes FLOP/s from these; a 0 would quietly fall back to the analytic model */
         if (*sec == 0)
             return pt_seterr("%s: batches[%d].layers.%s.%s is 0: a measured time is > 0 (profile again "
                              "with pipetrain profile, or plan without --costs for the analytic model)",
-                             where, i, KIND_NAME[k], PHASE_NAME[ph]);
+                             where, i, gpt_kind_ops((gpt_layer_kind)k)->name, PHASE_NAME[ph]);
     }
     return 0;
 }

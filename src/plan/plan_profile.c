@@ -41,10 +41,10 @@ static void bufs_free(prof_bufs *b) {
 
 /* F on every act buffer, then B on each, then W on each; t[ph * n_act + i] gets the seconds. */
 static int run_once(const gpt_model *m, int layer, prof_bufs *b, int B, int T, double *t) {
-    gpt_layer_kind kind = gpt_layer_kind_of(m, layer);
-    const int *tok = kind == GPT_LAYER_BLOCK ? NULL : b->tokens;
-    const float *x = kind == GPT_LAYER_EMBED ? NULL : b->x, *dout = kind == GPT_LAYER_HEAD ? NULL : b->dout;
-    float *dx = kind == GPT_LAYER_EMBED ? NULL : b->dx;
+    unsigned io = gpt_layer_ops_of(m, layer)->io;   /* what the kind reads besides x */
+    const int *tok = io & (GPT_IO_TOKENS | GPT_IO_TARGETS) ? b->tokens : NULL;
+    const float *x = io & GPT_IO_TOKENS ? NULL : b->x, *dout = io & GPT_IO_TARGETS ? NULL : b->dout;
+    float *dx = io & GPT_IO_TOKENS ? NULL : b->dx;
     int n = b->n_act;
     for (int i = 0; i < n; i++) {
         double t0 = pt_now();
