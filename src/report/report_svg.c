@@ -143,10 +143,11 @@ static void draw_line(FILE *f, const chart *c, const long *step, const double *v
 }
 
 /* Exponential moving average with TensorBoard's debiasing, skipping non-finite values; the weight
- * gives an effective window of about 1/50 of the run (at least 1, at most 500 steps). */
+ * gives an effective window of about 1/25 of the run (at least 3 steps from 10 steps on, at most
+ * 500). */
 static double *smooth(const double *v, int n) {
-    double *s = pt_malloc(sizeof *s * (size_t)(n + 1)), win = n / 50.0;
-    if (win < 1) win = 1;
+    double *s = pt_malloc(sizeof *s * (size_t)(n + 1)), win = n / 25.0;
+    if (win < 3) win = n >= 10 ? 3 : 1;
     if (win > 500) win = 500;
     double w = 1 - 1 / win, acc = 0, norm = 0;
     for (int i = 0; i < n; i++) {
