@@ -32,7 +32,8 @@ typedef struct {
     run_opts ro;                 /* pipelined when ro.P > 0 (any layout flag given) */
     const char *transport, *trace, *svg;
     const char *plan;            /* --plan plan.json: the layout from `pipetrain plan --out` */
-    char plan_split[512];        /* its split as --split text */
+    const char *split_text;      /* --split as given */
+    int *split;                  /* ro.split: its counts, or the plan's (owned) */
     char plan_schedule[32];
 } train_args;
 
@@ -327,6 +328,21 @@ cleanup:
     return rc;
 }
 
+/* A plan places world rank w on device devices[w] of the cluster file it was made for (their
+ * speeds and memory shaped its split). The runtime pins nothing: say so rather than drop it. */
+static void note_plan_devices(const train_args *a, const plan_layout *pl) {
+    if (!pl->devices) return;
+    char list[128];
+    int n = pl->P * pl->D, at = 0, w = 0;
+    for (; w < n && at < (int)sizeof list - 16; w++)
+        at += snprintf(list + at, sizeof list - (size_t)at, "%s%d", w ? "," : "", pl->devices[w]);
+    if (w < n) snprintf(list + at, sizeof list - (size_t)at, ",...");
+    printf("note: %s was planned for devices %s of its cluster file (world rank order); this run "
+           "does not place ranks on devices: its %d ranks are %s\n", a->plan, list, n,
+           a->transport && !strcmp(a->transport, "mpi") ? "MPI processes wherever mpirun started them"
+                                                        : "threads of this process");
+}
+
 /* --plan: takes P, D, M, schedule, chunks, split and recompute from a plan file; the global batch
  * is D * M * microbatch size and T the plan's, unless --batch / --seq say the same. Layout flags
  * next to --plan are an error (which would win is not obvious). */
@@ -351,9 +367,15 @@ static int apply_plan(train_args *a) {
         o->recompute = o->recompute || pl.recompute;
         snprintf(a->plan_schedule, sizeof a->plan_schedule, "%s", pl.schedule);
         o->schedule = a->plan_schedule;
-        o->split = plan_layout_split_str(&pl, a->plan_split, sizeof a->plan_split);
+        char text[512];
         printf("plan %s: %d stages x dp %d, %s, %d microbatches of %d, split %s%s\n", a->plan, pl.P,
-               pl.D, pl.schedule, pl.M, pl.mb_size, o->split, pl.recompute ? ", recompute" : "");
+               pl.D, pl.schedule, pl.M, pl.mb_size, plan_layout_split_str(&pl, text, sizeof text),
+               pl.recompute ? ", recompute" : "");
+        note_plan_devices(a, &pl);
+        a->split = pl.split;          /* the counts themselves: no text in between */
+        o->split = pl.split;
+        o->n_split = pl.K;
+        pl.split = NULL;
     }
     plan_layout_free(&pl);
     return rc;
@@ -406,7 +428,7 @@ int cli_train(int argc, char **argv) {
         {"--svg", OPT_STR, &a.svg, "pipelined: SVG timeline of the last step, measured"},
         {"--plan", OPT_STR, &a.plan, "run the layout of a plan file (pipetrain plan --out plan.json)"},
     };
-    cli_layout_opts(opts + N_TRAIN_OPTS, &a.ro, &a.transport);
+    cli_layout_opts(opts + N_TRAIN_OPTS, &a.ro, &a.transport, &a.split_text);
     cli_layout_init(&a.ro);
     int rc = cli_parse(argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
                        "--lr X [flags]", opts, sizeof opts / sizeof *opts);
@@ -415,13 +437,15 @@ int cli_train(int argc, char **argv) {
     if (a.threads > 0) openblas_set_num_threads(a.threads);
     comm *world = NULL;
     a.transport = cli_layout_transport(a.transport);
-    if (a.plan && apply_plan(&a) < 0) return cli_fail("train");
-    if (pipe_flags(&a, &argc, &argv, &world) < 0) return cli_fail("train");
+    if (cli_layout_split(a.split_text, &a.split, &a.ro.n_split) < 0) return cli_fail("train");
+    a.ro.split = a.split;
     rc = 0;
-    if (parse_schedule(&a) < 0 || train_main(&a, world) < 0) {
+    if ((a.plan && apply_plan(&a) < 0) || pipe_flags(&a, &argc, &argv, &world) < 0) rc = cli_fail("train");
+    else if (parse_schedule(&a) < 0 || train_main(&a, world) < 0) {
         if (world) pt_adderr("rank %d: ", world->rank);
         rc = cli_fail("train");
     }
     if (world) { comm_free(world); comm_mpi_finalize(); }
+    free(a.split);
     return rc;
 }
