@@ -40,6 +40,7 @@ static void pipe_record(pipe_engine *p, double iter_time, double bubble) {
     p->bubble[p->n++] = bubble;
 }
 
+/* One iteration of the job; its stats as the trainer's, kept for the report. */
 static int pipe_step(train_engine *e, const int *tokens, const int *targets,
                      const optim_config *oc, long t, train_step_stats *st) {
     pipe_engine *p = (pipe_engine *)e;
@@ -62,6 +63,7 @@ static int pipe_save(train_engine *e, const char *dir, const ckpt_manifest *man)
     return run_job_save(p->job, dir, &full);
 }
 
+/* "pipeline: <schedule>, P stages x D replicas, ..." (the run header's line). */
 static void pipe_describe(const train_engine *e) {
     const pipe_engine *p = (const pipe_engine *)e;
     printf("pipeline: %s, %d stages x %d replicas, %d microbatches of %d sequences, %s transport; "
@@ -119,6 +121,7 @@ static int pipe_report(train_engine *e) {
     return pipe_write_pictures(p, last_it, last_bub);
 }
 
+/* The job, the plan and the records; takes a half-made engine (init's failure path). */
 static void pipe_free(train_engine *e) {
     pipe_engine *p = (pipe_engine *)e;
     run_job_free(p->job);

@@ -12,6 +12,7 @@ typedef struct {
     int B, T;
 } single_engine;
 
+/* train_step on the whole batch; the engine's own time is the step's (no bubble to measure). */
 static int single_step(train_engine *e, const int *tokens, const int *targets,
                        const optim_config *oc, long t, train_step_stats *st) {
     single_engine *s = (single_engine *)e;
@@ -31,6 +32,7 @@ static int single_save(train_engine *e, const char *dir, const ckpt_manifest *ma
     return ckpt_save(dir, s->m, s->opt, &full, 1);
 }
 
+/* The engine only: the model and moments are the caller's. */
 static void single_free(train_engine *e) { free(e); }
 
 static const train_engine_vt single_vt = {
