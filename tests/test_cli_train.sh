@@ -83,6 +83,9 @@ if "$P" plan --config "$D/cfg.json" --cluster examples/cluster-local.json --glob
   else
     fail "train --plan runs the planned layout" "$(tail -3 "$D/tp.out")"
   fi
+  grep -q "^note: .*plan.json was planned for devices 0.* this run does not place ranks on devices" "$D/tp.out" \
+    && ok "train --plan says which devices the plan assumed" \
+    || fail "train --plan says which devices the plan assumed" "$(head -3 "$D/tp.out")"
   expect_error "train --plan with layout flags" "--plan sets the layout" \
     "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan.json" --stages 2 --steps 1
   expect_error "train --plan with another batch" "plan.json: the plan is for a global batch of 8" \

@@ -456,6 +456,27 @@ static void expect_plan_error(const char *nm, run_opts o, int B, const char *pat
     CHECK(nm, rc < 0 && strstr(pt_err(), pattern), "rc %d, error '%s' lacks '%s'", rc, pt_err(), pattern);
 }
 
+/* run_layout_init from counts: chunk c's first layer; the embedding joins chunk 0, the head the
+ * last chunk; NULL is the even split. */
+static void test_layout_counts(void) {
+    run_layout lo;
+    int rc = run_layout_init(&lo, 3, 1, 3, 1, 8, (int[]){1, 2, 5}, 3);
+    CHECK("layout: counts 1,2,5 give chunks [0,2) [2,4) [4,10)", rc == 0 && lo.chunk_first[0] == 0 &&
+          lo.chunk_first[1] == 2 && lo.chunk_first[2] == 4 && lo.chunk_first[3] == 10 && lo.n_layers == 10,
+          "rc %d: %s", rc, rc ? pt_err() : "wrong chunk_first");
+    if (rc == 0) run_layout_free(&lo);
+    rc = run_layout_init(&lo, 3, 1, 3, 1, 8, NULL, 0);
+    CHECK("layout: NULL is the even split 3,3,2", rc == 0 && lo.chunk_first[1] == 4 &&
+          lo.chunk_first[2] == 7 && lo.chunk_first[3] == 10, "rc %d", rc);
+    if (rc == 0) run_layout_free(&lo);
+    rc = run_layout_init(&lo, 2, 1, 2, 1, 8, (int[]){3, 4}, 2);
+    CHECK("layout: counts that drop a block are an error", rc < 0 &&
+          strstr(pt_err(), "--split '3,4' covers 7 blocks, the model has 8"), "rc %d: %s", rc, pt_err());
+    rc = run_layout_init(&lo, 2, 1, 2, 1, 8, (int[]){4, 4}, 1);
+    CHECK("layout: fewer counts than chunks are an error", rc < 0 &&
+          strstr(pt_err(), "--split '4' lists 1 stages, the layout has 2"), "rc %d: %s", rc, pt_err());
+}
+
 static void test_bad_layouts(void) {
     run_opts o = { .P = 16, .D = 1, .schedule = "1f1b", .M = 16 };
     expect_plan_error("bad layout: more stages than blocks", o, 16, "only 8 transformer blocks");
@@ -463,13 +484,23 @@ static void test_bad_layouts(void) {
     expect_plan_error("bad layout: batch not divisible by dp x microbatches", o, 16, "not divisible");
     o = (run_opts){ .P = 4, .D = 1, .schedule = "chimera", .M = 1 };
     expect_plan_error("bad layout: too few microbatches for the schedule", o, 16, "microbatches");
-    o = (run_opts){ .P = 2, .D = 1, .schedule = "1f1b", .M = 2, .split = "3,4" };
+    o = (run_opts){ .P = 2, .D = 1, .schedule = "1f1b", .M = 2, .split = (int[]){3, 4}, .n_split = 2 };
     expect_plan_error("bad layout: split drops a block", o, 16, "covers 7 blocks");
-    o.split = "5,4";
+    o.split = (int[]){5, 4};
     expect_plan_error("bad layout: split repeats a block", o, 16, "covers 9 blocks");
-    o.split = "4,4,";
-    expect_plan_error("bad layout: split with a trailing comma", o, 16, "--split '4,4,': expected");
+    /* (a malformed --split text, e.g. a trailing comma, is the CLI's to catch: test_run_cli.sh) */
+    o.split = (int[]){4, 0, 4};
+    o.n_split = 3;
+    expect_plan_error("bad layout: split with an empty stage", o, 16,
+                      "--split '4,0,4': stage 1 has 0 blocks; every stage needs at least 1");
+    o.split = (int[]){2, 2, 4};
+    expect_plan_error("bad layout: split lists more stages than the layout has", o, 16,
+                      "--split '2,2,4' lists more than 2 stages");
+    o.n_split = 1;
+    expect_plan_error("bad layout: split lists fewer stages than the layout has", o, 16,
+                      "--split '2' lists 1 stages, the layout has 2");
     o.split = NULL;
+    o.n_split = 0;
     o.schedule = "nope";
     expect_plan_error("bad layout: unknown schedule", o, 16, "unknown schedule");
     const char *csv = "/tmp/test_run_sched.csv";
@@ -503,6 +534,7 @@ int main(void) {
     gpt_init_random(&g_init, 1);
     test_equivalence();
     test_train();
+    test_layout_counts();
     test_bad_layouts();
     test_rank_dies();
     test_pipedream_one_stage();

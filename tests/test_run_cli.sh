@@ -86,6 +86,13 @@ expect_error "bad layout: more stages than blocks" "only 4 transformer blocks" g
 expect_error "bad layout: batch not divisible" "not divisible by dp x microbatches" grad --out "$D/x.st" --stages 2 --dp 2 --microbatches 3
 expect_error "bad layout: too few microbatches" "chimera.*microbatches" grad --out "$D/x.st" --stages 4 --schedule chimera --microbatches 1
 expect_error "bad layout: split drops a block" "covers 3 blocks" grad --out "$D/x.st" --stages 2 --split 1,2
+expect_error "bad layout: split with a trailing comma" "--split '1,3,': expected blocks per stage like 3,5,4,4" \
+  grad --out "$D/x.st" --stages 2 --split 1,3,
+expect_error "bad layout: split not a list of numbers" "--split '1;3': expected" grad --out "$D/x.st" --stages 2 --split "1;3"
+expect_error "bad layout: split with an empty stage" "--split '4,0': stage 1 has 0 blocks; every stage needs at least 1" \
+  train --steps 1 --stages 2 --split 4,0
+expect_error "bad layout: split with too few stages" "--split '4' lists 1 stages, the layout has 2" \
+  train --steps 1 --stages 2 --split 4
 expect_error "bad layout: dp x microbatches beyond the batch (no overflow)" "not divisible by dp x microbatches" \
   grad --out "$D/x.st" --stages 1 --dp 65536 --schedule gpipe --microbatches 65536
 printf '0F0,0F1,0BW0,0REDUCE_GRAD,STEP,0BW1,0REDUCE_GRAD,STEP\n1F0,1BW0,1F1,1BW1,1REDUCE_GRAD,STEP\n' > "$D/async_bad.csv"

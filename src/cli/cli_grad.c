@@ -17,6 +17,7 @@
 
 typedef struct {
     const char *config, *init, *tokens, *out, *transport;
+    const char *split_text;     /* --split as given; its counts are ro.split */
     int batch, seq;
     long seed;
     run_opts ro;
@@ -99,7 +100,7 @@ int cli_grad(int argc, char **argv) {
         {"--out", OPT_STR, &a.out, "output safetensors: gradients with the input's names + 'loss'"},
         {"--seed", OPT_LONG, &a.seed, "init seed when --init is not given (default 1337)"},
     };
-    cli_layout_opts(opts + 7, &a.ro, &a.transport);
+    cli_layout_opts(opts + 7, &a.ro, &a.transport, &a.split_text);
     cli_layout_init(&a.ro);
     int rc = cli_parse(argc, argv, "grad", "--config C.json [--init M.safetensors] --tokens X.bin "
                        "--batch B --seq T --out G.safetensors", opts, sizeof opts / sizeof *opts);
@@ -109,12 +110,16 @@ int cli_grad(int argc, char **argv) {
         return 2;
     }
     comm *world = NULL;
+    int *split;
+    if (cli_layout_split(a.split_text, &split, &a.ro.n_split) < 0) return cli_fail("grad");
+    a.ro.split = split;
     a.transport = cli_layout_transport(a.transport);
-    if (cli_layout_start(&a.ro, a.transport, &argc, &argv, &world) < 0) return cli_fail("grad");
-    if (grad_run(&a, world) < 0) {
+    if (cli_layout_start(&a.ro, a.transport, &argc, &argv, &world) < 0) rc = cli_fail("grad");
+    else if (grad_run(&a, world) < 0) {
         if (world) pt_adderr("rank %d: ", world->rank);
         rc = cli_fail("grad");
     } else rc = 0;
     if (world) { comm_free(world); comm_mpi_finalize(); }
+    free(split);
     return rc;
 }

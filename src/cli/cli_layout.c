@@ -1,10 +1,11 @@
 /* Layout flags shared by train and grad, their defaults, and the MPI world. */
 #include "cli/cli_layout.h"
 #include "util/pt.h"
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport) {
+void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const char **split_text) {
     const cli_opt opts[CLI_LAYOUT_N_OPTS] = {
         {"--stages", OPT_INT, &ro->P, "P, pipeline ranks (default 1: no pipeline)"},
         {"--dp", OPT_INT, &ro->D, "D, data-parallel replicas (default 1)"},
@@ -13,12 +14,42 @@ void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport) {
         {"--microbatches", OPT_INT, &ro->M, "M, microbatches per replica (default: P)"},
         {"--schedule-file", OPT_STR, &ro->schedule_file, "CSV schedule (one row per rank) instead of --schedule"},
         {"--pipes", OPT_INT, &ro->pipes, "pipes of the --schedule-file schedule (2 for a chimera; default 1)"},
-        {"--split", OPT_STR, &ro->split, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
+        {"--split", OPT_STR, split_text, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
         {"--transport", OPT_STR, transport, "threads (default) | mpi (run under mpirun)"},
         {"--timeout", OPT_DOUBLE, &ro->timeout, "seconds a rank waits for a message (default 60)"},
         {"--recompute", OPT_FLAG, &ro->recompute, "drop activations after F, recompute them at B (less memory)"},
     };
     memcpy(out, opts, sizeof opts);
+}
+
+int cli_layout_split(const char *text, int **split, int *n) {
+    *split = NULL;
+    *n = 0;
+    if (!text) return 0;
+    int *counts = pt_malloc(sizeof *counts * (strlen(text) / 2 + 1));   /* non-NULL even for "" */
+    for (const char *s = text; *s;) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || (*end && *end != ',') || (*end == ',' && !end[1])) {
+            pt_seterr("--split '%s': expected blocks per stage like 3,5,4,4 (numbers joined by "
+                      "single commas, none at either end)", text);
+            goto free_counts;
+        }
+        if (v < 1 || v > INT_MAX) {
+            pt_seterr(v < 1 ? "--split '%s': stage %d has %ld blocks; every stage needs at least 1"
+                            : "--split '%s': stage %d has %ld blocks, more than any model has",
+                      text, *n, v);
+            goto free_counts;
+        }
+        counts[(*n)++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    *split = counts;
+    return 0;
+free_counts:
+    free(counts);
+    *n = 0;
+    return -1;
 }
 
 const char *cli_layout_transport(const char *given) {

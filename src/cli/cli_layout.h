@@ -13,8 +13,14 @@
  * default). Call before cli_parse. */
 void cli_layout_init(run_opts *ro);
 
-/* Writes the CLI_LAYOUT_N_OPTS layout flags into out[], bound to ro and *transport. */
-void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport);
+/* Writes the CLI_LAYOUT_N_OPTS layout flags into out[], bound to ro, *transport and *split_text
+ * (--split as given; cli_layout_split turns it into ro's counts). */
+void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const char **split_text);
+/* --split text ("3,5,4,4": blocks per chunk) into counts: *split gets a malloc'd array (the
+ * caller frees it) of *n counts, or NULL when text is NULL (even split). Checks the form only
+ * (numbers joined by single commas, none at either end; each >= 1); whether they fit the model
+ * and the layout is run_layout_init's to say. -1 with an error naming the flag and the text. */
+int cli_layout_split(const char *text, int **split, int *n);
 /* The transport to use: the one given, else "mpi" when this process was started by mpirun with
  * more than one process (OMPI_COMM_WORLD_SIZE or PMI_SIZE > 1), else NULL (threads). So
  * `mpirun -np 8 pipetrain train ... --stages 4 --dp 2` just works. */

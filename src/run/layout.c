@@ -1,49 +1,55 @@
 /* Layer splits and rank coordinates of a pipelined, data-parallel layout. */
 #include "run/layout.h"
 #include "util/pt.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Parses "3,5,4,4" into counts[K]; errors name the flag. */
-static int parse_split(const char *split, int K, int *counts, int n_blocks) {
-    const char *s = split;
-    int n = 0, sum = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || (*end && *end != ',') || (*end == ',' && !end[1]))
-            return pt_seterr("--split '%s': expected blocks per stage like 3,5,4,4 (numbers joined by "
-                             "single commas, none at either end)", split);
-        if (v < 1) return pt_seterr("--split '%s': stage %d has %ld blocks; every stage needs at least 1",
-                                    split, n, v);
-        if (n == K) return pt_seterr("--split '%s' lists more than %d stages", split, K);
-        counts[n++] = (int)v;
-        sum += (int)v;
-        s = *end ? end + 1 : end;
+/* split[n] as --split text ("3,5,4,4") into buf[size], for error messages. */
+static const char *split_text(const int *split, int n, char *buf, size_t size) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int c = 0; c < n && at < size; c++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%d", c ? "," : "", split[c]);
+    return buf;
+}
+
+/* split[n] must give each of K chunks at least one block and use every block exactly once. */
+static int check_split(const int *split, int n, int K, int n_blocks) {
+    char text[512];
+    long long sum = 0;
+    split_text(split, n, text, sizeof text);
+    for (int c = 0; c < n; c++) {
+        if (split[c] < 1)
+            return pt_seterr("--split '%s': stage %d has %d blocks; every stage needs at least 1",
+                             text, c, split[c]);
+        sum += split[c];
     }
-    if (n != K) return pt_seterr("--split '%s' lists %d stages, the layout has %d", split, n, K);
+    if (n > K) return pt_seterr("--split '%s' lists more than %d stages", text, K);
+    if (n != K) return pt_seterr("--split '%s' lists %d stages, the layout has %d", text, n, K);
     if (sum != n_blocks)
-        return pt_seterr("--split '%s' covers %d blocks, the model has %d (a split must use every "
-                         "block exactly once)", split, sum, n_blocks);
+        return pt_seterr("--split '%s' covers %lld blocks, the model has %d (a split must use every "
+                         "block exactly once)", text, sum, n_blocks);
     return 0;
 }
 
-int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks, const char *split) {
+int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks,
+                    const int *split, int n_split) {
     memset(lo, 0, sizeof *lo);
     if (P < 1 || D < 1 || K < 1 || n_pipes < 1)
         return pt_seterr("layout: stages, dp and chunks must be >= 1 (got P=%d D=%d K=%d)", P, D, K);
     if (K > n_blocks)
         return pt_seterr("layout: %d model chunks but the model has only %d transformer blocks "
                          "(n_layer); use fewer stages or chunks", K, n_blocks);
-    int *counts = pt_calloc((size_t)K, sizeof *counts);
-    if (split && parse_split(split, K, counts, n_blocks) < 0) { free(counts); return -1; }
-    if (!split) for (int c = 0; c < K; c++) counts[c] = n_blocks / K + (c < n_blocks % K);
+    if (split && check_split(split, n_split, K, n_blocks) < 0) return -1;
     lo->P = P; lo->D = D; lo->K = K; lo->n_pipes = n_pipes; lo->n_layers = n_blocks + 2;
     lo->chunk_first = pt_calloc((size_t)K + 1, sizeof *lo->chunk_first);
     int layer = 1;                         /* block b is layer b; the embedding joins chunk 0 */
-    for (int c = 0; c < K; c++) { lo->chunk_first[c] = c == 0 ? 0 : layer; layer += counts[c]; }
+    for (int c = 0; c < K; c++) {
+        lo->chunk_first[c] = c == 0 ? 0 : layer;
+        layer += split ? split[c] : n_blocks / K + (c < n_blocks % K);
+    }
     lo->chunk_first[K] = n_blocks + 2;     /* the head joins the last chunk */
-    free(counts);
     return 0;
 }
 

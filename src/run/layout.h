@@ -4,9 +4,10 @@
  * no threads, no communication.
  *
  * World ranks: w = d * P + p for replica d and pipeline rank p.
- * Splits count transformer blocks per model chunk: "--split 3,5,4,4" gives chunk 0 blocks 1..3,
- * chunk 1 blocks 4..8, ...; the embedding always joins chunk 0 and the head the last chunk. With
- * two pipes (chimera) stage g and g + K hold the same layers (two replicas of the model). */
+ * Splits count transformer blocks per model chunk: {3,5,4,4} (`--split 3,5,4,4`, parsed by the
+ * CLI; a plan file's "split") gives chunk 0 blocks 1..3, chunk 1 blocks 4..8, ...; the embedding
+ * always joins chunk 0 and the head the last chunk. With two pipes (chimera) stage g and g + K
+ * hold the same layers (two replicas of the model). */
 #ifndef PT_RUN_LAYOUT_H
 #define PT_RUN_LAYOUT_H
 
@@ -19,10 +20,13 @@ typedef struct {
 } run_layout;
 
 /* Even split of n_blocks transformer blocks into K chunks (the first n_blocks % K chunks get one
- * more), or the split given as text ("3,5,4,4": blocks per chunk; NULL for even). Errors name the
- * problem: more chunks than blocks, a count < 1, a sum that drops or repeats blocks
- * ("--split 3,5,4 covers 12 blocks, the model has 16"), a malformed list. */
-int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks, const char *split);
+ * more) when split is NULL, else split[n_split]: blocks per chunk, read only here (the caller
+ * keeps it). Errors name the problem and show the split as --split would write it: more chunks
+ * than blocks, a count < 1, another number of counts than K ("--split '3,5' lists 2 stages, the
+ * layout has 4"), a sum that drops or repeats blocks ("--split '3,5,4' covers 12 blocks, the
+ * model has 16"). Returns 0, or -1 with lo empty. */
+int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks,
+                    const int *split, int n_split);
 void run_layout_free(run_layout *lo);
 /* Chunk of stage g (g % K), and the layer range of stage g. */
 int run_layout_chunk_of(const run_layout *lo, int g);

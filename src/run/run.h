@@ -1,6 +1,7 @@
 /* The pipelined job: a plan (schedule + layer split + microbatching, checked up front) and a job
  * that runs iterations of it on every rank, as threads of this process or as one MPI process per
- * rank. The trainer's loop (data, logging, checkpoints) stays in the CLI; this is the engine.
+ * rank. This is an engine: the training loop around it (data, logging, checkpoints) is the
+ * trainer's (src/train/trainer.h).
  * Not here: the per-rank action walk (run/executor.h), transports (comm/).
  *
  * Legend: P pipeline ranks, D replicas, S stages, K chunks per pipe, M microbatches,
@@ -24,7 +25,9 @@ typedef struct {
     int pipes;                  /* pipes of the CSV schedule (0: 1; chimera: 2) */
     int chunks;                 /* --chunks (0: the generator's default) */
     int M;                      /* --microbatches (0 with a file: the file's count) */
-    const char *split;          /* "3,5,4,4" blocks per chunk, or NULL for even */
+    const int *split;           /* [n_split] blocks per chunk (--split 3,5,4,4), or NULL for even;
+                                 * read by run_plan_init only (the caller keeps it) */
+    int n_split;
     bool recompute;             /* drop activations after F, recompute them at B */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),

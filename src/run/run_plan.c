@@ -112,7 +112,7 @@ static int plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     pl->B = B;
     pl->T = T;
     pl->mb_rows = (int)(B / dm);
-    return run_layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split);
+    return run_layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split, o->n_split);
 }
 
 int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T) {

@@ -1,6 +1,7 @@
 /* One optimizer step of single-process training: gradients of a batch, global-norm clipping,
  * AdamW with the LR schedule, decay only where the parameter table says so. The pipelined
- * trainer reuses the same pieces per stage. Not here: data, logging, checkpoints (the CLI). */
+ * engine reuses the same pieces per stage. Not here: the loop, data, logging, checkpoints
+ * (trainer.h). */
 #ifndef PT_TRAIN_TRAIN_H
 #define PT_TRAIN_TRAIN_H
 #include "model/gpt.h"

@@ -1,0 +1,88 @@
+/* The step interface the trainer's loop runs over: one small vtable, one file per way of
+ * computing an optimizer step: engine_single.c (one process: train_step on the whole batch, on
+ * as many OpenBLAS threads as set) and engine_pipe.c (the pipelined job of run/run.h: P stages x
+ * D replicas as threads of this process or as MPI ranks). Not here: the loop, data, hooks and
+ * checkpoint policy (trainer.h), the math of a step (train.h, run/).
+ *
+ * Legend: B sequences per step, T tokens per sequence. */
+#ifndef PT_TRAIN_ENGINE_H
+#define PT_TRAIN_ENGINE_H
+#include "ckpt/checkpoint.h"
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "run/run.h"
+#include "train/train.h"
+#include <stddef.h>
+
+/* What one step did; the same on every rank. */
+typedef struct {
+    train_stats opt;    /* loss (before the update), global grad norm, lr, clip scale */
+    double step_time;   /* seconds the engine's step call took, measured by the trainer's loop */
+    double iter_time;   /* seconds the engine measured for the iteration (pipelined: the first
+                         * rank's start to the last rank's end) */
+    double bubble;      /* measured bubble fraction (run_stats.bubble); -1: not measured */
+    size_t act_bytes;   /* activation storage of the busiest rank, bytes; 0: not measured */
+} train_step_stats;
+
+typedef struct train_engine train_engine;
+
+typedef struct {
+    const char *name;   /* "single", "pipelined" */
+    /* Optimizer step t (1-based) on tokens, targets (B,T) (every rank passes the whole batch):
+     * gradients, clipping, AdamW with oc's LR schedule. Fills st except step_time. Returns 0, or
+     * -1 with the error set (the model may be left half-updated: stop the run). Collective under
+     * MPI. */
+    int (*step)(train_engine *e, const int *tokens, const int *targets, const optim_config *oc,
+                long t, train_step_stats *st);
+    /* Writes the checkpoint folder dir (ckpt/checkpoint.h): man gives the config, step, data
+     * position and seeds; the engine adds AdamW's step count and the layout. Collective under
+     * MPI; returns 0, or -1 naming the file (an older checkpoint is never touched). */
+    int (*save)(train_engine *e, const char *dir, const ckpt_manifest *man);
+    /* Root, before the first step: the engine's line of the run's header, on stdout. NULL:
+     * nothing to say. */
+    void (*describe)(const train_engine *e);
+    /* Root, after the last step: what the engine measured over the run (and its pictures).
+     * Called at most once, last. NULL: nothing. Returns 0, or -1 naming the file it could not
+     * write. */
+    int (*report)(train_engine *e);
+    void (*free)(train_engine *e);
+} train_engine_vt;
+
+struct train_engine {
+    const train_engine_vt *vt;
+    int root;           /* 1 on the rank that prints and writes files (threads: always) */
+};
+
+/* Convenience wrappers (same contracts as the vtable); free and report take NULL. */
+static inline int train_engine_step(train_engine *e, const int *tokens, const int *targets,
+                                    const optim_config *oc, long t, train_step_stats *st) {
+    return e->vt->step(e, tokens, targets, oc, t, st);
+}
+static inline int train_engine_save(train_engine *e, const char *dir, const ckpt_manifest *man) {
+    return e->vt->save(e, dir, man);
+}
+static inline void train_engine_describe(const train_engine *e) { if (e->vt->describe) e->vt->describe(e); }
+static inline int train_engine_report(train_engine *e) { return e && e->vt->report ? e->vt->report(e) : 0; }
+static inline void train_engine_free(train_engine *e) { if (e) e->vt->free(e); }
+
+/* One process: steps m and opt in place with train_step on the whole (B,T) batch. Borrows m and
+ * opt (they must outlive the engine). Never fails; returns 0. */
+int train_engine_single_init(train_engine **out, gpt_model *m, adamw_state *opt, int B, int T);
+
+/* What the pipelined engine needs besides the model. */
+typedef struct {
+    run_opts ro;            /* the layout (ro.P >= 1); ro.split is read during init only */
+    comm *world;            /* this process's MPI endpoint (borrowed), or NULL: threads */
+    int threads;            /* MPI: OpenBLAS threads per process after the job starts (0: 1) */
+    const char *trace;      /* report: the last step's measured Chrome trace here, or NULL */
+    const char *svg;        /* report: the last step's measured timeline picture, or NULL */
+} train_pipe_opts;
+
+/* The pipelined job (run_plan_init + run_job_init) over the starting parameters m and AdamW
+ * moments opt (both copied into the job), for (B,T) batches. Collective under MPI. Returns 0,
+ * or -1 naming the flag or rank at fault (nothing left allocated). */
+int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const gpt_model *m,
+                           const adamw_state *opt, int B, int T);
+
+#endif

@@ -1,0 +1,161 @@
+/* The training loop (trainer.h): setup of a run, the loop over steps for every engine, and the
+ * step-boundary hooks. Not here: the model a run starts from (trainer_model.c), the built-in
+ * save and log hooks (trainer_hooks.c), how a step is computed (engine_single.c, engine_pipe.c). */
+#include "train/trainer_int.h"
+#include "util/pt.h"
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The options a flag parser may have let through, in the order they are reported. */
+static int check_opts(const train_opts *o) {
+    if (o->batch <= 0 || o->seq <= 0) return pt_seterr("--batch and --seq must be positive");
+    if (!o->data) return pt_seterr("--data is required (a text file or an llm.c token file)");
+    return optim_config_validate(&o->oc);
+}
+
+/* Output files that are only written at the end are tried at the start, so a bad path fails
+ * before the training, not after it. */
+static int check_writable(const char *path, const char *flag) {
+    if (!path) return 0;
+    if (pt_make_parents(path) < 0) return -1;
+    FILE *f = fopen(path, "a");
+    if (!f) return pt_seterr("%s %s: cannot write there: %s", flag, path, strerror(errno));
+    long size = ftell(f);
+    fclose(f);
+    if (size == 0) unlink(path);      /* we created it: leave nothing behind until the end */
+    return 0;
+}
+
+/* Root: the metrics file (appended to: a resumed run continues it) and the end-of-run paths. */
+static int open_outputs(train_ctx *t) {
+    const train_opts *o = &t->o;
+    if (!t->root) return 0;
+    if (o->metrics && (pt_make_parents(o->metrics) < 0 || !(t->metrics = fopen(o->metrics, "a"))))
+        return pt_seterr("--metrics %s: cannot open for writing: %s", o->metrics, strerror(errno));
+    if (check_writable(o->trace, "--trace") < 0 || check_writable(o->svg, "--svg") < 0) return -1;
+    return 0;
+}
+
+/* The engine for o->ro: the pipelined job when ro.P > 0, else this process alone. */
+static int start_engine(train_ctx *t) {
+    const train_opts *o = &t->o;
+    if (!o->ro.P) return train_engine_single_init(&t->e, &t->m, &t->opt, o->batch, o->seq);
+    train_pipe_opts po = { .ro = o->ro, .world = o->world, .threads = o->threads,
+                           .trace = o->trace, .svg = o->svg };
+    return train_engine_pipe_init(&t->e, &po, &t->m, &t->opt, o->batch, o->seq);
+}
+
+/* Model, data, engine, outputs, in the order their errors are reported. */
+static int setup_run(train_ctx *t) {
+    const train_opts *o = &t->o;
+    if (check_opts(o) < 0 || train_setup_model(t) < 0) return -1;
+    if (o->seq > t->m.cfg.n_positions)
+        return pt_seterr("--seq %d exceeds the model's n_positions %d", o->seq, t->m.cfg.n_positions);
+    if (data_open(&t->d, o->data, t->m.cfg.vocab_size) < 0 || data_check_batch(t->d, o->batch, o->seq) < 0)
+        return -1;
+    if (start_engine(t) < 0) return -1;
+    t->root = t->e->root;
+    if (open_outputs(t) < 0) return -1;
+    size_t n = (size_t)o->batch * o->seq;
+    t->inp = pt_malloc(n * sizeof *t->inp);
+    t->tgt = pt_malloc(n * sizeof *t->tgt);
+    return 0;
+}
+
+int train_init(train_ctx **out, const train_opts *o) {
+    train_ctx *t = pt_calloc(1, sizeof *t);
+    t->o = *o;
+    if (t->o.log_every <= 0) t->o.log_every = o->steps / 50 > 1 ? o->steps / 50 : 1;
+    t->root = !o->world || o->world->rank == 0;
+    *out = NULL;
+    if (o->threads > 0) openblas_set_num_threads(o->threads);
+    if (setup_run(t) < 0) goto free_ctx;
+    if (o->save) train_add_hook(t, TRAIN_HOOK_SAVE, train_hook_save, NULL);
+    train_add_hook(t, TRAIN_HOOK_LOG, train_hook_log, NULL);
+    *out = t;
+    return 0;
+free_ctx:
+    train_free(t);
+    return -1;
+}
+
+int train_add_hook(train_ctx *t, train_hook_slot slot, train_hook_fn fn, void *user) {
+    if ((unsigned)slot >= TRAIN_HOOK_SLOTS) return pt_seterr("train_add_hook: no hook slot %d", (int)slot);
+    if (t->n_hooks[slot] == TRAIN_MAX_HOOKS)
+        return pt_seterr("train_add_hook: slot %d already holds %d hooks", (int)slot, TRAIN_MAX_HOOKS);
+    t->hooks[slot][t->n_hooks[slot]++] = (train_hook){ fn, user };
+    return 0;
+}
+
+/* Every hook of every slot, in order; the first failure stops them. */
+static int call_hooks(train_ctx *t, long step, const train_step_stats *st) {
+    for (int s = 0; s < TRAIN_HOOK_SLOTS; s++)
+        for (int i = 0; i < t->n_hooks[s]; i++)
+            if (t->hooks[s][i].fn(t, step, st, t->hooks[s][i].user) < 0) return -1;
+    return 0;
+}
+
+/* A diverged step is an error, not a run that goes on computing NaN. */
+static int check_loss(float loss, long step) {
+    if (isfinite(loss)) return 0;
+    return pt_seterr("step %ld: the loss is %f: training diverged (lower --lr, keep --grad-clip, or "
+                     "check the data and weights)", step, loss);
+}
+
+/* Root: the model and data, then the engine's own line. */
+static void print_header(const train_ctx *t) {
+    if (!t->root) return;
+    printf("model: %d layers, %d heads, %d channels, vocab %d, %.2fM parameters; data: %s, %zu tokens\n",
+           t->m.cfg.n_layer, t->m.cfg.n_head, t->m.cfg.n_embd, t->m.cfg.vocab_size,
+           t->m.num_params / 1e6, t->o.data, data_ntokens(t->d));
+    train_engine_describe(t->e);
+}
+
+/* One step: its batch (a pure function of the step: data order survives a resume), the engine,
+ * the loss check, the hooks. */
+static int run_step(train_ctx *t, long step) {
+    const train_opts *o = &t->o;
+    train_step_stats st;
+    int64_t k = data_batch_index(t->d, o->batch, o->seq, (uint64_t)o->shuffle, step - 1);
+    if (k < 0 || data_batch(t->d, k, o->batch, o->seq, t->inp, t->tgt) < 0) return -1;
+    double t0 = pt_now();
+    if (train_engine_step(t->e, t->inp, t->tgt, &o->oc, step, &st) < 0)
+        return pt_adderr("step %ld: ", step);
+    st.step_time = pt_now() - t0;
+    if (check_loss(st.opt.loss, step) < 0) return -1;
+    return call_hooks(t, step, &st);
+}
+
+int train_run(train_ctx *t) {
+    const train_opts *o = &t->o;
+    if (t->step0 >= o->steps) {
+        if (t->root) printf("nothing to do: %s is at step %ld and --steps is %d\n",
+                            o->resume ? o->resume : "the run", t->step0, o->steps);
+        return 0;
+    }
+    print_header(t);
+    t->t_start = pt_now();
+    for (long step = t->step0 + 1; step <= o->steps; step++)
+        if (run_step(t, step) < 0) return -1;
+    return train_engine_report(t->e);
+}
+
+void train_free(train_ctx *t) {
+    if (!t) return;
+    train_engine_free(t->e);
+    if (t->metrics) fclose(t->metrics);
+    free(t->inp);
+    free(t->tgt);
+    data_close(t->d);
+    if (t->m.params) adamw_free(&t->opt);
+    gpt_free(&t->m);
+    free(t);
+}
+
+const train_opts *train_ctx_opts(const train_ctx *t) { return &t->o; }
+int train_ctx_is_root(const train_ctx *t) { return t->root; }
+train_engine *train_ctx_engine(train_ctx *t) { return t->e; }

@@ -1,0 +1,97 @@
+/* The trainer: pipetrain's one training loop, for every layout (one process, or P stages x D
+ * replicas as threads of this process or MPI ranks), over one step interface (engine.h), with
+ * hooks at each step boundary. It owns the run's setup (config and weights, or a checkpoint to
+ * resume), the data order, the divergence check, checkpoints, metrics and the progress line.
+ * Not here: flags (cli/cli_train.c), how a step is computed (engine_*.c, train.h, run/).
+ *
+ * Use: train_init, then train_add_hook for any extra hooks, then train_run, then train_free.
+ * Every rank of an MPI job makes the same calls with the same options.
+ *
+ * Legend: B sequences per step, T tokens per sequence. */
+#ifndef PT_TRAIN_TRAINER_H
+#define PT_TRAIN_TRAINER_H
+#include "comm/comm.h"
+#include "optim/optim.h"
+#include "run/run.h"
+#include "train/engine.h"
+
+typedef struct {
+    /* the model and where it starts */
+    const char *config;     /* model config JSON; with resume optional (must describe its model) */
+    const char *init;       /* starting weights (safetensors, HF GPT-2 names); NULL: GPT-2 init */
+    long seed;              /* init seed (without init); kept in checkpoints */
+    const char *resume;     /* checkpoint folder to continue from (weights, moments, step), or NULL */
+    /* data and optimization */
+    const char *data;       /* raw text (bytes) or an llm.c token file; required */
+    int batch, seq;         /* B, T (> 0); a resumed run must keep the checkpoint's */
+    long shuffle;           /* batch-order seed (0: sequential); a resumed run keeps it too */
+    int steps;              /* the run ends after optimizer step `steps` (counting resumed ones) */
+    optim_config oc;        /* AdamW, clipping, LR schedule, as given (validated by train_init) */
+    int threads;            /* OpenBLAS threads (0: OpenBLAS's default); MPI: per process */
+    /* outputs (written by the root rank) */
+    const char *metrics;    /* append one JSON line per step here, or NULL */
+    int log_every;          /* progress line every N steps (<= 0: about 50 lines in all) */
+    const char *save;       /* write checkpoints DIR/ckpt-<step> here, or NULL */
+    int save_every;         /* also every K steps (<= 0: only after the last step) */
+    const char *trace, *svg;/* pipelined: the last step's measured trace / picture, or NULL */
+    /* layout */
+    run_opts ro;            /* ro.P == 0: one process (train_step); else the pipelined job */
+    comm *world;            /* MPI endpoint (borrowed; NULL: this process only) */
+} train_opts;
+
+typedef struct train_ctx train_ctx;
+
+/* Sets up a run: OpenBLAS threads, checks of the options (batch, seq, data, optimizer), the
+ * model (resume: weights, AdamW moments and step from the checkpoint, refusing another model,
+ * batch, seq or shuffle), the data, the engine (single process, or the pipelined job:
+ * collective under MPI), the metrics file, and the output paths tried before any training.
+ * Registers the built-in hooks: save (when o->save) and log. Copies o (its strings are
+ * borrowed: keep them until train_free). Returns 0, or -1 with an error naming the flag, file
+ * or rank and *out NULL. */
+int train_init(train_ctx **out, const train_opts *o);
+/* Runs the steps after the model's step up to o->steps ("nothing to do" when there are none):
+ * prints the header, then for each step reads its batch, runs the engine's step, stops on a
+ * non-finite loss, and calls the hooks; after the last step the engine's report. Returns 0, or
+ * -1 with the error of the step or hook that failed ("step N: ..."). Call once. */
+int train_run(train_ctx *t);
+/* Frees everything train_init made (NULL is fine); closes the metrics file. */
+void train_free(train_ctx *t);
+
+/* ---- step-boundary hooks ---------------------------------------------------------------------
+ * After each step the loop calls the hooks of each slot, slots in this fixed order, hooks of one
+ * slot in the order they were added (built-ins first: train_init adds them):
+ *   ADAPT     may change how later steps run (re-plan, switch the schedule or split, through the
+ *             engine), never what they compute: the same loss and gradients.
+ *   HARVEST   side work in the time the step left idle; must not touch the model, the
+ *             optimizer state or the data order.
+ *   EVALUATE  measures the model (e.g. a held-out loss); reads, never updates, the parameters.
+ *   SAVE      checkpoints (built-in: DIR/ckpt-<step> every save_every steps and after the last).
+ *   LOG       reports the step (built-in: the metrics JSON line and the progress line).
+ * When: after step `step` (1-based, counting resumed steps) has updated the weights and its loss
+ * was found finite, before the next batch is read; on every rank, at the same step, in the same
+ * order, so a hook that communicates (a checkpoint under MPI) must do so on every rank. st (the
+ * step's stats) lives for the call only. A hook may print (on the root only:
+ * train_ctx_is_root), write files, and use the engine through train_ctx_engine; it must not add
+ * hooks, call train_run or train_free, or change the options.
+ * Returns: 0 to go on; -1 with pt_seterr to stop the run: train_run returns -1 with that error
+ * as it is (the hook names what failed), the later hooks of this step do not run. */
+typedef enum {
+    TRAIN_HOOK_ADAPT, TRAIN_HOOK_HARVEST, TRAIN_HOOK_EVALUATE, TRAIN_HOOK_SAVE, TRAIN_HOOK_LOG,
+    TRAIN_HOOK_SLOTS
+} train_hook_slot;
+
+typedef int (*train_hook_fn)(train_ctx *t, long step, const train_step_stats *st, void *user);
+
+#define TRAIN_MAX_HOOKS 8   /* per slot */
+
+/* Adds fn (called with user) to the end of slot's list; between train_init and train_run.
+ * -1 when the slot already holds TRAIN_MAX_HOOKS hooks or the slot is not one of the above. */
+int train_add_hook(train_ctx *t, train_hook_slot slot, train_hook_fn fn, void *user);
+
+/* For hooks: the options the run was set up with (log_every filled in), whether this rank
+ * prints and writes files, and the engine. */
+const train_opts *train_ctx_opts(const train_ctx *t);
+int train_ctx_is_root(const train_ctx *t);
+train_engine *train_ctx_engine(train_ctx *t);
+
+#endif

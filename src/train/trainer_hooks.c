@@ -1,0 +1,48 @@
+/* The trainer's built-in step-boundary hooks: SAVE (the checkpoint policy: DIR/ckpt-<step> every
+ * save_every steps and after the last) and LOG (one metrics JSON line per step, a progress line
+ * every log_every steps). Not here: how a checkpoint is written (the engine, ckpt/), when hooks
+ * run (trainer.c). */
+#include "train/trainer_int.h"
+#include "ckpt/checkpoint.h"
+#include "util/pt.h"
+#include <stdio.h>
+
+int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *user) {
+    const train_opts *o = &t->o;
+    if (!((o->save_every > 0 && step % o->save_every == 0) || step == o->steps)) return 0;
+    char dir[1100];
+    ckpt_manifest man = {.cfg = t->m.cfg, .step = step, .batch = o->batch, .seq = o->seq,
+                         .shuffle_seed = (uint64_t)o->shuffle, .init_seed = (uint64_t)o->seed};
+    snprintf(man.data_path, sizeof man.data_path, "%s", o->data);
+    snprintf(dir, sizeof dir, "%s/ckpt-%ld", o->save, step);
+    if (train_engine_save(t->e, dir, &man) < 0) return -1;
+    if (t->root) printf("saved %s\n", dir);
+    return 0;
+}
+
+/* {"step":..,"loss":..,"lr":..,"grad_norm":..,"tokens_per_s":..,"step_ms":..[,"bubble_fraction":
+ * ..,"act_bytes_max_rank":..]} */
+static void log_metrics(FILE *f, long step, const train_step_stats *st, double tok_s) {
+    fprintf(f, "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,"
+            "\"step_ms\":%.3f", step, st->opt.loss, st->opt.lr, st->opt.grad_norm, tok_s,
+            st->step_time * 1e3);
+    if (st->bubble >= 0)
+        fprintf(f, ",\"bubble_fraction\":%.4f,\"act_bytes_max_rank\":%zu", st->bubble, st->act_bytes);
+    fprintf(f, "}\n");
+    fflush(f);
+}
+
+int train_hook_log(train_ctx *t, long step, const train_step_stats *st, void *user) {
+    const train_opts *o = &t->o;
+    double tok_s = (double)o->batch * o->seq / st->step_time, elapsed = pt_now() - t->t_start;
+    long done = step - t->step0, left = o->steps - step;
+    if (t->metrics) log_metrics(t->metrics, step, st, tok_s);
+    if (!t->root) return 0;
+    if (step % o->log_every && step != o->steps && step != t->step0 + 1) return 0;
+    double eta = done > 0 ? elapsed / done * left : 0;
+    printf("step %5ld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | left %dm%02ds\n",
+           step, o->steps, st->opt.loss, st->opt.lr, st->opt.grad_norm, tok_s, st->step_time * 1e3,
+           (int)eta / 60, (int)eta % 60);
+    fflush(stdout);
+    return 0;
+}

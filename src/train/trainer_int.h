@@ -1,0 +1,42 @@
+/* Inside the trainer (src/train only): its state, shared by trainer.c (setup, loop, hooks),
+ * trainer_model.c (the model a run starts from) and trainer_hooks.c (the built-in save and log
+ * hooks). Not an API: code outside src/train uses trainer.h. */
+#ifndef PT_TRAIN_TRAINER_INT_H
+#define PT_TRAIN_TRAINER_INT_H
+#include "io/data.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "train/trainer.h"
+#include <stdio.h>
+
+typedef struct {
+    train_hook_fn fn;
+    void *user;
+} train_hook;
+
+struct train_ctx {
+    train_opts o;           /* as given, log_every filled in */
+    gpt_model m;            /* one process: trained in place; pipelined: the start the job copied */
+    adamw_state opt;        /* likewise */
+    long step0;             /* optimizer steps already done (resume), else 0 */
+    data_set *d;
+    train_engine *e;
+    int root;               /* prints and writes files */
+    FILE *metrics;          /* root, with o.metrics */
+    int *inp, *tgt;         /* (B, T) this step's batch */
+    double t_start;         /* pt_now() when the first step began */
+    train_hook hooks[TRAIN_HOOK_SLOTS][TRAIN_MAX_HOOKS];
+    int n_hooks[TRAIN_HOOK_SLOTS];
+};
+
+/* The model, AdamW state and step0 of t from t->o: --resume's checkpoint (checked against
+ * config, batch, seq and shuffle), else config + init weights or the seeded init. -1 with the
+ * error set; what was allocated is left for train_free. (trainer_model.c) */
+int train_setup_model(train_ctx *t);
+
+/* The built-in hooks (trainer_hooks.c): SAVE writes DIR/ckpt-<step> every save_every steps and
+ * after the last, LOG the metrics line and the progress line. */
+int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *user);
+int train_hook_log(train_ctx *t, long step, const train_step_stats *st, void *user);
+
+#endif

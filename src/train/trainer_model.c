@@ -1,0 +1,67 @@
+/* The model a training run starts from: a config JSON with its weights or the seeded GPT-2
+ * init, or a checkpoint to resume (weights, AdamW moments, step), refusing a resume that would
+ * not continue the same run. Not here: saving checkpoints (trainer_hooks.c, ckpt/). */
+#include "train/trainer_int.h"
+#include "ckpt/checkpoint.h"
+#include "model/config.h"
+#include "model/gpt_io.h"
+#include "util/pt.h"
+
+/* --config next to --resume must describe the checkpoint's model. */
+static int check_same_config(const char *path, const gpt_config *saved, const char *dir) {
+    gpt_config c;
+    if (config_load_json(&c, path) < 0) return -1;
+    if (c.n_layer != saved->n_layer || c.n_head != saved->n_head || c.n_embd != saved->n_embd ||
+        c.vocab_size != saved->vocab_size || c.n_positions != saved->n_positions)
+        return pt_seterr("%s describes another model than the checkpoint %s (n_layer %d/%d, n_head "
+                         "%d/%d, n_embd %d/%d, vocab_size %d/%d, n_positions %d/%d); drop --config "
+                         "to resume", path, dir, c.n_layer, saved->n_layer, c.n_head, saved->n_head,
+                         c.n_embd, saved->n_embd, c.vocab_size, saved->vocab_size, c.n_positions,
+                         saved->n_positions);
+    return 0;
+}
+
+/* m from the config JSON, then the init weights or, without them, GPT-2 init from seed. */
+static int model_from_files(gpt_model *m, const char *config_path, const char *init_path,
+                            uint64_t seed) {
+    gpt_config cfg;
+    if (!config_path) return pt_seterr("--config is required (a JSON file with n_layer, n_head, "
+                                       "n_embd, vocab_size, n_positions)");
+    if (config_load_json(&cfg, config_path) < 0) return -1;
+    if (gpt_init(m, &cfg) < 0) return -1;
+    if (!init_path) {
+        gpt_init_random(m, seed);
+        return 0;
+    }
+    return gpt_load_safetensors(m, init_path, NULL);
+}
+
+/* Weights, moments and step of the checkpoint man (read from dir), for the same data order. */
+static int model_from_checkpoint(train_ctx *t, const ckpt_manifest *man) {
+    const train_opts *o = &t->o;
+    if (gpt_init(&t->m, &man->cfg) < 0) return -1;
+    if (ckpt_load_params(&t->m, o->resume, man) < 0) return -1;
+    adamw_init(&t->opt, t->m.num_params);
+    if (ckpt_load_optim(&t->opt, &t->m, o->resume) < 0) return -1;
+    if (man->batch != o->batch || man->seq != o->seq || man->shuffle_seed != (uint64_t)o->shuffle)
+        return pt_seterr("%s: saved with --batch %d --seq %d --shuffle %llu; resume with the same "
+                         "values to continue the same data order", o->resume, man->batch, man->seq,
+                         (unsigned long long)man->shuffle_seed);
+    t->opt.t = man->adam_t;
+    t->step0 = man->step;
+    return 0;
+}
+
+int train_setup_model(train_ctx *t) {
+    const train_opts *o = &t->o;
+    if (!o->resume) {
+        if (model_from_files(&t->m, o->config, o->init, (uint64_t)o->seed) < 0) return -1;
+        adamw_init(&t->opt, t->m.num_params);
+        return 0;
+    }
+    ckpt_manifest man;
+    if (o->init) return pt_seterr("--init and --resume exclude each other (the checkpoint holds the weights)");
+    if (ckpt_read_manifest(&man, o->resume) < 0) return -1;
+    if (o->config && check_same_config(o->config, &man.cfg, o->resume) < 0) return -1;
+    return model_from_checkpoint(t, &man);
+}
