@@ -157,10 +157,10 @@ static void test_add_hook_limits(void) {
     train_ctx *t;
     if (train_init(&t, &o) < 0) { CHECK("limits: init", 0, "%s", pt_err()); return; }
     int rc = 0;
-    for (int i = 0; i < TRAIN_MAX_HOOKS - 1; i++)     /* LOG holds the built-in already */
-        rc |= train_add_hook(t, TRAIN_HOOK_LOG, hook, "L");
+    for (int i = 0; i < TRAIN_MAX_HOOKS; i++)     /* EVALUATE has no built-in */
+        rc |= train_add_hook(t, TRAIN_HOOK_EVALUATE, hook, "E");
     CHECK("train_add_hook: a slot takes TRAIN_MAX_HOOKS", rc == 0, "%s", pt_err());
-    rc = train_add_hook(t, TRAIN_HOOK_LOG, hook, "L");
+    rc = train_add_hook(t, TRAIN_HOOK_EVALUATE, hook, "E");
     CHECK("train_add_hook: one more is an error", rc < 0 && strstr(pt_err(), "already holds"), "rc %d", rc);
     rc = train_add_hook(t, TRAIN_HOOK_SLOTS, hook, "L");
     CHECK("train_add_hook: no such slot is an error", rc < 0 && strstr(pt_err(), "no hook slot"), "rc %d", rc);

@@ -27,5 +27,6 @@ rm -rf "$out/run"
   --svg "$out/timeline.svg" --trace "$out/trace.json"
 echo "== metrics: $out/metrics.jsonl; checkpoint: $out/run/ckpt-$steps"
 echo "== the last step as measured: $out/timeline.svg (open in a browser), $out/trace.json (ui.perfetto.dev)"
+echo "== the run report (curves, events, layout, timeline): $out/metrics.html (open in a browser)"
 echo "== sample (temperature 0.8):"
 "$bin" sample --checkpoint "$out/run" --prompt "The " --length 300 --temperature 0.8 --seed 3

@@ -34,24 +34,34 @@ static const char *const STYLE =
 
 static void text(FILE *f, const char *s) { report_xml_escape(f, s); }
 
+/* Whole numbers in full (a token count), others short. */
+static void num_text(double v, char *buf, size_t n) {
+    if (v == floor(v) && fabs(v) < 1e15) snprintf(buf, n, "%.0f", v);
+    else snprintf(buf, n, "%.4g", v);
+}
+
 /* A member of the start / end event as text ("" when absent): strings as they are, numbers
  * printed short, arrays as "a,b,c". */
 static void member_text(const cJSON *o, const char *key, char *buf, size_t n) {
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
     buf[0] = 0;
     if (cJSON_IsString(v)) snprintf(buf, n, "%s", v->valuestring);
-    else if (cJSON_IsNumber(v)) snprintf(buf, n, "%g", v->valuedouble);
+    else if (cJSON_IsNumber(v)) num_text(v->valuedouble, buf, n);
     else if (cJSON_IsArray(v)) {
         const cJSON *e;
         cJSON_ArrayForEach(e, v) {
             size_t len = strlen(buf);
-            if (cJSON_IsNumber(e)) snprintf(buf + len, n - len, "%s%g", len ? "," : "", e->valuedouble);
+            if (cJSON_IsNumber(e)) snprintf(buf + len, n - len, "%s%.15g", len ? "," : "", e->valuedouble);
         }
     } else if (cJSON_IsObject(v)) {
         const cJSON *e;
         cJSON_ArrayForEach(e, v) {
             size_t len = strlen(buf);
-            if (cJSON_IsNumber(e)) snprintf(buf + len, n - len, "%s%s %g", len ? ", " : "", e->string, e->valuedouble);
+            if (cJSON_IsNumber(e)) {
+                char num[32];
+                num_text(e->valuedouble, num, sizeof num);
+                snprintf(buf + len, n - len, "%s%s %s", len ? ", " : "", e->string, num);
+            }
             else if (cJSON_IsString(e)) snprintf(buf + len, n - len, "%s%s %s", len ? ", " : "", e->string, e->valuestring);
         }
     }
@@ -83,13 +93,13 @@ static void row_model(const report_run *r, char *b, size_t n) { member_text(r->s
 static void row_machine(const report_run *r, char *b, size_t n) { member_text(r->start, "machine", b, n); }
 static void row_data(const report_run *r, char *b, size_t n) { member_text(r->start, "data", b, n); }
 static void row_sim(const report_run *r, char *b, size_t n) {
-    char m[32], s[32];
-    member_text(r->end, "measured_ms", m, sizeof m);
-    member_text(r->end, "simulated_ms", s, sizeof s);
-    if (!m[0]) { snprintf(b, n, "-"); return; }
-    double ratio = s[0] ? atof(m) / atof(s) : 0;
-    if (s[0]) snprintf(b, n, "%s ms measured, %s ms simulated (ratio %.2f)", m, s, ratio);
-    else snprintf(b, n, "%s ms measured", m);
+    const cJSON *m = r->end ? cJSON_GetObjectItemCaseSensitive(r->end, "measured_ms") : NULL;
+    const cJSON *s = r->end ? cJSON_GetObjectItemCaseSensitive(r->end, "simulated_ms") : NULL;
+    if (!cJSON_IsNumber(m)) { snprintf(b, n, "-"); return; }
+    if (cJSON_IsNumber(s) && s->valuedouble > 0)
+        snprintf(b, n, "%.2f ms measured, %.2f ms simulated (measured/simulated %.2f), median of steps",
+                 m->valuedouble, s->valuedouble, m->valuedouble / s->valuedouble);
+    else snprintf(b, n, "%.2f ms measured (median of steps)", m->valuedouble);
 }
 static void row_notes(const report_run *r, char *b, size_t n) {
     int nan = 0;

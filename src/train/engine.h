@@ -13,6 +13,7 @@
 #include "optim/optim.h"
 #include "run/run.h"
 #include "train/train.h"
+#include <cjson/cJSON.h>
 #include <stddef.h>
 
 /* What one step did; the same on every rank. */
@@ -46,6 +47,12 @@ typedef struct {
      * Called at most once, last. NULL: nothing. Returns 0, or -1 naming the file it could not
      * write. */
     int (*report)(train_engine *e);
+    /* The layout as JSON for the run report ({"engine","stages","dp","tp","schedule",
+     * "microbatches","split",...}); a new object the caller frees. NULL: not given. */
+    cJSON *(*layout)(const train_engine *e);
+    /* After report: what it measured as JSON ({"measured_ms","simulated_ms","bubble",
+     * "simulated_bubble","svg"}); a new object the caller frees. NULL: nothing measured. */
+    cJSON *(*summary)(const train_engine *e);
     void (*free)(train_engine *e);
 } train_engine_vt;
 
@@ -64,11 +71,15 @@ static inline int train_engine_save(train_engine *e, const char *dir, const ckpt
 }
 static inline void train_engine_describe(const train_engine *e) { if (e->vt->describe) e->vt->describe(e); }
 static inline int train_engine_report(train_engine *e) { return e && e->vt->report ? e->vt->report(e) : 0; }
+static inline cJSON *train_engine_layout(const train_engine *e) { return e->vt->layout ? e->vt->layout(e) : NULL; }
+static inline cJSON *train_engine_summary(const train_engine *e) { return e->vt->summary ? e->vt->summary(e) : NULL; }
 static inline void train_engine_free(train_engine *e) { if (e) e->vt->free(e); }
 
 /* One process: steps m and opt in place with train_step on the whole (B,T) batch. Borrows m and
- * opt (they must outlive the engine). Never fails; returns 0. */
-int train_engine_single_init(train_engine **out, gpt_model *m, adamw_state *opt, int B, int T);
+ * opt (they must outlive the engine). threads: OpenBLAS threads (for the layout). Never fails;
+ * returns 0. */
+int train_engine_single_init(train_engine **out, gpt_model *m, adamw_state *opt, int B, int T,
+                             int threads);
 
 /* What the pipelined engine needs besides the model. */
 typedef struct {

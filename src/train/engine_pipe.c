@@ -19,6 +19,8 @@ typedef struct {
     run_job *job;
     double *iter_t, *bubble;    /* (n_cap) measured per step of this run, n recorded */
     int n, n_cap;
+    /* report's results: medians measured, the simulator's prediction (-1: none) */
+    double it_med, bub_med, sim_it, sim_bub;
 } pipe_engine;
 
 /* v[0..n) moved into a new buffer of cap entries (v freed). */
@@ -83,6 +85,10 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     run_job_profile(p->job, &c);
     int rc = sim_run(s, &c, &so, &res);
     sim_costs_free(&c);
+    p->it_med = it;
+    p->bub_med = bub;
+    p->sim_it = rc < 0 ? -1 : res.iteration_time;
+    p->sim_bub = rc < 0 ? -1 : res.bubble_fraction;
     printf("measured:  iteration %.3f ms, bubble %.1f%% (%s, P=%d, D=%d, M=%d; median of steps)\n",
            it * 1e3, bub * 100, s->name, p->pl.o.P, p->pl.o.D, s->n_mb);
     if (rc < 0) {
@@ -121,6 +127,40 @@ static int pipe_report(train_engine *e) {
     return pipe_write_pictures(p, last_it, last_bub);
 }
 
+static cJSON *pipe_layout(const train_engine *e) {
+    const pipe_engine *p = (const pipe_engine *)e;
+    const run_layout *lo = &p->pl.lo;
+    cJSON *o = cJSON_CreateObject(), *split = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "engine", "pipelined");
+    cJSON_AddNumberToObject(o, "stages", p->pl.o.P);
+    cJSON_AddNumberToObject(o, "dp", p->pl.o.D);
+    cJSON_AddNumberToObject(o, "tp", 1);
+    cJSON_AddStringToObject(o, "schedule", p->pl.s->name);
+    cJSON_AddNumberToObject(o, "microbatches", p->pl.s->n_mb);
+    cJSON_AddNumberToObject(o, "microbatch_rows", p->pl.mb_rows);
+    for (int c = 0; c < lo->K; c++)   /* transformer blocks per chunk (the embedding and head aside) */
+        cJSON_AddItemToArray(split, cJSON_CreateNumber(lo->chunk_first[c + 1] - lo->chunk_first[c]
+                                                       - (c == 0) - (c == lo->K - 1)));
+    cJSON_AddItemToObject(o, "split", split);
+    cJSON_AddStringToObject(o, "transport", p->o.world ? "mpi" : "threads");
+    if (p->pl.o.recompute) cJSON_AddTrueToObject(o, "recompute");
+    return o;
+}
+
+static cJSON *pipe_summary(const train_engine *e) {
+    const pipe_engine *p = (const pipe_engine *)e;
+    if (p->n == 0) return NULL;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "measured_ms", p->it_med * 1e3);
+    cJSON_AddNumberToObject(o, "bubble", p->bub_med);
+    if (p->sim_it > 0) {
+        cJSON_AddNumberToObject(o, "simulated_ms", p->sim_it * 1e3);
+        cJSON_AddNumberToObject(o, "simulated_bubble", p->sim_bub);
+    }
+    if (p->o.svg) cJSON_AddStringToObject(o, "svg", p->o.svg);
+    return o;
+}
+
 /* The job, the plan and the records; takes a half-made engine (init's failure path). */
 static void pipe_free(train_engine *e) {
     pipe_engine *p = (pipe_engine *)e;
@@ -133,7 +173,7 @@ static void pipe_free(train_engine *e) {
 
 static const train_engine_vt pipe_vt = {
     .name = "pipelined", .step = pipe_step, .save = pipe_save, .describe = pipe_describe,
-    .report = pipe_report, .free = pipe_free,
+    .report = pipe_report, .layout = pipe_layout, .summary = pipe_summary, .free = pipe_free,
 };
 
 int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const gpt_model *m,

@@ -3,13 +3,14 @@
  * process never pays for a schedule, a plan or a timeline. */
 #include "train/engine.h"
 #include "util/pt.h"
+#include <cblas.h>
 #include <stdlib.h>
 
 typedef struct {
     train_engine base;
     gpt_model *m;          /* borrowed: trained in place */
     adamw_state *opt;      /* borrowed */
-    int B, T;
+    int B, T, threads;
 } single_engine;
 
 /* train_step on the whole batch; the engine's own time is the step's (no bubble to measure). */
@@ -32,14 +33,28 @@ static int single_save(train_engine *e, const char *dir, const ckpt_manifest *ma
     return ckpt_save(dir, s->m, s->opt, &full, 1);
 }
 
+/* One stage, one replica, on the process's OpenBLAS threads. */
+static cJSON *single_layout(const train_engine *e) {
+    const single_engine *s = (const single_engine *)e;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "engine", "single process");
+    cJSON_AddNumberToObject(o, "stages", 1);
+    cJSON_AddNumberToObject(o, "dp", 1);
+    cJSON_AddNumberToObject(o, "tp", 1);
+    cJSON_AddNumberToObject(o, "threads", s->threads > 0 ? s->threads : openblas_get_num_threads());
+    return o;
+}
+
 /* The engine only: the model and moments are the caller's. */
 static void single_free(train_engine *e) { free(e); }
 
 static const train_engine_vt single_vt = {
-    .name = "single", .step = single_step, .save = single_save, .free = single_free,
+    .name = "single", .step = single_step, .save = single_save, .layout = single_layout,
+    .free = single_free,
 };
 
-int train_engine_single_init(train_engine **out, gpt_model *m, adamw_state *opt, int B, int T) {
+int train_engine_single_init(train_engine **out, gpt_model *m, adamw_state *opt, int B, int T,
+                             int threads) {
     single_engine *s = pt_calloc(1, sizeof *s);
     s->base.vt = &single_vt;
     s->base.root = 1;
@@ -47,6 +62,7 @@ int train_engine_single_init(train_engine **out, gpt_model *m, adamw_state *opt,
     s->opt = opt;
     s->B = B;
     s->T = T;
+    s->threads = threads;
     *out = &s->base;
     return 0;
 }

@@ -34,8 +34,10 @@ static int check_writable(const char *path, const char *flag) {
 static int open_outputs(train_ctx *t) {
     const train_opts *o = &t->o;
     if (!t->root) return 0;
-    if (o->metrics && (pt_make_parents(o->metrics) < 0 || !(t->metrics = fopen(o->metrics, "a"))))
-        return pt_seterr("--metrics %s: cannot open for writing: %s", o->metrics, strerror(errno));
+    const char *m = t->rep.on ? t->rep.metrics : NULL;   /* --metrics, or the save folder's */
+    if (m && (pt_make_parents(m) < 0 || !(t->metrics = fopen(m, "a"))))
+        return pt_seterr("%s %s: cannot open for writing: %s", o->metrics ? "--metrics" : "--save",
+                         m, strerror(errno));
     if (check_writable(o->trace, "--trace") < 0 || check_writable(o->svg, "--svg") < 0) return -1;
     return 0;
 }
@@ -43,9 +45,10 @@ static int open_outputs(train_ctx *t) {
 /* The engine for o->ro: the pipelined job when ro.P > 0, else this process alone. */
 static int start_engine(train_ctx *t) {
     const train_opts *o = &t->o;
-    if (!o->ro.P) return train_engine_single_init(&t->e, &t->m, &t->opt, o->batch, o->seq);
+    if (!o->ro.P) return train_engine_single_init(&t->e, &t->m, &t->opt, o->batch, o->seq, o->threads);
     train_pipe_opts po = { .ro = o->ro, .world = o->world, .threads = o->threads,
                            .trace = o->trace, .svg = o->svg };
+    if (!po.svg && t->rep.on) po.svg = t->rep.svg;   /* the report draws the last step */
     return train_engine_pipe_init(&t->e, &po, &t->m, &t->opt, o->batch, o->seq);
 }
 
@@ -57,7 +60,7 @@ static int setup_run(train_ctx *t) {
         return pt_seterr("--seq %d exceeds the model's n_positions %d", o->seq, t->m.cfg.n_positions);
     if (data_open(&t->d, o->data, t->m.cfg.vocab_size) < 0 || data_check_batch(t->d, o->batch, o->seq) < 0)
         return -1;
-    if (start_engine(t) < 0) return -1;
+    if (train_report_paths(t) < 0 || start_engine(t) < 0) return -1;
     t->root = t->e->root;
     if (open_outputs(t) < 0) return -1;
     size_t n = (size_t)o->batch * o->seq;
@@ -76,6 +79,7 @@ int train_init(train_ctx **out, const train_opts *o) {
     if (setup_run(t) < 0) goto free_ctx;
     if (o->save) train_add_hook(t, TRAIN_HOOK_SAVE, train_hook_save, NULL);
     train_add_hook(t, TRAIN_HOOK_LOG, train_hook_log, NULL);
+    if (t->rep.on) train_add_hook(t, TRAIN_HOOK_LOG, train_hook_report, NULL);
     *out = t;
     return 0;
 free_ctx:
@@ -138,10 +142,16 @@ int train_run(train_ctx *t) {
         return 0;
     }
     print_header(t);
+    train_report_start(t);
     t->t_start = pt_now();
     for (long step = t->step0 + 1; step <= o->steps; step++)
-        if (run_step(t, step) < 0) return -1;
-    return train_engine_report(t->e);
+        if (run_step(t, step) < 0) {
+            train_report_error(t, step);
+            return -1;
+        }
+    if (train_engine_report(t->e) < 0) return -1;
+    train_report_end(t, o->steps);
+    return 0;
 }
 
 void train_free(train_ctx *t) {

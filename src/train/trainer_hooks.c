@@ -17,6 +17,7 @@ int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *u
     snprintf(dir, sizeof dir, "%s/ckpt-%ld", o->save, step);
     if (train_engine_save(t->e, dir, &man) < 0) return -1;
     if (t->root) printf("saved %s\n", dir);
+    train_report_saved(t, step, dir);
     return 0;
 }
 

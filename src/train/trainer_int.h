@@ -14,6 +14,17 @@ typedef struct {
     void *user;
 } train_hook;
 
+/* The run report's files (root; on when the run has --metrics or --save). */
+typedef struct {
+    int on;
+    char metrics[1100];     /* --metrics, or <save>/metrics.jsonl */
+    char events[1200];      /* metrics less .jsonl + .events.jsonl */
+    char html[1200];        /* metrics less .jsonl + .html */
+    char svg[1200];         /* pipelined without --svg: the last step's timeline for the page */
+    long saved_step;        /* the step of the last checkpoint (the page is rewritten after it) */
+    long n_logged;          /* steps this run has logged */
+} train_report;
+
 struct train_ctx {
     train_opts o;           /* as given, log_every filled in */
     gpt_model m;            /* one process: trained in place; pipelined: the start the job copied */
@@ -25,6 +36,7 @@ struct train_ctx {
     FILE *metrics;          /* root, with o.metrics */
     int *inp, *tgt;         /* (B, T) this step's batch */
     double t_start;         /* pt_now() when the first step began */
+    train_report rep;
     train_hook hooks[TRAIN_HOOK_SLOTS][TRAIN_MAX_HOOKS];
     int n_hooks[TRAIN_HOOK_SLOTS];
 };
@@ -38,5 +50,17 @@ int train_setup_model(train_ctx *t);
  * after the last, LOG the metrics line and the progress line. */
 int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *user);
 int train_hook_log(train_ctx *t, long step, const train_step_stats *st, void *user);
+
+/* The run report (trainer_report.c; root only, each a no-op without --metrics or --save): its
+ * paths (before the engine and the metrics file); the start (and resume) event after the header;
+ * a save event; a LOG hook that rewrites the page after a checkpoint's step is logged; the end
+ * event and the page after the engine's report; an error event and the page when a step fails
+ * (keeping the run's error). */
+int train_report_paths(train_ctx *t);
+void train_report_start(train_ctx *t);
+void train_report_saved(train_ctx *t, long step, const char *dir);
+int train_hook_report(train_ctx *t, long step, const train_step_stats *st, void *user);
+void train_report_end(train_ctx *t, long step);
+void train_report_error(train_ctx *t, long step);
 
 #endif
