@@ -193,6 +193,28 @@ static void test_gen_errors(void) {
           strstr(pt_err(), "greedy"), "%s", pt_err());
 }
 
+/* Each registry row generates what it declares: P * chunks * pipes stages, its pipes, async or
+ * not; every row is found by name, listed in the help list and the names array. */
+static void test_registry(void) {
+    int n, bad = 0, names = 0;
+    const sched_generator *g = sched_generator_rows(&n);
+    for (int i = 0; i < n; i++) {
+        sched *s = gen(g[i].name, 2, 4, 0);
+        if (!s || sched_generator_find(g[i].name) != &g[i] || !strstr(sched_generator_list(), g[i].name) ||
+            !g[i].help || s->n_stages != 2 * g[i].chunks * g[i].pipes || s->n_pipes != g[i].pipes ||
+            s->async != g[i].async || strcmp(s->name, g[i].name)) {
+            printf("# row %s: %s\n", g[i].name, s ? "differs from what it generates" : pt_err());
+            bad++;
+        }
+        sched_free(s);
+    }
+    while (sched_generator_names[names]) names++;
+    CHECK("registry_rows_generate_what_they_declare", n >= 9 && bad == 0, "%d of %d rows differ", bad, n);
+    CHECK("registry_names_array_lists_every_row", names == n && !strcmp(sched_generator_names[0], g[0].name),
+          "%d names, %d rows", names, n);
+    CHECK("registry_find_unknown_is_null", !sched_generator_find("nope") && !sched_generator_find(NULL), "found");
+}
+
 /* Interleaved rank r starts with min((P-r-1)*2 + (v-1)*P, v*M) forwards (Megatron-LM's warm-up). */
 static void test_interleaved_warmup(void) {
     const int cases[][3] = { { 4, 8, 2 }, { 4, 4, 2 }, { 3, 9, 3 }, { 2, 8, 4 } };
@@ -379,6 +401,7 @@ int main(void) {
     test_goldens();
     test_all_generators();
     test_gen_errors();
+    test_registry();
     test_interleaved_warmup();
     test_peak_activations();
     test_lowering_shape();

@@ -105,14 +105,41 @@ sched *sched_parse_csv(const char *text, const char *where, int n_pipes);
  * label is optional but must match the row). Same inference and errors as the CSV loader. */
 sched *sched_parse_text(const char *text, const char *where, int n_pipes);
 
-/* ---- generators (pure) ----
+/* ---- generators (pure) and their registry ----
  * Names: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, pipedream, greedy.
  * Return a compute-only schedule (F, B, W, BW actions, then REDUCE_GRAD per stage and STEP unless
  * async), or NULL with an error naming the bad parameter. Async (pipedream): each BW(g, mb) is
- * followed at once by gREDUCE_GRAD and STEP, a weight update per microbatch, no flush. */
+ * followed at once by gREDUCE_GRAD and STEP, a weight update per microbatch, no flush.
+ *
+ * The registry has one row per generator (sched_registry.c); sched_generate, the CLI's help and
+ * flags and the planner's search all read it. A new schedule is a generator file, one row and a
+ * golden file (tests/golden). */
+typedef struct {
+    const char *name;                           /* what --schedule takes: "1f1b" */
+    sched *(*generate)(const sched_params *p);  /* called by sched_generate after common checks */
+    int chunks;         /* stages per rank per pipe when params.chunks is 0 (interleaved, zb-v: 2) */
+    bool more_chunks;   /* takes other chunk counts too (interleaved-1f1b: any >= 2; greedy: 2) */
+    int pipes;          /* model replicas pipelined at once: 1, or 2 (chimera) */
+    bool async;         /* weights update after every microbatch, no flush (pipedream) */
+    bool stage_costs;   /* orders by sched_params' costs (stage_cost_*, cost_*): greedy */
+    bool mem_limit;     /* reads sched_params.mem_limit: greedy */
+    const char *help;   /* one line for --help */
+} sched_generator;
+
+/* Runs the generator named `name` (a registry row) on p. Unknown name: NULL with an error that
+ * lists the known ones. */
 sched *sched_generate(const char *name, const sched_params *p);
-/* List of generator names, NULL-terminated. */
-extern const char *const sched_generator_names[];
+/* The registry: *n rows, in the order help lists them. Static storage; never freed. */
+const sched_generator *sched_generator_rows(int *n);
+/* The row named `name`, or NULL. */
+const sched_generator *sched_generator_find(const char *name);
+/* "gpipe, 1f1b, ...": every row's name, comma-separated (static storage). */
+const char *sched_generator_list(void);
+/* Writes one line per row, "  NAME  help", under a "schedules:" heading (for --help). */
+void sched_print_generators(FILE *f);
+/* Every row's name, NULL-terminated (static storage, built from the registry on first use). */
+const char *const *sched_generator_name_array(void);
+#define sched_generator_names (sched_generator_name_array())
 
 /* ---- lowering and validation ---- */
 /* Returns a new schedule with SEND/RECV actions added in an order that cannot deadlock; stages
