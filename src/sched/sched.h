@@ -162,8 +162,37 @@ int sched_validate(const sched *s, sched_error *err);
 /* Pushes, at the end of each rank's list, one REDUCE_GRAD per stage on that rank (in the order
  * the stages' last backward work appears) and a STEP: the synchronous tail every generator adds. */
 void sched_append_sync_tail(sched *s);
+
+/* ---- the dependency rule (sched_deps.c): the one copy the validator, the simulator, the list
+ * scheduler and the executor read ---- */
+#define SCHED_MAX_DEPS 2
+/* Writes into out[] the actions that must finish before a may start and returns how many (0..2).
+ * A prerequisite of kind B stands for the input-gradient backward of (stage, mb): its B, or its
+ * BW where the schedule fuses the two (callers look up whichever the schedule has). The rule, for
+ * stage g of a pipe (g-1, g+1: sched_stage_prev/next, absent at the pipe's ends):
+ *   F(g,mb)      F(g-1,mb)
+ *   B, BW(g,mb)  F(g,mb), then B(g+1,mb)
+ *   W(g,mb)      B(g,mb)
+ *   SEND_F(g,mb) F(g,mb)               SEND_B(g,mb) B(g,mb)
+ *   RECV_F(g,mb) SEND_F(g-1,mb)        RECV_B(g,mb) SEND_B(g+1,mb)
+ * In a lowered schedule a neighbour on another rank is waited for through the receive: F(g,mb)
+ * needs RECV_F(g,mb) instead of F(g-1,mb), B and BW need RECV_B(g,mb) instead of B(g+1,mb). In a
+ * compute-only one the neighbour's action itself is the prerequisite (its message is implied).
+ * REDUCE_GRAD and STEP have none here: what they wait for is on their own rank, earlier in its
+ * list, so the rank's order is their rule. Synchronous: gREDUCE_GRAD after every W or BW of stage
+ * g, STEP after the rank's REDUCE_GRADs, one STEP and no compute after it (sched_validate checks
+ * this order). Asynchronous: a REDUCE_GRAD and a STEP right after each BW they update. */
+int sched_action_deps(const sched *s, const sched_action *a, sched_action out[SCHED_MAX_DEPS]);
+/* Activation sets stage g must hold at once when its rank runs its list in order, at least 1:
+ *   n = 0, peak = 1; for each action of stage g on rank s->stage_rank[g], in order:
+ *     if kind == (recompute ? B : F) n++; if kind == BW && recompute n++;
+ *     peak = max(peak, n); if kind == W or BW n--;
+ * Without recomputation a set is held from F until W or BW; with it, from the backward's
+ * recompute (at B or BW) until W or BW. The executor sizes each stage's activation buffers by
+ * this (it equals its exec_count_slots). */
+int sched_stage_peak_slots(const sched *s, int g, bool recompute);
 /* Peak activations held per stage, in microbatches (F ran, W or BW not yet) following each rank's
- * order: out[S]. */
+ * order: out[S] (0 for a stage with no F; otherwise sched_stage_peak_slots(s, g, false)). */
 void sched_peak_activations(const sched *s, int *out);
 
 #endif

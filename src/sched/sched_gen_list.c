@@ -11,7 +11,7 @@
 typedef struct {
     int kind;                    /* ACT_F, ACT_B, ACT_W, ACT_BW, or -1 when the rank is free */
     int stage, mb;
-    int slot;                    /* B, BW: index in the stage's ready list, while being picked */
+    int slot;                    /* B, BW: index in the stage's candidate list, while being picked */
     double end;
 } gl_run;
 
@@ -20,13 +20,14 @@ typedef struct {
     int P, S, K, M;
     int *pipe_mb;                /* [n_pipes][M] microbatches of each pipe, in order */
     int *pipe_n;                 /* [n_pipes] */
-    unsigned char *fdone;        /* [S][M] forward finished */
+    unsigned char *fdone;        /* [S][M] forward finished (what the dependency rule reads) */
+    unsigned char *bdone;        /* [S][M] input-gradient backward (B or BW) finished */
     int *next_f;                 /* [S] index into the pipe's list of the next forward */
     int *inflight;               /* [S] forwards started whose B has not started */
     int *held;                   /* [S] activations held: F started, W (or BW) not finished */
     int *rank_held;              /* [P] sum of held over the rank's stages */
-    int *bready, *n_bready;      /* [S][M] microbatches whose B may start, count */
-    int *wq, *wq_head, *wq_tail; /* [S][M] FIFO of microbatches whose W is pending */
+    int *bcand, *n_bcand;        /* [S][M] microbatches whose F started and B not, count */
+    int *wq, *wq_head, *wq_tail; /* [S][M] FIFO of microbatches whose B started and W not */
     int *rank_st, *n_rank_st;    /* [P][S] stages of each rank, count */
     int *cap;                    /* [S] in-flight cap: forwards that fill one round trip */
     gl_run *run;                 /* [P] */
@@ -34,7 +35,6 @@ typedef struct {
 } gen_list;
 
 static int gl_pos(const gen_list *L, int g) { return g % L->K; }
-static int gl_last(const gen_list *L, int g) { return gl_pos(L, g) == L->K - 1; }
 
 /* Forwards stage g can start before its first B returns with these costs: its own F plus the
  * downstream F and B times, in units of its F (1 + 2(K-1-pos) with equal costs). With a stage
@@ -76,12 +76,13 @@ static void gl_alloc(gen_list *L, const gen_list_spec *sp) {
     L->pipe_mb = pt_calloc((size_t)sp->n_pipes * L->M, sizeof(int));
     L->pipe_n = pt_calloc((size_t)sp->n_pipes, sizeof(int));
     L->fdone = pt_calloc(SM, 1);
+    L->bdone = pt_calloc(SM, 1);
     L->next_f = pt_calloc(S, sizeof(int));
     L->inflight = pt_calloc(S, sizeof(int));
     L->held = pt_calloc(S, sizeof(int));
     L->rank_held = pt_calloc(P, sizeof(int));
-    L->bready = pt_calloc(SM, sizeof(int));
-    L->n_bready = pt_calloc(S, sizeof(int));
+    L->bcand = pt_calloc(SM, sizeof(int));
+    L->n_bcand = pt_calloc(S, sizeof(int));
     L->wq = pt_calloc(SM, sizeof(int));
     L->wq_head = pt_calloc(S, sizeof(int));
     L->wq_tail = pt_calloc(S, sizeof(int));
@@ -94,8 +95,8 @@ static void gl_alloc(gen_list *L, const gen_list_spec *sp) {
 }
 
 static void gl_free(gen_list *L) {
-    free(L->pipe_mb), free(L->pipe_n), free(L->fdone), free(L->next_f), free(L->inflight);
-    free(L->held), free(L->rank_held), free(L->bready), free(L->n_bready), free(L->wq);
+    free(L->pipe_mb), free(L->pipe_n), free(L->fdone), free(L->bdone), free(L->next_f), free(L->inflight);
+    free(L->held), free(L->rank_held), free(L->bcand), free(L->n_bcand), free(L->wq);
     free(L->wq_head), free(L->wq_tail), free(L->rank_st), free(L->n_rank_st);
     free(L->cap), free(L->run);
 }
@@ -105,18 +106,25 @@ static void gl_release(gen_list *L, int g) {
     L->rank_held[L->sp->stage_rank[g]]--;
 }
 
-/* Effects of a finished action: what it makes ready, what memory it frees. */
+/* Records a finished action: the done flags the dependency rule is checked against, and the
+ * memory a W or BW frees. What may start next is the rule's business (gl_deps_met). */
 static void gl_finish(gen_list *L, const gl_run *a) {
-    int g = a->stage, m = a->mb;
-    if (a->kind == ACT_F) {
-        L->fdone[(size_t)g * L->M + m] = 1;
-        if (gl_last(L, g)) L->bready[(size_t)g * L->M + L->n_bready[g]++] = m;
-        return;
+    size_t i = (size_t)a->stage * L->M + a->mb;
+    if (a->kind == ACT_F) L->fdone[i] = 1;
+    if (a->kind == ACT_B || a->kind == ACT_BW) L->bdone[i] = 1;
+    if (a->kind == ACT_W || a->kind == ACT_BW) gl_release(L, a->stage);
+}
+
+/* True when every prerequisite of (kind, g, m) by the dependency rule (sched_action_deps on the
+ * compute-only schedule being built: F and B prerequisites only) has finished. */
+static bool gl_deps_met(const gen_list *L, sched_kind kind, int g, int m) {
+    sched_action a = { .stage = g, .mb = m, .kind = kind }, d[SCHED_MAX_DEPS];
+    int n = sched_action_deps(L->out, &a, d);
+    for (int j = 0; j < n; j++) {
+        const unsigned char *done = d[j].kind == ACT_F ? L->fdone : L->bdone;
+        if (!done[(size_t)d[j].stage * L->M + d[j].mb]) return false;
     }
-    if (a->kind == ACT_W || a->kind == ACT_BW) gl_release(L, g);
-    if (a->kind == ACT_B) L->wq[(size_t)g * L->M + L->wq_tail[g]++] = m;
-    if ((a->kind == ACT_B || a->kind == ACT_BW) && gl_pos(L, g) > 0)
-        L->bready[(size_t)(g - 1) * L->M + L->n_bready[g - 1]++] = m;  /* F(g-1, m) ran before */
+    return true;
 }
 
 /* Slots a rank keeps free when stage g starts a forward: one for each deeper stage of the same
@@ -139,19 +147,20 @@ static int gl_ready_f(const gen_list *L, int g) {
     int p = g / L->K;
     if (L->next_f[g] >= L->pipe_n[p]) return -1;
     int m = L->pipe_mb[p * L->M + L->next_f[g]];
-    if (gl_pos(L, g) > 0 && !L->fdone[(size_t)(g - 1) * L->M + m]) return -1;
+    if (!gl_deps_met(L, ACT_F, g, m)) return -1;
     if (sp->stage_limit > 0 && L->held[g] >= sp->stage_limit) return -1;
     if (sp->rank_limit > 0 && L->rank_held[sp->stage_rank[g]] + gl_reserve(L, g) >= sp->rank_limit) return -1;
     if (L->inflight[g] >= L->cap[g]) return -1;
     return m;
 }
 
-/* Index in bready of stage g's oldest ready B, or -1. */
+/* Index in bcand of stage g's oldest microbatch whose backward may start now, or -1. */
 static int gl_oldest_b(const gen_list *L, int g) {
     int best = -1;
-    const int *b = L->bready + (size_t)g * L->M;
-    for (int i = 0; i < L->n_bready[g]; i++)
-        if (best < 0 || b[i] < b[best]) best = i;
+    const int *b = L->bcand + (size_t)g * L->M;
+    sched_kind k = L->sp->fused ? ACT_BW : ACT_B;
+    for (int i = 0; i < L->n_bcand[g]; i++)
+        if ((best < 0 || b[i] < b[best]) && gl_deps_met(L, k, g, b[i])) best = i;
     return best;
 }
 
@@ -169,7 +178,7 @@ static void gl_pick(const gen_list *L, int r, gl_run *a) {
     for (int i = 0; i < n; i++) {           /* B: oldest microbatch, then deepest stage */
         int g = st[i], k = gl_oldest_b(L, g);
         if (k < 0) continue;
-        int m = L->bready[(size_t)g * L->M + k];
+        int m = L->bcand[(size_t)g * L->M + k];
         if (a->kind < 0 || m < a->mb || (m == a->mb && gl_pos(L, g) > gl_pos(L, a->stage)))
             *a = (gl_run){ L->sp->fused ? ACT_BW : ACT_B, g, m, k, 0 };
     }
@@ -178,7 +187,7 @@ static void gl_pick(const gen_list *L, int r, gl_run *a) {
         int g = st[i];
         if (L->wq_head[g] == L->wq_tail[g]) continue;
         int m = L->wq[(size_t)g * L->M + L->wq_head[g]];
-        if (a->kind < 0 || m < a->mb) *a = (gl_run){ ACT_W, g, m, 0, 0 };
+        if ((a->kind < 0 || m < a->mb) && gl_deps_met(L, ACT_W, g, m)) *a = (gl_run){ ACT_W, g, m, 0, 0 };
     }
 }
 
@@ -189,13 +198,15 @@ static void gl_start(gen_list *L, int r, gl_run a, double t) {
     double d;
     if (a.kind == ACT_F) {
         L->next_f[g]++, L->inflight[g]++, L->held[g]++, L->rank_held[r]++;
+        L->bcand[(size_t)g * L->M + L->n_bcand[g]++] = a.mb;   /* its backward is a candidate now */
         d = sp->cost_f[g];
     } else if (a.kind == ACT_W) {
         L->wq_head[g]++;
         d = sp->cost_w[g];
-    } else {                                /* B or BW: drop it from the ready list */
-        int k = a.slot, *b = L->bready + (size_t)g * L->M;
-        b[k] = b[--L->n_bready[g]];
+    } else {                                /* B or BW: drop it from the candidates */
+        int k = a.slot, *b = L->bcand + (size_t)g * L->M;
+        b[k] = b[--L->n_bcand[g]];
+        if (a.kind == ACT_B) L->wq[(size_t)g * L->M + L->wq_tail[g]++] = a.mb;   /* its W is one now */
         L->inflight[g]--;
         d = sp->cost_b[g] + (a.kind == ACT_BW ? sp->cost_w[g] : 0);
     }

@@ -70,14 +70,6 @@ sched *sched_copy(const sched *s) {
     return c;
 }
 
-int sched_stage_prev(const sched *s, int g) {
-    return g % s->stages_per_pipe == 0 ? -1 : g - 1;
-}
-
-int sched_stage_next(const sched *s, int g) {
-    return g % s->stages_per_pipe == s->stages_per_pipe - 1 ? -1 : g + 1;
-}
-
 bool sched_kind_is_compute(sched_kind k) { return k == ACT_F || k == ACT_B || k == ACT_W || k == ACT_BW; }
 
 bool sched_kind_is_comm(sched_kind k) {
