@@ -159,9 +159,17 @@ typedef struct {
  * setting pt_err to a message that names rank, step, stage, mb and includes the grid with the
  * failing cell marked. */
 int sched_validate(const sched *s, sched_error *err);
+
+/* ---- the optimizer's tail (sched_tail.c) ---- */
 /* Pushes, at the end of each rank's list, one REDUCE_GRAD per stage on that rank (in the order
  * the stages' last backward work appears) and a STEP: the synchronous tail every generator adds. */
 void sched_append_sync_tail(sched *s);
+/* Whether the runtime can train with s (its tail; the order of its cells is sched_validate's):
+ * synchronous: every rank has a STEP and each stage a REDUCE_GRAD on its rank; asynchronous: one
+ * stage per rank and, on every rank, one REDUCE_GRAD then one STEP per microbatch (each
+ * collective must be issued by every rank alike). Returns 0, or -1 with an error that starts
+ * with `where` (e.g. the file), names the rank and says what to add. */
+int sched_check_runnable(const sched *s, const char *where);
 
 /* ---- the dependency rule (sched_deps.c): the one copy the validator, the simulator, the list
  * scheduler and the executor read ---- */

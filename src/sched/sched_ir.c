@@ -394,28 +394,3 @@ sched *sched_read_csv(const char *path, int n_pipes) {
     free(text);
     return s;
 }
-
-/* ---- the synchronous tail ---- */
-
-void sched_append_sync_tail(sched *s) {
-    int *last = pt_malloc((size_t)s->n_stages * sizeof(int));
-    int *order = pt_malloc((size_t)s->n_stages * sizeof(int));
-    for (int r = 0; r < s->n_ranks; r++) {
-        for (int g = 0; g < s->n_stages; g++) last[g] = s->len[r];   /* no backward: reduce last */
-        for (int i = 0; i < s->len[r]; i++) {
-            const sched_action *a = &s->acts[r][i];
-            if (a->kind == ACT_B || a->kind == ACT_W || a->kind == ACT_BW) last[a->stage] = i;
-        }
-        int n = 0;
-        for (int g = 0; g < s->n_stages; g++) {
-            if (s->stage_rank[g] != r) continue;
-            int j = n++;                          /* insertion sort by last backward position */
-            for (; j > 0 && last[order[j - 1]] > last[g]; j--) order[j] = order[j - 1];
-            order[j] = g;
-        }
-        for (int j = 0; j < n; j++) sched_push(s, r, ACT_REDUCE_GRAD, order[j], -1);
-        sched_push(s, r, ACT_STEP, -1, -1);
-    }
-    free(order);
-    free(last);
-}
