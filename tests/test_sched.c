@@ -343,6 +343,36 @@ static void test_stage_peak_slots(void) {
     sched_free(s);
 }
 
+/* ---- the optimizer's tail ---- */
+
+static void test_tail(void) {
+    /* 1f1b without its tail (torch's notation) gets exactly the generator's tail back */
+    sched *g = gen("1f1b", 3, 4, 0), *s = sched_copy(g);
+    for (int r = 0; r < s->n_ranks; r++)
+        while (s->len[r] && (s->acts[r][s->len[r] - 1].kind == ACT_STEP || s->acts[r][s->len[r] - 1].kind == ACT_REDUCE_GRAD))
+            s->len[r]--;
+    CHECK("tail_compute_only_not_runnable", sched_check_runnable(s, "x.csv") < 0 &&
+          strstr(pt_err(), "x.csv: rank 0 has no STEP"), "%s", pt_err());
+    bool added = sched_append_missing_tail(s);
+    CHECK("tail_missing_appended_as_generated", added && same_sched(s, g) && sched_validate(s, NULL) == 0 &&
+          sched_check_runnable(s, "x.csv") == 0, "%s", pt_err());
+    CHECK("tail_present_left_alone", !sched_append_missing_tail(s) && same_sched(s, g), "changed");
+    drop_action(s, 1, s->len[1] - 1);                        /* rank 1 loses its STEP */
+    CHECK("tail_partial_left_alone", !sched_append_missing_tail(s) && sched_check_runnable(s, "x.csv") < 0 &&
+          strstr(pt_err(), "x.csv: rank 1 has no STEP"), "%s", pt_err());
+    drop_action(s, 1, s->len[1] - 1);                        /* and its REDUCE_GRAD */
+    CHECK("tail_partial_names_the_rank", !sched_append_missing_tail(s) && sched_check_runnable(s, "x.csv") < 0 &&
+          strstr(pt_err(), "x.csv: rank 1 has no STEP"), "%s", pt_err());
+    sched_free(s);
+    sched_free(g);
+    sched *pd = gen("pipedream", 2, 3, 0);
+    CHECK("tail_async_runnable", sched_check_runnable(pd, "p.csv") == 0 && !sched_append_missing_tail(pd), "%s", pt_err());
+    drop_action(pd, 0, pd->len[0] - 1);
+    CHECK("tail_async_pairs_named", sched_check_runnable(pd, "p.csv") < 0 &&
+          strstr(pt_err(), "p.csv: rank 0 has 2 REDUCE_GRAD/STEP pairs"), "%s", pt_err());
+    sched_free(pd);
+}
+
 /* ---- lowering ---- */
 
 static void test_lowering_shape(void) {
@@ -498,6 +528,7 @@ int main(void) {
     test_peak_activations();
     test_action_deps();
     test_stage_peak_slots();
+    test_tail();
     test_lowering_shape();
     test_validator_rejects();
     test_csv();

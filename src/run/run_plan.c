@@ -10,7 +10,9 @@
 #define RUN_DEFAULT_TIMEOUT 60.0
 #define RUN_MAX_RANKS 65536     /* world ranks a job may have (P x D stays an int with room) */
 
-/* The --schedule-file schedule: read, checked against P and M, validated and checked runnable. */
+/* The --schedule-file schedule: read, checked against P and M, validated, given the synchronous
+ * tail when it has none at all (torch.distributed.pipelining's notation: no REDUCE_GRAD, no STEP),
+ * then checked runnable (a partial tail is an error naming the rank). */
 static sched *run_plan_read_file(const run_opts *o) {
     sched *s = sched_read_csv(o->schedule_file, o->pipes);
     if (!s) return NULL;
@@ -23,6 +25,7 @@ static sched *run_plan_read_file(const run_opts *o) {
         goto bad;
     }
     if (sched_validate(s, NULL) < 0) { pt_adderr("--schedule-file %s: ", o->schedule_file); goto bad; }
+    sched_append_missing_tail(s);
     if (sched_check_runnable(s, o->schedule_file) < 0) goto bad;
     return s;
 bad:

@@ -164,6 +164,12 @@ int sched_validate(const sched *s, sched_error *err);
 /* Pushes, at the end of each rank's list, one REDUCE_GRAD per stage on that rank (in the order
  * the stages' last backward work appears) and a STEP: the synchronous tail every generator adds. */
 void sched_append_sync_tail(sched *s);
+/* A schedule in torch.distributed.pipelining's own notation has no REDUCE_GRAD and no STEP cell
+ * (torch reduces and steps outside the schedule). When s is synchronous and has neither kind
+ * anywhere, appends the synchronous tail (sched_append_sync_tail) and returns true; otherwise
+ * leaves s as it is and returns false (a partial tail is the file's to fix: sched_check_runnable
+ * names what is missing). Call it on a valid schedule; the result stays valid. */
+bool sched_append_missing_tail(sched *s);
 /* Whether the runtime can train with s (its tail; the order of its cells is sched_validate's):
  * synchronous: every rank has a STEP and each stage a REDUCE_GRAD on its rank; asynchronous: one
  * stage per rank and, on every rank, one REDUCE_GRAD then one STEP per microbatch (each

@@ -29,6 +29,15 @@ void sched_append_sync_tail(sched *s) {
     free(last);
 }
 
+bool sched_append_missing_tail(sched *s) {
+    if (s->async) return false;
+    for (int r = 0; r < s->n_ranks; r++)
+        for (int i = 0; i < s->len[r]; i++)
+            if (s->acts[r][i].kind == ACT_REDUCE_GRAD || s->acts[r][i].kind == ACT_STEP) return false;
+    sched_append_sync_tail(s);
+    return true;
+}
+
 /* An asynchronous (pipedream-style) schedule runs one collective per REDUCE_GRAD and per STEP, so
  * every rank must issue them in the same pattern or the job would wait forever: one stage per
  * rank, and per microbatch exactly one REDUCE_GRAD then one STEP (what the pipedream generator
