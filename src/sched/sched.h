@@ -112,8 +112,8 @@ sched *sched_parse_text(const char *text, const char *where, int n_pipes);
  * followed at once by gREDUCE_GRAD and STEP, a weight update per microbatch, no flush.
  *
  * The registry has one row per generator (sched_registry.c); sched_generate, the CLI's help and
- * flags and the planner's search all read it. A new schedule is a generator file, one row and a
- * golden file (tests/golden). */
+ * flags and the planner's search all read it. A new schedule is a generator file (its function
+ * declared in gen.h), one row and a golden file (tests/golden). */
 typedef struct {
     const char *name;                           /* what --schedule takes: "1f1b" */
     sched *(*generate)(const sched_params *p);  /* called by sched_generate after common checks */
@@ -177,8 +177,8 @@ bool sched_append_missing_tail(sched *s);
  * with `where` (e.g. the file), names the rank and says what to add. */
 int sched_check_runnable(const sched *s, const char *where);
 
-/* ---- the dependency rule (sched_deps.c): the one copy the validator, the simulator, the list
- * scheduler and the executor read ---- */
+/* ---- the dependency rule (sched_deps.c): the one copy; the validator, the simulator and the
+ * list scheduler read it, and the executor's slot count is sched_stage_peak_slots ---- */
 #define SCHED_MAX_DEPS 2
 /* Writes into out[] the actions that must finish before a may start and returns how many (0..2).
  * A prerequisite of kind B stands for the input-gradient backward of (stage, mb): its B, or its

@@ -1,9 +1,9 @@
 /* The action dependency rule, written once for every module: a stage's forward neighbours
  * (sched_stage_prev/next), what must finish before an action may start (sched_action_deps), and
  * how many microbatches' activations a stage holds at once following its rank's order
- * (sched_stage_peak_slots, sched_peak_activations). The validator, the simulator, the list
- * scheduler and the executor all read these. Not the validator itself
- * (sched_validate.c) and not a timing model (sim/). Legend: S stages, M microbatches. */
+ * (sched_stage_peak_slots, sched_peak_activations). The validator, the simulator and the list
+ * scheduler read the rule; the executor's activation buffers are sized by the count. Not the
+ * validator itself (sched_validate.c), not a timing model (sim/). Legend: S stages, M microbatches. */
 #include "sched/sched.h"
 #include "util/pt.h"
 #include <stdlib.h>
@@ -34,7 +34,7 @@ static int dep_neighbour(const sched *s, sched_action *o, sched_kind kind, int n
 
 int sched_action_deps(const sched *s, const sched_action *a, sched_action out[SCHED_MAX_DEPS]) {
     int g = a->stage, mb = a->mb, n = 0;
-    if (g < 0 || a->kind == ACT_REDUCE_GRAD || a->kind == ACT_STEP) return 0;
+    if (g < 0) return 0;                   /* STEP; REDUCE_GRAD falls to default: none */
     switch (a->kind) {
     case ACT_F: return dep_neighbour(s, out, ACT_F, sched_stage_prev(s, g), g, ACT_RECV_F, mb);
     case ACT_B: case ACT_BW:

@@ -54,7 +54,8 @@ static int tail_check_async(const sched *s, const char *where) {
             if ((k == ACT_STEP) != want_step)
                 return pt_seterr("%s: rank %d step %d: an asynchronous schedule alternates "
                                  "<stage>REDUCE_GRAD and STEP, one pair after each microbatch's "
-                                 "backward; found %s", where, r, i, want_step ? "REDUCE_GRAD twice" : "STEP without REDUCE_GRAD");
+                                 "backward; found %s", where, r, i,
+                                 want_step ? "REDUCE_GRAD twice" : "STEP without REDUCE_GRAD");
             pairs += want_step;
             want_step = !want_step;
         }
