@@ -193,6 +193,28 @@ static void test_gen_errors(void) {
           strstr(pt_err(), "greedy"), "%s", pt_err());
 }
 
+/* Each registry row generates what it declares: P * chunks * pipes stages, its pipes, async or
+ * not; every row is found by name, listed in the help list and the names array. */
+static void test_registry(void) {
+    int n, bad = 0, names = 0;
+    const sched_generator *g = sched_generator_rows(&n);
+    for (int i = 0; i < n; i++) {
+        sched *s = gen(g[i].name, 2, 4, 0);
+        if (!s || sched_generator_find(g[i].name) != &g[i] || !strstr(sched_generator_list(), g[i].name) ||
+            !g[i].help || s->n_stages != 2 * g[i].chunks * g[i].pipes || s->n_pipes != g[i].pipes ||
+            s->async != g[i].async || strcmp(s->name, g[i].name)) {
+            printf("# row %s: %s\n", g[i].name, s ? "differs from what it generates" : pt_err());
+            bad++;
+        }
+        sched_free(s);
+    }
+    while (sched_generator_names[names]) names++;
+    CHECK("registry_rows_generate_what_they_declare", n >= 9 && bad == 0, "%d of %d rows differ", bad, n);
+    CHECK("registry_names_array_lists_every_row", names == n && !strcmp(sched_generator_names[0], g[0].name),
+          "%d names, %d rows", names, n);
+    CHECK("registry_find_unknown_is_null", !sched_generator_find("nope") && !sched_generator_find(NULL), "found");
+}
+
 /* Interleaved rank r starts with min((P-r-1)*2 + (v-1)*P, v*M) forwards (Megatron-LM's warm-up). */
 static void test_interleaved_warmup(void) {
     const int cases[][3] = { { 4, 8, 2 }, { 4, 4, 2 }, { 3, 9, 3 }, { 2, 8, 4 } };
@@ -227,6 +249,128 @@ static void test_peak_activations(void) {
         }
     CHECK("peak_activations_1f1b_stage0_min_p_m", ok1, "1f1b stage 0 peak != min(P, M)");
     CHECK("peak_activations_gpipe_m", okg, "gpipe peak != M");
+}
+
+/* ---- the dependency rule ---- */
+
+/* The prerequisites of `tok` in s, as text joined by spaces ("" when none). */
+static const char *deps_str(const sched *s, const char *tok, char *out, int n) {
+    sched_action a, d[SCHED_MAX_DEPS];
+    char b[48];
+    out[0] = 0;
+    if (sched_action_parse(tok, &a) < 0) return "bad token";
+    int k = sched_action_deps(s, &a, d);
+    for (int j = 0; j < k; j++)
+        snprintf(out + strlen(out), (size_t)n - strlen(out), "%s%s", j ? " " : "", sched_action_str(&d[j], b, sizeof b));
+    return out;
+}
+
+static void test_action_deps(void) {
+    const char *want[][3] = {   /* schedule (c: compute-only 1f1b P=3, l: lowered), action, prerequisites */
+        { "c", "0F0", "" }, { "c", "1F0", "0F0" }, { "c", "1BW0", "1F0 2B0" }, { "c", "2B1", "2F1" },
+        { "c", "1W1", "1B1" }, { "c", "0REDUCE_GRAD", "" }, { "c", "STEP", "" },
+        { "l", "1F0", "1RECV_F0" }, { "l", "1BW0", "1F0 1RECV_B0" }, { "l", "1RECV_F0", "0SEND_F0" },
+        { "l", "1RECV_B0", "2SEND_B0" }, { "l", "1SEND_F0", "1F0" }, { "l", "1SEND_B0", "1B0" },
+        { "l", "0RECV_F0", "" }, { "l", "2RECV_B0", "" },
+    };
+    sched *c = gen("1f1b", 3, 2, 0), *l = sched_lower(c);
+    char got[128], tname[64];
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *g = deps_str(want[i][0][0] == 'c' ? c : l, want[i][1], got, sizeof got);
+        snprintf(tname, sizeof tname, "action_deps_%s_%s", want[i][0][0] == 'c' ? "compute" : "lowered", want[i][1]);
+        CHECK(tname, !strcmp(g, want[i][2]), "got '%s', want '%s'", g, want[i][2]);
+    }
+    sched_free(l);
+    sched_free(c);
+    /* zb-v P=2: stages 1 and 2 share rank 1, so the V's turn needs no receive; 2-3 crosses ranks */
+    sched *v = gen("zb-v", 2, 4, 0), *vl = sched_lower(v), *ch = gen("chimera", 2, 2, 0);
+    CHECK("action_deps_lowered_v_turn_same_rank", !strcmp(deps_str(vl, "2F0", got, sizeof got), "1F0") &&
+          !strcmp(deps_str(vl, "1B0", got, sizeof got), "1F0 2B0"), "%s", got);
+    CHECK("action_deps_lowered_v_cross_rank", !strcmp(deps_str(vl, "3F0", got, sizeof got), "3RECV_F0") &&
+          !strcmp(deps_str(vl, "2B0", got, sizeof got), "2F0 2RECV_B0"), "%s", got);
+    CHECK("action_deps_chimera_pipe_start", !strcmp(deps_str(ch, "2F1", got, sizeof got), "") &&
+          !strcmp(deps_str(ch, "3F1", got, sizeof got), "2F1"), "%s", got);
+    sched_free(ch);
+    sched_free(vl);
+    sched_free(v);
+}
+
+/* The executor's slot count, written out here as the reference sched_stage_peak_slots must equal. */
+static int ref_slots(const sched *s, int g, bool recompute) {
+    int r = s->stage_rank[g], n = 0, peak = 1;
+    for (int i = 0; i < s->len[r]; i++) {
+        sched_action a = s->acts[r][i];
+        if (a.stage != g) continue;
+        if (a.kind == (recompute ? ACT_B : ACT_F)) n++;
+        if (a.kind == ACT_BW && recompute) n++;
+        if (n > peak) peak = n;
+        if (a.kind == ACT_W || a.kind == ACT_BW) n--;
+    }
+    return peak;
+}
+
+static void test_stage_peak_slots(void) {
+    int n, bad = 0, cases = 0;
+    const sched_generator *rows = sched_generator_rows(&n);
+    for (int i = 0; i < n; i++)
+        for (int P = 2; P <= 4; P += 2)
+            for (int M = P; M <= 3 * P; M += P) {
+                sched *s = gen(rows[i].name, P, M, 0), *l = s ? sched_lower(s) : NULL;
+                int peak[64];
+                if (!s) continue;
+                sched_peak_activations(s, peak);
+                for (int g = 0; g < s->n_stages; g++, cases++)
+                    for (int rc = 0; rc < 2; rc++)
+                        if (sched_stage_peak_slots(s, g, rc) != ref_slots(s, g, rc) ||
+                            sched_stage_peak_slots(l, g, rc) != ref_slots(s, g, rc) ||
+                            (!rc && sched_stage_peak_slots(s, g, false) != peak[g])) {
+                            printf("# %s P=%d M=%d stage %d recompute %d: %d, want %d\n", rows[i].name, P, M, g, rc,
+                                   sched_stage_peak_slots(s, g, rc), ref_slots(s, g, rc));
+                            bad++;
+                        }
+                sched_free(l);
+                sched_free(s);
+            }
+    CHECK("stage_peak_slots_equal_the_executors_count", bad == 0 && cases > 50, "%d of %d differ", bad, cases);
+    sched *s = gen("1f1b", 4, 8, 0), *z = gen("zb-h1", 4, 8, 0);
+    CHECK("stage_peak_slots_1f1b", sched_stage_peak_slots(s, 0, false) == 4 && sched_stage_peak_slots(s, 3, false) == 1 &&
+          sched_stage_peak_slots(s, 0, true) == 1, "%d %d %d", sched_stage_peak_slots(s, 0, false),
+          sched_stage_peak_slots(s, 3, false), sched_stage_peak_slots(s, 0, true));
+    /* zb-h1 rank 3 defers 3 W's: with recomputation a set is held from B to W */
+    CHECK("stage_peak_slots_recompute_b_to_w", sched_stage_peak_slots(z, 3, true) == 4, "%d",
+          sched_stage_peak_slots(z, 3, true));
+    sched_free(z);
+    sched_free(s);
+}
+
+/* ---- the optimizer's tail ---- */
+
+static void test_tail(void) {
+    /* 1f1b without its tail (torch's notation) gets exactly the generator's tail back */
+    sched *g = gen("1f1b", 3, 4, 0), *s = sched_copy(g);
+    for (int r = 0; r < s->n_ranks; r++)
+        while (s->len[r] && (s->acts[r][s->len[r] - 1].kind == ACT_STEP || s->acts[r][s->len[r] - 1].kind == ACT_REDUCE_GRAD))
+            s->len[r]--;
+    CHECK("tail_compute_only_not_runnable", sched_check_runnable(s, "x.csv") < 0 &&
+          strstr(pt_err(), "x.csv: rank 0 has no STEP"), "%s", pt_err());
+    bool added = sched_append_missing_tail(s);
+    CHECK("tail_missing_appended_as_generated", added && same_sched(s, g) && sched_validate(s, NULL) == 0 &&
+          sched_check_runnable(s, "x.csv") == 0, "%s", pt_err());
+    CHECK("tail_present_left_alone", !sched_append_missing_tail(s) && same_sched(s, g), "changed");
+    drop_action(s, 1, s->len[1] - 1);                        /* rank 1 loses its STEP */
+    CHECK("tail_partial_left_alone", !sched_append_missing_tail(s) && sched_check_runnable(s, "x.csv") < 0 &&
+          strstr(pt_err(), "x.csv: rank 1 has no STEP"), "%s", pt_err());
+    drop_action(s, 1, s->len[1] - 1);                        /* and its REDUCE_GRAD */
+    CHECK("tail_partial_names_the_rank", !sched_append_missing_tail(s) && sched_check_runnable(s, "x.csv") < 0 &&
+          strstr(pt_err(), "x.csv: rank 1 has no STEP"), "%s", pt_err());
+    sched_free(s);
+    sched_free(g);
+    sched *pd = gen("pipedream", 2, 3, 0);
+    CHECK("tail_async_runnable", sched_check_runnable(pd, "p.csv") == 0 && !sched_append_missing_tail(pd), "%s", pt_err());
+    drop_action(pd, 0, pd->len[0] - 1);
+    CHECK("tail_async_pairs_named", sched_check_runnable(pd, "p.csv") < 0 &&
+          strstr(pt_err(), "p.csv: rank 0 has 2 REDUCE_GRAD/STEP pairs"), "%s", pt_err());
+    sched_free(pd);
 }
 
 /* ---- lowering ---- */
@@ -379,8 +523,12 @@ int main(void) {
     test_goldens();
     test_all_generators();
     test_gen_errors();
+    test_registry();
     test_interleaved_warmup();
     test_peak_activations();
+    test_action_deps();
+    test_stage_peak_slots();
+    test_tail();
     test_lowering_shape();
     test_validator_rejects();
     test_csv();

@@ -1,15 +1,25 @@
 /* Layout flags shared by train and grad, their defaults, and the MPI world. */
 #include "cli/cli_layout.h"
+#include "sched/sched.h"
 #include "util/pt.h"
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* "pipeline schedule (gpipe, 1f1b, ...)": the registry's names (static: the help outlives us). */
+static const char *schedule_help(void) {
+    static char help[320];
+    snprintf(help, sizeof help, "pipeline schedule (%s; pipetrain schedule --help describes each)",
+             sched_generator_list());
+    return help;
+}
 
 void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const char **split_text) {
     const cli_opt opts[CLI_LAYOUT_N_OPTS] = {
         {"--stages", OPT_INT, &ro->P, "P, pipeline ranks (default 1: no pipeline)"},
         {"--dp", OPT_INT, &ro->D, "D, data-parallel replicas (default 1)"},
-        {"--schedule", OPT_STR, &ro->schedule, "pipeline schedule (gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, greedy, pipedream)"},
+        {"--schedule", OPT_STR, &ro->schedule, schedule_help()},
         {"--chunks", OPT_INT, &ro->chunks, "V, stages per rank (interleaved; default: the schedule's)"},
         {"--microbatches", OPT_INT, &ro->M, "M, microbatches per replica (default: P)"},
         {"--schedule-file", OPT_STR, &ro->schedule_file, "CSV schedule (one row per rank) instead of --schedule"},

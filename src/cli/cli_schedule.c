@@ -12,7 +12,7 @@ int cli_schedule(int argc, char **argv) {
     int stages = 0, mb = 0, chunks = 0, mem_limit = 0;
     bool csv = false, lower = false;
     cli_opt opts[] = {
-        {"--schedule", OPT_STR, &name, "generator: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, pipedream, greedy"},
+        {"--schedule", OPT_STR, &name, "generator (one of the schedules below)"},
         {"--stages", OPT_INT, &stages, "P, the number of ranks (pipeline positions)"},
         {"--microbatches", OPT_INT, &mb, "M, microbatches per iteration"},
         {"--chunks", OPT_INT, &chunks, "V, model chunks per rank (interleaved-1f1b; 0: the generator's default)"},
@@ -21,6 +21,7 @@ int cli_schedule(int argc, char **argv) {
         {"--lower", OPT_FLAG, &lower, "add the SEND/RECV actions before printing"},
     };
     int rc = cli_parse(argc, argv, "schedule", USAGE, opts, (int)(sizeof opts / sizeof opts[0]));
+    if (rc > 0) sched_print_generators(stdout);
     if (rc) return rc > 0 ? 0 : 2;
     if (!name) return pt_seterr("--schedule is required (e.g. --schedule 1f1b)"), cli_fail("schedule");
     if (stages < 1) return pt_seterr("--stages must be >= 1 (got %d)", stages), cli_fail("schedule");

@@ -50,7 +50,7 @@ static int take_repeated(int argc, char **argv, char **rest, sim_args *a) {
 
 static int parse_args(int argc, char **argv, sim_args *a) {
     cli_opt opts[] = {
-        {"--schedule", OPT_STR, &a->name, "generator name (see pipetrain schedule --help)"},
+        {"--schedule", OPT_STR, &a->name, "generator name (pipetrain schedule --help describes each)"},
         {"--stages", OPT_INT, &a->stages, "P, the number of ranks"},
         {"--microbatches", OPT_INT, &a->mb, "M, microbatches per iteration"},
         {"--chunks", OPT_INT, &a->chunks, "V, model chunks per rank (interleaved-1f1b)"},
@@ -83,16 +83,17 @@ static int parse_args(int argc, char **argv, sim_args *a) {
 
 static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *c);
 
-/* The greedy generator schedules by the costs being simulated (per stage, slow stages included)
- * and --mem-limit; the other generators ignore both. */
+/* Generators that order by costs (greedy) get the costs being simulated (per stage, slow stages
+ * included) and those that take a memory limit get --mem-limit; the others ignore both. */
 static sched *generate(const sim_args *a, sched_params *p) {
-    if (strcmp(a->name, "greedy")) return sched_generate(a->name, p);
+    const sched_generator *g = sched_generator_find(a->name);
+    if (g && g->mem_limit) p->mem_limit = a->mem_limit;
+    if (!g || !g->stage_costs) return sched_generate(a->name, p);
     sim_costs gc = { 0 };
     sched *s = NULL;
-    int S = a->stages * (a->chunks >= 2 ? 2 : 1);
+    int S = a->stages * (a->chunks > 0 ? a->chunks : g->chunks) * g->pipes;
     if (build_costs(a, S, a->stages, &gc) == 0) {
         p->stage_cost_f = gc.f; p->stage_cost_b = gc.b; p->stage_cost_w = gc.w;
-        p->mem_limit = a->mem_limit;
         s = sched_generate(a->name, p);
     }
     sim_costs_free(&gc);
@@ -116,7 +117,8 @@ static void hint_pipes(const sim_args *a, const sched *s) {
  * microbatch runs at least an F and a backward on each of the P x V stages it visits, each an
  * event per iteration. The exact count is checked again after generation. */
 static int check_size(const sim_args *a) {
-    int v = a->chunks > 0 ? a->chunks : !strcmp(a->name, "zb-v") ? 2 : 1;
+    const sched_generator *g = sched_generator_find(a->name);
+    int v = a->chunks > 0 ? a->chunks : g ? g->chunks : 1;
     double actions = 2.0 * a->stages * a->mb * v;
     if (actions * a->iters <= MAX_EVENTS) return 0;
     return pt_seterr("too large to simulate: --stages %d x --microbatches %d x %d chunk%s x 2 (F and "

@@ -5,6 +5,7 @@
 #include "plan/plan.h"
 #include "io/io.h"
 #include "io/json.h"
+#include "sim/sim.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
 #include <float.h>
@@ -139,6 +140,11 @@ int plan_costs_load(plan_costs *c, const char *path) {
     memset(c, 0, sizeof *c);
     if (!cJSON_IsObject(root)) { pt_seterr("%s: not a JSON object (a costs file from pipetrain profile)", path); goto done; }
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (cJSON_IsString(fmt) && !strcmp(fmt->valuestring, SIM_COSTS_FORMAT)) {
+        pt_seterr("%s is a simulator costs file (" SIM_COSTS_FORMAT ") for `simulate --costs`; plan --costs "
+                  "takes a profile costs file (format \"" PLAN_COSTS_FORMAT "\", written by pipetrain profile)", path);
+        goto done;
+    }
     if (fmt && !(cJSON_IsString(fmt) && !strcmp(fmt->valuestring, PLAN_COSTS_FORMAT))) {
         pt_seterr("%s: format is %s%s%s, not \"" PLAN_COSTS_FORMAT "\" (plan --costs takes a costs file from "
                   "pipetrain profile)", path, cJSON_IsString(fmt) ? "\"" : "",

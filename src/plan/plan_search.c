@@ -11,11 +11,7 @@
 #include <string.h>
 
 typedef struct { const char *name; int v; } sched_choice;
-static const sched_choice DEFAULT_SCHEDS[] = {
-    {"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"interleaved-1f1b", 4},
-    {"zb-h1", 1}, {"zb-h2", 1}, {"zb-v", 2},
-};
-#define N_DEFAULT_SCHEDS ((int)(sizeof DEFAULT_SCHEDS / sizeof DEFAULT_SCHEDS[0]))
+#define MAX_CHOICES_PER_ROW 2                 /* v, and 2v when the row takes more chunks */
 #define DEFAULT_MAX_SIMS 400
 #define MAX_RANK_MICROBATCHES (1L << 18)   /* P x M: schedules past this are slow to generate */
 #define POLISH_BUDGET(K) (32 + 4 * (K))   /* simulations of local search per candidate */
@@ -275,35 +271,55 @@ static int check_opts(const gpt_config *cfg, const plan_cluster *k, const plan_o
     return 0;
 }
 
-/* Synchronous single-pipe schedules only: chimera (two model replicas) and pipedream (no flush)
- * change what a step means, greedy needs costs up front. */
-static bool known_sched(const char *name) {
-    for (int i = 0; i < N_DEFAULT_SCHEDS; i++)
-        if (!strcmp(name, DEFAULT_SCHEDS[i].name)) return true;
-    return false;
+/* The registry rows the planner searches: synchronous single-pipe schedules that need no costs
+ * up front. Chimera (two model replicas) and pipedream (no flush) change what a step means;
+ * greedy orders by costs the candidate does not have yet. */
+static bool searchable(const sched_generator *g) {
+    return g && !g->async && g->pipes == 1 && !g->stage_costs;
 }
 
-/* The schedule list: the default set, or the names given (interleaved with v = 2). */
+/* The chunk counts tried for row g: its default v, and 2v when it takes more (interleaved: 2, 4).
+ * Appends them to S->sc. */
+static void add_choices(search *S, const sched_generator *g, bool all_chunks) {
+    S->sc[S->n_sc++] = (sched_choice){ g->name, g->chunks };
+    if (all_chunks && g->more_chunks) S->sc[S->n_sc++] = (sched_choice){ g->name, 2 * g->chunks };
+}
+
+/* The searchable names, comma-separated, for the error on one the planner does not search. */
+static void searchable_list(char *buf, size_t n) {
+    int rows;
+    const sched_generator *g = sched_generator_rows(&rows);
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < rows; i++)
+        if (searchable(&g[i]) && used < n)
+            used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", g[i].name);
+}
+
+/* The schedule list: every searchable row (interleaved with v = 2 and 4), or the names given
+ * (each with its default chunks). */
 static int choose_scheds(search *S) {
-    int n = 0;
+    int n = 0, rows;
+    const sched_generator *g = sched_generator_rows(&rows);
     if (!S->o->schedules) {
-        S->sc = pt_malloc(sizeof *S->sc * N_DEFAULT_SCHEDS);
-        for (int i = 0; i < N_DEFAULT_SCHEDS; i++) S->sc[i] = DEFAULT_SCHEDS[i];
-        S->n_sc = N_DEFAULT_SCHEDS;
+        S->sc = pt_malloc(sizeof *S->sc * (size_t)rows * MAX_CHOICES_PER_ROW);
+        for (int i = 0; i < rows; i++)
+            if (searchable(&g[i])) add_choices(S, &g[i], true);
         return 0;
     }
     while (S->o->schedules[n]) n++;
     S->sc = pt_malloc(sizeof *S->sc * (size_t)(n ? n : 1));
     for (int i = 0; i < n; i++) {
         const char *nm = S->o->schedules[i];
-        if (!known_sched(nm)) {
+        const sched_generator *row = sched_generator_find(nm);
+        if (!searchable(row)) {
+            char list[256];
+            searchable_list(list, sizeof list);
             free(S->sc);
-            return pt_seterr("plan: schedule '%s' is not one the planner searches (gpipe, 1f1b, "
-                             "interleaved-1f1b, zb-h1, zb-h2, zb-v)", nm);
+            return pt_seterr("plan: schedule '%s' is not one the planner searches (%s)", nm, list);
         }
-        S->sc[i] = (sched_choice){ nm, !strcmp(nm, "interleaved-1f1b") || !strcmp(nm, "zb-v") ? 2 : 1 };
+        add_choices(S, row, false);
     }
-    S->n_sc = n;
     return 0;
 }
 

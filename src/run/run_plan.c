@@ -10,85 +10,32 @@
 #define RUN_DEFAULT_TIMEOUT 60.0
 #define RUN_MAX_RANKS 65536     /* world ranks a job may have (P x D stays an int with room) */
 
-/* The synchronous tail the executor needs to update weights: each stage's REDUCE_GRAD on its
- * rank and a STEP on every rank (sched_validate has checked that REDUCE_GRAD follows the stage's
- * backward work and that nothing computes after STEP). Asynchronous schedules pass with theirs
- * (a REDUCE_GRAD and STEP per microbatch). The simulator takes compute-only schedules; the
- * runtime does not. Errors name the file and rank and say what to add. */
-static int plan_check_async(const sched *s, const char *src);
-
-static int plan_check_tail(const sched *s, const char *src) {
-    if (s->async) return plan_check_async(s, src);
-    bool *reduced = pt_calloc((size_t)s->n_stages, sizeof *reduced);
-    int rc = 0;
-    for (int r = 0; r < s->n_ranks && rc == 0; r++) {
-        bool stepped = false;
-        for (int i = 0; i < s->len[r]; i++) {
-            if (s->acts[r][i].kind == ACT_REDUCE_GRAD) reduced[s->acts[r][i].stage] = true;
-            if (s->acts[r][i].kind == ACT_STEP) stepped = true;
-        }
-        if (!stepped)
-            rc = pt_seterr("%s: rank %d has no STEP: the weights would never be updated; end each row "
-                           "with <stage>REDUCE_GRAD ... STEP", src, r);
-        for (int g = 0; g < s->n_stages && rc == 0; g++)
-            if (s->stage_rank[g] == r && !reduced[g])
-                rc = pt_seterr("%s: rank %d has no %dREDUCE_GRAD: stage %d's gradients would never be "
-                               "reduced; end each row with <stage>REDUCE_GRAD for each of its stages "
-                               "(after their backward work), then STEP", src, r, g, g);
+/* The --schedule-file schedule: read, checked against P and M, validated, given the synchronous
+ * tail when it has none at all (torch.distributed.pipelining's notation: no REDUCE_GRAD, no STEP),
+ * then checked runnable (a partial tail is an error naming the rank). */
+static sched *run_plan_read_file(const run_opts *o) {
+    sched *s = sched_read_csv(o->schedule_file, o->pipes);
+    if (!s) return NULL;
+    if (s->n_ranks != o->P) {
+        pt_seterr("--schedule-file %s has %d ranks (rows), --stages is %d", o->schedule_file, s->n_ranks, o->P);
+        goto bad;
     }
-    free(reduced);
-    return rc;
-}
-
-/* An asynchronous (pipedream-style) schedule runs one collective per REDUCE_GRAD and per STEP, so
- * every rank must issue them in the same pattern or the job would wait forever: one stage per
- * rank, and per microbatch exactly one REDUCE_GRAD then one STEP (what the pipedream generator
- * writes). */
-static int plan_check_async(const sched *s, const char *src) {
-    if (s->n_stages != s->n_ranks)
-        return pt_seterr("%s: an asynchronous schedule (several STEPs per rank) needs one stage per "
-                         "rank; it has %d stages on %d ranks", src, s->n_stages, s->n_ranks);
-    for (int r = 0; r < s->n_ranks; r++) {
-        int pairs = 0, want_step = 0;
-        for (int i = 0; i < s->len[r]; i++) {
-            sched_kind k = s->acts[r][i].kind;
-            if (k != ACT_REDUCE_GRAD && k != ACT_STEP) continue;
-            if ((k == ACT_STEP) != want_step)
-                return pt_seterr("%s: rank %d step %d: an asynchronous schedule alternates "
-                                 "<stage>REDUCE_GRAD and STEP, one pair after each microbatch's "
-                                 "backward; found %s", src, r, i, want_step ? "REDUCE_GRAD twice" : "STEP without REDUCE_GRAD");
-            pairs += want_step;
-            want_step = !want_step;
-        }
-        if (pairs != s->n_mb || want_step)
-            return pt_seterr("%s: rank %d has %d REDUCE_GRAD/STEP pairs; an asynchronous schedule needs "
-                             "one per microbatch (%d), the same on every rank", src, r, pairs, s->n_mb);
+    if (o->M > 0 && s->n_mb != o->M) {
+        pt_seterr("--schedule-file %s has %d microbatches, --microbatches is %d", o->schedule_file, s->n_mb, o->M);
+        goto bad;
     }
-    return 0;
+    if (sched_validate(s, NULL) < 0) { pt_adderr("--schedule-file %s: ", o->schedule_file); goto bad; }
+    sched_append_missing_tail(s);
+    if (sched_check_runnable(s, o->schedule_file) < 0) goto bad;
+    return s;
+bad:
+    sched_free(s);
+    return NULL;
 }
 
 /* The schedule from the file or the generator, checked against P and M. */
-static sched *plan_schedule(const run_opts *o) {
-    if (o->schedule_file) {
-        sched *s = sched_read_csv(o->schedule_file, o->pipes);
-        if (!s) return NULL;
-        if (s->n_ranks != o->P) {
-            pt_seterr("--schedule-file %s has %d ranks (rows), --stages is %d", o->schedule_file,
-                      s->n_ranks, o->P);
-            goto bad;
-        }
-        if (o->M > 0 && s->n_mb != o->M) {
-            pt_seterr("--schedule-file %s has %d microbatches, --microbatches is %d",
-                      o->schedule_file, s->n_mb, o->M);
-            goto bad;
-        }
-        if (sched_validate(s, NULL) < 0) { pt_adderr("--schedule-file %s: ", o->schedule_file); goto bad; }
-        if (plan_check_tail(s, o->schedule_file) < 0) goto bad;
-        return s;
-bad:
-        sched_free(s);
-        return NULL;
-    }
+static sched *run_plan_schedule(const run_opts *o) {
+    if (o->schedule_file) return run_plan_read_file(o);
     if (!o->schedule) { pt_seterr("--schedule NAME or --schedule-file S.csv is required"); return NULL; }
     if (o->M < 1) { pt_seterr("--microbatches must be >= 1 (got %d)", o->M); return NULL; }
     sched_params p = { .ranks = o->P, .microbatches = o->M, .chunks = o->chunks,
@@ -98,7 +45,7 @@ bad:
     return s;
 }
 
-static int plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
+static int run_plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     const run_opts *o = &pl->o;
     const sched *s = pl->s;
     long long dm = (long long)o->D * s->n_mb;     /* in 64 bits: --dp 65536 x 65536 overflows int */
@@ -124,7 +71,7 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
     if ((long long)o->P * o->D > RUN_MAX_RANKS)
         return pt_seterr("--stages %d x --dp %d is more than %d ranks", o->P, o->D, RUN_MAX_RANKS);
     if (o->chunks < 0) return pt_seterr("--chunks must be >= 0 (got %d)", o->chunks);
-    sched *s = plan_schedule(o);
+    sched *s = run_plan_schedule(o);
     if (!s) return -1;
     if (!s->lowered) {
         sched *l = sched_lower(s);
@@ -133,7 +80,7 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
         s = l;
     }
     pl->s = s;
-    if (plan_check(pl, cfg, B, T) < 0) { run_plan_free(pl); return -1; }
+    if (run_plan_check(pl, cfg, B, T) < 0) { run_plan_free(pl); return -1; }
     return 0;
 }
 

@@ -105,14 +105,41 @@ sched *sched_parse_csv(const char *text, const char *where, int n_pipes);
  * label is optional but must match the row). Same inference and errors as the CSV loader. */
 sched *sched_parse_text(const char *text, const char *where, int n_pipes);
 
-/* ---- generators (pure) ----
+/* ---- generators (pure) and their registry ----
  * Names: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, pipedream, greedy.
  * Return a compute-only schedule (F, B, W, BW actions, then REDUCE_GRAD per stage and STEP unless
  * async), or NULL with an error naming the bad parameter. Async (pipedream): each BW(g, mb) is
- * followed at once by gREDUCE_GRAD and STEP, a weight update per microbatch, no flush. */
+ * followed at once by gREDUCE_GRAD and STEP, a weight update per microbatch, no flush.
+ *
+ * The registry has one row per generator (sched_registry.c); sched_generate, the CLI's help and
+ * flags and the planner's search all read it. A new schedule is a generator file (its function
+ * declared in gen.h), one row and a golden file (tests/golden). */
+typedef struct {
+    const char *name;                           /* what --schedule takes: "1f1b" */
+    sched *(*generate)(const sched_params *p);  /* called by sched_generate after common checks */
+    int chunks;         /* stages per rank per pipe when params.chunks is 0 (interleaved, zb-v: 2) */
+    bool more_chunks;   /* takes other chunk counts too (interleaved-1f1b: any >= 2; greedy: 2) */
+    int pipes;          /* model replicas pipelined at once: 1, or 2 (chimera) */
+    bool async;         /* weights update after every microbatch, no flush (pipedream) */
+    bool stage_costs;   /* orders by sched_params' costs (stage_cost_*, cost_*): greedy */
+    bool mem_limit;     /* reads sched_params.mem_limit: greedy */
+    const char *help;   /* one line for --help */
+} sched_generator;
+
+/* Runs the generator named `name` (a registry row) on p. Unknown name: NULL with an error that
+ * lists the known ones. */
 sched *sched_generate(const char *name, const sched_params *p);
-/* List of generator names, NULL-terminated. */
-extern const char *const sched_generator_names[];
+/* The registry: *n rows, in the order help lists them. Static storage; never freed. */
+const sched_generator *sched_generator_rows(int *n);
+/* The row named `name`, or NULL. */
+const sched_generator *sched_generator_find(const char *name);
+/* "gpipe, 1f1b, ...": every row's name, comma-separated (static storage). */
+const char *sched_generator_list(void);
+/* Writes one line per row, "  NAME  help", under a "schedules:" heading (for --help). */
+void sched_print_generators(FILE *f);
+/* Every row's name, NULL-terminated (static storage, built from the registry on first use). */
+const char *const *sched_generator_name_array(void);
+#define sched_generator_names (sched_generator_name_array())
 
 /* ---- lowering and validation ---- */
 /* Returns a new schedule with SEND/RECV actions added in an order that cannot deadlock; stages
@@ -132,11 +159,54 @@ typedef struct {
  * setting pt_err to a message that names rank, step, stage, mb and includes the grid with the
  * failing cell marked. */
 int sched_validate(const sched *s, sched_error *err);
+
+/* ---- the optimizer's tail (sched_tail.c) ---- */
 /* Pushes, at the end of each rank's list, one REDUCE_GRAD per stage on that rank (in the order
  * the stages' last backward work appears) and a STEP: the synchronous tail every generator adds. */
 void sched_append_sync_tail(sched *s);
+/* A schedule in torch.distributed.pipelining's own notation has no REDUCE_GRAD and no STEP cell
+ * (torch reduces and steps outside the schedule). When s is synchronous and has neither kind
+ * anywhere, appends the synchronous tail (sched_append_sync_tail) and returns true; otherwise
+ * leaves s as it is and returns false (a partial tail is the file's to fix: sched_check_runnable
+ * names what is missing). Call it on a valid schedule; the result stays valid. */
+bool sched_append_missing_tail(sched *s);
+/* Whether the runtime can train with s (its tail; the order of its cells is sched_validate's):
+ * synchronous: every rank has a STEP and each stage a REDUCE_GRAD on its rank; asynchronous: one
+ * stage per rank and, on every rank, one REDUCE_GRAD then one STEP per microbatch (each
+ * collective must be issued by every rank alike). Returns 0, or -1 with an error that starts
+ * with `where` (e.g. the file), names the rank and says what to add. */
+int sched_check_runnable(const sched *s, const char *where);
+
+/* ---- the dependency rule (sched_deps.c): the one copy; the validator, the simulator and the
+ * list scheduler read it, and the executor's slot count is sched_stage_peak_slots ---- */
+#define SCHED_MAX_DEPS 2
+/* Writes into out[] the actions that must finish before a may start and returns how many (0..2).
+ * A prerequisite of kind B stands for the input-gradient backward of (stage, mb): its B, or its
+ * BW where the schedule fuses the two (callers look up whichever the schedule has). The rule, for
+ * stage g of a pipe (g-1, g+1: sched_stage_prev/next, absent at the pipe's ends):
+ *   F(g,mb)      F(g-1,mb)
+ *   B, BW(g,mb)  F(g,mb), then B(g+1,mb)
+ *   W(g,mb)      B(g,mb)
+ *   SEND_F(g,mb) F(g,mb)               SEND_B(g,mb) B(g,mb)
+ *   RECV_F(g,mb) SEND_F(g-1,mb)        RECV_B(g,mb) SEND_B(g+1,mb)
+ * In a lowered schedule a neighbour on another rank is waited for through the receive: F(g,mb)
+ * needs RECV_F(g,mb) instead of F(g-1,mb), B and BW need RECV_B(g,mb) instead of B(g+1,mb). In a
+ * compute-only one the neighbour's action itself is the prerequisite (its message is implied).
+ * REDUCE_GRAD and STEP have none here: what they wait for is on their own rank, earlier in its
+ * list, so the rank's order is their rule. Synchronous: gREDUCE_GRAD after every W or BW of stage
+ * g, STEP after the rank's REDUCE_GRADs, one STEP and no compute after it (sched_validate checks
+ * this order). Asynchronous: a REDUCE_GRAD and a STEP right after each BW they update. */
+int sched_action_deps(const sched *s, const sched_action *a, sched_action out[SCHED_MAX_DEPS]);
+/* Activation sets stage g must hold at once when its rank runs its list in order, at least 1:
+ *   n = 0, peak = 1; for each action of stage g on rank s->stage_rank[g], in order:
+ *     if kind == (recompute ? B : F) n++; if kind == BW && recompute n++;
+ *     peak = max(peak, n); if kind == W or BW n--;
+ * Without recomputation a set is held from F until W or BW; with it, from the backward's
+ * recompute (at B or BW) until W or BW. The executor sizes each stage's activation buffers by
+ * this (it equals its exec_count_slots). */
+int sched_stage_peak_slots(const sched *s, int g, bool recompute);
 /* Peak activations held per stage, in microbatches (F ran, W or BW not yet) following each rank's
- * order: out[S]. */
+ * order: out[S] (0 for a stage with no F; otherwise sched_stage_peak_slots(s, g, false)). */
 void sched_peak_activations(const sched *s, int *out);
 
 #endif

@@ -34,8 +34,7 @@ static void zb_push_rank(sched *s, int r, int M, int warm, int defer) {
 static sched *zb_build(const char *name, const sched_params *p, int h2) {
     if (zb_check_one_chunk(name, p) < 0) return NULL;
     int P = p->ranks, M = p->microbatches;
-    sched *s = sched_new(P, P, 1, M);
-    snprintf(s->name, sizeof s->name, "%s", name);
+    sched *s = gen_new_linear(name, p);
     for (int r = 0; r < P; r++) {
         if (h2) zb_push_rank(s, r, M, 2 * (P - r) - 1, 2 * r);
         else zb_push_rank(s, r, M, P - r, r);

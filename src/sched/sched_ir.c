@@ -70,14 +70,6 @@ sched *sched_copy(const sched *s) {
     return c;
 }
 
-int sched_stage_prev(const sched *s, int g) {
-    return g % s->stages_per_pipe == 0 ? -1 : g - 1;
-}
-
-int sched_stage_next(const sched *s, int g) {
-    return g % s->stages_per_pipe == s->stages_per_pipe - 1 ? -1 : g + 1;
-}
-
 bool sched_kind_is_compute(sched_kind k) { return k == ACT_F || k == ACT_B || k == ACT_W || k == ACT_BW; }
 
 bool sched_kind_is_comm(sched_kind k) {
@@ -401,29 +393,4 @@ sched *sched_read_csv(const char *path, int n_pipes) {
     sched *s = sched_parse_csv(text, path, n_pipes);
     free(text);
     return s;
-}
-
-/* ---- the synchronous tail ---- */
-
-void sched_append_sync_tail(sched *s) {
-    int *last = pt_malloc((size_t)s->n_stages * sizeof(int));
-    int *order = pt_malloc((size_t)s->n_stages * sizeof(int));
-    for (int r = 0; r < s->n_ranks; r++) {
-        for (int g = 0; g < s->n_stages; g++) last[g] = s->len[r];   /* no backward: reduce last */
-        for (int i = 0; i < s->len[r]; i++) {
-            const sched_action *a = &s->acts[r][i];
-            if (a->kind == ACT_B || a->kind == ACT_W || a->kind == ACT_BW) last[a->stage] = i;
-        }
-        int n = 0;
-        for (int g = 0; g < s->n_stages; g++) {
-            if (s->stage_rank[g] != r) continue;
-            int j = n++;                          /* insertion sort by last backward position */
-            for (; j > 0 && last[order[j - 1]] > last[g]; j--) order[j] = order[j - 1];
-            order[j] = g;
-        }
-        for (int j = 0; j < n; j++) sched_push(s, r, ACT_REDUCE_GRAD, order[j], -1);
-        sched_push(s, r, ACT_STEP, -1, -1);
-    }
-    free(order);
-    free(last);
 }

@@ -1,5 +1,5 @@
-/* The schedule validator and the activation-memory count. Proves a schedule complete (each
- * (stage, mb) has F and BW, or F, B and W), ordered, placed (one rank per stage), matched (each
+/* The schedule validator. Proves a schedule complete (each (stage, mb) has F and BW, or F, B and
+ * W), ordered by the dependency rule (sched_deps.c), placed (one rank per stage), matched (each
  * send has its receive) and deadlock-free under unit-cost execution. Not a timing model: that is
  * sim/. Errors name rank, step, stage, mb and carry a window of the grid with the cell marked. */
 #include "sched/sched.h"
@@ -210,37 +210,18 @@ static int check_comm(vstate *v) {
 
 /* ---- pass 4: order on each rank, then unit-cost execution ---- */
 
-typedef struct { sched_kind kind; int stage, mb; } prereq;
-
-/* What action a needs to have run first (at most 2). Compute-only schedules depend on the
- * neighbour stage directly; lowered ones through their RECV when the neighbour is on another rank. */
-static int prereqs_of(const vstate *v, const sched_action *a, prereq out[2]) {
-    const sched *s = v->s;
-    int g = a->stage, mb = a->mb, n = 0;
-    int pv = g >= 0 ? sched_stage_prev(s, g) : -1, nx = g >= 0 ? sched_stage_next(s, g) : -1;
-    switch (a->kind) {
-    case ACT_F:
-        if (pv >= 0) out[n++] = (s->lowered && s->stage_rank[pv] != s->stage_rank[g])
-            ? (prereq){ ACT_RECV_F, g, mb } : (prereq){ ACT_F, pv, mb };
-        break;
-    case ACT_B: case ACT_BW:
-        out[n++] = (prereq){ ACT_F, g, mb };
-        if (nx >= 0) out[n++] = (s->lowered && s->stage_rank[nx] != s->stage_rank[g])
-            ? (prereq){ ACT_RECV_B, g, mb } : (prereq){ back_kind(v, nx, mb), nx, mb };
-        break;
-    case ACT_W: out[n++] = (prereq){ ACT_B, g, mb }; break;
-    case ACT_SEND_F: out[n++] = (prereq){ ACT_F, g, mb }; break;
-    case ACT_SEND_B: out[n++] = (prereq){ back_kind(v, g, mb), g, mb }; break;
-    case ACT_RECV_F: out[n++] = (prereq){ ACT_SEND_F, pv, mb }; break;
-    case ACT_RECV_B: out[n++] = (prereq){ ACT_SEND_B, nx, mb }; break;
-    default: break;
-    }
+/* What action a needs to have run first: the dependency rule (sched_action_deps), each B
+ * resolved to the backward this schedule runs for that (stage, mb), BW where it is fused. */
+static int prereqs_of(const vstate *v, const sched_action *a, sched_action out[SCHED_MAX_DEPS]) {
+    int n = sched_action_deps(v->s, a, out);
+    for (int j = 0; j < n; j++)
+        if (out[j].kind == ACT_B) out[j].kind = back_kind(v, out[j].stage, out[j].mb);
     return n;
 }
 
 /* Prerequisites on the same rank must come earlier in its list. */
 static int check_order_cell(vstate *v, int r, int i, const sched_action *a) {
-    prereq q[2];
+    sched_action q[SCHED_MAX_DEPS];
     int n = prereqs_of(v, a, q);
     char t1[48], t2[48];
     for (int j = 0; j < n; j++) {
@@ -290,7 +271,7 @@ static int check_order(vstate *v) {
 }
 
 /* First prerequisite of a that has not run, or -1 when a is ready. */
-static int first_unmet(const vstate *v, const sched_action *a, prereq *q) {
+static int first_unmet(const vstate *v, const sched_action *a, sched_action *q) {
     int n = prereqs_of(v, a, q);
     for (int j = 0; j < n; j++)
         if (!v->done[q[j].kind][q[j].stage * v->M + q[j].mb]) return j;
@@ -307,7 +288,7 @@ static int report_deadlock(vstate *v, const int *pc) {
         if (shown++ == 6) { strncat(msg, " ...", sizeof msg - strlen(msg) - 1); continue; }
         if (shown > 6) continue;
         const sched_action *a = &v->s->acts[r][pc[r]];
-        prereq q[2];
+        sched_action q[SCHED_MAX_DEPS];
         int j = first_unmet(v, a, q);
         size_t l = strlen(msg);
         snprintf(msg + l, sizeof msg - l, "%s rank %d at step %d (%s) waits for %s (rank %d)", shown > 1 ? ";" : "", r,
@@ -326,7 +307,7 @@ static int check_deadlock(vstate *v) {
     for (bool progress = true; progress;) {
         progress = false;
         for (int r = 0; r < s->n_ranks; r++) {
-            prereq q[2];
+            sched_action q[SCHED_MAX_DEPS];
             while (pc[r] < s->len[r] && first_unmet(v, &s->acts[r][pc[r]], q) < 0) {
                 const sched_action *a = &s->acts[r][pc[r]++];
                 if (a->stage >= 0 && a->mb >= 0) v->done[a->kind][a->stage * v->M + a->mb] = 1;
@@ -351,17 +332,4 @@ int sched_validate(const sched *s, sched_error *err) {
     }
     vstate_free(&v);
     return rc;
-}
-
-void sched_peak_activations(const sched *s, int *out) {
-    int *held = pt_calloc((size_t)s->n_stages, sizeof(int));
-    for (int g = 0; g < s->n_stages; g++) out[g] = 0;
-    for (int r = 0; r < s->n_ranks; r++)
-        for (int i = 0; i < s->len[r]; i++) {
-            const sched_action *a = &s->acts[r][i];
-            if (a->stage < 0 || a->stage >= s->n_stages) continue;
-            if (a->kind == ACT_F && ++held[a->stage] > out[a->stage]) out[a->stage] = held[a->stage];
-            if (a->kind == ACT_W || a->kind == ACT_BW) held[a->stage]--;
-        }
-    free(held);
 }

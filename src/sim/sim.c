@@ -3,7 +3,8 @@
  * dependency's waiter list and is woken when it resolves (a worklist, no global event queue,
  * no scans: O(actions)). Cost-model parsing lives in sim_costs.c, not here.
  *
- * Dependencies are keyed per (kind, stage, virtual mb), virtual mb = iteration * M + mb:
+ * What an action waits for is sched's dependency rule (sched_action_deps); here each prerequisite
+ * becomes a key per (kind, stage, virtual mb), virtual mb = iteration * M + mb:
  * F_END, B_END (B or BW done), W_END (W or BW done), MSG_F (forward input of a stage arrived on
  * its rank), MSG_B (input gradient arrived); plus one barrier per iteration. */
 #include "sim/sim.h"
@@ -107,26 +108,22 @@ static void issue_send(sim_state *st, int r, int g, int mb, int iter, bool fwd, 
     key_resolve(st, key_of(st, fwd ? K_MSGF : K_MSGB, dst_g, iter * st->M + mb), end + lat + extra, ev);
 }
 
-/* Fills keys[] with what action a (virtual mb vmb) on rank r needs before it can start. */
+/* The key that resolves prerequisite d of action a (virtual mb vmb) on rank r: a compute action
+ * on r resolves when it ends; one on another rank, and a SEND or RECV, when its message has
+ * arrived at a's stage (what a RECV waits for, or the implicit send of a compute-only schedule). */
+static long dep_key(const sim_state *st, int r, const sched_action *a, const sched_action *d, int vmb) {
+    bool fwd = d->kind == ACT_F || d->kind == ACT_SEND_F || d->kind == ACT_RECV_F;
+    if (!sched_kind_is_compute(d->kind) || st->s->stage_rank[d->stage] != r)
+        return key_of(st, fwd ? K_MSGF : K_MSGB, a->stage, vmb);
+    return key_of(st, d->kind == ACT_F ? K_FEND : d->kind == ACT_W ? K_WEND : K_BEND, d->stage, vmb);
+}
+
+/* Fills keys[] with what action a (virtual mb vmb) on rank r needs before it can start: the
+ * dependency rule (sched_action_deps), each prerequisite as its key. Returns how many. */
 static int action_deps(const sim_state *st, int r, const sched_action *a, int vmb, long *keys) {
-    int n = 0, g = a->stage, pos = g >= 0 ? g % st->K : 0;
-    switch (a->kind) {
-    case ACT_F:
-        if (pos > 0) keys[n++] = st->s->stage_rank[g - 1] == r ? key_of(st, K_FEND, g - 1, vmb)
-                                                                : key_of(st, K_MSGF, g, vmb);
-        break;
-    case ACT_B: case ACT_BW:
-        keys[n++] = key_of(st, K_FEND, g, vmb);
-        if (pos < st->K - 1) keys[n++] = st->s->stage_rank[g + 1] == r ? key_of(st, K_BEND, g + 1, vmb)
-                                                                        : key_of(st, K_MSGB, g, vmb);
-        break;
-    case ACT_W: keys[n++] = key_of(st, K_BEND, g, vmb); break;
-    case ACT_SEND_F: keys[n++] = key_of(st, K_FEND, g, vmb); break;
-    case ACT_SEND_B: keys[n++] = key_of(st, K_BEND, g, vmb); break;
-    case ACT_RECV_F: keys[n++] = key_of(st, K_MSGF, g, vmb); break;
-    case ACT_RECV_B: keys[n++] = key_of(st, K_MSGB, g, vmb); break;
-    default: break;
-    }
+    sched_action d[SCHED_MAX_DEPS];
+    int n = sched_action_deps(st->s, a, d);
+    for (int i = 0; i < n; i++) keys[i] = dep_key(st, r, a, &d[i], vmb);
     return n;
 }
 
@@ -226,7 +223,7 @@ static int step_rank(sim_state *st, int r) {
         if (st->ktime[kb] < 0) return park(st, r, kb);
         if (st->ktime[kb] > st->t[r]) { st->t[r] = st->ktime[kb]; st->last_ev[r] = st->ksrc[kb]; }
     }
-    long keys[2];
+    long keys[SCHED_MAX_DEPS];
     int n = action_deps(st, r, a, iter * st->M + (a->mb >= 0 ? a->mb : 0), keys);
     double ready = st->t[r], start = ready;
     int pred = st->last_ev[r];

@@ -12,6 +12,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+/* The "format" of the simulator's costs file (optional in the file, for files written before it
+ * had one). Not the profile's costs file ("pipetrain-costs/1", for `plan --costs`): each reader
+ * recognises the other's format and says so. */
+#define SIM_COSTS_FORMAT "pipetrain-sim-costs/1"
+
 /* Largest cost value accepted (seconds, bytes, bytes/s, factors): far above any real one, and
  * sums and products of millions of them stay finite (no inf or null iteration time). */
 #define SIM_COST_MAX 1e15
@@ -41,8 +46,9 @@ void sim_costs_init(sim_costs *c, int n_stages, double f, double b, double w);
 void sim_costs_free(sim_costs *c);
 /* "--cost" spec "f=1,b=1,w=1[,bw=X][,act=BYTES]" applied to every stage. Error names the key. */
 int sim_costs_parse_spec(sim_costs *c, const char *spec);
-/* Loads a costs JSON file (format in docs/simulator.md) over c's current values; per-stage
- * fields are a number (every stage) or an array of S numbers. Every value must be finite, >= 0
+/* Loads a costs JSON file (format in docs/simulator.md) over c's current values; "format", when
+ * present, must be SIM_COSTS_FORMAT (a profile's costs file is named as such, with what to use
+ * instead); per-stage fields are a number (every stage) or an array of S numbers. Every value must be finite, >= 0
  * and at most 1e15; links must join two different ranks in 0..n_ranks-1 (n_ranks <= 0: not
  * bounded); an unknown key is an error listing the known ones. Errors name file and field. */
 int sim_costs_load_json(sim_costs *c, const char *path, int n_ranks);

@@ -218,9 +218,24 @@ static int json_links(sim_costs *c, const cJSON *root, int n_ranks, const char *
     return 0;
 }
 
+#define PROFILE_COSTS_FORMAT "pipetrain-costs/1"   /* plan_cost.c's; plan sits above sim */
+
+/* The optional "format": SIM_COSTS_FORMAT. A profile's costs file is recognised by its format. */
+static int json_check_format(const cJSON *root, const char *path) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const char *s = cJSON_IsString(f) ? f->valuestring : NULL;
+    if (!f || (s && !strcmp(s, SIM_COSTS_FORMAT))) return 0;
+    if (s && !strcmp(s, PROFILE_COSTS_FORMAT))
+        return pt_seterr("%s is a profile costs file (" PROFILE_COSTS_FORMAT ") for `plan --costs`; simulate "
+                         "--costs takes a simulator costs file (format \"" SIM_COSTS_FORMAT "\": per-stage f, "
+                         "b, w, ..., see docs/simulator.md)", path);
+    return pt_seterr("%s: format is %s%s%s, not \"" SIM_COSTS_FORMAT "\" (simulate --costs takes a simulator "
+                     "costs file, see docs/simulator.md)", path, s ? "\"" : "", s ? s : "not a string", s ? "\"" : "");
+}
+
 int sim_costs_load_json(sim_costs *c, const char *path, int n_ranks) {
     static const char *const known[] = { "f", "b", "w", "bw", "act_bytes", "reduce", "step", "latency",
-                                         "bandwidth", "links" };
+                                         "bandwidth", "links", "format" };
     size_t len;
     char *text = pt_read_file(path, &len);
     if (!text) return -1;
@@ -231,7 +246,7 @@ int sim_costs_load_json(sim_costs *c, const char *path, int n_ranks) {
         return pt_seterr("%s: not a JSON object (see docs/simulator.md for the costs format)", path);
     }
     int S = c->n_stages, rc = -1;
-    if (json_known_keys(root, known, 10, "", path) ||
+    if (json_check_format(root, path) || json_known_keys(root, known, 11, "", path) ||
         json_stage_field(root, "f", c->f, S, path) || json_stage_field(root, "b", c->b, S, path) ||
         json_stage_field(root, "w", c->w, S, path) || json_stage_field(root, "bw", c->bw, S, path) ||
         json_stage_field(root, "act_bytes", c->act_bytes, S, path) ||

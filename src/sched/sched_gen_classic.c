@@ -1,35 +1,9 @@
-/* Generator dispatch (sched_generate) and the classic schedules: gpipe, 1f1b, interleaved-1f1b
- * (Megatron-LM's order) and pipedream (asynchronous 1F1B). Pure functions: no I/O.
- * Not here: zero-bubble, chimera and greedy generators (their own files).
+/* The classic schedules: gpipe, 1f1b, interleaved-1f1b (Megatron-LM's order) and pipedream
+ * (asynchronous 1F1B). Pure functions: no I/O. Not here: the registry and dispatch
+ * (sched_registry.c), zero-bubble, chimera and greedy generators (their own files).
  * Legend: P ranks, S stages, M microbatches, v chunks (stages per rank). */
 #include "sched/gen.h"
 #include "util/pt.h"
-#include <string.h>
-
-typedef struct {
-    const char *name;
-    sched *(*fn)(const sched_params *p);
-} gen_entry;
-
-static const gen_entry gen_table[] = {
-    { "gpipe", gen_gpipe },       { "1f1b", gen_1f1b },   { "interleaved-1f1b", gen_interleaved },
-    { "zb-h1", gen_zb_h1 },       { "zb-h2", gen_zb_h2 }, { "zb-v", gen_zb_v },
-    { "chimera", gen_chimera },   { "pipedream", gen_pipedream }, { "greedy", gen_greedy },
-};
-#define N_GEN ((int)(sizeof gen_table / sizeof gen_table[0]))
-
-const char *const sched_generator_names[] = {
-    "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "chimera", "pipedream", "greedy", NULL,
-};
-
-int gen_check_common(const char *name, const sched_params *p) {
-    if (!p) return pt_seterr("schedule %s: no parameters", name);
-    if (p->ranks < 1) return pt_seterr("schedule %s: ranks must be >= 1 (got %d)", name, p->ranks);
-    if (p->microbatches < 1)
-        return pt_seterr("schedule %s: microbatches must be >= 1 (got %d)", name, p->microbatches);
-    if (p->chunks < 0) return pt_seterr("schedule %s: chunks must be >= 0 (got %d)", name, p->chunks);
-    return 0;
-}
 
 /* Rejects chunks other than 0 or 1 for generators with one stage per rank. */
 static int gen_check_one_chunk(const char *name, const sched_params *p) {
@@ -38,28 +12,6 @@ static int gen_check_one_chunk(const char *name, const sched_params *p) {
         return pt_seterr("schedule %s: chunks must be 1 (one stage per rank; got %d); "
                          "use interleaved-1f1b for several", name, p->chunks);
     return 0;
-}
-
-sched *sched_generate(const char *name, const sched_params *p) {
-    for (int i = 0; i < N_GEN; i++) {
-        if (strcmp(name, gen_table[i].name) != 0) continue;
-        if (gen_check_common(name, p) < 0) return NULL;
-        sched *s = gen_table[i].fn(p);
-        if (s && !s->name[0]) snprintf(s->name, sizeof s->name, "%s", name);
-        return s;
-    }
-    char list[256] = "";
-    for (int i = 0; sched_generator_names[i]; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", sched_generator_names[i]);
-    pt_seterr("unknown schedule '%s' (known: %s)", name, list);
-    return NULL;
-}
-
-/* New schedule with P ranks, S = P stages, stage g on rank g. */
-static sched *gen_new_linear(const char *name, const sched_params *p) {
-    sched *s = sched_new(p->ranks, p->ranks, 1, p->microbatches);
-    snprintf(s->name, sizeof s->name, "%s", name);
-    return s;
 }
 
 /* GPipe: every rank runs all forwards, then all backwards (BW, mb 0..M-1), then the sync tail. */

@@ -1,0 +1,257 @@
+/* The list scheduler behind the greedy, zb-v and chimera generators (gen_list.h): a small event
+ * simulation in which each free rank picks a ready action by priority, under per-stage and
+ * per-rank activation limits. Pure: no I/O. Not a generator itself (those call it), not the
+ * simulator (sim/ times a given schedule; this builds one), not the hand-made schedules.
+ * Legend: P ranks, S stages, K stages per pipe, M microbatches, pos = g % K. */
+#include "sched/gen_list.h"
+#include "util/pt.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int kind;                    /* ACT_F, ACT_B, ACT_W, ACT_BW, or -1 when the rank is free */
+    int stage, mb;
+    int slot;                    /* B, BW: index in the stage's candidate list, while being picked */
+    double end;
+} gl_run;
+
+typedef struct {
+    const gen_list_spec *sp;
+    int P, S, K, M;
+    int *pipe_mb;                /* [n_pipes][M] microbatches of each pipe, in order */
+    int *pipe_n;                 /* [n_pipes] */
+    unsigned char *fdone;        /* [S][M] forward finished (what the dependency rule reads) */
+    unsigned char *bdone;        /* [S][M] input-gradient backward (B or BW) finished */
+    int *next_f;                 /* [S] index into the pipe's list of the next forward */
+    int *inflight;               /* [S] forwards started whose B has not started */
+    int *held;                   /* [S] activations held: F started, W (or BW) not finished */
+    int *rank_held;              /* [P] sum of held over the rank's stages */
+    int *bcand, *n_bcand;        /* [S][M] microbatches whose F started and B not, count */
+    int *wq, *wq_head, *wq_tail; /* [S][M] FIFO of microbatches whose B started and W not */
+    int *rank_st, *n_rank_st;    /* [P][S] stages of each rank, count */
+    int *cap;                    /* [S] in-flight cap: forwards that fill one round trip */
+    gl_run *run;                 /* [P] */
+    sched *out;
+} gen_list;
+
+static int gl_pos(const gen_list *L, int g) { return g % L->K; }
+
+/* Forwards stage g can start before its first B returns with these costs: its own F plus the
+ * downstream F and B times, in units of its F (1 + 2(K-1-pos) with equal costs). With a stage
+ * limit and split B/W, keep pos slots free for W's deferred to the cool-down (ZB-H1's shape at
+ * limit P). */
+static int gl_round_trip_cap(const gen_list *L, int g) {
+    const gen_list_spec *sp = L->sp;
+    int pipe_end = (g / L->K + 1) * L->K;
+    double t = 0;
+    for (int j = g + 1; j < pipe_end; j++) t += sp->cost_f[j] + sp->cost_b[j];
+    double c = 1.0 + t / sp->cost_f[g];
+    int cap = c > L->M + 1.0 ? L->M + 1 : (int)c;
+    if (sp->stage_limit > 0 && !sp->fused) {
+        int lim = sp->stage_limit - gl_pos(L, g);
+        if (lim < 1) lim = 1;
+        if (lim < cap) cap = lim;
+    }
+    return cap;
+}
+
+static void gl_init_stages(gen_list *L) {
+    const gen_list_spec *sp = L->sp;
+    for (int g = 0; g < L->S; g++) {
+        int r = sp->stage_rank[g];
+        L->rank_st[r * L->S + L->n_rank_st[r]++] = g;
+        L->cap[g] = gl_round_trip_cap(L, g);
+    }
+    for (int m = 0; m < L->M; m++) {
+        int p = sp->mb_pipe ? sp->mb_pipe[m] : 0;
+        L->pipe_mb[p * L->M + L->pipe_n[p]++] = m;
+    }
+}
+
+static void gl_alloc(gen_list *L, const gen_list_spec *sp) {
+    memset(L, 0, sizeof *L);
+    L->sp = sp;
+    L->P = sp->n_ranks, L->S = sp->n_stages, L->M = sp->n_mb, L->K = sp->n_stages / sp->n_pipes;
+    size_t SM = (size_t)L->S * L->M, S = L->S, P = L->P;
+    L->pipe_mb = pt_calloc((size_t)sp->n_pipes * L->M, sizeof(int));
+    L->pipe_n = pt_calloc((size_t)sp->n_pipes, sizeof(int));
+    L->fdone = pt_calloc(SM, 1);
+    L->bdone = pt_calloc(SM, 1);
+    L->next_f = pt_calloc(S, sizeof(int));
+    L->inflight = pt_calloc(S, sizeof(int));
+    L->held = pt_calloc(S, sizeof(int));
+    L->rank_held = pt_calloc(P, sizeof(int));
+    L->bcand = pt_calloc(SM, sizeof(int));
+    L->n_bcand = pt_calloc(S, sizeof(int));
+    L->wq = pt_calloc(SM, sizeof(int));
+    L->wq_head = pt_calloc(S, sizeof(int));
+    L->wq_tail = pt_calloc(S, sizeof(int));
+    L->rank_st = pt_calloc(P * S, sizeof(int));
+    L->n_rank_st = pt_calloc(P, sizeof(int));
+    L->cap = pt_calloc(S, sizeof(int));
+    L->run = pt_calloc(P, sizeof(gl_run));
+    for (int r = 0; r < L->P; r++) L->run[r].kind = -1;
+    gl_init_stages(L);
+}
+
+static void gl_free(gen_list *L) {
+    free(L->pipe_mb), free(L->pipe_n), free(L->fdone), free(L->bdone), free(L->next_f), free(L->inflight);
+    free(L->held), free(L->rank_held), free(L->bcand), free(L->n_bcand), free(L->wq);
+    free(L->wq_head), free(L->wq_tail), free(L->rank_st), free(L->n_rank_st);
+    free(L->cap), free(L->run);
+}
+
+static void gl_release(gen_list *L, int g) {
+    L->held[g]--;
+    L->rank_held[L->sp->stage_rank[g]]--;
+}
+
+/* Records a finished action: the done flags the dependency rule is checked against, and the
+ * memory a W or BW frees. What may start next is the rule's business (gl_deps_met). */
+static void gl_finish(gen_list *L, const gl_run *a) {
+    size_t i = (size_t)a->stage * L->M + a->mb;
+    if (a->kind == ACT_F) L->fdone[i] = 1;
+    if (a->kind == ACT_B || a->kind == ACT_BW) L->bdone[i] = 1;
+    if (a->kind == ACT_W || a->kind == ACT_BW) gl_release(L, a->stage);
+}
+
+/* True when every prerequisite of (kind, g, m) by the dependency rule (sched_action_deps on the
+ * compute-only schedule being built: F and B prerequisites only) has finished. */
+static bool gl_deps_met(const gen_list *L, sched_kind kind, int g, int m) {
+    sched_action a = { .stage = g, .mb = m, .kind = kind }, d[SCHED_MAX_DEPS];
+    int n = sched_action_deps(L->out, &a, d);
+    for (int j = 0; j < n; j++) {
+        const unsigned char *done = d[j].kind == ACT_F ? L->fdone : L->bdone;
+        if (!done[(size_t)d[j].stage * L->M + d[j].mb]) return false;
+    }
+    return true;
+}
+
+/* Slots a rank keeps free when stage g starts a forward: one for each deeper stage of the same
+ * rank and pipe that holds nothing yet, so a full rank can always take the forward that leads
+ * its oldest microbatch towards the pipe's end (where B needs nothing else). */
+static int gl_reserve(const gen_list *L, int g) {
+    int r = L->sp->stage_rank[g], n = 0;
+    const int *st = L->rank_st + (size_t)r * L->S;
+    for (int i = 0; i < L->n_rank_st[r]; i++) {
+        int h = st[i];
+        if (h / L->K == g / L->K && h > g && L->held[h] == 0) n++;
+    }
+    return n;
+}
+
+/* The forward stage g could start now, or -1: next in its pipe's order, input ready, memory
+ * (stage limit, rank limit keeping room for the rank's deeper stages) and in-flight cap allow. */
+static int gl_ready_f(const gen_list *L, int g) {
+    const gen_list_spec *sp = L->sp;
+    int p = g / L->K;
+    if (L->next_f[g] >= L->pipe_n[p]) return -1;
+    int m = L->pipe_mb[p * L->M + L->next_f[g]];
+    if (!gl_deps_met(L, ACT_F, g, m)) return -1;
+    if (sp->stage_limit > 0 && L->held[g] >= sp->stage_limit) return -1;
+    if (sp->rank_limit > 0 && L->rank_held[sp->stage_rank[g]] + gl_reserve(L, g) >= sp->rank_limit) return -1;
+    if (L->inflight[g] >= L->cap[g]) return -1;
+    return m;
+}
+
+/* Index in bcand of stage g's oldest microbatch whose backward may start now, or -1. */
+static int gl_oldest_b(const gen_list *L, int g) {
+    int best = -1;
+    const int *b = L->bcand + (size_t)g * L->M;
+    sched_kind k = L->sp->fused ? ACT_BW : ACT_B;
+    for (int i = 0; i < L->n_bcand[g]; i++)
+        if ((best < 0 || b[i] < b[best]) && gl_deps_met(L, k, g, b[i])) best = i;
+    return best;
+}
+
+/* Picks rank r's next action into *a (kind -1 when nothing is ready). */
+static void gl_pick(const gen_list *L, int r, gl_run *a) {
+    const int *st = L->rank_st + (size_t)r * L->S;
+    int n = L->n_rank_st[r];
+    a->kind = -1;
+    for (int i = 0; i < n; i++) {           /* F: deepest stage first */
+        int g = st[i], m = gl_ready_f(L, g);
+        if (m >= 0 && (a->kind < 0 || gl_pos(L, g) > gl_pos(L, a->stage)))
+            *a = (gl_run){ ACT_F, g, m, 0, 0 };
+    }
+    if (a->kind >= 0) return;
+    for (int i = 0; i < n; i++) {           /* B: oldest microbatch, then deepest stage */
+        int g = st[i], k = gl_oldest_b(L, g);
+        if (k < 0) continue;
+        int m = L->bcand[(size_t)g * L->M + k];
+        if (a->kind < 0 || m < a->mb || (m == a->mb && gl_pos(L, g) > gl_pos(L, a->stage)))
+            *a = (gl_run){ L->sp->fused ? ACT_BW : ACT_B, g, m, k, 0 };
+    }
+    if (a->kind >= 0) return;
+    for (int i = 0; i < n; i++) {           /* W: oldest pending */
+        int g = st[i];
+        if (L->wq_head[g] == L->wq_tail[g]) continue;
+        int m = L->wq[(size_t)g * L->M + L->wq_head[g]];
+        if ((a->kind < 0 || m < a->mb) && gl_deps_met(L, ACT_W, g, m)) *a = (gl_run){ ACT_W, g, m, 0, 0 };
+    }
+}
+
+/* Starts a picked action on rank r at time t: bookkeeping, duration, and the output list. */
+static void gl_start(gen_list *L, int r, gl_run a, double t) {
+    const gen_list_spec *sp = L->sp;
+    int g = a.stage;
+    double d;
+    if (a.kind == ACT_F) {
+        L->next_f[g]++, L->inflight[g]++, L->held[g]++, L->rank_held[r]++;
+        L->bcand[(size_t)g * L->M + L->n_bcand[g]++] = a.mb;   /* its backward is a candidate now */
+        d = sp->cost_f[g];
+    } else if (a.kind == ACT_W) {
+        L->wq_head[g]++;
+        d = sp->cost_w[g];
+    } else {                                /* B or BW: drop it from the candidates */
+        int k = a.slot, *b = L->bcand + (size_t)g * L->M;
+        b[k] = b[--L->n_bcand[g]];
+        if (a.kind == ACT_B) L->wq[(size_t)g * L->M + L->wq_tail[g]++] = a.mb;   /* its W is one now */
+        L->inflight[g]--;
+        d = sp->cost_b[g] + (a.kind == ACT_BW ? sp->cost_w[g] : 0);
+    }
+    a.end = t + d;
+    L->run[r] = a;
+    sched_push(L->out, r, (sched_kind)a.kind, g, a.mb);
+}
+
+/* One event step at time t: finish what ends by t, start what free ranks pick. Returns the
+ * next event time, or -1 when nothing runs (all done, or stuck). */
+static double gl_step(gen_list *L, double t) {
+    for (int r = 0; r < L->P; r++)
+        if (L->run[r].kind >= 0 && L->run[r].end <= t) {
+            gl_finish(L, &L->run[r]);
+            L->run[r].kind = -1;
+        }
+    double next = -1;
+    for (int r = 0; r < L->P; r++) {
+        if (L->run[r].kind < 0) {
+            gl_run a;
+            gl_pick(L, r, &a);
+            if (a.kind >= 0) gl_start(L, r, a, t);
+        }
+        if (L->run[r].kind >= 0 && (next < 0 || L->run[r].end < next)) next = L->run[r].end;
+    }
+    return next;
+}
+
+sched *gen_list_schedule(const gen_list_spec *sp) {
+    gen_list L;
+    gl_alloc(&L, sp);
+    L.out = sched_new(sp->n_ranks, sp->n_stages, sp->n_pipes, sp->n_mb);
+    snprintf(L.out->name, sizeof L.out->name, "%s", sp->name);
+    memcpy(L.out->stage_rank, sp->stage_rank, (size_t)sp->n_stages * sizeof(int));
+    if (sp->mb_pipe) memcpy(L.out->mb_pipe, sp->mb_pipe, (size_t)sp->n_mb * sizeof(int));
+    for (double t = 0; t >= 0;) t = gl_step(&L, t);
+    long want = (long)L.K * L.M * (sp->fused ? 2 : 3);
+    if (sched_total_actions(L.out) != want) {
+        pt_seterr("schedule %s: list scheduler stuck after %ld of %ld actions (a bug)", sp->name,
+                  sched_total_actions(L.out), want);
+        sched_free(L.out);
+        L.out = NULL;
+    } else {
+        sched_append_sync_tail(L.out);
+    }
+    gl_free(&L);
+    return L.out;
+}
