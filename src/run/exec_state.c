@@ -24,22 +24,6 @@ static int exec_rank_of(const run_exec *e, int g) {
     return run_layout_world_rank(e->c.lo, e->d, e->c.s->stage_rank[g]);
 }
 
-/* Activation sets stage g holds at once, following the rank's order: from F (or, recomputing,
- * from the backward's recompute) until W or BW. */
-static int exec_count_slots(const run_exec *e, int g) {
-    const sched *s = e->c.s;
-    int n = 0, peak = 1;
-    for (int i = 0; i < s->len[e->p]; i++) {
-        sched_action a = s->acts[e->p][i];
-        if (a.stage != g) continue;
-        if (a.kind == (e->c.recompute ? ACT_B : ACT_F)) n++;
-        if (a.kind == ACT_BW && e->c.recompute) n++;
-        if (n > peak) peak = n;
-        if (a.kind == ACT_W || a.kind == ACT_BW) n--;
-    }
-    return peak;
-}
-
 size_t exec_weights_n(const run_stage *st, int n_ties) {
     size_t n = st->span_n;
     for (int t = 0; t < n_ties; t++) n += st->copy[t].w ? st->copy[t].count : 0;
@@ -90,7 +74,7 @@ static void exec_stage_ties(run_exec *e, run_stage *st) {
 static void exec_stage_buffers(run_exec *e, run_stage *st) {
     int nl = st->end - st->first;
     size_t nc = (size_t)e->N * e->C;
-    st->n_slots = exec_count_slots(e, st->g);
+    st->n_slots = sched_stage_peak_slots(e->c.s, st->g, e->c.recompute != 0);   /* the one rule */
     st->slot_of = pt_malloc(sizeof(int) * (size_t)e->M);
     st->slot_mb = pt_malloc(sizeof(int) * (size_t)st->n_slots);
     for (int j = 0; j < e->M; j++) st->slot_of[j] = -1;

@@ -203,7 +203,7 @@ int sched_action_deps(const sched *s, const sched_action *a, sched_action out[SC
  *     peak = max(peak, n); if kind == W or BW n--;
  * Without recomputation a set is held from F until W or BW; with it, from the backward's
  * recompute (at B or BW) until W or BW. The executor sizes each stage's activation buffers by
- * this (it equals its exec_count_slots). */
+ * this. */
 int sched_stage_peak_slots(const sched *s, int g, bool recompute);
 /* Peak activations held per stage, in microbatches (F ran, W or BW not yet) following each rank's
  * order: out[S] (0 for a stage with no F; otherwise sched_stage_peak_slots(s, g, false)). */
