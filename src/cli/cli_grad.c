@@ -62,7 +62,7 @@ static int grad_run(const grad_args *a, comm *world) {
     data_set *d = NULL;
     int prefixed, rc = -1, *inp = NULL, *tgt = NULL;
     float loss;
-    if (cli_model_setup(&m, a->config, a->init, (uint64_t)a->seed, &prefixed) < 0) return -1;
+    if (gpt_model_load(&m, a->config, a->init, (uint64_t)a->seed, &prefixed) < 0) return -1;
     if (a->seq > m.cfg.n_positions) {
         pt_seterr("--seq %d exceeds n_positions %d of %s", a->seq, m.cfg.n_positions, a->config);
         goto free_model;

@@ -3,6 +3,7 @@
  * and print text; other vocabularies (no tokenizer here) take --prompt-tokens and print ids. */
 #include "cli/cli.h"
 #include "cli/cli_model.h"
+#include "model/gpt_io.h"
 #include "util/pt.h"
 #include <dirent.h>
 #include <math.h>
@@ -134,7 +135,7 @@ int cli_sample(int argc, char **argv) {
     char dir[1200];
     if (a.checkpoint) rc = resolve_checkpoint(a.checkpoint, dir, sizeof dir) < 0 ? -1
                            : cli_model_from_checkpoint(&m, dir);
-    else if (a.config && a.init) rc = cli_model_setup(&m, a.config, a.init, 0, NULL);
+    else if (a.config && a.init) rc = gpt_model_load(&m, a.config, a.init, 0, NULL);
     else rc = pt_seterr("give --checkpoint DIR, or --config and --init");
     if (rc < 0) return cli_fail("sample");
     rc = sample_run(&m, &a);

@@ -15,6 +15,12 @@ int gpt_load_st(gpt_model *m, const st_file *f, int *prefixed);
 /* The same, opening path first. */
 int gpt_load_safetensors(gpt_model *m, const char *path, int *prefixed);
 
+/* A model from files: the config JSON (required: the error says so), then init_path's weights or,
+ * when init_path is NULL, GPT-2 initialisation from seed. *prefixed (may be NULL) as above (0 for
+ * the seeded init). -1 with the error naming the file and field; m is then freed. */
+int gpt_model_load(gpt_model *m, const char *config_path, const char *init_path, uint64_t seed,
+                   int *prefixed);
+
 /* Adds one tensor per parameter to w, with data taken from buf (a flat buffer laid out like
  * m->params: the params themselves, the grads, an AdamW moment), named prefix + HF name
  * ("transformer.h.0.ln_1.weight" with prefix "transformer."). buf must outlive st_write. */

@@ -26,6 +26,12 @@ static void sums_init(chain_sums *s, const plan_chain *c) {
 
 static void sums_free(chain_sums *s) { free(s->W); free(s->MF); free(s->MA); }
 
+/* The cut table and the prefix sums of a split search. */
+static void tables_free(int *from, chain_sums *s) {
+    free(from);
+    sums_free(s);
+}
+
 /* Time of stage k holding items [i, j). */
 static double seg_time(const chain_sums *s, int k, int i, int j) {
     return (s->W[j] - s->W[i]) / s->c->speed[k];
@@ -112,6 +118,13 @@ static void cuts_from_table(const int *from, int K, int n, int *first) {
     for (int k = K - 1, j = n; k >= 0; k--) j = first[k] = from[k * (n + 1) + j];
 }
 
+/* The split's first layers from the cut table when a split was found (0), else -1. */
+static int split_finish(int found, const int *from, int K, int n, int *first) {
+    if (!found) return -1;
+    cuts_from_table(from, K, n, first);
+    return 0;
+}
+
 /* best[k][j]: smallest bottleneck placing items [0, j) on stages 0..k; from[k][j] the cut. */
 int plan_split_dp(const plan_chain *c, int *first, double *bottleneck) {
     if (c->K < 1 || c->n < c->K) return -1;
@@ -132,13 +145,10 @@ int plan_split_dp(const plan_chain *c, int *first, double *bottleneck) {
             }
         }
     double opt = best[(K - 1) * (n + 1) + n];
-    if (opt == INFINITY) goto free_buffers;
-    cuts_from_table(from, K, n, first);
-    *bottleneck = opt;
-    rc = 0;
-free_buffers:
-    free(best); free(from);
-    sums_free(&s);
+    rc = split_finish(opt != INFINITY, from, K, n, first);
+    if (rc == 0) *bottleneck = opt;
+    free(best);
+    tables_free(from, &s);
     return rc;
 }
 
@@ -171,11 +181,8 @@ int plan_split_refine(const plan_chain *c, double X, int *first) {
                 if (score_less(cand, *b)) { *b = cand; from[k * (n + 1) + j] = i; }
             }
         }
-    if (best[(K - 1) * (n + 1) + n].sum == INFINITY) goto free_buffers;
-    cuts_from_table(from, K, n, first);
-    rc = 0;
-free_buffers:
-    free(best); free(from);
-    sums_free(&s);
+    rc = split_finish(best[(K - 1) * (n + 1) + n].sum != INFINITY, from, K, n, first);
+    free(best);
+    tables_free(from, &s);
     return rc;
 }

@@ -21,21 +21,6 @@ static int check_same_config(const char *path, const gpt_config *saved, const ch
     return 0;
 }
 
-/* m from the config JSON, then the init weights or, without them, GPT-2 init from seed. */
-static int model_from_files(gpt_model *m, const char *config_path, const char *init_path,
-                            uint64_t seed) {
-    gpt_config cfg;
-    if (!config_path) return pt_seterr("--config is required (a JSON file with n_layer, n_head, "
-                                       "n_embd, vocab_size, n_positions)");
-    if (config_load_json(&cfg, config_path) < 0) return -1;
-    if (gpt_init(m, &cfg) < 0) return -1;
-    if (!init_path) {
-        gpt_init_random(m, seed);
-        return 0;
-    }
-    return gpt_load_safetensors(m, init_path, NULL);
-}
-
 /* Weights, moments and step of the checkpoint man (read from dir), for the same data order. */
 static int model_from_checkpoint(train_ctx *t, const ckpt_manifest *man) {
     const train_opts *o = &t->o;
@@ -55,7 +40,7 @@ static int model_from_checkpoint(train_ctx *t, const ckpt_manifest *man) {
 int train_setup_model(train_ctx *t) {
     const train_opts *o = &t->o;
     if (!o->resume) {
-        if (model_from_files(&t->m, o->config, o->init, (uint64_t)o->seed) < 0) return -1;
+        if (gpt_model_load(&t->m, o->config, o->init, (uint64_t)o->seed, NULL) < 0) return -1;
         adamw_init(&t->opt, t->m.num_params);
         return 0;
     }
