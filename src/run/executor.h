@@ -43,7 +43,7 @@ typedef struct {
 } run_exec_stats;
 
 /* Allocates the rank's state and splits the reduction communicators: collective over world (every
- * rank calls it, in any order relative to other work). Copies the tied wte where needed from
+ * rank calls it, in any order relative to other work). Copies tied tensors where needed from
  * the instance's params. Returns 0 or -1. */
 int run_exec_init(run_exec **out, const run_exec_cfg *cfg);
 void run_exec_free(run_exec *e);

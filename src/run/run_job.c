@@ -1,7 +1,7 @@
 /* A pipelined job on this process: rank threads (threads transport) or this process's rank (MPI),
  * their executors, the merged timeline of each iteration, measured bubble and profiled costs,
  * and gathering the model back to the root. Not here: the per-rank walk (executor.c), the
- * training loop (cli_train.c).
+ * training loop (src/train/trainer.c).
  *
  * Threads mode keeps one gpt_model per (replica, pipe), shared by that replica's rank threads:
  * each thread touches only its own stages' spans. OpenBLAS's thread count is process-wide, so
