@@ -64,4 +64,27 @@ check "report: 100k steps" "$P" report "$D/big.jsonl" --out "$D/big.html"
 sz=$(stat -c %s "$D/big.html")
 [ "$sz" -lt 1500000 ] && ok "report: 100k-step page is small ($sz bytes)" || fail "report: 100k-step page is small" "$sz bytes"
 check "report: 100k page is XML" xml_ok "$D/big.html"
+# written by train: events and the page beside the metrics, a pipelined run with its timeline
+cat > "$D/cfg.json" <<'J'
+{"n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 256, "n_positions": 16}
+J
+for i in $(seq 1 100); do echo "the quick brown fox jumps over the lazy dog $i"; done > "$D/text.txt"
+train() { "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 4 --seq 16 --lr 3e-3 "$@"; }
+if train --steps 6 --save "$D/run" --save-every 3 --stages 2 --microbatches 2 > "$D/train.out" 2>&1; then
+  ok "train --save: runs"; else fail "train --save: runs" "$(tail -3 "$D/train.out")"; fi
+[ "$(wc -l < "$D/run/metrics.jsonl")" -eq 6 ] && ok "train --save keeps DIR/metrics.jsonl" || fail "train --save keeps DIR/metrics.jsonl" "no 6 lines"
+grep -q '"event":"start".*"schedule":"1f1b"' "$D/run/metrics.events.jsonl" && grep -q '"event":"save","step":3' "$D/run/metrics.events.jsonl" \
+  && grep -q '"event":"end".*"simulated_ms"' "$D/run/metrics.events.jsonl" && ok "train: start, save and end events" \
+  || fail "train: start, save and end events" "$(cat "$D/run/metrics.events.jsonl" | cut -c1-120)"
+check "train: its report is XML" xml_ok "$D/run/metrics.html"
+grep -q "report: $D/run/metrics.html" "$D/train.out" && ok "train: prints the report's path" || fail "train: prints the report's path" "no line"
+grep -q 'rank 1' "$D/run/metrics.html" && ok "train: the report holds the last step's timeline" || fail "train: the report holds the last step's timeline" "no timeline"
+train --steps 9 --save "$D/run" --save-every 3 --stages 2 --microbatches 2 --resume "$D/run/ckpt-6" > /dev/null 2>&1
+grep -q '"event":"resume","step":7' "$D/run/metrics.events.jsonl" && ok "train: a resume is an event" || fail "train: a resume is an event" "none"
+check "report: the save folder as the run" "$P" report "$D/run" --out "$D/run2.html"
+grep -q 'resume' "$D/run2.html" && ok "report: the resume is marked" || fail "report: the resume is marked" "none"
+train --steps 8 --lr 1e10 --grad-clip 0 --metrics "$D/div.jsonl" > /dev/null 2>&1
+grep -q '"event":"error".*diverged' "$D/div.events.jsonl" && ok "train: a diverged run logs its error" || fail "train: a diverged run logs its error" "no error event"
+[ -s "$D/div.html" ] && xml_ok "$D/div.html" && grep -q 'diverged' "$D/div.html" \
+  && ok "train: a diverged run still gets its page" || fail "train: a diverged run still gets its page" "missing"
 done_tests
