@@ -183,6 +183,19 @@ static int report_read_metrics(report_run *r, const char *path) {
     return rc;
 }
 
+/* A resume the metrics already showed (their steps went back) at this step: one marker, both
+ * texts. 1 when merged. */
+static int report_merge_resume(report_run *r, long step, const char *text) {
+    for (int i = 0; i < r->n_ev; i++) {
+        report_event *e = &r->ev[i];
+        if (e->step != step || strcmp(e->kind, "resume")) continue;
+        size_t len = strlen(e->text);
+        snprintf(e->text + len, sizeof e->text - len, "; %s", text);
+        return 1;
+    }
+    return 0;
+}
+
 /* One event line: kept for the markers, and start / end kept whole. */
 static void report_take_event(report_run *r, cJSON *o) {
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "event");
@@ -193,6 +206,7 @@ static void report_take_event(report_run *r, cJSON *o) {
     char t[240];
     snprintf(t, sizeof t, "step %ld: %s%s%s", step, k->valuestring, cJSON_IsString(msg) ? ": " : "",
              cJSON_IsString(msg) ? msg->valuestring : "");
+    if (!strcmp(k->valuestring, "resume") && report_merge_resume(r, step, t)) return;
     if (strcmp(k->valuestring, "start") && strcmp(k->valuestring, "end"))
         report_add_event(r, step, k->valuestring, t);
     cJSON **keep = !strcmp(k->valuestring, "start") ? &r->start : !strcmp(k->valuestring, "end") ? &r->end : NULL;
