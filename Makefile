@@ -28,7 +28,7 @@ ifeq ($(TSAN),1)
 endif
 
 # Debian packages the build, tests and demo need; installed on first use (needs root or sudo).
-DEB_PKGS := libopenblas-dev libcjson-dev libopenmpi-dev openmpi-bin fortunes libxml2-utils
+DEB_PKGS := libopenblas-dev libcjson-dev libopenmpi-dev openmpi-bin fortunes libxml2-utils iproute2
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 LIB_SRC  := $(wildcard src/*/*.c)

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Hosts on one machine, for multi-host runs of pipetrain without a cluster: N network namespaces
+# joined by veth pairs to a bridge (in a namespace of its own), addresses inside those namespaces
+# only, Open MPI started across them over TCP with a hostfile and a launch agent that runs each
+# daemon inside its host's namespace (in place of ssh). One host's link can be shaped with
+# `tc qdisc tbf` (rate, burst, latency; netem is not available on these kernels). Needs root and
+# iproute2. docs/hosts.md has the recipe for real machines.
+#
+#   tools/hosts.sh up N                 make hosts h0..h(N-1): 10.77.0.1 .. 10.77.0.N
+#   tools/hosts.sh check                exit 0 when namespaces can be made here (else says why)
+#   tools/hosts.sh hostfile [SLOTS]     print the hostfile (one line per host)
+#   tools/hosts.sh mpirun ARGS...       mpirun from h0 over all hosts (ARGS as for mpirun)
+#   tools/hosts.sh shape K RATE [BURST [LATENCY]]   e.g. shape 1 30mbit 32kbit 400ms; "off" to clear
+#   tools/hosts.sh exec K CMD...        run CMD inside host K
+#   tools/hosts.sh kill K [NAME]        kill every process inside host K (a dead host), or only
+#                                       those named NAME (a dead rank: kill 1 pipetrain)
+#   tools/hosts.sh down                 remove the hosts (also after a failure; idempotent)
+#
+# Environment: PT_HOSTS (name prefix, default "pth"; <= 6 characters so interface names fit),
+# PT_HOSTS_TIMEOUT (seconds mpirun may run, default 300), PT_HOSTS_FILE (a hostfile of your own
+# for mpirun instead of one line per host), PT_HOSTS_SLOTS (ranks per host, default 1).
+set -u
+P=${PT_HOSTS:-pth}
+NET=10.77.0
+SW=${P}sw
+STATE=/tmp/$P.hosts
+here=$(cd "$(dirname "$0")" && pwd)
+
+die() { echo "hosts: $*" >&2; exit 1; }
+ns() { echo "${P}h$1"; }
+n_hosts() { [ -f "$STATE" ] && cat "$STATE" || echo 0; }
+
+cmd_check() {
+  [ "$(id -u)" = 0 ] || { echo "hosts: not root: network namespaces need root"; return 1; }
+  command -v ip >/dev/null || { echo "hosts: ip (iproute2) not found"; return 1; }
+  local t="${P}chk$$"
+  ip netns add "$t" 2>/dev/null || { echo "hosts: cannot make a network namespace here"; return 1; }
+  ip netns del "$t"
+  if ! ip link add "${P}c0" type veth peer name "${P}c1" 2>/dev/null; then
+    echo "hosts: cannot make veth pairs here"; return 1
+  fi
+  ip link del "${P}c0" 2>/dev/null
+  return 0
+}
+
+cmd_up() {
+  local n=${1:-}
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 16 ] || die "up N: N must be 1..16 (got '$n')"
+  [ ${#P} -le 6 ] || die "PT_HOSTS '$P' is longer than 6 characters (interface names would not fit)"
+  cmd_check >/dev/null || die "$(cmd_check)"
+  cmd_down 2>/dev/null
+  set -e
+  ip netns add "$SW"
+  ip -n "$SW" link add br0 type bridge
+  ip -n "$SW" link set br0 up
+  ip -n "$SW" link set lo up
+  for ((i = 0; i < n; i++)); do
+    local h; h=$(ns $i)
+    ip netns add "$h"
+    ip link add "${P}v$i" type veth peer name "${P}p$i"
+    ip link set "${P}v$i" netns "$h"
+    ip link set "${P}p$i" netns "$SW"
+    ip -n "$h" link set "${P}v$i" name eth0
+    ip -n "$h" addr add "$NET.$((i + 1))/24" dev eth0
+    ip -n "$h" link set eth0 up
+    ip -n "$h" link set lo up
+    ip -n "$SW" link set "${P}p$i" master br0
+    ip -n "$SW" link set "${P}p$i" up
+  done
+  set +e
+  echo "$n" > "$STATE"
+  echo "hosts: $n up ($NET.1 .. $NET.$n), namespaces $(ns 0) .. $(ns $((n - 1)))"
+}
+
+cmd_down() {
+  local n; n=$(n_hosts)
+  for ((i = 0; i < (n > 16 ? 16 : n); i++)); do cmd_kill "$i" 2>/dev/null; done
+  for h in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${P}(h[0-9]+|sw)$"); do
+    ip netns pids "$h" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$h"
+  done
+  rm -f "$STATE"
+  return 0
+}
+
+cmd_hostfile() {
+  local n; n=$(n_hosts); [ "$n" -ge 1 ] || die "no hosts are up (tools/hosts.sh up N)"
+  for ((i = 0; i < n; i++)); do echo "$NET.$((i + 1)) slots=${1:-1}"; done
+}
+
+cmd_mpirun() {
+  local n; n=$(n_hosts); [ "$n" -ge 1 ] || die "no hosts are up (tools/hosts.sh up N)"
+  local hf=${PT_HOSTS_FILE:-/tmp/$P.hostfile}
+  [ -n "${PT_HOSTS_FILE:-}" ] || cmd_hostfile "${PT_HOSTS_SLOTS:-1}" > "$hf"
+  # From h0: the daemons of the other hosts start through the agent, inside their namespaces;
+  # messages go over TCP on eth0 only; no binding (the hosts share this machine's cores).
+  timeout "${PT_HOSTS_TIMEOUT:-300}" ip netns exec "$(ns 0)" env OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$P" \
+    mpirun --hostfile "$hf" --mca plm_rsh_agent "$here/hosts_agent.sh" \
+      --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+      --bind-to none "$@"
+}
+
+cmd_shape() {
+  local k=${1:-} rate=${2:-}; [ -n "$k" ] && [ -n "$rate" ] || die "shape K RATE [BURST [LATENCY]]"
+  local h; h=$(ns "$k"); ip netns list | grep -q "^$h" || die "host $k is not up"
+  ip netns exec "$h" tc qdisc del dev eth0 root 2>/dev/null
+  [ "$rate" = off ] && return 0
+  ip netns exec "$h" tc qdisc add dev eth0 root tbf rate "$rate" burst "${3:-32kbit}" latency "${4:-400ms}"
+}
+
+cmd_exec() { local k=$1; shift; ip netns exec "$(ns "$k")" "$@"; }
+
+# kill K [NAME]: every process inside host K, or only those whose command name is NAME.
+cmd_kill() {
+  local h; h=$(ns "$1")
+  for pid in $(ip netns pids "$h" 2>/dev/null); do
+    [ -z "${2:-}" ] || [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = "$2" ] || continue
+    kill -9 "$pid" 2>/dev/null
+  done
+  return 0
+}
+
+sub=${1:-}; shift || true
+case "$sub" in
+  up) cmd_up "$@" ;;
+  down) cmd_down ;;
+  check) cmd_check ;;
+  hostfile) cmd_hostfile "$@" ;;
+  mpirun) cmd_mpirun "$@" ;;
+  shape) cmd_shape "$@" ;;
+  exec) cmd_exec "$@" ;;
+  kill) cmd_kill "$@" ;;
+  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+esac
