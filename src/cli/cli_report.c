@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_RUNS 16   /* runs overlaid on one page (colours repeat after 8) */
 
@@ -27,6 +28,24 @@ static int split_args(int argc, char **argv, char **flags, int *n_flags, const c
     return 0;
 }
 
+/* path and other name the same existing file. */
+static int same_file(const char *path, const char *other) {
+    struct stat a, b;
+    return stat(path, &a) == 0 && stat(other, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* --out must not overwrite a run's own metrics or events. */
+static int check_out(const char *out, const char *const *paths, int n) {
+    char m[REPORT_PATH_MAX], e[REPORT_PATH_MAX];
+    for (int i = 0; i < n; i++) {
+        if (!report_metrics_path(paths[i], m, sizeof m) || !report_events_path(m, e, sizeof e)) continue;
+        if (same_file(out, m) || same_file(out, e))
+            return pt_seterr("--out %s is a file of the run %s (its metrics or events): give another name",
+                             out, paths[i]);
+    }
+    return 0;
+}
+
 int cli_report(int argc, char **argv) {
     const char *out = NULL, *title = NULL;
     const cli_opt opts[] = {
@@ -43,14 +62,16 @@ int cli_report(int argc, char **argv) {
     if (rc) return rc < 0 ? 2 : 0;
     if (n_runs == 0) { pt_seterr("give one or more runs: a metrics file or a save folder"); return cli_fail("report"); }
     report_run runs[MAX_RUNS];
-    char def[1200];
+    char def[REPORT_PATH_MAX];
     int loaded = 0;
     for (; loaded < n_runs; loaded++)
         if (report_run_load(&runs[loaded], paths[loaded]) < 0) break;
-    char metrics[1100];
+    char metrics[REPORT_PATH_MAX];
     if (loaded == n_runs && !out && report_metrics_path(paths[0], metrics, sizeof metrics))
         out = report_html_path(metrics, def, sizeof def);
-    rc = loaded < n_runs || !out || report_write_html(runs, n_runs, title, out) < 0;
+    if (loaded == n_runs && !out) pt_seterr("%s: path too long", paths[0]);
+    rc = loaded < n_runs || !out || check_out(out, paths, n_runs) < 0 ||
+         report_write_html(runs, n_runs, title, out) < 0;
     if (!rc) printf("report: %s\n", out);
     for (int i = 0; i < loaded; i++) report_run_free(&runs[i]);
     return rc ? cli_fail("report") : 0;

@@ -11,8 +11,9 @@
  *                                "step_ms":..[,"bubble_fraction":..][,"eval_loss":..]}
  *   PATH less .jsonl + .events.jsonl   one JSON line per event: {"event":KIND,"step":N,...}
  *   PATH less .jsonl + .html           the report the trainer writes
- * Event kinds: "start" (layout, model, machine), "resume", "save", "adapt", "side_task",
- * "error", "end" (measured vs simulated step, the timeline SVG's path). */
+ * Event kinds: "start" (layout, model, machine; metrics_offset: the metrics file's size when the
+ * run began), "resume", "save", "adapt", "side_task", "error", "end" (measured vs simulated step,
+ * the timeline SVG's path). */
 #ifndef PT_REPORT_REPORT_H
 #define PT_REPORT_REPORT_H
 #include <cjson/cJSON.h>
@@ -24,8 +25,10 @@ typedef enum {
     REP_N_SERIES
 } report_series;
 
+#define REPORT_PATH_MAX 4200   /* paths of the run's files (PATH_MAX and a suffix) */
+
 typedef struct {
-    long step;
+    long step, step_end;        /* the step (a range for consecutive non-finite losses) */
     char kind[16];              /* "start", "save", "resume", "adapt", "side_task", "error", "end", "nan" */
     char text[240];             /* what to show on hover */
 } report_event;
@@ -33,7 +36,8 @@ typedef struct {
 typedef struct {
     char name[256];             /* the path given, for the legend */
     long *step;                 /* [n] increasing, unique (a resumed run's later line wins) */
-    double *val[REP_N_SERIES];  /* [n] each; NAN where a line lacks the key or it was not finite */
+    double *val[REP_N_SERIES];  /* [n] each; NAN where a line lacks the key, -INFINITY where its
+                                 * value is not a finite number (drawn as a gap) */
     int n, cap;
     report_event *ev;           /* [n_ev] in file order, then the ones found in the metrics */
     int n_ev, cap_ev;
@@ -41,14 +45,17 @@ typedef struct {
     cJSON *end;                 /* the last "end" event, or NULL */
     char *svg;                  /* the last step's timeline (SVG text, prolog removed), or NULL */
     int n_dup;                  /* step lines that repeated an earlier step (resumes) */
-    int n_bad;                  /* lines skipped: not JSON (a line cut by a crash) */
+    int n_bad;                  /* lines skipped: cut short by a crash */
+    long n_skipped;             /* lines of an earlier run before the last fresh start */
 } report_run;
 
 /* Loads a run from a metrics file or a folder holding metrics.jsonl, with its events file and
  * timeline picture when they exist. Tolerates nan/inf numbers (drawn as gaps, marked as events),
- * repeated steps (the later line wins; a "resume" is marked where the steps go back), and a last
- * line cut short. -1 naming the file (and line) when it cannot be read, holds no step, or a line
- * in the middle is not a JSON object. Free with report_run_free. */
+ * repeated steps (the later line wins; a "resume" is marked where the steps go back), lines cut
+ * short by a crash (an object never closed), and a file reused by a fresh run (the "start" event's
+ * metrics_offset: the earlier run's lines are skipped). -1 naming the file (and line) when it
+ * cannot be read, holds no step, or a line is neither a metrics line, an event nor cut short;
+ * nothing is left to free then. Free with report_run_free. */
 int report_run_load(report_run *r, const char *path);
 void report_run_free(report_run *r);
 

@@ -27,9 +27,10 @@ static const char *const STYLE =
     ".plot{fill:#fff;stroke:#bbb}.grid{stroke:#eee}.yt{font-size:11px;text-anchor:end;fill:#555}"
     ".xt{font-size:11px;text-anchor:middle;fill:#555}.title{font-size:13px;font-weight:600}"
     ".lg{font-size:12px}.note{font-size:11px;fill:#888}"
-    ".ln{fill:none;stroke-width:1.4}.raw{fill:none;stroke-width:0.8;opacity:0.35}"
+    ".ln{fill:none;stroke-width:1.4;stroke-linecap:round}"
+    ".raw{fill:none;stroke-width:0.8;opacity:0.35;stroke-linecap:round}"
     ".ev{stroke-width:1;stroke-dasharray:3,3;opacity:0.8}"
-    ".swatch{display:inline-block;width:12px;height:12px;margin-right:6px;vertical-align:middle}"
+    "table.sum{display:block;overflow-x:auto}.swatch{display:inline-block;width:12px;height:12px;margin-right:6px;vertical-align:middle}"
     ".tl{overflow-x:auto;border:1px solid #eee}.muted{color:#888}";
 
 static void text(FILE *f, const char *s) { report_xml_escape(f, s); }
@@ -104,8 +105,10 @@ static void row_sim(const report_run *r, char *b, size_t n) {
 static void row_notes(const report_run *r, char *b, size_t n) {
     int nan = 0;
     for (int e = 0; e < r->n_ev; e++) nan += !strcmp(r->ev[e].kind, "nan");
-    snprintf(b, n, "%d repeated step lines (resumed), %d non-finite losses, %d unreadable lines",
-             r->n_dup, nan, r->n_bad);
+    int len = snprintf(b, n, "%d repeated step lines (resumed), %d non-finite losses, %d lines cut short",
+                       r->n_dup, nan, r->n_bad);
+    if (r->n_skipped > 0 && len > 0 && (size_t)len < n)
+        snprintf(b + len, n - (size_t)len, "; %ld lines of an earlier run in the same file not shown", r->n_skipped);
 }
 
 static void summary_table(FILE *f, const report_run *runs, int n) {
@@ -115,10 +118,13 @@ static void summary_table(FILE *f, const report_run *runs, int n) {
         { "step time", row_sim }, { "notes", row_notes },
     };
     char buf[1024];
-    fputs("<table>\n<tr><th>run</th>", f);
+    fputs("<table class=\"sum\">\n<tr><th>run</th>", f);
     for (int i = 0; i < n; i++) {
-        fprintf(f, "<th><span class=\"swatch\" style=\"background:%s\"></span>", report_colour(i));
+        char lb[256];
+        fprintf(f, "<th title=\"");
         text(f, runs[i].name);
+        fprintf(f, "\"><span class=\"swatch\" style=\"background:%s\"></span>", report_colour(i));
+        text(f, report_run_label(runs, n, i, lb, sizeof lb));
         fputs("</th>", f);
     }
     fputs("</tr>\n", f);
@@ -144,8 +150,10 @@ static void events_table(FILE *f, const report_run *runs, int n) {
     for (int i = 0; i < n && shown < MAX_EVENT_ROWS; i++)
         for (int e = 0; e < runs[i].n_ev && shown < MAX_EVENT_ROWS; e++, shown++) {
             const report_event *ev = &runs[i].ev[e];
-            fprintf(f, "<tr><td><span class=\"swatch\" style=\"background:%s\"></span></td><td>%ld</td><td>",
-                    report_colour(i), ev->step);
+            char lb[256];
+            fprintf(f, "<tr><td><span class=\"swatch\" style=\"background:%s\"></span>", report_colour(i));
+            text(f, report_run_label(runs, n, i, lb, sizeof lb));
+            fprintf(f, "</td><td>%ld</td><td>", ev->step);
             text(f, ev->kind);
             fputs("</td><td>", f);
             text(f, ev->text);
@@ -162,7 +170,8 @@ static void timelines(FILE *f, const report_run *runs, int n) {
     fputs("<h2>The last step, as measured</h2>\n", f);
     for (int i = 0; i < n; i++) {
         if (!runs[i].svg) continue;
-        if (n > 1) { fputs("<p>", f); text(f, runs[i].name); fputs("</p>\n", f); }
+        char lb[256];
+        if (n > 1) { fputs("<p>", f); text(f, report_run_label(runs, n, i, lb, sizeof lb)); fputs("</p>\n", f); }
         fprintf(f, "<div class=\"tl\">%s</div>\n", runs[i].svg);
     }
 }

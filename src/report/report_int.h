@@ -10,6 +10,9 @@
 void report_xml_escape(FILE *f, const char *s);
 /* The colour of run i (a fixed palette, repeating after 8). */
 const char *report_colour(int run);
+/* A short label for run i that tells it from the others (its folder or file name; the whole path
+ * when two share it), written into buf (size bytes). Returns buf. */
+const char *report_run_label(const report_run *runs, int n, int i, char *buf, size_t size);
 /* 1 when any run has a finite value of series k. */
 int report_series_present(const report_run *runs, int n, report_series k);
 /* One chart of series k over runs[0..n) (n >= 1, each with at least one step), as inline SVG. */

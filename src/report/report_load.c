@@ -95,31 +95,51 @@ static void report_grow(report_run *r) {
     }
 }
 
-/* One step line into the run (in file order; sorted and de-duplicated later). */
+#define REPORT_MAX_ABS 1e150   /* larger values are not drawn (their differences overflow) */
+
+/* A marker for consecutive non-finite losses: extends the previous one when it ended at the
+ * step before, so a run that stays nan for 100k steps is one marker, not 100k. */
+static void report_mark_nan(report_run *r, long step) {
+    report_event *e = r->n_ev ? &r->ev[r->n_ev - 1] : NULL;
+    if (e && !strcmp(e->kind, "nan") && e->step_end == step - 1) {
+        e->step_end = step;
+        snprintf(e->text, sizeof e->text, "steps %ld..%ld: the loss is not a finite number", e->step, step);
+        return;
+    }
+    char t[96];
+    snprintf(t, sizeof t, "step %ld: the loss is not a finite number", step);
+    report_add_event(r, step, "nan", t);
+    r->ev[r->n_ev - 1].step_end = step;
+}
+
+/* One step line into the run (in file order; sorted and de-duplicated later). A key that is
+ * absent is NAN (skipped when drawn); one that is not a finite number is -INFINITY (a gap). */
 static void report_add_step(report_run *r, const cJSON *o, long step) {
     report_grow(r);
     r->step[r->n] = step;
     for (int k = 0; k < REP_N_SERIES; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, SERIES_KEY[k]);
-        r->val[k][r->n] = cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : NAN;
-        if (k == REP_LOSS && v && !(cJSON_IsNumber(v) && isfinite(v->valuedouble))) {
-            char t[64];
-            snprintf(t, sizeof t, "step %ld: the loss is not finite", step);
-            report_add_event(r, step, "nan", t);
-        }
+        int good = cJSON_IsNumber(v) && fabs(v->valuedouble) <= REPORT_MAX_ABS;
+        r->val[k][r->n] = !v ? NAN : good ? v->valuedouble : -INFINITY;
+        if (k == REP_LOSS && v && !good) report_mark_nan(r, step);
     }
     r->n++;
+}
+
+/* Line order of two step indices: by step, then by file order (so the sort is stable). */
+static const long *report_sort_steps;
+static int report_cmp_idx(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    long u = report_sort_steps[i], v = report_sort_steps[j];
+    return u < v ? -1 : u > v ? 1 : (i > j) - (i < j);
 }
 
 /* Sorts the steps (stable: file order within a step) and keeps the last line of each step. */
 static void report_dedup(report_run *r) {
     int *idx = pt_malloc(sizeof *idx * (size_t)(r->n + 1)), n = 0;
     for (int i = 0; i < r->n; i++) idx[i] = i;
-    for (int i = 1; i < r->n; i++) {   /* insertion sort: the lines are nearly sorted already */
-        int v = idx[i], j = i;
-        while (j > 0 && r->step[idx[j - 1]] > r->step[v]) { idx[j] = idx[j - 1]; j--; }
-        idx[j] = v;
-    }
+    report_sort_steps = r->step;   /* not reentrant: one report is loaded at a time */
+    qsort(idx, (size_t)r->n, sizeof *idx, report_cmp_idx);
     for (int i = 0; i < r->n; i++) {
         if (i + 1 < r->n && r->step[idx[i + 1]] == r->step[idx[i]]) { r->n_dup++; continue; }
         idx[n++] = idx[i];
@@ -147,36 +167,64 @@ static cJSON *report_parse_line(const char *line) {
     return o;
 }
 
-/* The metrics lines. A line that is not JSON is an error unless it is the last (a crash cut
- * it); a step that goes back marks a resume. */
-static int report_read_metrics(report_run *r, const char *path) {
+#define REPORT_MAX_STEP 9007199254740992.0   /* 2^53: steps are whole numbers below it */
+
+/* A line cut short by a crash: an object that was never closed. */
+static int report_is_cut(const char *line) {
+    size_t n = strlen(line);
+    while (n && isspace((unsigned char)line[n - 1])) n--;
+    return line[strspn(line, " \t")] == '{' && (n == 0 || line[n - 1] != '}');
+}
+
+/* The step of a metrics line, or -1 when it has none that is a whole number in [0, 2^53). */
+static long report_line_step(const cJSON *o) {
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
+    if (!cJSON_IsNumber(st) || !(st->valuedouble >= 0 && st->valuedouble < REPORT_MAX_STEP) ||
+        st->valuedouble != floor(st->valuedouble))
+        return -1;
+    return (long)st->valuedouble;
+}
+
+static void report_take_event(report_run *r, cJSON *o);
+
+/* One line of the metrics: a step, an event (a line with an "event" key), or a line a crash cut
+ * (counted); anything else is an error naming the line. */
+static int report_metrics_line(report_run *r, char *line, int lineno, long *prev, const char *path) {
+    if (strspn(line, " \t\r") == strlen(line)) return 0;
+    cJSON *o = report_parse_line(line);
+    long s = o ? report_line_step(o) : -1;
+    int rc = 0;
+    if (o && cJSON_GetObjectItemCaseSensitive(o, "event")) report_take_event(r, o);
+    else if (s >= 0) {
+        if (s <= *prev) {
+            char t[128];
+            snprintf(t, sizeof t, "resumed at step %ld (steps %ld..%ld logged again)", s, s, *prev);
+            report_add_event(r, s, "resume", t);
+        }
+        *prev = s;
+        report_add_step(r, o, s);
+    } else if (!o && report_is_cut(line)) r->n_bad++;
+    else rc = pt_seterr("%s: line %d is not a metrics line (a JSON object with a whole \"step\" "
+                        "number >= 0): %.60s", path, lineno, line);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* The metrics lines from byte `from` on (the last fresh start in the file); a step that goes
+ * back marks a resume. */
+static int report_read_metrics(report_run *r, const char *path, long from) {
     size_t len;
     char *text = pt_read_file(path, &len);
     if (!text) return -1;
-    int lineno = 0, rc = 0;
+    for (size_t i = 0; i < len; i++) if (!text[i]) text[i] = ' ';   /* a NUL ends nothing */
+    if (from < 0 || (size_t)from > len) from = 0;
+    for (long i = 0; i < from; i++) r->n_skipped += text[i] == '\n';
+    int lineno = (int)r->n_skipped, rc = 0;
     long prev = -1;
-    for (char *line = text, *next; line && *line && rc == 0; line = next) {
+    for (char *line = text + from, *next; line && *line && rc == 0; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = 0;
-        lineno++;
-        if (strspn(line, " \t\r") == strlen(line)) continue;
-        cJSON *o = report_parse_line(line);
-        const cJSON *st = o ? cJSON_GetObjectItemCaseSensitive(o, "step") : NULL;
-        if (!cJSON_IsNumber(st)) {
-            if (next && *next) rc = pt_seterr("%s: line %d is not a metrics line (a JSON object with a "
-                                              "\"step\" number): %.60s", path, lineno, line);
-            else r->n_bad++;
-        } else {
-            long s = (long)st->valuedouble;
-            if (s <= prev) {
-                char t[96];
-                snprintf(t, sizeof t, "resumed at step %ld (steps %ld..%ld logged again)", s, s, prev);
-                report_add_event(r, s, "resume", t);
-            }
-            prev = s;
-            report_add_step(r, o, s);
-        }
-        cJSON_Delete(o);
+        rc = report_metrics_line(r, line, ++lineno, &prev, path);
     }
     free(text);
     if (rc == 0 && r->n == 0) rc = pt_seterr("%s: no steps in it (%s)", path, len ? "no metrics line" : "the file is empty");
@@ -196,16 +244,26 @@ static int report_merge_resume(report_run *r, long step, const char *text) {
     return 0;
 }
 
+/* The same event (kind, step, text) is there already. */
+static int report_has_event(const report_run *r, long step, const char *kind, const char *text) {
+    for (int i = 0; i < r->n_ev; i++)
+        if (r->ev[i].step == step && !strcmp(r->ev[i].kind, kind) && !strcmp(r->ev[i].text, text)) return 1;
+    return 0;
+}
+
 /* One event line: kept for the markers, and start / end kept whole. */
 static void report_take_event(report_run *r, cJSON *o) {
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "event");
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
     if (!cJSON_IsString(k)) return;
-    long step = cJSON_IsNumber(s) ? (long)s->valuedouble : 0;
+    long step = cJSON_IsNumber(s) && fabs(s->valuedouble) < REPORT_MAX_STEP ? (long)s->valuedouble : 0;
     const cJSON *msg = cJSON_GetObjectItemCaseSensitive(o, "message");
-    char t[240];
-    snprintf(t, sizeof t, "step %ld: %s%s%s", step, k->valuestring, cJSON_IsString(msg) ? ": " : "",
-             cJSON_IsString(msg) ? msg->valuestring : "");
+    char t[240], prefix[40];
+    const char *m = cJSON_IsString(msg) ? msg->valuestring : "";
+    snprintf(prefix, sizeof prefix, "step %ld: ", step);
+    if (!strncmp(m, prefix, strlen(prefix))) m += strlen(prefix);   /* said once */
+    snprintf(t, sizeof t, "%s%s%s%s", prefix, k->valuestring, *m ? ": " : "", m);
+    if (report_has_event(r, step, k->valuestring, t)) return;   /* a checkpoint saved again */
     if (!strcmp(k->valuestring, "resume") && report_merge_resume(r, step, t)) return;
     if (strcmp(k->valuestring, "start") && strcmp(k->valuestring, "end"))
         report_add_event(r, step, k->valuestring, t);
@@ -215,32 +273,53 @@ static void report_take_event(report_run *r, cJSON *o) {
     *keep = cJSON_Duplicate(o, 1);
 }
 
-/* The events file, when there is one; its bad lines are skipped (the page is still useful). */
-static void report_read_events(report_run *r, const char *metrics) {
-    char path[1200];
+/* The events file, when there is one (its bad lines are skipped: the page is still useful).
+ * Returns the metrics offset of the last fresh start (a run from step 0 that reused the file:
+ * the lines before it belong to an earlier run), else 0. */
+static long report_read_events(report_run *r, const char *metrics) {
+    char path[REPORT_PATH_MAX];
     size_t len;
-    if (!report_events_path(metrics, path, sizeof path)) return;
+    long from = 0;
+    if (!report_events_path(metrics, path, sizeof path)) return 0;
     char *text = pt_read_file(path, &len);
-    if (!text) return;
+    if (!text) return 0;
     for (char *line = text, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = 0;
         cJSON *o = report_parse_line(line);
+        const cJSON *k = o ? cJSON_GetObjectItemCaseSensitive(o, "event") : NULL;
+        const cJSON *off = o ? cJSON_GetObjectItemCaseSensitive(o, "metrics_offset") : NULL;
+        if (cJSON_IsString(k) && !strcmp(k->valuestring, "start") && report_line_step(o) == 0 &&
+            cJSON_IsNumber(off) && off->valuedouble >= 0) {
+            from = (long)off->valuedouble;   /* a fresh run: forget the earlier run's events */
+            r->n_ev = 0;
+        }
         if (o) report_take_event(r, o);
         cJSON_Delete(o);
     }
     free(text);
+    return from;
 }
 
-/* The timeline SVG named by the end event, without its XML prolog, when it can be read. */
-static void report_read_svg(report_run *r) {
+/* The timeline SVG named by the end event, without its XML prolog: as given, else beside the
+ * metrics (the trainer's default place, when the report runs from another folder). An SVG with
+ * a script or event handlers is not inlined: the page runs no script. */
+static void report_read_svg(report_run *r, const char *metrics) {
     const cJSON *p = r->end ? cJSON_GetObjectItemCaseSensitive(r->end, "svg") : NULL;
+    char alt[REPORT_PATH_MAX];
     size_t len;
     if (!cJSON_IsString(p)) return;
-    char *text = pt_read_file(p->valuestring, &len);
+    const char *base = strrchr(p->valuestring, '/'), *dir = strrchr(metrics, '/');
+    snprintf(alt, sizeof alt, "%.*s%s", dir ? (int)(dir - metrics + 1) : 0, metrics,
+             base ? base + 1 : p->valuestring);
+    char *text = p->valuestring[0] == '/' ? pt_read_file(p->valuestring, &len) : NULL;
+    if (!text) text = pt_read_file(alt, &len);
+    if (!text) text = pt_read_file(p->valuestring, &len);
     if (!text) return;
     char *svg = strstr(text, "<svg");
-    if (svg) r->svg = pt_strdup(svg);
+    if (svg && !strstr(svg, "<script") && !strstr(svg, "javascript:") && !strstr(svg, " on") &&
+        !strstr(svg, "foreignObject"))
+        r->svg = pt_strdup(svg);
     free(text);
 }
 
@@ -253,13 +332,16 @@ char *report_metrics_path(const char *run, char *buf, size_t n) {
 
 int report_run_load(report_run *r, const char *path) {
     memset(r, 0, sizeof *r);
-    char metrics[1100];
+    char metrics[REPORT_PATH_MAX];
     if (!report_metrics_path(path, metrics, sizeof metrics)) return pt_seterr("%s: path too long", path);
     snprintf(r->name, sizeof r->name, "%s", path);
-    if (report_read_metrics(r, metrics) < 0) return -1;
-    report_read_events(r, metrics);
+    long from = report_read_events(r, metrics);
+    if (report_read_metrics(r, metrics, from) < 0) {
+        report_run_free(r);
+        return -1;
+    }
     report_dedup(r);
-    report_read_svg(r);
+    report_read_svg(r, metrics);
     return 0;
 }
 

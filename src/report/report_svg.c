@@ -18,10 +18,12 @@
 #define PLOT_H (CH_H - CH_T - CH_B)
 
 static const char *const PALETTE[] = { "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
-                                       "#17becf", "#8c564b", "#e377c2" };
+                                       "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                                       "#393b79", "#ad494a", "#637939", "#de9ed6", "#843c39",
+                                       "#3182bd" };
 #define N_PALETTE ((int)(sizeof PALETTE / sizeof *PALETTE))
 
-const char *report_colour(int run) { return PALETTE[run % N_PALETTE]; }
+const char *report_colour(int run) { return PALETTE[run % N_PALETTE]; }   /* 16: MAX_RUNS */
 
 static const char *event_colour(const char *kind) {
     if (!strcmp(kind, "save")) return "#7f7f7f";
@@ -32,18 +34,63 @@ static const char *event_colour(const char *kind) {
     return "#bcbd22";
 }
 
+/* Length of the well-formed UTF-8 character at s that XML allows (1..4), or 0: a byte that is
+ * not one (a sequence cut by a fixed-size buffer, Latin-1 text, U+FFFE/U+FFFF, surrogates). */
+static int utf8_char(const unsigned char *s) {
+    int n = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 0) return 0;
+    unsigned cp = n == 1 ? s[0] : s[0] & (0x7f >> n);
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    static const unsigned min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };   /* no overlong forms */
+    if (cp < min_cp[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe || cp == 0xffff)
+        return 0;
+    if (cp < 0x20 && cp != '\n' && cp != '\t') return 0;
+    return n;
+}
+
 void report_xml_escape(FILE *f, const char *s) {
-    for (; *s; s++) {
-        switch (*s) {
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        int n = utf8_char(u);
+        if (n == 0) {   /* U+FFFD for what XML cannot hold; control characters are dropped */
+            if (*u >= 0x20) fputs("\xef\xbf\xbd", f);
+            u++;
+            continue;
+        }
+        switch (*u) {
         case '&': fputs("&amp;", f); break;
         case '<': fputs("&lt;", f); break;
         case '>': fputs("&gt;", f); break;
         case '"': fputs("&quot;", f); break;
         case '\'': fputs("&#39;", f); break;
-        default:
-            if ((unsigned char)*s >= 0x20 || *s == '\n' || *s == '\t') fputc(*s, f);
+        default: fwrite(u, 1, (size_t)n, f);
         }
+        u += n;
     }
+}
+
+/* The short name of a run path: its last component, less "/metrics.jsonl" and a trailing '/'. */
+static void short_name(const char *path, char *buf, size_t n) {
+    size_t len = strlen(path);
+    if (len > 14 && !strcmp(path + len - 14, "/metrics.jsonl")) len -= 14;
+    while (len > 1 && path[len - 1] == '/') len--;
+    size_t start = len;
+    while (start > 0 && path[start - 1] != '/') start--;
+    snprintf(buf, n, "%.*s", (int)(len - start), path + start);
+}
+
+const char *report_run_label(const report_run *runs, int n, int i, char *buf, size_t size) {
+    char other[256];
+    short_name(runs[i].name, buf, size);
+    for (int j = 0; j < n; j++) {
+        if (j == i) continue;
+        short_name(runs[j].name, other, sizeof other);
+        if (!strcmp(other, buf)) { snprintf(buf, size, "%s", runs[i].name); break; }   /* ambiguous */
+    }
+    return buf;
 }
 
 /* A "nice" tick spacing (1, 2 or 5 times a power of ten) giving about `want` ticks over span. */
@@ -65,16 +112,29 @@ static double px_y(const chart *c, double v) {
     return CH_T + PLOT_H - (c->y1 > c->y0 ? (v - c->y0) / (c->y1 - c->y0) : 0.5) * PLOT_H;
 }
 
-/* Tick label of value v for series k, with its unit. */
-static void tick_label(char *buf, size_t n, report_series k, double v, double step) {
+/* Tick label of value v for series k, with its unit, with the digits that tell ticks `step`
+ * apart. */
+static void tick_label(char *buf, size_t n, report_series k, double v, double step, double mag) {
+    int sig = (int)ceil(log10(mag / step + 1e-300)) + 1;   /* significant digits needed */
+    if (sig < 2) sig = 2;
+    if (sig > 12) sig = 12;
     switch (k) {
-    case REP_LR: snprintf(buf, n, "%.1e", v); break;
-    case REP_BUBBLE: snprintf(buf, n, "%.*f%%", step * 100 < 1 ? 1 : 0, v * 100); break;
-    case REP_STEP_MS: snprintf(buf, n, "%g ms", v); break;
-    case REP_TOKENS_S: if (fabs(v) >= 1e4) snprintf(buf, n, "%gk", v / 1e3); else snprintf(buf, n, "%g", v); break;
-    default: snprintf(buf, n, "%g", v);
+    case REP_LR: snprintf(buf, n, "%.*e", sig - 1, v); break;
+    case REP_BUBBLE: {
+        int dec = step * 100 >= 1 ? 0 : (int)ceil(-log10(step * 100));
+        snprintf(buf, n, "%.*f%%", dec > 6 ? 6 : dec, v * 100);
+        break;
+    }
+    case REP_STEP_MS: snprintf(buf, n, "%.*g ms", sig, v); break;
+    case REP_TOKENS_S:
+        if (fabs(v) >= 1e4 && step >= 1e3) snprintf(buf, n, "%.*gk", sig, v / 1e3);
+        else snprintf(buf, n, "%.*g", sig, v);
+        break;
+    default: snprintf(buf, n, "%.*g", sig, v);
     }
 }
+
+#define MAX_TICKS 24   /* a bound on every tick loop, whatever the floats do */
 
 /* The series' range over all runs (finite values only); 0 when it has none. */
 static int series_range(const report_run *runs, int n, report_series k, double *lo, double *hi) {
@@ -99,16 +159,20 @@ int report_series_present(const report_run *runs, int n, report_series k) {
 static void draw_axes(FILE *f, const chart *c) {
     double sx = nice_step(c->x1 - c->x0 > 0 ? c->x1 - c->x0 : 1, 8);
     double sy = nice_step(c->y1 - c->y0 > 0 ? c->y1 - c->y0 : 1, 4);
-    char lab[32];
+    double mag = fmax(fabs(c->y0), fabs(c->y1));
+    char lab[48];
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" class=\"plot\"/>\n", CH_L, CH_T, PLOT_W, PLOT_H);
-    for (double v = ceil(c->y0 / sy) * sy; v <= c->y1 + sy * 1e-9; v += sy) {
-        double y = px_y(c, v);
-        tick_label(lab, sizeof lab, c->k, fabs(v) < sy * 1e-9 ? 0 : v, sy);
+    double y0 = ceil(c->y0 / sy) * sy, x0 = ceil(c->x0 / sx) * sx;
+    for (int i = 0; i < MAX_TICKS; i++) {
+        double v = y0 + i * sy, y = px_y(c, v);
+        if (v > c->y1 + sy * 1e-9) break;
+        tick_label(lab, sizeof lab, c->k, fabs(v) < sy * 1e-9 ? 0 : v, sy, mag);
         fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" class=\"grid\"/>"
                 "<text x=\"%d\" y=\"%.1f\" class=\"yt\">%s</text>\n", CH_L, y, CH_L + PLOT_W, y, CH_L - 6, y + 4, lab);
     }
-    for (double v = ceil(c->x0 / sx) * sx; v <= c->x1 + sx * 1e-9; v += sx) {
-        double x = px_x(c, v);
+    for (int i = 0; i < MAX_TICKS; i++) {
+        double v = x0 + i * sx, x = px_x(c, v);
+        if (v > c->x1 + sx * 1e-9) break;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"grid\"/>"
                 "<text x=\"%.1f\" y=\"%d\" class=\"xt\">%.0f</text>\n", x, CH_T, x, CH_T + PLOT_H, x,
                 CH_T + PLOT_H + 14, v);
@@ -117,15 +181,17 @@ static void draw_axes(FILE *f, const chart *c) {
 }
 
 /* One polyline of v over steps: at most a min and a max per pixel column (in the order they
- * occur), a gap at each non-finite value. */
+ * occur); NAN (no value at that step) is stepped over, -INFINITY (not a finite number) breaks
+ * the line. A point alone between breaks is a dot (a zero-length segment with round caps). */
 static void draw_line(FILE *f, const chart *c, const long *step, const double *v, int n,
                       const char *colour, const char *cls) {
     fprintf(f, "<path class=\"%s\" stroke=\"%s\" d=\"", cls, colour);
     int pen = 0, j = 0;
     while (j < n) {
-        int col = (int)px_x(c, (double)step[j]), lo = -1, hi = -1, k = j;
+        int col = (int)px_x(c, (double)step[j]), lo = -1, hi = -1, k = j, gap = 0;
         for (; k < n && (int)px_x(c, (double)step[k]) == col; k++) {
-            if (!isfinite(v[k])) break;
+            if (isnan(v[k])) continue;
+            if (!isfinite(v[k])) { gap = 1; break; }
             if (lo < 0 || v[k] < v[lo]) lo = k;
             if (hi < 0 || v[k] > v[hi]) hi = k;
         }
@@ -133,53 +199,75 @@ static void draw_line(FILE *f, const chart *c, const long *step, const double *v
         for (int t = 0; t < 2 && a >= 0; t++) {
             int q = t ? b : a;
             if (t && b == a) break;
-            fprintf(f, "%c%.1f %.1f ", pen ? 'L' : 'M', px_x(c, (double)step[q]), px_y(c, v[q]));
+            if (pen) fprintf(f, "L%.1f %.1f ", px_x(c, (double)step[q]), px_y(c, v[q]));
+            else fprintf(f, "M%.1f %.1f l0 0 ", px_x(c, (double)step[q]), px_y(c, v[q]));
             pen = 1;
         }
-        if (k < n && !isfinite(v[k])) { pen = 0; k++; }   /* a gap */
+        if (gap) { pen = 0; k++; }
         j = k > j ? k : j + 1;
     }
     fputs("\"/>\n", f);
 }
 
-/* Exponential moving average with TensorBoard's debiasing, skipping non-finite values; the weight
- * gives an effective window of about 1/25 of the run (at least 3 steps from 10 steps on, at most
- * 500). */
-static double *smooth(const double *v, int n) {
-    double *s = pt_malloc(sizeof *s * (size_t)(n + 1)), win = n / 25.0;
-    if (win < 3) win = n >= 10 ? 3 : 1;
-    if (win > 500) win = 500;
-    double w = 1 - 1 / win, acc = 0, norm = 0;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(v[i])) { s[i] = NAN; continue; }
+/* One direction of the smoothing: exponential moving average with TensorBoard's debiasing,
+ * over the finite values, from i0 by di. */
+static void ema_pass(const double *v, int n, double w, int backward, double *out) {
+    double acc = 0, norm = 0;
+    for (int t = 0; t < n; t++) {
+        int i = backward ? n - 1 - t : t;
+        if (!isfinite(v[i])) { out[i] = NAN; continue; }
         acc = w * acc + (1 - w) * v[i];
         norm = w * norm + (1 - w);
-        s[i] = acc / norm;
+        out[i] = acc / norm;
     }
+}
+
+/* Smoothed loss without lag: the mean of a forward and a backward moving average; the window is
+ * about 1/25 of the run (at least 3 steps from 10 steps on, at most 500). Gaps stay gaps. */
+static double *smooth(const double *v, int n) {
+    double *s = pt_malloc(sizeof *s * (size_t)(n + 1)), *b = pt_malloc(sizeof *b * (size_t)(n + 1));
+    double win = n / 25.0;
+    if (win < 3) win = n >= 10 ? 3 : 1;
+    if (win > 500) win = 500;
+    ema_pass(v, n, 1 - 1 / win, 0, s);
+    ema_pass(v, n, 1 - 1 / win, 1, b);
+    for (int i = 0; i < n; i++) s[i] = isfinite(v[i]) ? 0.5 * (s[i] + b[i]) : v[i];
+    free(b);
     return s;
 }
 
+/* The runs' events as dashed vertical lines with their text on hover: one line per run, kind and
+ * pixel column (a 100k-step run with an event every step stays light). */
 static void draw_events(FILE *f, const chart *c, const report_run *runs, int n) {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        int last_col = -1;
+        const char *last_kind = "";
         for (int e = 0; e < runs[i].n_ev; e++) {
             const report_event *ev = &runs[i].ev[e];
-            double x = px_x(c, (double)ev->step);
             if (ev->step < c->x0 || ev->step > c->x1) continue;
+            double x = px_x(c, (double)ev->step);
+            if ((int)x == last_col && !strcmp(ev->kind, last_kind)) continue;
+            last_col = (int)x;
+            last_kind = ev->kind;
             fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"ev\" stroke=\"%s\"><title>",
                     x, CH_T, x, CH_T + PLOT_H, event_colour(ev->kind));
-            if (n > 1) { report_xml_escape(f, runs[i].name); fputs(": ", f); }
+            if (n > 1) { char lb[256]; report_xml_escape(f, report_run_label(runs, n, i, lb, sizeof lb)); fputs(": ", f); }
             report_xml_escape(f, ev->text);
             fputs("</title></line>\n", f);
         }
+    }
 }
 
+/* In-chart legend for up to LEGEND_MAX runs (more: the page's table names each colour). */
+#define LEGEND_MAX 4
 static void draw_legend(FILE *f, const report_run *runs, int n, report_series k) {
     int x = CH_L + PLOT_W;
-    for (int i = n - 1; i >= 0; i--) {
-        const char *name = strrchr(runs[i].name, '/') && strrchr(runs[i].name, '/')[1] ? strrchr(runs[i].name, '/') + 1 : runs[i].name;
+    for (int i = (n <= LEGEND_MAX ? n : 0) - 1; i >= 0; i--) {
+        char lb[256];
+        const char *name = report_run_label(runs, n, i, lb, sizeof lb);
         int w = 16 + 7 * (int)strlen(name);
         x -= w + 12;
-        if (x < CH_L + 200) break;
+        if (x < CH_L + 260) break;
         fprintf(f, "<rect x=\"%d\" y=\"8\" width=\"12\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"14\" class=\"lg\">",
                 x, report_colour(i), x + 16);
         report_xml_escape(f, name);
@@ -190,16 +278,24 @@ static void draw_legend(FILE *f, const report_run *runs, int n, report_series k)
                 CH_L + 4, CH_T + PLOT_H - 6);
 }
 
+/* The step range of the runs, their events included (a run's error comes after its last
+ * logged step). */
+static void step_range(const report_run *runs, int n, double *x0, double *x1) {
+    *x0 = 1e300; *x1 = -1e300;
+    for (int i = 0; i < n; i++) {
+        *x0 = fmin(*x0, (double)runs[i].step[0]);
+        *x1 = fmax(*x1, (double)runs[i].step[runs[i].n - 1]);
+        for (int e = 0; e < runs[i].n_ev; e++) *x1 = fmax(*x1, (double)runs[i].ev[e].step);
+    }
+}
+
 void report_chart(FILE *f, const report_run *runs, int n, report_series k, const char *title) {
     chart c = { .k = k };
-    c.x0 = 1e300; c.x1 = -1e300;
-    for (int i = 0; i < n; i++) {
-        if (runs[i].step[0] < c.x0) c.x0 = (double)runs[i].step[0];
-        if (runs[i].step[runs[i].n - 1] > c.x1) c.x1 = (double)runs[i].step[runs[i].n - 1];
-    }
+    step_range(runs, n, &c.x0, &c.x1);
+    if (c.x1 - c.x0 < 1) { c.x0 -= 0.5; c.x1 += 0.5; }   /* one step: a column around it */
     series_range(runs, n, k, &c.y0, &c.y1);
-    double pad = (c.y1 - c.y0) * 0.05;
-    if (pad == 0) pad = fabs(c.y1) * 0.05 + 1e-12;
+    double pad = (c.y1 - c.y0) * 0.05, mid = 0.5 * (c.y0 + c.y1);
+    if (pad < fabs(mid) * 1e-9 || pad == 0) pad = fabs(mid) * 0.05 + 1e-12;   /* flat: a band */
     c.y0 -= pad; c.y1 += pad;
     if (k == REP_BUBBLE || k == REP_LR || k == REP_TOKENS_S || k == REP_STEP_MS || k == REP_GRAD_NORM)
         if (c.y0 < 0 && c.y0 + pad >= 0) c.y0 = 0;   /* non-negative quantities start at 0 */

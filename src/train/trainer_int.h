@@ -17,10 +17,10 @@ typedef struct {
 /* The run report's files (root; on when the run has --metrics or --save). */
 typedef struct {
     int on;
-    char metrics[1100];     /* --metrics, or <save>/metrics.jsonl */
-    char events[1200];      /* metrics less .jsonl + .events.jsonl */
-    char html[1200];        /* metrics less .jsonl + .html */
-    char svg[1200];         /* pipelined without --svg: the last step's timeline for the page */
+    char metrics[4096];     /* --metrics, or <save>/metrics.jsonl */
+    char events[4112];      /* metrics less .jsonl + .events.jsonl */
+    char html[4112];        /* metrics less .jsonl + .html */
+    char svg[4128];         /* pipelined without --svg: the last step's timeline for the page */
     long saved_step;        /* the step of the last checkpoint (the page is rewritten after it) */
     long n_logged;          /* steps this run has logged */
 } train_report;

@@ -6,17 +6,30 @@
 #include "report/report.h"
 #include "util/pt.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* A metrics file whose last line a crash cut short gets its newline back, so the lines this run
+ * appends start on a line of their own. */
+static void train_metrics_mend(const char *path) {
+    FILE *f = fopen(path, "r+");
+    if (!f) return;
+    if (fseek(f, -1, SEEK_END) == 0 && fgetc(f) != '\n' && fseek(f, 0, SEEK_END) == 0) fputc('\n', f);
+    fclose(f);
+}
 
 int train_report_paths(train_ctx *t) {
     const train_opts *o = &t->o;
     train_report *rp = &t->rep;
     if (!o->metrics && !o->save) return 0;
-    if (o->metrics) snprintf(rp->metrics, sizeof rp->metrics, "%s", o->metrics);
-    else snprintf(rp->metrics, sizeof rp->metrics, "%s/metrics.jsonl", o->save);
-    if (!report_events_path(rp->metrics, rp->events, sizeof rp->events) ||
+    int len = o->metrics ? snprintf(rp->metrics, sizeof rp->metrics, "%s", o->metrics)
+                         : snprintf(rp->metrics, sizeof rp->metrics, "%s/metrics.jsonl", o->save);
+    if (len < 0 || (size_t)len >= sizeof rp->metrics || !report_events_path(rp->metrics, rp->events, sizeof rp->events) ||
         !report_html_path(rp->metrics, rp->html, sizeof rp->html))
-        return pt_seterr("%s: path too long for the run report", rp->metrics);
+        return pt_seterr("%s %s: path too long (at most %d bytes)", o->metrics ? "--metrics" : "--save",
+                         o->metrics ? o->metrics : o->save, (int)sizeof rp->metrics - 16);
+    if (t->root) train_metrics_mend(rp->metrics);
     size_t n = strlen(rp->html) - 5;   /* less ".html" */
     snprintf(rp->svg, sizeof rp->svg, "%.*s.timeline.svg", (int)n, rp->html);
     rp->on = 1;
@@ -64,6 +77,9 @@ static cJSON *data_json(const train_ctx *t) {
 void train_report_start(train_ctx *t) {
     if (!t->root || !t->rep.on) return;
     cJSON *o = cJSON_CreateObject();
+    struct stat sb;   /* a fresh run in a used file: the report starts reading here */
+    if (fflush(t->metrics) == 0 && stat(t->rep.metrics, &sb) == 0)
+        cJSON_AddNumberToObject(o, "metrics_offset", (double)sb.st_size);
     cJSON *lay = train_engine_layout(t->e);
     if (lay) cJSON_AddItemToObject(o, "layout", lay);
     cJSON_AddItemToObject(o, "model", model_json(&t->m));
@@ -87,7 +103,7 @@ void train_report_saved(train_ctx *t, long step, const char *dir) {
 /* Writes the page; a failure is a warning (the training itself went well). */
 static void train_report_write(train_ctx *t, int say) {
     report_run r;
-    if (t->rep.n_logged == 0) return;   /* no step yet: nothing to draw */
+    if (t->rep.n_logged == 0 && t->step0 == 0) return;   /* no step yet: nothing to draw */
     if (report_run_load(&r, t->rep.metrics) < 0 || report_write_html(&r, 1, NULL, t->rep.html) < 0)
         fprintf(stderr, "warning: run report: %s\n", pt_err());
     else if (say) printf("report: %s\n", t->rep.html);
@@ -108,11 +124,11 @@ void train_report_end(train_ctx *t, long step) {
 
 void train_report_error(train_ctx *t, long step) {
     if (!t->root || !t->rep.on) return;
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", pt_err());
+    char *msg = pt_strdup(pt_err());
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "message", msg);
     train_event(t, "error", step, o);
     train_report_write(t, 1);
     pt_seterr("%s", msg);   /* the run's error, not the report's */
+    free(msg);
 }
