@@ -53,7 +53,8 @@ typedef struct {
 } sched;
 
 /* Parameters of a generator call. chunks: stages per rank per pipe (interleaved: v; zb-v: 2;
- * others 1). costs and mem_limit are only read by the greedy generator. */
+ * others 1). costs, delays and mem_limit are only read by the greedy generator (the registry row
+ * says which parameters a generator reads). */
 typedef struct {
     int ranks;              /* P */
     int microbatches;       /* M */
@@ -61,6 +62,9 @@ typedef struct {
     double cost_f, cost_b, cost_w;      /* greedy: default per-stage times when per_stage is NULL */
     const double *stage_cost_f, *stage_cost_b, *stage_cost_w;  /* greedy: [S] or NULL */
     int mem_limit;          /* greedy: max microbatches of activations per stage (0: no limit) */
+    const double *link_delay;       /* greedy: [P-1] time a message between ranks r and
+                                     * r+1 takes (either way), or NULL: none; >= 0 */
+    const double *stage_slowdown;   /* greedy: [S] factor > 0 on stage g's f, b, w, or NULL */
 } sched_params;
 
 /* ---- allocation and editing ---- */
@@ -123,6 +127,7 @@ typedef struct {
     bool async;         /* weights update after every microbatch, no flush (pipedream) */
     bool stage_costs;   /* orders by sched_params' costs (stage_cost_*, cost_*): greedy */
     bool mem_limit;     /* reads sched_params.mem_limit: greedy */
+    bool link_delays;   /* reads link_delay and stage_slowdown: greedy */
     const char *help;   /* one line for --help */
 } sched_generator;
 
