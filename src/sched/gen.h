@@ -33,5 +33,6 @@ sched *gen_zb_h2(const sched_params *p);
 sched *gen_zb_v(const sched_params *p);
 sched *gen_chimera(const sched_params *p);
 sched *gen_greedy(const sched_params *p);
+sched *gen_adaptive(const sched_params *p);
 
 #endif

@@ -1,4 +1,4 @@
-/* Internal to sched/: the cost-aware list scheduler behind the greedy, zb-v and chimera
+/* Internal to sched/: the cost-aware list scheduler behind the greedy, adaptive, zb-v and chimera
  * generators (sched_gen_list.c). It simulates all ranks with the given per-stage durations and
  * message delays and lets each free rank pick a ready action by a fixed priority rule; the order
  * it picks becomes the rank's action list. Not a simulator of a given schedule (that is sim/), not public API.

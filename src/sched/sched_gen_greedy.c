@@ -1,6 +1,7 @@
 /* The cost-aware greedy generator ("greedy"): the list scheduler (sched_gen_list.c) with the
  * caller's per-stage costs, link delays and per-stage memory limit, stage g on rank g or in a V.
- * Pure: no I/O. Not the simulator (sim/ times a given schedule; this builds one).
+ * Pure: no I/O. Not the simulator (sim/ times a given schedule; this builds one), not the
+ * search over candidates (sched_gen_adaptive.c).
  * Legend: P ranks, S stages, M microbatches. */
 #include "sched/gen.h"
 #include "sched/gen_list.h"

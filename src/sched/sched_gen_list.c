@@ -1,4 +1,4 @@
-/* The list scheduler behind the greedy, zb-v and chimera generators (gen_list.h): a small event
+/* The list scheduler behind the greedy, adaptive, zb-v and chimera generators (gen_list.h): a small event
  * simulation in which each free rank picks a ready action by priority, under per-stage and
  * per-rank activation limits and per-edge message delays. Pure: no I/O. Not a generator itself
  * (those call it), not the simulator (sim/ times a given schedule; this builds one), not the
