@@ -66,7 +66,7 @@ $P schedule --schedule 1f1b --stages 4 --microbatches 8 --csv >"$T/1f1b.csv"
   || fail cli_simulate_schedule_file "want 33"
 # chimera's CSV (two pipes) round-trips with --pipes 2: the same simulation as the generator's
 $P schedule --schedule chimera --stages 4 --microbatches 4 --csv >"$T/chimera.csv"
-sim_cmp() { "$@" --cost f=1,b=2,w=1 --latency 0.1 --json | sed 's/"schedule":"[a-z0-9-]*",//'; }
+sim_cmp() { "$@" --cost f=1,b=2,w=1 --latency 0.1 --json | sed 's/"schedule":"[a-z0-9-]*"//g'; }
 a=$(sim_cmp $P simulate --schedule-file "$T/chimera.csv" --pipes 2)
 b=$(sim_cmp $P simulate --schedule chimera --stages 4 --microbatches 4)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok cli_simulate_chimera_csv_round_trip \
@@ -104,7 +104,7 @@ expect_error cli_err_too_large_file_iterations 'too large to simulate: --iterati
 expect_error cli_err_iterations '--iterations' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --iterations 0
 expect_error cli_err_bandwidth '--bandwidth' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --bandwidth -3
 expect_error cli_err_slow_link "--slow-link '1x2'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-link 1x2
-expect_error cli_err_slow_link_rank 'ranks must be' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-link 0-7:1
+expect_error cli_err_slow_link_rank 'rank 7 is not in the pipeline .ranks must be in 0..1.' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-link 0-7:1
 expect_error cli_err_slow_stage "--slow-stage '9:2'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-stage 9:2
 expect_error cli_err_cost_key "--cost: unknown key in 'z=1'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --cost f=1,z=1
 echo '{"f": [1, 2, 3]}' >"$T/bad_costs.json"
@@ -126,5 +126,23 @@ z=$($P simulate --schedule zb-h1 --stages 4 --microbatches 8 --cost f=1,b=2,w=1 
 awk -v g="$g" -v z="$z" 'BEGIN{exit !(g != "" && g <= z)}' && ok cli_greedy_costs_not_worse_than_zb_h1 \
   || fail cli_greedy_costs_not_worse_than_zb_h1 "greedy $g, zb-h1 $z"
 expect_error cli_err_mem_limit_negative 'mem-limit' $P simulate --schedule greedy --stages 2 --microbatches 2 --mem-limit -1
+
+# ---- faults over windows of iterations
+# only iteration 2 of 3 is slower (gpipe P=4 M=8: 33, +2 x 0.5)
+js=$($P simulate --schedule gpipe --stages 4 --microbatches 8 --slow-link 1-2:0.5@2-2 --iterations 3 --json)
+echo "$js" | grep -q '"per_iteration":\[{"time":33,"schedule":"gpipe"},{"time":34,"schedule":"gpipe"},{"time":33,' \
+  && ok cli_simulate_fault_window_per_iteration || fail cli_simulate_fault_window_per_iteration "$(echo "$js" | grep -o '"per_iteration":[^]]*]')"
+expect_error cli_err_window_syntax "--slow-stage '1:2@2': the window after '@' must be FROM-TO or FROM-" \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 4 --slow-stage 1:2@2
+expect_error cli_err_window_from_after_to "--slow-link '0-1:2@5-3': FROM 5 is after TO 3" \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 4 --slow-link 0-1:2@5-3
+expect_error cli_err_slow_link_negative "--slow-link '0-1:-2': SECONDS must be in 0" \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 4 --slow-link 0-1:-2
+expect_error cli_err_slow_stage_factor "--slow-stage '1:0.5': FACTOR must be in 1" \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 4 --slow-stage 1:0.5
+expect_error cli_err_slow_link_not_neighbours "--slow-link '0-2:1': ranks 0 and 2 exchange no messages in zb-h1" \
+  $P simulate --schedule zb-h1 --stages 4 --microbatches 4 --slow-link 0-2:1
+expect_error cli_err_slow_link_after_last "--slow-link '0-1:1@3-': starts at iteration 3, after the last .--iterations 2." \
+  $P simulate --schedule zb-h1 --stages 2 --microbatches 4 --slow-link 0-1:1@3- --iterations 2
 rm -rf "$T"
 done_tests

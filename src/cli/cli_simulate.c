@@ -15,8 +15,9 @@
 static const char *USAGE =
     "(--schedule NAME --stages P --microbatches M [--chunks V] | --schedule-file S.csv [--pipes N])\n"
     "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
-    "       [--act-bytes N] [--slow-link I-J:SECONDS]... [--slow-stage I:FACTOR]... [--iterations N]\n"
-    "       [--post-validation] [--trace out.json] [--svg out.svg] [--json | --csv] [--critical-path]";
+    "       [--act-bytes N] [--slow-link I-J:SECONDS[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
+    "       [--iterations N] [--mem-limit N] [--post-validation] [--trace out.json] [--svg out.svg]\n"
+    "       [--json | --csv] [--critical-path]";
 
 #define UNSET (-1e300)   /* a number flag not given */
 #define MAX_EVENTS 2e7   /* actions x iterations kept as timeline events (about 64 bytes each) */
@@ -61,8 +62,9 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--latency", OPT_DOUBLE, &a->latency, "seconds per message, every link"},
         {"--bandwidth", OPT_DOUBLE, &a->bandwidth, "bytes per second, every link (0: infinite)"},
         {"--act-bytes", OPT_DOUBLE, &a->act_bytes, "activation bytes per microbatch, every stage"},
-        {"--slow-link", OPT_STR, NULL, "I-J:SECONDS extra delay per message between ranks I and J (repeatable)"},
-        {"--slow-stage", OPT_STR, NULL, "I:FACTOR multiplies stage I's compute times (repeatable)"},
+        {"--slow-link", OPT_STR, NULL, "I-J:SECONDS[@FROM-TO] extra delay per message between ranks I and J, in "
+                                       "iterations FROM..TO (1-based, inclusive; @FROM-: to the end) (repeatable)"},
+        {"--slow-stage", OPT_STR, NULL, "I:FACTOR[@FROM-TO] multiplies stage I's compute times (>= 1) (repeatable)"},
         {"--iterations", OPT_INT, &a->iters, "N iterations back to back (default 1)"},
         {"--mem-limit", OPT_INT, &a->mem_limit, "greedy: most microbatches of activations a stage may hold (0: no limit)"},
         {"--post-validation", OPT_FLAG, &a->post_validation, "no global sync between iterations"},
@@ -89,13 +91,15 @@ static sched *generate(const sim_args *a, sched_params *p) {
     const sched_generator *g = sched_generator_find(a->name);
     if (g && g->mem_limit) p->mem_limit = a->mem_limit;
     if (!g || !g->stage_costs) return sched_generate(a->name, p);
-    sim_costs gc = { 0 };
+    sim_costs gc = { 0 }, now = { 0 };
     sched *s = NULL;
     int S = a->stages * (a->chunks > 0 ? a->chunks : g->chunks) * g->pipes;
     if (build_costs(a, S, a->stages, &gc) == 0) {
-        p->stage_cost_f = gc.f; p->stage_cost_b = gc.b; p->stage_cost_w = gc.w;
+        sim_costs_at(&gc, 1, &now);        /* the costs as they stand in iteration 1 */
+        p->stage_cost_f = now.f; p->stage_cost_b = now.b; p->stage_cost_w = now.w;
         s = sched_generate(a->name, p);
     }
+    sim_costs_free(&now);
     sim_costs_free(&gc);
     return s;
 }
@@ -257,6 +261,13 @@ static void print_json(const sched *s, const sim_result *r, const sim_args *a) {
     cJSON_AddNumberToObject(o, "steady_bubble_fraction", r->steady_bubble);
     cJSON_AddNumberToObject(o, "ideal_time", r->ideal_time);
     cJSON_AddItemToObject(o, "iteration_end", json_doubles(r->iter_end, r->n_iters));
+    cJSON *per_it = cJSON_AddArrayToObject(o, "per_iteration");
+    for (int i = 0; i < r->n_iters; i++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "time", r->iter_end[i] - (i ? r->iter_end[i - 1] : 0));
+        cJSON_AddStringToObject(x, "schedule", s->name);
+        cJSON_AddItemToArray(per_it, x);
+    }
     cJSON_AddItemToObject(o, "peak_activations", cJSON_CreateIntArray(r->peak_mb, r->n_stages));
     cJSON_AddItemToObject(o, "peak_activation_bytes", json_doubles(r->peak_bytes, r->n_stages));
     cJSON_AddItemToObject(o, "rank_peak_bytes", json_doubles(r->rank_peak_bytes, r->n_ranks));
@@ -308,7 +319,9 @@ int cli_simulate(int argc, char **argv) {
     if (rc) { status = rc > 0 ? 0 : 2; goto free_args; }
     if (a.iters < 1) { pt_seterr("--iterations must be >= 1 (got %d)", a.iters); goto fail; }
     if (a.json && a.csv) { pt_seterr("--json and --csv exclude each other"); goto fail; }
-    if (!(s = load_schedule(&a)) || build_costs(&a, s->n_stages, s->n_ranks, &c)) goto fail;
+    if (!(s = load_schedule(&a)) || build_costs(&a, s->n_stages, s->n_ranks, &c) ||
+        sim_costs_check_faults(&c, s, a.iters))
+        goto fail;
     sim_opts o = { a.iters, a.post_validation };
     if (sim_run(s, &c, &o, &r) || write_pictures(s, &r, &a)) goto fail;
     if (a.json) print_json(s, &r, &a);
