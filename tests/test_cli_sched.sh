@@ -66,7 +66,7 @@ $P schedule --schedule 1f1b --stages 4 --microbatches 8 --csv >"$T/1f1b.csv"
   || fail cli_simulate_schedule_file "want 33"
 # chimera's CSV (two pipes) round-trips with --pipes 2: the same simulation as the generator's
 $P schedule --schedule chimera --stages 4 --microbatches 4 --csv >"$T/chimera.csv"
-sim_cmp() { "$@" --cost f=1,b=2,w=1 --latency 0.1 --json | sed 's/"schedule":"[a-z0-9-]*",//'; }
+sim_cmp() { "$@" --cost f=1,b=2,w=1 --latency 0.1 --json | sed 's/"schedule":"[a-z0-9-]*"//g'; }
 a=$(sim_cmp $P simulate --schedule-file "$T/chimera.csv" --pipes 2)
 b=$(sim_cmp $P simulate --schedule chimera --stages 4 --microbatches 4)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok cli_simulate_chimera_csv_round_trip \
@@ -104,7 +104,7 @@ expect_error cli_err_too_large_file_iterations 'too large to simulate: --iterati
 expect_error cli_err_iterations '--iterations' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --iterations 0
 expect_error cli_err_bandwidth '--bandwidth' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --bandwidth -3
 expect_error cli_err_slow_link "--slow-link '1x2'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-link 1x2
-expect_error cli_err_slow_link_rank 'ranks must be' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-link 0-7:1
+expect_error cli_err_slow_link_rank 'rank 7 is not in the pipeline .ranks must be in 0..1.' $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-link 0-7:1
 expect_error cli_err_slow_stage "--slow-stage '9:2'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --slow-stage 9:2
 expect_error cli_err_cost_key "--cost: unknown key in 'z=1'" $P simulate --schedule 1f1b --stages 2 --microbatches 2 --cost f=1,z=1
 echo '{"f": [1, 2, 3]}' >"$T/bad_costs.json"
@@ -126,5 +126,56 @@ z=$($P simulate --schedule zb-h1 --stages 4 --microbatches 8 --cost f=1,b=2,w=1 
 awk -v g="$g" -v z="$z" 'BEGIN{exit !(g != "" && g <= z)}' && ok cli_greedy_costs_not_worse_than_zb_h1 \
   || fail cli_greedy_costs_not_worse_than_zb_h1 "greedy $g, zb-h1 $z"
 expect_error cli_err_mem_limit_negative 'mem-limit' $P simulate --schedule greedy --stages 2 --microbatches 2 --mem-limit -1
+
+# ---- stragglers (docs/stragglers.md): the adaptive schedule, faults by iteration, --adapt
+check cli_schedule_help_lists_adaptive bash -c "$P schedule --help | grep -q '^  adaptive '"
+# unit costs, judged by the simulator: as fast as zb-h1 (27) and zb-h2, in zb-h1's memory (the tie goes to less)
+check cli_schedule_adaptive_grid bash -c "$P schedule --schedule adaptive --stages 4 --microbatches 8 | grep -q '^rank 0: 0F0 0F1 0F2 0F3 0B0 0W0 0F4'"
+# the worked example of issue 9: 109 (healthy 103 + 6) within 2P = 16; greedy now sees the delay too
+[ "$(it $P simulate --schedule adaptive --stages 8 --microbatches 32 --slow-link 3-4:6 --mem-limit 16)" = 109 ] \
+  && ok cli_adaptive_worked_example || fail cli_adaptive_worked_example "want 109"
+[ "$(it $P simulate --schedule greedy --stages 8 --microbatches 32 --slow-link 3-4:6 --mem-limit 16)" = 109 ] \
+  && ok cli_greedy_sees_link_delay || fail cli_greedy_sees_link_delay "want 109"
+js=$($P simulate --schedule adaptive --stages 8 --microbatches 32 --slow-link 3-4:6 --mem-limit 8 --json)
+echo "$js" | grep -q '"iteration_time":145,' && echo "$js" | grep -q '"adaptive":{"winner":"list ' \
+  && echo "$js" | grep -q '"mem_needed":13,' && ok cli_adaptive_json_mem_needed \
+  || fail cli_adaptive_json_mem_needed "$(echo "$js" | grep -o '"adaptive":{[^}]*}')"
+err=$($P simulate --schedule adaptive --stages 8 --microbatches 32 --slow-link 3-4:6 --mem-limit 8 2>&1 >/dev/null)
+echo "$err" | grep -q 'it needs --mem-limit 13 to come within 5%' && ok cli_adaptive_says_limit_needed \
+  || fail cli_adaptive_says_limit_needed "$err"
+# a fault over a window: only iteration 2 of 3 is slower (gpipe P=4 M=8: 33, +2 x 0.5)
+js=$($P simulate --schedule gpipe --stages 4 --microbatches 8 --slow-link 1-2:0.5@2-2 --iterations 3 --json)
+echo "$js" | grep -q '"per_iteration":\[{"time":33,"schedule":"gpipe"},{"time":34,"schedule":"gpipe"},{"time":33,' \
+  && ok cli_simulate_fault_window_per_iteration || fail cli_simulate_fault_window_per_iteration "$(echo "$js" | grep -o '"per_iteration":[^]]*]')"
+# --adapt: slow in iterations 3..6 of 10; switch for 4, back for 8
+js=$($P simulate --schedule zb-h1 --stages 8 --microbatches 32 --slow-link 3-4:6@3-6 --iterations 10 --adapt --json)
+names=$(echo "$js" | grep -o '"schedule":"[a-z0-9-]*"' | tail -n 10 | cut -d'"' -f4 | tr '\n' ' ')
+[ "$names" = "zb-h1 zb-h1 zb-h1 adaptive adaptive adaptive adaptive zb-h1 zb-h1 zb-h1 " ] \
+  && echo "$js" | grep -q '"mem_limit":8,' && ok cli_adapt_switches_after_onset_and_recovery \
+  || fail cli_adapt_switches_after_onset_and_recovery "$names"
+out=$($P simulate --schedule zb-h1 --stages 8 --microbatches 32 --slow-link 3-4:6@3- --iterations 4 --adapt --mem-limit 16)
+echo "$out" | grep -Eq '^  4 +109 +adaptive' && echo "$out" | grep -q 'link 3-4 +6 per message' \
+  && ok cli_adapt_human || fail cli_adapt_human "$out"
+check cli_adapt_svg bash -c "$P simulate --schedule 1f1b --stages 2 --microbatches 4 --slow-stage 1:2@2 --iterations 3 --adapt --svg $T/a.svg 2>/dev/null; true"
+expect_error cli_err_window_syntax "--slow-stage '1:2@2': the window after '@' must be FROM-TO or FROM-" \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 4 --slow-stage 1:2@2
+expect_error cli_err_window_from_after_to "--slow-link '0-1:2@5-3': FROM 5 is after TO 3" \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 4 --slow-link 0-1:2@5-3
+expect_error cli_err_slow_link_negative "--slow-link '0-1:-2': SECONDS must be in 0" \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 4 --slow-link 0-1:-2
+expect_error cli_err_slow_stage_factor "--slow-stage '1:0.5': FACTOR must be in 1" \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 4 --slow-stage 1:0.5
+expect_error cli_err_slow_link_not_neighbours "--slow-link '0-2:1': ranks 0 and 2 exchange no messages in zb-h1" \
+  $P simulate --schedule zb-h1 --stages 4 --microbatches 4 --slow-link 0-2:1
+expect_error cli_err_slow_link_after_last "--slow-link '0-1:1@3-': starts at iteration 3, after the last .--iterations 2." \
+  $P simulate --schedule zb-h1 --stages 2 --microbatches 4 --slow-link 0-1:1@3- --iterations 2
+expect_error cli_err_adapt_not_neighbours "--slow-link '0-2:1@2-': ranks 0 and 2 exchange no messages in zb-h1" \
+  $P simulate --schedule zb-h1 --stages 4 --microbatches 4 --slow-link 0-2:1@2- --iterations 3 --adapt
+expect_error cli_err_adapt_file '--adapt needs --schedule NAME' \
+  $P simulate --schedule-file "$T/one.csv" --adapt
+expect_error cli_err_adapt_post_validation 'drop --post-validation' \
+  $P simulate --schedule zb-h1 --stages 2 --microbatches 4 --adapt --post-validation
+expect_error cli_err_adapt_chunks 'one stage per rank; zb-v has several stages per rank' \
+  $P simulate --schedule zb-v --stages 2 --microbatches 4 --adapt
 rm -rf "$T"
 done_tests

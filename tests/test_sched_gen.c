@@ -1,7 +1,7 @@
 /* Tests of the zero-bubble, chimera and greedy generators: validity (compute-only and lowered)
  * over P 1..8 and a range of M, goldens, peak activations, unit-cost timing through the simulator
  * (zb-h1's closed form, zb-h2's parallelogram, greedy against 1f1b / zb-h1 / zb-h2), deadlock
- * freedom of greedy under every memory limit, and rejected parameters.
+ * freedom of greedy under every memory limit, greedy told of link delays, and rejected parameters.
  * Not the classic generators (test_sched.c) nor the simulator itself (test_sim*).
  * PT_WRITE_GOLDEN=1 rewrites this file's goldens (check them by hand before committing).
  * Legend: P ranks, S stages, M microbatches. */
@@ -255,6 +255,61 @@ static void test_greedy_limits(void) {
     CHECK("greedy_random_costs_every_limit_valid_and_within_limit", ok && n > 0, "%s", msg);
 }
 
+/* ---- greedy with link delays (the list scheduler's message delays) ---- */
+
+/* Simulated time of s with unit costs and delay d on link r-r+1 (d = 0: none). */
+static double delay_makespan(const sched *s, int r, double d) {
+    sim_costs c;
+    sim_costs_init(&c, s->n_stages, 1, 1, 1);
+    if (d > 0) sim_costs_set_link(&c, r, r + 1, -1, -1, d);
+    sim_result res;
+    int rc = sim_run(s, &c, &(sim_opts){ 1, false }, &res);
+    sim_costs_free(&c);
+    if (rc < 0) return -1;
+    double t = res.makespan;
+    sim_result_free(&res);
+    return t;
+}
+
+/* Issue 9's worked example: F = B = W = 1, P = 8, M = 32, delay 6 on link 3-4, limit 16. Blind to
+ * the delay, greedy's order takes 227 under it; told the delay, 109 = the healthy 103 + 6. */
+static void test_greedy_delays(void) {
+    double delay[7] = { 0, 0, 0, 6, 0, 0, 0 };
+    sched_params aware = { .ranks = 8, .microbatches = 32, .mem_limit = 16, .link_delay = delay }, blind = aware;
+    blind.link_delay = NULL;
+    sched *a = sched_generate("greedy", &aware), *b = sched_generate("greedy", &blind);
+    double ta = a ? delay_makespan(a, 3, 6) : -1, tb = b ? delay_makespan(b, 3, 6) : -1;
+    int pk[8] = { 0 };
+    if (a) sched_peak_activations(a, pk);
+    CHECK("greedy_link_delay_hides_it_P8_M32_c6_L16", ta == 103 + 6 && pk[0] <= 16, "aware %g (peak %d), want 109",
+          ta, pk[0]);
+    CHECK("greedy_blind_to_delay_as_before", tb == 227, "blind %g, want 227 (the issue's figure)", tb);
+    sched_free(a), sched_free(b);
+    /* random delays on every link: valid, within the limit */
+    pt_rng rng;
+    pt_rng_seed(&rng, 9);
+    int ok = 1, n = 0;
+    char msg[512] = "";
+    for (int P = 2; P <= 6 && ok; P++)
+        for (int lim = 0; lim <= 2 * P && ok; lim += 2)
+            for (int M = 1; M <= 3 * P && ok; M += 3) {
+                double d[8], cf[8];
+                for (int r = 0; r < P; r++) d[r] = 4 * pt_rng_uniform(&rng), cf[r] = 0.5 + pt_rng_uniform(&rng);
+                sched_params p = { .ranks = P, .microbatches = M, .mem_limit = lim, .link_delay = d, .stage_cost_f = cf };
+                sched *s = sched_generate("greedy", &p);
+                int peak[8];
+                if (!s) { ok = 0, snprintf(msg, sizeof msg, "P=%d M=%d lim=%d: %s", P, M, lim, pt_err()); break; }
+                if (check_valid(s, msg, sizeof msg) < 0) ok = 0;
+                sched_peak_activations(s, peak);
+                for (int g = 0; g < P && lim > 0; g++)
+                    if (peak[g] > lim) ok = 0, snprintf(msg, sizeof msg, "stage %d peak %d > %d", g, peak[g], lim);
+                if (!ok) snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " (P=%d M=%d lim=%d)", P, M, lim);
+                sched_free(s);
+                n++;
+            }
+    CHECK("greedy_random_link_delays_valid_and_within_limit", ok && n > 0, "%s", msg);
+}
+
 /* ---- bad parameters ---- */
 
 static void expect_reject(const char *tname, const char *name, sched_params p, const char *want) {
@@ -278,6 +333,9 @@ static void test_bad_params(void) {
     expect_reject("reject_greedy_stage_cost_zero", "greedy",
                   (sched_params){ .ranks = 2, .microbatches = 4, .stage_cost_w = bad }, "stage_cost_w[1]");
     expect_reject("reject_greedy_chunks_3", "greedy", (sched_params){ .ranks = 2, .microbatches = 4, .chunks = 3 }, "chunks must be 1 or 2");
+    double neg[2] = { -1, 0 };
+    expect_reject("reject_greedy_link_delay_negative", "greedy",
+                  (sched_params){ .ranks = 2, .microbatches = 4, .link_delay = neg }, "link_delay[0] (ranks 0-1)");
 }
 
 int main(void) {
@@ -288,6 +346,7 @@ int main(void) {
     test_chimera_timing();
     test_greedy_timing();
     test_greedy_limits();
+    test_greedy_delays();
     test_bad_params();
     TEST_DONE();
 }

@@ -1,6 +1,8 @@
 /* Simulator tests: closed-form bubbles and memory of the classic schedules with equal costs and
- * free communication, hand-computed link and stage delays, iterations, deadlock errors, the
- * costs file, and the trace/SVG writers' structure. Not the generators' orders (test_sched). */
+ * free communication, hand-computed link and stage delays, faults over windows of iterations
+ * (their specs and errors), iterations, deadlock errors, the costs file, and the trace/SVG
+ * writers' structure. Not the generators' orders (test_sched), not the straggler policy
+ * (test_sim_adapt). */
 #include "trace/svg.h"
 #include "trace/trace.h"
 #include "sched/sched.h"
@@ -217,6 +219,95 @@ static void test_slow_stage(void) {
           "accepted 1:0 (%s)", pt_err());
     CHECK("sim_slow_link_bad_spec", sim_costs_add_slow_link(&c, "0-5:1", 2) && strstr(pt_err(), "0-5:1"),
           "accepted 0-5:1 (%s)", pt_err());
+    sim_costs_free(&c);
+    sched_free(s);
+}
+
+/* ---- faults over windows of iterations (--slow-link/--slow-stage I..@FROM-TO) ---- */
+
+static void expect_spec_error(const char *tname, bool link, const char *spec, const char *want) {
+    sim_costs c;
+    sim_costs_init(&c, 4, 1, 1, 1);
+    int rc = link ? sim_costs_add_slow_link(&c, spec, 4) : sim_costs_add_slow_stage(&c, spec);
+    const char *flag = link ? "--slow-link" : "--slow-stage";
+    CHECK(tname, rc < 0 && strstr(pt_err(), flag) && strstr(pt_err(), spec) && strstr(pt_err(), want),
+          "rc %d, error '%s', want the flag, '%s' and '%s'", rc, pt_err(), spec, want);
+    sim_costs_free(&c);
+}
+
+static void test_specs(void) {
+    sim_costs c;
+    sim_costs_init(&c, 4, 1, 1, 1);
+    int rc = sim_costs_add_slow_link(&c, "1-2:0.5@3-5", 4) || sim_costs_add_slow_link(&c, "2-3:1@2-", 4) ||
+         sim_costs_add_slow_stage(&c, "0:2@4-4") || sim_costs_add_slow_link(&c, "0-1:0.25", 4);
+    const sim_fault *f = c.faults;
+    CHECK("spec_windows_parsed", !rc && c.n_faults == 4 && f[0].link && f[0].a == 1 && f[0].b == 2 &&
+          f[0].amount == 0.5 && f[0].from == 3 && f[0].to == 5 && f[1].from == 2 && f[1].to == 0 && !f[2].link &&
+          f[2].a == 0 && f[2].amount == 2 && f[2].from == 4 && f[2].to == 4 && f[3].from == 1 && f[3].to == 0,
+          "rc %d, %d faults: %s", rc, c.n_faults, pt_err());
+    CHECK("spec_keeps_costs_unchanged", c.f[0] == 1 && c.n_links == 0, "f[0] %g, %d links", c.f[0], c.n_links);
+    sim_costs at;
+    sim_costs_at(&c, 4, &at);
+    CHECK("costs_at_iteration_applies_active_faults", at.n_faults == 0 && at.f[0] == 2 && at.b[0] == 2 &&
+          sim_costs_message_time(&at, 1, 2, 0) == 0.5 && sim_costs_message_time(&at, 3, 2, 0) == 1 &&
+          sim_costs_message_time(&at, 0, 1, 0) == 0.25, "f[0] %g, 1-2 %g", at.f[0], sim_costs_message_time(&at, 1, 2, 0));
+    sim_costs_free(&at);
+    sim_costs_at(&c, 6, &at);
+    CHECK("costs_at_iteration_after_window", at.f[0] == 1 && sim_costs_message_time(&at, 1, 2, 0) == 0 &&
+          sim_costs_message_time(&at, 2, 3, 0) == 1, "f[0] %g", at.f[0]);
+    sim_costs_free(&at);
+    sim_costs_free(&c);
+    expect_spec_error("spec_err_rank_not_in_pipeline", true, "1-7:1", "rank 7 is not in the pipeline");
+    expect_spec_error("spec_err_same_rank", true, "2-2:1", "two different ranks");
+    expect_spec_error("spec_err_negative_seconds", true, "1-2:-1", "SECONDS must be in 0..");
+    expect_spec_error("spec_err_from_after_to", true, "1-2:1@5-3", "FROM 5 is after TO 3");
+    expect_spec_error("spec_err_from_zero", true, "1-2:1@0-3", "count from 1");
+    expect_spec_error("spec_err_bad_window", true, "1-2:1@x", "FROM-TO or FROM-");
+    expect_spec_error("spec_err_malformed_link", true, "1x2:1", "expected I-J:SECONDS[@FROM-TO]");
+    expect_spec_error("spec_err_factor_below_1", false, "1:0.5", "FACTOR must be in 1..");
+    expect_spec_error("spec_err_stage_out_of_range", false, "9:2", "stage 9 out of range 0..3");
+    expect_spec_error("spec_err_stage_from_after_to", false, "1:2@4-2", "FROM 4 is after TO 2");
+}
+
+/* A link no message crosses, and a window after the last iteration, are errors against a schedule. */
+static void test_check_faults(void) {
+    sched *s = gen("zb-h1", 4, 8, 0, NULL);
+    sim_costs c;
+    sim_costs_init(&c, 4, 1, 1, 1);
+    sim_costs_add_slow_link(&c, "0-2:1", 4);
+    int rc = sim_costs_check_faults(&c, s, 1);
+    CHECK("check_err_not_neighbours", rc < 0 && strstr(pt_err(), "--slow-link '0-2:1'") &&
+          strstr(pt_err(), "exchange no messages in zb-h1"), "%s", pt_err());
+    sim_costs_free(&c);
+    sim_costs_init(&c, 4, 1, 1, 1);
+    sim_costs_add_slow_stage(&c, "1:2@5-");
+    rc = sim_costs_check_faults(&c, s, 4);
+    CHECK("check_err_window_after_last_iteration", rc < 0 && strstr(pt_err(), "--slow-stage '1:2@5-'") &&
+          strstr(pt_err(), "--iterations 4"), "%s", pt_err());
+    sim_costs_add_slow_link(&c, "2-3:1", 4);
+    CHECK("check_ok_neighbours_in_window", sim_costs_check_faults(&c, s, 5) == 0, "%s", pt_err());
+    sim_costs_free(&c);
+    sched_free(s);
+}
+
+/* ---- faults inside sim_run ---- */
+
+/* gpipe, P = 4, M = 8, unit costs: 33 per iteration; a 0.5 delay on 1-2 adds 2 x 0.5 (one
+ * forward and one backward crossing on the critical path); only in iteration 2 of 3. */
+static void test_sim_windows(void) {
+    sched *s = gen("gpipe", 4, 8, 0, NULL);
+    sim_costs c;
+    sim_costs_init(&c, 4, 1, 1, 1);
+    sim_costs_add_slow_link(&c, "1-2:0.5@2-2", 4);
+    sim_costs_add_slow_stage(&c, "3:2@3-");
+    sim_result r;
+    int rc = sim_run(s, &c, &(sim_opts){ 3, false }, &r);
+    double t1 = rc ? -1 : r.iter_end[0], t2 = rc ? -1 : r.iter_end[1] - r.iter_end[0];
+    double t3 = rc ? -1 : r.iter_end[2] - r.iter_end[1];
+    CHECK("sim_fault_window_only_in_its_iterations", !rc && t1 == 33 && t2 == 34, "iterations %g %g", t1, t2);
+    /* stage 3 twice as slow: F and BW of the last stage on the critical path, 8 x 1 + 8 x 2 more */
+    CHECK("sim_slow_stage_window_from_3", !rc && t3 == 33 + 8 + 16, "iteration 3 took %g", t3);
+    if (!rc) sim_result_free(&r);
     sim_costs_free(&c);
     sched_free(s);
 }
@@ -503,6 +594,9 @@ int main(void) {
     test_zb_parallelogram("zb-v");
     test_link_delays();
     test_slow_stage();
+    test_specs();
+    test_check_faults();
+    test_sim_windows();
     test_iterations();
     test_lowered_equals_compute_only();
     test_deadlock();

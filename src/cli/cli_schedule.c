@@ -1,7 +1,9 @@
 /* pipetrain schedule: generates a pipeline schedule and prints it as a text grid or CSV
- * (optionally lowered, with its SEND/RECV actions). Thin: generation and printing live in sched/. */
+ * (optionally lowered, with its SEND/RECV actions). Thin: generation and printing live in sched/;
+ * a generator that searches by timing (adaptive) gets the simulator, with unit costs, as judge. */
 #include "cli/cli.h"
 #include "sched/sched.h"
+#include "sim/sim_adapt.h"
 #include "util/pt.h"
 #include <stdio.h>
 
@@ -16,7 +18,7 @@ int cli_schedule(int argc, char **argv) {
         {"--stages", OPT_INT, &stages, "P, the number of ranks (pipeline positions)"},
         {"--microbatches", OPT_INT, &mb, "M, microbatches per iteration"},
         {"--chunks", OPT_INT, &chunks, "V, model chunks per rank (interleaved-1f1b; 0: the generator's default)"},
-        {"--mem-limit", OPT_INT, &mem_limit, "greedy: most microbatches of activations a stage may hold (0: no limit; unit costs: `pipetrain simulate` takes real ones)"},
+        {"--mem-limit", OPT_INT, &mem_limit, "greedy, adaptive: most microbatches of activations a stage may hold (0: no limit; unit costs: `pipetrain simulate` takes real ones)"},
         {"--csv", OPT_FLAG, &csv, "print CSV (one row per rank) instead of the grid"},
         {"--lower", OPT_FLAG, &lower, "add the SEND/RECV actions before printing"},
     };
@@ -30,7 +32,12 @@ int cli_schedule(int argc, char **argv) {
     if (mem_limit < 0) return pt_seterr("--mem-limit must be >= 0 (got %d)", mem_limit), cli_fail("schedule");
     sched_params p = { .ranks = stages, .microbatches = mb, .chunks = chunks, .cost_f = 1, .cost_b = 1,
                        .cost_w = 1, .mem_limit = mem_limit };
+    const sched_generator *row = sched_generator_find(name);
+    sim_costs unit;
+    sim_costs_init(&unit, stages, 1, 1, 1);
+    if (row && row->scored) p.score = sim_schedule_score, p.score_user = &unit;
     sched *s = sched_generate(name, &p);
+    sim_costs_free(&unit);
     if (!s) return cli_fail("schedule");
     if (lower) {
         sched *l = sched_lower(s);

@@ -1,11 +1,13 @@
 /* pipetrain simulate: builds or loads a schedule, builds the cost model from flags or a costs
  * file, runs the simulator and prints a summary (human, --json, or --csv events), optionally a
- * Chrome trace and an SVG timeline. Thin: the work lives in sim/ and io/. */
+ * Chrome trace and an SVG timeline; with --adapt it replays the straggler policy over the
+ * iterations instead. Thin: the work lives in sim/ and io/. */
 #include "cli/cli.h"
 #include "trace/svg.h"
 #include "trace/trace.h"
 #include "sched/sched.h"
 #include "sim/sim.h"
+#include "sim/sim_adapt.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -15,8 +17,9 @@
 static const char *USAGE =
     "(--schedule NAME --stages P --microbatches M [--chunks V] | --schedule-file S.csv [--pipes N])\n"
     "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
-    "       [--act-bytes N] [--slow-link I-J:SECONDS]... [--slow-stage I:FACTOR]... [--iterations N]\n"
-    "       [--post-validation] [--trace out.json] [--svg out.svg] [--json | --csv] [--critical-path]";
+    "       [--act-bytes N] [--slow-link I-J:SECONDS[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
+    "       [--iterations N] [--mem-limit N] [--adapt] [--post-validation] [--trace out.json] [--svg out.svg]\n"
+    "       [--json | --csv] [--critical-path]";
 
 #define UNSET (-1e300)   /* a number flag not given */
 #define MAX_EVENTS 2e7   /* actions x iterations kept as timeline events (about 64 bytes each) */
@@ -25,7 +28,7 @@ typedef struct {
     const char *name, *file, *cost, *costs, *trace, *svg;
     int stages, mb, chunks, pipes, iters, mem_limit;
     double latency, bandwidth, act_bytes;
-    bool post_validation, json, csv, crit;
+    bool post_validation, json, csv, crit, adapt;
     const char **slow_links, **slow_stages;
     int n_slow_links, n_slow_stages;
 } sim_args;
@@ -61,10 +64,14 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--latency", OPT_DOUBLE, &a->latency, "seconds per message, every link"},
         {"--bandwidth", OPT_DOUBLE, &a->bandwidth, "bytes per second, every link (0: infinite)"},
         {"--act-bytes", OPT_DOUBLE, &a->act_bytes, "activation bytes per microbatch, every stage"},
-        {"--slow-link", OPT_STR, NULL, "I-J:SECONDS extra delay per message between ranks I and J (repeatable)"},
-        {"--slow-stage", OPT_STR, NULL, "I:FACTOR multiplies stage I's compute times (repeatable)"},
+        {"--slow-link", OPT_STR, NULL, "I-J:SECONDS[@FROM-TO] extra delay per message between ranks I and J, in "
+                                       "iterations FROM..TO (1-based, inclusive; @FROM-: to the end) (repeatable)"},
+        {"--slow-stage", OPT_STR, NULL, "I:FACTOR[@FROM-TO] multiplies stage I's compute times (>= 1) (repeatable)"},
         {"--iterations", OPT_INT, &a->iters, "N iterations back to back (default 1)"},
-        {"--mem-limit", OPT_INT, &a->mem_limit, "greedy: most microbatches of activations a stage may hold (0: no limit)"},
+        {"--mem-limit", OPT_INT, &a->mem_limit, "greedy, adaptive: most microbatches of activations a stage may hold "
+                                                "(0: no limit; --adapt: the starting schedule's peak)"},
+        {"--adapt", OPT_FLAG, &a->adapt, "replay the straggler policy: switch to the adaptive schedule after a slow "
+                                         "iteration, back when healthy (docs/stragglers.md)"},
         {"--post-validation", OPT_FLAG, &a->post_validation, "no global sync between iterations"},
         {"--trace", OPT_STR, &a->trace, "write a Chrome trace JSON (Perfetto)"},
         {"--svg", OPT_STR, &a->svg, "write an SVG timeline"},
@@ -83,20 +90,31 @@ static int parse_args(int argc, char **argv, sim_args *a) {
 
 static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *c);
 
-/* Generators that order by costs (greedy) get the costs being simulated (per stage, slow stages
- * included) and those that take a memory limit get --mem-limit; the others ignore both. */
+/* What the adaptive generator chose, for the summary (n_judged 0: another generator). */
+static sched_adaptive_info adaptive_info;
+
+/* Generators that order by costs (greedy, adaptive) get the costs being simulated as they stand
+ * in iteration 1 (per stage, slow stages included), those that read link delays the time a
+ * message takes on each link, the judged one (adaptive) the simulator under those costs, and
+ * those that take a memory limit --mem-limit; the others ignore all of it. */
 static sched *generate(const sim_args *a, sched_params *p) {
     const sched_generator *g = sched_generator_find(a->name);
     if (g && g->mem_limit) p->mem_limit = a->mem_limit;
     if (!g || !g->stage_costs) return sched_generate(a->name, p);
-    sim_costs gc = { 0 };
+    sim_costs gc = { 0 }, now = { 0 };
     sched *s = NULL;
     int S = a->stages * (a->chunks > 0 ? a->chunks : g->chunks) * g->pipes;
+    double *delay = pt_calloc((size_t)a->stages, sizeof(double));
     if (build_costs(a, S, a->stages, &gc) == 0) {
-        p->stage_cost_f = gc.f; p->stage_cost_b = gc.b; p->stage_cost_w = gc.w;
-        s = sched_generate(a->name, p);
+        sim_costs_at(&gc, 1, &now);
+        sim_adaptive_params(&now, a->stages, p, delay);
+        if (!g->link_delays) p->link_delay = NULL;
+        if (!g->scored) p->score = NULL;
+        s = g->scored ? sched_adaptive(p, &adaptive_info) : sched_generate(a->name, p);
     }
+    sim_costs_free(&now);
     sim_costs_free(&gc);
+    free(delay);
     return s;
 }
 
@@ -206,6 +224,8 @@ static void print_human(const sched *s, const sim_result *r, const sim_args *a) 
            s->n_stages, s->n_mb, r->n_iters, a->post_validation ? " (post-validation)" : "");
     printf("iteration time   %.6g%s\n", r->iteration_time, r->n_iters > 1 ? "  (steady state)" : "");
     if (r->n_iters > 1) printf("total time       %.6g\n", r->makespan);
+    if (adaptive_info.n_judged)
+        printf("adaptive         %s (best of %d candidates)\n", adaptive_info.winner, adaptive_info.n_judged);
     printf("ideal time       %.6g  (busiest rank's compute per iteration)\n", r->ideal_time);
     printf("bubble fraction  %.4f  (%.2f%% of rank time idle)\n", r->bubble_fraction, 100 * r->bubble_fraction);
     if (r->n_iters > 1) printf("steady bubble    %.4f\n", r->steady_bubble);
@@ -243,7 +263,7 @@ static cJSON *json_critical_path(const sim_result *r) {
     return arr;
 }
 
-static void print_json(const sched *s, const sim_result *r, const sim_args *a) {
+static void print_json(const sched *s, const sim_result *r, const sim_args *a, int needed, double unlimited) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "schedule", s->name);
     cJSON_AddNumberToObject(o, "ranks", s->n_ranks);
@@ -257,6 +277,21 @@ static void print_json(const sched *s, const sim_result *r, const sim_args *a) {
     cJSON_AddNumberToObject(o, "steady_bubble_fraction", r->steady_bubble);
     cJSON_AddNumberToObject(o, "ideal_time", r->ideal_time);
     cJSON_AddItemToObject(o, "iteration_end", json_doubles(r->iter_end, r->n_iters));
+    cJSON *per_it = cJSON_AddArrayToObject(o, "per_iteration");
+    for (int i = 0; i < r->n_iters; i++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "time", r->iter_end[i] - (i ? r->iter_end[i - 1] : 0));
+        cJSON_AddStringToObject(x, "schedule", s->name);
+        cJSON_AddItemToArray(per_it, x);
+    }
+    if (adaptive_info.n_judged) {
+        cJSON *ad = cJSON_AddObjectToObject(o, "adaptive");
+        cJSON_AddStringToObject(ad, "winner", adaptive_info.winner);
+        cJSON_AddNumberToObject(ad, "candidates", adaptive_info.n_judged);
+        cJSON_AddNumberToObject(ad, "mem_limit", a->mem_limit);
+        if (needed > 0) cJSON_AddNumberToObject(ad, "mem_needed", needed);
+        if (needed > 0) cJSON_AddNumberToObject(ad, "unlimited_time", unlimited);
+    }
     cJSON_AddItemToObject(o, "peak_activations", cJSON_CreateIntArray(r->peak_mb, r->n_stages));
     cJSON_AddItemToObject(o, "peak_activation_bytes", json_doubles(r->peak_bytes, r->n_stages));
     cJSON_AddItemToObject(o, "rank_peak_bytes", json_doubles(r->rank_peak_bytes, r->n_ranks));
@@ -274,45 +309,144 @@ static void print_json(const sched *s, const sim_result *r, const sim_args *a) {
     cJSON_Delete(o);
 }
 
-static void print_csv(const sim_result *r) {
+static void print_events(const timeline *tl) {
     static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv" };
     char act[48];
     printf("rank,stream,action,stage,mb,iter,ready,start,end\n");
-    for (int i = 0; i < r->tl.n; i++) {
-        const tl_event *e = &r->tl.ev[i];
+    for (int i = 0; i < tl->n; i++) {
+        const tl_event *e = &tl->ev[i];
         printf("%d,%s,%s,%d,%d,%d,%.9g,%.9g,%.9g\n", e->rank, stream[e->stream],
                sched_action_str(&e->act, act, sizeof act), e->act.stage, e->act.mb, e->iter, e->ready, e->start, e->end);
     }
 }
 
-/* Trace and SVG files, when asked for. */
-static int write_pictures(const sched *s, const sim_result *r, const sim_args *a) {
-    if (a->trace && trace_write(&r->tl, a->trace)) return -1;
+/* Trace and SVG files of a timeline, when asked for. */
+static int write_pictures(const timeline *tl, const char *title, const char *sub, const sim_args *a) {
+    if (a->trace && trace_write(tl, a->trace)) return -1;
     if (!a->svg) return 0;
+    svg_opts o = { title, sub, 0 };
+    return svg_write(tl, &o, a->svg);
+}
+
+static int write_result_pictures(const sched *s, const sim_result *r, const sim_args *a) {
     char title[160], sub[160], extra[32] = "";
     if (s->n_stages != s->n_ranks) snprintf(extra, sizeof extra, " | S=%d stages", s->n_stages);
     snprintf(title, sizeof title, "%s | P=%d | M=%d%s", s->name, s->n_ranks, s->n_mb, extra);
     snprintf(sub, sizeof sub, "iteration time %.6g | bubble %.1f%% | ideal %.6g | %d iteration%s%s",
              r->iteration_time, 100 * r->bubble_fraction, r->ideal_time, r->n_iters, r->n_iters > 1 ? "s" : "",
              a->post_validation ? " (post-validation)" : "");
-    svg_opts o = { title, sub, 0 };
-    return svg_write(&r->tl, &o, a->svg);
+    return write_pictures(&r->tl, title, sub, a);
+}
+
+/* With --schedule adaptive under a limit: when the limit keeps it more than 5% from its time with
+ * unlimited memory, says on stderr (and in *needed) which limit would come within 5%. */
+#define NEED_TOL 0.05
+static int note_mem_needed(const sim_args *a, const sim_costs *c, const sim_result *r, int *needed, double *unl) {
+    *needed = 0;
+    if (!adaptive_info.n_judged || a->mem_limit <= 0) return 0;
+    sched_params p = { .ranks = a->stages, .microbatches = a->mb, .mem_limit = a->mem_limit };
+    int peak;
+    *needed = sim_adaptive_mem_needed(&p, c, NEED_TOL, unl, &peak);
+    if (*needed < 0) return -1;
+    if (*needed > a->mem_limit && !a->json && !a->csv)
+        fprintf(stderr, "pipetrain simulate: note: --mem-limit %d holds the adaptive schedule to %.6g; with no limit "
+                "it takes %.6g (holding %d); it needs --mem-limit %d to come within %.0f%% of that\n", a->mem_limit,
+                r->iteration_time, *unl, peak, *needed, 100 * NEED_TOL);
+    return 0;
+}
+
+/* ---- --adapt: the replay of the straggler policy ---- */
+
+static void print_adapt_human(const sim_adapt_opts *o, const sim_adapt_result *r) {
+    printf("adapt: starting schedule %s  ranks %d  microbatches %d  iterations %d  adaptive under --mem-limit %d\n",
+           o->start, o->shape.ranks, o->shape.microbatches, r->n, r->mem_limit);
+    printf("iteration  %-12s %-10s  after it\n", "time", "schedule");
+    for (int i = 0; i < r->n; i++) printf("  %-8d %-12.6g %-10s  %s\n", i + 1, r->time[i], r->name[i], r->note[i]);
+    printf("total time       %.6g\n", r->total);
+}
+
+static void print_adapt_json(const sim_adapt_opts *o, const sim_adapt_result *r) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "schedule", o->start);
+    cJSON_AddBoolToObject(j, "adapt", true);
+    cJSON_AddNumberToObject(j, "ranks", o->shape.ranks);
+    cJSON_AddNumberToObject(j, "microbatches", o->shape.microbatches);
+    cJSON_AddNumberToObject(j, "iterations", r->n);
+    cJSON_AddNumberToObject(j, "mem_limit", r->mem_limit);
+    cJSON_AddNumberToObject(j, "total_time", r->total);
+    cJSON *per = cJSON_AddArrayToObject(j, "per_iteration");
+    for (int i = 0; i < r->n; i++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "iteration", i + 1);
+        cJSON_AddNumberToObject(x, "time", r->time[i]);
+        cJSON_AddStringToObject(x, "schedule", r->name[i]);
+        cJSON_AddStringToObject(x, "note", r->note[i]);
+        cJSON_AddItemToArray(per, x);
+    }
+    char *text = cJSON_PrintUnformatted(j);
+    printf("%s\n", text);
+    free(text);
+    cJSON_Delete(j);
+}
+
+static void print_events(const timeline *tl);
+
+/* simulate --adapt: the starting schedule from --schedule, faults by iteration, the policy's
+ * defaults (sim_policy_defaults). */
+static int run_adapt(const sim_args *a) {
+    if (!a->name) return pt_seterr("--adapt needs --schedule NAME (the starting schedule; not a --schedule-file)");
+    if (a->file) return pt_seterr("--adapt takes --schedule NAME, not --schedule-file");
+    if (a->post_validation) return pt_seterr("--adapt switches schedules at the optimizer's barrier; drop --post-validation");
+    if (a->stages < 1 || a->mb < 1) return pt_seterr("--adapt needs --stages >= 1 and --microbatches >= 1");
+    if (a->mem_limit < 0) return pt_seterr("--mem-limit must be >= 0 (got %d)", a->mem_limit);
+    if (check_size(a) < 0) return -1;
+    sim_costs c;
+    sim_adapt_result r;
+    sim_adapt_opts o = { .start = a->name, .iterations = a->iters, .policy = sim_policy_defaults(),
+                         .shape = { .ranks = a->stages, .microbatches = a->mb, .chunks = a->chunks,
+                                    .mem_limit = a->mem_limit } };
+    int rc = build_costs(a, a->stages, a->stages, &c);
+    sched *s = rc == 0 ? sched_generate("1f1b", &o.shape) : NULL;   /* the shape, to check the faults on */
+    if (s) snprintf(s->name, sizeof s->name, "%s", a->name);
+    if (rc == 0 && (!s || sim_costs_check_faults(&c, s, a->iters) < 0)) rc = -1;
+    sched_free(s);
+    if (rc == 0) rc = sim_adapt_run(&o, &c, &r);
+    sim_costs_free(&c);
+    if (rc < 0) return -1;
+    char title[160], sub[160];
+    snprintf(title, sizeof title, "%s with --adapt | P=%d | M=%d", a->name, a->stages, a->mb);
+    snprintf(sub, sizeof sub, "total time %.6g | %d iterations", r.total, r.n);
+    rc = write_pictures(&r.tl, title, sub, a);
+    if (rc == 0 && a->json) print_adapt_json(&o, &r);
+    else if (rc == 0 && a->csv) print_events(&r.tl);
+    else if (rc == 0) print_adapt_human(&o, &r);
+    sim_adapt_result_free(&r);
+    return rc;
 }
 
 int cli_simulate(int argc, char **argv) {
     sim_args a = { .latency = UNSET, .bandwidth = UNSET, .act_bytes = UNSET, .iters = 1 };
-    int rc = parse_args(argc, argv, &a), status = 1;
+    int rc = parse_args(argc, argv, &a), status = 1, needed = 0;
+    double unlimited = 0;
     sched *s = NULL;
     sim_costs c = { 0 };
     sim_result r = { 0 };
     if (rc) { status = rc > 0 ? 0 : 2; goto free_args; }
     if (a.iters < 1) { pt_seterr("--iterations must be >= 1 (got %d)", a.iters); goto fail; }
     if (a.json && a.csv) { pt_seterr("--json and --csv exclude each other"); goto fail; }
-    if (!(s = load_schedule(&a)) || build_costs(&a, s->n_stages, s->n_ranks, &c)) goto fail;
+    if (a.adapt) {
+        if (run_adapt(&a) < 0) goto fail;
+        status = 0;
+        goto done;
+    }
+    if (!(s = load_schedule(&a)) || build_costs(&a, s->n_stages, s->n_ranks, &c) ||
+        sim_costs_check_faults(&c, s, a.iters))
+        goto fail;
     sim_opts o = { a.iters, a.post_validation };
-    if (sim_run(s, &c, &o, &r) || write_pictures(s, &r, &a)) goto fail;
-    if (a.json) print_json(s, &r, &a);
-    else if (a.csv) print_csv(&r);
+    if (sim_run(s, &c, &o, &r) || write_result_pictures(s, &r, &a) || note_mem_needed(&a, &c, &r, &needed, &unlimited))
+        goto fail;
+    if (a.json) print_json(s, &r, &a, needed, unlimited);
+    else if (a.csv) print_events(&r.tl);
     else print_human(s, &r, &a);
     status = 0;
     goto done;

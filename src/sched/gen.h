@@ -14,6 +14,15 @@ int gen_check_common(const char *name, const sched_params *p);
  * M = p->microbatches. Caller frees. Other helpers live in sched.h: sched_new, sched_push,
  * sched_append_sync_tail. */
 sched *gen_new_linear(const char *name, const sched_params *p);
+/* Per-stage costs for the cost-aware generators: f, b, w [S] from p's per-stage arrays or its
+ * uniform costs (0 means 1), times p->stage_slowdown. Returns 0, or -1 with an error naming the
+ * schedule and the parameter (a cost <= 0, a slowdown <= 0). */
+int gen_stage_costs(const char *name, const sched_params *p, int S, double *f, double *b, double *w);
+/* Message delay per stage edge for the list scheduler: out[g] = scale * p->link_delay[r] when
+ * stages g and g+1 run on neighbouring ranks r and r+1 (either order), else 0; all 0 without
+ * link_delay. Returns 0, or -1 with an error naming the bad delay (negative or not finite). */
+int gen_edge_delays(const char *name, const sched_params *p, const int *stage_rank, int S, double scale,
+                    double *out);
 
 sched *gen_gpipe(const sched_params *p);
 sched *gen_1f1b(const sched_params *p);
@@ -24,5 +33,6 @@ sched *gen_zb_h2(const sched_params *p);
 sched *gen_zb_v(const sched_params *p);
 sched *gen_chimera(const sched_params *p);
 sched *gen_greedy(const sched_params *p);
+sched *gen_adaptive(const sched_params *p);
 
 #endif

@@ -1,12 +1,18 @@
-/* Internal to sched/: the cost-aware list scheduler behind the greedy, zb-v and chimera
+/* Internal to sched/: the cost-aware list scheduler behind the greedy, adaptive, zb-v and chimera
  * generators (sched_gen_list.c). It simulates all ranks with the given per-stage durations and
- * lets each free rank pick a ready action by a fixed priority rule; the order it picks becomes the
- * rank's action list. Not a simulator of a given schedule (that is sim/), not public API.
+ * message delays and lets each free rank pick a ready action by a fixed priority rule; the order
+ * it picks becomes the rank's action list. Not a simulator of a given schedule (that is sim/), not public API.
  * Legend: P ranks, S stages, K stages per pipe, M microbatches. */
 #ifndef PT_SCHED_GEN_LIST_H
 #define PT_SCHED_GEN_LIST_H
 #include "sched/sched.h"
 #include <stdbool.h>
+
+/* Which ready action a free rank takes first. Both take only actions whose inputs have arrived. */
+typedef enum {
+    GEN_LIST_F_FIRST,   /* a forward its memory and in-flight cap allow, else the oldest B, else W */
+    GEN_LIST_B_FIRST,   /* the oldest B, else a forward, else W (zero bubble's and PipeMorph's order) */
+} gen_list_policy;
 
 typedef struct {
     const char *name;            /* schedule name (copied into the result) */
@@ -17,14 +23,26 @@ typedef struct {
     int stage_limit;             /* max activations held per stage (F started, W not done); 0: none */
     int rank_limit;              /* max activations held per rank, its stages together; 0: none */
     bool fused;                  /* emit BW (duration b + w) instead of B then W */
+    const double *edge_delay;    /* [S] or NULL: time stage g's output takes to reach g+1 and g+1's
+                                  * gradient to reach g, when they are on different ranks (>= 0) */
+    gen_list_policy policy;      /* default GEN_LIST_F_FIRST */
+    const int *stage_cap;        /* [S] or NULL: forwards in flight (F started, B not) per stage,
+                                  * >= 1; NULL: one round trip of the costs and delays */
 } gen_list_spec;
 
 /* Builds a compute-only schedule (F, B, W or BW per rank, then the sync tail) by greedy list
- * scheduling under sp's costs and memory limits. Priority of a free rank: a forward that its
- * memory and in-flight cap allow (the deepest stage first), else the oldest ready B (or BW), else
- * the oldest pending W. Each stage runs its forwards in its pipe's microbatch order.
+ * scheduling under sp's costs, delays and memory limits. Priority of a free rank (F_FIRST): a
+ * forward that its memory and in-flight cap allow (the deepest stage first), else the oldest
+ * ready B (or BW), else the oldest pending W; B_FIRST swaps the first two. An action is ready
+ * when its prerequisites (sched_action_deps) have finished and, from another rank, their message
+ * has arrived (edge_delay later). Each stage runs its forwards in its pipe's microbatch order.
  * Needs stage_limit >= 1 or 0, rank_limit 0 or >= the stages a rank holds of one pipe.
- * Returns NULL with an error naming sp->name only if no rank can move (a bug, never expected). */
+ * *makespan (may be NULL) gets the end of the last action in the scheduler's own timeline: an
+ * upper bound of the simulated time under the same costs and delays (a fixed order only starts
+ * earlier when nothing else is modelled). Returns NULL with an error naming sp->name only if no
+ * rank can move (a bug, never expected). */
+sched *gen_list_run(const gen_list_spec *sp, double *makespan);
+/* gen_list_run without the makespan. */
 sched *gen_list_schedule(const gen_list_spec *sp);
 
 #endif

@@ -52,8 +52,15 @@ typedef struct {
     char name[32];          /* generator name, or "csv" */
 } sched;
 
+/* A judge of candidate schedules for the adaptive generator: lower is better (the simulator's
+ * iteration time under the real costs, sim_schedule_score in sim/), a negative value rejects the
+ * candidate (pt_err says why). sched/ cannot time a given schedule itself (the simulator sits
+ * above it), so the judge comes from the caller. */
+typedef double (*sched_score_fn)(const sched *s, void *user);
+
 /* Parameters of a generator call. chunks: stages per rank per pipe (interleaved: v; zb-v: 2;
- * others 1). costs and mem_limit are only read by the greedy generator. */
+ * others 1). costs, delays and mem_limit are only read by the greedy and adaptive generators
+ * (the registry row says which), score only by adaptive. */
 typedef struct {
     int ranks;              /* P */
     int microbatches;       /* M */
@@ -61,6 +68,11 @@ typedef struct {
     double cost_f, cost_b, cost_w;      /* greedy: default per-stage times when per_stage is NULL */
     const double *stage_cost_f, *stage_cost_b, *stage_cost_w;  /* greedy: [S] or NULL */
     int mem_limit;          /* greedy: max microbatches of activations per stage (0: no limit) */
+    const double *link_delay;       /* greedy, adaptive: [P-1] time a message between ranks r and
+                                     * r+1 takes (either way), or NULL: none; >= 0 */
+    const double *stage_slowdown;   /* greedy, adaptive: [S] factor > 0 on stage g's f, b, w, or NULL */
+    sched_score_fn score;   /* adaptive: the judge of candidates, or NULL (see sched_adaptive) */
+    void *score_user;       /* passed to score */
 } sched_params;
 
 /* ---- allocation and editing ---- */
@@ -121,8 +133,10 @@ typedef struct {
     bool more_chunks;   /* takes other chunk counts too (interleaved-1f1b: any >= 2; greedy: 2) */
     int pipes;          /* model replicas pipelined at once: 1, or 2 (chimera) */
     bool async;         /* weights update after every microbatch, no flush (pipedream) */
-    bool stage_costs;   /* orders by sched_params' costs (stage_cost_*, cost_*): greedy */
-    bool mem_limit;     /* reads sched_params.mem_limit: greedy */
+    bool stage_costs;   /* orders by sched_params' costs (stage_cost_*, cost_*): greedy, adaptive */
+    bool mem_limit;     /* reads sched_params.mem_limit: greedy, adaptive */
+    bool link_delays;   /* reads link_delay and stage_slowdown: greedy, adaptive */
+    bool scored;        /* searches candidates judged by sched_params.score: adaptive */
     const char *help;   /* one line for --help */
 } sched_generator;
 
@@ -140,6 +154,31 @@ void sched_print_generators(FILE *f);
 /* Every row's name, NULL-terminated (static storage, built from the registry on first use). */
 const char *const *sched_generator_name_array(void);
 #define sched_generator_names (sched_generator_name_array())
+
+/* ---- the adaptive generator (sched_gen_adaptive.c) ----
+ * A schedule for a pipeline with slow links and slow stages, within a memory limit: the best of a
+ * set of candidates (the list scheduler made aware of the message delays, with zero bubble's and
+ * greedy's priorities, in-flight caps from one round trip, from PipeMorph's warm-up depths and from
+ * the limit, and built for assumed delays 0, 1/2, 1 and 2 times the real ones; and, when judged by
+ * a scorer, gpipe, 1f1b, zb-h1, zb-h2 where they fit the limit; without a limit, the list candidates
+ * for the real delays again under a limit of 2P). With p->score each candidate is
+ * judged by it (the simulator under the real costs: then the result is never worse than any of the
+ * hand-made ones nor greedy); without, only the list candidates built for the real delays are
+ * compared, by the list scheduler's own timeline (an upper bound of the simulated time). Ties go to
+ * the candidate holding fewer activations. One stage per rank (chunks 0 or 1); mem_limit is per
+ * stage, 0 means none; any limit >= 1 can be met. */
+typedef struct {
+    double score;       /* the winner's: the scorer's value, or the list scheduler's makespan */
+    int peak;           /* the winner's largest per-stage activations (microbatches) */
+    int n_judged;       /* candidates judged */
+    char winner[64];    /* which candidate won, e.g. "list b-first cap=round-trip delays x1" */
+} sched_adaptive_info;
+/* The adaptive schedule (named "adaptive") for p, with what was chosen in *info (may be NULL).
+ * NULL with an error naming the parameter, or when the scorer rejected every candidate. */
+sched *sched_adaptive(const sched_params *p, sched_adaptive_info *info);
+/* PipeMorph's warm-up depths for p's costs and delays: w[P-1] = 1, w[i] = w[i+1] +
+ * ceil(delay(i, i+1) / f[i]) + 2, into w[P]. Returns 0, or -1 with an error on bad p. */
+int sched_adaptive_warmup(const sched_params *p, int *w);
 
 /* ---- lowering and validation ---- */
 /* Returns a new schedule with SEND/RECV actions added in an order that cannot deadlock; stages

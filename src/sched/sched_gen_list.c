@@ -1,8 +1,8 @@
-/* The list scheduler behind the greedy, zb-v and chimera generators (gen_list.h): a small event
+/* The list scheduler behind the greedy, adaptive, zb-v and chimera generators (gen_list.h): a small event
  * simulation in which each free rank picks a ready action by priority, under per-stage and
- * per-rank activation limits. Pure: no I/O. Not a generator itself (those call it), not the
- * simulator (sim/ times a given schedule; this builds one), not the hand-made schedules.
- * Legend: P ranks, S stages, K stages per pipe, M microbatches, pos = g % K. */
+ * per-rank activation limits and per-edge message delays. Pure: no I/O. Not a generator itself
+ * (those call it), not the simulator (sim/ times a given schedule; this builds one), not the
+ * hand-made schedules. Legend: P ranks, S stages, K stages per pipe, M microbatches, pos = g % K. */
 #include "sched/gen_list.h"
 #include "util/pt.h"
 #include <stdlib.h>
@@ -20,8 +20,10 @@ typedef struct {
     int P, S, K, M;
     int *pipe_mb;                /* [n_pipes][M] microbatches of each pipe, in order */
     int *pipe_n;                 /* [n_pipes] */
-    unsigned char *fdone;        /* [S][M] forward finished (what the dependency rule reads) */
-    unsigned char *bdone;        /* [S][M] input-gradient backward (B or BW) finished */
+    double *fend;                /* [S][M] forward finished at (what the dependency rule reads), -1 */
+    double *bend;                /* [S][M] input-gradient backward (B or BW) finished at, -1 */
+    double *arr;                 /* min-heap of message arrival times still ahead */
+    int n_arr;
     int *next_f;                 /* [S] index into the pipe's list of the next forward */
     int *inflight;               /* [S] forwards started whose B has not started */
     int *held;                   /* [S] activations held: F started, W (or BW) not finished */
@@ -36,17 +38,25 @@ typedef struct {
 
 static int gl_pos(const gen_list *L, int g) { return g % L->K; }
 
+/* Delay of the message across edge g -> g+1 (either way), 0 on one rank or without delays. */
+static double gl_edge_delay(const gen_list *L, int g) {
+    const gen_list_spec *sp = L->sp;
+    if (!sp->edge_delay || sp->stage_rank[g] == sp->stage_rank[g + 1]) return 0;
+    return sp->edge_delay[g];
+}
+
 /* Forwards stage g can start before its first B returns with these costs: its own F plus the
- * downstream F and B times, in units of its F (1 + 2(K-1-pos) with equal costs). With a stage
- * limit and split B/W, keep pos slots free for W's deferred to the cool-down (ZB-H1's shape at
- * limit P). */
+ * downstream F and B times and the delays both ways, in units of its F (1 + 2(K-1-pos) with equal
+ * costs and no delay). With a stage limit and split B/W, keep pos slots free for W's deferred to
+ * the cool-down (ZB-H1's shape at limit P). A caller's stage_cap replaces all of this. */
 static int gl_round_trip_cap(const gen_list *L, int g) {
     const gen_list_spec *sp = L->sp;
     int pipe_end = (g / L->K + 1) * L->K;
     double t = 0;
-    for (int j = g + 1; j < pipe_end; j++) t += sp->cost_f[j] + sp->cost_b[j];
-    double c = 1.0 + t / sp->cost_f[g];
+    for (int j = g + 1; j < pipe_end; j++) t += sp->cost_f[j] + sp->cost_b[j] + 2 * gl_edge_delay(L, j - 1);
+    double c = sp->stage_cap ? sp->stage_cap[g] : 1.0 + t / sp->cost_f[g];
     int cap = c > L->M + 1.0 ? L->M + 1 : (int)c;
+    if (sp->stage_cap) return cap;
     if (sp->stage_limit > 0 && !sp->fused) {
         int lim = sp->stage_limit - gl_pos(L, g);
         if (lim < 1) lim = 1;
@@ -75,8 +85,10 @@ static void gl_alloc(gen_list *L, const gen_list_spec *sp) {
     size_t SM = (size_t)L->S * L->M, S = L->S, P = L->P;
     L->pipe_mb = pt_calloc((size_t)sp->n_pipes * L->M, sizeof(int));
     L->pipe_n = pt_calloc((size_t)sp->n_pipes, sizeof(int));
-    L->fdone = pt_calloc(SM, 1);
-    L->bdone = pt_calloc(SM, 1);
+    L->fend = pt_malloc(SM * sizeof(double));
+    L->bend = pt_malloc(SM * sizeof(double));
+    for (size_t i = 0; i < SM; i++) L->fend[i] = L->bend[i] = -1;
+    L->arr = pt_malloc((2 * SM + 1) * sizeof(double));
     L->next_f = pt_calloc(S, sizeof(int));
     L->inflight = pt_calloc(S, sizeof(int));
     L->held = pt_calloc(S, sizeof(int));
@@ -95,7 +107,7 @@ static void gl_alloc(gen_list *L, const gen_list_spec *sp) {
 }
 
 static void gl_free(gen_list *L) {
-    free(L->pipe_mb), free(L->pipe_n), free(L->fdone), free(L->bdone), free(L->next_f), free(L->inflight);
+    free(L->pipe_mb), free(L->pipe_n), free(L->fend), free(L->bend), free(L->arr), free(L->next_f), free(L->inflight);
     free(L->held), free(L->rank_held), free(L->bcand), free(L->n_bcand), free(L->wq);
     free(L->wq_head), free(L->wq_tail), free(L->rank_st), free(L->n_rank_st);
     free(L->cap), free(L->run);
@@ -106,23 +118,59 @@ static void gl_release(gen_list *L, int g) {
     L->rank_held[L->sp->stage_rank[g]]--;
 }
 
-/* Records a finished action: the done flags the dependency rule is checked against, and the
- * memory a W or BW frees. What may start next is the rule's business (gl_deps_met). */
+/* When prerequisite d (an F or B of stage d->stage) is usable by stage g: its end, plus the
+ * message delay when the two stages are neighbours on different ranks; -1 while it has not run.
+ * The one formula for both the readiness test and the arrival events, so the times compare
+ * exactly. */
+static double gl_avail(const gen_list *L, const sched_action *d, int g) {
+    double e = (d->kind == ACT_F ? L->fend : L->bend)[(size_t)d->stage * L->M + d->mb];
+    if (e < 0 || d->stage == g) return e;
+    return e + gl_edge_delay(L, d->stage < g ? d->stage : g);
+}
+
+static void gl_heap_push(gen_list *L, double t) {
+    int i = L->n_arr++;
+    for (; i > 0 && L->arr[(i - 1) / 2] > t; i = (i - 1) / 2) L->arr[i] = L->arr[(i - 1) / 2];
+    L->arr[i] = t;
+}
+
+static void gl_heap_pop(gen_list *L) {
+    double x = L->arr[--L->n_arr];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= L->n_arr) break;
+        if (c + 1 < L->n_arr && L->arr[c + 1] < L->arr[c]) c++;
+        if (L->arr[c] >= x) break;
+        L->arr[i] = L->arr[c];
+        i = c;
+    }
+    if (L->n_arr) L->arr[i] = x;
+}
+
+/* Records a finished action: the end times the dependency rule is checked against, the arrival
+ * of its message at a neighbour on another rank (an event: a rank may wait for nothing else), and
+ * the memory a W or BW frees. What may start next is the rule's business (gl_deps_met). */
 static void gl_finish(gen_list *L, const gl_run *a) {
     size_t i = (size_t)a->stage * L->M + a->mb;
-    if (a->kind == ACT_F) L->fdone[i] = 1;
-    if (a->kind == ACT_B || a->kind == ACT_BW) L->bdone[i] = 1;
+    int g = a->stage, to = -1;
+    if (a->kind == ACT_F) L->fend[i] = a->end, to = g % L->K < L->K - 1 ? g + 1 : -1;
+    if (a->kind == ACT_B || a->kind == ACT_BW) L->bend[i] = a->end, to = g % L->K > 0 ? g - 1 : -1;
     if (a->kind == ACT_W || a->kind == ACT_BW) gl_release(L, a->stage);
+    if (to < 0) return;
+    sched_action d = { .stage = g, .mb = a->mb, .kind = a->kind == ACT_F ? ACT_F : ACT_B };
+    double t = gl_avail(L, &d, to);
+    if (t > a->end) gl_heap_push(L, t);
 }
 
 /* True when every prerequisite of (kind, g, m) by the dependency rule (sched_action_deps on the
- * compute-only schedule being built: F and B prerequisites only) has finished. */
-static bool gl_deps_met(const gen_list *L, sched_kind kind, int g, int m) {
+ * compute-only schedule being built: F and B prerequisites only) is usable at time t. */
+static bool gl_deps_met(const gen_list *L, sched_kind kind, int g, int m, double t) {
     sched_action a = { .stage = g, .mb = m, .kind = kind }, d[SCHED_MAX_DEPS];
     int n = sched_action_deps(L->out, &a, d);
     for (int j = 0; j < n; j++) {
-        const unsigned char *done = d[j].kind == ACT_F ? L->fdone : L->bdone;
-        if (!done[(size_t)d[j].stage * L->M + d[j].mb]) return false;
+        double at = gl_avail(L, &d[j], g);
+        if (at < 0 || at > t) return false;
     }
     return true;
 }
@@ -142,12 +190,12 @@ static int gl_reserve(const gen_list *L, int g) {
 
 /* The forward stage g could start now, or -1: next in its pipe's order, input ready, memory
  * (stage limit, rank limit keeping room for the rank's deeper stages) and in-flight cap allow. */
-static int gl_ready_f(const gen_list *L, int g) {
+static int gl_ready_f(const gen_list *L, int g, double t) {
     const gen_list_spec *sp = L->sp;
     int p = g / L->K;
     if (L->next_f[g] >= L->pipe_n[p]) return -1;
     int m = L->pipe_mb[p * L->M + L->next_f[g]];
-    if (!gl_deps_met(L, ACT_F, g, m)) return -1;
+    if (!gl_deps_met(L, ACT_F, g, m, t)) return -1;
     if (sp->stage_limit > 0 && L->held[g] >= sp->stage_limit) return -1;
     if (sp->rank_limit > 0 && L->rank_held[sp->stage_rank[g]] + gl_reserve(L, g) >= sp->rank_limit) return -1;
     if (L->inflight[g] >= L->cap[g]) return -1;
@@ -155,40 +203,56 @@ static int gl_ready_f(const gen_list *L, int g) {
 }
 
 /* Index in bcand of stage g's oldest microbatch whose backward may start now, or -1. */
-static int gl_oldest_b(const gen_list *L, int g) {
+static int gl_oldest_b(const gen_list *L, int g, double t) {
     int best = -1;
     const int *b = L->bcand + (size_t)g * L->M;
     sched_kind k = L->sp->fused ? ACT_BW : ACT_B;
     for (int i = 0; i < L->n_bcand[g]; i++)
-        if ((best < 0 || b[i] < b[best]) && gl_deps_met(L, k, g, b[i])) best = i;
+        if ((best < 0 || b[i] < b[best]) && gl_deps_met(L, k, g, b[i], t)) best = i;
     return best;
 }
 
-/* Picks rank r's next action into *a (kind -1 when nothing is ready). */
-static void gl_pick(const gen_list *L, int r, gl_run *a) {
+/* Rank r's forward to start at t into *a, if any: the deepest of its stages first. */
+static void gl_pick_f(const gen_list *L, int r, double t, gl_run *a) {
     const int *st = L->rank_st + (size_t)r * L->S;
-    int n = L->n_rank_st[r];
-    a->kind = -1;
-    for (int i = 0; i < n; i++) {           /* F: deepest stage first */
-        int g = st[i], m = gl_ready_f(L, g);
+    for (int i = 0; i < L->n_rank_st[r]; i++) {
+        int g = st[i], m = gl_ready_f(L, g, t);
         if (m >= 0 && (a->kind < 0 || gl_pos(L, g) > gl_pos(L, a->stage)))
             *a = (gl_run){ ACT_F, g, m, 0, 0 };
     }
-    if (a->kind >= 0) return;
-    for (int i = 0; i < n; i++) {           /* B: oldest microbatch, then deepest stage */
-        int g = st[i], k = gl_oldest_b(L, g);
+}
+
+/* Rank r's backward (B or BW) to start at t into *a, if any: oldest microbatch, then deepest stage. */
+static void gl_pick_b(const gen_list *L, int r, double t, gl_run *a) {
+    const int *st = L->rank_st + (size_t)r * L->S;
+    for (int i = 0; i < L->n_rank_st[r]; i++) {
+        int g = st[i], k = gl_oldest_b(L, g, t);
         if (k < 0) continue;
         int m = L->bcand[(size_t)g * L->M + k];
         if (a->kind < 0 || m < a->mb || (m == a->mb && gl_pos(L, g) > gl_pos(L, a->stage)))
             *a = (gl_run){ L->sp->fused ? ACT_BW : ACT_B, g, m, k, 0 };
     }
-    if (a->kind >= 0) return;
-    for (int i = 0; i < n; i++) {           /* W: oldest pending */
+}
+
+/* Rank r's oldest pending W into *a, if any (a W needs only its own B). */
+static void gl_pick_w(const gen_list *L, int r, double t, gl_run *a) {
+    const int *st = L->rank_st + (size_t)r * L->S;
+    for (int i = 0; i < L->n_rank_st[r]; i++) {
         int g = st[i];
         if (L->wq_head[g] == L->wq_tail[g]) continue;
         int m = L->wq[(size_t)g * L->M + L->wq_head[g]];
-        if ((a->kind < 0 || m < a->mb) && gl_deps_met(L, ACT_W, g, m)) *a = (gl_run){ ACT_W, g, m, 0, 0 };
+        if ((a->kind < 0 || m < a->mb) && gl_deps_met(L, ACT_W, g, m, t)) *a = (gl_run){ ACT_W, g, m, 0, 0 };
     }
+}
+
+/* Picks rank r's next action at time t into *a (kind -1 when nothing is ready), by the policy. */
+static void gl_pick(const gen_list *L, int r, double t, gl_run *a) {
+    a->kind = -1;
+    bool b_first = L->sp->policy == GEN_LIST_B_FIRST;
+    if (b_first) gl_pick_b(L, r, t, a);
+    if (a->kind < 0) gl_pick_f(L, r, t, a);
+    if (a->kind < 0 && !b_first) gl_pick_b(L, r, t, a);
+    if (a->kind < 0) gl_pick_w(L, r, t, a);
 }
 
 /* Starts a picked action on rank r at time t: bookkeeping, duration, and the output list. */
@@ -216,18 +280,21 @@ static void gl_start(gen_list *L, int r, gl_run a, double t) {
 }
 
 /* One event step at time t: finish what ends by t, start what free ranks pick. Returns the
- * next event time, or -1 when nothing runs (all done, or stuck). */
-static double gl_step(gen_list *L, double t) {
+ * next event time (an action's end or a message's arrival), or -1 when nothing runs and no
+ * message is on its way (all done, or stuck). *last gets the latest end seen. */
+static double gl_step(gen_list *L, double t, double *last) {
     for (int r = 0; r < L->P; r++)
         if (L->run[r].kind >= 0 && L->run[r].end <= t) {
             gl_finish(L, &L->run[r]);
+            if (L->run[r].end > *last) *last = L->run[r].end;
             L->run[r].kind = -1;
         }
-    double next = -1;
+    while (L->n_arr && L->arr[0] <= t) gl_heap_pop(L);
+    double next = L->n_arr ? L->arr[0] : -1;
     for (int r = 0; r < L->P; r++) {
         if (L->run[r].kind < 0) {
             gl_run a;
-            gl_pick(L, r, &a);
+            gl_pick(L, r, t, &a);
             if (a.kind >= 0) gl_start(L, r, a, t);
         }
         if (L->run[r].kind >= 0 && (next < 0 || L->run[r].end < next)) next = L->run[r].end;
@@ -235,14 +302,18 @@ static double gl_step(gen_list *L, double t) {
     return next;
 }
 
-sched *gen_list_schedule(const gen_list_spec *sp) {
+sched *gen_list_schedule(const gen_list_spec *sp) { return gen_list_run(sp, NULL); }
+
+sched *gen_list_run(const gen_list_spec *sp, double *makespan) {
     gen_list L;
     gl_alloc(&L, sp);
     L.out = sched_new(sp->n_ranks, sp->n_stages, sp->n_pipes, sp->n_mb);
     snprintf(L.out->name, sizeof L.out->name, "%s", sp->name);
     memcpy(L.out->stage_rank, sp->stage_rank, (size_t)sp->n_stages * sizeof(int));
     if (sp->mb_pipe) memcpy(L.out->mb_pipe, sp->mb_pipe, (size_t)sp->n_mb * sizeof(int));
-    for (double t = 0; t >= 0;) t = gl_step(&L, t);
+    double last = 0;
+    for (double t = 0; t >= 0;) t = gl_step(&L, t, &last);
+    if (makespan) *makespan = last;
     long want = (long)L.K * L.M * (sp->fused ? 2 : 3);
     if (sched_total_actions(L.out) != want) {
         pt_seterr("schedule %s: list scheduler stuck after %ld of %ld actions (a bug)", sp->name,

@@ -1,9 +1,10 @@
-/* What the generators share and nothing else: the parameter checks every generator makes and
- * the linear placement (stage g on rank g).
+/* What the generators share and nothing else: the parameter checks every generator makes, the
+ * linear placement (stage g on rank g), and the costs and delays of the cost-aware generators.
  * It calls no generator (the registry and dispatch are sched_registry.c), so generators and
  * dispatch never call each other in a loop. Pure: no I/O. */
 #include "sched/gen.h"
 #include "util/pt.h"
+#include <math.h>
 
 int gen_check_common(const char *name, const sched_params *p) {
     if (!p) return pt_seterr("schedule %s: no parameters", name);
@@ -18,4 +19,39 @@ sched *gen_new_linear(const char *name, const sched_params *p) {
     sched *s = sched_new(p->ranks, p->ranks, 1, p->microbatches);
     snprintf(s->name, sizeof s->name, "%s", name);
     return s;
+}
+
+int gen_stage_costs(const char *name, const sched_params *p, int S, double *f, double *b, double *w) {
+    const double *arr[3] = { p->stage_cost_f, p->stage_cost_b, p->stage_cost_w };
+    const double uni[3] = { p->cost_f, p->cost_b, p->cost_w };
+    const char *nm[3] = { "f", "b", "w" };
+    double *out[3] = { f, b, w };
+    for (int g = 0; p->stage_slowdown && g < S; g++)
+        if (!(p->stage_slowdown[g] > 0) || !isfinite(p->stage_slowdown[g]))
+            return pt_seterr("schedule %s: stage_slowdown[%d] must be a finite factor > 0 (got %g)", name, g,
+                             p->stage_slowdown[g]);
+    for (int k = 0; k < 3; k++) {
+        if (uni[k] < 0) return pt_seterr("schedule %s: cost_%s must be >= 0 (got %g)", name, nm[k], uni[k]);
+        for (int g = 0; g < S; g++) {
+            double c = arr[k] ? arr[k][g] : (uni[k] > 0 ? uni[k] : 1.0);
+            if (!(c > 0) || !isfinite(c))
+                return pt_seterr("schedule %s: stage_cost_%s[%d] must be > 0 (got %g)", name, nm[k], g, c);
+            out[k][g] = c * (p->stage_slowdown ? p->stage_slowdown[g] : 1.0);
+        }
+    }
+    return 0;
+}
+
+int gen_edge_delays(const char *name, const sched_params *p, const int *stage_rank, int S, double scale,
+                    double *out) {
+    for (int r = 0; p->link_delay && r + 1 < p->ranks; r++)
+        if (!(p->link_delay[r] >= 0) || !isfinite(p->link_delay[r]))
+            return pt_seterr("schedule %s: link_delay[%d] (ranks %d-%d) must be a finite time >= 0 (got %g)", name,
+                             r, r, r + 1, p->link_delay[r]);
+    for (int g = 0; g < S; g++) {
+        int a = stage_rank[g], b = g + 1 < S ? stage_rank[g + 1] : a;
+        int lo = a < b ? a : b;
+        out[g] = p->link_delay && (a - b == 1 || b - a == 1) ? scale * p->link_delay[lo] : 0;
+    }
+    return 0;
 }

@@ -25,8 +25,11 @@ static const sched_generator registry[] = {
     { .name = "pipedream", .generate = gen_pipedream, .chunks = 1, .pipes = 1, .async = true,
       .help = "asynchronous 1f1b: a weight update after every microbatch, no flush" },
     { .name = "greedy", .generate = gen_greedy, .chunks = 1, .more_chunks = true, .pipes = 1,
-      .stage_costs = true, .mem_limit = true,
-      .help = "list scheduler by per-stage costs (simulate's) under --mem-limit; --chunks 2: a V" },
+      .stage_costs = true, .mem_limit = true, .link_delays = true,
+      .help = "list scheduler by per-stage costs and link delays (simulate's) under --mem-limit; --chunks 2: a V" },
+    { .name = "adaptive", .generate = gen_adaptive, .chunks = 1, .pipes = 1,
+      .stage_costs = true, .mem_limit = true, .link_delays = true, .scored = true,
+      .help = "for slow links and stages: best of delay-aware candidates, judged by the simulator, under --mem-limit" },
 };
 #define N_ROWS ((int)(sizeof registry / sizeof registry[0]))
 

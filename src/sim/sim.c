@@ -80,7 +80,13 @@ static int push_event(sim_state *st, const tl_event *e, int pred) {
     return i;
 }
 
-static void link_params(const sim_costs *c, int a, int b, double *lat, double *bw, double *extra) {
+/* Whether fault x is active in iteration iter (0-based here; windows count from 1). */
+static bool fault_on(const sim_fault *x, int iter) {
+    return iter + 1 >= x->from && (x->to == 0 || iter + 1 <= x->to);
+}
+
+/* Link a-b's parameters in iteration iter: the overrides, plus the slow-link faults active then. */
+static void link_params(const sim_costs *c, int a, int b, int iter, double *lat, double *bw, double *extra) {
     *lat = c->latency; *bw = c->bandwidth; *extra = 0;
     for (int i = 0; i < c->n_links; i++) {
         const sim_link *l = &c->links[i];
@@ -89,6 +95,10 @@ static void link_params(const sim_costs *c, int a, int b, double *lat, double *b
         if (l->bandwidth >= 0) *bw = l->bandwidth;
         *extra += l->extra;
     }
+    for (int i = 0; i < c->n_faults; i++) {
+        const sim_fault *x = &c->faults[i];
+        if (x->link && ((x->a == a && x->b == b) || (x->a == b && x->b == a)) && fault_on(x, iter)) *extra += x->amount;
+    }
 }
 
 /* Puts a message from stage g (rank r) on r's send stream at time post; it resolves the
@@ -96,7 +106,7 @@ static void link_params(const sim_costs *c, int a, int b, double *lat, double *b
 static void issue_send(sim_state *st, int r, int g, int mb, int iter, bool fwd, double post, int pred) {
     int dst_g = fwd ? g + 1 : g - 1, dst = st->s->stage_rank[dst_g];
     double bytes = st->c->act_bytes[fwd ? g : dst_g], lat, bw, extra;
-    link_params(st->c, r, dst, &lat, &bw, &extra);
+    link_params(st->c, r, dst, iter, &lat, &bw, &extra);
     double start = post > st->comm_free[r] ? post : st->comm_free[r];
     if (st->comm_free[r] > post && st->last_send[r] >= 0) pred = st->last_send[r];
     double end = start + (bw > 0 && bytes > 0 ? bytes / bw : 0);
@@ -127,13 +137,21 @@ static int action_deps(const sim_state *st, int r, const sched_action *a, int vm
     return n;
 }
 
-static double compute_time(const sim_costs *c, const sched_action *a) {
+/* Stage g's slowdown in iteration iter: the product of its slow-stage faults active then. */
+static double stage_factor(const sim_costs *c, int g, int iter) {
+    double k = 1;
+    for (int i = 0; i < c->n_faults; i++)
+        if (!c->faults[i].link && c->faults[i].a == g && fault_on(&c->faults[i], iter)) k *= c->faults[i].amount;
+    return k;
+}
+
+static double compute_time(const sim_costs *c, const sched_action *a, int iter) {
     int g = a->stage;
     switch (a->kind) {
-    case ACT_F: return c->f[g];
-    case ACT_B: return c->b[g];
-    case ACT_W: return c->w[g];
-    case ACT_BW: return c->bw[g] >= 0 ? c->bw[g] : c->b[g] + c->w[g];
+    case ACT_F: return c->f[g] * stage_factor(c, g, iter);
+    case ACT_B: return c->b[g] * stage_factor(c, g, iter);
+    case ACT_W: return c->w[g] * stage_factor(c, g, iter);
+    case ACT_BW: return (c->bw[g] >= 0 ? c->bw[g] : c->b[g] + c->w[g]) * stage_factor(c, g, iter);
     case ACT_REDUCE_GRAD: return g >= 0 ? c->reduce[g] : 0;
     case ACT_STEP: return c->step;
     default: return 0;
@@ -151,7 +169,7 @@ static void mem_change(sim_state *st, int r, int g, int d) {
 /* Runs a compute action (F/B/W/BW/REDUCE_GRAD/STEP) that is ready at `start`; returns its event. */
 static int run_compute(sim_state *st, int r, const sched_action *a, int iter, double ready,
                         double start, int pred) {
-    double end = start + compute_time(st->c, a);
+    double end = start + compute_time(st->c, a, iter);
     tl_event e = { .act = *a, .rank = r, .iter = iter, .stream = TL_COMPUTE, .peer = -1, .link = -1,
                    .ready = ready, .start = start, .end = end };
     int ev = push_event(st, &e, pred), g = a->stage, vmb = iter * st->M + a->mb;

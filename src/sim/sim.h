@@ -28,6 +28,18 @@ typedef struct {
     double latency, bandwidth, extra;
 } sim_link;
 
+/* A fault (--slow-link, --slow-stage) over a window of iterations (1-based, inclusive; to = 0:
+ * to the last one): a slow link adds `amount` seconds to every message between ranks a and b
+ * (either way), a slow stage multiplies stage a's f, b, w and bw by `amount`. sim_run applies
+ * each in the iterations of its window; without a window a fault runs from 1 to the end. */
+typedef struct {
+    bool link;              /* a slow link (ranks a, b), else a slow stage (stage a; b = -1) */
+    int a, b;
+    double amount;          /* link: extra seconds per message (>= 0); stage: factor (>= 1) */
+    int from, to;           /* iterations, 1-based, inclusive; to = 0: open-ended */
+    char spec[64];          /* the flag's value, for errors */
+} sim_fault;
+
 typedef struct {
     int n_stages;           /* S */
     double *f, *b, *w;      /* [S] compute times of F, B (input grad), W (weight grad) */
@@ -39,6 +51,9 @@ typedef struct {
     double bandwidth;       /* bytes per second, every link; 0 means infinite */
     sim_link *links;        /* [n_links] overrides */
     int n_links;
+    sim_fault *faults;      /* [n_faults] slow links and stages, each over its iterations (sim_run
+                             * applies them; the arrays and links above hold none of them) */
+    int n_faults;
 } sim_costs;
 
 /* Uniform costs for S stages: f, b, w per stage, fused bw = b + w, no bytes, free links. */
@@ -52,11 +67,28 @@ int sim_costs_parse_spec(sim_costs *c, const char *spec);
  * and at most 1e15; links must join two different ranks in 0..n_ranks-1 (n_ranks <= 0: not
  * bounded); an unknown key is an error listing the known ones. Errors name file and field. */
 int sim_costs_load_json(sim_costs *c, const char *path, int n_ranks);
-/* "I-J:SECONDS": every message between ranks I and J (either way) takes SECONDS longer.
- * n_ranks bounds I and J. Error quotes the spec. */
+/* "I-J:SECONDS[@FROM-TO]": every message between ranks I and J (either way) takes SECONDS (>= 0)
+ * longer, in iterations FROM..TO (1-based, inclusive; "@FROM-": to the end; no window: all), kept
+ * as a sim_fault. n_ranks bounds I and J. Errors name the flag (--slow-link), quote the spec and
+ * say what is wrong (a rank outside the pipeline, I = J, negative seconds, FROM < 1 or FROM > TO). */
 int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks);
-/* "I:FACTOR": stage I's F, B, W, BW times multiplied by FACTOR (> 0). */
+/* "I:FACTOR[@FROM-TO]": stage I's F, B, W, BW times multiplied by FACTOR (>= 1: a straggler is
+ * never faster), with a window as above. Errors name --slow-stage and quote the spec. */
 int sim_costs_add_slow_stage(sim_costs *c, const char *spec);
+/* Checks the faults against a schedule run for n_iters iterations: every slow link must join two
+ * ranks that exchange messages in s (a link no message crosses changes nothing: `--slow-link
+ * '0-2:1': ranks 0 and 2 exchange no messages in zb-h1 ...`), and every window must start by
+ * iteration n_iters. Links from a costs file are not checked. Returns 0 or -1 with the error. */
+int sim_costs_check_faults(const sim_costs *c, const sched *s, int n_iters);
+/* out = c as it stands in iteration iter (1-based): the faults active then applied to the
+ * per-stage times and the links, none kept. out is new (free with sim_costs_free). */
+void sim_costs_at(const sim_costs *c, int iter, sim_costs *out);
+/* Deep copy of c (faults included); free with sim_costs_free. */
+void sim_costs_copy(const sim_costs *c, sim_costs *out);
+/* Time from the end of the action that produced a message of `bytes` on link a-b until it can be
+ * consumed, when the sender's send stream is free: bytes / bandwidth + latency + extra of the link
+ * (faults not included: use sim_costs_at). */
+double sim_costs_message_time(const sim_costs *c, int a, int b, double bytes);
 /* Adds or updates the override for link a-b (negative latency/bandwidth: keep uniform). */
 void sim_costs_set_link(sim_costs *c, int a, int b, double latency, double bandwidth, double extra);
 

@@ -1,5 +1,6 @@
 /* The simulator's cost model: construction, the --cost spec, the costs JSON file, slow links and
- * slow stages. Only parsing and storage; how costs turn into time is sim.c's business. */
+ * slow stages (for good or over a window of iterations), and the costs as they stand in one
+ * iteration. Only parsing and storage; how costs turn into time is sim.c's business. */
 #include "sim/sim.h"
 #include "io/json.h"
 #include "util/pt.h"
@@ -28,7 +29,58 @@ void sim_costs_init(sim_costs *c, int n_stages, double f, double b, double w) {
 
 void sim_costs_free(sim_costs *c) {
     free(c->f); free(c->b); free(c->w); free(c->bw); free(c->act_bytes); free(c->reduce); free(c->links);
+    free(c->faults);
     memset(c, 0, sizeof *c);
+}
+
+static double *dup_doubles(const double *x, int n) {
+    double *y = pt_malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (n) memcpy(y, x, sizeof(double) * (size_t)n);
+    return y;
+}
+
+void sim_costs_copy(const sim_costs *c, sim_costs *out) {
+    int S = c->n_stages;
+    *out = *c;
+    out->f = dup_doubles(c->f, S), out->b = dup_doubles(c->b, S), out->w = dup_doubles(c->w, S);
+    out->bw = dup_doubles(c->bw, S), out->act_bytes = dup_doubles(c->act_bytes, S);
+    out->reduce = dup_doubles(c->reduce, S);
+    out->links = pt_malloc(sizeof(sim_link) * (size_t)(c->n_links ? c->n_links : 1));
+    if (c->n_links) memcpy(out->links, c->links, sizeof(sim_link) * (size_t)c->n_links);
+    out->faults = pt_malloc(sizeof(sim_fault) * (size_t)(c->n_faults ? c->n_faults : 1));
+    if (c->n_faults) memcpy(out->faults, c->faults, sizeof(sim_fault) * (size_t)c->n_faults);
+}
+
+static void scale_stage(sim_costs *c, int g, double k) {
+    c->f[g] *= k; c->b[g] *= k; c->w[g] *= k;
+    if (c->bw[g] >= 0) c->bw[g] *= k;
+}
+
+static bool fault_active(const sim_fault *x, int iter) {
+    return iter >= x->from && (x->to == 0 || iter <= x->to);
+}
+
+void sim_costs_at(const sim_costs *c, int iter, sim_costs *out) {
+    sim_costs_copy(c, out);
+    out->n_faults = 0;
+    for (int i = 0; i < c->n_faults; i++) {
+        const sim_fault *x = &c->faults[i];
+        if (!fault_active(x, iter)) continue;
+        if (x->link) sim_costs_set_link(out, x->a, x->b, -1, -1, x->amount);
+        else scale_stage(out, x->a, x->amount);
+    }
+}
+
+double sim_costs_message_time(const sim_costs *c, int a, int b, double bytes) {
+    double lat = c->latency, bw = c->bandwidth, extra = 0;
+    for (int i = 0; i < c->n_links; i++) {
+        const sim_link *l = &c->links[i];
+        if (!((l->a == a && l->b == b) || (l->a == b && l->b == a))) continue;
+        if (l->latency >= 0) lat = l->latency;
+        if (l->bandwidth >= 0) bw = l->bandwidth;
+        extra += l->extra;
+    }
+    return lat + (bw > 0 && bytes > 0 ? bytes / bw : 0) + extra;
 }
 
 void sim_costs_set_link(sim_costs *c, int a, int b, double latency, double bandwidth, double extra) {
@@ -92,39 +144,110 @@ int sim_costs_parse_spec(sim_costs *c, const char *spec) {
     return 0;
 }
 
-int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks) {
-    char buf[128];
-    const char *colon = strchr(spec, ':'), *dash = strchr(spec, '-');
-    int a, b;
-    double extra;
-    if (!colon || !dash || dash > colon || strlen(spec) >= sizeof buf) goto bad;
-    memcpy(buf, spec, (size_t)(dash - spec)); buf[dash - spec] = 0;
-    if (parse_int(buf, &a)) goto bad;
-    memcpy(buf, dash + 1, (size_t)(colon - dash - 1)); buf[colon - dash - 1] = 0;
-    if (parse_int(buf, &b) || parse_num(colon + 1, &extra) || extra < 0 || extra > SIM_COST_MAX) goto bad;
-    if (a >= n_ranks || b >= n_ranks || a == b)
-        return pt_seterr("--slow-link '%s': ranks must be two different ranks in 0..%d", spec, n_ranks - 1);
-    sim_costs_set_link(c, a, b, -1, -1, extra);
+/* Splits "BODY[@FROM-TO]" into body (copied into buf) and the window; *from = 0 when there is
+ * none. Returns 0, or -1 with an error naming flag and spec. */
+static int parse_window(const char *flag, const char *spec, char *buf, size_t n, int *from, int *to) {
+    const char *at = strchr(spec, '@');
+    size_t len = at ? (size_t)(at - spec) : strlen(spec);
+    if (len >= n) return pt_seterr("%s '%s': too long", flag, spec);
+    memcpy(buf, spec, len), buf[len] = 0;
+    *from = *to = 0;
+    if (!at) return 0;
+    char w[64];
+    const char *dash = strchr(at + 1, '-');
+    if (!dash || strlen(at + 1) >= sizeof w) goto bad;
+    memcpy(w, at + 1, (size_t)(dash - at - 1)), w[dash - at - 1] = 0;
+    if (parse_int(w, from) || (dash[1] && parse_int(dash + 1, to))) goto bad;
+    if (*from < 1)
+        return pt_seterr("%s '%s': iterations count from 1 (got FROM %d)", flag, spec, *from);
+    if (*to && *from > *to)
+        return pt_seterr("%s '%s': FROM %d is after TO %d (the window FROM-TO is inclusive; \"@%d-\" runs to "
+                         "the end)", flag, spec, *from, *to, *from);
     return 0;
 bad:
-    return pt_seterr("--slow-link '%s': expected I-J:SECONDS (ranks I, J; extra seconds per message in 0..%g)",
-                     spec, SIM_COST_MAX);
+    return pt_seterr("%s '%s': the window after '@' must be FROM-TO or FROM- (iterations, 1-based, inclusive)",
+                     flag, spec);
+}
+
+/* Keeps fault f (its window: from 0 means none, i.e. 1 to the end) with its flag's text. */
+static void add_fault(sim_costs *c, sim_fault f, const char *spec) {
+    sim_fault *x = pt_malloc(sizeof *x * (size_t)(c->n_faults + 1));
+    if (c->n_faults) memcpy(x, c->faults, sizeof *x * (size_t)c->n_faults);
+    free(c->faults);
+    c->faults = x;
+    if (!f.from) f.from = 1, f.to = 0;
+    snprintf(f.spec, sizeof f.spec, "%s", spec);
+    c->faults[c->n_faults++] = f;
+}
+
+int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks) {
+    char body[128], buf[128];
+    int a, b, from, to;
+    double extra;
+    if (parse_window("--slow-link", spec, body, sizeof body, &from, &to)) return -1;
+    const char *colon = strchr(body, ':'), *dash = strchr(body, '-');
+    if (!colon || !dash || dash > colon) goto bad;
+    memcpy(buf, body, (size_t)(dash - body)); buf[dash - body] = 0;
+    if (parse_int(buf, &a)) goto bad;
+    memcpy(buf, dash + 1, (size_t)(colon - dash - 1)); buf[colon - dash - 1] = 0;
+    if (parse_int(buf, &b) || parse_num(colon + 1, &extra)) goto bad;
+    if (extra < 0 || extra > SIM_COST_MAX)
+        return pt_seterr("--slow-link '%s': SECONDS must be in 0..%g (got %g)", spec, SIM_COST_MAX, extra);
+    if (a >= n_ranks || b >= n_ranks)
+        return pt_seterr("--slow-link '%s': rank %d is not in the pipeline (ranks must be in 0..%d)", spec,
+                         a >= n_ranks ? a : b, n_ranks - 1);
+    if (a == b) return pt_seterr("--slow-link '%s': a link joins two different ranks (ranks must differ)", spec);
+    add_fault(c, (sim_fault){ .link = true, .a = a, .b = b, .amount = extra, .from = from, .to = to }, spec);
+    return 0;
+bad:
+    return pt_seterr("--slow-link '%s': expected I-J:SECONDS[@FROM-TO] (ranks I, J; extra seconds per message "
+                     "in 0..%g; iterations FROM..TO)", spec, SIM_COST_MAX);
 }
 
 int sim_costs_add_slow_stage(sim_costs *c, const char *spec) {
-    char buf[64];
-    const char *colon = strchr(spec, ':');
-    int g;
+    char body[64], buf[64];
+    int g, from, to;
     double k;
-    if (!colon || (size_t)(colon - spec) >= sizeof buf) goto bad;
-    memcpy(buf, spec, (size_t)(colon - spec)); buf[colon - spec] = 0;
-    if (parse_int(buf, &g) || parse_num(colon + 1, &k) || k <= 0 || k > SIM_COST_MAX) goto bad;
+    if (parse_window("--slow-stage", spec, body, sizeof body, &from, &to)) return -1;
+    const char *colon = strchr(body, ':');
+    if (!colon) goto bad;
+    memcpy(buf, body, (size_t)(colon - body)); buf[colon - body] = 0;
+    if (parse_int(buf, &g) || parse_num(colon + 1, &k)) goto bad;
+    if (!(k >= 1) || k > SIM_COST_MAX)
+        return pt_seterr("--slow-stage '%s': FACTOR must be in 1..%g (a slow stage takes FACTOR times as long; "
+                         "got %g)", spec, SIM_COST_MAX, k);
     if (g >= c->n_stages) return pt_seterr("--slow-stage '%s': stage %d out of range 0..%d", spec, g, c->n_stages - 1);
-    c->f[g] *= k; c->b[g] *= k; c->w[g] *= k;
-    if (c->bw[g] >= 0) c->bw[g] *= k;
+    add_fault(c, (sim_fault){ .link = false, .a = g, .b = -1, .amount = k, .from = from, .to = to }, spec);
     return 0;
 bad:
-    return pt_seterr("--slow-stage '%s': expected I:FACTOR (stage I, factor > 0 and <= %g)", spec, SIM_COST_MAX);
+    return pt_seterr("--slow-stage '%s': expected I:FACTOR[@FROM-TO] (stage I, factor in 1..%g; iterations "
+                     "FROM..TO)", spec, SIM_COST_MAX);
+}
+
+/* Whether a message of s goes between ranks a and b (either way). */
+static bool sched_talks(const sched *s, int a, int b) {
+    for (int g = 0; g < s->n_stages; g++) {
+        int n = sched_stage_next(s, g);
+        if (n < 0) continue;
+        int x = s->stage_rank[g], y = s->stage_rank[n];
+        if ((x == a && y == b) || (x == b && y == a)) return true;
+    }
+    return false;
+}
+
+int sim_costs_check_faults(const sim_costs *c, const sched *s, int n_iters) {
+    for (int i = 0; i < c->n_faults; i++) {
+        const sim_fault *x = &c->faults[i];
+        const char *flag = x->link ? "--slow-link" : "--slow-stage";
+        if (x->link && !sched_talks(s, x->a, x->b))
+            return pt_seterr("%s '%s': ranks %d and %d exchange no messages in %s (messages go between the "
+                             "ranks of neighbouring stages); a slow link there changes nothing", flag, x->spec,
+                             x->a, x->b, s->name[0] ? s->name : "this schedule");
+        if (x->from > n_iters)
+            return pt_seterr("%s '%s': starts at iteration %d, after the last (--iterations %d)", flag, x->spec,
+                             x->from, n_iters);
+    }
+    return 0;
 }
 
 /* Every key of obj must be one of known[n]; the error names the key, where it is (`label`) and

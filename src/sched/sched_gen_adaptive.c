@@ -1,0 +1,190 @@
+/* The adaptive generator ("adaptive"): a schedule for a pipeline whose links or stages turned
+ * slow, within a memory limit, chosen among candidates by a judge the caller passes (the
+ * simulator: sim_schedule_score) or by the list scheduler's own timeline. Pure: no I/O, no timing
+ * of its own beyond the list scheduler's. Not the judge (sim/), not the online policy that decides
+ * when to switch (sim/sim_adapt.c), not the list scheduler itself (sched_gen_list.c).
+ * The design and the measured results: docs/stragglers.md.
+ * Legend: P ranks (= stages: one per rank), M microbatches, L the per-stage memory limit. */
+#include "sched/gen.h"
+#include "sched/gen_list.h"
+#include "util/pt.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Ties within this relative margin go to the candidate holding fewer activations (scores are
+ * sums of the same costs: equal schedules differ by rounding only). */
+#define ADAPT_TIE_REL 1e-9
+
+/* How a list candidate caps a stage's forwards in flight (F started, B not). */
+typedef enum {
+    CAP_OWN,        /* the list scheduler's own: one round trip, minus the W's deferred under a limit */
+    CAP_ROUND_TRIP, /* one round trip of costs and delays, in units of the stage's F */
+    CAP_WARMUP,     /* PipeMorph's warm-up depth w[g] */
+    CAP_LIMIT,      /* the memory limit itself (M without one) */
+} adapt_cap;
+
+typedef struct {
+    gen_list_policy policy;
+    adapt_cap cap;
+    double scale;   /* the delays the candidate is built for, as a multiple of the real ones */
+} adapt_list_cand;
+
+/* The list candidates. Measured on random costs, delays and limits (docs/stragglers.md): each
+ * row wins somewhere; the real delays (x1) win most, x0 is today's delay-blind greedy. */
+static const adapt_list_cand list_cands[] = {
+    { GEN_LIST_F_FIRST, CAP_OWN, 1 },        { GEN_LIST_B_FIRST, CAP_OWN, 1 },
+    { GEN_LIST_F_FIRST, CAP_ROUND_TRIP, 1 }, { GEN_LIST_B_FIRST, CAP_ROUND_TRIP, 1 },
+    { GEN_LIST_F_FIRST, CAP_WARMUP, 1 },     { GEN_LIST_B_FIRST, CAP_WARMUP, 1 },
+    { GEN_LIST_F_FIRST, CAP_LIMIT, 1 },      { GEN_LIST_B_FIRST, CAP_LIMIT, 1 },
+    { GEN_LIST_F_FIRST, CAP_OWN, 0 },        { GEN_LIST_B_FIRST, CAP_ROUND_TRIP, 0.5 },
+    { GEN_LIST_F_FIRST, CAP_ROUND_TRIP, 0.5 }, { GEN_LIST_B_FIRST, CAP_ROUND_TRIP, 2 },
+    { GEN_LIST_F_FIRST, CAP_ROUND_TRIP, 2 },
+};
+#define N_LIST_CANDS ((int)(sizeof list_cands / sizeof list_cands[0]))
+
+static const char *const cap_name[] = { "own", "round-trip", "warm-up", "limit" };
+
+/* The hand-made generators a scored search also tries, where they fit the limit. */
+static sched *(*const fixed_gens[])(const sched_params *) = { gen_gpipe, gen_1f1b, gen_zb_h1, gen_zb_h2 };
+static const char *const fixed_names[] = { "gpipe", "1f1b", "zb-h1", "zb-h2" };
+#define N_FIXED ((int)(sizeof fixed_gens / sizeof fixed_gens[0]))
+
+typedef struct {
+    const sched_params *p;
+    int P, M, L;
+    int *stage_rank;        /* [P] stage g on rank g */
+    double *f, *b, *w;      /* [P] costs, slowdowns applied */
+    double *edge;           /* [P] delays of the candidate being built */
+    int *cap;               /* [P] its in-flight caps */
+    sched *best;
+    sched_adaptive_info info;
+    char rejected[256];     /* why the judge rejected the last candidate it rejected */
+} adapt_ctx;
+
+static int adapt_check(const sched_params *p) {
+    if (gen_check_common("adaptive", p) < 0) return -1;
+    if (p->chunks > 1)
+        return pt_seterr("schedule adaptive: chunks must be 1 (one stage per rank; got %d)", p->chunks);
+    if (p->mem_limit < 0)
+        return pt_seterr("schedule adaptive: mem_limit must be >= 0 (0: no limit; got %d)", p->mem_limit);
+    return 0;
+}
+
+static void adapt_free(adapt_ctx *c) {
+    free(c->stage_rank), free(c->f), free(c->b), free(c->w), free(c->edge), free(c->cap);
+    sched_free(c->best);
+}
+
+static int adapt_init(adapt_ctx *c, const sched_params *p) {
+    c->p = p, c->P = p->ranks, c->M = p->microbatches, c->L = p->mem_limit;
+    size_t n = (size_t)c->P;
+    c->stage_rank = pt_malloc(n * sizeof(int)), c->cap = pt_malloc(n * sizeof(int));
+    c->f = pt_malloc(n * sizeof(double)), c->b = pt_malloc(n * sizeof(double));
+    c->w = pt_malloc(n * sizeof(double)), c->edge = pt_malloc(n * sizeof(double));
+    for (int g = 0; g < c->P; g++) c->stage_rank[g] = g;
+    c->info.score = INFINITY;
+    if (gen_stage_costs("adaptive", p, c->P, c->f, c->b, c->w) < 0 ||
+        gen_edge_delays("adaptive", p, c->stage_rank, c->P, 1.0, c->edge) < 0)
+        return -1;
+    return 0;
+}
+
+/* PipeMorph's depths from edge delays d[P] and forward costs f[P] into w[P]. */
+static void warmup_depths(int P, const double *f, const double *d, int *w) {
+    w[P - 1] = 1;
+    for (int i = P - 2; i >= 0; i--) {
+        double k = ceil(d[i] / f[i]);
+        w[i] = w[i + 1] + (k < 1e6 ? (int)k : 1000000) + 2;
+    }
+}
+
+/* Fills c->cap for candidate k under the delays now in c->edge and limit lim (clamped to 1..M+1). */
+static void adapt_caps(adapt_ctx *c, adapt_cap k, int lim) {
+    if (k == CAP_WARMUP) warmup_depths(c->P, c->f, c->edge, c->cap);
+    for (int g = c->P - 1; g >= 0; g--) {
+        double t = 0;
+        for (int j = g + 1; j < c->P; j++) t += c->f[j] + c->b[j] + 2 * c->edge[j - 1];
+        double v = k == CAP_ROUND_TRIP ? 1 + t / c->f[g] : k == CAP_WARMUP ? c->cap[g] : lim > 0 ? lim : c->M;
+        c->cap[g] = v < 1 ? 1 : v > c->M + 1 ? c->M + 1 : (int)v;
+    }
+}
+
+/* Judges candidate s (with the list scheduler's makespan, or -1 for a hand-made one) and keeps
+ * the better of it and the best so far; takes s. A candidate over the limit or rejected by the
+ * judge is dropped. Returns -1 only when s is NULL (its generator failed: pt_err says why). */
+static int adapt_offer(adapt_ctx *c, sched *s, double makespan, const char *what) {
+    if (!s) return -1;
+    int *pk = pt_calloc((size_t)s->n_stages, sizeof(int)), peak = 0;
+    sched_peak_activations(s, pk);
+    for (int g = 0; g < s->n_stages; g++) peak = pk[g] > peak ? pk[g] : peak;
+    free(pk);
+    double v = c->L > 0 && peak > c->L ? -1 : c->p->score ? c->p->score(s, c->p->score_user) : makespan;
+    if (v < 0 && !(c->L > 0 && peak > c->L)) snprintf(c->rejected, sizeof c->rejected, "%s: %s", what, pt_err());
+    if (v < 0) { sched_free(s); return 0; }
+    c->info.n_judged++;
+    double tie = ADAPT_TIE_REL * (fabs(c->info.score) > 1 ? fabs(c->info.score) : 1);
+    bool better = !c->best || v < c->info.score - tie || (v <= c->info.score + tie && peak < c->info.peak);
+    if (!better) { sched_free(s); return 0; }
+    sched_free(c->best);
+    c->best = s, c->info.score = v, c->info.peak = peak;
+    snprintf(c->info.winner, sizeof c->info.winner, "%s", what);
+    return 0;
+}
+
+/* Builds list candidate k under per-stage limit lim and offers it. Without a scorer only
+ * candidates built for the real delays are comparable (their makespans are under those delays). */
+static int adapt_list(adapt_ctx *c, const adapt_list_cand *k, int lim) {
+    if (!c->p->score && k->scale != 1) return 0;
+    if (gen_edge_delays("adaptive", c->p, c->stage_rank, c->P, k->scale, c->edge) < 0) return -1;
+    adapt_caps(c, k->cap, lim);
+    gen_list_spec sp = {
+        .name = "adaptive", .n_ranks = c->P, .n_stages = c->P, .n_pipes = 1, .n_mb = c->M,
+        .stage_rank = c->stage_rank, .cost_f = c->f, .cost_b = c->b, .cost_w = c->w,
+        .stage_limit = lim, .edge_delay = c->edge, .policy = k->policy,
+        .stage_cap = k->cap == CAP_OWN ? NULL : c->cap,
+    };
+    double makespan;
+    sched *s = gen_list_run(&sp, &makespan);
+    char what[64];
+    int n = snprintf(what, sizeof what, "list %s cap=%s delays x%g", k->policy == GEN_LIST_B_FIRST ? "b-first" :
+                     "f-first", cap_name[k->cap], k->scale);
+    if (lim != c->L && n > 0 && n < (int)sizeof what) snprintf(what + n, sizeof what - (size_t)n, " limit %d", lim);
+    return adapt_offer(c, s, makespan, what);
+}
+
+sched *sched_adaptive(const sched_params *p, sched_adaptive_info *info) {
+    if (adapt_check(p) < 0) return NULL;
+    adapt_ctx c = { 0 };
+    sched *out = NULL;
+    if (adapt_init(&c, p) < 0) goto free_ctx;
+    for (int i = 0; i < N_LIST_CANDS; i++)
+        if (adapt_list(&c, &list_cands[i], c.L) < 0) goto free_ctx;
+    for (int i = 0; c.L == 0 && i < N_LIST_CANDS; i++)   /* as fast in less memory wins the tie */
+        if (list_cands[i].scale == 1 && adapt_list(&c, &list_cands[i], 2 * c.P) < 0) goto free_ctx;
+    for (int i = 0; p->score && i < N_FIXED; i++) {
+        sched_params q = *p;
+        q.chunks = 1;
+        if (adapt_offer(&c, fixed_gens[i](&q), -1, fixed_names[i]) < 0) goto free_ctx;
+    }
+    if (!c.best) {
+        pt_seterr("schedule adaptive: the judge rejected every candidate (the last: %s)", c.rejected);
+        goto free_ctx;
+    }
+    out = c.best, c.best = NULL;
+    snprintf(out->name, sizeof out->name, "adaptive");
+    if (info) *info = c.info;
+free_ctx:
+    adapt_free(&c);
+    return out;
+}
+
+sched *gen_adaptive(const sched_params *p) { return sched_adaptive(p, NULL); }
+
+int sched_adaptive_warmup(const sched_params *p, int *w) {
+    adapt_ctx c = { 0 };
+    int rc = adapt_check(p) < 0 || adapt_init(&c, p) < 0 ? -1 : 0;
+    if (rc == 0) warmup_depths(c.P, c.f, c.edge, w);
+    adapt_free(&c);
+    return rc;
+}

@@ -1,0 +1,225 @@
+/* Straggler resilience in the simulator (sim_adapt.h): the judge for the adaptive generator, the
+ * estimate of link delays and stage slowdowns from a timeline, the online policy with its
+ * hysteresis, and the replay of the policy over iterations (simulate --adapt). The estimate and
+ * the policy read only a timeline and the expected costs, so a measured run can use them too.
+ * Not the generator (sched/), not the engine (sim.c). Legend: P ranks, S stages, N iterations. */
+#include "sim/sim_adapt.h"
+#include "util/pt.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the judge and the adaptive schedule ---- */
+
+double sim_schedule_score(const sched *s, void *user) {
+    sim_result r;
+    sim_opts o = { 1, false };
+    if (sim_run(s, (const sim_costs *)user, &o, &r) < 0) return -1;
+    double t = r.iteration_time;
+    sim_result_free(&r);
+    return t;
+}
+
+void sim_adaptive_params(const sim_costs *c, int n_ranks, sched_params *p, double *buf) {
+    p->stage_cost_f = c->f, p->stage_cost_b = c->b, p->stage_cost_w = c->w;
+    for (int r = 0; r + 1 < n_ranks; r++) buf[r] = sim_costs_message_time(c, r, r + 1, c->act_bytes[r]);
+    p->link_delay = buf;
+    p->score = sim_schedule_score;
+    p->score_user = (void *)c;
+}
+
+sched *sim_adaptive_schedule(const sched_params *p, const sim_costs *c, sched_adaptive_info *info) {
+    sim_costs now;
+    sim_costs_at(c, 1, &now);
+    double *buf = pt_calloc((size_t)p->ranks, sizeof(double));
+    sched_params q = *p;
+    sim_adaptive_params(&now, p->ranks, &q, buf);
+    q.score_user = (void *)c;           /* judged with c's faults, as sim_run applies them */
+    sched *s = now.n_stages == p->ranks ? sched_adaptive(&q, info) : NULL;
+    if (now.n_stages != p->ranks)
+        pt_seterr("schedule adaptive: the costs have %d stages, the pipeline %d ranks (one stage per rank)",
+                  now.n_stages, p->ranks);
+    free(buf);
+    sim_costs_free(&now);
+    return s;
+}
+
+/* The adaptive schedule's time and peak under c at limit L, or -1. */
+static double adaptive_time_at(const sched_params *p, const sim_costs *c, int L, int *peak) {
+    sched_params q = *p;
+    q.mem_limit = L;
+    sched_adaptive_info info;
+    sched *s = sim_adaptive_schedule(&q, c, &info);
+    if (!s) return -1;
+    sched_free(s);
+    if (peak) *peak = info.peak;
+    return info.score;
+}
+
+int sim_adaptive_mem_needed(const sched_params *p, const sim_costs *c, double tol, double *unlimited,
+                            int *unlimited_peak) {
+    int hi;
+    double t0 = adaptive_time_at(p, c, 0, &hi), goal = t0 * (1 + tol);
+    if (t0 < 0) return -1;
+    *unlimited = t0, *unlimited_peak = hi;
+    int lo = p->mem_limit;                  /* invariant: lo misses the goal (or is 0), hi meets it */
+    double t = lo > 0 ? adaptive_time_at(p, c, lo, NULL) : -1;
+    if (lo > 0 && t >= 0 && t <= goal) return lo;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        t = adaptive_time_at(p, c, mid, NULL);
+        if (t < 0) return -1;
+        if (t <= goal) hi = mid;
+        else lo = mid;
+    }
+    return hi;
+}
+
+/* ---- the estimate ---- */
+
+void sim_estimate_init(sim_estimate *e, int n_ranks, int n_stages) {
+    e->n_ranks = n_ranks, e->n_stages = n_stages;
+    e->link_delay = pt_calloc((size_t)(n_ranks > 1 ? n_ranks - 1 : 1), sizeof(double));
+    e->stage_slow = pt_malloc(sizeof(double) * (size_t)(n_stages ? n_stages : 1));
+    for (int g = 0; g < n_stages; g++) e->stage_slow[g] = 1;
+}
+
+void sim_estimate_free(sim_estimate *e) {
+    free(e->link_delay), free(e->stage_slow);
+    memset(e, 0, sizeof *e);
+}
+
+static void estimate_copy(sim_estimate *dst, const sim_estimate *src) {
+    memcpy(dst->link_delay, src->link_delay, sizeof(double) * (size_t)(src->n_ranks > 1 ? src->n_ranks - 1 : 0));
+    memcpy(dst->stage_slow, src->stage_slow, sizeof(double) * (size_t)src->n_stages);
+}
+
+/* The expected duration of compute event a under c (no faults), 0 for what takes no time. */
+static double expected_time(const sim_costs *c, const sched_action *a) {
+    int g = a->stage;
+    switch (a->kind) {
+    case ACT_F: return c->f[g];
+    case ACT_B: return c->b[g];
+    case ACT_W: return c->w[g];
+    case ACT_BW: return c->bw[g] >= 0 ? c->bw[g] : c->b[g] + c->w[g];
+    default: return 0;
+    }
+}
+
+/* Per stage, the median of measured / expected over its compute events of iteration iter. */
+static void estimate_stages(const timeline *tl, const sim_costs *c, int iter, sim_estimate *e) {
+    int S = e->n_stages, *n = pt_calloc((size_t)S + 1, sizeof(int));
+    double *ratio = pt_malloc(sizeof(double) * (size_t)(tl->n ? tl->n : 1));
+    for (int i = 0; i < tl->n; i++) {       /* counting sort by stage: n[g+1] counts, then offsets */
+        const tl_event *x = &tl->ev[i];
+        if (x->iter == iter && x->stream == TL_COMPUTE && expected_time(c, &x->act) > 0) n[x->act.stage + 1]++;
+    }
+    for (int g = 0; g < S; g++) n[g + 1] += n[g];
+    int *fill = pt_calloc((size_t)S, sizeof(int));
+    for (int i = 0; i < tl->n; i++) {
+        const tl_event *x = &tl->ev[i];
+        double want = x->iter == iter && x->stream == TL_COMPUTE ? expected_time(c, &x->act) : 0;
+        if (want > 0) ratio[n[x->act.stage] + fill[x->act.stage]++] = (x->end - x->start) / want;
+    }
+    for (int g = 0; g < S; g++) e->stage_slow[g] = fill[g] ? pt_median(ratio + n[g], fill[g]) : 1;
+    free(fill), free(ratio), free(n);
+}
+
+/* Per link r-r+1 and direction, the smallest (got - sent - expected latency) of its messages:
+ * an upper bound of the link's delay, exact once a consumer waited (the first forward of an
+ * iteration always is: its rank has nothing else to do). */
+static void estimate_links(const timeline *tl, const sim_costs *c, int iter, sim_estimate *e) {
+    int L = e->n_ranks - 1;
+    double *low = pt_malloc(sizeof(double) * (size_t)(2 * (L > 0 ? L : 1)));
+    for (int i = 0; i < 2 * L; i++) low[i] = INFINITY;
+    for (int i = 0; i < tl->n; i++) {
+        const tl_event *x = &tl->ev[i];
+        if (x->iter != iter || x->stream != TL_SEND || x->link < 0 || abs(x->peer - x->rank) != 1) continue;
+        const tl_event *y = &tl->ev[x->link];
+        double got = y->stream == TL_RECV ? y->end : y->start;
+        double d = got - x->end - sim_costs_message_time(c, x->rank, x->peer, 0);
+        int k = 2 * (x->rank < x->peer ? x->rank : x->peer) + (x->rank > x->peer);
+        if (d < low[k]) low[k] = d;
+    }
+    for (int r = 0; r < L; r++) {           /* both bounds hold the one delay: the smaller is tighter */
+        double d = low[2 * r] < low[2 * r + 1] ? low[2 * r] : low[2 * r + 1];
+        e->link_delay[r] = isfinite(d) && d > 0 ? d : 0;
+    }
+    free(low);
+}
+
+int sim_estimate_timeline(const timeline *tl, const sim_costs *expected, int iter, sim_estimate *e) {
+    if (tl->n_ranks != e->n_ranks || tl->n_stages != e->n_stages || expected->n_stages != e->n_stages)
+        return pt_seterr("estimate: the timeline has %d ranks and %d stages, the estimate %d and %d, the costs %d "
+                         "stages", tl->n_ranks, tl->n_stages, e->n_ranks, e->n_stages, expected->n_stages);
+    estimate_stages(tl, expected, iter, e);
+    estimate_links(tl, expected, iter, e);
+    return 0;
+}
+
+char *sim_estimate_describe(const sim_estimate *e, const sim_policy_opts *o, double mean_f, char *buf, int n) {
+    int len = 0;
+    buf[0] = 0;
+    for (int r = 0; r + 1 < e->n_ranks && len < n; r++)
+        if (e->link_delay[r] >= o->link_off * mean_f)
+            len += snprintf(buf + len, (size_t)(n - len), "%slink %d-%d +%.4g per message", len ? "; " : "", r, r + 1,
+                            e->link_delay[r]);
+    for (int g = 0; g < e->n_stages && len < n; g++)
+        if (e->stage_slow[g] >= o->stage_off)
+            len += snprintf(buf + len, (size_t)(n - len), "%sstage %d x%.3g", len ? "; " : "", g, e->stage_slow[g]);
+    if (!len) snprintf(buf, (size_t)n, "healthy");
+    return buf;
+}
+
+/* ---- the policy ---- */
+
+sim_policy_opts sim_policy_defaults(void) {
+    return (sim_policy_opts){ .link_on = 0.5, .link_off = 0.25, .stage_on = 1.2, .stage_off = 1.1,
+                              .onset = 1, .recovery = 1, .regen = 0.25 };
+}
+
+void sim_policy_init(sim_policy *pol, int n_ranks, int n_stages) {
+    memset(pol, 0, sizeof *pol);
+    sim_estimate_init(&pol->basis, n_ranks, n_stages);
+}
+
+void sim_policy_free(sim_policy *pol) { sim_estimate_free(&pol->basis); }
+
+/* Whether e has a straggler by the `on` thresholds (on = true) or is healthy by the `off` ones. */
+static bool estimate_over(const sim_estimate *e, const sim_policy_opts *o, double mean_f, bool on) {
+    for (int r = 0; r + 1 < e->n_ranks; r++)
+        if (e->link_delay[r] >= (on ? o->link_on : o->link_off) * mean_f) return true;
+    for (int g = 0; g < e->n_stages; g++)
+        if (e->stage_slow[g] >= (on ? o->stage_on : o->stage_off)) return true;
+    return false;
+}
+
+/* Whether e moved from the basis by more than o->regen of it (delays: of at least link_on x F). */
+static bool estimate_moved(const sim_estimate *e, const sim_estimate *basis, const sim_policy_opts *o, double mean_f) {
+    for (int r = 0; r + 1 < e->n_ranks; r++) {
+        double ref = fmax(basis->link_delay[r], o->link_on * mean_f);
+        if (fabs(e->link_delay[r] - basis->link_delay[r]) > o->regen * ref) return true;
+    }
+    for (int g = 0; g < e->n_stages; g++)
+        if (fabs(e->stage_slow[g] - basis->stage_slow[g]) > o->regen * basis->stage_slow[g]) return true;
+    return false;
+}
+
+sim_policy_action sim_policy_step(sim_policy *pol, const sim_policy_opts *o, const sim_estimate *e, double mean_f) {
+    if (!pol->adapted) {
+        pol->slow_seen = estimate_over(e, o, mean_f, true) ? pol->slow_seen + 1 : 0;
+        if (pol->slow_seen < (o->onset > 0 ? o->onset : 1)) return SIM_POLICY_KEEP;
+        pol->adapted = true, pol->slow_seen = pol->healthy_seen = 0;
+        estimate_copy(&pol->basis, e);
+        return SIM_POLICY_ADAPT;
+    }
+    bool healthy = !estimate_over(e, o, mean_f, false);
+    pol->healthy_seen = healthy ? pol->healthy_seen + 1 : 0;
+    if (pol->healthy_seen >= (o->recovery > 0 ? o->recovery : 1)) {
+        pol->adapted = false, pol->healthy_seen = 0;
+        return SIM_POLICY_REVERT;
+    }
+    if (healthy || !estimate_moved(e, &pol->basis, o, mean_f)) return SIM_POLICY_KEEP;
+    estimate_copy(&pol->basis, e);
+    return SIM_POLICY_ADAPT;
+}

@@ -1,0 +1,178 @@
+/* Tests of the simulator's straggler side: the judge and the adaptive schedule for a cost model (a
+ * golden with a slow link), the memory it needs, the estimate of link delays and stage slowdowns
+ * from a timeline, the policy's hysteresis, and the replay of `simulate --adapt` (which schedule
+ * runs in which iteration). Not the generator's own tests (test_sched_adaptive.c), not the fault
+ * model or the engine (test_sim.c).
+ * PT_WRITE_GOLDEN=1 rewrites this file's golden (check it by hand before committing).
+ * Legend: P ranks, M microbatches, N iterations. */
+#include "sched/sched.h"
+#include "sim/sim.h"
+#include "sim/sim_adapt.h"
+#include "util/pt.h"
+#include "test.h"
+#include <string.h>
+
+static sched *gen(const char *name, int P, int M, int v) {
+    sched_params p = { .ranks = P, .microbatches = M, .chunks = v };
+    return sched_generate(name, &p);
+}
+
+/* Prints s into a malloc'd string. */
+static char *print_str(const sched *s) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    sched_print(s, f);
+    fclose(f);
+    return buf;
+}
+
+/* Unit costs and integer delays sum exactly in doubles. */
+#define TIME_EPS 1e-9
+
+/* ---- the judge and the adaptive schedule for a cost model ---- */
+
+static void test_judge_and_golden(void) {
+    sim_costs c;
+    sim_costs_init(&c, 8, 1, 1, 1);
+    sim_costs_add_slow_link(&c, "3-4:6", 8);
+    sched_params p = { .ranks = 8, .microbatches = 32, .mem_limit = 16 };
+    sched_adaptive_info info;
+    sched *s = sim_adaptive_schedule(&p, &c, &info);
+    double t = s ? sim_schedule_score(s, &c) : -1;
+    CHECK("sim_adaptive_worked_example_109", t == 109 && info.score == 109 && info.peak <= 16, "%g (%s)", t, pt_err());
+    sched *z = gen("zb-h1", 8, 32, 0);
+    CHECK("sim_schedule_score_is_iteration_time", sim_schedule_score(z, &c) == 271, "%g", sim_schedule_score(z, &c));
+    double unl;
+    int peak, need = sim_adaptive_mem_needed(&(sched_params){ .ranks = 8, .microbatches = 32, .mem_limit = 8 }, &c,
+                                             0.05, &unl, &peak);
+    CHECK("sim_adaptive_mem_needed_within_5pct", need > 8 && need <= 16 && unl == 109, "need %d, unlimited %g", need, unl);
+    sched_free(z), sched_free(s);
+    sim_costs_free(&c);
+    /* a golden: P = 4, M = 8, delay 3 on link 1-2, limit 8 */
+    sim_costs_init(&c, 4, 1, 1, 1);
+    sim_costs_add_slow_link(&c, "1-2:3", 4);
+    s = sim_adaptive_schedule(&(sched_params){ .ranks = 4, .microbatches = 8, .mem_limit = 8 }, &c, &info);
+    const char *path = "tests/golden/adaptive-p4-m8-link1-2-delay3-lim8.txt";
+    char *got = s ? print_str(s) : NULL;
+    if (got && getenv("PT_WRITE_GOLDEN")) {
+        FILE *f = fopen(path, "w");
+        if (f) fputs(got, f), fclose(f);
+    }
+    char *want = pt_read_file(path, NULL);
+    CHECK("golden_adaptive-p4-m8-link1-2-delay3-lim8.txt", got && want && !strcmp(got, want),
+          "differs from %s; got:\n%s", path, got ? got : pt_err());
+    free(got), free(want);
+    sched_free(s);
+    sim_costs_free(&c);
+}
+
+/* ---- the estimate ---- */
+
+static void test_estimate(void) {
+    sched *s = gen("zb-h1", 8, 16, 0), *low = sched_lower(s);
+    sim_costs c, healthy;
+    sim_costs_init(&c, 8, 1, 1, 1);
+    sim_costs_init(&healthy, 8, 1, 1, 1);
+    c.latency = healthy.latency = 0.1;
+    sim_costs_add_slow_link(&c, "3-4:6", 8);
+    sim_costs_add_slow_stage(&c, "6:2");
+    int ok = 1;
+    for (int lowered = 0; lowered <= 1; lowered++) {
+        sim_result r;
+        sim_estimate e;
+        sim_estimate_init(&e, 8, 8);
+        if (sim_run(lowered ? low : s, &c, &(sim_opts){ 1, false }, &r) < 0) { ok = 0; break; }
+        ok = ok && sim_estimate_timeline(&r.tl, &healthy, 0, &e) == 0;
+        for (int k = 0; k < 7; k++) ok = ok && fabs(e.link_delay[k] - (k == 3 ? 6 : 0)) < TIME_EPS;
+        for (int g = 0; g < 8; g++) ok = ok && fabs(e.stage_slow[g] - (g == 6 ? 2 : 1)) < TIME_EPS;
+        char buf[200];
+        sim_policy_opts o = sim_policy_defaults();
+        sim_estimate_describe(&e, &o, 1, buf, sizeof buf);
+        ok = ok && !strcmp(buf, "link 3-4 +6 per message; stage 6 x2");
+        if (!ok) printf("# lowered %d: %s; link3 %g stage6 %g\n", lowered, buf, e.link_delay[3], e.stage_slow[6]);
+        sim_estimate_free(&e);
+        sim_result_free(&r);
+    }
+    CHECK("estimate_exact_link_and_stage_compute_only_and_lowered", ok, "see the # line above");
+    sim_costs_free(&c), sim_costs_free(&healthy);
+    sched_free(s), sched_free(low);
+}
+
+/* ---- the policy ---- */
+
+static sim_policy_action step_with(sim_policy *pol, const sim_policy_opts *o, double delay, double slow) {
+    sim_estimate e;
+    sim_estimate_init(&e, 3, 3);
+    e.link_delay[1] = delay, e.stage_slow[2] = slow;
+    sim_policy_action a = sim_policy_step(pol, o, &e, 1);
+    sim_estimate_free(&e);
+    return a;
+}
+
+static void test_policy(void) {
+    sim_policy pol;
+    sim_policy_opts o = sim_policy_defaults();
+    sim_policy_init(&pol, 3, 3);
+    /* healthy, a small delay under link_on, then slow: adapt at once (onset 1) */
+    int ok = step_with(&pol, &o, 0, 1) == SIM_POLICY_KEEP && step_with(&pol, &o, 0.4, 1) == SIM_POLICY_KEEP &&
+             step_with(&pol, &o, 3, 1) == SIM_POLICY_ADAPT && pol.adapted;
+    /* same delay: keep; between off and on: still adapted; grown by more than regen: rebuild */
+    ok = ok && step_with(&pol, &o, 3, 1) == SIM_POLICY_KEEP && step_with(&pol, &o, 0.3, 1) == SIM_POLICY_ADAPT &&
+         step_with(&pol, &o, 0.3, 1) == SIM_POLICY_KEEP;
+    /* under link_off: healthy, switch back */
+    ok = ok && step_with(&pol, &o, 0.1, 1) == SIM_POLICY_REVERT && !pol.adapted;
+    CHECK("policy_adapts_keeps_rebuilds_reverts", ok, "adapted %d", pol.adapted);
+    /* onset 2, recovery 2: one slow iteration is not enough, nor one healthy one */
+    o.onset = o.recovery = 2;
+    ok = step_with(&pol, &o, 0, 1.5) == SIM_POLICY_KEEP && step_with(&pol, &o, 0, 1) == SIM_POLICY_KEEP &&
+         step_with(&pol, &o, 0, 1.5) == SIM_POLICY_KEEP && step_with(&pol, &o, 0, 1.5) == SIM_POLICY_ADAPT &&
+         step_with(&pol, &o, 0, 1) == SIM_POLICY_KEEP && step_with(&pol, &o, 0, 1) == SIM_POLICY_REVERT;
+    CHECK("policy_hysteresis_onset_and_recovery_2", ok, "adapted %d", pol.adapted);
+    sim_policy_free(&pol);
+}
+
+/* ---- the replay ---- */
+
+/* zb-h1, P = 8, M = 32, link 3-4 slow by 6 in iterations 3..6 of 10: the policy sees iteration 3
+ * and switches for 4; iteration 7 is healthy again and 8 runs zb-h1. */
+static void test_replay(void) {
+    sim_costs c;
+    sim_costs_init(&c, 8, 1, 1, 1);
+    sim_costs_add_slow_link(&c, "3-4:6@3-6", 8);
+    sim_adapt_opts o = { .start = "zb-h1", .iterations = 10, .policy = sim_policy_defaults(),
+                         .shape = { .ranks = 8, .microbatches = 32, .mem_limit = 16 } };
+    sim_adapt_result r;
+    int rc = sim_adapt_run(&o, &c, &r);
+    const char *want[10] = { "zb-h1", "zb-h1", "zb-h1", "adaptive", "adaptive", "adaptive", "adaptive", "zb-h1",
+                             "zb-h1", "zb-h1" };
+    double want_t[10] = { 103, 103, 271, 109, 109, 109, 103, 103, 103, 103 };
+    int ok = rc == 0 && r.n == 10;
+    for (int i = 0; ok && i < 10; i++) ok = !strcmp(r.name[i], want[i]) && fabs(r.time[i] - want_t[i]) < TIME_EPS;
+    CHECK("replay_switches_after_onset_and_back_after_recovery", ok, "rc %d %s; iteration 4: %s %g", rc, pt_err(),
+          rc ? "" : r.name[3], rc ? 0 : r.time[3]);
+    CHECK("replay_notes_say_why", !rc && strstr(r.note[2], "link 3-4 +6 per message; adaptive") &&
+          strstr(r.note[2], "predicted 109, was 271") && strstr(r.note[6], "back to zb-h1") && !r.note[3][0],
+          "%s | %s", rc ? "" : r.note[2], rc ? "" : r.note[6]);
+    CHECK("replay_timeline_has_every_iteration", !rc && r.tl.n > 0 && r.tl.ev[r.tl.n - 1].iter == 9 &&
+          fabs(timeline_end(&r.tl) - r.total) < TIME_EPS, "end %g total %g", rc ? 0 : timeline_end(&r.tl), r.total);
+    if (!rc) sim_adapt_result_free(&r);
+    /* the default limit is the starting schedule's peak (P for zb-h1) */
+    o.shape.mem_limit = 0;
+    rc = sim_adapt_run(&o, &c, &r);
+    CHECK("replay_default_limit_is_start_peak", !rc && r.mem_limit == 8 && r.time[3] == 145, "limit %d, %g",
+          rc ? -1 : r.mem_limit, rc ? -1 : r.time[3]);
+    if (!rc) sim_adapt_result_free(&r);
+    o.start = "zb-v";
+    rc = sim_adapt_run(&o, &c, &r);
+    CHECK("replay_err_two_chunk_start", rc < 0 && strstr(pt_err(), "one stage per rank"), "%s", pt_err());
+    sim_costs_free(&c);
+}
+
+int main(void) {
+    test_judge_and_golden();
+    test_estimate();
+    test_policy();
+    test_replay();
+    TEST_DONE();
+}
