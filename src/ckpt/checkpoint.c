@@ -198,12 +198,12 @@ int ckpt_write_chunk(const char *tmpdir, int chunk, int first_layer, int end_lay
     char path[CKPT_PATH_MAX];
     chunk_path(path, sizeof path, tmpdir, chunk);
     if (chunk < 0 || chunk >= CKPT_MAX_CHUNKS || first_layer < 0 || end_layer <= first_layer ||
-        end_layer > gpt_num_layers(m))
-        return pt_seterr("%s: bad chunk %d or layer range [%d, %d) (model has %d layers)", path,
-                         chunk, first_layer, end_layer, gpt_num_layers(m));
-    if (opt && opt->n != m->num_params)
+        end_layer > gpt_num_layers(m) || first_layer < m->first_layer || end_layer > m->end_layer)
+        return pt_seterr("%s: bad chunk %d or layer range [%d, %d) (model has %d layers, holds [%d, %d))",
+                         path, chunk, first_layer, end_layer, gpt_num_layers(m), m->first_layer, m->end_layer);
+    if (opt && opt->n != m->n_held)
         return pt_seterr("%s: optimizer state holds %zu floats, the model %zu", path, opt->n,
-                         m->num_params);
+                         m->n_held);
     st_writer *w = st_writer_new();
     int rc = add_chunk_meta(w, chunk, first_layer, end_layer, opt != NULL);
     if (rc == 0) rc = add_layers(w, m, m->params, "", first_layer, end_layer);
@@ -658,6 +658,65 @@ int ckpt_load_tensor(const char *dir, const ckpt_manifest *man, const char *name
     if (rc == 0 && mom_m) rc = read_named(f, "m/", name, count, mom_m);
     if (rc == 0 && mom_v) rc = read_named(f, "v/", name, count, mom_v);
     st_close(f);
+    return rc;
+}
+
+/* ---- slices ----------------------------------------------------------------------------- */
+
+struct ckpt_reader {
+    char dir[CKPT_DIR_MAX];
+    ckpt_manifest man;
+    st_file *chunk[CKPT_MAX_CHUNKS];   /* [man.n_chunks] */
+};
+
+int ckpt_reader_open(ckpt_reader **out, const char *dir, const ckpt_manifest *man) {
+    ckpt_reader *r = pt_calloc(1, sizeof *r);
+    char path[CKPT_PATH_MAX];
+    *out = NULL;
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    r->man = *man;
+    for (int c = 0; c < man->n_chunks; c++) {
+        chunk_path(path, sizeof path, dir, c);
+        if (st_open(&r->chunk[c], path) < 0) {
+            ckpt_reader_close(r);
+            return -1;
+        }
+    }
+    *out = r;
+    return 0;
+}
+
+void ckpt_reader_close(ckpt_reader *r) {
+    if (!r) return;
+    for (int c = 0; c < r->man.n_chunks; c++) st_close(r->chunk[c]);
+    free(r);
+}
+
+/* Elements [start, start+n) of tensor prefix+name of f into dst (F32 as our writer makes it). */
+static int read_slice(const st_file *f, const char *prefix, const char *name, size_t start,
+                      size_t n, float *dst) {
+    char full[200];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    const st_tensor *t = st_find(f, full);
+    if (!t) return pt_seterr("%s: has no tensor '%s'", st_path(f), full);
+    if (t->dtype != ST_F32)
+        return pt_seterr("%s: tensor '%s' is %s, checkpoints hold F32", st_path(f), full, st_dtype_name(t->dtype));
+    if (start > t->numel || n > t->numel - start)
+        return pt_seterr("%s: tensor '%s' has %zu elements, asked for [%zu, %zu)", st_path(f), full,
+                         t->numel, start, start + n);
+    if (n) memcpy(dst, (const float *)t->data + start, n * sizeof *dst);
+    return 0;
+}
+
+int ckpt_reader_read(const ckpt_reader *r, const char *name, size_t start, size_t n, float *w,
+                     float *mm, float *vv) {
+    int layer = layer_of_name(name, r->man.cfg.n_layer), c = chunk_of_layer(&r->man, layer);
+    if (layer < 0 || c < 0) return pt_seterr("%s: no parameter '%s' in this checkpoint", r->dir, name);
+    if ((mm || vv) && !r->man.has_optim) return pt_seterr("%s: checkpoint holds no optimizer state", r->dir);
+    const st_file *f = r->chunk[c];
+    int rc = w ? read_slice(f, "", name, start, n, w) : 0;
+    if (rc == 0 && mm) rc = read_slice(f, "m/", name, start, n, mm);
+    if (rc == 0 && vv) rc = read_slice(f, "v/", name, start, n, vv);
     return rc;
 }
 

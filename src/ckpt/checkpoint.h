@@ -55,8 +55,8 @@ int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n);
  * itself is not touched. Returns 0, or -1 naming the path. */
 int ckpt_begin(const char *dir, char *tmpdir, size_t n);
 /* Writes tmpdir/chunk-<chunk>.safetensors with the parameters of layers [first_layer,
- * end_layer) from m->params, and their AdamW moments from opt (laid out like m->params;
- * opt NULL: no moments; every chunk of one checkpoint must agree). The embedding's wte goes
+ * end_layer) from m->params (m whole, or partial holding them), and their AdamW moments from
+ * opt (laid out like m->params; opt NULL: no moments; every chunk of one checkpoint must agree). The embedding's wte goes
  * only into the file of the chunk holding layer 0; a head holder's tied copy is not saved.
  * Reads m and opt only: any rank or thread may write its chunk concurrently with the others.
  * Each chunk must be written exactly once (with two pipes, by one of its holders). Atomic per
@@ -94,6 +94,20 @@ int ckpt_load_layers(const char *dir, const ckpt_manifest *man, gpt_model *m, ad
  * head holder's own copy of the tied wte and its moments. Returns 0, or -1 naming the file. */
 int ckpt_load_tensor(const char *dir, const ckpt_manifest *man, const char *name, size_t count,
                      float *param, float *mom_m, float *mom_v);
+
+/* ---- slices of tensors, for one rank's share -------------------------------------------- */
+
+typedef struct ckpt_reader ckpt_reader;
+/* Opens the files of checkpoint dir (its manifest man read and checked by ckpt_read_manifest)
+ * for reading slices. The files are mapped, not read: a rank touches only what it reads. Reads
+ * may run on several threads at once. -1 naming the file. */
+int ckpt_reader_open(ckpt_reader **out, const char *dir, const ckpt_manifest *man);
+/* Elements [start, start + n) of tensor `name` (Hugging Face name, e.g. "h.3.attn.c_attn.weight",
+ * flattened): its parameters into w and its AdamW moments into mm, vv (each may be NULL; moments
+ * need man->has_optim), from whichever file holds them. -1 naming the file and tensor. */
+int ckpt_reader_read(const ckpt_reader *r, const char *name, size_t start, size_t n, float *w,
+                     float *mm, float *vv);
+void ckpt_reader_close(ckpt_reader *r);
 
 /* ---- one process ------------------------------------------------------------------------ */
 

@@ -25,9 +25,8 @@ typedef struct { job_sample *v; int n, cap; } job_samples;
 struct run_job {
     const run_plan *pl;
     int R, n_local, mpi;             /* world size, ranks in this process, MPI mode */
-    int n_models;                    /* threads: D * n_pipes; MPI: n_pipes */
-    gpt_model *models;
-    adamw_state *opts;
+    const run_source *src;           /* during init only */
+    run_mem *mem;                    /* [R] what each world rank holds */
     comm **comms;                    /* [n_local]; MPI: the caller's world (not owned) */
     run_exec **ex;                   /* [n_local] */
     run_exec_stats *rst;             /* [n_local] */
@@ -94,54 +93,53 @@ static int job_exec_init(run_job *j, int r) {
     const run_plan *pl = j->pl;
     int w = job_world_rank(j, r), d, p;
     run_layout_coords(&pl->lo, w, &d, &p);
+    (void)d; (void)p;
     run_exec_cfg c = { .s = pl->s, .lo = &pl->lo, .world_rank = w, .world = j->comms[r],
-                       .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows, .timeout = pl->o.timeout,
-                       .recompute = pl->o.recompute };
-    for (int q = 0; q < pl->s->n_pipes; q++) {
-        int k = j->mpi ? q : d * pl->s->n_pipes + q;   /* a model per pipe: one rank may hold a chunk in both */
-        c.models[q] = &j->models[k];
-        c.opts[q] = &j->opts[k];
-    }
+                       .src = j->src, .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows,
+                       .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
+                       .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket };
     return run_exec_init(&j->ex[r], &c);
 }
 
-static void job_alloc_models(run_job *j, const gpt_model *init, const adamw_state *init_opt) {
-    j->models = pt_calloc((size_t)j->n_models, sizeof *j->models);
-    j->opts = pt_calloc((size_t)j->n_models, sizeof *j->opts);
-    for (int k = 0; k < j->n_models; k++) {
-        gpt_init(&j->models[k], &init->cfg);     /* cfg already validated by init */
-        memcpy(j->models[k].params, init->params, init->num_params * sizeof(float));
-        adamw_init(&j->opts[k], init->num_params);
-        if (init_opt) {
-            memcpy(j->opts[k].m, init_opt->m, init->num_params * sizeof(float));
-            memcpy(j->opts[k].v, init_opt->v, init->num_params * sizeof(float));
-        }
+/* What every rank holds, and the busiest rank's activation sets (MPI: every rank's numbers in
+ * its own slots, summed). */
+static int job_measure(run_job *j) {
+    double *v = pt_calloc((size_t)j->R * 5, sizeof *v);
+    for (int r = 0; r < j->n_local; r++) {
+        int w = job_world_rank(j, r);
+        run_mem m;
+        run_exec_mem(j->ex[r], &m);
+        double x[5] = { m.params, m.grads, m.optim, m.acts, (double)run_exec_act_bytes(j->ex[r]) };
+        memcpy(v + (size_t)w * 5, x, sizeof x);
     }
-}
-
-/* The busiest rank's activation bytes (MPI: every rank's, summed into its own slot). */
-static int job_measure_acts(run_job *j) {
-    double *v = pt_calloc((size_t)j->R, sizeof *v);
-    for (int r = 0; r < j->n_local; r++) v[job_world_rank(j, r)] = (double)run_exec_act_bytes(j->ex[r]);
-    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R) : 0;
-    for (int r = 0; r < j->R; r++)
-        if (v[r] > j->act_max) j->act_max = (size_t)v[r];
+    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R * 5) : 0;
+    j->mem = pt_calloc((size_t)j->R, sizeof *j->mem);
+    for (int w = 0; w < j->R; w++) {
+        j->mem[w] = (run_mem){ v[w * 5], v[w * 5 + 1], v[w * 5 + 2], v[w * 5 + 3] };
+        if (v[w * 5 + 4] > j->act_max) j->act_max = (size_t)v[w * 5 + 4];
+    }
     free(v);
     return rc;
 }
 
 int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
                  const adamw_state *init_opt, comm *world) {
+    run_source src;
+    run_source_model(&src, init, init_opt);
+    return run_job_init_src(out, pl, &src, world);
+}
+
+int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, comm *world) {
     run_job *j = pt_calloc(1, sizeof *j);
     *out = j;
     j->pl = pl;
+    j->src = src;
     j->R = pl->o.P * pl->o.D;
     j->mpi = world != NULL;
     if (j->mpi && world->size != j->R)
         return pt_seterr("dp x stages = %d x %d = %d ranks, but the MPI world has %d processes "
                          "(mpirun -np %d)", pl->o.D, pl->o.P, j->R, world->size, j->R);
     j->n_local = j->mpi ? 1 : j->R;
-    j->n_models = (j->mpi ? 1 : pl->o.D) * pl->s->n_pipes;
     j->comms = pt_calloc((size_t)j->n_local, sizeof *j->comms);
     j->ex = pt_calloc((size_t)j->n_local, sizeof *j->ex);
     j->rst = pt_calloc((size_t)j->n_local, sizeof *j->rst);
@@ -157,9 +155,9 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
         if (pl->o.fail_after > 0 && fr >= 0 && fr < j->R &&
             comm_faulty_wrap(j->comms[fr], -1, 0, pl->o.fail_after, &j->comms[fr]) < 0) return -1;
     }
-    job_alloc_models(j, init, init_opt);
-    if (job_run_all(j, job_exec_init) < 0) return -1;
-    return job_measure_acts(j);
+    int rc = job_run_all(j, job_exec_init);
+    j->src = NULL;
+    return rc < 0 ? -1 : job_measure(j);
 }
 
 void run_job_free(run_job *j) {
@@ -169,14 +167,10 @@ void run_job_free(run_job *j) {
         if (!j->mpi && j->comms) comm_free(j->comms[r]);
         free(j->errs ? j->errs[r] : NULL);
     }
-    for (int k = 0; j->models && k < j->n_models; k++) {
-        gpt_free(&j->models[k]);
-        adamw_free(&j->opts[k]);
-    }
     if (j->prof)
         for (int i = 0; i < j->pl->s->n_stages * 5 + 1; i++) free(j->prof[i].v);
     free(j->prof);
-    free(j->models); free(j->opts); free(j->comms); free(j->ex); free(j->rst); free(j->errs);
+    free(j->mem); free(j->comms); free(j->ex); free(j->rst); free(j->errs);
     timeline_free(&j->tl);
     free(j);
 }
@@ -355,41 +349,46 @@ void run_job_profile(run_job *j, sim_costs *c) {
     c->step = st > 0 ? st : 0;
 }
 
-/* Floats [off, off+n) of chunk c's layers. */
-static void job_chunk_span(const run_job *j, int c, size_t *off, size_t *n) {
-    gpt_layers_param_span(&j->models[0], j->pl->lo.chunk_first[c], j->pl->lo.chunk_first[c + 1], off, n);
+/* The local index of world rank w's executor, or -1 (another process). */
+static int job_local(const run_job *j, int w) {
+    if (!j->mpi) return w;
+    return j->comms[0]->rank == w ? 0 : -1;
 }
 
-/* MPI: the holder of chunk c (replica 0, pipe 0) sends params and grads to the root. */
-static int job_gather_mpi(run_job *j, gpt_model *out) {
+/* Chunk c's holder in replica 0, pipe 0 sends its parameters and gradients to the root; root
+ * (out != NULL) puts them at the chunk's span of out. */
+static int job_gather_chunk(run_job *j, int c, gpt_model *out) {
     comm *w = j->comms[0];
-    for (int c = 0; c < j->pl->s->stages_per_pipe; c++) {
-        int holder = j->pl->s->stage_rank[c];
-        size_t off, n;
-        job_chunk_span(j, c, &off, &n);
-        float *bufs[2] = { j->models[0].params + off, j->models[0].grads + off };
-        float *dst[2] = { out ? out->params + off : NULL, out ? out->grads + off : NULL };
-        for (int k = 0; k < 2; k++) {
-            comm_req *rq;
-            if (w->rank == 0 && holder == 0) memcpy(dst[k], bufs[k], n * sizeof(float));
-            else if (w->rank == 0) {
-                if (comm_irecv(w, holder, TAG_GATHER + 2 + k, dst[k], n * sizeof(float), &rq) < 0 ||
-                    comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
-            } else if (w->rank == holder) {
-                if (comm_isend(w, 0, TAG_GATHER + 2 + k, bufs[k], n * sizeof(float), &rq) < 0 ||
-                    comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
-            }
+    int holder = j->pl->s->stage_rank[c], me = j->mpi ? w->rank : 0, r = job_local(j, holder);
+    int first = j->pl->lo.chunk_first[c], end = j->pl->lo.chunk_first[c + 1];
+    size_t off = 0, n = 0, soff = 0, sn = 0;
+    if (out) gpt_layers_param_span(out, first, end, &off, &n);
+    const gpt_model *m = r >= 0 ? run_exec_stage_model(j->ex[r], c) : NULL;
+    if (m) gpt_layers_param_span(m, first, end, &soff, &sn);
+    const float *src[2] = { m ? m->params + soff : NULL, m ? m->grads + soff : NULL };
+    float *dst[2] = { out ? out->params + off : NULL, out ? out->grads + off : NULL };
+    for (int k = 0; k < 2; k++) {
+        comm_req *rq;
+        if (out && m) memcpy(dst[k], src[k], n * sizeof(float));
+        else if (out) {
+            if (comm_irecv(w, holder, TAG_GATHER + 2 + k, dst[k], n * sizeof(float), &rq) < 0 ||
+                comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
+        } else if (m && me == holder) {
+            if (comm_isend(w, 0, TAG_GATHER + 2 + k, src[k], sn * sizeof(float), &rq) < 0 ||
+                comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
         }
     }
     return 0;
 }
 
 int run_job_gather(run_job *j, gpt_model *out) {
-    if (j->mpi) return job_gather_mpi(j, run_job_is_root(j) ? out : NULL);
-    memcpy(out->params, j->models[0].params, out->num_params * sizeof(float));
-    memcpy(out->grads, j->models[0].grads, out->num_params * sizeof(float));
+    gpt_model *dst = run_job_is_root(j) ? out : NULL;
+    for (int c = 0; c < j->pl->s->stages_per_pipe; c++)
+        if (job_gather_chunk(j, c, dst) < 0) return -1;
     return 0;
 }
+
+void run_job_mem(const run_job *j, int w, run_mem *out) { *out = j->mem[w]; }
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
@@ -414,11 +413,13 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
     if (v[1] > 0) return root ? -1 : pt_seterr("checkpoint %s: rank 0 could not start it", dir);
     if (!root && ckpt_tmpdir_name(dir, (long)v[0], tmp, sizeof tmp) < 0) return -1;
     double fail = 0;
-    for (int c = 0; c < pl->s->stages_per_pipe; c++) {
-        if (j->mpi && pl->s->stage_rank[c] != me) continue;   /* holder in replica 0, pipe 0 */
-        if (ckpt_write_chunk(tmp, c, pl->lo.chunk_first[c], pl->lo.chunk_first[c + 1], &j->models[0],
-                             &j->opts[0]) < 0) { fail = 1; break; }
+    for (int c = 0; c < pl->s->stages_per_pipe && !fail; c++) {   /* holders in replica 0, pipe 0 */
+        int r = job_local(j, pl->s->stage_rank[c]);
+        if (r >= 0 && run_exec_write_chunk(j->ex[r], tmp, c) < 0) fail = 1;
     }
+    for (int r = 0; r < j->n_local && pl->o.zero && !fail; r++)   /* every rank its moments */
+        if (run_exec_write_shards(j->ex[r], tmp) < 0) fail = 1;
+    (void)me;
     char err[512];
     snprintf(err, sizeof err, "%s", pt_err());
     if (job_sum(j, &fail, 1) < 0) return -1;
