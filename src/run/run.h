@@ -104,6 +104,9 @@ void run_job_stash_stats(const run_job *j, int out[3]);
 size_t run_job_act_bytes(const run_job *j);
 /* What world rank w holds (on every rank, measured at init). */
 void run_job_mem(const run_job *j, int w, run_mem *out);
+/* Peak resident set size so far (getrusage), bytes: *out (malloc'd, the caller frees) gets one
+ * entry per process: MPI, every world rank's (collective); threads, the one process's. */
+int run_job_peak_rss(run_job *j, double **out);
 /* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
 int run_job_is_root(const run_job *j);
 /* The last iteration's events of every rank, merged (root only; NULL elsewhere): times in seconds

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define TAG_GATHER 32100        /* above the executor's tags (run_plan.c keeps those < 32000) */
@@ -389,6 +390,17 @@ int run_job_gather(run_job *j, gpt_model *out) {
 }
 
 void run_job_mem(const run_job *j, int w, run_mem *out) { *out = j->mem[w]; }
+
+int run_job_peak_rss(run_job *j, double **out) {
+    struct rusage ru;
+    int n = j->mpi ? j->R : 1;
+    double *v = pt_calloc((size_t)n, sizeof *v);
+    getrusage(RUSAGE_SELF, &ru);
+    v[j->mpi ? j->comms[0]->rank : 0] = (double)ru.ru_maxrss * 1024.0;   /* Linux: kilobytes */
+    free(*out);
+    *out = v;
+    return j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)n) : 0;
+}
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
