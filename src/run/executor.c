@@ -233,6 +233,29 @@ int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g) {
                             e->c.zero ? NULL : &st->opt);
 }
 
+/* Appends the slices of group gr's moments this rank holds (bucket slice by tensor) to sl. */
+static int exec_group_slices(const run_exec *e, const exec_group *gr, ckpt_slice *sl, int n) {
+    const gpt_model *m = &e->st[gr->copy_stage[0]].m;
+    for (int k = 0; k < gr->n_bk; k++) {
+        const exec_bucket *b = &gr->bk[k];
+        size_t lo = b->off + b->lo, hi = b->off + b->hi;
+        for (int i = 0; i < gr->n_ts; i++) {
+            const exec_span *ts = &gr->ts[i];
+            size_t a = ts->off > lo ? ts->off : lo, z = ts->off + ts->n < hi ? ts->off + ts->n : hi;
+            if (a < z)
+                sl[n++] = (ckpt_slice){ gpt_param_info_at(m, ts->param)->name, a - ts->off, z - a,
+                                        b->mm + (a - lo), b->vv + (a - lo) };
+        }
+    }
+    return n;
+}
+
 int run_exec_write_shards(const run_exec *e, const char *tmpdir) {
-    return pt_seterr("rank %d: --zero 1 checkpoints: not yet", e->c.world_rank);
+    int cap = 0, n = 0;
+    for (int k = 0; k < e->n_grp; k++) cap += e->grp[k].n_bk * (e->grp[k].n_ts + 1);
+    ckpt_slice *sl = pt_malloc(sizeof *sl * (size_t)(cap + 1));
+    for (int k = 0; k < e->n_grp; k++) n = exec_group_slices(e, &e->grp[k], sl, n);
+    int rc = ckpt_write_shard(tmpdir, e->c.world_rank, sl, n);
+    free(sl);
+    return rc;
 }

@@ -402,7 +402,9 @@ int run_job_peak_rss(run_job *j, double **out) {
     return j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)n) : 0;
 }
 
-/* ---- checkpoints -------------------------------------------------------------------------- */
+/* ---- checkpoints -------------------------------------------------------------------------- *
+ * Nothing is gathered: each chunk's holder in replica 0, pipe 0 writes its chunk file (with
+ * --zero 0 its moments too), and with --zero 1 every rank writes its moment shards. */
 
 /* MPI: sum of v over ranks (v[0..n)), the way to share one rank's number or count failures. */
 static int job_sum(run_job *j, double *v, int n) {
@@ -415,7 +417,8 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
     char tmp[1200];
     int root = run_job_is_root(j), me = j->mpi ? j->comms[0]->rank : -1;
     if (ckpt_manifest_set_layout(&man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
-                                 pl->s->name, pl->lo.chunk_first) < 0) return -1;
+                                 pl->s->name, pl->lo.chunk_first) < 0 ||
+        (pl->o.zero && ckpt_manifest_set_shards(&man, j->R) < 0)) return -1;
     double v[2] = { 0, 0 };            /* root's pid, failures */
     if (root) {
         if (ckpt_begin(dir, tmp, sizeof tmp) < 0) v[1] = 1;
