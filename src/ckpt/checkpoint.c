@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -173,8 +174,19 @@ int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n) {
     return 0;
 }
 
+/* The folder that holds dir ("." for a bare name), into out[n]. */
+static void parent_dir(const char *dir, char *out, size_t n) {
+    char d[CKPT_DIR_MAX];
+    const char *slash;
+    if (trim_dir(d, sizeof d, dir) < 0 || !(slash = strrchr(d, '/'))) { snprintf(out, n, "."); return; }
+    snprintf(out, n, "%.*s", slash == d ? 1 : (int)(slash - d), d);
+}
+
 int ckpt_begin(const char *dir, char *tmpdir, size_t n) {
+    char root[CKPT_DIR_MAX];
     if (ckpt_tmpdir_name(dir, (long)getpid(), tmpdir, n) < 0) return -1;
+    parent_dir(dir, root, sizeof root);
+    ckpt_clean_stale(root);   /* a crashed save's leftovers */
     ckpt_abandon(tmpdir);
     if (pt_make_parents(tmpdir) < 0) return -1;
     if (mkdir(tmpdir, 0755) < 0)
@@ -918,6 +930,115 @@ int ckpt_reader_read(const ckpt_reader *r, const char *name, size_t start, size_
     if (rc == 0 && mm) rc = read_slice(f, "m/", name, start, n, mm);
     if (rc == 0 && vv) rc = read_slice(f, "v/", name, start, n, vv);
     return rc;
+}
+
+/* ---- a save root ------------------------------------------------------------------------ */
+
+/* The step of a complete checkpoint folder root/name ("ckpt-<step>" holding manifest.json), or -1. */
+static long ckpt_folder_step(const char *root, const char *name) {
+    long step;
+    int end = 0;
+    char path[CKPT_PATH_MAX];
+    if (sscanf(name, "ckpt-%ld%n", &step, &end) != 1 || name[end] || step < 0) return -1;
+    snprintf(path, sizeof path, "%s/%s/manifest.json", root, name);
+    return access(path, F_OK) == 0 ? step : -1;
+}
+
+int ckpt_resolve(const char *path, char *out, size_t n) {
+    char mpath[CKPT_PATH_MAX], best[256] = "";
+    long best_step = -1;
+    snprintf(mpath, sizeof mpath, "%s/manifest.json", path);
+    if (access(mpath, F_OK) == 0) {
+        snprintf(out, n, "%s", path);
+        return 0;
+    }
+    DIR *d = opendir(path);
+    if (!d) return pt_seterr("%s: cannot open: %s (give a checkpoint folder or the --save folder "
+                             "that holds them)", path, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long step = ckpt_folder_step(path, e->d_name);
+        if (step > best_step) {
+            best_step = step;
+            snprintf(best, sizeof best, "%s", e->d_name);
+        }
+    }
+    closedir(d);
+    if (best_step < 0)
+        return pt_seterr("%s: not a checkpoint folder (no manifest.json), and it holds no complete "
+                         "checkpoint folder ckpt-<step>", path);
+    if ((size_t)snprintf(out, n, "%s/%s", path, best) >= n) return pt_seterr("%s: path too long", path);
+    return 0;
+}
+
+/* The pid of a temporary save folder "<name>.tmp.<pid>" (not "....old"), or -1. */
+static long tmp_folder_pid(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    long pid;
+    int end = 0;
+    if (!t || sscanf(t + 5, "%ld%n", &pid, &end) != 1 || t[5 + end] || pid <= 0) return -1;
+    return pid;
+}
+
+int ckpt_clean_stale(const char *root) {
+    DIR *d = opendir(root);
+    char path[CKPT_PATH_MAX], old[CKPT_PATH_MAX + 8];
+    struct dirent *e;
+    struct stat st;
+    int n = 0;
+    if (!d) return 0;
+    while ((e = readdir(d))) {
+        long pid = tmp_folder_pid(e->d_name);
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        snprintf(old, sizeof old, "%s.old", path);
+        if (pid < 0 || stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM) continue;   /* alive */
+        if (access(old, F_OK) == 0) continue;   /* a replace cut between its renames: the user's call */
+        ckpt_abandon(path);
+        n += access(path, F_OK) != 0;
+    }
+    closedir(d);
+    return n;
+}
+
+typedef struct { long step; char name[64]; } ckpt_entry;
+
+static int cmp_entry_desc(const void *a, const void *b) {
+    long x = ((const ckpt_entry *)a)->step, y = ((const ckpt_entry *)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int ckpt_prune(const char *root, int keep, const char *saved) {
+    DIR *d = opendir(root);
+    if (!d) return pt_seterr("%s: cannot open: %s", root, strerror(errno));
+    const char *base = strrchr(saved, '/') ? strrchr(saved, '/') + 1 : saved;
+    ckpt_entry *v = NULL;
+    int n = 0, cap = 0, removed = 0, rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long step = ckpt_folder_step(root, e->d_name);
+        if (step < 0 || !strcmp(e->d_name, base) || strlen(e->d_name) >= sizeof v->name) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            ckpt_entry *w = pt_malloc(sizeof *w * (size_t)cap);
+            if (n) memcpy(w, v, sizeof *w * (size_t)n);
+            free(v);
+            v = w;
+        }
+        v[n].step = step;
+        snprintf(v[n++].name, sizeof v->name, "%s", e->d_name);
+    }
+    closedir(d);
+    if (n) qsort(v, (size_t)n, sizeof *v, cmp_entry_desc);
+    for (int i = keep - 1; i < n && rc == 0; i++) {   /* the saved one counts as one of `keep` */
+        char path[CKPT_PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", root, v[i].name);
+        ckpt_abandon(path);
+        if (access(path, F_OK) == 0) rc = pt_seterr("%s: could not remove it (files of its own in it?)", path);
+        else removed++;
+    }
+    free(v);
+    return rc < 0 ? -1 : removed;
 }
 
 /* ---- one process ------------------------------------------------------------------------ */

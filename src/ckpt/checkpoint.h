@@ -69,8 +69,9 @@ int ckpt_manifest_set_shards(ckpt_manifest *man, int n_ranks);
  * where to write. -1 if it does not fit in n. */
 int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n);
 /* World rank 0, before any chunk is written: creates "<dir>.tmp.<getpid()>" fresh (a stale one
- * of that name is removed first), and dir's parent folders; puts the name in tmpdir[n]. dir
- * itself is not touched. Returns 0, or -1 naming the path. */
+ * of that name is removed first, and so are a crashed save's leftovers next to dir:
+ * ckpt_clean_stale), and dir's parent folders; puts the name in tmpdir[n]. dir itself is not
+ * touched. Returns 0, or -1 naming the path. */
 int ckpt_begin(const char *dir, char *tmpdir, size_t n);
 /* Writes tmpdir/chunk-<chunk>.safetensors with the parameters of layers [first_layer,
  * end_layer) from m->params (m whole, or partial holding them), and their AdamW moments from

@@ -33,6 +33,7 @@ struct train_ctx {
     adamw_state opt;        /* one process: AdamW's state; pipelined: unused */
     run_source src;         /* pipelined: where the job's ranks read their start (freed once the
                              * engine started) */
+    char resume_dir[1100];  /* --resume resolved to a checkpoint folder (o.resume points here) */
     long step0;             /* optimizer steps already done (resume), else 0 */
     data_set *d;
     train_engine *e;

@@ -8,6 +8,9 @@
 #include "model/config.h"
 #include "model/gpt_io.h"
 #include "util/pt.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* --config next to --resume must describe the checkpoint's model. */
 static int check_same_config(const char *path, const gpt_config *saved, const char *dir) {
@@ -63,12 +66,26 @@ static int model_fresh(train_ctx *t) {
     return 0;
 }
 
+/* --resume names a checkpoint, or the --save folder of them: then its newest complete one
+ * (a save cut short never bears a checkpoint's name). t->o.resume becomes the folder used. */
+static int resolve_resume(train_ctx *t) {
+    const char *given = t->o.resume;
+    if (ckpt_resolve(given, t->resume_dir, sizeof t->resume_dir) < 0) return pt_adderr("--resume: ");
+    t->o.resume = t->resume_dir;
+    if (t->root && strcmp(given, t->resume_dir))
+        printf("resume: %s (the newest complete checkpoint in %s)\n", t->resume_dir, given);
+    return 0;
+}
+
 int train_setup_model(train_ctx *t) {
     const train_opts *o = &t->o;
     if (!o->resume) return model_fresh(t);
-    ckpt_manifest man;
-    if (o->init) return pt_seterr("--init and --resume exclude each other (the checkpoint holds the weights)");
-    if (ckpt_read_manifest(&man, o->resume) < 0) return -1;
-    if (o->config && check_same_config(o->config, &man.cfg, o->resume) < 0) return -1;
-    return model_from_checkpoint(t, &man);
+    ckpt_manifest *man = pt_malloc(sizeof *man);   /* large: kept off the rank thread's stack */
+    int rc = -1;
+    if (o->init) pt_seterr("--init and --resume exclude each other (the checkpoint holds the weights)");
+    else if (resolve_resume(t) == 0 && ckpt_read_manifest(man, o->resume) == 0 &&
+             (!o->config || check_same_config(o->config, &man->cfg, o->resume) == 0))
+        rc = model_from_checkpoint(t, man);
+    free(man);
+    return rc;
 }
