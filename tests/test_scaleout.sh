@@ -42,6 +42,23 @@ train --steps 6 $lay --metrics "$D/full.jsonl" > /dev/null 2>&1
 grep -q "^resume: $D/z1ovl/ckpt-4 (the newest complete checkpoint in $D/z1ovl)" "$D/r.out" \
   && ok "--resume DIR names the checkpoint it took" || fail "--resume DIR names the checkpoint it took" "$(head -2 "$D/r.out")"
 
+# --- the overlapped reduction on the timeline: interleaved, rank 0's stage 2 reduces (on the
+# communication stream, tid 1) while its stage 0 still computes; --no-overlap: after it all
+# span FIELD: "pid tid start end" of each trace span whose name matches NAME
+spans() { grep -E "\"name\":\"$1\"" "$2" | sed -E 's/.*"pid":([0-9]+),"tid":([0-9]+),"ts":([0-9.]+),"dur":([0-9.]+).*/\1 \2 \3 \4/' |
+          awk '{ print $1, $2, $3, $3 + $4 }'; }
+train --steps 2 $lay --trace "$D/ovl.json" > /dev/null 2>&1
+train --steps 2 $lay --no-overlap --trace "$D/def.json" > /dev/null 2>&1
+last_w=$(spans '[0-9]+(W|BW)[0-9]+' "$D/ovl.json" | awk '$1 == 0 && $4 > m { m = $4 } END { print m }')
+red2=$(spans '2REDUCE_GRAD' "$D/ovl.json" | awk '$1 == 0 { print $2, $3 }')
+[ "${red2%% *}" = 1 ] && awk -v a="${red2#* }" -v b="$last_w" 'BEGIN { exit !(a < b) }' \
+  && ok "overlap: stage 2's reduction runs on the communication stream before rank 0's last W ends" \
+  || fail "overlap: stage 2's reduction runs before rank 0's last W ends" "reduce (tid start) $red2, last W end $last_w"
+last_w=$(spans '[0-9]+(W|BW)[0-9]+' "$D/def.json" | awk '$1 == 0 && $4 > m { m = $4 } END { print m }')
+red=$(spans '[0-9]REDUCE_GRAD' "$D/def.json" | awk -v w="$last_w" '$1 == 0 && ($2 != 0 || $3 < w) { bad = 1 } END { print bad + 0 }')
+[ "$red" = 0 ] && ok "--no-overlap: reductions on the compute stream after the rank's last W" \
+  || fail "--no-overlap: reductions after the rank's last W" "$(spans '[0-9]REDUCE_GRAD' "$D/def.json" | head -2)"
+
 # --- memory per rank: the header line and the start event
 grep -Eq '^memory per rank \(MB, params/grads/optimizer/activations\): r0 [0-9.]+/[0-9.]+/[0-9.]+/[0-9.]+, r1' "$D/z1ovl.out" \
   && ok "header: memory per rank" || fail "header: memory per rank" "$(grep memory "$D/z1ovl.out")"

@@ -63,7 +63,8 @@ typedef struct {
     double clip_scale, lr;  /* factor applied, learning rate used (0 without a step) */
     double iter_time;       /* seconds from the first rank's start to the last rank's end */
     double bubble;          /* sum over ranks of idle time / (ranks * iter_time); busy = in
-                             * F, B, W, BW, REDUCE_GRAD or STEP, as the simulator counts it */
+                             * F, B, W, BW, REDUCE_GRAD or STEP, as the simulator counts it (the
+                             * union of those intervals: an overlapped reduction counts once) */
 } run_stats;
 
 typedef struct run_job run_job;

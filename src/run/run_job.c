@@ -240,6 +240,37 @@ static void samples_add(job_samples *s, int iter, double dur) {
     s->v[s->n++] = (job_sample){ iter, dur };
 }
 
+static int cmp_interval(const void *a, const void *b) {
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* Busy time of each rank: the union of its F/B/W/BW, REDUCE_GRAD and STEP intervals (what the
+ * simulator counts as busy), so an overlapped reduction under compute counts once. */
+static void job_busy(const run_job *j, double *busy) {
+    const timeline *tl = &j->tl;
+    double *iv = pt_malloc(sizeof(double) * 2 * (size_t)(tl->n + 1));
+    for (int r = 0; r < j->R; r++) {
+        int n = 0;
+        for (int i = 0; i < tl->n; i++) {
+            const tl_event *e = &tl->ev[i];
+            sched_kind k = e->act.kind;
+            if (e->rank != r || !(sched_kind_is_compute(k) || k == ACT_REDUCE_GRAD || k == ACT_STEP)) continue;
+            iv[2 * n] = e->start;
+            iv[2 * n++ + 1] = e->end;
+        }
+        qsort(iv, (size_t)n, 2 * sizeof(double), cmp_interval);
+        double lo = 0, hi = -1;
+        busy[r] = 0;
+        for (int k = 0; k < n; k++) {
+            if (iv[2 * k] > hi) { busy[r] += hi > lo ? hi - lo : 0; lo = iv[2 * k]; hi = iv[2 * k + 1]; }
+            else if (iv[2 * k + 1] > hi) hi = iv[2 * k + 1];
+        }
+        busy[r] += hi > lo ? hi - lo : 0;
+    }
+    free(iv);
+}
+
 /* Shifts the merged events to start at 0; measures iteration time and bubble; adds samples. */
 static void job_analyse(run_job *j, run_stats *st) {
     timeline *tl = &j->tl;
@@ -256,13 +287,11 @@ static void job_analyse(run_job *j, run_stats *st) {
         if (e->act.kind == ACT_STEP) samples_add(&j->prof[S * 5], j->n_iters, e->end - e->start);
         if (e->act.kind == ACT_REDUCE_GRAD)
             samples_add(&j->prof[e->act.stage * 5 + 4], j->n_iters, e->end - e->start);
-        if (e->act.kind == ACT_REDUCE_GRAD || e->act.kind == ACT_STEP)   /* busy, as in sim */
-            busy[e->rank] += e->end - e->start;
         if (!sched_kind_is_compute(e->act.kind)) continue;
-        busy[e->rank] += e->end - e->start;
         int k = e->act.kind == ACT_BW ? 3 : (int)e->act.kind;   /* F 0, B 1, W 2, BW 3 */
         samples_add(&j->prof[e->act.stage * 5 + k], j->n_iters, e->end - e->start);
     }
+    job_busy(j, busy);
     st->iter_time = tl->n ? t1 - t0 : 0;
     double idle = 0;
     for (int r = 0; r < j->R; r++) idle += st->iter_time - busy[r];
@@ -317,8 +346,9 @@ static int job_find_consumer(const timeline *tl, const tl_event *e, const sched 
 const timeline *run_job_timeline(run_job *j) {
     if (!run_job_is_root(j)) return NULL;
     if (!j->tl_linked)
-        for (int i = 0; i < j->tl.n; i++)
-            if (j->tl.ev[i].stream == TL_SEND) j->tl.ev[i].link = job_find_consumer(&j->tl, &j->tl.ev[i], j->pl->s);
+        for (int i = 0; i < j->tl.n; i++)   /* messages only: an overlapped reduction is on TL_SEND too */
+            if (j->tl.ev[i].stream == TL_SEND && (j->tl.ev[i].act.kind == ACT_SEND_F || j->tl.ev[i].act.kind == ACT_SEND_B))
+                j->tl.ev[i].link = job_find_consumer(&j->tl, &j->tl.ev[i], j->pl->s);
     j->tl_linked = 1;
     return &j->tl;
 }

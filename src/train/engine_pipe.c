@@ -113,6 +113,7 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     sim_opts so = { .iterations = 1 };
     sim_costs_init(&c, s->n_stages, 0, 0, 0);
     run_job_profile(p->job, &c);
+    c.reduce_overlap = !p->pl.o.no_overlap;   /* the reduction as the runtime ran it */
     int rc = sim_run(s, &c, &so, &res);
     sim_costs_free(&c);
     p->it_med = it;
