@@ -1026,7 +1026,7 @@ int ckpt_prune(const char *root, int keep, const char *saved) {
             v = w;
         }
         v[n].step = step;
-        snprintf(v[n++].name, sizeof v->name, "%s", e->d_name);
+        memcpy(v[n++].name, e->d_name, strlen(e->d_name) + 1);   /* fits: checked above */
     }
     closedir(d);
     if (n) qsort(v, (size_t)n, sizeof *v, cmp_entry_desc);
