@@ -37,8 +37,9 @@ typedef struct {
     gpt_tied tied[GPT_MAX_TIES];      /* [NT] what the stage's layers read (copies, a local
                                        * owner stage's tensor, or NULL) */
     int has_tied;                     /* any of them: pass tied to the layers */
-    float ***act;                     /* [end-first][n_slots+1] activation sets of each layer */
+    float ***act;                     /* [end-first][n_sets] activation sets of each layer */
     int n_slots;                      /* sets held at once (the schedule's peak for this stage) */
+    int n_sets;                       /* n_slots, + 1 with --recompute (the forward's spare) */
     int *slot_of;                     /* [M] set of each microbatch, -1: none */
     int *slot_mb;                     /* [n_slots] microbatch in each set, -1: free */
     float **out;                      /* [M] (N,C) forward output (NULL for the last stage) */

@@ -83,8 +83,9 @@ static void exec_stage_buffers(run_exec *e, run_stage *st) {
     for (int j = 0; j < e->M; j++) st->slot_of[j] = -1;
     for (int k = 0; k < st->n_slots; k++) st->slot_mb[k] = -1;
     st->act = pt_calloc((size_t)nl, sizeof *st->act);
-    for (int l = 0; l < nl; l++)   /* one more set: the forward's when recomputing */
-        st->act[l] = exec_bufs(st->n_slots + 1, gpt_layer_act_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T));
+    st->n_sets = st->n_slots + (e->c.recompute != 0);   /* one more: the forward's when recomputing */
+    for (int l = 0; l < nl; l++)
+        st->act[l] = exec_bufs(st->n_sets, gpt_layer_act_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T));
     if (st->next >= 0) st->out = exec_bufs(e->M, nc);
     else st->loss = pt_calloc((size_t)e->M, sizeof *st->loss);
     if (st->prev_rank >= 0) st->xin = exec_bufs(e->M, nc);
@@ -134,7 +135,7 @@ static int exec_stage_finish(run_exec *e, run_stage *st) {
 
 static void exec_stage_free(run_exec *e, run_stage *st) {
     if (st->act)
-        for (int l = 0; l < st->end - st->first; l++) exec_free_bufs(st->act[l], st->n_slots + 1);
+        for (int l = 0; l < st->end - st->first; l++) exec_free_bufs(st->act[l], st->n_sets);
     free(st->act);
     free(st->slot_of);
     free(st->slot_mb);

@@ -187,7 +187,7 @@ size_t run_exec_act_bytes(const run_exec *e) {
     for (int i = 0; i < e->n_stages; i++) {
         const run_stage *st = &e->st[i];
         for (int l = st->first; l < st->end; l++)
-            n += (size_t)(st->n_slots + 1) * gpt_layer_act_floats(&st->m, l, e->c.mb_rows, e->c.T);
+            n += (size_t)st->n_sets * gpt_layer_act_floats(&st->m, l, e->c.mb_rows, e->c.T);
     }
     return n * sizeof(float);
 }

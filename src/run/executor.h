@@ -75,7 +75,8 @@ int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const
  * backwards whose F's weights differed from the current ones (stashing mattered). */
 void run_exec_stash_stats(const run_exec *e, int out[3]);
 /* Bytes of activation storage this rank holds: per stage, the schedule's peak number of
- * microbatches in flight (from F, or recomputing from B, until W), plus one set for a forward. */
+ * microbatches in flight (from F, or recomputing from B, until W), plus (recomputing) one set
+ * for a forward. */
 size_t run_exec_act_bytes(const run_exec *e);
 /* This iteration's events (times from pt_now; iter 0). Owned by the executor. */
 const timeline *run_exec_timeline(const run_exec *e);
