@@ -87,6 +87,7 @@ typedef struct {
     int n_bk;
     int n_writers, n_left;            /* local stages whose W adds to it; not yet done this step */
     int posted;                       /* this iteration's reduction is posted */
+    int next_bk;                      /* buckets posted so far (one in flight at a time) */
     double post_t, done_t;            /* when it was posted, seen complete */
 } exec_group;
 

@@ -23,20 +23,31 @@ static void exec_reduced_range(const run_exec *e, const exec_bucket *b, size_t *
     *hi = e->all ? b->n : b->hi;
 }
 
+/* Posts bucket k of group gr. */
+static int exec_post_bucket(run_exec *e, exec_group *gr, int k) {
+    exec_bucket *b = &gr->bk[k];
+    gr->next_bk = k + 1;
+    if (comm_ireduce_f32(gr->cm, gr->g[0] + b->off, b->n, e->all, &b->req) == 0) return 0;
+    return pt_adderr("rank %d: posting the reduction of %s %d: ", e->c.world_rank,
+                     gr->tie >= 0 ? "tied tensor" : "chunk", gr->tie >= 0 ? gr->tie : gr->chunk);
+}
+
+/* Buckets go one after the other (the next posted when the last completes), so a rank holds the
+ * transport's scratch of one bucket per group at a time, never of a whole region; every member
+ * posts a group's buckets in the same order, and groups never wait for each other. */
 int exec_post_group(run_exec *e, exec_group *gr) {
     if (gr->posted) return 0;
     gr->posted = 1;
     gr->post_t = pt_now();
+    gr->next_bk = 0;
     for (int k = 1; k < gr->n_copies; k++)   /* the rank's own copies first, in stage order */
         for (size_t i = 0; i < gr->n; i++) gr->g[0][i] += gr->g[k][i];
-    for (int k = 0; k < gr->n_bk && exec_group_shared(gr); k++) {
-        exec_bucket *b = &gr->bk[k];
-        if (comm_ireduce_f32(gr->cm, gr->g[0] + b->off, b->n, e->all, &b->req) < 0)
-            return pt_adderr("rank %d: posting the reduction of %s %d: ", e->c.world_rank,
-                             gr->tie >= 0 ? "tied tensor" : "chunk", gr->tie >= 0 ? gr->tie : gr->chunk);
+    if (!exec_group_shared(gr) || gr->n_bk == 0) {
+        gr->next_bk = gr->n_bk;
+        gr->done_t = gr->post_t;
+        return 0;
     }
-    if (!exec_group_shared(gr)) gr->done_t = gr->post_t;
-    return 0;
+    return exec_post_bucket(e, gr, 0);
 }
 
 int exec_post_all(run_exec *e) {
@@ -48,6 +59,7 @@ int exec_post_all(run_exec *e) {
 int exec_wait_group(run_exec *e, exec_group *gr) {
     for (int k = 0; k < gr->n_bk; k++) {
         exec_bucket *b = &gr->bk[k];
+        if (k == gr->next_bk && exec_post_bucket(e, gr, k) < 0) return -1;
         if (!b->req) continue;
         comm_req *r = b->req;
         b->req = NULL;
@@ -71,22 +83,21 @@ int exec_wait_all(run_exec *e) {
     return 0;
 }
 
-/* Tests the posted reductions (MPI progresses them inside such calls); notes when a group is
- * seen complete. */
+/* Tests the posted reductions (MPI progresses them inside such calls), posts a group's next
+ * bucket when its last one completed; notes when a group is seen complete. */
 int exec_poll_groups(run_exec *e) {
     for (int k = 0; k < e->n_grp; k++) {
         exec_group *gr = &e->grp[k];
         if (!gr->posted || gr->done_t > 0) continue;
-        int left = 0;
-        for (int b = 0; b < gr->n_bk; b++) {
-            int done = 0;
-            if (!gr->bk[b].req) continue;
-            if (comm_test(gr->cm, gr->bk[b].req, &done) < 0)
-                return pt_adderr("rank %d: gradient reduction: ", e->c.world_rank);
-            if (done) gr->bk[b].req = NULL;
-            else left++;
-        }
-        if (!left) gr->done_t = pt_now();
+        exec_bucket *b = &gr->bk[gr->next_bk - 1];   /* the one in flight */
+        int done = 0;
+        if (b->req && comm_test(gr->cm, b->req, &done) < 0)
+            return pt_adderr("rank %d: gradient reduction: ", e->c.world_rank);
+        if (b->req && !done) continue;
+        b->req = NULL;
+        if (gr->next_bk < gr->n_bk) {
+            if (exec_post_bucket(e, gr, gr->next_bk) < 0) return -1;
+        } else gr->done_t = pt_now();
     }
     return 0;
 }
