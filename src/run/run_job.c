@@ -271,6 +271,22 @@ static void job_busy(const run_job *j, double *busy) {
     free(iv);
 }
 
+/* An overlapped reduction (on the communication stream): how much of its span lies under the
+ * rank's compute, which the iteration did not pay for. Its cost for the simulator is the rest:
+ * the span runs from the stage's last W to when the rank saw it complete (between actions),
+ * so only the exposed part is a cost the run paid. 0 for one on the compute stream. */
+static double job_hidden(const timeline *tl, const tl_event *red) {
+    double hidden = 0;
+    if (red->stream != TL_SEND) return 0;
+    for (int i = 0; i < tl->n; i++) {
+        const tl_event *c = &tl->ev[i];
+        if (c->rank != red->rank || c->stream != TL_COMPUTE || !sched_kind_is_compute(c->act.kind)) continue;
+        double a = c->start > red->start ? c->start : red->start, z = c->end < red->end ? c->end : red->end;
+        if (z > a) hidden += z - a;
+    }
+    return hidden;
+}
+
 /* Shifts the merged events to start at 0; measures iteration time and bubble; adds samples. */
 static void job_analyse(run_job *j, run_stats *st) {
     timeline *tl = &j->tl;
@@ -283,10 +299,13 @@ static void job_analyse(run_job *j, run_stats *st) {
     for (int i = 0; i < tl->n; i++) {
         tl_event *e = &tl->ev[i];
         e->ready -= t0; e->start -= t0; e->end -= t0;
+    }
+    for (int i = 0; i < tl->n; i++) {
+        tl_event *e = &tl->ev[i];
         int S = j->pl->s->n_stages;
         if (e->act.kind == ACT_STEP) samples_add(&j->prof[S * 5], j->n_iters, e->end - e->start);
         if (e->act.kind == ACT_REDUCE_GRAD)
-            samples_add(&j->prof[e->act.stage * 5 + 4], j->n_iters, e->end - e->start);
+            samples_add(&j->prof[e->act.stage * 5 + 4], j->n_iters, e->end - e->start - job_hidden(tl, e));
         if (!sched_kind_is_compute(e->act.kind)) continue;
         int k = e->act.kind == ACT_BW ? 3 : (int)e->act.kind;   /* F 0, B 1, W 2, BW 3 */
         samples_add(&j->prof[e->act.stage * 5 + k], j->n_iters, e->end - e->start);
