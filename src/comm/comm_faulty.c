@@ -192,11 +192,13 @@ static int fa_allreduce_f64(comm *c, double *buf, size_t n) {
     return comm_allreduce_f64(((fa_impl *)c->impl)->inner, buf, n);
 }
 
-/* A non-blocking reduction: deferred sends go out first, as before any collective; the inner
- * request is then tested and waited like a message's. */
+/* A non-blocking reduction: it must not sleep out the delays (the rank computes on), so only
+ * the sends already due go out; waiting for it later polls, posting the others as they fall due,
+ * so a peer that needs one of them before it posts cannot deadlock it. */
 static int fa_ireduce_f32(comm *c, float *buf, size_t n, int all, comm_req **out) {
     fa_impl *m = c->impl;
-    if (before_collective(c)) return -1;
+    if (m->fate->dead) return dead_error(m->fate);
+    progress(m, 0);
     fa_req *r = req_new(m, (fa_req){.is_coll = 1, .peer = -1, .tag = -1, .bytes = n * sizeof *buf});
     if (comm_ireduce_f32(m->inner, buf, n, all, &r->inner)) { req_free(m, r); return -1; }
     *out = (comm_req *)r;

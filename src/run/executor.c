@@ -16,8 +16,9 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->async = cfg->s->async;
     e->N = cfg->mb_rows * cfg->T;
     e->C = cfg->src->cfg.n_embd;
-    if (exec_state_init(e) < 0 || exec_groups_init(e) < 0) return pt_adderr("rank %d: ", cfg->world_rank);
-    return 0;
+    int rc = exec_state_init(e) < 0 || exec_groups_init(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
+    e->c.src = NULL;   /* read during init only */
+    return rc;
 }
 
 void run_exec_free(run_exec *e) {
@@ -229,6 +230,8 @@ const gpt_model *run_exec_stage_model(const run_exec *e, int g) {
 
 int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g) {
     const run_stage *st = &e->st[e->loc[g]];
+    if (!e->c.zero && !st->opt.m)   /* the holder in pipe 0 is its chunk's home: a bug otherwise */
+        return pt_seterr("rank %d: stage %d holds no moments of its chunk to save", e->c.world_rank, g);
     return ckpt_write_chunk(tmpdir, st->chunk, st->first, st->end, &st->m,
                             e->c.zero ? NULL : &st->opt);
 }

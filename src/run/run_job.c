@@ -92,9 +92,7 @@ static int job_world_rank(const run_job *j, int r) { return j->mpi ? j->comms[0]
 
 static int job_exec_init(run_job *j, int r) {
     const run_plan *pl = j->pl;
-    int w = job_world_rank(j, r), d, p;
-    run_layout_coords(&pl->lo, w, &d, &p);
-    (void)d; (void)p;
+    int w = job_world_rank(j, r);
     run_exec_cfg c = { .s = pl->s, .lo = &pl->lo, .world_rank = w, .world = j->comms[r],
                        .src = j->src, .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows,
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
@@ -464,7 +462,7 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
     const run_plan *pl = j->pl;
     ckpt_manifest man = *man0;
     char tmp[1200];
-    int root = run_job_is_root(j), me = j->mpi ? j->comms[0]->rank : -1;
+    int root = run_job_is_root(j);
     if (ckpt_manifest_set_layout(&man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
                                  pl->s->name, pl->lo.chunk_first) < 0 ||
         (pl->o.zero && ckpt_manifest_set_shards(&man, j->R) < 0)) return -1;
@@ -483,7 +481,6 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
     }
     for (int r = 0; r < j->n_local && pl->o.zero && !fail; r++)   /* every rank its moments */
         if (run_exec_write_shards(j->ex[r], tmp) < 0) fail = 1;
-    (void)me;
     char err[512];
     snprintf(err, sizeof err, "%s", pt_err());
     if (job_sum(j, &fail, 1) < 0) return -1;
