@@ -75,8 +75,9 @@ int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n);
 int ckpt_begin(const char *dir, char *tmpdir, size_t n);
 /* Writes tmpdir/chunk-<chunk>.safetensors with the parameters of layers [first_layer,
  * end_layer) from m->params (m whole, or partial holding them), and their AdamW moments from
- * opt (laid out like m->params; opt NULL: no moments; every chunk of one checkpoint must agree). The embedding's wte goes
- * only into the file of the chunk holding layer 0; a head holder's tied copy is not saved.
+ * opt (laid out like m->params; opt NULL: no moments; every chunk of one checkpoint must
+ * agree). The embedding's wte goes only into the file of the chunk holding layer 0; a head
+ * holder's tied copy is not saved.
  * Reads m and opt only: any rank or thread may write its chunk concurrently with the others.
  * Each chunk must be written exactly once (with two pipes, by one of its holders). Atomic per
  * file. Returns 0, or -1 naming the file. */
@@ -89,8 +90,8 @@ int ckpt_write_shard(const char *tmpdir, int rank, const ckpt_slice *sl, int n);
 /* World rank 0, after every chunk (and shard) file is written (a barrier): checks each chunk
  * file of man->chunks exists and holds the layer range the manifest says, that the ranges tile
  * layers [0, L+2) in order, that each shard file is there, fills bytes and checksums, writes
- * manifest.json, fsyncs, and renames tmpdir to dir. An existing dir is replaced only after the new folder is complete (an atomic
- * exchange where the filesystem has one). On failure tmpdir is removed, dir is untouched, and
+ * manifest.json, fsyncs, and renames tmpdir to dir. An existing dir is replaced only after the
+ * new folder is complete (an atomic exchange where the filesystem has one). On failure tmpdir is removed, dir is untouched, and
  * -1 names the file. man is not modified. */
 int ckpt_commit(const char *dir, const char *tmpdir, const ckpt_manifest *man);
 /* Removes a temporary folder after a failed save (only the files a checkpoint holds). */

@@ -1,7 +1,7 @@
 /* GPT-2 model storage: the flat parameter and gradient buffers (of every layer, or of a range of
  * them: a partial model), their per-layer contiguous layout, the tensor table (Hugging Face
- * names, shapes, decay flags), the tied tensors, and GPT-2 initialisation. Not here: the layer computations (gpt_layers.c), the single-process drivers
- * (gpt_run.c), file I/O (gpt_io.c). */
+ * names, shapes, decay flags), the tied tensors, and GPT-2 initialisation. Not here: the layer
+ * computations (gpt_layers.c), the single-process drivers (gpt_run.c), file I/O (gpt_io.c). */
 #include "model/gpt.h"
 #include "util/pt.h"
 #include <assert.h>

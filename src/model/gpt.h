@@ -208,8 +208,8 @@ int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tie
                               const float *act, float *scratch, int B, int T);
 
 /* ---- whole model, one process ------------------------------------------------------------ */
-/* These three need a whole model (gpt_init). F, then B and W of every layer on one batch; gradients accumulate (+=) into m->grads, *loss
- * gets the mean cross-entropy. tokens, targets (B,T). Not reentrant on one model (it keeps its
+/* These three need a whole model (gpt_init). F, then B and W of every layer on one batch;
+ * gradients accumulate (+=) into m->grads, *loss gets the mean cross-entropy. tokens, targets (B,T). Not reentrant on one model (it keeps its
  * buffers in m). Returns 0, or -1 (bad token, T > maxT). */
 int gpt_forward_backward(gpt_model *m, const int *tokens, const int *targets, int B, int T,
                          float *loss);

@@ -22,9 +22,10 @@ int gpt_load_safetensors(gpt_model *m, const char *path, int *prefixed);
 int gpt_model_load(gpt_model *m, const char *config_path, const char *init_path, uint64_t seed,
                    int *prefixed);
 
-/* Adds one tensor per parameter (of the layers m holds) to w, with data taken from buf (a flat buffer laid out like
- * m->params: the params themselves, the grads, an AdamW moment), named prefix + HF name
- * ("transformer.h.0.ln_1.weight" with prefix "transformer."). buf must outlive st_write. */
+/* Adds one tensor per parameter (of the layers m holds) to w, with data taken from buf (a flat
+ * buffer laid out like m->params: the params themselves, the grads, an AdamW moment), named
+ * prefix + HF name ("transformer.h.0.ln_1.weight" with prefix "transformer."). buf must outlive
+ * st_write. */
 int gpt_add_to_writer(const gpt_model *m, st_writer *w, const float *buf, const char *prefix);
 /* Writes m->params to path (names without prefix, metadata format=pt), atomically. */
 int gpt_save_safetensors(const gpt_model *m, const char *path);
