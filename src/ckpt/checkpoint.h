@@ -91,8 +91,8 @@ int ckpt_write_shard(const char *tmpdir, int rank, const ckpt_slice *sl, int n);
  * file of man->chunks exists and holds the layer range the manifest says, that the ranges tile
  * layers [0, L+2) in order, that each shard file is there, fills bytes and checksums, writes
  * manifest.json, fsyncs, and renames tmpdir to dir. An existing dir is replaced only after the
- * new folder is complete (an atomic exchange where the filesystem has one). On failure tmpdir is removed, dir is untouched, and
- * -1 names the file. man is not modified. */
+ * new folder is complete (an atomic exchange where the filesystem has one). On failure tmpdir
+ * is removed, dir is untouched, and -1 names the file. man is not modified. */
 int ckpt_commit(const char *dir, const char *tmpdir, const ckpt_manifest *man);
 /* Removes a temporary folder after a failed save (only the files a checkpoint holds). */
 void ckpt_abandon(const char *tmpdir);

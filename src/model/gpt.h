@@ -209,8 +209,9 @@ int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tie
 
 /* ---- whole model, one process ------------------------------------------------------------ */
 /* These three need a whole model (gpt_init). F, then B and W of every layer on one batch;
- * gradients accumulate (+=) into m->grads, *loss gets the mean cross-entropy. tokens, targets (B,T). Not reentrant on one model (it keeps its
- * buffers in m). Returns 0, or -1 (bad token, T > maxT). */
+ * gradients accumulate (+=) into m->grads, *loss gets the mean cross-entropy. tokens, targets
+ * (B,T). Not reentrant on one model (it keeps its buffers in m). Returns 0, or -1 (bad token,
+ * T > maxT). */
 int gpt_forward_backward(gpt_model *m, const int *tokens, const int *targets, int B, int T,
                          float *loss);
 /* Forward only: logits (B,T,V) for tokens (B,T). Same reentrancy and errors as above. */

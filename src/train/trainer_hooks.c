@@ -1,7 +1,7 @@
 /* The trainer's built-in step-boundary hooks: SAVE (the checkpoint policy: DIR/ckpt-<step> every
  * save_every steps and after the last, the newest --keep of them kept) and LOG (one metrics JSON
- * line per step, a progress line every log_every steps). Not here: how a checkpoint is written (the engine, ckpt/), when hooks
- * run (trainer.c). */
+ * line per step, a progress line every log_every steps). Not here: how a checkpoint is written
+ * (the engine, ckpt/), when hooks run (trainer.c). */
 #include "train/trainer_int.h"
 #include "ckpt/checkpoint.h"
 #include "util/pt.h"
