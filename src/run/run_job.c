@@ -363,9 +363,11 @@ static int job_find_consumer(const timeline *tl, const tl_event *e, const sched 
 const timeline *run_job_timeline(run_job *j) {
     if (!run_job_is_root(j)) return NULL;
     if (!j->tl_linked)
-        for (int i = 0; i < j->tl.n; i++)   /* messages only: an overlapped reduction is on TL_SEND too */
-            if (j->tl.ev[i].stream == TL_SEND && (j->tl.ev[i].act.kind == ACT_SEND_F || j->tl.ev[i].act.kind == ACT_SEND_B))
-                j->tl.ev[i].link = job_find_consumer(&j->tl, &j->tl.ev[i], j->pl->s);
+        for (int i = 0; i < j->tl.n; i++) {   /* messages only: an overlapped reduction is on TL_SEND too */
+            tl_event *e = &j->tl.ev[i];
+            if (e->stream == TL_SEND && (e->act.kind == ACT_SEND_F || e->act.kind == ACT_SEND_B))
+                e->link = job_find_consumer(&j->tl, e, j->pl->s);
+        }
     j->tl_linked = 1;
     return &j->tl;
 }
