@@ -1,7 +1,7 @@
 /* MPI transport checks, run by tests/test_comm_mpi.sh under mpirun -np 4 (not a test binary on
  * its own). Every rank runs every check in the same order; a rank that fails prints its own
  * "FAIL name: rank r: why" line, rank 0 prints "ok name" when no rank failed.
- *   aux_mpi_comm          ping-pong, tags, FIFO, sizes, allreduce, split, timeout, faulty delay
+ *   aux_mpi_comm          ping-pong, tags, FIFO, sizes, allreduce, ireduce, split, timeout, faulty delay
  *   aux_mpi_comm abort    rank 2 aborts while the others wait: the job must end naming rank 2
  *   aux_mpi_comm die      rank 1 dies after 3 sends (faulty wrapper): the job ends naming rank 1 */
 #include "comm/comm.h"
@@ -167,6 +167,40 @@ static void test_allreduce(comm *c) {
           "rc %d: %s", rc, pt_err());
 }
 
+/* Non-blocking reductions give the allreduce's bits: ireduce (all) and ireduce (slices) then
+ * allgather, two in flight at once, waited in reverse order; two sub-communicators posted in
+ * opposite orders by different ranks do not deadlock. */
+static void test_ireduce(comm *c) {
+    static const size_t sizes[] = {0, 1, 7, 1001, 65537};
+    int ok = 1, rc = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        float *f = pt_malloc((n + 1) * sizeof *f), *g = pt_malloc((n + 1) * sizeof *g), *h = pt_malloc((n + 1) * sizeof *h);
+        for (size_t i = 0; i < n; i++) f[i] = g[i] = h[i] = (float)ar_value(c->rank, i);
+        comm_req *qa, *qb;
+        rc |= comm_allreduce_f32(c, f, n) | comm_ireduce_f32(c, g, n, 1, &qa) | comm_ireduce_f32(c, h, n, 0, &qb);
+        if (!rc) rc |= comm_wait(c, qb, 10) | comm_wait(c, qa, 10) | comm_allgather_f32(c, h, n);
+        ok &= memcmp(f, g, n * sizeof *f) == 0 && memcmp(f, h, n * sizeof *f) == 0;
+        free(f); free(g); free(h);
+    }
+    check(c, "mpi ireduce (all, and slices + allgather) equals allreduce bitwise (sizes 0..65537)",
+          !rc && ok, "%s", pt_err());
+    comm *sub[2] = {NULL, NULL};
+    float x[2][5];
+    comm_req *q[2];
+    rc = comm_split(c, 0, &sub[0]) | comm_split(c, c->rank < 2 ? 0 : 1, &sub[1]);
+    for (int j = 0; j < 2 && !rc; j++) {
+        int kk = c->rank % 2 ? 1 - j : j;
+        for (int i = 0; i < 5; i++) x[kk][i] = (float)(c->rank + kk + i);
+        rc |= comm_ireduce_f32(sub[kk], x[kk], 5, 1, &q[kk]);
+    }
+    if (!rc) rc = comm_wait(sub[1], q[1], 10) | comm_wait(sub[0], q[0], 10);
+    check(c, "mpi ireduce on two communicators posted in opposite orders: no deadlock, right sums",
+          !rc && x[0][0] == 6 && x[1][4] == (c->rank < 2 ? 11 : 15), "%s", pt_err());
+    comm_free(sub[0]);
+    comm_free(sub[1]);
+}
+
 static void test_split(comm *c) {
     comm *sub = NULL, *none = NULL;
     int rc = comm_split(c, c->rank % 2, &sub);
@@ -265,6 +299,7 @@ int main(int argc, char **argv) {
         test_tags_fifo(c);
         test_sizes(c);
         test_allreduce(c);
+        test_ireduce(c);
         test_split(c);
         test_timeout(c);
         test_faulty_delay(c);

@@ -1,6 +1,7 @@
 /* Distributed checkpoints: chunk files written concurrently, re-split loads under other layouts
- * (bitwise), the single-process API, export, crash safety (a forked child aborts mid-save), and
- * every kind of corrupt or partial checkpoint giving an error that names the file. */
+ * (bitwise), sharded moments, the single-process API, export, crash safety (a forked child
+ * aborts mid-save), a save root (its newest complete checkpoint, a crash's leftovers removed,
+ * --keep), and every kind of corrupt or partial checkpoint giving an error that names the file. */
 #include "test.h"
 #include "io/safetensors.h"
 #include "model/gpt_io.h"
@@ -521,6 +522,164 @@ static void test_commit_errors(void) {
           rc < 0 && strstr(pt_err(), "not a checkpoint"), "%s", pt_err());
 }
 
+/* ---- sharded moments (--zero 1) ----------------------------------------------------------- */
+
+enum { N_SHARD_RANKS = 3 };
+
+/* Saves s with parameters in 2 chunk files and the moments in N_SHARD_RANKS shard files: rank r
+ * holds the r-th third of every tensor (so slices cut tensors anywhere). skip_last leaves the
+ * last element of h.2.mlp.c_fc.bias out (a hole). */
+static int save_sharded(const char *dir, const state *s, int skip_last) {
+    char tmp[1100];
+    int k2[] = {0, 4, 8};
+    ckpt_manifest man = base_manifest(3);
+    if (ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", k2) < 0 ||
+        ckpt_manifest_set_shards(&man, N_SHARD_RANKS) < 0 || ckpt_begin(dir, tmp, sizeof tmp) < 0)
+        return -1;
+    int rc = ckpt_write_chunk(tmp, 0, 0, 4, &s->m, NULL) | ckpt_write_chunk(tmp, 1, 4, 8, &s->m, NULL);
+    ckpt_slice *sl = pt_malloc(sizeof *sl * (size_t)gpt_param_count(&s->m));
+    for (int r = 0; r < N_SHARD_RANKS && rc == 0; r++) {
+        int n = 0;
+        for (int i = 0; i < gpt_param_count(&s->m); i++) {
+            const gpt_param_info *pi = gpt_param_info_at(&s->m, i);
+            size_t lo = pi->count * (size_t)r / N_SHARD_RANKS, hi = pi->count * (size_t)(r + 1) / N_SHARD_RANKS;
+            if (skip_last && r == N_SHARD_RANKS - 1 && !strcmp(pi->name, "h.2.mlp.c_fc.bias")) hi--;
+            if (hi > lo)
+                sl[n++] = (ckpt_slice){ pi->name, lo, hi - lo, s->opt.m + pi->offset + lo, s->opt.v + pi->offset + lo };
+        }
+        rc = ckpt_write_shard(tmp, r, sl, n);
+    }
+    free(sl);
+    if (rc < 0) { ckpt_abandon(tmp); return -1; }
+    return ckpt_commit(dir, tmp, &man);
+}
+
+static void test_shards(void) {
+    char dir[512], path[700];
+    state src, dst;
+    state_init(&src, 5);
+    path_of(dir, sizeof dir, "shards/ckpt-3");
+    int rc = save_sharded(dir, &src, 0);
+    ckpt_manifest man;
+    if (rc == 0) rc = ckpt_read_manifest(&man, dir);
+    CHECK("sharded moments: saved, the manifest lists the shard files", rc == 0 && man.zero == 1 &&
+          man.n_shards == N_SHARD_RANKS && man.has_optim && man.shards[2].bytes > 0, "%s", pt_err());
+    snprintf(path, sizeof path, "%s/chunk-0.safetensors", dir);
+    st_file *f;
+    rc = st_open(&f, path);
+    CHECK("sharded moments: chunk files hold parameters only", rc == 0 && st_find(f, "wte.weight") &&
+          !st_find(f, "m/wte.weight"), "%s", pt_err());
+    st_close(f);
+    state_zero(&dst);
+    rc = load_split(dir, &dst, 4, (int[]){0, 2, 4, 6, 8});
+    CHECK("sharded moments: load under another split equals the saved state bitwise",
+          rc == 0 && same_state(&src, &dst), "%s", pt_err());
+    state_free(&dst);
+    ckpt_reader *r;
+    float sl[5], slm[5];
+    rc = ckpt_reader_open(&r, dir, &man);
+    if (rc == 0) rc = ckpt_reader_read(r, "h.1.attn.c_attn.weight", 100, 5, sl, slm, NULL);
+    int q = gpt_param_find(&src.m, "h.1.attn.c_attn.weight");
+    size_t off = gpt_param_info_at(&src.m, q)->offset + 100;
+    CHECK("reader: a slice of a tensor and its moments", rc == 0 && same(sl, src.m.params + off, 5) &&
+          same(slm, src.opt.m + off, 5), "%s", pt_err());
+    ckpt_reader_close(r);
+    snprintf(path, sizeof path, "%s/optim-1.safetensors", dir);
+    damage_file(path, -5, 0);
+    expect_load_error("sharded moments: a flipped byte in a shard file names it", dir, "optim-1.safetensors", "checksum");
+    path_of(dir, sizeof dir, "shards/hole");
+    rc = save_sharded(dir, &src, 1);
+    state_zero(&dst);
+    if (rc == 0) rc = ckpt_load_optim(&dst.opt, &dst.m, dir);
+    CHECK("sharded moments: a slice missing from every shard is an error naming the tensor",
+          rc < 0 && strstr(pt_err(), "h.2.mlp.c_fc.bias") && strstr(pt_err(), "not all"), "%s", pt_err());
+    state_free(&dst);
+    state_free(&src);
+}
+
+/* ---- a save root: newest complete checkpoint, crashed leftovers, --keep -------------------- */
+
+/* A fork that dies (SIGABRT, like a kill) mid-save of dir at `point`, leaving what it wrote. */
+static int crash_leave(const char *dir, const state *s, const char *point, long step) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) crash_child(dir, s, point, -1, step);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static int exists(const char *path) { struct stat st; return stat(path, &st) == 0; }
+
+static void test_root(void) {
+    char rt[512], dir[600], out[700];
+    state s;
+    state_init(&s, 3);
+    path_of(rt, sizeof rt, "root");
+    int k2[] = {0, 4, 8}, rc = 0;
+    long steps[] = {2, 10, 5};
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        snprintf(dir, sizeof dir, "%s/ckpt-%ld", rt, steps[i]);
+        rc = save_split(dir, &s, 2, k2, steps[i]);
+    }
+    snprintf(dir, sizeof dir, "%s/ckpt-12", rt);
+    int died = crash_leave(dir, &s, "manifest", 12);   /* a save cut short: ckpt-12.tmp.<pid> */
+    rc |= ckpt_resolve(rt, out, sizeof out);
+    snprintf(dir, sizeof dir, "%s/ckpt-10", rt);
+    CHECK("root: --resume DIR picks the newest complete checkpoint, not a crashed save", rc == 0 && died &&
+          !strcmp(out, dir), "rc %d died %d: %s (%s)", rc, died, out, pt_err());
+    rc = ckpt_resolve(dir, out, sizeof out);
+    CHECK("root: a checkpoint folder resolves to itself", rc == 0 && !strcmp(out, dir), "%s", out);
+    path_of(dir, sizeof dir, "shards");
+    snprintf(out, sizeof out, "%s/nothing", rt);
+    mkdir(out, 0755);
+    rc = ckpt_resolve(out, dir, sizeof dir);
+    CHECK("root: a folder without checkpoints is an error naming it", rc < 0 &&
+          strstr(pt_err(), "no complete checkpoint folder"), "%s", pt_err());
+    /* stale temporaries: the crashed one goes; a live process's and a half-replaced one stay */
+    snprintf(dir, sizeof dir, "%s/ckpt-20.tmp.%ld", rt, (long)getppid());
+    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/ckpt-30.tmp.999999999", rt);
+    mkdir(dir, 0755);
+    snprintf(out, sizeof out, "%s.old", dir);
+    mkdir(out, 0755);
+    int n = ckpt_clean_stale(rt);
+    snprintf(dir, sizeof dir, "ls -d %s/ckpt-12.tmp.* 2>/dev/null | grep -q .", rt);
+    CHECK("root: a crashed save's temporary folder is removed by the next save", n == 1 && system(dir) != 0,
+          "removed %d", n);
+    snprintf(dir, sizeof dir, "%s/ckpt-20.tmp.%ld", rt, (long)getppid());
+    CHECK("root: a live process's temporary folder and a half-replaced one stay", exists(dir) && exists(out),
+          "gone");
+    /* --keep 2 after saving ckpt-5 again: it and the newest other (ckpt-10) stay */
+    snprintf(dir, sizeof dir, "%s/ckpt-5", rt);
+    n = ckpt_prune(rt, 2, dir);
+    snprintf(out, sizeof out, "%s/ckpt-2", rt);
+    int kept = exists(dir) && !exists(out);
+    snprintf(out, sizeof out, "%s/ckpt-10", rt);
+    CHECK("keep 2: the checkpoint just saved and the newest other stay, the rest go", n == 1 && kept &&
+          exists(out), "removed %d", n);
+    n = ckpt_prune(rt, 1, dir);
+    CHECK("keep 1: only the checkpoint just saved stays", n == 1 && exists(dir) && !exists(out), "removed %d", n);
+    state_free(&s);
+}
+
+/* A version 2 manifest (no layout.zero, no layout.shards) still reads. */
+static void set_v2(cJSON *r, const char *arg) {
+    cJSON_SetNumberValue(cJSON_GetObjectItem(r, "version"), 2);
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(r, "layout"), "zero");
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(r, "layout"), "shards");
+}
+
+static void test_version2(void) {
+    char dir[512];
+    ckpt_manifest man;
+    fresh(dir, sizeof dir, "v2");
+    edit_manifest(dir, set_v2, NULL);
+    int rc = ckpt_read_manifest(&man, dir);
+    CHECK("a version 2 manifest still reads (moments in the chunk files)", rc == 0 && !man.zero &&
+          man.has_optim, "%s", pt_err());
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_ckpt_XXXXXX");
     if (!mkdtemp(root)) { printf("FAIL mkdtemp\n"); return 1; }
@@ -534,6 +693,9 @@ int main(void) {
     test_corrupt_files();
     test_corrupt_manifest();
     test_commit_errors();
+    test_version2();
+    test_shards();
+    test_root();
     state_free(&src);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);

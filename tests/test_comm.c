@@ -323,6 +323,111 @@ static void test_allreduce_mismatch(void) {
           "%s | %s | %s", o.msg[0], o.msg[1], o.msg[2]);
 }
 
+/* Non-blocking reductions: ireduce (all = 1) and ireduce (all = 0) + allgather give the
+ * allreduce's bits; two are in flight at once on one communicator, waited in reverse order. */
+typedef struct { float *ref[AR_RANKS][N_AR_SIZES], *all[AR_RANKS][N_AR_SIZES], *rs[AR_RANKS][N_AR_SIZES]; outcome o; } ir_state;
+
+static void body_ireduce(comm *c, void *arg) {
+    ir_state *st = arg;
+    for (size_t k = 0; k < N_AR_SIZES; k++) {
+        size_t n = ar_sizes[k];
+        float *f = st->ref[c->rank][k], *g = st->all[c->rank][k], *h = st->rs[c->rank][k];
+        for (size_t i = 0; i < n; i++) f[i] = g[i] = h[i] = (float)ar_value(c->rank, i);
+        comm_req *qa, *qb;
+        if (comm_allreduce_f32(c, f, n) || comm_ireduce_f32(c, g, n, 1, &qa) ||
+            comm_ireduce_f32(c, h, n, 0, &qb)) { note(&st->o, c->rank, "post"); return; }
+        if (c->rank % 2) usleep(2000);    /* some ranks wait late: progress must not need them */
+        if (comm_wait(c, qb, WAIT_S) || comm_wait(c, qa, WAIT_S) || comm_allgather_f32(c, h, n)) {
+            note(&st->o, c->rank, "wait/allgather");
+            return;
+        }
+    }
+}
+
+/* Runs body_ireduce on `world` endpoints (plain or wrapped) and checks the bits. */
+static void check_ireduce(comm **cs, const char *what) {
+    ir_state *st = pt_calloc(1, sizeof *st);
+    for (int r = 0; r < AR_RANKS; r++)
+        for (size_t k = 0; k < N_AR_SIZES; k++) {
+            st->ref[r][k] = pt_malloc((ar_sizes[k] + 1) * sizeof(float));
+            st->all[r][k] = pt_malloc((ar_sizes[k] + 1) * sizeof(float));
+            st->rs[r][k] = pt_malloc((ar_sizes[k] + 1) * sizeof(float));
+        }
+    run_ranks(cs, AR_RANKS, body_ireduce, st);
+    int b = first_bad(&st->o, AR_RANKS), eq_all = 1, eq_rs = 1;
+    for (int r = 0; r < AR_RANKS; r++)
+        for (size_t k = 0; k < N_AR_SIZES; k++) {
+            size_t bytes = ar_sizes[k] * sizeof(float);
+            eq_all &= memcmp(st->all[r][k], st->ref[r][k], bytes) == 0;
+            eq_rs &= memcmp(st->rs[r][k], st->ref[r][k], bytes) == 0;
+            free(st->ref[r][k]); free(st->all[r][k]); free(st->rs[r][k]);
+        }
+    char name[160];
+    snprintf(name, sizeof name, "%s: ireduce and allgather run (two in flight, waited in reverse)", what);
+    CHECK(name, b < 0, "%s", b < 0 ? "" : st->o.msg[b]);
+    snprintf(name, sizeof name, "%s: ireduce (all) equals allreduce bitwise on every rank", what);
+    CHECK(name, b < 0 && eq_all, "differs");
+    snprintf(name, sizeof name, "%s: ireduce (slices) + allgather equals allreduce bitwise", what);
+    CHECK(name, b < 0 && eq_rs, "differs");
+    free(st);
+}
+
+static void test_ireduce(void) {
+    comm *cs[AR_RANKS];
+    comm_threads_create(AR_RANKS, cs);
+    check_ireduce(cs, "threads");
+    for (int r = 0; r < AR_RANKS; r++) comm_free(cs[r]);
+}
+
+/* Reductions posted on two sub-communicators in opposite orders by different ranks, all waited
+ * at the end: non-blocking collectives on different communicators never wait for each other. */
+static void body_icrossed(comm *c, void *arg) {
+    outcome *o = arg;
+    comm *sub[2];
+    float x[2][5];
+    comm_req *q[2];
+    if (comm_split(c, 0, &sub[0]) || comm_split(c, c->rank < 2 ? 0 : 1, &sub[1])) { note(o, c->rank, "split"); return; }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 5; i++) x[k][i] = (float)(c->rank + k + i);
+    for (int j = 0; j < 2; j++) {
+        int k = c->rank % 2 ? 1 - j : j;
+        if (comm_ireduce_f32(sub[k], x[k], 5, 1, &q[k])) { note(o, c->rank, "ireduce"); return; }
+    }
+    if (comm_wait(sub[1], q[1], WAIT_S) || comm_wait(sub[0], q[0], WAIT_S)) note(o, c->rank, "wait");
+    else if (x[0][0] != 6 || x[1][4] != (c->rank < 2 ? 1 + 10 : 5 + 10)) {
+        o->bad[c->rank] = 1;
+        snprintf(o->msg[c->rank], 300, "rank %d: sums %g %g", c->rank, x[0][0], x[1][4]);
+    }
+    comm_free(sub[0]);
+    comm_free(sub[1]);
+}
+
+static void test_ireduce_crossed(void) {
+    outcome o = {0};
+    run_world(4, body_icrossed, &o);
+    int b = first_bad(&o, 4);
+    CHECK("ireduce on two communicators posted in opposite orders: no deadlock, right sums", b < 0,
+          "%s", b < 0 ? "" : o.msg[b]);
+}
+
+/* A rank that never posts: the others' waits end with a timeout naming what they waited for. */
+static void body_ireduce_timeout(comm *c, void *arg) {
+    outcome *o = arg;
+    float x[3] = {1, 2, 3};
+    comm_req *q;
+    if (c->rank == 2) return;
+    if (comm_ireduce_f32(c, x, 3, 1, &q)) { note(o, c->rank, "post"); return; }
+    if (comm_wait(c, q, 0.2) == 0) { o->bad[c->rank] = 1; return; }
+    snprintf(o->msg[c->rank], 300, "%s", pt_err());
+}
+
+static void test_ireduce_timeout(void) {
+    outcome o = {0};
+    run_world(3, body_ireduce_timeout, &o);
+    CHECK("ireduce: a rank that never posts makes the others time out, saying how many posted",
+          !o.bad[0] && strstr(o.msg[0], "timed out") && strstr(o.msg[0], "2 of them posted"), "%s", o.msg[0]);
+}
+
 #define SPLIT_ROUNDS 50
 /* 6 ranks: colours rank % 2 (two sub-communicators of 3) and colour -1 for rank 5 in a second
  * split. The two sub-communicators run allreduces concurrently and must not mix. */
@@ -442,6 +547,11 @@ static void test_faulty_transparent(void) {
     comm *raw[1], *c;
     comm_threads_create(1, raw);
     comm_faulty_wrap(raw[0], -1, 0, -1, &c);
+    comm *raw4[AR_RANKS], *cs4[AR_RANKS];
+    comm_threads_create(AR_RANKS, raw4);
+    for (int r = 0; r < AR_RANKS; r++) comm_faulty_wrap(raw4[r], -1, 0, -1, &cs4[r]);
+    check_ireduce(cs4, "faulty(threads)");
+    for (int r = 0; r < AR_RANKS; r++) comm_free(cs4[r]);
     CHECK("faulty name says what it wraps", strcmp(c->vt->name, "faulty(threads)") == 0, "%s", c->vt->name);
     comm_free(c);
 }
@@ -538,6 +648,9 @@ int main(void) {
     test_wait_timeout();
     test_allreduce();
     test_allreduce_mismatch();
+    test_ireduce();
+    test_ireduce_crossed();
+    test_ireduce_timeout();
     test_split();
     test_abort();
     test_faulty_transparent();

@@ -1,7 +1,7 @@
 /* The whole GPT model: gradients against finite differences on a tiny odd config; per-microbatch
  * activation storage independent (F0 F1 B1 B0 W0 W1 equals two sequential forward_backward calls,
  * bitwise); the tied head's separate wte gradient; parameter spans tiling the buffer; the tensor
- * table; GPT-2 init statistics; errors for bad tokens and lengths. */
+ * table; partial models; GPT-2 init statistics; errors for bad tokens and lengths. */
 #include "model/gpt.h"
 #include "test.h"
 #include "util/pt.h"
@@ -376,7 +376,63 @@ static void test_errors(void) {
     gpt_free(&m);
 }
 
+/* Partial models (a pipeline stage's share): spans, pointers, seeded init equal to the whole
+ * model's layers bitwise, a slice of any tensor, and layer F/B/W giving the whole model's numbers. */
+static void test_partial(void) {
+    gpt_config c = {.n_layer = 3, .n_head = 2, .n_embd = 8, .vocab_size = 13, .n_positions = 8};
+    gpt_model whole, part, none;
+    gpt_init(&whole, &c);
+    gpt_init_random(&whole, 7);
+    gpt_init_layers(&part, &c, 2, 5);      /* blocks 1, 2 and the head */
+    gpt_init_random(&part, 7);
+    size_t woff, wn, poff, pn;
+    gpt_layers_param_span(&whole, 2, 5, &woff, &wn);
+    gpt_layers_param_span(&part, 2, 5, &poff, &pn);
+    CHECK("gpt partial: holds its layers' floats only, at offset 0", part.n_held == wn && poff == 0 &&
+          pn == wn && part.num_params == whole.num_params && gpt_config_num_params(&c) == whole.num_params,
+          "held %zu span %zu+%zu, whole span %zu", part.n_held, poff, pn, wn);
+    CHECK("gpt partial: seeded init equals the whole model's layers bitwise",
+          memcmp(part.params, whole.params + woff, wn * sizeof(float)) == 0, "differs");
+    CHECK("gpt partial: tensors it does not hold have no pointers", !part.w.wte && !part.w.h[0].qkvw &&
+          part.w.h[1].ln1w == part.params && part.w.lnfw && !gpt_holds_layer(&part, 1) &&
+          gpt_holds_layer(&part, 4), "pointers wrong");
+    float sl[20];
+    int qi = gpt_param_find(&whole, "h.2.mlp.c_fc.weight");
+    const gpt_param_info *q = gpt_param_info_at(&whole, qi);
+    gpt_init_random_slice(&part, 7, 0, 5, 20, sl);
+    int ok = memcmp(sl, whole.w.wte + 5, sizeof sl) == 0;
+    gpt_init_random_slice(&part, 7, qi, 100, 20, sl);
+    ok &= memcmp(sl, whole.params + q->offset + 100, sizeof sl) == 0;
+    CHECK("gpt partial: gpt_init_random_slice gives any tensor's elements", ok, "differs");
+    gpt_init_layers(&none, &c, 0, 0);
+    CHECK("gpt partial: an empty range holds nothing", none.n_held == 0 && !none.params &&
+          none.num_params == whole.num_params, "held %zu", none.n_held);
+    /* block 2 (layer 3) forward and backward on the partial model equal the whole model's */
+    int b = 2, t = 4;
+    size_t nc = (size_t)b * t * c.n_embd, na = gpt_layer_act_floats(&whole, 3, b, t);
+    float *x = pt_falloc(nc), *y1 = pt_falloc(nc), *y2 = pt_falloc(nc), *a1 = pt_falloc(na), *a2 = pt_falloc(na);
+    float *sc = pt_falloc(gpt_scratch_floats(&whole, b, t)), *d1 = pt_falloc(nc), *d2 = pt_falloc(nc);
+    for (size_t i = 0; i < nc; i++) x[i] = (float)sin(0.3 * i);
+    gpt_layer_forward(&whole, 3, NULL, a1, sc, y1, x, NULL, b, t);
+    gpt_layer_forward(&part, 3, NULL, a2, sc, y2, x, NULL, b, t);
+    gpt_layer_backward_input(&whole, 3, NULL, a1, sc, d1, x, b, t);
+    gpt_layer_backward_input(&part, 3, NULL, a2, sc, d2, x, b, t);
+    gpt_layer_backward_weight(&whole, 3, NULL, a1, sc, b, t);
+    gpt_layer_backward_weight(&part, 3, NULL, a2, sc, b, t);
+    size_t l3off, l3n, p3off, p3n;
+    gpt_layer_param_span(&whole, 3, &l3off, &l3n);
+    gpt_layer_param_span(&part, 3, &p3off, &p3n);
+    CHECK("gpt partial: a layer's F, B and W equal the whole model's bitwise",
+          !memcmp(y1, y2, nc * 4) && !memcmp(d1, d2, nc * 4) &&
+          !memcmp(whole.grads + l3off, part.grads + p3off, l3n * 4), "differs");
+    free(x); free(y1); free(y2); free(a1); free(a2); free(sc); free(d1); free(d2);
+    gpt_free(&whole);
+    gpt_free(&part);
+    gpt_free(&none);
+}
+
 int main(void) {
+    test_partial();
     test_spans_and_table();
     test_init_statistics();
     test_errors();

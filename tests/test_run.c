@@ -1,6 +1,7 @@
 /* Equivalence of the pipelined runtime (threads transport) with a single-process run: loss and
  * every gradient for every synchronous schedule, P in {1,2,4}, D in {1,2}; 5 training steps;
- * bad layouts. Not here: MPI (tests/test_run_mpi.sh), the CLI (tests/test_run_cli.sh).
+ * --zero 1 and the overlapped reduction bitwise equal to --zero 0 and the deferred one; bytes
+ * per rank; bad layouts. Not here: MPI (tests/test_run_mpi.sh), the CLI (tests/test_run_cli.sh).
  *
  * The reference is the single-process run with the same microbatching and the same summation
  * order: each (replica, pipe) accumulates its microbatches in increasing order, the head's wte
@@ -338,8 +339,10 @@ static void test_rank_dies(void) {
 
 /* ---- recomputation ------------------------------------------------------------------------ */
 
-/* --recompute gives bitwise the gradients (and pipedream's updates) of keeping activations. */
-static void test_recompute_case(const char *name, int P, int D, int chunks) {
+/* --recompute gives bitwise the gradients (and pipedream's updates) of keeping activations;
+ * `fewer`: and the busiest rank holds fewer activation bytes (where F to W keeps more
+ * microbatches in flight than B to W plus the forward's spare set). */
+static void test_recompute_case(const char *name, int P, int D, int chunks, int M, int fewer) {
     char nm[128];
     gpt_model a, b;
     gpt_init(&a, &CFG); gpt_init(&b, &CFG);
@@ -347,7 +350,7 @@ static void test_recompute_case(const char *name, int P, int D, int chunks) {
     int rc = 0;
     size_t bytes[2] = { 0, 0 };
     for (int rcmp = 0; rcmp < 2 && rc == 0; rcmp++) {
-        run_opts o = { .P = P, .D = D, .schedule = name, .M = 4, .chunks = chunks, .recompute = rcmp };
+        run_opts o = { .P = P, .D = D, .schedule = name, .M = M, .chunks = chunks, .recompute = rcmp };
         run_plan pl;
         run_job *j = NULL;
         run_stats st;
@@ -362,21 +365,22 @@ static void test_recompute_case(const char *name, int P, int D, int chunks) {
     snprintf(nm, sizeof nm, "recompute %s P=%d D=%d: 2 steps bitwise as without", name, P, D);
     CHECK(nm, rc == 0 && !memcmp(a.params, b.params, a.num_params * sizeof(float)) &&
               !memcmp(a.grads, b.grads, a.num_params * sizeof(float)), "rc %d %s", rc, pt_err());
-    /* zero-bubble schedules keep a microbatch's activations from B to its late W anyway, so
-     * the busiest rank may hold as much; the others drop them from F to B */
-    int zb = !strncmp(name, "zb-", 3);
-    snprintf(nm, sizeof nm, "recompute %s P=%d D=%d: holds %s activations", name, P, D, zb ? "no more" : "fewer");
-    CHECK(nm, zb ? bytes[1] <= bytes[0] : bytes[1] < bytes[0], "%zu bytes with, %zu without", bytes[1], bytes[0]);
+    if (fewer) {
+        snprintf(nm, sizeof nm, "recompute %s P=%d D=%d M=%d: the busiest rank holds fewer activations", name, P, D, M);
+        CHECK(nm, bytes[1] < bytes[0], "%zu bytes with, %zu without", bytes[1], bytes[0]);
+    }
     gpt_free(&a); gpt_free(&b);
 }
 
 static void test_recompute(void) {
-    test_recompute_case("1f1b", 2, 2, 0);
-    test_recompute_case("zb-h1", 4, 1, 0);
-    test_recompute_case("zb-v", 2, 1, 0);
-    test_recompute_case("interleaved-1f1b", 2, 1, 2);
-    test_recompute_case("chimera", 2, 1, 0);
-    test_recompute_case("pipedream", 2, 2, 0);
+    test_recompute_case("1f1b", 2, 2, 0, 4, 0);
+    test_recompute_case("1f1b", 4, 1, 0, 8, 1);     /* rank 0: 4 in flight from F, 1 + 1 from B */
+    test_recompute_case("gpipe", 2, 1, 0, 8, 1);    /* 8 in flight from F */
+    test_recompute_case("zb-h1", 4, 1, 0, 4, 0);
+    test_recompute_case("zb-v", 2, 1, 0, 4, 0);
+    test_recompute_case("interleaved-1f1b", 2, 1, 2, 4, 0);
+    test_recompute_case("chimera", 2, 1, 0, 4, 0);
+    test_recompute_case("pipedream", 2, 2, 0, 4, 0);
 }
 
 /* ---- pipedream (asynchronous, weight stashing) -------------------------------------------- */
@@ -447,6 +451,107 @@ static void test_pipedream(int P, int D) {
     run_plan_free(&pl);
 }
 
+/* ---- ZeRO-1 and the overlapped reduction --------------------------------------------------- */
+
+/* One way of running 3 training steps; what it ended with. */
+typedef struct { int zero, no_overlap; size_t bucket; const char *what; } red_mode;
+typedef struct { int rc; float loss[3]; double norm[3]; gpt_model m; run_mem mem[8]; int R; } red_out;
+
+static void run_red_mode(const char *name, int P, int D, int chunks, const red_mode *md, red_out *out) {
+    run_opts o = { .P = P, .D = D, .schedule = name, .M = 4, .chunks = chunks, .zero = md->zero,
+                   .no_overlap = md->no_overlap, .bucket = md->bucket };
+    optim_config oc = optim_config_default();
+    run_plan pl;
+    run_job *j = NULL;
+    run_stats st;
+    oc.lr = 1e-2;
+    oc.grad_clip = 0.5;   /* the norm takes part: it must come out bitwise too */
+    gpt_init(&out->m, &CFG);
+    out->R = P * D;
+    out->rc = run_plan_init(&pl, &o, &CFG, BATCH, SEQ);
+    if (out->rc == 0) out->rc = run_job_init(&j, &pl, &g_init, NULL, NULL);
+    for (int t = 1; out->rc == 0 && t <= 3; t++) {
+        out->rc = run_job_iteration(j, g_tok, g_tgt, &oc, t, &st);
+        out->loss[t - 1] = st.loss;
+        out->norm[t - 1] = st.grad_norm;
+    }
+    for (int w = 0; out->rc == 0 && w < out->R && w < 8; w++) run_job_mem(j, w, &out->mem[w]);
+    if (out->rc == 0) out->rc = run_job_gather(j, &out->m);
+    run_job_free(j);
+    if (pl.s) run_plan_free(&pl);
+}
+
+/* Deferred or overlapped, moments whole or sharded: bitwise the same losses, norms and
+ * parameters (clipping on), with one bucket per group or many (small buckets, slices crossing
+ * tensors). The norm's pieces follow the buckets, so each bucket size has its own reference. */
+static void test_zero_overlap_case(const char *name, int P, int D, int chunks, int small_buckets) {
+    static const red_mode modes[] = {
+        { 0, 1, 0, "--zero 0, deferred" }, { 0, 0, 0, "--zero 0, overlapped" },
+        { 1, 1, 0, "--zero 1, deferred" }, { 1, 0, 0, "--zero 1, overlapped" },
+        { 0, 1, 37, "--zero 0, deferred, buckets of 37" }, { 0, 0, 37, "--zero 0, overlapped, buckets of 37" },
+        { 1, 0, 37, "--zero 1, overlapped, buckets of 37" },
+    };
+    int N_MODES = small_buckets ? (int)(sizeof modes / sizeof *modes) : 4;
+    red_out *out = pt_calloc((size_t)N_MODES, sizeof *out);
+    char nm[200];
+    for (int k = 0; k < N_MODES; k++) run_red_mode(name, P, D, chunks, &modes[k], &out[k]);
+    for (int k = 1; k < N_MODES; k++) {
+        int r = modes[k].bucket ? 4 : 0;   /* the deferred --zero 0 run of the same buckets */
+        if (k == r) continue;
+        snprintf(nm, sizeof nm, "%s P=%d D=%d: %s equals %s bitwise (3 steps, clipped)", name, P, D,
+                 modes[k].what, modes[r].what);
+        int same = out[r].rc == 0 && out[k].rc == 0 &&
+                   !memcmp(out[k].loss, out[r].loss, sizeof out[r].loss) &&
+                   !memcmp(out[k].norm, out[r].norm, sizeof out[r].norm) &&
+                   !memcmp(out[k].m.params, out[r].m.params, out[r].m.num_params * sizeof(float));
+        CHECK(nm, same, "rc %d/%d %s; loss %.9g vs %.9g, norm %.17g vs %.17g, params off by %.3g",
+              out[r].rc, out[k].rc, pt_err(), out[k].loss[2], out[r].loss[2], out[k].norm[2],
+              out[r].norm[2], test_tensor_relerr(out[k].m.params, out[r].m.params, out[r].m.num_params));
+    }
+    for (int k = 0; k < N_MODES; k++) gpt_free(&out[k].m);
+    free(out);
+}
+
+/* Bytes each rank reports: a stage holds its layers only (no rank anything near the whole
+ * model with P = 4), and --zero 1 at dp 2 halves every rank's optimizer bytes. */
+static void test_mem_per_rank(void) {
+    red_mode z0 = { 0, 0, 0, "" }, z1 = { 1, 0, 0, "" };
+    red_out a, b, c;
+    memset(&a, 0, sizeof a); memset(&b, 0, sizeof b); memset(&c, 0, sizeof c);
+    run_red_mode("1f1b", 4, 1, 0, &z0, &a);
+    run_red_mode("1f1b", 2, 2, 0, &z0, &b);
+    run_red_mode("1f1b", 2, 2, 0, &z1, &c);
+    double whole = 4.0 * (double)gpt_config_num_params(&CFG), V = 4.0 * CFG.vocab_size * CFG.n_embd;
+    double sum = 0, mx = 0;
+    for (int w = 0; w < 4; w++) {
+        sum += a.mem[w].params;
+        mx = a.mem[w].params > mx ? a.mem[w].params : mx;
+    }
+    CHECK("memory P=4: the stages' parameters add up to the model plus the head's wte copy",
+          a.rc == 0 && sum == whole + V, "sum %.0f, model %.0f + wte %.0f", sum, whole, V);
+    CHECK("memory P=4: no rank holds the whole model's parameters, gradients or moments",
+          a.rc == 0 && mx < whole && a.mem[1].grads == a.mem[1].params && a.mem[1].optim == 2 * a.mem[1].params,
+          "largest %.0f of %.0f", mx, whole);
+    int half = b.rc == 0 && c.rc == 0;   /* wte's moments go over 4 ranks (2 owners, 2 copies) */
+    for (int w = 0; w < 4 && half; w++)
+        half = c.mem[w].optim <= b.mem[w].optim / 2 + 64 && c.mem[w].optim >= b.mem[w].optim / 4 &&
+               c.mem[w].params == b.mem[w].params;
+    CHECK("memory: --zero 1 at dp 2 at least halves every rank's optimizer bytes", half,
+          "rank 0: %.0f vs %.0f, rank 1: %.0f vs %.0f", c.mem[0].optim, b.mem[0].optim, c.mem[1].optim,
+          b.mem[1].optim);
+    gpt_free(&a.m); gpt_free(&b.m); gpt_free(&c.m);
+}
+
+static void test_zero_overlap(void) {
+    test_zero_overlap_case("1f1b", 2, 2, 0, 1);
+    test_zero_overlap_case("interleaved-1f1b", 2, 2, 2, 0);
+    test_zero_overlap_case("zb-v", 2, 2, 0, 0);
+    test_zero_overlap_case("chimera", 2, 2, 0, 0);
+    test_zero_overlap_case("chimera", 2, 1, 0, 1);   /* dp 1: two pipes and the tie still share */
+    test_zero_overlap_case("zb-h1", 4, 1, 0, 0);     /* dp 1: only the tie is shared */
+    test_mem_per_rank();
+}
+
 /* ---- bad layouts -------------------------------------------------------------------------- */
 
 static void expect_plan_error(const char *nm, run_opts o, int B, const char *pattern) {
@@ -501,6 +606,16 @@ static void test_bad_layouts(void) {
                       "--split '2' lists 1 stages, the layout has 2");
     o.split = NULL;
     o.n_split = 0;
+    o.zero = 2;
+    expect_plan_error("bad layout: --zero 2 says it is not supported and why", o, 16,
+                      "--zero 2 (sharded gradients) is not supported");
+    o.zero = 3;
+    expect_plan_error("bad layout: --zero 3", o, 16, "--zero must be 0 or 1");
+    o.zero = 1;
+    o.schedule = "pipedream";
+    expect_plan_error("bad layout: --zero 1 with an asynchronous schedule", o, 16,
+                      "--zero 1 needs a synchronous schedule");
+    o.zero = 0;
     o.schedule = "nope";
     expect_plan_error("bad layout: unknown schedule", o, 16, "unknown schedule");
     const char *csv = "/tmp/test_run_sched.csv";
@@ -534,6 +649,7 @@ int main(void) {
     gpt_init_random(&g_init, 1);
     test_equivalence();
     test_train();
+    test_zero_overlap();
     test_layout_counts();
     test_bad_layouts();
     test_rank_dies();

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The pipelined runtime over MPI (mpirun as root, oversubscribed on this machine): `grad` and
 # `train` with --transport mpi give bitwise the results of the threads transport (both sum in
-# rank order), so the threads equivalence tests (tests/test_run.c) carry over; a world size that
-# does not match dp x stages is an error on every rank, and nothing hangs.
+# rank order), so the threads equivalence tests (tests/test_run.c) carry over; --zero 1 and the
+# overlapped reduction equal --zero 0 deferred bitwise; each process holds only its stages; a
+# world size that does not match dp x stages is an error on every rank, and nothing hangs.
 . "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
 P=$PIPETRAIN
@@ -81,6 +82,41 @@ mpi 4 $sargs --steps 3 --save "$D/ck" --transport mpi > "$D/out" 2>&1
 [ -s "$D/res.jsonl" ] && [ "$(tail -3 "$D/full.jsonl" | loss /dev/stdin)" = "$(loss "$D/res.jsonl")" ] \
   && ok "mpi: checkpoint saved over MPI resumes with threads, same losses" \
   || fail "mpi: checkpoint saved over MPI resumes with threads, same losses" "$(tail -3 "$D/out")"
+
+# --zero 1 and the overlapped reduction over MPI: bitwise the parameters of --zero 0 deferred
+# (and of the threads transport); a --zero 1 checkpoint (a moments file per rank) resumes.
+zargs="train --config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3 --grad-clip 0.5 --steps 3 --stages 2 --dp 2 --schedule interleaved-1f1b --chunks 2 --microbatches 2"
+mpi 4 $zargs --zero 0 --no-overlap --save "$D/zr0" > "$D/out" 2>&1 || fail "mpi --zero 0 deferred runs" "$(tail -3 "$D/out")"
+mpi 4 $zargs --zero 1 --save "$D/zr1" > "$D/out" 2>&1 || fail "mpi --zero 1 overlapped runs" "$(tail -3 "$D/out")"
+"$P" $zargs --zero 1 --save "$D/zr1t" > /dev/null 2>&1
+same=1
+for c in 0 1 2 3; do
+  "$CMP" "$D/zr0/ckpt-3/chunk-$c.safetensors" "$D/zr1/ckpt-3/chunk-$c.safetensors" 0 > /dev/null || same=0
+  "$CMP" "$D/zr1t/ckpt-3/chunk-$c.safetensors" "$D/zr1/ckpt-3/chunk-$c.safetensors" 0 > /dev/null || same=0
+done
+[ $same = 1 ] && ok "mpi: --zero 1 overlapped equals --zero 0 deferred and threads, bitwise" \
+  || fail "mpi: --zero 1 overlapped equals --zero 0 deferred and threads, bitwise" "chunk files differ"
+same=1
+for r in 0 1 2 3; do cmp -s "$D/zr1/ckpt-3/optim-$r.safetensors" "$D/zr1t/ckpt-3/optim-$r.safetensors" || same=0; done
+[ $same = 1 ] && ok "mpi: every rank wrote its moments file, equal to threads'" \
+  || fail "mpi: every rank wrote its moments file, equal to threads'" "$(ls "$D/zr1/ckpt-3")"
+"$P" ${zargs/--steps 3/--steps 5} --metrics "$D/zfull.jsonl" > /dev/null 2>&1
+mpi 2 ${zargs/--steps 3/--steps 5} --stages 1 --dp 2 --chunks 1 --schedule 1f1b --zero 1 --resume "$D/zr1" \
+  --metrics "$D/zres.jsonl" > "$D/out" 2>&1
+[ -s "$D/zres.jsonl" ] && [ "$(tail -2 "$D/zfull.jsonl" | loss /dev/stdin)" = "$(loss "$D/zres.jsonl")" ] \
+  && ok "mpi: a --zero 1 checkpoint resumes from the save root under P=1, D=2" \
+  || fail "mpi: a --zero 1 checkpoint resumes from the save root under P=1, D=2" "$(tail -3 "$D/out")"
+
+# memory per rank over MPI: each process holds its stages only (bytes each reports at start)
+mpi 4 train --config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --steps 1 --stages 4 --microbatches 4 \
+  --metrics "$D/mem.jsonl" > "$D/out" 2>&1
+whole=$(( 4 * (256*32 + 32*32 + 4*(12*32*32 + 13*32) + 2*32) ))
+params=$(grep -o '"params":\[[^]]*\]' "$D/mem.events.jsonl" | head -1 | tr -dc '0-9,.' )
+if [ -n "$params" ] && echo "$params" | tr ',' '\n' | awk -v w=$whole 'NF { n++; s += $1; if ($1 >= w) bad = 1 } END { exit bad || n != 4 }'; then
+  ok "mpi P=4: every rank's parameters are its stages' (each < the whole model's $whole bytes)"
+else fail "mpi P=4: every rank's parameters are its stages'" "params $params, whole $whole: $(grep memory "$D/out")"; fi
+grep -Eq '^peak RSS per process \(MB\): r0 [0-9.]+, r1 [0-9.]+, r2 [0-9.]+, r3 [0-9.]+' "$D/out" \
+  && ok "mpi: peak RSS of every process at the end" || fail "mpi: peak RSS of every process at the end" "$(tail -4 "$D/out")"
 
 # bad layout: the world does not match dp x stages; every rank says so and exits.
 mpi 3 grad $gargs --out "$D/x.st" --stages 2 --dp 2 --transport mpi > "$D/out" 2>&1; rc=$?

@@ -98,7 +98,30 @@ cmd_mpirun() {
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$P" \
     mpirun --hostfile "$hf" --mca plm_rsh_agent "$here/hosts_agent.sh" \
       --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
-      --bind-to none "$@"
+      --bind-to none "$@" &
+  local pid=$! down=""
+  down=$(watch_hosts "$pid" "$n")
+  wait "$pid"
+  local rc=$?
+  [ $rc -ne 0 ] && [ -n "$down" ] && echo "hosts: $down" >&2
+  return $rc
+}
+
+# While mpirun (pid) runs: the first host other than h0 whose processes all vanished while h0's
+# still ran (a dead host, not the job's end); printed as "host K (ADDR) went down".
+watch_hosts() {
+  local pid=$1 n=$2 seen=() k
+  while kill -0 "$pid" 2>/dev/null; do
+    local h0; h0=$(ip netns pids "$(ns 0)" 2>/dev/null | wc -l)
+    for ((k = 1; k < n; k++)); do
+      local c; c=$(ip netns pids "$(ns $k)" 2>/dev/null | wc -l)
+      if [ "$c" -gt 0 ]; then seen[$k]=1
+      elif [ "${seen[$k]:-0}" = 1 ] && [ "$h0" -gt 1 ]; then
+        echo "host $k ($NET.$((k + 1))) went down while the job ran"; return
+      fi
+    done
+    sleep 0.3
+  done
 }
 
 cmd_shape() {

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -22,8 +23,10 @@
 #define CKPT_PATH_MAX 1200   /* a file in a checkpoint folder */
 #define CKPT_DIR_MAX 1100    /* a checkpoint folder (leaves room for the file name) */
 #define CKPT_FORMAT "pipetrain-checkpoint"
-#define CKPT_VERSION 2
+#define CKPT_VERSION 3       /* 3 added layout.zero and layout.shards; 2 still reads */
 #define JSON_LONG_MAX 9007199254740992L   /* 2^53: larger JSON numbers are not exact */
+#define CKPT_STR_(x) #x
+#define CKPT_STR(x) CKPT_STR_(x)
 
 /* ---- test hook: one pointer test when unset ---------------------------------------------- */
 
@@ -59,6 +62,10 @@ static void chunk_path(char *out, size_t n, const char *dir, int c) {
     snprintf(out, n, "%s/chunk-%d.safetensors", dir, c);
 }
 
+static void shard_path(char *out, size_t n, const char *dir, int r) {
+    snprintf(out, n, "%s/optim-%d.safetensors", dir, r);
+}
+
 /* FNV-1a 64 and size of a whole file, streamed; -1 naming the path on read failure. */
 static int file_fnv(const char *path, uint64_t *hash, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -85,7 +92,9 @@ static int is_ckpt_file(const char *name) {
     if (!strcmp(name, "manifest.json") || !strcmp(name, "model.safetensors") ||
         !strcmp(name, "optim.safetensors"))
         return 1;
-    if (strstr(name, ".tmp.")) return !strncmp(name, "chunk-", 6) || !strncmp(name, "manifest", 8);
+    if (strstr(name, ".tmp."))
+        return !strncmp(name, "chunk-", 6) || !strncmp(name, "optim-", 6) || !strncmp(name, "manifest", 8);
+    if (sscanf(name, "optim-%d.safetensors%n", &c, &end) == 1 && !name[end]) return 1;
     return sscanf(name, "chunk-%d.safetensors%n", &c, &end) == 1 && !name[end];
 }
 
@@ -116,6 +125,15 @@ int ckpt_manifest_set_layout(ckpt_manifest *man, int P, int D, int K, int n_pipe
         man->chunks[c].first_layer = chunk_first[c];
         man->chunks[c].end_layer = chunk_first[c + 1];
     }
+    return 0;
+}
+
+int ckpt_manifest_set_shards(ckpt_manifest *man, int n_ranks) {
+    if (n_ranks < 1 || n_ranks > CKPT_MAX_SHARDS)
+        return pt_seterr("checkpoint with sharded moments (--zero 1): %d ranks, at most %d write "
+                         "shards (save with --zero 0)", n_ranks, CKPT_MAX_SHARDS);
+    man->zero = 1;
+    man->n_shards = n_ranks;
     return 0;
 }
 
@@ -156,8 +174,19 @@ int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n) {
     return 0;
 }
 
+/* The folder that holds dir ("." for a bare name), into out[n]. */
+static void parent_dir(const char *dir, char *out, size_t n) {
+    char d[CKPT_DIR_MAX];
+    const char *slash;
+    if (trim_dir(d, sizeof d, dir) < 0 || !(slash = strrchr(d, '/'))) { snprintf(out, n, "."); return; }
+    snprintf(out, n, "%.*s", slash == d ? 1 : (int)(slash - d), d);
+}
+
 int ckpt_begin(const char *dir, char *tmpdir, size_t n) {
+    char root[CKPT_DIR_MAX];
     if (ckpt_tmpdir_name(dir, (long)getpid(), tmpdir, n) < 0) return -1;
+    parent_dir(dir, root, sizeof root);
+    ckpt_clean_stale(root);   /* a crashed save's leftovers */
     ckpt_abandon(tmpdir);
     if (pt_make_parents(tmpdir) < 0) return -1;
     if (mkdir(tmpdir, 0755) < 0)
@@ -198,12 +227,12 @@ int ckpt_write_chunk(const char *tmpdir, int chunk, int first_layer, int end_lay
     char path[CKPT_PATH_MAX];
     chunk_path(path, sizeof path, tmpdir, chunk);
     if (chunk < 0 || chunk >= CKPT_MAX_CHUNKS || first_layer < 0 || end_layer <= first_layer ||
-        end_layer > gpt_num_layers(m))
-        return pt_seterr("%s: bad chunk %d or layer range [%d, %d) (model has %d layers)", path,
-                         chunk, first_layer, end_layer, gpt_num_layers(m));
-    if (opt && opt->n != m->num_params)
+        end_layer > gpt_num_layers(m) || first_layer < m->first_layer || end_layer > m->end_layer)
+        return pt_seterr("%s: bad chunk %d or layer range [%d, %d) (model has %d layers, holds [%d, %d))",
+                         path, chunk, first_layer, end_layer, gpt_num_layers(m), m->first_layer, m->end_layer);
+    if (opt && opt->n != m->n_held)
         return pt_seterr("%s: optimizer state holds %zu floats, the model %zu", path, opt->n,
-                         m->num_params);
+                         m->n_held);
     st_writer *w = st_writer_new();
     int rc = add_chunk_meta(w, chunk, first_layer, end_layer, opt != NULL);
     if (rc == 0) rc = add_layers(w, m, m->params, "", first_layer, end_layer);
@@ -213,6 +242,27 @@ int ckpt_write_chunk(const char *tmpdir, int chunk, int first_layer, int end_lay
     st_writer_free(w);
     if (rc < 0) return pt_adderr("checkpoint chunk %d: ", chunk);
     CRASH_POINT("chunk", chunk);
+    return 0;
+}
+
+int ckpt_write_shard(const char *tmpdir, int rank, const ckpt_slice *sl, int n) {
+    char path[CKPT_PATH_MAX], name[200], v[32];
+    shard_path(path, sizeof path, tmpdir, rank);
+    st_writer *w = st_writer_new();
+    snprintf(v, sizeof v, "%d", rank);
+    int rc = st_writer_meta(w, "format", "pt");
+    if (rc == 0) rc = st_writer_meta(w, "pipetrain.rank", v);
+    for (int i = 0; i < n && rc == 0; i++) {
+        int64_t shape[1] = { (int64_t)sl[i].n };
+        snprintf(name, sizeof name, "m/%s@%zu", sl[i].name, sl[i].start);
+        rc = st_writer_add(w, name, ST_F32, 1, shape, sl[i].m);
+        snprintf(name, sizeof name, "v/%s@%zu", sl[i].name, sl[i].start);
+        if (rc == 0) rc = st_writer_add(w, name, ST_F32, 1, shape, sl[i].v);
+    }
+    if (rc == 0) rc = st_write(w, path);
+    st_writer_free(w);
+    if (rc < 0) return pt_adderr("checkpoint moments of rank %d: ", rank);
+    CRASH_POINT("shard", rank);
     return 0;
 }
 
@@ -244,7 +294,18 @@ static int check_written_chunk(const char *path, const ckpt_chunk *ch, int *has_
     return rc;
 }
 
-/* Fills bytes, checksums and has_optim of *man from the chunk files in tmpdir. */
+/* A written shard file must say it is rank r's. */
+static int check_written_shard(const char *path, int r) {
+    st_file *f;
+    int rank = -1, rc = 0;
+    if (st_open(&f, path) < 0) return -1;
+    if (meta_int(f, "pipetrain.rank", &rank) < 0 || rank != r)
+        rc = pt_seterr("%s: not rank %d's moments file (pipetrain.rank %d)", path, r, rank);
+    st_close(f);
+    return rc;
+}
+
+/* Fills bytes, checksums and has_optim of *man from the chunk and shard files in tmpdir. */
 static int checksum_chunks(ckpt_manifest *man, const char *tmpdir) {
     char path[CKPT_PATH_MAX];
     for (int c = 0; c < man->n_chunks; c++) {
@@ -254,8 +315,16 @@ static int checksum_chunks(ckpt_manifest *man, const char *tmpdir) {
         if (check_written_chunk(path, ch, &opt) < 0) return -1;
         if (c > 0 && opt != man->has_optim)
             return pt_seterr("%s: optimizer state in some chunk files but not in others", path);
+        if (man->zero && opt)
+            return pt_seterr("%s: holds moments, but the moments of this checkpoint are sharded", path);
         man->has_optim = opt;
         if (file_fnv(path, &ch->fnv1a64, &ch->bytes) < 0) return -1;
+    }
+    for (int r = 0; man->zero && r < man->n_shards; r++) {
+        shard_path(path, sizeof path, tmpdir, r);
+        if (check_written_shard(path, r) < 0 || file_fnv(path, &man->shards[r].fnv1a64, &man->shards[r].bytes) < 0)
+            return -1;
+        man->has_optim = 1;
     }
     return 0;
 }
@@ -279,6 +348,17 @@ static cJSON *manifest_layout_json(const ckpt_manifest *man) {
         snprintf(s, sizeof s, "%016" PRIx64, man->chunks[c].fnv1a64);
         cJSON_AddStringToObject(e, "fnv1a64", s);
         cJSON_AddItemToArray(chunks, e);
+    }
+    cJSON_AddNumberToObject(lo, "zero", man->zero);
+    cJSON *shards = cJSON_AddArrayToObject(lo, "shards");
+    for (int r = 0; man->zero && r < man->n_shards; r++) {
+        cJSON *e = cJSON_CreateObject();
+        snprintf(s, sizeof s, "optim-%d.safetensors", r);
+        cJSON_AddStringToObject(e, "file", s);
+        cJSON_AddNumberToObject(e, "bytes", (double)man->shards[r].bytes);
+        snprintf(s, sizeof s, "%016" PRIx64, man->shards[r].fnv1a64);
+        cJSON_AddStringToObject(e, "fnv1a64", s);
+        cJSON_AddItemToArray(shards, e);
     }
     return lo;
 }
@@ -350,6 +430,9 @@ static int check_layout_fields(ckpt_manifest *w, const char *tmpdir) {
         return pt_seterr("%s: manifest layout P %d, D %d, pipes %d: each must be >= 1 (see "
                          "ckpt_manifest_set_layout)", tmpdir, w->P, w->D, w->n_pipes);
     w->K = w->n_chunks;
+    if (w->zero && (w->n_shards < 1 || w->n_shards > CKPT_MAX_SHARDS))
+        return pt_seterr("%s: sharded moments need 1..%d shard files, got %d", tmpdir, CKPT_MAX_SHARDS,
+                         w->n_shards);
     return check_tiling(w, w->cfg.n_layer + 2, tmpdir);
 }
 
@@ -477,7 +560,46 @@ static int manifest_chunk(ckpt_chunk *ch, const cJSON *e, int c, const char *mpa
     return 0;
 }
 
-static int manifest_layout(ckpt_manifest *man, const cJSON *root, const char *mpath) {
+/* One layout.shards[r] entry: file optim-<r>.safetensors, bytes, fnv1a64. */
+static int manifest_shard(ckpt_chunk *sh, const cJSON *e, int r, const char *mpath) {
+    char field[64], want[48];
+    long bytes = 0;
+    snprintf(field, sizeof field, "layout.shards[%d].file", r);
+    const char *file = json_str(e, "file", mpath, field);
+    snprintf(want, sizeof want, "optim-%d.safetensors", r);
+    if (!file) return -1;
+    if (strcmp(file, want)) return pt_seterr("%s: field \"%s\" is '%s', expected '%s'", mpath, field, file, want);
+    snprintf(field, sizeof field, "layout.shards[%d].bytes", r);
+    if (json_int(e, "bytes", 0, JSON_LONG_MAX, &bytes, mpath, field) < 0) return -1;
+    snprintf(field, sizeof field, "layout.shards[%d].fnv1a64", r);
+    const char *sum = json_str(e, "fnv1a64", mpath, field);
+    char *stop;
+    if (!sum) return -1;
+    sh->fnv1a64 = strtoull(sum, &stop, 16);
+    if (strlen(sum) != 16 || *stop) return pt_seterr("%s: field \"%s\" is not 16 hex digits", mpath, field);
+    sh->bytes = (size_t)bytes;
+    return 0;
+}
+
+/* Version 3: layout.zero and layout.shards (one entry per rank when zero is 1, else none). */
+static int manifest_shards(ckpt_manifest *man, const cJSON *lo, const char *mpath) {
+    long zero = 0;
+    if (json_int(lo, "zero", 0, 1, &zero, mpath, "layout.zero") < 0) return -1;
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(lo, "shards"), *e;
+    int n = cJSON_IsArray(shards) ? cJSON_GetArraySize(shards) : -1;
+    if (n < 0 || n > CKPT_MAX_SHARDS || (zero && n < 1) || (!zero && n > 0))
+        return pt_seterr("%s: field \"layout.shards\" missing or not an array of %s entries", mpath,
+                         zero ? "1.." CKPT_STR(CKPT_MAX_SHARDS) : "0 (layout.zero is 0)");
+    man->zero = (int)zero;
+    man->n_shards = 0;
+    cJSON_ArrayForEach(e, shards) {
+        if (manifest_shard(&man->shards[man->n_shards], e, man->n_shards, mpath) < 0) return -1;
+        man->n_shards++;
+    }
+    return 0;
+}
+
+static int manifest_layout(ckpt_manifest *man, const cJSON *root, const char *mpath, long version) {
     const cJSON *lo = cJSON_GetObjectItemCaseSensitive(root, "layout");
     if (!cJSON_IsObject(lo)) return pt_seterr("%s: field \"layout\" missing or not an object", mpath);
     long v[4];
@@ -500,35 +622,43 @@ static int manifest_layout(ckpt_manifest *man, const cJSON *root, const char *mp
         if (manifest_chunk(&man->chunks[man->n_chunks], e, man->n_chunks, mpath) < 0) return -1;
         man->n_chunks++;
     }
+    if (version >= 3 && manifest_shards(man, lo, mpath) < 0) return -1;
     return check_tiling(man, man->cfg.n_layer + 2, mpath);
 }
 
-static int manifest_header(const cJSON *root, const char *mpath) {
+static int manifest_header(const cJSON *root, const char *mpath, long *version) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    long version = 0;
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CKPT_FORMAT))
         return pt_seterr("%s: field \"format\" missing or not \"" CKPT_FORMAT "\" (a checkpoint "
                          "from an older pipetrain, or not a checkpoint)", mpath);
-    if (json_int(root, "version", 1, INT_MAX, &version, mpath, "version") < 0) return -1;
-    if (version != CKPT_VERSION)
-        return pt_seterr("%s: checkpoint format version %ld, this pipetrain reads version %d",
-                         mpath, version, CKPT_VERSION);
+    if (json_int(root, "version", 1, INT_MAX, version, mpath, "version") < 0) return -1;
+    if (*version != CKPT_VERSION && *version != 2)
+        return pt_seterr("%s: checkpoint format version %ld, this pipetrain reads versions 2 and %d",
+                         mpath, *version, CKPT_VERSION);
     return 0;
 }
 
-/* Size and checksum of every chunk file against the manifest. */
+/* One file's size and checksum against the manifest's. */
+static int verify_file(const char *path, const ckpt_chunk *want) {
+    uint64_t h;
+    size_t len;
+    if (file_fnv(path, &h, &len) < 0) return -1;
+    if (len != want->bytes)
+        return pt_seterr("%s: %zu bytes, manifest says %zu (truncated or replaced)", path, len, want->bytes);
+    if (h != want->fnv1a64) return pt_seterr("%s: checksum mismatch (file changed or corrupt)", path);
+    return 0;
+}
+
+/* Size and checksum of every chunk and shard file against the manifest. */
 static int verify_chunks(const ckpt_manifest *man, const char *dir) {
     char path[CKPT_PATH_MAX];
     for (int c = 0; c < man->n_chunks; c++) {
-        uint64_t h;
-        size_t len;
         chunk_path(path, sizeof path, dir, c);
-        if (file_fnv(path, &h, &len) < 0) return -1;
-        if (len != man->chunks[c].bytes)
-            return pt_seterr("%s: %zu bytes, manifest says %zu (truncated or replaced)", path, len,
-                             man->chunks[c].bytes);
-        if (h != man->chunks[c].fnv1a64)
-            return pt_seterr("%s: checksum mismatch (file changed or corrupt)", path);
+        if (verify_file(path, &man->chunks[c]) < 0) return -1;
+    }
+    for (int r = 0; man->zero && r < man->n_shards; r++) {
+        shard_path(path, sizeof path, dir, r);
+        if (verify_file(path, &man->shards[r]) < 0) return -1;
     }
     return 0;
 }
@@ -545,9 +675,10 @@ static int manifest_read(ckpt_manifest *man, const char *dir, int verify) {
     int rc = -1;
     if (!cJSON_IsObject(root)) { pt_seterr("%s: not a JSON object (corrupt manifest)", mpath); goto done; }
     snprintf(where, sizeof where, "%s: config", mpath);
-    if (manifest_header(root, mpath) < 0 ||
+    long version = 0;
+    if (manifest_header(root, mpath, &version) < 0 ||
         config_from_cjson(&man->cfg, cJSON_GetObjectItemCaseSensitive(root, "config"), where) < 0 ||
-        manifest_progress(man, root, mpath) < 0 || manifest_layout(man, root, mpath) < 0)
+        manifest_progress(man, root, mpath) < 0 || manifest_layout(man, root, mpath, version) < 0)
         goto done;
     rc = verify ? verify_chunks(man, dir) : 0;
 done:
@@ -607,16 +738,32 @@ static int load_check(const char *dir, const ckpt_manifest *man, const gpt_model
     return 0;
 }
 
-/* Loads layers [first, end) from every chunk overlapping them. */
+/* The moments of layers [first, end) from a checkpoint whose moments are sharded (--zero 1). */
+static int load_shard_moments(const char *dir, const ckpt_manifest *man, const gpt_model *m,
+                              adamw_state *opt, int first, int end) {
+    ckpt_reader *r;
+    if (ckpt_reader_open(&r, dir, man) < 0) return -1;
+    int rc = 0;
+    for (int i = 0; i < gpt_param_count(m) && rc == 0; i++) {
+        const gpt_param_info *pi = gpt_param_info_at(m, i);
+        if (pi->layer >= first && pi->layer < end)
+            rc = ckpt_reader_read(r, pi->name, 0, pi->count, NULL, opt->m + pi->offset, opt->v + pi->offset);
+    }
+    ckpt_reader_close(r);
+    return rc;
+}
+
+/* Loads layers [first, end) from every chunk overlapping them (moments from the shards when the
+ * checkpoint has them there). */
 static int load_range(const char *dir, const ckpt_manifest *man, const gpt_model *m,
                       float *params, adamw_state *opt, int first, int end) {
     if (load_check(dir, man, m, opt, first, end) < 0) return -1;
     for (int c = 0; c < man->n_chunks; c++) {
         int lo = man->chunks[c].first_layer > first ? man->chunks[c].first_layer : first;
         int hi = man->chunks[c].end_layer < end ? man->chunks[c].end_layer : end;
-        if (lo < hi && load_from_chunk(dir, c, m, params, opt, lo, hi) < 0) return -1;
+        if (lo < hi && load_from_chunk(dir, c, m, params, man->zero ? NULL : opt, lo, hi) < 0) return -1;
     }
-    return 0;
+    return opt && man->zero ? load_shard_moments(dir, man, m, opt, first, end) : 0;
 }
 
 int ckpt_load_layers(const char *dir, const ckpt_manifest *man, gpt_model *m, adamw_state *opt,
@@ -659,6 +806,239 @@ int ckpt_load_tensor(const char *dir, const ckpt_manifest *man, const char *name
     if (rc == 0 && mom_v) rc = read_named(f, "v/", name, count, mom_v);
     st_close(f);
     return rc;
+}
+
+/* ---- slices ----------------------------------------------------------------------------- */
+
+/* A slice of a tensor's moments in a shard file: "m/<name>@<start>" and its "v/" twin. */
+typedef struct {
+    char name[160];
+    size_t start, n;
+    const st_tensor *m, *v;
+} shard_piece;
+
+struct ckpt_reader {
+    char dir[CKPT_DIR_MAX];
+    ckpt_manifest man;
+    st_file *chunk[CKPT_MAX_CHUNKS];   /* [man.n_chunks] */
+    st_file **shard;                   /* [man.n_shards] (--zero 1 checkpoints) */
+    shard_piece *pc;                   /* [n_pc] every slice of every shard file */
+    int n_pc;
+};
+
+/* Lists the moment slices of shard file f into r->pc. */
+static int reader_index_shard(ckpt_reader *r, const st_file *f) {
+    shard_piece *pc = pt_malloc(sizeof *pc * (size_t)(r->n_pc + st_count(f) + 1));
+    if (r->n_pc) memcpy(pc, r->pc, sizeof *pc * (size_t)r->n_pc);
+    free(r->pc);
+    r->pc = pc;
+    for (int i = 0; i < st_count(f); i++) {
+        const st_tensor *t = st_at(f, i);
+        shard_piece *p = &r->pc[r->n_pc];
+        const char *at = strrchr(t->name, '@');
+        char vname[200];
+        if (strncmp(t->name, "m/", 2)) continue;
+        if (!at || at - t->name - 2 >= (long)sizeof p->name || sscanf(at + 1, "%zu", &p->start) != 1 ||
+            t->dtype != ST_F32)
+            return pt_seterr("%s: tensor '%s' is not a moment slice 'm/<name>@<start>' of F32", st_path(f), t->name);
+        snprintf(p->name, sizeof p->name, "%.*s", (int)(at - t->name - 2), t->name + 2);
+        snprintf(vname, sizeof vname, "v/%s", t->name + 2);
+        p->m = t;
+        p->v = st_find(f, vname);
+        p->n = t->numel;
+        if (!p->v || p->v->numel != p->n || p->v->dtype != ST_F32)
+            return pt_seterr("%s: slice '%s' has no matching '%s'", st_path(f), t->name, vname);
+        r->n_pc++;
+    }
+    return 0;
+}
+
+int ckpt_reader_open(ckpt_reader **out, const char *dir, const ckpt_manifest *man) {
+    ckpt_reader *r = pt_calloc(1, sizeof *r);
+    char path[CKPT_PATH_MAX];
+    *out = NULL;
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    r->man = *man;
+    r->shard = pt_calloc((size_t)man->n_shards + 1, sizeof *r->shard);
+    for (int c = 0; c < man->n_chunks; c++) {
+        chunk_path(path, sizeof path, dir, c);
+        if (st_open(&r->chunk[c], path) < 0) goto close_reader;
+    }
+    for (int k = 0; man->zero && k < man->n_shards; k++) {
+        shard_path(path, sizeof path, dir, k);
+        if (st_open(&r->shard[k], path) < 0 || reader_index_shard(r, r->shard[k]) < 0) goto close_reader;
+    }
+    *out = r;
+    return 0;
+close_reader:
+    ckpt_reader_close(r);
+    return -1;
+}
+
+void ckpt_reader_close(ckpt_reader *r) {
+    if (!r) return;
+    for (int c = 0; c < r->man.n_chunks; c++) st_close(r->chunk[c]);
+    for (int k = 0; k < r->man.n_shards; k++) st_close(r->shard[k]);
+    free(r->shard);
+    free(r->pc);
+    free(r);
+}
+
+/* Moments [start, start+n) of tensor name from the shard slices that overlap it; every element
+ * must be found. */
+static int reader_shard_moments(const ckpt_reader *r, const char *name, size_t start, size_t n,
+                                float *mm, float *vv) {
+    size_t got = 0, end = start + n;
+    for (int i = 0; i < r->n_pc; i++) {
+        const shard_piece *p = &r->pc[i];
+        size_t a = p->start > start ? p->start : start, z = p->start + p->n < end ? p->start + p->n : end;
+        if (a >= z || strcmp(p->name, name)) continue;
+        if (mm) memcpy(mm + (a - start), (const float *)p->m->data + (a - p->start), (z - a) * sizeof *mm);
+        if (vv) memcpy(vv + (a - start), (const float *)p->v->data + (a - p->start), (z - a) * sizeof *vv);
+        got += z - a;
+    }
+    if (got != n)
+        return pt_seterr("%s: the moments of '%s' [%zu, %zu) are not all in its optim-*.safetensors "
+                         "files (%zu of %zu elements)", r->dir, name, start, end, got, n);
+    return 0;
+}
+
+/* Elements [start, start+n) of tensor prefix+name of f into dst (F32 as our writer makes it). */
+static int read_slice(const st_file *f, const char *prefix, const char *name, size_t start,
+                      size_t n, float *dst) {
+    char full[200];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    const st_tensor *t = st_find(f, full);
+    if (!t) return pt_seterr("%s: has no tensor '%s'", st_path(f), full);
+    if (t->dtype != ST_F32)
+        return pt_seterr("%s: tensor '%s' is %s, checkpoints hold F32", st_path(f), full, st_dtype_name(t->dtype));
+    if (start > t->numel || n > t->numel - start)
+        return pt_seterr("%s: tensor '%s' has %zu elements, asked for [%zu, %zu)", st_path(f), full,
+                         t->numel, start, start + n);
+    if (n) memcpy(dst, (const float *)t->data + start, n * sizeof *dst);
+    return 0;
+}
+
+int ckpt_reader_read(const ckpt_reader *r, const char *name, size_t start, size_t n, float *w,
+                     float *mm, float *vv) {
+    int layer = layer_of_name(name, r->man.cfg.n_layer), c = chunk_of_layer(&r->man, layer);
+    if (layer < 0 || c < 0) return pt_seterr("%s: no parameter '%s' in this checkpoint", r->dir, name);
+    if ((mm || vv) && !r->man.has_optim) return pt_seterr("%s: checkpoint holds no optimizer state", r->dir);
+    const st_file *f = r->chunk[c];
+    int rc = w ? read_slice(f, "", name, start, n, w) : 0;
+    if (rc == 0 && (mm || vv) && r->man.zero) return reader_shard_moments(r, name, start, n, mm, vv);
+    if (rc == 0 && mm) rc = read_slice(f, "m/", name, start, n, mm);
+    if (rc == 0 && vv) rc = read_slice(f, "v/", name, start, n, vv);
+    return rc;
+}
+
+/* ---- a save root ------------------------------------------------------------------------ */
+
+/* The step of a complete checkpoint folder root/name ("ckpt-<step>" holding manifest.json), or -1. */
+static long ckpt_folder_step(const char *root, const char *name) {
+    long step;
+    int end = 0;
+    char path[CKPT_PATH_MAX];
+    if (sscanf(name, "ckpt-%ld%n", &step, &end) != 1 || name[end] || step < 0) return -1;
+    snprintf(path, sizeof path, "%s/%s/manifest.json", root, name);
+    return access(path, F_OK) == 0 ? step : -1;
+}
+
+int ckpt_resolve(const char *path, char *out, size_t n) {
+    char mpath[CKPT_PATH_MAX], best[256] = "";
+    long best_step = -1;
+    snprintf(mpath, sizeof mpath, "%s/manifest.json", path);
+    if (access(mpath, F_OK) == 0) {
+        snprintf(out, n, "%s", path);
+        return 0;
+    }
+    DIR *d = opendir(path);
+    if (!d) return pt_seterr("%s: cannot open: %s (give a checkpoint folder or the --save folder "
+                             "that holds them)", path, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long step = ckpt_folder_step(path, e->d_name);
+        if (step > best_step) {
+            best_step = step;
+            snprintf(best, sizeof best, "%s", e->d_name);
+        }
+    }
+    closedir(d);
+    if (best_step < 0)
+        return pt_seterr("%s: not a checkpoint folder (no manifest.json), and it holds no complete "
+                         "checkpoint folder ckpt-<step>", path);
+    if ((size_t)snprintf(out, n, "%s/%s", path, best) >= n) return pt_seterr("%s: path too long", path);
+    return 0;
+}
+
+/* The pid of a temporary save folder "<name>.tmp.<pid>" (not "....old"), or -1. */
+static long tmp_folder_pid(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    long pid;
+    int end = 0;
+    if (!t || sscanf(t + 5, "%ld%n", &pid, &end) != 1 || t[5 + end] || pid <= 0) return -1;
+    return pid;
+}
+
+int ckpt_clean_stale(const char *root) {
+    DIR *d = opendir(root);
+    char path[CKPT_PATH_MAX], old[CKPT_PATH_MAX + 8];
+    struct dirent *e;
+    struct stat st;
+    int n = 0;
+    if (!d) return 0;
+    while ((e = readdir(d))) {
+        long pid = tmp_folder_pid(e->d_name);
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        snprintf(old, sizeof old, "%s.old", path);
+        if (pid < 0 || stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM) continue;   /* alive */
+        if (access(old, F_OK) == 0) continue;   /* a replace cut between its renames: the user's call */
+        ckpt_abandon(path);
+        n += access(path, F_OK) != 0;
+    }
+    closedir(d);
+    return n;
+}
+
+typedef struct { long step; char name[64]; } ckpt_entry;
+
+static int cmp_entry_desc(const void *a, const void *b) {
+    long x = ((const ckpt_entry *)a)->step, y = ((const ckpt_entry *)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int ckpt_prune(const char *root, int keep, const char *saved) {
+    DIR *d = opendir(root);
+    if (!d) return pt_seterr("%s: cannot open: %s", root, strerror(errno));
+    const char *base = strrchr(saved, '/') ? strrchr(saved, '/') + 1 : saved;
+    ckpt_entry *v = NULL;
+    int n = 0, cap = 0, removed = 0, rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long step = ckpt_folder_step(root, e->d_name);
+        if (step < 0 || !strcmp(e->d_name, base) || strlen(e->d_name) >= sizeof v->name) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            ckpt_entry *w = pt_malloc(sizeof *w * (size_t)cap);
+            if (n) memcpy(w, v, sizeof *w * (size_t)n);
+            free(v);
+            v = w;
+        }
+        v[n].step = step;
+        memcpy(v[n++].name, e->d_name, strlen(e->d_name) + 1);   /* fits: checked above */
+    }
+    closedir(d);
+    if (n) qsort(v, (size_t)n, sizeof *v, cmp_entry_desc);
+    for (int i = keep - 1; i < n && rc == 0; i++) {   /* the saved one counts as one of `keep` */
+        char path[CKPT_PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", root, v[i].name);
+        ckpt_abandon(path);
+        if (access(path, F_OK) == 0) rc = pt_seterr("%s: could not remove it (files of its own in it?)", path);
+        else removed++;
+    }
+    free(v);
+    return rc < 0 ? -1 : removed;
 }
 
 /* ---- one process ------------------------------------------------------------------------ */

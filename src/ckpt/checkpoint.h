@@ -1,12 +1,16 @@
 /* Checkpoints: a folder with one safetensors file per model chunk, "chunk-<c>.safetensors"
  * (that chunk's parameters under Hugging Face GPT-2 names, wte only in chunk 0's file, and the
- * AdamW moments "m/<name>", "v/<name>"), and manifest.json (config, progress, data position,
- * seeds, the layout it was saved under, each chunk's layer range, bytes and FNV-1a checksum).
+ * AdamW moments "m/<name>", "v/<name>"), or, when the moments were sharded (--zero 1), one file
+ * of moment slices per rank, "optim-<rank>.safetensors" ("m/<name>@<start>"); and manifest.json
+ * (config, progress, data position, seeds, the layout it was saved under, each file's bytes and
+ * FNV-1a checksum). Every rank writes its own files: nothing is gathered.
  * The folder is written under a temporary name and renamed only when complete: under its real
  * name it is complete or absent, and a crash mid-save never touches an older checkpoint.
- * Loading reads tensors by name from whichever file holds their layer, so a checkpoint saved
- * under one split loads under any other. Not here: deciding when to save, who writes what.
- * Format details: docs/checkpoints.md. */
+ * Loading reads tensors (and slices of them) by name from whichever file holds them, so a
+ * checkpoint saved under one layout (split, dp, zero) loads under any other. A save root (the
+ * folder of "ckpt-<step>" folders) can be resumed from its newest checkpoint, cleared of a
+ * crashed save's leftovers, and pruned to the newest N. Not here: deciding when to save, who
+ * writes what. Format details: docs/checkpoints.md. */
 #ifndef PT_TRAIN_CHECKPOINT_H
 #define PT_TRAIN_CHECKPOINT_H
 #include <stddef.h>
@@ -15,6 +19,7 @@
 #include "optim/optim.h"
 
 #define CKPT_MAX_CHUNKS 256
+#define CKPT_MAX_SHARDS 1024    /* ranks that may write moment shards (--zero 1) */
 
 /* One model chunk's file: layers [first_layer, end_layer) (0 embedding, 1..L blocks, L+1 head). */
 typedef struct {
@@ -37,8 +42,18 @@ typedef struct {
     char schedule[32];      /* schedule name, "" when none */
     int n_chunks;           /* == K; chunk c is in file "chunk-<c>.safetensors" */
     ckpt_chunk chunks[CKPT_MAX_CHUNKS];
+    int zero;               /* 1: the moments are in the shard files, not the chunk files */
+    int n_shards;           /* --zero 1: ranks; shard r is "optim-<r>.safetensors" */
+    ckpt_chunk shards[CKPT_MAX_SHARDS];   /* bytes and checksum (layers unused) */
     int has_optim;          /* 1 when the files hold AdamW moments (set by commit / read) */
 } ckpt_manifest;
+
+/* One slice of a tensor's AdamW moments: elements [start, start + n) of tensor `name`. */
+typedef struct {
+    const char *name;       /* Hugging Face name */
+    size_t start, n;
+    const float *m, *v;     /* (n) each */
+} ckpt_slice;
 
 /* ---- distributed save: begin (one rank), write_chunk (each chunk once), commit (one rank) --- */
 
@@ -46,29 +61,38 @@ typedef struct {
  * layers [chunk_first[c], chunk_first[c+1]) for c < K. -1 if K is out of 1..CKPT_MAX_CHUNKS. */
 int ckpt_manifest_set_layout(ckpt_manifest *man, int P, int D, int K, int n_pipes,
                              const char *schedule, const int *chunk_first);
+/* --zero 1: the moments are in n_ranks shard files (ckpt_write_shard), one per world rank,
+ * and the chunk files hold parameters only. -1 if n_ranks is out of 1..CKPT_MAX_SHARDS. */
+int ckpt_manifest_set_shards(ckpt_manifest *man, int n_ranks);
 /* The temporary folder name for dir written by process `pid`: "<dir>.tmp.<pid>". Ranks that are
  * other processes (MPI) get rank 0's pid from it (e.g. by a reduction) and call this to learn
  * where to write. -1 if it does not fit in n. */
 int ckpt_tmpdir_name(const char *dir, long pid, char *tmpdir, size_t n);
 /* World rank 0, before any chunk is written: creates "<dir>.tmp.<getpid()>" fresh (a stale one
- * of that name is removed first), and dir's parent folders; puts the name in tmpdir[n]. dir
- * itself is not touched. Returns 0, or -1 naming the path. */
+ * of that name is removed first, and so are a crashed save's leftovers next to dir:
+ * ckpt_clean_stale), and dir's parent folders; puts the name in tmpdir[n]. dir itself is not
+ * touched. Returns 0, or -1 naming the path. */
 int ckpt_begin(const char *dir, char *tmpdir, size_t n);
 /* Writes tmpdir/chunk-<chunk>.safetensors with the parameters of layers [first_layer,
- * end_layer) from m->params, and their AdamW moments from opt (laid out like m->params;
- * opt NULL: no moments; every chunk of one checkpoint must agree). The embedding's wte goes
- * only into the file of the chunk holding layer 0; a head holder's tied copy is not saved.
+ * end_layer) from m->params (m whole, or partial holding them), and their AdamW moments from
+ * opt (laid out like m->params; opt NULL: no moments; every chunk of one checkpoint must
+ * agree). The embedding's wte goes only into the file of the chunk holding layer 0; a head
+ * holder's tied copy is not saved.
  * Reads m and opt only: any rank or thread may write its chunk concurrently with the others.
  * Each chunk must be written exactly once (with two pipes, by one of its holders). Atomic per
  * file. Returns 0, or -1 naming the file. */
 int ckpt_write_chunk(const char *tmpdir, int chunk, int first_layer, int end_layer,
                      const gpt_model *m, const adamw_state *opt);
-/* World rank 0, after every chunk file is written (a barrier): checks each chunk file of
- * man->chunks exists and holds the layer range the manifest says, that the ranges tile layers
- * [0, L+2) in order, fills bytes and checksums, writes manifest.json, fsyncs, and renames
- * tmpdir to dir. An existing dir is replaced only after the new folder is complete (an atomic
- * exchange where the filesystem has one). On failure tmpdir is removed, dir is untouched, and
- * -1 names the file. man is not modified. */
+/* Writes tmpdir/optim-<rank>.safetensors with the moment slices sl[0..n) of world rank `rank`
+ * (every element of every tensor must be in exactly one rank's file; n may be 0). Reads sl only;
+ * atomic per file. Returns 0, or -1 naming the file. */
+int ckpt_write_shard(const char *tmpdir, int rank, const ckpt_slice *sl, int n);
+/* World rank 0, after every chunk (and shard) file is written (a barrier): checks each chunk
+ * file of man->chunks exists and holds the layer range the manifest says, that the ranges tile
+ * layers [0, L+2) in order, that each shard file is there, fills bytes and checksums, writes
+ * manifest.json, fsyncs, and renames tmpdir to dir. An existing dir is replaced only after the
+ * new folder is complete (an atomic exchange where the filesystem has one). On failure tmpdir
+ * is removed, dir is untouched, and -1 names the file. man is not modified. */
 int ckpt_commit(const char *dir, const char *tmpdir, const ckpt_manifest *man);
 /* Removes a temporary folder after a failed save (only the files a checkpoint holds). */
 void ckpt_abandon(const char *tmpdir);
@@ -95,6 +119,36 @@ int ckpt_load_layers(const char *dir, const ckpt_manifest *man, gpt_model *m, ad
 int ckpt_load_tensor(const char *dir, const ckpt_manifest *man, const char *name, size_t count,
                      float *param, float *mom_m, float *mom_v);
 
+/* ---- slices of tensors, for one rank's share -------------------------------------------- */
+
+typedef struct ckpt_reader ckpt_reader;
+/* Opens the files of checkpoint dir (its manifest man read and checked by ckpt_read_manifest)
+ * for reading slices. The files are mapped, not read: a rank touches only what it reads. Reads
+ * may run on several threads at once. -1 naming the file. */
+int ckpt_reader_open(ckpt_reader **out, const char *dir, const ckpt_manifest *man);
+/* Elements [start, start + n) of tensor `name` (Hugging Face name, e.g. "h.3.attn.c_attn.weight",
+ * flattened): its parameters into w and its AdamW moments into mm, vv (each may be NULL; moments
+ * need man->has_optim), from whichever file holds them. -1 naming the file and tensor. */
+int ckpt_reader_read(const ckpt_reader *r, const char *name, size_t start, size_t n, float *w,
+                     float *mm, float *vv);
+void ckpt_reader_close(ckpt_reader *r);
+
+/* ---- a save root: the folder of "ckpt-<step>" checkpoints --------------------------------- */
+
+/* path is a checkpoint folder (it has manifest.json): copies it to out. Else, when path holds
+ * checkpoint folders "ckpt-<step>", the one with the largest step (only complete ones bear
+ * that name; a crashed save's "ckpt-<step>.tmp.<pid>" is skipped). -1 naming path when it is
+ * neither. */
+int ckpt_resolve(const char *path, char *out, size_t n);
+/* Removes the temporary folders "<name>.tmp.<pid>" a crashed save left in root (those whose
+ * process is gone; one with a ".old" sibling is left: see docs/checkpoints.md). Returns how
+ * many it removed. */
+int ckpt_clean_stale(const char *root);
+/* Keeps the newest `keep` (>= 1) checkpoints "ckpt-<step>" of root by step, and `saved` (the
+ * one just written) whatever its step; removes the others. Returns how many it removed, or -1
+ * naming the folder it could not remove. */
+int ckpt_prune(const char *root, int keep, const char *saved);
+
 /* ---- one process ------------------------------------------------------------------------ */
 
 /* Writes the checkpoint folder dir as one chunk holding every layer (or, when man's layout
@@ -116,6 +170,7 @@ int ckpt_export_params(const char *dir, const char *path);
 
 /* Test hook: makes the save abort() at a named point, to test crash safety in a forked child.
  * Points: "chunk" (inside ckpt_write_chunk, after its file is written, for chunk index `arg`),
+ * "shard" (inside ckpt_write_shard, after rank `arg`'s file),
  * "manifest" (in ckpt_commit before manifest.json is written), "rename" (manifest written,
  * before the rename), "swap" (after the new folder took the real name, before the old one is
  * deleted). "no-exchange" aborts nothing: it makes the replace of an existing folder take the

@@ -1,12 +1,15 @@
 /* pipetrain grad: loss and every parameter gradient of batch 0, written as safetensors with the
  * input's tensor names plus a scalar "loss". How anyone checks our numerics against theirs.
  * With pipeline flags (--stages, --dp, --schedule, ...) the same file comes from the pipelined
- * runtime (threads or MPI): the objective is the same mean loss, split into microbatches. */
+ * runtime (threads or MPI): the objective is the same mean loss, split into microbatches; each
+ * rank reads only its layers, and the root gathers the whole gradient. --zero changes nothing
+ * here (there is no optimizer state to shard). */
 #include "cli/cli.h"
 #include "cli/cli_layout.h"
 #include "cli/cli_model.h"
 #include "io/data.h"
 #include "io/safetensors.h"
+#include "model/config.h"
 #include "model/gpt_io.h"
 #include "run/run.h"
 #include "util/pt.h"
@@ -36,24 +39,62 @@ static int grad_write(const gpt_model *m, int prefixed, float loss, const char *
     return rc;
 }
 
-/* Loss and gradients through the pipeline; only the root writes. world: MPI endpoint or NULL. */
-static int grad_pipelined(const grad_args *a, gpt_model *m, int prefixed, const int *inp,
+/* 1 when the --init file names its tensors "transformer.*" (the output keeps its names). */
+static int init_prefixed(const char *init) {
+    st_file *f;
+    if (!init || st_open(&f, init) < 0) return 0;   /* a bad file: the job's load names it */
+    int pref = st_find(f, "transformer.wte.weight") != NULL;
+    st_close(f);
+    return pref;
+}
+
+/* Loss and gradients through the pipeline: each rank reads only its layers (from --init or the
+ * seeded init); the root gathers the whole gradient into a whole model and writes it.
+ * world: MPI endpoint or NULL. */
+static int grad_pipelined(const grad_args *a, const gpt_config *cfg, const int *inp,
                           const int *tgt, comm *world) {
     run_plan pl;
     run_job *j = NULL;
     run_stats st;
-    if (run_plan_init(&pl, &a->ro, &m->cfg, a->batch, a->seq) < 0) return -1;
-    int rc = run_job_init(&j, &pl, m, NULL, world);
+    run_source src;
+    gpt_model m;
+    memset(&m, 0, sizeof m);
+    if (run_plan_init(&pl, &a->ro, cfg, a->batch, a->seq) < 0) return -1;
+    run_source_init(&src, cfg, a->init, (uint64_t)a->seed);
+    int rc = run_job_init_src(&j, &pl, &src, world);
     if (rc == 0) rc = run_job_iteration(j, inp, tgt, NULL, 1, &st);
-    if (rc == 0) rc = run_job_gather(j, m);
+    if (rc == 0 && run_job_is_root(j)) rc = gpt_init(&m, cfg);
+    if (rc == 0) rc = run_job_gather(j, run_job_is_root(j) ? &m : NULL);
     if (rc == 0 && run_job_is_root(j)) {
-        rc = grad_write(m, prefixed, st.loss, a->out);
+        rc = grad_write(&m, init_prefixed(a->init), st.loss, a->out);
         if (rc == 0)
             printf("loss %.6f, %d gradients written to %s (%s, %d stages x %d replicas, %d microbatches)\n",
-                   st.loss, gpt_param_count(m), a->out, pl.s->name, pl.o.P, pl.o.D, pl.s->n_mb);
+                   st.loss, gpt_param_count(&m), a->out, pl.s->name, pl.o.P, pl.o.D, pl.s->n_mb);
     }
+    gpt_free(&m);
     run_job_free(j);
+    run_source_free(&src);
     run_plan_free(&pl);
+    return rc;
+}
+
+/* The pipelined path: the config, the batch, the job. */
+static int grad_run_pipelined(const grad_args *a, comm *world) {
+    gpt_config cfg;
+    data_set *d = NULL;
+    int rc = -1, *inp = NULL, *tgt = NULL;
+    if (!a->config) return pt_seterr("--config is required (a JSON file with n_layer, n_head, "
+                                     "n_embd, vocab_size, n_positions)");
+    if (config_load_json(&cfg, a->config) < 0) return -1;
+    if (a->seq > cfg.n_positions)
+        return pt_seterr("--seq %d exceeds n_positions %d of %s", a->seq, cfg.n_positions, a->config);
+    if (data_open(&d, a->tokens, cfg.vocab_size) < 0) return -1;
+    inp = pt_malloc(sizeof(int) * a->batch * a->seq);
+    tgt = pt_malloc(sizeof(int) * a->batch * a->seq);
+    if (data_batch(d, 0, a->batch, a->seq, inp, tgt) == 0) rc = grad_pipelined(a, &cfg, inp, tgt, world);
+    free(inp);
+    free(tgt);
+    data_close(d);
     return rc;
 }
 
@@ -62,6 +103,7 @@ static int grad_run(const grad_args *a, comm *world) {
     data_set *d = NULL;
     int prefixed, rc = -1, *inp = NULL, *tgt = NULL;
     float loss;
+    if (a->ro.P) return grad_run_pipelined(a, world);
     if (gpt_model_load(&m, a->config, a->init, (uint64_t)a->seed, &prefixed) < 0) return -1;
     if (a->seq > m.cfg.n_positions) {
         pt_seterr("--seq %d exceeds n_positions %d of %s", a->seq, m.cfg.n_positions, a->config);
@@ -71,10 +113,6 @@ static int grad_run(const grad_args *a, comm *world) {
     inp = pt_malloc(sizeof(int) * a->batch * a->seq);
     tgt = pt_malloc(sizeof(int) * a->batch * a->seq);
     if (data_batch(d, 0, a->batch, a->seq, inp, tgt) < 0) goto free_data;
-    if (a->ro.P) {
-        rc = grad_pipelined(a, &m, prefixed, inp, tgt, world);
-        goto free_data;
-    }
     gpt_zero_grad(&m);
     if (gpt_forward_backward(&m, inp, tgt, a->batch, a->seq, &loss) < 0) goto free_data;
     if (grad_write(&m, prefixed, loss, a->out) < 0) goto free_data;

@@ -28,6 +28,8 @@ void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const c
         {"--transport", OPT_STR, transport, "threads (default) | mpi (run under mpirun)"},
         {"--timeout", OPT_DOUBLE, &ro->timeout, "seconds a rank waits for a message (default 60)"},
         {"--recompute", OPT_FLAG, &ro->recompute, "drop activations after F, recompute them at B (less memory)"},
+        {"--zero", OPT_INT, &ro->zero, "1: shard AdamW moments and the update over the ranks that reduce together (ZeRO-1; default 0)"},
+        {"--no-overlap", OPT_FLAG, &ro->no_overlap, "reduce gradients after each rank's whole schedule, not from each stage's last W"},
     };
     memcpy(out, opts, sizeof opts);
 }
@@ -78,7 +80,7 @@ void cli_layout_init(run_opts *ro) {
 
 int cli_layout_given(const run_opts *o, const char *transport) {
     return o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->schedule ||
-           o->schedule_file || transport || o->split || o->recompute;
+           o->schedule_file || transport || o->split || o->recompute || o->zero || o->no_overlap;
 }
 
 /* An explicit count must be >= 1; not given: the default. */

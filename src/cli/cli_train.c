@@ -22,6 +22,7 @@ typedef struct {
     int *split;                  /* o.ro.split: the counts of --split or of the plan (owned) */
     const char *plan;            /* --plan plan.json: the layout from `pipetrain plan --out` */
     char pipeline_schedule[32];  /* o.ro.schedule under --plan */
+    int keep;                    /* --keep (-1: not given) */
 } train_args;
 
 /* --lr-schedule and its numbers into the optimizer config (the trainer checks the ranges). */
@@ -102,6 +103,17 @@ static int pipe_flags(train_args *a, int *argc, char ***argv, comm **world) {
     return 0;
 }
 
+/* --keep N: N >= 1, next to --save (0 would delete the checkpoint just written). */
+static int keep_flag(train_args *a) {
+    if (a->keep == -1) return 0;
+    if (a->keep < 1)
+        return pt_seterr("--keep %d: keep at least the newest checkpoint (--keep 1 or more; leave "
+                         "--keep out to keep them all)", a->keep);
+    if (!a->o.save) return pt_seterr("--keep %d needs --save DIR (the folder it prunes)", a->keep);
+    a->o.keep = a->keep;
+    return 0;
+}
+
 /* The library's trainer over o: set up, run, free. */
 static int train_main(const train_opts *o) {
     train_ctx *t;
@@ -112,9 +124,10 @@ static int train_main(const train_opts *o) {
 }
 
 int cli_train(int argc, char **argv) {
-    train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN};
+    train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
+                    .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 28 };
+    enum { N_TRAIN_OPTS = 29 };
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
         {"--init", OPT_STR, &o->init, "initial weights (safetensors); default: GPT-2 init from --seed"},
@@ -136,7 +149,8 @@ int cli_train(int argc, char **argv) {
         {"--metrics", OPT_STR, &o->metrics, "append one JSON line per step to this file"},
         {"--save", OPT_STR, &o->save, "checkpoint folder: writes DIR/ckpt-<step>"},
         {"--save-every", OPT_INT, &o->save_every, "also save every K steps (default: only at the end)"},
-        {"--resume", OPT_STR, &o->resume, "continue from a checkpoint folder (DIR/ckpt-<step>)"},
+        {"--resume", OPT_STR, &o->resume, "continue from a checkpoint folder (DIR/ckpt-<step>), or the newest in DIR"},
+        {"--keep", OPT_INT, &a.keep, "keep only the newest N checkpoints in --save's folder (default: all)"},
         {"--log-every", OPT_INT, &o->log_every, "progress line every N steps (default: ~50 lines)"},
         {"--threads", OPT_INT, &o->threads, "OpenBLAS threads (default: all cores; pipelined: 1 per rank, MPI: this many per process)"},
         {"--fail-rank", OPT_INT, &o->ro.fail_rank, "testing: this world rank dies after --fail-after sends"},
@@ -151,7 +165,8 @@ int cli_train(int argc, char **argv) {
                        "--lr X [flags]", opts, sizeof opts / sizeof *opts);
     if (rc) return rc < 0 ? 2 : 0;
     a.transport = cli_layout_transport(a.transport);
-    if (cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) return cli_fail("train");
+    if (keep_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0)
+        return cli_fail("train");
     o->ro.split = a.split;
     if ((a.plan && apply_plan(&a) < 0) || pipe_flags(&a, &argc, &argv, &o->world) < 0)
         rc = cli_fail("train");

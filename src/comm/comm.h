@@ -13,9 +13,15 @@
  * - wait(timeout) returns -1 with an error naming the peer and tag when nothing arrived in time,
  *   and -1 at once after any rank called abort (error: "rank R failed: <why>"), so a dead or failed
  *   rank makes the others stop within a bounded time instead of hanging.
- * - Collectives (allreduce, barrier) are called by every rank of the communicator in the same
- *   order. allreduce sums in a fixed order (by rank), so every rank gets bitwise the same result
- *   and repeated runs agree.
+ * - Collectives (allreduce, ireduce, allgather, barrier) are called by every rank of the
+ *   communicator in the same order. Sums are taken in a fixed order (by rank), so every rank gets
+ *   bitwise the same result and repeated runs agree; allreduce, ireduce (all = 1) and a
+ *   reduce-scatter (ireduce, all = 0) followed by allgather give bitwise the same numbers.
+ * - Slices: a collective over n elements gives rank r of a communicator of `size` ranks the slice
+ *   [n*r/size, n*(r+1)/size) (comm_slice), on every transport.
+ * - A non-blocking collective (ireduce) progresses in this rank's test and wait calls (no
+ *   helper thread): every rank must eventually wait for it (or test it until done). Its buffer
+ *   must stay untouched until it completes. Other messages and collectives may run meanwhile.
  * - Ranks of a split communicator are numbered 0..size-1 by increasing parent rank.
  * The threads and mpi transports go further (docs/comm.md): a message of any size other than the
  * receive buffer's is an error, and their allreduce sums are bitwise identical to each other.
@@ -39,6 +45,12 @@ typedef struct {
     /* In-place sum over all ranks of c. */
     int (*allreduce_f32)(comm *c, float *buf, size_t n);
     int (*allreduce_f64)(comm *c, double *buf, size_t n);
+    /* Non-blocking sum over all ranks of c, in rank order, in place. When the request completes,
+     * buf's slice for this rank (comm_slice) holds the sum (all = 0: a reduce-scatter; the rest of
+     * buf is unchanged), or all of buf does (all = 1: an allreduce). Complete it with test/wait. */
+    int (*ireduce_f32)(comm *c, float *buf, size_t n, int all, comm_req **req);
+    /* In place: slice r of rank r's buf (comm_slice) goes to every rank's buf. Blocking. */
+    int (*allgather_f32)(comm *c, float *buf, size_t n);
     int (*barrier)(comm *c);
     /* Collective over c: ranks with the same color form a new communicator (*out); color < 0:
      * not in any (*out = NULL). Like MPI_Comm_split with key = rank. */
@@ -62,10 +74,18 @@ static inline int comm_test(comm *c, comm_req *r, int *done) { return c->vt->tes
 static inline int comm_wait(comm *c, comm_req *r, double timeout) { return c->vt->wait(c, r, timeout); }
 static inline int comm_allreduce_f32(comm *c, float *b, size_t n) { return c->vt->allreduce_f32(c, b, n); }
 static inline int comm_allreduce_f64(comm *c, double *b, size_t n) { return c->vt->allreduce_f64(c, b, n); }
+static inline int comm_ireduce_f32(comm *c, float *b, size_t n, int all, comm_req **r) { return c->vt->ireduce_f32(c, b, n, all, r); }
+static inline int comm_allgather_f32(comm *c, float *b, size_t n) { return c->vt->allgather_f32(c, b, n); }
 static inline int comm_barrier(comm *c) { return c->vt->barrier(c); }
 static inline int comm_split(comm *c, int color, comm **out) { return c->vt->split(c, color, out); }
 static inline void comm_abort(comm *c, const char *why) { c->vt->abort(c, why); }
 static inline void comm_free(comm *c) { if (c) c->vt->free(c); }
+
+/* Rank r's slice of n elements in a communicator of size ranks: [*lo, *hi). */
+static inline void comm_slice(size_t n, int r, int size, size_t *lo, size_t *hi) {
+    *lo = n * (size_t)r / (size_t)size;
+    *hi = n * (size_t)(r + 1) / (size_t)size;
+}
 
 /* Threads transport: creates `size` connected endpoints for `size` threads of this process
  * (out[r] is rank r's; each used by one thread only). Free each with comm_free. */

@@ -21,7 +21,7 @@ typedef struct fa_req {
     struct fa_req *next;    /* in the deferred queue while not yet posted */
     struct fa_req *live_prev, *live_next;   /* every request not yet freed (for fa_free) */
     comm_req *inner;        /* NULL while deferred */
-    int is_send, deferred, failed;
+    int is_send, is_coll, deferred, failed;
     double due;             /* when a deferred send may be posted */
     int peer, tag;
     const void *buf;
@@ -161,6 +161,9 @@ static int fa_wait(comm *c, comm_req *req, double timeout) {
         }
         int done, rc = req_test(m, r, &done);
         if (rc || done) return rc;
+        if (timeout > 0 && pt_now() - t0 > timeout && r->is_coll)
+            return pt_seterr("faulty: rank %d timed out after %.3g s in a non-blocking reduction",
+                             c->rank, timeout);
         if (timeout > 0 && pt_now() - t0 > timeout)
             return pt_seterr("faulty: rank %d timed out after %.3g s waiting to %s rank %d tag %d%s",
                              c->rank, timeout, r->is_send ? "send to" : "receive from", r->peer, r->tag,
@@ -187,6 +190,24 @@ static int fa_allreduce_f32(comm *c, float *buf, size_t n) {
 static int fa_allreduce_f64(comm *c, double *buf, size_t n) {
     if (before_collective(c)) return -1;
     return comm_allreduce_f64(((fa_impl *)c->impl)->inner, buf, n);
+}
+
+/* A non-blocking reduction: it must not sleep out the delays (the rank computes on), so only
+ * the sends already due go out; waiting for it later polls, posting the others as they fall due,
+ * so a peer that needs one of them before it posts cannot deadlock it. */
+static int fa_ireduce_f32(comm *c, float *buf, size_t n, int all, comm_req **out) {
+    fa_impl *m = c->impl;
+    if (m->fate->dead) return dead_error(m->fate);
+    progress(m, 0);
+    fa_req *r = req_new(m, (fa_req){.is_coll = 1, .peer = -1, .tag = -1, .bytes = n * sizeof *buf});
+    if (comm_ireduce_f32(m->inner, buf, n, all, &r->inner)) { req_free(m, r); return -1; }
+    *out = (comm_req *)r;
+    return 0;
+}
+
+static int fa_allgather_f32(comm *c, float *buf, size_t n) {
+    if (before_collective(c)) return -1;
+    return comm_allgather_f32(((fa_impl *)c->impl)->inner, buf, n);
 }
 
 static int fa_barrier(comm *c) {
@@ -226,6 +247,7 @@ static void fa_free(comm *c) {
 static const comm_vtable fa_vtable = {
     .isend = fa_isend, .irecv = fa_irecv, .test = fa_test, .wait = fa_wait,
     .allreduce_f32 = fa_allreduce_f32, .allreduce_f64 = fa_allreduce_f64,
+    .ireduce_f32 = fa_ireduce_f32, .allgather_f32 = fa_allgather_f32,
     .barrier = fa_barrier, .split = fa_split, .abort = fa_abort, .free = fa_free,
 };
 

@@ -1,7 +1,8 @@
 /* MPI transport (Open MPI): one process per rank. Point-to-point maps onto MPI_Isend/MPI_Irecv
  * on a private duplicate of MPI_COMM_WORLD; waits poll MPI_Test with short sleeps so they can time
  * out; allreduce is built from MPI_Alltoallv + MPI_Allgatherv so it sums in rank order exactly
- * like the threads transport (bitwise equal results on every rank and across transports).
+ * like the threads transport (bitwise equal results on every rank and across transports), and the
+ * non-blocking reduction from MPI_Ialltoallv (+ MPI_Iallgatherv) the same way, advanced by test.
  * Not thread-safe beyond MPI_THREAD_FUNNELED: one thread per process calls this transport.
  *
  * The one place library code prints: abort writes "rank R failed: why" to stderr before
@@ -21,11 +22,24 @@ typedef struct {
     int tag_ub;       /* largest valid tag (MPI_TAG_UB of the world) */
 } mp_impl;
 
+struct mp_coll;
+
 typedef struct {
     MPI_Request rq;
     int is_send, peer, tag;
     size_t bytes;
+    struct mp_coll *coll;   /* a non-blocking collective (ireduce), else NULL */
 } mp_req;
+
+/* A non-blocking rank-order sum: phase 0 the MPI_Ialltoallv of the slices, then (all) phase 1
+ * the MPI_Iallgatherv of the summed slices. */
+typedef struct mp_coll {
+    float *buf;
+    size_t n;
+    int all, phase;
+    int *cnt, *dsp, *rcnt, *rdsp;   /* [P] each; one allocation at cnt */
+    float *scratch;                 /* P slices of this rank's slice */
+} mp_coll;
 
 static const comm_vtable mp_vtable;
 
@@ -73,7 +87,7 @@ static int check_args(comm *c, const char *what, int peer, int tag, size_t bytes
 static int mp_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, comm_req **out) {
     if (check_args(c, "isend", dst, tag, bytes)) return -1;
     mp_req *r = pt_calloc(1, sizeof *r);
-    *r = (mp_req){MPI_REQUEST_NULL, 1, dst, tag, bytes};
+    *r = (mp_req){MPI_REQUEST_NULL, 1, dst, tag, bytes, NULL};
     int e = MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, ((mp_impl *)c->impl)->mc, &r->rq);
     if (e != MPI_SUCCESS) {
         free(r);
@@ -86,7 +100,7 @@ static int mp_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, co
 static int mp_irecv(comm *c, int src, int tag, void *buf, size_t bytes, comm_req **out) {
     if (check_args(c, "irecv", src, tag, bytes)) return -1;
     mp_req *r = pt_calloc(1, sizeof *r);
-    *r = (mp_req){MPI_REQUEST_NULL, 0, src, tag, bytes};
+    *r = (mp_req){MPI_REQUEST_NULL, 0, src, tag, bytes, NULL};
     int e = MPI_Irecv(buf, (int)bytes, MPI_BYTE, src, tag, ((mp_impl *)c->impl)->mc, &r->rq);
     if (e != MPI_SUCCESS) {
         free(r);
@@ -115,12 +129,15 @@ static int recv_check(comm *c, const mp_req *r, int code, MPI_Status *st) {
     return 0;
 }
 
+static int coll_test(comm *c, mp_req *r, int *done);
+
 /* One MPI_Test; on completion checks the result and frees r. */
 static int mp_test(comm *c, comm_req *req, int *done) {
     mp_req *r = (mp_req *)req;
     MPI_Status st;
     int flag = 0;
     *done = 0;
+    if (r->coll) return coll_test(c, r, done);
     int e = MPI_Test(&r->rq, &flag, &st);
     if (e == MPI_SUCCESS && !flag) return 0;
     *done = 1;
@@ -145,8 +162,12 @@ static int mp_wait(comm *c, comm_req *req, double timeout) {
         int done = 0;
         int peer = r->peer, tag = r->tag, is_send = r->is_send;
         size_t bytes = r->bytes;
-        int rc = mp_test(c, req, &done);
+        int coll = r->coll != NULL, rc = mp_test(c, req, &done);
         if (rc || done) return rc;
+        if (timeout > 0 && pt_now() - t0 > timeout && coll)
+            return pt_seterr("mpi: rank %d timed out after %.3g s in a non-blocking reduction of "
+                             "%zu bytes over %d ranks (world rank %d): some rank never posted it",
+                             c->rank, timeout, bytes, c->size, c->world_rank);
         if (timeout > 0 && pt_now() - t0 > timeout)
             return pt_seterr("mpi: rank %d timed out after %.3g s waiting to %s rank %d tag %d "
                              "(%zu bytes): the peer never %s", c->rank, timeout,
@@ -159,15 +180,16 @@ static int mp_wait(comm *c, comm_req *req, double timeout) {
 
 /* ---- collectives ----------------------------------------------------------------------- */
 
-/* Every rank must pass the same count: one tiny MPI_Allreduce of (n, -n) with MPI_MAX. */
-static int check_counts(comm *c, size_t n) {
+/* Every rank must pass the same count to collective `what`: one tiny MPI_Allreduce of (n, -n)
+ * with MPI_MAX. */
+static int check_counts(comm *c, size_t n, const char *what) {
     long long v[2] = {(long long)n, -(long long)n}, m[2];
     int e = MPI_Allreduce(v, m, 2, MPI_LONG_LONG, MPI_MAX, ((mp_impl *)c->impl)->mc);
-    if (e != MPI_SUCCESS) return mpi_error(e, "allreduce on rank %d of %d", c->rank, c->size);
+    if (e != MPI_SUCCESS) return mpi_error(e, "%s on rank %d of %d", what, c->rank, c->size);
     if (m[0] != (long long)n || -m[1] != (long long)n)
-        return pt_seterr("mpi: allreduce: ranks passed different counts (rank %d passed %zu; "
-                         "min %lld, max %lld)", c->rank, n, -m[1], m[0]);
-    if (n > INT_MAX) return pt_seterr("mpi: allreduce of %zu elements exceeds MPI's int count", n);
+        return pt_seterr("mpi: %s: ranks passed different counts (rank %d passed %zu; "
+                         "min %lld, max %lld)", what, c->rank, n, -m[1], m[0]);
+    if (n > INT_MAX) return pt_seterr("mpi: %s of %zu elements exceeds MPI's int count", what, n);
     return 0;
 }
 
@@ -191,7 +213,7 @@ static void sum_f64(void *out, const void **in, int k, size_t n) {
 /* Reduce-scatter by hand then allgather: rank r receives slice r of every rank's buffer
  * (MPI_Alltoallv), sums the slices in rank order, and MPI_Allgatherv shares the slices. */
 static int mp_allreduce(comm *c, void *buf, size_t n, size_t esz, MPI_Datatype t, sum_fn sum) {
-    if (check_counts(c, n)) return -1;
+    if (check_counts(c, n, "allreduce")) return -1;
     if (c->size == 1 || n == 0) return 0;
     int P = c->size, me = c->rank, rc = 0;
     int *cnt = pt_malloc(4 * P * sizeof *cnt), *dsp = cnt + P, *rcnt = cnt + 2 * P, *rdsp = cnt + 3 * P;
@@ -222,6 +244,87 @@ static int mp_allreduce_f32(comm *c, float *buf, size_t n) {
 
 static int mp_allreduce_f64(comm *c, double *buf, size_t n) {
     return mp_allreduce(c, buf, n, sizeof *buf, MPI_DOUBLE, sum_f64);
+}
+
+/* ---- non-blocking reduction and allgather -------------------------------------------------- */
+
+/* Slice counts and displacements of n elements over P ranks (comm_slice), in int. */
+static void slices(size_t n, int P, int *cnt, int *dsp) {
+    for (int j = 0; j < P; j++) {
+        size_t lo, hi;
+        comm_slice(n, j, P, &lo, &hi);
+        dsp[j] = (int)lo;
+        cnt[j] = (int)(hi - lo);
+    }
+}
+
+static void coll_free(mp_coll *k) {
+    free(k->cnt);
+    free(k->scratch);
+    free(k);
+}
+
+static int mp_ireduce_f32(comm *c, float *buf, size_t n, int all, comm_req **out) {
+    if (n > INT_MAX) return pt_seterr("mpi: ireduce of %zu elements exceeds MPI's int count", n);
+    int P = c->size, me = c->rank;
+    mp_coll *k = pt_calloc(1, sizeof *k);
+    k->buf = buf;
+    k->n = n;
+    k->all = all != 0;
+    k->cnt = pt_malloc(4 * (size_t)P * sizeof *k->cnt);
+    k->dsp = k->cnt + P; k->rcnt = k->cnt + 2 * P; k->rdsp = k->cnt + 3 * P;
+    slices(n, P, k->cnt, k->dsp);
+    for (int i = 0; i < P; i++) { k->rcnt[i] = k->cnt[me]; k->rdsp[i] = i * k->cnt[me]; }
+    k->scratch = pt_malloc(((size_t)P * k->cnt[me] + 1) * sizeof *k->scratch);
+    mp_req *r = pt_calloc(1, sizeof *r);
+    *r = (mp_req){MPI_REQUEST_NULL, 0, -1, -1, n * sizeof(float), k};
+    int e = MPI_Ialltoallv(buf, k->cnt, k->dsp, MPI_FLOAT, k->scratch, k->rcnt, k->rdsp, MPI_FLOAT,
+                           ((mp_impl *)c->impl)->mc, &r->rq);
+    if (e != MPI_SUCCESS) {
+        coll_free(k);
+        free(r);
+        return mpi_error(e, "ireduce (ialltoallv) on rank %d of %d", me, P);
+    }
+    *out = (comm_req *)r;
+    return 0;
+}
+
+/* Advances a collective: after the alltoallv the rank-order sum of this rank's slice, then (all)
+ * the allgatherv. Frees r when done or failed. */
+static int coll_test(comm *c, mp_req *r, int *done) {
+    mp_coll *k = r->coll;
+    int flag = 0, me = c->rank, P = c->size, rc = 0;
+    int e = MPI_Test(&r->rq, &flag, MPI_STATUS_IGNORE);
+    if (e != MPI_SUCCESS) rc = mpi_error(e, "ireduce on rank %d of %d", me, P);
+    else if (!flag) return 0;
+    else if (k->phase == 0) {
+        const void **in = pt_malloc((size_t)P * sizeof *in);
+        for (int i = 0; i < P; i++) in[i] = k->scratch + k->rdsp[i];
+        sum_f32(k->buf + k->dsp[me], in, P, (size_t)k->cnt[me]);
+        free(in);
+        k->phase = 1;
+        if (k->all) {
+            e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, k->buf, k->cnt, k->dsp, MPI_FLOAT,
+                                ((mp_impl *)c->impl)->mc, &r->rq);
+            if (e == MPI_SUCCESS) return 0;
+            rc = mpi_error(e, "ireduce (iallgatherv) on rank %d of %d", me, P);
+        }
+    }
+    *done = 1;
+    coll_free(k);
+    free(r);
+    return rc;
+}
+
+static int mp_allgather_f32(comm *c, float *buf, size_t n) {
+    if (check_counts(c, n, "allgather")) return -1;
+    if (c->size == 1 || n == 0) return 0;
+    int *cnt = pt_malloc(2 * (size_t)c->size * sizeof *cnt);
+    slices(n, c->size, cnt, cnt + c->size);
+    int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, cnt, cnt + c->size, MPI_FLOAT,
+                           ((mp_impl *)c->impl)->mc);
+    free(cnt);
+    return e == MPI_SUCCESS ? 0 : mpi_error(e, "allgather on rank %d of %d", c->rank, c->size);
 }
 
 static int mp_barrier(comm *c) {
@@ -259,6 +362,7 @@ static const comm_vtable mp_vtable = {
     .name = "mpi",
     .isend = mp_isend, .irecv = mp_irecv, .test = mp_test, .wait = mp_wait,
     .allreduce_f32 = mp_allreduce_f32, .allreduce_f64 = mp_allreduce_f64,
+    .ireduce_f32 = mp_ireduce_f32, .allgather_f32 = mp_allgather_f32,
     .barrier = mp_barrier, .split = mp_split, .abort = mp_abort, .free = mp_free,
 };
 

@@ -1,6 +1,7 @@
 /* Threads transport: the ranks of a job are threads of one process sharing one "world" (a mutex,
  * a condition variable per rank, a mailbox per rank). A message is handed over with one memcpy,
- * done by whichever side arrives second; collectives meet at a generation-counting barrier.
+ * done by whichever side arrives second; collectives meet at a generation-counting barrier; a
+ * non-blocking reduction is a shared operation each member advances in its own test and wait.
  * Not a general message queue: no wildcards, no cancel, no progress thread (none is needed).
  *
  * Locking: one mutex per world guards every queue, request state and collective state. Buffer
@@ -16,7 +17,10 @@
 
 enum { REQ_QUEUED, REQ_COPYING, REQ_DONE, REQ_FAILED };
 
-/* A send or receive request. While REQ_QUEUED it sits in a mailbox queue of its world. */
+struct tw_coll;
+
+/* A send or receive request (or a non-blocking collective's, coll != NULL). While REQ_QUEUED a
+ * message request sits in a mailbox queue of its world. */
 typedef struct tw_req {
     struct tw_req *next;
     struct tw_req *live_prev, *live_next;   /* the owner endpoint's requests not yet reported */
@@ -28,7 +32,24 @@ typedef struct tw_req {
     void *buf;                  /* receive: destination; send: source (never written) */
     size_t bytes;
     char err[256];              /* REQ_FAILED: why */
+    struct tw_coll *coll;       /* a non-blocking collective: its shared state */
+    int phase;                  /* collective: 0 posted, 1 own slice summed, 2 others' copied */
 } tw_req;
+
+/* One non-blocking collective of a group (ireduce), shared by its members' requests. Each member
+ * sums its own slice of every member's buffer (rank order) into its own buffer once all have
+ * posted, then (all = 1) copies the other members' summed slices; a member's request completes
+ * when nobody reads its buffer any more (all summed, or all copied). */
+typedef struct tw_coll {
+    struct tw_coll *next;
+    unsigned seq;               /* the group's k-th non-blocking collective */
+    size_t n;
+    int all;
+    float **bufs;               /* [size] each member's buffer, as posted */
+    int posted, summed, copied, refs;
+    int failed;
+    char err[256];
+} tw_coll;
 
 typedef struct { tw_req *head, *tail; } tw_queue;
 
@@ -59,6 +80,8 @@ typedef struct tw_group {
     size_t scratch_cap;
     int failed;                 /* the last arriver found an error (err) for this generation */
     char err[256];
+    tw_coll *colls;             /* non-blocking collectives not yet completed by every member */
+    unsigned *coll_seq;         /* [size] number of non-blocking collectives each rank posted */
 } tw_group;
 
 /* One rank's endpoint of a communicator, with its requests not yet reported done (freed by
@@ -104,12 +127,23 @@ static tw_group *group_new(tw_world *w, int n, const int *members) {
     g->counts = pt_calloc(n, sizeof *g->counts);
     g->colors = pt_calloc(n, sizeof *g->colors);
     g->split_out = pt_calloc(n, sizeof *g->split_out);
+    g->coll_seq = pt_calloc(n, sizeof *g->coll_seq);
     return g;
 }
 
+static void coll_free(tw_coll *op) {
+    free(op->bufs);
+    free(op);
+}
+
 static void group_free(tw_group *g) {
+    while (g->colls) {
+        tw_coll *op = g->colls;
+        g->colls = op->next;
+        coll_free(op);
+    }
     free(g->members); free(g->bufs); free(g->counts); free(g->colors);
-    free(g->split_out); free(g->scratch); free(g);
+    free(g->split_out); free(g->scratch); free(g->coll_seq); free(g);
 }
 
 static comm *endpoint_new(tw_group *g, int rank) {
@@ -276,13 +310,21 @@ static int req_pending(const tw_req *r) {
     return r->state == REQ_QUEUED || r->state == REQ_COPYING;
 }
 
+static int coll_timeout_error(comm *c, const tw_req *r, double timeout);
+static void coll_progress(comm *c, tw_req *r, int *done);
+static int coll_finish(comm *c, tw_req *r);
+
 static int tw_test(comm *c, comm_req *req, int *done) {
     tw_world *w = ep_group(c)->w;
     tw_req *r = (tw_req *)req;
     int rc = 0;
     *done = 0;
     pthread_mutex_lock(&w->mu);
-    if (!req_pending(r)) { *done = 1; rc = req_finish_locked(c, r); }
+    if (r->coll) {
+        coll_progress(c, r, done);
+        if (*done) rc = coll_finish(c, r);
+        else if (w->aborted) rc = abort_error(w);
+    } else if (!req_pending(r)) { *done = 1; rc = req_finish_locked(c, r); }
     else if (w->aborted) rc = abort_error(w);
     pthread_mutex_unlock(&w->mu);
     return rc;
@@ -309,6 +351,23 @@ static int timeout_error(comm *c, const tw_req *r, double timeout) {
                      r->tag, r->bytes, world, r->is_send ? "posted the receive" : "sent");
 }
 
+/* wait for a collective request: progress, sleep, until done, the deadline or an abort. Caller
+ * holds the lock. */
+static int coll_wait_locked(comm *c, tw_req *r, double timeout, const struct timespec *dl) {
+    tw_world *w = ep_group(c)->w;
+    for (;;) {
+        int done = 0;
+        coll_progress(c, r, &done);
+        if (done) return coll_finish(c, r);
+        if (w->aborted) return abort_error(w);
+        if (timeout <= 0) pthread_cond_wait(&w->wake[c->world_rank], &w->mu);
+        else if (pthread_cond_timedwait(&w->wake[c->world_rank], &w->mu, dl) == ETIMEDOUT) {
+            coll_progress(c, r, &done);
+            return done ? coll_finish(c, r) : coll_timeout_error(c, r, timeout);
+        }
+    }
+}
+
 /* Sleeps on this rank's condition variable until r completes, the deadline, or an abort. On a
  * timeout or an abort the request stays pending (wait again, or comm_free drops it). */
 static int tw_wait(comm *c, comm_req *req, double timeout) {
@@ -317,6 +376,11 @@ static int tw_wait(comm *c, comm_req *req, double timeout) {
     struct timespec dl = deadline_after(timeout > 0 ? timeout : 0);
     int rc = 0, timed_out = 0;
     pthread_mutex_lock(&w->mu);
+    if (r->coll) {
+        rc = coll_wait_locked(c, r, timeout, &dl);
+        pthread_mutex_unlock(&w->mu);
+        return rc;
+    }
     while (req_pending(r) && !w->aborted && !timed_out) {
         if (timeout > 0)
             timed_out = pthread_cond_timedwait(&w->wake[c->world_rank], &w->mu, &dl) == ETIMEDOUT;
@@ -425,6 +489,159 @@ static int tw_allreduce_f64(comm *c, double *buf, size_t n) {
     return tw_allreduce(c, buf, n, sizeof *buf, sum_f64);
 }
 
+/* Last arriver of an allgather: all counts must agree. */
+static void allgather_check(tw_group *g, void *arg) {
+    for (int i = 1; i < g->size; i++) {
+        if (g->counts[i] == g->counts[0]) continue;
+        snprintf(g->err, sizeof g->err, "threads: allgather: rank 0 passed %zu elements, rank %d "
+                 "passed %zu", g->counts[0], i, g->counts[i]);
+        g->failed = 1;
+        return;
+    }
+}
+
+/* Every rank publishes its buffer; after a barrier each copies the others' slices; a second
+ * barrier keeps every buffer unchanged until all have copied. */
+static int tw_allgather_f32(comm *c, float *buf, size_t n) {
+    tw_group *g = ep_group(c);
+    pthread_mutex_lock(&g->w->mu);
+    g->bufs[c->rank] = buf;
+    g->counts[c->rank] = n;
+    pthread_mutex_unlock(&g->w->mu);
+    if (group_sync(c, allgather_check, NULL)) return -1;
+    for (int j = 0; j < c->size; j++) {
+        size_t lo, hi;
+        comm_slice(n, j, c->size, &lo, &hi);
+        if (j != c->rank && hi > lo) memcpy(buf + lo, (const float *)g->bufs[j] + lo, (hi - lo) * sizeof *buf);
+    }
+    return group_sync(c, NULL, NULL);
+}
+
+/* ---- non-blocking collectives ---------------------------------------------------------- */
+
+static void group_wake(tw_group *g) {
+    for (int i = 0; i < g->size; i++) pthread_cond_broadcast(&g->w->wake[g->members[i]]);
+}
+
+/* The group's non-blocking collective number seq, made by the first member to post it. Caller
+ * holds the lock. */
+static tw_coll *coll_get(tw_group *g, unsigned seq, size_t n, int all) {
+    tw_coll **at = &g->colls;
+    for (; *at; at = &(*at)->next)
+        if ((*at)->seq == seq) return *at;
+    tw_coll *op = pt_calloc(1, sizeof *op);
+    op->seq = seq;
+    op->n = n;
+    op->all = all;
+    op->refs = g->size;
+    op->bufs = pt_calloc((size_t)g->size, sizeof *op->bufs);
+    *at = op;
+    return op;
+}
+
+/* A member is done with op (completed or dropped); the last one frees it. Caller holds the lock. */
+static void coll_unref(tw_group *g, tw_coll *op) {
+    if (--op->refs) return;
+    tw_coll **at = &g->colls;
+    while (*at != op) at = &(*at)->next;
+    *at = op->next;
+    coll_free(op);
+}
+
+static int tw_ireduce_f32(comm *c, float *buf, size_t n, int all, comm_req **out) {
+    tw_group *g = ep_group(c);
+    tw_world *w = g->w;
+    tw_req *r = pt_calloc(1, sizeof *r);
+    r->ctx = g->ctx;
+    r->src = r->dst = c->world_rank;
+    r->src_rank = r->dst_rank = c->rank;
+    r->buf = buf;
+    r->bytes = n * sizeof *buf;
+    pthread_mutex_lock(&w->mu);
+    if (w->aborted) {
+        pthread_mutex_unlock(&w->mu);
+        free(r);
+        return abort_error(w);
+    }
+    tw_coll *op = coll_get(g, g->coll_seq[c->rank]++, n, all != 0);
+    if ((op->n != n || op->all != (all != 0)) && !op->failed) {
+        op->failed = 1;
+        snprintf(op->err, sizeof op->err, "threads: ireduce: rank %d passed %zu elements (all %d), "
+                 "another rank %zu (all %d)", c->rank, n, all != 0, op->n, op->all);
+    }
+    op->bufs[c->rank] = buf;
+    if (++op->posted == g->size || op->failed) group_wake(g);
+    r->coll = op;
+    live_link(c, r);
+    pthread_mutex_unlock(&w->mu);
+    *out = (comm_req *)r;
+    return 0;
+}
+
+/* out[lo, hi) = ((in[0] + in[1]) + in[2]) + ... element by element (rank order, as sum_f32);
+ * out may be one of the inputs. */
+static void sum_slice_inplace(float *out, float *const *in, int k, size_t lo, size_t hi) {
+    enum { BLK = 2048 };
+    float acc[BLK];
+    for (size_t b = lo; b < hi; b += BLK) {
+        size_t m = hi - b < BLK ? hi - b : BLK;
+        memcpy(acc, in[0] + b, m * sizeof *acc);
+        for (int j = 1; j < k; j++)
+            for (size_t i = 0; i < m; i++) acc[i] += in[j][b + i];
+        memcpy(out + b, acc, m * sizeof *acc);
+    }
+}
+
+/* Takes r as far as it can go without waiting (the lock is released around the arithmetic):
+ * its own slice summed once all posted, the others' slices copied once all summed (all = 1).
+ * *done when it completed (or the collective failed). Caller holds the lock. */
+static void coll_progress(comm *c, tw_req *r, int *done) {
+    tw_coll *op = r->coll;
+    tw_group *g = ep_group(c);
+    int me = c->rank, P = g->size;
+    size_t lo, hi;
+    *done = op->failed;
+    if (op->failed) return;
+    if (r->phase == 0) {
+        if (op->posted < P) return;
+        comm_slice(op->n, me, P, &lo, &hi);
+        pthread_mutex_unlock(&g->w->mu);
+        sum_slice_inplace(op->bufs[me], op->bufs, P, lo, hi);
+        pthread_mutex_lock(&g->w->mu);
+        r->phase = 1;
+        if (++op->summed == P) group_wake(g);
+    }
+    if (op->summed < P) return;
+    if (!op->all) { *done = 1; return; }
+    if (r->phase == 1) {
+        pthread_mutex_unlock(&g->w->mu);
+        for (int j = 0; j < P; j++) {
+            comm_slice(op->n, j, P, &lo, &hi);
+            if (j != me && hi > lo) memcpy(op->bufs[me] + lo, op->bufs[j] + lo, (hi - lo) * sizeof(float));
+        }
+        pthread_mutex_lock(&g->w->mu);
+        r->phase = 2;
+        if (++op->copied == P) group_wake(g);
+    }
+    *done = op->copied == P;
+}
+
+/* Reports a finished collective request (freeing it). Caller holds the lock. */
+static int coll_finish(comm *c, tw_req *r) {
+    int rc = r->coll->failed ? pt_seterr("%s", r->coll->err) : 0;
+    coll_unref(ep_group(c), r->coll);
+    live_unlink(c, r);
+    free(r);
+    return rc;
+}
+
+static int coll_timeout_error(comm *c, const tw_req *r, double timeout) {
+    return pt_seterr("threads: rank %d timed out after %.3g s in a non-blocking reduction of %zu "
+                     "floats over %d ranks (world rank %d): %d of them posted it, %d summed",
+                     c->rank, timeout, r->coll->n, c->size, c->world_rank, r->coll->posted,
+                     r->coll->summed);
+}
+
 /* Last arriver of a split: one new group per colour >= 0, members in parent rank order. */
 static void split_build(tw_group *g, void *arg) {
     int *members = pt_malloc(g->size * sizeof *members);
@@ -483,6 +700,12 @@ static void tw_free(comm *c) {
     pthread_mutex_lock(&w->mu);
     while (ep->live) {
         tw_req *r = ep->live;
+        if (r->coll) {
+            coll_unref(g, r->coll);
+            live_unlink(c, r);
+            free(r);
+            continue;
+        }
         while (r->state == REQ_COPYING) pthread_cond_wait(&w->wake[c->world_rank], &w->mu);
         if (r->state == REQ_QUEUED) queue_remove(r->is_send ? &w->sends[r->dst] : &w->recvs[r->dst], r);
         live_unlink(c, r);
@@ -500,6 +723,7 @@ static const comm_vtable tw_vtable = {
     .name = "threads",
     .isend = tw_isend, .irecv = tw_irecv, .test = tw_test, .wait = tw_wait,
     .allreduce_f32 = tw_allreduce_f32, .allreduce_f64 = tw_allreduce_f64,
+    .ireduce_f32 = tw_ireduce_f32, .allgather_f32 = tw_allgather_f32,
     .barrier = tw_barrier, .split = tw_split, .abort = tw_abort, .free = tw_free,
 };
 

@@ -1,9 +1,10 @@
-/* GPT-2 model storage: the flat parameter and gradient buffers, their per-layer contiguous
- * layout, the tensor table (Hugging Face names, shapes, decay flags), the tied tensors, and GPT-2
- * initialisation. Not here: the layer computations (gpt_layers.c), the single-process drivers
- * (gpt_run.c), file I/O (gpt_io.c). */
+/* GPT-2 model storage: the flat parameter and gradient buffers (of every layer, or of a range of
+ * them: a partial model), their per-layer contiguous layout, the tensor table (Hugging Face
+ * names, shapes, decay flags), the tied tensors, and GPT-2 initialisation. Not here: the layer
+ * computations (gpt_layers.c), the single-process drivers (gpt_run.c), file I/O (gpt_io.c). */
 #include "model/gpt.h"
 #include "util/pt.h"
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,19 @@ static size_t block_floats(const gpt_config *c) {
     return 12 * C * C + 13 * C;   /* ln 4C, qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C, fcproj 4C^2+C */
 }
 
-/* Appends one tensor to the table at the cursor; sets its param/grad pointers. */
+/* Offset of a tensor or layer a partial model does not hold: far outside any buffer, so a use
+ * that forgot to ask gpt_holds_layer faults instead of reading another tensor. */
+#define OFF_NONE ((size_t)1 << 60)
+
+/* First float of layer i (0..L+2) in the whole model's layout. */
+static size_t layer_start(const gpt_config *c, int i) {
+    if (i == 0) return 0;
+    size_t off = embed_floats(c) + (size_t)(i - 1 <= c->n_layer ? i - 1 : c->n_layer) * block_floats(c);
+    return i == c->n_layer + 2 ? off + 2 * (size_t)c->n_embd : off;
+}
+
+/* Appends one tensor to the table at the cursor (the whole model's layout); a held tensor gets
+ * its offset in m's buffers and its param/grad pointers, another OFF_NONE and NULL. */
 static void gpt_add_tensor(gpt_model *m, size_t *cur, const char *name, int s0, int s1,
                            int layer, int decay, float **pw, float **pg) {
     gpt_param_info *pi = &m->info[m->n_info++];
@@ -28,12 +41,16 @@ static void gpt_add_tensor(gpt_model *m, size_t *cur, const char *name, int s0, 
     pi->ndim = s1 ? 2 : 1;
     pi->shape[0] = s0;
     pi->shape[1] = s1;
-    pi->offset = *cur;
     pi->count = (size_t)s0 * (s1 ? s1 : 1);
     pi->layer = layer;
     pi->decay = decay;
-    *pw = m->params + *cur;
-    *pg = m->grads + *cur;
+    pi->offset = OFF_NONE;
+    *pw = *pg = NULL;
+    if (gpt_holds_layer(m, layer)) {
+        pi->offset = *cur - layer_start(&m->cfg, m->first_layer);
+        *pw = m->params + pi->offset;
+        *pg = m->grads + pi->offset;
+    }
     *cur += pi->count;
 }
 
@@ -60,36 +77,53 @@ static void gpt_add_block(gpt_model *m, size_t *cur, int i) {
 #undef ADD
 }
 
+size_t gpt_config_num_params(const gpt_config *cfg) { return layer_start(cfg, cfg->n_layer + 2); }
+
 int gpt_init(gpt_model *m, const gpt_config *cfg) {
+    return gpt_init_layers(m, cfg, 0, cfg->n_layer + 2);
+}
+
+/* params and grads of n floats; -1 naming the model and what it asked for. */
+static int gpt_alloc(gpt_model *m, size_t n) {
+    if (n == 0) return 0;
+    m->params = pt_falloc_try(n);
+    m->grads = m->params ? pt_falloc_try(n) : NULL;
+    if (m->grads) return 0;
+    const gpt_config *c = &m->cfg;
+    double gib = 2.0 * n * sizeof(float) / (1 << 30);
+    return pt_seterr("model of %d layers, %d channels, vocab %d (layers %d..%d here): %.3g GiB for "
+                     "parameters and gradients cannot be allocated (a smaller config, or more "
+                     "pipeline stages over MPI)", c->n_layer, c->n_embd, c->vocab_size,
+                     m->first_layer, m->end_layer - 1, gib);
+}
+
+int gpt_init_layers(gpt_model *m, const gpt_config *cfg, int first, int end) {
     memset(m, 0, sizeof *m);
     if (gpt_config_validate(cfg, NULL) < 0) return -1;
-    m->cfg = *cfg;
     int L = cfg->n_layer, C = cfg->n_embd;
-    m->num_params = embed_floats(cfg) + (size_t)L * block_floats(cfg) + 2 * (size_t)C;
-    m->params = pt_falloc_try(m->num_params);
-    m->grads = m->params ? pt_falloc_try(m->num_params) : NULL;
-    if (!m->grads) {
-        double gib = 2.0 * m->num_params * sizeof(float) / (1 << 30);
+    if (first < 0 || end < first || end > L + 2)
+        return pt_seterr("gpt_init_layers: layers [%d, %d) outside [0, %d)", first, end, L + 2);
+    m->cfg = *cfg;
+    m->first_layer = first;
+    m->end_layer = end;
+    m->num_params = gpt_config_num_params(cfg);
+    m->n_held = layer_start(cfg, end) - layer_start(cfg, first);
+    if (gpt_alloc(m, m->n_held) < 0) {
         gpt_free(m);
-        return pt_seterr("model of %d layers, %d channels, vocab %d: %.3g GiB for parameters and "
-                         "gradients cannot be allocated (a smaller config, or more pipeline stages "
-                         "over MPI)", L, C, cfg->vocab_size, gib);
+        return -1;
     }
     m->w.h = pt_calloc((size_t)L, sizeof *m->w.h);
     m->g.h = pt_calloc((size_t)L, sizeof *m->g.h);
     m->info = pt_calloc((size_t)12 * L + 4, sizeof *m->info);
     m->layer_off = pt_calloc((size_t)L + 3, sizeof *m->layer_off);
+    for (int i = 0; i <= L + 2; i++)
+        m->layer_off[i] = i >= first && i <= end ? layer_start(cfg, i) - layer_start(cfg, first) : OFF_NONE;
     size_t cur = 0;
     gpt_add_tensor(m, &cur, "wte.weight", cfg->vocab_size, C, 0, 1, &m->w.wte, &m->g.wte);
     gpt_add_tensor(m, &cur, "wpe.weight", cfg->n_positions, C, 0, 1, &m->w.wpe, &m->g.wpe);
-    for (int i = 0; i < L; i++) {
-        m->layer_off[i + 1] = cur;
-        gpt_add_block(m, &cur, i);
-    }
-    m->layer_off[L + 1] = cur;
+    for (int i = 0; i < L; i++) gpt_add_block(m, &cur, i);
     gpt_add_tensor(m, &cur, "ln_f.weight", C, 0, L + 1, 0, &m->w.lnfw, &m->g.lnfw);
     gpt_add_tensor(m, &cur, "ln_f.bias", C, 0, L + 1, 0, &m->w.lnfb, &m->g.lnfb);
-    m->layer_off[L + 2] = cur;
     m->ties[m->n_ties++] = (gpt_tie){ .param = 0, .owner = 0, .user = L + 1 };   /* wte = LM head */
     return 0;
 }
@@ -112,24 +146,47 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* Advances rng past n normals without computing them (pt_rng_normal takes two uniforms). */
+static void rng_skip_normals(pt_rng *rng, size_t n) {
+    for (size_t k = 0; k < 2 * n; k++) (void)pt_rng_uniform(rng);
+}
+
+/* Elements [start, start+n) of tensor pi into p, with rng at the tensor's first number. */
+static void init_tensor(const gpt_model *m, const gpt_param_info *pi, pt_rng *rng, size_t start,
+                        size_t n, float *p) {
+    if (pi->ndim == 1) {   /* biases 0, layernorm weights 1; no numbers drawn */
+        float v = ends_with(pi->name, ".weight") ? 1.0f : 0.0f;
+        for (size_t k = 0; k < n; k++) p[k] = v;
+        return;
+    }
+    double sd = ends_with(pi->name, "c_proj.weight") ? INIT_STD / sqrt(2.0 * m->cfg.n_layer) : INIT_STD;
+    rng_skip_normals(rng, start);
+    for (size_t k = 0; k < n; k++) p[k] = (float)(sd * pt_rng_normal(rng));
+    rng_skip_normals(rng, pi->count - start - n);
+}
+
 void gpt_init_random(gpt_model *m, uint64_t seed) {
     pt_rng rng;
     pt_rng_seed(&rng, seed);
-    double resid_std = INIT_STD / sqrt(2.0 * m->cfg.n_layer);
-    for (int i = 0; i < m->n_info; i++) {
+    for (int i = 0; i < m->n_info && m->info[i].layer < m->end_layer; i++) {
         const gpt_param_info *pi = &m->info[i];
-        float *p = m->params + pi->offset;
-        if (pi->ndim == 1) {   /* biases 0, layernorm weights 1 */
-            float v = ends_with(pi->name, ".weight") ? 1.0f : 0.0f;
-            for (size_t k = 0; k < pi->count; k++) p[k] = v;
-            continue;
-        }
-        double sd = ends_with(pi->name, "c_proj.weight") ? resid_std : INIT_STD;
-        for (size_t k = 0; k < pi->count; k++) p[k] = (float)(sd * pt_rng_normal(&rng));
+        if (gpt_holds_layer(m, pi->layer)) init_tensor(m, pi, &rng, 0, pi->count, m->params + pi->offset);
+        else if (pi->ndim == 2) rng_skip_normals(&rng, pi->count);
     }
 }
 
-void gpt_zero_grad(gpt_model *m) { memset(m->grads, 0, m->num_params * sizeof *m->grads); }
+void gpt_init_random_slice(const gpt_model *m, uint64_t seed, int param, size_t start, size_t n,
+                           float *out) {
+    pt_rng rng;
+    pt_rng_seed(&rng, seed);
+    for (int i = 0; i < param; i++)
+        if (m->info[i].ndim == 2) rng_skip_normals(&rng, m->info[i].count);
+    init_tensor(m, &m->info[param], &rng, start, n, out);
+}
+
+void gpt_zero_grad(gpt_model *m) {
+    if (m->n_held) memset(m->grads, 0, m->n_held * sizeof *m->grads);
+}
 
 int gpt_num_layers(const gpt_model *m) { return m->cfg.n_layer + 2; }
 
@@ -137,11 +194,18 @@ gpt_layer_kind gpt_layer_kind_of(const gpt_model *m, int layer) {
     return layer == 0 ? GPT_LAYER_EMBED : layer <= m->cfg.n_layer ? GPT_LAYER_BLOCK : GPT_LAYER_HEAD;
 }
 
+int gpt_holds_layer(const gpt_model *m, int layer) {
+    return layer >= m->first_layer && layer < m->end_layer;
+}
+
 void gpt_layer_param_span(const gpt_model *m, int layer, size_t *offset, size_t *count) {
     gpt_layers_param_span(m, layer, layer + 1, offset, count);
 }
 
 void gpt_layers_param_span(const gpt_model *m, int first, int end, size_t *offset, size_t *count) {
+    *offset = *count = 0;
+    if (first == end) return;
+    assert(first >= m->first_layer && end <= m->end_layer && first < end && "layers not held");
     *offset = m->layer_off[first];
     *count = m->layer_off[end] - m->layer_off[first];
 }

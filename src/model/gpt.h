@@ -65,14 +65,21 @@ typedef struct {
 } gpt_tie;
 #define GPT_MAX_TIES 2
 
+/* A model may hold every layer (gpt_init) or only a contiguous range of them (gpt_init_layers: a
+ * pipeline stage's share). Its tables always describe every tensor of the whole model, but
+ * offsets (gpt_param_info.offset, layer_off, gpt_layers_param_span) index its own buffers and
+ * mean something only for the layers it holds (gpt_holds_layer); the named pointers of a tensor
+ * it does not hold are NULL. A whole model is the range [0, L+2). */
 typedef struct {
     gpt_config cfg;
-    size_t num_params;          /* floats in params (and in grads) */
-    float *params;              /* (num_params) flat, 64-byte aligned, owned */
-    float *grads;               /* (num_params) flat, owned */
+    size_t num_params;          /* floats in the whole model (every layer, held or not) */
+    size_t n_held;              /* floats in params (and in grads): num_params for a whole model */
+    int first_layer, end_layer; /* layers [first_layer, end_layer) are held */
+    float *params;              /* (n_held) flat, 64-byte aligned, owned */
+    float *grads;               /* (n_held) flat, owned */
     gpt_tensors w;              /* named pointers into params */
     gpt_tensors g;              /* named pointers into grads */
-    size_t *layer_off;          /* [L+3]: layer i spans [layer_off[i], layer_off[i+1]) */
+    size_t *layer_off;          /* [L+3]: held layer i spans [layer_off[i], layer_off[i+1]) */
     gpt_param_info *info;       /* [n_info] in layout order */
     int n_info;
     gpt_tie ties[GPT_MAX_TIES]; /* [n_ties] tied tensors (gpt_tie_at) */
@@ -134,21 +141,36 @@ const gpt_layer_ops *gpt_layer_ops_of(const gpt_model *m, int layer);
 /* Validates cfg and allocates params and grads (zeroed) and the tables. Returns 0, or -1 with
  * the config error. Free with gpt_free (also safe on a zeroed struct after a failed init). */
 int gpt_init(gpt_model *m, const gpt_config *cfg);
+/* The same for a partial model holding layers [first, end) only (0 <= first <= end <= L+2; an
+ * empty range holds nothing: the config and tables alone). Its buffers hold n_held floats. */
+int gpt_init_layers(gpt_model *m, const gpt_config *cfg, int first, int end);
 void gpt_free(gpt_model *m);
+/* Floats of every parameter of a config's model (what gpt_init's num_params will be). */
+size_t gpt_config_num_params(const gpt_config *cfg);
 /* GPT-2 initialisation from pt_rng(seed): weights and embeddings normal(0, 0.02), residual
  * projections (attn.c_proj.weight, mlp.c_proj.weight) normal(0, 0.02/sqrt(2L)), biases 0,
- * layernorm weights 1. Deterministic for a seed; draws tensors in layout order. */
+ * layernorm weights 1. Deterministic for a seed; draws tensors in layout order, so a partial
+ * model gets exactly the values the whole model has in its layers (it draws, and drops, the
+ * numbers of the layers before them). */
 void gpt_init_random(gpt_model *m, uint64_t seed);
-/* grads = 0. */
+/* Elements [start, start + n) of tensor `param` as gpt_init_random(seed) makes them (for a
+ * tensor a partial model does not hold, e.g. a tied copy). */
+void gpt_init_random_slice(const gpt_model *m, uint64_t seed, int param, size_t start, size_t n,
+                           float *out);
+/* grads = 0 (the held layers'). */
 void gpt_zero_grad(gpt_model *m);
 
 /* ---- layers ------------------------------------------------------------------------------ */
 int gpt_num_layers(const gpt_model *m);                     /* L + 2 */
 gpt_layer_kind gpt_layer_kind_of(const gpt_model *m, int layer);
-/* Layer's span of params and grads: floats [*offset, *offset + *count). The spans of layers
- * 0..L+1 tile [0, num_params) in order. The head's span is ln_f only (its wte is layer 0's). */
+/* 1 when m holds layer's parameters (a whole model holds every layer). */
+int gpt_holds_layer(const gpt_model *m, int layer);
+/* Layer's span of params and grads: floats [*offset, *offset + *count). The spans of the held
+ * layers tile [0, n_held) in order. The head's span is ln_f only (its wte is layer 0's).
+ * The layer must be held (an assert says so otherwise). */
 void gpt_layer_param_span(const gpt_model *m, int layer, size_t *offset, size_t *count);
-/* The span of layers [first, end) (contiguous, since layer spans tile the buffer in order). */
+/* The span of layers [first, end) (contiguous, since layer spans tile the buffer in order); every
+ * one of them held (first == end: an empty span). */
 void gpt_layers_param_span(const gpt_model *m, int first, int end, size_t *offset, size_t *count);
 /* Tied tensors (see gpt_tie above): how many, and the i-th (NULL if out of range). */
 int gpt_tie_count(const gpt_model *m);
@@ -186,9 +208,10 @@ int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tie
                               const float *act, float *scratch, int B, int T);
 
 /* ---- whole model, one process ------------------------------------------------------------ */
-/* F, then B and W of every layer on one batch; gradients accumulate (+=) into m->grads, *loss
- * gets the mean cross-entropy. tokens, targets (B,T). Not reentrant on one model (it keeps its
- * buffers in m). Returns 0, or -1 (bad token, T > maxT). */
+/* These three need a whole model (gpt_init). F, then B and W of every layer on one batch;
+ * gradients accumulate (+=) into m->grads, *loss gets the mean cross-entropy. tokens, targets
+ * (B,T). Not reentrant on one model (it keeps its buffers in m). Returns 0, or -1 (bad token,
+ * T > maxT). */
 int gpt_forward_backward(gpt_model *m, const int *tokens, const int *targets, int B, int T,
                          float *loss);
 /* Forward only: logits (B,T,V) for tokens (B,T). Same reentrancy and errors as above. */
@@ -203,7 +226,7 @@ const gpt_param_info *gpt_param_info_at(const gpt_model *m, int i);   /* NULL if
 /* Index of the tensor with this HF name (with or without "transformer."), or -1. */
 int gpt_param_find(const gpt_model *m, const char *name);
 /* Model FLOPs of one training step (F+B+W) on B x T tokens: 6*N*B*T + 6*L*B*T*T*C, with N the
- * parameter count without the position embedding. */
+ * whole model's parameter count without the position embedding. */
 double gpt_flops_per_step(const gpt_model *m, int B, int T);
 
 #endif

@@ -37,6 +37,7 @@ int gpt_load_st(gpt_model *m, const st_file *f, int *prefixed) {
     for (int i = 0; i < gpt_param_count(m); i++) {
         const gpt_param_info *pi = gpt_param_info_at(m, i);
         int64_t shape[2] = {pi->shape[0], pi->shape[1]};
+        if (!gpt_holds_layer(m, pi->layer)) continue;   /* a partial model: its layers only */
         snprintf(name, sizeof name, "%s%s", pref ? HF_PREFIX : "", pi->name);
         if (st_read_f32(f, name, m->params + pi->offset, pi->ndim, shape) < 0) return -1;
     }
@@ -53,7 +54,7 @@ int gpt_load_st(gpt_model *m, const st_file *f, int *prefixed) {
         return pt_seterr("%s: unexpected tensor '%s' (not a GPT-2 parameter of this config)",
                          st_path(f), t->name);
     }
-    if (lm && check_lm_head(m, f, lm) < 0) return -1;
+    if (lm && m->w.wte && check_lm_head(m, f, lm) < 0) return -1;
     if (prefixed) *prefixed = pref;
     return 0;
 }
@@ -71,6 +72,7 @@ int gpt_add_to_writer(const gpt_model *m, st_writer *w, const float *buf, const 
     for (int i = 0; i < gpt_param_count(m); i++) {
         const gpt_param_info *pi = gpt_param_info_at(m, i);
         int64_t shape[2] = {pi->shape[0], pi->shape[1]};
+        if (!gpt_holds_layer(m, pi->layer)) continue;
         snprintf(name, sizeof name, "%s%s", prefix ? prefix : "", pi->name);
         if (st_writer_add(w, name, ST_F32, pi->ndim, shape, buf + pi->offset) < 0) return -1;
     }

@@ -8,7 +8,8 @@
 #include "model/gpt.h"
 
 /* Loads every parameter of m from the open file (converting F16/BF16/F64 to float), checking
- * each shape against m's config. A missing tensor, a wrong shape, an unknown tensor name or an
+ * each shape against m's config (a partial model: those of its layers; the others must still be
+ * GPT-2 names). A missing tensor, a wrong shape, an unknown tensor name or an
  * untied lm_head: -1 with an error naming the file and tensor. *prefixed (may be NULL) is set to
  * 1 when the file used the "transformer." prefix. */
 int gpt_load_st(gpt_model *m, const st_file *f, int *prefixed);
@@ -21,9 +22,10 @@ int gpt_load_safetensors(gpt_model *m, const char *path, int *prefixed);
 int gpt_model_load(gpt_model *m, const char *config_path, const char *init_path, uint64_t seed,
                    int *prefixed);
 
-/* Adds one tensor per parameter to w, with data taken from buf (a flat buffer laid out like
- * m->params: the params themselves, the grads, an AdamW moment), named prefix + HF name
- * ("transformer.h.0.ln_1.weight" with prefix "transformer."). buf must outlive st_write. */
+/* Adds one tensor per parameter (of the layers m holds) to w, with data taken from buf (a flat
+ * buffer laid out like m->params: the params themselves, the grads, an AdamW moment), named
+ * prefix + HF name ("transformer.h.0.ln_1.weight" with prefix "transformer."). buf must outlive
+ * st_write. */
 int gpt_add_to_writer(const gpt_model *m, st_writer *w, const float *buf, const char *prefix);
 /* Writes m->params to path (names without prefix, metadata format=pt), atomically. */
 int gpt_save_safetensors(const gpt_model *m, const char *path);

@@ -61,13 +61,16 @@ void adamw_free(adamw_state *s) {
 
 void adamw_update_span(adamw_state *s, float *params, const float *grads, size_t off, size_t count,
                        double lr, double grad_scale, bool decay, int t, const optim_config *c) {
+    adamw_update(params + off, s->m + off, s->v + off, grads + off, count, lr, grad_scale, decay, t, c);
+}
+
+void adamw_update(float *p, float *m, float *v, const float *g, size_t count, double lr,
+                  double grad_scale, bool decay, int t, const optim_config *c) {
     const float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
     const float shrink = decay ? (float)(1.0 - lr * c->weight_decay) : 1.0f;
     const float step_size = (float)(lr / (1.0 - pow(c->beta1, t)));
     const float bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, t));
     const float scale = (float)grad_scale;
-    float *p = params + off, *m = s->m + off, *v = s->v + off;
-    const float *g = grads + off;
     for (size_t i = 0; i < count; i++) {
         float gi = scale == 1.0f ? g[i] : g[i] * scale;
         p[i] *= shrink;

@@ -51,5 +51,10 @@ void adamw_free(adamw_state *s);
  * whether weight decay applies to this span. Exactly torch.optim.AdamW's single-tensor update. */
 void adamw_update_span(adamw_state *s, float *params, const float *grads, size_t off, size_t count,
                        double lr, double grad_scale, bool decay, int t, const optim_config *c);
+/* The same update on n parameters p with gradients g and moments m, v wherever they live (a
+ * shard of the moments: ZeRO), element by element: the numbers do not depend on how a buffer
+ * is cut into calls. */
+void adamw_update(float *p, float *m, float *v, const float *g, size_t n, double lr,
+                  double grad_scale, bool decay, int t, const optim_config *c);
 
 #endif

@@ -31,7 +31,7 @@ static float *exec_act(const run_stage *st, int layer, int mb) {
     return st->act[layer - st->first][st->slot_of[mb]];
 }
 
-static const gpt_tied *exec_tied(const run_stage *st) { return st->has_copy ? st->tied : NULL; }
+static const gpt_tied *exec_tied(const run_stage *st) { return st->has_tied ? st->tied : NULL; }
 
 /* Gives mb a free activation set (spare: the extra set a recomputing forward uses). */
 static void exec_acquire(run_stage *st, int mb, int spare) {
@@ -55,13 +55,13 @@ static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, c
     float loss;
     for (int l = st->first; l < st->end; l++) {
         float *y;
-        unsigned io = gpt_layer_ops_of(st->m, l)->io;
+        unsigned io = gpt_layer_ops_of(&st->m, l)->io;
         const int *tk = io & GPT_IO_TOKENS ? exec_rows(e, tokens, mb)
                       : io & GPT_IO_TARGETS ? exec_rows(e, targets, mb) : NULL;
         if (io & GPT_IO_TARGETS) y = again ? &loss : &st->loss[mb];
         else if (l == st->end - 1 && !again) y = st->out[mb];
         else { y = e->tmp[k]; k ^= 1; }
-        if (gpt_layer_forward(st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch, y, x, tk, b, T) < 0)
+        if (gpt_layer_forward(&st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch, y, x, tk, b, T) < 0)
             return pt_adderr("stage %d F%d: ", st->g, mb);
         x = y;
     }
@@ -76,10 +76,10 @@ static void exec_backward_input(run_exec *e, run_stage *st, int mb) {
     int k = 0;
     for (int l = st->end - 1; l >= st->first; l--) {
         float *dx;
-        if (gpt_layer_ops_of(st->m, l)->io & GPT_IO_TOKENS) dx = NULL;   /* no input to grade */
+        if (gpt_layer_ops_of(&st->m, l)->io & GPT_IO_TOKENS) dx = NULL;   /* no input to grade */
         else if (l == st->first) dx = st->dxo[mb];
         else { dx = e->tmp[k]; k ^= 1; }
-        gpt_layer_backward_input(st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
+        gpt_layer_backward_input(&st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
                                  dx, dy, e->c.mb_rows, e->c.T);
         dy = dx;
     }
@@ -88,7 +88,7 @@ static void exec_backward_input(run_exec *e, run_stage *st, int mb) {
 /* W in reverse layer order, so a stage holding a tie's user and owner adds to it as one process. */
 static void exec_backward_weight(run_exec *e, run_stage *st, int mb) {
     for (int l = st->end - 1; l >= st->first; l--)
-        gpt_layer_backward_weight(st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
+        gpt_layer_backward_weight(&st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
                                   e->c.mb_rows, e->c.T);
 }
 

@@ -1,10 +1,12 @@
 /* Internal to the executor (src/run/exec_*.c, executor.c): one rank's state and the functions
  * its files share. Not public API: run/executor.h is. Each concern has its file:
- *   exec_state.c    stages, activation sets, boundary buffers, tied copies, sub-communicators
+ *   exec_state.c    stages (each with its own partial model), activation sets, boundary
+ *                   buffers, tied copies, sub-communicators
+ *   exec_group.c    reduction groups: what is reduced together, their buckets and moments
  *   exec_compute.c  F, B, W of a stage's layers on one microbatch (and recomputation)
  *   exec_stash.c    weight stashing for asynchronous schedules
  *   exec_comm.c     posting, completing and dropping sends and receives
- *   exec_reduce.c   gradient reduction (chunks, tied tensors, world), AdamW, zeroing
+ *   exec_reduce.c   gradient reduction (posting, completing), the norm, AdamW (ZeRO), zeroing
  *   executor.c      the walk over the action list, the timeline, the public calls
  *
  * The executor knows layers only through the model's kind table (gpt_layer_ops_of: what a layer
@@ -21,20 +23,23 @@
 typedef struct {
     float *w, *dw;                    /* (count) copy and its gradient; NULL: no copy of this tie */
     size_t count;
-    adamw_state opt;                  /* the copy's moments (its own AdamW step, same numbers) */
+    adamw_state opt;                  /* --zero 0: its moments when it is its group's home here */
 } exec_tie_copy;
 
 typedef struct {
     int g, chunk, pipe, first, end;   /* layers [first, end) */
     int prev, next;                   /* neighbour stages in the pipe, -1 at the ends */
     int prev_rank, next_rank;         /* world ranks of the neighbours (-1: none or local) */
-    gpt_model *m;
-    adamw_state *opt;
+    gpt_model m;                      /* the stage's own model: layers [first, end) only */
+    adamw_state opt;                  /* --zero 0: moments laid out like m.params, when the stage
+                                       * is the home of its chunk's group on this rank; else empty */
     exec_tie_copy copy[GPT_MAX_TIES]; /* [NT] private copies of tied tensors */
-    gpt_tied tied[GPT_MAX_TIES];      /* [NT] what the stage's layers read (copies or NULL) */
-    int has_copy;                     /* any copy: pass tied to the layers */
-    float ***act;                     /* [end-first][n_slots+1] activation sets of each layer */
+    gpt_tied tied[GPT_MAX_TIES];      /* [NT] what the stage's layers read (copies, a local
+                                       * owner stage's tensor, or NULL) */
+    int has_tied;                     /* any of them: pass tied to the layers */
+    float ***act;                     /* [end-first][n_sets] activation sets of each layer */
     int n_slots;                      /* sets held at once (the schedule's peak for this stage) */
+    int n_sets;                       /* n_slots, + 1 with --recompute (the forward's spare) */
     int *slot_of;                     /* [M] set of each microbatch, -1: none */
     int *slot_mb;                     /* [n_slots] microbatch in each set, -1: free */
     float **out;                      /* [M] (N,C) forward output (NULL for the last stage) */
@@ -42,11 +47,49 @@ typedef struct {
     float **dxo;                      /* [M] (N,C) input gradient (NULL at the first stage) */
     float **dyin;                     /* [M] (N,C) received output gradient (next remote) */
     float *loss;                      /* [M] last stage: mean loss of each microbatch */
+    size_t span_off, span_n;          /* the stage's parameter span in m (0, m.n_held) */
+    int last_w;                       /* index of its last W or BW in the rank's list, -1 */
+    int *writes, n_writes;            /* groups its W adds to (indices into e->grp) */
+    double w_end;                     /* when its last W ended this iteration */
     /* asynchronous schedules (pipedream): the weights each microbatch's F used */
-    size_t span_off, span_n;          /* the stage's parameter span */
     float **stash;                    /* [M] (span_n + copies) params at F */
     double *stash_sum;                /* [M] checksum of the stashed weights */
 } run_stage;
+
+/* A tensor inside a group's region: floats [off, off + n) of it, region-relative. */
+typedef struct { int param; size_t off, n; int decay; } exec_span;
+
+/* One reduction unit of a group: floats [off, off + n) of its region. This rank updates the
+ * slice [lo, hi) of it (--zero 1: comm_slice of its group rank; else all of it), with moments
+ * mm, vv of hi - lo floats (owned with --zero 1, else inside a stage's or copy's adamw_state). */
+typedef struct {
+    size_t off, n, lo, hi;
+    float *mm, *vv;
+    int owned;
+    comm_req *req;                    /* the reduction in flight, NULL when none */
+} exec_bucket;
+
+/* A reduction group: a region of gradients that every member rank holds, reduced over cm as one
+ * (the rank's own copies added in stage order first) and updated as one. Chunk c's group is its
+ * stages' span without the tied tensors they own (one group per contiguous piece); tie t's is
+ * the tensor, over its owner and every copy. Groups are kept in one global order (chunks 0..K-1,
+ * then ties), so collectives on the sub-communicators never cross. */
+typedef struct {
+    comm *cm;                         /* the members (not owned); NULL or size 1: this rank alone */
+    int chunk, tie;                   /* chunk c's piece (tie -1), or tie t's (chunk -1) */
+    int n_copies;
+    float **g, **w;                   /* [n_copies] each local copy's gradient, parameters */
+    int *copy_stage;                  /* [n_copies] index into e->st of each copy's stage */
+    size_t n;                         /* floats of the region */
+    exec_span *ts;                    /* [n_ts] the tensors in it, in order */
+    int n_ts;
+    exec_bucket *bk;                  /* [n_bk] in order */
+    int n_bk;
+    int n_writers, n_left;            /* local stages whose W adds to it; not yet done this step */
+    int posted;                       /* this iteration's reduction is posted */
+    int next_bk;                      /* buckets posted so far (one in flight at a time) */
+    double post_t, done_t;            /* when it was posted, seen complete */
+} exec_group;
 
 struct run_exec {
     run_exec_cfg c;
@@ -57,6 +100,9 @@ struct run_exec {
     float *scratch, *tmp[2];          /* per-thread scratch, (N,C) ping-pong buffers */
     comm **chunk_comm;                /* [K] ranks holding chunk c (NULL: not a member) */
     comm *tie_comm[GPT_MAX_TIES];     /* [NT] ranks holding tie t's owner or a copy */
+    exec_group *grp;                  /* [n_grp] this rank's groups, in the global order */
+    int n_grp;
+    int all;                          /* this iteration reduces whole gradients (not slices) */
     comm_req **recv_req;              /* [len] request of each RECV action, posted early */
     comm_req **send_req;              /* [len] pending sends */
     int *pend, n_pend;                /* indices of the pending sends, oldest first */
@@ -78,6 +124,10 @@ int exec_owns_tie(const run_exec *e, const run_stage *st, int t);
 /* Floats of the weights a stage reads: its span, then its private copies in tie order. */
 size_t exec_weights_n(const run_stage *st, int n_ties);
 
+/* exec_group.c */
+int exec_groups_init(run_exec *e);             /* groups, buckets, moments (from the source) */
+void exec_groups_free(run_exec *e);
+
 /* exec_compute.c */
 int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, const int *tgt);
 void exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, const int *tok,
@@ -97,10 +147,15 @@ int exec_finish_sends(run_exec *e);
 int exec_drop_requests(run_exec *e);
 
 /* exec_reduce.c */
-int exec_reduce_all(run_exec *e);
-int exec_reduce_stage(run_exec *e, run_stage *st);
+int exec_post_group(run_exec *e, exec_group *gr);      /* add copies, post its buckets */
+int exec_post_all(run_exec *e);                        /* every group not yet posted, in order */
+int exec_wait_group(run_exec *e, exec_group *gr);      /* its buckets complete, copies back */
+int exec_wait_all(run_exec *e);
+int exec_poll_groups(run_exec *e);                     /* progress without blocking */
+int exec_reduce_stage(run_exec *e, run_stage *st);     /* async: st's groups, now, blocking */
+int exec_norm(run_exec *e);                            /* adds the groups' sum of squares */
 int exec_reduce_world(run_exec *e, run_exec_stats *rs);
-void exec_adamw(run_exec *e, const optim_config *oc, int t, double lr, double scale);
+int exec_update(run_exec *e, const optim_config *oc, int t, double lr, double scale);
 void exec_zero_grads(run_exec *e);
 
 #endif

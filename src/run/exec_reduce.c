@@ -1,112 +1,156 @@
-/* An executor's gradient reduction and update: each chunk's gradients over its holders, each
- * tied tensor's over its owner and copies, the loss and squared norm over the world; AdamW on the
- * rank's spans and copies; zeroing. Not here: when they run (executor.c), the optimizer math
- * (optim/).
+/* An executor's gradient reduction and update, group by group (exec_group.c): the rank's own
+ * copies added, each bucket reduced over the group (non-blocking: posted at the stages' last W,
+ * or deferred, completed later), the sum of squares of the unique gradients, the loss and norm
+ * over the world, AdamW on what this rank updates (--zero 1: its slices, then the parameters
+ * gathered back), zeroing. Not here: when they run (executor.c), the optimizer math (optim/).
  *
  * Summation order (what makes results reproducible): a rank first adds its own copies of a
- * gradient (stage order), then the transport sums ranks in rank order; chunks reduce in order
- * 0..K-1, then the tied tensors in tie order, so collectives on sub-communicators never cross. */
+ * gradient (stage order), then the transport sums ranks in rank order, element by element, so
+ * neither buckets nor slices nor the time a reduction starts change a bit. The norm's sum of
+ * squares is taken per (bucket, slice) and added in that order, whoever computed the pieces, so
+ * --zero 0 and --zero 1 give the same norm, bitwise. Groups are handled in one global order. */
 #include "run/exec_int.h"
 #include "util/pt.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A part of a gradient span: floats [off, off + n). */
-typedef struct { size_t off, n; } exec_seg;
+static int exec_group_shared(const exec_group *gr) { return gr->cm && gr->cm->size > 1; }
 
-/* Sums this rank's copies (in stage order) into the first, all-reduces it over cm, copies back. */
-static int exec_reduce_copies(comm *cm, float **copies, int n_copies, size_t n) {
-    if (n_copies == 0 || n == 0) return 0;
-    for (int k = 1; k < n_copies; k++)
-        for (size_t i = 0; i < n; i++) copies[0][i] += copies[k][i];
-    if (cm && cm->size > 1 && comm_allreduce_f32(cm, copies[0], n) < 0) return -1;
-    for (int k = 1; k < n_copies; k++) memcpy(copies[k], copies[0], n * sizeof(float));
+/* What of bucket b this iteration's reduction leaves summed on this rank: all, or its slice. */
+static void exec_reduced_range(const run_exec *e, const exec_bucket *b, size_t *lo, size_t *hi) {
+    *lo = e->all ? 0 : b->lo;
+    *hi = e->all ? b->n : b->hi;
+}
+
+/* Posts bucket k of group gr. */
+static int exec_post_bucket(run_exec *e, exec_group *gr, int k) {
+    exec_bucket *b = &gr->bk[k];
+    gr->next_bk = k + 1;
+    if (comm_ireduce_f32(gr->cm, gr->g[0] + b->off, b->n, e->all, &b->req) == 0) return 0;
+    return pt_adderr("rank %d: posting the reduction of %s %d: ", e->c.world_rank,
+                     gr->tie >= 0 ? "tied tensor" : "chunk", gr->tie >= 0 ? gr->tie : gr->chunk);
+}
+
+/* Buckets go one after the other (the next posted when the last completes), so a rank holds the
+ * transport's scratch of one bucket per group at a time, never of a whole region; every member
+ * posts a group's buckets in the same order, and groups never wait for each other. */
+int exec_post_group(run_exec *e, exec_group *gr) {
+    if (gr->posted) return 0;
+    gr->posted = 1;
+    gr->post_t = pt_now();
+    gr->next_bk = 0;
+    for (int k = 1; k < gr->n_copies; k++)   /* the rank's own copies first, in stage order */
+        for (size_t i = 0; i < gr->n; i++) gr->g[0][i] += gr->g[k][i];
+    if (!exec_group_shared(gr) || gr->n_bk == 0) {
+        gr->next_bk = gr->n_bk;
+        gr->done_t = gr->post_t;
+        return 0;
+    }
+    return exec_post_bucket(e, gr, 0);
+}
+
+int exec_post_all(run_exec *e) {
+    for (int k = 0; k < e->n_grp; k++)
+        if (exec_post_group(e, &e->grp[k]) < 0) return -1;
     return 0;
 }
 
-/* Stage st's gradient span without the tied tensors it owns (they reduce with their copies),
- * as segments in order: out[NT + 1]; returns their number. */
-static int exec_chunk_segs(const run_exec *e, const run_stage *st, exec_seg *out) {
-    size_t at = st->span_off, end = st->span_off + st->span_n;
-    int n = 0;
-    for (int t = 0; t < e->n_ties; t++) {   /* ties in offset order (GPT: one) */
-        if (!exec_owns_tie(e, st, t)) continue;
-        const gpt_param_info *pi = gpt_param_info_at(st->m, gpt_tie_at(st->m, t)->param);
-        if (pi->offset > at) out[n++] = (exec_seg){ at, pi->offset - at };
-        at = pi->offset + pi->count;
+int exec_wait_group(run_exec *e, exec_group *gr) {
+    for (int k = 0; k < gr->n_bk; k++) {
+        exec_bucket *b = &gr->bk[k];
+        if (k == gr->next_bk && exec_post_bucket(e, gr, k) < 0) return -1;
+        if (!b->req) continue;
+        comm_req *r = b->req;
+        b->req = NULL;
+        if (comm_wait(gr->cm, r, e->c.timeout) < 0)
+            return pt_adderr("rank %d: gradient reduction of %s %d: ", e->c.world_rank,
+                             gr->tie >= 0 ? "tied tensor" : "chunk", gr->tie >= 0 ? gr->tie : gr->chunk);
     }
-    if (end > at) out[n++] = (exec_seg){ at, end - at };
-    return n;
-}
-
-/* Stage st's gradient of tie t: the owner's span, its copy's, or NULL. */
-static float *exec_tie_grad(const run_exec *e, const run_stage *st, int t) {
-    if (exec_owns_tie(e, st, t))
-        return st->m->grads + gpt_param_info_at(st->m, gpt_tie_at(st->m, t)->param)->offset;
-    return st->copy[t].dw;
-}
-
-/* Chunk c over its holders: each segment of the span once; adds the sum of squares. */
-static int exec_reduce_chunk(run_exec *e, int c, float **copies) {
-    exec_seg seg[GPT_MAX_TIES + 1];
-    int n_seg = 0, n = 0;
-    for (int i = 0; i < e->n_stages; i++)
-        if (e->st[i].chunk == c) { n_seg = exec_chunk_segs(e, &e->st[i], seg); n++; }
-    for (int k = 0; k < n_seg; k++) {
-        int j = 0;
-        for (int i = 0; i < e->n_stages; i++)
-            if (e->st[i].chunk == c) copies[j++] = e->st[i].m->grads + seg[k].off;
-        if (exec_reduce_copies(e->chunk_comm[c], copies, n, seg[k].n) < 0) return -1;
-        if (n && e->chunk_comm[c]->rank == 0) e->sumsq += optim_sumsq(copies[0], seg[k].n);
+    if (gr->done_t == 0) gr->done_t = pt_now();
+    for (int k = 0; k < gr->n_bk; k++) {      /* the sum back into the rank's other copies */
+        size_t lo, hi;
+        exec_reduced_range(e, &gr->bk[k], &lo, &hi);
+        for (int c = 1; c < gr->n_copies; c++)
+            memcpy(gr->g[c] + gr->bk[k].off + lo, gr->g[0] + gr->bk[k].off + lo, (hi - lo) * sizeof(float));
     }
     return 0;
 }
 
-/* Tie t over its owner and copies; adds the sum of squares. */
-static int exec_reduce_tie(run_exec *e, int t, float **copies) {
-    int n = 0;
-    size_t cnt = 0;
-    for (int i = 0; i < e->n_stages; i++) {
-        float *g = exec_tie_grad(e, &e->st[i], t);
-        if (!g) continue;
-        copies[n++] = g;
-        cnt = gpt_param_info_at(e->st[i].m, gpt_tie_at(e->st[i].m, t)->param)->count;
-    }
-    if (exec_reduce_copies(e->tie_comm[t], copies, n, cnt) < 0) return -1;
-    if (n && e->tie_comm[t]->rank == 0) e->sumsq += optim_sumsq(copies[0], cnt);
+int exec_wait_all(run_exec *e) {
+    for (int k = 0; k < e->n_grp; k++)
+        if (exec_wait_group(e, &e->grp[k]) < 0) return -1;
     return 0;
 }
 
-/* Every chunk, then every tie, in one global order. Adds the unique gradients' sum of squares
- * to e->sumsq. */
-int exec_reduce_all(run_exec *e) {
-    int K = e->c.s->stages_per_pipe, rc = 0;
-    float **copies = pt_malloc(sizeof(float *) * (size_t)(e->n_stages + 1));
-    for (int c = 0; c < K && rc == 0; c++) rc = exec_reduce_chunk(e, c, copies);
-    for (int t = 0; t < e->n_ties && rc == 0; t++) rc = exec_reduce_tie(e, t, copies);
-    free(copies);
-    return rc < 0 ? pt_adderr("rank %d: gradient reduction: ", e->c.world_rank) : 0;
+/* Tests the posted reductions (MPI progresses them inside such calls), posts a group's next
+ * bucket when its last one completed; notes when a group is seen complete. */
+int exec_poll_groups(run_exec *e) {
+    for (int k = 0; k < e->n_grp; k++) {
+        exec_group *gr = &e->grp[k];
+        if (!gr->posted || gr->done_t > 0) continue;
+        exec_bucket *b = &gr->bk[gr->next_bk - 1];   /* the one in flight */
+        int done = 0;
+        if (b->req && comm_test(gr->cm, b->req, &done) < 0)
+            return pt_adderr("rank %d: gradient reduction: ", e->c.world_rank);
+        if (b->req && !done) continue;
+        b->req = NULL;
+        if (gr->next_bk < gr->n_bk) {
+            if (exec_post_bucket(e, gr, gr->next_bk) < 0) return -1;
+        } else gr->done_t = pt_now();
+    }
+    return 0;
 }
 
-/* Asynchronous schedules: stage st's gradients now (its chunk's holders, then each tie it owns
- * or copies). Every holder reduces the same microbatch's gradients: replicas run the same list,
- * and the owner's and the user's k-th backward are of the same microbatch. */
+/* Asynchronous schedules: the groups whose copies include stage st, now, whole. Every holder
+ * reduces the same microbatch's gradients: replicas run the same list, and the owner's and the
+ * user's k-th backward are of the same microbatch. */
 int exec_reduce_stage(run_exec *e, run_stage *st) {
-    exec_seg seg[GPT_MAX_TIES + 1];
-    int n_seg = exec_chunk_segs(e, st, seg);
-    for (int k = 0; k < n_seg; k++) {
-        float *p = st->m->grads + seg[k].off;
-        if (exec_reduce_copies(e->chunk_comm[st->chunk], &p, 1, seg[k].n) < 0) goto fail;
-    }
-    for (int t = 0; t < e->n_ties; t++) {
-        float *p = exec_tie_grad(e, st, t);
-        size_t cnt = gpt_param_info_at(st->m, gpt_tie_at(st->m, t)->param)->count;
-        if (p && exec_reduce_copies(e->tie_comm[t], &p, 1, cnt) < 0) goto fail;
+    int me = (int)(st - e->st);
+    for (int j = 0; j < st->n_writes; j++) {
+        exec_group *gr = &e->grp[st->writes[j]];
+        int mine = 0;
+        for (int c = 0; c < gr->n_copies; c++) mine |= gr->copy_stage[c] == me;
+        if (!mine) continue;
+        gr->posted = 0;
+        gr->done_t = 0;
+        if (exec_post_group(e, gr) < 0 || exec_wait_group(e, gr) < 0)
+            return pt_adderr("stage %d: ", st->g);
+        gr->posted = 0;
     }
     return 0;
-fail:
-    return pt_adderr("rank %d: stage %d gradient reduction: ", e->c.world_rank, st->g);
+}
+
+/* Group gr's sum of squares: per bucket and slice of the group (comm_slice over its ranks), in
+ * that order. With whole sums any rank has every piece (the group's rank 0 counts it); with
+ * slices each rank has its own, and a small allreduce puts them side by side (the other entries
+ * are +0.0, which adds exactly). *out gets the total on the rank that counts it, else 0. */
+static int exec_group_sumsq(run_exec *e, const exec_group *gr, double *out) {
+    int size = exec_group_shared(gr) ? gr->cm->size : 1, rank = size > 1 ? gr->cm->rank : 0;
+    int sliced = !e->all && size > 1;
+    size_t n = (size_t)gr->n_bk * (size_t)size;
+    double *part = pt_calloc(n, sizeof *part), total = 0;
+    for (int k = 0; k < gr->n_bk; k++)
+        for (int s = 0; s < size; s++) {
+            size_t lo, hi;
+            comm_slice(gr->bk[k].n, s, size, &lo, &hi);
+            if (sliced ? s == rank : rank == 0)
+                part[(size_t)k * size + s] = optim_sumsq(gr->g[0] + gr->bk[k].off + lo, hi - lo);
+        }
+    int rc = sliced ? comm_allreduce_f64(gr->cm, part, n) : 0;
+    for (size_t i = 0; i < n; i++) total += part[i];
+    free(part);
+    *out = rank == 0 ? total : 0;
+    return rc;
+}
+
+int exec_norm(run_exec *e) {
+    for (int k = 0; k < e->n_grp; k++) {
+        double s;
+        if (exec_group_sumsq(e, &e->grp[k], &s) < 0) return pt_adderr("rank %d: gradient norm: ", e->c.world_rank);
+        e->sumsq += s;
+    }
+    return 0;
 }
 
 /* World reduction of (sum of squares, loss sum): once per iteration, at STEP or at the end. */
@@ -119,30 +163,39 @@ int exec_reduce_world(run_exec *e, run_exec_stats *rs) {
     return 0;
 }
 
-/* AdamW update t (bias correction) on every span this rank owns and its tied copies, gradients
- * multiplied by scale (the clipping factor) first. */
-void exec_adamw(run_exec *e, const optim_config *oc, int t, double lr, double scale) {
-    for (int i = 0; i < e->n_stages; i++) {
-        run_stage *st = &e->st[i];
-        for (int k = 0; k < gpt_param_count(st->m); k++) {
-            const gpt_param_info *pi = gpt_param_info_at(st->m, k);
-            if (pi->layer < st->first || pi->layer >= st->end) continue;
-            adamw_update_span(st->opt, st->m->params, st->m->grads, pi->offset, pi->count, lr,
-                              scale, pi->decay != 0, t, oc);
-        }
-        for (int tie = 0; tie < e->n_ties; tie++) {
-            exec_tie_copy *cp = &st->copy[tie];
-            if (!cp->w) continue;
-            const gpt_param_info *pi = gpt_param_info_at(st->m, gpt_tie_at(st->m, tie)->param);
-            adamw_update_span(&cp->opt, cp->w, cp->dw, 0, cp->count, lr, scale, pi->decay != 0, t, oc);
-        }
+/* AdamW step t on floats [lo, hi) of bucket b of group gr (region-relative: b->off + lo ...),
+ * tensor by tensor (each its own decay). */
+static void exec_update_slice(const exec_group *gr, const exec_bucket *b, const optim_config *oc,
+                              int t, double lr, double scale) {
+    size_t lo = b->off + b->lo, hi = b->off + b->hi;
+    for (int i = 0; i < gr->n_ts; i++) {
+        const exec_span *ts = &gr->ts[i];
+        size_t a = ts->off > lo ? ts->off : lo, z = ts->off + ts->n < hi ? ts->off + ts->n : hi;
+        if (a < z)
+            adamw_update(gr->w[0] + a, b->mm + (a - lo), b->vv + (a - lo), gr->g[0] + a, z - a, lr,
+                         scale, ts->decay != 0, t, oc);
     }
+}
+
+/* AdamW update t of every group's home copy (its slices with --zero 1, then the parameters
+ * gathered from the group in the global order), gradients scaled by `scale` (the clipping
+ * factor) first; then the rank's other copies get the new parameters. */
+int exec_update(run_exec *e, const optim_config *oc, int t, double lr, double scale) {
+    for (int k = 0; k < e->n_grp; k++) {
+        exec_group *gr = &e->grp[k];
+        for (int b = 0; b < gr->n_bk; b++) exec_update_slice(gr, &gr->bk[b], oc, t, lr, scale);
+        for (int b = 0; b < gr->n_bk && e->c.zero && exec_group_shared(gr); b++)
+            if (comm_allgather_f32(gr->cm, gr->w[0] + gr->bk[b].off, gr->bk[b].n) < 0)
+                return pt_adderr("rank %d: gathering updated parameters: ", e->c.world_rank);
+        for (int c = 1; c < gr->n_copies; c++) memcpy(gr->w[c], gr->w[0], gr->n * sizeof(float));
+    }
+    return 0;
 }
 
 void exec_zero_grads(run_exec *e) {
     for (int i = 0; i < e->n_stages; i++) {
         run_stage *st = &e->st[i];
-        memset(st->m->grads + st->span_off, 0, st->span_n * sizeof(float));
+        gpt_zero_grad(&st->m);
         for (int t = 0; t < e->n_ties; t++)
             if (st->copy[t].dw) memset(st->copy[t].dw, 0, st->copy[t].count * sizeof(float));
     }

@@ -7,7 +7,7 @@
 
 /* The stage's weights (span, then its copies in tie order) into dst. */
 static void exec_weights_get(const run_exec *e, const run_stage *st, float *dst) {
-    memcpy(dst, st->m->params + st->span_off, st->span_n * sizeof(float));
+    memcpy(dst, st->m.params + st->span_off, st->span_n * sizeof(float));
     dst += st->span_n;
     for (int t = 0; t < e->n_ties; t++)
         if (st->copy[t].w) {
@@ -17,7 +17,7 @@ static void exec_weights_get(const run_exec *e, const run_stage *st, float *dst)
 }
 
 static void exec_weights_put(const run_exec *e, run_stage *st, const float *src) {
-    memcpy(st->m->params + st->span_off, src, st->span_n * sizeof(float));
+    memcpy(st->m.params + st->span_off, src, st->span_n * sizeof(float));
     src += st->span_n;
     for (int t = 0; t < e->n_ties; t++)
         if (st->copy[t].w) {
@@ -36,7 +36,7 @@ static double exec_checksum(const float *w, size_t n, size_t base) {
 
 /* Checksum of the weights the stage's layers read right now (span, then the copies). */
 static double exec_weights_sum(const run_exec *e, const run_stage *st) {
-    double s = exec_checksum(st->m->params + st->span_off, st->span_n, 0);
+    double s = exec_checksum(st->m.params + st->span_off, st->span_n, 0);
     size_t base = st->span_n;
     for (int t = 0; t < e->n_ties; t++)
         if (st->copy[t].w) {

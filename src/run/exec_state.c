@@ -1,7 +1,7 @@
-/* An executor's state: its stages (layer ranges of the model instances it is given), per
- * (stage, layer, microbatch) activation sets, boundary buffers, private copies of tied tensors,
- * and the sub-communicators for gradient reduction. Not here: running actions (the other
- * exec_*.c files), threads. */
+/* An executor's state: its stages (each with its own partial model of its layers, filled from
+ * the job's source), per (stage, layer, microbatch) activation sets, boundary buffers, private
+ * copies of tied tensors, and the sub-communicators for gradient reduction. Not here: reduction
+ * groups and moments (exec_group.c), running actions (the other exec_*.c files), threads. */
 #include "run/exec_int.h"
 #include "util/pt.h"
 #include <stdlib.h>
@@ -31,43 +31,46 @@ size_t exec_weights_n(const run_stage *st, int n_ties) {
 }
 
 int exec_owns_tie(const run_exec *e, const run_stage *st, int t) {
-    int owner = gpt_tie_at(st->m, t)->owner;
+    int owner = gpt_tie_at(&st->m, t)->owner;
     return owner >= st->first && owner < st->end;
 }
 
-/* The stage of st's pipe that holds `layer` is on this rank? */
-static int exec_layer_is_local(const run_exec *e, const run_stage *st, int layer) {
+/* The stage of st's pipe that holds `layer`, if it is on this rank: its index in e->st, else -1. */
+static int exec_local_stage_of(const run_exec *e, const run_stage *st, int layer) {
     const sched *s = e->c.s;
     for (int c = 0; c < s->stages_per_pipe; c++) {
         int g = st->pipe * s->stages_per_pipe + c, first, end;
         run_layout_stage_layers(e->c.lo, g, &first, &end);
-        if (layer >= first && layer < end) return s->stage_rank[g] == e->p;
+        if (layer >= first && layer < end) return e->loc[g];
     }
-    return 0;
+    return -1;
 }
 
-/* Private copies of the tied tensors whose user layer st holds while the owner's stage is on
- * another rank (copied from the instance, so equal to the owner's; moments too when resuming). */
-static void exec_stage_ties(run_exec *e, run_stage *st) {
+/* What st's user layers read for each tie they use without the owner layer: the owner stage's
+ * tensor when that stage is on this rank (its W adds to the owner's gradient, as one process
+ * does), else a private copy, read from the source (equal to the owner's). */
+static int exec_stage_ties(run_exec *e, run_stage *st) {
     for (int t = 0; t < e->n_ties; t++) {
-        const gpt_tie *tie = gpt_tie_at(st->m, t);
-        if (tie->user < st->first || tie->user >= st->end || exec_owns_tie(e, st, t) ||
-            exec_layer_is_local(e, st, tie->owner))
+        const gpt_tie *tie = gpt_tie_at(&st->m, t);
+        if (tie->user < st->first || tie->user >= st->end || exec_owns_tie(e, st, t)) continue;
+        const gpt_param_info *pi = gpt_param_info_at(&st->m, tie->param);
+        int own = exec_local_stage_of(e, st, tie->owner);
+        st->has_tied = 1;
+        if (own >= 0) {
+            gpt_model *om = &e->st[own].m;
+            size_t off = gpt_param_info_at(om, tie->param)->offset;   /* in the owner's buffers */
+            st->tied[t] = (gpt_tied){ om->params + off, om->grads + off };
             continue;
-        const gpt_param_info *pi = gpt_param_info_at(st->m, tie->param);
+        }
         exec_tie_copy *cp = &st->copy[t];
         cp->count = pi->count;
         cp->w = pt_falloc(cp->count);
         cp->dw = pt_falloc(cp->count);
-        memcpy(cp->w, st->m->params + pi->offset, cp->count * sizeof(float));
-        if (st->opt) {
-            adamw_init(&cp->opt, cp->count);
-            memcpy(cp->opt.m, st->opt->m + pi->offset, cp->count * sizeof(float));
-            memcpy(cp->opt.v, st->opt->v + pi->offset, cp->count * sizeof(float));
-        }
+        if (e->c.src->read(e->c.src, &st->m, tie->param, 0, cp->count, cp->w, NULL, NULL) < 0)
+            return pt_adderr("stage %d, tied copy of %s: ", st->g, pi->name);
         st->tied[t] = (gpt_tied){ cp->w, cp->dw };
-        st->has_copy = 1;
     }
+    return 0;
 }
 
 /* Activation sets and the boundary buffers of each microbatch. */
@@ -80,8 +83,9 @@ static void exec_stage_buffers(run_exec *e, run_stage *st) {
     for (int j = 0; j < e->M; j++) st->slot_of[j] = -1;
     for (int k = 0; k < st->n_slots; k++) st->slot_mb[k] = -1;
     st->act = pt_calloc((size_t)nl, sizeof *st->act);
-    for (int l = 0; l < nl; l++)   /* one more set: the forward's when recomputing */
-        st->act[l] = exec_bufs(st->n_slots + 1, gpt_layer_act_floats(st->m, st->first + l, e->c.mb_rows, e->c.T));
+    st->n_sets = st->n_slots + (e->c.recompute != 0);   /* one more: the forward's when recomputing */
+    for (int l = 0; l < nl; l++)
+        st->act[l] = exec_bufs(st->n_sets, gpt_layer_act_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T));
     if (st->next >= 0) st->out = exec_bufs(e->M, nc);
     else st->loss = pt_calloc((size_t)e->M, sizeof *st->loss);
     if (st->prev_rank >= 0) st->xin = exec_bufs(e->M, nc);
@@ -89,7 +93,18 @@ static void exec_stage_buffers(run_exec *e, run_stage *st) {
     if (st->next_rank >= 0) st->dyin = exec_bufs(e->M, nc);
 }
 
-static void exec_stage_init(run_exec *e, run_stage *st, int g) {
+/* Index of stage g's last W or BW in the rank's list, -1. */
+static int exec_last_w(const run_exec *e, int g) {
+    int last = -1;
+    for (int i = 0; i < e->c.s->len[e->p]; i++) {
+        sched_action a = e->c.s->acts[e->p][i];
+        if (a.stage == g && (a.kind == ACT_W || a.kind == ACT_BW)) last = i;
+    }
+    return last;
+}
+
+/* Stage g: its place, its own model (its layers, from the source), its buffers. */
+static int exec_stage_init(run_exec *e, run_stage *st, int g) {
     const sched *s = e->c.s;
     st->g = g;
     st->chunk = run_layout_chunk_of(e->c.lo, g);
@@ -99,20 +114,28 @@ static void exec_stage_init(run_exec *e, run_stage *st, int g) {
     st->next = sched_stage_next(s, g);
     st->prev_rank = st->prev >= 0 && s->stage_rank[st->prev] != e->p ? exec_rank_of(e, st->prev) : -1;
     st->next_rank = st->next >= 0 && s->stage_rank[st->next] != e->p ? exec_rank_of(e, st->next) : -1;
-    st->m = e->c.models[st->pipe];
-    st->opt = e->c.opts[st->pipe];
+    st->last_w = exec_last_w(e, g);
+    if (gpt_init_layers(&st->m, &e->c.src->cfg, st->first, st->end) < 0 ||
+        e->c.src->fill(e->c.src, &st->m) < 0)
+        return pt_adderr("stage %d (layers %d..%d): ", g, st->first, st->end - 1);
     exec_stage_buffers(e, st);
-    gpt_layers_param_span(st->m, st->first, st->end, &st->span_off, &st->span_n);
-    exec_stage_ties(e, st);
+    gpt_layers_param_span(&st->m, st->first, st->end, &st->span_off, &st->span_n);
+    return 0;
+}
+
+/* After every stage has its model: tied tensors, then (async) the stash sized by them. */
+static int exec_stage_finish(run_exec *e, run_stage *st) {
+    if (exec_stage_ties(e, st) < 0) return -1;
     if (e->async) {
         st->stash = exec_bufs(e->M, exec_weights_n(st, e->n_ties));
         st->stash_sum = pt_calloc((size_t)e->M, sizeof *st->stash_sum);
     }
+    return 0;
 }
 
 static void exec_stage_free(run_exec *e, run_stage *st) {
     if (st->act)
-        for (int l = 0; l < st->end - st->first; l++) exec_free_bufs(st->act[l], st->n_slots + 1);
+        for (int l = 0; l < st->end - st->first; l++) exec_free_bufs(st->act[l], st->n_sets);
     free(st->act);
     free(st->slot_of);
     free(st->slot_mb);
@@ -124,10 +147,13 @@ static void exec_stage_free(run_exec *e, run_stage *st) {
     for (int t = 0; t < GPT_MAX_TIES; t++) {
         free(st->copy[t].w);
         free(st->copy[t].dw);
-        if (st->copy[t].opt.m) adamw_free(&st->copy[t].opt);
+        adamw_free(&st->copy[t].opt);
     }
     exec_free_bufs(st->stash, e->M);
     free(st->stash_sum);
+    free(st->writes);
+    adamw_free(&st->opt);
+    gpt_free(&st->m);
 }
 
 /* Sub-communicators: one per chunk (its holders), one per tied tensor (the ranks holding its
@@ -165,8 +191,11 @@ int exec_state_init(run_exec *e) {
     for (int g = 0; g < s->n_stages; g++) e->loc[g] = s->stage_rank[g] == e->p ? e->n_stages++ : -1;
     e->st = pt_calloc((size_t)e->n_stages, sizeof *e->st);
     for (int g = 0; g < s->n_stages; g++)
-        if (e->loc[g] >= 0) exec_stage_init(e, &e->st[e->loc[g]], g);
-    e->scratch = pt_falloc(gpt_scratch_floats(e->c.models[0], e->c.mb_rows, e->c.T));
+        if (e->loc[g] >= 0 && exec_stage_init(e, &e->st[e->loc[g]], g) < 0) return -1;
+    e->n_ties = gpt_tie_count(&e->st[0].m);
+    for (int i = 0; i < e->n_stages; i++)
+        if (exec_stage_finish(e, &e->st[i]) < 0) return -1;
+    e->scratch = pt_falloc(gpt_scratch_floats(&e->st[0].m, e->c.mb_rows, e->c.T));
     if (e->async) e->live = pt_falloc(exec_max_weights(e));
     for (int k = 0; k < 2; k++) e->tmp[k] = pt_falloc((size_t)e->N * e->C);
     int len = s->len[e->p];

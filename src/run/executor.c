@@ -15,14 +15,15 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->M = cfg->s->n_mb;
     e->async = cfg->s->async;
     e->N = cfg->mb_rows * cfg->T;
-    e->C = cfg->models[0]->cfg.n_embd;
-    e->n_ties = gpt_tie_count(cfg->models[0]);
-    if (exec_state_init(e) < 0) return pt_adderr("rank %d: ", cfg->world_rank);
-    return 0;
+    e->C = cfg->src->cfg.n_embd;
+    int rc = exec_state_init(e) < 0 || exec_groups_init(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
+    e->c.src = NULL;   /* read during init only */
+    return rc;
 }
 
 void run_exec_free(run_exec *e) {
     if (!e) return;
+    exec_groups_free(e);
     exec_state_free(e);
     free(e);
 }
@@ -35,6 +36,48 @@ static void exec_record(run_exec *e, sched_action a, tl_stream sm, int peer, dou
     tl_event ev = { .act = a, .rank = e->c.world_rank, .iter = 0, .stream = sm, .peer = peer,
                     .link = -1, .ready = ready, .start = t0, .end = pt_now() };
     timeline_push(&e->tl, &ev);
+}
+
+/* After stage st's last W of the iteration: each group it adds to whose local writers are all
+ * done starts its reduction now (overlapped with the rank's remaining work). */
+static int exec_w_done(run_exec *e, run_stage *st) {
+    st->w_end = pt_now();
+    for (int j = 0; j < st->n_writes; j++) {
+        exec_group *gr = &e->grp[st->writes[j]];
+        if (--gr->n_left == 0 && exec_post_group(e, gr) < 0) return -1;
+    }
+    return 0;
+}
+
+/* An overlapped REDUCE_GRAD of stage st: its posted groups complete; the event spans the
+ * reduction, from the stage's last W to when it was seen complete, on the communication stream
+ * (the rank computed meanwhile). A group not yet posted (a schedule file with an early
+ * REDUCE_GRAD) waits for the step. */
+static int exec_reduce_overlapped(run_exec *e, sched_action a, run_stage *st, double t0) {
+    double end = st->w_end > 0 ? st->w_end : t0;
+    for (int j = 0; j < st->n_writes; j++) {
+        exec_group *gr = &e->grp[st->writes[j]];
+        if (!gr->posted) continue;
+        if (exec_wait_group(e, gr) < 0) return -1;
+        if (gr->done_t > end) end = gr->done_t;
+    }
+    double start = st->w_end > 0 ? st->w_end : t0;
+    tl_event ev = { .act = a, .rank = e->c.world_rank, .iter = 0, .stream = TL_SEND, .peer = -1,
+                    .link = -1, .ready = start, .start = start, .end = end > start ? end : start };
+    timeline_push(&e->tl, &ev);
+    return 1;
+}
+
+/* STEP of a synchronous schedule: every reduction complete, the norm over the world, clipping,
+ * AdamW (when oc). */
+static int exec_step(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs) {
+    if (exec_post_all(e) < 0 || exec_wait_all(e) < 0 || exec_norm(e) < 0 || exec_reduce_world(e, rs) < 0)
+        return -1;
+    e->stepped = 1;
+    if (!oc) return 0;
+    rs->clip_scale = optim_clip_scale(rs->grad_norm, oc->grad_clip);
+    rs->lr = optim_lr_at(oc, t);
+    return exec_update(e, oc, t, rs->lr, rs->clip_scale);
 }
 
 /* One action. ready: when the rank reached it. */
@@ -54,31 +97,29 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
         if (e->async) exec_unstash(e, st, a.mb);   /* on the weights its F used */
         exec_backward(e, st, a.mb, a.kind != ACT_W, a.kind != ACT_B, tok, tgt);
         if (e->async) exec_restash(e, st);
+        else if (a.kind != ACT_B && i == st->last_w && e->c.overlap) {
+            exec_record(e, a, sm, peer, t0, t0);
+            return exec_w_done(e, st) < 0 ? pt_adderr("rank %d, action %d: ", e->c.world_rank, i) : 0;
+        }
         break;
     case ACT_SEND_F: case ACT_SEND_B: sm = TL_SEND; rc = exec_send(e, i, a, &peer); break;
     case ACT_RECV_F: case ACT_RECV_B: sm = TL_RECV; rc = exec_recv(e, i, a, &peer); break;
     case ACT_REDUCE_GRAD:
         if (e->async) rc = exec_reduce_stage(e, st);
-        else if (i == e->last_reduce) rc = exec_reduce_all(e);
+        else if (e->c.overlap && (rc = exec_reduce_overlapped(e, a, st, t0)) > 0) return 0;
+        else if (i == e->last_reduce && rc == 0) rc = exec_post_all(e) < 0 ? -1 : exec_wait_all(e);
         break;
     case ACT_STEP:
-        if (e->async) {
-            if (oc) {
-                rs->lr = optim_lr_at(oc, t);
-                /* update number from the step alone, so a resumed run counts the same */
-                exec_adamw(e, oc, (t - 1) * e->n_step_acts + ++e->step_idx, rs->lr, 1.0);
-            }
-            exec_zero_grads(e);
+        if (!e->async) {
+            rc = exec_step(e, oc, t, rs);
             break;
         }
-        if (e->n_reduce == 0) rc = exec_reduce_all(e);
-        if (rc == 0) rc = exec_reduce_world(e, rs);
-        if (rc == 0 && oc) {
-            rs->clip_scale = optim_clip_scale(rs->grad_norm, oc->grad_clip);
+        if (oc) {
             rs->lr = optim_lr_at(oc, t);
-            exec_adamw(e, oc, t, rs->lr, rs->clip_scale);
+            /* update number from the step alone, so a resumed run counts the same */
+            rc = exec_update(e, oc, (t - 1) * e->n_step_acts + ++e->step_idx, rs->lr, 1.0);
         }
-        e->stepped = 1;
+        exec_zero_grads(e);
         break;
     default: break;
     }
@@ -99,12 +140,26 @@ static int exec_walk(run_exec *e, const int *tokens, const int *targets, const o
         if (exec_action(e, i, tokens, targets, oc, t, st) < 0) return -1;
         if (e->send_req[i]) e->pend[e->n_pend++] = i;
         if (e->n_pend && exec_poll_sends(e) < 0) return pt_adderr("rank %d: ", e->c.world_rank);
+        if (e->c.overlap && !e->stepped && exec_poll_groups(e) < 0) return -1;
     }
     if (!e->stepped) {
-        if (!e->async && e->n_reduce == 0 && exec_reduce_all(e) < 0) return -1;
+        if (!e->async && (exec_post_all(e) < 0 || exec_wait_all(e) < 0 || exec_norm(e) < 0)) return -1;
         if (exec_reduce_world(e, st) < 0) return -1;
     }
     return exec_finish_sends(e);
+}
+
+/* A new iteration: nothing posted, every group waiting for its writers; whole sums unless the
+ * step updates slices (--zero 1). */
+static void exec_reset_groups(run_exec *e, const optim_config *oc) {
+    e->all = !(e->c.zero && oc && !e->async);
+    for (int k = 0; k < e->n_grp; k++) {
+        exec_group *gr = &e->grp[k];
+        gr->n_left = gr->n_writers;
+        gr->posted = 0;
+        gr->post_t = gr->done_t = 0;
+    }
+    for (int i = 0; i < e->n_stages; i++) e->st[i].w_end = 0;
 }
 
 int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const optim_config *oc,
@@ -117,6 +172,7 @@ int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const
     e->step_idx = 0;
     e->n_pend = 0;
     exec_zero_grads(e);
+    exec_reset_groups(e, oc);
     if (exec_walk(e, tokens, targets, oc, t, st) < 0) return exec_drop_requests(e);
     return 0;
 }
@@ -132,7 +188,77 @@ size_t run_exec_act_bytes(const run_exec *e) {
     for (int i = 0; i < e->n_stages; i++) {
         const run_stage *st = &e->st[i];
         for (int l = st->first; l < st->end; l++)
-            n += (size_t)(st->n_slots + 1) * gpt_layer_act_floats(st->m, l, e->c.mb_rows, e->c.T);
+            n += (size_t)st->n_sets * gpt_layer_act_floats(&st->m, l, e->c.mb_rows, e->c.T);
     }
     return n * sizeof(float);
+}
+
+/* Floats of a stage's buffers besides the activation sets: boundary buffers and stashes. */
+static size_t exec_stage_buffer_floats(const run_exec *e, const run_stage *st) {
+    size_t nc = (size_t)e->N * e->C, n = 0;
+    float **bufs[4] = { st->out, st->xin, st->dxo, st->dyin };
+    for (int k = 0; k < 4; k++) n += bufs[k] ? (size_t)e->M * nc : 0;
+    if (st->loss) n += (size_t)e->M;
+    if (st->stash) n += (size_t)e->M * exec_weights_n(st, e->n_ties);
+    return n;
+}
+
+void run_exec_mem(const run_exec *e, run_mem *out) {
+    double f = sizeof(float), opt = 0, w = 0, bufs = 0;
+    for (int i = 0; i < e->n_stages; i++) {
+        const run_stage *st = &e->st[i];
+        w += (double)st->m.n_held;
+        opt += 2.0 * (double)st->opt.n * (st->opt.m != NULL);
+        for (int t = 0; t < e->n_ties; t++) {
+            w += st->copy[t].w ? (double)st->copy[t].count : 0;
+            opt += st->copy[t].opt.m ? 2.0 * (double)st->copy[t].opt.n : 0;
+        }
+        bufs += (double)exec_stage_buffer_floats(e, st);
+    }
+    for (int k = 0; k < e->n_grp; k++)
+        for (int b = 0; b < e->grp[k].n_bk; b++)
+            if (e->grp[k].bk[b].owned) opt += 2.0 * (double)(e->grp[k].bk[b].hi - e->grp[k].bk[b].lo);
+    bufs += (double)gpt_scratch_floats(&e->st[0].m, e->c.mb_rows, e->c.T) + 2.0 * e->N * e->C;
+    out->params = out->grads = w * f;
+    out->optim = opt * f;
+    out->acts = (double)run_exec_act_bytes(e) + bufs * f;
+}
+
+const gpt_model *run_exec_stage_model(const run_exec *e, int g) {
+    return g >= 0 && g < e->c.s->n_stages && e->loc[g] >= 0 ? &e->st[e->loc[g]].m : NULL;
+}
+
+int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g) {
+    const run_stage *st = &e->st[e->loc[g]];
+    if (!e->c.zero && !st->opt.m)   /* the holder in pipe 0 is its chunk's home: a bug otherwise */
+        return pt_seterr("rank %d: stage %d holds no moments of its chunk to save", e->c.world_rank, g);
+    return ckpt_write_chunk(tmpdir, st->chunk, st->first, st->end, &st->m,
+                            e->c.zero ? NULL : &st->opt);
+}
+
+/* Appends the slices of group gr's moments this rank holds (bucket slice by tensor) to sl. */
+static int exec_group_slices(const run_exec *e, const exec_group *gr, ckpt_slice *sl, int n) {
+    const gpt_model *m = &e->st[gr->copy_stage[0]].m;
+    for (int k = 0; k < gr->n_bk; k++) {
+        const exec_bucket *b = &gr->bk[k];
+        size_t lo = b->off + b->lo, hi = b->off + b->hi;
+        for (int i = 0; i < gr->n_ts; i++) {
+            const exec_span *ts = &gr->ts[i];
+            size_t a = ts->off > lo ? ts->off : lo, z = ts->off + ts->n < hi ? ts->off + ts->n : hi;
+            if (a < z)
+                sl[n++] = (ckpt_slice){ gpt_param_info_at(m, ts->param)->name, a - ts->off, z - a,
+                                        b->mm + (a - lo), b->vv + (a - lo) };
+        }
+    }
+    return n;
+}
+
+int run_exec_write_shards(const run_exec *e, const char *tmpdir) {
+    int cap = 0, n = 0;
+    for (int k = 0; k < e->n_grp; k++) cap += e->grp[k].n_bk * (e->grp[k].n_ts + 1);
+    ckpt_slice *sl = pt_malloc(sizeof *sl * (size_t)(cap + 1));
+    for (int k = 0; k < e->n_grp; k++) n = exec_group_slices(e, &e->grp[k], sl, n);
+    int rc = ckpt_write_shard(tmpdir, e->c.world_rank, sl, n);
+    free(sl);
+    return rc;
 }

@@ -1,15 +1,18 @@
 /* One rank's executor: walks the rank's lowered action list on real layers. It holds the rank's
- * stages (layer ranges of the model instances it is given), per (stage, layer, microbatch)
- * activations, boundary buffers, scratch, private copies of tied tensors (the model's gpt_tie
- * list: a stage holding a tie's user layer while its owner layer is on another rank), and the
- * sub-communicators for gradient reduction. It sees layers only through the model's kind table.
- * Not here: threads, data loading, the model's parameters (the caller owns the instances).
+ * stages, each with its own partial model (its layers' parameters and gradients only, filled
+ * from a run_source), AdamW moments (all of them, or with --zero 1 its shards), per (stage,
+ * layer, microbatch) activations, boundary buffers, scratch, private copies of tied tensors (the
+ * model's gpt_tie list: a stage holding a tie's user layer while its owner layer is on another
+ * rank), and the sub-communicators for gradient reduction. Nothing in it is sized by the whole
+ * model. It sees layers only through the model's kind table.
+ * Not here: threads, data loading, writing files (the caller: run_job.c).
  * The files: run/exec_int.h.
  *
  * Summation order (what makes results reproducible): a stage's parameter gradients accumulate
  * (+=) in the order its W (or BW) actions run; at the reduction, a rank first adds its own copies
  * of a chunk (stage order), then the transport sums ranks in rank order. A tied tensor (wte) is
- * reduced over its owner and all copies in one group per tie.
+ * reduced over its owner and all copies in one group per tie. When the reduction starts (at a
+ * stage's last W, or deferred) and how it is cut (buckets, --zero 1 slices) do not change a bit.
  *
  * Legend: S stages, K chunks per pipe, M microbatches, b rows per microbatch, T time, C channels. */
 #ifndef PT_RUN_EXECUTOR_H
@@ -20,6 +23,7 @@
 #include "sched/sched.h"
 #include "trace/timeline.h"
 #include "optim/optim.h"
+#include "run/source.h"
 
 typedef struct run_exec run_exec;
 
@@ -28,13 +32,26 @@ typedef struct {
     const run_layout *lo;      /* not owned */
     int world_rank;            /* w = d*P + p */
     comm *world;               /* this rank's endpoint; not owned */
-    gpt_model *models[2];      /* [n_pipes] the instance this rank's stages of pipe q use */
-    adamw_state *opts[2];      /* [n_pipes] AdamW state of each instance (NULL: no steps) */
+    const run_source *src;     /* starting parameters and moments, read during init only */
     int B, T;                  /* global batch, sequence length */
     int mb_rows;               /* b = B / (D*M) */
     double timeout;            /* seconds a receive may wait */
     int recompute;             /* drop activations after F, recompute them at B */
+    int zero;                  /* 1: AdamW moments and update split over each reduction group */
+    int overlap;               /* a stage's reduction starts at its last W (else at the rank's
+                                * last REDUCE_GRAD): the same numbers either way */
+    size_t bucket;             /* floats per reduction bucket (0: RUN_BUCKET_DEFAULT) */
 } run_exec_cfg;
+
+#define RUN_BUCKET_DEFAULT ((size_t)1 << 22)   /* 16 MB of fp32 gradients per collective */
+
+/* What a rank holds, in bytes. */
+typedef struct {
+    double params;             /* its stages' parameters and tied copies */
+    double grads;              /* their gradients */
+    double optim;              /* AdamW moments (its shards with --zero 1) */
+    double acts;               /* activation sets, boundary buffers, scratch, weight stashes */
+} run_mem;
 
 /* Iteration results on this rank: partial sums before the world reduction. */
 typedef struct {
@@ -42,9 +59,9 @@ typedef struct {
     double grad_norm, clip_scale, lr;
 } run_exec_stats;
 
-/* Allocates the rank's state and splits the reduction communicators: collective over world (every
- * rank calls it, in any order relative to other work). Copies tied tensors where needed from
- * the instance's params. Returns 0 or -1. */
+/* Allocates the rank's state, fills its stages and tied copies from cfg->src, and splits the
+ * reduction communicators: collective over world (every rank calls it, in any order relative to
+ * other work). Returns 0 or -1. */
 int run_exec_init(run_exec **out, const run_exec_cfg *cfg);
 void run_exec_free(run_exec *e);
 /* Runs one iteration on the global batch (tokens, targets) (B,T): zeroes this rank's gradient
@@ -58,9 +75,19 @@ int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const
  * backwards whose F's weights differed from the current ones (stashing mattered). */
 void run_exec_stash_stats(const run_exec *e, int out[3]);
 /* Bytes of activation storage this rank holds: per stage, the schedule's peak number of
- * microbatches in flight (from F, or recomputing from B, until W), plus one set for a forward. */
+ * microbatches in flight (from F, or recomputing from B, until W), plus (recomputing) one set
+ * for a forward. */
 size_t run_exec_act_bytes(const run_exec *e);
 /* This iteration's events (times from pt_now; iter 0). Owned by the executor. */
 const timeline *run_exec_timeline(const run_exec *e);
+/* What this rank holds (allocated by init, the same for the whole run). */
+void run_exec_mem(const run_exec *e, run_mem *out);
+/* Stage g's model on this rank (its layers' parameters and gradients), or NULL. */
+const gpt_model *run_exec_stage_model(const run_exec *e, int g);
+/* Checkpoint writes (ckpt/checkpoint.h) into tmpdir: stage g's chunk file (parameters, and with
+ * --zero 0 its moments); and with --zero 1 this rank's file of moment shards. Read the state
+ * only: any rank may write while the others do. */
+int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g);
+int run_exec_write_shards(const run_exec *e, const char *tmpdir);
 
 #endif

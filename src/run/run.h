@@ -17,6 +17,7 @@
 #include "trace/timeline.h"
 #include "ckpt/checkpoint.h"
 #include "optim/optim.h"
+#include "run/executor.h"
 
 typedef struct {
     int P, D;                   /* --stages, --dp */
@@ -29,6 +30,11 @@ typedef struct {
                                  * read by run_plan_init only (the caller keeps it) */
     int n_split;
     bool recompute;             /* drop activations after F, recompute them at B */
+    int zero;                   /* --zero: 0, or 1: AdamW moments and update split over each
+                                 * reduction group (ZeRO-1; docs/runtime.md) */
+    bool no_overlap;            /* --no-overlap: reduce at the rank's last REDUCE_GRAD, not at
+                                 * each stage's last W (the same numbers) */
+    size_t bucket;              /* floats per gradient-reduction bucket (0: the default) */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),
      * through comm_faulty_wrap. */
@@ -57,17 +63,20 @@ typedef struct {
     double clip_scale, lr;  /* factor applied, learning rate used (0 without a step) */
     double iter_time;       /* seconds from the first rank's start to the last rank's end */
     double bubble;          /* sum over ranks of idle time / (ranks * iter_time); busy = in
-                             * F, B, W, BW, REDUCE_GRAD or STEP, as the simulator counts it */
+                             * F, B, W, BW, REDUCE_GRAD or STEP, as the simulator counts it (the
+                             * union of those intervals: an overlapped reduction counts once) */
 } run_stats;
 
 typedef struct run_job run_job;
 
-/* Starts a job: threads mode (world == NULL: P*D rank threads, one model copy per replica and
- * pipe) or MPI mode (world: this process's endpoint of
- * a world of exactly P*D ranks; one full model per process, of which it uses its spans). init
- * holds the starting parameters, init_opt (NULL: zeros) AdamW moments for every parameter (both
- * copied). Sets OpenBLAS to one thread (process-wide: one core per rank). Collective in MPI
- * mode. -1 on a bad world size. */
+/* Starts a job: threads mode (world == NULL: P*D rank threads) or MPI mode (world: this
+ * process's endpoint of a world of exactly P*D ranks). Each rank allocates and fills from src
+ * only what it runs: its stages' layers (their parameters, gradients and AdamW moments: all of
+ * them, or its shards with --zero 1), tied copies, activation buffers. src is read during this
+ * call only. Sets OpenBLAS to one thread (process-wide: one core per rank). Collective in MPI
+ * mode. -1 on a bad world size, or naming the file src could not read. */
+int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, comm *world);
+/* The same from a whole model in memory: init's parameters, init_opt's moments (NULL: zeros). */
 int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
                  const adamw_state *init_opt, comm *world);
 void run_job_free(run_job *j);
@@ -94,6 +103,11 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man);
 void run_job_stash_stats(const run_job *j, int out[3]);
 /* Largest activation storage of any rank of the job, in bytes (run_exec_act_bytes). */
 size_t run_job_act_bytes(const run_job *j);
+/* What world rank w holds (on every rank, measured at init). */
+void run_job_mem(const run_job *j, int w, run_mem *out);
+/* Peak resident set size so far (getrusage), bytes: *out (malloc'd, the caller frees) gets one
+ * entry per process: MPI, every world rank's (collective); threads, the one process's. */
+int run_job_peak_rss(run_job *j, double **out);
 /* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
 int run_job_is_root(const run_job *j);
 /* The last iteration's events of every rank, merged (root only; NULL elsewhere): times in seconds

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define TAG_GATHER 32100        /* above the executor's tags (run_plan.c keeps those < 32000) */
@@ -25,9 +26,8 @@ typedef struct { job_sample *v; int n, cap; } job_samples;
 struct run_job {
     const run_plan *pl;
     int R, n_local, mpi;             /* world size, ranks in this process, MPI mode */
-    int n_models;                    /* threads: D * n_pipes; MPI: n_pipes */
-    gpt_model *models;
-    adamw_state *opts;
+    const run_source *src;           /* during init only */
+    run_mem *mem;                    /* [R] what each world rank holds */
     comm **comms;                    /* [n_local]; MPI: the caller's world (not owned) */
     run_exec **ex;                   /* [n_local] */
     run_exec_stats *rst;             /* [n_local] */
@@ -92,56 +92,53 @@ static int job_world_rank(const run_job *j, int r) { return j->mpi ? j->comms[0]
 
 static int job_exec_init(run_job *j, int r) {
     const run_plan *pl = j->pl;
-    int w = job_world_rank(j, r), d, p;
-    run_layout_coords(&pl->lo, w, &d, &p);
+    int w = job_world_rank(j, r);
     run_exec_cfg c = { .s = pl->s, .lo = &pl->lo, .world_rank = w, .world = j->comms[r],
-                       .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows, .timeout = pl->o.timeout,
-                       .recompute = pl->o.recompute };
-    for (int q = 0; q < pl->s->n_pipes; q++) {
-        int k = j->mpi ? q : d * pl->s->n_pipes + q;   /* a model per pipe: one rank may hold a chunk in both */
-        c.models[q] = &j->models[k];
-        c.opts[q] = &j->opts[k];
-    }
+                       .src = j->src, .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows,
+                       .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
+                       .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket };
     return run_exec_init(&j->ex[r], &c);
 }
 
-static void job_alloc_models(run_job *j, const gpt_model *init, const adamw_state *init_opt) {
-    j->models = pt_calloc((size_t)j->n_models, sizeof *j->models);
-    j->opts = pt_calloc((size_t)j->n_models, sizeof *j->opts);
-    for (int k = 0; k < j->n_models; k++) {
-        gpt_init(&j->models[k], &init->cfg);     /* cfg already validated by init */
-        memcpy(j->models[k].params, init->params, init->num_params * sizeof(float));
-        adamw_init(&j->opts[k], init->num_params);
-        if (init_opt) {
-            memcpy(j->opts[k].m, init_opt->m, init->num_params * sizeof(float));
-            memcpy(j->opts[k].v, init_opt->v, init->num_params * sizeof(float));
-        }
+/* What every rank holds, and the busiest rank's activation sets (MPI: every rank's numbers in
+ * its own slots, summed). */
+static int job_measure(run_job *j) {
+    double *v = pt_calloc((size_t)j->R * 5, sizeof *v);
+    for (int r = 0; r < j->n_local; r++) {
+        int w = job_world_rank(j, r);
+        run_mem m;
+        run_exec_mem(j->ex[r], &m);
+        double x[5] = { m.params, m.grads, m.optim, m.acts, (double)run_exec_act_bytes(j->ex[r]) };
+        memcpy(v + (size_t)w * 5, x, sizeof x);
     }
-}
-
-/* The busiest rank's activation bytes (MPI: every rank's, summed into its own slot). */
-static int job_measure_acts(run_job *j) {
-    double *v = pt_calloc((size_t)j->R, sizeof *v);
-    for (int r = 0; r < j->n_local; r++) v[job_world_rank(j, r)] = (double)run_exec_act_bytes(j->ex[r]);
-    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R) : 0;
-    for (int r = 0; r < j->R; r++)
-        if (v[r] > j->act_max) j->act_max = (size_t)v[r];
+    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R * 5) : 0;
+    j->mem = pt_calloc((size_t)j->R, sizeof *j->mem);
+    for (int w = 0; w < j->R; w++) {
+        j->mem[w] = (run_mem){ v[w * 5], v[w * 5 + 1], v[w * 5 + 2], v[w * 5 + 3] };
+        if (v[w * 5 + 4] > j->act_max) j->act_max = (size_t)v[w * 5 + 4];
+    }
     free(v);
     return rc;
 }
 
 int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
                  const adamw_state *init_opt, comm *world) {
+    run_source src;
+    run_source_model(&src, init, init_opt);
+    return run_job_init_src(out, pl, &src, world);
+}
+
+int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, comm *world) {
     run_job *j = pt_calloc(1, sizeof *j);
     *out = j;
     j->pl = pl;
+    j->src = src;
     j->R = pl->o.P * pl->o.D;
     j->mpi = world != NULL;
     if (j->mpi && world->size != j->R)
         return pt_seterr("dp x stages = %d x %d = %d ranks, but the MPI world has %d processes "
                          "(mpirun -np %d)", pl->o.D, pl->o.P, j->R, world->size, j->R);
     j->n_local = j->mpi ? 1 : j->R;
-    j->n_models = (j->mpi ? 1 : pl->o.D) * pl->s->n_pipes;
     j->comms = pt_calloc((size_t)j->n_local, sizeof *j->comms);
     j->ex = pt_calloc((size_t)j->n_local, sizeof *j->ex);
     j->rst = pt_calloc((size_t)j->n_local, sizeof *j->rst);
@@ -157,9 +154,9 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
         if (pl->o.fail_after > 0 && fr >= 0 && fr < j->R &&
             comm_faulty_wrap(j->comms[fr], -1, 0, pl->o.fail_after, &j->comms[fr]) < 0) return -1;
     }
-    job_alloc_models(j, init, init_opt);
-    if (job_run_all(j, job_exec_init) < 0) return -1;
-    return job_measure_acts(j);
+    int rc = job_run_all(j, job_exec_init);
+    j->src = NULL;
+    return rc < 0 ? -1 : job_measure(j);
 }
 
 void run_job_free(run_job *j) {
@@ -169,14 +166,10 @@ void run_job_free(run_job *j) {
         if (!j->mpi && j->comms) comm_free(j->comms[r]);
         free(j->errs ? j->errs[r] : NULL);
     }
-    for (int k = 0; j->models && k < j->n_models; k++) {
-        gpt_free(&j->models[k]);
-        adamw_free(&j->opts[k]);
-    }
     if (j->prof)
         for (int i = 0; i < j->pl->s->n_stages * 5 + 1; i++) free(j->prof[i].v);
     free(j->prof);
-    free(j->models); free(j->opts); free(j->comms); free(j->ex); free(j->rst); free(j->errs);
+    free(j->mem); free(j->comms); free(j->ex); free(j->rst); free(j->errs);
     timeline_free(&j->tl);
     free(j);
 }
@@ -245,6 +238,53 @@ static void samples_add(job_samples *s, int iter, double dur) {
     s->v[s->n++] = (job_sample){ iter, dur };
 }
 
+static int cmp_interval(const void *a, const void *b) {
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* Busy time of each rank: the union of its F/B/W/BW, REDUCE_GRAD and STEP intervals (what the
+ * simulator counts as busy), so an overlapped reduction under compute counts once. */
+static void job_busy(const run_job *j, double *busy) {
+    const timeline *tl = &j->tl;
+    double *iv = pt_malloc(sizeof(double) * 2 * (size_t)(tl->n + 1));
+    for (int r = 0; r < j->R; r++) {
+        int n = 0;
+        for (int i = 0; i < tl->n; i++) {
+            const tl_event *e = &tl->ev[i];
+            sched_kind k = e->act.kind;
+            if (e->rank != r || !(sched_kind_is_compute(k) || k == ACT_REDUCE_GRAD || k == ACT_STEP)) continue;
+            iv[2 * n] = e->start;
+            iv[2 * n++ + 1] = e->end;
+        }
+        qsort(iv, (size_t)n, 2 * sizeof(double), cmp_interval);
+        double lo = 0, hi = -1;
+        busy[r] = 0;
+        for (int k = 0; k < n; k++) {
+            if (iv[2 * k] > hi) { busy[r] += hi > lo ? hi - lo : 0; lo = iv[2 * k]; hi = iv[2 * k + 1]; }
+            else if (iv[2 * k + 1] > hi) hi = iv[2 * k + 1];
+        }
+        busy[r] += hi > lo ? hi - lo : 0;
+    }
+    free(iv);
+}
+
+/* An overlapped reduction (on the communication stream): how much of its span lies under the
+ * rank's compute, which the iteration did not pay for. Its cost for the simulator is the rest:
+ * the span runs from the stage's last W to when the rank saw it complete (between actions),
+ * so only the exposed part is a cost the run paid. 0 for one on the compute stream. */
+static double job_hidden(const timeline *tl, const tl_event *red) {
+    double hidden = 0;
+    if (red->stream != TL_SEND) return 0;
+    for (int i = 0; i < tl->n; i++) {
+        const tl_event *c = &tl->ev[i];
+        if (c->rank != red->rank || c->stream != TL_COMPUTE || !sched_kind_is_compute(c->act.kind)) continue;
+        double a = c->start > red->start ? c->start : red->start, z = c->end < red->end ? c->end : red->end;
+        if (z > a) hidden += z - a;
+    }
+    return hidden;
+}
+
 /* Shifts the merged events to start at 0; measures iteration time and bubble; adds samples. */
 static void job_analyse(run_job *j, run_stats *st) {
     timeline *tl = &j->tl;
@@ -257,17 +297,18 @@ static void job_analyse(run_job *j, run_stats *st) {
     for (int i = 0; i < tl->n; i++) {
         tl_event *e = &tl->ev[i];
         e->ready -= t0; e->start -= t0; e->end -= t0;
+    }
+    for (int i = 0; i < tl->n; i++) {
+        tl_event *e = &tl->ev[i];
         int S = j->pl->s->n_stages;
         if (e->act.kind == ACT_STEP) samples_add(&j->prof[S * 5], j->n_iters, e->end - e->start);
         if (e->act.kind == ACT_REDUCE_GRAD)
-            samples_add(&j->prof[e->act.stage * 5 + 4], j->n_iters, e->end - e->start);
-        if (e->act.kind == ACT_REDUCE_GRAD || e->act.kind == ACT_STEP)   /* busy, as in sim */
-            busy[e->rank] += e->end - e->start;
+            samples_add(&j->prof[e->act.stage * 5 + 4], j->n_iters, e->end - e->start - job_hidden(tl, e));
         if (!sched_kind_is_compute(e->act.kind)) continue;
-        busy[e->rank] += e->end - e->start;
         int k = e->act.kind == ACT_BW ? 3 : (int)e->act.kind;   /* F 0, B 1, W 2, BW 3 */
         samples_add(&j->prof[e->act.stage * 5 + k], j->n_iters, e->end - e->start);
     }
+    job_busy(j, busy);
     st->iter_time = tl->n ? t1 - t0 : 0;
     double idle = 0;
     for (int r = 0; r < j->R; r++) idle += st->iter_time - busy[r];
@@ -322,8 +363,11 @@ static int job_find_consumer(const timeline *tl, const tl_event *e, const sched 
 const timeline *run_job_timeline(run_job *j) {
     if (!run_job_is_root(j)) return NULL;
     if (!j->tl_linked)
-        for (int i = 0; i < j->tl.n; i++)
-            if (j->tl.ev[i].stream == TL_SEND) j->tl.ev[i].link = job_find_consumer(&j->tl, &j->tl.ev[i], j->pl->s);
+        for (int i = 0; i < j->tl.n; i++) {   /* messages only: an overlapped reduction is on TL_SEND too */
+            tl_event *e = &j->tl.ev[i];
+            if (e->stream == TL_SEND && (e->act.kind == ACT_SEND_F || e->act.kind == ACT_SEND_B))
+                e->link = job_find_consumer(&j->tl, e, j->pl->s);
+        }
     j->tl_linked = 1;
     return &j->tl;
 }
@@ -355,43 +399,61 @@ void run_job_profile(run_job *j, sim_costs *c) {
     c->step = st > 0 ? st : 0;
 }
 
-/* Floats [off, off+n) of chunk c's layers. */
-static void job_chunk_span(const run_job *j, int c, size_t *off, size_t *n) {
-    gpt_layers_param_span(&j->models[0], j->pl->lo.chunk_first[c], j->pl->lo.chunk_first[c + 1], off, n);
+/* The local index of world rank w's executor, or -1 (another process). */
+static int job_local(const run_job *j, int w) {
+    if (!j->mpi) return w;
+    return j->comms[0]->rank == w ? 0 : -1;
 }
 
-/* MPI: the holder of chunk c (replica 0, pipe 0) sends params and grads to the root. */
-static int job_gather_mpi(run_job *j, gpt_model *out) {
+/* Chunk c's holder in replica 0, pipe 0 sends its parameters and gradients to the root; root
+ * (out != NULL) puts them at the chunk's span of out. */
+static int job_gather_chunk(run_job *j, int c, gpt_model *out) {
     comm *w = j->comms[0];
-    for (int c = 0; c < j->pl->s->stages_per_pipe; c++) {
-        int holder = j->pl->s->stage_rank[c];
-        size_t off, n;
-        job_chunk_span(j, c, &off, &n);
-        float *bufs[2] = { j->models[0].params + off, j->models[0].grads + off };
-        float *dst[2] = { out ? out->params + off : NULL, out ? out->grads + off : NULL };
-        for (int k = 0; k < 2; k++) {
-            comm_req *rq;
-            if (w->rank == 0 && holder == 0) memcpy(dst[k], bufs[k], n * sizeof(float));
-            else if (w->rank == 0) {
-                if (comm_irecv(w, holder, TAG_GATHER + 2 + k, dst[k], n * sizeof(float), &rq) < 0 ||
-                    comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
-            } else if (w->rank == holder) {
-                if (comm_isend(w, 0, TAG_GATHER + 2 + k, bufs[k], n * sizeof(float), &rq) < 0 ||
-                    comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
-            }
+    int holder = j->pl->s->stage_rank[c], me = j->mpi ? w->rank : 0, r = job_local(j, holder);
+    int first = j->pl->lo.chunk_first[c], end = j->pl->lo.chunk_first[c + 1];
+    size_t off = 0, n = 0, soff = 0, sn = 0;
+    if (out) gpt_layers_param_span(out, first, end, &off, &n);
+    const gpt_model *m = r >= 0 ? run_exec_stage_model(j->ex[r], c) : NULL;
+    if (m) gpt_layers_param_span(m, first, end, &soff, &sn);
+    const float *src[2] = { m ? m->params + soff : NULL, m ? m->grads + soff : NULL };
+    float *dst[2] = { out ? out->params + off : NULL, out ? out->grads + off : NULL };
+    for (int k = 0; k < 2; k++) {
+        comm_req *rq;
+        if (out && m) memcpy(dst[k], src[k], n * sizeof(float));
+        else if (out) {
+            if (comm_irecv(w, holder, TAG_GATHER + 2 + k, dst[k], n * sizeof(float), &rq) < 0 ||
+                comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
+        } else if (m && me == holder) {
+            if (comm_isend(w, 0, TAG_GATHER + 2 + k, src[k], sn * sizeof(float), &rq) < 0 ||
+                comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
         }
     }
     return 0;
 }
 
 int run_job_gather(run_job *j, gpt_model *out) {
-    if (j->mpi) return job_gather_mpi(j, run_job_is_root(j) ? out : NULL);
-    memcpy(out->params, j->models[0].params, out->num_params * sizeof(float));
-    memcpy(out->grads, j->models[0].grads, out->num_params * sizeof(float));
+    gpt_model *dst = run_job_is_root(j) ? out : NULL;
+    for (int c = 0; c < j->pl->s->stages_per_pipe; c++)
+        if (job_gather_chunk(j, c, dst) < 0) return -1;
     return 0;
 }
 
-/* ---- checkpoints -------------------------------------------------------------------------- */
+void run_job_mem(const run_job *j, int w, run_mem *out) { *out = j->mem[w]; }
+
+int run_job_peak_rss(run_job *j, double **out) {
+    struct rusage ru;
+    int n = j->mpi ? j->R : 1;
+    double *v = pt_calloc((size_t)n, sizeof *v);
+    getrusage(RUSAGE_SELF, &ru);
+    v[j->mpi ? j->comms[0]->rank : 0] = (double)ru.ru_maxrss * 1024.0;   /* Linux: kilobytes */
+    free(*out);
+    *out = v;
+    return j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)n) : 0;
+}
+
+/* ---- checkpoints -------------------------------------------------------------------------- *
+ * Nothing is gathered: each chunk's holder in replica 0, pipe 0 writes its chunk file (with
+ * --zero 0 its moments too), and with --zero 1 every rank writes its moment shards. */
 
 /* MPI: sum of v over ranks (v[0..n)), the way to share one rank's number or count failures. */
 static int job_sum(run_job *j, double *v, int n) {
@@ -402,9 +464,10 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
     const run_plan *pl = j->pl;
     ckpt_manifest man = *man0;
     char tmp[1200];
-    int root = run_job_is_root(j), me = j->mpi ? j->comms[0]->rank : -1;
+    int root = run_job_is_root(j);
     if (ckpt_manifest_set_layout(&man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
-                                 pl->s->name, pl->lo.chunk_first) < 0) return -1;
+                                 pl->s->name, pl->lo.chunk_first) < 0 ||
+        (pl->o.zero && ckpt_manifest_set_shards(&man, j->R) < 0)) return -1;
     double v[2] = { 0, 0 };            /* root's pid, failures */
     if (root) {
         if (ckpt_begin(dir, tmp, sizeof tmp) < 0) v[1] = 1;
@@ -414,11 +477,12 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
     if (v[1] > 0) return root ? -1 : pt_seterr("checkpoint %s: rank 0 could not start it", dir);
     if (!root && ckpt_tmpdir_name(dir, (long)v[0], tmp, sizeof tmp) < 0) return -1;
     double fail = 0;
-    for (int c = 0; c < pl->s->stages_per_pipe; c++) {
-        if (j->mpi && pl->s->stage_rank[c] != me) continue;   /* holder in replica 0, pipe 0 */
-        if (ckpt_write_chunk(tmp, c, pl->lo.chunk_first[c], pl->lo.chunk_first[c + 1], &j->models[0],
-                             &j->opts[0]) < 0) { fail = 1; break; }
+    for (int c = 0; c < pl->s->stages_per_pipe && !fail; c++) {   /* holders in replica 0, pipe 0 */
+        int r = job_local(j, pl->s->stage_rank[c]);
+        if (r >= 0 && run_exec_write_chunk(j->ex[r], tmp, c) < 0) fail = 1;
     }
+    for (int r = 0; r < j->n_local && pl->o.zero && !fail; r++)   /* every rank its moments */
+        if (run_exec_write_shards(j->ex[r], tmp) < 0) fail = 1;
     char err[512];
     snprintf(err, sizeof err, "%s", pt_err());
     if (job_sum(j, &fail, 1) < 0) return -1;

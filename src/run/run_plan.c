@@ -62,6 +62,20 @@ static int run_plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     return run_layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split, o->n_split);
 }
 
+/* --zero: 0 or 1, and 1 only with a synchronous schedule. */
+static int run_plan_check_zero(const run_plan *pl) {
+    int z = pl->o.zero;
+    if (z == 2)
+        return pt_seterr("--zero 2 (sharded gradients) is not supported: a stage's gradients add up "
+                         "over all its microbatches in one whole buffer before any reduction, so "
+                         "sharding them afterwards would not lower the peak; use --zero 1");
+    if (z != 0 && z != 1) return pt_seterr("--zero must be 0 or 1, got %d", z);
+    if (z && pl->s->async)
+        return pt_seterr("--zero 1 needs a synchronous schedule: %s updates each stage after every "
+                         "microbatch, with no step to gather the shards at", pl->s->name);
+    return 0;
+}
+
 int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T) {
     memset(pl, 0, sizeof *pl);
     pl->o = *o;
@@ -80,7 +94,7 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
         s = l;
     }
     pl->s = s;
-    if (run_plan_check(pl, cfg, B, T) < 0) { run_plan_free(pl); return -1; }
+    if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0) { run_plan_free(pl); return -1; }
     return 0;
 }
 

@@ -36,6 +36,9 @@ typedef struct {
     int *bar_ev;            /* [N] event that finished iteration i last */
     int *cnt;               /* [S] activations held now */
     double *rank_bytes;     /* [P] bytes held now */
+    double *w_end;          /* [S] reduce_overlap: end of stage g's latest W or BW */
+    double *red_free;       /* [P] reduce_overlap: the rank's reduction stream free */
+    int *red_ev;            /* [P] reduce_overlap: event that set red_free */
     int *pred;              /* [events] critical-path predecessor (grows with the timeline) */
     int pred_cap;
     sim_result *r;
@@ -181,6 +184,7 @@ static int run_compute(sim_state *st, int r, const sched_action *a, int iter, do
     if (a->kind == ACT_F) key_resolve(st, key_of(st, K_FEND, g, vmb), end, ev);
     if (a->kind == ACT_B || a->kind == ACT_BW) key_resolve(st, key_of(st, K_BEND, g, vmb), end, ev);
     if (a->kind == ACT_W || a->kind == ACT_BW) key_resolve(st, key_of(st, K_WEND, g, vmb), end, ev);
+    if (a->kind == ACT_W || a->kind == ACT_BW) st->w_end[g] = end;
     if (st->s->lowered) return ev;
     int pos = g % st->K;     /* compute-only: the implicit SEND sched_lower would place here */
     if (a->kind == ACT_F && pos < st->K - 1 && st->s->stage_rank[g + 1] != r)
@@ -188,6 +192,17 @@ static int run_compute(sim_state *st, int r, const sched_action *a, int iter, do
     if ((a->kind == ACT_B || a->kind == ACT_BW) && pos > 0 && st->s->stage_rank[g - 1] != r)
         issue_send(st, r, g, a->mb, iter, false, end, ev);
     return ev;
+}
+
+/* reduce_overlap: stage g's REDUCE_GRAD on the rank's reduction stream, from its last W (after
+ * the rank's earlier reductions); the compute stream goes on. */
+static void run_reduce_overlapped(sim_state *st, int r, const sched_action *a, int iter) {
+    int g = a->stage;
+    double start = st->w_end[g] > st->red_free[r] ? st->w_end[g] : st->red_free[r];
+    tl_event e = { .act = *a, .rank = r, .iter = iter, .stream = TL_SEND, .peer = -1, .link = -1,
+                   .ready = st->w_end[g], .start = start, .end = start + compute_time(st->c, a, iter) };
+    st->red_ev[r] = push_event(st, &e, st->w_end[g] >= st->red_free[r] ? st->last_ev[r] : st->red_ev[r]);
+    st->red_free[r] = e.end;
 }
 
 /* A RECV: the rank stands still until the data has arrived. */
@@ -249,8 +264,12 @@ static int step_rank(sim_state *st, int r) {
         if (st->ktime[keys[i]] < 0) return park(st, r, keys[i]);
         if (st->ktime[keys[i]] > start) { start = st->ktime[keys[i]]; pred = st->ksrc[keys[i]]; }
     }
+    int overlap = st->c->reduce_overlap && !st->s->async;
+    if (overlap && a->kind == ACT_STEP && st->red_free[r] > start) { start = st->red_free[r]; pred = st->red_ev[r]; }
     if (a->kind == ACT_SEND_F || a->kind == ACT_SEND_B)
         issue_send(st, r, a->stage, a->mb, iter, a->kind == ACT_SEND_F, ready, st->last_ev[r]);
+    else if (overlap && a->kind == ACT_REDUCE_GRAD)
+        run_reduce_overlapped(st, r, a, iter);
     else if (a->kind == ACT_RECV_F || a->kind == ACT_RECV_B)
         run_recv(st, r, a, iter, keys[0]);
     else {
@@ -318,6 +337,10 @@ static void state_init(sim_state *st, const sched *s, const sim_costs *c, const 
     for (int i = 0; i < st->N; i++) st->bar_ev[i] = -1;
     st->cnt = pt_calloc((size_t)st->S, sizeof(int));
     st->rank_bytes = pt_calloc(P, sizeof(double));
+    st->w_end = pt_calloc((size_t)st->S, sizeof(double));
+    st->red_free = pt_calloc(P, sizeof(double));
+    st->red_ev = pt_malloc(sizeof(int) * P);
+    for (size_t r = 0; r < P; r++) st->red_ev[r] = -1;
 }
 
 static void state_free(sim_state *st) {
@@ -325,6 +348,7 @@ static void state_free(sim_state *st) {
     free(st->pos); free(st->t); free(st->comm_free); free(st->last_ev); free(st->last_send);
     free(st->work); free(st->in_work); free(st->bar_count); free(st->bar_ev);
     free(st->cnt); free(st->rank_bytes); free(st->pred);
+    free(st->w_end); free(st->red_free); free(st->red_ev);
 }
 
 static void result_init(sim_result *res, const sched *s, const sim_costs *c, int n_iters) {
@@ -401,10 +425,40 @@ static void critical_path(sim_state *st) {
     }
 }
 
+static int cmp_start(const void *a, const void *b) {
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* reduce_overlap: busy[r] = the union of r's compute and reduction intervals (a reduction under
+ * compute counts once). */
+static void busy_union(sim_state *st) {
+    const timeline *tl = &st->r->tl;
+    double *iv = pt_malloc(sizeof(double) * 2 * (size_t)(tl->n + 1));
+    for (int r = 0; r < st->P; r++) {
+        int n = 0;
+        for (int i = 0; i < tl->n; i++) {
+            const tl_event *e = &tl->ev[i];
+            if (e->rank != r || (e->stream != TL_COMPUTE && e->act.kind != ACT_REDUCE_GRAD)) continue;
+            iv[2 * n] = e->start;
+            iv[2 * n++ + 1] = e->end;
+        }
+        qsort(iv, (size_t)n, 2 * sizeof(double), cmp_start);
+        double busy = 0, lo = 0, hi = -1;
+        for (int k = 0; k < n; k++) {
+            if (iv[2 * k] > hi) { busy += hi > lo ? hi - lo : 0; lo = iv[2 * k]; hi = iv[2 * k + 1]; }
+            else if (iv[2 * k + 1] > hi) hi = iv[2 * k + 1];
+        }
+        st->r->busy[r] = busy + (hi > lo ? hi - lo : 0);
+    }
+    free(iv);
+}
+
 static void summarise(sim_state *st) {
     sim_result *res = st->r;
     int P = st->P, N = st->N;
     double busy_sum = 0, busy_max = 0;
+    if (st->c->reduce_overlap && !st->s->async) busy_union(st);
     res->makespan = timeline_end(&res->tl);
     for (int r = 0; r < P; r++) {
         res->idle[r] = res->makespan - res->busy[r];

@@ -46,6 +46,11 @@ typedef struct {
     double *bw;             /* [S] time of a fused BW; a negative entry means b + w */
     double *act_bytes;      /* [S] activation bytes per microbatch: memory held and message size */
     double *reduce;         /* [S] time of REDUCE_GRAD (0: free) */
+    bool reduce_overlap;    /* a synchronous schedule's REDUCE_GRAD of stage g runs on the rank's
+                             * communication stream from g's last W (the runtime's overlapped
+                             * reduction), not on the compute stream at its place in the list;
+                             * STEP waits for it; busy time counts compute and reductions once.
+                             * false (sim_costs_init): in the list, as written */
     double step;            /* time of STEP */
     double latency;         /* seconds per message, every link */
     double bandwidth;       /* bytes per second, every link; 0 means infinite */

@@ -90,10 +90,10 @@ typedef struct {
     const char *svg;        /* report: the last step's measured timeline picture, or NULL */
 } train_pipe_opts;
 
-/* The pipelined job (run_plan_init + run_job_init) over the starting parameters m and AdamW
- * moments opt (both copied into the job), for (B,T) batches. Collective under MPI. Returns 0,
- * or -1 naming the flag or rank at fault (nothing left allocated). */
-int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const gpt_model *m,
-                           const adamw_state *opt, int B, int T);
+/* The pipelined job (run_plan_init + run_job_init_src) over the starting parameters and AdamW
+ * moments of src (each rank reads its share during this call), for (B,T) batches. Collective
+ * under MPI. Returns 0, or -1 naming the flag, file or rank at fault (nothing left allocated). */
+int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const run_source *src,
+                           int B, int T);
 
 #endif

@@ -21,6 +21,7 @@ typedef struct {
     int n, n_cap;
     /* report's results: medians measured, the simulator's prediction (-1: none) */
     double it_med, bub_med, sim_it, sim_bub;
+    double *rss;                /* [processes] peak RSS at the end, bytes (run_job_peak_rss) */
 } pipe_engine;
 
 /* v[0..n) moved into a new buffer of cap entries (v freed). */
@@ -65,13 +66,42 @@ static int pipe_save(train_engine *e, const char *dir, const ckpt_manifest *man)
     return run_job_save(p->job, dir, &full);
 }
 
-/* "pipeline: <schedule>, P stages x D replicas, ..." (the run header's line). */
+#define MEM_LINE_RANKS 8   /* the header lists each rank's memory up to this many ranks */
+
+/* "memory per rank (MB, params/grads/optimizer/activations): r0 ..., r1 ..." (the busiest rank
+ * of each kind beyond MEM_LINE_RANKS ranks). */
+static void pipe_print_memory(const pipe_engine *p) {
+    int R = p->pl.o.P * p->pl.o.D;
+    run_mem m, mx = { 0, 0, 0, 0 };
+    printf("memory per rank (MB, params/grads/optimizer/activations):");
+    for (int w = 0; w < R; w++) {
+        run_job_mem(p->job, w, &m);
+        if (R <= MEM_LINE_RANKS) printf(" r%d %.1f/%.1f/%.1f/%.1f%s", w, m.params / 1e6, m.grads / 1e6,
+                                       m.optim / 1e6, m.acts / 1e6, w + 1 < R ? "," : "");
+        mx.params = m.params > mx.params ? m.params : mx.params;
+        mx.grads = m.grads > mx.grads ? m.grads : mx.grads;
+        mx.optim = m.optim > mx.optim ? m.optim : mx.optim;
+        mx.acts = m.acts > mx.acts ? m.acts : mx.acts;
+    }
+    if (R > MEM_LINE_RANKS)
+        printf(" the largest of %d ranks %.1f/%.1f/%.1f/%.1f", R, mx.params / 1e6, mx.grads / 1e6,
+               mx.optim / 1e6, mx.acts / 1e6);
+    printf("%s\n", p->pl.o.zero ? " (--zero 1: moments sharded)" : "");
+}
+
+/* "pipeline: <schedule>, P stages x D replicas, ..." and the memory line (the run header's). */
 static void pipe_describe(const train_engine *e) {
     const pipe_engine *p = (const pipe_engine *)e;
     printf("pipeline: %s, %d stages x %d replicas, %d microbatches of %d sequences, %s transport; "
-           "activations %.2f MB on the busiest rank%s\n", p->pl.s->name, p->pl.o.P, p->pl.o.D,
+           "activations %.2f MB on the busiest rank%s%s\n", p->pl.s->name, p->pl.o.P, p->pl.o.D,
            p->pl.s->n_mb, p->pl.mb_rows, p->o.world ? "mpi" : "threads",
-           run_job_act_bytes(p->job) / 1e6, p->o.ro.recompute ? " (recomputing)" : "");
+           run_job_act_bytes(p->job) / 1e6, p->o.ro.recompute ? " (recomputing)" : "",
+           p->pl.o.no_overlap ? "; reduction after each rank's schedule" : "");
+    pipe_print_memory(p);
+    if (p->pl.o.zero && p->pl.o.D == 1)
+        printf("note: --zero 1 with --dp 1 shards only what several ranks hold: a tied tensor (wte, "
+               "on the embedding's and the head's ranks) and, with two pipes, each chunk; a chunk "
+               "on one rank keeps all its moments\n");
 }
 
 /* The simulator's iteration for the schedule, from the F/B/W costs profiled in this run, next
@@ -83,6 +113,7 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     sim_opts so = { .iterations = 1 };
     sim_costs_init(&c, s->n_stages, 0, 0, 0);
     run_job_profile(p->job, &c);
+    c.reduce_overlap = !p->pl.o.no_overlap;   /* the reduction as the runtime ran it */
     int rc = sim_run(s, &c, &so, &res);
     sim_costs_free(&c);
     p->it_med = it;
@@ -115,16 +146,48 @@ static int pipe_write_pictures(pipe_engine *p, double last_it, double last_bub) 
     return svg_write(tl, &so, p->o.svg);
 }
 
+/* "peak RSS per process (MB): r0 ..., r1 ..." (MPI: every process's, gathered; threads: the
+ * one process's). */
+static void pipe_print_rss(const pipe_engine *p) {
+    int n = p->o.world ? p->pl.o.P * p->pl.o.D : 1;
+    if (n == 1) {
+        printf("peak RSS: %.1f MB (the whole process%s)\n", p->rss[0] / 1e6, p->o.world ? "" : ", every rank thread");
+        return;
+    }
+    printf("peak RSS per process (MB):");
+    for (int w = 0; w < n; w++) printf(" r%d %.1f%s", w, p->rss[w] / 1e6, w + 1 < n ? "," : "\n");
+}
+
 /* Medians over the steps after the first (the warm-up) when there were several. */
 static int pipe_report(train_engine *e) {
     pipe_engine *p = (pipe_engine *)e;
-    if (!p->base.root || p->n == 0) return 0;
+    if (run_job_peak_rss(p->job, &p->rss) < 0) return -1;   /* collective: every rank */
+    if (!p->base.root) return 0;
+    pipe_print_rss(p);
+    if (p->n == 0) return 0;
     double last_it = p->iter_t[p->n - 1], last_bub = p->bubble[p->n - 1];
     int skip = p->n > 1;
     double it = pt_median(p->iter_t + skip, p->n - skip);      /* sorts the records: done last */
     double bub = pt_median(p->bubble + skip, p->n - skip);
     pipe_print_simulated(p, it, bub);
     return pipe_write_pictures(p, last_it, last_bub);
+}
+
+/* {"params":[per world rank],"grads":[..],"optimizer":[..],"activations":[..]} */
+static cJSON *pipe_memory_json(const pipe_engine *p) {
+    int R = p->pl.o.P * p->pl.o.D;
+    const char *keys[4] = { "params", "grads", "optimizer", "activations" };
+    cJSON *o = cJSON_CreateObject();
+    for (int k = 0; k < 4; k++) {
+        cJSON *a = cJSON_AddArrayToObject(o, keys[k]);
+        for (int w = 0; w < R; w++) {
+            run_mem m;
+            run_job_mem(p->job, w, &m);
+            double v[4] = { m.params, m.grads, m.optim, m.acts };
+            cJSON_AddItemToArray(a, cJSON_CreateNumber(v[k]));
+        }
+    }
+    return o;
 }
 
 static cJSON *pipe_layout(const train_engine *e) {
@@ -144,6 +207,9 @@ static cJSON *pipe_layout(const train_engine *e) {
     cJSON_AddItemToObject(o, "split", split);
     cJSON_AddStringToObject(o, "transport", p->o.world ? "mpi" : "threads");
     if (p->pl.o.recompute) cJSON_AddTrueToObject(o, "recompute");
+    cJSON_AddNumberToObject(o, "zero", p->pl.o.zero);
+    cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl.o.no_overlap);
+    cJSON_AddItemToObject(o, "memory_bytes", pipe_memory_json(p));
     return o;
 }
 
@@ -158,6 +224,11 @@ static cJSON *pipe_summary(const train_engine *e) {
         cJSON_AddNumberToObject(o, "simulated_bubble", p->sim_bub);
     }
     if (p->o.svg) cJSON_AddStringToObject(o, "svg", p->o.svg);
+    if (p->rss) {
+        cJSON *a = cJSON_AddArrayToObject(o, "peak_rss_bytes");
+        for (int w = 0; w < (p->o.world ? p->pl.o.P * p->pl.o.D : 1); w++)
+            cJSON_AddItemToArray(a, cJSON_CreateNumber(p->rss[w]));
+    }
     return o;
 }
 
@@ -168,6 +239,7 @@ static void pipe_free(train_engine *e) {
     if (p->pl.s) run_plan_free(&p->pl);
     free(p->iter_t);
     free(p->bubble);
+    free(p->rss);
     free(p);
 }
 
@@ -176,15 +248,15 @@ static const train_engine_vt pipe_vt = {
     .report = pipe_report, .layout = pipe_layout, .summary = pipe_summary, .free = pipe_free,
 };
 
-int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const gpt_model *m,
-                           const adamw_state *opt, int B, int T) {
+int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const run_source *src,
+                           int B, int T) {
     pipe_engine *p = pt_calloc(1, sizeof *p);
     p->base.vt = &pipe_vt;
     p->o = *o;
     p->o.ro.split = NULL;          /* read by run_plan_init only; not kept past it */
     *out = NULL;
-    if (run_plan_init(&p->pl, &o->ro, &m->cfg, B, T) < 0) goto free_engine;
-    if (run_job_init(&p->job, &p->pl, m, opt, o->world) < 0) goto free_engine;
+    if (run_plan_init(&p->pl, &o->ro, &src->cfg, B, T) < 0) goto free_engine;
+    if (run_job_init_src(&p->job, &p->pl, src, o->world) < 0) goto free_engine;
     p->base.root = run_job_is_root(p->job);
     if (o->world && o->threads > 0) openblas_set_num_threads(o->threads);   /* per process */
     *out = &p->base;

@@ -49,7 +49,9 @@ static int start_engine(train_ctx *t) {
     train_pipe_opts po = { .ro = o->ro, .world = o->world, .threads = o->threads,
                            .trace = o->trace, .svg = o->svg };
     if (!po.svg && t->rep.on) po.svg = t->rep.svg;   /* the report draws the last step */
-    return train_engine_pipe_init(&t->e, &po, &t->m, &t->opt, o->batch, o->seq);
+    int rc = train_engine_pipe_init(&t->e, &po, &t->src, o->batch, o->seq);
+    run_source_free(&t->src);   /* read by the job's start only */
+    return rc;
 }
 
 /* Model, data, engine, outputs, in the order their errors are reported. */
@@ -161,6 +163,7 @@ void train_free(train_ctx *t) {
     free(t->inp);
     free(t->tgt);
     data_close(t->d);
+    run_source_free(&t->src);
     if (t->m.params) adamw_free(&t->opt);
     gpt_free(&t->m);
     free(t);

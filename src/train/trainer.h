@@ -20,7 +20,8 @@ typedef struct {
     const char *config;     /* model config JSON; with resume optional (must describe its model) */
     const char *init;       /* starting weights (safetensors, HF GPT-2 names); NULL: GPT-2 init */
     long seed;              /* init seed (without init); kept in checkpoints */
-    const char *resume;     /* checkpoint folder to continue from (weights, moments, step), or NULL */
+    const char *resume;     /* checkpoint folder to continue from (weights, moments, step), or
+                             * a --save folder: its newest complete checkpoint; or NULL */
     /* data and optimization */
     const char *data;       /* raw text (bytes) or an llm.c token file; required */
     int batch, seq;         /* B, T (> 0); a resumed run must keep the checkpoint's */
@@ -33,6 +34,8 @@ typedef struct {
     int log_every;          /* progress line every N steps (<= 0: about 50 lines in all) */
     const char *save;       /* write checkpoints DIR/ckpt-<step> here, or NULL */
     int save_every;         /* also every K steps (<= 0: only after the last step) */
+    int keep;               /* keep the newest N checkpoints of `save` (and the one just written);
+                             * 0: keep them all */
     const char *trace, *svg;/* pipelined: the last step's measured trace / picture, or NULL */
     /* layout */
     run_opts ro;            /* ro.P == 0: one process (train_step); else the pipelined job */

@@ -1,7 +1,7 @@
 /* The trainer's built-in step-boundary hooks: SAVE (the checkpoint policy: DIR/ckpt-<step> every
- * save_every steps and after the last) and LOG (one metrics JSON line per step, a progress line
- * every log_every steps). Not here: how a checkpoint is written (the engine, ckpt/), when hooks
- * run (trainer.c). */
+ * save_every steps and after the last, the newest --keep of them kept) and LOG (one metrics JSON
+ * line per step, a progress line every log_every steps). Not here: how a checkpoint is written
+ * (the engine, ckpt/), when hooks run (trainer.c). */
 #include "train/trainer_int.h"
 #include "ckpt/checkpoint.h"
 #include "util/pt.h"
@@ -18,6 +18,8 @@ int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *u
     if (train_engine_save(t->e, dir, &man) < 0) return -1;
     if (t->root) printf("saved %s\n", dir);
     train_report_saved(t, step, dir);
+    if (t->root && o->keep > 0 && ckpt_prune(o->save, o->keep, dir) < 0)   /* not fatal: said */
+        fprintf(stderr, "warning: --keep %d: %s\n", o->keep, pt_err());
     return 0;
 }
 

@@ -6,6 +6,7 @@
 #include "io/data.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "run/source.h"
 #include "train/trainer.h"
 #include <stdio.h>
 
@@ -27,8 +28,12 @@ typedef struct {
 
 struct train_ctx {
     train_opts o;           /* as given, log_every filled in */
-    gpt_model m;            /* one process: trained in place; pipelined: the start the job copied */
-    adamw_state opt;        /* likewise */
+    gpt_model m;            /* one process: trained in place; pipelined: the tables only (no
+                             * layers held: each rank of the job holds its own) */
+    adamw_state opt;        /* one process: AdamW's state; pipelined: unused */
+    run_source src;         /* pipelined: where the job's ranks read their start (freed once the
+                             * engine started) */
+    char resume_dir[1100];  /* --resume resolved to a checkpoint folder (o.resume points here) */
     long step0;             /* optimizer steps already done (resume), else 0 */
     data_set *d;
     train_engine *e;
@@ -42,8 +47,9 @@ struct train_ctx {
 };
 
 /* The model, AdamW state and step0 of t from t->o: --resume's checkpoint (checked against
- * config, batch, seq and shuffle), else config + init weights or the seeded init. -1 with the
- * error set; what was allocated is left for train_free. (trainer_model.c) */
+ * config, batch, seq and shuffle), else config + init weights or the seeded init; pipelined:
+ * the tables and t->src instead. -1 with the error set; what was allocated is left for
+ * train_free. (trainer_model.c) */
 int train_setup_model(train_ctx *t);
 
 /* The built-in hooks (trainer_hooks.c): SAVE writes DIR/ckpt-<step> every save_every steps and

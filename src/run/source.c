@@ -1,0 +1,129 @@
+/* The starting points of a pipelined job (run/source.h): a whole model in memory, a weights file
+ * or the seeded init, a checkpoint. Each fills a partial model's layers and reads slices of
+ * single tensors, so a rank loads only what it holds. */
+#include "run/source.h"
+#include "io/safetensors.h"
+#include "model/gpt_io.h"
+#include "util/pt.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a whole model in memory ----------------------------------------------------------- */
+
+static int model_fill(const run_source *s, gpt_model *m) {
+    size_t src_off, n, dst_off, n2;
+    gpt_layers_param_span(s->model, m->first_layer, m->end_layer, &src_off, &n);
+    gpt_layers_param_span(m, m->first_layer, m->end_layer, &dst_off, &n2);
+    if (n) memcpy(m->params + dst_off, s->model->params + src_off, n * sizeof(float));
+    return 0;
+}
+
+static void copy_or_zero(float *dst, const float *src, size_t n) {
+    if (!dst) return;
+    if (src) memcpy(dst, src, n * sizeof *dst);
+    else memset(dst, 0, n * sizeof *dst);
+}
+
+static int model_read(const run_source *s, const gpt_model *m, int param, size_t start, size_t n,
+                      float *w, float *mm, float *vv) {
+    size_t at = gpt_param_info_at(s->model, param)->offset + start;
+    copy_or_zero(w, s->model->params + at, n);
+    copy_or_zero(mm, s->opt ? s->opt->m + at : NULL, n);
+    copy_or_zero(vv, s->opt ? s->opt->v + at : NULL, n);
+    return 0;
+}
+
+void run_source_model(run_source *s, const gpt_model *m, const adamw_state *opt) {
+    memset(s, 0, sizeof *s);
+    s->fill = model_fill;
+    s->read = model_read;
+    s->cfg = m->cfg;
+    s->model = m;
+    s->opt = opt;
+    s->has_moments = opt != NULL;
+}
+
+/* ---- a weights file, or the seeded init -------------------------------------------------- */
+
+static int init_fill(const run_source *s, gpt_model *m) {
+    if (!s->init) {
+        gpt_init_random(m, s->seed);
+        return 0;
+    }
+    return gpt_load_safetensors(m, s->init, NULL);
+}
+
+/* Tensor `name` of the file (with or without the "transformer." prefix), elements [start,
+ * start+n), converted to float. */
+static int init_read_file(const char *path, const gpt_param_info *pi, size_t start, size_t n, float *w) {
+    st_file *f;
+    char pref[80];
+    if (st_open(&f, path) < 0) return -1;
+    snprintf(pref, sizeof pref, "transformer.%s", pi->name);
+    const st_tensor *t = st_find(f, pi->name);
+    if (!t) t = st_find(f, pref);
+    int rc = 0;
+    if (!t || t->numel != pi->count) rc = pt_seterr("%s: no tensor '%s' of %zu elements", path, pi->name, pi->count);
+    float *all = rc == 0 && (start || n != pi->count) ? pt_falloc(pi->count) : w;
+    if (rc == 0) rc = st_tensor_f32(f, t, all);
+    if (rc == 0 && all != w) memcpy(w, all + start, n * sizeof *w);
+    if (all != w) free(all);
+    st_close(f);
+    return rc;
+}
+
+static int init_read(const run_source *s, const gpt_model *m, int param, size_t start, size_t n,
+                     float *w, float *mm, float *vv) {
+    copy_or_zero(mm, NULL, n);
+    copy_or_zero(vv, NULL, n);
+    if (!w) return 0;
+    if (s->init) return init_read_file(s->init, gpt_param_info_at(m, param), start, n, w);
+    gpt_init_random_slice(m, s->seed, param, start, n, w);
+    return 0;
+}
+
+void run_source_init(run_source *s, const gpt_config *cfg, const char *init, uint64_t seed) {
+    memset(s, 0, sizeof *s);
+    s->fill = init_fill;
+    s->read = init_read;
+    s->cfg = *cfg;
+    s->init = init;
+    s->seed = seed;
+}
+
+/* ---- a checkpoint ------------------------------------------------------------------------ */
+
+static int ckpt_fill(const run_source *s, gpt_model *m) {
+    for (int i = 0; i < gpt_param_count(m); i++) {
+        const gpt_param_info *pi = gpt_param_info_at(m, i);
+        if (gpt_holds_layer(m, pi->layer) &&
+            ckpt_reader_read(s->ckpt, pi->name, 0, pi->count, m->params + pi->offset, NULL, NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int ckpt_read(const run_source *s, const gpt_model *m, int param, size_t start, size_t n,
+                     float *w, float *mm, float *vv) {
+    if (!s->has_moments) {
+        copy_or_zero(mm, NULL, n);
+        copy_or_zero(vv, NULL, n);
+        mm = vv = NULL;
+    }
+    return ckpt_reader_read(s->ckpt, gpt_param_info_at(m, param)->name, start, n, w, mm, vv);
+}
+
+int run_source_checkpoint(run_source *s, const char *dir, const ckpt_manifest *man) {
+    memset(s, 0, sizeof *s);
+    s->fill = ckpt_fill;
+    s->read = ckpt_read;
+    s->cfg = man->cfg;
+    s->has_moments = man->has_optim;
+    return ckpt_reader_open(&s->ckpt, dir, man);
+}
+
+void run_source_free(run_source *s) {
+    ckpt_reader_close(s->ckpt);
+    s->ckpt = NULL;
+}
