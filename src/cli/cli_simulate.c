@@ -245,7 +245,7 @@ static cJSON *json_doubles(const double *x, int n) {
 }
 
 static cJSON *json_critical_path(const sim_result *r) {
-    static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv" };
+    static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv", "side" };
     cJSON *arr = cJSON_CreateArray();
     char act[48];
     for (int i = 0; i < r->n_crit; i++) {
@@ -310,7 +310,7 @@ static void print_json(const sched *s, const sim_result *r, const sim_args *a, i
 }
 
 static void print_events(const timeline *tl) {
-    static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv" };
+    static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv", "side" };
     char act[48];
     printf("rank,stream,action,stage,mb,iter,ready,start,end\n");
     for (int i = 0; i < tl->n; i++) {

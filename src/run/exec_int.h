@@ -144,6 +144,10 @@ int exec_poll_sends(run_exec *e);
 int exec_send(run_exec *e, int i, sched_action a, int *peer);
 int exec_recv(run_exec *e, int i, sched_action a, int *peer);
 int exec_finish_sends(run_exec *e);
+/* Offers the wait of action i to cfg.on_wait unless it is over already: a receive (req: its
+ * request, set to NULL when a test completed it) or stage st's reductions (req NULL). 0, or -1
+ * when the job failed meanwhile. */
+int exec_offer_wait(run_exec *e, int i, sched_action a, comm_req **req, run_stage *st);
 int exec_drop_requests(run_exec *e);
 
 /* exec_reduce.c */

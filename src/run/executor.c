@@ -53,7 +53,8 @@ static int exec_w_done(run_exec *e, run_stage *st) {
  * reduction, from the stage's last W to when it was seen complete, on the communication stream
  * (the rank computed meanwhile). A group not yet posted (a schedule file with an early
  * REDUCE_GRAD) waits for the step. */
-static int exec_reduce_overlapped(run_exec *e, sched_action a, run_stage *st, double t0) {
+static int exec_reduce_overlapped(run_exec *e, int i, sched_action a, run_stage *st, double t0) {
+    if (e->c.on_wait && exec_offer_wait(e, i, a, NULL, st) < 0) return -1;
     double end = st->w_end > 0 ? st->w_end : t0;
     for (int j = 0; j < st->n_writes; j++) {
         exec_group *gr = &e->grp[st->writes[j]];
@@ -106,7 +107,7 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
     case ACT_RECV_F: case ACT_RECV_B: sm = TL_RECV; rc = exec_recv(e, i, a, &peer); break;
     case ACT_REDUCE_GRAD:
         if (e->async) rc = exec_reduce_stage(e, st);
-        else if (e->c.overlap && (rc = exec_reduce_overlapped(e, a, st, t0)) > 0) return 0;
+        else if (e->c.overlap && (rc = exec_reduce_overlapped(e, i, a, st, t0)) > 0) return 0;
         else if (i == e->last_reduce && rc == 0) rc = exec_post_all(e) < 0 ? -1 : exec_wait_all(e);
         break;
     case ACT_STEP:

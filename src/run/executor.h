@@ -27,6 +27,29 @@
 
 typedef struct run_exec run_exec;
 
+/* A wait the executor offers to side work (bubble harvesting: src/harvest registers the
+ * callback from above; the executor knows nothing of it). The rank's next action cannot run
+ * yet: a receive whose message has not arrived, or a stage's gradient reduction that waits for
+ * other ranks (the end of its iteration before the others). The callee may run work on this
+ * thread until it returns, asking arrived() between pieces of work and returning as soon as it
+ * says 1; the executor then completes the action as it would have. */
+typedef struct run_wait run_wait;
+struct run_wait {
+    int world_rank;
+    int action;                 /* index in the rank's action list of the action that waits */
+    sched_action act;           /* RECV_F / RECV_B (its message) or REDUCE_GRAD (its groups) */
+    double since;               /* pt_now() when the rank reached the wait */
+    /* 1 when what the action waits for is there, 0 not yet; -1 when the job failed (error set:
+     * return -1 at once). Cheap: a comm_test. */
+    int (*arrived)(run_wait *w);
+    /* Records side work of task `task` over [t0, t1] (pt_now times) in the rank's timeline, on
+     * its own stream (TL_SIDE). */
+    void (*record)(run_wait *w, int task, double t0, double t1);
+    void *priv;                 /* the executor's */
+};
+/* Returns 0, or -1 when arrived() said -1 (the error stays set). */
+typedef int (*run_wait_fn)(void *user, run_wait *w);
+
 typedef struct {
     const sched *s;            /* lowered, validated; not owned */
     const run_layout *lo;      /* not owned */
@@ -41,6 +64,8 @@ typedef struct {
     int overlap;               /* a stage's reduction starts at its last W (else at the rank's
                                 * last REDUCE_GRAD): the same numbers either way */
     size_t bucket;             /* floats per reduction bucket (0: RUN_BUCKET_DEFAULT) */
+    run_wait_fn on_wait;       /* side work in this rank's waits (NULL: it just waits) */
+    void *wait_user;           /* on_wait's first argument */
 } run_exec_cfg;
 
 #define RUN_BUCKET_DEFAULT ((size_t)1 << 22)   /* 16 MB of fp32 gradients per collective */

@@ -39,6 +39,10 @@ typedef struct {
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),
      * through comm_faulty_wrap. */
     int fail_rank, fail_after;
+    /* Side work in the ranks' waits (run_exec_cfg.on_wait; NULL: none). Called on the rank's
+     * thread (threads mode) or process (MPI). */
+    run_wait_fn on_wait;
+    void *wait_user;
 } run_opts;
 
 typedef struct {

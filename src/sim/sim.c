@@ -505,7 +505,7 @@ int sim_run(const sched *s, const sim_costs *c, const sim_opts *o, sim_result *o
 }
 
 void sim_print_critical_path(const sim_result *r, FILE *f) {
-    static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv" };
+    static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv", "side" };
     char act[48];
     for (int i = 0; i < r->n_crit; i++) {
         const tl_event *e = &r->tl.ev[r->crit[i].ev];

@@ -11,6 +11,8 @@
 
 #define ROW_H 26        /* compute row height, px */
 #define COMM_H 10       /* comm sub-row height, px: sends on its upper half, receive waits below */
+#define SIDE_H 8        /* side-work sub-row height, px (only when side work ran) */
+#define SIDE_COLOUR "#e377c2"
 #define ROW_GAP 8
 #define LEFT 64         /* room for "rank 12" */
 #define RIGHT 16
@@ -23,6 +25,7 @@ typedef struct {
     double x0, scale;   /* px = x0 + t * scale */
     int *chunk;         /* [S] index of stage g among its rank's stages (0, 1, ...) */
     int tooltips;
+    int side_h;         /* SIDE_H when the timeline holds side work (TL_SIDE), else 0 */
 } svg_ctx;
 
 static const char *kind_colour(sched_kind k, int light) {
@@ -38,7 +41,7 @@ static const char *kind_colour(sched_kind k, int light) {
     }
 }
 
-static int row_y(int r) { return TOP + r * (ROW_H + COMM_H + ROW_GAP); }
+static int row_y(const svg_ctx *c, int r) { return TOP + r * (ROW_H + COMM_H + c->side_h + ROW_GAP); }
 
 static void chunk_index(const timeline *tl, int *chunk) {
     int *seen = pt_calloc((size_t)tl->n_ranks, sizeof(int));
@@ -49,7 +52,15 @@ static void chunk_index(const timeline *tl, int *chunk) {
 static void draw_event(const svg_ctx *c, const tl_event *e) {
     double x = c->x0 + e->start * c->scale, w = (e->end - e->start) * c->scale;
     if (w <= 0) return;
-    int y = row_y(e->rank), h = ROW_H;
+    int y = row_y(c, e->rank), h = ROW_H;
+    if (e->stream == TL_SIDE) {   /* side work in a bubble: its own sub-row under the comm row */
+        fprintf(c->f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\">", x,
+                y + ROW_H + COMM_H, w, SIDE_H - 1, SIDE_COLOUR);
+        if (c->tooltips)
+            fprintf(c->f, "<title>rank %d side task %d: %.6g .. %.6g</title>", e->rank, e->act.mb, e->start, e->end);
+        fprintf(c->f, "</rect>\n");
+        return;
+    }
     int light = e->act.stage >= 0 && c->chunk[e->act.stage] % 2 == 1;
     if (e->stream != TL_COMPUTE) { y += ROW_H + 1 + (e->stream == TL_RECV ? COMM_H / 2 : 0); h = COMM_H / 2 - 1; }
     if (e->stream == TL_RECV && e->act.kind != ACT_RECV_F && e->act.kind != ACT_RECV_B) return;
@@ -72,7 +83,7 @@ static double tick_step(double span) {
 }
 
 static void draw_axis(const svg_ctx *c, int P, double t_end, int width) {
-    int y = row_y(P) - ROW_GAP + 4;
+    int y = row_y(c, P) - ROW_GAP + 4;
     fprintf(c->f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", LEFT, y, width - RIGHT, y);
     double step = tick_step(t_end);
     for (double t = 0; t <= t_end * (1 + 1e-9); t += step) {
@@ -96,18 +107,27 @@ static void draw_legend(const svg_ctx *c, int y) {
     }
     fprintf(c->f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"#ececec\" stroke=\"#ccc\"/>", x, y);
     fprintf(c->f, "<text x=\"%d\" y=\"%d\" class=\"leg\">idle</text>\n", x + 18, y + 10);
+    if (c->side_h) {
+        x += 26 + 7 * 4;
+        fprintf(c->f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"%s\"/>", x, y, SIDE_COLOUR);
+        fprintf(c->f, "<text x=\"%d\" y=\"%d\" class=\"leg\">side task (in a bubble)</text>\n", x + 18, y + 10);
+    }
     fprintf(c->f, "<text x=\"%d\" y=\"%d\" class=\"leg\">lighter shade: the rank's second (odd) model chunk; "
-                  "thin row under each rank: sends (upper), receive waits (lower)</text>\n", LEFT, y + 28);
+                  "thin row under each rank: sends (upper), receive waits (lower)%s</text>\n", LEFT, y + 28,
+                  c->side_h ? "; pink row: side tasks" : "");
 }
 
 static void draw_rows(const svg_ctx *c, int P, double t_end) {
     for (int r = 0; r < P; r++) {
-        int y = row_y(r);
+        int y = row_y(c, r);
         fprintf(c->f, "<text x=\"%d\" y=\"%d\" class=\"rk\">rank %d</text>\n", LEFT - 6, y + ROW_H / 2 + 4, r);
         fprintf(c->f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#ececec\"/>\n",
                 c->x0, y, t_end * c->scale, ROW_H);
         fprintf(c->f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#f7f7f7\"/>\n",
                 c->x0, y + ROW_H + 1, t_end * c->scale, COMM_H - 1);
+        if (c->side_h)
+            fprintf(c->f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#fbf3f9\"/>\n",
+                    c->x0, y + ROW_H + COMM_H, t_end * c->scale, SIDE_H - 1);
     }
 }
 
@@ -115,9 +135,10 @@ static void write_body(const timeline *tl, const svg_opts *o, FILE *f) {
     int width = o && o->width > 0 ? o->width : 1400, P = tl->n_ranks;
     double t_end = timeline_end(tl);
     if (t_end <= 0) t_end = 1;
-    int height = row_y(P) + 80;
     svg_ctx c = { f, LEFT, (width - LEFT - RIGHT) / t_end, pt_malloc(sizeof(int) * (size_t)(tl->n_stages + 1)),
-                  tl->n <= TOOLTIP_MAX };
+                  tl->n <= TOOLTIP_MAX, 0 };
+    for (int i = 0; i < tl->n && !c.side_h; i++) c.side_h = tl->ev[i].stream == TL_SIDE ? SIDE_H : 0;
+    int height = row_y(&c, P) + 80;
     chunk_index(tl, c.chunk);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"sans-serif\">\n", width, height, width, height);
@@ -130,7 +151,7 @@ static void write_body(const timeline *tl, const svg_opts *o, FILE *f) {
     draw_rows(&c, P, t_end);
     for (int i = 0; i < tl->n; i++) draw_event(&c, &tl->ev[i]);
     draw_axis(&c, P, t_end, width);
-    draw_legend(&c, row_y(P) + 34);
+    draw_legend(&c, row_y(&c, P) + 34);
     fprintf(f, "</svg>\n");
     free(c.chunk);
 }

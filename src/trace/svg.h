@@ -1,6 +1,7 @@
 /* SVG timeline of a timeline (predicted or measured): one row per rank, F/B/W/BW blocks in their
  * colours with the microbatch inside when wide enough, idle time as grey background, sends and
- * receive waits on a thin sub-row, a legend and a time axis. Drawing only; no analysis. */
+ * receive waits on a thin sub-row, side work in bubbles on another (only when there is any), a
+ * legend and a time axis. Drawing only; no analysis. */
 #ifndef PT_SVG_H
 #define PT_SVG_H
 #include "trace/timeline.h"

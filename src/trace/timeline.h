@@ -5,8 +5,10 @@
 #define PT_TIMELINE_H
 #include "sched/sched.h"
 
-/* Where an event ran: the compute stream, or the rank's outgoing / incoming communication. */
-typedef enum { TL_COMPUTE, TL_SEND, TL_RECV, TL_N_STREAMS } tl_stream;
+/* Where an event ran: the compute stream, the rank's outgoing / incoming communication, or side
+ * work run in the rank's idle time (bubble harvesting, src/harvest). A TL_SIDE event is no
+ * schedule action: act.kind = ACT_N_KINDS, act.stage = -1, act.mb = the side task's index. */
+typedef enum { TL_COMPUTE, TL_SEND, TL_RECV, TL_SIDE, TL_N_STREAMS } tl_stream;
 
 typedef struct {
     sched_action act;   /* stage, kind, mb (mb is the microbatch within its iteration) */

@@ -16,16 +16,24 @@ static void sep(trace_out *o) {
     if (o->n++) fputs(",\n", o->f);
 }
 
-static const char *const stream_names[TL_N_STREAMS] = { "compute", "send", "recv" };
+static const char *const stream_names[TL_N_STREAMS] = { "compute", "send", "recv", "side" };
+
+/* Any side work (TL_SIDE): then each rank gets the side track too. */
+static bool has_side(const timeline *tl) {
+    for (int i = 0; i < tl->n; i++)
+        if (tl->ev[i].stream == TL_SIDE) return true;
+    return false;
+}
 
 static void write_metadata(const timeline *tl, trace_out *o) {
     FILE *f = o->f;
+    int n_streams = has_side(tl) ? TL_N_STREAMS : TL_SIDE;
     for (int r = 0; r < tl->n_ranks; r++) {
         sep(o);
         fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}", r, r);
         sep(o);
         fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", r, r);
-        for (int t = 0; t < TL_N_STREAMS; t++) {
+        for (int t = 0; t < n_streams; t++) {
             sep(o);
             fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
                     r, t, stream_names[t]);
@@ -33,9 +41,21 @@ static void write_metadata(const timeline *tl, trace_out *o) {
     }
 }
 
+/* A side task's work in a bubble: "side <task>" on the rank's side track. */
+static void write_side_span(const tl_event *e, trace_out *o) {
+    sep(o);
+    fprintf(o->f, "{\"name\":\"side %d\",\"cat\":\"side\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
+                  "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"task\":%d,\"iter\":%d}}", e->act.mb, e->rank,
+            (int)TL_SIDE, e->start * US_PER_S, (e->end - e->start) * US_PER_S, e->act.mb, e->iter);
+}
+
 static void write_span(const tl_event *e, trace_out *o) {
     FILE *f = o->f;
     char name[48];
+    if (e->stream == TL_SIDE) {
+        write_side_span(e, o);
+        return;
+    }
     sched_action_str(&e->act, name, sizeof name);
     sep(o);
     fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"

@@ -1,7 +1,8 @@
 /* Chrome trace JSON ({"traceEvents":[...]}, opens in Perfetto and chrome://tracing) written from a
  * timeline, predicted (sim) or measured (run). Writing only; no reading, no analysis.
  *
- * pid = rank ("rank r"), tid 0 compute, 1 send, 2 recv; "X" spans named like the action ("2F0")
+ * pid = rank ("rank r"), tid 0 compute, 1 send, 2 recv, 3 side (only when side work ran: "side T"
+ * spans of side task T in the rank's bubbles); "X" spans named like the action ("2F0")
  * with args stage, mb, kind, iter; flow arrows ("s"/"f", "bp":"e") from each send to the event
  * that consumed it; "C" counters of activations held per stage (and bytes per rank when the
  * timeline has act_bytes). Times in microseconds, timeline times taken as seconds. */
