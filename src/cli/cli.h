@@ -23,6 +23,7 @@ int cli_fail(const char *verb);
 int cli_train(int argc, char **argv);
 int cli_grad(int argc, char **argv);
 int cli_sample(int argc, char **argv);
+int cli_eval(int argc, char **argv);
 int cli_schedule(int argc, char **argv);
 int cli_simulate(int argc, char **argv);
 int cli_profile(int argc, char **argv);

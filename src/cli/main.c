@@ -7,6 +7,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *wha
     {"train",    cli_train,    "train a GPT on a text or token file"},
     {"grad",     cli_grad,     "loss and every parameter gradient of one batch, as safetensors"},
     {"sample",   cli_sample,   "generate text from a checkpoint"},
+    {"eval",     cli_eval,     "held-out loss of a checkpoint over a token file (train --eval-data's)"},
     {"schedule", cli_schedule, "print a pipeline schedule (text grid or CSV)"},
     {"simulate", cli_simulate, "simulate a schedule with a cost model; trace and SVG timeline"},
     {"profile",  cli_profile,  "measure per-layer F/B/W times and memory on this machine"},
