@@ -23,7 +23,43 @@ typedef struct {
     const char *plan;            /* --plan plan.json: the layout from `pipetrain plan --out` */
     char pipeline_schedule[32];  /* o.ro.schedule under --plan */
     int keep;                    /* --keep (-1: not given) */
+    const char *side_mem;        /* --side-mem as given */
+    const char **side_cmds, **side_tasks;   /* the repeatable flags' values (owned arrays) */
 } train_args;
+
+/* Takes every "FLAG VALUE" / "FLAG=VALUE" out of argv (cli_parse knows no repeatable flags) into
+ * *list, in order. -1 when FLAG lacks its value. */
+static int take_repeated(int *argc, char **argv, const char *flag, const char ***list, int *n) {
+    size_t len = strlen(flag);
+    int k = 1;
+    *list = pt_calloc((size_t)*argc + 1, sizeof **list);
+    for (int i = 1; i < *argc; i++) {
+        if (strncmp(argv[i], flag, len) || (argv[i][len] && argv[i][len] != '=')) {
+            argv[k++] = argv[i];
+            continue;
+        }
+        if (argv[i][len] == '=') (*list)[(*n)++] = argv[i] + len + 1;
+        else if (i + 1 < *argc) (*list)[(*n)++] = argv[++i];
+        else return pt_seterr("%s needs a value", flag);
+    }
+    *argc = k;
+    argv[k] = NULL;
+    return 0;
+}
+
+/* --side-mem: bytes, with an optional K, M or G (powers of 1024). */
+static int side_mem_flag(train_args *a) {
+    if (!a->side_mem) return 0;
+    char *end;
+    double v = strtod(a->side_mem, &end), mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    if (end == a->side_mem || *end || !(v > 0))
+        return pt_seterr("--side-mem '%s': give bytes, optionally with K, M or G (e.g. 512M)", a->side_mem);
+    a->o.side_mem = v * mul;
+    return 0;
+}
 
 /* --lr-schedule and its numbers into the optimizer config (the trainer checks the ranges). */
 static int set_lr_schedule(train_args *a) {
@@ -127,7 +163,8 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 29 };
+    enum { N_TRAIN_OPTS = 35 };
+    const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
         {"--init", OPT_STR, &o->init, "initial weights (safetensors); default: GPT-2 init from --seed"},
@@ -158,15 +195,33 @@ int cli_train(int argc, char **argv) {
         {"--trace", OPT_STR, &o->trace, "pipelined: Chrome trace JSON of the last step, measured"},
         {"--svg", OPT_STR, &o->svg, "pipelined: SVG timeline of the last step, measured"},
         {"--plan", OPT_STR, &a.plan, "run the layout of a plan file (pipetrain plan --out plan.json)"},
+        {"--side-command", OPT_STR, &repeated_help, "[RANK:]CMD run in the bubbles of a rank (repeatable; default ranks in turn)"},
+        {"--side-task", OPT_STR, &repeated_help, "KIND[:ARGS] a side task from the registry (repeatable; busy:US, command:CMD)"},
+        {"--side-mem", OPT_STR, &a.side_mem, "bytes (K/M/G) a side task may hold; a command over it is stopped"},
+        {"--eval-data", OPT_STR, &o->eval_data, "held-out tokens: eval_loss of the weights of every --eval-every steps"},
+        {"--eval-every", OPT_INT, &o->eval_every, "K: evaluate the weights of steps K, 2K, ... (default: the last step)"},
+        {"--eval-batches", OPT_INT, &o->eval_batches, "N batches of --batch x --seq (default: the whole file)"},
     };
     cli_layout_opts(opts + N_TRAIN_OPTS, &o->ro, &a.transport, &a.split_text);
     cli_layout_init(&o->ro);
+    if (take_repeated(&argc, argv, "--side-command", &a.side_cmds, &o->n_side_commands) < 0 ||
+        take_repeated(&argc, argv, "--side-task", &a.side_tasks, &o->n_side_tasks) < 0) {
+        free(a.side_cmds); free(a.side_tasks);
+        return cli_fail("train") + 1;
+    }
+    o->side_commands = a.side_cmds;
+    o->side_tasks = a.side_tasks;
     int rc = cli_parse(argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
                        "--lr X [flags]", opts, sizeof opts / sizeof *opts);
-    if (rc) return rc < 0 ? 2 : 0;
+    if (rc) {
+        free(a.side_cmds); free(a.side_tasks);
+        return rc < 0 ? 2 : 0;
+    }
     a.transport = cli_layout_transport(a.transport);
-    if (keep_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0)
+    if (keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
+        free(a.side_cmds); free(a.side_tasks);
         return cli_fail("train");
+    }
     o->ro.split = a.split;
     if ((a.plan && apply_plan(&a) < 0) || pipe_flags(&a, &argc, &argv, &o->world) < 0)
         rc = cli_fail("train");
@@ -176,5 +231,7 @@ int cli_train(int argc, char **argv) {
     }
     if (o->world) { comm_free(o->world); comm_mpi_finalize(); }
     free(a.split);
+    free(a.side_cmds);
+    free(a.side_tasks);
     return rc;
 }

@@ -54,6 +54,10 @@ typedef struct {
      * "simulated_bubble","svg"}); a new object the caller frees. NULL: nothing measured. */
     cJSON *(*summary)(const train_engine *e);
     void (*free)(train_engine *e);
+    /* The pipelined job and its plan (for side work in its bubbles: src/harvest). NULL: the
+     * engine has no job (one process). */
+    run_job *(*job)(train_engine *e);
+    const run_plan *(*plan)(const train_engine *e);
 } train_engine_vt;
 
 struct train_engine {
@@ -74,6 +78,8 @@ static inline int train_engine_report(train_engine *e) { return e && e->vt->repo
 static inline cJSON *train_engine_layout(const train_engine *e) { return e->vt->layout ? e->vt->layout(e) : NULL; }
 static inline cJSON *train_engine_summary(const train_engine *e) { return e->vt->summary ? e->vt->summary(e) : NULL; }
 static inline void train_engine_free(train_engine *e) { if (e) e->vt->free(e); }
+static inline run_job *train_engine_job(train_engine *e) { return e->vt->job ? e->vt->job(e) : NULL; }
+static inline const run_plan *train_engine_plan(const train_engine *e) { return e->vt->plan ? e->vt->plan(e) : NULL; }
 
 /* One process: steps m and opt in place with train_step on the whole (B,T) batch. Borrows m and
  * opt (they must outlive the engine). threads: OpenBLAS threads (for the layout). Never fails;

@@ -243,9 +243,13 @@ static void pipe_free(train_engine *e) {
     free(p);
 }
 
+static run_job *pipe_job(train_engine *e) { return ((pipe_engine *)e)->job; }
+static const run_plan *pipe_plan(const train_engine *e) { return &((const pipe_engine *)e)->pl; }
+
 static const train_engine_vt pipe_vt = {
     .name = "pipelined", .step = pipe_step, .save = pipe_save, .describe = pipe_describe,
     .report = pipe_report, .layout = pipe_layout, .summary = pipe_summary, .free = pipe_free,
+    .job = pipe_job, .plan = pipe_plan,
 };
 
 int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const run_source *src,

@@ -62,8 +62,9 @@ static int setup_run(train_ctx *t) {
         return pt_seterr("--seq %d exceeds the model's n_positions %d", o->seq, t->m.cfg.n_positions);
     if (data_open(&t->d, o->data, t->m.cfg.vocab_size) < 0 || data_check_batch(t->d, o->batch, o->seq) < 0)
         return -1;
-    if (train_report_paths(t) < 0 || start_engine(t) < 0) return -1;
+    if (train_report_paths(t) < 0 || train_side_setup(t) < 0 || start_engine(t) < 0) return -1;
     t->root = t->e->root;
+    train_side_start(t);
     if (open_outputs(t) < 0) return -1;
     size_t n = (size_t)o->batch * o->seq;
     t->inp = pt_malloc(n * sizeof *t->inp);
@@ -79,6 +80,8 @@ int train_init(train_ctx **out, const train_opts *o) {
     *out = NULL;
     if (o->threads > 0) openblas_set_num_threads(o->threads);
     if (setup_run(t) < 0) goto free_ctx;
+    if (t->side.h) train_add_hook(t, TRAIN_HOOK_HARVEST, train_hook_side, NULL);
+    if (t->side.ev) train_add_hook(t, TRAIN_HOOK_EVALUATE, train_hook_eval, NULL);
     if (o->save) train_add_hook(t, TRAIN_HOOK_SAVE, train_hook_save, NULL);
     train_add_hook(t, TRAIN_HOOK_LOG, train_hook_log, NULL);
     if (t->rep.on) train_add_hook(t, TRAIN_HOOK_LOG, train_hook_report, NULL);
@@ -152,12 +155,14 @@ int train_run(train_ctx *t) {
             return -1;
         }
     if (train_engine_report(t->e) < 0) return -1;
+    train_side_end(t);
     train_report_end(t, o->steps);
     return 0;
 }
 
 void train_free(train_ctx *t) {
     if (!t) return;
+    train_side_free(t);              /* first: side processes die now */
     train_engine_free(t->e);
     if (t->metrics) fclose(t->metrics);
     free(t->inp);

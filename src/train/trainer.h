@@ -37,6 +37,15 @@ typedef struct {
     int keep;               /* keep the newest N checkpoints of `save` (and the one just written);
                              * 0: keep them all */
     const char *trace, *svg;/* pipelined: the last step's measured trace / picture, or NULL */
+    /* side work in the pipeline's bubbles (src/harvest, docs/harvesting.md); all optional */
+    const char *const *side_commands;   /* [n_side_commands] "[RANK:]CMD": programs run in bubbles */
+    int n_side_commands;
+    const char *const *side_tasks;      /* [n_side_tasks] "KIND[:ARGS]" from the side-task registry */
+    int n_side_tasks;
+    double side_mem;        /* --side-mem: bytes a side task may hold (0: no cap) */
+    const char *eval_data;  /* held-out loss of the weights of every eval_every-th step, or NULL */
+    int eval_every;         /* K (0 with eval_data: the last step only) */
+    int eval_batches;       /* batches of (batch, seq) (<= 0: the whole file) */
     /* layout */
     run_opts ro;            /* ro.P == 0: one process (train_step); else the pipelined job */
     comm *world;            /* MPI endpoint (borrowed; NULL: this process only) */
@@ -48,7 +57,8 @@ typedef struct train_ctx train_ctx;
  * model (resume: weights, AdamW moments and step from the checkpoint, refusing another model,
  * batch, seq or shuffle), the data, the engine (single process, or the pipelined job:
  * collective under MPI), the metrics file, and the output paths tried before any training.
- * Registers the built-in hooks: save (when o->save) and log. Copies o (its strings are
+ * Registers the built-in hooks: harvest (side work: side_commands, side_tasks), evaluate
+ * (eval_data), save (when o->save) and log. Copies o (its strings are
  * borrowed: keep them until train_free). Returns 0, or -1 with an error naming the flag, file
  * or rank and *out NULL. */
 int train_init(train_ctx **out, const train_opts *o);

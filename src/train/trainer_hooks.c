@@ -6,6 +6,7 @@
 #include "ckpt/checkpoint.h"
 #include "util/pt.h"
 #include <stdio.h>
+#include <string.h>
 
 int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *user) {
     const train_opts *o = &t->o;
@@ -24,14 +25,20 @@ int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *u
 }
 
 /* {"step":..,"loss":..,"lr":..,"grad_norm":..,"tokens_per_s":..,"step_ms":..[,"bubble_fraction":
- * ..,"act_bytes_max_rank":..]} */
-static void log_metrics(FILE *f, long step, const train_step_stats *st, double tok_s) {
+ * ..,"act_bytes_max_rank":..][, the keys hooks added with train_metric: side work's "bubble_s",
+ * "side_s", "side_overrun_s", "side_steps", "side_sync_s"; "eval_loss", "eval_step"]} */
+void train_metric(train_ctx *t, const char *key, double value) {
+    size_t n = strlen(t->extra);
+    snprintf(t->extra + n, sizeof t->extra - n, ",\"%s\":%.9g", key, value);
+}
+
+static void log_metrics(FILE *f, long step, const train_step_stats *st, double tok_s, const char *extra) {
     fprintf(f, "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,"
             "\"step_ms\":%.3f", step, st->opt.loss, st->opt.lr, st->opt.grad_norm, tok_s,
             st->step_time * 1e3);
     if (st->bubble >= 0)
         fprintf(f, ",\"bubble_fraction\":%.4f,\"act_bytes_max_rank\":%zu", st->bubble, st->act_bytes);
-    fprintf(f, "}\n");
+    fprintf(f, "%s}\n", extra);
     fflush(f);
 }
 
@@ -39,7 +46,8 @@ int train_hook_log(train_ctx *t, long step, const train_step_stats *st, void *us
     const train_opts *o = &t->o;
     double tok_s = (double)o->batch * o->seq / st->step_time, elapsed = pt_now() - t->t_start;
     long done = step - t->step0, left = o->steps - step;
-    if (t->metrics) log_metrics(t->metrics, step, st, tok_s);
+    if (t->metrics) log_metrics(t->metrics, step, st, tok_s, t->extra);
+    t->extra[0] = 0;
     if (!t->root) return 0;
     if (step % o->log_every && step != o->steps && step != t->step0 + 1) return 0;
     double eta = done > 0 ? elapsed / done * left : 0;

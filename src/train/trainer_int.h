@@ -8,6 +8,8 @@
 #include "optim/optim.h"
 #include "run/source.h"
 #include "train/trainer.h"
+#include "harvest/harvest.h"
+#include "harvest/task_eval.h"
 #include <stdio.h>
 
 typedef struct {
@@ -25,6 +27,14 @@ typedef struct {
     long saved_step;        /* the step of the last checkpoint (the page is rewritten after it) */
     long n_logged;          /* steps this run has logged */
 } train_report;
+
+/* Side work over the run (trainer_harvest.c): the harvester, the evaluation, totals. */
+typedef struct {
+    harvest *h;             /* NULL: no side work */
+    harvest_eval *ev;       /* --eval-data, or NULL */
+    double bubble_s, side_s, overrun_s, sync_s, step_s, eval_sync_s;   /* sums over logged steps */
+    long steps, offered, used, n_steps;
+} train_side;
 
 struct train_ctx {
     train_opts o;           /* as given, log_every filled in */
@@ -44,7 +54,26 @@ struct train_ctx {
     train_report rep;
     train_hook hooks[TRAIN_HOOK_SLOTS][TRAIN_MAX_HOOKS];
     int n_hooks[TRAIN_HOOK_SLOTS];
+    train_side side;
+    char extra[1024];       /* this step's metrics keys added by hooks (",\"key\":value..."), or "" */
 };
+
+/* For hooks before LOG: adds "key":value to this step's metrics line (trainer_hooks.c). */
+void train_metric(train_ctx *t, const char *key, double value);
+
+/* Side work (trainer_harvest.c): the harvester and its tasks from the options, checked, before
+ * the engine starts (its wait hook goes into o.ro); once the engine runs, its schedule; the
+ * HARVEST hook (with t->side.h) and the EVALUATE hook (with t->side.ev) that train_init adds; at
+ * the end, the summary (root prints); free. */
+int train_side_setup(train_ctx *t);
+void train_side_start(train_ctx *t);
+int train_hook_side(train_ctx *t, long step, const train_step_stats *st, void *user);
+int train_hook_eval(train_ctx *t, long step, const train_step_stats *st, void *user);
+void train_side_end(train_ctx *t);
+void train_side_free(train_ctx *t);
+
+/* An event in the run's events file (root, with a report; trainer_report.c). Takes fields. */
+void train_report_event(train_ctx *t, const char *kind, long step, cJSON *fields);
 
 /* The model, AdamW state and step0 of t from t->o: --resume's checkpoint (checked against
  * config, batch, seq and shuffle), else config + init weights or the seeded init; pipelined:

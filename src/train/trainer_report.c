@@ -43,6 +43,10 @@ static void train_event(train_ctx *t, const char *kind, long step, cJSON *fields
     cJSON_Delete(fields);
 }
 
+void train_report_event(train_ctx *t, const char *kind, long step, cJSON *fields) {
+    train_event(t, kind, step, fields);
+}
+
 static cJSON *model_json(const gpt_model *m) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "n_layer", m->cfg.n_layer);
