@@ -1,0 +1,258 @@
+/* Bubble harvesting (src/harvest) through the trainer, P=2 rank threads on a tiny model: side
+ * steps run only inside a rank's waits and never over its compute (checked on every step's
+ * merged timeline), a failing side task is reported and disabled while training goes on with
+ * the losses of a run without side work (bitwise), a side program is stopped at every step
+ * boundary, uses no more CPU than its bubbles gave it, and is gone (with what it started) after
+ * the run, and a program over --side-mem is stopped and reported. The CLI's side
+ * (flags, bad input, a dying rank, signals, eval_loss against `pipetrain eval`):
+ * tests/test_harvest_cli.sh. */
+#include "train/trainer.h"
+#include "harvest/harvest.h"
+#include "util/pt.h"
+#include "test.h"
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { STEPS = 12, MAX_STEPS = 40 };
+
+static char tmpdir[64], cfg_path[128], big_cfg_path[128], data_path[128], hog[256];
+
+/* What the inspecting hook saw. */
+typedef struct {
+    float loss[MAX_STEPS];
+    int side_events, outside_wait, over_compute;
+    double side_s;              /* of the timelines' side events */
+    const char *pidfile[2];     /* side programs to watch (NULL: none) */
+    int pid[2];
+    int boundary_checks, not_stopped;
+    double stop_wait;           /* the longest a program took to show as stopped */
+    double cpu_s[2];            /* the programs' CPU time at the last step */
+} record;
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0) { perror(path); exit(2); }
+    fclose(f);
+}
+
+static int read_pid(const char *path) {
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f && fscanf(f, "%d", &pid) != 1) pid = 0;
+    if (f) fclose(f);
+    return pid;
+}
+
+/* State letter and CPU seconds (utime + stime) of a process, from /proc; '?' when gone. */
+static char proc_state(int pid, double *cpu) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'), st = '?';
+    unsigned long ut = 0, stt = 0;
+    if (p && sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &st, &ut, &stt) == 3 && cpu)
+        *cpu = (double)(ut + stt) / (double)sysconf(_SC_CLK_TCK);
+    return st;
+}
+
+/* A SIGSTOP takes effect when the process is next scheduled (microseconds): stopped within
+ * STOP_GRACE_S of the step's end counts; the longest wait is kept. */
+#define STOP_GRACE_S 0.05
+static int stopped_soon(int pid, double *cpu, double *longest) {
+    double t0 = pt_now();
+    char st;
+    while ((st = proc_state(pid, cpu)) != 'T' && st != '?' && pt_now() - t0 < STOP_GRACE_S) usleep(100);
+    if (pt_now() - t0 > *longest) *longest = pt_now() - t0;
+    return st == 'T';
+}
+
+/* Dead: no such process, or a zombie (killed; an orphan waits for init to reap it). */
+static int gone(int pid) {
+    char st = proc_state(pid, NULL);
+    return st == '?' || st == 'Z' || st == 'X';
+}
+
+static int is_wait(sched_kind k) { return k == ACT_RECV_F || k == ACT_RECV_B || k == ACT_REDUCE_GRAD; }
+
+/* Every side event of the step: inside a wait of its rank (a RECV's or a REDUCE_GRAD's span) and
+ * over none of its compute (F, B, W, BW, STEP). */
+static void check_timeline(record *r, const timeline *tl) {
+    const double eps = 1e-9;
+    for (int i = 0; i < tl->n; i++) {
+        const tl_event *s = &tl->ev[i];
+        if (s->stream != TL_SIDE) continue;
+        int in_wait = 0, over = 0;
+        for (int k = 0; k < tl->n; k++) {
+            const tl_event *e = &tl->ev[k];
+            if (e->rank != s->rank || e->stream == TL_SIDE) continue;
+            if (is_wait(e->act.kind) && e->start <= s->start + eps && s->end <= e->end + eps) in_wait = 1;
+            if ((sched_kind_is_compute(e->act.kind) || e->act.kind == ACT_STEP) &&
+                e->start < s->end - eps && s->start < e->end - eps) over = 1;
+        }
+        r->side_events++;
+        r->side_s += s->end - s->start;
+        r->outside_wait += !in_wait;
+        r->over_compute += over;
+    }
+}
+
+static int inspect(train_ctx *t, long step, const train_step_stats *st, void *user) {
+    record *r = user;
+    if (step <= MAX_STEPS) r->loss[step - 1] = st->opt.loss;
+    run_job *job = train_engine_job(train_ctx_engine(t));
+    if (job) check_timeline(r, run_job_timeline(job));
+    for (int k = 0; k < 2; k++) {
+        if (!r->pidfile[k]) continue;
+        if (!r->pid[k]) r->pid[k] = read_pid(r->pidfile[k]);
+        if (!r->pid[k]) continue;        /* it has not had a bubble to start in yet */
+        r->boundary_checks++;
+        r->not_stopped += !stopped_soon(r->pid[k], &r->cpu_s[k], &r->stop_wait);
+    }
+    return 0;
+}
+
+/* The programs' runs use a bigger model: bubbles of a millisecond and more, room for a slot. */
+static train_opts base_opts(const char *name, int steps, int big) {
+    static char metrics[8][600];
+    static int n;
+    train_opts o = { .config = big ? big_cfg_path : cfg_path, .data = data_path, .batch = 8,
+                     .seq = big ? 64 : 16, .steps = steps,
+                     .seed = 1, .oc = optim_config_default(), .threads = 1, .log_every = 1000 };
+    o.oc.total_steps = steps;
+    o.ro = (run_opts){ .P = 2, .D = 1, .schedule = "1f1b", .M = 2 };
+    snprintf(metrics[n % 8], 600, "%s/%s.jsonl", tmpdir, name);
+    o.metrics = metrics[n++ % 8];
+    return o;
+}
+
+/* A run of o with the inspecting hook; train_run's status (-2: setup failed). */
+static int run(const train_opts *o, record *r) {
+    train_ctx *t;
+    if (train_init(&t, o) < 0) return -2;
+    int rc = train_add_hook(t, TRAIN_HOOK_LOG, inspect, r) < 0 ? -2 : train_run(t);
+    train_free(t);
+    return rc;
+}
+
+static int file_has(const char *path, const char *text) {
+    size_t n;
+    char *s = pt_read_file(path, &n);
+    int yes = s && strstr(s, text);
+    free(s);
+    return yes;
+}
+
+static void events_path(const train_opts *o, char *buf, size_t n) {
+    snprintf(buf, n, "%.*s.events.jsonl", (int)strlen(o->metrics) - 6, o->metrics);
+}
+
+static void test_iterative(void) {
+    record base = { 0 }, side = { 0 };
+    train_opts o = base_opts("base", STEPS, 0);
+    CHECK("harvest: a run without side work", run(&o, &base) == 0, "%s", pt_err());
+    const char *tasks[] = { "busy:40,rank=0", "busy:40,rank=1", "busy:40,fail=5,rank=1" };
+    o = base_opts("busy", STEPS, 0);
+    o.side_tasks = tasks;
+    o.n_side_tasks = 3;
+    int rc = run(&o, &side);
+    CHECK("harvest: a run with side tasks, one of them failing, completes", rc == 0, "rc %d: %s", rc, pt_err());
+    CHECK("harvest: side steps ran in the bubbles", side.side_events > 0 && side.side_s > 0,
+          "%d side events", side.side_events);
+    CHECK("harvest: every side step lies inside a wait of its rank (timeline)", side.outside_wait == 0,
+          "%d of %d outside", side.outside_wait, side.side_events);
+    CHECK("harvest: no side step overlaps its rank's compute (timeline)", side.over_compute == 0,
+          "%d of %d overlap", side.over_compute, side.side_events);
+    CHECK("harvest: losses equal the run without side work, bitwise",
+          !memcmp(base.loss, side.loss, sizeof(float) * STEPS), "step 1: %.9g vs %.9g", base.loss[0], side.loss[0]);
+    char ev[700];
+    events_path(&o, ev, sizeof ev);
+    CHECK("harvest: the failing task is reported as a side_task event, with its error",
+          file_has(ev, "\"what\":\"failed\"") && file_has(ev, "failing at step 5"), "see %s", ev);
+    CHECK("harvest: the metrics carry bubble_s, side_s, side_overrun_s, side_steps",
+          file_has(o.metrics, "\"bubble_s\":") && file_has(o.metrics, "\"side_s\":") &&
+          file_has(o.metrics, "\"side_overrun_s\":") && file_has(o.metrics, "\"side_steps\":"), "see %s", o.metrics);
+}
+
+static void test_program(void) {
+    char pf[2][300], cmd[2][900];
+    record r = { 0 };
+    snprintf(pf[0], sizeof pf[0], "%s/hog0.pid", tmpdir);
+    snprintf(pf[1], sizeof pf[1], "%s/hog1.pid", tmpdir);
+    /* the first execs the program (it is the group's leader); the second starts it in the
+     * background and waits (a grandchild in the group) */
+    snprintf(cmd[0], sizeof cmd[0], "0:exec %s %s 0", hog, pf[0]);
+    snprintf(cmd[1], sizeof cmd[1], "1:%s %s 0 & wait", hog, pf[1]);
+    const char *cmds[] = { cmd[0], cmd[1] };
+    train_opts o = base_opts("cmd", 24, 1);
+    o.side_commands = cmds;
+    o.n_side_commands = 2;
+    r.pidfile[0] = pf[0];
+    r.pidfile[1] = pf[1];
+    int rc = run(&o, &r);
+    CHECK("harvest: a run with two side programs completes", rc == 0, "rc %d: %s", rc, pt_err());
+    CHECK("harvest: the side programs started in bubbles", r.pid[0] > 0 && r.pid[1] > 0,
+          "pids %d %d", r.pid[0], r.pid[1]);
+    CHECK("harvest: a side program is stopped at every step boundary", r.boundary_checks > 0 &&
+          r.not_stopped == 0, "%d of %d checks found it running", r.not_stopped, r.boundary_checks);
+    printf("# a program showed as stopped at most %.3f ms after the step ended\n", r.stop_wait * 1e3);
+    /* CPU clock ticks are 10 ms: a tick or two either way */
+    CHECK("harvest: the programs used no more CPU than the bubbles they were given",
+          r.cpu_s[0] + r.cpu_s[1] <= r.side_s + 0.03, "%.3f s of CPU, %.3f s of side slots",
+          r.cpu_s[0] + r.cpu_s[1], r.side_s);
+    CHECK("harvest: the side programs (leader and grandchild) are gone after the run",
+          r.pid[0] > 0 && r.pid[1] > 0 && gone(r.pid[0]) && gone(r.pid[1]), "pids %d %d: states %c %c",
+          r.pid[0], r.pid[1], proc_state(r.pid[0], NULL), proc_state(r.pid[1], NULL));
+}
+
+static void test_memory_cap(void) {
+    char pf[300], cmd[900], ev[700];
+    record r = { 0 };
+    snprintf(pf, sizeof pf, "%s/big.pid", tmpdir);
+    snprintf(cmd, sizeof cmd, "exec %s %s 256", hog, pf);
+    const char *cmds[] = { cmd };
+    train_opts o = base_opts("mem", 40, 1);
+    o.side_commands = cmds;
+    o.n_side_commands = 1;
+    o.side_mem = 16 << 20;
+    r.pidfile[0] = pf;
+    int rc = run(&o, &r);
+    events_path(&o, ev, sizeof ev);
+    CHECK("harvest: a program over --side-mem: training completes", rc == 0, "rc %d: %s", rc, pt_err());
+    CHECK("harvest: a program over --side-mem is stopped and reported",
+          file_has(ev, "over --side-mem") && r.not_stopped == 0, "see %s", ev);
+    CHECK("harvest: ... and gone after the run", r.pid[0] > 0 && gone(r.pid[0]), "pid %d", r.pid[0]);
+}
+
+int main(int argc, char **argv) {
+    const char *base = getenv("TEST_TMP") ? getenv("TEST_TMP") : "/tmp";
+    snprintf(tmpdir, sizeof tmpdir, "%.40s/harvestXXXXXX", base);
+    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
+    snprintf(cfg_path, sizeof cfg_path, "%s/cfg.json", tmpdir);
+    snprintf(data_path, sizeof data_path, "%s/text.txt", tmpdir);
+    snprintf(big_cfg_path, sizeof big_cfg_path, "%s/big.json", tmpdir);
+    write_file(cfg_path, "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 256, \"n_positions\": 16}");
+    write_file(big_cfg_path, "{\"n_layer\": 4, \"n_head\": 4, \"n_embd\": 128, \"vocab_size\": 256, \"n_positions\": 64}");
+    char text[20000] = "";
+    for (int i = 0; i < 300; i++) strcat(text, i % 3 ? "the quick brown fox " : "jumps over the lazy dog\n");
+    write_file(data_path, text);
+    /* the helper program sits next to this binary */
+    snprintf(hog, sizeof hog, "%.200s", argv[0]);
+    char *slash = strrchr(hog, '/');
+    snprintf(slash ? slash + 1 : hog, sizeof hog - (size_t)(slash ? slash + 1 - hog : 0), "aux_hog");
+    if (access(hog, X_OK) != 0) { printf("FAIL harvest: %s is missing (make builds tests/aux_hog.c)\n", hog); return 1; }
+    test_iterative();
+    test_program();
+    test_memory_cap();
+    char rm[200];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", tmpdir);
+    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    TEST_DONE();
+}
