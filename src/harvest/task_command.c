@@ -4,9 +4,10 @@
  * deadline or the awaited message, and stops it again. Between training steps: its exit is reaped and reported (exit status or
  * signal), and its resident memory (the process and its descendants) is checked against
  * --side-mem: over it, the group stays stopped and the task fails (reported). Freeing the task
- * kills the group (SIGKILL); so do SIGINT, SIGTERM, SIGHUP and SIGQUIT to this process (handlers
- * installed while commands live, when nothing else handles them), and the shell dies with its
- * parent (PR_SET_PDEATHSIG). Not here: when bubbles are (harvest.c). Linux only (/proc, prctl). */
+ * kills the group (SIGKILL) and reaps it (this process is a child subreaper: CMD's orphans come
+ * back to it); so do SIGINT, SIGTERM, SIGHUP and SIGQUIT to this process (handlers installed while
+ * commands live, when nothing else handles them), and the shell dies with its parent
+ * (PR_SET_PDEATHSIG). A process that leaves the group (setsid) is beyond reach. Not here: when bubbles are (harvest.c). Linux only (/proc, prctl). */
 #include "harvest/harvest.h"
 #include "util/pt.h"
 #include <ctype.h>
@@ -30,6 +31,7 @@ typedef struct {
     char *cmd;                    /* owned */
     pid_t pid;                    /* the shell: leader of its own process group; 0 before init */
     int alive;                    /* not yet reaped */
+    int execd;                    /* the shell runs (no longer a copy of this process) */
     int slot;                     /* its entry in cmd_live, -1: none */
     double mem_cap;               /* bytes (0: none) */
     double last_check, peak_rss;
@@ -64,6 +66,12 @@ static void cmd_handlers(int on) {
             cmd_installed[k] = 0;
         }
     }
+}
+
+/* Every member of group pgid that is this process's child (with the subreaper on: all that
+ * were left behind) is reaped; block: wait for them to die (after a SIGKILL). */
+static void cmd_reap_group(pid_t pgid, int block) {
+    while (waitpid(-pgid, NULL, block ? 0 : WNOHANG) > 0) {}
 }
 
 static int cmd_register(pid_t pgid) {
@@ -136,6 +144,7 @@ static int cmd_check(const char *cmd, const char *flag) {
 static int cmd_init(harvest_task *t) {
     cmd_task *c = t->self;
     pid_t parent = getpid();
+    prctl(PR_SET_CHILD_SUBREAPER, 1);    /* CMD's orphans become ours to kill and reap */
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return pt_seterr("--side-command '%s': fork: %s", c->cmd, strerror(errno));
@@ -195,6 +204,15 @@ static double cmd_rss(pid_t pid, int depth) {
     return bytes;
 }
 
+/* The child has exec'd the shell: before, it is a stopped copy of this process, whose resident
+ * pages are this process's (copy-on-write), not the command's. */
+static int cmd_execd(pid_t pid) {
+    char path[64], me[4096], it[4096];
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+    ssize_t a = readlink("/proc/self/exe", me, sizeof me - 1), b = readlink(path, it, sizeof it - 1);
+    return a > 0 && b > 0 && (a != b || memcmp(me, it, (size_t)a));
+}
+
 /* Its exit (reaped, reported), and its memory against the cap. */
 static int cmd_done(harvest_task *t) {
     cmd_task *c = t->self;
@@ -203,6 +221,7 @@ static int cmd_done(harvest_task *t) {
     if (waitpid(c->pid, &st, WNOHANG) == c->pid) {
         c->alive = 0;
         kill(-c->pid, SIGKILL);          /* what it left behind in its group */
+        cmd_reap_group(c->pid, 1);
         cmd_unregister(c);
         if (WIFEXITED(st)) snprintf(t->report, sizeof t->report, "exit status %d", WEXITSTATUS(st));
         else snprintf(t->report, sizeof t->report, "killed by signal %d", WTERMSIG(st));
@@ -211,6 +230,7 @@ static int cmd_done(harvest_task *t) {
     double now = pt_now();
     if (c->mem_cap <= 0 || now - c->last_check < CMD_MEM_EVERY_S) return 0;
     c->last_check = now;
+    if (!c->execd && !(c->execd = cmd_execd(c->pid))) return 0;
     double rss = cmd_rss(c->pid, 0);
     if (rss > c->peak_rss) c->peak_rss = rss;
     if (rss <= c->mem_cap) return 0;
@@ -224,6 +244,7 @@ static void cmd_free(harvest_task *t) {
     if (c && c->pid > 0) {
         kill(-c->pid, SIGKILL);
         if (c->alive) waitpid(c->pid, NULL, 0);
+        cmd_reap_group(c->pid, 1);        /* its orphans came to us (the subreaper) */
         cmd_unregister(c);
     }
     if (c) free(c->cmd);
