@@ -1,7 +1,7 @@
 /* pipetrain simulate: builds or loads a schedule, builds the cost model from flags or a costs
  * file, runs the simulator and prints a summary (human, --json, or --csv events), optionally a
  * Chrome trace and an SVG timeline; with --adapt it replays the straggler policy over the
- * iterations instead. Thin: the work lives in sim/ and io/. */
+ * iterations instead; with --side-step, how much of each rank's bubble a side task can use. Thin: the work lives in sim/ and io/. */
 #include "cli/cli.h"
 #include "trace/svg.h"
 #include "trace/trace.h"
@@ -19,7 +19,7 @@ static const char *USAGE =
     "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
     "       [--act-bytes N] [--slow-link I-J:SECONDS[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
     "       [--iterations N] [--mem-limit N] [--adapt] [--post-validation] [--trace out.json] [--svg out.svg]\n"
-    "       [--json | --csv] [--critical-path]";
+    "       [--json | --csv] [--critical-path] [--side-step SECONDS]";
 
 #define UNSET (-1e300)   /* a number flag not given */
 #define MAX_EVENTS 2e7   /* actions x iterations kept as timeline events (about 64 bytes each) */
@@ -27,7 +27,7 @@ static const char *USAGE =
 typedef struct {
     const char *name, *file, *cost, *costs, *trace, *svg;
     int stages, mb, chunks, pipes, iters, mem_limit;
-    double latency, bandwidth, act_bytes;
+    double latency, bandwidth, act_bytes, side_step;
     bool post_validation, json, csv, crit, adapt;
     const char **slow_links, **slow_stages;
     int n_slow_links, n_slow_stages;
@@ -78,6 +78,8 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--json", OPT_FLAG, &a->json, "print one JSON object instead of the summary"},
         {"--csv", OPT_FLAG, &a->csv, "print every simulated event as CSV instead of the summary"},
         {"--critical-path", OPT_FLAG, &a->crit, "also print the critical path"},
+        {"--side-step", OPT_DOUBLE, &a->side_step, "how much of each rank's bubble a side task of steps this "
+                                                   "long can use (docs/harvesting.md)"},
     };
     char **rest = pt_malloc(sizeof(char *) * (size_t)(argc + 1));
     a->slow_links = pt_malloc(sizeof(char *) * (size_t)argc);
@@ -219,6 +221,35 @@ static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *
     return 0;
 }
 
+/* --side-step: per rank, the idle time, what side steps of that length fill, in how many waits. */
+static void print_side_human(const sim_side *sd) {
+    printf("side steps of %.6g (--side-step): bubble usable per rank\n", sd->step);
+    printf("  rank        idle      usable   used   steps  waits used\n");
+    for (int p = 0; p < sd->n_ranks; p++)
+        printf("  rank %-4d %10.6g %10.6g %5.1f%% %7ld  %d of %d\n", p, sd->idle[p], sd->usable[p],
+               sd->idle[p] > 0 ? 100 * sd->usable[p] / sd->idle[p] : 0, sd->steps[p], sd->used[p], sd->waits[p]);
+    printf("  all       %10.6g %10.6g %5.1f%%\n", sd->idle_total, sd->usable_total,
+           sd->idle_total > 0 ? 100 * sd->usable_total / sd->idle_total : 0);
+}
+
+static cJSON *json_side(const sim_side *sd) {
+    cJSON *o = cJSON_CreateObject(), *per = cJSON_AddArrayToObject(o, "per_rank");
+    cJSON_AddNumberToObject(o, "step", sd->step);
+    cJSON_AddNumberToObject(o, "idle", sd->idle_total);
+    cJSON_AddNumberToObject(o, "usable", sd->usable_total);
+    cJSON_AddNumberToObject(o, "usable_fraction", sd->idle_total > 0 ? sd->usable_total / sd->idle_total : 0);
+    for (int p = 0; p < sd->n_ranks; p++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "idle", sd->idle[p]);
+        cJSON_AddNumberToObject(x, "usable", sd->usable[p]);
+        cJSON_AddNumberToObject(x, "steps", (double)sd->steps[p]);
+        cJSON_AddNumberToObject(x, "waits", sd->waits[p]);
+        cJSON_AddNumberToObject(x, "waits_used", sd->used[p]);
+        cJSON_AddItemToArray(per, x);
+    }
+    return o;
+}
+
 static void print_human(const sched *s, const sim_result *r, const sim_args *a) {
     printf("schedule %s  ranks %d  stages %d  microbatches %d  iterations %d%s\n", s->name, s->n_ranks,
            s->n_stages, s->n_mb, r->n_iters, a->post_validation ? " (post-validation)" : "");
@@ -236,6 +267,17 @@ static void print_human(const sched *s, const sim_result *r, const sim_args *a) 
     for (int g = 0; g < r->n_stages; g++)
         printf("  stage %-4d %4d  %.6g\n", g, r->peak_mb[g], r->peak_bytes[g]);
     if (a->crit) { printf("critical path\n"); sim_print_critical_path(r, stdout); }
+}
+
+/* The run's result with --side-step (json: an object added to o; else the lines), or nothing. */
+static int side_report(const sim_result *r, const sim_args *a, cJSON *o) {
+    if (a->side_step == UNSET) return 0;
+    sim_side sd;
+    if (sim_side_fit(r, a->side_step, &sd) < 0) return -1;
+    if (o) cJSON_AddItemToObject(o, "side_step", json_side(&sd));
+    else print_side_human(&sd);
+    sim_side_free(&sd);
+    return 0;
 }
 
 static cJSON *json_doubles(const double *x, int n) {
@@ -303,6 +345,7 @@ static void print_json(const sched *s, const sim_result *r, const sim_args *a, i
         cJSON_AddItemToArray(per, x);
     }
     cJSON_AddItemToObject(o, "critical_path", json_critical_path(r));
+    side_report(r, a, o);   /* checked before printing */
     char *text = cJSON_PrintUnformatted(o);
     printf("%s\n", text);
     free(text);
@@ -425,7 +468,7 @@ static int run_adapt(const sim_args *a) {
 }
 
 int cli_simulate(int argc, char **argv) {
-    sim_args a = { .latency = UNSET, .bandwidth = UNSET, .act_bytes = UNSET, .iters = 1 };
+    sim_args a = { .latency = UNSET, .bandwidth = UNSET, .act_bytes = UNSET, .side_step = UNSET, .iters = 1 };
     int rc = parse_args(argc, argv, &a), status = 1, needed = 0;
     double unlimited = 0;
     sched *s = NULL;
@@ -434,6 +477,8 @@ int cli_simulate(int argc, char **argv) {
     if (rc) { status = rc > 0 ? 0 : 2; goto free_args; }
     if (a.iters < 1) { pt_seterr("--iterations must be >= 1 (got %d)", a.iters); goto fail; }
     if (a.json && a.csv) { pt_seterr("--json and --csv exclude each other"); goto fail; }
+    if (a.side_step != UNSET && !(a.side_step > 0)) { pt_seterr("--side-step must be > 0 seconds (got %g)", a.side_step); goto fail; }
+    if (a.side_step != UNSET && (a.adapt || a.csv)) { pt_seterr("--side-step goes with the summary or --json, not --adapt or --csv"); goto fail; }
     if (a.adapt) {
         if (run_adapt(&a) < 0) goto fail;
         status = 0;
@@ -447,7 +492,10 @@ int cli_simulate(int argc, char **argv) {
         goto fail;
     if (a.json) print_json(s, &r, &a, needed, unlimited);
     else if (a.csv) print_events(&r.tl);
-    else print_human(s, &r, &a);
+    else {
+        print_human(s, &r, &a);
+        if (side_report(&r, &a, NULL) < 0) goto fail;
+    }
     status = 0;
     goto done;
 fail:

@@ -134,4 +134,22 @@ void sim_result_free(sim_result *r);
 /* Writes the critical path, one line per event with its wait, to f. */
 void sim_print_critical_path(const sim_result *r, FILE *f);
 
+/* Side work in the bubbles (sim_side.c; what the runtime's harvester does, src/harvest): each
+ * rank's idle time is cut into waits (the gaps between its compute-stream events, and before
+ * the first and after the last up to the makespan); a side task whose steps take `step` seconds
+ * runs floor(wait / step) of them back to back in each wait, never one that would not fit. */
+typedef struct {
+    int n_ranks;
+    double step;            /* seconds per side step */
+    double *idle;           /* [P] idle time of each rank (the sum of its waits) */
+    double *usable;         /* [P] the part of it the side steps fill */
+    long *steps;            /* [P] side steps that fit */
+    int *waits, *used;      /* [P] waits, and waits with at least one step */
+    double idle_total, usable_total;
+} sim_side;
+
+/* Fits side steps of `step` seconds (> 0) into r's waits. Free with sim_side_free. -1 on step <= 0. */
+int sim_side_fit(const sim_result *r, double step, sim_side *out);
+void sim_side_free(sim_side *s);
+
 #endif
