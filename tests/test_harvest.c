@@ -63,15 +63,30 @@ static char proc_state(int pid, double *cpu) {
     return st;
 }
 
-/* A SIGSTOP takes effect when the process is next scheduled (microseconds): stopped within
- * STOP_GRACE_S of the step's end counts; the longest wait is kept. */
-#define STOP_GRACE_S 0.05
+/* Nanoseconds pid has run on a CPU (/proc/PID/schedstat); -1 when gone. */
+static double run_ns(int pid) {
+    char path[64];
+    double ns = -1;
+    snprintf(path, sizeof path, "/proc/%d/schedstat", pid);
+    FILE *f = fopen(path, "r");
+    if (f && fscanf(f, "%lf", &ns) != 1) ns = -1;
+    if (f) fclose(f);
+    return ns;
+}
+
+/* Between steps (no bubble) a side program must not run: over PAUSE_S of free CPU (the rank
+ * threads are idle now) it gets less than RUN_MAX_S. A SIGSTOP shows in /proc as 'T' only once
+ * the process is next scheduled, which for a nice-19 process on a busy machine takes a while, so
+ * the CPU it gets is what is checked; the longest it took to show 'T' is printed. */
+#define PAUSE_S 0.005
+#define RUN_MAX_S 0.0005
 static int stopped_soon(int pid, double *cpu, double *longest) {
-    double t0 = pt_now();
-    char st;
-    while ((st = proc_state(pid, cpu)) != 'T' && st != '?' && pt_now() - t0 < STOP_GRACE_S) usleep(100);
+    double a = run_ns(pid), t0 = pt_now();
+    usleep((useconds_t)(PAUSE_S * 1e6));
+    double b = run_ns(pid);
+    while (proc_state(pid, cpu) == 'R' && pt_now() - t0 < 0.05) usleep(100);
     if (pt_now() - t0 > *longest) *longest = pt_now() - t0;
-    return st == 'T';
+    return a >= 0 && b >= 0 && (b - a) * 1e-9 < RUN_MAX_S;
 }
 
 /* Dead: no such process, or a zombie (killed; an orphan waits for init to reap it). */
@@ -200,9 +215,9 @@ static void test_program(void) {
     CHECK("harvest: a run with two side programs completes", rc == 0, "rc %d: %s", rc, pt_err());
     CHECK("harvest: the side programs started in bubbles", r.pid[0] > 0 && r.pid[1] > 0,
           "pids %d %d", r.pid[0], r.pid[1]);
-    CHECK("harvest: a side program is stopped at every step boundary", r.boundary_checks > 0 &&
+    CHECK("harvest: a side program gets no CPU at any step boundary", r.boundary_checks > 0 &&
           r.not_stopped == 0, "%d of %d checks found it running", r.not_stopped, r.boundary_checks);
-    printf("# a program showed as stopped at most %.3f ms after the step ended\n", r.stop_wait * 1e3);
+    printf("# a program showed as stopped ('T') at most %.3f ms after the step ended\n", r.stop_wait * 1e3);
     /* CPU clock ticks are 10 ms: a tick or two either way */
     CHECK("harvest: the programs used no more CPU than the bubbles they were given",
           r.cpu_s[0] + r.cpu_s[1] <= r.side_s + 0.03, "%.3f s of CPU, %.3f s of side slots",
