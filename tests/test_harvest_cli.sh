@@ -83,6 +83,24 @@ out=$(train --steps 20 --stages 2 --microbatches 2 --side-command "exit 3" 2>&1)
 echo "$out" | grep -q "finished (exit status 3)" && ok "a side program's exit status is reported" \
   || fail "a side program's exit status is reported" "$(echo "$out" | grep side | tail -3)"
 
+# --- side training: the second model's losses equal pipetrain train of it alone (one thread)
+cat > "$D/side.json" <<'J'
+{"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}
+J
+rm -rf "$D/run_side"
+# (how many side steps fit depends on the bubbles: one is asked for, and the lines written so far
+# must be the alone run's first ones)
+train --steps 60 --stages 2 --microbatches 2 --side-train "$D/side.json" --side-data "$D/val.txt" \
+  --side-steps 1 --metrics "$D/run_side/m.jsonl" > "$D/out_side" 2>&1
+"$P" train --config "$D/side.json" --data "$D/val.txt" --batch 8 --seq 32 --steps 2 --threads 1 \
+  --metrics "$D/run_side/alone.jsonl" > /dev/null 2>&1
+a=$(grep -o '"loss":[^,]*,"lr":[^,]*,"grad_norm":[^,]*' "$D/run_side/m.side.jsonl" 2>/dev/null)
+b=$(grep -o '"loss":[^,]*,"lr":[^,]*,"grad_norm":[^,]*' "$D/run_side/alone.jsonl" | head -1)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "side training: its loss and norm equal pipetrain train of it alone" \
+  || fail "side training: its loss and norm equal pipetrain train of it alone" "'$a' vs '$b'; $(grep side "$D/out_side" | tail -2)"
+grep -q "train (.*side.jso.*) finished (1 steps" "$D/out_side" && ok "side training: finished after --side-steps, reported" \
+  || fail "side training: finished after --side-steps, reported" "$(grep side "$D/out_side" | tail -2)"
+
 # --- simulate --side-step: 1f1b P=4 M=4 with unit costs idles 9 of 21 on each rank, in whole units
 side_json() { "$P" simulate --schedule 1f1b --stages 4 --microbatches 4 --side-step "$1" --json | grep -o '"step":[^}]*}}'; }
 side_json 1 | grep -q '"idle":36,"usable":36,"usable_fraction":1' && ok "simulate --side-step 1: every unit of the bubble is usable" \
@@ -117,5 +135,12 @@ expect_error "bad: --eval-every without --eval-data" "--eval-every and --eval-ba
 expect_error "bad: --side-mem that is no size" "--side-mem 'lots'" train --steps 2 --stages 2 --side-command true --side-mem lots
 expect_error "bad: a pinned rank outside the job" "rank 5 is not in the job" \
   train --steps 2 --stages 2 --side-command "5:true"
+printf '{"n_layer": 2, "n_head": 2,, "n_embd": 32}' > "$D/broken.json"
+expect_error "bad: a side config that does not parse" "--side-train: .*broken.json.*parse error" \
+  train --steps 2 --stages 2 --side-train "$D/broken.json" --side-data "$D/val.txt"
+expect_error "bad: side data outside the side model's vocabulary" "--side-data: .*oov.bin.*out of the vocabulary" \
+  train --steps 2 --stages 2 --side-train "$FX/config.json" --side-data "$D/oov.bin"
+expect_error "bad: --side-data without --side-train" "--side-data and --side-steps need --side-train" \
+  train --steps 2 --stages 2 --side-data "$D/val.txt"
 expect_error "bad: eval without a checkpoint" "give --checkpoint" "$P" eval --data "$D/val.txt" --batch 8 --seq 32
 done_tests

@@ -163,7 +163,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 35 };
+    enum { N_TRAIN_OPTS = 38 };
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -201,6 +201,9 @@ int cli_train(int argc, char **argv) {
         {"--eval-data", OPT_STR, &o->eval_data, "held-out tokens: eval_loss of the weights of every --eval-every steps"},
         {"--eval-every", OPT_INT, &o->eval_every, "K: evaluate the weights of steps K, 2K, ... (default: the last step)"},
         {"--eval-batches", OPT_INT, &o->eval_batches, "N batches of --batch x --seq (default: the whole file)"},
+        {"--side-train", OPT_STR, &o->side_train, "CONFIG of a second model trained in the bubbles (--batch x --seq)"},
+        {"--side-data", OPT_STR, &o->side_data, "its training tokens"},
+        {"--side-steps", OPT_LONG, &o->side_steps, "its optimizer steps (default: as long as this run)"},
     };
     cli_layout_opts(opts + N_TRAIN_OPTS, &o->ro, &a.transport, &a.split_text);
     cli_layout_init(&o->ro);

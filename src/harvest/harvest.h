@@ -28,7 +28,7 @@
 enum { HARVEST_IDLE = 0,      /* nothing to do now (waiting for input): no more steps this wait */
        HARVEST_MORE = 1 };    /* did a piece of work */
 
-#define HARVEST_KINDS 4       /* kinds of step a task may have, each with its own median */
+#define HARVEST_KINDS 8       /* kinds of step a task may have, each with its own median */
 
 typedef struct harvest_task harvest_task;
 

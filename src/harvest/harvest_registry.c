@@ -11,6 +11,9 @@ static const harvest_kind registry[] = {
       .help = "computes US microseconds per step (a test and calibration task)" },
     { .name = "command", .create = harvest_command_create, .args = "[RANK:]CMD",
       .help = "any program (sh -c CMD), stopped outside its rank's bubbles (= --side-command)" },
+    { .name = "train", .create = harvest_train_create,
+      .args = "CONFIG,DATA[,steps=N][,batch=B][,seq=T][,lr=X][,seed=S][,rank=R][,metrics=FILE]",
+      .help = "trains a second model in the bubbles (= --side-train), a line per step in its metrics" },
 };
 #define N_ROWS ((int)(sizeof registry / sizeof registry[0]))
 

@@ -46,6 +46,9 @@ typedef struct {
     const char *eval_data;  /* held-out loss of the weights of every eval_every-th step, or NULL */
     int eval_every;         /* K (0 with eval_data: the last step only) */
     int eval_batches;       /* batches of (batch, seq) (<= 0: the whole file) */
+    const char *side_train; /* config JSON of a second model trained in the bubbles, or NULL */
+    const char *side_data;  /* its training tokens (required with side_train) */
+    long side_steps;        /* its optimizer steps (0: as long as this run) */
     /* layout */
     run_opts ro;            /* ro.P == 0: one process (train_step); else the pipelined job */
     comm *world;            /* MPI endpoint (borrowed; NULL: this process only) */

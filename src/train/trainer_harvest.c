@@ -14,7 +14,7 @@
 #include <string.h>
 
 static int side_any(const train_opts *o) {
-    return o->n_side_commands > 0 || o->n_side_tasks > 0 || o->eval_data;
+    return o->n_side_commands > 0 || o->n_side_tasks > 0 || o->eval_data || o->side_train;
 }
 
 /* The flags' combinations that mean nothing. */
@@ -23,9 +23,14 @@ static int side_check_opts(const train_opts *o) {
         return pt_seterr("--eval-every and --eval-batches need --eval-data FILE (held-out tokens)");
     if (o->eval_every < 0) return pt_seterr("--eval-every %d: give K >= 1 (every K steps)", o->eval_every);
     if (o->side_mem < 0) return pt_seterr("--side-mem %.0f: give a number of bytes >= 0", o->side_mem);
-    if (!o->ro.P && (o->n_side_commands || o->n_side_tasks))
+    if (!o->side_train && (o->side_data || o->side_steps))
+        return pt_seterr("--side-data and --side-steps need --side-train CONFIG (the second model)");
+    if (o->side_train && !o->side_data)
+        return pt_seterr("--side-train %s needs --side-data FILE (its training tokens)", o->side_train);
+    if (!o->ro.P && (o->n_side_commands || o->n_side_tasks || o->side_train))
         return pt_seterr("%s needs a pipelined run (--stages P): one process has no bubbles to run "
-                         "side work in", o->n_side_commands ? "--side-command" : "--side-task");
+                         "side work in", o->n_side_commands ? "--side-command" : o->side_train ?
+                         "--side-train" : "--side-task");
     return 0;
 }
 
@@ -42,6 +47,18 @@ static int side_make_tasks(train_ctx *t, int R) {
     env.flag = "--side-task";
     for (int i = 0; i < o->n_side_tasks; i++) {
         if (harvest_task_create(&task, o->side_tasks[i], &env) < 0) return -1;
+        harvest_add(sd->h, task);
+    }
+    if (o->side_train) {
+        char metrics[4200];
+        size_t n = strlen(t->rep.metrics);
+        if (n > 6 && !strcmp(t->rep.metrics + n - 6, ".jsonl")) n -= 6;
+        snprintf(metrics, sizeof metrics, "%.*s.side.jsonl", (int)n, t->rep.metrics);
+        harvest_train_opts to = { .config = o->side_train, .data = o->side_data, .steps = o->side_steps,
+                                  .B = o->batch, .T = o->seq, .seed = o->seed, .rank = -1,
+                                  .metrics = t->rep.on ? metrics : NULL };
+        env.flag = "--side-train";
+        if (harvest_train_new(&task, &to, &env) < 0) return -1;
         harvest_add(sd->h, task);
     }
     if (!o->eval_data) return 0;
