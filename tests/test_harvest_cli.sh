@@ -18,6 +18,8 @@ for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i
 for i in $(seq 1 40); do echo "pack my box with five dozen liquor jugs $((i % 5))"; done > "$D/val.txt"
 export OPENBLAS_NUM_THREADS=1
 train() { "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 32 --lr 3e-3 "$@"; }
+# runs with side programs: bubbles of milliseconds, room for a program's slot
+big() { "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 32 --seq 32 --lr 3e-3 "$@"; }
 # the pid a side program wrote, "" until it has run
 pid_of() { cat "$1" 2>/dev/null; }
 # 0 when pid is gone or a zombie (killed, not reaped by whoever inherited it), within 2 s
@@ -28,31 +30,41 @@ dead() {
   done; return 1
 }
 
-# --- eval_loss against pipetrain eval, on the checkpoints of the same steps
+# --- eval_loss against pipetrain eval, on the checkpoints of the same steps (every step saved;
+# an evaluation due while the last one still runs in the bubbles is skipped, so the steps
+# evaluated are read from the metrics line and, for two finished at the last step, the events)
 eval_of() { "$P" eval --checkpoint "$1" --data "$D/val.txt" --batch 8 --seq 32 --batches 3 | awk '{print $2}'; }
-metric_of() { grep -o "\"eval_loss\":[^,}]*,\"eval_step\":$2[,}]" "$1" | head -1 | sed 's/"eval_loss":\([^,]*\),.*/\1/'; }
+# evals FILE...: "STEP LOSS" of every evaluation reported, the loss as %.9g
+evals() { cat "$@" 2>/dev/null | grep -o '"eval_loss":[^,}]*,"eval_step":[0-9]*' | sed 's/"eval_loss":\([^,]*\),"eval_step":\(.*\)/\2 \1/' |
+          awk '{ printf "%d %.9g\n", $1, $2 }' | sort -n -u; }
 for layout in "pipe --stages 2 --microbatches 2" "single"; do
   name=${layout%% *}; flags=${layout#"$name"}
   rm -rf "$D/run_$name"
-  train --steps 7 $flags --eval-data "$D/val.txt" --eval-every 3 --eval-batches 3 \
-    --save "$D/run_$name" --save-every 3 > "$D/out_$name" 2>&1
-  for k in 3 6; do
-    a=$(metric_of "$D/run_$name/metrics.jsonl" $k); b=$(eval_of "$D/run_$name/ckpt-$k")
-    [ -n "$a" ] && [ "$a" = "$b" ] && ok "eval ($name): eval_loss of step $k equals pipetrain eval ($a)" \
-      || fail "eval ($name): eval_loss of step $k equals pipetrain eval" "metrics '$a', eval '$b'; $(tail -3 "$D/out_$name")"
-  done
+  train --steps 7 $flags --eval-data "$D/val.txt" --eval-every 2 --eval-batches 3 \
+    --save "$D/run_$name" --save-every 1 > "$D/out_$name" 2>&1
+  evals "$D/run_$name/metrics.jsonl" "$D/run_$name/metrics.events.jsonl" > "$D/evals_$name"
+  n=0; bad=""
+  while read -r k loss; do
+    n=$((n + 1)); b=$(eval_of "$D/run_$name/ckpt-$k")
+    [ "$loss" = "$b" ] || bad="$bad step $k: $loss vs $b;"
+  done < "$D/evals_$name"
+  [ $n -ge 1 ] && [ -z "$bad" ] && grep -q '"eval_loss"' "$D/run_$name/metrics.jsonl" \
+    && ok "eval ($name): every eval_loss reported ($n) equals pipetrain eval on that step's checkpoint" \
+    || fail "eval ($name): every eval_loss reported equals pipetrain eval" "$n evaluations;$bad $(tail -3 "$D/out_$name")"
 done
+grep -q '"eval_loss":[^,]*,"eval_step":6' "$D/run_single/metrics.jsonl" && ok "eval (single): every due step is evaluated" \
+  || fail "eval (single): every due step is evaluated" "$(cat "$D/evals_single")"
 grep -q '"side_task"' "$D/run_pipe/metrics.events.jsonl" && ok "eval: its tasks are side_task events" \
   || fail "eval: its tasks are side_task events" "none in $D/run_pipe/metrics.events.jsonl"
 # the two trainings differ in the last bits (wte's gradient is summed in another order: runtime.md)
-a=$(metric_of "$D/run_pipe/metrics.jsonl" 6); b=$(metric_of "$D/run_single/metrics.jsonl" 6)
+a=$(awk '$1 == 2 { print $2 }' "$D/evals_pipe"); b=$(awk '$1 == 2 { print $2 }' "$D/evals_single")
 awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a != "" && (d < 0 ? -d : d) <= 1e-5 * b) }' \
   && ok "eval: pipelined and one process agree within 1e-5" || fail "eval: pipelined and one process agree within 1e-5" "'$a' vs '$b'"
 
 # --- side programs: gone after the run, after a rank dies, after SIGTERM (on rank 1: its wait for
 # rank 0's last gradients at the end of each step is long enough to run a program in)
 rm -f "$D"/p*.pid
-train --steps 30 --stages 2 --microbatches 2 --side-command "1:echo \$\$ > $D/p0.pid; while :; do :; done" \
+big --steps 30 --stages 2 --microbatches 2 --side-command "1:echo \$\$ > $D/p0.pid; while :; do :; done" \
   --side-command "1:sleep 1000 & echo \$! > $D/p1.pid; wait" --metrics "$D/m_cmd.jsonl" > "$D/out_cmd" 2>&1
 rc=$?
 p0=$(pid_of "$D/p0.pid"); p1=$(pid_of "$D/p1.pid")
@@ -62,7 +74,7 @@ p0=$(pid_of "$D/p0.pid"); p1=$(pid_of "$D/p1.pid")
 grep -q 'side work: .* of bubble harvested' "$D/out_cmd" && grep -q '"side_steps":[1-9]' "$D/m_cmd.jsonl" \
   && ok "side programs: the run reports the bubble harvested" || fail "side programs: the run reports the bubble harvested" "$(tail -4 "$D/out_cmd")"
 rm -f "$D"/p*.pid
-train --steps 40 --stages 2 --microbatches 2 --timeout 5 --fail-rank 1 --fail-after 40 \
+big --steps 40 --stages 2 --microbatches 2 --timeout 5 --fail-rank 1 --fail-after 40 \
   --side-command "1:echo \$\$ > $D/p0.pid; while :; do :; done" \
   --side-command "1:sleep 1000 & echo \$! > $D/p1.pid; wait" > "$D/out_die" 2>&1
 rc=$?
@@ -71,7 +83,7 @@ p0=$(pid_of "$D/p0.pid"); p1=$(pid_of "$D/p1.pid")
   && ok "side programs are gone after a rank died" \
   || fail "side programs are gone after a rank died" "rc $rc, pids '$p0' '$p1'; $(tail -3 "$D/out_die")"
 rm -f "$D"/p*.pid
-"$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 32 --steps 5000 --stages 2 \
+"$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 32 --seq 32 --steps 5000 --stages 2 \
   --microbatches 2 --side-command "1:echo \$\$ > $D/p0.pid; while :; do :; done" > "$D/out_term" 2>&1 &
 tp=$!
 for i in $(seq 1 100); do [ -s "$D/p0.pid" ] && break; sleep 0.1; done
@@ -79,7 +91,7 @@ kill -TERM $tp; wait $tp; rc=$?; kill -9 $tp 2>/dev/null
 p0=$(pid_of "$D/p0.pid")
 [ -n "$p0" ] && [ $rc -ne 0 ] && dead "$p0" && ok "a side program is gone after SIGTERM to the trainer" \
   || fail "a side program is gone after SIGTERM to the trainer" "rc $rc, pid '$p0'"
-out=$(train --steps 20 --stages 2 --microbatches 2 --side-command "exit 3" 2>&1)
+out=$(big --steps 20 --stages 2 --microbatches 2 --side-command "exit 3" 2>&1)
 echo "$out" | grep -q "finished (exit status 3)" && ok "a side program's exit status is reported" \
   || fail "a side program's exit status is reported" "$(echo "$out" | grep side | tail -3)"
 
@@ -90,9 +102,9 @@ J
 rm -rf "$D/run_side"
 # (how many side steps fit depends on the bubbles: one is asked for, and the lines written so far
 # must be the alone run's first ones)
-train --steps 60 --stages 2 --microbatches 2 --side-train "$D/side.json" --side-data "$D/val.txt" \
+big --steps 60 --stages 2 --microbatches 2 --side-train "$D/side.json" --side-data "$D/val.txt" \
   --side-steps 1 --metrics "$D/run_side/m.jsonl" > "$D/out_side" 2>&1
-"$P" train --config "$D/side.json" --data "$D/val.txt" --batch 8 --seq 32 --steps 2 --threads 1 \
+"$P" train --config "$D/side.json" --data "$D/val.txt" --batch 32 --seq 32 --steps 2 --threads 1 \
   --metrics "$D/run_side/alone.jsonl" > /dev/null 2>&1
 a=$(grep -o '"loss":[^,]*,"lr":[^,]*,"grad_norm":[^,]*' "$D/run_side/m.side.jsonl" 2>/dev/null)
 b=$(grep -o '"loss":[^,]*,"lr":[^,]*,"grad_norm":[^,]*' "$D/run_side/alone.jsonl" | head -1)

@@ -206,8 +206,30 @@ static void side_eval_report(train_ctx *t, long step, int to_line) {
     train_report_event(t, "side_task", step, o);
 }
 
-/* Due at every K-th step (without --eval-every: the last). A pass still running when the next is
- * due, and any at the last step, is finished on this thread; one process has no bubbles, so its
+/* Whether the evaluation still runs in the bubbles (the root's; MPI: told to every rank, which
+ * must all take the snapshot or none). -1 when the world's communication fails. */
+static int side_eval_running(train_ctx *t) {
+    double busy = t->root && harvest_eval_busy(t->side.ev);
+    if (t->o.world && t->o.world->size > 1 && comm_allreduce_f64(t->o.world, &busy, 1) < 0) return -1;
+    return busy > 0;
+}
+
+/* A due evaluation skipped, as an event: the last one has not finished in the bubbles. */
+static void side_eval_skipped(train_ctx *t, long step) {
+    if (!t->root) return;
+    char msg[200];
+    snprintf(msg, sizeof msg, "evaluation of step %ld skipped: the last one is still running in the "
+             "bubbles (evaluate less often, or fewer --eval-batches)", step);
+    printf("side task: %s\n", msg);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "message", msg);
+    cJSON_AddStringToObject(o, "what", "skipped");
+    train_report_event(t, "side_task", step, o);
+}
+
+/* Due at every K-th step (without --eval-every: the last). A due evaluation while the last one
+ * still runs in the bubbles is skipped (the training never waits for it), except at the last
+ * step, where what is left is finished on this thread; one process has no bubbles, so its
  * passes are finished at once. One eval_loss per metrics line: when two complete at the last
  * step, the older one goes to an event. */
 int train_hook_eval(train_ctx *t, long step, const train_step_stats *st, void *user) {
@@ -216,7 +238,15 @@ int train_hook_eval(train_ctx *t, long step, const train_step_stats *st, void *u
     int due = step % harvest_eval_every(ev) == 0 || (last && !t->o.eval_every);
     double sync = 0;
     int rc = 0;
-    if (t->root && (due || last) && harvest_eval_busy(ev)) rc = side_eval_finish(t, &sync);
+    if (due && !last && bubbles) {
+        int running = side_eval_running(t);
+        if (running < 0) return pt_adderr("step %ld: evaluation: ", step);
+        if (running) {
+            side_eval_skipped(t, step);
+            due = 0;
+        }
+    }
+    if (t->root && last && harvest_eval_busy(ev)) rc = side_eval_finish(t, &sync);
     if (t->root && rc == 0) side_eval_report(t, step, !(due && (last || !bubbles)));
     if (rc == 0 && due) {
         if (side_snapshot(t, harvest_eval_weights(ev)) < 0) rc = pt_adderr("step %ld: evaluation: ", step);
