@@ -178,10 +178,12 @@ static int hv_pick(harvest *h, int r, double end, const char *idle) {
     return -1;
 }
 
+void harvest_pause(harvest *h, int paused) { h->paused = paused; }
+
 int harvest_on_wait(void *user, run_wait *w) {
     harvest *h = user;
     int r = w->world_rank;
-    if (!h->s || r < h->lo || r >= h->hi || w->action >= h->L || h->n_rank_tasks[r] == 0) return 0;
+    if (!h->s || h->paused || r < h->lo || r >= h->hi || w->action >= h->L || h->n_rank_tasks[r] == 0) return 0;
     double end = w->since + h->pred[r * h->L + w->action];
     char idle[HV_MAX_RANK_TASKS] = { 0 };
     hv_arrival arr = { w, 0 };

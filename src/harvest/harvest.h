@@ -132,6 +132,9 @@ int harvest_start(harvest *h, int R, int lo, int hi);
 /* The job's schedule (lowered, as the ranks run it; borrowed until free) and pipeline ranks P:
  * needed before the first iteration that offers waits. */
 void harvest_bind(harvest *h, const sched *s, int P);
+/* Paused (1): waits are not used until resumed (0); a process task stays stopped. Between
+ * iterations only (bench/bench_harvest.c alternates iterations with and without side work). */
+void harvest_pause(harvest *h, int paused);
 /* The executor's wait hook: pass harvest_on_wait and h as run_opts.on_wait / wait_user. */
 int harvest_on_wait(void *user, run_wait *w);
 /* After each training step, on every process (collective over world when non-NULL, MPI): root

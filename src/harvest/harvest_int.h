@@ -8,6 +8,9 @@
 
 #define HV_WINDOW 32            /* step durations per task and kind the median reads */
 #define HV_HISTORY 8            /* training steps of measured waits a correction reads */
+/* Which of them: a low quantile, so a wait that comes out shorter than most (a side step then
+ * runs past the arrival) is the exception; 0.5 would be the median. */
+#define HV_QUANTILE 0.25
 #define HV_MAX_RANK_TASKS 64    /* tasks per rank */
 #define HV_PROBE_STEPS 32       /* steps a boundary runs to measure a task's unknown kinds... */
 #define HV_PROBE_S 2e-3         /* ...and at most this long */
@@ -35,6 +38,7 @@ struct harvest {
     hv_task *tk;
     int n, cap;
     int R, P, lo, hi, started;
+    int paused;                 /* harvest_pause */
     int **rank_tasks, *n_rank_tasks;   /* [R] each rank's tasks (indices into tk) */
     int *rr;                    /* [R] whose turn it is next on each rank */
     int *offered, *used;        /* [R] waits offered, and with steps run, since the last step */

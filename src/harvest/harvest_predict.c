@@ -6,7 +6,8 @@
  * not stretch it: a side step that runs past the arrival counts as overrun, not as idle.
  *
  * Prediction of the idle of action i on world rank w (pipeline rank p = w mod P):
- *   pred = max(0, sim[p][i] + median over the last HV_HISTORY steps of (measured - sim)),
+ *   pred = max(0, sim[p][i] + the HV_QUANTILE quantile over the last HV_HISTORY steps of
+ *                             (measured - sim)),
  * sim being the simulator's wait (end - ready of its RECV) from the costs profiled so far,
  * recomputed at steps 1, 2, 4, ... 32 and every 50th. Before any step is measured: 0 (the first
  * step is the warm-up; no side work). */
@@ -137,13 +138,21 @@ void hv_simulate(harvest *h, const sim_costs *c) {
     sim_result_free(&res);
 }
 
-/* Median of the non-NaN entries of v[0..n); 0 when there are none. */
-static double hv_median_finite(const double *v, int n) {
+static int hv_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The HV_QUANTILE quantile of the non-NaN entries of v[0..n) (the lower of the two around it); 0
+ * when there are none. */
+static double hv_quantile_finite(const double *v, int n) {
     double tmp[HV_HISTORY];
     int m = 0;
     for (int k = 0; k < n; k++)
         if (!isnan(v[k])) tmp[m++] = v[k];
-    return m ? pt_median(tmp, m) : 0;
+    if (!m) return 0;
+    qsort(tmp, (size_t)m, sizeof *tmp, hv_cmp);
+    return tmp[(int)(HV_QUANTILE * (m - 1))];
 }
 
 int hv_predict(harvest *h, int root, comm *world) {
@@ -153,7 +162,7 @@ int hv_predict(harvest *h, int root, comm *world) {
         for (int j = 0; j < h->L; j++) {
             const double *v = h->hist + ((size_t)w * h->L + j) * HV_HISTORY;
             double s = h->sim[(size_t)p * h->L + j];
-            h->pred[(size_t)w * h->L + j] = h->n_hist ? fmax(0, s + hv_median_finite(v, HV_HISTORY)) : 0;
+            h->pred[(size_t)w * h->L + j] = h->n_hist ? fmax(0, s + hv_quantile_finite(v, HV_HISTORY)) : 0;
         }
     }
     if (!world || world->size == 1) return 0;
