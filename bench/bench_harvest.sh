@@ -66,7 +66,7 @@ rate() {
   wall=$(awk '{ t += $2 / 1e3 } END { print t }' <(paste -d' ' <(field "$T/$name.jsonl" step) <(field "$T/$name.jsonl" step_ms)))
   case $kind in
     cmd) grep -o 'ran [0-9.]* s in bubbles, [0-9.]*% of a core' "$T/$name.out" | awk '{ sub("%", "", $6); printf "%.3f", $6 / 100 }' ;;
-    train) local n; n=$(wc -l < "$T/$name.side.jsonl" 2>/dev/null || echo 0)
+    train) local n=0; [ -f "$T/$name.side.jsonl" ] && n=$(wc -l < "$T/$name.side.jsonl")
            awk -v n="$n" -v w="$wall" -v a="$ALONE_TRAIN" 'BEGIN { printf "%.3f", n / w / a }' ;;
     eval) local n; n=$(grep -c '"eval_loss"' "$T/$name.jsonl")
           awk -v n="$n" -v w="$wall" -v a="$ALONE_EVAL" 'BEGIN { printf "%.3f", n * a / w }' ;;

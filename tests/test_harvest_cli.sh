@@ -18,8 +18,11 @@ for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i
 for i in $(seq 1 40); do echo "pack my box with five dozen liquor jugs $((i % 5))"; done > "$D/val.txt"
 export OPENBLAS_NUM_THREADS=1
 train() { "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 32 --lr 3e-3 "$@"; }
-# runs with side programs: bubbles of milliseconds, room for a program's slot
-big() { "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 32 --seq 32 --lr 3e-3 "$@"; }
+# runs with side programs: a wider model, bubbles of milliseconds, room for a program's slot
+cat > "$D/big.json" <<'J'
+{"n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 256, "n_positions": 32}
+J
+big() { "$P" train --config "$D/big.json" --data "$D/text.txt" --batch 32 --seq 32 --lr 3e-3 "$@"; }
 # the pid a side program wrote, "" until it has run
 pid_of() { cat "$1" 2>/dev/null; }
 # 0 when pid is gone or a zombie (killed, not reaped by whoever inherited it), within 2 s
@@ -83,7 +86,7 @@ p0=$(pid_of "$D/p0.pid"); p1=$(pid_of "$D/p1.pid")
   && ok "side programs are gone after a rank died" \
   || fail "side programs are gone after a rank died" "rc $rc, pids '$p0' '$p1'; $(tail -3 "$D/out_die")"
 rm -f "$D"/p*.pid
-"$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 32 --seq 32 --steps 5000 --stages 2 \
+"$P" train --config "$D/big.json" --data "$D/text.txt" --batch 32 --seq 32 --steps 5000 --stages 2 \
   --microbatches 2 --side-command "1:echo \$\$ > $D/p0.pid; while :; do :; done" > "$D/out_term" 2>&1 &
 tp=$!
 for i in $(seq 1 100); do [ -s "$D/p0.pid" ] && break; sleep 0.1; done
