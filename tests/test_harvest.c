@@ -246,6 +246,26 @@ static void test_memory_cap(void) {
     CHECK("harvest: ... and gone after the run", r.pid[0] > 0 && gone(r.pid[0]), "pid %d", r.pid[0]);
 }
 
+/* Evaluation and a second model's training on the rank threads (the shared pass, the snapshot,
+ * per-rank workers: what the thread sanitizer build looks at), with the timeline checks. */
+static void test_builtin(void) {
+    char side_cfg[300];
+    record r = { 0 };
+    snprintf(side_cfg, sizeof side_cfg, "%s/side.json", tmpdir);
+    write_file(side_cfg, "{\"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 256, \"n_positions\": 16}");
+    train_opts o = base_opts("builtin", STEPS, 0);
+    o.eval_data = data_path;
+    o.eval_every = 3;
+    o.eval_batches = 2;
+    o.side_train = side_cfg;
+    o.side_data = data_path;
+    int rc = run(&o, &r);
+    CHECK("harvest: evaluation and side training in the bubbles: the run completes", rc == 0, "rc %d: %s", rc, pt_err());
+    CHECK("harvest: ... an eval_loss is reported", file_has(o.metrics, "\"eval_loss\":"), "see %s", o.metrics);
+    CHECK("harvest: ... their steps stay inside waits, off the compute", r.outside_wait == 0 && r.over_compute == 0,
+          "%d outside, %d over compute, of %d", r.outside_wait, r.over_compute, r.side_events);
+}
+
 int main(int argc, char **argv) {
     const char *base = getenv("TEST_TMP") ? getenv("TEST_TMP") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%.40s/harvestXXXXXX", base);
@@ -264,6 +284,7 @@ int main(int argc, char **argv) {
     snprintf(slash ? slash + 1 : hog, sizeof hog - (size_t)(slash ? slash + 1 - hog : 0), "aux_hog");
     if (access(hog, X_OK) != 0) { printf("FAIL harvest: %s is missing (make builds tests/aux_hog.c)\n", hog); return 1; }
     test_iterative();
+    test_builtin();
     test_program();
     test_memory_cap();
     char rm[200];

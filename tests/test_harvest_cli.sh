@@ -116,6 +116,22 @@ b=$(grep -o '"loss":[^,]*,"lr":[^,]*,"grad_norm":[^,]*' "$D/run_side/alone.jsonl
 grep -q "train (.*side.jso.*) finished (1 steps" "$D/out_side" && ok "side training: finished after --side-steps, reported" \
   || fail "side training: finished after --side-steps, reported" "$(grep side "$D/out_side" | tail -2)"
 
+# --- MPI: each process runs its own rank's tasks; the root evaluates (it holds the snapshot).
+# (sanitizer builds: Open MPI's own leaks and internals are not ours, as in test_run_mpi.sh)
+if command -v mpirun > /dev/null 2>&1; then
+  rm -rf "$D/run_mpi"
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+  TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp" \
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$P" train \
+    --config "$D/big.json" --data "$D/text.txt" --batch 32 --seq 32 --steps 16 --stages 2 --transport mpi \
+    --side-task busy:50,rank=1 --eval-data "$D/val.txt" --eval-every 4 --eval-batches 1 \
+    --metrics "$D/run_mpi/m.jsonl" < /dev/null > "$D/out_mpi" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && grep -q '"side_steps":[1-9]' "$D/run_mpi/m.jsonl" && grep -q '"eval_loss"' "$D/run_mpi/m.jsonl" \
+    && ok "mpi: side steps on the other process's rank, eval_loss from the root" \
+    || fail "mpi: side steps on the other process's rank, eval_loss from the root" "rc $rc; $(tail -3 "$D/out_mpi")"
+fi
+
 # --- simulate --side-step: 1f1b P=4 M=4 with unit costs idles 9 of 21 on each rank, in whole units
 side_json() { "$P" simulate --schedule 1f1b --stages 4 --microbatches 4 --side-step "$1" --json | grep -o '"step":[^}]*}}'; }
 side_json 1 | grep -q '"idle":36,"usable":36,"usable_fraction":1' && ok "simulate --side-step 1: every unit of the bubble is usable" \

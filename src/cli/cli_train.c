@@ -4,6 +4,7 @@
  * report). Not here: any of the loop. */
 #include "cli/cli.h"
 #include "cli/cli_layout.h"
+#include "harvest/harvest.h"
 #include "plan/plan.h"
 #include "train/trainer.h"
 #include "util/pt.h"
@@ -217,6 +218,7 @@ int cli_train(int argc, char **argv) {
     int rc = cli_parse(argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
                        "--lr X [flags]", opts, sizeof opts / sizeof *opts);
     if (rc) {
+        if (rc > 0) harvest_print_kinds(stdout);   /* --help: the side-task registry too */
         free(a.side_cmds); free(a.side_tasks);
         return rc < 0 ? 2 : 0;
     }
