@@ -68,7 +68,8 @@ awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a != "" && (d < 0 ? -d : d) <
 # rank 0's last gradients at the end of each step is long enough to run a program in)
 rm -f "$D"/p*.pid
 big --steps 30 --stages 2 --microbatches 2 --side-command "1:echo \$\$ > $D/p0.pid; while :; do :; done" \
-  --side-command "1:sleep 1000 & echo \$! > $D/p1.pid; wait" --metrics "$D/m_cmd.jsonl" > "$D/out_cmd" 2>&1
+  --side-command "1:sleep 1000 & echo \$! > $D/p1.pid; wait" --side-task busy:50,rank=0 --metrics "$D/m_cmd.jsonl" \
+  --trace "$D/side.json" --svg "$D/side.svg" > "$D/out_cmd" 2>&1
 rc=$?
 p0=$(pid_of "$D/p0.pid"); p1=$(pid_of "$D/p1.pid")
 [ $rc -eq 0 ] && [ -n "$p0" ] && [ -n "$p1" ] && dead "$p0" && dead "$p1" \
@@ -76,6 +77,10 @@ p0=$(pid_of "$D/p0.pid"); p1=$(pid_of "$D/p1.pid")
   || fail "side programs (and what they started) are gone after the run" "rc $rc, pids '$p0' '$p1'; $(tail -3 "$D/out_cmd")"
 grep -q 'side work: .* of bubble harvested' "$D/out_cmd" && grep -q '"side_steps":[1-9]' "$D/m_cmd.jsonl" \
   && ok "side programs: the run reports the bubble harvested" || fail "side programs: the run reports the bubble harvested" "$(tail -4 "$D/out_cmd")"
+grep -q '"cat":"side"' "$D/side.json" && grep -q '"name":"thread_name","ph":"M","pid":0,"tid":3,"args":{"name":"side"}' "$D/side.json" \
+  && ok "trace: side steps on their own track" || fail "trace: side steps on their own track" "no side spans in $D/side.json"
+xmllint --noout "$D/side.svg" 2>/dev/null && grep -q 'side task (in a bubble)' "$D/side.svg" \
+  && ok "svg: side steps on their own row, well-formed" || fail "svg: side steps on their own row, well-formed" "$D/side.svg"
 rm -f "$D"/p*.pid
 big --steps 40 --stages 2 --microbatches 2 --timeout 5 --fail-rank 1 --fail-after 40 \
   --side-command "1:echo \$\$ > $D/p0.pid; while :; do :; done" \
