@@ -86,4 +86,9 @@ float crossentropy_forward(float *probs, const float *logits, const int *targets
 void crossentropy_backward_input(float *dlogits, const float *probs, const int *targets,
                                  float dloss, int N, int V);
 
+/* ---- the build ---------------------------------------------------------------------------- */
+/* The widest vector ISA these kernels were compiled for ("AVX-512", "AVX2", "SSE2", "NEON" or
+ * "scalar"): what -march gave the compiler, which may be less than the CPU has. */
+const char *nn_build_isa(void);
+
 #endif
