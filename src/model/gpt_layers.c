@@ -163,13 +163,11 @@ static int block_forward(const gpt_model *m, int l, const gpt_tied *tied, float 
     layernorm_forward(a.ln1, a.ln1m, a.ln1r, a.x, w->ln1w, w->ln1b, N, C);
     matmul_forward(a.qkv, a.ln1, w->qkvw, w->qkvb, N, C, 3 * C);
     attention_forward(a.atty, a.att, a.qkv, B, T, C, m->cfg.n_head);
-    matmul_forward(a.res2, a.atty, w->attprojw, w->attprojb, N, C, C);
-    residual_forward(a.res2, a.res2, a.x, N * C);
+    matmul_residual_forward(a.res2, a.atty, w->attprojw, w->attprojb, a.x, N, C, C);
     layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, w->ln2w, w->ln2b, N, C);
     matmul_forward(a.fch, a.ln2, w->fcw, w->fcb, N, C, 4 * C);
     gelu_forward(a.fchg, a.fch, N * 4 * C);
-    matmul_forward(out, a.fchg, w->fcprojw, w->fcprojb, N, 4 * C, C);
-    residual_forward(out, out, a.res2, N * C);
+    matmul_residual_forward(out, a.fchg, w->fcprojw, w->fcprojb, a.res2, N, 4 * C, C);
     return 0;
 }
 
@@ -184,13 +182,11 @@ static int block_backward_input(const gpt_model *m, int l, const gpt_tied *tied,
     matmul_backward_input(s, a.dres3, w->fcprojw, N, 4 * C, C);       /* at the GELU output */
     gelu_backward_input(a.dfch, s, a.fch, N * 4 * C);
     matmul_backward_input(a.dln2, a.dfch, w->fcw, N, C, 4 * C);
-    layernorm_backward_input(s, a.dln2, a.res2, w->ln2w, a.ln2m, a.ln2r, N, C);
-    residual_forward(a.dres2, a.dres3, s, N * C);
+    layernorm_residual_backward_input(a.dres2, a.dln2, a.dres3, a.res2, w->ln2w, a.ln2m, a.ln2r, N, C);
     matmul_backward_input(s, a.dres2, w->attprojw, N, C, C);          /* at the attention output */
     attention_backward_input(a.dqkv, satt, s, a.qkv, a.att, B, T, C, m->cfg.n_head);
     matmul_backward_input(a.dln1, a.dqkv, w->qkvw, N, C, 3 * C);
-    layernorm_backward_input(dx, a.dln1, a.x, w->ln1w, a.ln1m, a.ln1r, N, C);
-    residual_forward(dx, dx, a.dres2, N * C);
+    layernorm_residual_backward_input(dx, a.dln1, a.dres2, a.x, w->ln1w, a.ln1m, a.ln1r, N, C);
     return 0;
 }
 

@@ -13,7 +13,7 @@ void embedding_forward(float *out, const int *tokens, const float *wte, const fl
         for (int t = 0; t < T; t++) {
             float *o = out + ((size_t)b * T + t) * C;
             const float *e = wte + (size_t)tokens[b * T + t] * C, *p = wpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
+            for (int i = 0; i < C; i++) o[i] = e[i] + p[i];   /* vec */
         }
 }
 
@@ -23,7 +23,7 @@ void embedding_backward_weight(float *dwte, float *dwpe, const float *dout, cons
         for (int t = 0; t < T; t++) {
             const float *d = dout + ((size_t)b * T + t) * C;
             float *e = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) { e[i] += d[i]; p[i] += d[i]; }
+            for (int i = 0; i < C; i++) { e[i] += d[i]; p[i] += d[i]; }   /* vec */
         }
 }
 
@@ -33,28 +33,48 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
         float m = nn_sum(x, C) / C;
-        for (int i = 0; i < C; i++) o[i] = x[i] - m;   /* centred input, scaled below */
+        for (int i = 0; i < C; i++) o[i] = x[i] - m;   /* vec: centred input, scaled below */
         float r = 1.0f / sqrtf(nn_dot(o, o, C) / C + LN_EPS);
-        for (int i = 0; i < C; i++) o[i] = o[i] * r * w[i] + b[i];
+        for (int i = 0; i < C; i++) o[i] = o[i] * r * w[i] + b[i];   /* vec */
         mean[n] = m;
         rstd[n] = r;
     }
 }
 
-/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w. */
-void layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
-                              const float *mean, const float *rstd, int N, int C) {
+/* dx = dres + rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w; dres NULL adds 0.
+ * g is never stored: dinp may alias dres, so dx is written once, last. */
+static void layernorm_backward_rows(float *dinp, const float *dout, const float *dres,
+                                    const float *inp, const float *w, const float *mean,
+                                    const float *rstd, int N, int C) {
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
         float m = mean[n], r = rstd[n];
-        for (int i = 0; i < C; i++) dx[i] = d[i] * w[i];   /* g, overwritten below */
-        float sg = nn_sum(dx, C) / C, sgx = nn_dot_shift(dx, x, m, C) * r / C;
-        for (int i = 0; i < C; i++) {
-            float xh = (x[i] - m) * r;
-            dx[i] = r * (d[i] * w[i] - sg - xh * sgx);
+        float sg = nn_dot(d, w, C) / C, sgx = nn_dot3_shift(d, w, x, m, C) * r / C;
+        if (dres) {
+            const float *dr = dres + (size_t)n * C;
+            for (int i = 0; i < C; i++) {   /* vec */
+                float xh = (x[i] - m) * r;
+                dx[i] = dr[i] + r * (d[i] * w[i] - sg - xh * sgx);
+            }
+        } else {
+            for (int i = 0; i < C; i++) {   /* vec */
+                float xh = (x[i] - m) * r;
+                dx[i] = r * (d[i] * w[i] - sg - xh * sgx);
+            }
         }
     }
+}
+
+void layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
+                              const float *mean, const float *rstd, int N, int C) {
+    layernorm_backward_rows(dinp, dout, NULL, inp, w, mean, rstd, N, C);
+}
+
+void layernorm_residual_backward_input(float *dinp, const float *dout, const float *dres,
+                                       const float *inp, const float *w, const float *mean,
+                                       const float *rstd, int N, int C) {
+    layernorm_backward_rows(dinp, dout, dres, inp, w, mean, rstd, N, C);
 }
 
 void layernorm_backward_weight(float *dw, float *db, const float *dout, const float *inp,
@@ -62,7 +82,7 @@ void layernorm_backward_weight(float *dw, float *db, const float *dout, const fl
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         float m = mean[n], r = rstd[n];
-        for (int i = 0; i < C; i++) {
+        for (int i = 0; i < C; i++) {   /* vec */
             dw[i] += d[i] * (x[i] - m) * r;
             db[i] += d[i];
         }
@@ -73,14 +93,14 @@ void layernorm_backward_weight(float *dw, float *db, const float *dout, const fl
 #define GELU_A 0.044715f
 
 void gelu_forward(float *out, const float *inp, int N) {
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < N; i++) {   /* vec */
         float x = inp[i];
         out[i] = 0.5f * x * (1.0f + nn_tanhf(GELU_K * (x + GELU_A * x * x * x)));
     }
 }
 
 void gelu_backward_input(float *dinp, const float *dout, const float *inp, int N) {
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < N; i++) {   /* vec */
         float x = inp[i];
         float th = nn_tanhf(GELU_K * (x + GELU_A * x * x * x));
         float sech2 = 1.0f - th * th;
@@ -90,5 +110,5 @@ void gelu_backward_input(float *dinp, const float *dout, const float *inp, int N
 }
 
 void residual_forward(float *out, const float *a, const float *b, int N) {
-    for (int i = 0; i < N; i++) out[i] = a[i] + b[i];
+    for (int i = 0; i < N; i++) out[i] = a[i] + b[i];   /* vec */
 }

@@ -68,7 +68,7 @@ static inline float nn_tanhf(float x) { return 1.0f - 2.0f / (1.0f + nn_expf(2.0
 static inline float nn_sum(const float *x, int n) {
     float acc[NN_LANES] = {0}, s = 0;
     int i = 0;
-    for (; i + NN_LANES <= n; i += NN_LANES)
+    for (; i + NN_LANES <= n; i += NN_LANES)   /* vec */
         for (int k = 0; k < NN_LANES; k++) acc[k] += x[i + k];
     for (; i < n; i++) s += x[i];
     for (int k = 0; k < NN_LANES; k++) s += acc[k];
@@ -79,20 +79,21 @@ static inline float nn_sum(const float *x, int n) {
 static inline float nn_dot(const float *a, const float *b, int n) {
     float acc[NN_LANES] = {0}, s = 0;
     int i = 0;
-    for (; i + NN_LANES <= n; i += NN_LANES)
+    for (; i + NN_LANES <= n; i += NN_LANES)   /* vec */
         for (int k = 0; k < NN_LANES; k++) acc[k] += a[i + k] * b[i + k];
     for (; i < n; i++) s += a[i] * b[i];
     for (int k = 0; k < NN_LANES; k++) s += acc[k];
     return s;
 }
 
-/* sum of a[i] * (b[i] - shift), without the cancellation of dot(a,b) - shift*sum(a). */
-static inline float nn_dot_shift(const float *a, const float *b, float shift, int n) {
+/* sum of (a[i] * b[i]) * (c[i] - shift): the products first, so a layer norm's sum of
+ * g * (x - mean), g = dout * w, needs no g stored; no cancellation of dot(g,x) - mean*sum(g). */
+static inline float nn_dot3_shift(const float *a, const float *b, const float *c, float shift, int n) {
     float acc[NN_LANES] = {0}, s = 0;
     int i = 0;
-    for (; i + NN_LANES <= n; i += NN_LANES)
-        for (int k = 0; k < NN_LANES; k++) acc[k] += a[i + k] * (b[i + k] - shift);
-    for (; i < n; i++) s += a[i] * (b[i] - shift);
+    for (; i + NN_LANES <= n; i += NN_LANES)   /* vec */
+        for (int k = 0; k < NN_LANES; k++) acc[k] += (a[i + k] * b[i + k]) * (c[i + k] - shift);
+    for (; i < n; i++) s += (a[i] * b[i]) * (c[i] - shift);
     for (int k = 0; k < NN_LANES; k++) s += acc[k];
     return s;
 }
@@ -118,7 +119,7 @@ static inline float nn_order_unkey(int32_t k) {
  * softmax value into NaN, as it should). */
 static inline float nn_max(const float *x, int n) {
     int32_t m = nn_order_key(x[0]);
-    for (int i = 1; i < n; i++) {
+    for (int i = 1; i < n; i++) {   /* vec */
         int32_t k = nn_order_key(x[i]);
         m = k > m ? k : m;
     }
@@ -127,7 +128,7 @@ static inline float nn_max(const float *x, int n) {
 
 /* out[i] = e^(x[i] - shift) for i < n (out may alias x); returns their sum. */
 static inline float nn_exp_shift_sum(float *out, const float *x, float shift, int n) {
-    for (int i = 0; i < n; i++) out[i] = nn_expf(x[i] - shift);
+    for (int i = 0; i < n; i++) out[i] = nn_expf(x[i] - shift);   /* vec */
     return nn_sum(out, n);
 }
 
