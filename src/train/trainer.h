@@ -36,6 +36,8 @@ typedef struct {
     const char *trace, *svg;/* pipelined: the last step's measured trace / picture, or NULL */
     /* layout */
     run_opts ro;            /* ro.P == 0: one process (train_step); else the pipelined job */
+    int auto_layout;        /* with ro.P == 0: let train_init pick the layout for this machine's
+                             * cores (train_layout_choose) and say why; 0: one process */
     comm *world;            /* MPI endpoint (borrowed; NULL: this process only) */
 } train_opts;
 
