@@ -25,6 +25,7 @@ typedef struct {
     float *dres2;               /* (N,C) at res2 (= at attn.c_proj output) */
     float *dqkv;                /* (N,3C) at attn.c_attn output */
     float *dln1;                /* (N,C) at ln_1 output */
+    size_t saved;               /* floats of the F part (the start) */
     size_t size;                /* floats in all */
 } block_act;
 
@@ -35,6 +36,7 @@ typedef struct {
     int *targets;               /* (N) stored as int in float-sized slots */
     float *probs;               /* (N,V) softmax after F; dlogits after B */
     float *dlnf;                /* (N,C) B: gradient at ln_f output */
+    size_t saved;               /* floats of the F part (the start) */
     size_t size;                /* floats in all */
 } head_act;
 
@@ -42,6 +44,7 @@ typedef struct {
 typedef struct {
     int *tokens;                /* (N) */
     float *dout;                /* (N,C) B: gradient at the embedding output */
+    size_t saved;               /* floats of the F part (the start) */
     size_t size;                /* floats in all */
 } embed_act;
 
@@ -65,6 +68,7 @@ static block_act block_act_view(const gpt_model *m, float *a, int B, int T) {
     v.res2 = take(a, &o, N * C);
     v.ln2 = take(a, &o, N * C); v.ln2m = take(a, &o, N); v.ln2r = take(a, &o, N);
     v.fch = take(a, &o, N * 4 * C); v.fchg = take(a, &o, N * 4 * C);
+    v.saved = o;
     v.dres3 = take(a, &o, N * C); v.dfch = take(a, &o, N * 4 * C); v.dln2 = take(a, &o, N * C);
     v.dres2 = take(a, &o, N * C); v.dqkv = take(a, &o, N * 3 * C); v.dln1 = take(a, &o, N * C);
     v.size = o;
@@ -79,6 +83,7 @@ static head_act head_act_view(const gpt_model *m, float *a, int B, int T) {
     v.lnf = take(a, &o, N * C); v.lnfm = take(a, &o, N); v.lnfr = take(a, &o, N);
     v.targets = (int *)take(a, &o, N);
     v.probs = take(a, &o, N * V);
+    v.saved = o;
     v.dlnf = take(a, &o, N * C);
     v.size = o;
     return v;
@@ -89,6 +94,7 @@ static embed_act embed_act_view(const gpt_model *m, float *a, int B, int T) {
     embed_act v;
     size_t o = 0;
     v.tokens = (int *)take(a, &o, N);
+    v.saved = o;
     v.dout = take(a, &o, N * C);
     v.size = o;
     return v;
@@ -102,6 +108,14 @@ static size_t head_act_floats(const gpt_model *m, int B, int T) { return head_ac
 
 size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
     return gpt_layer_ops_of(m, layer)->act_floats(m, B, T);
+}
+
+size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T) {
+    switch (gpt_layer_kind_of(m, layer)) {
+    case GPT_LAYER_EMBED: return embed_act_view(m, NULL, B, T).saved;
+    case GPT_LAYER_BLOCK: return block_act_view(m, NULL, B, T).saved;
+    default:              return head_act_view(m, NULL, B, T).saved;
+    }
 }
 
 size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T) {
