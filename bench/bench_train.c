@@ -5,7 +5,7 @@
  * machine (CPU, its vector ISA, the ISA the kernels were built for, OpenBLAS's kernels): ms/step,
  * tokens/s, model GFLOP/s and its ratio to sgemm, PyTorch's step and the tokens/s ratio, peak
  * RSS after a step (ours and PyTorch's) and page faults per steady step. Not a test.
- * Usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch]
+ * Usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch] | --machine
  *        (default: all shapes; 7 repeats for ref, 3 for gpt2; 1 thread) */
 #include "bench_util.h"
 #include "model/gpt.h"
@@ -179,6 +179,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-torch")) want_torch = 0;
+        else if (!strcmp(argv[i], "--machine")) {   /* the machine line alone, for scripts */
+            char mach[384];
+            bench_machine_line(mach, sizeof mach);
+            printf("%s\n", mach);
+            return 0;
+        }
         else if (atoi(argv[i]) > 0) repeats = atoi(argv[i]);   /* the old form: bench_train N */
         else {
             fprintf(stderr, "usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch]\n");

@@ -46,8 +46,7 @@ void train_layout_choose(run_opts *ro, const gpt_model *m, int batch, int seq, i
     ro->D = d;
     ro->M = 1;
     ro->schedule = "1f1b";
-    snprintf(why, n, "data parallel over %d threads (%d cores; --batch %d = %d x %d): every kernel, "
-             "not only the matmuls, runs on every core; the same math as one process up to float "
-             "summation order. --threads N for one process, --stages/--dp/--plan for another layout",
-             d, cores, batch, d, batch / d);
+    snprintf(why, n, "data parallel over %d threads, batch %d = %d x %d (%d cores: a replica per "
+             "core runs the whole step, not only its matmuls, in parallel; same math as one process "
+             "up to float summation order; --threads N: one process)", d, batch, d, batch / d, cores);
 }
