@@ -18,7 +18,7 @@
 extern char **environ;
 
 /* "AMD EPYC, 2 cores, CPU AVX-512; kernels built for AVX2; OpenBLAS 0.3.21 ... (Haswell)". */
-static void bench_machine_line(char *buf, size_t n) {
+static inline void bench_machine_line(char *buf, size_t n) {
     pt_machine mi;
     pt_machine_info(&mi);
     char cfg[128];
@@ -29,9 +29,16 @@ static void bench_machine_line(char *buf, size_t n) {
              mi.cores, mi.isa, nn_build_isa(), cfg, openblas_get_corename());
 }
 
+/* "machine: ..." on its own line: every benchmark's figures are this machine's. */
+static inline void bench_print_machine(void) {
+    char mach[384];
+    bench_machine_line(mach, sizeof mach);
+    printf("machine: %s\n", mach);
+}
+
 /* Peak resident memory of this process so far, MB: VmHWM of /proc/self/status (the high-water
  * mark of this address space; ru_maxrss would carry a parent's peak across exec), else ru_maxrss. */
-static double bench_peak_rss_mb(void) {
+static inline double bench_peak_rss_mb(void) {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
     double kb = -1;
@@ -45,7 +52,7 @@ static double bench_peak_rss_mb(void) {
 }
 
 /* Minor + major page faults of this process so far. */
-static long bench_page_faults(void) {
+static inline long bench_page_faults(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_minflt + ru.ru_majflt;
@@ -63,7 +70,7 @@ typedef struct {
 /* Starts torch_train.py --serve with the given arguments (e.g. "--shape gpt2 --threads 1") under
  * /usr/bin/python3 and waits for its "ready" line. Returns 0, or -1 with *why saying why not
  * (no python3, no torch, no script): the caller prints the reason and goes on without it. */
-static int bench_torch_start(bench_torch *bt, const char *args, const char **why) {
+static inline int bench_torch_start(bench_torch *bt, const char *args, const char **why) {
     const char *script = getenv("TORCH_BENCH") ? getenv("TORCH_BENCH") : "bench/torch_train.py";
     memset(bt, 0, sizeof *bt);
     *why = NULL;
@@ -104,7 +111,7 @@ static int bench_torch_start(bench_torch *bt, const char *args, const char **why
 }
 
 /* Seconds of one PyTorch step ("step") or 1024^3 matmul ("mm"); -1 when the process is gone. */
-static double bench_torch_time(bench_torch *bt, const char *what) {
+static inline double bench_torch_time(bench_torch *bt, const char *what) {
     char line[64];
     double s;
     if (!bt->pid || fprintf(bt->to, "%s\n", what) < 0 || fflush(bt->to) != 0 ||
@@ -113,7 +120,7 @@ static double bench_torch_time(bench_torch *bt, const char *what) {
     return s;
 }
 
-static void bench_torch_stop(bench_torch *bt) {
+static inline void bench_torch_stop(bench_torch *bt) {
     if (!bt->pid) return;
     fprintf(bt->to, "quit\n");
     fclose(bt->to);
