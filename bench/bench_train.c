@@ -28,27 +28,29 @@ static const bench_shape SHAPES[] = {
 };
 
 /* Seconds for one SQ x SQ x SQ sgemm: the median of 5 (one call is short enough for a single
- * slice of another process's time to double it). */
-static double time_sgemm_square(const float *a, const float *b, float *c) {
-    double t[5];
+ * slice of another process's time to double it); *cpu the same in CPU time. */
+static double time_sgemm_square(const float *a, const float *b, float *c, double *cpu) {
+    double t[5], u[5];
     for (int i = 0; i < 5; i++) {
-        double t0 = pt_now();
+        double t0 = pt_now(), c0 = bench_cpu_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, SQ, SQ, SQ, 1.0f, a, SQ, b, SQ, 0.0f, c, SQ);
         t[i] = pt_now() - t0;
+        u[i] = bench_cpu_now() - c0;
     }
+    *cpu = pt_median(u, 5);
     return pt_median(t, 5);
 }
 
 /* The sgemm mix of one step's linear layers (the four of a block, n_layer times; the tied head
  * once), forward, input grad and weight grad of each at N rows; buffers sized by mix_floats.
- * Returns seconds; its flops in *flops. */
+ * Returns seconds; its flops in *flops, its CPU seconds in *cpu. */
 typedef struct { float *x, *w, *y, *dw; } mix_bufs;
 
-static double time_sgemm_model_mix(const gpt_config *g, int N, mix_bufs *m, double *flops) {
+static double time_sgemm_model_mix(const gpt_config *g, int N, mix_bufs *m, double *flops, double *cpu) {
     int C = g->n_embd, V = g->vocab_size;
     int shapes[5][3] = {{C, 3 * C, g->n_layer}, {C, C, g->n_layer}, {C, 4 * C, g->n_layer},
                         {4 * C, C, g->n_layer}, {C, V, 1}};
-    double t0 = pt_now();
+    double t0 = pt_now(), c0 = bench_cpu_now();
     *flops = 0;
     for (int s = 0; s < 5; s++)
         for (int r = 0; r < shapes[s][2]; r++) {
@@ -58,6 +60,7 @@ static double time_sgemm_model_mix(const gpt_config *g, int N, mix_bufs *m, doub
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IN, OUT, N, 1.0f, m->x, IN, m->y, OUT, 1.0f, m->dw, OUT);
             *flops += 3 * 2.0 * N * IN * OUT;
         }
+    *cpu = bench_cpu_now() - c0;
     return pt_now() - t0;
 }
 
@@ -73,6 +76,7 @@ static size_t mix_floats_w(const gpt_config *g) {
 
 typedef struct {
     double step, sq, mix, torch, torch_mm;   /* medians, seconds */
+    double cpu_step, cpu_sq, cpu_mix, cpu_torch;   /* the same in CPU seconds of the thread */
     double mix_flops, flops, rss_mb, faults, torch_rss_mb;
     float loss;
     char torch_version[32];
@@ -110,27 +114,33 @@ static int bench_shape_run(const bench_shape *s, int repeats, int threads, int w
     for (size_t i = 0; i < (size_t)SQ * SQ; i++) { a[i] = (float)pt_rng_normal(&r); b[i] = (float)pt_rng_normal(&r); }
     for (size_t i = 0; i < mix_floats_x(&s->cfg, N); i++) mb.x[i] = 0.01f * (float)pt_rng_normal(&r);
     for (size_t i = 0; i < mix_floats_w(&s->cfg); i++) mb.w[i] = 0.01f * (float)pt_rng_normal(&r);
-    double *t = pt_calloc((size_t)repeats * 5, sizeof *t);
+    double *t = pt_calloc((size_t)repeats * 9, sizeof *t), cpu;
     double *t_step = t, *t_sq = t + repeats, *t_mix = t + 2 * repeats, *t_pt = t + 3 * repeats;
-    double *t_ptmm = t + 4 * repeats;
-    time_sgemm_square(a, b, c);
+    double *t_ptmm = t + 4 * repeats, *c_step = t + 5 * repeats, *c_sq = t + 6 * repeats;
+    double *c_mix = t + 7 * repeats, *c_pt = t + 8 * repeats;
+    time_sgemm_square(a, b, c, &cpu);
     long faults = 0;
     for (int i = 0; i < repeats; i++) {
-        t_sq[i] = time_sgemm_square(a, b, c);
-        t_mix[i] = time_sgemm_model_mix(&s->cfg, N, &mb, &o->mix_flops);
+        t_sq[i] = time_sgemm_square(a, b, c, &c_sq[i]);
+        t_mix[i] = time_sgemm_model_mix(&s->cfg, N, &mb, &o->mix_flops, &c_mix[i]);
         long f0 = bench_page_faults();
-        double t0 = pt_now();
+        double t0 = pt_now(), c0 = bench_cpu_now();
         gpt_zero_grad(&m);
         gpt_forward_backward(&m, tok, tgt, B, T, &o->loss);
         t_step[i] = pt_now() - t0;
+        c_step[i] = bench_cpu_now() - c0;
         faults += bench_page_faults() - f0;
-        t_pt[i] = bench_torch_time(&bt, "step");
-        t_ptmm[i] = bench_torch_time(&bt, "mm");
+        t_pt[i] = bench_torch_time(&bt, "step", &c_pt[i]);
+        t_ptmm[i] = bench_torch_time(&bt, "mm", NULL);
     }
     o->step = pt_median(t_step, repeats);
     o->sq = pt_median(t_sq, repeats);
     o->mix = pt_median(t_mix, repeats);
+    o->cpu_step = pt_median(c_step, repeats);
+    o->cpu_sq = pt_median(c_sq, repeats);
+    o->cpu_mix = pt_median(c_mix, repeats);
     o->torch = bt.pid ? pt_median(t_pt, repeats) : 0;
+    o->cpu_torch = bt.pid ? pt_median(c_pt, repeats) : 0;
     o->torch_mm = bt.pid ? pt_median(t_ptmm, repeats) : 0;
     o->faults = (double)faults / repeats;
     o->flops = gpt_flops_per_step(&m, B, T);
@@ -160,14 +170,21 @@ static void bench_shape_print(const bench_shape *s, int repeats, int threads, co
     printf("  sgemm GFLOP/s      %8.2f   (the model's linear-layer shapes, fwd + both grads)\n", mix_gf);
     printf("  ratio model/sgemm  %8.3f   (vs square %d; %.3f vs the model's shapes)\n",
            model_gf / sq_gf, SQ, model_gf / mix_gf);
+    if (threads == 1)   /* one thread: its CPU time leaves out the time other processes held the core */
+        printf("  by CPU time        %8.3f   (vs square; %.3f vs the model's shapes; %.1f CPU ms/step)\n",
+               o->flops / o->cpu_step / (2.0 * SQ * SQ * SQ / o->cpu_sq),
+               o->flops / o->cpu_step / (o->mix_flops / o->cpu_mix), o->cpu_step * 1e3);
     printf("  peak RSS           %8.0f MB after a step; page faults per steady step %.0f\n",
            o->rss_mb, o->faults);
-    if (o->torch > 0)
+    if (o->torch > 0) {
         printf("  PyTorch %s: %.1f ms/step, %.0f tokens/s, peak RSS %.0f MB after a step, matmul %.2f GFLOP/s\n"
                "  ratio tokens/s pipetrain/PyTorch  %.2fx   (same thread count, steps interleaved)\n",
                o->torch_version, o->torch * 1e3, N / o->torch, o->torch_rss_mb,
                2.0 * SQ * SQ * SQ / o->torch_mm * 1e-9, o->torch / o->step);
-    else
+        if (threads == 1 && o->cpu_torch > 0)
+            printf("  by CPU time               %.2fx   (PyTorch %.1f CPU ms/step)\n",
+                   o->cpu_torch / o->cpu_step, o->cpu_torch * 1e3);
+    } else
         printf("  PyTorch: skipped (%s)\n", o->torch_why ? o->torch_why : "it stopped answering");
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -49,6 +50,14 @@ static inline double bench_peak_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss / 1024.0;
+}
+
+/* Seconds of CPU this thread has used: unlike the wall clock, it does not count the time another
+ * process held the core, so on a shared machine it is the steadier measure of one thread's work. */
+static inline double bench_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Minor + major page faults of this process so far. */
@@ -110,13 +119,15 @@ static inline int bench_torch_start(bench_torch *bt, const char *args, const cha
     return 0;
 }
 
-/* Seconds of one PyTorch step ("step") or 1024^3 matmul ("mm"); -1 when the process is gone. */
-static inline double bench_torch_time(bench_torch *bt, const char *what) {
-    char line[64];
-    double s;
+/* Seconds of one PyTorch step ("step") or 1024^3 matmul ("mm"), wall clock, and in *cpu the CPU
+ * seconds of its thread (NULL: not wanted); -1 when the process is gone. */
+static inline double bench_torch_time(bench_torch *bt, const char *what, double *cpu) {
+    char line[96];
+    double s, c = -1;
     if (!bt->pid || fprintf(bt->to, "%s\n", what) < 0 || fflush(bt->to) != 0 ||
-        !fgets(line, sizeof line, bt->from) || sscanf(line, "%lf", &s) != 1)
+        !fgets(line, sizeof line, bt->from) || sscanf(line, "%lf %lf", &s, &c) < 1)
         return -1;
+    if (cpu) *cpu = c;
     return s;
 }
 

@@ -10,10 +10,26 @@ head), not Hugging Face's class, so it runs without transformers. Run with Debia
   torch_train.py --serve [--shape ...] [--threads N] [--adamw]
       for bench_train, which interleaves its own steps with these: builds the model, runs a
       warm-up step, prints "ready <torch version> <threads> <peak RSS kB>", then answers each
-      line "step" with the seconds of one step and "mm" with the seconds of a 1024^3 matmul,
-      until "quit" or end of input."""
-import argparse, math, resource, statistics, sys, time
-import torch
+      line "step" with the seconds of one step and "mm" with those of a 1024^3 matmul (wall
+      clock, then the CPU seconds of this thread), until "quit" or end of input."""
+import argparse, math, os, resource, statistics, sys, time
+
+
+def _threads_from_argv():
+    """--threads, read before torch loads: Debian's torch calls the system BLAS (OpenBLAS), whose
+    own thread pool torch.set_num_threads does not size; OPENBLAS_NUM_THREADS must be set first."""
+    argv = sys.argv[1:]
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return "1"
+
+
+os.environ["OPENBLAS_NUM_THREADS"] = _threads_from_argv()
+os.environ.setdefault("OMP_NUM_THREADS", os.environ["OPENBLAS_NUM_THREADS"])
+import torch  # noqa: E402  (after the thread count is in the environment)
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -73,18 +89,19 @@ class Bench:
         self.a, self.b = torch.randn(1024, 1024), torch.randn(1024, 1024)
 
     def step(self):
-        t0 = time.perf_counter()
+        """(wall seconds, this thread's CPU seconds) of one step."""
+        t0, c0 = time.perf_counter(), time.thread_time()
         self.model.zero_grad(set_to_none=False)
         self.model(self.idx, self.tgt).backward()
         if self.opt:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.opt.step()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.thread_time() - c0
 
     def mm(self):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         self.a @ self.b
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.thread_time() - c0
 
 
 def peak_rss_kb():
@@ -107,7 +124,8 @@ def serve(bench):
         cmd = line.strip()
         if cmd == "quit":
             break
-        print(f"{bench.step() if cmd == 'step' else bench.mm():.6f}", flush=True)
+        wall, cpu = bench.step() if cmd == "step" else bench.mm()
+        print(f"{wall:.6f} {cpu:.6f}", flush=True)
 
 
 def main():
@@ -127,8 +145,8 @@ def main():
     bench.step()
     steps, mms = [], []
     for _ in range(repeats):
-        mms.append(bench.mm())
-        steps.append(bench.step())
+        mms.append(bench.mm()[0])
+        steps.append(bench.step()[0])
     step, mm = statistics.median(steps), statistics.median(mms)
     L, C, NH, V, B, T = SHAPES[a.shape]
     print(f"torch_train: torch {torch.__version__}, {torch.get_num_threads()} thread(s), shape {a.shape} "
