@@ -1,4 +1,4 @@
-/* Elementwise and per-row kernels: token + position embedding, layernorm, GELU (tanh form),
+/* Elementwise and per-row kernels: token + position embedding, layernorm, GELU (tanh form, as a sigmoid),
  * residual add. Plain C loops written so the compiler vectorises them; no BLAS, no state. */
 #include "nn/nn.h"
 #include "nn/nn_math.h"
@@ -89,23 +89,27 @@ void layernorm_backward_weight(float *dw, float *db, const float *dout, const fl
     }
 }
 
+/* gelu(x) = 0.5x(1 + tanh u), u = K(x + A x^3), computed as x * sigmoid(2u) = x / (1 + e^(-2u))
+ * (the same function; one exp, one division). */
 #define GELU_K 0.7978845608028654f   /* sqrt(2/pi) */
 #define GELU_A 0.044715f
+#define GELU_M1 (-2.0f * GELU_K)            /* -2u = x (M1 + M3 x^2) */
+#define GELU_M3 (-2.0f * GELU_K * GELU_A)
 
 void gelu_forward(float *out, const float *inp, int N) {
     for (int i = 0; i < N; i++) {   /* vec */
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + nn_tanhf(GELU_K * (x + GELU_A * x * x * x)));
+        out[i] = x / (1.0f + nn_expf(x * (GELU_M1 + GELU_M3 * (x * x))));
     }
 }
 
+/* gelu'(x) = s + x s (1 - s) 2u', s = sigmoid(2u), 2u' = 2K (1 + 3A x^2). */
 void gelu_backward_input(float *dinp, const float *dout, const float *inp, int N) {
     for (int i = 0; i < N; i++) {   /* vec */
-        float x = inp[i];
-        float th = nn_tanhf(GELU_K * (x + GELU_A * x * x * x));
-        float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-        dinp[i] = dout[i] * g;
+        float x = inp[i], x2 = x * x;
+        float s = nn_sigmoidf(x * (-GELU_M1 - GELU_M3 * x2));
+        float du2 = 2.0f * GELU_K + (6.0f * GELU_K * GELU_A) * x2;
+        dinp[i] = dout[i] * (s + x * s * (1.0f - s) * du2);
     }
 }
 

@@ -57,8 +57,9 @@ static inline float nn_expf(float in) {
     return p * scale;
 }
 
-/* tanh(x) = 1 - 2 / (1 + e^(2x)); absolute error ~1e-7, exact limits +-1. */
-static inline float nn_tanhf(float x) { return 1.0f - 2.0f / (1.0f + nn_expf(2.0f * x)); }
+/* The logistic sigmoid 1 / (1 + e^-x); absolute error ~1e-7, exact limits 0 and 1. GELU's
+ * 0.5x(1 + tanh u) is x * sigmoid(2u): one exp and one division, no tanh. */
+static inline float nn_sigmoidf(float x) { return 1.0f / (1.0f + nn_expf(-x)); }
 
 /* Reductions with NN_LANES independent partial sums, so the compiler vectorises them (a plain
  * float `s += x[i]` loop must stay sequential without -ffast-math). */
