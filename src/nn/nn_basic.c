@@ -1,5 +1,6 @@
-/* Elementwise and per-row kernels: token + position embedding, layernorm, GELU (tanh form, as a sigmoid),
- * residual add. Plain C loops written so the compiler vectorises them; no BLAS, no state. */
+/* Elementwise and per-row kernels: token + position embedding, layernorm, GELU (tanh form,
+ * computed as a sigmoid), residual add. Plain C loops written so the compiler vectorises them
+ * (loops marked vec are held to it: tools/check_vec.sh); no BLAS, no state. */
 #include "nn/nn.h"
 #include "nn/nn_math.h"
 #include <math.h>

@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <string.h>
 
-/* out = seed + inp @ w, seed (N,OUT) = res + b, b or res NULL for none: OpenBLAS accumulates
- * onto out (beta 1) instead of zeroing it first (beta 0 costs a pass of its own). */
+/* out = seed + inp @ w, seed (N,OUT) = res + b, b or res NULL for none: one pass writes the
+ * seed and OpenBLAS accumulates onto it (beta 1), where zeroing (beta 0) and then adding bias and
+ * residual would take three. */
 static void matmul_seeded(float *out, const float *inp, const float *w, const float *b,
                           const float *res, int N, int IN, int OUT) {
     float beta = 1.0f;
