@@ -3,6 +3,7 @@
 #   make test     build and run the test suite; last line "N passed, N failed"
 #   make demo     train a small character-level GPT on a real text corpus
 #   make bench    benchmarks (ratios measured side by side)
+#   make vec-check  which hot loops of the kernels do not vectorise, for AVX2 and AVX-512
 #   SAN=1         AddressSanitizer + UBSan build in build/san
 #   TSAN=1        ThreadSanitizer build in build/tsan
 
@@ -45,7 +46,7 @@ AUX_BIN  := $(AUX_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all deps test demo bench clean
+.PHONY: all deps test demo bench vec-check clean
 all: $(BUILD)/pipetrain
 
 deps: $(DEPS_OK)
@@ -82,6 +83,9 @@ demo: $(BUILD)/pipetrain
 
 bench: $(BUILD)/pipetrain $(BENCH_BIN)
 	@BUILD=$(BUILD) bench/run.sh
+
+vec-check:
+	@CC=$(CC) tools/check_vec.sh -v
 
 clean:
 	rm -rf build

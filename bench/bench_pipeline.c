@@ -7,6 +7,7 @@
 #include "model/gpt.h"
 #include "run/run.h"
 #include "sim/sim.h"
+#include "bench_util.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,7 @@ int main(int argc, char **argv) {
     pt_rng rng;
     pt_rng_seed(&rng, 3);
     for (int i = 0; i < BATCH * SEQ + 1; i++) tok[i] = (int)(pt_rng_next(&rng) % CFG.vocab_size);
+    bench_print_machine();
     printf("model: %d layers, C=%d, vocab %d; batch %d x %d, M=%d; median of %d steps after a warm-up\n",
            CFG.n_layer, CFG.n_embd, CFG.vocab_size, BATCH, SEQ, M, steps - 1);
     const char *names[] = { "1f1b", "zb-h1" };

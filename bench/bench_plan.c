@@ -8,6 +8,7 @@
  * root. */
 #include "io/io.h"
 #include "plan/plan.h"
+#include "bench_util.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,7 @@ static void bench_accuracy(void) {
 }
 
 int main(void) {
+    bench_print_machine();
     gpt_config big = { .n_layer = 96, .n_head = 64, .n_embd = 8192, .vocab_size = 50257, .n_positions = 2048 };
     gpt_config mid = { .n_layer = 24, .n_head = 16, .n_embd = 2048, .vocab_size = 50257, .n_positions = 2048 };
     plan_result r1, r2;

@@ -3,6 +3,7 @@
  * to the smallest case shows scaling, linear means the ratio of actions). Not a test. */
 #include "sched/sched.h"
 #include "sim/sim.h"
+#include "bench_util.h"
 #include "util/pt.h"
 #include <stdio.h>
 
@@ -40,6 +41,7 @@ static double bench_one(const char *name, int P, int M, int v) {
 }
 
 int main(void) {
+    bench_print_machine();
     printf("simulator throughput (best of 3; unit costs, latency and bandwidth set)\n");
     double small = bench_one("1f1b", 8, 64, 0);
     bench_one("1f1b", 16, 256, 0);

@@ -1,89 +1,231 @@
-/* Training-step benchmark on one thread: forward + backward (B and W) of the reference GPT shape
- * (n_layer 4, n_embd 256, n_head 4, vocab 256, B 8, T 256), no optimizer update, against OpenBLAS
- * sgemm measured in the same run, interleaved with the steps so machine noise hits both alike.
- * Prints medians: ms/step, tokens/s, model GFLOP/s, sgemm GFLOP/s and their ratio. Not a test. */
+/* Training-step benchmark: forward + backward (B and W) of two GPT shapes, no optimizer update,
+ * each repeat interleaving (1) a square OpenBLAS sgemm, (2) the sgemm mix of the model's own
+ * linear layers, (3) our step and (4) PyTorch's step (bench/torch_train.py --serve, when
+ * /usr/bin/python3 has torch), so machine noise hits all four alike. Prints medians with the
+ * machine (CPU, its vector ISA, the ISA the kernels were built for, OpenBLAS's kernels): ms/step,
+ * tokens/s, model GFLOP/s and its ratio to sgemm, PyTorch's step and the tokens/s ratio, peak
+ * RSS after a step (ours and PyTorch's) and page faults per steady step. Not a test.
+ * Usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch] | --machine
+ *        (default: all shapes; 7 repeats for ref, 3 for gpt2; 1 thread) */
+#include "bench_util.h"
 #include "model/gpt.h"
-#include "util/pt.h"
-#include <cblas.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 void openblas_set_num_threads(int num_threads);
 
 #define SQ 1024   /* square sgemm size for the reference GFLOP/s */
 
-/* Seconds for one SQ x SQ x SQ sgemm. */
-static double time_sgemm_square(const float *a, const float *b, float *c) {
-    double t0 = pt_now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, SQ, SQ, SQ, 1.0f, a, SQ, b, SQ, 0.0f, c, SQ);
-    return pt_now() - t0;
-}
+typedef struct {
+    const char *name, *what;
+    gpt_config cfg;
+    int B, T, repeats;
+} bench_shape;
 
-/* Seconds for the three products (forward, input grad, weight grad) of each linear layer of one
- * block at N rows: the sgemm mix the model runs. Returns its flops in *flops. */
-static double time_sgemm_model_mix(int N, int C, const float *x, const float *w, float *y, float *dw,
-                                   double *flops) {
-    int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
-    double t0 = pt_now();
-    *flops = 0;
-    for (int s = 0; s < 4; s++) {
-        int IN = shapes[s][0], OUT = shapes[s][1];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OUT, IN, 1.0f, x, IN, w, OUT, 0.0f, y, OUT);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IN, OUT, 1.0f, y, OUT, w, OUT, 0.0f, (float *)x, IN);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IN, OUT, N, 1.0f, x, IN, y, OUT, 1.0f, dw, OUT);
-        *flops += 3 * 2.0 * N * IN * OUT;
+static const bench_shape SHAPES[] = {
+    { "ref", "the small reference shape",
+      { .n_layer = 4, .n_head = 4, .n_embd = 256, .vocab_size = 256, .n_positions = 256 }, 8, 256, 7 },
+    { "gpt2", "GPT-2 124M",
+      { .n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024 }, 4, 256, 3 },
+};
+
+/* Seconds for one SQ x SQ x SQ sgemm: the median of 5 (one call is short enough for a single
+ * slice of another process's time to double it); *cpu the same in CPU time. */
+static double time_sgemm_square(const float *a, const float *b, float *c, double *cpu) {
+    double t[5], u[5];
+    for (int i = 0; i < 5; i++) {
+        double t0 = pt_now(), c0 = bench_cpu_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, SQ, SQ, SQ, 1.0f, a, SQ, b, SQ, 0.0f, c, SQ);
+        t[i] = pt_now() - t0;
+        u[i] = bench_cpu_now() - c0;
     }
+    *cpu = pt_median(u, 5);
+    return pt_median(t, 5);
+}
+
+/* The sgemm mix of one step's linear layers (the four of a block, n_layer times; the tied head
+ * once), forward, input grad and weight grad of each at N rows; buffers sized by mix_floats.
+ * Returns seconds; its flops in *flops, its CPU seconds in *cpu. */
+typedef struct { float *x, *w, *y, *dw; } mix_bufs;
+
+static double time_sgemm_model_mix(const gpt_config *g, int N, mix_bufs *m, double *flops, double *cpu) {
+    int C = g->n_embd, V = g->vocab_size;
+    int shapes[5][3] = {{C, 3 * C, g->n_layer}, {C, C, g->n_layer}, {C, 4 * C, g->n_layer},
+                        {4 * C, C, g->n_layer}, {C, V, 1}};
+    double t0 = pt_now(), c0 = bench_cpu_now();
+    *flops = 0;
+    for (int s = 0; s < 5; s++)
+        for (int r = 0; r < shapes[s][2]; r++) {
+            int IN = shapes[s][0], OUT = shapes[s][1];
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OUT, IN, 1.0f, m->x, IN, m->w, OUT, 0.0f, m->y, OUT);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IN, OUT, 1.0f, m->y, OUT, m->w, OUT, 0.0f, m->x, IN);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IN, OUT, N, 1.0f, m->x, IN, m->y, OUT, 1.0f, m->dw, OUT);
+            *flops += 3 * 2.0 * N * IN * OUT;
+        }
+    *cpu = bench_cpu_now() - c0;
     return pt_now() - t0;
 }
 
-int main(int argc, char **argv) {
-    int repeats = argc > 1 ? atoi(argv[1]) : 7;
-    if (repeats < 1) repeats = 1;
-    openblas_set_num_threads(1);
-    gpt_config cfg = {.n_layer = 4, .n_head = 4, .n_embd = 256, .vocab_size = 256, .n_positions = 256};
-    int B = 8, T = 256, N = B * T, C = cfg.n_embd;
+static size_t mix_floats_x(const gpt_config *g, int N) { return (size_t)N * 4 * g->n_embd; }
+static size_t mix_floats_y(const gpt_config *g, int N) {
+    size_t a = (size_t)N * 4 * g->n_embd, b = (size_t)N * g->vocab_size;
+    return a > b ? a : b;
+}
+static size_t mix_floats_w(const gpt_config *g) {
+    size_t a = (size_t)4 * g->n_embd * g->n_embd, b = (size_t)g->vocab_size * g->n_embd;
+    return a > b ? a : b;
+}
+
+typedef struct {
+    double step, sq, mix, torch, torch_mm;   /* medians, seconds */
+    double cpu_step, cpu_sq, cpu_mix, cpu_torch;   /* the same in CPU seconds of the thread */
+    double mix_flops, flops, rss_mb, faults, torch_rss_mb;
+    float loss;
+    char torch_version[32];
+    const char *torch_why;
+} bench_res;
+
+/* Our model, its batch, one warm-up step (whose peak RSS is the step's), then the buffers of the
+ * sgemm references and the interleaved repeats. */
+static int bench_shape_run(const bench_shape *s, int repeats, int threads, int want_torch, bench_res *o) {
+    int B = s->B, T = s->T, N = B * T;
     gpt_model m;
-    if (gpt_init(&m, &cfg) < 0) { fprintf(stderr, "bench_train: %s\n", pt_err()); return 1; }
+    memset(o, 0, sizeof *o);
+    if (gpt_init(&m, &s->cfg) < 0) return -1;
     gpt_init_random(&m, 1);
     int *tok = pt_malloc((size_t)N * sizeof *tok), *tgt = pt_malloc((size_t)N * sizeof *tgt);
     pt_rng r;
     pt_rng_seed(&r, 2);
-    for (int i = 0; i < N; i++) { tok[i] = (int)(pt_rng_next(&r) % 256); tgt[i] = (int)(pt_rng_next(&r) % 256); }
-    float *a = pt_falloc((size_t)SQ * SQ), *b = pt_falloc((size_t)SQ * SQ), *c = pt_falloc((size_t)SQ * SQ);
-    float *x = pt_falloc((size_t)N * 4 * C), *w = pt_falloc((size_t)16 * C * C), *y = pt_falloc((size_t)N * 4 * C);
-    float *dw = pt_falloc((size_t)16 * C * C);
-    for (size_t i = 0; i < (size_t)SQ * SQ; i++) { a[i] = (float)pt_rng_normal(&r); b[i] = (float)pt_rng_normal(&r); }
-    for (size_t i = 0; i < (size_t)N * 4 * C; i++) x[i] = 0.01f * (float)pt_rng_normal(&r);
-    for (size_t i = 0; i < (size_t)16 * C * C; i++) w[i] = 0.01f * (float)pt_rng_normal(&r);
-
-    double *t_step = pt_calloc((size_t)repeats, sizeof(double)), *t_sq = pt_calloc((size_t)repeats, sizeof(double));
-    double *t_mix = pt_calloc((size_t)repeats, sizeof(double)), mix_flops = 0;
-    float loss = 0;
-    gpt_forward_backward(&m, tok, tgt, B, T, &loss);   /* warm-up: buffers, page faults */
-    time_sgemm_square(a, b, c);
-    for (int i = 0; i < repeats; i++) {
-        t_sq[i] = time_sgemm_square(a, b, c);
-        t_mix[i] = time_sgemm_model_mix(N, C, x, w, y, dw, &mix_flops);
-        double t0 = pt_now();
-        gpt_zero_grad(&m);
-        gpt_forward_backward(&m, tok, tgt, B, T, &loss);
-        t_step[i] = pt_now() - t0;
+    for (int i = 0; i < N; i++) {
+        tok[i] = (int)(pt_rng_next(&r) % (uint64_t)s->cfg.vocab_size);
+        tgt[i] = (int)(pt_rng_next(&r) % (uint64_t)s->cfg.vocab_size);
     }
-    double step = pt_median(t_step, repeats), sq = pt_median(t_sq, repeats), mix = pt_median(t_mix, repeats);
-    double flops = gpt_flops_per_step(&m, B, T);
-    double model_gf = flops / step * 1e-9, sq_gf = 2.0 * SQ * SQ * SQ / sq * 1e-9, mix_gf = mix_flops / mix * 1e-9;
-    printf("bench_train: GPT n_layer 4, n_embd 256, n_head 4, vocab 256, B 8, T 256; 1 thread;\n"
-           "  step = zero grads + forward + backward (B and W), no optimizer update; median of %d\n", repeats);
-    printf("  ms/step            %8.1f   (loss %.4f)\n", step * 1e3, loss);
-    printf("  tokens/s           %8.0f\n", N / step);
-    printf("  model GFLOP/s      %8.2f   (%.2f GFLOP/step: 6*N*B*T + 6*L*B*T*T*C)\n", model_gf, flops * 1e-9);
-    printf("  sgemm GFLOP/s      %8.2f   (square %d)\n", sq_gf, SQ);
-    printf("  sgemm GFLOP/s      %8.2f   (the model's linear-layer shapes, fwd + both grads)\n", mix_gf);
-    printf("  ratio model/sgemm  %8.3f   (vs square %d; %.3f vs the model's shapes)\n", model_gf / sq_gf, SQ, model_gf / mix_gf);
-    free(t_step); free(t_sq); free(t_mix);
-    free(a); free(b); free(c); free(x); free(w); free(y); free(dw);
+    gpt_zero_grad(&m);
+    gpt_forward_backward(&m, tok, tgt, B, T, &o->loss);   /* warm-up: buffers, page faults */
+    o->rss_mb = bench_peak_rss_mb();
+    bench_torch bt = {0};
+    char targs[96];
+    snprintf(targs, sizeof targs, "--shape %s --threads %d", s->name, threads);
+    if (want_torch && bench_torch_start(&bt, targs, &o->torch_why) == 0) {
+        snprintf(o->torch_version, sizeof o->torch_version, "%s", bt.version);
+        o->torch_rss_mb = bt.rss_mb;
+    } else if (!want_torch) o->torch_why = "--no-torch";
+    float *a = pt_falloc((size_t)SQ * SQ), *b = pt_falloc((size_t)SQ * SQ), *c = pt_falloc((size_t)SQ * SQ);
+    mix_bufs mb = { pt_falloc(mix_floats_x(&s->cfg, N)), pt_falloc(mix_floats_w(&s->cfg)),
+                    pt_falloc(mix_floats_y(&s->cfg, N)), pt_falloc(mix_floats_w(&s->cfg)) };
+    for (size_t i = 0; i < (size_t)SQ * SQ; i++) { a[i] = (float)pt_rng_normal(&r); b[i] = (float)pt_rng_normal(&r); }
+    for (size_t i = 0; i < mix_floats_x(&s->cfg, N); i++) mb.x[i] = 0.01f * (float)pt_rng_normal(&r);
+    for (size_t i = 0; i < mix_floats_w(&s->cfg); i++) mb.w[i] = 0.01f * (float)pt_rng_normal(&r);
+    double *t = pt_calloc((size_t)repeats * 9, sizeof *t), cpu;
+    double *t_step = t, *t_sq = t + repeats, *t_mix = t + 2 * repeats, *t_pt = t + 3 * repeats;
+    double *t_ptmm = t + 4 * repeats, *c_step = t + 5 * repeats, *c_sq = t + 6 * repeats;
+    double *c_mix = t + 7 * repeats, *c_pt = t + 8 * repeats;
+    time_sgemm_square(a, b, c, &cpu);
+    long faults = 0;
+    for (int i = 0; i < repeats; i++) {
+        t_sq[i] = time_sgemm_square(a, b, c, &c_sq[i]);
+        t_mix[i] = time_sgemm_model_mix(&s->cfg, N, &mb, &o->mix_flops, &c_mix[i]);
+        long f0 = bench_page_faults();
+        double t0 = pt_now(), c0 = bench_cpu_now();
+        gpt_zero_grad(&m);
+        gpt_forward_backward(&m, tok, tgt, B, T, &o->loss);
+        t_step[i] = pt_now() - t0;
+        c_step[i] = bench_cpu_now() - c0;
+        faults += bench_page_faults() - f0;
+        t_pt[i] = bench_torch_time(&bt, "step", &c_pt[i]);
+        t_ptmm[i] = bench_torch_time(&bt, "mm", NULL);
+    }
+    o->step = pt_median(t_step, repeats);
+    o->sq = pt_median(t_sq, repeats);
+    o->mix = pt_median(t_mix, repeats);
+    o->cpu_step = pt_median(c_step, repeats);
+    o->cpu_sq = pt_median(c_sq, repeats);
+    o->cpu_mix = pt_median(c_mix, repeats);
+    o->torch = bt.pid ? pt_median(t_pt, repeats) : 0;
+    o->cpu_torch = bt.pid ? pt_median(c_pt, repeats) : 0;
+    o->torch_mm = bt.pid ? pt_median(t_ptmm, repeats) : 0;
+    o->faults = (double)faults / repeats;
+    o->flops = gpt_flops_per_step(&m, B, T);
+    bench_torch_stop(&bt);
+    free(t);
+    free(a); free(b); free(c); free(mb.x); free(mb.w); free(mb.y); free(mb.dw);
     free(tok); free(tgt);
     gpt_free(&m);
     return 0;
+}
+
+static void bench_shape_print(const bench_shape *s, int repeats, int threads, const bench_res *o) {
+    const gpt_config *g = &s->cfg;
+    int N = s->B * s->T;
+    char mach[384];
+    bench_machine_line(mach, sizeof mach);
+    double model_gf = o->flops / o->step * 1e-9, sq_gf = 2.0 * SQ * SQ * SQ / o->sq * 1e-9;
+    double mix_gf = o->mix_flops / o->mix * 1e-9;
+    printf("bench_train: %s: n_layer %d, n_embd %d, n_head %d, vocab %d, B %d, T %d; %d thread%s;\n"
+           "  step = zero grads + forward + backward (B and W), no optimizer update; median of %d\n"
+           "  machine: %s\n", s->what, g->n_layer, g->n_embd, g->n_head, g->vocab_size, s->B, s->T,
+           threads, threads == 1 ? "" : "s", repeats, mach);
+    printf("  ms/step            %8.1f   (loss %.4f)\n", o->step * 1e3, o->loss);
+    printf("  tokens/s           %8.0f\n", N / o->step);
+    printf("  model GFLOP/s      %8.2f   (%.2f GFLOP/step: 6*N*B*T + 6*L*B*T*T*C)\n", model_gf, o->flops * 1e-9);
+    printf("  sgemm GFLOP/s      %8.2f   (square %d)\n", sq_gf, SQ);
+    printf("  sgemm GFLOP/s      %8.2f   (the model's linear-layer shapes, fwd + both grads)\n", mix_gf);
+    printf("  ratio model/sgemm  %8.3f   (vs square %d; %.3f vs the model's shapes)\n",
+           model_gf / sq_gf, SQ, model_gf / mix_gf);
+    if (threads == 1)   /* one thread: its CPU time leaves out the time other processes held the core */
+        printf("  by CPU time        %8.3f   (vs square; %.3f vs the model's shapes; %.1f CPU ms/step)\n",
+               o->flops / o->cpu_step / (2.0 * SQ * SQ * SQ / o->cpu_sq),
+               o->flops / o->cpu_step / (o->mix_flops / o->cpu_mix), o->cpu_step * 1e3);
+    printf("  peak RSS           %8.0f MB after a step; page faults per steady step %.0f\n",
+           o->rss_mb, o->faults);
+    if (o->torch > 0) {
+        printf("  PyTorch %s: %.1f ms/step, %.0f tokens/s, peak RSS %.0f MB after a step, matmul %.2f GFLOP/s\n"
+               "  ratio tokens/s pipetrain/PyTorch  %.2fx   (same thread count, steps interleaved)\n",
+               o->torch_version, o->torch * 1e3, N / o->torch, o->torch_rss_mb,
+               2.0 * SQ * SQ * SQ / o->torch_mm * 1e-9, o->torch / o->step);
+        if (threads == 1 && o->cpu_torch > 0)
+            printf("  by CPU time               %.2fx   (PyTorch %.1f CPU ms/step)\n",
+                   o->cpu_torch / o->cpu_step, o->cpu_torch * 1e3);
+    } else
+        printf("  PyTorch: skipped (%s)\n", o->torch_why ? o->torch_why : "it stopped answering");
+}
+
+int main(int argc, char **argv) {
+    const char *shape = "all";
+    int repeats = 0, threads = 1, want_torch = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
+        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-torch")) want_torch = 0;
+        else if (!strcmp(argv[i], "--machine")) {   /* the machine line alone, for scripts */
+            char mach[384];
+            bench_machine_line(mach, sizeof mach);
+            printf("%s\n", mach);
+            return 0;
+        }
+        else if (atoi(argv[i]) > 0) repeats = atoi(argv[i]);   /* the old form: bench_train N */
+        else {
+            fprintf(stderr, "usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch]\n");
+            return 2;
+        }
+    }
+    if (threads < 1) threads = 1;
+    openblas_set_num_threads(threads);
+    signal(SIGPIPE, SIG_IGN);   /* a PyTorch process that dies is reported, not fatal */
+    int status = 0, ran = 0;
+    for (size_t k = 0; k < sizeof SHAPES / sizeof *SHAPES; k++) {
+        const bench_shape *s = &SHAPES[k];
+        if (strcmp(shape, "all") && strcmp(shape, s->name)) continue;
+        int n = repeats > 0 ? repeats : s->repeats;
+        bench_res o;
+        ran++;
+        if (bench_shape_run(s, n, threads, want_torch, &o) < 0) {
+            fprintf(stderr, "bench_train: %s: %s\n", s->name, pt_err());
+            status = 1;
+            continue;
+        }
+        bench_shape_print(s, n, threads, &o);
+        fflush(stdout);
+    }
+    if (!ran) { fprintf(stderr, "bench_train: no shape '%s' (ref, gpt2, all)\n", shape); return 2; }
+    return status;
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# make bench: runs every benchmark binary (build/bench/bench_*) and script (bench/bench_*.sh),
-# then the PyTorch side of the training comparison when Debian's python3-torch is importable.
-# Benchmarks print ratios measured side by side in one run; the machine is shared and noisy.
+# make bench: runs every benchmark binary (build/bench/bench_*) and script (bench/bench_*.sh).
+# Each prints the machine (CPU, its vector ISA, the ISA the kernels were built for, OpenBLAS's
+# kernels) and ratios measured side by side in one run; bench_train and bench_layout.sh run
+# PyTorch (Debian's python3-torch under /usr/bin/python3) interleaved with their own steps and
+# say so when it is missing. The machine is shared and noisy: read medians, not single runs.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -18,10 +20,4 @@ for s in bench/bench_*.sh; do
   echo "== $(basename "$s")"
   bash "$s" || status=1
 done
-if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  echo "== PyTorch on the same training shape (bench/torch_train.py, one thread)"
-  /usr/bin/python3 bench/torch_train.py || status=1
-else
-  echo "== PyTorch comparison skipped: /usr/bin/python3 cannot import torch (apt-get install python3-torch)"
-fi
 exit $status

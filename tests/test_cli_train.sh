@@ -95,6 +95,22 @@ else
 fi
 expect_error "train --plan: missing file" "nope-plan.json" train --plan "$D/nope-plan.json" --steps 1
 
+# --- no layout flag: the trainer picks this machine's layout and says which; --threads keeps one
+# process; the default's losses are one process's up to float summation order
+"$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 4 --seq 16 --lr 3e-3 --steps 4 \
+  --metrics "$D/auto.jsonl" > "$D/auto.out" 2>&1
+if [ "$(nproc)" -ge 2 ]; then want='^layout: data parallel over [0-9]+ threads'; else want='^layout: one process'; fi
+grep -Eq "$want" "$D/auto.out" && ok "train without layout flags says the layout it chose" \
+  || fail "train without layout flags says the layout it chose" "$(head -3 "$D/auto.out")"
+train --steps 4 --metrics "$D/one.jsonl" > "$D/one.out" 2>&1
+grep -q '^layout:' "$D/one.out" && fail "train --threads 1: one process, no layout chosen" "$(head -2 "$D/one.out")" \
+  || ok "train --threads 1: one process, no layout chosen"
+lossof() { sed 's/.*"loss":\([0-9.]*\).*/\1/' "$1"; }
+paste <(lossof "$D/auto.jsonl") <(lossof "$D/one.jsonl") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * $2) bad = 1; n++ } END { exit bad || n != 4 }' \
+  && ok "train's default layout gives one process's losses (float summation order aside)" \
+  || fail "train's default layout gives one process's losses" "$(paste <(lossof "$D/auto.jsonl") <(lossof "$D/one.jsonl") | tr '\n' ' ')"
+
 # --- bad input: clear errors naming what and where
 expect_error "grad: a folder as the config" "not a regular file" \
   "$P" grad --config "$D" --tokens "$FX/tokens.bin" --batch 2 --seq 13 --out "$D/g.st"

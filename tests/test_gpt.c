@@ -312,6 +312,9 @@ static void test_spans_and_table(void) {
     CHECK("gpt_act_floats_documented", gpt_layer_act_floats(&m, 0, 3, 8) == n * (1 + C) &&
           gpt_layer_act_floats(&m, 1, 3, 8) == n * (27 * C + 4 + 3 * 8) &&
           gpt_layer_act_floats(&m, 3, 3, 8) == n * (3 * C + 3 + V), "sizes differ from gpt.h");
+    CHECK("gpt_act_saved_floats_documented", gpt_layer_act_saved_floats(&m, 0, 3, 8) == n &&
+          gpt_layer_act_saved_floats(&m, 1, 3, 8) == n * (16 * C + 4 + 3 * 8) &&
+          gpt_layer_act_saved_floats(&m, 3, 3, 8) == n * (2 * C + 3 + V), "F parts differ from gpt.h");
     gpt_free(&m);
 }
 

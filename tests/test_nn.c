@@ -282,27 +282,90 @@ static void test_crossentropy(void) {
     free(ce.logits); free(ce.probs); free(dl); free(dl3);
 }
 
-/* The vectorisable exp and tanh used by softmax and GELU, against libm in double. */
+/* The vectorisable exp and sigmoid used by softmax and GELU, against libm in double. */
 static void test_fast_math(void) {
     double emax = 0, tmax = 0;
     for (float x = -80.0f; x <= 80.0f; x += 0.0137f) {
         double e = fabs(nn_expf(x) - exp((double)x)) / exp((double)x);
         if (e > emax) emax = e;
     }
-    for (float x = -12.0f; x <= 12.0f; x += 0.00123f) {
-        double e = fabs(nn_tanhf(x) - tanh((double)x));
+    for (float x = -24.0f; x <= 24.0f; x += 0.00123f) {
+        double e = fabs(nn_sigmoidf(x) - 1.0 / (1.0 + exp(-(double)x)));
         if (e > tmax) tmax = e;
     }
     CHECK("nn_expf_relative_error", emax < 1e-6, "max relerr %g", emax);
-    CHECK("nn_tanhf_absolute_error", tmax < 1e-6, "max abserr %g", tmax);
-    CHECK("nn_expf_clamps", nn_expf(-1000.0f) > 0 && nn_expf(1000.0f) < INFINITY && nn_tanhf(100.0f) == 1.0f &&
-          nn_tanhf(-100.0f) == -1.0f, "limits wrong");
+    CHECK("nn_sigmoidf_absolute_error", tmax < 1e-6, "max abserr %g", tmax);
+    CHECK("nn_expf_clamps", nn_expf(-1000.0f) > 0 && nn_expf(1000.0f) < INFINITY && nn_sigmoidf(100.0f) == 1.0f &&
+          nn_sigmoidf(-100.0f) >= 0 && nn_sigmoidf(-100.0f) < 1e-37, "limits wrong");
 }
 
 static void test_residual(void) {
     float a[3] = {1, 2, 3}, b[3] = {0.5f, -2, 4}, o[3];
     residual_forward(o, a, b, 3);
     CHECK("residual_forward", o[0] == 1.5f && o[1] == 0 && o[2] == 7, "got %g %g %g", o[0], o[1], o[2]);
+}
+
+/* The fused forms equal the separate kernels up to float summation order: the linear layer with
+ * the residual added (out may be the residual itself), the layer norm's backward with the
+ * residual's gradient added (dinp may be that gradient itself). */
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double m = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs((double)a[i] - b[i]) > m) m = fabs((double)a[i] - b[i]);
+        if (fabs(b[i]) > s) s = fabs(b[i]);
+    }
+    return m / (s + 1e-30);
+}
+
+static void test_fused_residual(void) {
+    enum { IN2 = 7, OUT2 = 12 };
+    size_t no = (size_t)N * OUT2;
+    float *inp = rand_buf((size_t)N * IN2, 1), *w = rand_buf((size_t)IN2 * OUT2, 1), *b = rand_buf(OUT2, 1);
+    float *res = rand_buf(no, 1), *ref = pt_falloc(no), *out = rand_buf(no, 5), *alias = pt_falloc(no);
+    matmul_forward(ref, inp, w, b, N, IN2, OUT2);
+    residual_forward(ref, ref, res, (int)no);
+    matmul_residual_forward(out, inp, w, b, res, N, IN2, OUT2);
+    memcpy(alias, res, no * sizeof *alias);
+    matmul_residual_forward(alias, inp, w, b, alias, N, IN2, OUT2);
+    CHECK("matmul_residual_forward", rel_diff(out, ref, no) < EXACT_TOL, "relerr %g", rel_diff(out, ref, no));
+    CHECK("matmul_residual_forward_in_place", rel_diff(alias, ref, no) < EXACT_TOL, "relerr %g",
+          rel_diff(alias, ref, no));
+    matmul_forward(ref, inp, w, NULL, N, IN2, OUT2);
+    residual_forward(ref, ref, res, (int)no);
+    matmul_residual_forward(out, inp, w, NULL, res, N, IN2, OUT2);
+    CHECK("matmul_residual_forward_no_bias", rel_diff(out, ref, no) < EXACT_TOL, "relerr %g", rel_diff(out, ref, no));
+
+    size_t nc = (size_t)N * C;
+    float *x = rand_buf(nc, 1), *lw = rand_buf(C, 1), *lb = rand_buf(C, 1), *y = pt_falloc(nc);
+    float *mean = pt_falloc(N), *rstd = pt_falloc(N), *dout = rand_buf(nc, 1), *dres = rand_buf(nc, 1);
+    float *dref = pt_falloc(nc), *dx = rand_buf(nc, 5), *dalias = pt_falloc(nc);
+    layernorm_forward(y, mean, rstd, x, lw, lb, N, C);
+    layernorm_backward_input(dref, dout, x, lw, mean, rstd, N, C);
+    residual_forward(dref, dref, dres, (int)nc);
+    layernorm_residual_backward_input(dx, dout, dres, x, lw, mean, rstd, N, C);
+    memcpy(dalias, dres, nc * sizeof *dalias);
+    layernorm_residual_backward_input(dalias, dout, dalias, x, lw, mean, rstd, N, C);
+    CHECK("layernorm_residual_backward_input", rel_diff(dx, dref, nc) < EXACT_TOL, "relerr %g", rel_diff(dx, dref, nc));
+    CHECK("layernorm_residual_backward_input_in_place", rel_diff(dalias, dref, nc) < EXACT_TOL, "relerr %g",
+          rel_diff(dalias, dref, nc));
+    free(inp); free(w); free(b); free(res); free(ref); free(out); free(alias);
+    free(x); free(lw); free(lb); free(y); free(mean); free(rstd); free(dout); free(dres); free(dref);
+    free(dx); free(dalias);
+}
+
+/* A NaN anywhere reaches the loss (a diverged run must show it), with no branch in the loops:
+ * exp and GELU of NaN, the max of a row holding a NaN, cross-entropy of such a row. */
+static void test_nan_flows(void) {
+    float nan = NAN, g, row[5] = {1, -3, NAN, 2, 0}, neg[4] = {-5, -0.0f, -7, -1};
+    gelu_forward(&g, &nan, 1);
+    CHECK("nan_exp_gelu", isnan(nn_expf(NAN)) && isnan(nn_sigmoidf(NAN)) && isnan(g), "exp %g gelu %g",
+          nn_expf(NAN), g);
+    CHECK("max_of_negatives", nn_max(neg, 4) == 0.0f && nn_max(neg + 2, 2) == -1.0f, "got %g %g",
+          nn_max(neg, 4), nn_max(neg + 2, 2));
+    float probs[5];
+    int target = 1;
+    float loss = crossentropy_forward(probs, row, &target, 1, 5);
+    CHECK("nan_crossentropy", isnan(loss) && isnan(probs[0]), "loss %g", loss);
 }
 
 int main(void) {
@@ -315,6 +378,8 @@ int main(void) {
     test_lmhead();
     test_crossentropy();
     test_residual();
+    test_fused_residual();
     test_fast_math();
+    test_nan_flows();
     TEST_DONE();
 }

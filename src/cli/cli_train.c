@@ -1,5 +1,6 @@
 /* pipetrain train: flags only. Parses them into a train_opts (src/train/trainer.h), takes a
- * layout from --plan, starts MPI for --transport mpi, and runs the library's trainer, which
+ * layout from --plan, starts MPI for --transport mpi, leaves the layout to the trainer when no
+ * layout flag, --plan or --threads is given (auto_layout), and runs the library's trainer, which
  * holds the training loop (data, LR schedule, checkpoints, metrics, the measured-vs-simulated
  * report). Not here: any of the loop. */
 #include "cli/cli.h"
@@ -190,7 +191,7 @@ int cli_train(int argc, char **argv) {
         {"--resume", OPT_STR, &o->resume, "continue from a checkpoint folder (DIR/ckpt-<step>), or the newest in DIR"},
         {"--keep", OPT_INT, &a.keep, "keep only the newest N checkpoints in --save's folder (default: all)"},
         {"--log-every", OPT_INT, &o->log_every, "progress line every N steps (default: ~50 lines)"},
-        {"--threads", OPT_INT, &o->threads, "OpenBLAS threads (default: all cores; pipelined: 1 per rank, MPI: this many per process)"},
+        {"--threads", OPT_INT, &o->threads, "one process on N OpenBLAS threads (without it and without layout flags: the layout this machine's cores do best, said at the start); pipelined: 1 per rank, MPI: this many per process"},
         {"--fail-rank", OPT_INT, &o->ro.fail_rank, "testing: this world rank dies after --fail-after sends"},
         {"--fail-after", OPT_INT, &o->ro.fail_after, "testing: sends before --fail-rank dies (default 0: never)"},
         {"--trace", OPT_STR, &o->trace, "pipelined: Chrome trace JSON of the last step, measured"},
@@ -228,6 +229,8 @@ int cli_train(int argc, char **argv) {
         return cli_fail("train");
     }
     o->ro.split = a.split;
+    /* no layout asked for (no layout flag, --plan or --threads): the trainer picks this machine's */
+    o->auto_layout = !a.plan && !cli_layout_given(&o->ro, a.transport) && o->threads == 0;
     if ((a.plan && apply_plan(&a) < 0) || pipe_flags(&a, &argc, &argv, &o->world) < 0)
         rc = cli_fail("train");
     else if (set_lr_schedule(&a) < 0 || train_main(o) < 0) {

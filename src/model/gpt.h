@@ -179,6 +179,11 @@ const gpt_tie *gpt_tie_at(const gpt_model *m, int i);
  * B*T times, per token: embedding 1 + C; block 27C + 4 + NH*T (16C + 4 + NH*T saved by F,
  * 11C stored by B for W); head 3C + 3 + V. */
 size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T);
+/* The first floats of that storage, the part F fills (per token: embedding 1, block 16C + 4 +
+ * NH*T, head 2C + 3 + V); the rest B writes (and W reads). A caller
+ * that runs each layer's B and W back to back, the last layer first (gpt_forward_backward), may
+ * let that rest overlap the next layer's act: it is written only after the next layer's W. */
+size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T);
 /* The same as bytes per token at sequence length T (attention keeps NH*T floats per token). */
 size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T);
 /* Floats of per-thread scratch any layer needs for a (B,T) microbatch. */

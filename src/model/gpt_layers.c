@@ -25,6 +25,7 @@ typedef struct {
     float *dres2;               /* (N,C) at res2 (= at attn.c_proj output) */
     float *dqkv;                /* (N,3C) at attn.c_attn output */
     float *dln1;                /* (N,C) at ln_1 output */
+    size_t saved;               /* floats of the F part (the start) */
     size_t size;                /* floats in all */
 } block_act;
 
@@ -35,6 +36,7 @@ typedef struct {
     int *targets;               /* (N) stored as int in float-sized slots */
     float *probs;               /* (N,V) softmax after F; dlogits after B */
     float *dlnf;                /* (N,C) B: gradient at ln_f output */
+    size_t saved;               /* floats of the F part (the start) */
     size_t size;                /* floats in all */
 } head_act;
 
@@ -42,6 +44,7 @@ typedef struct {
 typedef struct {
     int *tokens;                /* (N) */
     float *dout;                /* (N,C) B: gradient at the embedding output */
+    size_t saved;               /* floats of the F part (the start) */
     size_t size;                /* floats in all */
 } embed_act;
 
@@ -65,6 +68,7 @@ static block_act block_act_view(const gpt_model *m, float *a, int B, int T) {
     v.res2 = take(a, &o, N * C);
     v.ln2 = take(a, &o, N * C); v.ln2m = take(a, &o, N); v.ln2r = take(a, &o, N);
     v.fch = take(a, &o, N * 4 * C); v.fchg = take(a, &o, N * 4 * C);
+    v.saved = o;
     v.dres3 = take(a, &o, N * C); v.dfch = take(a, &o, N * 4 * C); v.dln2 = take(a, &o, N * C);
     v.dres2 = take(a, &o, N * C); v.dqkv = take(a, &o, N * 3 * C); v.dln1 = take(a, &o, N * C);
     v.size = o;
@@ -79,6 +83,7 @@ static head_act head_act_view(const gpt_model *m, float *a, int B, int T) {
     v.lnf = take(a, &o, N * C); v.lnfm = take(a, &o, N); v.lnfr = take(a, &o, N);
     v.targets = (int *)take(a, &o, N);
     v.probs = take(a, &o, N * V);
+    v.saved = o;
     v.dlnf = take(a, &o, N * C);
     v.size = o;
     return v;
@@ -89,6 +94,7 @@ static embed_act embed_act_view(const gpt_model *m, float *a, int B, int T) {
     embed_act v;
     size_t o = 0;
     v.tokens = (int *)take(a, &o, N);
+    v.saved = o;
     v.dout = take(a, &o, N * C);
     v.size = o;
     return v;
@@ -102,6 +108,14 @@ static size_t head_act_floats(const gpt_model *m, int B, int T) { return head_ac
 
 size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
     return gpt_layer_ops_of(m, layer)->act_floats(m, B, T);
+}
+
+size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T) {
+    switch (gpt_layer_kind_of(m, layer)) {
+    case GPT_LAYER_EMBED: return embed_act_view(m, NULL, B, T).saved;
+    case GPT_LAYER_BLOCK: return block_act_view(m, NULL, B, T).saved;
+    default:              return head_act_view(m, NULL, B, T).saved;
+    }
 }
 
 size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T) {
@@ -163,13 +177,11 @@ static int block_forward(const gpt_model *m, int l, const gpt_tied *tied, float 
     layernorm_forward(a.ln1, a.ln1m, a.ln1r, a.x, w->ln1w, w->ln1b, N, C);
     matmul_forward(a.qkv, a.ln1, w->qkvw, w->qkvb, N, C, 3 * C);
     attention_forward(a.atty, a.att, a.qkv, B, T, C, m->cfg.n_head);
-    matmul_forward(a.res2, a.atty, w->attprojw, w->attprojb, N, C, C);
-    residual_forward(a.res2, a.res2, a.x, N * C);
+    matmul_residual_forward(a.res2, a.atty, w->attprojw, w->attprojb, a.x, N, C, C);
     layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, w->ln2w, w->ln2b, N, C);
     matmul_forward(a.fch, a.ln2, w->fcw, w->fcb, N, C, 4 * C);
     gelu_forward(a.fchg, a.fch, N * 4 * C);
-    matmul_forward(out, a.fchg, w->fcprojw, w->fcprojb, N, 4 * C, C);
-    residual_forward(out, out, a.res2, N * C);
+    matmul_residual_forward(out, a.fchg, w->fcprojw, w->fcprojb, a.res2, N, 4 * C, C);
     return 0;
 }
 
@@ -184,13 +196,11 @@ static int block_backward_input(const gpt_model *m, int l, const gpt_tied *tied,
     matmul_backward_input(s, a.dres3, w->fcprojw, N, 4 * C, C);       /* at the GELU output */
     gelu_backward_input(a.dfch, s, a.fch, N * 4 * C);
     matmul_backward_input(a.dln2, a.dfch, w->fcw, N, C, 4 * C);
-    layernorm_backward_input(s, a.dln2, a.res2, w->ln2w, a.ln2m, a.ln2r, N, C);
-    residual_forward(a.dres2, a.dres3, s, N * C);
+    layernorm_residual_backward_input(a.dres2, a.dln2, a.dres3, a.res2, w->ln2w, a.ln2m, a.ln2r, N, C);
     matmul_backward_input(s, a.dres2, w->attprojw, N, C, C);          /* at the attention output */
     attention_backward_input(a.dqkv, satt, s, a.qkv, a.att, B, T, C, m->cfg.n_head);
     matmul_backward_input(a.dln1, a.dqkv, w->qkvw, N, C, 3 * C);
-    layernorm_backward_input(dx, a.dln1, a.x, w->ln1w, a.ln1m, a.ln1r, N, C);
-    residual_forward(dx, dx, a.dres2, N * C);
+    layernorm_residual_backward_input(dx, a.dln1, a.dres2, a.x, w->ln1w, a.ln1m, a.ln1r, N, C);
     return 0;
 }
 

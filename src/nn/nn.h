@@ -34,6 +34,11 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 /* dinp (N,C) = gradient of inp given dout (N,C). */
 void layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
                               const float *mean, const float *rstd, int N, int C);
+/* dinp (N,C) = dres + gradient of inp given dout: a pre-LN block's residual stream, whose
+ * gradient reaches inp both through the norm and around it, in one pass. dinp may alias dres. */
+void layernorm_residual_backward_input(float *dinp, const float *dout, const float *dres,
+                                       const float *inp, const float *w, const float *mean,
+                                       const float *rstd, int N, int C);
 /* dw, db (C) += gradients of the scale and shift. */
 void layernorm_backward_weight(float *dw, float *db, const float *dout, const float *inp,
                                const float *mean, const float *rstd, int N, int C);
@@ -42,6 +47,11 @@ void layernorm_backward_weight(float *dw, float *db, const float *dout, const fl
 /* out (N,OUT); inp (N,IN); w (IN,OUT); b (OUT) or NULL for no bias. */
 void matmul_forward(float *out, const float *inp, const float *w, const float *b,
                     int N, int IN, int OUT);
+/* out (N,OUT) = res + inp @ w + b: the layer and the residual add after it in one pass over out
+ * (out starts as res + b and the product accumulates onto it). out may alias res; b may be NULL.
+ * Its backward is matmul's: the gradient of res is dout itself. */
+void matmul_residual_forward(float *out, const float *inp, const float *w, const float *b,
+                             const float *res, int N, int IN, int OUT);
 /* dinp (N,IN) = dout (N,OUT) @ w^T. */
 void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IN, int OUT);
 /* dw (IN,OUT) += inp^T @ dout; db (OUT) += column sums of dout (db may be NULL). */
@@ -85,5 +95,10 @@ float crossentropy_forward(float *probs, const float *logits, const int *targets
 /* dlogits (N,V) = dloss * (probs - onehot(targets)) / N; dlogits may alias probs. */
 void crossentropy_backward_input(float *dlogits, const float *probs, const int *targets,
                                  float dloss, int N, int V);
+
+/* ---- the build ---------------------------------------------------------------------------- */
+/* The widest vector ISA these kernels were compiled for ("AVX-512", "AVX2", "SSE2", "NEON" or
+ * "scalar"): what -march gave the compiler, which may be less than the CPU has. */
+const char *nn_build_isa(void);
 
 #endif

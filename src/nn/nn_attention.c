@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #define ATT_BLOCK 64   /* rows per sgemm block: large enough for BLAS speed, small enough to skip
                           most of the masked upper triangle */
@@ -17,8 +18,8 @@ static void attention_softmax_rows(float *p, int T) {
     for (int t = 0; t < T; t++) {
         float *row = p + (size_t)t * T;
         float inv = 1.0f / nn_exp_shift_sum(row, row, nn_max(row, t + 1), t + 1);
-        for (int j = 0; j <= t; j++) row[j] *= inv;
-        for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+        for (int j = 0; j <= t; j++) row[j] *= inv;   /* vec */
+        memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof *row);
     }
 }
 
@@ -56,8 +57,8 @@ static void attention_softmax_backward_rows(float *ds, const float *p, int T, fl
         float *d = ds + (size_t)t * T;
         const float *pr = p + (size_t)t * T;
         float dot = nn_dot(pr, d, t + 1);
-        for (int j = 0; j <= t; j++) d[j] = scale * pr[j] * (d[j] - dot);
-        for (int j = t + 1; j < T; j++) d[j] = 0.0f;
+        for (int j = 0; j <= t; j++) d[j] = scale * pr[j] * (d[j] - dot);   /* vec */
+        memset(d + t + 1, 0, (size_t)(T - t - 1) * sizeof *d);
     }
 }
 

@@ -1,5 +1,6 @@
-/* Elementwise and per-row kernels: token + position embedding, layernorm, GELU (tanh form),
- * residual add. Plain C loops written so the compiler vectorises them; no BLAS, no state. */
+/* Elementwise and per-row kernels: token + position embedding, layernorm, GELU (tanh form,
+ * computed as a sigmoid), residual add. Plain C loops written so the compiler vectorises them
+ * (loops marked vec are held to it: tools/check_vec.sh); no BLAS, no state. */
 #include "nn/nn.h"
 #include "nn/nn_math.h"
 #include <math.h>
@@ -13,7 +14,7 @@ void embedding_forward(float *out, const int *tokens, const float *wte, const fl
         for (int t = 0; t < T; t++) {
             float *o = out + ((size_t)b * T + t) * C;
             const float *e = wte + (size_t)tokens[b * T + t] * C, *p = wpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
+            for (int i = 0; i < C; i++) o[i] = e[i] + p[i];   /* vec */
         }
 }
 
@@ -23,7 +24,7 @@ void embedding_backward_weight(float *dwte, float *dwpe, const float *dout, cons
         for (int t = 0; t < T; t++) {
             const float *d = dout + ((size_t)b * T + t) * C;
             float *e = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) { e[i] += d[i]; p[i] += d[i]; }
+            for (int i = 0; i < C; i++) { e[i] += d[i]; p[i] += d[i]; }   /* vec */
         }
 }
 
@@ -33,28 +34,48 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
         float m = nn_sum(x, C) / C;
-        for (int i = 0; i < C; i++) o[i] = x[i] - m;   /* centred input, scaled below */
+        for (int i = 0; i < C; i++) o[i] = x[i] - m;   /* vec: centred input, scaled below */
         float r = 1.0f / sqrtf(nn_dot(o, o, C) / C + LN_EPS);
-        for (int i = 0; i < C; i++) o[i] = o[i] * r * w[i] + b[i];
+        for (int i = 0; i < C; i++) o[i] = o[i] * r * w[i] + b[i];   /* vec */
         mean[n] = m;
         rstd[n] = r;
     }
 }
 
-/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w. */
-void layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
-                              const float *mean, const float *rstd, int N, int C) {
+/* dx = dres + rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w; dres NULL adds 0.
+ * g is never stored: dinp may alias dres, so dx is written once, last. */
+static void layernorm_backward_rows(float *dinp, const float *dout, const float *dres,
+                                    const float *inp, const float *w, const float *mean,
+                                    const float *rstd, int N, int C) {
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
         float m = mean[n], r = rstd[n];
-        for (int i = 0; i < C; i++) dx[i] = d[i] * w[i];   /* g, overwritten below */
-        float sg = nn_sum(dx, C) / C, sgx = nn_dot_shift(dx, x, m, C) * r / C;
-        for (int i = 0; i < C; i++) {
-            float xh = (x[i] - m) * r;
-            dx[i] = r * (d[i] * w[i] - sg - xh * sgx);
+        float sg = nn_dot(d, w, C) / C, sgx = nn_dot3_shift(d, w, x, m, C) * r / C;
+        if (dres) {
+            const float *dr = dres + (size_t)n * C;
+            for (int i = 0; i < C; i++) {   /* vec */
+                float xh = (x[i] - m) * r;
+                dx[i] = dr[i] + r * (d[i] * w[i] - sg - xh * sgx);
+            }
+        } else {
+            for (int i = 0; i < C; i++) {   /* vec */
+                float xh = (x[i] - m) * r;
+                dx[i] = r * (d[i] * w[i] - sg - xh * sgx);
+            }
         }
     }
+}
+
+void layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
+                              const float *mean, const float *rstd, int N, int C) {
+    layernorm_backward_rows(dinp, dout, NULL, inp, w, mean, rstd, N, C);
+}
+
+void layernorm_residual_backward_input(float *dinp, const float *dout, const float *dres,
+                                       const float *inp, const float *w, const float *mean,
+                                       const float *rstd, int N, int C) {
+    layernorm_backward_rows(dinp, dout, dres, inp, w, mean, rstd, N, C);
 }
 
 void layernorm_backward_weight(float *dw, float *db, const float *dout, const float *inp,
@@ -62,33 +83,37 @@ void layernorm_backward_weight(float *dw, float *db, const float *dout, const fl
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         float m = mean[n], r = rstd[n];
-        for (int i = 0; i < C; i++) {
+        for (int i = 0; i < C; i++) {   /* vec */
             dw[i] += d[i] * (x[i] - m) * r;
             db[i] += d[i];
         }
     }
 }
 
+/* gelu(x) = 0.5x(1 + tanh u), u = K(x + A x^3), computed as x * sigmoid(2u) = x / (1 + e^(-2u))
+ * (the same function; one exp, one division). */
 #define GELU_K 0.7978845608028654f   /* sqrt(2/pi) */
 #define GELU_A 0.044715f
+#define GELU_M1 (-2.0f * GELU_K)            /* -2u = x (M1 + M3 x^2) */
+#define GELU_M3 (-2.0f * GELU_K * GELU_A)
 
 void gelu_forward(float *out, const float *inp, int N) {
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < N; i++) {   /* vec */
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + nn_tanhf(GELU_K * (x + GELU_A * x * x * x)));
+        out[i] = x / (1.0f + nn_expf(x * (GELU_M1 + GELU_M3 * (x * x))));
     }
 }
 
+/* gelu'(x) = s + x s (1 - s) 2u', s = sigmoid(2u), 2u' = 2K (1 + 3A x^2). */
 void gelu_backward_input(float *dinp, const float *dout, const float *inp, int N) {
-    for (int i = 0; i < N; i++) {
-        float x = inp[i];
-        float th = nn_tanhf(GELU_K * (x + GELU_A * x * x * x));
-        float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-        dinp[i] = dout[i] * g;
+    for (int i = 0; i < N; i++) {   /* vec */
+        float x = inp[i], x2 = x * x;
+        float s = nn_sigmoidf(x * (-GELU_M1 - GELU_M3 * x2));
+        float du2 = 2.0f * GELU_K + (6.0f * GELU_K * GELU_A) * x2;
+        dinp[i] = dout[i] * (s + x * s * (1.0f - s) * du2);
     }
 }
 
 void residual_forward(float *out, const float *a, const float *b, int N) {
-    for (int i = 0; i < N; i++) out[i] = a[i] + b[i];
+    for (int i = 0; i < N; i++) out[i] = a[i] + b[i];   /* vec */
 }

@@ -13,7 +13,7 @@ float crossentropy_forward(float *probs, const float *logits, const int *targets
         float lt = l[targets[n]];   /* read before p (maybe = l) is written */
         float mx = nn_max(l, V), s = nn_exp_shift_sum(p, l, mx, V);
         float inv = 1.0f / s;
-        for (int v = 0; v < V; v++) p[v] *= inv;
+        for (int v = 0; v < V; v++) p[v] *= inv;   /* vec */
         /* log p from the logits directly: exact even when p underflows to 0 */
         loss += (double)(mx + logf(s) - lt);
     }
@@ -26,7 +26,7 @@ void crossentropy_backward_input(float *dlogits, const float *probs, const int *
     for (int n = 0; n < N; n++) {
         const float *p = probs + (size_t)n * V;
         float *d = dlogits + (size_t)n * V;
-        for (int v = 0; v < V; v++) d[v] = k * p[v];
+        for (int v = 0; v < V; v++) d[v] = k * p[v];   /* vec */
         d[targets[n]] -= k;
     }
 }

@@ -5,15 +5,36 @@
 #include <stddef.h>
 #include <string.h>
 
-void matmul_forward(float *out, const float *inp, const float *w, const float *b,
-                    int N, int IN, int OUT) {
-    float beta = 0.0f;
-    if (b) {   /* seed every row with the bias, then accumulate the product on top */
+/* out = seed + inp @ w, seed (N,OUT) = res + b, b or res NULL for none: one pass writes the
+ * seed and OpenBLAS accumulates onto it (beta 1), where zeroing (beta 0) and then adding bias and
+ * residual would take three. */
+static void matmul_seeded(float *out, const float *inp, const float *w, const float *b,
+                          const float *res, int N, int IN, int OUT) {
+    float beta = 1.0f;
+    if (res && b)
+        for (int n = 0; n < N; n++) {
+            float *o = out + (size_t)n * OUT;
+            const float *r = res + (size_t)n * OUT;
+            for (int i = 0; i < OUT; i++) o[i] = r[i] + b[i];   /* vec */
+        }
+    else if (b)
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OUT, b, (size_t)OUT * sizeof *b);
-        beta = 1.0f;
-    }
+    else if (res && res != out)
+        memcpy(out, res, (size_t)N * OUT * sizeof *out);
+    else if (!res)
+        beta = 0.0f;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OUT, IN,
                 1.0f, inp, IN, w, OUT, beta, out, OUT);
+}
+
+void matmul_forward(float *out, const float *inp, const float *w, const float *b,
+                    int N, int IN, int OUT) {
+    matmul_seeded(out, inp, w, b, NULL, N, IN, OUT);
+}
+
+void matmul_residual_forward(float *out, const float *inp, const float *w, const float *b,
+                             const float *res, int N, int IN, int OUT) {
+    matmul_seeded(out, inp, w, b, res, N, IN, OUT);
 }
 
 void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IN, int OUT) {
@@ -28,7 +49,7 @@ void matmul_backward_weight(float *dw, float *db, const float *dout, const float
     if (!db) return;
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * OUT;
-        for (int o = 0; o < OUT; o++) db[o] += d[o];
+        for (int o = 0; o < OUT; o++) db[o] += d[o];   /* vec */
     }
 }
 

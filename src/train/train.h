@@ -6,6 +6,8 @@
 #define PT_TRAIN_TRAIN_H
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "run/run.h"
+#include <stddef.h>
 
 typedef struct {
     float loss;         /* mean cross-entropy of the batch, before the update */
@@ -21,5 +23,13 @@ void train_apply_adamw(gpt_model *m, adamw_state *opt, const optim_config *oc, i
  * t. Returns 0, or -1 (bad token, T too long) with the model unchanged. */
 int train_step(gpt_model *m, adamw_state *opt, const optim_config *oc, int t, const int *inputs,
                const int *targets, int B, int T, train_stats *st);
+
+/* The layout for a run that gave no layout flag (train_layout.c): data parallelism over threads
+ * (ro: P 1, D = the largest divisor of batch in [2, cores], M 1, 1f1b) when the machine has more
+ * than one core, some such D exists and D replicas' state plus the batch's activations fit in
+ * half of mem_bytes (<= 0: unknown, not checked); else one process (ro->P = 0) on every core's
+ * OpenBLAS thread. One line saying what and why goes into why (n bytes). Pure. */
+void train_layout_choose(run_opts *ro, const gpt_model *m, int batch, int seq, int cores,
+                         double mem_bytes, char *why, size_t n);
 
 #endif

@@ -42,9 +42,22 @@ static int open_outputs(train_ctx *t) {
     return 0;
 }
 
+/* With auto_layout and no layout given: this machine's layout (train_layout_choose) into t->o.ro. */
+static void choose_layout(train_ctx *t) {
+    train_opts *o = &t->o;
+    if (!o->auto_layout || o->ro.P || o->world) return;
+    pt_machine mi;
+    pt_machine_info(&mi);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double mem = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    train_layout_choose(&o->ro, &t->m, o->batch, o->seq, mi.cores, mem, t->layout_note,
+                        sizeof t->layout_note);
+}
+
 /* The engine for o->ro: the pipelined job when ro.P > 0, else this process alone. */
 static int start_engine(train_ctx *t) {
     const train_opts *o = &t->o;
+    choose_layout(t);
     if (!o->ro.P) return train_engine_single_init(&t->e, &t->m, &t->opt, o->batch, o->seq, o->threads);
     train_pipe_opts po = { .ro = o->ro, .world = o->world, .threads = o->threads,
                            .trace = o->trace, .svg = o->svg };
@@ -121,6 +134,7 @@ static void print_header(const train_ctx *t) {
     printf("model: %d layers, %d heads, %d channels, vocab %d, %.2fM parameters; data: %s, %zu tokens\n",
            t->m.cfg.n_layer, t->m.cfg.n_head, t->m.cfg.n_embd, t->m.cfg.vocab_size,
            t->m.num_params / 1e6, t->o.data, data_ntokens(t->d));
+    if (t->layout_note[0]) printf("layout: %s\n", t->layout_note);
     train_engine_describe(t->e);
 }
 

@@ -51,6 +51,8 @@ typedef struct {
     long side_steps;        /* its optimizer steps (0: as long as this run) */
     /* layout */
     run_opts ro;            /* ro.P == 0: one process (train_step); else the pipelined job */
+    int auto_layout;        /* with ro.P == 0: let train_init pick the layout for this machine's
+                             * cores (train_layout_choose) and say why; 0: one process */
     comm *world;            /* MPI endpoint (borrowed; NULL: this process only) */
 } train_opts;
 

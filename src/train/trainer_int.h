@@ -52,6 +52,7 @@ struct train_ctx {
     int *inp, *tgt;         /* (B, T) this step's batch */
     double t_start;         /* pt_now() when the first step began */
     train_report rep;
+    char layout_note[320];  /* auto_layout: the layout chosen and why (printed with the header) */
     train_hook hooks[TRAIN_HOOK_SLOTS][TRAIN_MAX_HOOKS];
     int n_hooks[TRAIN_HOOK_SLOTS];
     train_side side;
