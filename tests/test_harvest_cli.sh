@@ -40,7 +40,7 @@ eval_of() { "$P" eval --checkpoint "$1" --data "$D/val.txt" --batch 8 --seq 32 -
 # evals FILE...: "STEP LOSS" of every evaluation reported, the loss as %.9g
 evals() { cat "$@" 2>/dev/null | grep -o '"eval_loss":[^,}]*,"eval_step":[0-9]*' | sed 's/"eval_loss":\([^,]*\),"eval_step":\(.*\)/\2 \1/' |
           awk '{ printf "%d %.9g\n", $1, $2 }' | sort -n -u; }
-for layout in "pipe --stages 2 --microbatches 2" "single"; do
+for layout in "pipe --stages 2 --microbatches 2" "single --threads 1"; do
   name=${layout%% *}; flags=${layout#"$name"}
   rm -rf "$D/run_$name"
   train --steps 7 $flags --eval-data "$D/val.txt" --eval-every 2 --eval-batches 3 \

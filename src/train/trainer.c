@@ -52,6 +52,8 @@ static void choose_layout(train_ctx *t) {
     double mem = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
     train_layout_choose(&o->ro, &t->m, o->batch, o->seq, mi.cores, mem, t->layout_note,
                         sizeof t->layout_note);
+    /* chosen pipelined (replicas over threads): the job starts from the model loaded whole */
+    if (o->ro.P) run_source_model(&t->src, &t->m, &t->opt);
 }
 
 /* The engine for o->ro: the pipelined job when ro.P > 0, else this process alone. */
