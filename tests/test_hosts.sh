@@ -7,6 +7,9 @@
 . tests/lib.sh
 H=tools/hosts.sh
 export PT_HOSTS="pt$(($$ % 10000))" PT_HOSTS_TIMEOUT=60
+# Under SAN=1 / TSAN=1: Open MPI's own leaks and internals are not ours (as in test_run_mpi.sh)
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp"
 if ! why=$($H check 2>&1); then ok "hosts: skipped: $why"; done_tests; fi
 trap '$H down >/dev/null 2>&1' EXIT
 D=$TEST_TMP/hosts
@@ -18,7 +21,7 @@ targs="train --config $D/c.json --data $D/t.txt --batch 8 --seq 16 --stages 2 --
 losses() { sed -E 's/.*"loss":([^,]*),.*/\1/' "$1"; }
 
 check "hosts: 2 hosts up" $H up 2
-if $H mpirun -np 2 "$P" $targs --steps 6 --metrics "$D/m_hosts.jsonl" > "$D/run.log" 2>&1; then
+if $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$P" $targs --steps 6 --metrics "$D/m_hosts.jsonl" > "$D/run.log" 2>&1; then
   ok "hosts: P=2 trains across 2 hosts"; else fail "hosts: P=2 trains across 2 hosts" "$(tail -5 "$D/run.log")"; fi
 OPENBLAS_NUM_THREADS=1 "$P" $targs --steps 6 --metrics "$D/m_thr.jsonl" > /dev/null 2>&1
 [ -s "$D/m_hosts.jsonl" ] && [ "$(losses "$D/m_hosts.jsonl")" = "$(losses "$D/m_thr.jsonl")" ] \
@@ -26,14 +29,14 @@ OPENBLAS_NUM_THREADS=1 "$P" $targs --steps 6 --metrics "$D/m_thr.jsonl" > /dev/n
 
 $H shape 1 4mbit 16kbit 200ms
 $H exec 1 tc qdisc show dev eth0 | grep -q tbf && ok "hosts: host 1's link is shaped (tbf)" || fail "hosts: host 1's link is shaped (tbf)" "no tbf"
-if $H mpirun -np 2 "$P" $targs --steps 3 > "$D/shaped.log" 2>&1; then ok "hosts: trains over the shaped link"
+if $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$P" $targs --steps 3 > "$D/shaped.log" 2>&1; then ok "hosts: trains over the shaped link"
 else fail "hosts: trains over the shaped link" "$(tail -3 "$D/shaped.log")"; fi
 $H shape 1 off
 
 # A dead rank, then a dead host: the job ends in bounded time, non-zero, naming what died.
 dies() {   # dies NAME LOG KILL-ARGS...: start a long run, kill after 3 s, wait at most 40 s
   local name=$1 log=$2; shift 2
-  ( $H mpirun -np 2 "$P" $targs --steps 100000 --timeout 10 > "$log" 2>&1; echo "rc=$?" >> "$log" ) &
+  ( $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$P" $targs --steps 100000 --timeout 10 > "$log" 2>&1; echo "rc=$?" >> "$log" ) &
   local bg=$! t=0
   sleep 3; $H kill "$@"
   while ! grep -q '^rc=' "$log" 2>/dev/null && [ $t -lt 40 ]; do sleep 1; t=$((t + 1)); done
@@ -52,7 +55,7 @@ dies "hosts: a dead host ends the job" "$D/dead_host.log" 1 && \
 # A hostfile naming a host that is not up: named at once.
 printf '10.77.0.1 slots=1\n10.77.0.9 slots=1\n' > "$D/bad.hostfile"
 start=$(date +%s)
-PT_HOSTS_FILE="$D/bad.hostfile" PT_HOSTS_TIMEOUT=30 $H mpirun -np 2 "$P" $targs --steps 2 > "$D/bad.log" 2>&1
+PT_HOSTS_FILE="$D/bad.hostfile" PT_HOSTS_TIMEOUT=30 $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$P" $targs --steps 2 > "$D/bad.log" 2>&1
 rc=$?; took=$(( $(date +%s) - start ))
 [ $rc -ne 0 ] && [ $took -lt 30 ] && grep -q '10.77.0.9 does not answer' "$D/bad.log" \
   && ok "hosts: an absent host in the hostfile is named (${took}s)" || fail "hosts: an absent host in the hostfile is named" "rc $rc after ${took}s: $(tail -3 "$D/bad.log")"
