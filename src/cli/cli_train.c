@@ -161,12 +161,18 @@ int cli_train(int argc, char **argv) {
     };
     cli_layout_opts(opts + N_TRAIN_OPTS, &o->ro, &a.transport, &a.split_text);
     cli_layout_init(&o->ro);
-    int rc = cli_parse(argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
+    int rc = cli_layout_take_faults(&argc, argv, &o->ro) < 0 ? (cli_fail("train"), -1)
+           : cli_parse(argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
                        "--lr X [flags]", opts, sizeof opts / sizeof *opts);
-    if (rc) return rc < 0 ? 2 : 0;
+    if (rc) {
+        cli_layout_faults_free(&o->ro);
+        return rc < 0 ? 2 : 0;
+    }
     a.transport = cli_layout_transport(a.transport);
-    if (keep_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0)
+    if (keep_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
+        cli_layout_faults_free(&o->ro);
         return cli_fail("train");
+    }
     o->ro.split = a.split;
     if ((a.plan && apply_plan(&a) < 0) || pipe_flags(&a, &argc, &argv, &o->world) < 0)
         rc = cli_fail("train");
@@ -176,5 +182,6 @@ int cli_train(int argc, char **argv) {
     }
     if (o->world) { comm_free(o->world); comm_mpi_finalize(); }
     free(a.split);
+    cli_layout_faults_free(&o->ro);
     return rc;
 }

@@ -51,6 +51,8 @@ typedef struct {
     int last_w;                       /* index of its last W or BW in the rank's list, -1 */
     int *writes, n_writes;            /* groups its W adds to (indices into e->grp) */
     double w_end;                     /* when its last W ended this iteration */
+    double slow;                      /* injected slowdown: each F, B, W, BW takes this many times
+                                       * its compute time (--slow-stage; 1: none) */
     /* asynchronous schedules (pipedream): the weights each microbatch's F used */
     float **stash;                    /* [M] (span_n + copies) params at F */
     double *stash_sum;                /* [M] checksum of the stashed weights */

@@ -115,6 +115,7 @@ static int exec_stage_init(run_exec *e, run_stage *st, int g) {
     st->prev_rank = st->prev >= 0 && s->stage_rank[st->prev] != e->p ? exec_rank_of(e, st->prev) : -1;
     st->next_rank = st->next >= 0 && s->stage_rank[st->next] != e->p ? exec_rank_of(e, st->next) : -1;
     st->last_w = exec_last_w(e, g);
+    st->slow = 1;
     if (gpt_init_layers(&st->m, &e->c.src->cfg, st->first, st->end) < 0 ||
         e->c.src->fill(e->c.src, &st->m) < 0)
         return pt_adderr("stage %d (layers %d..%d): ", g, st->first, st->end - 1);

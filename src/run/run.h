@@ -39,6 +39,12 @@ typedef struct {
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),
      * through comm_faulty_wrap. */
     int fail_rank, fail_after;
+    /* Fault injection, simulate's syntax over steps (docs/stragglers.md): --slow-link
+     * "I-J:SECONDS[@FROM-TO]" (world ranks I, J: pipeline neighbours in one replica, or the same
+     * pipeline rank of two replicas) and --slow-stage "I:FACTOR[@FROM-TO]" (stage I). Read by
+     * run_plan_init only (the caller keeps them). */
+    const char *const *slow_link, *const *slow_stage;
+    int n_slow_link, n_slow_stage;
 } run_opts;
 
 typedef struct {
@@ -46,6 +52,8 @@ typedef struct {
     sched *s;                   /* lowered and validated, owned */
     run_layout lo;
     int B, T, mb_rows;          /* global batch, sequence, rows per microbatch (b) */
+    sim_fault *faults;          /* [n_faults] parsed --slow-link / --slow-stage, windows in steps */
+    int n_faults;
 } run_plan;
 
 /* Builds and checks the plan for a model config and a (B,T) batch: the schedule (generated or
@@ -55,6 +63,14 @@ typedef struct {
  * Returns 0, or -1 naming the flag at fault. Free with run_plan_free. */
 int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T);
 void run_plan_free(run_plan *pl);
+/* The faults' windows against a run whose last step is last_step: one that starts after it is an
+ * error naming the flag and its value. */
+int run_plan_check_fault_steps(const run_plan *pl, long last_step);
+/* At step t (1-based): the extra seconds of every message between world ranks a and b (the
+ * active --slow-link faults, added), and stage g's compute factor (the active --slow-stage
+ * faults, multiplied; 1 when none). */
+double run_plan_link_delay(const run_plan *pl, int a, int b, long t);
+double run_plan_stage_factor(const run_plan *pl, int g, long t);
 
 /* Per-iteration results, equal on every rank. */
 typedef struct {

@@ -26,6 +26,7 @@ typedef struct { job_sample *v; int n, cap; } job_samples;
 struct run_job {
     const run_plan *pl;
     int R, n_local, mpi;             /* world size, ranks in this process, MPI mode */
+    int wrapped;                     /* MPI: comms[0] is a faulty wrapper of the caller's world */
     const run_source *src;           /* during init only */
     run_mem *mem;                    /* [R] what each world rank holds */
     comm **comms;                    /* [n_local]; MPI: the caller's world (not owned) */
@@ -147,12 +148,17 @@ int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, c
     timeline_init(&j->tl, pl->s, NULL, 1);
     j->tl.n_ranks = j->R;            /* events carry world ranks: every replica gets its row */
     openblas_set_num_threads(1);     /* one core per rank (MPI: per process; the caller may raise it) */
-    if (j->mpi) j->comms[0] = world;
-    else {
+    if (j->mpi) {
+        j->comms[0] = world;
+        if (pl->n_faults && comm_faulty_borrow(world, -1, &j->comms[0]) < 0) return -1;
+        j->wrapped = pl->n_faults > 0;
+    } else {
         if (comm_threads_create(j->R, j->comms) < 0) return -1;
-        int fr = pl->o.fail_rank;
-        if (pl->o.fail_after > 0 && fr >= 0 && fr < j->R &&
-            comm_faulty_wrap(j->comms[fr], -1, 0, pl->o.fail_after, &j->comms[fr]) < 0) return -1;
+        int fr = pl->o.fail_rank, fail = pl->o.fail_after > 0 && fr >= 0 && fr < j->R;
+        for (int r = 0; r < j->R; r++)   /* faults: every rank's endpoint; the test hook: its rank's */
+            if ((pl->n_faults || (fail && r == fr)) &&
+                comm_faulty_wrap(j->comms[r], -1, 0, fail && r == fr ? pl->o.fail_after : -1, &j->comms[r]) < 0)
+                return -1;
     }
     int rc = job_run_all(j, job_exec_init);
     j->src = NULL;
@@ -163,7 +169,7 @@ void run_job_free(run_job *j) {
     if (!j) return;
     for (int r = 0; r < j->n_local; r++) {
         run_exec_free(j->ex ? j->ex[r] : NULL);
-        if (!j->mpi && j->comms) comm_free(j->comms[r]);
+        if ((!j->mpi || j->wrapped) && j->comms) comm_free(j->comms[r]);   /* a borrowing wrapper */
         free(j->errs ? j->errs[r] : NULL);
     }
     if (j->prof)
@@ -316,6 +322,24 @@ static void job_analyse(run_job *j, run_stats *st) {
     free(busy);
 }
 
+/* Step t's faults on this process's ranks: the delay of each slow link to its other end (a link
+ * between replicas delays their reductions too), each slow stage's factor. */
+static int job_apply_faults(run_job *j, int t) {
+    const run_plan *pl = j->pl;
+    for (int r = 0; r < j->n_local && pl->n_faults; r++) {
+        int w = job_world_rank(j, r);
+        for (int i = 0; i < pl->n_faults; i++) {
+            const sim_fault *x = &pl->faults[i];
+            if (!x->link || (x->a != w && x->b != w)) continue;
+            int peer = x->a == w ? x->b : x->a, replicas = peer / pl->o.P != w / pl->o.P;
+            if (comm_faulty_set_delay(j->comms[r], peer, run_plan_link_delay(pl, w, peer, t), replicas) < 0)
+                return -1;
+        }
+        for (int g = 0; g < pl->s->n_stages; g++) run_exec_set_slowdown(j->ex[r], g, run_plan_stage_factor(pl, g, t));
+    }
+    return 0;
+}
+
 int run_job_iteration(run_job *j, const int *tokens, const int *targets, const optim_config *oc,
                       int t, run_stats *st) {
     memset(st, 0, sizeof *st);
@@ -323,7 +347,7 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
         return pt_seterr("schedule %s updates the weights after every microbatch; the gradient of "
                          "a whole batch needs a synchronous schedule", j->pl->s->name);
     j->tok = tokens; j->tgt = targets; j->oc = oc; j->t = t;
-    if (job_run_all(j, job_iter_rank) < 0) return -1;
+    if (job_apply_faults(j, t) < 0 || job_run_all(j, job_iter_rank) < 0) return -1;
     j->tl.n = 0;
     j->tl_linked = 0;
     if (j->mpi) {

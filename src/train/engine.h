@@ -88,6 +88,8 @@ typedef struct {
     int threads;            /* MPI: OpenBLAS threads per process after the job starts (0: 1) */
     const char *trace;      /* report: the last step's measured Chrome trace here, or NULL */
     const char *svg;        /* report: the last step's measured timeline picture, or NULL */
+    long last_step;         /* the run's last step: a fault window starting after it is an error
+                             * (0: not checked) */
 } train_pipe_opts;
 
 /* The pipelined job (run_plan_init + run_job_init_src) over the starting parameters and AdamW

@@ -256,6 +256,7 @@ int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const r
     p->o.ro.split = NULL;          /* read by run_plan_init only; not kept past it */
     *out = NULL;
     if (run_plan_init(&p->pl, &o->ro, &src->cfg, B, T) < 0) goto free_engine;
+    if (o->last_step > 0 && run_plan_check_fault_steps(&p->pl, o->last_step) < 0) goto free_engine;
     if (run_job_init_src(&p->job, &p->pl, src, o->world) < 0) goto free_engine;
     p->base.root = run_job_is_root(p->job);
     if (o->world && o->threads > 0) openblas_set_num_threads(o->threads);   /* per process */

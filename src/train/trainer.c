@@ -47,7 +47,7 @@ static int start_engine(train_ctx *t) {
     const train_opts *o = &t->o;
     if (!o->ro.P) return train_engine_single_init(&t->e, &t->m, &t->opt, o->batch, o->seq, o->threads);
     train_pipe_opts po = { .ro = o->ro, .world = o->world, .threads = o->threads,
-                           .trace = o->trace, .svg = o->svg };
+                           .trace = o->trace, .svg = o->svg, .last_step = o->steps };
     if (!po.svg && t->rep.on) po.svg = t->rep.svg;   /* the report draws the last step */
     int rc = train_engine_pipe_init(&t->e, &po, &t->src, o->batch, o->seq);
     run_source_free(&t->src);   /* read by the job's start only */

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Stragglers in the runtime (docs/stragglers.md): fault injection (--slow-link, --slow-stage on
+# train and grad, threads and MPI) never changes a number; bad fault specs are errors naming the
+# flag and the value.
+. tests/lib.sh
+BUILD=${BUILD:-build}
+P=$PIPETRAIN
+D=$TEST_TMP/straggler
+mkdir -p "$D"
+cat > "$D/cfg.json" <<'J'
+{"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}
+J
+for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
+export OPENBLAS_NUM_THREADS=1
+grad() { "$P" grad --config "$D/cfg.json" --tokens "$D/text.txt" --batch 8 --seq 16 "$@"; }
+train() { "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --lr 3e-3 "$@"; }
+mpi() { local n=$1; shift; timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$n" "$P" "$@" < /dev/null; }
+same() { cmp -s "$1" "$2"; }
+# the numbers of a metrics file: loss and grad_norm of every step
+numbers() { sed -E 's/.*"loss":([^,]*),"lr":[^,]*,"grad_norm":([^,]*),.*/\1 \2/' "$1"; }
+
+# --- faults never change a number (the same bits: nothing is reordered, only delayed)
+pipe="--stages 2 --schedule zb-h1 --microbatches 4"
+check "faults: grad zb-h1 P=2" grad --out "$D/g0.st" $pipe
+check "faults: grad with a slow link and a slow stage" grad --out "$D/g1.st" $pipe --slow-link 0-1:0.01 --slow-stage 1:1.5
+check "faults: grad's gradients are bitwise those without" same "$D/g0.st" "$D/g1.st"
+check "faults: grad P=2 D=2" grad --out "$D/g2.st" --stages 2 --dp 2 --microbatches 2
+check "faults: grad P=2 D=2, a slow link between replicas (their reductions held back)" \
+  grad --out "$D/g3.st" --stages 2 --dp 2 --microbatches 2 --slow-link 1-3:0.02 --slow-link 0-1:0.005
+check "faults: ... bitwise those without" same "$D/g2.st" "$D/g3.st"
+train --steps 4 $pipe --metrics "$D/m0.jsonl" > /dev/null 2>&1
+if train --steps 4 $pipe --metrics "$D/m1.jsonl" --slow-link 0-1:0.02@2-3 --slow-stage 0:2@3- > "$D/t1.out" 2>&1 &&
+   [ "$(numbers "$D/m0.jsonl")" = "$(numbers "$D/m1.jsonl")" ] && [ "$(wc -l < "$D/m1.jsonl")" = 4 ]; then
+  ok "faults: train with faults over windows of steps: the same losses and norms, bitwise"
+else fail "faults: train with faults over windows of steps" "$(tail -2 "$D/t1.out"; numbers "$D/m1.jsonl" | tr '\n' ' ')"; fi
+if mpi 2 grad --config "$D/cfg.json" --tokens "$D/text.txt" --batch 8 --seq 16 --out "$D/g4.st" $pipe \
+     --transport mpi --slow-link 0-1:0.01 --slow-stage 0:1.5 > "$D/mpi.out" 2>&1 && same "$D/g0.st" "$D/g4.st"; then
+  ok "faults: MPI grad with a slow link and stage equals threads without, bitwise"
+else fail "faults: MPI grad with a slow link and stage" "$(tail -3 "$D/mpi.out")"; fi
+
+# --- bad specs: the flag and the value, what is wrong
+expect_error "faults: a rank outside the pipeline" "--slow-link '0-2:1': rank 2 is not in the pipeline" \
+  grad --out "$D/x.st" --stages 2 --slow-link 0-2:1
+expect_error "faults: ranks that exchange nothing" "--slow-link '0-3:1': .*exchange nothing" \
+  grad --out "$D/x.st" --stages 2 --dp 2 --microbatches 2 --slow-link 0-3:1
+expect_error "faults: non-neighbours in one replica" "--slow-link '0-2:1': ranks 0 and 2 exchange no messages" \
+  grad --out "$D/x.st" --stages 4 --microbatches 4 --slow-link 0-2:1
+expect_error "faults: negative seconds" "--slow-link '0-1:-1'" grad --out "$D/x.st" --stages 2 --slow-link 0-1:-1
+expect_error "faults: a factor below 1" "--slow-stage '1:0.5': FACTOR must be in 1" \
+  grad --out "$D/x.st" --stages 2 --slow-stage 1:0.5
+expect_error "faults: a stage out of range" "--slow-stage '2:2': stage 2 out of range 0..1" \
+  grad --out "$D/x.st" --stages 2 --slow-stage 2:2
+expect_error "faults: FROM after TO" "--slow-link '0-1:1@5-3': FROM 5 is after TO 3" \
+  train --steps 6 --stages 2 --slow-link 0-1:1@5-3
+expect_error "faults: steps count from 1" "--slow-stage '0:2@0-3': steps count from 1" \
+  train --steps 6 --stages 2 --slow-stage 0:2@0-3
+expect_error "faults: a window after the last step" "--slow-link '0-1:1@9-': starts at step 9, after the last \(6\)" \
+  train --steps 6 --stages 2 --slow-link 0-1:1@9-
+expect_error "faults: grad runs step 1 only" "starts at step 2, after the last \(1\)" \
+  grad --out "$D/x.st" --stages 2 --slow-link 0-1:1@2-
+expect_error "faults: a missing value" "--slow-stage needs a value" grad --out "$D/x.st" --stages 2 --slow-stage
+rm -rf "$D"
+done_tests
