@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stragglers in the runtime (docs/stragglers.md): fault injection (--slow-link, --slow-stage on
-# train and grad, threads and MPI) never changes a number; bad fault specs are errors naming the
-# flag and the value.
+# train and grad, threads and MPI) never changes a number; train --adapt switches to the adaptive
+# schedule while a link is slow and back when it clears, on every rank at the same step, with the
+# same numbers; bad fault specs and layouts are errors naming the flag and the value.
 . tests/lib.sh
 BUILD=${BUILD:-build}
 P=$PIPETRAIN
@@ -37,6 +38,47 @@ if mpi 2 grad --config "$D/cfg.json" --tokens "$D/text.txt" --batch 8 --seq 16 -
      --transport mpi --slow-link 0-1:0.01 --slow-stage 0:1.5 > "$D/mpi.out" 2>&1 && same "$D/g0.st" "$D/g4.st"; then
   ok "faults: MPI grad with a slow link and stage equals threads without, bitwise"
 else fail "faults: MPI grad with a slow link and stage" "$(tail -3 "$D/mpi.out")"; fi
+
+# --- train --adapt: a link slow in steps 3..5 is found after step 3 (the adaptive schedule runs
+# steps 4..6), cleared after step 6 (zb-h1 again from step 7); the same losses, norms and
+# parameters, bitwise, as a run without faults or adaptation; a log line and an event each time.
+schedules() { grep -o '"schedule":"[a-z0-9-]*"' "$1" | sed 's/.*:"\(.*\)"/\1/' | tr '\n' ' '; }
+want="zb-h1 zb-h1 zb-h1 adaptive adaptive adaptive zb-h1 zb-h1 "
+adapt="--adapt --mem-limit 4 --slow-link 0-1:0.02@3-5"
+train --steps 8 $pipe --save "$D/s0" > /dev/null 2>&1
+if train --steps 8 $pipe $adapt --save "$D/s1" > "$D/a1.out" 2>&1 && [ "$(schedules "$D/s1/metrics.jsonl")" = "$want" ]; then
+  ok "adapt: switches one step after the slow link appears and one after it clears"
+else fail "adapt: switches one step after onset and recovery" "$(schedules "$D/s1/metrics.jsonl"); $(grep '^step [0-9]*:' "$D/a1.out")"; fi
+grep -Eq '^step 3: link 0-1 \+[0-9]+ ms per message; adaptive warm-up [0-9,]+ \(peak [0-9]+ of limit 4\); predicted [0-9.]+ s/step, was [0-9.]+$' "$D/a1.out" \
+  && grep -q '^step 6: healthy again; back to zb-h1$' "$D/a1.out" && ok "adapt: one log line per switch" \
+  || fail "adapt: one log line per switch" "$(grep '^step [0-9]*:' "$D/a1.out")"
+grep -q '"event":"adapt","step":3,"action":"adapt","schedule":"adaptive"' "$D/s1/metrics.events.jsonl" && \
+  grep -q '"event":"adapt","step":6,"action":"revert","schedule":"zb-h1"' "$D/s1/metrics.events.jsonl" \
+  && ok "adapt: adapt events in the run's events file" || fail "adapt: adapt events" "$(grep adapt "$D/s1/metrics.events.jsonl")"
+grep -q '"split":"2,2"' "$D/s1/metrics.jsonl" && ok "adapt: metrics carry the split" || fail "adapt: split key" "$(head -1 "$D/s1/metrics.jsonl")"
+[ "$(numbers "$D/s0/metrics.jsonl")" = "$(numbers "$D/s1/metrics.jsonl")" ] && same "$D/s0/ckpt-8/chunk-0.safetensors" "$D/s1/ckpt-8/chunk-0.safetensors" \
+  && same "$D/s0/ckpt-8/chunk-1.safetensors" "$D/s1/ckpt-8/chunk-1.safetensors" \
+  && ok "adapt: losses, norms, parameters and moments bitwise those of a run without faults or adaptation" \
+  || fail "adapt: the same numbers" "$(numbers "$D/s1/metrics.jsonl" | tr '\n' ' ')"
+if train --steps 8 --stages 4 --microbatches 8 --schedule 1f1b --adapt --mem-limit 8 --slow-link 1-2:0.02@3-5 \
+     --metrics "$D/m4.jsonl" > "$D/a4.out" 2>&1 && grep -q '^step 3: link 1-2 ' "$D/a4.out" && grep -q 'back to 1f1b' "$D/a4.out"; then
+  ok "adapt: P=4, a slow middle link, from 1f1b and back"
+else fail "adapt: P=4 middle link" "$(tail -3 "$D/a4.out")"; fi
+train --steps 6 --stages 2 --dp 2 --microbatches 2 --metrics "$D/d0.jsonl" > /dev/null 2>&1
+if train --steps 6 --stages 2 --dp 2 --microbatches 2 --schedule zb-h1 --adapt --mem-limit 2 --slow-link 2-3:0.02@3-4 \
+     --metrics "$D/d1.jsonl" > "$D/ad.out" 2>&1 && grep -q '^step 3: link 0-1 ' "$D/ad.out" \
+     && [ "$(numbers "$D/d0.jsonl")" = "$(numbers "$D/d1.jsonl")" ]; then
+  ok "adapt: dp 2, a slow link in replica 1 only is found; the same numbers"
+else fail "adapt: dp 2, replica 1's link" "$(grep '^step [0-9]*:' "$D/ad.out"; tail -2 "$D/ad.out")"; fi
+if mpi 2 train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --lr 3e-3 --steps 8 $pipe $adapt \
+     --transport mpi --metrics "$D/mm.jsonl" > "$D/am.out" 2>&1 && [ "$(schedules "$D/mm.jsonl")" = "$want" ] \
+     && [ "$(numbers "$D/s0/metrics.jsonl")" = "$(numbers "$D/mm.jsonl")" ]; then
+  ok "adapt: MPI: every rank switches at the same steps (no coordinator); the same numbers as threads"
+else fail "adapt: MPI" "$(schedules "$D/mm.jsonl"); $(grep -E '^step [0-9]+:|error|failed' "$D/am.out" | head -5)"; fi
+expect_error "adapt: needs a pipelined run" "--adapt switches the schedule of a pipelined run" train --steps 2 --adapt
+expect_error "adapt: one stage per rank" "--adapt switches between schedules of one stage per rank; interleaved-1f1b has several" \
+  train --steps 2 --stages 2 --schedule interleaved-1f1b --microbatches 4 --adapt
+expect_error "adapt: a memory limit >= 0" "--mem-limit must be >= 0" train --steps 2 --stages 2 --adapt --mem-limit -1
 
 # --- bad specs: the flag and the value, what is wrong
 expect_error "faults: a rank outside the pipeline" "--slow-link '0-2:1': rank 2 is not in the pipeline" \

@@ -127,7 +127,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 29 };
+    enum { N_TRAIN_OPTS = 31 };
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
         {"--init", OPT_STR, &o->init, "initial weights (safetensors); default: GPT-2 init from --seed"},
@@ -158,6 +158,10 @@ int cli_train(int argc, char **argv) {
         {"--trace", OPT_STR, &o->trace, "pipelined: Chrome trace JSON of the last step, measured"},
         {"--svg", OPT_STR, &o->svg, "pipelined: SVG timeline of the last step, measured"},
         {"--plan", OPT_STR, &a.plan, "run the layout of a plan file (pipetrain plan --out plan.json)"},
+        {"--adapt", OPT_FLAG, &o->adapt, "pipelined: switch to the adaptive schedule while a link is measured slow, back "
+                                         "when it clears (docs/stragglers.md)"},
+        {"--mem-limit", OPT_INT, &o->mem_limit, "--adapt: microbatches of activations a stage may hold (default: the "
+                                                "starting schedule's peak)"},
     };
     cli_layout_opts(opts + N_TRAIN_OPTS, &o->ro, &a.transport, &a.split_text);
     cli_layout_init(&o->ro);

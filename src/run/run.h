@@ -126,9 +126,23 @@ void run_job_mem(const run_job *j, int w, run_mem *out);
 int run_job_peak_rss(run_job *j, double **out);
 /* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
 int run_job_is_root(const run_job *j);
-/* The last iteration's events of every rank, merged (root only; NULL elsewhere): times in seconds
- * from that iteration's start, send -> receive links set. Owned by the job. */
+/* The last iteration's events of every rank, merged (root only, NULL elsewhere; every rank after
+ * run_job_share_timeline): times in seconds from that iteration's start, send -> receive links
+ * set. Owned by the job. */
 const timeline *run_job_timeline(run_job *j);
+/* From the next iteration on (on = 1), every rank gets the merged timeline (MPI: each rank's
+ * events summed into everyone's copy by one allreduce, no root), so every rank can compute the
+ * same thing from it (the straggler policy). Call on every rank. */
+void run_job_share_timeline(run_job *j, int on);
+/* The schedule in force (the plan's, or the last run_job_replan's). */
+const sched *run_job_schedule(const run_job *j);
+/* Switches to schedule s (compute-only or lowered; copied) from the next iteration on: lowered,
+ * validated, checked runnable and of the same shape as the one in force (stages on the same
+ * ranks, microbatches, pipes; synchronous), and (MPI) the same on every rank. Parameters, AdamW
+ * moments, gradient groups and the layer split stay; activation sets follow the new peaks.
+ * Collective under MPI (every rank, between iterations). Returns 0, or -1 naming what is wrong
+ * (the old schedule stays in force). */
+int run_job_replan(run_job *j, const sched *s);
 /* Costs profiled from the iterations run so far (medians of the recorded durations, after the
  * first iteration when there was more than one), into c (sim_costs_init'ed for S stages): per
  * stage F, B, W (B and W from a fused BW split in half when only BW ran), BW, REDUCE_GRAD, and

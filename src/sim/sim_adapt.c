@@ -157,6 +157,17 @@ int sim_estimate_timeline(const timeline *tl, const sim_costs *expected, int ite
     return 0;
 }
 
+void sim_costs_apply_estimate(const sim_costs *healthy, const sim_estimate *e, sim_costs *out) {
+    sim_costs_copy(healthy, out);
+    for (int g = 0; g < out->n_stages && g < e->n_stages; g++) {
+        double k = e->stage_slow[g];
+        out->f[g] *= k, out->b[g] *= k, out->w[g] *= k;
+        if (out->bw[g] >= 0) out->bw[g] *= k;
+    }
+    for (int r = 0; r + 1 < e->n_ranks; r++)
+        if (e->link_delay[r] > 0) sim_costs_set_link(out, r, r + 1, -1, -1, e->link_delay[r]);
+}
+
 char *sim_estimate_describe(const sim_estimate *e, const sim_policy_opts *o, double mean_f, char *buf, int n) {
     int len = 0;
     buf[0] = 0;

@@ -92,6 +92,10 @@ void sim_policy_free(sim_policy *pol);
  * hysteresis: a straggler turns on above the `on` thresholds for `onset` iterations, off below the
  * `off` ones for `recovery` iterations). Pure: no I/O, no clock. */
 sim_policy_action sim_policy_step(sim_policy *pol, const sim_policy_opts *o, const sim_estimate *e, double mean_f);
+/* out = healthy (the costs without faults) with estimate e applied: stage g's times x
+ * e->stage_slow[g], link r-r+1's extra + e->link_delay[r]: the costs the adaptive schedule is
+ * built for. out is new (free with sim_costs_free). */
+void sim_costs_apply_estimate(const sim_costs *healthy, const sim_estimate *e, sim_costs *out);
 /* One line for a log: the slow links and stages in e ("link 3-4 +6 per message; stage 2 x2"), or
  * "healthy", into buf. Returns buf. */
 char *sim_estimate_describe(const sim_estimate *e, const sim_policy_opts *o, double mean_f, char *buf, int n);

@@ -17,6 +17,7 @@ typedef struct {
     train_pipe_opts o;
     run_plan pl;
     run_job *job;
+    long last_step;             /* the step last run */
     double *iter_t, *bubble;    /* (n_cap) measured per step of this run, n recorded */
     int n, n_cap;
     /* report's results: medians measured, the simulator's prediction (-1: none) */
@@ -43,17 +44,30 @@ static void pipe_record(pipe_engine *p, double iter_time, double bubble) {
     p->bubble[p->n++] = bubble;
 }
 
+/* Transformer blocks per chunk (the embedding and head aside), "2,2", into buf. */
+static void pipe_split_text(const pipe_engine *p, char *buf, size_t n) {
+    const run_layout *lo = &p->pl.lo;
+    size_t at = 0;
+    buf[0] = 0;
+    for (int c = 0; c < lo->K && at < n; c++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%d", c ? "," : "",
+                               lo->chunk_first[c + 1] - lo->chunk_first[c] - (c == 0) - (c == lo->K - 1));
+}
+
 /* One iteration of the job; its stats as the trainer's, kept for the report. */
 static int pipe_step(train_engine *e, const int *tokens, const int *targets,
                      const optim_config *oc, long t, train_step_stats *st) {
     pipe_engine *p = (pipe_engine *)e;
     run_stats rs;
+    p->last_step = t;
     if (run_job_iteration(p->job, tokens, targets, oc, (int)t, &rs) < 0) return -1;
     st->opt = (train_stats){ .loss = rs.loss, .grad_norm = rs.grad_norm, .lr = rs.lr,
                              .clip_scale = rs.clip_scale };
     st->iter_time = rs.iter_time;
     st->bubble = rs.bubble;
     st->act_bytes = run_job_act_bytes(p->job);
+    snprintf(st->schedule, sizeof st->schedule, "%s", run_job_schedule(p->job)->name);
+    pipe_split_text(p, st->split, sizeof st->split);
     pipe_record(p, rs.iter_time, rs.bubble);
     return 0;
 }
@@ -104,16 +118,32 @@ static void pipe_describe(const train_engine *e) {
                "on one rank keeps all its moments\n");
 }
 
-/* The simulator's iteration for the schedule, from the F/B/W costs profiled in this run, next
- * to the measured medians it and bub. */
+/* The injected faults of the last step (replica 0's links, every stage) into c: the simulator
+ * then predicts what that step ran under. */
+static void pipe_last_faults(const pipe_engine *p, sim_costs *c) {
+    int P = p->pl.o.P;
+    for (int r = 0; r + 1 < P; r++) {
+        double d = run_plan_link_delay(&p->pl, r, r + 1, p->last_step);
+        if (d > 0) sim_costs_set_link(c, r, r + 1, -1, -1, d);
+    }
+    for (int g = 0; g < c->n_stages; g++) {
+        double k = run_plan_stage_factor(&p->pl, g, p->last_step);
+        c->f[g] *= k, c->b[g] *= k, c->w[g] *= k;
+        if (c->bw[g] >= 0) c->bw[g] *= k;
+    }
+}
+
+/* The simulator's iteration for the schedule in force, from the F/B/W costs profiled in this
+ * run and the last step's injected faults, next to the measured medians it and bub. */
 static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
-    const sched *s = p->pl.s;
+    const sched *s = run_job_schedule(p->job);   /* the one in force at the end */
     sim_costs c;
     sim_result res;
     sim_opts so = { .iterations = 1 };
     sim_costs_init(&c, s->n_stages, 0, 0, 0);
     run_job_profile(p->job, &c);
     c.reduce_overlap = !p->pl.o.no_overlap;   /* the reduction as the runtime ran it */
+    pipe_last_faults(p, &c);
     int rc = sim_run(s, &c, &so, &res);
     sim_costs_free(&c);
     p->it_med = it;
@@ -126,9 +156,9 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
         printf("simulated: not available: %s\n", pt_err());
         return;
     }
-    printf("simulated: iteration %.3f ms, bubble %.1f%% (from F/B/W costs profiled in this run; "
-           "measured/simulated %.2f)\n", res.iteration_time * 1e3, res.bubble_fraction * 100,
-           res.iteration_time > 0 ? it / res.iteration_time : 0);
+    printf("simulated: iteration %.3f ms, bubble %.1f%% (%s, from F/B/W costs profiled in this run%s; "
+           "measured/simulated %.2f)\n", res.iteration_time * 1e3, res.bubble_fraction * 100, s->name,
+           p->pl.n_faults ? " and the last step's faults" : "", res.iteration_time > 0 ? it / res.iteration_time : 0);
     sim_result_free(&res);
 }
 
@@ -243,9 +273,16 @@ static void pipe_free(train_engine *e) {
     free(p);
 }
 
+static const timeline *pipe_timeline(train_engine *e) { return run_job_timeline(((pipe_engine *)e)->job); }
+
+static const sched *pipe_schedule(const train_engine *e) { return run_job_schedule(((const pipe_engine *)e)->job); }
+
+static int pipe_replan(train_engine *e, const sched *s) { return run_job_replan(((pipe_engine *)e)->job, s); }
+
 static const train_engine_vt pipe_vt = {
     .name = "pipelined", .step = pipe_step, .save = pipe_save, .describe = pipe_describe,
     .report = pipe_report, .layout = pipe_layout, .summary = pipe_summary, .free = pipe_free,
+    .timeline = pipe_timeline, .schedule = pipe_schedule, .replan = pipe_replan,
 };
 
 int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const run_source *src,
@@ -259,6 +296,7 @@ int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const r
     if (o->last_step > 0 && run_plan_check_fault_steps(&p->pl, o->last_step) < 0) goto free_engine;
     if (run_job_init_src(&p->job, &p->pl, src, o->world) < 0) goto free_engine;
     p->base.root = run_job_is_root(p->job);
+    run_job_share_timeline(p->job, o->adapt);
     if (o->world && o->threads > 0) openblas_set_num_threads(o->threads);   /* per process */
     *out = &p->base;
     return 0;

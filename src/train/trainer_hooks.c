@@ -23,12 +23,14 @@ int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *u
     return 0;
 }
 
-/* {"step":..,"loss":..,"lr":..,"grad_norm":..,"tokens_per_s":..,"step_ms":..[,"bubble_fraction":
- * ..,"act_bytes_max_rank":..]} */
+/* {"step":..,"loss":..,"lr":..,"grad_norm":..,"tokens_per_s":..,"step_ms":..[,"schedule":"zb-h1",
+ * "split":"2,2"][,"bubble_fraction":..,"act_bytes_max_rank":..]} (pipelined: the schedule that ran
+ * the step and the blocks per chunk, so a run that adapts shows when it switched) */
 static void log_metrics(FILE *f, long step, const train_step_stats *st, double tok_s) {
     fprintf(f, "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,"
             "\"step_ms\":%.3f", step, st->opt.loss, st->opt.lr, st->opt.grad_norm, tok_s,
             st->step_time * 1e3);
+    if (st->schedule[0]) fprintf(f, ",\"schedule\":\"%s\",\"split\":\"%s\"", st->schedule, st->split);
     if (st->bubble >= 0)
         fprintf(f, ",\"bubble_fraction\":%.4f,\"act_bytes_max_rank\":%zu", st->bubble, st->act_bytes);
     fprintf(f, "}\n");

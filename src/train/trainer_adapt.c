@@ -1,0 +1,374 @@
+/* Straggler adaptation at the step boundary (train --adapt; docs/stragglers.md): an ADAPT hook
+ * that reads each step's measured timeline (the same on every rank: every rank decides the same
+ * thing, with no coordinator), estimates each link's delay and each stage's slowdown against the
+ * costs of recent healthy steps (sim_estimate_timeline), lets the simulator's policy decide with
+ * its hysteresis (sim_policy_step), and switches the engine to the adaptive schedule built for the
+ * estimate under the memory limit (sim_adaptive_schedule), or back to the starting schedule when
+ * the straggler clears. Each switch is a log line and an "adapt" event. Only the order of work
+ * changes: parameters, moments and the split stay. Not here: the estimate, the policy and the
+ * generator (sim/sim_adapt.h, sched/), switching (run_job_replan).
+ * Legend: P ranks, S stages (one per rank), M microbatches, D replicas. */
+#include "train/trainer_int.h"
+#include "sim/sim_adapt.h"
+#include "util/pt.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ADAPT_BASELINE 8      /* the expected costs are medians over this many recent healthy steps */
+#define ADAPT_MIN_GAIN 0.03   /* switch only to a schedule predicted at least 3% faster */
+#define K_KINDS 5             /* per stage: F, B, W, BW, and (stage 0 only) STEP */
+/* A stage is slow from 1.5 x the others (and healthy again below 1.25): measured compute on cores
+ * shared with other work varies by 30-40% from step to step (the simulator's 1.2 / 1.1 would see
+ * stragglers that are not there); a real straggler is 2x or more. */
+#define ADAPT_STAGE_ON 1.5
+#define ADAPT_STAGE_OFF 1.25
+/* A link's delay is what a message took beyond the healthy steps' time on it (wake-ups, copies);
+ * below 1 ms it is jitter, not a slow link (for a model whose F takes 0.1 ms the simulator's
+ * thresholds of 0.5 and 0.25 x F would see one in every thread wake-up). */
+#define ADAPT_LINK_FLOOR 1e-3
+
+typedef struct train_adapt train_adapt;
+
+struct train_adapt {
+    int P, S, M, D, mem_limit;
+    int overlap;                    /* reductions overlapped (the simulator is told so) */
+    sched *start;                   /* the starting schedule (a lowered copy) */
+    int switched;                   /* an adaptive schedule is in force */
+    sim_policy pol;
+    sim_policy_opts po;
+    int nv;                         /* values a step is measured by: S * K_KINDS stage medians,
+                                     * then P-1 links' message times */
+    double *base;                   /* [ADAPT_BASELINE][nv] healthy steps' values */
+    int n_base, next_base;
+    double *prev_slow;              /* [S] the last step's relative stage slowdowns */
+    long first_step;                /* the run's first step (a warm-up: not measured) */
+    int said_keep;                  /* a straggler was reported without a switch (since the last
+                                     * switch or revert) */
+};
+
+/* ---- measuring ---------------------------------------------------------------------------- */
+
+static int kind_slot(sched_kind k) {
+    return k == ACT_F ? 0 : k == ACT_B ? 1 : k == ACT_W ? 2 : k == ACT_BW ? 3 : k == ACT_STEP ? 4 : -1;
+}
+
+/* This step's median duration of each (stage, kind) over every rank and replica, into v[S * K]
+ * (-1: none ran); STEP goes to stage 0's slot. */
+static void step_medians(const timeline *tl, int S, double *v) {
+    double *d = pt_malloc(sizeof *d * (size_t)(tl->n + 1));
+    for (int g = 0; g < S; g++)
+        for (int k = 0; k < K_KINDS; k++) {
+            int n = 0;
+            for (int i = 0; i < tl->n; i++) {
+                const tl_event *x = &tl->ev[i];
+                if (kind_slot(x->act.kind) == k && (k == 4 ? g == 0 : x->act.stage == g)) d[n++] = x->end - x->start;
+            }
+            v[g * K_KINDS + k] = n ? pt_median(d, n) : -1;
+        }
+    free(d);
+}
+
+static void base_add(train_adapt *A, const double *v) {
+    memcpy(A->base + (size_t)A->next_base * A->nv, v, sizeof *v * (size_t)A->nv);
+    A->next_base = (A->next_base + 1) % ADAPT_BASELINE;
+    if (A->n_base < ADAPT_BASELINE) A->n_base++;
+}
+
+/* The median over the baseline steps of value v (-1 when none has it). */
+static double base_median(const train_adapt *A, int v) {
+    double x[ADAPT_BASELINE];
+    int n = 0;
+    for (int i = 0; i < A->n_base; i++) {
+        double y = A->base[(size_t)i * A->nv + (size_t)v];
+        if (y >= 0) x[n++] = y;
+    }
+    return n ? pt_median(x, n) : -1;
+}
+
+/* The healthy costs: medians over the baseline steps (a fused BW's halves stand for B and W),
+ * links free (their healthy time is base_link). */
+static void base_costs(const train_adapt *A, sim_costs *c) {
+    double m[K_KINDS];
+    sim_costs_init(c, A->S, 0, 0, 0);
+    c->reduce_overlap = A->overlap;
+    for (int g = 0; g < A->S; g++) {
+        for (int k = 0; k < K_KINDS; k++) m[k] = base_median(A, g * K_KINDS + k);
+        c->f[g] = m[0] > 0 ? m[0] : 0;
+        c->b[g] = m[1] >= 0 ? m[1] : m[3] > 0 ? m[3] / 2 : 0;
+        c->w[g] = m[2] >= 0 ? m[2] : m[3] > 0 ? m[3] / 2 : 0;
+        c->bw[g] = m[3] >= 0 ? m[3] : -1;
+        if (g == 0 && m[4] > 0) c->step = m[4];
+    }
+}
+
+/* Replica d's events as a timeline of P ranks (world ranks d*P + p -> p), links kept. */
+static void replica_timeline(const timeline *tl, const sched *s, int d, int P, timeline *out) {
+    int *idx = pt_malloc(sizeof *idx * (size_t)(tl->n + 1));
+    timeline_init(out, s, NULL, 1);
+    for (int i = 0; i < tl->n; i++) {
+        const tl_event *x = &tl->ev[i];
+        idx[i] = -1;
+        if (x->rank / P != d) continue;
+        tl_event y = *x;
+        y.rank = x->rank % P;
+        if (y.peer >= 0) y.peer %= P;
+        idx[i] = timeline_push(out, &y);
+    }
+    for (int i = 0; i < out->n; i++)
+        if (out->ev[i].link >= 0) out->ev[i].link = idx[out->ev[i].link];
+    free(idx);
+}
+
+/* The estimate of the step against the healthy costs: per replica, then the largest delay and
+ * slowdown of each link and stage over the replicas (every replica runs the one schedule). Stage
+ * slowdowns are taken relative to the fastest stage, so a machine-wide slowdown (other jobs on
+ * the cores) is no straggler. */
+static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, const sim_costs *healthy,
+                         sim_estimate *est) {
+    sim_estimate one;
+    sim_estimate_init(&one, A->P, A->S);
+    for (int r = 0; r + 1 < A->P; r++) est->link_delay[r] = 0;
+    for (int g = 0; g < A->S; g++) est->stage_slow[g] = 0;
+    int rc = 0;
+    for (int d = 0; d < A->D && rc == 0; d++) {
+        timeline sub;
+        replica_timeline(tl, s, d, A->P, &sub);
+        rc = sim_estimate_timeline(&sub, healthy, 0, &one);
+        timeline_free(&sub);
+        for (int r = 0; r + 1 < A->P && rc == 0; r++) est->link_delay[r] = fmax(est->link_delay[r], one.link_delay[r]);
+        for (int g = 0; g < A->S && rc == 0; g++) est->stage_slow[g] = fmax(est->stage_slow[g], one.stage_slow[g]);
+    }
+    double lo = INFINITY;
+    for (int g = 0; g < A->S; g++) lo = fmin(lo, est->stage_slow[g]);
+    for (int g = 0; g < A->S && lo > 0 && isfinite(lo); g++) est->stage_slow[g] /= lo;
+    for (int g = 0; g < A->S; g++) {   /* two steps in a row: one slow step of a busy core is noise */
+        double now = est->stage_slow[g];
+        est->stage_slow[g] = fmin(now, A->prev_slow[g]);
+        A->prev_slow[g] = now;
+    }
+    sim_estimate_free(&one);
+    return rc;
+}
+
+static double mean_f(const sim_costs *c) {
+    double m = 0;
+    for (int g = 0; g < c->n_stages; g++) m += c->f[g] / c->n_stages;
+    return m;
+}
+
+/* Healthy by the `off` thresholds (the state the baseline learns from). */
+static int estimate_healthy(const train_adapt *A, const sim_estimate *e, double mf) {
+    for (int r = 0; r + 1 < A->P; r++)
+        if (e->link_delay[r] >= A->po.link_off * mf) return 0;
+    for (int g = 0; g < A->S; g++)
+        if (e->stage_slow[g] >= A->po.stage_off) return 0;
+    return 1;
+}
+
+/* ---- switching ---------------------------------------------------------------------------- */
+
+/* "link 0-1 +48 ms per message; stage 1 x2.0", or "healthy", into buf. */
+static void describe(const train_adapt *A, const sim_estimate *e, double mf, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int r = 0; r + 1 < A->P && at < n; r++)
+        if (e->link_delay[r] >= A->po.link_off * mf)
+            at += (size_t)snprintf(buf + at, n - at, "%slink %d-%d +%.0f ms per message", at ? "; " : "", r, r + 1,
+                                   e->link_delay[r] * 1e3);
+    for (int g = 0; g < A->S && at < n; g++)
+        if (e->stage_slow[g] >= A->po.stage_off)
+            at += (size_t)snprintf(buf + at, n - at, "%sstage %d x%.2f", at ? "; " : "", g, e->stage_slow[g]);
+    if (!at) snprintf(buf, n, "healthy");
+}
+
+/* Forwards each rank runs before its first backward ("5,4,2,1"), into buf. */
+static void warmup_text(const sched *s, char *buf, size_t n) {
+    size_t at = 0;
+    for (int r = 0; r < s->n_ranks && at < n; r++) {
+        int w = 0;
+        for (int i = 0; i < s->len[r]; i++) {
+            sched_kind k = s->acts[r][i].kind;
+            if (k == ACT_B || k == ACT_BW) break;
+            w += k == ACT_F;
+        }
+        at += (size_t)snprintf(buf + at, n - at, "%s%d", r ? "," : "", w);
+    }
+}
+
+/* The event's fields: the estimate, what runs now, the predictions (seconds per step). */
+static cJSON *adapt_fields(const train_adapt *A, const sim_estimate *e, const char *action, const char *schedule,
+                           double predicted, double was) {
+    cJSON *o = cJSON_CreateObject(), *links = cJSON_CreateArray(), *stages = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "action", action);
+    cJSON_AddStringToObject(o, "schedule", schedule);
+    for (int r = 0; r + 1 < A->P; r++) cJSON_AddItemToArray(links, cJSON_CreateNumber(e->link_delay[r]));
+    for (int g = 0; g < A->S; g++) cJSON_AddItemToArray(stages, cJSON_CreateNumber(e->stage_slow[g]));
+    cJSON_AddItemToObject(o, "link_delay_s", links);
+    cJSON_AddItemToObject(o, "stage_slowdown", stages);
+    if (predicted > 0) cJSON_AddNumberToObject(o, "predicted_s", predicted);
+    if (was > 0) cJSON_AddNumberToObject(o, "was_s", was);
+    cJSON_AddNumberToObject(o, "mem_limit", A->mem_limit);
+    return o;
+}
+
+static void say(train_ctx *t, long step, const char *line, cJSON *fields) {
+    if (t->root) {
+        printf("step %ld: %s\n", step, line);
+        fflush(stdout);
+    }
+    train_report_adapt(t, step, line, fields);
+}
+
+/* Why nothing helps: a slow stage (only moving layers would: not done), or the memory limit (the
+ * limit that would help and what it would give), into buf ("" when neither says more). */
+static void memory_hint(const train_adapt *A, const sim_costs *healthy, const sim_estimate *est, double was,
+                        char *buf, size_t n) {
+    int slow_link = 0;
+    buf[0] = 0;
+    for (int r = 0; r + 1 < A->P; r++) slow_link |= est->link_delay[r] > 0;
+    sim_costs c;
+    sim_costs_apply_estimate(healthy, est, &c);
+    sched_params shape = { .ranks = A->P, .microbatches = A->M, .chunks = 1, .mem_limit = A->mem_limit };
+    double t = 0;
+    int peak = 0, need = slow_link ? sim_adaptive_mem_needed(&shape, &c, 0.05, &t, &peak) : -1;
+    sim_costs_free(&c);
+    if (need > A->mem_limit && t < was * (1 - ADAPT_MIN_GAIN))
+        snprintf(buf, n, " (--mem-limit %d would give %.3f s/step)", need, t);
+    else if (!slow_link)
+        snprintf(buf, n, " (a slow stage needs its layers moved to its neighbours: not done)");
+}
+
+/* Builds the adaptive schedule for the healthy costs with the estimate applied, within the memory
+ * limit, and switches to it when it is predicted faster than the schedule in force. */
+static int adapt_switch(train_ctx *t, train_adapt *A, long step, const sim_costs *healthy, const sim_estimate *est,
+                        double mf) {
+    train_engine *e = t->e;
+    sim_costs c;
+    sim_costs_apply_estimate(healthy, est, &c);
+    sched_params shape = { .ranks = A->P, .microbatches = A->M, .chunks = 1, .mem_limit = A->mem_limit };
+    sched_adaptive_info info;
+    sched *s = sim_adaptive_schedule(&shape, &c, &info);
+    double was = s ? sim_schedule_score(e->vt->schedule(e), &c) : -1;
+    sim_costs_free(&c);
+    if (!s || was < 0) { sched_free(s); return pt_adderr("step %ld: --adapt: ", step); }
+    char what[200], line[512], wu[96];
+    describe(A, est, mf, what, sizeof what);
+    warmup_text(s, wu, sizeof wu);
+    if (info.score > was * (1 - ADAPT_MIN_GAIN)) {
+        if (!A->said_keep && !A->switched) {   /* said once; an adaptive one in force stays quietly */
+            char hint[160];
+            memory_hint(A, healthy, est, was, hint, sizeof hint);
+            snprintf(line, sizeof line, "%s; no schedule within --mem-limit %d is faster (adaptive %.3f s/step, %s "
+                     "%.3f): keeping %s%s", what, A->mem_limit, info.score, e->vt->schedule(e)->name, was,
+                     e->vt->schedule(e)->name, hint);
+            say(t, step, line, adapt_fields(A, est, "keep", e->vt->schedule(e)->name, info.score, was));
+        }
+        A->said_keep = 1;
+        sched_free(s);
+        return 0;
+    }
+    int rc = e->vt->replan(e, s);
+    sched_free(s);
+    if (rc < 0) return pt_adderr("step %ld: --adapt: ", step);
+    A->switched = 1;
+    A->said_keep = 0;
+    snprintf(line, sizeof line, "%s; adaptive warm-up %s (peak %d of limit %d); predicted %.3f s/step, was %.3f", what,
+             wu, info.peak, A->mem_limit, info.score, was);
+    say(t, step, line, adapt_fields(A, est, "adapt", "adaptive", info.score, was));
+    return 0;
+}
+
+static int adapt_revert(train_ctx *t, train_adapt *A, long step, const sim_estimate *est) {
+    train_engine *e = t->e;
+    char line[256];
+    if (!A->switched && !A->said_keep) return 0;
+    if (A->switched && e->vt->replan(e, A->start) < 0) return pt_adderr("step %ld: --adapt: ", step);
+    snprintf(line, sizeof line, "healthy again; %s %s", A->switched ? "back to" : "still", A->start->name);
+    A->switched = A->said_keep = 0;
+    say(t, step, line, adapt_fields(A, est, "revert", A->start->name, -1, -1));
+    return 0;
+}
+
+/* ---- the hook ----------------------------------------------------------------------------- */
+
+int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *user) {
+    train_adapt *A = user;
+    train_engine *e = t->e;
+    const timeline *tl = e->vt->timeline(e);
+    if (!tl) return pt_seterr("step %ld: --adapt: no timeline of the step on this rank", step);
+    double *now = pt_malloc(sizeof *now * (size_t)A->nv);
+    step_medians(tl, A->S, now);
+    sim_costs healthy;
+    sim_estimate est;
+    base_costs(A, &healthy);
+    sim_estimate_init(&est, A->P, A->S);
+    int rc = step_estimate(A, tl, e->vt->schedule(e), &healthy, &est);   /* links: the raw message times */
+    for (int r = 0; r + 1 < A->P; r++) now[A->S * K_KINDS + r] = est.link_delay[r];
+    if (rc < 0 || step == A->first_step) goto free_all;             /* the warm-up: first touches, caches */
+    if (A->n_base == 0) { base_add(A, now); goto free_all; }       /* the first measured step sets the costs */
+    for (int r = 0; r + 1 < A->P; r++) {   /* beyond the link's healthy time, jitter aside */
+        double lat = base_median(A, A->S * K_KINDS + r), d = est.link_delay[r] - (lat > 0 ? lat : 0);
+        est.link_delay[r] = d >= ADAPT_LINK_FLOOR ? d : 0;
+        if (lat > 0) sim_costs_set_link(&healthy, r, r + 1, lat, -1, 0);
+    }
+    double mf = mean_f(&healthy);
+    sim_policy_action act = sim_policy_step(&A->pol, &A->po, &est, mf);
+    if (!A->pol.adapted && act == SIM_POLICY_KEEP && estimate_healthy(A, &est, mf)) base_add(A, now);
+    if (act == SIM_POLICY_ADAPT) rc = adapt_switch(t, A, step, &healthy, &est, mf);
+    if (act == SIM_POLICY_REVERT) rc = adapt_revert(t, A, step, &est);
+free_all:
+    sim_estimate_free(&est);
+    sim_costs_free(&healthy);
+    free(now);
+    return rc;
+}
+
+/* The largest activations any stage of s holds (microbatches). */
+static int sched_peak(const sched *s) {
+    int *pk = pt_calloc((size_t)s->n_stages, sizeof *pk), peak = 1;
+    sched_peak_activations(s, pk);
+    for (int g = 0; g < s->n_stages; g++) peak = pk[g] > peak ? pk[g] : peak;
+    free(pk);
+    return peak;
+}
+
+int train_adapt_init(train_ctx *t) {
+    const train_opts *o = &t->o;
+    train_engine *e = t->e;
+    if (!e->vt->replan || !e->vt->timeline || !e->vt->schedule)
+        return pt_seterr("--adapt switches the schedule of a pipelined run: give --stages P (P >= 2)");
+    const sched *s = e->vt->schedule(e);
+    if (s->n_ranks < 2) return pt_seterr("--adapt: --stages 1 has no link or stage to adapt to (give --stages >= 2)");
+    if (s->n_pipes != 1 || s->async || s->n_stages != s->n_ranks)
+        return pt_seterr("--adapt switches between schedules of one stage per rank; %s has %s", s->name,
+                         s->n_pipes != 1 ? "two pipes" : s->async ? "no flush (asynchronous)" : "several stages per rank");
+    if (o->mem_limit < 0) return pt_seterr("--mem-limit must be >= 0 (got %d)", o->mem_limit);
+    train_adapt *A = pt_calloc(1, sizeof *A);
+    t->adapt = A;
+    A->P = s->n_ranks, A->S = s->n_stages, A->M = s->n_mb, A->D = o->ro.D > 0 ? o->ro.D : 1;
+    A->overlap = !o->ro.no_overlap;
+    A->start = sched_copy(s);
+    A->mem_limit = o->mem_limit > 0 ? o->mem_limit : sched_peak(s);
+    A->po = sim_policy_defaults();
+    A->po.stage_on = ADAPT_STAGE_ON, A->po.stage_off = ADAPT_STAGE_OFF;
+    sim_policy_init(&A->pol, A->P, A->S);
+    A->nv = A->S * K_KINDS + A->P - 1;
+    A->base = pt_calloc((size_t)ADAPT_BASELINE * A->nv, sizeof *A->base);
+    A->prev_slow = pt_malloc(sizeof *A->prev_slow * (size_t)A->S);
+    for (int g = 0; g < A->S; g++) A->prev_slow[g] = 1;
+    A->first_step = t->step0 + 1;
+    return 0;
+}
+
+void train_adapt_free(train_ctx *t) {
+    train_adapt *A = t ? t->adapt : NULL;
+    if (!A) return;
+    sched_free(A->start);
+    sim_policy_free(&A->pol);
+    free(A->base);
+    free(A->prev_slow);
+    free(A);
+    t->adapt = NULL;
+}
