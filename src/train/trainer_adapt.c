@@ -24,10 +24,15 @@
  * stragglers that are not there); a real straggler is 2x or more. */
 #define ADAPT_STAGE_ON 1.5
 #define ADAPT_STAGE_OFF 1.25
-/* A link's delay is what a message took beyond the healthy steps' time on it (wake-ups, copies);
- * below 1 ms it is jitter, not a slow link (for a model whose F takes 0.1 ms the simulator's
- * thresholds of 0.5 and 0.25 x F would see one in every thread wake-up). */
+/* A link's delay is what its fastest message of the step took from the send to the receive (the
+ * healthy cost model expects free links: the delay includes a slow link's whole transfer, so a
+ * link slow from the first step on, or slow in bandwidth, is seen too). Below 1 ms it is jitter
+ * (thread wake-ups, copies), not a slow link: for a model whose F takes 0.1 ms the simulator's
+ * thresholds of 0.5 and 0.25 x F alone would see one in every wake-up. */
 #define ADAPT_LINK_FLOOR 1e-3
+/* A receive that returned within 50 us did not wait: its message was there before (it bounds the
+ * delay from above only, and says nothing of a link that is slow only where nobody waits). */
+#define ADAPT_WAIT_EPS 50e-6
 
 typedef struct train_adapt train_adapt;
 
@@ -38,8 +43,7 @@ struct train_adapt {
     int switched;                   /* an adaptive schedule is in force */
     sim_policy pol;
     sim_policy_opts po;
-    int nv;                         /* values a step is measured by: S * K_KINDS stage medians,
-                                     * then P-1 links' message times */
+    int nv;                         /* values a step is measured by: S * K_KINDS stage medians */
     double *base;                   /* [ADAPT_BASELINE][nv] healthy steps' values */
     int n_base, next_base;
     double *prev_slow;              /* [S] the last step's relative stage slowdowns */
@@ -88,7 +92,7 @@ static double base_median(const train_adapt *A, int v) {
 }
 
 /* The healthy costs: medians over the baseline steps (a fused BW's halves stand for B and W),
- * links free (their healthy time is base_link). */
+ * links free. */
 static void base_costs(const train_adapt *A, sim_costs *c) {
     double m[K_KINDS];
     sim_costs_init(c, A->S, 0, 0, 0);
@@ -121,14 +125,17 @@ static void replica_timeline(const timeline *tl, const sched *s, int d, int P, t
     free(idx);
 }
 
-/* The estimate of the step against the healthy costs: per replica, then the largest delay and
- * slowdown of each link and stage over the replicas (every replica runs the one schedule). Stage
+/* The estimate of the step against the healthy costs: per replica (each link's slower direction,
+ * from the messages a receiver waited for), then the largest delay and slowdown of each link and
+ * stage over the replicas (every replica runs the one schedule). Stage
  * slowdowns are taken relative to the fastest stage, so a machine-wide slowdown (other jobs on
  * the cores) is no straggler. */
 static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, const sim_costs *healthy,
                          sim_estimate *est) {
     sim_estimate one;
     sim_estimate_init(&one, A->P, A->S);
+    one.directed = true;   /* a measured link may be slow one way (tc shapes a host's egress) */
+    one.wait_eps = ADAPT_WAIT_EPS;
     for (int r = 0; r + 1 < A->P; r++) est->link_delay[r] = 0;
     for (int g = 0; g < A->S; g++) est->stage_slow[g] = 0;
     int rc = 0;
@@ -304,15 +311,11 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     sim_estimate est;
     base_costs(A, &healthy);
     sim_estimate_init(&est, A->P, A->S);
-    int rc = step_estimate(A, tl, e->vt->schedule(e), &healthy, &est);   /* links: the raw message times */
-    for (int r = 0; r + 1 < A->P; r++) now[A->S * K_KINDS + r] = est.link_delay[r];
+    int rc = step_estimate(A, tl, e->vt->schedule(e), &healthy, &est);
     if (rc < 0 || step == A->first_step) goto free_all;             /* the warm-up: first touches, caches */
     if (A->n_base == 0) { base_add(A, now); goto free_all; }       /* the first measured step sets the costs */
-    for (int r = 0; r + 1 < A->P; r++) {   /* beyond the link's healthy time, jitter aside */
-        double lat = base_median(A, A->S * K_KINDS + r), d = est.link_delay[r] - (lat > 0 ? lat : 0);
-        est.link_delay[r] = d >= ADAPT_LINK_FLOOR ? d : 0;
-        if (lat > 0) sim_costs_set_link(&healthy, r, r + 1, lat, -1, 0);
-    }
+    for (int r = 0; r + 1 < A->P; r++)                              /* jitter is no slow link */
+        if (est.link_delay[r] < ADAPT_LINK_FLOOR) est.link_delay[r] = 0;
     double mf = mean_f(&healthy);
     sim_policy_action act = sim_policy_step(&A->pol, &A->po, &est, mf);
     if (!A->pol.adapted && act == SIM_POLICY_KEEP && estimate_healthy(A, &est, mf)) base_add(A, now);
@@ -354,7 +357,7 @@ int train_adapt_init(train_ctx *t) {
     A->po = sim_policy_defaults();
     A->po.stage_on = ADAPT_STAGE_ON, A->po.stage_off = ADAPT_STAGE_OFF;
     sim_policy_init(&A->pol, A->P, A->S);
-    A->nv = A->S * K_KINDS + A->P - 1;
+    A->nv = A->S * K_KINDS;
     A->base = pt_calloc((size_t)ADAPT_BASELINE * A->nv, sizeof *A->base);
     A->prev_slow = pt_malloc(sizeof *A->prev_slow * (size_t)A->S);
     for (int g = 0; g < A->S; g++) A->prev_slow[g] = 1;
