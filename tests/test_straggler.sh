@@ -75,6 +75,28 @@ if mpi 2 train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --
      && [ "$(numbers "$D/s0/metrics.jsonl")" = "$(numbers "$D/mm.jsonl")" ]; then
   ok "adapt: MPI: every rank switches at the same steps (no coordinator); the same numbers as threads"
 else fail "adapt: MPI" "$(schedules "$D/mm.jsonl"); $(grep -E '^step [0-9]+:|error|failed' "$D/am.out" | head -5)"; fi
+# a slow stage: its layers move by measured speed (through a checkpoint in a temporary folder),
+# and back when it clears; with no clipping the numbers are bitwise (a new split only changes
+# the order the gradient norm is summed in).
+echo '{"n_layer": 4, "n_head": 2, "n_embd": 64, "vocab_size": 256, "n_positions": 32}' > "$D/c64.json"
+t64() { train --steps 10 $pipe --grad-clip 0 --config "$D/c64.json" --seq 32 "$@"; }
+splits() { grep -o '"split":"[0-9,]*"' "$1" | sed 's/.*:"\(.*\)"/\1/' | tr '\n' ' '; }
+t64 --save "$D/r0" > /dev/null 2>&1
+if t64 --adapt --slow-stage 1:4@3-6 --save "$D/r1" > "$D/rs.out" 2>&1 && grep -q '^step 4: stage 1 x[0-9.]*; layers re-split 2,2 -> 3,1 by measured speed' "$D/rs.out" \
+   && [[ "$(splits "$D/r1/metrics.jsonl")" == "2,2 2,2 2,2 2,2 3,1 "*" 2,2 " ]] && grep -q 'layers back to 2,2' "$D/rs.out"; then
+  ok "adapt: a stage slow in steps 3..6 gets fewer layers (2,2 -> 3,1) from step 5, and they come back"
+else fail "adapt: re-split" "$(splits "$D/r1/metrics.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/rs.out" | head -4)"; fi
+[ "$(numbers "$D/r0/metrics.jsonl")" = "$(numbers "$D/r1/metrics.jsonl")" ] && same "$D/r0/ckpt-10/chunk-0.safetensors" "$D/r1/ckpt-10/chunk-0.safetensors" \
+  && same "$D/r0/ckpt-10/chunk-1.safetensors" "$D/r1/ckpt-10/chunk-1.safetensors" \
+  && ok "adapt: re-split there and back: losses, parameters and moments bitwise" \
+  || fail "adapt: re-split keeps the numbers" "$(numbers "$D/r1/metrics.jsonl" | tr '\n' ' ')"
+if mpi 2 train --config "$D/c64.json" --data "$D/text.txt" --batch 8 --seq 32 --lr 3e-3 --steps 10 $pipe --grad-clip 0 \
+     --adapt --slow-stage 1:4@3-6 --transport mpi --metrics "$D/rm.jsonl" > "$D/rm.out" 2>&1 \
+     && [[ "$(splits "$D/rm.jsonl")" == *"3,1"* ]] && [ "$(numbers "$D/r0/metrics.jsonl")" = "$(numbers "$D/rm.jsonl")" ]; then
+  ok "adapt: MPI re-split (each rank reads the layers it holds now); the same numbers"
+else fail "adapt: MPI re-split" "$(splits "$D/rm.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/rm.out" | head -4)"; fi
+ls /tmp | grep -q '^pipetrain-resplit-' && fail "adapt: re-split leaves no folder behind" "$(ls /tmp | grep pipetrain-resplit)" \
+  || ok "adapt: re-split leaves no folder behind"
 expect_error "adapt: needs a pipelined run" "--adapt switches the schedule of a pipelined run" train --steps 2 --adapt
 expect_error "adapt: one stage per rank" "--adapt switches between schedules of one stage per rank; interleaved-1f1b has several" \
   train --steps 2 --stages 2 --schedule interleaved-1f1b --microbatches 4 --adapt

@@ -63,6 +63,9 @@ typedef struct {
  * Returns 0, or -1 naming the flag at fault. Free with run_plan_free. */
 int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T);
 void run_plan_free(run_plan *pl);
+/* The plan pl with another layer split (blocks per chunk, split[n]; cfg: the model's): the same
+ * options, schedule and faults. 0, or -1 naming what does not fit (run_layout_init's errors). */
+int run_plan_resplit(run_plan *out, const run_plan *pl, const gpt_config *cfg, const int *split, int n);
 /* The faults' windows against a run whose last step is last_step: one that starts after it is an
  * error naming the flag and its value. */
 int run_plan_check_fault_steps(const run_plan *pl, long last_step);

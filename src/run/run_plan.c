@@ -184,3 +184,15 @@ void run_plan_free(run_plan *pl) {
     pl->n_faults = 0;
     pl->s = NULL;
 }
+
+int run_plan_resplit(run_plan *out, const run_plan *pl, const gpt_config *cfg, const int *split, int n) {
+    run_opts o = pl->o;
+    o.split = split, o.n_split = n;
+    if (run_plan_init(out, &o, cfg, pl->B, pl->T) < 0) return pt_adderr("re-split: ");
+    if (pl->n_faults) {
+        out->faults = pt_malloc(sizeof *out->faults * (size_t)pl->n_faults);
+        memcpy(out->faults, pl->faults, sizeof *out->faults * (size_t)pl->n_faults);
+        out->n_faults = pl->n_faults;
+    }
+    return 0;
+}

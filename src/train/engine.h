@@ -62,6 +62,11 @@ typedef struct {
     const timeline *(*timeline)(train_engine *e);
     const sched *(*schedule)(const train_engine *e);
     int (*replan)(train_engine *e, const sched *s);
+    /* Another layer split (blocks per chunk, split[n]) from the next step on, with the schedule
+     * in force: parameters and AdamW moments move to the stages that hold their layers now (t:
+     * the step just done, AdamW's count). Collective under MPI. 0, or -1 with the error: the
+     * engine may then be unusable (stop the run). */
+    int (*resplit)(train_engine *e, const int *split, int n, long t);
     void (*free)(train_engine *e);
 } train_engine_vt;
 

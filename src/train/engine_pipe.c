@@ -11,12 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     train_engine base;
     train_pipe_opts o;
     run_plan pl;
     run_job *job;
+    gpt_config cfg;             /* the model's (a re-split plans with it) */
+    int share_tl;               /* the job shares each step's timeline (adapt) */
     long last_step;             /* the step last run */
     double *iter_t, *bubble;    /* (n_cap) measured per step of this run, n recorded */
     int n, n_cap;
@@ -273,6 +276,53 @@ static void pipe_free(train_engine *e) {
     free(p);
 }
 
+/* The folder a re-split goes through: $TMPDIR (or /tmp)/pipetrain-resplit-<root's pid>-<step>,
+ * the same name on every rank (MPI: the root's pid shared by a sum). */
+static int pipe_resplit_dir(pipe_engine *p, long t, char *dir, size_t n) {
+    double pid = p->base.root ? (double)getpid() : 0;
+    if (p->o.world && comm_allreduce_f64(p->o.world, &pid, 1) < 0) return -1;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, n, "%s/pipetrain-resplit-%.0f-%ld", tmp && *tmp ? tmp : "/tmp", pid, t);
+    return 0;
+}
+
+/* A new split through a checkpoint in a temporary folder (every rank must see it: one host, or
+ * a shared filesystem): the job saves its chunks and moments, a plan with the new split starts
+ * a job from them (each rank reading the layers it holds now), the schedule in force is kept,
+ * and the folder goes. The numbers are the same: parameters and moments are written and read
+ * as they are. */
+static int pipe_resplit(train_engine *e, const int *split, int n, long t) {
+    pipe_engine *p = (pipe_engine *)e;
+    char dir[1200];
+    ckpt_manifest *man = pt_calloc(1, sizeof *man);   /* large: kept off the stack */
+    *man = (ckpt_manifest){ .cfg = p->cfg, .step = t, .adam_t = (int)t, .batch = p->pl.B, .seq = p->pl.T };
+    snprintf(man->data_path, sizeof man->data_path, "re-split");
+    sched *cur = sched_copy(run_job_schedule(p->job));
+    run_plan next;
+    run_source src;
+    memset(&src, 0, sizeof src);
+    int rc = pipe_resplit_dir(p, t, dir, sizeof dir);
+    if (rc == 0) rc = run_plan_resplit(&next, &p->pl, &p->cfg, split, n);
+    if (rc == 0) {
+        rc = run_job_save(p->job, dir, man);
+        if (rc == 0) rc = ckpt_read_manifest(man, dir);
+        if (rc == 0) rc = run_source_checkpoint(&src, dir, man);
+        run_job_free(p->job);
+        p->job = NULL;
+        run_plan_free(&p->pl);
+        p->pl = next;
+    }
+    if (rc == 0) rc = run_job_init_src(&p->job, &p->pl, &src, p->o.world);
+    if (rc == 0 && strcmp(cur->name, p->pl.s->name)) rc = run_job_replan(p->job, cur);
+    if (rc == 0) run_job_share_timeline(p->job, p->share_tl);
+    run_source_free(&src);
+    if (p->o.world) comm_barrier(p->o.world);   /* every rank has read its layers */
+    if (p->base.root) ckpt_abandon(dir);
+    sched_free(cur);
+    free(man);
+    return rc < 0 ? pt_adderr("re-split to %d chunks: ", n) : 0;
+}
+
 static const timeline *pipe_timeline(train_engine *e) { return run_job_timeline(((pipe_engine *)e)->job); }
 
 static const sched *pipe_schedule(const train_engine *e) { return run_job_schedule(((const pipe_engine *)e)->job); }
@@ -282,7 +332,7 @@ static int pipe_replan(train_engine *e, const sched *s) { return run_job_replan(
 static const train_engine_vt pipe_vt = {
     .name = "pipelined", .step = pipe_step, .save = pipe_save, .describe = pipe_describe,
     .report = pipe_report, .layout = pipe_layout, .summary = pipe_summary, .free = pipe_free,
-    .timeline = pipe_timeline, .schedule = pipe_schedule, .replan = pipe_replan,
+    .timeline = pipe_timeline, .schedule = pipe_schedule, .replan = pipe_replan, .resplit = pipe_resplit,
 };
 
 int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const run_source *src,
@@ -296,6 +346,8 @@ int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const r
     if (o->last_step > 0 && run_plan_check_fault_steps(&p->pl, o->last_step) < 0) goto free_engine;
     if (run_job_init_src(&p->job, &p->pl, src, o->world) < 0) goto free_engine;
     p->base.root = run_job_is_root(p->job);
+    p->cfg = src->cfg;
+    p->share_tl = o->adapt;
     run_job_share_timeline(p->job, o->adapt);
     if (o->world && o->threads > 0) openblas_set_num_threads(o->threads);   /* per process */
     *out = &p->base;

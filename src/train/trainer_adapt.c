@@ -9,6 +9,7 @@
  * generator (sim/sim_adapt.h, sched/), switching (run_job_replan).
  * Legend: P ranks, S stages (one per rank), M microbatches, D replicas. */
 #include "train/trainer_int.h"
+#include "plan/plan.h"
 #include "sim/sim_adapt.h"
 #include "util/pt.h"
 #include <math.h>
@@ -46,8 +47,10 @@ struct train_adapt {
     int nv;                         /* values a step is measured by: S * K_KINDS stage medians */
     double *base;                   /* [ADAPT_BASELINE][nv] healthy steps' values */
     int n_base, next_base;
-    double *prev_slow;              /* [S] the last step's relative stage slowdowns */
-    long first_step;                /* the run's first step (a warm-up: not measured) */
+    double *prev_slow;              /* [S] the last step's relative stage slowdowns (unfiltered) */
+    long first_step;                /* a step not measured: the run's first (a warm-up), or the
+                                     * first after a re-split (a new job's first touches) */
+    int *split_start, *split_now;   /* [S] blocks per stage: at the start, in force */
     int said_keep;                  /* a straggler was reported without a switch (since the last
                                      * switch or revert) */
 };
@@ -165,12 +168,13 @@ static double mean_f(const sim_costs *c) {
     return m;
 }
 
-/* Healthy by the `off` thresholds (the state the baseline learns from). */
+/* Healthy by the `off` thresholds, stages as this step measured them (prev_slow: unfiltered, so
+ * the first slow step of a straggler never joins the baseline). */
 static int estimate_healthy(const train_adapt *A, const sim_estimate *e, double mf) {
     for (int r = 0; r + 1 < A->P; r++)
         if (e->link_delay[r] >= A->po.link_off * mf) return 0;
     for (int g = 0; g < A->S; g++)
-        if (e->stage_slow[g] >= A->po.stage_off) return 0;
+        if (A->prev_slow[g] >= A->po.stage_off) return 0;
     return 1;
 }
 
@@ -242,16 +246,124 @@ static void memory_hint(const train_adapt *A, const sim_costs *healthy, const si
     int peak = 0, need = slow_link ? sim_adaptive_mem_needed(&shape, &c, 0.05, &t, &peak) : -1;
     sim_costs_free(&c);
     if (need > A->mem_limit && t < was * (1 - ADAPT_MIN_GAIN))
-        snprintf(buf, n, " (--mem-limit %d would give %.3f s/step)", need, t);
+        snprintf(buf, n, " (--mem-limit %d would give %.3g s/step)", need, t);
     else if (!slow_link)
-        snprintf(buf, n, " (a slow stage needs its layers moved to its neighbours: not done)");
+        snprintf(buf, n, " (no split of the layers helps either)");
+}
+
+/* ---- re-splitting a slow stage's layers -------------------------------------------------- */
+
+/* "2,2" into out[S] (blocks per stage); -1 when it does not have S counts. */
+static int parse_split(const char *text, int S, int *out) {
+    int n = 0;
+    for (const char *q = text; *q && n < S; n++) {
+        char *end;
+        out[n] = (int)strtol(q, &end, 10);
+        q = *end == ',' ? end + 1 : end;
+    }
+    return n == S ? 0 : -1;
+}
+
+static int same_split(const int *a, const int *b, int S) { return !memcmp(a, b, sizeof *a * (size_t)S); }
+
+static void split_text(const int *v, int S, char *buf, size_t n) {
+    size_t at = 0;
+    for (int g = 0; g < S && at < n; g++) at += (size_t)snprintf(buf + at, n - at, "%s%d", g ? "," : "", v[g]);
+}
+
+/* The planner's exact split of the blocks by measured speed: block cost 1, stage g's speed
+ * 1 / its slowdown, no memory cap (plan_split). out[S]. */
+static int speed_split(const train_adapt *A, const sim_estimate *est, int *out) {
+    int L = 0, S = A->S, rc;
+    for (int g = 0; g < S; g++) L += A->split_now[g];
+    double *work = pt_malloc(sizeof *work * (size_t)L), *zero = pt_calloc((size_t)L + (size_t)S, sizeof *zero);
+    double *speed = pt_malloc(sizeof *speed * (size_t)S);
+    int *first = pt_malloc(sizeof *first * (size_t)(S + 1));
+    for (int i = 0; i < L; i++) work[i] = 1;
+    for (int g = 0; g < S; g++) speed[g] = 1 / (est->stage_slow[g] > 0 ? est->stage_slow[g] : 1);
+    plan_chain c = { .n = L, .K = S, .work = work, .mem_fixed = zero, .mem_act = zero, .speed = speed,
+                     .cap = zero, .inflight = zero };
+    double x;
+    rc = plan_split(&c, first, &x);
+    for (int g = 0; g < S && rc == 0; g++) out[g] = first[g + 1] - first[g];
+    free(work), free(zero), free(speed), free(first);
+    return rc;
+}
+
+/* The costs of each stage under split `to` from those under `from`: blocks cost alike, so a
+ * stage's F, B, W, BW scale with its blocks. */
+static void rescale_costs(sim_costs *c, const int *from, const int *to) {
+    for (int g = 0; g < c->n_stages; g++) {
+        double k = (double)to[g] / from[g];
+        c->f[g] *= k, c->b[g] *= k, c->w[g] *= k;
+        if (c->bw[g] >= 0) c->bw[g] *= k;
+    }
+}
+
+/* The same for the baseline's steps, so they stay comparable with the steps to come. */
+static void rescale_base(train_adapt *A, const int *from, const int *to) {
+    for (int i = 0; i < A->n_base; i++)
+        for (int g = 0; g < A->S; g++)
+            for (int kind = 0; kind < 4; kind++) {
+                double *v = &A->base[(size_t)i * A->nv + (size_t)g * K_KINDS + (size_t)kind];
+                if (*v > 0) *v *= (double)to[g] / from[g];
+            }
+}
+
+/* Moves to split `to` (the engine's resplit) and rescales the expected costs; the next step is
+ * not measured (a new job's first touches). */
+static int move_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const int *to) {
+    if (t->e->vt->resplit(t->e, to, A->S, step) < 0) return pt_adderr("step %ld: --adapt: ", step);
+    rescale_costs(healthy, A->split_now, to);
+    rescale_base(A, A->split_now, to);
+    memcpy(A->split_now, to, sizeof *to * (size_t)A->S);
+    A->first_step = step + 1;
+    return 0;
+}
+
+/* A slow stage: the split by measured speed when the simulator, under the estimate, predicts the
+ * schedule in force faster with it (at least ADAPT_MIN_GAIN); healthy is rescaled to it. 1 when
+ * it moved (and said so), 0 when not, -1 on an error. */
+static int adapt_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const sim_estimate *est,
+                       double mf) {
+    int *want = pt_malloc(sizeof *want * (size_t)A->S), moved = 0, slow = 0;
+    for (int g = 0; g < A->S; g++) slow |= est->stage_slow[g] >= A->po.stage_off;
+    if (!slow || !t->e->vt->resplit || speed_split(A, est, want) < 0 || same_split(want, A->split_now, A->S)) {
+        free(want);
+        return 0;
+    }
+    const sched *cur = t->e->vt->schedule(t->e);
+    sim_costs now, then, h2;
+    sim_costs_apply_estimate(healthy, est, &now);
+    sim_costs_copy(healthy, &h2);
+    rescale_costs(&h2, A->split_now, want);
+    sim_costs_apply_estimate(&h2, est, &then);
+    double was = sim_schedule_score(cur, &now), will = sim_schedule_score(cur, &then);
+    sim_costs_free(&now), sim_costs_free(&then), sim_costs_free(&h2);
+    if (was > 0 && will > 0 && will < was * (1 - ADAPT_MIN_GAIN)) {
+        char what[200], from[64], to[64], line[512];
+        describe(A, est, mf, what, sizeof what);
+        split_text(A->split_now, A->S, from, sizeof from);
+        split_text(want, A->S, to, sizeof to);
+        if (move_split(t, A, step, healthy, want) < 0) { free(want); return -1; }
+        snprintf(line, sizeof line, "%s; layers re-split %s -> %s by measured speed; predicted %.3g s/step, was %.3g",
+                 what, from, to, will, was);
+        cJSON *f = adapt_fields(A, est, "resplit", cur->name, will, was);
+        cJSON_AddStringToObject(f, "split", to);
+        say(t, step, line, f);
+        moved = 1;
+    }
+    free(want);
+    return moved;
 }
 
 /* Builds the adaptive schedule for the healthy costs with the estimate applied, within the memory
  * limit, and switches to it when it is predicted faster than the schedule in force. */
-static int adapt_switch(train_ctx *t, train_adapt *A, long step, const sim_costs *healthy, const sim_estimate *est,
+static int adapt_switch(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const sim_estimate *est,
                         double mf) {
     train_engine *e = t->e;
+    int moved = adapt_split(t, A, step, healthy, est, mf);
+    if (moved < 0) return -1;
     sim_costs c;
     sim_costs_apply_estimate(healthy, est, &c);
     sched_params shape = { .ranks = A->P, .microbatches = A->M, .chunks = 1, .mem_limit = A->mem_limit };
@@ -264,11 +376,11 @@ static int adapt_switch(train_ctx *t, train_adapt *A, long step, const sim_costs
     describe(A, est, mf, what, sizeof what);
     warmup_text(s, wu, sizeof wu);
     if (info.score > was * (1 - ADAPT_MIN_GAIN)) {
-        if (!A->said_keep && !A->switched) {   /* said once; an adaptive one in force stays quietly */
+        if (!A->said_keep && !A->switched && !moved) {   /* said once; an adaptive one in force stays quietly */
             char hint[160];
             memory_hint(A, healthy, est, was, hint, sizeof hint);
-            snprintf(line, sizeof line, "%s; no schedule within --mem-limit %d is faster (adaptive %.3f s/step, %s "
-                     "%.3f): keeping %s%s", what, A->mem_limit, info.score, e->vt->schedule(e)->name, was,
+            snprintf(line, sizeof line, "%s; no schedule within --mem-limit %d is faster (adaptive %.3g s/step, %s "
+                     "%.3g): keeping %s%s", what, A->mem_limit, info.score, e->vt->schedule(e)->name, was,
                      e->vt->schedule(e)->name, hint);
             say(t, step, line, adapt_fields(A, est, "keep", e->vt->schedule(e)->name, info.score, was));
         }
@@ -281,18 +393,24 @@ static int adapt_switch(train_ctx *t, train_adapt *A, long step, const sim_costs
     if (rc < 0) return pt_adderr("step %ld: --adapt: ", step);
     A->switched = 1;
     A->said_keep = 0;
-    snprintf(line, sizeof line, "%s; adaptive warm-up %s (peak %d of limit %d); predicted %.3f s/step, was %.3f", what,
+    snprintf(line, sizeof line, "%s; adaptive warm-up %s (peak %d of limit %d); predicted %.3g s/step, was %.3g", what,
              wu, info.peak, A->mem_limit, info.score, was);
     say(t, step, line, adapt_fields(A, est, "adapt", "adaptive", info.score, was));
     return 0;
 }
 
-static int adapt_revert(train_ctx *t, train_adapt *A, long step, const sim_estimate *est) {
+static int adapt_revert(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const sim_estimate *est) {
     train_engine *e = t->e;
-    char line[256];
-    if (!A->switched && !A->said_keep) return 0;
+    char line[256], sp[64] = "";
+    int moved = !same_split(A->split_now, A->split_start, A->S);
+    if (!A->switched && !A->said_keep && !moved) return 0;
     if (A->switched && e->vt->replan(e, A->start) < 0) return pt_adderr("step %ld: --adapt: ", step);
-    snprintf(line, sizeof line, "healthy again; %s %s", A->switched ? "back to" : "still", A->start->name);
+    if (moved) {
+        if (move_split(t, A, step, healthy, A->split_start) < 0) return -1;
+        split_text(A->split_start, A->S, sp, sizeof sp);
+    }
+    snprintf(line, sizeof line, "healthy again; %s %s%s%s", A->switched ? "back to" : "still", A->start->name,
+             moved ? ", layers back to " : "", sp);
     A->switched = A->said_keep = 0;
     say(t, step, line, adapt_fields(A, est, "revert", A->start->name, -1, -1));
     return 0;
@@ -305,6 +423,13 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     train_engine *e = t->e;
     const timeline *tl = e->vt->timeline(e);
     if (!tl) return pt_seterr("step %ld: --adapt: no timeline of the step on this rank", step);
+    if (!A->split_start) {   /* the split the run started with (blocks per stage) */
+        A->split_start = pt_malloc(sizeof *A->split_start * (size_t)A->S);
+        A->split_now = pt_malloc(sizeof *A->split_now * (size_t)A->S);
+        if (parse_split(st->split, A->S, A->split_start) < 0)
+            return pt_seterr("step %ld: --adapt: the split '%s' has not %d stages", step, st->split, A->S);
+        memcpy(A->split_now, A->split_start, sizeof *A->split_now * (size_t)A->S);
+    }
     double *now = pt_malloc(sizeof *now * (size_t)A->nv);
     step_medians(tl, A->S, now);
     sim_costs healthy;
@@ -320,7 +445,7 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     sim_policy_action act = sim_policy_step(&A->pol, &A->po, &est, mf);
     if (!A->pol.adapted && act == SIM_POLICY_KEEP && estimate_healthy(A, &est, mf)) base_add(A, now);
     if (act == SIM_POLICY_ADAPT) rc = adapt_switch(t, A, step, &healthy, &est, mf);
-    if (act == SIM_POLICY_REVERT) rc = adapt_revert(t, A, step, &est);
+    if (act == SIM_POLICY_REVERT) rc = adapt_revert(t, A, step, &healthy, &est);
 free_all:
     sim_estimate_free(&est);
     sim_costs_free(&healthy);
@@ -372,6 +497,8 @@ void train_adapt_free(train_ctx *t) {
     sim_policy_free(&A->pol);
     free(A->base);
     free(A->prev_slow);
+    free(A->split_start);
+    free(A->split_now);
     free(A);
     t->adapt = NULL;
 }
