@@ -4,7 +4,8 @@
 # mid-run): steps/s of fixed 1f1b, zb-h1, zb-h2 and of zb-h1 with --adapt at zb-h2's memory (3
 # microbatches a stage) and at 2P (4), each next to the simulator's prediction (costs profiled in
 # the same run, the delay applied); how many steps after onset and after recovery the switch
-# happened (a run with the link slow in steps 5..9 only); the activations each held. Then P=4,
+# happened (a run with the link slow in steps 5..9 only); the activations each held; a stage twice
+# as slow, with and without its layers re-split (--adapt). Then P=4,
 # 1f1b, link 0-1 slow by 3x F: each rank's idle time measured against the simulator's, so a rank
 # not next to the slow link is seen to lose only what the schedule's dependencies force
 # (communication off the compute path). Steps/s is the median over steps 7..12 (the switch and
@@ -86,6 +87,21 @@ for mult in 1 3; do
   unset sps
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# a slow stage: stage 1 twice as slow from step ONSET on, zb-h1 without and with --adapt (its
+# layers re-split by measured speed), alternating rounds
+for ((round = 1; round <= ROUNDS; round++)); do
+  for r in fixed adapt; do
+    extra=""; [ $r = adapt ] && extra="--adapt"
+    $P $base --schedule zb-h1 $extra --slow-stage "1:2@$ONSET-" --metrics "$D/st_$r.jsonl" > "$D/st_$r.out" 2>&1
+    step_ms "$D/st_$r.jsonl" | awk '{ printf "%.3f\n", 1e3 / $1 }' >> "$D/st_$r.rounds"
+    rm -f "$D/st_$r.jsonl"
+  done
+done
+echo
+echo "stage 1 twice as slow from step $ONSET on (zb-h1): steps/s without re-split $(median < "$D/st_fixed.rounds"),"\
+     "with --adapt $(median < "$D/st_adapt.rounds") (median of $ROUNDS rounds); the last adaptive run said:"
+grep -E '^step [0-9]+:' "$D/st_adapt.out" | sed 's/^/  /'
 
 # switch latency: the link slow in steps ONSET..9 only
 d3=$(awk -v f="$F" 'BEGIN { printf "%.4f", f * 3 / 1e3 }')

@@ -183,7 +183,9 @@ static void *delivery_main(void *arg) {
     return NULL;
 }
 
-/* Queues r and, in threaded mode, makes sure the thread runs and sees it. Caller holds the lock. */
+/* Queues r and, in threaded mode, makes sure the thread runs and sees it: woken only when r is
+ * due before everything queued (else it wakes for the head anyway, and a wake-up per message
+ * would cost the sender its core on a busy machine). Caller holds the lock. */
 static void defer(fa_fam *f, fa_req *r) {
     queue_insert(f, r);
     if (!f->threaded) return;
@@ -191,7 +193,7 @@ static void defer(fa_fam *f, fa_req *r) {
         pthread_create(&f->th, NULL, delivery_main, f);
         f->thread_on = 1;
     }
-    pthread_cond_broadcast(&f->cv);
+    if (f->head == r) pthread_cond_broadcast(&f->cv);
 }
 
 /* ---- point to point --------------------------------------------------------------------- */

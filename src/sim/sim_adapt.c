@@ -140,8 +140,8 @@ static void estimate_links(const timeline *tl, const sim_costs *c, int iter, sim
         if (x->iter != iter || x->stream != TL_SEND || x->link < 0 || abs(x->peer - x->rank) != 1) continue;
         const tl_event *y = &tl->ev[x->link];
         if (e->directed && (y->stream != TL_RECV || y->end - y->start < e->wait_eps)) continue;
-        double got = y->stream == TL_RECV ? y->end : y->start;
-        double d = got - x->end - sim_costs_message_time(c, x->rank, x->peer, 0);
+        double got = y->stream == TL_RECV ? y->end : y->start;   /* directed: from the send's start */
+        double d = got - (e->directed ? x->start : x->end) - sim_costs_message_time(c, x->rank, x->peer, 0);
         int k = 2 * (x->rank < x->peer ? x->rank : x->peer) + (x->rank > x->peer);
         if (d < low[k]) low[k] = d;
     }

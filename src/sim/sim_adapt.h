@@ -48,7 +48,8 @@ typedef struct {
      * way only (tc shapes one host's egress), and a message that arrived before its receiver
      * looked for it says nothing: with `directed`, each direction is the smallest delay of the
      * messages whose receive waited at least wait_eps (0 when none did: the delay hid itself),
-     * and the link's delay is the larger direction's. */
+     * measured from the send's start (a measured send may lose its core for a while), and the
+     * link's delay is the larger direction's. */
     bool directed;
     double wait_eps;
     double *link_dir;       /* [2(P-1)] each direction's delay (sim_estimate_directions) */

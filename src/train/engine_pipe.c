@@ -121,18 +121,12 @@ static void pipe_describe(const train_engine *e) {
                "on one rank keeps all its moments\n");
 }
 
-/* The injected faults of the last step (replica 0's links, every stage) into c: the simulator
- * then predicts what that step ran under. */
+/* The injected slow links of the last step (replica 0's) into c: the simulator then predicts
+ * what that step ran under. (A slow stage is in the profiled costs already: they are measured.) */
 static void pipe_last_faults(const pipe_engine *p, sim_costs *c) {
-    int P = p->pl.o.P;
-    for (int r = 0; r + 1 < P; r++) {
+    for (int r = 0; r + 1 < p->pl.o.P; r++) {
         double d = run_plan_link_delay(&p->pl, r, r + 1, p->last_step);
         if (d > 0) sim_costs_set_link(c, r, r + 1, -1, -1, d);
-    }
-    for (int g = 0; g < c->n_stages; g++) {
-        double k = run_plan_stage_factor(&p->pl, g, p->last_step);
-        c->f[g] *= k, c->b[g] *= k, c->w[g] *= k;
-        if (c->bw[g] >= 0) c->bw[g] *= k;
     }
 }
 
@@ -161,7 +155,7 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     }
     printf("simulated: iteration %.3f ms, bubble %.1f%% (%s, from F/B/W costs profiled in this run%s; "
            "measured/simulated %.2f)\n", res.iteration_time * 1e3, res.bubble_fraction * 100, s->name,
-           p->pl.n_faults ? " and the last step's faults" : "", res.iteration_time > 0 ? it / res.iteration_time : 0);
+           p->pl.n_faults ? " and the last step's slow links" : "", res.iteration_time > 0 ? it / res.iteration_time : 0);
     sim_result_free(&res);
 }
 

@@ -48,6 +48,7 @@ struct train_adapt {
     double *base;                   /* [ADAPT_BASELINE][nv] healthy steps' values */
     int n_base, next_base;
     double *prev_slow;              /* [S] the last step's relative stage slowdowns (unfiltered) */
+    double *prev_link;              /* [P-1] the last step's link delays (unfiltered) */
     long first_step;                /* a step not measured: the run's first (a warm-up), or the
                                      * first after a re-split (a new job's first touches) */
     int *split_start, *split_now;   /* [S] blocks per stage: at the start, in force */
@@ -153,7 +154,9 @@ static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, con
     double lo = INFINITY;
     for (int g = 0; g < A->S; g++) lo = fmin(lo, est->stage_slow[g]);
     for (int g = 0; g < A->S && lo > 0 && isfinite(lo); g++) est->stage_slow[g] /= lo;
-    for (int g = 0; g < A->S; g++) {   /* two steps in a row: one slow step of a busy core is noise */
+    for (int g = 0; g < A->S; g++) {   /* two steps in a row: one slow step of a busy core is noise
+                                        * (a sender that lost its core for a while makes one slow
+                                        * step of a link too: the hook filters links the same way) */
         double now = est->stage_slow[g];
         est->stage_slow[g] = fmin(now, A->prev_slow[g]);
         A->prev_slow[g] = now;
@@ -168,11 +171,11 @@ static double mean_f(const sim_costs *c) {
     return m;
 }
 
-/* Healthy by the `off` thresholds, stages as this step measured them (prev_slow: unfiltered, so
- * the first slow step of a straggler never joins the baseline). */
+/* Healthy by the `off` thresholds, as this step measured it (prev_*: unfiltered, so the first
+ * slow step of a straggler never joins the baseline). */
 static int estimate_healthy(const train_adapt *A, const sim_estimate *e, double mf) {
     for (int r = 0; r + 1 < A->P; r++)
-        if (e->link_delay[r] >= A->po.link_off * mf) return 0;
+        if (A->prev_link[r] >= A->po.link_off * mf) return 0;
     for (int g = 0; g < A->S; g++)
         if (A->prev_slow[g] >= A->po.stage_off) return 0;
     return 1;
@@ -372,7 +375,7 @@ static int adapt_switch(train_ctx *t, train_adapt *A, long step, sim_costs *heal
     double was = s ? sim_schedule_score(e->vt->schedule(e), &c) : -1;
     sim_costs_free(&c);
     if (!s || was < 0) { sched_free(s); return pt_adderr("step %ld: --adapt: ", step); }
-    char what[200], line[512], wu[96];
+    char what[200], line[640], wu[96];
     describe(A, est, mf, what, sizeof what);
     warmup_text(s, wu, sizeof wu);
     if (info.score > was * (1 - ADAPT_MIN_GAIN)) {
@@ -437,10 +440,13 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     base_costs(A, &healthy);
     sim_estimate_init(&est, A->P, A->S);
     int rc = step_estimate(A, tl, e->vt->schedule(e), &healthy, &est);
+    for (int r = 0; r + 1 < A->P; r++) {   /* jitter is no slow link; nor is one slow step */
+        double d = est.link_delay[r] >= ADAPT_LINK_FLOOR ? est.link_delay[r] : 0;
+        est.link_delay[r] = fmin(d, A->prev_link[r]);
+        A->prev_link[r] = d;
+    }
     if (rc < 0 || step == A->first_step) goto free_all;             /* the warm-up: first touches, caches */
     if (A->n_base == 0) { base_add(A, now); goto free_all; }       /* the first measured step sets the costs */
-    for (int r = 0; r + 1 < A->P; r++)                              /* jitter is no slow link */
-        if (est.link_delay[r] < ADAPT_LINK_FLOOR) est.link_delay[r] = 0;
     double mf = mean_f(&healthy);
     sim_policy_action act = sim_policy_step(&A->pol, &A->po, &est, mf);
     if (!A->pol.adapted && act == SIM_POLICY_KEEP && estimate_healthy(A, &est, mf)) base_add(A, now);
@@ -485,6 +491,7 @@ int train_adapt_init(train_ctx *t) {
     A->nv = A->S * K_KINDS;
     A->base = pt_calloc((size_t)ADAPT_BASELINE * A->nv, sizeof *A->base);
     A->prev_slow = pt_malloc(sizeof *A->prev_slow * (size_t)A->S);
+    A->prev_link = pt_calloc((size_t)A->P, sizeof *A->prev_link);
     for (int g = 0; g < A->S; g++) A->prev_slow[g] = 1;
     A->first_step = t->step0 + 1;
     return 0;
@@ -497,6 +504,7 @@ void train_adapt_free(train_ctx *t) {
     sim_policy_free(&A->pol);
     free(A->base);
     free(A->prev_slow);
+    free(A->prev_link);
     free(A->split_start);
     free(A->split_now);
     free(A);
