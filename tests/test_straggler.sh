@@ -58,6 +58,8 @@ grep -Eq '^step 4: link 0-1 \+[0-9]+ ms per message; adaptive warm-up [0-9,]+ \(
 grep -q '"event":"adapt","step":4,"action":"adapt","schedule":"adaptive"' "$D/s1/metrics.events.jsonl" && \
   grep -q '"action":"revert","schedule":"zb-h1"' "$D/s1/metrics.events.jsonl" \
   && ok "adapt: adapt events in the run's events file" || fail "adapt: adapt events" "$(grep adapt "$D/s1/metrics.events.jsonl")"
+grep -q 'healthy again; back to zb-h1' "$D/s1/metrics.html" && ok "adapt: the report page marks the switches" \
+  || fail "adapt: the report page marks the switches" "no adapt event in $D/s1/metrics.html"
 grep -q '"split":"2,2"' "$D/s1/metrics.jsonl" && ok "adapt: metrics carry the split" || fail "adapt: split key" "$(head -1 "$D/s1/metrics.jsonl")"
 [ "$(numbers "$D/s0/metrics.jsonl")" = "$(numbers "$D/s1/metrics.jsonl")" ] && same "$D/s0/ckpt-10/chunk-0.safetensors" "$D/s1/ckpt-10/chunk-0.safetensors" \
   && same "$D/s0/ckpt-10/chunk-1.safetensors" "$D/s1/ckpt-10/chunk-1.safetensors" \
