@@ -15,7 +15,9 @@ for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i
 export OPENBLAS_NUM_THREADS=1
 grad() { "$P" grad --config "$D/cfg.json" --tokens "$D/text.txt" --batch 8 --seq 16 "$@"; }
 train() { "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --lr 3e-3 "$@"; }
-mpi() { local n=$1; shift; timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$n" "$P" "$@" < /dev/null; }
+# Under SAN=1 Open MPI leaks at MPI_Finalize (inside plugins: not ours; tests/test_comm_mpi.sh)
+mpi() { local n=$1; shift; ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -np "$n" "$P" "$@" < /dev/null; }
 same() { cmp -s "$1" "$2"; }
 # the numbers of a metrics file: loss and grad_norm of every step
 numbers() { sed -E 's/.*"loss":([^,]*),"lr":[^,]*,"grad_norm":([^,]*),.*/\1 \2/' "$1"; }
@@ -52,7 +54,7 @@ train --steps 10 $pipe --save "$D/s0" > /dev/null 2>&1
 if train --steps 10 $pipe $adapt --save "$D/s1" > "$D/a1.out" 2>&1 && switched "$D/s1/metrics.jsonl"; then
   ok "adapt: switches two steps after the slow link appears (steps 3, 4 seen slow) and back after it clears"
 else fail "adapt: switches after onset and recovery" "$(schedules "$D/s1/metrics.jsonl"); $(grep '^step [0-9]*:' "$D/a1.out")"; fi
-grep -Eq '^step 4: link 0-1 \+[0-9]+ ms per message; adaptive warm-up [0-9,]+ \(peak [0-9]+ of limit 4\); predicted [0-9.e-]+ s/step, was [0-9.e-]+$' "$D/a1.out" \
+grep -Eq '^step 4: link 0-1 \+[0-9]+ ms per message; (stage [0-9] x[0-9.]+; )?adaptive warm-up [0-9,]+ \(peak [0-9]+ of limit 4\); predicted [0-9.e-]+ s/step, was [0-9.e-]+$' "$D/a1.out" \
   && grep -Eq '^step ([6-9]|10): healthy again; back to zb-h1$' "$D/a1.out" && ok "adapt: one log line per switch" \
   || fail "adapt: one log line per switch" "$(grep '^step [0-9]*:' "$D/a1.out")"
 grep -q '"event":"adapt","step":4,"action":"adapt","schedule":"adaptive"' "$D/s1/metrics.events.jsonl" && \

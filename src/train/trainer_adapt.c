@@ -344,14 +344,15 @@ static int adapt_split(train_ctx *t, train_adapt *A, long step, sim_costs *healt
     double was = sim_schedule_score(cur, &now), will = sim_schedule_score(cur, &then);
     sim_costs_free(&now), sim_costs_free(&then), sim_costs_free(&h2);
     if (was > 0 && will > 0 && will < was * (1 - ADAPT_MIN_GAIN)) {
-        char what[200], from[64], to[64], line[512];
+        char what[200], from[64], to[64], line[512], name[32];
+        snprintf(name, sizeof name, "%s", cur->name);   /* cur goes with the old job */
         describe(A, est, mf, what, sizeof what);
         split_text(A->split_now, A->S, from, sizeof from);
         split_text(want, A->S, to, sizeof to);
         if (move_split(t, A, step, healthy, want) < 0) { free(want); return -1; }
         snprintf(line, sizeof line, "%s; layers re-split %s -> %s by measured speed; predicted %.3g s/step, was %.3g",
                  what, from, to, will, was);
-        cJSON *f = adapt_fields(A, est, "resplit", cur->name, will, was);
+        cJSON *f = adapt_fields(A, est, "resplit", name, will, was);
         cJSON_AddStringToObject(f, "split", to);
         say(t, step, line, f);
         moved = 1;
