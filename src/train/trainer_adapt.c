@@ -52,6 +52,8 @@ struct train_adapt {
     long first_step;                /* a step not measured: the run's first (a warm-up), or the
                                      * first after a re-split (a new job's first touches) */
     int *split_start, *split_now;   /* [S] blocks per stage: at the start, in force */
+    double fl[3][3];                /* analytic flops of one microbatch through an embedding, a
+                                     * block, a head (gpt_layer_ops' cost): [kind][F, B, W] */
     int said_keep;                  /* a straggler was reported without a switch (since the last
                                      * switch or revert) */
 };
@@ -274,15 +276,34 @@ static void split_text(const int *v, int S, char *buf, size_t n) {
     for (int g = 0; g < S && at < n; g++) at += (size_t)snprintf(buf + at, n - at, "%s%d", g ? "," : "", v[g]);
 }
 
-/* The planner's exact split of the blocks by measured speed: block cost 1, stage g's speed
- * 1 / its slowdown, no memory cap (plan_split). out[S]. */
+/* Analytic flops of stage g under split v (blocks per stage) in phase ph (0 F, 1 B, 2 W): its
+ * blocks, and the embedding on the first stage, the head on the last. */
+static double stage_flops(const train_adapt *A, int g, const int *v, int ph) {
+    return (g == 0 ? A->fl[GPT_LAYER_EMBED][ph] : 0) + v[g] * A->fl[GPT_LAYER_BLOCK][ph] +
+           (g == A->S - 1 ? A->fl[GPT_LAYER_HEAD][ph] : 0);
+}
+
+/* The factor stage g's kind k (F, B, W, BW) scales by from split `from` to `to`. */
+static double stage_factor(const train_adapt *A, int g, const int *from, const int *to, int k) {
+    double a = 0, b = 0;
+    for (int ph = 0; ph < 3; ph++)
+        if (ph == k || (k == 3 && ph > 0)) a += stage_flops(A, g, from, ph), b += stage_flops(A, g, to, ph);
+    return a > 0 ? b / a : 1;
+}
+
+/* The planner's exact split of the blocks by measured speed (plan_split): each block costs its
+ * analytic F + B + W, the first and last also the embedding's and the head's; stage g's speed is
+ * 1 / its slowdown; no memory cap. out[S]. */
 static int speed_split(const train_adapt *A, const sim_estimate *est, int *out) {
     int L = 0, S = A->S, rc;
     for (int g = 0; g < S; g++) L += A->split_now[g];
-    double *work = pt_malloc(sizeof *work * (size_t)L), *zero = pt_calloc((size_t)L + (size_t)S, sizeof *zero);
+    double *work = pt_calloc((size_t)L, sizeof *work), *zero = pt_calloc((size_t)L + (size_t)S, sizeof *zero);
     double *speed = pt_malloc(sizeof *speed * (size_t)S);
     int *first = pt_malloc(sizeof *first * (size_t)(S + 1));
-    for (int i = 0; i < L; i++) work[i] = 1;
+    for (int i = 0; i < L; i++)
+        for (int ph = 0; ph < 3; ph++)
+            work[i] += A->fl[GPT_LAYER_BLOCK][ph] + (i == 0 ? A->fl[GPT_LAYER_EMBED][ph] : 0) +
+                       (i == L - 1 ? A->fl[GPT_LAYER_HEAD][ph] : 0);
     for (int g = 0; g < S; g++) speed[g] = 1 / (est->stage_slow[g] > 0 ? est->stage_slow[g] : 1);
     plan_chain c = { .n = L, .K = S, .work = work, .mem_fixed = zero, .mem_act = zero, .speed = speed,
                      .cap = zero, .inflight = zero };
@@ -293,13 +314,14 @@ static int speed_split(const train_adapt *A, const sim_estimate *est, int *out) 
     return rc;
 }
 
-/* The costs of each stage under split `to` from those under `from`: blocks cost alike, so a
- * stage's F, B, W, BW scale with its blocks. */
-static void rescale_costs(sim_costs *c, const int *from, const int *to) {
+/* The costs of each stage under split `to` from those under `from`: each kind scales with the
+ * stage's analytic flops of it (the measured time per flop of a stage is kept). */
+static void rescale_costs(const train_adapt *A, sim_costs *c, const int *from, const int *to) {
     for (int g = 0; g < c->n_stages; g++) {
-        double k = (double)to[g] / from[g];
-        c->f[g] *= k, c->b[g] *= k, c->w[g] *= k;
-        if (c->bw[g] >= 0) c->bw[g] *= k;
+        c->f[g] *= stage_factor(A, g, from, to, 0);
+        c->b[g] *= stage_factor(A, g, from, to, 1);
+        c->w[g] *= stage_factor(A, g, from, to, 2);
+        if (c->bw[g] >= 0) c->bw[g] *= stage_factor(A, g, from, to, 3);
     }
 }
 
@@ -309,7 +331,7 @@ static void rescale_base(train_adapt *A, const int *from, const int *to) {
         for (int g = 0; g < A->S; g++)
             for (int kind = 0; kind < 4; kind++) {
                 double *v = &A->base[(size_t)i * A->nv + (size_t)g * K_KINDS + (size_t)kind];
-                if (*v > 0) *v *= (double)to[g] / from[g];
+                if (*v > 0) *v *= stage_factor(A, g, from, to, kind);
             }
 }
 
@@ -317,7 +339,7 @@ static void rescale_base(train_adapt *A, const int *from, const int *to) {
  * not measured (a new job's first touches). */
 static int move_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const int *to) {
     if (t->e->vt->resplit(t->e, to, A->S, step) < 0) return pt_adderr("step %ld: --adapt: ", step);
-    rescale_costs(healthy, A->split_now, to);
+    rescale_costs(A, healthy, A->split_now, to);
     rescale_base(A, A->split_now, to);
     memcpy(A->split_now, to, sizeof *to * (size_t)A->S);
     A->first_step = step + 1;
@@ -339,7 +361,7 @@ static int adapt_split(train_ctx *t, train_adapt *A, long step, sim_costs *healt
     sim_costs now, then, h2;
     sim_costs_apply_estimate(healthy, est, &now);
     sim_costs_copy(healthy, &h2);
-    rescale_costs(&h2, A->split_now, want);
+    rescale_costs(A, &h2, A->split_now, want);
     sim_costs_apply_estimate(&h2, est, &then);
     double was = sim_schedule_score(cur, &now), will = sim_schedule_score(cur, &then);
     sim_costs_free(&now), sim_costs_free(&then), sim_costs_free(&h2);
@@ -495,6 +517,12 @@ int train_adapt_init(train_ctx *t) {
     A->prev_link = pt_calloc((size_t)A->P, sizeof *A->prev_link);
     for (int g = 0; g < A->S; g++) A->prev_slow[g] = 1;
     A->first_step = t->step0 + 1;
+    int rows = o->batch / (A->D * A->M);   /* a microbatch: rows x seq tokens */
+    for (int k = 0; k < 3; k++) {
+        gpt_layer_cost c;
+        gpt_kind_ops((gpt_layer_kind)k)->cost(&t->m.cfg, rows > 0 ? rows : 1, o->seq, &c);
+        for (int ph = 0; ph < 3; ph++) A->fl[k][ph] = c.flops[ph];
+    }
     return 0;
 }
 
