@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define WAIT_S 20.0          /* bound for waits that must succeed (oversubscribed, noisy) */
 #define DEAD_WAIT_S 30.0     /* waits that an abort must cut short long before this */
@@ -266,6 +267,38 @@ static void test_faulty_delay(comm *c) {
     else comm_free(sub);
 }
 
+/* In flight while the sender computes: over a faulty wrapper rank 0's message to rank 1 is DELAY_S
+ * late, and rank 0 then sleeps BUSY_S without an MPI call; rank 1 gets it at about DELAY_S (the
+ * delivery thread posts it, the progress thread moves it), and an 8 MiB message 2 -> 3 sent
+ * just before rank 2 sleeps arrives at once too. */
+#define BUSY_S 2.0
+static void test_in_flight(comm *c) {
+    comm *sub = NULL, *f = NULL;
+    int ok = !comm_split(c, 0, &sub) && !comm_faulty_wrap(sub, c->rank == 0 ? 1 : -1, DELAY_S, -1, &f);
+    size_t n = (size_t)8 << 20;
+    char *big = pt_calloc(n, 1);
+    int v = 7, got = 0;
+    double dt = 0;
+    ok = ok && !comm_barrier(f);
+    double t0 = pt_now();
+    comm_req *q = NULL;
+    if (ok && c->rank % 2 == 0) {
+        ok = c->rank == 0 ? !comm_isend(f, 1, 5, &v, sizeof v, &q) : !comm_isend(f, 3, 5, big, n, &q);
+        struct timespec t = {(time_t)BUSY_S, 0};
+        nanosleep(&t, NULL);           /* "computing": no call of the transport */
+        ok = ok && !comm_wait(f, q, WAIT_S);
+    } else if (ok) {
+        ok = c->rank == 1 ? !recv_wait(f, 0, 5, &got, sizeof got) && got == 7 : !recv_wait(f, 2, 5, big, n);
+        dt = pt_now() - t0;
+        ok = ok && dt < BUSY_S - 0.5 && (c->rank == 3 || dt >= DELAY_S - SKEW_S);
+    }
+    check(c, "mpi: messages arrive while their sender computes (delayed 0 -> 1, 8 MiB 2 -> 3)", ok || !c->threaded,
+          "arrived after %.3f s (sender busy %.1f s): %s", dt, BUSY_S, pt_err());
+    free(big);
+    if (f) comm_free(f);
+    else comm_free(sub);
+}
+
 /* Rank 1 (die_after 3) sends to rank 0 until it dies; never returns normally. */
 static int run_die(comm *c) {
     comm *f;
@@ -303,6 +336,7 @@ int main(int argc, char **argv) {
         test_split(c);
         test_timeout(c);
         test_faulty_delay(c);
+        test_in_flight(c);
     }
     comm_free(c);
     comm_mpi_finalize();

@@ -637,6 +637,100 @@ static void test_faulty_die(void) {
           "%.2f %.2f s", o.t[0], o.t[2]);
 }
 
+/* Delivery without anyone's call: rank 0 isends to the slow rank 1 (DELAY_S) and then sleeps
+ * SLEEP_S (> DELAY_S) without touching the transport; rank 1's receive completes at about
+ * DELAY_S, not when rank 0 wakes (the delivery thread posts it). */
+#define SLEEP_S 1.5
+typedef struct { outcome o; double t0, got; pthread_mutex_t mu; } inflight_state;
+
+static void body_inflight(comm *c, void *arg) {
+    inflight_state *st = arg;
+    if (comm_barrier(c)) { note(&st->o, c->rank, "barrier"); return; }
+    if (c->rank == 0) {
+        int v = 7;
+        comm_req *q;
+        pthread_mutex_lock(&st->mu); st->t0 = pt_now(); pthread_mutex_unlock(&st->mu);
+        if (comm_isend(c, 1, 3, &v, sizeof v, &q)) { note(&st->o, 0, "isend"); return; }
+        usleep((useconds_t)(SLEEP_S * 1e6));
+        if (comm_wait(c, q, WAIT_S)) note(&st->o, 0, "wait");
+        return;
+    }
+    int v = 0;
+    if (recv_wait(c, 0, 3, &v, sizeof v) || v != 7) { note(&st->o, 1, "recv"); return; }
+    double now = pt_now();
+    pthread_mutex_lock(&st->mu); st->got = now - st->t0; pthread_mutex_unlock(&st->mu);
+}
+
+static void test_faulty_in_flight(void) {
+    int slow[2] = {1, -1}, die[2] = {-1, -1};
+    double delay[2] = {DELAY_S, 0};
+    inflight_state st = {0};
+    pthread_mutex_init(&st.mu, NULL);
+    run_faulty_world(2, slow, delay, die, body_inflight, &st);
+    int b = first_bad(&st.o, 2);
+    CHECK("faulty delay: delivered while the sender computes (no call of either side needed)",
+          b < 0 && st.got >= DELAY_S && st.got < SLEEP_S - 0.3, "%s arrived after %.3f s (delay %.1f, sender "
+          "busy %.1f)", b < 0 ? "" : st.o.msg[b], st.got, DELAY_S, SLEEP_S);
+    pthread_mutex_destroy(&st.mu);
+}
+
+/* set_delay: rank 0 sends 1, 2 (delayed) then 3 after the delay dropped to 0: rank 1 gets them
+ * in order (a message never overtakes one held back before it); a sub-communicator split from the
+ * wrapped one delays by world rank too; a delayed reduction (reductions on) completes late with
+ * the right sum. */
+typedef struct { outcome o; int v[3]; double t_sub, t_red; float red; } setdelay_state;
+
+static void body_setdelay(comm *c, void *arg) {
+    setdelay_state *st = arg;
+    int r = c->rank;
+    if (r == 0 && comm_faulty_set_delay(c, 1, 0.3, 1)) { note(&st->o, 0, "set_delay"); return; }
+    if (r == 1 && comm_faulty_set_delay(c, 0, 0.3, 1)) { note(&st->o, 1, "set_delay"); return; }
+    if (comm_barrier(c)) { note(&st->o, r, "barrier"); return; }
+    if (r == 0) {
+        comm_req *q[3];
+        int v[3] = {1, 2, 3};
+        if (comm_isend(c, 1, 9, &v[0], sizeof v[0], &q[0]) || comm_isend(c, 1, 9, &v[1], sizeof v[1], &q[1]) ||
+            comm_faulty_set_delay(c, 1, 0, 1) || comm_isend(c, 1, 9, &v[2], sizeof v[2], &q[2]))
+            { note(&st->o, 0, "isend"); return; }
+        for (int k = 0; k < 3; k++) if (comm_wait(c, q[k], WAIT_S)) { note(&st->o, 0, "wait"); return; }
+        comm_faulty_set_delay(c, 1, 0.3, 1);
+    } else if (r == 1) {
+        for (int k = 0; k < 3; k++) if (recv_wait(c, 0, 9, &st->v[k], sizeof st->v[k])) { note(&st->o, 1, "recv"); return; }
+    }
+    comm *sub = NULL;   /* ranks 0 and 1 (and 2 alone): a message 0 -> 1 on it is late too */
+    if (comm_split(c, r < 2 ? 0 : 1, &sub)) { note(&st->o, r, "split"); return; }
+    double t0 = pt_now();
+    if (r == 0) { int x = 5; if (send_wait(sub, 1, 1, &x, sizeof x)) note(&st->o, 0, "sub send"); }
+    if (r == 1) { int x = 0; if (recv_wait(sub, 0, 1, &x, sizeof x) || x != 5) note(&st->o, 1, "sub recv"); st->t_sub = pt_now() - t0; }
+    float x = (float)(r + 1);   /* a reduction over 0 and 1: held back by the slow link */
+    comm_req *q = NULL;
+    t0 = pt_now();
+    if (r < 2 && (comm_ireduce_f32(sub, &x, 1, 1, &q) || comm_wait(sub, q, WAIT_S))) note(&st->o, r, "ireduce");
+    if (r == 1) { st->t_red = pt_now() - t0; st->red = x; }
+    comm_free(sub);
+}
+
+static void test_faulty_set_delay(void) {
+    int slow[3] = {-1, -1, -1}, die[3] = {-1, -1, -1};
+    double delay[3] = {0};
+    setdelay_state st = {0};
+    run_faulty_world(3, slow, delay, die, body_setdelay, &st);
+    int b = first_bad(&st.o, 3);
+    CHECK("faulty set_delay: messages to one peer keep their order when the delay drops",
+          b < 0 && st.v[0] == 1 && st.v[1] == 2 && st.v[2] == 3, "%s got %d %d %d", b < 0 ? "" : st.o.msg[b],
+          st.v[0], st.v[1], st.v[2]);
+    CHECK("faulty set_delay: a split communicator is delayed by world rank", st.t_sub >= 0.3, "%.3f s", st.t_sub);
+    CHECK("faulty set_delay: a reduction over the slow link completes late, summed right",
+          st.t_red >= 0.3 && st.red == 3.0f, "%.3f s, sum %g", st.t_red, st.red);
+    comm *raw[1], *f;
+    comm_threads_create(1, raw);
+    CHECK("faulty borrow: wraps without taking the endpoint", comm_faulty_borrow(raw[0], -1, &f) == 0, "%s", pt_err());
+    comm_free(f);
+    CHECK("faulty set_delay: refused on a transport that is not faulty",
+          comm_faulty_set_delay(raw[0], 0, 1, 0) < 0 && strstr(pt_err(), "not faulty"), "%s", pt_err());
+    comm_free(raw[0]);   /* still ours after the wrapper went */
+}
+
 int main(void) {
     test_pingpong();
     test_tags();
@@ -655,6 +749,8 @@ int main(void) {
     test_abort();
     test_faulty_transparent();
     test_faulty_delay();
+    test_faulty_in_flight();
+    test_faulty_set_delay();
     test_faulty_die();
     TEST_DONE();
 }

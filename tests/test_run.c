@@ -317,6 +317,56 @@ static void test_train(void) {
     test_train_case("chimera", 4, 1, 0, 1.0);
 }
 
+/* Faults and a switch of schedule mid-run change no number: zb-h1 P=2 D=2 with a slow link
+ * (pipeline, then between replicas) and a slow stage in some steps, switched to an adaptive
+ * schedule built for a delay at step 3 and back at step 5 (run_job_replan): losses and parameters
+ * bitwise the reference's; a schedule of another shape is refused, the old one staying. */
+static void test_replan_faults(void) {
+    const char *links[] = { "0-1:0.002@2-3", "1-3:0.003@4-4" }, *stages[] = { "1:1.5@2-2" };
+    run_opts o = { .P = 2, .D = 2, .schedule = "zb-h1", .M = 4, .slow_link = links, .n_slow_link = 2,
+                   .slow_stage = stages, .n_slow_stage = 1 };
+    run_plan pl;
+    optim_config oc = optim_config_default();
+    oc.lr = 1e-2;
+    oc.grad_clip = 0;
+    if (run_plan_init(&pl, &o, &CFG, BATCH, SEQ) < 0) { CHECK("replan: plan", 0, "%s", pt_err()); return; }
+    double delay[1] = { 3 };
+    sched_params sp = { .ranks = 2, .microbatches = 4, .cost_f = 1, .cost_b = 1, .cost_w = 1, .mem_limit = 4,
+                        .link_delay = delay };
+    sched *ad = sched_generate("adaptive", &sp), *other = sched_generate("1f1b", &(sched_params){ .ranks = 2, .microbatches = 2 });
+    sched *start = sched_copy(pl.s);
+    gpt_model ref, got;
+    gpt_init(&ref, &CFG); gpt_init(&got, &CFG);
+    memcpy(ref.params, g_init.params, ref.num_params * sizeof(float));
+    float want[TRAIN_STEPS], have[TRAIN_STEPS] = { 0 };
+    ref_train(&pl, &oc, TRAIN_STEPS, want, &ref);
+    run_job *j = NULL;
+    run_stats st;
+    int rc = ad && other ? run_job_init(&j, &pl, &g_init, NULL, NULL) : -1, refused = 0;
+    size_t act0 = rc == 0 ? run_job_act_bytes(j) : 0, act_ad = 0;
+    for (int t = 1; rc == 0 && t <= TRAIN_STEPS; t++) {
+        if (t == 3) {
+            refused = run_job_replan(j, other) < 0 && strstr(pt_err(), "shape") && !strcmp(run_job_schedule(j)->name, "zb-h1");
+            rc = run_job_replan(j, ad);
+            act_ad = run_job_act_bytes(j);
+        }
+        if (t == 5 && rc == 0) rc = run_job_replan(j, start);
+        if (rc == 0) rc = run_job_iteration(j, g_tok, g_tgt, &oc, t, &st);
+        have[t - 1] = st.loss;
+    }
+    if (rc == 0) rc = run_job_gather(j, &got);
+    run_job_free(j);
+    CHECK("replan with faults: runs", rc == 0, "%s", pt_err());
+    CHECK("replan: a schedule of another shape is refused, the old one kept", refused, "%s", pt_err());
+    CHECK("replan: the adaptive schedule holds more activations", act_ad > act0, "%zu vs %zu", act_ad, act0);
+    CHECK("replan with faults: losses bitwise", !memcmp(have, want, sizeof have), "step 5 %.9g vs %.9g", have[4], want[4]);
+    CHECK("replan with faults: parameters bitwise", !memcmp(got.params, ref.params, ref.num_params * sizeof(float)),
+          "off by %.3g", test_tensor_relerr(got.params, ref.params, ref.num_params));
+    gpt_free(&ref); gpt_free(&got);
+    sched_free(ad); sched_free(other); sched_free(start);
+    run_plan_free(&pl);
+}
+
 /* A rank that dies mid-step: the others stop with an error naming it (no hang). gpipe and rank
  * 0 dying at its second send: no message to it can have arrived yet, so the dead rank leaves no
  * completed receive behind (comm_faulty cannot free those once dead: a leak under ASan). */
@@ -649,6 +699,7 @@ int main(void) {
     gpt_init_random(&g_init, 1);
     test_equivalence();
     test_train();
+    test_replan_faults();
     test_zero_overlap();
     test_layout_counts();
     test_bad_layouts();

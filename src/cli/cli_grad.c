@@ -60,6 +60,7 @@ static int grad_pipelined(const grad_args *a, const gpt_config *cfg, const int *
     gpt_model m;
     memset(&m, 0, sizeof m);
     if (run_plan_init(&pl, &a->ro, cfg, a->batch, a->seq) < 0) return -1;
+    if (run_plan_check_fault_steps(&pl, 1) < 0) { run_plan_free(&pl); return -1; }   /* grad runs step 1 */
     run_source_init(&src, cfg, a->init, (uint64_t)a->seed);
     int rc = run_job_init_src(&j, &pl, &src, world);
     if (rc == 0) rc = run_job_iteration(j, inp, tgt, NULL, 1, &st);
@@ -140,16 +141,20 @@ int cli_grad(int argc, char **argv) {
     };
     cli_layout_opts(opts + 7, &a.ro, &a.transport, &a.split_text);
     cli_layout_init(&a.ro);
-    int rc = cli_parse(argc, argv, "grad", "--config C.json [--init M.safetensors] --tokens X.bin "
+    int rc = cli_layout_take_faults(&argc, argv, &a.ro) < 0 ? (cli_fail("grad"), -1)
+           : cli_parse(argc, argv, "grad", "--config C.json [--init M.safetensors] --tokens X.bin "
                        "--batch B --seq T --out G.safetensors", opts, sizeof opts / sizeof *opts);
-    if (rc) return rc < 0 ? 2 : 0;
-    if (!a.tokens || !a.out || a.batch <= 0 || a.seq <= 0) {
-        fprintf(stderr, "pipetrain grad: --tokens, --out, --batch (> 0) and --seq (> 0) are required\n");
-        return 2;
+    if (rc || !a.tokens || !a.out || a.batch <= 0 || a.seq <= 0) {
+        if (!rc) fprintf(stderr, "pipetrain grad: --tokens, --out, --batch (> 0) and --seq (> 0) are required\n");
+        cli_layout_faults_free(&a.ro);
+        return rc > 0 ? 0 : 2;
     }
     comm *world = NULL;
     int *split;
-    if (cli_layout_split(a.split_text, &split, &a.ro.n_split) < 0) return cli_fail("grad");
+    if (cli_layout_split(a.split_text, &split, &a.ro.n_split) < 0) {
+        cli_layout_faults_free(&a.ro);
+        return cli_fail("grad");
+    }
     a.ro.split = split;
     a.transport = cli_layout_transport(a.transport);
     if (cli_layout_start(&a.ro, a.transport, &argc, &argv, &world) < 0) rc = cli_fail("grad");
@@ -159,5 +164,6 @@ int cli_grad(int argc, char **argv) {
     } else rc = 0;
     if (world) { comm_free(world); comm_mpi_finalize(); }
     free(split);
+    cli_layout_faults_free(&a.ro);
     return rc;
 }

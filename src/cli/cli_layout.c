@@ -30,6 +30,10 @@ void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const c
         {"--recompute", OPT_FLAG, &ro->recompute, "drop activations after F, recompute them at B (less memory)"},
         {"--zero", OPT_INT, &ro->zero, "1: shard AdamW moments and the update over the ranks that reduce together (ZeRO-1; default 0)"},
         {"--no-overlap", OPT_FLAG, &ro->no_overlap, "reduce gradients after each rank's whole schedule, not from each stage's last W"},
+        {"--slow-link", OPT_STR, NULL, "I-J:SECONDS[@FROM-TO] fault injection: every message between world ranks I and J "
+                                       "SECONDS late (not blocking the sender), in steps FROM..TO (repeatable)"},
+        {"--slow-stage", OPT_STR, NULL, "I:FACTOR[@FROM-TO] fault injection: stage I's compute takes FACTOR (>= 1) times "
+                                        "as long, in steps FROM..TO (repeatable)"},
     };
     memcpy(out, opts, sizeof opts);
 }
@@ -64,6 +68,35 @@ free_counts:
     return -1;
 }
 
+int cli_layout_take_faults(int *argc, char **argv, run_opts *ro) {
+    const char **link = pt_malloc(sizeof *link * (size_t)(*argc + 1));
+    const char **stage = pt_malloc(sizeof *stage * (size_t)(*argc + 1));
+    int n = 1, nl = 0, ns = 0;
+    ro->slow_link = link, ro->slow_stage = stage;
+    for (int i = 1; i < *argc; i++) {
+        const char *s = argv[i];
+        int is_link = !strncmp(s, "--slow-link", 11), is_stage = !strncmp(s, "--slow-stage", 12);
+        size_t k = is_link ? 11 : 12;
+        if ((!is_link && !is_stage) || (s[k] != 0 && s[k] != '=')) { argv[n++] = argv[i]; continue; }
+        const char *v = s[k] == '=' ? s + k + 1 : i + 1 < *argc ? argv[++i] : NULL;
+        if (!v) return pt_seterr("%s needs a value (%s)", is_link ? "--slow-link" : "--slow-stage",
+                                 is_link ? "I-J:SECONDS[@FROM-TO]" : "I:FACTOR[@FROM-TO]");
+        if (is_link) link[nl++] = v;
+        else stage[ns++] = v;
+    }
+    ro->n_slow_link = nl, ro->n_slow_stage = ns;
+    *argc = n;
+    argv[n] = NULL;
+    return 0;
+}
+
+void cli_layout_faults_free(run_opts *ro) {
+    free((void *)ro->slow_link);
+    free((void *)ro->slow_stage);
+    ro->slow_link = ro->slow_stage = NULL;
+    ro->n_slow_link = ro->n_slow_stage = 0;
+}
+
 const char *cli_layout_transport(const char *given) {
     if (given) return given;
     const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
@@ -80,7 +113,8 @@ void cli_layout_init(run_opts *ro) {
 
 int cli_layout_given(const run_opts *o, const char *transport) {
     return o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->schedule ||
-           o->schedule_file || transport || o->split || o->recompute || o->zero || o->no_overlap;
+           o->schedule_file || transport || o->split || o->recompute || o->zero || o->no_overlap ||
+           o->n_slow_link || o->n_slow_stage;
 }
 
 /* An explicit count must be >= 1; not given: the default. */

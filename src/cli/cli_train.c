@@ -165,7 +165,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 38 };
+    enum { N_TRAIN_OPTS = 40 };
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -206,12 +206,18 @@ int cli_train(int argc, char **argv) {
         {"--side-train", OPT_STR, &o->side_train, "CONFIG of a second model trained in the bubbles (--batch x --seq)"},
         {"--side-data", OPT_STR, &o->side_data, "its training tokens"},
         {"--side-steps", OPT_LONG, &o->side_steps, "its optimizer steps (default: as long as this run)"},
+        {"--adapt", OPT_FLAG, &o->adapt, "pipelined: switch to the adaptive schedule while a link is measured slow, back "
+                                         "when it clears (docs/stragglers.md)"},
+        {"--mem-limit", OPT_INT, &o->mem_limit, "--adapt: microbatches of activations a stage may hold (default: the "
+                                                "starting schedule's peak)"},
     };
     cli_layout_opts(opts + N_TRAIN_OPTS, &o->ro, &a.transport, &a.split_text);
     cli_layout_init(&o->ro);
+    if (cli_layout_take_faults(&argc, argv, &o->ro) < 0) return cli_fail("train") + 1;
     if (take_repeated(&argc, argv, "--side-command", &a.side_cmds, &o->n_side_commands) < 0 ||
         take_repeated(&argc, argv, "--side-task", &a.side_tasks, &o->n_side_tasks) < 0) {
         free(a.side_cmds); free(a.side_tasks);
+        cli_layout_faults_free(&o->ro);
         return cli_fail("train") + 1;
     }
     o->side_commands = a.side_cmds;
@@ -221,11 +227,13 @@ int cli_train(int argc, char **argv) {
     if (rc) {
         if (rc > 0) harvest_print_kinds(stdout);   /* --help: the side-task registry too */
         free(a.side_cmds); free(a.side_tasks);
+        cli_layout_faults_free(&o->ro);
         return rc < 0 ? 2 : 0;
     }
     a.transport = cli_layout_transport(a.transport);
     if (keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
         free(a.side_cmds); free(a.side_tasks);
+        cli_layout_faults_free(&o->ro);
         return cli_fail("train");
     }
     o->ro.split = a.split;
@@ -241,5 +249,6 @@ int cli_train(int argc, char **argv) {
     free(a.split);
     free(a.side_cmds);
     free(a.side_tasks);
+    cli_layout_faults_free(&o->ro);
     return rc;
 }

@@ -19,9 +19,13 @@
  *   reduce-scatter (ireduce, all = 0) followed by allgather give bitwise the same numbers.
  * - Slices: a collective over n elements gives rank r of a communicator of `size` ranks the slice
  *   [n*r/size, n*(r+1)/size) (comm_slice), on every transport.
- * - A non-blocking collective (ireduce) progresses in this rank's test and wait calls (no
- *   helper thread): every rank must eventually wait for it (or test it until done). Its buffer
- *   must stay untouched until it completes. Other messages and collectives may run meanwhile.
+ * - A non-blocking collective (ireduce) must eventually be waited for (or tested until done) by
+ *   every rank; it may progress on its own meanwhile (MPI's progress thread) or only in this
+ *   rank's test and wait calls (threads: each rank sums its slice when it looks). Its buffer must
+ *   stay untouched until it completes. Other messages and collectives may run meanwhile.
+ * - Messages progress without the ranks: on threads a message is handed over by whichever side
+ *   comes second; on MPI (SERIALIZED or better) a progress thread per process completes every
+ *   request while the ranks compute (docs/comm.md).
  * - Ranks of a split communicator are numbered 0..size-1 by increasing parent rank.
  * The threads and mpi transports go further (docs/comm.md): a message of any size other than the
  * receive buffer's is an error, and their allreduce sums are bitwise identical to each other.
@@ -57,6 +61,8 @@ typedef struct {
     int (*split)(comm *c, int color, comm **out);
     /* Tells every rank of the job to stop: their pending and later waits fail naming this rank. */
     void (*abort)(comm *c, const char *why);
+    /* The world rank of rank r of c (local: no communication). */
+    int (*world_rank_of)(comm *c, int r);
     void (*free)(comm *c);
 } comm_vtable;
 
@@ -64,6 +70,9 @@ struct comm {
     const comm_vtable *vt;
     int rank, size;     /* in this communicator */
     int world_rank;     /* in the whole job, for messages */
+    int threaded;       /* 1: calls on this endpoint may come from several threads of this
+                         * process at once (threads; MPI at SERIALIZED or better); 0: from one
+                         * thread at a time only (MPI at a lower thread level) */
     void *impl;
 };
 
@@ -79,6 +88,7 @@ static inline int comm_allgather_f32(comm *c, float *b, size_t n) { return c->vt
 static inline int comm_barrier(comm *c) { return c->vt->barrier(c); }
 static inline int comm_split(comm *c, int color, comm **out) { return c->vt->split(c, color, out); }
 static inline void comm_abort(comm *c, const char *why) { c->vt->abort(c, why); }
+static inline int comm_world_rank_of(comm *c, int r) { return c->vt->world_rank_of(c, r); }
 static inline void comm_free(comm *c) { if (c) c->vt->free(c); }
 
 /* Rank r's slice of n elements in a communicator of size ranks: [*lo, *hi). */
@@ -91,15 +101,28 @@ static inline void comm_slice(size_t n, int r, int size, size_t *lo, size_t *hi)
  * (out[r] is rank r's; each used by one thread only). Free each with comm_free. */
 int comm_threads_create(int size, comm **out);
 
-/* MPI transport: MPI_Init (thread level FUNNELED is enough: one thread per rank calls MPI) and
- * the world communicator. comm_mpi_available() is 0 when built without MPI. */
+/* MPI transport: MPI_Init_thread asking for MPI_THREAD_SERIALIZED (then a progress thread per
+ * process completes requests while the ranks compute, and the endpoint is `threaded`; with less,
+ * down to FUNNELED, requests progress inside this rank's calls only) and the world communicator.
+ * PT_MPI_PROGRESS=0 in the environment keeps the progress thread off (for comparisons).
+ * comm_mpi_available() is 0 when built without MPI. */
 int comm_mpi_available(void);
 int comm_mpi_init(int *argc, char ***argv, comm **out);
 void comm_mpi_finalize(void);
 
 /* Fault injection around `inner` (which it owns): every message to rank `slow_peer` (-1: none)
- * is delivered `delay` seconds late without blocking the sender; after `die_after` sends
- * (< 0: never) this rank fails: its calls return -1 and it aborts the job ("rank R died"). */
+ * is delivered `delay` seconds late without blocking the sender (a delivery thread posts it when
+ * due; over a transport that is not `threaded`, this rank's later calls do); after `die_after`
+ * sends (< 0: never) this rank fails: its calls return -1 and it aborts the job ("rank R died").
+ * Communicators split from it share its fate and its delays (which follow the peer's world rank). */
 int comm_faulty_wrap(comm *inner, int slow_peer, double delay, int die_after, comm **out);
+/* The same with no delay, around a communicator the caller keeps (it frees inner after out). */
+int comm_faulty_borrow(comm *inner, int die_after, comm **out);
+/* From now on, messages from this rank to rank `peer` of c (a communicator made by
+ * comm_faulty_wrap or _borrow, not one split from it) take `seconds` longer (0: on time), on c
+ * and on every communicator split from it; with `reductions`, a non-blocking reduction on any of
+ * them whose ranks include peer starts that late too. Messages to one peer keep their order.
+ * -1 when c is not such a communicator, peer is not a rank of it, or seconds < 0. */
+int comm_faulty_set_delay(comm *c, int peer, double seconds, int reductions);
 
 #endif

@@ -1,16 +1,24 @@
 /* MPI transport (Open MPI): one process per rank. Point-to-point maps onto MPI_Isend/MPI_Irecv
- * on a private duplicate of MPI_COMM_WORLD; waits poll MPI_Test with short sleeps so they can time
- * out; allreduce is built from MPI_Alltoallv + MPI_Allgatherv so it sums in rank order exactly
- * like the threads transport (bitwise equal results on every rank and across transports), and the
- * non-blocking reduction from MPI_Ialltoallv (+ MPI_Iallgatherv) the same way, advanced by test.
- * Not thread-safe beyond MPI_THREAD_FUNNELED: one thread per process calls this transport.
+ * on a private duplicate of MPI_COMM_WORLD; allreduce is built from MPI_Alltoallv +
+ * MPI_Allgatherv so it sums in rank order exactly like the threads transport (bitwise equal
+ * results on every rank and across transports), and the non-blocking reduction from
+ * MPI_Ialltoallv (+ MPI_Iallgatherv) the same way.
+ *
+ * Progress: Open MPI moves a message only inside MPI calls (this build has no progress thread of
+ * its own), so where MPI lets other threads call it (SERIALIZED or MULTIPLE) one progress thread per process owns the completion of
+ * every request: it tests them (short naps while nothing completes), does a reduction's sum
+ * and posts its second phase, and wakes the rank that waits. Messages and reductions so
+ * progress while the rank computes. Below SERIALIZED (or with PT_MPI_PROGRESS=0) the rank's own test
+ * and wait calls progress them (polling with growing naps), as before.
  *
  * The one place library code prints: abort writes "rank R failed: why" to stderr before
  * MPI_Abort ends the whole job (no other rank could report it). */
 #include "comm/comm.h"
 #include "util/pt.h"
+#include <errno.h>
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,24 +27,58 @@
 
 typedef struct {
     MPI_Comm mc;      /* owned: freed with the endpoint */
+    MPI_Comm mc2;     /* owned: a duplicate for the second phase of non-blocking reductions, which
+                       * the progress thread starts (collectives must start in one order per
+                       * communicator on every rank: these never mix with the rank's own) */
     int tag_ub;       /* largest valid tag (MPI_TAG_UB of the world) */
+    int *world_of;    /* [size] world rank of each rank */
+    struct mp_req *colls, *colls_tail;   /* reductions not yet finished, in posting order */
 } mp_impl;
 
 struct mp_coll;
 
-typedef struct {
+typedef struct mp_req {
     MPI_Request rq;
     int is_send, peer, tag;
     size_t bytes;
     struct mp_coll *coll;   /* a non-blocking collective (ireduce), else NULL */
+    comm *c;                /* its endpoint (the progress thread checks results with it) */
+    int done, failed;       /* progress thread: completed (under the engine's lock), and how */
+    int finished;           /* a reduction: all its phases over (failed, err say how) */
+    struct mp_req *cnext;   /* a reduction: the next one of its endpoint */
+    char err[256];
 } mp_req;
+
+/* The progress thread's state: the requests it completes, and the conditions it signals. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;     /* a request completed (ranks wait on it) */
+    pthread_cond_t work_cv;     /* a request arrived, or stop (the thread waits on it when idle) */
+    mp_req **act;               /* [n] requests not yet complete */
+    int n, cap;
+    int on, stop;
+    pthread_t th;
+} mp_engine;
+
+static mp_engine eng = { .mu = PTHREAD_MUTEX_INITIALIZER };
+static int mp_threaded;         /* MPI lets any thread call it, one at a time (SERIALIZED or more) */
+/* Every MPI call of this file is made under this lock: MPI is used SERIALIZED even where it
+ * offers MULTIPLE (Open MPI 4's non-blocking collectives are not safe from two threads at once:
+ * their progress runs inside any MPI call). Never held while waiting for a peer, except inside
+ * a blocking collective, which progresses everything itself. MPI_Abort takes it when it can within a second. */
+static pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
+#define MPI_LOCK() pthread_mutex_lock(&mpi_mu)
+#define MPI_UNLOCK() pthread_mutex_unlock(&mpi_mu)
+
+#define NAP_MIN 10e-6           /* progress thread: first nap after a poll that completed nothing */
+#define NAP_MAX 100e-6          /* ... growing to this */
 
 /* A non-blocking rank-order sum: phase 0 the MPI_Ialltoallv of the slices, then (all) phase 1
  * the MPI_Iallgatherv of the summed slices. */
 typedef struct mp_coll {
     float *buf;
     size_t n;
-    int all, phase;
+    int all, phase;                 /* 0 alltoallv in flight, 1 summed, 2 allgatherv in flight */
     int *cnt, *dsp, *rcnt, *rdsp;   /* [P] each; one allocation at cnt */
     float *scratch;                 /* P slices of this rank's slice */
 } mp_coll;
@@ -60,12 +102,27 @@ static comm *endpoint_new(MPI_Comm mc, int tag_ub) {
     mp_impl *m = pt_calloc(1, sizeof *m);
     m->mc = mc;
     m->tag_ub = tag_ub;
+    MPI_LOCK();
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
+    MPI_Comm_dup(mc, &m->mc2);
+    MPI_Comm_set_errhandler(m->mc2, MPI_ERRORS_RETURN);
     comm *c = pt_calloc(1, sizeof *c);
     c->vt = &mp_vtable;
     MPI_Comm_rank(mc, &c->rank);
     MPI_Comm_size(mc, &c->size);
     MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank);
+    m->world_of = pt_malloc(sizeof *m->world_of * (size_t)c->size);
+    int *mine = pt_malloc(sizeof *mine * (size_t)c->size);
+    for (int r = 0; r < c->size; r++) mine[r] = r;
+    MPI_Group g, wg;
+    MPI_Comm_group(mc, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    MPI_Group_translate_ranks(g, c->size, mine, wg, m->world_of);
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    free(mine);
+    MPI_UNLOCK();
+    c->threaded = mp_threaded;
     c->impl = m;
     return c;
 }
@@ -84,15 +141,39 @@ static int check_args(comm *c, const char *what, int peer, int tag, size_t bytes
     return 0;
 }
 
+static void sleep_s(double s) {
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
+/* Hands r to the progress thread, when it runs (else the rank's own calls complete it). */
+static void engine_add(mp_req *r) {
+    if (!eng.on) return;
+    pthread_mutex_lock(&eng.mu);
+    if (eng.n == eng.cap) {
+        eng.cap = eng.cap ? 2 * eng.cap : 64;
+        mp_req **a = pt_malloc(sizeof *a * (size_t)eng.cap);
+        if (eng.n) memcpy(a, eng.act, sizeof *a * (size_t)eng.n);
+        free(eng.act);
+        eng.act = a;
+    }
+    eng.act[eng.n++] = r;
+    pthread_cond_signal(&eng.work_cv);
+    pthread_mutex_unlock(&eng.mu);
+}
+
 static int mp_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, comm_req **out) {
     if (check_args(c, "isend", dst, tag, bytes)) return -1;
     mp_req *r = pt_calloc(1, sizeof *r);
-    *r = (mp_req){MPI_REQUEST_NULL, 1, dst, tag, bytes, NULL};
+    *r = (mp_req){.rq = MPI_REQUEST_NULL, .is_send = 1, .peer = dst, .tag = tag, .bytes = bytes, .c = c};
+    MPI_LOCK();
     int e = MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, ((mp_impl *)c->impl)->mc, &r->rq);
+    MPI_UNLOCK();
     if (e != MPI_SUCCESS) {
         free(r);
         return mpi_error(e, "isend from rank %d to rank %d tag %d", c->rank, dst, tag);
     }
+    engine_add(r);
     *out = (comm_req *)r;
     return 0;
 }
@@ -100,12 +181,15 @@ static int mp_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, co
 static int mp_irecv(comm *c, int src, int tag, void *buf, size_t bytes, comm_req **out) {
     if (check_args(c, "irecv", src, tag, bytes)) return -1;
     mp_req *r = pt_calloc(1, sizeof *r);
-    *r = (mp_req){MPI_REQUEST_NULL, 0, src, tag, bytes, NULL};
+    *r = (mp_req){.rq = MPI_REQUEST_NULL, .peer = src, .tag = tag, .bytes = bytes, .c = c};
+    MPI_LOCK();
     int e = MPI_Irecv(buf, (int)bytes, MPI_BYTE, src, tag, ((mp_impl *)c->impl)->mc, &r->rq);
+    MPI_UNLOCK();
     if (e != MPI_SUCCESS) {
         free(r);
         return mpi_error(e, "irecv on rank %d from rank %d tag %d", c->rank, src, tag);
     }
+    engine_add(r);
     *out = (comm_req *)r;
     return 0;
 }
@@ -129,53 +213,176 @@ static int recv_check(comm *c, const mp_req *r, int code, MPI_Status *st) {
     return 0;
 }
 
-static int coll_test(comm *c, mp_req *r, int *done);
+static void colls_advance(mp_impl *m, mp_req *upto);
 
-/* One MPI_Test; on completion checks the result and frees r. */
-static int mp_test(comm *c, comm_req *req, int *done) {
-    mp_req *r = (mp_req *)req;
+/* One MPI_Test of r (a collective: its next phase). *fin = 1 when r is finished: then the return
+ * is its result (0, or -1 with the error set). Never frees r. Called under mpi_mu by whoever owns
+ * r's completion: the progress thread, or the rank (no progress thread). */
+static int req_advance(mp_req *r, int *fin) {
     MPI_Status st;
     int flag = 0;
-    *done = 0;
-    if (r->coll) return coll_test(c, r, done);
+    *fin = 0;
+    if (r->coll || r->finished) {      /* a reduction: its endpoint's, in order, up to it */
+        if (!r->finished) colls_advance(r->c->impl, r);
+        *fin = r->finished;
+        return r->finished && r->failed ? pt_seterr("%s", r->err) : 0;
+    }
     int e = MPI_Test(&r->rq, &flag, &st);
     if (e == MPI_SUCCESS && !flag) return 0;
-    *done = 1;
-    int rc = 0;
-    if (!r->is_send) rc = recv_check(c, r, e, &st);
-    else if (e != MPI_SUCCESS) rc = mpi_error(e, "send from rank %d to rank %d tag %d", c->rank, r->peer, r->tag);
+    *fin = 1;
+    if (!r->is_send) return recv_check(r->c, r, e, &st);
+    if (e != MPI_SUCCESS) return mpi_error(e, "send from rank %d to rank %d tag %d", r->c->rank, r->peer, r->tag);
+    return 0;
+}
+
+/* A request the progress thread finished: its result, and r freed. */
+static int req_finish(mp_req *r) {
+    int rc = r->failed ? pt_seterr("%s", r->err) : 0;
     free(r);
     return rc;
 }
 
-static void sleep_s(double s) {
-    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&t, NULL);
+/* The progress thread: tests every request it holds (outside the lock: nobody else touches a
+ * request it holds), marks the finished ones done and wakes the ranks; naps while nothing
+ * completes, sleeps while it holds nothing. */
+static void *engine_main(void *arg) {
+    mp_req **snap = NULL;
+    int cap = 0;
+    double nap = NAP_MIN;
+    pthread_mutex_lock(&eng.mu);
+    while (!eng.stop) {
+        if (eng.n == 0) { pthread_cond_wait(&eng.work_cv, &eng.mu); continue; }
+        int n = eng.n, any = 0;
+        if (n > cap) { free(snap); cap = 2 * n; snap = pt_malloc(sizeof *snap * (size_t)cap); }
+        memcpy(snap, eng.act, sizeof *snap * (size_t)n);
+        pthread_mutex_unlock(&eng.mu);
+        MPI_LOCK();
+        for (int i = 0; i < n; i++) {
+            int fin = 0, rc = req_advance(snap[i], &fin);
+            if (!fin) { snap[i] = NULL; continue; }
+            if (rc < 0) { snap[i]->failed = 1; snprintf(snap[i]->err, sizeof snap[i]->err, "%s", pt_err()); }
+            any = 1;
+        }
+        MPI_UNLOCK();
+        pthread_mutex_lock(&eng.mu);
+        for (int i = 0; i < n && any; i++) {
+            if (!snap[i]) continue;
+            snap[i]->done = 1;
+            for (int k = 0; k < eng.n; k++)
+                if (eng.act[k] == snap[i]) { eng.act[k] = eng.act[--eng.n]; break; }
+        }
+        if (any) { pthread_cond_broadcast(&eng.done_cv); nap = NAP_MIN; continue; }
+        pthread_mutex_unlock(&eng.mu);
+        sleep_s(nap);
+        nap = nap * 2 < NAP_MAX ? nap * 2 : NAP_MAX;
+        pthread_mutex_lock(&eng.mu);
+    }
+    pthread_mutex_unlock(&eng.mu);
+    free(snap);
+    return NULL;
 }
 
-/* Polls MPI_Test, sleeping 20 us growing to 320 us between polls, until done or the deadline.
- * On a timeout the request stays pending (it may be waited again). */
-static int mp_wait(comm *c, comm_req *req, double timeout) {
+static void engine_start(void) {
+    const char *v = getenv("PT_MPI_PROGRESS");
+    if (!mp_threaded || (v && !strcmp(v, "0"))) return;
+    pthread_condattr_t ca;   /* timed waits read CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&eng.done_cv, &ca);
+    pthread_cond_init(&eng.work_cv, NULL);
+    pthread_condattr_destroy(&ca);
+    eng.stop = 0;
+    eng.on = 1;
+    pthread_create(&eng.th, NULL, engine_main, NULL);
+}
+
+static void engine_stop(void) {
+    if (!eng.on) return;
+    pthread_mutex_lock(&eng.mu);
+    eng.stop = 1;
+    pthread_cond_signal(&eng.work_cv);
+    pthread_mutex_unlock(&eng.mu);
+    pthread_join(eng.th, NULL);
+    pthread_cond_destroy(&eng.done_cv);
+    pthread_cond_destroy(&eng.work_cv);
+    free(eng.act);
+    eng.act = NULL;
+    eng.n = eng.cap = 0;
+    eng.on = 0;
+}
+
+/* Whether r is complete; on completion checks the result and frees r. */
+static int mp_test(comm *c, comm_req *req, int *done) {
     mp_req *r = (mp_req *)req;
+    *done = 0;
+    if (eng.on) {
+        pthread_mutex_lock(&eng.mu);
+        int d = r->done;
+        pthread_mutex_unlock(&eng.mu);
+        if (!d) return 0;
+        *done = 1;
+        return req_finish(r);
+    }
+    MPI_LOCK();
+    int fin = 0, rc = req_advance(r, &fin);
+    MPI_UNLOCK();
+    if (!fin) return 0;
+    *done = 1;
+    free(r);
+    return rc;
+}
+
+static struct timespec deadline_after(double seconds) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double whole = (double)(long)seconds;
+    t.tv_sec += (time_t)whole;
+    t.tv_nsec += (long)((seconds - whole) * 1e9);
+    if (t.tv_nsec >= 1000000000L) { t.tv_sec++; t.tv_nsec -= 1000000000L; }
+    return t;
+}
+
+/* Until done or the timeout: asleep on the progress thread's signal, or (none) polling MPI_Test
+ * with naps of 20 us growing to 320 us. 1 done, -1 done with an error (r freed either way), 0
+ * timed out: the request stays pending (it may be waited again). */
+static int wait_done(comm *c, mp_req *r, double timeout) {
+    if (eng.on) {
+        struct timespec dl = deadline_after(timeout > 0 ? timeout : 0);
+        pthread_mutex_lock(&eng.mu);
+        while (!r->done) {
+            if (timeout <= 0) pthread_cond_wait(&eng.done_cv, &eng.mu);
+            else if (pthread_cond_timedwait(&eng.done_cv, &eng.mu, &dl) == ETIMEDOUT) break;
+        }
+        int d = r->done;
+        pthread_mutex_unlock(&eng.mu);
+        if (!d) return 0;
+        return req_finish(r) < 0 ? -1 : 1;
+    }
     double t0 = pt_now(), nap = 20e-6;
     for (;;) {
-        int done = 0;
-        int peer = r->peer, tag = r->tag, is_send = r->is_send;
-        size_t bytes = r->bytes;
-        int coll = r->coll != NULL, rc = mp_test(c, req, &done);
-        if (rc || done) return rc;
-        if (timeout > 0 && pt_now() - t0 > timeout && coll)
-            return pt_seterr("mpi: rank %d timed out after %.3g s in a non-blocking reduction of "
-                             "%zu bytes over %d ranks (world rank %d): some rank never posted it",
-                             c->rank, timeout, bytes, c->size, c->world_rank);
-        if (timeout > 0 && pt_now() - t0 > timeout)
-            return pt_seterr("mpi: rank %d timed out after %.3g s waiting to %s rank %d tag %d "
-                             "(%zu bytes): the peer never %s", c->rank, timeout,
-                             is_send ? "send to" : "receive from", peer, tag, bytes,
-                             is_send ? "posted the receive" : "sent");
+        int done = 0, rc = mp_test(c, (comm_req *)r, &done);
+        if (rc < 0) return -1;
+        if (done) return 1;
+        if (timeout > 0 && pt_now() - t0 > timeout) return 0;
         sleep_s(nap);
         if (nap < 250e-6) nap *= 2;
     }
+}
+
+static int mp_wait(comm *c, comm_req *req, double timeout) {
+    mp_req *r = (mp_req *)req;
+    int peer = r->peer, tag = r->tag, is_send = r->is_send, coll = r->coll != NULL;
+    size_t bytes = r->bytes;
+    int w = wait_done(c, r, timeout);
+    if (w != 0) return w > 0 ? 0 : -1;
+    if (coll)
+        return pt_seterr("mpi: rank %d timed out after %.3g s in a non-blocking reduction of "
+                         "%zu bytes over %d ranks (world rank %d): some rank never posted it",
+                         c->rank, timeout, bytes, c->size, c->world_rank);
+    return pt_seterr("mpi: rank %d timed out after %.3g s waiting to %s rank %d tag %d "
+                     "(%zu bytes): the peer never %s", c->rank, timeout,
+                     is_send ? "send to" : "receive from", peer, tag, bytes,
+                     is_send ? "posted the receive" : "sent");
 }
 
 /* ---- collectives ----------------------------------------------------------------------- */
@@ -184,7 +391,9 @@ static int mp_wait(comm *c, comm_req *req, double timeout) {
  * with MPI_MAX. */
 static int check_counts(comm *c, size_t n, const char *what) {
     long long v[2] = {(long long)n, -(long long)n}, m[2];
+    MPI_LOCK();
     int e = MPI_Allreduce(v, m, 2, MPI_LONG_LONG, MPI_MAX, ((mp_impl *)c->impl)->mc);
+    MPI_UNLOCK();
     if (e != MPI_SUCCESS) return mpi_error(e, "%s on rank %d of %d", what, c->rank, c->size);
     if (m[0] != (long long)n || -m[1] != (long long)n)
         return pt_seterr("mpi: %s: ranks passed different counts (rank %d passed %zu; "
@@ -225,11 +434,15 @@ static int mp_allreduce(comm *c, void *buf, size_t n, size_t esz, MPI_Datatype t
     char *scratch = pt_malloc((size_t)P * cnt[me] * esz + 1);
     const void **in = pt_malloc(P * sizeof *in);
     MPI_Comm mc = ((mp_impl *)c->impl)->mc;
+    MPI_LOCK();
     int e = MPI_Alltoallv(buf, cnt, dsp, t, scratch, rcnt, rdsp, t, mc);
+    MPI_UNLOCK();
     if (e != MPI_SUCCESS) { rc = mpi_error(e, "allreduce (alltoallv) on rank %d of %d", me, P); goto free_buffers; }
     for (int i = 0; i < P; i++) in[i] = scratch + (size_t)rdsp[i] * esz;
     sum((char *)buf + (size_t)dsp[me] * esz, in, P, (size_t)cnt[me]);
+    MPI_LOCK();
     e = MPI_Allgatherv(MPI_IN_PLACE, 0, t, buf, cnt, dsp, t, mc);
+    MPI_UNLOCK();
     if (e != MPI_SUCCESS) rc = mpi_error(e, "allreduce (allgatherv) on rank %d of %d", me, P);
 free_buffers:
     free(in);
@@ -277,43 +490,80 @@ static int mp_ireduce_f32(comm *c, float *buf, size_t n, int all, comm_req **out
     for (int i = 0; i < P; i++) { k->rcnt[i] = k->cnt[me]; k->rdsp[i] = i * k->cnt[me]; }
     k->scratch = pt_malloc(((size_t)P * k->cnt[me] + 1) * sizeof *k->scratch);
     mp_req *r = pt_calloc(1, sizeof *r);
-    *r = (mp_req){MPI_REQUEST_NULL, 0, -1, -1, n * sizeof(float), k};
+    *r = (mp_req){.rq = MPI_REQUEST_NULL, .peer = -1, .tag = -1, .bytes = n * sizeof(float), .coll = k, .c = c};
+    MPI_LOCK();
     int e = MPI_Ialltoallv(buf, k->cnt, k->dsp, MPI_FLOAT, k->scratch, k->rcnt, k->rdsp, MPI_FLOAT,
                            ((mp_impl *)c->impl)->mc, &r->rq);
+    MPI_UNLOCK();
     if (e != MPI_SUCCESS) {
         coll_free(k);
         free(r);
         return mpi_error(e, "ireduce (ialltoallv) on rank %d of %d", me, P);
     }
+    mp_impl *m = c->impl;            /* linked before the progress thread may see it */
+    MPI_LOCK();
+    if (m->colls_tail) m->colls_tail->cnext = r; else m->colls = r;
+    m->colls_tail = r;
+    MPI_UNLOCK();
+    engine_add(r);
     *out = (comm_req *)r;
     return 0;
 }
 
-/* Advances a collective: after the alltoallv the rank-order sum of this rank's slice, then (all)
- * the allgatherv. Frees r when done or failed. */
-static int coll_test(comm *c, mp_req *r, int *done) {
+/* Takes reduction r one step: after the alltoallv the rank-order sum of this rank's slice, then
+ * (all = 1) the allgatherv on the second communicator. *more: it may go on at once (it is waiting
+ * for nothing). Marks it finished (failed, err) at the end. */
+static void coll_step(mp_req *r, int *more) {
     mp_coll *k = r->coll;
+    comm *c = r->c;
     int flag = 0, me = c->rank, P = c->size, rc = 0;
-    int e = MPI_Test(&r->rq, &flag, MPI_STATUS_IGNORE);
+    *more = 0;
+    int e = k->phase == 1 ? MPI_SUCCESS : MPI_Test(&r->rq, &flag, MPI_STATUS_IGNORE);
     if (e != MPI_SUCCESS) rc = mpi_error(e, "ireduce on rank %d of %d", me, P);
-    else if (!flag) return 0;
+    else if (k->phase != 1 && !flag) return;
     else if (k->phase == 0) {
         const void **in = pt_malloc((size_t)P * sizeof *in);
         for (int i = 0; i < P; i++) in[i] = k->scratch + k->rdsp[i];
         sum_f32(k->buf + k->dsp[me], in, P, (size_t)k->cnt[me]);
         free(in);
         k->phase = 1;
-        if (k->all) {
-            e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, k->buf, k->cnt, k->dsp, MPI_FLOAT,
-                                ((mp_impl *)c->impl)->mc, &r->rq);
-            if (e == MPI_SUCCESS) return 0;
-            rc = mpi_error(e, "ireduce (iallgatherv) on rank %d of %d", me, P);
-        }
+        *more = k->all;
+        if (k->all) return;
+    } else if (k->phase == 1) {
+        e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, k->buf, k->cnt, k->dsp, MPI_FLOAT,
+                            ((mp_impl *)c->impl)->mc2, &r->rq);
+        k->phase = 2;
+        if (e == MPI_SUCCESS) return;
+        rc = mpi_error(e, "ireduce (iallgatherv) on rank %d of %d", me, P);
     }
-    *done = 1;
+    r->finished = 1;
+    r->failed = rc < 0;
+    if (rc < 0) snprintf(r->err, sizeof r->err, "%s", pt_err());
     coll_free(k);
-    free(r);
-    return rc;
+    r->coll = NULL;
+}
+
+/* Advances the endpoint's unfinished reductions in posting order, up to `upto`: a second phase
+ * starts only once every earlier reduction's has (collectives start in one order on every rank),
+ * so a reduction whose turn has not come waits, summed. Finished ones leave the list (their
+ * requests stay for their owners to test). Under mpi_mu, by the owner of completion. */
+static void colls_advance(mp_impl *m, mp_req *upto) {
+    int blocked = 0;   /* an earlier reduction has not started its second phase */
+    for (mp_req **at = &m->colls, *prev = NULL; *at;) {
+        mp_req *r = *at;
+        int more = 1;
+        while (more && r->coll && !(blocked && r->coll->phase == 1)) coll_step(r, &more);
+        if (r->finished) {
+            *at = r->cnext;
+            if (m->colls_tail == r) m->colls_tail = prev;
+            r->cnext = NULL;
+        } else {
+            blocked |= r->coll->phase < 2;
+            prev = r;
+            at = &r->cnext;
+        }
+        if (r == upto) break;
+    }
 }
 
 static int mp_allgather_f32(comm *c, float *buf, size_t n) {
@@ -321,14 +571,18 @@ static int mp_allgather_f32(comm *c, float *buf, size_t n) {
     if (c->size == 1 || n == 0) return 0;
     int *cnt = pt_malloc(2 * (size_t)c->size * sizeof *cnt);
     slices(n, c->size, cnt, cnt + c->size);
+    MPI_LOCK();
     int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, cnt, cnt + c->size, MPI_FLOAT,
                            ((mp_impl *)c->impl)->mc);
+    MPI_UNLOCK();
     free(cnt);
     return e == MPI_SUCCESS ? 0 : mpi_error(e, "allgather on rank %d of %d", c->rank, c->size);
 }
 
 static int mp_barrier(comm *c) {
+    MPI_LOCK();
     int e = MPI_Barrier(((mp_impl *)c->impl)->mc);
+    MPI_UNLOCK();
     return e == MPI_SUCCESS ? 0 : mpi_error(e, "barrier on rank %d of %d", c->rank, c->size);
 }
 
@@ -336,7 +590,9 @@ static int mp_split(comm *c, int color, comm **out) {
     mp_impl *m = c->impl;
     MPI_Comm nc = MPI_COMM_NULL;
     *out = NULL;
+    MPI_LOCK();
     int e = MPI_Comm_split(m->mc, color < 0 ? MPI_UNDEFINED : color, c->rank, &nc);
+    MPI_UNLOCK();
     if (e != MPI_SUCCESS) return mpi_error(e, "split on rank %d, colour %d", c->rank, color);
     if (nc != MPI_COMM_NULL) *out = endpoint_new(nc, m->tag_ub);
     return 0;
@@ -346,17 +602,23 @@ static int mp_split(comm *c, int color, comm **out) {
 static void mp_abort(comm *c, const char *why) {
     fprintf(stderr, "rank %d failed: %s\n", c->world_rank, why ? why : "aborted");
     fflush(stderr);
+    for (int i = 0; i < 1000 && pthread_mutex_trylock(&mpi_mu) != 0; i++) sleep_s(1e-3);  /* no MPI call under way */
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 static void mp_free(comm *c) {
     mp_impl *m = c->impl;
     int fin = 0;
+    MPI_LOCK();
     MPI_Finalized(&fin);
-    if (!fin) MPI_Comm_free(&m->mc);
+    if (!fin) { MPI_Comm_free(&m->mc); MPI_Comm_free(&m->mc2); }
+    MPI_UNLOCK();
+    free(m->world_of);
     free(m);
     free(c);
 }
+
+static int mp_world_rank_of(comm *c, int r) { return ((mp_impl *)c->impl)->world_of[r]; }
 
 static const comm_vtable mp_vtable = {
     .name = "mpi",
@@ -364,6 +626,7 @@ static const comm_vtable mp_vtable = {
     .allreduce_f32 = mp_allreduce_f32, .allreduce_f64 = mp_allreduce_f64,
     .ireduce_f32 = mp_ireduce_f32, .allgather_f32 = mp_allgather_f32,
     .barrier = mp_barrier, .split = mp_split, .abort = mp_abort, .free = mp_free,
+    .world_rank_of = mp_world_rank_of,
 };
 
 int comm_mpi_available(void) { return 1; }
@@ -371,10 +634,12 @@ int comm_mpi_available(void) { return 1; }
 int comm_mpi_init(int *argc, char ***argv, comm **out) {
     int inited = 0, provided = 0;
     MPI_Initialized(&inited);
-    if (!inited && MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (!inited && MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
         return pt_seterr("mpi: MPI_Init_thread failed (is this run under mpirun?)");
-    if (!inited && provided < MPI_THREAD_FUNNELED)
+    if (inited) MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_FUNNELED)
         return pt_seterr("mpi: MPI provides thread level %d, pipetrain needs FUNNELED", provided);
+    mp_threaded = provided >= MPI_THREAD_SERIALIZED;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int *ub = NULL, flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
@@ -382,6 +647,7 @@ int comm_mpi_init(int *argc, char ***argv, comm **out) {
     if (MPI_Comm_dup(MPI_COMM_WORLD, &mc) != MPI_SUCCESS)
         return pt_seterr("mpi: could not duplicate MPI_COMM_WORLD");
     *out = endpoint_new(mc, flag && ub ? *ub : 32767);
+    engine_start();
     return 0;
 }
 
@@ -389,5 +655,6 @@ void comm_mpi_finalize(void) {
     int inited = 0, fin = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&fin);
+    engine_stop();
     if (inited && !fin) MPI_Finalize();
 }

@@ -2,10 +2,13 @@
  * a condition variable per rank, a mailbox per rank). A message is handed over with one memcpy,
  * done by whichever side arrives second; collectives meet at a generation-counting barrier; a
  * non-blocking reduction is a shared operation each member advances in its own test and wait.
- * Not a general message queue: no wildcards, no cancel, no progress thread (none is needed).
+ * Not a general message queue: no wildcards, no cancel, no progress thread (none is needed: a
+ * message needs nobody's call once both sides posted).
  *
  * Locking: one mutex per world guards every queue, request state and collective state. Buffer
- * copies run outside the lock while the request is marked REQ_COPYING. */
+ * copies run outside the lock while the request is marked REQ_COPYING. So an endpoint may be
+ * used by several threads at once (a rank and a fault injector's delivery thread), as long as
+ * no two wait on or test the same request. */
 #include "comm/comm.h"
 #include "util/pt.h"
 #include <errno.h>
@@ -151,6 +154,7 @@ static comm *endpoint_new(tw_group *g, int rank) {
     c->vt = &tw_vtable;
     c->rank = rank;
     c->size = g->size;
+    c->threaded = 1;   /* every piece of state is under the world's lock */
     c->world_rank = g->members[rank];
     tw_ep *ep = pt_calloc(1, sizeof *ep);
     ep->g = g;
@@ -719,12 +723,15 @@ static void tw_free(comm *c) {
     free(c);
 }
 
+static int tw_world_rank_of(comm *c, int r) { return ep_group(c)->members[r]; }
+
 static const comm_vtable tw_vtable = {
     .name = "threads",
     .isend = tw_isend, .irecv = tw_irecv, .test = tw_test, .wait = tw_wait,
     .allreduce_f32 = tw_allreduce_f32, .allreduce_f64 = tw_allreduce_f64,
     .ireduce_f32 = tw_ireduce_f32, .allgather_f32 = tw_allgather_f32,
     .barrier = tw_barrier, .split = tw_split, .abort = tw_abort, .free = tw_free,
+    .world_rank_of = tw_world_rank_of,
 };
 
 int comm_threads_create(int size, comm **out) {

@@ -6,6 +6,7 @@
 #include "run/exec_int.h"
 #include "util/pt.h"
 #include <assert.h>
+#include <time.h>
 
 /* Rows of microbatch mb in the global (B,T) batch: replica d's block, then the mb-th block. */
 static const int *exec_rows(const run_exec *e, const int *tok, int mb) {
@@ -92,17 +93,29 @@ static void exec_backward_weight(run_exec *e, run_stage *st, int mb) {
                                   e->c.mb_rows, e->c.T);
 }
 
+/* A slow stage (--slow-stage): the action that started at t0 takes st->slow times its compute
+ * time; the rank sleeps out the rest (it computes nothing meanwhile, as a slower device would). */
+static void exec_stretch(const run_stage *st, double t0) {
+    if (st->slow <= 1) return;
+    double extra = (st->slow - 1) * (pt_now() - t0);
+    struct timespec t = { (time_t)extra, (long)((extra - (double)(time_t)extra) * 1e9) };
+    nanosleep(&t, NULL);
+}
+
 /* The F action: activations kept for the backward, or (recomputing) dropped at once. */
 int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, const int *tgt) {
+    double t0 = pt_now();
     exec_acquire(st, mb, e->c.recompute);
     int rc = exec_forward(e, st, mb, tok, tgt, 0);
     if (e->c.recompute) exec_release(st, mb);
+    exec_stretch(st, t0);
     return rc;
 }
 
 /* B, W or BW: recomputes the forward first when asked; the activations go after W. */
 void exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, const int *tok,
                    const int *tgt) {
+    double t0 = pt_now();
     if (input && e->c.recompute) {
         exec_acquire(st, mb, 0);
         exec_forward(e, st, mb, tok, tgt, 1);
@@ -112,4 +125,5 @@ void exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, co
         exec_backward_weight(e, st, mb);
         exec_release(st, mb);
     }
+    exec_stretch(st, t0);
 }

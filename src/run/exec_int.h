@@ -51,6 +51,8 @@ typedef struct {
     int last_w;                       /* index of its last W or BW in the rank's list, -1 */
     int *writes, n_writes;            /* groups its W adds to (indices into e->grp) */
     double w_end;                     /* when its last W ended this iteration */
+    double slow;                      /* injected slowdown: each F, B, W, BW takes this many times
+                                       * its compute time (--slow-stage; 1: none) */
     /* asynchronous schedules (pipedream): the weights each microbatch's F used */
     float **stash;                    /* [M] (span_n + copies) params at F */
     double *stash_sum;                /* [M] checksum of the stashed weights */
@@ -119,6 +121,10 @@ struct run_exec {
 /* exec_state.c */
 int exec_state_init(run_exec *e);              /* stages, buffers, copies, comms; collective */
 void exec_state_free(run_exec *e);
+/* Another schedule of the same shape from the next iteration on: what follows from the action
+ * list (request slots, last W's, the reduce and step actions, the timeline) and activation sets
+ * sized for its peaks. Models, moments, groups and communicators stay. Between iterations only. */
+int exec_state_replan(run_exec *e, const sched *s);
 /* Stage st holds tie t's owner layer. */
 int exec_owns_tie(const run_exec *e, const run_stage *st, int t);
 /* Floats of the weights a stage reads: its span, then its private copies in tie order. */

@@ -73,10 +73,9 @@ static int exec_stage_ties(run_exec *e, run_stage *st) {
     return 0;
 }
 
-/* Activation sets and the boundary buffers of each microbatch. */
-static void exec_stage_buffers(run_exec *e, run_stage *st) {
+/* The activation sets stage st needs under the schedule in force (its peak in flight). */
+static void exec_stage_acts(run_exec *e, run_stage *st) {
     int nl = st->end - st->first;
-    size_t nc = (size_t)e->N * e->C;
     st->n_slots = sched_stage_peak_slots(e->c.s, st->g, e->c.recompute != 0);   /* the one rule */
     st->slot_of = pt_malloc(sizeof(int) * (size_t)e->M);
     st->slot_mb = pt_malloc(sizeof(int) * (size_t)st->n_slots);
@@ -86,6 +85,22 @@ static void exec_stage_buffers(run_exec *e, run_stage *st) {
     st->n_sets = st->n_slots + (e->c.recompute != 0);   /* one more: the forward's when recomputing */
     for (int l = 0; l < nl; l++)
         st->act[l] = exec_bufs(st->n_sets, gpt_layer_act_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T));
+}
+
+static void exec_stage_acts_free(run_stage *st) {
+    if (st->act)
+        for (int l = 0; l < st->end - st->first; l++) exec_free_bufs(st->act[l], st->n_sets);
+    free(st->act);
+    free(st->slot_of);
+    free(st->slot_mb);
+    st->act = NULL;
+    st->slot_of = st->slot_mb = NULL;
+}
+
+/* Activation sets and the boundary buffers of each microbatch. */
+static void exec_stage_buffers(run_exec *e, run_stage *st) {
+    size_t nc = (size_t)e->N * e->C;
+    exec_stage_acts(e, st);
     if (st->next >= 0) st->out = exec_bufs(e->M, nc);
     else st->loss = pt_calloc((size_t)e->M, sizeof *st->loss);
     if (st->prev_rank >= 0) st->xin = exec_bufs(e->M, nc);
@@ -115,6 +130,7 @@ static int exec_stage_init(run_exec *e, run_stage *st, int g) {
     st->prev_rank = st->prev >= 0 && s->stage_rank[st->prev] != e->p ? exec_rank_of(e, st->prev) : -1;
     st->next_rank = st->next >= 0 && s->stage_rank[st->next] != e->p ? exec_rank_of(e, st->next) : -1;
     st->last_w = exec_last_w(e, g);
+    st->slow = 1;
     if (gpt_init_layers(&st->m, &e->c.src->cfg, st->first, st->end) < 0 ||
         e->c.src->fill(e->c.src, &st->m) < 0)
         return pt_adderr("stage %d (layers %d..%d): ", g, st->first, st->end - 1);
@@ -134,11 +150,7 @@ static int exec_stage_finish(run_exec *e, run_stage *st) {
 }
 
 static void exec_stage_free(run_exec *e, run_stage *st) {
-    if (st->act)
-        for (int l = 0; l < st->end - st->first; l++) exec_free_bufs(st->act[l], st->n_sets);
-    free(st->act);
-    free(st->slot_of);
-    free(st->slot_mb);
+    exec_stage_acts_free(st);
     exec_free_bufs(st->out, e->M);
     exec_free_bufs(st->xin, e->M);
     exec_free_bufs(st->dxo, e->M);
@@ -185,6 +197,8 @@ static size_t exec_max_weights(const run_exec *e) {
     return mx;
 }
 
+static void exec_list_state(run_exec *e);
+
 int exec_state_init(run_exec *e) {
     const sched *s = e->c.s;
     e->loc = pt_malloc(sizeof(int) * (size_t)s->n_stages);
@@ -198,17 +212,48 @@ int exec_state_init(run_exec *e) {
     e->scratch = pt_falloc(gpt_scratch_floats(&e->st[0].m, e->c.mb_rows, e->c.T));
     if (e->async) e->live = pt_falloc(exec_max_weights(e));
     for (int k = 0; k < 2; k++) e->tmp[k] = pt_falloc((size_t)e->N * e->C);
+    exec_list_state(e);
+    return exec_split_comms(e);
+}
+
+/* What follows from the rank's action list: request slots, the reduce and step actions, each
+ * stage's last W, the timeline. */
+static void exec_list_state(run_exec *e) {
+    const sched *s = e->c.s;
     int len = s->len[e->p];
     e->recv_req = pt_calloc((size_t)len + 1, sizeof *e->recv_req);
     e->send_req = pt_calloc((size_t)len + 1, sizeof *e->send_req);
     e->pend = pt_calloc((size_t)len + 1, sizeof *e->pend);
     e->last_reduce = -1;
+    e->n_reduce = e->n_step_acts = 0;
     for (int i = 0; i < len; i++) {
         if (s->acts[e->p][i].kind == ACT_REDUCE_GRAD) { e->n_reduce++; e->last_reduce = i; }
         e->n_step_acts += s->acts[e->p][i].kind == ACT_STEP;
     }
+    for (int i = 0; i < e->n_stages; i++) e->st[i].last_w = exec_last_w(e, e->st[i].g);
     timeline_init(&e->tl, s, NULL, 1);
-    return exec_split_comms(e);
+}
+
+static void exec_list_state_free(run_exec *e) {
+    free(e->recv_req);
+    free(e->send_req);
+    free(e->pend);
+    e->recv_req = e->send_req = NULL;
+    e->pend = NULL;
+    timeline_free(&e->tl);
+}
+
+int exec_state_replan(run_exec *e, const sched *s) {
+    exec_list_state_free(e);
+    e->c.s = s;
+    for (int i = 0; i < e->n_stages; i++) {
+        run_stage *st = &e->st[i];
+        if (sched_stage_peak_slots(s, st->g, e->c.recompute != 0) == st->n_slots) continue;
+        exec_stage_acts_free(st);     /* a new peak: sets sized for it (none is in use between steps) */
+        exec_stage_acts(e, st);
+    }
+    exec_list_state(e);
+    return 0;
 }
 
 void exec_state_free(run_exec *e) {
@@ -223,8 +268,5 @@ void exec_state_free(run_exec *e) {
     free(e->live);
     free(e->tmp[0]);
     free(e->tmp[1]);
-    free(e->recv_req);
-    free(e->send_req);
-    free(e->pend);
-    timeline_free(&e->tl);
+    exec_list_state_free(e);
 }

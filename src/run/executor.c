@@ -225,6 +225,12 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
     out->acts = (double)run_exec_act_bytes(e) + bufs * f;
 }
 
+int run_exec_replan(run_exec *e, const sched *s) { return exec_state_replan(e, s); }
+
+void run_exec_set_slowdown(run_exec *e, int g, double k) {
+    if (g >= 0 && g < e->c.s->n_stages && e->loc[g] >= 0) e->st[e->loc[g]].slow = k > 1 ? k : 1;
+}
+
 const gpt_model *run_exec_stage_model(const run_exec *e, int g) {
     return g >= 0 && g < e->c.s->n_stages && e->loc[g] >= 0 ? &e->st[e->loc[g]].m : NULL;
 }

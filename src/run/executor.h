@@ -107,6 +107,15 @@ size_t run_exec_act_bytes(const run_exec *e);
 const timeline *run_exec_timeline(const run_exec *e);
 /* What this rank holds (allocated by init, the same for the whole run). */
 void run_exec_mem(const run_exec *e, run_mem *out);
+/* From the next iteration on, runs schedule s (not owned: it must outlive its use), which must
+ * have the shape of the one in force (stages on the same ranks, microbatches, synchronous): the
+ * activation sets follow its peaks; parameters, moments and gradient groups stay. Between
+ * iterations only. Returns 0. */
+int run_exec_replan(run_exec *e, const sched *s);
+/* Fault injection (--slow-stage): from the next action on, each compute action of stage g (if
+ * this rank runs it) takes k times as long (k >= 1; the rank sleeps out the extra after the
+ * compute, so the numbers are the same). */
+void run_exec_set_slowdown(run_exec *e, int g, double k);
 /* Stage g's model on this rank (its layers' parameters and gradients), or NULL. */
 const gpt_model *run_exec_stage_model(const run_exec *e, int g);
 /* Checkpoint writes (ckpt/checkpoint.h) into tmpdir: stage g's chunk file (parameters, and with

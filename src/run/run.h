@@ -43,6 +43,12 @@ typedef struct {
      * thread (threads mode) or process (MPI). */
     run_wait_fn on_wait;
     void *wait_user;
+    /* Fault injection, simulate's syntax over steps (docs/stragglers.md): --slow-link
+     * "I-J:SECONDS[@FROM-TO]" (world ranks I, J: pipeline neighbours in one replica, or the same
+     * pipeline rank of two replicas) and --slow-stage "I:FACTOR[@FROM-TO]" (stage I). Read by
+     * run_plan_init only (the caller keeps them). */
+    const char *const *slow_link, *const *slow_stage;
+    int n_slow_link, n_slow_stage;
 } run_opts;
 
 typedef struct {
@@ -50,6 +56,8 @@ typedef struct {
     sched *s;                   /* lowered and validated, owned */
     run_layout lo;
     int B, T, mb_rows;          /* global batch, sequence, rows per microbatch (b) */
+    sim_fault *faults;          /* [n_faults] parsed --slow-link / --slow-stage, windows in steps */
+    int n_faults;
 } run_plan;
 
 /* Builds and checks the plan for a model config and a (B,T) batch: the schedule (generated or
@@ -59,6 +67,17 @@ typedef struct {
  * Returns 0, or -1 naming the flag at fault. Free with run_plan_free. */
 int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T);
 void run_plan_free(run_plan *pl);
+/* The plan pl with another layer split (blocks per chunk, split[n]; cfg: the model's): the same
+ * options, schedule and faults. 0, or -1 naming what does not fit (run_layout_init's errors). */
+int run_plan_resplit(run_plan *out, const run_plan *pl, const gpt_config *cfg, const int *split, int n);
+/* The faults' windows against a run whose last step is last_step: one that starts after it is an
+ * error naming the flag and its value. */
+int run_plan_check_fault_steps(const run_plan *pl, long last_step);
+/* At step t (1-based): the extra seconds of every message between world ranks a and b (the
+ * active --slow-link faults, added), and stage g's compute factor (the active --slow-stage
+ * faults, multiplied; 1 when none). */
+double run_plan_link_delay(const run_plan *pl, int a, int b, long t);
+double run_plan_stage_factor(const run_plan *pl, int g, long t);
 
 /* Per-iteration results, equal on every rank. */
 typedef struct {
@@ -114,9 +133,23 @@ void run_job_mem(const run_job *j, int w, run_mem *out);
 int run_job_peak_rss(run_job *j, double **out);
 /* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
 int run_job_is_root(const run_job *j);
-/* The last iteration's events of every rank, merged (root only; NULL elsewhere): times in seconds
- * from that iteration's start, send -> receive links set. Owned by the job. */
+/* The last iteration's events of every rank, merged (root only, NULL elsewhere; every rank after
+ * run_job_share_timeline): times in seconds from that iteration's start, send -> receive links
+ * set. Owned by the job. */
 const timeline *run_job_timeline(run_job *j);
+/* From the next iteration on (on = 1), every rank gets the merged timeline (MPI: each rank's
+ * events summed into everyone's copy by one allreduce, no root), so every rank can compute the
+ * same thing from it (the straggler policy). Call on every rank. */
+void run_job_share_timeline(run_job *j, int on);
+/* The schedule in force (the plan's, or the last run_job_replan's). */
+const sched *run_job_schedule(const run_job *j);
+/* Switches to schedule s (compute-only or lowered; copied) from the next iteration on: lowered,
+ * validated, checked runnable and of the same shape as the one in force (stages on the same
+ * ranks, microbatches, pipes; synchronous), and (MPI) the same on every rank. Parameters, AdamW
+ * moments, gradient groups and the layer split stay; activation sets follow the new peaks.
+ * Collective under MPI (every rank, between iterations). Returns 0, or -1 naming what is wrong
+ * (the old schedule stays in force). */
+int run_job_replan(run_job *j, const sched *s);
 /* Costs profiled from the iterations run so far (medians of the recorded durations, after the
  * first iteration when there was more than one), into c (sim_costs_init'ed for S stages): per
  * stage F, B, W (B and W from a fused BW split in half when only BW ran), BW, REDUCE_GRAD, and

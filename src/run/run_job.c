@@ -25,7 +25,11 @@ typedef struct { job_sample *v; int n, cap; } job_samples;
 
 struct run_job {
     const run_plan *pl;
+    const sched *s;                  /* the schedule in force: pl->s, or own after a replan */
+    sched *own;                      /* the schedule run_job_replan switched to (owned), or NULL */
+    int share_tl;                    /* every rank gets the merged timeline (run_job_share_timeline) */
     int R, n_local, mpi;             /* world size, ranks in this process, MPI mode */
+    int wrapped;                     /* MPI: comms[0] is a faulty wrapper of the caller's world */
     const run_source *src;           /* during init only */
     run_mem *mem;                    /* [R] what each world rank holds */
     comm **comms;                    /* [n_local]; MPI: the caller's world (not owned) */
@@ -93,7 +97,7 @@ static int job_world_rank(const run_job *j, int r) { return j->mpi ? j->comms[0]
 static int job_exec_init(run_job *j, int r) {
     const run_plan *pl = j->pl;
     int w = job_world_rank(j, r);
-    run_exec_cfg c = { .s = pl->s, .lo = &pl->lo, .world_rank = w, .world = j->comms[r],
+    run_exec_cfg c = { .s = j->s, .lo = &pl->lo, .world_rank = w, .world = j->comms[r],
                        .src = j->src, .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows,
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
                        .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket,
@@ -113,7 +117,9 @@ static int job_measure(run_job *j) {
         memcpy(v + (size_t)w * 5, x, sizeof x);
     }
     int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R * 5) : 0;
+    free(j->mem);
     j->mem = pt_calloc((size_t)j->R, sizeof *j->mem);
+    j->act_max = 0;
     for (int w = 0; w < j->R; w++) {
         j->mem[w] = (run_mem){ v[w * 5], v[w * 5 + 1], v[w * 5 + 2], v[w * 5 + 3] };
         if (v[w * 5 + 4] > j->act_max) j->act_max = (size_t)v[w * 5 + 4];
@@ -133,6 +139,7 @@ int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, c
     run_job *j = pt_calloc(1, sizeof *j);
     *out = j;
     j->pl = pl;
+    j->s = pl->s;
     j->src = src;
     j->R = pl->o.P * pl->o.D;
     j->mpi = world != NULL;
@@ -145,15 +152,20 @@ int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, c
     j->rst = pt_calloc((size_t)j->n_local, sizeof *j->rst);
     j->errs = pt_calloc((size_t)j->n_local, sizeof *j->errs);
     j->prof = pt_calloc((size_t)pl->s->n_stages * 5 + 1, sizeof *j->prof);
-    timeline_init(&j->tl, pl->s, NULL, 1);
+    timeline_init(&j->tl, j->s, NULL, 1);
     j->tl.n_ranks = j->R;            /* events carry world ranks: every replica gets its row */
     openblas_set_num_threads(1);     /* one core per rank (MPI: per process; the caller may raise it) */
-    if (j->mpi) j->comms[0] = world;
-    else {
+    if (j->mpi) {
+        j->comms[0] = world;
+        if (pl->n_faults && comm_faulty_borrow(world, -1, &j->comms[0]) < 0) return -1;
+        j->wrapped = pl->n_faults > 0;
+    } else {
         if (comm_threads_create(j->R, j->comms) < 0) return -1;
-        int fr = pl->o.fail_rank;
-        if (pl->o.fail_after > 0 && fr >= 0 && fr < j->R &&
-            comm_faulty_wrap(j->comms[fr], -1, 0, pl->o.fail_after, &j->comms[fr]) < 0) return -1;
+        int fr = pl->o.fail_rank, fail = pl->o.fail_after > 0 && fr >= 0 && fr < j->R;
+        for (int r = 0; r < j->R; r++)   /* faults: every rank's endpoint; the test hook: its rank's */
+            if ((pl->n_faults || (fail && r == fr)) &&
+                comm_faulty_wrap(j->comms[r], -1, 0, fail && r == fr ? pl->o.fail_after : -1, &j->comms[r]) < 0)
+                return -1;
     }
     int rc = job_run_all(j, job_exec_init);
     j->src = NULL;
@@ -164,7 +176,7 @@ void run_job_free(run_job *j) {
     if (!j) return;
     for (int r = 0; r < j->n_local; r++) {
         run_exec_free(j->ex ? j->ex[r] : NULL);
-        if (!j->mpi && j->comms) comm_free(j->comms[r]);
+        if ((!j->mpi || j->wrapped) && j->comms) comm_free(j->comms[r]);   /* a borrowing wrapper */
         free(j->errs ? j->errs[r] : NULL);
     }
     if (j->prof)
@@ -172,6 +184,7 @@ void run_job_free(run_job *j) {
     free(j->prof);
     free(j->mem); free(j->comms); free(j->ex); free(j->rst); free(j->errs);
     timeline_free(&j->tl);
+    sched_free(j->own);
     free(j);
 }
 
@@ -226,6 +239,49 @@ static int job_gather_events(run_job *j) {
         j->tl.n += n;
     }
     return 0;
+}
+
+#define TL_FIELDS 11   /* an event as doubles: stage, mb, kind, rank, iter, stream, peer, link, times */
+
+static void ev_pack(const tl_event *e, double *v) {
+    double x[TL_FIELDS] = { e->act.stage, e->act.mb, e->act.kind, e->rank, e->iter, e->stream, e->peer, e->link,
+                            e->ready, e->start, e->end };
+    memcpy(v, x, sizeof x);
+}
+
+static tl_event ev_unpack(const double *v) {
+    tl_event e = { .act = { .stage = (int)v[0], .mb = (int)v[1], .kind = (sched_kind)(int)v[2] },
+                   .rank = (int)v[3], .iter = (int)v[4], .stream = (tl_stream)(int)v[5], .peer = (int)v[6],
+                   .link = (int)v[7], .ready = v[8], .start = v[9], .end = v[10] };
+    return e;
+}
+
+/* MPI: every rank's events to every rank, in rank order, with no root: the counts, then the
+ * events (each rank fills its own slots, zeros elsewhere) summed over the world (x + 0 = x). */
+static int job_share_events(run_job *j) {
+    comm *w = j->comms[0];
+    const timeline *mine = run_exec_timeline(j->ex[0]);
+    double *cnt = pt_calloc((size_t)j->R, sizeof *cnt);
+    cnt[w->rank] = mine->n;
+    int rc = comm_allreduce_f64(w, cnt, (size_t)j->R);
+    size_t total = 0, off = 0;
+    for (int r = 0; r < j->R; r++) {
+        if (r == w->rank) off = total;
+        total += (size_t)cnt[r];
+    }
+    double *v = pt_calloc(total * TL_FIELDS + 1, sizeof *v);
+    for (int i = 0; i < mine->n; i++) ev_pack(&mine->ev[i], v + (off + (size_t)i) * TL_FIELDS);
+    if (rc == 0) rc = comm_allreduce_f64(w, v, total * TL_FIELDS);
+    if (rc == 0) {
+        timeline_reserve(&j->tl, (int)total);
+        for (size_t i = 0; i < total; i++) {
+            tl_event e = ev_unpack(v + i * TL_FIELDS);
+            timeline_push(&j->tl, &e);
+        }
+    }
+    free(v);
+    free(cnt);
+    return rc;
 }
 
 static void samples_add(job_samples *s, int iter, double dur) {
@@ -301,7 +357,7 @@ static void job_analyse(run_job *j, run_stats *st) {
     }
     for (int i = 0; i < tl->n; i++) {
         tl_event *e = &tl->ev[i];
-        int S = j->pl->s->n_stages;
+        int S = j->s->n_stages;
         if (e->act.kind == ACT_STEP) samples_add(&j->prof[S * 5], j->n_iters, e->end - e->start);
         if (e->act.kind == ACT_REDUCE_GRAD)
             samples_add(&j->prof[e->act.stage * 5 + 4], j->n_iters, e->end - e->start - job_hidden(tl, e));
@@ -317,23 +373,41 @@ static void job_analyse(run_job *j, run_stats *st) {
     free(busy);
 }
 
+/* Step t's faults on this process's ranks: the delay of each slow link to its other end (a link
+ * between replicas delays their reductions too), each slow stage's factor. */
+static int job_apply_faults(run_job *j, int t) {
+    const run_plan *pl = j->pl;
+    for (int r = 0; r < j->n_local && pl->n_faults; r++) {
+        int w = job_world_rank(j, r);
+        for (int i = 0; i < pl->n_faults; i++) {
+            const sim_fault *x = &pl->faults[i];
+            if (!x->link || (x->a != w && x->b != w)) continue;
+            int peer = x->a == w ? x->b : x->a, replicas = peer / pl->o.P != w / pl->o.P;
+            if (comm_faulty_set_delay(j->comms[r], peer, run_plan_link_delay(pl, w, peer, t), replicas) < 0)
+                return -1;
+        }
+        for (int g = 0; g < pl->s->n_stages; g++) run_exec_set_slowdown(j->ex[r], g, run_plan_stage_factor(pl, g, t));
+    }
+    return 0;
+}
+
 int run_job_iteration(run_job *j, const int *tokens, const int *targets, const optim_config *oc,
                       int t, run_stats *st) {
     memset(st, 0, sizeof *st);
-    if (j->pl->s->async && !oc)
+    if (j->s->async && !oc)
         return pt_seterr("schedule %s updates the weights after every microbatch; the gradient of "
-                         "a whole batch needs a synchronous schedule", j->pl->s->name);
+                         "a whole batch needs a synchronous schedule", j->s->name);
     j->tok = tokens; j->tgt = targets; j->oc = oc; j->t = t;
-    if (job_run_all(j, job_iter_rank) < 0) return -1;
+    if (job_apply_faults(j, t) < 0 || job_run_all(j, job_iter_rank) < 0) return -1;
     j->tl.n = 0;
     j->tl_linked = 0;
     if (j->mpi) {
-        if (job_gather_events(j) < 0) { comm_abort(j->comms[0], pt_err()); return -1; }
+        if ((j->share_tl ? job_share_events(j) : job_gather_events(j)) < 0) { comm_abort(j->comms[0], pt_err()); return -1; }
     } else {
         for (int r = 0; r < j->n_local; r++) job_merge(j, run_exec_timeline(j->ex[r]));
     }
-    if (run_job_is_root(j)) job_analyse(j, st);
-    if (j->mpi) {   /* every rank reports the root's measurement */
+    if (run_job_is_root(j) || j->share_tl) job_analyse(j, st);   /* the same numbers on every rank */
+    if (j->mpi && !j->share_tl) {   /* every rank reports the root's measurement */
         double v[2] = { st->iter_time, st->bubble };
         if (comm_allreduce_f64(j->comms[0], v, 2) < 0) return -1;
         st->iter_time = v[0];
@@ -349,28 +423,93 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
 
 /* ---- timeline, profile, gather ------------------------------------------------------------ */
 
-/* The event that consumed send event e: the matching RECV on the peer. */
-static int job_find_consumer(const timeline *tl, const tl_event *e, const sched *s) {
-    int g = e->act.kind == ACT_SEND_F ? sched_stage_next(s, e->act.stage) : sched_stage_prev(s, e->act.stage);
-    sched_kind k = e->act.kind == ACT_SEND_F ? ACT_RECV_F : ACT_RECV_B;
+/* Slot of a receive in the lookup table: (world rank, stage, mb, direction). */
+static size_t job_recv_slot(const run_job *j, int rank, int g, int mb, int dir) {
+    return (((size_t)rank * (size_t)j->s->n_stages + (size_t)g) * (size_t)j->s->n_mb + (size_t)mb) * 2 + (size_t)dir;
+}
+
+/* Links every message's SEND event to the RECV that consumed it (the matching one on the peer),
+ * through a table of the receives. */
+static void job_link(run_job *j) {
+    timeline *tl = &j->tl;
+    const sched *s = j->s;
+    size_t n = job_recv_slot(j, j->R, 0, 0, 0);
+    int *at = pt_malloc(sizeof *at * (n ? n : 1));
+    for (size_t k = 0; k < n; k++) at[k] = -1;
     for (int i = 0; i < tl->n; i++) {
         const tl_event *c = &tl->ev[i];
-        if (c->rank == e->peer && c->act.kind == k && c->act.stage == g && c->act.mb == e->act.mb)
-            return i;
+        if (c->act.kind == ACT_RECV_F || c->act.kind == ACT_RECV_B)
+            at[job_recv_slot(j, c->rank, c->act.stage, c->act.mb, c->act.kind == ACT_RECV_B)] = i;
     }
-    return -1;
+    for (int i = 0; i < tl->n; i++) {   /* messages only: an overlapped reduction is on TL_SEND too */
+        tl_event *e = &tl->ev[i];
+        if (e->stream != TL_SEND || (e->act.kind != ACT_SEND_F && e->act.kind != ACT_SEND_B)) continue;
+        int f = e->act.kind == ACT_SEND_F;
+        int g = f ? sched_stage_next(s, e->act.stage) : sched_stage_prev(s, e->act.stage);
+        e->link = e->peer >= 0 && g >= 0 ? at[job_recv_slot(j, e->peer, g, e->act.mb, !f)] : -1;
+    }
+    free(at);
 }
 
 const timeline *run_job_timeline(run_job *j) {
-    if (!run_job_is_root(j)) return NULL;
-    if (!j->tl_linked)
-        for (int i = 0; i < j->tl.n; i++) {   /* messages only: an overlapped reduction is on TL_SEND too */
-            tl_event *e = &j->tl.ev[i];
-            if (e->stream == TL_SEND && (e->act.kind == ACT_SEND_F || e->act.kind == ACT_SEND_B))
-                e->link = job_find_consumer(&j->tl, e, j->pl->s);
-        }
+    if (!run_job_is_root(j) && !j->share_tl) return NULL;
+    if (!j->tl_linked) job_link(j);
     j->tl_linked = 1;
     return &j->tl;
+}
+
+void run_job_share_timeline(run_job *j, int on) { j->share_tl = on != 0; }
+
+const sched *run_job_schedule(const run_job *j) { return j->s; }
+
+/* s has the shape of the schedule in force: the same stages on the same ranks, microbatches,
+ * pipes, synchronous. */
+static int job_same_shape(const run_job *j, const sched *s) {
+    const sched *c = j->s;
+    int same = s->n_ranks == c->n_ranks && s->n_stages == c->n_stages && s->n_pipes == c->n_pipes &&
+               s->n_mb == c->n_mb && s->async == c->async && !s->async;
+    for (int g = 0; same && g < s->n_stages; g++) same = s->stage_rank[g] == c->stage_rank[g];
+    if (same) return 0;
+    return pt_seterr("replan: schedule %s (%d ranks, %d stages, %d microbatches%s) does not have the shape of %s "
+                     "(%d, %d, %d): only the order of work may change", s->name, s->n_ranks, s->n_stages, s->n_mb,
+                     s->async ? ", asynchronous" : "", c->name, c->n_ranks, c->n_stages, c->n_mb);
+}
+
+/* MPI: every rank switches to the same schedule (a hash of its actions, summed over the world,
+ * must be the world size times this rank's). */
+static int job_agree(run_job *j, const sched *s) {
+    if (!j->mpi) return 0;
+    unsigned h = 2166136261u;
+    for (int r = 0; r < s->n_ranks; r++)
+        for (int i = 0; i < s->len[r]; i++) {
+            const sched_action *a = &s->acts[r][i];
+            unsigned x[3] = { (unsigned)a->stage, (unsigned)a->mb, (unsigned)a->kind };
+            for (int k = 0; k < 3; k++) h = (h ^ x[k]) * 16777619u;
+        }
+    double v[2] = { (double)(h >> 16), (double)(h & 0xffff) };
+    if (comm_allreduce_f64(j->comms[0], v, 2) < 0) return -1;
+    if (v[0] == (double)j->R * (double)(h >> 16) && v[1] == (double)j->R * (double)(h & 0xffff)) return 0;
+    return pt_seterr("replan: the ranks chose different schedules (rank %d's %s differs from another's)",
+                     j->comms[0]->rank, s->name);
+}
+
+int run_job_replan(run_job *j, const sched *s_in) {
+    sched *s = s_in->lowered ? sched_copy(s_in) : sched_lower(s_in);
+    if (!s) return pt_adderr("replan: ");
+    if (sched_validate(s, NULL) < 0 || sched_check_runnable(s, "replan") < 0 || job_same_shape(j, s) < 0 ||
+        job_agree(j, s) < 0) {
+        sched_free(s);
+        return -1;
+    }
+    for (int r = 0; r < j->n_local; r++) run_exec_replan(j->ex[r], s);
+    sched_free(j->own);
+    j->own = s;
+    j->s = s;
+    timeline_free(&j->tl);
+    timeline_init(&j->tl, s, NULL, 1);
+    j->tl.n_ranks = j->R;
+    j->tl_linked = 0;
+    return job_measure(j);
 }
 
 /* Median of the samples after the first iteration (all of them when only one ran); -1 if none. */

@@ -76,6 +76,79 @@ static int run_plan_check_zero(const run_plan *pl) {
     return 0;
 }
 
+/* A slow link must join ranks that exchange something: pipeline neighbours of one replica (the
+ * simulator's check, on pipeline ranks), or the same pipeline rank of two replicas (their
+ * gradient reductions). */
+static int run_plan_check_link(const run_plan *pl, const sim_fault *x) {
+    int P = pl->o.P, da = x->a / P, pa = x->a % P, db = x->b / P, pb = x->b % P;
+    if (da != db) {
+        if (pa == pb) return 0;
+        return pt_seterr("--slow-link '%s': ranks %d and %d are in replicas %d and %d at pipeline ranks %d and "
+                         "%d: they exchange nothing (a link between replicas joins the same pipeline rank, e.g. "
+                         "%d-%d)", x->spec, x->a, x->b, da, db, pa, pb, x->a, pa + db * P);
+    }
+    sim_costs c;
+    sim_costs_init(&c, pl->s->n_stages, 1, 1, 1);
+    sim_fault f = *x;
+    f.a = pa, f.b = pb;
+    c.faults = &f, c.n_faults = 1;
+    int rc = sim_costs_check_faults(&c, pl->s, 1 << 30);
+    c.faults = NULL, c.n_faults = 0;
+    sim_costs_free(&c);
+    return rc;
+}
+
+/* --slow-link and --slow-stage: parsed by the simulator's parser (world ranks, stages; windows in
+ * steps), then checked against the layout. */
+static int run_plan_faults(run_plan *pl) {
+    const run_opts *o = &pl->o;
+    sim_costs c;
+    sim_costs_init(&c, pl->s->n_stages, 1, 1, 1);
+    int rc = 0;
+    for (int i = 0; i < o->n_slow_link && rc == 0; i++)
+        rc = sim_costs_add_slow_link_in(&c, o->slow_link[i], o->P * o->D, "steps");
+    for (int i = 0; i < o->n_slow_stage && rc == 0; i++)
+        rc = sim_costs_add_slow_stage_in(&c, o->slow_stage[i], "steps");
+    for (int i = 0; i < c.n_faults && rc == 0; i++)
+        if (c.faults[i].link) rc = run_plan_check_link(pl, &c.faults[i]);
+    if (rc == 0 && c.n_faults) {
+        pl->faults = pt_malloc(sizeof *pl->faults * (size_t)c.n_faults);
+        memcpy(pl->faults, c.faults, sizeof *pl->faults * (size_t)c.n_faults);
+        pl->n_faults = c.n_faults;
+    }
+    sim_costs_free(&c);
+    return rc;
+}
+
+int run_plan_check_fault_steps(const run_plan *pl, long last_step) {
+    for (int i = 0; i < pl->n_faults; i++) {
+        const sim_fault *x = &pl->faults[i];
+        if (x->from > last_step)
+            return pt_seterr("%s '%s': starts at step %d, after the last (%ld)", x->link ? "--slow-link" : "--slow-stage",
+                             x->spec, x->from, last_step);
+    }
+    return 0;
+}
+
+double run_plan_link_delay(const run_plan *pl, int a, int b, long t) {
+    double d = 0;
+    for (int i = 0; i < pl->n_faults; i++) {
+        const sim_fault *x = &pl->faults[i];
+        if (x->link && ((x->a == a && x->b == b) || (x->a == b && x->b == a)) && sim_fault_active(x, (int)t))
+            d += x->amount;
+    }
+    return d;
+}
+
+double run_plan_stage_factor(const run_plan *pl, int g, long t) {
+    double k = 1;
+    for (int i = 0; i < pl->n_faults; i++) {
+        const sim_fault *x = &pl->faults[i];
+        if (!x->link && x->a == g && sim_fault_active(x, (int)t)) k *= x->amount;
+    }
+    return k;
+}
+
 int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T) {
     memset(pl, 0, sizeof *pl);
     pl->o = *o;
@@ -94,12 +167,32 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
         s = l;
     }
     pl->s = s;
-    if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0) { run_plan_free(pl); return -1; }
+    if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0 || run_plan_faults(pl) < 0) {
+        run_plan_free(pl);
+        return -1;
+    }
+    pl->o.slow_link = pl->o.slow_stage = NULL;   /* read here only */
+    pl->o.n_slow_link = pl->o.n_slow_stage = 0;
     return 0;
 }
 
 void run_plan_free(run_plan *pl) {
     sched_free(pl->s);
     run_layout_free(&pl->lo);
+    free(pl->faults);
+    pl->faults = NULL;
+    pl->n_faults = 0;
     pl->s = NULL;
+}
+
+int run_plan_resplit(run_plan *out, const run_plan *pl, const gpt_config *cfg, const int *split, int n) {
+    run_opts o = pl->o;
+    o.split = split, o.n_split = n;
+    if (run_plan_init(out, &o, cfg, pl->B, pl->T) < 0) return pt_adderr("re-split: ");
+    if (pl->n_faults) {
+        out->faults = pt_malloc(sizeof *out->faults * (size_t)pl->n_faults);
+        memcpy(out->faults, pl->faults, sizeof *out->faults * (size_t)pl->n_faults);
+        out->n_faults = pl->n_faults;
+    }
+    return 0;
 }

@@ -80,6 +80,11 @@ int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks);
 /* "I:FACTOR[@FROM-TO]": stage I's F, B, W, BW times multiplied by FACTOR (>= 1: a straggler is
  * never faster), with a window as above. Errors name --slow-stage and quote the spec. */
 int sim_costs_add_slow_stage(sim_costs *c, const char *spec);
+/* The same two with the window counted in `unit` in errors ("steps": the runtime's flags). */
+int sim_costs_add_slow_link_in(sim_costs *c, const char *spec, int n_ranks, const char *unit);
+int sim_costs_add_slow_stage_in(sim_costs *c, const char *spec, const char *unit);
+/* Whether fault x is active in iteration (or step) iter, 1-based. */
+bool sim_fault_active(const sim_fault *x, int iter);
 /* Checks the faults against a schedule run for n_iters iterations: every slow link must join two
  * ranks that exchange messages in s (a link no message crosses changes nothing: `--slow-link
  * '0-2:1': ranks 0 and 2 exchange no messages in zb-h1 ...`), and every window must start by

@@ -78,14 +78,16 @@ int sim_adaptive_mem_needed(const sched_params *p, const sim_costs *c, double to
 /* ---- the estimate ---- */
 
 void sim_estimate_init(sim_estimate *e, int n_ranks, int n_stages) {
+    memset(e, 0, sizeof *e);
     e->n_ranks = n_ranks, e->n_stages = n_stages;
     e->link_delay = pt_calloc((size_t)(n_ranks > 1 ? n_ranks - 1 : 1), sizeof(double));
+    e->link_dir = pt_calloc((size_t)(n_ranks > 1 ? 2 * (n_ranks - 1) : 1), sizeof(double));
     e->stage_slow = pt_malloc(sizeof(double) * (size_t)(n_stages ? n_stages : 1));
     for (int g = 0; g < n_stages; g++) e->stage_slow[g] = 1;
 }
 
 void sim_estimate_free(sim_estimate *e) {
-    free(e->link_delay), free(e->stage_slow);
+    free(e->link_delay), free(e->stage_slow), free(e->link_dir);
     memset(e, 0, sizeof *e);
 }
 
@@ -127,25 +129,32 @@ static void estimate_stages(const timeline *tl, const sim_costs *c, int iter, si
 
 /* Per link r-r+1 and direction, the smallest (got - sent - expected latency) of its messages:
  * an upper bound of the link's delay, exact once a consumer waited (the first forward of an
- * iteration always is: its rank has nothing else to do). */
+ * iteration always is: its rank has nothing else to do). Directed (a measured run): only the
+ * messages whose receive waited count, and the slower direction is the link's. */
 static void estimate_links(const timeline *tl, const sim_costs *c, int iter, sim_estimate *e) {
     int L = e->n_ranks - 1;
-    double *low = pt_malloc(sizeof(double) * (size_t)(2 * (L > 0 ? L : 1)));
+    double *low = e->link_dir;
     for (int i = 0; i < 2 * L; i++) low[i] = INFINITY;
     for (int i = 0; i < tl->n; i++) {
         const tl_event *x = &tl->ev[i];
         if (x->iter != iter || x->stream != TL_SEND || x->link < 0 || abs(x->peer - x->rank) != 1) continue;
         const tl_event *y = &tl->ev[x->link];
-        double got = y->stream == TL_RECV ? y->end : y->start;
-        double d = got - x->end - sim_costs_message_time(c, x->rank, x->peer, 0);
+        if (e->directed && (y->stream != TL_RECV || y->end - y->start < e->wait_eps)) continue;
+        double got = y->stream == TL_RECV ? y->end : y->start;   /* directed: from the send's start */
+        double d = got - (e->directed ? x->start : x->end) - sim_costs_message_time(c, x->rank, x->peer, 0);
         int k = 2 * (x->rank < x->peer ? x->rank : x->peer) + (x->rank > x->peer);
         if (d < low[k]) low[k] = d;
     }
-    for (int r = 0; r < L; r++) {           /* both bounds hold the one delay: the smaller is tighter */
-        double d = low[2 * r] < low[2 * r + 1] ? low[2 * r] : low[2 * r + 1];
-        e->link_delay[r] = isfinite(d) && d > 0 ? d : 0;
+    for (int i = 0; i < 2 * L; i++) low[i] = isfinite(low[i]) && low[i] > 0 ? low[i] : 0;
+    for (int r = 0; r < L; r++) {           /* symmetric: both bounds hold the one delay, the smaller is tighter */
+        double a = low[2 * r], b = low[2 * r + 1];
+        e->link_delay[r] = e->directed ? (a > b ? a : b) : (a < b ? a : b);
+        if (!e->directed) low[2 * r] = low[2 * r + 1] = e->link_delay[r];
     }
-    free(low);
+}
+
+void sim_estimate_directions(const sim_estimate *e, double *out) {
+    memcpy(out, e->link_dir, sizeof(double) * (size_t)(e->n_ranks > 1 ? 2 * (e->n_ranks - 1) : 0));
 }
 
 int sim_estimate_timeline(const timeline *tl, const sim_costs *expected, int iter, sim_estimate *e) {
@@ -155,6 +164,17 @@ int sim_estimate_timeline(const timeline *tl, const sim_costs *expected, int ite
     estimate_stages(tl, expected, iter, e);
     estimate_links(tl, expected, iter, e);
     return 0;
+}
+
+void sim_costs_apply_estimate(const sim_costs *healthy, const sim_estimate *e, sim_costs *out) {
+    sim_costs_copy(healthy, out);
+    for (int g = 0; g < out->n_stages && g < e->n_stages; g++) {
+        double k = e->stage_slow[g];
+        out->f[g] *= k, out->b[g] *= k, out->w[g] *= k;
+        if (out->bw[g] >= 0) out->bw[g] *= k;
+    }
+    for (int r = 0; r + 1 < e->n_ranks; r++)
+        if (e->link_delay[r] > 0) sim_costs_set_link(out, r, r + 1, -1, -1, e->link_delay[r]);
 }
 
 char *sim_estimate_describe(const sim_estimate *e, const sim_policy_opts *o, double mean_f, char *buf, int n) {

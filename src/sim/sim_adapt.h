@@ -43,9 +43,22 @@ typedef struct {
                              * expected costs say (>= 0; one value for both directions) */
     double *stage_slow;     /* [S] measured / expected compute time of stage g (median over its
                              * actions; 1 where it ran nothing) */
+    /* How links are read (sim_estimate_init: false, 0): the simulator's links are equally slow
+     * both ways, and every message bounds the delay from above. A measured link may be slow one
+     * way only (tc shapes one host's egress), and a message that arrived before its receiver
+     * looked for it says nothing: with `directed`, each direction is the smallest delay of the
+     * messages whose receive waited at least wait_eps (0 when none did: the delay hid itself),
+     * measured from the send's start (a measured send may lose its core for a while), and the
+     * link's delay is the larger direction's. */
+    bool directed;
+    double wait_eps;
+    double *link_dir;       /* [2(P-1)] each direction's delay (sim_estimate_directions) */
 } sim_estimate;
 
 void sim_estimate_init(sim_estimate *e, int n_ranks, int n_stages);
+/* (directed) A link's two directions as estimated by the last sim_estimate_timeline: out[2r] is
+ * r -> r+1, out[2r+1] is r+1 -> r (symmetric estimates: both the link's). */
+void sim_estimate_directions(const sim_estimate *e, double *out);
 void sim_estimate_free(sim_estimate *e);
 /* Estimates from the events of iteration `iter` of tl (a lowered or compute-only run, simulated or
  * measured) against the expected costs (the healthy cost model: no faults). A message's delay is
@@ -92,6 +105,10 @@ void sim_policy_free(sim_policy *pol);
  * hysteresis: a straggler turns on above the `on` thresholds for `onset` iterations, off below the
  * `off` ones for `recovery` iterations). Pure: no I/O, no clock. */
 sim_policy_action sim_policy_step(sim_policy *pol, const sim_policy_opts *o, const sim_estimate *e, double mean_f);
+/* out = healthy (the costs without faults) with estimate e applied: stage g's times x
+ * e->stage_slow[g], link r-r+1's extra + e->link_delay[r]: the costs the adaptive schedule is
+ * built for. out is new (free with sim_costs_free). */
+void sim_costs_apply_estimate(const sim_costs *healthy, const sim_estimate *e, sim_costs *out);
 /* One line for a log: the slow links and stages in e ("link 3-4 +6 per message; stage 2 x2"), or
  * "healthy", into buf. Returns buf. */
 char *sim_estimate_describe(const sim_estimate *e, const sim_policy_opts *o, double mean_f, char *buf, int n);

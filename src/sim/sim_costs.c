@@ -56,7 +56,7 @@ static void scale_stage(sim_costs *c, int g, double k) {
     if (c->bw[g] >= 0) c->bw[g] *= k;
 }
 
-static bool fault_active(const sim_fault *x, int iter) {
+bool sim_fault_active(const sim_fault *x, int iter) {
     return iter >= x->from && (x->to == 0 || iter <= x->to);
 }
 
@@ -65,7 +65,7 @@ void sim_costs_at(const sim_costs *c, int iter, sim_costs *out) {
     out->n_faults = 0;
     for (int i = 0; i < c->n_faults; i++) {
         const sim_fault *x = &c->faults[i];
-        if (!fault_active(x, iter)) continue;
+        if (!sim_fault_active(x, iter)) continue;
         if (x->link) sim_costs_set_link(out, x->a, x->b, -1, -1, x->amount);
         else scale_stage(out, x->a, x->amount);
     }
@@ -144,9 +144,10 @@ int sim_costs_parse_spec(sim_costs *c, const char *spec) {
     return 0;
 }
 
-/* Splits "BODY[@FROM-TO]" into body (copied into buf) and the window; *from = 0 when there is
- * none. Returns 0, or -1 with an error naming flag and spec. */
-static int parse_window(const char *flag, const char *spec, char *buf, size_t n, int *from, int *to) {
+/* Splits "BODY[@FROM-TO]" into body (copied into buf) and the window (counted in `unit`, e.g.
+ * "iterations"); *from = 0 when there is none. Returns 0, or -1 with an error naming flag and spec. */
+static int parse_window(const char *flag, const char *spec, const char *unit, char *buf, size_t n, int *from,
+                        int *to) {
     const char *at = strchr(spec, '@');
     size_t len = at ? (size_t)(at - spec) : strlen(spec);
     if (len >= n) return pt_seterr("%s '%s': too long", flag, spec);
@@ -159,14 +160,14 @@ static int parse_window(const char *flag, const char *spec, char *buf, size_t n,
     memcpy(w, at + 1, (size_t)(dash - at - 1)), w[dash - at - 1] = 0;
     if (parse_int(w, from) || (dash[1] && parse_int(dash + 1, to))) goto bad;
     if (*from < 1)
-        return pt_seterr("%s '%s': iterations count from 1 (got FROM %d)", flag, spec, *from);
+        return pt_seterr("%s '%s': %s count from 1 (got FROM %d)", flag, spec, unit, *from);
     if (*to && *from > *to)
         return pt_seterr("%s '%s': FROM %d is after TO %d (the window FROM-TO is inclusive; \"@%d-\" runs to "
                          "the end)", flag, spec, *from, *to, *from);
     return 0;
 bad:
-    return pt_seterr("%s '%s': the window after '@' must be FROM-TO or FROM- (iterations, 1-based, inclusive)",
-                     flag, spec);
+    return pt_seterr("%s '%s': the window after '@' must be FROM-TO or FROM- (%s, 1-based, inclusive)",
+                     flag, spec, unit);
 }
 
 /* Keeps fault f (its window: from 0 means none, i.e. 1 to the end) with its flag's text. */
@@ -181,10 +182,14 @@ static void add_fault(sim_costs *c, sim_fault f, const char *spec) {
 }
 
 int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks) {
+    return sim_costs_add_slow_link_in(c, spec, n_ranks, "iterations");
+}
+
+int sim_costs_add_slow_link_in(sim_costs *c, const char *spec, int n_ranks, const char *unit) {
     char body[128], buf[128];
     int a, b, from, to;
     double extra;
-    if (parse_window("--slow-link", spec, body, sizeof body, &from, &to)) return -1;
+    if (parse_window("--slow-link", spec, unit, body, sizeof body, &from, &to)) return -1;
     const char *colon = strchr(body, ':'), *dash = strchr(body, '-');
     if (!colon || !dash || dash > colon) goto bad;
     memcpy(buf, body, (size_t)(dash - body)); buf[dash - body] = 0;
@@ -201,14 +206,18 @@ int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks) {
     return 0;
 bad:
     return pt_seterr("--slow-link '%s': expected I-J:SECONDS[@FROM-TO] (ranks I, J; extra seconds per message "
-                     "in 0..%g; iterations FROM..TO)", spec, SIM_COST_MAX);
+                     "in 0..%g; %s FROM..TO)", spec, SIM_COST_MAX, unit);
 }
 
 int sim_costs_add_slow_stage(sim_costs *c, const char *spec) {
+    return sim_costs_add_slow_stage_in(c, spec, "iterations");
+}
+
+int sim_costs_add_slow_stage_in(sim_costs *c, const char *spec, const char *unit) {
     char body[64], buf[64];
     int g, from, to;
     double k;
-    if (parse_window("--slow-stage", spec, body, sizeof body, &from, &to)) return -1;
+    if (parse_window("--slow-stage", spec, unit, body, sizeof body, &from, &to)) return -1;
     const char *colon = strchr(body, ':');
     if (!colon) goto bad;
     memcpy(buf, body, (size_t)(colon - body)); buf[colon - body] = 0;
@@ -220,8 +229,8 @@ int sim_costs_add_slow_stage(sim_costs *c, const char *spec) {
     add_fault(c, (sim_fault){ .link = false, .a = g, .b = -1, .amount = k, .from = from, .to = to }, spec);
     return 0;
 bad:
-    return pt_seterr("--slow-stage '%s': expected I:FACTOR[@FROM-TO] (stage I, factor in 1..%g; iterations "
-                     "FROM..TO)", spec, SIM_COST_MAX);
+    return pt_seterr("--slow-stage '%s': expected I:FACTOR[@FROM-TO] (stage I, factor in 1..%g; %s "
+                     "FROM..TO)", spec, SIM_COST_MAX, unit);
 }
 
 /* Whether a message of s goes between ranks a and b (either way). */

@@ -75,22 +75,10 @@ static void replay_free(replay *R) {
     sim_estimate_free(&R->est);
 }
 
-/* The healthy costs with the estimate applied: stage times x slowdown, link delays added. */
-static void estimated_costs(const replay *R, sim_costs *out) {
-    sim_costs_copy(&R->healthy, out);
-    for (int g = 0; g < out->n_stages; g++) {
-        double k = R->est.stage_slow[g];
-        out->f[g] *= k, out->b[g] *= k, out->w[g] *= k;
-        if (out->bw[g] >= 0) out->bw[g] *= k;
-    }
-    for (int r = 0; r + 1 < R->est.n_ranks; r++)
-        if (R->est.link_delay[r] > 0) sim_costs_set_link(out, r, r + 1, -1, -1, R->est.link_delay[r]);
-}
-
 /* Switches to the adaptive schedule built for the estimate; note says what and why. */
 static int replay_adapt(replay *R, char *note, int n) {
     sim_costs est;
-    estimated_costs(R, &est);
+    sim_costs_apply_estimate(&R->healthy, &R->est, &est);
     sched_adaptive_info info;
     sched *s = sim_adaptive_schedule(&R->shape, &est, &info), *low = s ? sched_lower(s) : NULL;
     double was = low ? sim_schedule_score(R->cur, &est) : -1;

@@ -24,6 +24,8 @@ typedef struct {
                          * rank's start to the last rank's end) */
     double bubble;      /* measured bubble fraction (run_stats.bubble); -1: not measured */
     size_t act_bytes;   /* activation storage of the busiest rank, bytes; 0: not measured */
+    char schedule[32];  /* pipelined: the schedule that ran the step ("" elsewhere) */
+    char split[64];     /* pipelined: transformer blocks per chunk, "2,2" ("" elsewhere) */
 } train_step_stats;
 
 typedef struct train_engine train_engine;
@@ -53,6 +55,18 @@ typedef struct {
     /* After report: what it measured as JSON ({"measured_ms","simulated_ms","bubble",
      * "simulated_bubble","svg"}); a new object the caller frees. NULL: nothing measured. */
     cJSON *(*summary)(const train_engine *e);
+    /* For an ADAPT hook (trainer.h); NULL in an engine that cannot change its plan. timeline: the
+     * last step's events of every rank, merged, on every rank (when started with adapt on);
+     * schedule: the one in force; replan: another schedule of the same shape from the next step
+     * on, parameters and optimizer state kept (run_job_replan: collective under MPI, 0 or -1). */
+    const timeline *(*timeline)(train_engine *e);
+    const sched *(*schedule)(const train_engine *e);
+    int (*replan)(train_engine *e, const sched *s);
+    /* Another layer split (blocks per chunk, split[n]) from the next step on, with the schedule
+     * in force: parameters and AdamW moments move to the stages that hold their layers now (t:
+     * the step just done, AdamW's count). Collective under MPI. 0, or -1 with the error: the
+     * engine may then be unusable (stop the run). */
+    int (*resplit)(train_engine *e, const int *split, int n, long t);
     void (*free)(train_engine *e);
     /* The pipelined job and its plan (for side work in its bubbles: src/harvest). NULL: the
      * engine has no job (one process). */
@@ -94,6 +108,9 @@ typedef struct {
     int threads;            /* MPI: OpenBLAS threads per process after the job starts (0: 1) */
     const char *trace;      /* report: the last step's measured Chrome trace here, or NULL */
     const char *svg;        /* report: the last step's measured timeline picture, or NULL */
+    long last_step;         /* the run's last step: a fault window starting after it is an error
+                             * (0: not checked) */
+    bool adapt;             /* share each step's timeline with every rank (the ADAPT hook reads it) */
 } train_pipe_opts;
 
 /* The pipelined job (run_plan_init + run_job_init_src) over the starting parameters and AdamW

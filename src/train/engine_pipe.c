@@ -11,12 +11,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     train_engine base;
     train_pipe_opts o;
     run_plan pl;
     run_job *job;
+    gpt_config cfg;             /* the model's (a re-split plans with it) */
+    int share_tl;               /* the job shares each step's timeline (adapt) */
+    long last_step;             /* the step last run */
     double *iter_t, *bubble;    /* (n_cap) measured per step of this run, n recorded */
     int n, n_cap;
     /* report's results: medians measured, the simulator's prediction (-1: none) */
@@ -43,17 +47,30 @@ static void pipe_record(pipe_engine *p, double iter_time, double bubble) {
     p->bubble[p->n++] = bubble;
 }
 
+/* Transformer blocks per chunk (the embedding and head aside), "2,2", into buf. */
+static void pipe_split_text(const pipe_engine *p, char *buf, size_t n) {
+    const run_layout *lo = &p->pl.lo;
+    size_t at = 0;
+    buf[0] = 0;
+    for (int c = 0; c < lo->K && at < n; c++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%d", c ? "," : "",
+                               lo->chunk_first[c + 1] - lo->chunk_first[c] - (c == 0) - (c == lo->K - 1));
+}
+
 /* One iteration of the job; its stats as the trainer's, kept for the report. */
 static int pipe_step(train_engine *e, const int *tokens, const int *targets,
                      const optim_config *oc, long t, train_step_stats *st) {
     pipe_engine *p = (pipe_engine *)e;
     run_stats rs;
+    p->last_step = t;
     if (run_job_iteration(p->job, tokens, targets, oc, (int)t, &rs) < 0) return -1;
     st->opt = (train_stats){ .loss = rs.loss, .grad_norm = rs.grad_norm, .lr = rs.lr,
                              .clip_scale = rs.clip_scale };
     st->iter_time = rs.iter_time;
     st->bubble = rs.bubble;
     st->act_bytes = run_job_act_bytes(p->job);
+    snprintf(st->schedule, sizeof st->schedule, "%s", run_job_schedule(p->job)->name);
+    pipe_split_text(p, st->split, sizeof st->split);
     pipe_record(p, rs.iter_time, rs.bubble);
     return 0;
 }
@@ -104,16 +121,26 @@ static void pipe_describe(const train_engine *e) {
                "on one rank keeps all its moments\n");
 }
 
-/* The simulator's iteration for the schedule, from the F/B/W costs profiled in this run, next
- * to the measured medians it and bub. */
+/* The injected slow links of the last step (replica 0's) into c: the simulator then predicts
+ * what that step ran under. (A slow stage is in the profiled costs already: they are measured.) */
+static void pipe_last_faults(const pipe_engine *p, sim_costs *c) {
+    for (int r = 0; r + 1 < p->pl.o.P; r++) {
+        double d = run_plan_link_delay(&p->pl, r, r + 1, p->last_step);
+        if (d > 0) sim_costs_set_link(c, r, r + 1, -1, -1, d);
+    }
+}
+
+/* The simulator's iteration for the schedule in force, from the F/B/W costs profiled in this
+ * run and the last step's injected faults, next to the measured medians it and bub. */
 static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
-    const sched *s = p->pl.s;
+    const sched *s = run_job_schedule(p->job);   /* the one in force at the end */
     sim_costs c;
     sim_result res;
     sim_opts so = { .iterations = 1 };
     sim_costs_init(&c, s->n_stages, 0, 0, 0);
     run_job_profile(p->job, &c);
     c.reduce_overlap = !p->pl.o.no_overlap;   /* the reduction as the runtime ran it */
+    pipe_last_faults(p, &c);
     int rc = sim_run(s, &c, &so, &res);
     sim_costs_free(&c);
     p->it_med = it;
@@ -126,9 +153,9 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
         printf("simulated: not available: %s\n", pt_err());
         return;
     }
-    printf("simulated: iteration %.3f ms, bubble %.1f%% (from F/B/W costs profiled in this run; "
-           "measured/simulated %.2f)\n", res.iteration_time * 1e3, res.bubble_fraction * 100,
-           res.iteration_time > 0 ? it / res.iteration_time : 0);
+    printf("simulated: iteration %.3f ms, bubble %.1f%% (%s, from F/B/W costs profiled in this run%s; "
+           "measured/simulated %.2f)\n", res.iteration_time * 1e3, res.bubble_fraction * 100, s->name,
+           p->pl.n_faults ? " and the last step's slow links" : "", res.iteration_time > 0 ? it / res.iteration_time : 0);
     sim_result_free(&res);
 }
 
@@ -245,11 +272,64 @@ static void pipe_free(train_engine *e) {
 
 static run_job *pipe_job(train_engine *e) { return ((pipe_engine *)e)->job; }
 static const run_plan *pipe_plan(const train_engine *e) { return &((const pipe_engine *)e)->pl; }
+/* The folder a re-split goes through: $TMPDIR (or /tmp)/pipetrain-resplit-<root's pid>-<step>,
+ * the same name on every rank (MPI: the root's pid shared by a sum). */
+static int pipe_resplit_dir(pipe_engine *p, long t, char *dir, size_t n) {
+    double pid = p->base.root ? (double)getpid() : 0;
+    if (p->o.world && comm_allreduce_f64(p->o.world, &pid, 1) < 0) return -1;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, n, "%s/pipetrain-resplit-%.0f-%ld", tmp && *tmp ? tmp : "/tmp", pid, t);
+    return 0;
+}
+
+/* A new split through a checkpoint in a temporary folder (every rank must see it: one host, or
+ * a shared filesystem): the job saves its chunks and moments, a plan with the new split starts
+ * a job from them (each rank reading the layers it holds now), the schedule in force is kept,
+ * and the folder goes. The numbers are the same: parameters and moments are written and read
+ * as they are. */
+static int pipe_resplit(train_engine *e, const int *split, int n, long t) {
+    pipe_engine *p = (pipe_engine *)e;
+    char dir[1200];
+    ckpt_manifest *man = pt_calloc(1, sizeof *man);   /* large: kept off the stack */
+    *man = (ckpt_manifest){ .cfg = p->cfg, .step = t, .adam_t = (int)t, .batch = p->pl.B, .seq = p->pl.T };
+    snprintf(man->data_path, sizeof man->data_path, "re-split");
+    sched *cur = sched_copy(run_job_schedule(p->job));
+    run_plan next;
+    run_source src;
+    memset(&src, 0, sizeof src);
+    int rc = pipe_resplit_dir(p, t, dir, sizeof dir);
+    if (rc == 0) rc = run_plan_resplit(&next, &p->pl, &p->cfg, split, n);
+    if (rc == 0) {
+        rc = run_job_save(p->job, dir, man);
+        if (rc == 0) rc = ckpt_read_manifest(man, dir);
+        if (rc == 0) rc = run_source_checkpoint(&src, dir, man);
+        run_job_free(p->job);
+        p->job = NULL;
+        run_plan_free(&p->pl);
+        p->pl = next;
+    }
+    if (rc == 0) rc = run_job_init_src(&p->job, &p->pl, &src, p->o.world);
+    if (rc == 0 && strcmp(cur->name, p->pl.s->name)) rc = run_job_replan(p->job, cur);
+    if (rc == 0) run_job_share_timeline(p->job, p->share_tl);
+    run_source_free(&src);
+    if (p->o.world) comm_barrier(p->o.world);   /* every rank has read its layers */
+    if (p->base.root) ckpt_abandon(dir);
+    sched_free(cur);
+    free(man);
+    return rc < 0 ? pt_adderr("re-split to %d chunks: ", n) : 0;
+}
+
+static const timeline *pipe_timeline(train_engine *e) { return run_job_timeline(((pipe_engine *)e)->job); }
+
+static const sched *pipe_schedule(const train_engine *e) { return run_job_schedule(((const pipe_engine *)e)->job); }
+
+static int pipe_replan(train_engine *e, const sched *s) { return run_job_replan(((pipe_engine *)e)->job, s); }
 
 static const train_engine_vt pipe_vt = {
     .name = "pipelined", .step = pipe_step, .save = pipe_save, .describe = pipe_describe,
     .report = pipe_report, .layout = pipe_layout, .summary = pipe_summary, .free = pipe_free,
     .job = pipe_job, .plan = pipe_plan,
+    .timeline = pipe_timeline, .schedule = pipe_schedule, .replan = pipe_replan, .resplit = pipe_resplit,
 };
 
 int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const run_source *src,
@@ -260,8 +340,12 @@ int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const r
     p->o.ro.split = NULL;          /* read by run_plan_init only; not kept past it */
     *out = NULL;
     if (run_plan_init(&p->pl, &o->ro, &src->cfg, B, T) < 0) goto free_engine;
+    if (o->last_step > 0 && run_plan_check_fault_steps(&p->pl, o->last_step) < 0) goto free_engine;
     if (run_job_init_src(&p->job, &p->pl, src, o->world) < 0) goto free_engine;
     p->base.root = run_job_is_root(p->job);
+    p->cfg = src->cfg;
+    p->share_tl = o->adapt;
+    run_job_share_timeline(p->job, o->adapt);
     if (o->world && o->threads > 0) openblas_set_num_threads(o->threads);   /* per process */
     *out = &p->base;
     return 0;

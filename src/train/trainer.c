@@ -62,7 +62,8 @@ static int start_engine(train_ctx *t) {
     choose_layout(t);
     if (!o->ro.P) return train_engine_single_init(&t->e, &t->m, &t->opt, o->batch, o->seq, o->threads);
     train_pipe_opts po = { .ro = o->ro, .world = o->world, .threads = o->threads,
-                           .trace = o->trace, .svg = o->svg };
+                           .trace = o->trace, .svg = o->svg, .last_step = o->steps,
+                           .adapt = o->adapt };
     if (!po.svg && t->rep.on) po.svg = t->rep.svg;   /* the report draws the last step */
     int rc = train_engine_pipe_init(&t->e, &po, &t->src, o->batch, o->seq);
     run_source_free(&t->src);   /* read by the job's start only */
@@ -100,6 +101,8 @@ int train_init(train_ctx **out, const train_opts *o) {
     if (o->save) train_add_hook(t, TRAIN_HOOK_SAVE, train_hook_save, NULL);
     train_add_hook(t, TRAIN_HOOK_LOG, train_hook_log, NULL);
     if (t->rep.on) train_add_hook(t, TRAIN_HOOK_LOG, train_hook_report, NULL);
+    if (o->adapt && (train_adapt_init(t) < 0 || train_add_hook(t, TRAIN_HOOK_ADAPT, train_hook_adapt, t->adapt) < 0))
+        goto free_ctx;
     *out = t;
     return 0;
 free_ctx:
@@ -144,7 +147,7 @@ static void print_header(const train_ctx *t) {
  * the loss check, the hooks. */
 static int run_step(train_ctx *t, long step) {
     const train_opts *o = &t->o;
-    train_step_stats st;
+    train_step_stats st = {0};
     int64_t k = data_batch_index(t->d, o->batch, o->seq, (uint64_t)o->shuffle, step - 1);
     if (k < 0 || data_batch(t->d, k, o->batch, o->seq, t->inp, t->tgt) < 0) return -1;
     double t0 = pt_now();
@@ -179,6 +182,7 @@ int train_run(train_ctx *t) {
 void train_free(train_ctx *t) {
     if (!t) return;
     train_side_free(t);              /* first: side processes die now */
+    train_adapt_free(t);
     train_engine_free(t->e);
     if (t->metrics) fclose(t->metrics);
     free(t->inp);

@@ -54,6 +54,11 @@ typedef struct {
     int auto_layout;        /* with ro.P == 0: let train_init pick the layout for this machine's
                              * cores (train_layout_choose) and say why; 0: one process */
     comm *world;            /* MPI endpoint (borrowed; NULL: this process only) */
+    /* straggler adaptation (docs/stragglers.md): an ADAPT hook that measures each step, and
+     * switches to the adaptive schedule while a link is slow and back when it clears */
+    bool adapt;             /* --adapt (pipelined, one stage per rank) */
+    int mem_limit;          /* --mem-limit: activations per stage the adaptive schedules may hold
+                             * (0: the starting schedule's peak) */
 } train_opts;
 
 typedef struct train_ctx train_ctx;

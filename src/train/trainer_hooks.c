@@ -25,7 +25,8 @@ int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *u
 }
 
 /* {"step":..,"loss":..,"lr":..,"grad_norm":..,"tokens_per_s":..,"step_ms":..[,"bubble_fraction":
- * ..,"act_bytes_max_rank":..][, the keys hooks added with train_metric: side work's "bubble_s",
+ * ..,"act_bytes_max_rank":..][,"schedule":"zb-h1","split":"2,2" (pipelined: the schedule that ran the
+ * step and the blocks per chunk, so a run that adapts shows when it switched)][, the keys hooks added with train_metric: side work's "bubble_s",
  * "side_s", "side_overrun_s", "side_steps", "side_sync_s"; "eval_loss", "eval_step"]} */
 void train_metric(train_ctx *t, const char *key, double value) {
     size_t n = strlen(t->extra);
@@ -36,6 +37,7 @@ static void log_metrics(FILE *f, long step, const train_step_stats *st, double t
     fprintf(f, "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,"
             "\"step_ms\":%.3f", step, st->opt.loss, st->opt.lr, st->opt.grad_norm, tok_s,
             st->step_time * 1e3);
+    if (st->schedule[0]) fprintf(f, ",\"schedule\":\"%s\",\"split\":\"%s\"", st->schedule, st->split);
     if (st->bubble >= 0)
         fprintf(f, ",\"bubble_fraction\":%.4f,\"act_bytes_max_rank\":%zu", st->bubble, st->act_bytes);
     fprintf(f, "%s}\n", extra);

@@ -57,6 +57,7 @@ struct train_ctx {
     int n_hooks[TRAIN_HOOK_SLOTS];
     train_side side;
     char extra[1024];       /* this step's metrics keys added by hooks (",\"key\":value..."), or "" */
+    struct train_adapt *adapt;  /* --adapt's state (trainer_adapt.c), or NULL */
 };
 
 /* For hooks before LOG: adds "key":value to this step's metrics line (trainer_hooks.c). */
@@ -87,6 +88,13 @@ int train_setup_model(train_ctx *t);
 int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *user);
 int train_hook_log(train_ctx *t, long step, const train_step_stats *st, void *user);
 
+/* --adapt (trainer_adapt.c): init checks the engine and schedule and sets up t->adapt, the policy's
+ * state (-1 naming what cannot adapt); train_hook_adapt (the ADAPT hook, user = t->adapt) measures
+ * each step, decides, switches and logs. free: NULL is fine. */
+int train_adapt_init(train_ctx *t);
+int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *user);
+void train_adapt_free(train_ctx *t);
+
 /* The run report (trainer_report.c; root only, each a no-op without --metrics or --save): its
  * paths (before the engine and the metrics file); the start (and resume) event after the header;
  * a save event; a LOG hook that rewrites the page after a checkpoint's step is logged; the end
@@ -98,5 +106,7 @@ void train_report_saved(train_ctx *t, long step, const char *dir);
 int train_hook_report(train_ctx *t, long step, const train_step_stats *st, void *user);
 void train_report_end(train_ctx *t, long step);
 void train_report_error(train_ctx *t, long step);
+/* An "adapt" event (root, with a report): message, plus fields (taken over; may be NULL). */
+void train_report_adapt(train_ctx *t, long step, const char *message, cJSON *fields);
 
 #endif

@@ -1,5 +1,5 @@
 /* The trainer's side of the run report (report/report.h): where the run's files go, the events
- * it logs (start, resume, save, error, end), and the HTML page it writes beside the metrics at
+ * it logs (start, resume, save, adapt, error, end), and the HTML page it writes beside the metrics at
  * each checkpoint and at the end. Root only; nothing when the run has neither --metrics nor
  * --save. Not here: the page itself (report/). */
 #include "train/trainer_int.h"
@@ -135,4 +135,10 @@ void train_report_error(train_ctx *t, long step) {
     train_report_write(t, 1);
     pt_seterr("%s", msg);   /* the run's error, not the report's */
     free(msg);
+}
+
+void train_report_adapt(train_ctx *t, long step, const char *message, cJSON *fields) {
+    cJSON *o = fields ? fields : cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "message", message);
+    train_event(t, "adapt", step, o);
 }

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Stragglers in the runtime (docs/stragglers.md): fault injection (--slow-link, --slow-stage on
+# train and grad, threads and MPI) never changes a number; train --adapt switches to the adaptive
+# schedule while a link is slow and back when it clears, on every rank at the same step, with the
+# same numbers; bad fault specs and layouts are errors naming the flag and the value.
+. tests/lib.sh
+BUILD=${BUILD:-build}
+P=$PIPETRAIN
+D=$TEST_TMP/straggler
+mkdir -p "$D"
+cat > "$D/cfg.json" <<'J'
+{"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}
+J
+for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
+export OPENBLAS_NUM_THREADS=1
+grad() { "$P" grad --config "$D/cfg.json" --tokens "$D/text.txt" --batch 8 --seq 16 "$@"; }
+train() { "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --lr 3e-3 "$@"; }
+# Under SAN=1 Open MPI leaks at MPI_Finalize (inside plugins: not ours; tests/test_comm_mpi.sh)
+mpi() { local n=$1; shift; ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -np "$n" "$P" "$@" < /dev/null; }
+same() { cmp -s "$1" "$2"; }
+# the numbers of a metrics file: loss and grad_norm of every step
+numbers() { sed -E 's/.*"loss":([^,]*),"lr":[^,]*,"grad_norm":([^,]*),.*/\1 \2/' "$1"; }
+
+# --- faults never change a number (the same bits: nothing is reordered, only delayed)
+pipe="--stages 2 --schedule zb-h1 --microbatches 4"
+check "faults: grad zb-h1 P=2" grad --out "$D/g0.st" $pipe
+check "faults: grad with a slow link and a slow stage" grad --out "$D/g1.st" $pipe --slow-link 0-1:0.01 --slow-stage 1:1.5
+check "faults: grad's gradients are bitwise those without" same "$D/g0.st" "$D/g1.st"
+check "faults: grad P=2 D=2" grad --out "$D/g2.st" --stages 2 --dp 2 --microbatches 2
+check "faults: grad P=2 D=2, a slow link between replicas (their reductions held back)" \
+  grad --out "$D/g3.st" --stages 2 --dp 2 --microbatches 2 --slow-link 1-3:0.02 --slow-link 0-1:0.005
+check "faults: ... bitwise those without" same "$D/g2.st" "$D/g3.st"
+train --steps 4 $pipe --metrics "$D/m0.jsonl" > /dev/null 2>&1
+if train --steps 4 $pipe --metrics "$D/m1.jsonl" --slow-link 0-1:0.02@2-3 --slow-stage 0:2@3- > "$D/t1.out" 2>&1 &&
+   [ "$(numbers "$D/m0.jsonl")" = "$(numbers "$D/m1.jsonl")" ] && [ "$(wc -l < "$D/m1.jsonl")" = 4 ]; then
+  ok "faults: train with faults over windows of steps: the same losses and norms, bitwise"
+else fail "faults: train with faults over windows of steps" "$(tail -2 "$D/t1.out"; numbers "$D/m1.jsonl" | tr '\n' ' ')"; fi
+if mpi 2 grad --config "$D/cfg.json" --tokens "$D/text.txt" --batch 8 --seq 16 --out "$D/g4.st" $pipe \
+     --transport mpi --slow-link 0-1:0.01 --slow-stage 0:1.5 > "$D/mpi.out" 2>&1 && same "$D/g0.st" "$D/g4.st"; then
+  ok "faults: MPI grad with a slow link and stage equals threads without, bitwise"
+else fail "faults: MPI grad with a slow link and stage" "$(tail -3 "$D/mpi.out")"; fi
+
+# --- train --adapt: a link slow in steps 3..5 is seen in steps 3 and 4 (one slow step could be a
+# sender that lost its core), so the adaptive schedule runs from step 5; step 6 is healthy, so
+# zb-h1 runs again from step 7 (a busy machine may shift either by a step: the checks want zb-h1
+# before the fault, the adaptive schedule by step 6, zb-h1 at the end). The same losses,
+# norms and parameters, bitwise, as a run without faults or adaptation; a log line and an event
+# each time.
+schedules() { grep -o '"schedule":"[a-z0-9-]*"' "$1" | sed 's/.*:"\(.*\)"/\1/' | tr '\n' ' '; }
+switched() { local v; v=$(schedules "$1"); [[ "$v" == "zb-h1 zb-h1 zb-h1 zb-h1 "* && "$v" == *" zb-h1 " ]] \
+  && [[ "$(echo "$v" | cut -d' ' -f5-6)" == *adaptive* ]]; }
+adapt="--adapt --mem-limit 4 --slow-link 0-1:0.02@3-5"
+train --steps 10 $pipe --save "$D/s0" > /dev/null 2>&1
+if train --steps 10 $pipe $adapt --save "$D/s1" > "$D/a1.out" 2>&1 && switched "$D/s1/metrics.jsonl"; then
+  ok "adapt: switches two steps after the slow link appears (steps 3, 4 seen slow) and back after it clears"
+else fail "adapt: switches after onset and recovery" "$(schedules "$D/s1/metrics.jsonl"); $(grep '^step [0-9]*:' "$D/a1.out")"; fi
+grep -Eq '^step [45]: link 0-1 \+[0-9]+ ms per message; (stage [0-9] x[0-9.]+; )?adaptive warm-up [0-9,]+ \(peak [0-9]+ of limit 4\); predicted [0-9.e-]+ s/step, was [0-9.e-]+$' "$D/a1.out" \
+  && grep -Eq '^step ([6-9]|10): healthy again; back to zb-h1$' "$D/a1.out" && ok "adapt: one log line per switch" \
+  || fail "adapt: one log line per switch" "$(grep '^step [0-9]*:' "$D/a1.out")"
+grep -Eq '"event":"adapt","step":[45],"action":"adapt","schedule":"adaptive"' "$D/s1/metrics.events.jsonl" && \
+  grep -q '"action":"revert","schedule":"zb-h1"' "$D/s1/metrics.events.jsonl" \
+  && ok "adapt: adapt events in the run's events file" || fail "adapt: adapt events" "$(grep adapt "$D/s1/metrics.events.jsonl")"
+grep -q 'healthy again; back to zb-h1' "$D/s1/metrics.html" && ok "adapt: the report page marks the switches" \
+  || fail "adapt: the report page marks the switches" "no adapt event in $D/s1/metrics.html"
+grep -q '"split":"2,2"' "$D/s1/metrics.jsonl" && ok "adapt: metrics carry the split" || fail "adapt: split key" "$(head -1 "$D/s1/metrics.jsonl")"
+[ "$(numbers "$D/s0/metrics.jsonl")" = "$(numbers "$D/s1/metrics.jsonl")" ] && same "$D/s0/ckpt-10/chunk-0.safetensors" "$D/s1/ckpt-10/chunk-0.safetensors" \
+  && same "$D/s0/ckpt-10/chunk-1.safetensors" "$D/s1/ckpt-10/chunk-1.safetensors" \
+  && ok "adapt: losses, norms, parameters and moments bitwise those of a run without faults or adaptation" \
+  || fail "adapt: the same numbers" "$(numbers "$D/s1/metrics.jsonl" | tr '\n' ' ')"
+if train --steps 10 --stages 4 --microbatches 8 --schedule 1f1b --adapt --mem-limit 8 --slow-link 1-2:0.02@3-5 \
+     --metrics "$D/m4.jsonl" > "$D/a4.out" 2>&1 && grep -Eq '^step [4-8]: link 1-2 ' "$D/a4.out" && grep -q 'back to 1f1b' "$D/a4.out"; then
+  ok "adapt: P=4, a slow middle link, from 1f1b and back"
+else fail "adapt: P=4 middle link" "$(tail -3 "$D/a4.out")"; fi
+train --steps 6 --stages 2 --dp 2 --microbatches 2 --metrics "$D/d0.jsonl" > /dev/null 2>&1
+if train --steps 6 --stages 2 --dp 2 --microbatches 2 --schedule zb-h1 --adapt --mem-limit 2 --slow-link 2-3:0.02@3-4 \
+     --metrics "$D/d1.jsonl" > "$D/ad.out" 2>&1 && grep -q '^step 4: link 0-1 ' "$D/ad.out" \
+     && [ "$(numbers "$D/d0.jsonl")" = "$(numbers "$D/d1.jsonl")" ]; then
+  ok "adapt: dp 2, a slow link in replica 1 only is found; the same numbers"
+else fail "adapt: dp 2, replica 1's link" "$(grep '^step [0-9]*:' "$D/ad.out"; tail -2 "$D/ad.out")"; fi
+if mpi 2 train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --lr 3e-3 --steps 10 $pipe $adapt \
+     --transport mpi --metrics "$D/mm.jsonl" > "$D/am.out" 2>&1 && switched "$D/mm.jsonl" \
+     && [ "$(numbers "$D/s0/metrics.jsonl")" = "$(numbers "$D/mm.jsonl")" ]; then
+  ok "adapt: MPI: every rank switches at the same steps (no coordinator); the same numbers as threads"
+else fail "adapt: MPI" "$(schedules "$D/mm.jsonl"); $(grep -E '^step [0-9]+:|error|failed' "$D/am.out" | head -5)"; fi
+# a slow stage: its layers move by measured speed (through a checkpoint in a temporary folder),
+# and back when it clears; with no clipping the numbers are bitwise (a new split only changes
+# the order the gradient norm is summed in).
+echo '{"n_layer": 4, "n_head": 2, "n_embd": 64, "vocab_size": 256, "n_positions": 32}' > "$D/c64.json"
+t64() { train --steps 10 $pipe --grad-clip 0 --config "$D/c64.json" --seq 32 "$@"; }
+splits() { grep -o '"split":"[0-9,]*"' "$1" | sed 's/.*:"\(.*\)"/\1/' | tr '\n' ' '; }
+t64 --save "$D/r0" > /dev/null 2>&1
+if t64 --adapt --slow-stage 1:4@3-6 --save "$D/r1" > "$D/rs.out" 2>&1 && grep -Eq '^step [45]: .*stage 1 x[0-9.]*; layers re-split 2,2 -> 3,1 by measured speed' "$D/rs.out" \
+   && [[ "$(splits "$D/r1/metrics.jsonl")" == "2,2 2,2 2,2 2,2 "*"3,1"*" 2,2 " ]] && grep -q 'layers back to 2,2' "$D/rs.out"; then
+  ok "adapt: a stage slow in steps 3..6 gets fewer layers (2,2 -> 3,1) once seen twice, and they come back"
+else fail "adapt: re-split" "$(splits "$D/r1/metrics.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/rs.out" | head -4)"; fi
+[ "$(numbers "$D/r0/metrics.jsonl")" = "$(numbers "$D/r1/metrics.jsonl")" ] && same "$D/r0/ckpt-10/chunk-0.safetensors" "$D/r1/ckpt-10/chunk-0.safetensors" \
+  && same "$D/r0/ckpt-10/chunk-1.safetensors" "$D/r1/ckpt-10/chunk-1.safetensors" \
+  && ok "adapt: re-split there and back: losses, parameters and moments bitwise" \
+  || fail "adapt: re-split keeps the numbers" "$(numbers "$D/r1/metrics.jsonl" | tr '\n' ' ')"
+if mpi 2 train --config "$D/c64.json" --data "$D/text.txt" --batch 8 --seq 32 --lr 3e-3 --steps 10 $pipe --grad-clip 0 \
+     --adapt --slow-stage 1:4@3-6 --transport mpi --metrics "$D/rm.jsonl" > "$D/rm.out" 2>&1 \
+     && [[ "$(splits "$D/rm.jsonl")" == *"3,1"* ]] && [ "$(numbers "$D/r0/metrics.jsonl")" = "$(numbers "$D/rm.jsonl")" ]; then
+  ok "adapt: MPI re-split (each rank reads the layers it holds now); the same numbers"
+else fail "adapt: MPI re-split" "$(splits "$D/rm.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/rm.out" | head -4)"; fi
+ls /tmp | grep -q '^pipetrain-resplit-' && fail "adapt: re-split leaves no folder behind" "$(ls /tmp | grep pipetrain-resplit)" \
+  || ok "adapt: re-split leaves no folder behind"
+expect_error "adapt: needs a pipelined run" "--adapt( switches the schedule of a pipelined run|: --stages 1 has no link or stage to adapt to)" train --steps 2 --adapt
+expect_error "adapt: one stage per rank" "--adapt switches between schedules of one stage per rank; interleaved-1f1b has several" \
+  train --steps 2 --stages 2 --schedule interleaved-1f1b --microbatches 4 --adapt
+expect_error "adapt: a memory limit >= 0" "--mem-limit must be >= 0" train --steps 2 --stages 2 --adapt --mem-limit -1
+
+# --- bad specs: the flag and the value, what is wrong
+expect_error "faults: a rank outside the pipeline" "--slow-link '0-2:1': rank 2 is not in the pipeline" \
+  grad --out "$D/x.st" --stages 2 --slow-link 0-2:1
+expect_error "faults: ranks that exchange nothing" "--slow-link '0-3:1': .*exchange nothing" \
+  grad --out "$D/x.st" --stages 2 --dp 2 --microbatches 2 --slow-link 0-3:1
+expect_error "faults: non-neighbours in one replica" "--slow-link '0-2:1': ranks 0 and 2 exchange no messages" \
+  grad --out "$D/x.st" --stages 4 --microbatches 4 --slow-link 0-2:1
+expect_error "faults: negative seconds" "--slow-link '0-1:-1'" grad --out "$D/x.st" --stages 2 --slow-link 0-1:-1
+expect_error "faults: a factor below 1" "--slow-stage '1:0.5': FACTOR must be in 1" \
+  grad --out "$D/x.st" --stages 2 --slow-stage 1:0.5
+expect_error "faults: a stage out of range" "--slow-stage '2:2': stage 2 out of range 0..1" \
+  grad --out "$D/x.st" --stages 2 --slow-stage 2:2
+expect_error "faults: FROM after TO" "--slow-link '0-1:1@5-3': FROM 5 is after TO 3" \
+  train --steps 6 --stages 2 --slow-link 0-1:1@5-3
+expect_error "faults: steps count from 1" "--slow-stage '0:2@0-3': steps count from 1" \
+  train --steps 6 --stages 2 --slow-stage 0:2@0-3
+expect_error "faults: a window after the last step" "--slow-link '0-1:1@9-': starts at step 9, after the last \(6\)" \
+  train --steps 6 --stages 2 --slow-link 0-1:1@9-
+expect_error "faults: grad runs step 1 only" "starts at step 2, after the last \(1\)" \
+  grad --out "$D/x.st" --stages 2 --slow-link 0-1:1@2-
+expect_error "faults: a missing value" "--slow-stage needs a value" grad --out "$D/x.st" --stages 2 --slow-stage
+rm -rf "$D"
+done_tests
