@@ -46,10 +46,10 @@ dies() {   # dies NAME LOG KILL-ARGS...: start a long run, kill after 3 s, wait 
   ok "$name"
 }
 dies "hosts: a dead rank ends the job" "$D/dead_rank.log" 1 pipetrain && \
-  { grep -q 'rank 1' "$D/dead_rank.log" && grep -q '10.77.0.2' "$D/dead_rank.log" \
-    && ok "hosts: the dead rank is named (rank 1 on 10.77.0.2)" || fail "hosts: the dead rank is named" "$(grep -v '^step' "$D/dead_rank.log" | tail -4)"; }
+  { grep -q 'host 1 (10.77.0.2): its rank died' "$D/dead_rank.log" \
+    && ok "hosts: the dead rank is named (host 1, 10.77.0.2)" || fail "hosts: the dead rank is named" "$(grep -v '^step' "$D/dead_rank.log" | tail -4)"; }
 dies "hosts: a dead host ends the job" "$D/dead_host.log" 1 && \
-  { grep -q '10.77.0.2' "$D/dead_host.log" && ok "hosts: the dead host is named (10.77.0.2)" \
+  { grep -q 'host 1 (10.77.0.2) went down' "$D/dead_host.log" && ok "hosts: the dead host is named (10.77.0.2)" \
     || fail "hosts: the dead host is named" "$(grep -v '^step' "$D/dead_host.log" | tail -4)"; }
 
 # A hostfile naming a host that is not up: named at once.

@@ -107,21 +107,35 @@ cmd_mpirun() {
   return $rc
 }
 
-# While mpirun (pid) runs: the first host other than h0 whose processes all vanished while h0's
-# still ran (a dead host, not the job's end); printed as "host K (ADDR) went down".
+# While mpirun (pid) runs: the first host other than h0 whose ranks (pipetrain processes) or all
+# processes vanished while h0's ranks still ran: "host K (ADDR) ..." (a dead rank or host, not
+# the job's end).
 watch_hosts() {
-  local pid=$1 n=$2 seen=() k
+  local pid=$1 n=$2 seen=() ranks=() k
   while kill -0 "$pid" 2>/dev/null; do
-    local h0; h0=$(ip netns pids "$(ns 0)" 2>/dev/null | wc -l)
+    local r0; r0=$(count_ranks 0)
     for ((k = 1; k < n; k++)); do
-      local c; c=$(ip netns pids "$(ns $k)" 2>/dev/null | wc -l)
-      if [ "$c" -gt 0 ]; then seen[$k]=1
-      elif [ "${seen[$k]:-0}" = 1 ] && [ "$h0" -gt 1 ]; then
+      local c r; c=$(ip netns pids "$(ns $k)" 2>/dev/null | wc -l); r=$(count_ranks $k)
+      [ "$c" -gt 0 ] && seen[$k]=1
+      [ "$r" -gt 0 ] && ranks[$k]=1
+      [ "$r0" -gt 0 ] || continue
+      if [ "$c" -eq 0 ] && [ "${seen[$k]:-0}" = 1 ]; then
         echo "host $k ($NET.$((k + 1))) went down while the job ran"; return
+      elif [ "$r" -eq 0 ] && [ "${ranks[$k]:-0}" = 1 ]; then
+        echo "host $k ($NET.$((k + 1))): its rank died while the job ran"; return
       fi
     done
     sleep 0.3
   done
+}
+
+# Ranks (pipetrain processes) inside host k.
+count_ranks() {
+  local n=0 p
+  for p in $(ip netns pids "$(ns "$1")" 2>/dev/null); do
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = pipetrain ] && n=$((n + 1))
+  done
+  echo $n
 }
 
 cmd_shape() {
