@@ -332,22 +332,12 @@ static int mp_test(comm *c, comm_req *req, int *done) {
     return rc;
 }
 
-static struct timespec deadline_after(double seconds) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double whole = (double)(long)seconds;
-    t.tv_sec += (time_t)whole;
-    t.tv_nsec += (long)((seconds - whole) * 1e9);
-    if (t.tv_nsec >= 1000000000L) { t.tv_sec++; t.tv_nsec -= 1000000000L; }
-    return t;
-}
-
 /* Until done or the timeout: asleep on the progress thread's signal, or (none) polling MPI_Test
  * with naps of 20 us growing to 320 us. 1 done, -1 done with an error (r freed either way), 0
  * timed out: the request stays pending (it may be waited again). */
 static int wait_done(comm *c, mp_req *r, double timeout) {
     if (eng.on) {
-        struct timespec dl = deadline_after(timeout > 0 ? timeout : 0);
+        struct timespec dl = pt_deadline_after(timeout > 0 ? timeout : 0);
         pthread_mutex_lock(&eng.mu);
         while (!r->done) {
             if (timeout <= 0) pthread_cond_wait(&eng.done_cv, &eng.mu);
@@ -371,8 +361,10 @@ static int wait_done(comm *c, mp_req *r, double timeout) {
 
 static int mp_wait(comm *c, comm_req *req, double timeout) {
     mp_req *r = (mp_req *)req;
+    MPI_LOCK();   /* the progress thread may be finishing this request's reduction */
     int peer = r->peer, tag = r->tag, is_send = r->is_send, coll = r->coll != NULL;
     size_t bytes = r->bytes;
+    MPI_UNLOCK();
     int w = wait_done(c, r, timeout);
     if (w != 0) return w > 0 ? 0 : -1;
     if (coll)

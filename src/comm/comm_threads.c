@@ -334,16 +334,6 @@ static int tw_test(comm *c, comm_req *req, int *done) {
     return rc;
 }
 
-static struct timespec deadline_after(double seconds) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double whole = (double)(long)seconds;
-    t.tv_sec += (time_t)whole;
-    t.tv_nsec += (long)((seconds - whole) * 1e9);
-    if (t.tv_nsec >= 1000000000L) { t.tv_sec++; t.tv_nsec -= 1000000000L; }
-    return t;
-}
-
 /* "rank 1 timed out ... receive from rank 0 tag 7"; in a sub-communicator the world ranks too. */
 static int timeout_error(comm *c, const tw_req *r, double timeout) {
     char world[64] = "";
@@ -377,7 +367,7 @@ static int coll_wait_locked(comm *c, tw_req *r, double timeout, const struct tim
 static int tw_wait(comm *c, comm_req *req, double timeout) {
     tw_world *w = ep_group(c)->w;
     tw_req *r = (tw_req *)req;
-    struct timespec dl = deadline_after(timeout > 0 ? timeout : 0);
+    struct timespec dl = pt_deadline_after(timeout > 0 ? timeout : 0);
     int rc = 0, timed_out = 0;
     pthread_mutex_lock(&w->mu);
     if (r->coll) {

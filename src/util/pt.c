@@ -201,3 +201,13 @@ void pt_machine_info(pt_machine *m) {
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     m->cores = c > 0 ? (int)c : 1;
 }
+
+struct timespec pt_deadline_after(double seconds) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double whole = (double)(long)seconds;
+    t.tv_sec += (time_t)whole;
+    t.tv_nsec += (long)((seconds - whole) * 1e9);
+    if (t.tv_nsec >= 1000000000L) { t.tv_sec++; t.tv_nsec -= 1000000000L; }
+    return t;
+}

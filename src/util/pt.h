@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* Sets this thread's last error (printf format). Always returns -1, so `return pt_seterr(...)`. */
 int pt_seterr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -21,6 +22,9 @@ const char *pt_err(void);
 
 /* Monotonic wall clock in seconds. */
 double pt_now(void);
+/* The CLOCK_MONOTONIC time `seconds` from now, for timed waits (pthread_cond_timedwait on a
+ * condition set to that clock). */
+struct timespec pt_deadline_after(double seconds);
 
 /* Allocation that aborts with a message on failure (out of memory is not a recoverable user error
  * here). pt_calloc zeroes. pt_falloc returns a 64-byte aligned, zeroed float buffer; free with free(). */
