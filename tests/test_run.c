@@ -261,6 +261,17 @@ static void ref_train(const run_plan *pl, const optim_config *oc, int K, float *
 
 enum { TRAIN_STEPS = 5 };
 
+/* ref and got made from g_init, and in want the single-process losses of TRAIN_STEPS steps
+ * (ref trained to its end). */
+static void ref_start(const run_plan *pl, const optim_config *oc, float *want, gpt_model *ref,
+                      gpt_model *got) {
+    gpt_init(ref, &CFG);
+    gpt_init(got, &CFG);
+    memcpy(ref->params, g_init.params, ref->num_params * sizeof(float));
+    ref_train(pl, oc, TRAIN_STEPS, want, ref);
+}
+
+
 static void test_train_case(const char *name, int P, int D, int chunks, double clip) {
     char nm[160];
     run_opts o = { .P = P, .D = D, .schedule = name, .M = 4, .chunks = chunks };
@@ -271,10 +282,8 @@ static void test_train_case(const char *name, int P, int D, int chunks, double c
     snprintf(nm, sizeof nm, "train %s P=%d D=%d clip %g: %d steps", name, P, D, clip, TRAIN_STEPS);
     if (run_plan_init(&pl, &o, &CFG, BATCH, SEQ) < 0) { CHECK(nm, 0, "%s", pt_err()); return; }
     gpt_model ref, got;
-    gpt_init(&ref, &CFG); gpt_init(&got, &CFG);
-    memcpy(ref.params, g_init.params, ref.num_params * sizeof(float));
     float want[TRAIN_STEPS], have[TRAIN_STEPS] = { 0 };
-    ref_train(&pl, &oc, TRAIN_STEPS, want, &ref);
+    ref_start(&pl, &oc, want, &ref, &got);
     run_job *j = NULL;
     run_stats st;
     int rc = run_job_init(&j, &pl, &g_init, NULL, NULL);
@@ -336,10 +345,8 @@ static void test_replan_faults(void) {
     sched *ad = sched_generate("adaptive", &sp), *other = sched_generate("1f1b", &(sched_params){ .ranks = 2, .microbatches = 2 });
     sched *start = sched_copy(pl.s);
     gpt_model ref, got;
-    gpt_init(&ref, &CFG); gpt_init(&got, &CFG);
-    memcpy(ref.params, g_init.params, ref.num_params * sizeof(float));
     float want[TRAIN_STEPS], have[TRAIN_STEPS] = { 0 };
-    ref_train(&pl, &oc, TRAIN_STEPS, want, &ref);
+    ref_start(&pl, &oc, want, &ref, &got);
     run_job *j = NULL;
     run_stats st;
     int rc = ad && other ? run_job_init(&j, &pl, &g_init, NULL, NULL) : -1, refused = 0;

@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static sched *gen(const char *name, int P, int M, int v) {
+static inline sched *gen(const char *name, int P, int M, int v) {
     sched_params p = { .ranks = P, .microbatches = M, .chunks = v };
     return sched_generate(name, &p);
 }
 
 /* Prints s into a malloc'd string. */
-static char *print_str(const sched *s) {
+static inline char *print_str(const sched *s) {
     char *buf = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&buf, &n);
@@ -27,7 +27,7 @@ static char *print_str(const sched *s) {
 /* Generates name (P, M, chunks v; v = 0 leaves it out of the file name) and checks its printed
  * grid against tests/golden/<name>-p<P>-m<M>[-v<v>].txt. Returns the generated schedule and, in
  * *want, the golden text (both the caller's to free; NULL when generating failed). */
-static sched *golden_check(const char *name, int P, int M, int v, char **want) {
+static inline sched *golden_check(const char *name, int P, int M, int v, char **want) {
     char path[128], tname[160];
     if (v) snprintf(path, sizeof path, "tests/golden/%s-p%d-m%d-v%d.txt", name, P, M, v);
     else snprintf(path, sizeof path, "tests/golden/%s-p%d-m%d.txt", name, P, M);

@@ -10,22 +10,8 @@
 #include "sim/sim_adapt.h"
 #include "util/pt.h"
 #include "test.h"
+#include "test_sched_util.h"
 #include <string.h>
-
-static sched *gen(const char *name, int P, int M, int v) {
-    sched_params p = { .ranks = P, .microbatches = M, .chunks = v };
-    return sched_generate(name, &p);
-}
-
-/* Prints s into a malloc'd string. */
-static char *print_str(const sched *s) {
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    sched_print(s, f);
-    fclose(f);
-    return buf;
-}
 
 /* Unit costs and integer delays sum exactly in doubles. */
 #define TIME_EPS 1e-9

@@ -535,50 +535,44 @@ static int manifest_progress(ckpt_manifest *man, const cJSON *root, const char *
     return 0;
 }
 
-/* One layout.chunks[c] entry: the file name must be chunk-<c>.safetensors (never a path). */
-static int manifest_chunk(ckpt_chunk *ch, const cJSON *e, int c, const char *mpath) {
-    char field[64], want[48];
-    long first = 0, end = 0, bytes = 0;
-    snprintf(field, sizeof field, "layout.chunks[%d].file", c);
+/* The fields every file entry of the manifest has: layout.<list>[i].file must be
+ * <prefix>-<i>.safetensors (never a path), bytes, fnv1a64 (16 hex digits). */
+static int manifest_file(ckpt_chunk *ch, const cJSON *e, const char *list, const char *prefix, int i,
+                         const char *mpath) {
+    char field[64], want[48], *stop;
+    long bytes = 0;
+    snprintf(field, sizeof field, "layout.%s[%d].file", list, i);
     const char *file = json_str(e, "file", mpath, field);
-    snprintf(want, sizeof want, "chunk-%d.safetensors", c);
+    snprintf(want, sizeof want, "%s-%d.safetensors", prefix, i);
     if (!file) return -1;
     if (strcmp(file, want)) return pt_seterr("%s: field \"%s\" is '%s', expected '%s'", mpath, field, file, want);
+    snprintf(field, sizeof field, "layout.%s[%d].bytes", list, i);
+    if (json_int(e, "bytes", 0, JSON_LONG_MAX, &bytes, mpath, field) < 0) return -1;
+    snprintf(field, sizeof field, "layout.%s[%d].fnv1a64", list, i);
+    const char *sum = json_str(e, "fnv1a64", mpath, field);
+    if (!sum) return -1;
+    ch->fnv1a64 = strtoull(sum, &stop, 16);
+    if (strlen(sum) != 16 || *stop) return pt_seterr("%s: field \"%s\" is not 16 hex digits", mpath, field);
+    ch->bytes = (size_t)bytes;
+    return 0;
+}
+
+/* One layout.chunks[c] entry: chunk-<c>.safetensors and its layer range. */
+static int manifest_chunk(ckpt_chunk *ch, const cJSON *e, int c, const char *mpath) {
+    char field[64];
+    long first = 0, end = 0;
+    if (manifest_file(ch, e, "chunks", "chunk", c, mpath) < 0) return -1;
     snprintf(field, sizeof field, "layout.chunks[%d].first_layer", c);
     if (json_int(e, "first_layer", 0, INT_MAX, &first, mpath, field) < 0) return -1;
     snprintf(field, sizeof field, "layout.chunks[%d].end_layer", c);
     if (json_int(e, "end_layer", 0, INT_MAX, &end, mpath, field) < 0) return -1;
-    snprintf(field, sizeof field, "layout.chunks[%d].bytes", c);
-    if (json_int(e, "bytes", 0, JSON_LONG_MAX, &bytes, mpath, field) < 0) return -1;
-    snprintf(field, sizeof field, "layout.chunks[%d].fnv1a64", c);
-    const char *sum = json_str(e, "fnv1a64", mpath, field);
-    char *stop;
-    if (!sum) return -1;
-    ch->fnv1a64 = strtoull(sum, &stop, 16);
-    if (strlen(sum) != 16 || *stop) return pt_seterr("%s: field \"%s\" is not 16 hex digits", mpath, field);
-    ch->first_layer = (int)first; ch->end_layer = (int)end; ch->bytes = (size_t)bytes;
+    ch->first_layer = (int)first; ch->end_layer = (int)end;
     return 0;
 }
 
-/* One layout.shards[r] entry: file optim-<r>.safetensors, bytes, fnv1a64. */
+/* One layout.shards[r] entry: optim-<r>.safetensors (a rank's AdamW moment slices). */
 static int manifest_shard(ckpt_chunk *sh, const cJSON *e, int r, const char *mpath) {
-    char field[64], want[48];
-    long bytes = 0;
-    snprintf(field, sizeof field, "layout.shards[%d].file", r);
-    const char *file = json_str(e, "file", mpath, field);
-    snprintf(want, sizeof want, "optim-%d.safetensors", r);
-    if (!file) return -1;
-    if (strcmp(file, want)) return pt_seterr("%s: field \"%s\" is '%s', expected '%s'", mpath, field, file, want);
-    snprintf(field, sizeof field, "layout.shards[%d].bytes", r);
-    if (json_int(e, "bytes", 0, JSON_LONG_MAX, &bytes, mpath, field) < 0) return -1;
-    snprintf(field, sizeof field, "layout.shards[%d].fnv1a64", r);
-    const char *sum = json_str(e, "fnv1a64", mpath, field);
-    char *stop;
-    if (!sum) return -1;
-    sh->fnv1a64 = strtoull(sum, &stop, 16);
-    if (strlen(sum) != 16 || *stop) return pt_seterr("%s: field \"%s\" is not 16 hex digits", mpath, field);
-    sh->bytes = (size_t)bytes;
-    return 0;
+    return manifest_file(sh, e, "shards", "optim", r, mpath);
 }
 
 /* Version 3: layout.zero and layout.shards (one entry per rank when zero is 1, else none). */
