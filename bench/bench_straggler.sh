@@ -105,16 +105,19 @@ grep -E '^step [0-9]+:' "$D/st_adapt.out" | sed 's/^/  /'
 
 # switch latency: the link slow in steps ONSET..9 only
 d3=$(awk -v f="$F" 'BEGIN { printf "%.4f", f * 3 / 1e3 }')
-$P $base --schedule zb-h1 --adapt --mem-limit 4 --slow-link "0-1:$d3@$ONSET-9" --metrics "$D/sw.jsonl" > "$D/sw.out" 2>&1
+NS=$((N + 6))   # room after the recovery to see the switch back
+$P $base --steps $NS --schedule zb-h1 --adapt --mem-limit 4 --slow-link "0-1:$d3@$ONSET-9" --metrics "$D/sw.jsonl" > "$D/sw.out" 2>&1
 mapfile -t sch < <(schedules "$D/sw.jsonl")
 on=-1; off=-1
-for ((s = ONSET; s <= N; s++)); do
+for ((s = ONSET; s <= NS; s++)); do
   [ $on -lt 0 ] && [ "${sch[$((s - 1))]:-}" = adaptive ] && on=$s
   [ "$s" -gt 9 ] && [ $off -lt 0 ] && [ "${sch[$((s - 1))]:-}" = zb-h1 ] && off=$s
 done
 echo
 echo "switch (3x F, link slow in steps $ONSET..9): schedules by step: ${sch[*]}"
-echo "  the adaptive schedule ran from step $on: $((on - ONSET)) step(s) after onset; zb-h1 again from step $off: $((off - 10)) step(s) after recovery"
+after_on=$([ $on -gt 0 ] && echo "from step $on: $((on - ONSET)) step(s) after onset" || echo "never")
+after_off=$([ $off -gt 0 ] && echo "from step $off: $((off - 10)) step(s) after recovery" || echo "not within the $NS steps")
+echo "  the adaptive schedule ran $after_on; zb-h1 again $after_off"
 grep -E '^step [0-9]+:' "$D/sw.out" | sed 's/^/  /'
 
 # P=4: who loses what under a slow link 0-1 (1f1b, M=8, 3x F throughout): measured idle per rank
