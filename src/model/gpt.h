@@ -50,7 +50,37 @@ typedef struct {
     size_t count;       /* floats */
     int layer;          /* 0 embedding, 1..L blocks, L+1 head */
     int decay;          /* 1 if AdamW applies weight decay (2-D weights, embeddings) */
+    /* Tensor parallelism (below): how the tensor is split over a TP group. count is the floats
+     * this model holds of it (its rank's shard; the whole tensor when tp_size is 1), full the
+     * floats of the whole tensor (shape[0] * shape[1]). */
+    int split;          /* GPT_SPLIT_* */
+    int segs;           /* GPT_SPLIT_COLS / _VEC: the split dimension is segs equal segments,
+                         * each split (c_attn: 3, q k v); else 1 */
+    size_t full;
 } gpt_param_info;
+
+/* How a tensor is split over the TP group (gpt_param_info.split). Rank r of t holds, of a
+ * dimension of n (per segment), the part [n*r/t, n*(r+1)/t) (n divisible by t, checked at init;
+ * wte's rows are padded first: see gpt_init_layers_tp). */
+enum {
+    GPT_SPLIT_NONE = 0, /* replicated: every TP rank holds all of it (layer norms, wpe, the
+                         * biases of the row-parallel projections) */
+    GPT_SPLIT_ROWS,     /* 2-D, along shape[0]: attn.c_proj.weight, mlp.c_proj.weight (rows =
+                         * inputs: row-parallel), wte.weight (vocabulary rows, padded) */
+    GPT_SPLIT_COLS,     /* 2-D, along shape[1] in segs segments: attn.c_attn.weight (3),
+                         * mlp.c_fc.weight (1) (columns = outputs: column-parallel) */
+    GPT_SPLIT_VEC,      /* 1-D, in segs segments: attn.c_attn.bias (3), mlp.c_fc.bias (1) */
+};
+
+/* The collective a tensor-parallel layer calls (the runtime provides it; the model knows no
+ * transport). */
+typedef struct {
+    int rank, size;     /* this rank in its TP group */
+    /* In-place sum of buf (n floats) over the group's ranks in a fixed rank order, so every rank
+     * gets bitwise the same result. 0, or -1 with pt_seterr. */
+    int (*allreduce)(void *ctx, float *buf, size_t n);
+    void *ctx;
+} gpt_tp;
 
 /* Tied tensors: a parameter tensor that lives in one layer's span (its owner) and is read by
  * another layer too (its user). GPT-2 has one: wte, owned by the embedding (layer 0) and read by
@@ -84,6 +114,9 @@ typedef struct {
     int n_info;
     gpt_tie ties[GPT_MAX_TIES]; /* [n_ties] tied tensors (gpt_tie_at) */
     int n_ties;
+    int tp_rank, tp_size;       /* this model's shard (gpt_init_layers_tp); 0, 1 unsharded */
+    int vocab_padded;           /* wte rows over the TP group: V rounded up to tp_size */
+    gpt_tp tp;                  /* the group's collective (gpt_set_tp); unused when tp_size 1 */
     /* Private: buffers of gpt_forward_backward / gpt_forward, grown on demand. */
     float *fb_act, *fb_scratch, *fb_x;
     size_t fb_act_cap, fb_scratch_cap, fb_x_cap;
@@ -116,6 +149,11 @@ typedef struct {
     double param_bytes;     /* fp32 parameters stored by the stage holding the layer */
     double grad_bytes;      /* fp32 gradients */
     double optim_bytes;     /* AdamW m and v (0 for a tied copy: its state lives with the owner) */
+    /* Tensor parallelism over tp ranks (the cost functions' tp; 1: none): everything above is
+     * one rank's share, and tp_bytes[F, B, W] is what one rank all-reduces over its group in that
+     * phase (the payload of each all-reduce, summed; 0 at tp 1, and always 0 in W). */
+    double tp_bytes[3];
+    int tp_collectives[3];  /* how many all-reduces those bytes are in */
 } gpt_layer_cost;
 
 typedef struct {
@@ -130,7 +168,7 @@ typedef struct {
                           float *scratch, float *dx, const float *dout, int B, int T);
     int (*backward_weight)(const gpt_model *m, int layer, const gpt_tied *tied, const float *act,
                            float *scratch, int B, int T);
-    void (*cost)(const gpt_config *cfg, int B, int T, gpt_layer_cost *out);
+    void (*cost)(const gpt_config *cfg, int B, int T, int tp, gpt_layer_cost *out);
 } gpt_layer_ops;
 
 /* The row of a kind, and of a layer of m. */
@@ -145,6 +183,33 @@ int gpt_init(gpt_model *m, const gpt_config *cfg);
  * empty range holds nothing: the config and tables alone). Its buffers hold n_held floats. */
 int gpt_init_layers(gpt_model *m, const gpt_config *cfg, int first, int end);
 void gpt_free(gpt_model *m);
+/* Tensor parallelism (Megatron-LM's split; docs/tensor-parallel.md): a model of layers
+ * [first, end) holding TP rank tp_rank's shard of a tp_size-rank group (tp_size 1: the same as
+ * gpt_init_layers). tp_size must divide n_head (the error names both numbers); the heads, the
+ * columns of c_attn and c_fc, the rows of both c_proj weights and the vocabulary rows of wte
+ * (V padded up to a multiple of tp_size, vocab_padded; the padding rows are zero, get zero
+ * gradients and stay zero) are split, the rest replicated (gpt_param_info.split). Every table
+ * entry keeps its Hugging Face name and whole shape; count and the buffers are the shard's.
+ * Before F/B of a sharded layer runs, gpt_set_tp must have given the group's collective.
+ * Sharded layers: embedding F all-reduces its (N,C) output (rank 0 adds wpe); block F
+ * all-reduces after each row-parallel projection and B after each column-parallel one's input
+ * gradient (two each), W never; head F all-reduces per-token maxima, sums of exponentials and
+ * target logits (vocab-parallel cross-entropy; loss equal on every rank), B its input gradient.
+ * Without targets (logits only) a sharded head is an error. */
+int gpt_init_layers_tp(gpt_model *m, const gpt_config *cfg, int first, int end, int tp_rank,
+                       int tp_size);
+/* The TP group's collective for m's layers (copied; tp->rank/size must be m's). */
+void gpt_set_tp(gpt_model *m, const gpt_tp *tp);
+/* Floats of tensor pi held by rank `rank` of a group of `size` (the same for every rank), for a
+ * model of cfg. */
+size_t gpt_shard_count(const gpt_config *cfg, const gpt_param_info *pi, int size);
+/* Rank `rank`'s shard of a whole tensor: whole (pi->full floats, HF layout) -> shard
+ * (gpt_shard_count floats; padding rows zero), and back (place: the shard's elements into whole;
+ * padding dropped, the rest of whole untouched). size 1: a copy. */
+void gpt_shard_extract(const gpt_config *cfg, const gpt_param_info *pi, int rank, int size,
+                       const float *whole, float *shard);
+void gpt_shard_place(const gpt_config *cfg, const gpt_param_info *pi, int rank, int size,
+                     const float *shard, float *whole);
 /* Floats of every parameter of a config's model (what gpt_init's num_params will be). */
 size_t gpt_config_num_params(const gpt_config *cfg);
 /* GPT-2 initialisation from pt_rng(seed): weights and embeddings normal(0, 0.02), residual
@@ -154,7 +219,10 @@ size_t gpt_config_num_params(const gpt_config *cfg);
  * numbers of the layers before them). */
 void gpt_init_random(gpt_model *m, uint64_t seed);
 /* Elements [start, start + n) of tensor `param` as gpt_init_random(seed) makes them (for a
- * tensor a partial model does not hold, e.g. a tied copy). */
+ * tensor a partial model does not hold, e.g. a tied copy). Of a sharded model (tp_size > 1):
+ * elements of m's shard of the tensor (start + n <= its count), as gpt_shard_extract would cut
+ * them from the whole tensor's init. A sharded model's gpt_init_random gives every held shard
+ * exactly the values the whole model's init has there. */
 void gpt_init_random_slice(const gpt_model *m, uint64_t seed, int param, size_t start, size_t n,
                            float *out);
 /* grads = 0 (the held layers'). */

@@ -259,23 +259,40 @@ static int head_backward_weight(const gpt_model *m, int l, const gpt_tied *tied,
 /* ---- analytic costs ------------------------------------------------------------------------
  * FLOPs: matmuls cost 2 per multiply-add; B and W each repeat the forward's matmul FLOPs (dX = dY W^T,
  * dW = X^T dY); causal attention (QK^T and AV, half the T x T square) is 2*N*T*C forward and
- * twice that backward, all of it in B (it has no weights). Element-wise work is left out. */
-static void block_cost(const gpt_config *g, int B, int T, gpt_layer_cost *o) {
-    double N = (double)B * T, C = g->n_embd, mm = 12.0 * C * C, params = mm + 13.0 * C, att = 2.0 * N * T * C;
+ * twice that backward, all of it in B (it has no weights). Element-wise work is left out.
+ * Over tp TP ranks (gpt_init_layers_tp) each figure is one rank's: the split matmuls, heads and
+ * vocabulary rows divide by tp, the replicated tensors and the (N,C) streams do not. */
+static void block_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) {
+    *o = (gpt_layer_cost){ 0 };
+    double N = (double)B * T, C = g->n_embd, t = tp, mm = 12.0 * C * C / t, att = 2.0 * N * T * C / t;
+    double params = mm + 7.0 * C / t + 6.0 * C;   /* split: 12C^2 + 7C; replicated: ln 4C, 2 biases */
     o->flops[0] = 2.0 * mm * N + att;
     o->flops[1] = 2.0 * mm * N + 2.0 * att;
     o->flops[2] = 2.0 * mm * N;
-    /* the act layout above: 27 (N,C) tensors, 4 (N) stats, (B,NH,T,T) probabilities */
-    o->act_bytes = 4.0 * (27.0 * N * C + 4.0 * N + N * g->n_head * T);
+    /* the act layout above: 8 (N,C) streams, 19 (N,C) of split widths (qkv, atty, fch, fchg and
+     * their gradients), 4 (N) stats, (B,NH/tp,T,T) probabilities */
+    o->act_bytes = 4.0 * (8.0 * N * C + 19.0 * N * C / t + 4.0 * N + N * g->n_head / t * T);
     o->input_bytes = 4.0 * N * C;
     o->param_bytes = o->grad_bytes = 4.0 * params;
     o->optim_bytes = 8.0 * params;
+    if (tp > 1) {   /* after each row-parallel projection (F) and column-parallel input grad (B) */
+        o->tp_bytes[0] = o->tp_bytes[1] = 2.0 * 4.0 * N * C;
+        o->tp_collectives[0] = o->tp_collectives[1] = 2;
+    }
+}
+
+/* wte rows one TP rank holds: V padded up to a multiple of tp, divided. */
+static double vocab_shard(const gpt_config *g, int tp) {
+    return (double)((g->vocab_size + tp - 1) / tp);
 }
 
 /* Head: ln_f, logits against the tied wte (V,C), softmax cross-entropy (about 5 FLOPs a logit).
- * The stage stores a copy of wte and its gradient; AdamW state lives with the embedding. */
-static void head_cost(const gpt_config *g, int B, int T, gpt_layer_cost *o) {
-    double N = (double)B * T, C = g->n_embd, V = g->vocab_size, mm = 2.0 * N * C * V;
+ * The stage stores a copy of wte and its gradient; AdamW state lives with the embedding. Over tp
+ * ranks: a vocabulary shard of the logits, and the cross-entropy's per-token numbers exchanged
+ * (every rank's maximum, then the sums of exponentials and the target logits). */
+static void head_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) {
+    *o = (gpt_layer_cost){ 0 };
+    double N = (double)B * T, C = g->n_embd, V = vocab_shard(g, tp), mm = 2.0 * N * C * V;
     o->flops[0] = mm + 5.0 * N * V;
     o->flops[1] = mm;
     o->flops[2] = mm;
@@ -283,16 +300,29 @@ static void head_cost(const gpt_config *g, int B, int T, gpt_layer_cost *o) {
     o->input_bytes = 4.0 * N * C;
     o->param_bytes = o->grad_bytes = 4.0 * (V * C + 2.0 * C);
     o->optim_bytes = 8.0 * 2.0 * C;
+    if (tp > 1) {
+        o->tp_bytes[0] = 4.0 * (N * tp + 2.0 * N);
+        o->tp_collectives[0] = 2;
+        o->tp_bytes[1] = 4.0 * N * C;
+        o->tp_collectives[1] = 1;
+    }
 }
 
-/* Embedding: a gather forward, a scatter-add for W; memory-bound, counted as one FLOP a value. */
-static void embed_cost(const gpt_config *g, int B, int T, gpt_layer_cost *o) {
-    double N = (double)B * T, C = g->n_embd, params = (double)g->vocab_size * C + (double)g->n_positions * C;
+/* Embedding: a gather forward, a scatter-add for W; memory-bound, counted as one FLOP a value.
+ * Over tp ranks: each gathers the rows of its vocabulary shard, and the (N,C) sum is reduced. */
+static void embed_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) {
+    *o = (gpt_layer_cost){ 0 };
+    double N = (double)B * T, C = g->n_embd;
+    double params = vocab_shard(g, tp) * C + (double)g->n_positions * C;
     o->flops[0] = o->flops[1] = o->flops[2] = N * C;
     o->act_bytes = 4.0 * (N + N * C);
     o->input_bytes = 4.0 * N;
     o->param_bytes = o->grad_bytes = 4.0 * params;
     o->optim_bytes = 8.0 * params;
+    if (tp > 1) {
+        o->tp_bytes[0] = 4.0 * N * C;
+        o->tp_collectives[0] = 1;
+    }
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */

@@ -20,7 +20,7 @@ static const char *const PHASE_NAME[PLAN_N_PHASES] = { "f", "b", "w" };
 /* The analytic cost of a layer kind is the model's (its kind table: model/gpt_layers.c). */
 void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, plan_layer_cost *out) {
     memset(out, 0, sizeof *out);
-    gpt_kind_ops((gpt_layer_kind)kind)->cost(cfg, B, T, out);
+    gpt_kind_ops((gpt_layer_kind)kind)->cost(cfg, B, T, 1, out);
 }
 
 double plan_p2p_bytes(const gpt_config *cfg, int B, int T) {

@@ -520,7 +520,7 @@ int train_adapt_init(train_ctx *t) {
     int rows = o->batch / (A->D * A->M);   /* a microbatch: rows x seq tokens */
     for (int k = 0; k < 3; k++) {
         gpt_layer_cost c;
-        gpt_kind_ops((gpt_layer_kind)k)->cost(&t->m.cfg, rows > 0 ? rows : 1, o->seq, &c);
+        gpt_kind_ops((gpt_layer_kind)k)->cost(&t->m.cfg, rows > 0 ? rows : 1, o->seq, 1, &c);
         for (int ph = 0; ph < 3; ph++) A->fl[k][ph] = c.flops[ph];
     }
     return 0;
