@@ -336,6 +336,7 @@ static cJSON *manifest_layout_json(const ckpt_manifest *man) {
     cJSON_AddNumberToObject(lo, "D", man->D);
     cJSON_AddNumberToObject(lo, "K", man->K);
     cJSON_AddNumberToObject(lo, "pipes", man->n_pipes);
+    cJSON_AddNumberToObject(lo, "tp", man->tp > 1 ? man->tp : 1);
     cJSON_AddStringToObject(lo, "schedule", man->schedule);
     chunks = cJSON_AddArrayToObject(lo, "chunks");
     for (int c = 0; c < man->n_chunks; c++) {
@@ -604,6 +605,10 @@ static int manifest_layout(ckpt_manifest *man, const cJSON *root, const char *mp
         if (json_int(lo, keys[i], 1, INT_MAX, &v[i], mpath, field) < 0) return -1;
     }
     man->P = (int)v[0]; man->D = (int)v[1]; man->K = (int)v[2]; man->n_pipes = (int)v[3];
+    long tp = 1;   /* optional: written since tensor parallelism (informational) */
+    if (cJSON_GetObjectItemCaseSensitive(lo, "tp") && json_int(lo, "tp", 1, INT_MAX, &tp, mpath, "layout.tp") < 0)
+        return -1;
+    man->tp = (int)tp;
     const char *sched = json_str(lo, "schedule", mpath, "layout.schedule");
     if (!sched) return -1;
     snprintf(man->schedule, sizeof man->schedule, "%s", sched);

@@ -39,6 +39,8 @@ typedef struct {
     /* The layout it was saved under (informational: loading works under any layout). All zero
      * in a manifest given to ckpt_save means one process: P = D = K = 1, one chunk. */
     int P, D, K, n_pipes;
+    int tp;                 /* tensor-parallel ranks (0 or 1: none); the files hold whole
+                             * tensors all the same (the TP ranks' shards gathered) */
     char schedule[32];      /* schedule name, "" when none */
     int n_chunks;           /* == K; chunk c is in file "chunk-<c>.safetensors" */
     ckpt_chunk chunks[CKPT_MAX_CHUNKS];

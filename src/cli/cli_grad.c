@@ -69,8 +69,8 @@ static int grad_pipelined(const grad_args *a, const gpt_config *cfg, const int *
     if (rc == 0 && run_job_is_root(j)) {
         rc = grad_write(&m, init_prefixed(a->init), st.loss, a->out);
         if (rc == 0)
-            printf("loss %.6f, %d gradients written to %s (%s, %d stages x %d replicas, %d microbatches)\n",
-                   st.loss, gpt_param_count(&m), a->out, pl.s->name, pl.o.P, pl.o.D, pl.s->n_mb);
+            printf("loss %.6f, %d gradients written to %s (%s, %d stages x %d replicas x tp %d, %d microbatches)\n",
+                   st.loss, gpt_param_count(&m), a->out, pl.s->name, pl.o.P, pl.o.D, pl.lo.tp, pl.s->n_mb);
     }
     gpt_free(&m);
     run_job_free(j);

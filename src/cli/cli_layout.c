@@ -19,6 +19,7 @@ void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const c
     const cli_opt opts[CLI_LAYOUT_N_OPTS] = {
         {"--stages", OPT_INT, &ro->P, "P, pipeline ranks (default 1: no pipeline)"},
         {"--dp", OPT_INT, &ro->D, "D, data-parallel replicas (default 1)"},
+        {"--tp", OPT_INT, &ro->tp, "T, tensor-parallel ranks sharing each stage's layers (default 1; world = D x P x T)"},
         {"--schedule", OPT_STR, &ro->schedule, schedule_help()},
         {"--chunks", OPT_INT, &ro->chunks, "V, stages per rank (interleaved; default: the schedule's)"},
         {"--microbatches", OPT_INT, &ro->M, "M, microbatches per replica (default: P)"},
@@ -108,11 +109,11 @@ const char *cli_layout_transport(const char *given) {
 }
 
 void cli_layout_init(run_opts *ro) {
-    ro->P = ro->D = ro->M = CLI_UNSET;
+    ro->P = ro->D = ro->M = ro->tp = CLI_UNSET;
 }
 
 int cli_layout_given(const run_opts *o, const char *transport) {
-    return o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->schedule ||
+    return o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->tp != CLI_UNSET || o->schedule ||
            o->schedule_file || transport || o->split || o->recompute || o->zero || o->no_overlap ||
            o->n_slow_link || o->n_slow_stage;
 }
@@ -127,10 +128,11 @@ static int layout_count(int *v, int dflt, const char *flag) {
 int cli_layout_start(run_opts *o, const char *transport, int *argc, char ***argv, comm **world) {
     *world = NULL;
     if (!cli_layout_given(o, transport)) {
-        o->P = o->D = o->M = 0;
+        o->P = o->D = o->M = o->tp = 0;
         return 0;
     }
     if (layout_count(&o->P, 1, "--stages") < 0 || layout_count(&o->D, 1, "--dp") < 0 ||
+        layout_count(&o->tp, 1, "--tp") < 0 ||
         layout_count(&o->M, o->schedule_file ? 0 : o->P, "--microbatches") < 0)
         return -1;
     if (!o->schedule && !o->schedule_file) o->schedule = "1f1b";

@@ -6,10 +6,10 @@
 #include "comm/comm.h"
 #include "run/run.h"
 
-#define CLI_LAYOUT_N_OPTS 15
-#define CLI_UNSET (-2147483647 - 1)   /* --stages/--dp/--microbatches not given */
+#define CLI_LAYOUT_N_OPTS 16
+#define CLI_UNSET (-2147483647 - 1)   /* --stages/--dp/--tp/--microbatches not given */
 
-/* Marks --stages, --dp and --microbatches as not given (so an explicit 0 is an error, not the
+/* Marks --stages, --dp, --tp and --microbatches as not given (so an explicit 0 is an error, not the
  * default). Call before cli_parse. */
 void cli_layout_init(run_opts *ro);
 
@@ -34,9 +34,9 @@ void cli_layout_faults_free(run_opts *ro);
 const char *cli_layout_transport(const char *given);
 /* 1 when any layout flag was given (the run is pipelined), else 0. */
 int cli_layout_given(const run_opts *ro, const char *transport);
-/* Without layout flags: clears the marks (P = D = M = 0: the single-process path) and returns 0.
- * For a pipelined run: checks the numbers given (>= 1), fills the defaults (P = D = 1, schedule
- * 1f1b, M = P) and, for --transport mpi, initialises MPI and sets *world (NULL for threads).
+/* Without layout flags: clears the marks (P = D = M = tp = 0: the single-process path) and
+ * returns 0. For a pipelined run: checks the numbers given (>= 1), fills the defaults (P = D =
+ * tp = 1, schedule 1f1b, M = P) and, for --transport mpi, initialises MPI and sets *world (NULL for threads).
  * -1 with an error naming the flag. */
 int cli_layout_start(run_opts *ro, const char *transport, int *argc, char ***argv, comm **world);
 

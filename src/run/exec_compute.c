@@ -48,7 +48,7 @@ static void exec_release(run_stage *st, int mb) {
 }
 
 /* F of stage st on mb. again: the recompute before a backward (output to scratch, loss not
- * counted; it already succeeded once, so it cannot fail). */
+ * counted; it already succeeded once, so it fails only when a tensor-parallel collective does). */
 static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, const int *targets,
                         int again) {
     const float *x = exec_input(e, st, mb);
@@ -70,7 +70,8 @@ static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, c
     return 0;
 }
 
-static void exec_backward_input(run_exec *e, run_stage *st, int mb) {
+/* 0, or -1 when a tensor-parallel layer's collective failed (the job is stopping). */
+static int exec_backward_input(run_exec *e, run_stage *st, int mb) {
     /* the objective: mean over all microbatches, or (async) over this microbatch's replicas */
     float scale = 1.0f / (float)((e->async ? 1 : e->M) * e->c.lo->D);
     const float *dy = st->next < 0 ? &scale : exec_dout(e, st, mb);
@@ -80,10 +81,12 @@ static void exec_backward_input(run_exec *e, run_stage *st, int mb) {
         if (gpt_layer_ops_of(&st->m, l)->io & GPT_IO_TOKENS) dx = NULL;   /* no input to grade */
         else if (l == st->first) dx = st->dxo[mb];
         else { dx = e->tmp[k]; k ^= 1; }
-        gpt_layer_backward_input(&st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
-                                 dx, dy, e->c.mb_rows, e->c.T);
+        if (gpt_layer_backward_input(&st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
+                                     dx, dy, e->c.mb_rows, e->c.T) < 0)
+            return pt_adderr("stage %d B%d: ", st->g, mb);
         dy = dx;
     }
+    return 0;
 }
 
 /* W in reverse layer order, so a stage holding a tie's user and owner adds to it as one process. */
@@ -112,18 +115,20 @@ int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, cons
     return rc;
 }
 
-/* B, W or BW: recomputes the forward first when asked; the activations go after W. */
-void exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, const int *tok,
-                   const int *tgt) {
+/* B, W or BW: recomputes the forward first when asked; the activations go after W. -1 only
+ * when a tensor-parallel collective failed (another rank stopped the job). */
+int exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, const int *tok,
+                  const int *tgt) {
     double t0 = pt_now();
     if (input && e->c.recompute) {
         exec_acquire(st, mb, 0);
-        exec_forward(e, st, mb, tok, tgt, 1);
+        if (exec_forward(e, st, mb, tok, tgt, 1) < 0) return -1;
     }
-    if (input) exec_backward_input(e, st, mb);
+    if (input && exec_backward_input(e, st, mb) < 0) return -1;
     if (weight) {
         exec_backward_weight(e, st, mb);
         exec_release(st, mb);
     }
     exec_stretch(st, t0);
+    return 0;
 }

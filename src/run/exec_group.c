@@ -66,7 +66,8 @@ static void exec_group_tensors(exec_group *gr, const gpt_model *m, size_t off, s
     for (int i = 0; i < gpt_param_count(m); i++) {
         const gpt_param_info *pi = gpt_param_info_at(m, i);
         if (!gpt_holds_layer(m, pi->layer) || pi->offset < off || pi->offset >= off + n) continue;
-        gr->ts[gr->n_ts++] = (exec_span){ i, pi->offset - off, pi->count, pi->decay };
+        gr->ts[gr->n_ts++] = (exec_span){ i, pi->offset - off, pi->count, pi->decay,
+                                          pi->split == GPT_SPLIT_NONE };
     }
     gr->n = n;
 }
@@ -104,7 +105,8 @@ static void exec_tie_group(run_exec *e, int t) {
         if (!gr) {
             gr = exec_group_new(e, e->tie_comm[t], -1, t);
             gr->ts = pt_calloc(1, sizeof *gr->ts);
-            gr->ts[gr->n_ts++] = (exec_span){ gpt_tie_at(&st->m, t)->param, 0, pi->count, pi->decay };
+            gr->ts[gr->n_ts++] = (exec_span){ gpt_tie_at(&st->m, t)->param, 0, pi->count, pi->decay,
+                                              pi->split == GPT_SPLIT_NONE };
             gr->n = pi->count;
         }
         if (owns) exec_group_copy(gr, i, st->m.grads + pi->offset, st->m.params + pi->offset);
@@ -190,6 +192,7 @@ void exec_groups_free(run_exec *e) {
         for (int b = 0; b < gr->n_bk; b++)
             if (gr->bk[b].owned) { free(gr->bk[b].mm); free(gr->bk[b].vv); }
         free(gr->bk);
+        if (e->c.zero) { free(gr->fm); free(gr->fv); }   /* a save cut short */
         free(gr->ts);
         free(gr->g);
         free(gr->w);

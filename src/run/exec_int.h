@@ -7,6 +7,8 @@
  *   exec_stash.c    weight stashing for asynchronous schedules
  *   exec_comm.c     posting, completing and dropping sends and receives
  *   exec_reduce.c   gradient reduction (posting, completing), the norm, AdamW (ZeRO), zeroing
+ *   exec_tp.c       tensor parallelism: the TP group's collective for the stage models, and
+ *                   whole tensors from a TP group's shards (checkpoints, the gradient file)
  *   executor.c      the walk over the action list, the timeline, the public calls
  *
  * The executor knows layers only through the model's kind table (gpt_layer_ops_of: what a layer
@@ -58,8 +60,9 @@ typedef struct {
     double *stash_sum;                /* [M] checksum of the stashed weights */
 } run_stage;
 
-/* A tensor inside a group's region: floats [off, off + n) of it, region-relative. */
-typedef struct { int param; size_t off, n; int decay; } exec_span;
+/* A tensor inside a group's region: floats [off, off + n) of it, region-relative. replicated:
+ * every TP rank holds all of it (GPT_SPLIT_NONE), so the norm counts it on TP rank 0 only. */
+typedef struct { int param; size_t off, n; int decay, replicated; } exec_span;
 
 /* One reduction unit of a group: floats [off, off + n) of its region. This rank updates the
  * slice [lo, hi) of it (--zero 1: comm_slice of its group rank; else all of it), with moments
@@ -88,6 +91,9 @@ typedef struct {
     exec_bucket *bk;                  /* [n_bk] in order */
     int n_bk;
     int n_writers, n_left;            /* local stages whose W adds to it; not yet done this step */
+    float *fm, *fv;                   /* (n) the region's whole moments while a TP save gathers
+                                       * them (exec_tp_moments_begin): --zero 1 all-gathered
+                                       * (owned), else the home's; NULL otherwise */
     int posted;                       /* this iteration's reduction is posted */
     int next_bk;                      /* buckets posted so far (one in flight at a time) */
     double post_t, done_t;            /* when it was posted, seen complete */
@@ -95,7 +101,9 @@ typedef struct {
 
 struct run_exec {
     run_exec_cfg c;
-    int d, p, M, N, C, n_stages;      /* replica, pipeline rank, sizes */
+    int d, p, t, M, N, C, n_stages;   /* replica, pipeline rank, TP rank, sizes */
+    int tp;                           /* TP ranks per (replica, pipeline rank); 1: none */
+    comm *tp_comm;                    /* this rank's TP group (NULL at tp 1) */
     int n_ties;                       /* NT, the model's tied tensors */
     run_stage *st;                    /* [n_stages] stages of this rank, in stage order */
     int *loc;                         /* [S] index into st, or -1 */
@@ -136,8 +144,8 @@ void exec_groups_free(run_exec *e);
 
 /* exec_compute.c */
 int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, const int *tgt);
-void exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, const int *tok,
-                   const int *tgt);
+int exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, const int *tok,
+                  const int *tgt);
 
 /* exec_stash.c */
 void exec_stash(run_exec *e, run_stage *st, int mb);
@@ -167,5 +175,10 @@ int exec_norm(run_exec *e);                            /* adds the groups' sum o
 int exec_reduce_world(run_exec *e, run_exec_stats *rs);
 int exec_update(run_exec *e, const optim_config *oc, int t, double lr, double scale);
 void exec_zero_grads(run_exec *e);
+
+/* exec_tp.c */
+int exec_tp_init(run_exec *e);                         /* the TP communicator; collective */
+void exec_tp_set(run_exec *e, run_stage *st);          /* st's model gets the group's collective */
+void exec_tp_free(run_exec *e);
 
 #endif

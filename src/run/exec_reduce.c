@@ -121,6 +121,20 @@ int exec_reduce_stage(run_exec *e, run_stage *st) {
     return 0;
 }
 
+/* Sum of squares of floats [lo, hi) of group gr's region. Under tensor parallelism each TP
+ * rank sums its shards, and the replicated tensors (the same on every TP rank) only TP rank 0
+ * counts, tensor by tensor; at tp 1 one sum over the range (the order the tp-1 runs keep). */
+static double exec_range_sumsq(const run_exec *e, const exec_group *gr, size_t lo, size_t hi) {
+    if (e->tp == 1) return optim_sumsq(gr->g[0] + lo, hi - lo);
+    double s = 0;
+    for (int i = 0; i < gr->n_ts; i++) {
+        const exec_span *ts = &gr->ts[i];
+        size_t a = ts->off > lo ? ts->off : lo, z = ts->off + ts->n < hi ? ts->off + ts->n : hi;
+        if (a < z && (e->t == 0 || !ts->replicated)) s += optim_sumsq(gr->g[0] + a, z - a);
+    }
+    return s;
+}
+
 /* Group gr's sum of squares: per bucket and slice of the group (comm_slice over its ranks), in
  * that order. With whole sums any rank has every piece (the group's rank 0 counts it); with
  * slices each rank has its own, and a small allreduce puts them side by side (the other entries
@@ -135,7 +149,7 @@ static int exec_group_sumsq(run_exec *e, const exec_group *gr, double *out) {
             size_t lo, hi;
             comm_slice(gr->bk[k].n, s, size, &lo, &hi);
             if (sliced ? s == rank : rank == 0)
-                part[(size_t)k * size + s] = optim_sumsq(gr->g[0] + gr->bk[k].off + lo, hi - lo);
+                part[(size_t)k * size + s] = exec_range_sumsq(e, gr, gr->bk[k].off + lo, gr->bk[k].off + hi);
         }
     int rc = sliced ? comm_allreduce_f64(gr->cm, part, n) : 0;
     for (size_t i = 0; i < n; i++) total += part[i];
@@ -153,9 +167,10 @@ int exec_norm(run_exec *e) {
     return 0;
 }
 
-/* World reduction of (sum of squares, loss sum): once per iteration, at STEP or at the end. */
+/* World reduction of (sum of squares, loss sum): once per iteration, at STEP or at the end.
+ * Every TP rank's head has the same loss: TP rank 0's counts. */
 int exec_reduce_world(run_exec *e, run_exec_stats *rs) {
-    double v[2] = { e->sumsq, e->loss_sum };
+    double v[2] = { e->sumsq, e->t == 0 ? e->loss_sum : 0 };
     if (comm_allreduce_f64(e->c.world, v, 2) < 0) return pt_adderr("rank %d: loss/norm: ", e->c.world_rank);
     rs->grad_norm = sqrt(v[0]);
     rs->loss = (float)(v[1] / (e->M * e->c.lo->D));

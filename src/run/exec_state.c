@@ -19,9 +19,9 @@ static void exec_free_bufs(float **b, int M) {
     free(b);
 }
 
-/* World rank of stage g's rank in this replica. */
+/* World rank of stage g's rank in this replica and TP rank (each TP rank is its own lane). */
 static int exec_rank_of(const run_exec *e, int g) {
-    return run_layout_world_rank(e->c.lo, e->d, e->c.s->stage_rank[g]);
+    return run_layout_world_rank(e->c.lo, e->d, e->c.s->stage_rank[g], e->t);
 }
 
 size_t exec_weights_n(const run_stage *st, int n_ties) {
@@ -131,9 +131,10 @@ static int exec_stage_init(run_exec *e, run_stage *st, int g) {
     st->next_rank = st->next >= 0 && s->stage_rank[st->next] != e->p ? exec_rank_of(e, st->next) : -1;
     st->last_w = exec_last_w(e, g);
     st->slow = 1;
-    if (gpt_init_layers(&st->m, &e->c.src->cfg, st->first, st->end) < 0 ||
+    if (gpt_init_layers_tp(&st->m, &e->c.src->cfg, st->first, st->end, e->t, e->tp) < 0 ||
         e->c.src->fill(e->c.src, &st->m) < 0)
         return pt_adderr("stage %d (layers %d..%d): ", g, st->first, st->end - 1);
+    exec_tp_set(e, st);
     exec_stage_buffers(e, st);
     gpt_layers_param_span(&st->m, st->first, st->end, &st->span_off, &st->span_n);
     return 0;
@@ -169,20 +170,21 @@ static void exec_stage_free(run_exec *e, run_stage *st) {
 }
 
 /* Sub-communicators: one per chunk (its holders), one per tied tensor (the ranks holding its
- * owner layer or a copy). Collective over world, in that order on every rank. */
+ * owner layer or a copy), each of one TP rank (a shard is reduced with the same shard of the
+ * other replicas). Collective over world, in that order on every rank. */
 static int exec_split_comms(run_exec *e) {
     int K = e->c.s->stages_per_pipe;
     e->chunk_comm = pt_calloc((size_t)K, sizeof *e->chunk_comm);
     for (int c = 0; c < K; c++) {
         int holds = 0;
         for (int i = 0; i < e->n_stages; i++) holds |= e->st[i].chunk == c;
-        if (comm_split(e->c.world, holds ? 0 : -1, &e->chunk_comm[c]) < 0) return -1;
+        if (comm_split(e->c.world, holds ? e->t : -1, &e->chunk_comm[c]) < 0) return -1;
     }
     for (int t = 0; t < e->n_ties; t++) {
         int member = 0;
         for (int i = 0; i < e->n_stages; i++)
             member |= exec_owns_tie(e, &e->st[i], t) || e->st[i].copy[t].w != NULL;
-        if (comm_split(e->c.world, member ? 0 : -1, &e->tie_comm[t]) < 0) return -1;
+        if (comm_split(e->c.world, member ? e->t : -1, &e->tie_comm[t]) < 0) return -1;
     }
     return 0;
 }
@@ -201,6 +203,7 @@ static void exec_list_state(run_exec *e);
 
 int exec_state_init(run_exec *e) {
     const sched *s = e->c.s;
+    if (exec_tp_init(e) < 0) return -1;   /* first: collective, before a stage can fail */
     e->loc = pt_malloc(sizeof(int) * (size_t)s->n_stages);
     for (int g = 0; g < s->n_stages; g++) e->loc[g] = s->stage_rank[g] == e->p ? e->n_stages++ : -1;
     e->st = pt_calloc((size_t)e->n_stages, sizeof *e->st);
@@ -262,6 +265,7 @@ void exec_state_free(run_exec *e) {
         for (int c = 0; c < e->c.s->stages_per_pipe; c++) comm_free(e->chunk_comm[c]);
     free(e->chunk_comm);
     for (int t = 0; t < GPT_MAX_TIES; t++) comm_free(e->tie_comm[t]);
+    exec_tp_free(e);
     free(e->st);
     free(e->loc);
     free(e->scratch);

@@ -11,7 +11,8 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     run_exec *e = pt_calloc(1, sizeof *e);
     *out = e;
     e->c = *cfg;
-    run_layout_coords(cfg->lo, cfg->world_rank, &e->d, &e->p);
+    run_layout_coords(cfg->lo, cfg->world_rank, &e->d, &e->p, &e->t);
+    e->tp = cfg->lo->tp;
     e->M = cfg->s->n_mb;
     e->async = cfg->s->async;
     e->N = cfg->mb_rows * cfg->T;
@@ -96,7 +97,8 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
         break;
     case ACT_B: case ACT_W: case ACT_BW:
         if (e->async) exec_unstash(e, st, a.mb);   /* on the weights its F used */
-        exec_backward(e, st, a.mb, a.kind != ACT_W, a.kind != ACT_B, tok, tgt);
+        rc = exec_backward(e, st, a.mb, a.kind != ACT_W, a.kind != ACT_B, tok, tgt);
+        if (rc < 0) break;
         if (e->async) exec_restash(e, st);
         else if (a.kind != ACT_B && i == st->last_w && e->c.overlap) {
             exec_record(e, a, sm, peer, t0, t0);
@@ -226,6 +228,12 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
 }
 
 int run_exec_replan(run_exec *e, const sched *s) { return exec_state_replan(e, s); }
+
+void run_exec_coords(const run_exec *e, int *d, int *p, int *t) {
+    *d = e->d;
+    *p = e->p;
+    *t = e->t;
+}
 
 void run_exec_set_slowdown(run_exec *e, int g, double k) {
     if (g >= 0 && g < e->c.s->n_stages && e->loc[g] >= 0) e->st[e->loc[g]].slow = k > 1 ? k : 1;

@@ -53,7 +53,7 @@ typedef int (*run_wait_fn)(void *user, run_wait *w);
 typedef struct {
     const sched *s;            /* lowered, validated; not owned */
     const run_layout *lo;      /* not owned */
-    int world_rank;            /* w = d*P + p */
+    int world_rank;            /* w = (d*P + p)*tp + t (run_layout_world_rank) */
     comm *world;               /* this rank's endpoint; not owned */
     const run_source *src;     /* starting parameters and moments, read during init only */
     int B, T;                  /* global batch, sequence length */
@@ -123,5 +123,22 @@ const gpt_model *run_exec_stage_model(const run_exec *e, int g);
  * only: any rank may write while the others do. */
 int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g);
 int run_exec_write_shards(const run_exec *e, const char *tmpdir);
+/* Tensor parallelism, for files of whole tensors (checkpoints, the gradient file): stage g's
+ * layers whole on TP rank 0 of this rank's TP group, from every TP rank's shards (gathered
+ * tensor by tensor: no rank holds more than one whole tensor besides `whole`). Collective over
+ * the TP group: its ranks call it with the same g, grads and moments, in the same order.
+ * whole (TP rank 0; NULL elsewhere): a model of stage g's layers at tp 1 (gpt_init_layers);
+ * its params are filled, and with grads its grads; with moments (between
+ * run_exec_moments_begin and _end) opt (TP rank 0; NULL elsewhere) gets the stage's AdamW
+ * moments laid out like whole's params. At tp 1 a copy. 0, or -1. */
+int run_exec_gather_stage(run_exec *e, int g, int grads, int moments, gpt_model *whole,
+                          adamw_state *opt);
+/* Makes every reduction group's whole moments readable by run_exec_gather_stage: with
+ * --zero 1 each group's slices are all-gathered over its ranks (collective over every group
+ * communicator: every rank of the job calls it); _end frees them. 0, or -1. */
+int run_exec_moments_begin(run_exec *e);
+void run_exec_moments_end(run_exec *e);
+/* This rank's replica, pipeline rank and TP rank. */
+void run_exec_coords(const run_exec *e, int *d, int *p, int *t);
 
 #endif

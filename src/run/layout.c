@@ -42,7 +42,7 @@ int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_bloc
         return pt_seterr("layout: %d model chunks but the model has only %d transformer blocks "
                          "(n_layer); use fewer stages or chunks", K, n_blocks);
     if (split && check_split(split, n_split, K, n_blocks) < 0) return -1;
-    lo->P = P; lo->D = D; lo->K = K; lo->n_pipes = n_pipes; lo->n_layers = n_blocks + 2;
+    lo->P = P; lo->D = D; lo->tp = 1; lo->K = K; lo->n_pipes = n_pipes; lo->n_layers = n_blocks + 2;
     lo->chunk_first = pt_calloc((size_t)K + 1, sizeof *lo->chunk_first);
     int layer = 1;                         /* block b is layer b; the embedding joins chunk 0 */
     for (int c = 0; c < K; c++) {
@@ -66,9 +66,12 @@ void run_layout_stage_layers(const run_layout *lo, int g, int *first, int *end) 
     *end = lo->chunk_first[c + 1];
 }
 
-int run_layout_world_rank(const run_layout *lo, int d, int p) { return d * lo->P + p; }
+int run_layout_world_rank(const run_layout *lo, int d, int p, int t) { return (d * lo->P + p) * lo->tp + t; }
 
-void run_layout_coords(const run_layout *lo, int w, int *d, int *p) {
-    *d = w / lo->P;
-    *p = w % lo->P;
+void run_layout_coords(const run_layout *lo, int w, int *d, int *p, int *t) {
+    *t = w % lo->tp;
+    *p = w / lo->tp % lo->P;
+    *d = w / lo->tp / lo->P;
 }
+
+int run_layout_ranks(const run_layout *lo) { return lo->D * lo->P * lo->tp; }

@@ -3,7 +3,10 @@
  * model's layers (layer 0 = embedding, 1..L = blocks, L+1 = head; see model/gpt.h). Pure data:
  * no threads, no communication.
  *
- * World ranks: w = d * P + p for replica d and pipeline rank p.
+ * World ranks: w = (d * P + p) * tp + t for replica d, pipeline rank p and tensor-parallel rank t
+ * (TP innermost, as Megatron-LM places it: a TP group is on neighbouring ranks, one host). Each
+ * TP rank of a (replica, pipeline rank) runs the same schedule as its own pipeline lane, on its
+ * shard of every stage's layers.
  * Splits count transformer blocks per model chunk: {3,5,4,4} (`--split 3,5,4,4`, parsed by the
  * CLI; a plan file's "split") gives chunk 0 blocks 1..3, chunk 1 blocks 4..8, ...; the embedding
  * always joins chunk 0 and the head the last chunk. With two pipes (chimera) stage g and g + K
@@ -13,6 +16,8 @@
 
 typedef struct {
     int P, D;             /* pipeline ranks, data-parallel replicas */
+    int tp;               /* tensor-parallel ranks per (replica, pipeline rank); 1: none
+                           * (run_layout_init sets 1; the plan sets --tp) */
     int K;                /* model chunks (stages per pipe) */
     int n_pipes;          /* 1, or 2 for chimera */
     int n_layers;         /* L + 2 */
@@ -31,8 +36,9 @@ void run_layout_free(run_layout *lo);
 /* Chunk of stage g (g % K), and the layer range of stage g. */
 int run_layout_chunk_of(const run_layout *lo, int g);
 void run_layout_stage_layers(const run_layout *lo, int g, int *first, int *end);
-/* World rank of (replica d, pipeline rank p), and back. */
-int run_layout_world_rank(const run_layout *lo, int d, int p);
-void run_layout_coords(const run_layout *lo, int w, int *d, int *p);
+/* World rank of (replica d, pipeline rank p, TP rank t), and back; ranks of the whole job. */
+int run_layout_world_rank(const run_layout *lo, int d, int p, int t);
+void run_layout_coords(const run_layout *lo, int w, int *d, int *p, int *t);
+int run_layout_ranks(const run_layout *lo);   /* D * P * tp */
 
 #endif

@@ -4,7 +4,8 @@
  * trainer's (src/train/trainer.h).
  * Not here: the per-rank action walk (run/executor.h), transports (comm/).
  *
- * Legend: P pipeline ranks, D replicas, S stages, K chunks per pipe, M microbatches,
+ * Legend: P pipeline ranks, D replicas, tp tensor-parallel ranks per (replica, pipeline rank),
+ * S stages, K chunks per pipe, M microbatches,
  * B global batch (sequences per step), T time, b = B/(D*M) rows per microbatch. */
 #ifndef PT_RUN_RUN_H
 #define PT_RUN_RUN_H
@@ -21,6 +22,8 @@
 
 typedef struct {
     int P, D;                   /* --stages, --dp */
+    int tp;                     /* --tp: tensor-parallel ranks sharing each stage's layers
+                                 * (0 or 1: none); world = D x P x tp (docs/runtime.md) */
     const char *schedule;       /* generator name (NULL when schedule_file is given) */
     const char *schedule_file;  /* CSV schedule, or NULL */
     int pipes;                  /* pipes of the CSV schedule (0: 1; chimera: 2) */

@@ -45,6 +45,8 @@ struct run_job {
     const int *tok, *tgt;
     const optim_config *oc;
     int t;
+    gpt_model *gather_out;           /* run_job_gather under tensor parallelism (root) */
+    const char *save_tmp;            /* run_job_save under tensor parallelism */
 };
 
 /* ---- rank threads ------------------------------------------------------------------------- */
@@ -141,11 +143,11 @@ int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, c
     j->pl = pl;
     j->s = pl->s;
     j->src = src;
-    j->R = pl->o.P * pl->o.D;
+    j->R = run_layout_ranks(&pl->lo);
     j->mpi = world != NULL;
     if (j->mpi && world->size != j->R)
-        return pt_seterr("dp x stages = %d x %d = %d ranks, but the MPI world has %d processes "
-                         "(mpirun -np %d)", pl->o.D, pl->o.P, j->R, world->size, j->R);
+        return pt_seterr("the MPI world has %d processes, but --dp %d x --stages %d x --tp %d needs %d "
+                         "(mpirun -np %d)", world->size, pl->o.D, pl->o.P, pl->lo.tp, j->R, j->R);
     j->n_local = j->mpi ? 1 : j->R;
     j->comms = pt_calloc((size_t)j->n_local, sizeof *j->comms);
     j->ex = pt_calloc((size_t)j->n_local, sizeof *j->ex);
@@ -382,7 +384,10 @@ static int job_apply_faults(run_job *j, int t) {
         for (int i = 0; i < pl->n_faults; i++) {
             const sim_fault *x = &pl->faults[i];
             if (!x->link || (x->a != w && x->b != w)) continue;
-            int peer = x->a == w ? x->b : x->a, replicas = peer / pl->o.P != w / pl->o.P;
+            int peer = x->a == w ? x->b : x->a, dw, dpeer, pp, tt;
+            run_layout_coords(&pl->lo, w, &dw, &pp, &tt);
+            run_layout_coords(&pl->lo, peer, &dpeer, &pp, &tt);
+            int replicas = dpeer != dw;
             if (comm_faulty_set_delay(j->comms[r], peer, run_plan_link_delay(pl, w, peer, t), replicas) < 0)
                 return -1;
         }
@@ -571,8 +576,70 @@ static int job_gather_chunk(run_job *j, int c, gpt_model *out) {
     return 0;
 }
 
+/* Tensor parallelism: chunk c whole (params and grads, whole: a model of its layers) from its
+ * TP rank 0 to the root: copied when it is the root, else sent. */
+static int job_put_chunk(run_job *j, int r, const gpt_model *whole) {
+    comm *w = j->comms[r];
+    const float *src[2] = { whole->params, whole->grads };
+    size_t off = 0, n = whole->n_held;
+    for (int k = 0; k < 2; k++) {
+        comm_req *rq;
+        if (job_world_rank(j, r) == 0) {
+            gpt_layers_param_span(j->gather_out, whole->first_layer, whole->end_layer, &off, &n);
+            memcpy((k ? j->gather_out->grads : j->gather_out->params) + off, src[k], n * sizeof(float));
+        } else if (comm_isend(w, 0, TAG_GATHER + 2 + k, src[k], n * sizeof(float), &rq) < 0 ||
+                   comm_wait(w, rq, j->pl->o.timeout) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The root's receive of chunk c (layers [first, end)) from world rank `from`. */
+static int job_take_chunk(run_job *j, int r, int from, int first, int end) {
+    comm *w = j->comms[r];
+    size_t off, n;
+    gpt_layers_param_span(j->gather_out, first, end, &off, &n);
+    for (int k = 0; k < 2; k++) {
+        comm_req *rq;
+        if (comm_irecv(w, from, TAG_GATHER + 2 + k, (k ? j->gather_out->grads : j->gather_out->params) + off,
+                       n * sizeof(float), &rq) < 0 || comm_wait(w, rq, j->pl->o.timeout) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Tensor parallelism, rank r: for each chunk, its holder's TP group (replica 0, pipe 0) makes it
+ * whole on TP rank 0 (run_exec_gather_stage), which gives it to the root; the root takes the
+ * chunks others made. One chunk at a time: TP rank 0 holds one whole chunk besides its own. */
+static int job_gather_rank(run_job *j, int r) {
+    const run_plan *pl = j->pl;
+    int d, p, t, w = job_world_rank(j, r), rc = 0;
+    run_exec_coords(j->ex[r], &d, &p, &t);
+    for (int c = 0; c < pl->s->stages_per_pipe && rc == 0; c++) {
+        int first = pl->lo.chunk_first[c], end = pl->lo.chunk_first[c + 1], holder = pl->s->stage_rank[c];
+        const gpt_model *m = d == 0 ? run_exec_stage_model(j->ex[r], c) : NULL;
+        if (!m) {
+            if (w == 0) rc = job_take_chunk(j, r, run_layout_world_rank(&pl->lo, 0, holder, 0), first, end);
+            continue;
+        }
+        gpt_model whole;
+        memset(&whole, 0, sizeof whole);
+        if (t == 0 && gpt_init_layers(&whole, &m->cfg, first, end) < 0) return -1;
+        rc = run_exec_gather_stage(j->ex[r], c, 1, 0, t == 0 ? &whole : NULL, NULL);
+        if (rc == 0 && t == 0) rc = job_put_chunk(j, r, &whole);
+        gpt_free(&whole);
+    }
+    return rc;
+}
+
 int run_job_gather(run_job *j, gpt_model *out) {
     gpt_model *dst = run_job_is_root(j) ? out : NULL;
+    if (j->pl->lo.tp > 1) {
+        j->gather_out = dst;
+        int rc = job_run_all(j, job_gather_rank);
+        j->gather_out = NULL;
+        return rc;
+    }
     for (int c = 0; c < j->pl->s->stages_per_pipe; c++)
         if (job_gather_chunk(j, c, dst) < 0) return -1;
     return 0;
@@ -593,11 +660,59 @@ int run_job_peak_rss(run_job *j, double **out) {
 
 /* ---- checkpoints -------------------------------------------------------------------------- *
  * Nothing is gathered: each chunk's holder in replica 0, pipe 0 writes its chunk file (with
- * --zero 0 its moments too), and with --zero 1 every rank writes its moment shards. */
+ * --zero 0 its moments too), and with --zero 1 every rank writes its moment shards. Under tensor
+ * parallelism the files still hold whole tensors: the holder's TP group makes each chunk whole
+ * on its TP rank 0, moments included (--zero 1's slices all-gathered first), which writes it. */
 
 /* MPI: sum of v over ranks (v[0..n)), the way to share one rank's number or count failures. */
 static int job_sum(run_job *j, double *v, int n) {
     return j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)n) : 0;
+}
+
+/* Tensor parallelism, rank r: every group's moments whole (collective), then for each chunk
+ * this rank holds in replica 0, pipe 0, the chunk whole on TP rank 0, which writes it. */
+static int job_save_rank(run_job *j, int r) {
+    const run_plan *pl = j->pl;
+    int d, p, t, rc = run_exec_moments_begin(j->ex[r]);
+    run_exec_coords(j->ex[r], &d, &p, &t);
+    for (int c = 0; c < pl->s->stages_per_pipe && rc == 0 && d == 0; c++) {
+        const gpt_model *m = run_exec_stage_model(j->ex[r], c);
+        if (!m) continue;
+        gpt_model whole;
+        adamw_state opt;
+        memset(&whole, 0, sizeof whole);
+        memset(&opt, 0, sizeof opt);
+        if (t == 0 && gpt_init_layers(&whole, &m->cfg, pl->lo.chunk_first[c], pl->lo.chunk_first[c + 1]) < 0) {
+            rc = -1;
+            break;
+        }
+        if (t == 0) adamw_init(&opt, whole.n_held);
+        rc = run_exec_gather_stage(j->ex[r], c, 0, 1, t == 0 ? &whole : NULL, t == 0 ? &opt : NULL);
+        if (rc == 0 && t == 0)
+            rc = ckpt_write_chunk(j->save_tmp, c, whole.first_layer, whole.end_layer, &whole, &opt);
+        adamw_free(&opt);
+        gpt_free(&whole);
+    }
+    run_exec_moments_end(j->ex[r]);
+    return rc;
+}
+
+/* Every chunk file (and with --zero 1 at tp 1, every rank's moment shards) into tmp. 0, or -1. */
+static int job_write_files(run_job *j, const char *tmp) {
+    const run_plan *pl = j->pl;
+    if (pl->lo.tp > 1) {
+        j->save_tmp = tmp;
+        int rc = job_run_all(j, job_save_rank);
+        j->save_tmp = NULL;
+        return rc;
+    }
+    for (int c = 0; c < pl->s->stages_per_pipe; c++) {   /* holders in replica 0, pipe 0 */
+        int r = job_local(j, pl->s->stage_rank[c]);
+        if (r >= 0 && run_exec_write_chunk(j->ex[r], tmp, c) < 0) return -1;
+    }
+    for (int r = 0; r < j->n_local && pl->o.zero; r++)   /* every rank its moments */
+        if (run_exec_write_shards(j->ex[r], tmp) < 0) return -1;
+    return 0;
 }
 
 int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
@@ -607,7 +722,8 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
     int root = run_job_is_root(j);
     if (ckpt_manifest_set_layout(&man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
                                  pl->s->name, pl->lo.chunk_first) < 0 ||
-        (pl->o.zero && ckpt_manifest_set_shards(&man, j->R) < 0)) return -1;
+        (pl->o.zero && pl->lo.tp == 1 && ckpt_manifest_set_shards(&man, j->R) < 0)) return -1;
+    man.tp = pl->lo.tp;
     double v[2] = { 0, 0 };            /* root's pid, failures */
     if (root) {
         if (ckpt_begin(dir, tmp, sizeof tmp) < 0) v[1] = 1;
@@ -616,13 +732,7 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
     if (job_sum(j, v, 2) < 0) return -1;
     if (v[1] > 0) return root ? -1 : pt_seterr("checkpoint %s: rank 0 could not start it", dir);
     if (!root && ckpt_tmpdir_name(dir, (long)v[0], tmp, sizeof tmp) < 0) return -1;
-    double fail = 0;
-    for (int c = 0; c < pl->s->stages_per_pipe && !fail; c++) {   /* holders in replica 0, pipe 0 */
-        int r = job_local(j, pl->s->stage_rank[c]);
-        if (r >= 0 && run_exec_write_chunk(j->ex[r], tmp, c) < 0) fail = 1;
-    }
-    for (int r = 0; r < j->n_local && pl->o.zero && !fail; r++)   /* every rank its moments */
-        if (run_exec_write_shards(j->ex[r], tmp) < 0) fail = 1;
+    double fail = job_write_files(j, tmp) < 0;
     char err[512];
     snprintf(err, sizeof err, "%s", pt_err());
     if (job_sum(j, &fail, 1) < 0) return -1;

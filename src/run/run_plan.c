@@ -59,7 +59,22 @@ static int run_plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     pl->B = B;
     pl->T = T;
     pl->mb_rows = (int)(B / dm);
-    return run_layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split, o->n_split);
+    if (run_layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split, o->n_split) < 0)
+        return -1;
+    pl->lo.tp = o->tp;
+    return 0;
+}
+
+/* --tp: >= 1, and a split the model can make (tp dividing n_head: the model's own check, on
+ * its tables alone), so every rank refuses it before anything runs. */
+static int run_plan_check_tp(const run_opts *o, const gpt_config *cfg) {
+    if (o->tp < 1) return pt_seterr("--tp must be >= 1 (got %d)", o->tp);
+    if (o->tp == 1) return 0;
+    gpt_model m;
+    memset(&m, 0, sizeof m);
+    int rc = gpt_init_layers_tp(&m, cfg, 0, 0, 0, o->tp);
+    gpt_free(&m);
+    return rc < 0 ? pt_adderr("--tp %d: ", o->tp) : 0;
 }
 
 /* --zero: 0 or 1, and 1 only with a synchronous schedule. */
@@ -80,12 +95,19 @@ static int run_plan_check_zero(const run_plan *pl) {
  * simulator's check, on pipeline ranks), or the same pipeline rank of two replicas (their
  * gradient reductions). */
 static int run_plan_check_link(const run_plan *pl, const sim_fault *x) {
-    int P = pl->o.P, da = x->a / P, pa = x->a % P, db = x->b / P, pb = x->b % P;
+    const run_layout *lo = &pl->lo;
+    int da, pa, ta, db, pb, tb;
+    run_layout_coords(lo, x->a, &da, &pa, &ta);
+    run_layout_coords(lo, x->b, &db, &pb, &tb);
+    if (ta != tb)
+        return pt_seterr("--slow-link '%s': ranks %d and %d are TP ranks %d and %d: a pipeline or replica link "
+                         "joins the same TP rank (e.g. %d-%d)", x->spec, x->a, x->b, ta, tb, x->a,
+                         run_layout_world_rank(lo, db, pb, ta));
     if (da != db) {
         if (pa == pb) return 0;
         return pt_seterr("--slow-link '%s': ranks %d and %d are in replicas %d and %d at pipeline ranks %d and "
                          "%d: they exchange nothing (a link between replicas joins the same pipeline rank, e.g. "
-                         "%d-%d)", x->spec, x->a, x->b, da, db, pa, pb, x->a, pa + db * P);
+                         "%d-%d)", x->spec, x->a, x->b, da, db, pa, pb, x->a, run_layout_world_rank(lo, db, pa, ta));
     }
     sim_costs c;
     sim_costs_init(&c, pl->s->n_stages, 1, 1, 1);
@@ -106,7 +128,7 @@ static int run_plan_faults(run_plan *pl) {
     sim_costs_init(&c, pl->s->n_stages, 1, 1, 1);
     int rc = 0;
     for (int i = 0; i < o->n_slow_link && rc == 0; i++)
-        rc = sim_costs_add_slow_link_in(&c, o->slow_link[i], o->P * o->D, "steps");
+        rc = sim_costs_add_slow_link_in(&c, o->slow_link[i], run_layout_ranks(&pl->lo), "steps");
     for (int i = 0; i < o->n_slow_stage && rc == 0; i++)
         rc = sim_costs_add_slow_stage_in(&c, o->slow_stage[i], "steps");
     for (int i = 0; i < c.n_faults && rc == 0; i++)
@@ -153,10 +175,14 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
     memset(pl, 0, sizeof *pl);
     pl->o = *o;
     if (pl->o.timeout <= 0) pl->o.timeout = RUN_DEFAULT_TIMEOUT;
+    if (pl->o.tp == 0) pl->o.tp = 1;
+    o = &pl->o;
     if (o->P < 1) return pt_seterr("--stages must be >= 1 (got %d)", o->P);
     if (o->D < 1) return pt_seterr("--dp must be >= 1 (got %d)", o->D);
-    if ((long long)o->P * o->D > RUN_MAX_RANKS)
-        return pt_seterr("--stages %d x --dp %d is more than %d ranks", o->P, o->D, RUN_MAX_RANKS);
+    if (o->tp < 1) return pt_seterr("--tp must be >= 1 (got %d)", o->tp);
+    if ((long long)o->P * o->D * o->tp > RUN_MAX_RANKS)
+        return pt_seterr("--stages %d x --dp %d x --tp %d is more than %d ranks", o->P, o->D, o->tp, RUN_MAX_RANKS);
+    if (run_plan_check_tp(o, cfg) < 0) return -1;
     if (o->chunks < 0) return pt_seterr("--chunks must be >= 0 (got %d)", o->chunks);
     sched *s = run_plan_schedule(o);
     if (!s) return -1;

@@ -1,5 +1,5 @@
-/* The pipelined engine: each step is one iteration of the run/ job (P stages x D replicas on
- * threads or MPI ranks); it records each step's measured iteration time and bubble, and at the
+/* The pipelined engine: each step is one iteration of the run/ job (P stages x D replicas x tp
+ * TP ranks on threads or MPI ranks); it records each step's measured iteration time and bubble, and at the
  * end reports them next to the simulator's prediction from costs profiled in the same run, with
  * the last step's trace and picture. Not here: the executor (run/), the loop (trainer.c). */
 #include "train/engine.h"
@@ -88,7 +88,7 @@ static int pipe_save(train_engine *e, const char *dir, const ckpt_manifest *man)
 /* "memory per rank (MB, params/grads/optimizer/activations): r0 ..., r1 ..." (the busiest rank
  * of each kind beyond MEM_LINE_RANKS ranks). */
 static void pipe_print_memory(const pipe_engine *p) {
-    int R = p->pl.o.P * p->pl.o.D;
+    int R = run_layout_ranks(&p->pl.lo);
     run_mem m, mx = { 0, 0, 0, 0 };
     printf("memory per rank (MB, params/grads/optimizer/activations):");
     for (int w = 0; w < R; w++) {
@@ -109,9 +109,9 @@ static void pipe_print_memory(const pipe_engine *p) {
 /* "pipeline: <schedule>, P stages x D replicas, ..." and the memory line (the run header's). */
 static void pipe_describe(const train_engine *e) {
     const pipe_engine *p = (const pipe_engine *)e;
-    printf("pipeline: %s, %d stages x %d replicas, %d microbatches of %d sequences, %s transport; "
+    printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences, %s transport; "
            "activations %.2f MB on the busiest rank%s%s\n", p->pl.s->name, p->pl.o.P, p->pl.o.D,
-           p->pl.s->n_mb, p->pl.mb_rows, p->o.world ? "mpi" : "threads",
+           p->pl.lo.tp, p->pl.s->n_mb, p->pl.mb_rows, p->o.world ? "mpi" : "threads",
            run_job_act_bytes(p->job) / 1e6, p->o.ro.recompute ? " (recomputing)" : "",
            p->pl.o.no_overlap ? "; reduction after each rank's schedule" : "");
     pipe_print_memory(p);
@@ -124,8 +124,9 @@ static void pipe_describe(const train_engine *e) {
 /* The injected slow links of the last step (replica 0's) into c: the simulator then predicts
  * what that step ran under. (A slow stage is in the profiled costs already: they are measured.) */
 static void pipe_last_faults(const pipe_engine *p, sim_costs *c) {
-    for (int r = 0; r + 1 < p->pl.o.P; r++) {
-        double d = run_plan_link_delay(&p->pl, r, r + 1, p->last_step);
+    for (int r = 0; r + 1 < p->pl.o.P; r++) {   /* world ranks of replica 0, TP rank 0 */
+        int a = run_layout_world_rank(&p->pl.lo, 0, r, 0), b = run_layout_world_rank(&p->pl.lo, 0, r + 1, 0);
+        double d = run_plan_link_delay(&p->pl, a, b, p->last_step);
         if (d > 0) sim_costs_set_link(c, r, r + 1, -1, -1, d);
     }
 }
@@ -147,8 +148,8 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     p->bub_med = bub;
     p->sim_it = rc < 0 ? -1 : res.iteration_time;
     p->sim_bub = rc < 0 ? -1 : res.bubble_fraction;
-    printf("measured:  iteration %.3f ms, bubble %.1f%% (%s, P=%d, D=%d, M=%d; median of steps)\n",
-           it * 1e3, bub * 100, s->name, p->pl.o.P, p->pl.o.D, s->n_mb);
+    printf("measured:  iteration %.3f ms, bubble %.1f%% (%s, P=%d, D=%d, tp=%d, M=%d; median of steps)\n",
+           it * 1e3, bub * 100, s->name, p->pl.o.P, p->pl.o.D, p->pl.lo.tp, s->n_mb);
     if (rc < 0) {
         printf("simulated: not available: %s\n", pt_err());
         return;
@@ -166,8 +167,8 @@ static int pipe_write_pictures(pipe_engine *p, double last_it, double last_bub) 
     if (p->o.trace && trace_write(tl, p->o.trace) < 0) return -1;
     if (!p->o.svg) return 0;
     char title[96], sub[96];
-    snprintf(title, sizeof title, "%s  P=%d  D=%d  M=%d  (measured)", s->name, p->pl.o.P,
-             p->pl.o.D, s->n_mb);
+    snprintf(title, sizeof title, "%s  P=%d  D=%d  tp=%d  M=%d  (measured)", s->name, p->pl.o.P,
+             p->pl.o.D, p->pl.lo.tp, s->n_mb);
     snprintf(sub, sizeof sub, "last step  %.2f ms  bubble %.1f%%", last_it * 1e3, last_bub * 100);
     svg_opts so = { title, sub, 0 };
     return svg_write(tl, &so, p->o.svg);
@@ -176,7 +177,7 @@ static int pipe_write_pictures(pipe_engine *p, double last_it, double last_bub) 
 /* "peak RSS per process (MB): r0 ..., r1 ..." (MPI: every process's, gathered; threads: the
  * one process's). */
 static void pipe_print_rss(const pipe_engine *p) {
-    int n = p->o.world ? p->pl.o.P * p->pl.o.D : 1;
+    int n = p->o.world ? run_layout_ranks(&p->pl.lo) : 1;
     if (n == 1) {
         printf("peak RSS: %.1f MB (the whole process%s)\n", p->rss[0] / 1e6, p->o.world ? "" : ", every rank thread");
         return;
@@ -202,7 +203,7 @@ static int pipe_report(train_engine *e) {
 
 /* {"params":[per world rank],"grads":[..],"optimizer":[..],"activations":[..]} */
 static cJSON *pipe_memory_json(const pipe_engine *p) {
-    int R = p->pl.o.P * p->pl.o.D;
+    int R = run_layout_ranks(&p->pl.lo);
     const char *keys[4] = { "params", "grads", "optimizer", "activations" };
     cJSON *o = cJSON_CreateObject();
     for (int k = 0; k < 4; k++) {
@@ -224,7 +225,7 @@ static cJSON *pipe_layout(const train_engine *e) {
     cJSON_AddStringToObject(o, "engine", "pipelined");
     cJSON_AddNumberToObject(o, "stages", p->pl.o.P);
     cJSON_AddNumberToObject(o, "dp", p->pl.o.D);
-    cJSON_AddNumberToObject(o, "tp", 1);
+    cJSON_AddNumberToObject(o, "tp", p->pl.lo.tp);
     cJSON_AddStringToObject(o, "schedule", p->pl.s->name);
     cJSON_AddNumberToObject(o, "microbatches", p->pl.s->n_mb);
     cJSON_AddNumberToObject(o, "microbatch_rows", p->pl.mb_rows);
@@ -253,7 +254,7 @@ static cJSON *pipe_summary(const train_engine *e) {
     if (p->o.svg) cJSON_AddStringToObject(o, "svg", p->o.svg);
     if (p->rss) {
         cJSON *a = cJSON_AddArrayToObject(o, "peak_rss_bytes");
-        for (int w = 0; w < (p->o.world ? p->pl.o.P * p->pl.o.D : 1); w++)
+        for (int w = 0; w < (p->o.world ? run_layout_ranks(&p->pl.lo) : 1); w++)
             cJSON_AddItemToArray(a, cJSON_CreateNumber(p->rss[w]));
     }
     return o;

@@ -10,10 +10,24 @@
 #include <string.h>
 #include <unistd.h>
 
+/* What tensor parallelism cannot run yet, refused rather than computed wrong: side work in the
+ * bubbles (its tasks see one rank per pipeline rank, evaluation and side training read whole
+ * layers) and --adapt (its policy and re-split know no TP ranks). */
+static int check_tp(const train_opts *o) {
+    if (o->ro.tp <= 1) return 0;
+    const char *what = o->eval_data ? "--eval-data" : o->n_side_commands ? "--side-command"
+                     : o->n_side_tasks ? "--side-task" : o->side_train ? "--side-train"
+                     : o->adapt ? "--adapt" : NULL;
+    if (!what) return 0;
+    return pt_seterr("%s with --tp %d is not supported yet (side work and adaptation need whole layers "
+                     "on one rank); drop it or run with --tp 1", what, o->ro.tp);
+}
+
 /* The options a flag parser may have let through, in the order they are reported. */
 static int check_opts(const train_opts *o) {
     if (o->batch <= 0 || o->seq <= 0) return pt_seterr("--batch and --seq must be positive");
     if (!o->data) return pt_seterr("--data is required (a text file or an llm.c token file)");
+    if (check_tp(o) < 0) return -1;
     return optim_config_validate(&o->oc);
 }
 

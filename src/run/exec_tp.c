@@ -1,0 +1,134 @@
+/* Tensor parallelism in the executor: the TP group's communicator and the collective its stage
+ * models call (gpt_set_tp), and whole tensors made from a TP group's shards, for the files that
+ * keep Hugging Face names and whole shapes (checkpoint chunks, the gradient file).
+ * Not here: the sharded layers (model/), which rank writes which file (run_job.c).
+ *
+ * A TP group is the tp ranks of one (replica, pipeline rank): neighbouring world ranks. Each
+ * holds its shard of every tensor its stages hold (gpt_param_info.split) and all of the
+ * replicated ones, which stay equal on every TP rank (same gradients, same update). */
+#include "run/exec_int.h"
+#include "util/pt.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* The model's collective: an in-place sum over the TP group in rank order (every transport sums
+ * in rank order, so threads and MPI give the same bits). */
+static int exec_tp_allreduce(void *ctx, float *buf, size_t n) {
+    return comm_allreduce_f32((comm *)ctx, buf, n);
+}
+
+int exec_tp_init(run_exec *e) {
+    if (e->tp == 1) return 0;
+    int color = run_layout_world_rank(e->c.lo, e->d, e->p, 0);   /* the group's first rank */
+    if (comm_split(e->c.world, color, &e->tp_comm) < 0) return pt_adderr("TP group: ");
+    if (e->tp_comm->size != e->tp || e->tp_comm->rank != e->t)   /* ranks ordered by world rank */
+        return pt_seterr("TP group of rank %d: %d ranks, this one %d (expected %d, %d)",
+                         e->c.world_rank, e->tp_comm->size, e->tp_comm->rank, e->tp, e->t);
+    return 0;
+}
+
+void exec_tp_set(run_exec *e, run_stage *st) {
+    if (e->tp == 1) return;
+    gpt_tp tp = { .rank = e->t, .size = e->tp, .allreduce = exec_tp_allreduce, .ctx = e->tp_comm };
+    gpt_set_tp(&st->m, &tp);
+}
+
+void exec_tp_free(run_exec *e) {
+    comm_free(e->tp_comm);
+    e->tp_comm = NULL;
+}
+
+/* Floats of the whole tensor (pi->count at tp 1). */
+static size_t exec_full(const gpt_param_info *pi) { return pi->full ? pi->full : pi->count; }
+
+/* Whole tensor `param` on TP rank 0 (whole: exec_full floats; NULL on the other ranks) from the
+ * group's shards (shard: this rank's gpt_shard_count floats). A replicated tensor is rank 0's
+ * own; a split one is all-gathered in shard space (rank r's shard in slot r, so comm_slice gives
+ * each rank its own) and placed, exactly: the bits are copied, never summed. Collective over the
+ * TP group (a replicated tensor needs no message: every rank knows its split). */
+static int exec_tp_whole(run_exec *e, const gpt_model *m, int param, const float *shard, float *whole) {
+    const gpt_param_info *pi = gpt_param_info_at(m, param);
+    size_t n = gpt_shard_count(&m->cfg, pi, e->tp);
+    if (e->tp == 1 || pi->split == GPT_SPLIT_NONE) {
+        if (whole) memcpy(whole, shard, exec_full(pi) * sizeof(float));
+        return 0;
+    }
+    float *all = pt_falloc(n * (size_t)e->tp);
+    memcpy(all + n * (size_t)e->t, shard, n * sizeof(float));
+    int rc = comm_allgather_f32(e->tp_comm, all, n * (size_t)e->tp);
+    for (int r = 0; rc == 0 && whole && r < e->tp; r++)
+        gpt_shard_place(&m->cfg, pi, r, e->tp, all + n * (size_t)r, whole);
+    free(all);
+    return rc < 0 ? pt_adderr("rank %d: gathering %s over its TP group: ", e->c.world_rank, pi->name) : 0;
+}
+
+/* The moments of tensor `param` of stage index si (its shard): from the group whose region
+ * holds it, between run_exec_moments_begin and _end. 0, or -1 when no group has it (a bug). */
+static int exec_tp_moments_of(const run_exec *e, int si, int param, const float **mm, const float **vv) {
+    for (int k = 0; k < e->n_grp; k++) {
+        const exec_group *gr = &e->grp[k];
+        int mine = 0;
+        for (int c = 0; c < gr->n_copies; c++) mine |= gr->copy_stage[c] == si;
+        for (int i = 0; mine && gr->fm && i < gr->n_ts; i++)
+            if (gr->ts[i].param == param) {
+                *mm = gr->fm + gr->ts[i].off;
+                *vv = gr->fv + gr->ts[i].off;
+                return 0;
+            }
+    }
+    return pt_seterr("rank %d: no moments of %s (stage %d) to save", e->c.world_rank,
+                     gpt_param_info_at(&e->st[si].m, param)->name, e->st[si].g);
+}
+
+int run_exec_gather_stage(run_exec *e, int g, int grads, int moments, gpt_model *whole, adamw_state *opt) {
+    int si = e->loc[g];
+    const gpt_model *m = &e->st[si].m;
+    for (int i = 0; i < gpt_param_count(m); i++) {
+        const gpt_param_info *pi = gpt_param_info_at(m, i);
+        if (!gpt_holds_layer(m, pi->layer)) continue;
+        size_t at = whole ? gpt_param_info_at(whole, i)->offset : 0;
+        const float *mm = NULL, *vv = NULL;
+        if (exec_tp_whole(e, m, i, m->params + pi->offset, whole ? whole->params + at : NULL) < 0 ||
+            (grads && exec_tp_whole(e, m, i, m->grads + pi->offset, whole ? whole->grads + at : NULL) < 0))
+            return -1;
+        if (!moments) continue;
+        if (exec_tp_moments_of(e, si, i, &mm, &vv) < 0 ||
+            exec_tp_whole(e, m, i, mm, opt ? opt->m + at : NULL) < 0 ||
+            exec_tp_whole(e, m, i, vv, opt ? opt->v + at : NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int run_exec_moments_begin(run_exec *e) {
+    for (int k = 0; k < e->n_grp; k++) {
+        exec_group *gr = &e->grp[k];
+        if (gr->n_bk == 0) continue;
+        if (!e->c.zero) {   /* the home's moments: the whole region, contiguous */
+            gr->fm = gr->bk[0].mm;
+            gr->fv = gr->bk[0].vv;
+            continue;
+        }
+        gr->fm = pt_falloc(gr->n);
+        gr->fv = pt_falloc(gr->n);
+        for (int b = 0; b < gr->n_bk; b++) {
+            exec_bucket *bk = &gr->bk[b];
+            size_t n = bk->hi - bk->lo;
+            memcpy(gr->fm + bk->off + bk->lo, bk->mm, n * sizeof(float));
+            memcpy(gr->fv + bk->off + bk->lo, bk->vv, n * sizeof(float));
+            if (gr->cm && gr->cm->size > 1 &&   /* each bucket's slices are comm_slice's */
+                (comm_allgather_f32(gr->cm, gr->fm + bk->off, bk->n) < 0 ||
+                 comm_allgather_f32(gr->cm, gr->fv + bk->off, bk->n) < 0))
+                return pt_adderr("rank %d: gathering moment slices for a checkpoint: ", e->c.world_rank);
+        }
+    }
+    return 0;
+}
+
+void run_exec_moments_end(run_exec *e) {
+    for (int k = 0; k < e->n_grp; k++) {
+        exec_group *gr = &e->grp[k];
+        if (e->c.zero) { free(gr->fm); free(gr->fv); }
+        gr->fm = gr->fv = NULL;
+    }
+}
