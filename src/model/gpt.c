@@ -12,28 +12,61 @@
 
 #define INIT_STD 0.02   /* GPT-2's weight init standard deviation */
 
-/* Floats of parameters in each layer kind. */
-static size_t embed_floats(const gpt_config *c) {
-    return (size_t)c->vocab_size * c->n_embd + (size_t)c->n_positions * c->n_embd;
+/* Floats of parameters in each layer kind on one of tp TP ranks (the split tensors divided, the
+ * replicated ones whole; gpt_init_layers_tp). */
+static size_t vocab_padded(const gpt_config *c, int tp) {
+    return ((size_t)c->vocab_size + tp - 1) / tp * tp;
 }
-static size_t block_floats(const gpt_config *c) {
+static size_t embed_floats(const gpt_config *c, int tp) {
+    return vocab_padded(c, tp) / tp * c->n_embd + (size_t)c->n_positions * c->n_embd;
+}
+static size_t block_floats(const gpt_config *c, int tp) {
     size_t C = (size_t)c->n_embd;
-    return 12 * C * C + 13 * C;   /* ln 4C, qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C, fcproj 4C^2+C */
+    /* ln 4C, qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C, fcproj 4C^2+C: split 12C^2+7C, replicated 6C */
+    return (12 * C * C + 7 * C) / tp + 6 * C;
 }
 
 /* Offset of a tensor or layer a partial model does not hold: far outside any buffer, so a use
  * that forgot to ask gpt_holds_layer faults instead of reading another tensor. */
 #define OFF_NONE ((size_t)1 << 60)
 
-/* First float of layer i (0..L+2) in the whole model's layout. */
-static size_t layer_start(const gpt_config *c, int i) {
+/* First float of layer i (0..L+2) in the layout of a model holding every layer (of one of tp
+ * ranks' shards). */
+static size_t layer_start(const gpt_config *c, int i, int tp) {
     if (i == 0) return 0;
-    size_t off = embed_floats(c) + (size_t)(i - 1 <= c->n_layer ? i - 1 : c->n_layer) * block_floats(c);
+    size_t off = embed_floats(c, tp) + (size_t)(i - 1 <= c->n_layer ? i - 1 : c->n_layer) * block_floats(c, tp);
     return i == c->n_layer + 2 ? off + 2 * (size_t)c->n_embd : off;
 }
 
-/* Appends one tensor to the table at the cursor (the whole model's layout); a held tensor gets
- * its offset in m's buffers and its param/grad pointers, another OFF_NONE and NULL. */
+/* How each tensor is split over a TP group, by the end of its name (the rest: replicated). */
+static const struct { const char *suffix; int split, segs; } tp_splits[] = {
+    { "wte.weight", GPT_SPLIT_ROWS, 1 },
+    { "attn.c_attn.weight", GPT_SPLIT_COLS, 3 },
+    { "attn.c_attn.bias", GPT_SPLIT_VEC, 3 },
+    { "attn.c_proj.weight", GPT_SPLIT_ROWS, 1 },
+    { "mlp.c_fc.weight", GPT_SPLIT_COLS, 1 },
+    { "mlp.c_fc.bias", GPT_SPLIT_VEC, 1 },
+    { "mlp.c_proj.weight", GPT_SPLIT_ROWS, 1 },
+};
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static void set_split(gpt_param_info *pi) {
+    pi->split = GPT_SPLIT_NONE;
+    pi->segs = 1;
+    for (size_t k = 0; k < sizeof tp_splits / sizeof *tp_splits; k++)
+        if (ends_with(pi->name, tp_splits[k].suffix)) {
+            pi->split = tp_splits[k].split;
+            pi->segs = tp_splits[k].segs;
+        }
+}
+
+/* Appends one tensor to the table at the cursor (the layout of a model of m's TP shard holding
+ * every layer); a held tensor gets its offset in m's buffers and its param/grad pointers,
+ * another OFF_NONE and NULL. */
 static void gpt_add_tensor(gpt_model *m, size_t *cur, const char *name, int s0, int s1,
                            int layer, int decay, float **pw, float **pg) {
     gpt_param_info *pi = &m->info[m->n_info++];
@@ -41,19 +74,20 @@ static void gpt_add_tensor(gpt_model *m, size_t *cur, const char *name, int s0, 
     pi->ndim = s1 ? 2 : 1;
     pi->shape[0] = s0;
     pi->shape[1] = s1;
-    pi->count = (size_t)s0 * (s1 ? s1 : 1);
+    pi->full = (size_t)s0 * (s1 ? s1 : 1);
+    set_split(pi);
+    pi->count = gpt_shard_count(&m->cfg, pi, m->tp_size);
     pi->layer = layer;
     pi->decay = decay;
     pi->offset = OFF_NONE;
     *pw = *pg = NULL;
     if (gpt_holds_layer(m, layer)) {
-        pi->offset = *cur - layer_start(&m->cfg, m->first_layer);
+        pi->offset = *cur - layer_start(&m->cfg, m->first_layer, m->tp_size);
         *pw = m->params + pi->offset;
         *pg = m->grads + pi->offset;
     }
     *cur += pi->count;
 }
-
 /* Lays out one block's twelve tensors at the cursor. */
 static void gpt_add_block(gpt_model *m, size_t *cur, int i) {
     int C = m->cfg.n_embd;
@@ -77,10 +111,14 @@ static void gpt_add_block(gpt_model *m, size_t *cur, int i) {
 #undef ADD
 }
 
-size_t gpt_config_num_params(const gpt_config *cfg) { return layer_start(cfg, cfg->n_layer + 2); }
+size_t gpt_config_num_params(const gpt_config *cfg) { return layer_start(cfg, cfg->n_layer + 2, 1); }
 
 int gpt_init(gpt_model *m, const gpt_config *cfg) {
     return gpt_init_layers(m, cfg, 0, cfg->n_layer + 2);
+}
+
+int gpt_init_layers(gpt_model *m, const gpt_config *cfg, int first, int end) {
+    return gpt_init_layers_tp(m, cfg, first, end, 0, 1);
 }
 
 /* params and grads of n floats; -1 naming the model and what it asked for. */
@@ -91,23 +129,41 @@ static int gpt_alloc(gpt_model *m, size_t n) {
     if (m->grads) return 0;
     const gpt_config *c = &m->cfg;
     double gib = 2.0 * n * sizeof(float) / (1 << 30);
-    return pt_seterr("model of %d layers, %d channels, vocab %d (layers %d..%d here): %.3g GiB for "
-                     "parameters and gradients cannot be allocated (a smaller config, or more "
-                     "pipeline stages over MPI)", c->n_layer, c->n_embd, c->vocab_size,
-                     m->first_layer, m->end_layer - 1, gib);
+    return pt_seterr("model of %d layers, %d channels, vocab %d (layers %d..%d here, TP rank %d of "
+                     "%d): %.3g GiB for parameters and gradients cannot be allocated (a smaller "
+                     "config, or more pipeline stages over MPI)", c->n_layer, c->n_embd,
+                     c->vocab_size, m->first_layer, m->end_layer - 1, m->tp_rank, m->tp_size, gib);
 }
 
-int gpt_init_layers(gpt_model *m, const gpt_config *cfg, int first, int end) {
-    memset(m, 0, sizeof *m);
-    if (gpt_config_validate(cfg, NULL) < 0) return -1;
-    int L = cfg->n_layer, C = cfg->n_embd;
+/* The arguments of gpt_init_layers_tp: 0, or -1 saying which is wrong. */
+static int check_range(const gpt_config *cfg, int first, int end, int tp_rank, int tp_size) {
+    int L = cfg->n_layer;
     if (first < 0 || end < first || end > L + 2)
         return pt_seterr("gpt_init_layers: layers [%d, %d) outside [0, %d)", first, end, L + 2);
+    if (tp_size < 1 || cfg->n_head % tp_size != 0)
+        return pt_seterr("tensor parallelism: n_head (%d) is not divisible by tp (%d); the heads are "
+                         "split over the TP ranks (a tp that divides n_head)", cfg->n_head, tp_size);
+    if (tp_rank < 0 || tp_rank >= tp_size)
+        return pt_seterr("tensor parallelism: tp_rank %d outside [0, %d) (tp %d)", tp_rank, tp_size,
+                         tp_size);
+    return 0;
+}
+
+int gpt_init_layers_tp(gpt_model *m, const gpt_config *cfg, int first, int end, int tp_rank,
+                       int tp_size) {
+    memset(m, 0, sizeof *m);
+    if (gpt_config_validate(cfg, NULL) < 0 || check_range(cfg, first, end, tp_rank, tp_size) < 0)
+        return -1;
+    int L = cfg->n_layer, C = cfg->n_embd, tp = tp_size;
     m->cfg = *cfg;
     m->first_layer = first;
     m->end_layer = end;
+    m->tp_rank = tp_rank;
+    m->tp_size = tp;
+    m->tp = (gpt_tp){ .rank = tp_rank, .size = tp };
+    m->vocab_padded = (int)vocab_padded(cfg, tp);
     m->num_params = gpt_config_num_params(cfg);
-    m->n_held = layer_start(cfg, end) - layer_start(cfg, first);
+    m->n_held = layer_start(cfg, end, tp) - layer_start(cfg, first, tp);
     if (gpt_alloc(m, m->n_held) < 0) {
         gpt_free(m);
         return -1;
@@ -117,7 +173,8 @@ int gpt_init_layers(gpt_model *m, const gpt_config *cfg, int first, int end) {
     m->info = pt_calloc((size_t)12 * L + 4, sizeof *m->info);
     m->layer_off = pt_calloc((size_t)L + 3, sizeof *m->layer_off);
     for (int i = 0; i <= L + 2; i++)
-        m->layer_off[i] = i >= first && i <= end ? layer_start(cfg, i) - layer_start(cfg, first) : OFF_NONE;
+        m->layer_off[i] = i >= first && i <= end ?
+                          layer_start(cfg, i, tp) - layer_start(cfg, first, tp) : OFF_NONE;
     size_t cur = 0;
     gpt_add_tensor(m, &cur, "wte.weight", cfg->vocab_size, C, 0, 1, &m->w.wte, &m->g.wte);
     gpt_add_tensor(m, &cur, "wpe.weight", cfg->n_positions, C, 0, 1, &m->w.wpe, &m->g.wpe);
@@ -126,6 +183,69 @@ int gpt_init_layers(gpt_model *m, const gpt_config *cfg, int first, int end) {
     gpt_add_tensor(m, &cur, "ln_f.bias", C, 0, L + 1, 0, &m->w.lnfb, &m->g.lnfb);
     m->ties[m->n_ties++] = (gpt_tie){ .param = 0, .owner = 0, .user = L + 1 };   /* wte = LM head */
     return 0;
+}
+
+void gpt_set_tp(gpt_model *m, const gpt_tp *tp) {
+    assert(tp->rank == m->tp_rank && tp->size == m->tp_size && "gpt_set_tp: not this model's group");
+    m->tp = *tp;
+}
+
+/* ---- shards ------------------------------------------------------------------------------
+ * A shard, read in its own order, is a sequence of runs each contiguous in the whole tensor
+ * (row-major, HF layout), at increasing whole offsets: so copying, and drawing the seeded init
+ * while streaming the whole tensor's numbers, go run by run. */
+#define RUN_PAD ((size_t)-1)   /* a run of padding rows (wte past V): zeros, in no whole tensor */
+
+/* The run of the shard of rank `rank` of `size` that starts at shard element k: returns its
+ * length (to the run's end) and sets *w to its first whole element, or RUN_PAD. */
+static size_t shard_run(const gpt_param_info *pi, int rank, int size, size_t k, size_t *w) {
+    size_t count = gpt_shard_count(NULL, pi, size);
+    if (size == 1 || pi->split == GPT_SPLIT_NONE) {
+        *w = k;
+        return count - k;
+    }
+    if (pi->split == GPT_SPLIT_ROWS) {   /* rows padded up to a multiple of size */
+        size_t W = (size_t)pi->shape[1], real = (size_t)pi->shape[0] * W;
+        size_t first = (size_t)rank * (count / W) * W, at = first + k;   /* whole element */
+        size_t end = first + count < real ? first + count : real;
+        *w = at < real ? at : RUN_PAD;
+        return at < real ? end - at : count - k;
+    }
+    /* COLS / VEC: (R, segs * n) row-major; the shard is (R, segs * n/size) */
+    size_t W = (size_t)(pi->split == GPT_SPLIT_COLS ? pi->shape[1] : pi->shape[0]);
+    size_t n = W / pi->segs, np = n / size, Ws = W / size;
+    size_t i = k / Ws, c = k % Ws, s = c / np, cc = c % np;
+    *w = i * W + s * n + (size_t)rank * np + cc;
+    return np - cc;
+}
+
+size_t gpt_shard_count(const gpt_config *cfg, const gpt_param_info *pi, int size) {
+    size_t s = (size_t)size;
+    switch (pi->split) {
+    case GPT_SPLIT_ROWS: return ((size_t)pi->shape[0] + s - 1) / s * (size_t)pi->shape[1];
+    case GPT_SPLIT_COLS: return pi->full / s;
+    case GPT_SPLIT_VEC:  return pi->full / s;
+    default:             return pi->full;
+    }
+}
+
+void gpt_shard_extract(const gpt_config *cfg, const gpt_param_info *pi, int rank, int size,
+                       const float *whole, float *shard) {
+    size_t count = gpt_shard_count(cfg, pi, size), w, len;
+    for (size_t k = 0; k < count; k += len) {
+        len = shard_run(pi, rank, size, k, &w);
+        if (w == RUN_PAD) memset(shard + k, 0, len * sizeof *shard);
+        else memcpy(shard + k, whole + w, len * sizeof *shard);
+    }
+}
+
+void gpt_shard_place(const gpt_config *cfg, const gpt_param_info *pi, int rank, int size,
+                     const float *shard, float *whole) {
+    size_t count = gpt_shard_count(cfg, pi, size), w, len;
+    for (size_t k = 0; k < count; k += len) {
+        len = shard_run(pi, rank, size, k, &w);
+        if (w != RUN_PAD) memcpy(whole + w, shard + k, len * sizeof *shard);
+    }
 }
 
 void gpt_free(gpt_model *m) {
@@ -141,17 +261,14 @@ void gpt_free(gpt_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 /* Advances rng past n normals without computing them (pt_rng_normal takes two uniforms). */
 static void rng_skip_normals(pt_rng *rng, size_t n) {
     for (size_t k = 0; k < 2 * n; k++) (void)pt_rng_uniform(rng);
 }
 
-/* Elements [start, start+n) of tensor pi into p, with rng at the tensor's first number. */
+/* Elements [start, start+n) of m's shard of tensor pi into p, with rng at the whole tensor's
+ * first number; leaves rng past the whole tensor's numbers (it draws the shard's, skips the
+ * rest), so tensors can be drawn one after another. */
 static void init_tensor(const gpt_model *m, const gpt_param_info *pi, pt_rng *rng, size_t start,
                         size_t n, float *p) {
     if (pi->ndim == 1) {   /* biases 0, layernorm weights 1; no numbers drawn */
@@ -160,9 +277,19 @@ static void init_tensor(const gpt_model *m, const gpt_param_info *pi, pt_rng *rn
         return;
     }
     double sd = ends_with(pi->name, "c_proj.weight") ? INIT_STD / sqrt(2.0 * m->cfg.n_layer) : INIT_STD;
-    rng_skip_normals(rng, start);
-    for (size_t k = 0; k < n; k++) p[k] = (float)(sd * pt_rng_normal(rng));
-    rng_skip_normals(rng, pi->count - start - n);
+    size_t at = 0, w, len;   /* whole elements drawn or skipped so far */
+    for (size_t k = start; k < start + n; k += len, p += len) {
+        len = shard_run(pi, m->tp_rank, m->tp_size, k, &w);
+        if (len > start + n - k) len = start + n - k;
+        if (w == RUN_PAD) {
+            memset(p, 0, len * sizeof *p);
+            continue;
+        }
+        rng_skip_normals(rng, w - at);
+        for (size_t j = 0; j < len; j++) p[j] = (float)(sd * pt_rng_normal(rng));
+        at = w + len;
+    }
+    rng_skip_normals(rng, pi->full - at);
 }
 
 void gpt_init_random(gpt_model *m, uint64_t seed) {
@@ -171,7 +298,7 @@ void gpt_init_random(gpt_model *m, uint64_t seed) {
     for (int i = 0; i < m->n_info && m->info[i].layer < m->end_layer; i++) {
         const gpt_param_info *pi = &m->info[i];
         if (gpt_holds_layer(m, pi->layer)) init_tensor(m, pi, &rng, 0, pi->count, m->params + pi->offset);
-        else if (pi->ndim == 2) rng_skip_normals(&rng, pi->count);
+        else if (pi->ndim == 2) rng_skip_normals(&rng, pi->full);
     }
 }
 
@@ -179,8 +306,9 @@ void gpt_init_random_slice(const gpt_model *m, uint64_t seed, int param, size_t 
                            float *out) {
     pt_rng rng;
     pt_rng_seed(&rng, seed);
+    assert(start + n <= m->info[param].count && "gpt_init_random_slice: past the shard");
     for (int i = 0; i < param; i++)
-        if (m->info[i].ndim == 2) rng_skip_normals(&rng, m->info[i].count);
+        if (m->info[i].ndim == 2) rng_skip_normals(&rng, m->info[i].full);
     init_tensor(m, &m->info[param], &rng, start, n, out);
 }
 

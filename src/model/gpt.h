@@ -102,8 +102,9 @@ typedef struct {
  * it does not hold are NULL. A whole model is the range [0, L+2). */
 typedef struct {
     gpt_config cfg;
-    size_t num_params;          /* floats in the whole model (every layer, held or not) */
-    size_t n_held;              /* floats in params (and in grads): num_params for a whole model */
+    size_t num_params;          /* floats in the whole model (every layer, held or not, unsharded) */
+    size_t n_held;              /* floats in params (and in grads): num_params for a whole model
+                                 * of tp 1; a shard model's held layers' shards */
     int first_layer, end_layer; /* layers [first_layer, end_layer) are held */
     float *params;              /* (n_held) flat, 64-byte aligned, owned */
     float *grads;               /* (n_held) flat, owned */
@@ -126,8 +127,9 @@ typedef struct {
 /* The buffers a user layer reads for each tie (gpt_tie above): an array of gpt_tie_count entries, or NULL. A NULL
  * array or NULL fields mean the model's own tensor and gradient. */
 typedef struct {
-    const float *w;     /* the tensor (wte: (V,C)), read by the user's F and B */
-    float *dw;          /* the user's W adds its gradient of the tensor here */
+    const float *w;     /* the tensor (wte: (V,C)), read by the user's F and B; of a TP shard
+                         * model its shard (wte: (vocab_padded/tp, C), info[param].count floats) */
+    float *dw;          /* the user's W adds its gradient of the tensor here (same size) */
 } gpt_tied;
 
 typedef enum { GPT_LAYER_EMBED, GPT_LAYER_BLOCK, GPT_LAYER_HEAD, GPT_N_LAYER_KINDS } gpt_layer_kind;
@@ -200,8 +202,9 @@ int gpt_init_layers_tp(gpt_model *m, const gpt_config *cfg, int first, int end, 
                        int tp_size);
 /* The TP group's collective for m's layers (copied; tp->rank/size must be m's). */
 void gpt_set_tp(gpt_model *m, const gpt_tp *tp);
-/* Floats of tensor pi held by rank `rank` of a group of `size` (the same for every rank), for a
- * model of cfg. */
+/* Floats of tensor pi held by each rank of a group of `size` (the same for every rank): ROWS
+ * ceil(shape[0]/size) * shape[1] (rows padded), COLS and VEC full/size, NONE full. cfg may be
+ * NULL (pi says all). */
 size_t gpt_shard_count(const gpt_config *cfg, const gpt_param_info *pi, int size);
 /* Rank `rank`'s shard of a whole tensor: whole (pi->full floats, HF layout) -> shard
  * (gpt_shard_count floats; padding rows zero), and back (place: the shard's elements into whole;
@@ -245,16 +248,19 @@ int gpt_tie_count(const gpt_model *m);
 const gpt_tie *gpt_tie_at(const gpt_model *m, int i);
 /* Floats of act storage one microbatch of (B,T) needs for this layer (see the contract above):
  * B*T times, per token: embedding 1 + C; block 27C + 4 + NH*T (16C + 4 + NH*T saved by F,
- * 11C stored by B for W); head 3C + 3 + V. */
+ * 11C stored by B for W); head 3C + 3 + V. Of a TP shard model (tp ranks): block
+ * 8C + 19C/tp + 4 + NH/tp*T, head 3C + 3 + vocab_padded/tp (what the cost rows' act_bytes say). */
 size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T);
 /* The first floats of that storage, the part F fills (per token: embedding 1, block 16C + 4 +
- * NH*T, head 2C + 3 + V); the rest B writes (and W reads). A caller
+ * NH*T, head 2C + 3 + V; a TP shard's: block 4C + 12C/tp + 4 + NH/tp*T, head 2C + 3 +
+ * vocab_padded/tp); the rest B writes (and W reads). A caller
  * that runs each layer's B and W back to back, the last layer first (gpt_forward_backward), may
  * let that rest overlap the next layer's act: it is written only after the next layer's W. */
 size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T);
 /* The same as bytes per token at sequence length T (attention keeps NH*T floats per token). */
 size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T);
-/* Floats of per-thread scratch any layer needs for a (B,T) microbatch. */
+/* Floats of per-thread scratch any layer needs for a (B,T) microbatch: B*T*4C/tp + T*T (a
+ * block's B), or more for a sharded head's F when tp is large: B*T*(tp + 3). */
 size_t gpt_scratch_floats(const gpt_model *m, int B, int T);
 
 /* F of one layer on one microbatch. tied: the tie buffers (NULL = the model's own; only a tie's
@@ -271,20 +277,22 @@ int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float
  *   block:     dout (B,T,C) -> dx (B,T,C) (written, =).
  *   head:      dout = NULL, or one float: the gradient of the objective w.r.t. this microbatch's
  *              mean loss (e.g. 1/M to average over M microbatches; NULL = 1). dx (B,T,C).
- * Returns 0 (-1 reserved for misuse reported through pt_seterr). */
+ * Returns 0, or -1 when a sharded layer's all-reduce failed (its error, prefixed with the layer). */
 int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                              float *scratch, float *dx, const float *dout, int B, int T);
 /* W of one layer on one microbatch, any time after its B: adds (+=) the parameter gradients to
  * the layer's span of m->grads (head: ln_f there, wte's to tied[0].dw or m->g.wte). Reads act
- * only. Returns 0. */
+ * only; no collective, also when sharded. Returns 0. */
 int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
                               const float *act, float *scratch, int B, int T);
 
 /* ---- whole model, one process ------------------------------------------------------------ */
-/* These three need a whole model (gpt_init). F, then B and W of every layer on one batch;
- * gradients accumulate (+=) into m->grads, *loss gets the mean cross-entropy. tokens, targets
- * (B,T). Not reentrant on one model (it keeps its buffers in m). Returns 0, or -1 (bad token,
- * T > maxT). */
+/* These three need a model of every layer (gpt_init). F, then B and W of every layer on one
+ * batch; gradients accumulate (+=) into m->grads, *loss gets the mean cross-entropy. tokens,
+ * targets (B,T). Not reentrant on one model (it keeps its buffers in m). Returns 0, or -1 (bad
+ * token, T > maxT, a failed TP all-reduce). gpt_forward_backward also runs one TP rank's shard
+ * of every layer (gpt_init_layers_tp, gpt_set_tp) when every rank of the group calls it on the
+ * same batch; the two logits functions need tp 1 (-1 otherwise). */
 int gpt_forward_backward(gpt_model *m, const int *tokens, const int *targets, int B, int T,
                          float *loss);
 /* Forward only: logits (B,T,V) for tokens (B,T). Same reentrancy and errors as above. */

@@ -16,18 +16,36 @@ static int is_ignorable(const char *name) {
     return !strcmp(rest, "bias") || !strcmp(rest, "masked_bias");
 }
 
-/* lm_head.weight, if present, must be the tied wte. */
+/* lm_head.weight, if present, must be the tied wte (a TP shard model: its rows of it). */
 static int check_lm_head(const gpt_model *m, const st_file *f, const st_tensor *t) {
-    size_t n = (size_t)m->cfg.vocab_size * m->cfg.n_embd;
+    size_t n = (size_t)m->cfg.vocab_size * m->cfg.n_embd, held = m->info[0].count;
     if (t->numel != n || t->ndim != 2)
         return pt_seterr("%s: tensor 'lm_head.weight' has the wrong shape for vocab_size %d, n_embd %d",
                          st_path(f), m->cfg.vocab_size, m->cfg.n_embd);
     float *tmp = pt_falloc(n);
     int rc = st_tensor_f32(f, t, tmp);
-    if (rc == 0 && memcmp(tmp, m->w.wte, n * sizeof *tmp) != 0)
+    if (rc == 0 && m->tp_size > 1) {
+        float *cut = pt_falloc(held);
+        gpt_shard_extract(&m->cfg, &m->info[0], m->tp_rank, m->tp_size, tmp, cut);
+        free(tmp);
+        tmp = cut;
+    }
+    if (rc == 0 && memcmp(tmp, m->w.wte, held * sizeof *tmp) != 0)
         rc = pt_seterr("%s: 'lm_head.weight' differs from 'wte.weight'; pipetrain ties the LM head "
                        "to the token embedding", st_path(f));
     free(tmp);
+    return rc;
+}
+
+/* Tensor pi of the file into m's params: a TP shard model reads the whole tensor into a
+ * transient buffer (one tensor at a time) and keeps its shard. */
+static int read_tensor(gpt_model *m, const st_file *f, const char *name, const gpt_param_info *pi,
+                       const int64_t *shape) {
+    if (pi->count == pi->full) return st_read_f32(f, name, m->params + pi->offset, pi->ndim, shape);
+    float *whole = pt_falloc(pi->full);
+    int rc = st_read_f32(f, name, whole, pi->ndim, shape);
+    if (rc == 0) gpt_shard_extract(&m->cfg, pi, m->tp_rank, m->tp_size, whole, m->params + pi->offset);
+    free(whole);
     return rc;
 }
 
@@ -39,7 +57,7 @@ int gpt_load_st(gpt_model *m, const st_file *f, int *prefixed) {
         int64_t shape[2] = {pi->shape[0], pi->shape[1]};
         if (!gpt_holds_layer(m, pi->layer)) continue;   /* a partial model: its layers only */
         snprintf(name, sizeof name, "%s%s", pref ? HF_PREFIX : "", pi->name);
-        if (st_read_f32(f, name, m->params + pi->offset, pi->ndim, shape) < 0) return -1;
+        if (read_tensor(m, f, name, pi, shape) < 0) return -1;
     }
     const st_tensor *lm = NULL;
     for (int i = 0; i < st_count(f); i++) {
@@ -69,6 +87,9 @@ int gpt_load_safetensors(gpt_model *m, const char *path, int *prefixed) {
 
 int gpt_add_to_writer(const gpt_model *m, st_writer *w, const float *buf, const char *prefix) {
     char name[160];
+    if (m->tp_size > 1)
+        return pt_seterr("TP rank %d of %d holds shards, not whole tensors: gather them first "
+                         "(gpt_shard_place) into a model of tp 1", m->tp_rank, m->tp_size);
     for (int i = 0; i < gpt_param_count(m); i++) {
         const gpt_param_info *pi = gpt_param_info_at(m, i);
         int64_t shape[2] = {pi->shape[0], pi->shape[1]};

@@ -12,18 +12,18 @@
 typedef struct {
     float *x;                   /* (N,C) block input */
     float *ln1, *ln1m, *ln1r;   /* (N,C), (N), (N) */
-    float *qkv;                 /* (N,3C) */
-    float *atty;                /* (N,C) attention output, heads concatenated */
-    float *att;                 /* (B,NH,T,T) softmax probabilities */
+    float *qkv;                 /* (N,3C/tp) */
+    float *atty;                /* (N,C/tp) attention output, heads concatenated */
+    float *att;                 /* (B,NH/tp,T,T) softmax probabilities */
     float *res2;                /* (N,C) x + attention projection */
     float *ln2, *ln2m, *ln2r;   /* (N,C), (N), (N) */
-    float *fch, *fchg;          /* (N,4C) c_fc output, after GELU */
+    float *fch, *fchg;          /* (N,4C/tp) c_fc output, after GELU */
     /* written by B, read by W */
     float *dres3;               /* (N,C) gradient at the block output (= at mlp.c_proj output) */
-    float *dfch;                /* (N,4C) at mlp.c_fc output */
+    float *dfch;                /* (N,4C/tp) at mlp.c_fc output */
     float *dln2;                /* (N,C) at ln_2 output */
     float *dres2;               /* (N,C) at res2 (= at attn.c_proj output) */
-    float *dqkv;                /* (N,3C) at attn.c_attn output */
+    float *dqkv;                /* (N,3C/tp) at attn.c_attn output */
     float *dln1;                /* (N,C) at ln_1 output */
     size_t saved;               /* floats of the F part (the start) */
     size_t size;                /* floats in all */
@@ -34,7 +34,7 @@ typedef struct {
     float *x;                   /* (N,C) head input */
     float *lnf, *lnfm, *lnfr;   /* (N,C), (N), (N) */
     int *targets;               /* (N) stored as int in float-sized slots */
-    float *probs;               /* (N,V) softmax after F; dlogits after B */
+    float *probs;               /* (N,Vp/tp) softmax after F; dlogits after B (V at tp 1) */
     float *dlnf;                /* (N,C) B: gradient at ln_f output */
     size_t saved;               /* floats of the F part (the start) */
     size_t size;                /* floats in all */
@@ -56,27 +56,40 @@ static float *take(float *base, size_t *off, size_t n) {
     return r;
 }
 
+/* The per-rank widths of a block (gpt_init_layers_tp): the whole ones at tp 1. */
+typedef struct { int C, Cl, NHl; } block_dims;   /* channels; the rank's channels and heads */
+
+static block_dims block_dims_of(const gpt_model *m) {
+    return (block_dims){ m->cfg.n_embd, m->cfg.n_embd / m->tp_size, m->cfg.n_head / m->tp_size };
+}
+
 static block_act block_act_view(const gpt_model *m, float *a, int B, int T) {
-    size_t C = (size_t)m->cfg.n_embd, N = (size_t)B * T, NH = (size_t)m->cfg.n_head;
+    block_dims d = block_dims_of(m);
+    size_t C = (size_t)d.C, Cl = (size_t)d.Cl, N = (size_t)B * T, NH = (size_t)d.NHl;
     block_act v;
     size_t o = 0;
     v.x = take(a, &o, N * C);
     v.ln1 = take(a, &o, N * C); v.ln1m = take(a, &o, N); v.ln1r = take(a, &o, N);
-    v.qkv = take(a, &o, N * 3 * C);
-    v.atty = take(a, &o, N * C);
+    v.qkv = take(a, &o, N * 3 * Cl);
+    v.atty = take(a, &o, N * Cl);
     v.att = take(a, &o, (size_t)B * NH * T * T);
     v.res2 = take(a, &o, N * C);
     v.ln2 = take(a, &o, N * C); v.ln2m = take(a, &o, N); v.ln2r = take(a, &o, N);
-    v.fch = take(a, &o, N * 4 * C); v.fchg = take(a, &o, N * 4 * C);
+    v.fch = take(a, &o, N * 4 * Cl); v.fchg = take(a, &o, N * 4 * Cl);
     v.saved = o;
-    v.dres3 = take(a, &o, N * C); v.dfch = take(a, &o, N * 4 * C); v.dln2 = take(a, &o, N * C);
-    v.dres2 = take(a, &o, N * C); v.dqkv = take(a, &o, N * 3 * C); v.dln1 = take(a, &o, N * C);
+    v.dres3 = take(a, &o, N * C); v.dfch = take(a, &o, N * 4 * Cl); v.dln2 = take(a, &o, N * C);
+    v.dres2 = take(a, &o, N * C); v.dqkv = take(a, &o, N * 3 * Cl); v.dln1 = take(a, &o, N * C);
     v.size = o;
     return v;
 }
 
+/* Vocabulary rows of wte (and logit columns) a rank holds: V at tp 1. */
+static int vocab_local(const gpt_model *m) {
+    return m->tp_size == 1 ? m->cfg.vocab_size : m->vocab_padded / m->tp_size;
+}
+
 static head_act head_act_view(const gpt_model *m, float *a, int B, int T) {
-    size_t C = (size_t)m->cfg.n_embd, N = (size_t)B * T, V = (size_t)m->cfg.vocab_size;
+    size_t C = (size_t)m->cfg.n_embd, N = (size_t)B * T, V = (size_t)vocab_local(m);
     head_act v;
     size_t o = 0;
     v.x = take(a, &o, N * C);
@@ -122,8 +135,12 @@ size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T) {
     return gpt_layer_act_floats(m, layer, 1, T) * sizeof(float) / (size_t)T;
 }
 
+/* Scratch of the kinds: a block's B needs (N,4C/tp) and the attention's; a sharded head's F the
+ * per-token exchange (head_tp_forward), N*(tp + 3); the embedding none. */
 size_t gpt_scratch_floats(const gpt_model *m, int B, int T) {
-    return (size_t)B * T * 4 * m->cfg.n_embd + ATTENTION_SCRATCH_FLOATS(T);
+    size_t N = (size_t)B * T, block = N * 4 * (size_t)block_dims_of(m).Cl + ATTENTION_SCRATCH_FLOATS(T);
+    size_t head = m->tp_size > 1 ? N * ((size_t)m->tp_size + 3) : 0;
+    return block > head ? block : head;
 }
 
 /* Checks ids are in [0,V): -1 naming the first bad one, its (b,t) and what it was for. */
@@ -144,14 +161,43 @@ static float *tied_dwte(const gpt_model *m, const gpt_tied *tied) {
     return tied && tied[0].dw ? tied[0].dw : m->g.wte;
 }
 
-/* ---- embedding ---------------------------------------------------------------------------- */
+/* ---- tensor parallelism ------------------------------------------------------------------- */
+/* The group's in-place sum of buf (n floats); nothing at tp 1. -1 with the collective's error. */
+static int tp_allreduce(const gpt_model *m, float *buf, size_t n, const char *what) {
+    if (m->tp_size == 1) return 0;
+    if (!m->tp.allreduce)
+        return pt_seterr("TP rank %d of %d has no collective for %s (gpt_set_tp was not called)",
+                         m->tp_rank, m->tp_size, what);
+    if (m->tp.allreduce(m->tp.ctx, buf, n) < 0)
+        return pt_adderr("TP rank %d of %d, all-reduce of %s: ", m->tp_rank, m->tp_size, what);
+    return 0;
+}
+
+/* The vocabulary shard of m: ids [*v0, *v0 + *nv) are real rows of its wte (the rest of its
+ * vocab_local rows are padding). */
+static void vocab_range(const gpt_model *m, int *v0, int *nv) {
+    int vl = vocab_local(m), left = m->cfg.vocab_size - m->tp_rank * vl;
+    *v0 = m->tp_rank * vl;
+    *nv = left < 0 ? 0 : left < vl ? left : vl;
+}
+
+/* ---- embedding ----------------------------------------------------------------------------
+ * Over tp ranks: each gathers the rows of its vocabulary shard (zeros for the others' tokens),
+ * rank 0 adds the positions, and the group sums the (N,C) output; W scatters into its rows. */
 static int embed_forward(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                          float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
     if (check_tokens(m, tokens, B, T, "token") < 0) return -1;
     embed_act a = embed_act_view(m, act, B, T);
     memcpy(a.tokens, tokens, (size_t)B * T * sizeof *tokens);
-    embedding_forward(out, tokens, m->w.wte, m->w.wpe, B, T, m->cfg.n_embd);
-    return 0;
+    if (m->tp_size == 1) {
+        embedding_forward(out, tokens, m->w.wte, m->w.wpe, B, T, m->cfg.n_embd);
+        return 0;
+    }
+    int v0, nv;
+    vocab_range(m, &v0, &nv);
+    embedding_shard_forward(out, tokens, m->w.wte, m->tp_rank == 0 ? m->w.wpe : NULL, v0, nv, B,
+                            T, m->cfg.n_embd);
+    return tp_allreduce(m, out, (size_t)B * T * m->cfg.n_embd, "the embedding output");
 }
 
 static int embed_backward_input(const gpt_model *m, int l, const gpt_tied *tied, float *act,
@@ -163,43 +209,77 @@ static int embed_backward_input(const gpt_model *m, int l, const gpt_tied *tied,
 static int embed_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
                                  float *scratch, int B, int T) {
     embed_act a = embed_act_view(m, (float *)act, B, T);   /* read only */
-    embedding_backward_weight(m->g.wte, m->g.wpe, a.dout, a.tokens, B, T, m->cfg.n_embd);
+    int v0, nv;
+    if (m->tp_size == 1) {
+        embedding_backward_weight(m->g.wte, m->g.wpe, a.dout, a.tokens, B, T, m->cfg.n_embd);
+        return 0;
+    }
+    vocab_range(m, &v0, &nv);
+    embedding_shard_backward_weight(m->g.wte, m->g.wpe, a.dout, a.tokens, v0, nv, B, T, m->cfg.n_embd);
     return 0;
 }
 
-/* ---- transformer block -------------------------------------------------------------------- */
+/* ---- transformer block --------------------------------------------------------------------
+ * Over tp ranks (Megatron-LM): c_attn and c_fc column-parallel (each rank its heads' q k v and
+ * its share of the MLP), attn.c_proj and mlp.c_proj row-parallel: the rank's partial product,
+ * the group's sum, then the bias and the residual once. B sums the column-parallel matmuls'
+ * input gradients over the group before each layernorm's backward. W is local. */
+
+/* out (N,OUT) = res + b + inp @ w, inp holding IN of the projection's input rows (all of them at
+ * tp 1). */
+static int proj_residual_forward(const gpt_model *m, float *out, const float *inp, const float *w,
+                                 const float *b, const float *res, int N, int IN, int OUT) {
+    if (m->tp_size == 1) {
+        matmul_residual_forward(out, inp, w, b, res, N, IN, OUT);
+        return 0;
+    }
+    matmul_forward(out, inp, w, NULL, N, IN, OUT);
+    if (tp_allreduce(m, out, (size_t)N * OUT, "a row-parallel projection") < 0) return -1;
+    bias_residual_add(out, res, b, N, OUT);
+    return 0;
+}
+
+/* dinp (N,IN) = dout @ w^T for a column-parallel matmul of OUT of the outputs: the group's sum. */
+static int colpar_backward_input(const gpt_model *m, float *dinp, const float *dout,
+                                 const float *w, int N, int IN, int OUT) {
+    matmul_backward_input(dinp, dout, w, N, IN, OUT);
+    return tp_allreduce(m, dinp, (size_t)N * IN, "a column-parallel input gradient");
+}
+
 static int block_forward(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                          float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
     const gpt_block_tensors *w = &m->w.h[l - 1];
-    int C = m->cfg.n_embd, N = B * T;
+    block_dims d = block_dims_of(m);
+    int C = d.C, Cl = d.Cl, N = B * T;
     block_act a = block_act_view(m, act, B, T);
     memcpy(a.x, x, (size_t)N * C * sizeof *x);
     layernorm_forward(a.ln1, a.ln1m, a.ln1r, a.x, w->ln1w, w->ln1b, N, C);
-    matmul_forward(a.qkv, a.ln1, w->qkvw, w->qkvb, N, C, 3 * C);
-    attention_forward(a.atty, a.att, a.qkv, B, T, C, m->cfg.n_head);
-    matmul_residual_forward(a.res2, a.atty, w->attprojw, w->attprojb, a.x, N, C, C);
+    matmul_forward(a.qkv, a.ln1, w->qkvw, w->qkvb, N, C, 3 * Cl);
+    attention_forward(a.atty, a.att, a.qkv, B, T, Cl, d.NHl);
+    if (proj_residual_forward(m, a.res2, a.atty, w->attprojw, w->attprojb, a.x, N, Cl, C) < 0)
+        return -1;
     layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, w->ln2w, w->ln2b, N, C);
-    matmul_forward(a.fch, a.ln2, w->fcw, w->fcb, N, C, 4 * C);
-    gelu_forward(a.fchg, a.fch, N * 4 * C);
-    matmul_residual_forward(out, a.fchg, w->fcprojw, w->fcprojb, a.res2, N, 4 * C, C);
-    return 0;
+    matmul_forward(a.fch, a.ln2, w->fcw, w->fcb, N, C, 4 * Cl);
+    gelu_forward(a.fchg, a.fch, N * 4 * Cl);
+    return proj_residual_forward(m, out, a.fchg, w->fcprojw, w->fcprojb, a.res2, N, 4 * Cl, C);
 }
 
-/* scratch: (N,4C) for the widest intermediate, then the attention scratch. */
+/* scratch: (N,4C/tp) for the widest intermediate, then the attention scratch. */
 static int block_backward_input(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                                 float *scratch, float *dx, const float *dout, int B, int T) {
     const gpt_block_tensors *w = &m->w.h[l - 1];
-    int C = m->cfg.n_embd, N = B * T;
+    block_dims d = block_dims_of(m);
+    int C = d.C, Cl = d.Cl, N = B * T;
     block_act a = block_act_view(m, act, B, T);
-    float *s = scratch, *satt = scratch + (size_t)N * 4 * C;
+    float *s = scratch, *satt = scratch + (size_t)N * 4 * Cl;
     memcpy(a.dres3, dout, (size_t)N * C * sizeof *dout);
-    matmul_backward_input(s, a.dres3, w->fcprojw, N, 4 * C, C);       /* at the GELU output */
-    gelu_backward_input(a.dfch, s, a.fch, N * 4 * C);
-    matmul_backward_input(a.dln2, a.dfch, w->fcw, N, C, 4 * C);
+    matmul_backward_input(s, a.dres3, w->fcprojw, N, 4 * Cl, C);      /* at the GELU output */
+    gelu_backward_input(a.dfch, s, a.fch, N * 4 * Cl);
+    if (colpar_backward_input(m, a.dln2, a.dfch, w->fcw, N, C, 4 * Cl) < 0) return -1;
     layernorm_residual_backward_input(a.dres2, a.dln2, a.dres3, a.res2, w->ln2w, a.ln2m, a.ln2r, N, C);
-    matmul_backward_input(s, a.dres2, w->attprojw, N, C, C);          /* at the attention output */
-    attention_backward_input(a.dqkv, satt, s, a.qkv, a.att, B, T, C, m->cfg.n_head);
-    matmul_backward_input(a.dln1, a.dqkv, w->qkvw, N, C, 3 * C);
+    matmul_backward_input(s, a.dres2, w->attprojw, N, Cl, C);         /* at the attention output */
+    attention_backward_input(a.dqkv, satt, s, a.qkv, a.att, B, T, Cl, d.NHl);
+    if (colpar_backward_input(m, a.dln1, a.dqkv, w->qkvw, N, C, 3 * Cl) < 0) return -1;
     layernorm_residual_backward_input(dx, a.dln1, a.dres2, a.x, w->ln1w, a.ln1m, a.ln1r, N, C);
     return 0;
 }
@@ -207,22 +287,53 @@ static int block_backward_input(const gpt_model *m, int l, const gpt_tied *tied,
 static int block_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
                                  float *scratch, int B, int T) {
     const gpt_block_tensors *g = &m->g.h[l - 1];
-    int C = m->cfg.n_embd, N = B * T;
+    block_dims d = block_dims_of(m);
+    int C = d.C, Cl = d.Cl, N = B * T;
     block_act a = block_act_view(m, (float *)act, B, T);   /* read only below */
-    matmul_backward_weight(g->fcprojw, g->fcprojb, a.dres3, a.fchg, N, 4 * C, C);
-    matmul_backward_weight(g->fcw, g->fcb, a.dfch, a.ln2, N, C, 4 * C);
+    matmul_backward_weight(g->fcprojw, g->fcprojb, a.dres3, a.fchg, N, 4 * Cl, C);
+    matmul_backward_weight(g->fcw, g->fcb, a.dfch, a.ln2, N, C, 4 * Cl);
     layernorm_backward_weight(g->ln2w, g->ln2b, a.dln2, a.res2, a.ln2m, a.ln2r, N, C);
-    matmul_backward_weight(g->attprojw, g->attprojb, a.dres2, a.atty, N, C, C);
-    matmul_backward_weight(g->qkvw, g->qkvb, a.dqkv, a.ln1, N, C, 3 * C);
+    matmul_backward_weight(g->attprojw, g->attprojb, a.dres2, a.atty, N, Cl, C);
+    matmul_backward_weight(g->qkvw, g->qkvb, a.dqkv, a.ln1, N, C, 3 * Cl);
     layernorm_backward_weight(g->ln1w, g->ln1b, a.dln1, a.x, a.ln1m, a.ln1r, N, C);
     return 0;
 }
 
-/* ---- final layernorm + tied head ---------------------------------------------------------- */
-/* With targets: out[0] = mean loss, probs kept. Without: out (N,V) = logits. */
+/* ---- final layernorm + tied head ----------------------------------------------------------
+ * Over tp ranks: each rank's logits are its vocabulary shard's columns, and the cross-entropy
+ * is Megatron-LM's vocabulary-parallel one (head_tp_forward). B sums the input gradient. */
+
+/* Sharded cross-entropy of the logits in a.probs: the group's maximum per token (each rank
+ * writes its own into its slot of a zeroed (N,tp) buffer, the group sums it: a sum is the only
+ * collective), then the sums of exponentials and the target logits, summed together. Returns
+ * the mean loss through *loss, the same on every rank. scratch: N*(tp + 3). */
+static int head_tp_crossentropy(const gpt_model *m, head_act *a, float *scratch, int N, float *loss) {
+    int tp = m->tp_size, V = vocab_local(m), v0, nv;
+    float *slots = scratch, *mx = slots + (size_t)N * tp, *sums = mx + N, *tl = sums + N;
+    vocab_range(m, &v0, &nv);
+    crossentropy_shard_stats(mx, tl, a->probs, a->targets, v0, nv, N, V);
+    memset(slots, 0, (size_t)N * tp * sizeof *slots);
+    for (int n = 0; n < N; n++) slots[(size_t)n * tp + m->tp_rank] = mx[n];
+    if (tp_allreduce(m, slots, (size_t)N * tp, "the per-token logit maxima") < 0) return -1;
+    for (int n = 0; n < N; n++) {
+        const float *s = slots + (size_t)n * tp;
+        mx[n] = s[0];
+        for (int r = 1; r < tp; r++) mx[n] = s[r] > mx[n] ? s[r] : mx[n];
+    }
+    crossentropy_shard_exp(a->probs, sums, a->probs, mx, nv, N, V);
+    if (tp_allreduce(m, sums, 2 * (size_t)N, "the sums of exponentials and target logits") < 0)
+        return -1;   /* sums and tl are adjacent: one call */
+    *loss = crossentropy_shard_finish(a->probs, mx, sums, tl, N, V);
+    return 0;
+}
+
+/* With targets: out[0] = mean loss, probs kept. Without: out (N,V) = logits (tp 1 only). */
 static int head_forward(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                         float *scratch, float *out, const float *x, const int *targets, int B, int T) {
-    int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
+    int C = m->cfg.n_embd, V = vocab_local(m), N = B * T;
+    if (!targets && m->tp_size > 1)
+        return pt_seterr("a tensor-parallel head (tp %d) has only its vocabulary shard's logits: "
+                         "it needs targets (logits need a model of tp 1)", m->tp_size);
     if (targets && check_tokens(m, targets, B, T, "target") < 0) return -1;
     head_act a = head_act_view(m, act, B, T);
     memcpy(a.x, x, (size_t)N * C * sizeof *x);
@@ -233,23 +344,31 @@ static int head_forward(const gpt_model *m, int l, const gpt_tied *tied, float *
     }
     memcpy(a.targets, targets, (size_t)N * sizeof *targets);
     lmhead_forward(a.probs, a.lnf, tied_wte(m, tied), N, C, V);
+    if (m->tp_size > 1) return head_tp_crossentropy(m, &a, scratch, N, out);
     out[0] = crossentropy_forward(a.probs, a.probs, targets, N, V);
     return 0;
 }
 
 static int head_backward_input(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                                float *scratch, float *dx, const float *dloss, int B, int T) {
-    int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
+    int C = m->cfg.n_embd, V = vocab_local(m), N = B * T, v0, nv;
     head_act a = head_act_view(m, act, B, T);
-    crossentropy_backward_input(a.probs, a.probs, a.targets, dloss ? *dloss : 1.0f, N, V);
+    if (m->tp_size == 1) {
+        crossentropy_backward_input(a.probs, a.probs, a.targets, dloss ? *dloss : 1.0f, N, V);
+    } else {
+        vocab_range(m, &v0, &nv);
+        crossentropy_shard_backward_input(a.probs, a.probs, a.targets, v0, nv,
+                                          dloss ? *dloss : 1.0f, N, V);
+    }
     lmhead_backward_input(a.dlnf, a.probs, tied_wte(m, tied), N, C, V);
+    if (tp_allreduce(m, a.dlnf, (size_t)N * C, "the head's input gradient") < 0) return -1;
     layernorm_backward_input(dx, a.dlnf, a.x, m->w.lnfw, a.lnfm, a.lnfr, N, C);
     return 0;
 }
 
 static int head_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
                                 float *scratch, int B, int T) {
-    int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
+    int C = m->cfg.n_embd, V = vocab_local(m), N = B * T;
     head_act a = head_act_view(m, (float *)act, B, T);   /* read only below */
     lmhead_backward_weight(tied_dwte(m, tied), a.probs, a.lnf, N, C, V);
     layernorm_backward_weight(m->g.lnfw, m->g.lnfb, a.dlnf, a.x, a.lnfm, a.lnfr, N, C);
@@ -354,7 +473,9 @@ int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float
 
 int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                              float *scratch, float *dx, const float *dout, int B, int T) {
-    return gpt_layer_ops_of(m, layer)->backward_input(m, layer, tied, act, scratch, dx, dout, B, T);
+    if (gpt_layer_ops_of(m, layer)->backward_input(m, layer, tied, act, scratch, dx, dout, B, T) < 0)
+        return pt_adderr("layer %d backward: ", layer);
+    return 0;
 }
 
 int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,

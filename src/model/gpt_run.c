@@ -44,7 +44,7 @@ static float *gpt_fb_forward_body(gpt_model *m, float **acts, const int *tokens,
     float *x = m->fb_x, *y = m->fb_x + xn;
     if (gpt_layer_forward(m, 0, NULL, acts[0], m->fb_scratch, x, NULL, tokens, B, T) < 0) return NULL;
     for (int l = 1; l <= m->cfg.n_layer; l++) {
-        gpt_layer_forward(m, l, NULL, acts[l], m->fb_scratch, y, x, NULL, B, T);
+        if (gpt_layer_forward(m, l, NULL, acts[l], m->fb_scratch, y, x, NULL, B, T) < 0) return NULL;
         float *t = x; x = y; y = t;
     }
     return x;
@@ -63,9 +63,10 @@ int gpt_forward_backward(gpt_model *m, const int *tokens, const int *targets, in
     size_t xn = (size_t)B * T * m->cfg.n_embd;
     float *dx = m->fb_x, *dy = m->fb_x + xn;   /* forward buffers are free again */
     for (int l = nl - 1; l >= 0; l--) {
-        gpt_layer_backward_input(m, l, NULL, acts[l], m->fb_scratch, l ? dx : NULL,
-                                 l == nl - 1 ? NULL : dy, B, T);
-        gpt_layer_backward_weight(m, l, NULL, acts[l], m->fb_scratch, B, T);
+        if (gpt_layer_backward_input(m, l, NULL, acts[l], m->fb_scratch, l ? dx : NULL,
+                                     l == nl - 1 ? NULL : dy, B, T) < 0 ||
+            gpt_layer_backward_weight(m, l, NULL, acts[l], m->fb_scratch, B, T) < 0)
+            goto free_acts;
         float *t = dx; dx = dy; dy = t;
     }
     rc = 0;
@@ -87,6 +88,9 @@ int gpt_forward(gpt_model *m, float *logits, const int *tokens, int B, int T) {
 
 int gpt_forward_last(gpt_model *m, float *logits, const int *tokens, int B, int T) {
     int nl = gpt_num_layers(m), C = m->cfg.n_embd;
+    if (m->tp_size > 1)
+        return pt_seterr("gpt_forward_last: a tensor-parallel model (tp %d) has only a vocabulary "
+                         "shard of the logits (sampling needs a model of tp 1)", m->tp_size);
     float **acts = pt_malloc((size_t)nl * sizeof *acts);
     gpt_fb_buffers(m, B, T, acts);
     float *x = gpt_fb_forward_body(m, acts, tokens, B, T);

@@ -27,6 +27,16 @@ void embedding_forward(float *out, const int *tokens, const float *wte, const fl
 void embedding_backward_weight(float *dwte, float *dwpe, const float *dout, const int *tokens,
                                int B, int T, int C);
 
+/* The same on one shard of the vocabulary (tensor parallelism): wte holds rows [v0, v0 + nv) of
+ * the table (wte (nv,C)); a token outside them gives a zero row (the group sums the shards' out).
+ * wpe NULL adds no positions (the group's other ranks add them once). */
+void embedding_shard_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                             int v0, int nv, int B, int T, int C);
+/* dwte (nv,C) += scatter of dout by the tokens in [v0, v0 + nv) (the others skipped); dwpe
+ * (maxT,C) += sum over batch, as embedding_backward_weight. */
+void embedding_shard_backward_weight(float *dwte, float *dwpe, const float *dout,
+                                     const int *tokens, int v0, int nv, int B, int T, int C);
+
 /* ---- layernorm over the last axis, eps 1e-5 (biased variance, as torch) ------------------ */
 /* out, inp (N,C); w, b (C); saves mean, rstd (N) for the backward. */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -80,6 +90,10 @@ void gelu_backward_input(float *dinp, const float *dout, const float *inp, int N
 /* ---- residual add: out = a + b (N). Its backward passes dout unchanged to both inputs. ----- */
 void residual_forward(float *out, const float *a, const float *b, int N);
 
+/* out (N,C) += res (N,C) + b (C): the bias and residual add of a projection whose product out
+ * already holds (tensor parallelism adds them once, after the group's sum of the products). */
+void bias_residual_add(float *out, const float *res, const float *b, int N, int C);
+
 /* ---- tied LM head: logits = inp @ wte^T (no bias) ----------------------------------------- */
 /* logits (N,V); inp (N,C); wte (V,C). */
 void lmhead_forward(float *logits, const float *inp, const float *wte, int N, int C, int V);
@@ -95,6 +109,28 @@ float crossentropy_forward(float *probs, const float *logits, const int *targets
 /* dlogits (N,V) = dloss * (probs - onehot(targets)) / N; dlogits may alias probs. */
 void crossentropy_backward_input(float *dlogits, const float *probs, const int *targets,
                                  float dloss, int N, int V);
+
+/* ---- vocabulary-parallel softmax cross-entropy (Megatron-LM's) ---------------------------
+ * Each rank of a tensor-parallel group holds V columns of the logits, a shard of the vocabulary
+ * starting at id v0, of which the first nv are real and the rest padding (ignored: probability
+ * 0, gradient 0). The caller combines the per-row numbers over the group between the steps:
+ * rowmax by a maximum, sums and tlogit by a sum. */
+/* rowmax (N) = each row's maximum over the real columns (-FLT_MAX when nv is 0); tlogit (N) =
+ * logits[n, targets[n] - v0] when that is a real column of the shard, else 0. */
+void crossentropy_shard_stats(float *rowmax, float *tlogit, const float *logits,
+                              const int *targets, int v0, int nv, int N, int V);
+/* probs (N,V) = e^(logits - rowmax) on the real columns, 0 on padding (probs may alias logits);
+ * sums (N) = each row's sum. rowmax: the group's. */
+void crossentropy_shard_exp(float *probs, float *sums, const float *logits, const float *rowmax,
+                            int nv, int N, int V);
+/* probs (N,V) /= sums row by row; returns the mean over rows of rowmax + log(sum) - tlogit (the
+ * loss). rowmax, sums, tlogit: the group's. */
+float crossentropy_shard_finish(float *probs, const float *rowmax, const float *sums,
+                                const float *tlogit, int N, int V);
+/* dlogits (N,V) = dloss * (probs - onehot(targets - v0)) / N, the one-hot only for targets in
+ * [v0, v0 + nv); dlogits may alias probs. */
+void crossentropy_shard_backward_input(float *dlogits, const float *probs, const int *targets,
+                                       int v0, int nv, float dloss, int N, int V);
 
 /* ---- the build ---------------------------------------------------------------------------- */
 /* The widest vector ISA these kernels were compiled for ("AVX-512", "AVX2", "SSE2", "NEON" or

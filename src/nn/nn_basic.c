@@ -5,6 +5,7 @@
 #include "nn/nn_math.h"
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #define LN_EPS 1e-5f
 
@@ -25,6 +26,35 @@ void embedding_backward_weight(float *dwte, float *dwpe, const float *dout, cons
             const float *d = dout + ((size_t)b * T + t) * C;
             float *e = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)t * C;
             for (int i = 0; i < C; i++) { e[i] += d[i]; p[i] += d[i]; }   /* vec */
+        }
+}
+
+void embedding_shard_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                             int v0, int nv, int B, int T, int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            int r = tokens[b * T + t] - v0;
+            if (r >= 0 && r < nv) memcpy(o, wte + (size_t)r * C, (size_t)C * sizeof *o);
+            else memset(o, 0, (size_t)C * sizeof *o);
+            if (wpe) {
+                const float *p = wpe + (size_t)t * C;
+                for (int i = 0; i < C; i++) o[i] += p[i];   /* vec */
+            }
+        }
+}
+
+void embedding_shard_backward_weight(float *dwte, float *dwpe, const float *dout,
+                                     const int *tokens, int v0, int nv, int B, int T, int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            float *p = dwpe + (size_t)t * C;
+            int r = tokens[b * T + t] - v0;
+            for (int i = 0; i < C; i++) p[i] += d[i];   /* vec */
+            if (r < 0 || r >= nv) continue;
+            float *e = dwte + (size_t)r * C;
+            for (int i = 0; i < C; i++) e[i] += d[i];   /* vec */
         }
 }
 
@@ -111,6 +141,14 @@ void gelu_backward_input(float *dinp, const float *dout, const float *inp, int N
         float s = nn_sigmoidf(x * (-GELU_M1 - GELU_M3 * x2));
         float du2 = 2.0f * GELU_K + (6.0f * GELU_K * GELU_A) * x2;
         dinp[i] = dout[i] * (s + x * s * (1.0f - s) * du2);
+    }
+}
+
+void bias_residual_add(float *out, const float *res, const float *b, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        const float *r = res + (size_t)n * C;
+        for (int i = 0; i < C; i++) o[i] += r[i] + b[i];   /* vec */
     }
 }
 
