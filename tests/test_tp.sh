@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Tensor parallelism from the command line, threads and MPI: `grad --tp T` for T in {1,2,4} x
+# stages {1,2} x dp {1,2} writes the single-process gradient file (within grad's tolerance), and
+# MPI writes the threads file bitwise at each layout; `train --tp 2` gives tp 1's losses and
+# norms; checkpoints move from tp 2 to tp 1 and back; a rank's bytes follow its shards; the
+# layout line and metrics name tp; bad inputs are errors naming their numbers.
+# The API-level numerics: tests/test_tp_run.c.
+. "$(dirname "$0")/lib.sh"
+BUILD=${BUILD:-build}
+P=$PIPETRAIN
+CMP="$BUILD/tests/aux_run_cmp"
+JOB_LIMIT_S=120     # a hang is a failure; a healthy run takes a second or two
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own leaks
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp"
+export OPENBLAS_NUM_THREADS=1   # the single-process reference sums as one thread does
+D=$TEST_TMP/tp
+mkdir -p "$D"
+# n_head 4: tp 1, 2, 4 divide it; vocab 257: no tp > 1 divides it (wte's rows are padded)
+cat > "$D/cfg.json" <<'J'
+{"n_layer": 2, "n_head": 4, "n_embd": 32, "vocab_size": 257, "n_positions": 32}
+J
+for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
+mpi() { local n=$1; shift; timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS \
+          -x OPENBLAS_NUM_THREADS -np "$n" "$P" "$@" < /dev/null; }
+gargs="--config $D/cfg.json --tokens $D/text.txt --batch 8 --seq 16"
+targs="--config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3"
+# float32 sums of the same terms in another order (microbatches, replicas, TP partial products)
+TOL=1e-4
+
+"$P" grad $gargs --out "$D/g1.st" > /dev/null 2>&1
+for tp in 1 2 4; do for st in 1 2; do for dp in 1 2; do
+  n="grad tp $tp, stages $st, dp $dp"
+  if ! "$P" grad $gargs --out "$D/t.st" --stages $st --dp $dp --tp $tp > "$D/out" 2>&1; then
+    fail "$n (threads)" "$(tail -2 "$D/out")"; continue; fi
+  check "$n: threads equals one process" "$CMP" "$D/t.st" "$D/g1.st" $TOL
+  if ! mpi $((tp * st * dp)) grad $gargs --out "$D/m.st" --stages $st --dp $dp --tp $tp --transport mpi > "$D/out" 2>&1; then
+    fail "$n (mpi -np $((tp * st * dp)))" "$(tail -2 "$D/out")"; continue; fi
+  check "$n: mpi -np $((tp * st * dp)) equals threads bitwise" "$CMP" "$D/m.st" "$D/t.st" 0
+done; done; done
+
+# train: tp 2 gives tp 1's losses and norms (5 steps, clipping on); MPI the threads numbers.
+numbers() { sed 's/.*"loss":\([0-9.e-]*\).*"grad_norm":\([0-9.e-]*\).*/\1 \2/' "$1"; }
+close() { paste -d' ' <(numbers "$1") <(numbers "$2") | awk -v t=$TOL '
+  { for (k = 1; k <= 2; k++) { d = $k - $(k + 2); if (d < 0) d = -d; if (d > t * $(k + 2)) bad = 1 } n++ }
+  END { exit bad || n != '"$3"' }'; }
+"$P" train $targs --steps 5 --grad-clip 0.5 --stages 2 --metrics "$D/m1.jsonl" > /dev/null 2>&1
+if "$P" train $targs --steps 5 --grad-clip 0.5 --stages 2 --tp 2 --metrics "$D/m2.jsonl" > "$D/train.out" 2>&1 &&
+   close "$D/m2.jsonl" "$D/m1.jsonl" 5; then ok "train tp 2: tp 1's losses and norms, clipped"
+else fail "train tp 2: tp 1's losses and norms" "$(numbers "$D/m2.jsonl" | tr '\n' ' ') vs $(numbers "$D/m1.jsonl" | tr '\n' ' ') $(tail -2 "$D/train.out")"; fi
+grep -q '^pipeline: 1f1b, 2 stages x 1 replicas x tp 2,' "$D/train.out" && grep -q '"tp":2' "$D/m2.events.jsonl" \
+  && ok "train: the layout line and the run's start event name tp" || fail "train: layout names tp" "$(grep pipeline "$D/train.out")"
+mpi 4 train $targs --steps 5 --grad-clip 0.5 --stages 2 --tp 2 --transport mpi --metrics "$D/mm.jsonl" > "$D/out" 2>&1
+[ -s "$D/mm.jsonl" ] && [ "$(numbers "$D/mm.jsonl")" = "$(numbers "$D/m2.jsonl")" ] && ok "train tp 2: mpi equals threads bitwise" \
+  || fail "train tp 2: mpi equals threads bitwise" "$(tail -2 "$D/out")"
+
+# bytes per rank: a rank's parameters at tp 2 are about half of tp 1's (layer norms, biases and
+# wpe are replicated); rank 0 holds the embedding and a block either way.
+params0() { grep -o '"params":\[[0-9.e+]*' "$1" | head -1 | sed 's/.*\[//'; }
+r=$(awk -v a="$(params0 "$D/m2.events.jsonl")" -v b="$(params0 "$D/m1.events.jsonl")" 'BEGIN { if (b > 0) printf "%.3f", a / b }')
+awk -v r="$r" 'BEGIN { exit !(r > 0.5 && r < 0.6) }' && ok "memory: rank 0's parameters at tp 2 are $r of tp 1's" \
+  || fail "memory: rank 0's parameters at tp 2 about half of tp 1's" "ratio '$r'"
+
+# checkpoints hold whole tensors: tp 2 -> tp 1 and tp 1 -> tp 2 continue the uninterrupted runs.
+"$P" train $targs --steps 6 --stages 2 --metrics "$D/full1.jsonl" > /dev/null 2>&1
+"$P" train $targs --steps 6 --stages 2 --tp 2 --metrics "$D/full2.jsonl" > /dev/null 2>&1
+"$P" train $targs --steps 3 --stages 2 --tp 2 --dp 2 --microbatches 1 --zero 1 --save "$D/s2" > /dev/null 2>&1
+if "$P" train $targs --steps 6 --stages 2 --resume "$D/s2" --metrics "$D/r1.jsonl" > "$D/out" 2>&1 &&
+   close "$D/r1.jsonl" <(tail -3 "$D/full1.jsonl") 3; then
+  ok "checkpoint tp 2 (dp 2, zero 1) -> tp 1: the uninterrupted run's losses"
+else fail "checkpoint tp 2 -> tp 1" "$(numbers "$D/r1.jsonl" | tr '\n' ' ') $(tail -2 "$D/out")"; fi
+grep -q '"tp":[[:space:]]*2' "$D/s2/ckpt-3/manifest.json" && ! ls "$D/s2/ckpt-3" | grep -q optim- \
+  && ok "checkpoint at tp 2: whole tensors in the chunk files, layout.tp 2" || fail "checkpoint at tp 2: files" "$(ls "$D/s2/ckpt-3")"
+"$P" train $targs --steps 3 --stages 1 --save "$D/s1" > /dev/null 2>&1
+if mpi 4 train $targs --steps 6 --stages 2 --tp 2 --transport mpi --resume "$D/s1" --metrics "$D/r2.jsonl" > "$D/out" 2>&1 &&
+   close "$D/r2.jsonl" <(tail -3 "$D/full2.jsonl") 3; then
+  ok "checkpoint tp 1 -> tp 2 (mpi): the uninterrupted run's losses"
+else fail "checkpoint tp 1 -> tp 2 (mpi)" "$(numbers "$D/r2.jsonl" | tr '\n' ' ') $(tail -2 "$D/out")"; fi
+
+# bad inputs
+expect_error "--tp 0 is an error" "--tp must be >= 1 \(got 0\)" "$P" grad $gargs --out "$D/x.st" --tp 0
+expect_error "--tp 3 does not divide n_head 4" "--tp 3: .*3.*4|--tp 3: .*4.*3" "$P" grad $gargs --out "$D/x.st" --tp 3
+expect_error "--tp with --eval-data is refused" "--eval-data with --tp 2 is not supported" \
+  "$P" train $targs --steps 1 --tp 2 --eval-data "$D/text.txt"
+expect_error "--tp with --adapt is refused" "--adapt with --tp 2 is not supported" "$P" train $targs --steps 1 --stages 2 --tp 2 --adapt
+expect_error "--tp with a side task is refused" "--side-task with --tp 2 is not supported" \
+  "$P" train $targs --steps 1 --stages 2 --tp 2 --side-task busy:100
+mpi 6 grad $gargs --out "$D/x.st" --stages 2 --tp 2 --transport mpi > "$D/out" 2>&1; rc=$?
+nerr=$(grep -c 'the MPI world has 6 processes, but --dp 1 x --stages 2 x --tp 2 needs 4' "$D/out")
+if [ $rc -eq 124 ]; then fail "mpi: world size not dp x stages x tp" "hang"
+elif [ $rc -ne 0 ] && [ "$nerr" -eq 6 ]; then ok "mpi: world size not dp x stages x tp is an error on every rank, naming the numbers"
+else fail "mpi: world size not dp x stages x tp" "rc $rc, $nerr ranks said it: $(head -3 "$D/out")"; fi
+done_tests

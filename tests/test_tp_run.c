@@ -1,0 +1,257 @@
+/* Tensor parallelism in the pipelined runtime (threads transport): the layout's world ranks; plan
+ * errors; a job at tp 2 and 4 against the same layout at tp 1 (loss, norm, every gradient,
+ * training steps with clipping); --zero 1 against --zero 0 at tp 2, bitwise; bytes per rank;
+ * whole tensors from shards (gather, checkpoints: tp 2 -> tp 1 -> tp 2, files bitwise).
+ * Not here: the sharded layers themselves (test_tp_model.c), the CLI and MPI (test_tp.sh).
+ *
+ * Legend: P stages, D replicas, tp TP ranks, M microbatches. */
+#include "ckpt/checkpoint.h"
+#include "model/gpt.h"
+#include "run/run.h"
+#include "util/pt.h"
+#include "test.h"
+#include "test_tmpdir.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* tp ranks sum a layer's partial products in another order than one rank's matmul does: float32
+ * reassociation, a few ulps of the largest term */
+#define TP_TOL 1e-4
+/* after a few AdamW steps: m/sqrt(v) magnifies ulp-level differences of near-zero gradients */
+#define TP_TRAIN_TOL 2e-3
+
+enum { BATCH = 8, SEQ = 8, STEPS = 3 };
+/* n_head 4 (tp 1, 2, 4 divide it); a vocabulary no tp divides (wte's rows are padded) */
+static const gpt_config CFG = { .n_layer = 2, .n_head = 4, .n_embd = 32, .vocab_size = 67,
+                                .n_positions = 8 };
+static int g_tok[BATCH * SEQ], g_tgt[BATCH * SEQ];
+
+static void make_data(void) {
+    pt_rng r;
+    pt_rng_seed(&r, 11);
+    for (int i = 0; i < BATCH * SEQ; i++) g_tok[i] = (int)(pt_rng_next(&r) % 67);
+    for (int i = 0; i < BATCH * SEQ; i++) g_tgt[i] = (int)(pt_rng_next(&r) % 67);
+}
+
+/* ---- layout and plan ---------------------------------------------------------------------- */
+
+static void test_layout(void) {
+    run_layout lo;
+    int rc = run_layout_init(&lo, 3, 2, 3, 1, 6, NULL, 0), bad = 0;
+    lo.tp = 2;
+    for (int w = 0; rc == 0 && w < run_layout_ranks(&lo); w++) {
+        int d, p, t;
+        run_layout_coords(&lo, w, &d, &p, &t);
+        bad |= run_layout_world_rank(&lo, d, p, t) != w || w != (d * 3 + p) * 2 + t;
+    }
+    CHECK("layout: w = (d*P + p)*tp + t, and back, over 12 ranks", rc == 0 && !bad && run_layout_ranks(&lo) == 12,
+          "rc %d bad %d", rc, bad);
+    if (rc == 0) run_layout_free(&lo);
+}
+
+static void expect_plan_error(const char *nm, run_opts o, const char *a, const char *b) {
+    run_plan pl;
+    int rc = run_plan_init(&pl, &o, &CFG, BATCH, SEQ);
+    if (rc == 0) run_plan_free(&pl);
+    CHECK(nm, rc < 0 && strstr(pt_err(), a) && (!b || strstr(pt_err(), b)), "rc %d: '%s'", rc, pt_err());
+}
+
+static void test_plan_errors(void) {
+    run_opts o = { .P = 1, .D = 1, .tp = -1, .schedule = "1f1b", .M = 1 };
+    expect_plan_error("plan: --tp below 1 is an error", o, "--tp must be >= 1 (got -1)", NULL);
+    o.tp = 3;
+    expect_plan_error("plan: --tp 3 does not divide n_head 4 (both named)", o, "3", "4");
+    o = (run_opts){ .P = 64, .D = 64, .tp = 64, .schedule = "1f1b", .M = 64 };
+    expect_plan_error("plan: stages x dp x tp beyond the rank limit", o, "--tp 64 is more than", NULL);
+}
+
+/* ---- jobs --------------------------------------------------------------------------------- */
+
+typedef struct {
+    float loss[STEPS];
+    double norm[STEPS];
+    gpt_model m;            /* whole: params and grads gathered after the last iteration */
+    run_mem mem0;           /* world rank 0's bytes */
+} job_out;
+
+/* A job of layout (P, D, tp, zero) from the seeded init (or checkpoint dir), `steps` iterations
+ * (0 optimizer steps: one gradient, no update), gathered; saves to save_dir when given. */
+static int run_case(int P, int D, int tp, int zero, int steps, const char *from, const char *save_dir,
+                    job_out *out) {
+    run_opts o = { .P = P, .D = D, .tp = tp, .schedule = "1f1b", .M = 2, .zero = zero };
+    optim_config oc = optim_config_default();
+    oc.lr = 1e-2;
+    oc.grad_clip = 0.5;   /* on: the norm scales the update */
+    run_plan pl;
+    run_source src;
+    ckpt_manifest *man = pt_calloc(1, sizeof *man);
+    run_job *j = NULL;
+    memset(out, 0, sizeof *out);
+    int rc = run_plan_init(&pl, &o, &CFG, BATCH, SEQ);
+    if (rc < 0) { free(man); return -1; }
+    if (from) rc = ckpt_read_manifest(man, from) < 0 || run_source_checkpoint(&src, from, man) < 0 ? -1 : 0;
+    else run_source_init(&src, &CFG, NULL, 5);
+    if (rc == 0) rc = run_job_init_src(&j, &pl, &src, NULL);
+    for (int s = 0; rc == 0 && s < (steps ? steps : 1); s++) {
+        run_stats st;
+        rc = run_job_iteration(j, g_tok, g_tgt, steps ? &oc : NULL, s + 1, &st);
+        out->loss[s] = st.loss;
+        out->norm[s] = st.grad_norm;
+    }
+    if (rc == 0) rc = gpt_init(&out->m, &CFG);
+    if (rc == 0) rc = run_job_gather(j, &out->m);
+    if (rc == 0) run_job_mem(j, 0, &out->mem0);
+    if (rc == 0 && save_dir) {
+        *man = (ckpt_manifest){ .cfg = CFG, .step = steps, .adam_t = steps, .batch = BATCH, .seq = SEQ };
+        rc = run_job_save(j, save_dir, man);
+    }
+    run_job_free(j);
+    run_source_free(&src);
+    run_plan_free(&pl);
+    free(man);
+    return rc;
+}
+
+/* Largest whole-tensor normalised error of a's params (grads: 1) against b's, and its tensor. */
+static double model_err(const gpt_model *a, const gpt_model *b, int grads, const char **name) {
+    double worst = 0;
+    *name = "";
+    for (int i = 0; i < gpt_param_count(a); i++) {
+        const gpt_param_info *pi = gpt_param_info_at(a, i);
+        const float *x = (grads ? a->grads : a->params) + pi->offset, *y = (grads ? b->grads : b->params) + pi->offset;
+        double e = test_tensor_relerr(x, y, pi->count);
+        if (e > worst) { worst = e; *name = pi->name; }
+    }
+    return worst;
+}
+
+static double max_diff(const float *a, const float *b, const double *x, const double *y, int n) {
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double e = a ? test_relerr(a[i], b[i], 1e-6) : test_relerr(x[i], y[i], 1e-6);
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+
+/* grad (no update) and STEPS training steps at tp against tp 1, same P, D. */
+static void test_against_tp1(int P, int D, int tp) {
+    job_out r, x;
+    char nm[160];
+    const char *worst;
+    int rc = run_case(P, D, 1, 0, 0, NULL, NULL, &r) < 0 ? -1 : run_case(P, D, tp, 0, 0, NULL, NULL, &x);
+    snprintf(nm, sizeof nm, "grad P=%d D=%d tp=%d: loss, norm and every gradient as tp 1", P, D, tp);
+    double eg = rc < 0 ? 1 : model_err(&x.m, &r.m, 1, &worst);
+    CHECK(nm, rc == 0 && test_relerr(x.loss[0], r.loss[0], 1e-6) < TP_TOL && test_relerr(x.norm[0], r.norm[0], 1e-6) < TP_TOL &&
+          eg < TP_TOL, "rc %d %s: loss %g/%g norm %g/%g, gradient err %g (%s)", rc, rc < 0 ? pt_err() : "",
+          x.loss[0], r.loss[0], x.norm[0], r.norm[0], eg, rc < 0 ? "" : worst);
+    gpt_free(&r.m);
+    gpt_free(&x.m);
+    rc = run_case(P, D, 1, 0, STEPS, NULL, NULL, &r) < 0 ? -1 : run_case(P, D, tp, 0, STEPS, NULL, NULL, &x);
+    double el = max_diff(x.loss, r.loss, NULL, NULL, STEPS), en = max_diff(NULL, NULL, x.norm, r.norm, STEPS);
+    double ep = rc < 0 ? 1 : model_err(&x.m, &r.m, 0, &worst);
+    snprintf(nm, sizeof nm, "train P=%d D=%d tp=%d, %d steps clipped: losses, norms, parameters as tp 1", P, D, tp, STEPS);
+    CHECK(nm, rc == 0 && el < TP_TOL && en < TP_TOL && ep < TP_TRAIN_TOL && r.norm[0] > 0.5,
+          "rc %d %s: loss err %g, norm err %g (norm %g, clip 0.5), parameter err %g (%s)", rc,
+          rc < 0 ? pt_err() : "", el, en, r.norm[0], ep, rc < 0 ? "" : worst);
+    gpt_free(&r.m);
+    gpt_free(&x.m);
+}
+
+/* --zero 1 at tp 2 over two replicas: the same bits as --zero 0 (per-TP-rank groups, slices). */
+static void test_zero(void) {
+    job_out a, b;
+    const char *worst;
+    int rc = run_case(1, 2, 2, 0, STEPS, NULL, NULL, &a) < 0 ? -1 : run_case(1, 2, 2, 1, STEPS, NULL, NULL, &b);
+    int same = rc == 0 && !memcmp(a.loss, b.loss, sizeof a.loss) && !memcmp(a.norm, b.norm, sizeof a.norm) &&
+               !memcmp(a.m.params, b.m.params, a.m.num_params * sizeof(float));
+    CHECK("train D=2 tp=2: --zero 1 bitwise --zero 0", same, "rc %d %s: parameter err %g", rc,
+          rc < 0 ? pt_err() : "", rc < 0 ? 1 : model_err(&b.m, &a.m, 0, &worst));
+    CHECK("memory: --zero 1 at dp 2 holds half the moments of --zero 0 on rank 0",
+          rc == 0 && fabs(b.mem0.optim / a.mem0.optim - 0.5) < 0.05, "optimizer bytes %g vs %g",
+          b.mem0.optim, a.mem0.optim);
+    gpt_free(&a.m);
+    gpt_free(&b.m);
+}
+
+/* A rank's parameter bytes at tp 2 are about half of tp 1's (the replicated layer norms, biases
+ * and wpe aside); the gather before any step is bitwise the seeded whole model. */
+static void test_memory_and_gather(void) {
+    job_out a, b;
+    gpt_model whole;
+    int rc = run_case(2, 1, 1, 0, 0, NULL, NULL, &a) < 0 ? -1 : run_case(2, 1, 2, 0, 0, NULL, NULL, &b);
+    double ratio = rc == 0 ? b.mem0.params / a.mem0.params : 0;
+    CHECK("memory: a rank's parameters at tp 2 are about half of tp 1's", ratio > 0.5 && ratio < 0.6,
+          "rc %d: %.0f / %.0f bytes = %.3f", rc, b.mem0.params, a.mem0.params, ratio);
+    CHECK("memory: gradients and moments follow the shards", rc == 0 && b.mem0.grads == b.mem0.params,
+          "grads %.0f params %.0f", b.mem0.grads, b.mem0.params);
+    rc = rc == 0 ? gpt_init(&whole, &CFG) : -1;
+    if (rc == 0) gpt_init_random(&whole, 5);
+    CHECK("gather at tp 2: the seeded whole model, bitwise (shards cut and placed back)",
+          rc == 0 && !memcmp(whole.params, b.m.params, whole.num_params * sizeof(float)), "rc %d", rc);
+    if (rc == 0) gpt_free(&whole);
+    gpt_free(&a.m);
+    gpt_free(&b.m);
+}
+
+/* Byte-equal files. */
+static int same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb, ca = 0, cb = 0;
+    while (same && (ca = fgetc(fa)) != EOF && (cb = fgetc(fb)) != EOF) same = ca == cb;
+    if (same) same = ca == EOF && fgetc(fb) == EOF;
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* Checkpoints hold whole tensors: tp 2 (zero 1, dp 2) -> tp 1 -> tp 2 (zero 0), each saving
+ * again after its start, every chunk file bitwise the first (parameters and moments). */
+static void test_checkpoints(void) {
+    job_out a, b, c;
+    tmpdir_make("pt_tp_run_");
+    char d0[300], d1[300], d2[300], f0[400], f1[400], f2[400];
+    snprintf(d0, sizeof d0, "%s", tpath("c0"));
+    snprintf(d1, sizeof d1, "%s", tpath("c1"));
+    snprintf(d2, sizeof d2, "%s", tpath("c2"));
+    int rc = run_case(2, 2, 2, 1, STEPS, NULL, d0, &a);
+    if (rc == 0) rc = run_case(2, 1, 1, 0, 0, d0, d1, &b);   /* one gradient, no update, saved */
+    if (rc == 0) rc = run_case(1, 1, 2, 0, 0, d1, d2, &c);
+    int same = rc == 0;
+    for (int k = 0; same && k < 2; k++) {   /* P=2 in c0, c1; c2 (P=1) holds all in chunk 0 */
+        snprintf(f0, sizeof f0, "%s/chunk-%d.safetensors", d0, k);
+        snprintf(f1, sizeof f1, "%s/chunk-%d.safetensors", d1, k);
+        same = same_file(f0, f1);
+    }
+    CHECK("checkpoint tp 2 (zero 1, dp 2) -> tp 1: resaved chunk files bitwise", same, "rc %d %s", rc,
+          rc < 0 ? pt_err() : f0);
+    CHECK("checkpoint -> tp 1 -> tp 2: the same parameters, bitwise", rc == 0 &&
+          !memcmp(a.m.params, c.m.params, a.m.num_params * sizeof(float)), "rc %d", rc);
+    snprintf(f2, sizeof f2, "%s/manifest.json", d0);
+    FILE *f = fopen(f2, "r");
+    char buf[4096] = "";
+    if (f) { buf[fread(buf, 1, sizeof buf - 1, f)] = 0; fclose(f); }
+    CHECK("checkpoint manifest says tp 2 and keeps moments in the chunk files", strstr(buf, "\"tp\":\t2") &&
+          strstr(buf, "\"zero\":\t0"), "%.300s", buf);
+    gpt_free(&a.m);
+    gpt_free(&b.m);
+    gpt_free(&c.m);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+int main(void) {
+    make_data();
+    test_layout();
+    test_plan_errors();
+    test_against_tp1(1, 1, 2);
+    test_against_tp1(2, 1, 2);
+    test_against_tp1(2, 2, 4);
+    test_zero();
+    test_memory_and_gather();
+    test_checkpoints();
+    TEST_DONE();
+}
