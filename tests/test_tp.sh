@@ -84,6 +84,8 @@ expect_error "--tp with --eval-data is refused" "--eval-data with --tp 2 is not 
 expect_error "--tp with --adapt is refused" "--adapt with --tp 2 is not supported" "$P" train $targs --steps 1 --stages 2 --tp 2 --adapt
 expect_error "--tp with a side task is refused" "--side-task with --tp 2 is not supported" \
   "$P" train $targs --steps 1 --stages 2 --tp 2 --side-task busy:100
+expect_error "--slow-link between two TP ranks is refused, naming them" "ranks 0 and 5 are TP ranks 0 and 1.*e\.g\. 0-4" \
+  "$P" grad $gargs --out "$D/x.st" --stages 2 --dp 2 --tp 2 --slow-link 0-5:0.01
 mpi 6 grad $gargs --out "$D/x.st" --stages 2 --tp 2 --transport mpi > "$D/out" 2>&1; rc=$?
 nerr=$(grep -c 'the MPI world has 6 processes, but --dp 1 x --stages 2 x --tp 2 needs 4' "$D/out")
 if [ $rc -eq 124 ]; then fail "mpi: world size not dp x stages x tp" "hang"

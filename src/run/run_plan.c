@@ -3,6 +3,7 @@
  * or the same error. Not here: running it (run_job.c, executor.c). */
 #include "run/run.h"
 #include "util/pt.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,10 +100,13 @@ static int run_plan_check_link(const run_plan *pl, const sim_fault *x) {
     int da, pa, ta, db, pb, tb;
     run_layout_coords(lo, x->a, &da, &pa, &ta);
     run_layout_coords(lo, x->b, &db, &pb, &tb);
-    if (ta != tb)
+    if (ta != tb) {
+        int same = run_layout_world_rank(lo, db, pb, ta);   /* b's place at a's TP rank */
+        char eg[48] = "";
+        if (same != x->a) snprintf(eg, sizeof eg, " (e.g. %d-%d)", x->a, same);
         return pt_seterr("--slow-link '%s': ranks %d and %d are TP ranks %d and %d: a pipeline or replica link "
-                         "joins the same TP rank (e.g. %d-%d)", x->spec, x->a, x->b, ta, tb, x->a,
-                         run_layout_world_rank(lo, db, pb, ta));
+                         "joins the same TP rank of two pipeline ranks or replicas%s", x->spec, x->a, x->b, ta, tb, eg);
+    }
     if (da != db) {
         if (pa == pb) return 0;
         return pt_seterr("--slow-link '%s': ranks %d and %d are in replicas %d and %d at pipeline ranks %d and "
