@@ -95,10 +95,11 @@ typedef struct {
 
 typedef struct run_job run_job;
 
-/* Starts a job: threads mode (world == NULL: P*D rank threads) or MPI mode (world: this
- * process's endpoint of a world of exactly P*D ranks). Each rank allocates and fills from src
+/* Starts a job: threads mode (world == NULL: P*D*tp rank threads) or MPI mode (world: this
+ * process's endpoint of a world of exactly P*D*tp ranks). Each rank allocates and fills from src
  * only what it runs: its stages' layers (their parameters, gradients and AdamW moments: all of
- * them, or its shards with --zero 1), tied copies, activation buffers. src is read during this
+ * them, or its shards with --zero 1; under tensor parallelism its TP shard of each tensor), tied
+ * copies, activation buffers. src is read during this
  * call only. Sets OpenBLAS to one thread (process-wide: one core per rank). Collective in MPI
  * mode. -1 on a bad world size, or naming the file src could not read. */
 int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, comm *world);
@@ -117,10 +118,12 @@ void run_job_free(run_job *j);
 int run_job_iteration(run_job *j, const int *tokens, const int *targets, const optim_config *oc,
                       int t, run_stats *st);
 /* Copies every layer's parameters and gradients (replica 0, pipe 0) into out (a model of the
- * same config) on the root (threads mode, or MPI rank 0); collective in MPI mode. */
+ * same config) on the root (threads mode, or MPI rank 0); under tensor parallelism each chunk's
+ * TP shards are made whole first (run_exec_gather_stage). Collective in MPI mode. */
 int run_job_gather(run_job *j, gpt_model *out);
 /* Saves a checkpoint folder dir (ckpt/checkpoint.h): one file per chunk, written by the chunk's
- * holder in replica 0, pipe 0; the root begins and commits. man gives config, step, data
+ * holder in replica 0, pipe 0 (under tensor parallelism its TP rank 0, from the TP group's
+ * shards made whole, moments included; no moment shard files then); the root begins and commits. man gives config, step, data
  * position and seeds; the layout fields are filled here. Collective in MPI mode. */
 int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man);
 /* Asynchronous schedules (pipedream), summed over this process's ranks: out[0] backwards run,

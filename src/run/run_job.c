@@ -3,10 +3,10 @@
  * and gathering the model back to the root. Not here: the per-rank walk (executor.c), the
  * training loop (src/train/trainer.c).
  *
- * Threads mode keeps one gpt_model per (replica, pipe), shared by that replica's rank threads:
- * each thread touches only its own stages' spans. OpenBLAS's thread count is process-wide, so
- * it is set to 1 once before the rank threads start (each rank computes on one core); MPI mode
- * sets it to 1 per process too (the CLI's --threads raises it there). */
+ * Each rank's executor holds its own stages' models (under tensor parallelism, its TP shards).
+ * OpenBLAS's thread count is process-wide, so it is set to 1 once before the rank threads start
+ * (each rank computes on one core); MPI mode sets it to 1 per process too (the CLI's --threads
+ * raises it there). */
 #include "run/executor.h"
 #include "run/run.h"
 #include "util/pt.h"
