@@ -326,7 +326,8 @@ static void test_sharded_step(const gpt_config *c, int tp) {
 }
 
 /* The cost rows' memory equals the layers' buffers: act_bytes = 4 * act_floats, param_bytes =
- * 4 * the floats the layer holds (the head: ln_f and its copy of the wte shard). */
+ * 4 * the floats the layer holds (the head: ln_f and its copy of the wte shard); the act and
+ * scratch sizes are gpt.h's. */
 static void test_cost_memory(const gpt_config *c) {
     char name[160];
     int ok = 1;
@@ -345,8 +346,20 @@ static void test_cost_memory(const gpt_config *c) {
         }
         gpt_free(&m);
     }
+    /* the sizes gpt.h documents, per token, at tp 2 */
+    gpt_model m;
+    size_t n = 3 * 5, C = (size_t)c->n_embd, NH = (size_t)c->n_head, tp = 2, T5 = 5, H = (size_t)c->n_layer + 1;
+    gpt_init_layers_tp(&m, c, 0, c->n_layer + 2, 1, (int)tp);
+    size_t vl = (size_t)m.vocab_padded / tp, blk = n * 4 * C / tp + T5 * T5, head = n * (tp + 3);
+    ok &= gpt_layer_act_floats(&m, 1, 3, 5) == n * (8 * C + 19 * C / tp + 4 + NH / tp * T5) &&
+          gpt_layer_act_saved_floats(&m, 1, 3, 5) == n * (4 * C + 12 * C / tp + 4 + NH / tp * T5) &&
+          gpt_layer_act_floats(&m, (int)H, 3, 5) == n * (3 * C + 3 + vl) &&
+          gpt_layer_act_saved_floats(&m, (int)H, 3, 5) == n * (2 * C + 3 + vl) &&
+          gpt_layer_act_floats(&m, 0, 3, 5) == n * (1 + C) &&
+          gpt_scratch_floats(&m, 3, 5) == (blk > head ? blk : head);
+    gpt_free(&m);
     snprintf(name, sizeof name, "tp model L%d C%d V%d: cost rows' act and param bytes are the "
-             "layers' floats at tp 1, 2, 4", c->n_layer, c->n_embd, c->vocab_size);
+             "layers' floats at tp 1, 2, 4, and gpt.h's sizes", c->n_layer, c->n_embd, c->vocab_size);
     CHECK(name, ok, "differ");
 }
 

@@ -88,6 +88,7 @@ static void gpt_add_tensor(gpt_model *m, size_t *cur, const char *name, int s0, 
     }
     *cur += pi->count;
 }
+
 /* Lays out one block's twelve tensors at the cursor. */
 static void gpt_add_block(gpt_model *m, size_t *cur, int i) {
     int C = m->cfg.n_embd;
@@ -129,10 +130,12 @@ static int gpt_alloc(gpt_model *m, size_t n) {
     if (m->grads) return 0;
     const gpt_config *c = &m->cfg;
     double gib = 2.0 * n * sizeof(float) / (1 << 30);
-    return pt_seterr("model of %d layers, %d channels, vocab %d (layers %d..%d here, TP rank %d of "
-                     "%d): %.3g GiB for parameters and gradients cannot be allocated (a smaller "
-                     "config, or more pipeline stages over MPI)", c->n_layer, c->n_embd,
-                     c->vocab_size, m->first_layer, m->end_layer - 1, m->tp_rank, m->tp_size, gib);
+    char shard[48] = "";
+    if (m->tp_size > 1) snprintf(shard, sizeof shard, ", TP rank %d of %d", m->tp_rank, m->tp_size);
+    return pt_seterr("model of %d layers, %d channels, vocab %d (layers %d..%d here%s): %.3g GiB for "
+                     "parameters and gradients cannot be allocated (a smaller config, or more "
+                     "pipeline stages over MPI)", c->n_layer, c->n_embd, c->vocab_size,
+                     m->first_layer, m->end_layer - 1, shard, gib);
 }
 
 /* The arguments of gpt_init_layers_tp: 0, or -1 saying which is wrong. */
@@ -140,7 +143,9 @@ static int check_range(const gpt_config *cfg, int first, int end, int tp_rank, i
     int L = cfg->n_layer;
     if (first < 0 || end < first || end > L + 2)
         return pt_seterr("gpt_init_layers: layers [%d, %d) outside [0, %d)", first, end, L + 2);
-    if (tp_size < 1 || cfg->n_head % tp_size != 0)
+    if (tp_size < 1)
+        return pt_seterr("tensor parallelism: tp (%d) must be at least 1", tp_size);
+    if (cfg->n_head % tp_size != 0)
         return pt_seterr("tensor parallelism: n_head (%d) is not divisible by tp (%d); the heads are "
                          "split over the TP ranks (a tp that divides n_head)", cfg->n_head, tp_size);
     if (tp_rank < 0 || tp_rank >= tp_size)
