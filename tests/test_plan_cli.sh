@@ -33,7 +33,7 @@ ok cli_plan_json_keys
 check cli_plan_costs bash -c "$P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 8 --costs $T/costs.json | grep -q '^#1'"
 check cli_plan_8gpu bash -c "$P plan --config examples/char-gpt.json --cluster examples/cluster-8gpu.json --global-batch 64 | grep -q '^#1'"
 printf '{"n_layer": 96, "n_head": 64, "n_embd": 8192, "vocab_size": 50257, "n_positions": 2048}\n' >"$T/gpt96.json"
-out=$($P plan --config "$T/gpt96.json" --cluster examples/cluster-hetero-1024.json --global-batch 1024 --top 1)
+out=$($P plan --config "$T/gpt96.json" --cluster examples/cluster-hetero-1024.json --global-batch 1024 --top 1 --tp 1)
 echo "$out" | grep -q '^#1  step ' && echo "$out" | grep -q '1024 devices' && ok cli_plan_hetero_1024 \
   || fail cli_plan_hetero_1024 "$out"
 check cli_plan_schedules bash -c "$P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 16 --schedules gpipe --top 1 | grep -Eq 'gpipe|1 x'"
