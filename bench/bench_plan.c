@@ -50,7 +50,7 @@ static void bench_split(int n, int K) {
     pt_rng_seed(&rng, 3);
     for (int i = 0; i < n; i++) { work[i] = 1 + 0.1 * pt_rng_uniform(&rng); mf[i] = 1; ma[i] = 0.1; }
     for (int k = 0; k < K; k++) { speed[k] = k < K / 2 ? 2 : 1; cap[k] = 4 + 0.1 * (K - k); held[k] = K - k; }
-    plan_chain c = { n, K, work, mf, ma, speed, cap, held, NULL };
+    plan_chain c = { n, K, work, mf, ma, speed, cap, held, NULL, NULL };
     int *first = pt_malloc(sizeof(int) * (size_t)(K + 1));
     double b1 = 0, b2 = 0, t_fast = 1e30, t_dp = 1e30;
     for (int rep = 0; rep < 3; rep++) {

@@ -30,7 +30,9 @@ static double split_cost(const plan_chain *c, const int *first) {
         if (first[k + 1] <= first[k]) return -1;
         for (int i = first[k]; i < first[k + 1]; i++) { w += c->work[i]; mf += c->mem_fixed[i]; ma += c->mem_act[i]; }
         if (c->cap[k] > 0 && mf + c->inflight[k] * ma > c->cap[k] * (1 + SUM_ORDER)) return -1;
-        worst = fmax(worst, w / c->speed[k]);
+        double x = 0;
+        for (int i = first[k]; c->extra && i < first[k + 1]; i++) x += c->extra[k * c->n + i];
+        worst = fmax(worst, w / c->speed[k] + x);
     }
     return worst;
 }
@@ -41,14 +43,15 @@ static void test_split_vs_dp(void) {
     int agree = 0, feasible = 0, valid = 0, cases = 300;
     for (int t = 0; t < cases; t++) {
         int K = 1 + (int)(pt_rng_next(&rng) % 5), n = K + (int)(pt_rng_next(&rng) % 9);
-        double work[16], mf[16], ma[16], speed[8], cap[8], held[8];
+        double work[16], mf[16], ma[16], speed[8], cap[8], held[8], extra[8 * 16];
         for (int i = 0; i < n; i++) { work[i] = pt_rng_uniform(&rng); mf[i] = pt_rng_uniform(&rng); ma[i] = pt_rng_uniform(&rng); }
         for (int k = 0; k < K; k++) {
             speed[k] = 0.5 + 2 * pt_rng_uniform(&rng);
             held[k] = K - k;
             cap[k] = t % 3 == 0 ? 0 : 1 + 6 * pt_rng_uniform(&rng);
         }
-        plan_chain c = { n, K, work, mf, ma, speed, cap, held, NULL };
+        for (int i = 0; i < K * n; i++) extra[i] = 0.3 * pt_rng_uniform(&rng);   /* per-stage TP time */
+        plan_chain c = { n, K, work, mf, ma, speed, cap, held, NULL, t % 2 ? extra : NULL };
         int f1[9], f2[9];
         double b1 = -1, b2 = -1;
         int r1 = plan_split(&c, f1, &b1), r2 = plan_split_dp(&c, f2, &b2);
@@ -70,7 +73,7 @@ static void test_cost_model_matches_model(void) {
     int ok_act = 1, ok_par = 1;
     for (int k = 0; k < PLAN_N_KINDS; k++) {
         plan_layer_cost c;
-        plan_layer_model(&cfg, k, 3, 11, &c);
+        plan_layer_model(&cfg, k, 3, 11, 1, &c);
         size_t off, cnt;
         gpt_layer_param_span(&m, layer[k], &off, &cnt);
         double want_par = 4.0 * cnt + (k == PLAN_HEAD ? 4.0 * cfg.vocab_size * cfg.n_embd : 0);
@@ -80,7 +83,7 @@ static void test_cost_model_matches_model(void) {
     CHECK("plan_cost_act_bytes", ok_act, "act_bytes differ from gpt_layer_act_floats * 4");
     CHECK("plan_cost_param_bytes", ok_par, "param_bytes differ from gpt_layer_param_span (head: + wte copy)");
     plan_layer_cost b;
-    plan_layer_model(&cfg, PLAN_BLOCK, 2, 16, &b);
+    plan_layer_model(&cfg, PLAN_BLOCK, 2, 16, 1, &b);
     double per_step = 0;
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) per_step += b.flops[ph];
     double want = 6.0 * (12.0 * 32 * 32) * 32 + 6.0 * 2 * 16 * 16 * 32;   /* 6*params*N + 6*B*T*T*C */
@@ -101,7 +104,7 @@ static void bf_splits(const gpt_config *cfg, const plan_cluster *k, plan_layout 
             *best = p->step_time;
             if (getenv("BF_DEBUG")) {
                 char s[64];
-                printf("# bf best %.9g: D=%d P=%d B=%d M=%d %s v=%d rc=%d split %s dev0 %d\n", p->step_time, p->D, p->P,
+                printf("# bf best %.9g: tp=%d D=%d P=%d B=%d M=%d %s v=%d rc=%d split %s dev0 %d\n", p->step_time, p->tp, p->D, p->P,
                        p->mb_size, p->M, p->schedule, p->chunks, p->recompute, plan_layout_split_str(p, s, sizeof s), p->devices[1]);
             }
         }
@@ -113,31 +116,38 @@ static void bf_splits(const gpt_config *cfg, const plan_cluster *k, plan_layout 
     }
 }
 
-/* Brute force over D, placement (node; mixed = one device of each class per pipeline when given),
- * microbatch size, schedule, recompute and split; memory unlimited. */
+/* Every layout of one (tp, D): placement (node; mixed = one device of each class per pipeline
+ * when given, at tp 1 and D = 2), microbatch size, schedule, recompute and split. */
+static void bf_layouts(const gpt_config *cfg, const plan_cluster *k, long G, int T, const int *mixed2, int tp, int D,
+                       double *best) {
+    int P = k->n_devices / tp / D;
+    for (int pl = 0; pl < (mixed2 && D == 2 && tp == 1 ? 2 : 1); pl++)
+        for (int B = 1; B <= G / D; B *= 2) {
+            if ((G / D) % B) continue;
+            for (size_t s = 0; s < sizeof BF_SCHEDS / sizeof BF_SCHEDS[0]; s++)
+                for (int rc = 0; rc < 2; rc++) {
+                    int K = P * BF_SCHEDS[s].v;
+                    if (K > cfg->n_layer) continue;
+                    int split[64], dev[64];
+                    for (int i = 0; i < k->n_devices; i++) dev[i] = pl ? mixed2[i] : i;
+                    plan_layout p = { .P = P, .D = D, .tp = tp, .M = (int)(G / D / B), .mb_size = B, .T = T,
+                                      .chunks = BF_SCHEDS[s].v, .K = K, .recompute = rc, .split = split, .devices = dev };
+                    snprintf(p.schedule, sizeof p.schedule, "%s", BF_SCHEDS[s].name);
+                    bf_splits(cfg, k, &p, 0, cfg->n_layer, best);
+                    p.split = NULL; p.devices = NULL;
+                    plan_layout_free(&p);
+                }
+        }
+}
+
+/* Brute force over tp (dividing n_head and the devices, its groups inside nodes) and D, then
+ * bf_layouts; memory unlimited. */
 static double brute_force(const gpt_config *cfg, const plan_cluster *k, long G, int T, const int *mixed2) {
     double best = INFINITY;
-    int N = k->n_devices;
-    for (int D = 1; D <= N; D++) {
-        if (N % D || G % D) continue;
-        int P = N / D;
-        for (int pl = 0; pl < (mixed2 && D == 2 ? 2 : 1); pl++)
-            for (int B = 1; B <= G / D; B *= 2) {
-                if ((G / D) % B) continue;
-                for (size_t s = 0; s < sizeof BF_SCHEDS / sizeof BF_SCHEDS[0]; s++)
-                    for (int rc = 0; rc < 2; rc++) {
-                        int K = P * BF_SCHEDS[s].v;
-                        if (K > cfg->n_layer) continue;
-                        int split[64], dev[64];
-                        for (int i = 0; i < N; i++) dev[i] = pl ? mixed2[i] : i;
-                        plan_layout p = { .P = P, .D = D, .M = (int)(G / D / B), .mb_size = B, .T = T,
-                                          .chunks = BF_SCHEDS[s].v, .K = K, .recompute = rc, .split = split, .devices = dev };
-                        snprintf(p.schedule, sizeof p.schedule, "%s", BF_SCHEDS[s].name);
-                        bf_splits(cfg, k, &p, 0, cfg->n_layer, &best);
-                        p.split = NULL; p.devices = NULL;
-                        plan_layout_free(&p);
-                    }
-            }
+    for (int tp = 1; tp <= k->n_devices; tp++) {
+        if (cfg->n_head % tp || k->n_devices % tp || !plan_cluster_tp_fits_nodes(k, tp)) continue;
+        for (int D = 1; D <= k->n_devices / tp; D++)
+            if ((k->n_devices / tp) % D == 0 && G % D == 0) bf_layouts(cfg, k, G, T, mixed2, tp, D, &best);
     }
     return best;
 }
@@ -235,7 +245,7 @@ static void test_memory(void) {
     double cap = 0.9 * m0;   /* the even split's stage 0 overflows */
     cluster_with_memory(&k, cap);
     /* G = 7: D = 1, so P = 4 and 7 microbatches of 1 (as the even layout above) */
-    plan_opts o = { .global_batch = 7, .T = 128, .top = 3, .schedules = only_1f1b, .no_recompute = true };
+    plan_opts o = { .global_batch = 7, .T = 128, .top = 3, .schedules = only_1f1b, .no_recompute = true, .tp = 1 };
     plan_result r;
     rc = plan_search(&cfg, &k, &o, &r);
     int fits = rc == 0 && r.n_best > 0;

@@ -33,7 +33,7 @@ ok cli_plan_json_keys
 check cli_plan_costs bash -c "$P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 8 --costs $T/costs.json | grep -q '^#1'"
 check cli_plan_8gpu bash -c "$P plan --config examples/char-gpt.json --cluster examples/cluster-8gpu.json --global-batch 64 | grep -q '^#1'"
 printf '{"n_layer": 96, "n_head": 64, "n_embd": 8192, "vocab_size": 50257, "n_positions": 2048}\n' >"$T/gpt96.json"
-out=$($P plan --config "$T/gpt96.json" --cluster examples/cluster-hetero-1024.json --global-batch 1024 --top 1)
+out=$($P plan --config "$T/gpt96.json" --cluster examples/cluster-hetero-1024.json --global-batch 1024 --top 1 --tp 1)
 echo "$out" | grep -q '^#1  step ' && echo "$out" | grep -q '1024 devices' && ok cli_plan_hetero_1024 \
   || fail cli_plan_hetero_1024 "$out"
 check cli_plan_schedules bash -c "$P plan --config $CFG --cluster examples/cluster-local.json --global-batch 8 --seq 16 --schedules gpipe --top 1 | grep -Eq 'gpipe|1 x'"
@@ -72,5 +72,38 @@ cat >"$T/tiny-mem.json" <<'EOF'
 EOF
 expect_error cli_plan_nothing_fits 'nothing fits in memory.*Would fit' \
   $P plan --config $CFG --cluster "$T/tiny-mem.json" --global-batch 8 --seq 16
+
+# ---- tensor parallelism and ZeRO-1: plan files, plan and simulate (docs/tensor-parallel.md)
+CFG4=examples/char-gpt.json   # 4 heads
+grep -q '"tp":' "$T/plan.json" && grep -q '"zero":' "$T/plan.json" && echo "$js" | grep -q '"tp":' \
+  && ok cli_plan_tp_keys || fail cli_plan_tp_keys "$(head -8 "$T/plan.json")"
+out=$($P plan --config $CFG4 --cluster examples/cluster-8gpu.json --global-batch 8 --seq 16 --tp 2 --zero 1 --top 1 --out "$T/tp2.json")
+echo "$out" | grep -q 'tp 2 x dp' && grep -q '"tp":\s*2' "$T/tp2.json" && grep -q '"zero":\s*1' "$T/tp2.json" \
+  && ok cli_plan_tp_fixed || fail cli_plan_tp_fixed "$out"
+expect_error cli_plan_tp_heads 'tp 3 does not divide n_head 4' \
+  $P plan --config $CFG4 --cluster examples/cluster-8gpu.json --global-batch 8 --seq 16 --tp 3
+expect_error cli_plan_zero_value 'zero 2: it must be 0 or 1' \
+  $P plan --config $CFG4 --cluster examples/cluster-8gpu.json --global-batch 8 --seq 16 --zero 2
+js=$($P simulate --config $CFG4 --cluster examples/cluster-8gpu.json --schedule zb-h1 --stages 2 --microbatches 4 --tp 2 \
+     --dp 2 --zero 1 --seq 16 --json)
+echo "$js" | grep -q '"tp":2' && echo "$js" | grep -q '"model":{"dp":2,"zero":1' && echo "$js" | grep -q '"fits":true' \
+  && ok cli_simulate_model_tp_json || fail cli_simulate_model_tp_json "$js"
+out=$($P simulate --config $CFG4 --cluster examples/cluster-8gpu.json --plan "$T/tp2.json")
+echo "$out" | grep -q '^model  *tp 2 x' && echo "$out" | grep -q 'TP all-reduce per stage' \
+  && ok cli_simulate_plan_file || fail cli_simulate_plan_file "$out"
+echo '{"stages": 4, "dp": 1, "tp": 4, "microbatches": 4, "microbatch_size": 1, "seq": 16, "chunks": 1,
+      "schedule": "1f1b", "split": [1, 1, 1, 1]}' >"$T/tp4.json"
+expect_error cli_simulate_plan_tp_too_big 'tp 4 x dp 1 x stages 4 = 16 devices, the cluster has 8' \
+  $P simulate --config $CFG4 --cluster examples/cluster-8gpu.json --plan "$T/tp4.json"
+expect_error cli_simulate_tp_needs_model '--tp.*need --config and --cluster' \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 4 --tp 2
+expect_error cli_simulate_model_no_costs 'drop --cost' \
+  $P simulate --config $CFG4 --cluster examples/cluster-8gpu.json --schedule 1f1b --stages 2 --microbatches 4 --cost f=1
+cat >"$T/small-mem.json" <<'EOF'
+{"nodes": [{"devices": {"count": 4, "speed": 1, "memory": 30000}, "link": {"bandwidth": 1e9, "latency": 0}}]}
+EOF
+err=$($P simulate --config $CFG4 --cluster "$T/small-mem.json" --schedule 1f1b --stages 2 --microbatches 4 --seq 16 2>&1 >/dev/null)
+echo "$err" | grep -q '2 of 2 ranks need more memory than their devices have' && ok cli_simulate_model_memory_note \
+  || fail cli_simulate_model_memory_note "$err"
 
 done_tests

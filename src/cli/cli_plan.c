@@ -12,7 +12,8 @@
 
 static const char *USAGE =
     "--config C.json --cluster K.json --global-batch G [--seq T] [--costs costs.json] [--top N]\n"
-    "       [--out plan.json] [--schedules a,b,...] [--no-recompute] [--max-sims N] [--json]";
+    "       [--out plan.json] [--schedules a,b,...] [--no-recompute] [--max-sims N] [--tp N]\n"
+    "       [--tp-across-nodes] [--zero 0|1] [--json]";
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define SHOW_STAGES 12   /* stages listed per layout in the human output */
@@ -20,19 +21,35 @@ static const char *USAGE =
 typedef struct {
     const char *config, *cluster, *costs, *out, *schedules;
     long global_batch;
-    int T, top, max_sims;
-    bool no_recompute, json;
+    int T, top, max_sims, tp, zero;
+    bool no_recompute, json, tp_across_nodes;
 } plan_args;
 
-/* "pipeline 0: devices 0-7 (gpu x8)": the first replica's devices and their names, in rank order. */
+/* Device of pipeline 0's rank r, TP rank t. */
+static int dev0(const plan_layout *p, int r, int t) {
+    int i = r * p->tp + t;
+    return p->devices ? p->devices[i] : i;
+}
+
+/* One rank's TP group: "5", or "8-15" when consecutive, else "8,10,...". */
+static void print_group(const plan_layout *p, int r) {
+    bool run = true;
+    for (int t = 1; t < p->tp; t++) run = run && dev0(p, r, t) == dev0(p, r, 0) + t;
+    if (p->tp == 1) printf(" %d", dev0(p, r, 0));
+    else if (run) printf(" %d-%d", dev0(p, r, 0), dev0(p, r, p->tp - 1));
+    else printf(" %d,%d,...", dev0(p, r, 0), dev0(p, r, 1));
+}
+
+/* "pipeline 0: devices 0-7 (gpu x8)": the first replica's devices (TP groups) and their names, in
+ * rank order. */
 static void print_pipeline0(const plan_layout *p, const plan_cluster *k) {
-    printf("    pipeline 0 devices:");
-    for (int r = 0; r < p->P && r < SHOW_STAGES; r++) printf(" %d", p->devices ? p->devices[r] : r);
+    printf("    pipeline 0 devices%s:", p->tp > 1 ? " (a TP group per rank)" : "");
+    for (int r = 0; r < p->P && r < SHOW_STAGES; r++) print_group(p, r);
     printf("%s (", p->P > SHOW_STAGES ? " ..." : "");
     for (int r = 0, run = 0; r < p->P; r++) {   /* runs of one device name */
-        const char *nm = k->dev[p->devices ? p->devices[r] : r].name;
+        const char *nm = k->dev[dev0(p, r, 0)].name;
         run++;
-        if (r + 1 == p->P || strcmp(nm, k->dev[p->devices ? p->devices[r + 1] : r + 1].name)) {
+        if (r + 1 == p->P || strcmp(nm, k->dev[dev0(p, r + 1, 0)].name)) {
             printf("%s%s x%d", r + 1 - run ? ", " : "", nm, run);
             run = 0;
         }
@@ -43,9 +60,9 @@ static void print_pipeline0(const plan_layout *p, const plan_cluster *k) {
 static void print_layout(int i, const plan_layout *p, const plan_cluster *cl) {
     char split[1024];
     printf("#%d  step %.6g s  %.6g tokens/s  bubble %.1f%%\n", i + 1, p->step_time, p->tokens_per_s, 100 * p->bubble);
-    printf("    dp %d x stages %d  %s%s%.0d  microbatches %d x %d  recompute %s  placement %s\n", p->D, p->P,
-           p->schedule, p->chunks > 1 ? " v=" : "", p->chunks > 1 ? p->chunks : 0, p->M, p->mb_size,
-           p->recompute ? "yes" : "no", p->placement);
+    printf("    tp %d x dp %d x stages %d  %s%s%.0d  microbatches %d x %d  recompute %s  zero %d  placement %s\n",
+           p->tp, p->D, p->P, p->schedule, p->chunks > 1 ? " v=" : "", p->chunks > 1 ? p->chunks : 0, p->M,
+           p->mb_size, p->recompute ? "yes" : "no", p->zero, p->placement);
     printf("    split %s\n    peak memory GiB per chunk:", plan_layout_split_str(p, split, sizeof split));
     for (int k = 0; k < p->K && k < SHOW_STAGES; k++) printf(" %.3g", p->stage_mem[k] / GIB);
     printf("%s\n", p->K > SHOW_STAGES ? " ..." : "");
@@ -65,6 +82,7 @@ static void print_json(const plan_result *r) {
         cJSON_AddNumberToObject(x, "step_time", p->step_time);
         cJSON_AddNumberToObject(x, "tokens_per_s", p->tokens_per_s);
         cJSON_AddNumberToObject(x, "bubble", p->bubble);
+        cJSON_AddNumberToObject(x, "tp", p->tp);
         cJSON_AddNumberToObject(x, "dp", p->D);
         cJSON_AddNumberToObject(x, "stages", p->P);
         cJSON_AddNumberToObject(x, "microbatches", p->M);
@@ -72,6 +90,7 @@ static void print_json(const plan_result *r) {
         cJSON_AddStringToObject(x, "schedule", p->schedule);
         cJSON_AddNumberToObject(x, "chunks", p->chunks);
         cJSON_AddBoolToObject(x, "recompute", p->recompute);
+        cJSON_AddNumberToObject(x, "zero", p->zero);
         cJSON_AddStringToObject(x, "placement", p->placement);
         cJSON_AddStringToObject(x, "split", plan_layout_split_str(p, split, sizeof split));
         cJSON *mem = cJSON_AddArrayToObject(x, "stage_memory");
@@ -106,6 +125,10 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         {"--schedules", OPT_STR, &a->schedules, "only these schedules (comma list; default all the planner knows)"},
         {"--no-recompute", OPT_FLAG, &a->no_recompute, "do not consider activation recomputation"},
         {"--max-sims", OPT_INT, &a->max_sims, "simulate at most N candidates (default 400)"},
+        {"--tp", OPT_INT, &a->tp, "only this tensor-parallel degree (default: every divisor of n_head whose "
+                                  "groups fit in a node)"},
+        {"--tp-across-nodes", OPT_FLAG, &a->tp_across_nodes, "also search TP groups that span nodes"},
+        {"--zero", OPT_INT, &a->zero, "1: AdamW moments split over the data-parallel replicas (train --zero 1)"},
         {"--json", OPT_FLAG, &a->json, "print one JSON object instead of the summary"},
     };
     return cli_parse(argc, argv, "plan", USAGE, opts, (int)(sizeof opts / sizeof opts[0]));
@@ -115,7 +138,8 @@ static int run_plan(const plan_args *a, const gpt_config *cfg, const plan_cluste
     char *names_buf = a->schedules ? pt_strdup(a->schedules) : NULL;
     const char **names = names_buf ? split_names(names_buf) : NULL;
     plan_opts o = { .global_batch = a->global_batch, .T = a->T ? a->T : cfg->n_positions, .top = a->top,
-                    .costs = costs, .schedules = names, .max_sims = a->max_sims, .no_recompute = a->no_recompute };
+                    .costs = costs, .schedules = names, .max_sims = a->max_sims, .no_recompute = a->no_recompute,
+                    .tp = a->tp, .tp_across_nodes = a->tp_across_nodes, .zero = a->zero };
     plan_result r;
     int rc = plan_search(cfg, k, &o, &r);
     free(names); free(names_buf);
@@ -145,6 +169,8 @@ int cli_plan(int argc, char **argv) {
     if (!a.config) return pt_seterr("--config is required"), cli_fail("plan");
     if (!a.cluster) return pt_seterr("--cluster is required (see examples/cluster-*.json)"), cli_fail("plan");
     if (a.global_batch < 1) return pt_seterr("--global-batch is required and must be >= 1 (got %ld)", a.global_batch), cli_fail("plan");
+    if (a.tp < 0) return pt_seterr("--tp must be >= 1 (got %d)", a.tp), cli_fail("plan");
+    if (a.tp && a.tp_across_nodes) return pt_seterr("--tp-across-nodes widens the search of tp; with --tp N drop it"), cli_fail("plan");
     gpt_config cfg;
     plan_cluster k;
     plan_costs costs;

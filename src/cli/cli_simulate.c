@@ -1,8 +1,12 @@
 /* pipetrain simulate: builds or loads a schedule, builds the cost model from flags or a costs
- * file, runs the simulator and prints a summary (human, --json, or --csv events), optionally a
- * Chrome trace and an SVG timeline; with --adapt it replays the straggler policy over the
- * iterations instead; with --side-step, how much of each rank's bubble a side task can use. Thin: the work lives in sim/ and io/. */
+ * file, or from a model config on a cluster (--config, --cluster: the planner's cost model, with
+ * tensor parallelism and memory), runs the simulator and prints a summary (human, --json, or --csv
+ * events), optionally a Chrome trace and an SVG timeline; with --adapt it replays the straggler
+ * policy over the iterations instead; with --side-step, how much of each rank's bubble a side task
+ * can use. Thin: the work lives in sim/, plan/ and io/. */
 #include "cli/cli.h"
+#include "cli/cli_layout.h"
+#include "plan/plan.h"
 #include "trace/svg.h"
 #include "trace/trace.h"
 #include "sched/sched.h"
@@ -19,7 +23,10 @@ static const char *USAGE =
     "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
     "       [--act-bytes N] [--slow-link I-J:SECONDS[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
     "       [--iterations N] [--mem-limit N] [--adapt] [--post-validation] [--trace out.json] [--svg out.svg]\n"
-    "       [--json | --csv] [--critical-path] [--side-step SECONDS]";
+    "       [--json | --csv] [--critical-path] [--side-step SECONDS]\n"
+    "   or: --config C.json --cluster K.json (--plan P.json | --schedule NAME --stages P --microbatches M\n"
+    "       [--chunks V] [--tp T] [--dp D] [--zero 0|1] [--microbatch-size B] [--seq T] [--split a,b,..]\n"
+    "       [--recompute]) [the output, fault and iteration flags above]";
 
 #define UNSET (-1e300)   /* a number flag not given */
 #define MAX_EVENTS 2e7   /* actions x iterations kept as timeline events (about 64 bytes each) */
@@ -31,7 +38,19 @@ typedef struct {
     bool post_validation, json, csv, crit, adapt;
     const char **slow_links, **slow_stages;
     int n_slow_links, n_slow_stages;
+    /* a model on a cluster (the planner's cost model) */
+    const char *config, *cluster, *plan, *split;
+    int tp, dp, zero, mb_size, seq;
+    bool recompute;
 } sim_args;
+
+/* A model on a cluster: the layout simulated, and its memory per pipeline rank. */
+typedef struct {
+    bool on;                /* --config / --cluster given */
+    plan_layout pl;
+    double *need, *have;    /* [P] bytes per device of each rank, and the least memory among them */
+    int over;               /* ranks that need more than they have */
+} model_run;
 
 /* Takes the repeatable --slow-link / --slow-stage out of argv (cli_parse has no lists); the rest
  * stays in rest[] for cli_parse. Returns the new argc, or -1 when a value is missing. */
@@ -80,6 +99,16 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--critical-path", OPT_FLAG, &a->crit, "also print the critical path"},
         {"--side-step", OPT_DOUBLE, &a->side_step, "how much of each rank's bubble a side task of steps this "
                                                    "long can use (docs/harvesting.md)"},
+        {"--config", OPT_STR, &a->config, "model config: costs from the planner's model on --cluster (docs/planner.md)"},
+        {"--cluster", OPT_STR, &a->cluster, "cluster JSON for --config (examples/cluster-*.json)"},
+        {"--plan", OPT_STR, &a->plan, "with --config: simulate this plan file's layout (pipetrain plan --out)"},
+        {"--tp", OPT_INT, &a->tp, "with --config: tensor-parallel ranks per stage (default 1)"},
+        {"--dp", OPT_INT, &a->dp, "with --config: data-parallel replicas (default 1)"},
+        {"--zero", OPT_INT, &a->zero, "with --config: 1 splits AdamW moments over the replicas (memory)"},
+        {"--microbatch-size", OPT_INT, &a->mb_size, "with --config: sequences per microbatch (default 1)"},
+        {"--seq", OPT_INT, &a->seq, "with --config: sequence length (default n_positions)"},
+        {"--split", OPT_STR, &a->split, "with --config: blocks per chunk, e.g. 3,5,4,4 (default even)"},
+        {"--recompute", OPT_FLAG, &a->recompute, "with --config: activation recomputation"},
     };
     char **rest = pt_malloc(sizeof(char *) * (size_t)(argc + 1));
     a->slow_links = pt_malloc(sizeof(char *) * (size_t)argc);
@@ -185,10 +214,10 @@ static int check_events(const sim_args *a, const sched *s) {
                      s->lowered ? "" : " (before adding sends and receives)", MAX_EVENTS);
 }
 
-/* The schedule, lowered (so the trace and picture show each RECV and its wait), within the
- * event bound (checked before lowering too: lowering adds up to four actions per edge). */
-static sched *load_schedule(const sim_args *a) {
-    sched *s = read_schedule(a), *l = NULL;
+/* s (taken) lowered (so the trace and picture show each RECV and its wait), within the event
+ * bound (checked before lowering too: lowering adds up to four actions per edge). */
+static sched *lower_checked(const sim_args *a, sched *s) {
+    sched *l = NULL;
     if (!s || check_events(a, s) < 0) goto done;
     if (s->lowered) return s;
     if ((l = sched_lower(s)) && check_events(a, l) < 0) { sched_free(l); l = NULL; }
@@ -197,8 +226,21 @@ done:
     return l;
 }
 
+static sched *load_schedule(const sim_args *a) { return lower_checked(a, read_schedule(a)); }
+
 /* A cost flag's value: finite, >= 0 and at most SIM_COST_MAX (NaN fails every comparison). */
 static bool cost_ok(double v) { return v >= 0 && v <= SIM_COST_MAX; }
+
+/* --slow-link and --slow-stage into c. */
+static int add_faults(const sim_args *a, sim_costs *c, int n_ranks) {
+    for (int i = 0; i < a->n_slow_links; i++)
+        if (sim_costs_add_slow_link(c, a->slow_links[i], n_ranks)) return -1;
+    for (int i = 0; i < a->n_slow_stages; i++)
+        if (sim_costs_add_slow_stage(c, a->slow_stages[i])) return -1;
+    return 0;
+}
+
+static cJSON *json_doubles(const double *x, int n);
 
 /* Costs: defaults f=b=w=1, then --costs file, --cost spec, uniform flags, slow links/stages. */
 static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *c) {
@@ -214,11 +256,121 @@ static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *
     if (a->latency != UNSET) c->latency = a->latency;
     if (a->bandwidth != UNSET) c->bandwidth = a->bandwidth;
     if (a->act_bytes != UNSET) for (int g = 0; g < c->n_stages; g++) c->act_bytes[g] = a->act_bytes;
-    for (int i = 0; i < a->n_slow_links; i++)
-        if (sim_costs_add_slow_link(c, a->slow_links[i], n_ranks)) return -1;
-    for (int i = 0; i < a->n_slow_stages; i++)
-        if (sim_costs_add_slow_stage(c, a->slow_stages[i])) return -1;
+    return add_faults(a, c, n_ranks);
+}
+
+/* ---- a model on a cluster (--config, --cluster) ---- */
+
+/* The model flags need --config and --cluster; with them the costs come from the model, so the
+ * other cost flags are refused, and --plan sets the whole layout. */
+static int model_flags_check(const sim_args *a) {
+    bool layout = a->tp || a->dp || a->zero || a->mb_size || a->seq || a->split || a->recompute;
+    if (!a->config && !a->cluster) {
+        if (!layout && !a->plan) return 0;
+        return pt_seterr("--tp, --dp, --zero, --plan, --microbatch-size, --seq, --split and --recompute need --config "
+                         "and --cluster (the costs then come from the model on the cluster: its FLOPs, its TP "
+                         "all-reduce bytes over the cluster's links, its memory)");
+    }
+    if (!a->config || !a->cluster) return pt_seterr("--config and --cluster go together (a model on a cluster)");
+    if (a->cost || a->costs || a->latency != UNSET || a->bandwidth != UNSET || a->act_bytes != UNSET || a->file ||
+        a->adapt)
+        return pt_seterr("with --config the costs come from the model on --cluster: drop --cost, --costs, --latency, "
+                         "--bandwidth, --act-bytes, --schedule-file and --adapt");
+    if (a->plan && (layout || a->name || a->stages || a->mb || a->chunks))
+        return pt_seterr("--plan sets the layout: drop --schedule/--stages/--microbatches/--chunks/--tp/--dp/--zero/"
+                         "--microbatch-size/--seq/--split/--recompute, or drop --plan");
     return 0;
+}
+
+/* The layout from --plan, or from the flags (defaults: tp 1, dp 1, zero 0, microbatch size 1, seq
+ * n_positions, the generator's chunks, an even split). */
+static int model_layout(const sim_args *a, const gpt_config *cfg, plan_layout *p) {
+    memset(p, 0, sizeof *p);
+    if (a->plan) return plan_read(a->plan, p);
+    const sched_generator *g = a->name ? sched_generator_find(a->name) : NULL;
+    if (!g) return pt_seterr("--schedule NAME (a generator: pipetrain schedule --help) or --plan is required with --config");
+    if (g->pipes != 1) return pt_seterr("--config simulates one-pipe schedules; %s runs %d pipes", g->name, g->pipes);
+    *p = (plan_layout){ .P = a->stages, .M = a->mb, .chunks = a->chunks > 0 ? a->chunks : g->chunks,
+                        .D = a->dp ? a->dp : 1, .tp = a->tp ? a->tp : 1, .zero = a->zero,
+                        .mb_size = a->mb_size ? a->mb_size : 1, .T = a->seq ? a->seq : cfg->n_positions,
+                        .recompute = a->recompute };
+    snprintf(p->schedule, sizeof p->schedule, "%s", g->name);
+    snprintf(p->placement, sizeof p->placement, "node");
+    if (p->P < 1 || p->M < 1) return pt_seterr("--stages and --microbatches must be >= 1 (got %d, %d)", p->P, p->M);
+    if (!a->split) { plan_layout_even_split(p, cfg->n_layer); return 0; }
+    int n;
+    if (cli_layout_split(a->split, &p->split, &n) < 0) return -1;
+    p->K = p->P * p->chunks;
+    if (n != p->K) return pt_seterr("--split '%s' lists %d chunks, the layout has %d (stages x chunks)", a->split, n, p->K);
+    return 0;
+}
+
+/* The model's costs of the layout on the cluster (TP all-reduces in F and B), its lowered schedule
+ * and its memory per rank. */
+static int model_load(const sim_args *a, model_run *m, sched **s, sim_costs *c) {
+    gpt_config cfg;
+    plan_cluster k;
+    if (config_load_json(&cfg, a->config) < 0 || plan_cluster_load(&k, a->cluster) < 0) return -1;
+    sched *raw = NULL;
+    int rc = model_layout(a, &cfg, &m->pl);
+    if (rc == 0 && m->pl.K > cfg.n_layer)
+        rc = pt_seterr("%d chunks (stages x chunks) for %d blocks: every chunk needs a block", m->pl.K, cfg.n_layer);
+    if (rc == 0) rc = plan_evaluate(&cfg, &k, NULL, &m->pl);
+    if (rc == 0) {
+        m->need = pt_malloc(sizeof(double) * (size_t)m->pl.P);
+        m->have = pt_malloc(sizeof(double) * (size_t)m->pl.P);
+        rc = (m->over = plan_rank_memory(&k, &m->pl, m->need, m->have)) < 0 ? -1 : 0;
+    }
+    if (rc == 0) rc = plan_sim_costs(&cfg, &k, NULL, &m->pl, c, &raw);
+    plan_cluster_free(&k);
+    if (rc < 0) return -1;
+    return (*s = lower_checked(a, raw)) ? add_faults(a, c, (*s)->n_ranks) : -1;
+}
+
+static void model_free(model_run *m) {
+    plan_layout_free(&m->pl);
+    free(m->need); free(m->have);
+}
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static void model_print_human(const model_run *m, const sim_costs *c) {
+    const plan_layout *p = &m->pl;
+    char split[1024];
+    printf("model            tp %d x dp %d x stages %d, microbatches %d x %d, seq %d, recompute %s, zero %d, split %s\n",
+           p->tp, p->D, p->P, p->M, p->mb_size, p->T, p->recompute ? "yes" : "no", p->zero,
+           plan_layout_split_str(p, split, sizeof split));
+    if (c->tp > 1) {
+        printf("TP all-reduce per stage (seconds within F and B)\n");
+        for (int g = 0; g < c->n_stages; g++) printf("  stage %-4d F %.6g of %.6g  B %.6g of %.6g\n", g, c->tp_f[g],
+                                                     c->f[g], c->tp_b[g], c->b[g]);
+    }
+    printf("memory per device of each rank (GiB: needs / has)\n");
+    for (int r = 0; r < p->P; r++)
+        printf("  rank %-4d %8.4g / %-8.4g%s\n", r, m->need[r] / GIB, m->have[r] / GIB,
+               m->need[r] > m->have[r] ? "  does not fit" : "");
+    if (m->over)
+        fprintf(stderr, "pipetrain simulate: note: %d of %d ranks need more memory than their devices have (try "
+                "--recompute, --zero 1 with --dp, more --tp or --stages)\n", m->over, p->P);
+}
+
+static cJSON *model_json(const model_run *m, const sim_costs *c) {
+    const plan_layout *p = &m->pl;
+    char split[1024];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "dp", p->D);
+    cJSON_AddNumberToObject(o, "zero", p->zero);
+    cJSON_AddNumberToObject(o, "microbatch_size", p->mb_size);
+    cJSON_AddNumberToObject(o, "seq", p->T);
+    cJSON_AddBoolToObject(o, "recompute", p->recompute);
+    cJSON_AddStringToObject(o, "split", plan_layout_split_str(p, split, sizeof split));
+    cJSON_AddItemToObject(o, "tp_time_f", json_doubles(c->tp_f, c->n_stages));
+    cJSON_AddItemToObject(o, "tp_time_b", json_doubles(c->tp_b, c->n_stages));
+    cJSON_AddItemToObject(o, "stage_memory", json_doubles(p->stage_mem, p->K));
+    cJSON_AddItemToObject(o, "rank_memory", json_doubles(m->need, p->P));
+    cJSON_AddItemToObject(o, "device_memory", json_doubles(m->have, p->P));
+    cJSON_AddBoolToObject(o, "fits", m->over == 0);
+    return o;
 }
 
 /* --side-step: per rank, the idle time, what side steps of that length fill, in how many waits. */
@@ -305,10 +457,13 @@ static cJSON *json_critical_path(const sim_result *r) {
     return arr;
 }
 
-static void print_json(const sched *s, const sim_result *r, const sim_args *a, int needed, double unlimited) {
+static void print_json(const sched *s, const sim_result *r, const sim_args *a, int needed, double unlimited,
+                       const sim_costs *c, const model_run *m) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "schedule", s->name);
     cJSON_AddNumberToObject(o, "ranks", s->n_ranks);
+    cJSON_AddNumberToObject(o, "tp", c->tp);
+    if (m->on) cJSON_AddItemToObject(o, "model", model_json(m, c));
     cJSON_AddNumberToObject(o, "stages", s->n_stages);
     cJSON_AddNumberToObject(o, "microbatches", s->n_mb);
     cJSON_AddNumberToObject(o, "iterations", r->n_iters);
@@ -474,7 +629,10 @@ int cli_simulate(int argc, char **argv) {
     sched *s = NULL;
     sim_costs c = { 0 };
     sim_result r = { 0 };
+    model_run m = { 0 };
     if (rc) { status = rc > 0 ? 0 : 2; goto free_args; }
+    if (model_flags_check(&a) < 0) goto fail;
+    m.on = a.config != NULL;
     if (a.iters < 1) { pt_seterr("--iterations must be >= 1 (got %d)", a.iters); goto fail; }
     if (a.json && a.csv) { pt_seterr("--json and --csv exclude each other"); goto fail; }
     if (a.side_step != UNSET && !(a.side_step > 0)) { pt_seterr("--side-step must be > 0 seconds (got %g)", a.side_step); goto fail; }
@@ -484,16 +642,18 @@ int cli_simulate(int argc, char **argv) {
         status = 0;
         goto done;
     }
-    if (!(s = load_schedule(&a)) || build_costs(&a, s->n_stages, s->n_ranks, &c) ||
-        sim_costs_check_faults(&c, s, a.iters))
+    if (m.on ? model_load(&a, &m, &s, &c) < 0
+             : !(s = load_schedule(&a)) || build_costs(&a, s->n_stages, s->n_ranks, &c) < 0)
         goto fail;
+    if (sim_costs_check_faults(&c, s, a.iters)) goto fail;
     sim_opts o = { a.iters, a.post_validation };
     if (sim_run(s, &c, &o, &r) || write_result_pictures(s, &r, &a) || note_mem_needed(&a, &c, &r, &needed, &unlimited))
         goto fail;
-    if (a.json) print_json(s, &r, &a, needed, unlimited);
+    if (a.json) print_json(s, &r, &a, needed, unlimited, &c, &m);
     else if (a.csv) print_events(&r.tl);
     else {
         print_human(s, &r, &a);
+        if (m.on) model_print_human(&m, &c);
         if (side_report(&r, &a, NULL) < 0) goto fail;
     }
     status = 0;
@@ -504,6 +664,7 @@ done:
     sim_result_free(&r);
     sim_costs_free(&c);
     sched_free(s);
+    model_free(&m);
 free_args:
     free(a.slow_links);
     free(a.slow_stages);

@@ -4,11 +4,14 @@
  * simulator itself (sim/), schedule generators (sched/). Formats: docs/planner.md.
  *
  * Legend: L blocks, B microbatch size, T sequence, C channels, V vocab, P pipeline ranks,
- * D data-parallel replicas, M microbatches per replica, v chunks per rank, K = P * v chunks.
+ * D data-parallel replicas, M microbatches per replica, v chunks per rank, K = P * v chunks,
+ * tp tensor-parallel ranks per pipeline rank (world = tp x D x P devices).
  * Times in seconds, memory in bytes, compute in FLOPs. */
 #ifndef PT_PLAN_H
 #define PT_PLAN_H
 #include "model/gpt.h"
+#include "sched/sched.h"
+#include "sim/sim.h"
 #include <stdbool.h>
 
 /* ---- per-layer costs ------------------------------------------------------------------------ */
@@ -20,8 +23,12 @@ typedef enum { PLAN_F, PLAN_B, PLAN_W, PLAN_N_PHASES } plan_phase;
 /* One layer on one microbatch of B x T tokens: FLOPs per phase (indexed by plan_phase), bytes. */
 typedef gpt_layer_cost plan_layer_cost;
 
-/* Analytic cost of one layer kind (see docs/planner.md for the FLOP formulas). B, T >= 1. */
-void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, plan_layer_cost *out);
+/* Analytic cost of one layer kind on one of tp tensor-parallel ranks (docs/planner.md for the FLOP
+ * formulas; tp 1: no TP). B, T, tp >= 1. */
+void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, int tp, plan_layer_cost *out);
+/* Seconds of a layer's TP all-reduces in phase ph on a group of tp ranks over a link of bw bytes/s
+ * and lat s (sim_allreduce_time of its tp_bytes and tp_collectives; 0 at tp 1 and in W). */
+double plan_tp_time(const plan_layer_cost *c, plan_phase ph, int tp, double bw, double lat);
 /* Bytes sent between consecutive layers per microbatch: B*T*C*4. */
 double plan_p2p_bytes(const gpt_config *cfg, int B, int T);
 
@@ -68,6 +75,13 @@ typedef struct {
     double reference_flops;           /* FLOP/s of speed 1 when no costs file is given */
 } plan_cluster;
 
+/* The link a TP group of devices dev[n] (cluster indices) all-reduces over: its node's link when
+ * all n share a node, else the network (the slowest hop of a ring that leaves a node). */
+void plan_cluster_group_link(const plan_cluster *k, const int *dev, int n, double *bw, double *lat);
+/* Whether tp consecutive devices (file order) always share a node: tp divides every node's
+ * device count. */
+bool plan_cluster_tp_fits_nodes(const plan_cluster *k, int tp);
+
 /* Parses a cluster JSON file (schema in docs/planner.md). Errors name the file and field:
  * "k.json: nodes[3].devices.memory must be a positive number". */
 int plan_cluster_load(plan_cluster *c, const char *path);
@@ -77,13 +91,16 @@ void plan_cluster_free(plan_cluster *c);
 
 /* ---- the exact split ------------------------------------------------------------------------- */
 /* A chain of n items (layers, in order) onto K stages (in order), each stage >= 1 item.
- * Stage k holding items [i, j) takes sum work / speed[k] and needs
+ * Stage k holding items [i, j) takes sum work / speed[k] (+ sum extra[k*n + i..j)) and needs
  * sum mem_fixed + inflight[k] * sum mem_act + mem_extra[k] bytes <= cap[k]. */
 typedef struct {
     int n, K;
     const double *work, *mem_fixed, *mem_act;  /* [n], all >= 0 */
     const double *speed, *cap, *inflight;      /* [K]; cap <= 0 means unlimited */
     const double *mem_extra;                   /* [K] or NULL */
+    const double *extra;                       /* [K*n] or NULL: seconds item i adds on stage k
+                                                * (extra[k*n + i]) besides work / speed[k]: its
+                                                * tensor-parallel all-reduces on k's group link */
 } plan_chain;
 
 /* Minimises the largest stage time subject to the memory caps, exactly: bisection on the
@@ -103,6 +120,8 @@ int plan_split_refine(const plan_chain *c, double X, int *first);
 /* ---- plans ----------------------------------------------------------------------------------- */
 typedef struct {
     int P, D, M, mb_size;     /* ranks, replicas, microbatches per replica, microbatch size B */
+    int tp;                   /* tensor-parallel ranks per pipeline rank (0 is read as 1) */
+    int zero;                 /* 1: AdamW moments split over the D replicas (ZeRO-1, train --zero 1) */
     int T;                    /* sequence length */
     char schedule[32];        /* generator name */
     int chunks;               /* v, chunks per rank */
@@ -110,12 +129,14 @@ typedef struct {
     bool recompute;           /* activation recomputation (keep block inputs, redo F before B) */
     char placement[16];       /* "node" or "mixed" (how devices form pipelines) */
     int *split;               /* [K] blocks per chunk ("--split" of run/layout.h) */
-    int *devices;             /* [D*P] cluster device of (replica d, rank p) at d*P + p, or NULL */
+    int *devices;             /* [D*P*tp] cluster device of (replica d, rank p, TP rank t) at
+                               * (d*P + p)*tp + t, or NULL */
     double step_time;         /* predicted seconds per optimizer step (simulator) */
     double tokens_per_s;      /* global batch * T / step_time */
     double bubble;            /* simulator's bubble fraction */
     double bound;             /* analytic lower bound on step_time used for pruning */
-    double *stage_mem;        /* [K] peak bytes per chunk (params, grads, AdamW, activations) */
+    double *stage_mem;        /* [K] peak bytes per chunk on one TP rank (params, grads, AdamW
+                               * (/ D under zero 1), activations) */
     double *stage_time;       /* [K] F+B+W seconds per microbatch of each chunk */
     int *stage_inflight;      /* [K] peak microbatches held per chunk */
 } plan_layout;
@@ -136,6 +157,11 @@ typedef struct {
     const char *const *schedules;  /* NULL-terminated names, or NULL for the default set */
     int max_sims;             /* candidates simulated at most (0: 400); each also gets a local search */
     bool no_recompute;        /* do not consider recomputation */
+    int tp;                   /* only this TP degree; 0: every divisor of n_head that divides the
+                               * devices and keeps each TP group inside a node (plus those that do
+                               * not with tp_across_nodes) */
+    bool tp_across_nodes;     /* with tp 0: also TP groups that span nodes (over the network) */
+    int zero;                 /* 0, or 1: count AdamW moments / D (ZeRO-1) */
 } plan_opts;
 
 typedef struct {
@@ -153,11 +179,25 @@ typedef struct {
 int plan_search(const gpt_config *cfg, const plan_cluster *k, const plan_opts *o, plan_result *out);
 void plan_result_free(plan_result *r);
 
-/* Scores one layout (P, D, M, mb_size, T, schedule, chunks, recompute, split, devices set; NULL
- * devices: replica d rank p is device d*P + p) with the simulator: fills step_time, tokens_per_s,
- * bubble, stage_mem, stage_time, stage_inflight. Returns 0, or -1 with an error (a schedule that
- * does not exist for P, M). Memory caps are not checked here: stage_mem says what it needs. */
+/* Scores one layout (P, D, tp, zero, M, mb_size, T, schedule, chunks, recompute, split, devices
+ * set; NULL devices: device (d*P + p)*tp + t) with the simulator: fills step_time, tokens_per_s,
+ * bubble, stage_mem, stage_time, stage_inflight. Returns 0, or -1 with an error naming the numbers
+ * (tp not dividing n_head, more devices than the cluster has, a device index outside it, a
+ * schedule that does not exist for P, M). Memory caps are not checked here: stage_mem says what
+ * it needs, plan_rank_memory compares it with the devices. */
 int plan_evaluate(const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs,
                   plan_layout *p);
+/* The simulator's costs of layout p as plan_evaluate scores it (per-chunk F, B, W with the TP
+ * all-reduces in F and B, messages, links, the data-parallel reduction) into out (free with
+ * sim_costs_free) and its schedule into *s (free with sched_free). 0, or -1 as plan_evaluate. */
+int plan_sim_costs(const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs,
+                   const plan_layout *p, sim_costs *out, sched **s);
+/* After plan_evaluate: need[P] bytes pipeline rank p holds on each of its devices (its chunks'
+ * stage_mem) and have[P] the smallest memory among them (over replicas and TP ranks). Returns how
+ * many ranks need more than they have, or -1 with the schedule generator's error. */
+int plan_rank_memory(const plan_cluster *k, const plan_layout *p, double *need, double *have);
+/* Blocks of cfg split evenly over p's K = P * chunks chunks (the first L % K get one more, as
+ * run_layout does) into a fresh p->split. */
+void plan_layout_even_split(plan_layout *p, int n_layer);
 
 #endif

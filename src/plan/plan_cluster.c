@@ -134,6 +134,24 @@ static int parse_root(plan_cluster *c, const cJSON *root, const char *where) {
     return 0;
 }
 
+void plan_cluster_group_link(const plan_cluster *k, const int *dev, int n, double *bw, double *lat) {
+    int node = k->dev[dev[0]].node;
+    bool one = true;
+    for (int i = 1; i < n; i++) one = one && k->dev[dev[i]].node == node;
+    *bw = one ? k->intra_bw[node] : k->inter_bw;
+    *lat = one ? k->intra_lat[node] : k->inter_lat;
+}
+
+bool plan_cluster_tp_fits_nodes(const plan_cluster *k, int tp) {
+    int start = 0;
+    for (int i = 1; i <= k->n_devices; i++)   /* node-major: a node is a run of devices */
+        if (i == k->n_devices || k->dev[i].node != k->dev[start].node) {
+            if ((i - start) % tp) return false;
+            start = i;
+        }
+    return true;
+}
+
 int plan_cluster_parse(plan_cluster *c, const char *text, const char *where) {
     memset(c, 0, sizeof *c);
     cJSON *root = cJSON_Parse(text);

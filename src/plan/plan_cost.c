@@ -18,9 +18,13 @@
 static const char *const PHASE_NAME[PLAN_N_PHASES] = { "f", "b", "w" };
 
 /* The analytic cost of a layer kind is the model's (its kind table: model/gpt_layers.c). */
-void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, plan_layer_cost *out) {
+void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, int tp, plan_layer_cost *out) {
     memset(out, 0, sizeof *out);
-    gpt_kind_ops((gpt_layer_kind)kind)->cost(cfg, B, T, 1, out);
+    gpt_kind_ops((gpt_layer_kind)kind)->cost(cfg, B, T, tp, out);
+}
+
+double plan_tp_time(const plan_layer_cost *c, plan_phase ph, int tp, double bw, double lat) {
+    return sim_allreduce_time(tp, c->tp_bytes[ph], c->tp_collectives[ph], bw, lat);
 }
 
 double plan_p2p_bytes(const gpt_config *cfg, int B, int T) {
@@ -33,7 +37,7 @@ double plan_costs_rate(const plan_costs *c, plan_kind kind, plan_phase ph, int B
         if (best < 0 || abs(c->batch[i] - B) < abs(c->batch[best] - B)) best = i;
     if (best < 0 || !(c->sec[best][kind][ph] > 0)) return 0;
     plan_layer_cost lc;
-    plan_layer_model(&c->cfg, kind, c->batch[best], c->T, &lc);
+    plan_layer_model(&c->cfg, kind, c->batch[best], c->T, 1, &lc);
     return lc.flops[ph] / c->sec[best][kind][ph];
 }
 
@@ -41,7 +45,7 @@ double plan_costs_rate(const plan_costs *c, plan_kind kind, plan_phase ph, int B
 static cJSON *layer_json(const plan_costs *c, int i, plan_kind k) {
     cJSON *o = cJSON_CreateObject();
     plan_layer_cost lc;
-    plan_layer_model(&c->cfg, k, c->batch[i], c->T, &lc);
+    plan_layer_model(&c->cfg, k, c->batch[i], c->T, 1, &lc);
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) cJSON_AddNumberToObject(o, PHASE_NAME[ph], c->sec[i][k][ph]);
     cJSON_AddNumberToObject(o, "act_bytes", lc.act_bytes);
     cJSON_AddNumberToObject(o, "param_bytes", lc.param_bytes);

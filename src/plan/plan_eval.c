@@ -1,6 +1,7 @@
 /* One candidate layout, from costs to a simulated step: per-layer reference FLOPs and bytes
- * (chain items), ranks' speeds, caps and links for a device placement, the exact split for a
- * schedule, and scoring with the simulator. Not the search over candidates (plan_search.c). */
+ * (chain items, one TP rank's share), ranks' speeds, caps and links (pipeline, data-parallel and
+ * tensor-parallel) for a device placement, the exact split for a schedule, and scoring with the
+ * simulator. Not the search over candidates (plan_search.c). */
 #include "plan/plan_int.h"
 #include "sim/sim.h"
 #include "util/pt.h"
@@ -15,7 +16,7 @@ void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster 
     if (!costs) return;
     /* the profiled block's overall rate is the reference; other kinds and phases relative to it */
     plan_layer_cost blk;
-    plan_layer_model(&costs->cfg, PLAN_BLOCK, B, costs->T, &blk);
+    plan_layer_model(&costs->cfg, PLAN_BLOCK, B, costs->T, 1, &blk);
     double fl = 0, sec = 0;
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
         double r = plan_costs_rate(costs, PLAN_BLOCK, ph, B);
@@ -32,37 +33,44 @@ void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster 
 
 void plan_items_free(plan_items *it) {
     free(it->work); free(it->mem_fixed); free(it->mem_act); free(it->grad);
-    for (int ph = 0; ph < PLAN_N_PHASES; ph++) free(it->ph[ph]);
+    for (int ph = 0; ph < PLAN_N_PHASES; ph++) { free(it->ph[ph]); free(it->tp_bytes[ph]); free(it->tp_coll[ph]); }
     memset(it, 0, sizeof *it);
 }
 
-/* Adds one layer's costs to item i. */
-static void items_add(plan_items *it, int i, const plan_layer_cost *c, const double *eff, bool recompute) {
+/* Adds one layer's costs to item i. Recomputation redoes F before B, its all-reduces included;
+ * ZeRO-1 keeps 1/optim_div of the AdamW moments. */
+static void items_add(plan_items *it, int i, const plan_layer_cost *c, const double *eff, const plan_item_shape *sh) {
+    bool rc = sh->recompute;
     double f = c->flops[PLAN_F] / eff[PLAN_F];
     it->ph[PLAN_F][i] += f;
-    it->ph[PLAN_B][i] += c->flops[PLAN_B] / eff[PLAN_B] + (recompute ? f : 0);
+    it->ph[PLAN_B][i] += c->flops[PLAN_B] / eff[PLAN_B] + (rc ? f : 0);
     it->ph[PLAN_W][i] += c->flops[PLAN_W] / eff[PLAN_W];
-    it->mem_fixed[i] += c->param_bytes + c->grad_bytes + c->optim_bytes;
-    it->mem_act[i] += recompute ? c->input_bytes : c->act_bytes;
+    it->mem_fixed[i] += c->param_bytes + c->grad_bytes + c->optim_bytes / sh->optim_div;
+    it->mem_act[i] += rc ? c->input_bytes : c->act_bytes;
     it->grad[i] += c->grad_bytes;
+    for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
+        bool again = rc && ph == PLAN_B;
+        it->tp_bytes[ph][i] += c->tp_bytes[ph] + (again ? c->tp_bytes[PLAN_F] : 0);
+        it->tp_coll[ph][i] += c->tp_collectives[ph] + (again ? c->tp_collectives[PLAN_F] : 0);
+    }
 }
 
-void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s, int B, int T, bool recompute) {
+static double *zeros(int n) { return pt_calloc((size_t)n, sizeof(double)); }
+
+void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s, const plan_item_shape *sh) {
     int L = cfg->n_layer;
     memset(it, 0, sizeof *it);
     it->n = L;
-    it->work = pt_calloc((size_t)L, sizeof(double));
-    it->mem_fixed = pt_calloc((size_t)L, sizeof(double));
-    it->mem_act = pt_calloc((size_t)L, sizeof(double));
-    it->grad = pt_calloc((size_t)L, sizeof(double));
-    for (int ph = 0; ph < PLAN_N_PHASES; ph++) it->ph[ph] = pt_calloc((size_t)L, sizeof(double));
+    it->tp = sh->tp;
+    it->work = zeros(L), it->mem_fixed = zeros(L), it->mem_act = zeros(L), it->grad = zeros(L);
+    for (int ph = 0; ph < PLAN_N_PHASES; ph++) it->ph[ph] = zeros(L), it->tp_bytes[ph] = zeros(L), it->tp_coll[ph] = zeros(L);
     plan_layer_cost c[PLAN_N_KINDS];
-    for (int k = 0; k < PLAN_N_KINDS; k++) plan_layer_model(cfg, k, B, T, &c[k]);
-    for (int i = 0; i < L; i++) items_add(it, i, &c[PLAN_BLOCK], s->eff[PLAN_BLOCK], recompute);
-    items_add(it, 0, &c[PLAN_EMBED], s->eff[PLAN_EMBED], recompute);
-    items_add(it, L - 1, &c[PLAN_HEAD], s->eff[PLAN_HEAD], recompute);
+    for (int k = 0; k < PLAN_N_KINDS; k++) plan_layer_model(cfg, k, sh->B, sh->T, sh->tp, &c[k]);
+    for (int i = 0; i < L; i++) items_add(it, i, &c[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh);
+    items_add(it, 0, &c[PLAN_EMBED], s->eff[PLAN_EMBED], sh);
+    items_add(it, L - 1, &c[PLAN_HEAD], s->eff[PLAN_HEAD], sh);
     for (int i = 0; i < L; i++) it->work[i] = it->ph[PLAN_F][i] + it->ph[PLAN_B][i] + it->ph[PLAN_W][i];
-    if (recompute) {   /* during a backward the stage holds one microbatch's full activations again */
+    if (sh->recompute) {   /* during a backward the stage holds one microbatch's full activations again */
         it->extra_mid = c[PLAN_BLOCK].act_bytes;
         it->extra_first = c[PLAN_EMBED].act_bytes;
         it->extra_last = c[PLAN_HEAD].act_bytes;
@@ -73,43 +81,71 @@ static double device_rate(const plan_device *d, const plan_scale *s) {
     return d->rate > 0 ? d->rate : d->speed * s->ref_rate;
 }
 
-void plan_ranks_init(plan_ranks *r, const plan_cluster *k, const plan_scale *s, int P, int D, const int *devices) {
-    memset(r, 0, sizeof *r);
-    r->P = P; r->D = D; r->devices = devices;
-    r->rate = pt_malloc(sizeof(double) * (size_t)P);
-    r->cap = pt_malloc(sizeof(double) * (size_t)P);
-    r->reduce_bw = INFINITY;
-    for (int p = 0; p < P; p++) {
-        r->rate[p] = INFINITY; r->cap[p] = INFINITY;
-        int node0 = -1;
-        bool one_node = true;
-        for (int d = 0; d < D; d++) {
-            const plan_device *dv = &k->dev[devices ? devices[d * P + p] : d * P + p];
+/* Cluster device of replica d, pipeline rank p, TP rank t. */
+static int dev_at(const plan_ranks *r, int d, int p, int t) {
+    int i = (d * r->P + p) * r->tp + t;
+    return r->devices ? r->devices[i] : i;
+}
+
+/* Slowest bandwidth and latency seen so far, with the link (bw, lat) added. */
+static void worst_link(double *bw, double *lat, double b, double l) {
+    if (b < *bw) *bw = b;
+    if (l > *lat) *lat = l;
+}
+
+/* Rank p's rate, memory and TP link (slowest over replicas and TP ranks); the data-parallel ring
+ * of each of its TP ranks joins the replicas' devices. */
+static void rank_init(plan_ranks *r, const plan_cluster *k, const plan_scale *s, int p, int *group) {
+    r->rate[p] = INFINITY, r->cap[p] = INFINITY, r->tp_bw[p] = INFINITY, r->tp_lat[p] = 0;
+    double bw, lat;
+    for (int d = 0; d < r->D; d++) {
+        for (int t = 0; t < r->tp; t++) {
+            const plan_device *dv = &k->dev[group[t] = dev_at(r, d, p, t)];
             r->rate[p] = fmin(r->rate[p], device_rate(dv, s));
             r->cap[p] = fmin(r->cap[p], dv->memory);
-            if (node0 < 0) node0 = dv->node; else if (dv->node != node0) one_node = false;
         }
-        double bw = one_node ? k->intra_bw[node0] : k->inter_bw, lat = one_node ? k->intra_lat[node0] : k->inter_lat;
-        if (bw < r->reduce_bw) r->reduce_bw = bw;
-        if (lat > r->reduce_lat) r->reduce_lat = lat;
+        plan_cluster_group_link(k, group, r->tp, &bw, &lat);
+        worst_link(&r->tp_bw[p], &r->tp_lat[p], bw, lat);
+    }
+    for (int t = 0; t < r->tp; t++) {
+        for (int d = 0; d < r->D; d++) group[d] = dev_at(r, d, p, t);
+        plan_cluster_group_link(k, group, r->D, &bw, &lat);
+        worst_link(&r->reduce_bw, &r->reduce_lat, bw, lat);
     }
 }
 
+void plan_ranks_init(plan_ranks *r, const plan_cluster *k, const plan_scale *s, int P, int D, int tp,
+                     const int *devices) {
+    memset(r, 0, sizeof *r);
+    r->P = P; r->D = D; r->tp = tp > 0 ? tp : 1; r->devices = devices;
+    r->rate = pt_malloc(sizeof(double) * (size_t)P);
+    r->cap = pt_malloc(sizeof(double) * (size_t)P);
+    r->tp_bw = pt_malloc(sizeof(double) * (size_t)P);
+    r->tp_lat = pt_malloc(sizeof(double) * (size_t)P);
+    r->reduce_bw = INFINITY;
+    int *group = pt_malloc(sizeof(int) * (size_t)(D > r->tp ? D : r->tp));
+    for (int p = 0; p < P; p++) rank_init(r, k, s, p, group);
+    free(group);
+}
+
 void plan_ranks_free(plan_ranks *r) {
-    free(r->rate); free(r->cap);
+    free(r->rate); free(r->cap); free(r->tp_bw); free(r->tp_lat);
     memset(r, 0, sizeof *r);
 }
 
 void plan_ranks_link(const plan_ranks *r, const plan_cluster *k, int a, int b, double *bw, double *lat) {
     *bw = INFINITY; *lat = 0;
-    for (int d = 0; d < r->D; d++) {
-        int da = r->devices ? r->devices[d * r->P + a] : d * r->P + a;
-        int db = r->devices ? r->devices[d * r->P + b] : d * r->P + b;
-        int na = k->dev[da].node, nb = k->dev[db].node;
-        double w = na == nb ? k->intra_bw[na] : k->inter_bw, l = na == nb ? k->intra_lat[na] : k->inter_lat;
-        if (w < *bw) *bw = w;
-        if (l > *lat) *lat = l;
-    }
+    for (int d = 0; d < r->D; d++)
+        for (int t = 0; t < r->tp; t++) {
+            int pair[2] = { dev_at(r, d, a, t), dev_at(r, d, b, t) };
+            double w, l;
+            plan_cluster_group_link(k, pair, 2, &w, &l);
+            worst_link(bw, lat, w, l);
+        }
+}
+
+double plan_item_tp_time(const plan_items *it, const plan_ranks *r, int p, int i, int ph) {
+    return sim_allreduce_time(r->tp, it->tp_bytes[ph][i], (int)it->tp_coll[ph][i], r->tp_bw[p], r->tp_lat[p]);
 }
 
 sched *plan_make_sched(const char *name, int P, int M, int v) {
@@ -125,11 +161,23 @@ static double chunk_mem(const plan_items *it, int K, const int *first, int k, in
     return m + held * a + (it->extra_mid > 0 ? extra : 0);
 }
 
+/* [K*n] seconds of TP all-reduces (F and B) of item i on chunk k's rank, or NULL at tp 1. */
+static double *chunk_tp_times(const plan_items *it, const plan_ranks *r, const sched *s) {
+    if (r->tp <= 1) return NULL;
+    int K = s->n_stages, n = it->n;
+    double *x = pt_malloc(sizeof(double) * (size_t)K * (size_t)n);
+    for (int k = 0; k < K; k++)
+        for (int i = 0; i < n; i++)
+            x[(size_t)k * n + i] = plan_item_tp_time(it, r, s->stage_rank[k], i, PLAN_F) +
+                                   plan_item_tp_time(it, r, s->stage_rank[k], i, PLAN_B);
+    return x;
+}
+
 int plan_split_candidate(const plan_items *it, const plan_ranks *r, const sched *s, bool refine, int *first,
                          double *bottleneck) {
     int K = s->n_stages, *peak = pt_malloc(sizeof(int) * (size_t)K), *per_rank = pt_calloc((size_t)r->P, sizeof(int));
     double *buf = pt_malloc(sizeof(double) * 4 * (size_t)K), *speed = buf, *cap = buf + K, *held = buf + 2 * K,
-           *extra = buf + 3 * K;
+           *extra = buf + 3 * K, *comm = chunk_tp_times(it, r, s);
     sched_peak_activations(s, peak);
     for (int k = 0; k < K; k++) per_rank[s->stage_rank[k]]++;
     for (int k = 0; k < K; k++) {
@@ -140,10 +188,10 @@ int plan_split_candidate(const plan_items *it, const plan_ranks *r, const sched 
         extra[k] = it->extra_mid > 0 ? it->extra_mid + (k == 0 ? it->extra_first : 0) + (k == K - 1 ? it->extra_last : 0) : 0;
     }
     plan_chain c = { .n = it->n, .K = K, .work = it->work, .mem_fixed = it->mem_fixed, .mem_act = it->mem_act,
-                     .speed = speed, .cap = cap, .inflight = held, .mem_extra = extra };
+                     .speed = speed, .cap = cap, .inflight = held, .mem_extra = extra, .extra = comm };
     int rc = plan_split(&c, first, bottleneck);
     if (rc == 0 && refine) rc = plan_split_refine(&c, *bottleneck, first);
-    free(peak); free(per_rank); free(buf);
+    free(peak); free(per_rank); free(buf); free(comm);
     return rc;
 }
 
@@ -158,24 +206,32 @@ double plan_peak_need(const plan_items *it, const sched *s, const int *first, in
     return worst;
 }
 
-/* Simulator costs of the split: per-chunk F/B/W on its rank, messages of B*T*C floats, the
- * data-parallel gradient ring as REDUCE_GRAD, links between the ranks of consecutive chunks. */
+/* Simulator costs of the split: per-chunk F/B/W on its rank (F and B with their TP all-reduces:
+ * they block the compute stream; W has none), messages of B*T*C floats (each TP rank sends its
+ * whole copy to its counterpart, in parallel), the data-parallel gradient ring as REDUCE_GRAD,
+ * links between the ranks of consecutive chunks. */
 static void score_costs(const plan_cluster *k, const plan_items *it, const plan_ranks *r, const sched *s,
                         const int *first, double p2p, sim_costs *c) {
     int K = s->n_stages, D = r->D;
     sim_costs_init(c, K, 0, 0, 0);
     c->latency = k->inter_lat;
     c->bandwidth = k->inter_bw;
+    c->tp = r->tp;
     for (int g = 0; g < K; g++) {
-        double rate = r->rate[s->stage_rank[g]], grad = 0;
+        int p = s->stage_rank[g];
+        double rate = r->rate[p], grad = 0;
         for (int i = first[g]; i < first[g + 1]; i++) {
+            c->tp_f[g] += plan_item_tp_time(it, r, p, i, PLAN_F);
+            c->tp_b[g] += plan_item_tp_time(it, r, p, i, PLAN_B);
             c->f[g] += it->ph[PLAN_F][i] / rate;
             c->b[g] += it->ph[PLAN_B][i] / rate;
             c->w[g] += it->ph[PLAN_W][i] / rate;
             grad += it->grad[i];
         }
+        c->f[g] += c->tp_f[g];
+        c->b[g] += c->tp_b[g];
         c->act_bytes[g] = p2p;
-        if (D > 1) c->reduce[g] = 2.0 * (D - 1) / D * grad / r->reduce_bw + 2.0 * (D - 1) * r->reduce_lat;
+        c->reduce[g] = sim_allreduce_time(D, grad, 1, r->reduce_bw, r->reduce_lat);
         if (g + 1 < K && s->stage_rank[g] != s->stage_rank[g + 1]) {
             double bw, lat;
             plan_ranks_link(r, k, s->stage_rank[g], s->stage_rank[g + 1], &bw, &lat);
@@ -218,33 +274,105 @@ int plan_score(const gpt_config *cfg, const plan_cluster *k, const plan_items *i
     return 0;
 }
 
-int plan_evaluate(const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs, plan_layout *p) {
-    if (p->P < 1 || p->D < 1 || p->M < 1 || p->mb_size < 1 || p->T < 1)
-        return pt_seterr("plan: P, D, M, microbatch size and seq must be >= 1");
-    if ((long)p->P * p->D > k->n_devices)
-        return pt_seterr("plan: P x D = %d devices, the cluster has %d", p->P * p->D, k->n_devices);
-    sched *s = plan_make_sched(p->schedule, p->P, p->M, p->chunks);
-    if (!s) return -1;
-    int K = s->n_stages, rc = -1, *first = pt_malloc(sizeof(int) * (size_t)(K + 1));
-    first[0] = 0;
-    for (int g = 0; g < K; g++) first[g + 1] = first[g] + (p->split ? p->split[g] : 0);
-    if (s->n_pipes != 1 || !p->split || first[K] != cfg->n_layer) {
-        pt_seterr("plan: the split must give all %d blocks to the %d chunks of one pipe", cfg->n_layer, K);
-        goto done;
-    }
-    plan_scale sc;
-    plan_scale_init(&sc, costs, k, p->mb_size);
+/* The numbers of a layout the cluster and the model can hold, or -1 with an error naming them. */
+static int layout_check(const gpt_config *cfg, const plan_cluster *k, const plan_layout *p, int tp) {
+    if (p->P < 1 || p->D < 1 || p->M < 1 || p->mb_size < 1 || p->T < 1 || tp < 1)
+        return pt_seterr("plan: stages %d, dp %d, tp %d, microbatches %d, microbatch size %d and seq %d must all "
+                         "be >= 1", p->P, p->D, tp, p->M, p->mb_size, p->T);
+    if (p->T > cfg->n_positions) return pt_seterr("plan: seq %d is more than n_positions %d", p->T, cfg->n_positions);
+    if (cfg->n_head % tp)
+        return pt_seterr("plan: tp %d does not divide n_head %d (each TP rank holds n_head / tp heads)", tp,
+                         cfg->n_head);
+    if (p->zero != 0 && p->zero != 1) return pt_seterr("plan: zero is %d; it must be 0 or 1", p->zero);
+    long n = (long)p->P * p->D * tp;
+    if (n > k->n_devices)
+        return pt_seterr("plan: tp %d x dp %d x stages %d = %ld devices, the cluster has %d", tp, p->D, p->P, n,
+                         k->n_devices);
+    for (long i = 0; p->devices && i < n; i++)
+        if (p->devices[i] < 0 || p->devices[i] >= k->n_devices)
+            return pt_seterr("plan: devices[%ld] = %d is not a device of the cluster (0..%d)", i, p->devices[i],
+                             k->n_devices - 1);
+    return 0;
+}
+
+/* One layout ready to score: its schedule, chunk boundaries, items and ranks. */
+typedef struct {
+    sched *s;
+    int *first;              /* [K+1] */
     plan_items it;
     plan_ranks r;
-    plan_items_init(&it, cfg, &sc, p->mb_size, p->T, p->recompute);
-    plan_ranks_init(&r, k, &sc, p->P, p->D, p->devices);
-    rc = plan_score(cfg, k, &it, &r, s, first, (long)p->D * p->M * p->mb_size, p);
-    plan_items_free(&it);
-    plan_ranks_free(&r);
-done:
-    free(first);
-    sched_free(s);
+    bool ready;              /* it and r are built */
+} layout_ctx;
+
+static void ctx_close(layout_ctx *x) {
+    if (x->ready) { plan_items_free(&x->it); plan_ranks_free(&x->r); }
+    free(x->first);
+    sched_free(x->s);
+    memset(x, 0, sizeof *x);
+}
+
+static int ctx_open(layout_ctx *x, const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs,
+                    const plan_layout *p) {
+    memset(x, 0, sizeof *x);
+    int tp = p->tp > 0 ? p->tp : 1;
+    if (layout_check(cfg, k, p, tp) < 0) return -1;
+    sched *s = plan_make_sched(p->schedule, p->P, p->M, p->chunks);
+    if (!s) return -1;
+    int K = s->n_stages;
+    x->first = pt_malloc(sizeof(int) * (size_t)(K + 1));
+    x->first[0] = 0;
+    for (int g = 0; g < K; g++) x->first[g + 1] = x->first[g] + (p->split ? p->split[g] : 0);
+    if (s->n_pipes != 1 || !p->split || x->first[K] != cfg->n_layer) {
+        pt_seterr("plan: the split must give all %d blocks to the %d chunks of one pipe", cfg->n_layer, K);
+        sched_free(s);
+        ctx_close(x);
+        return -1;
+    }
+    x->s = s;
+    x->ready = true;
+    plan_scale sc;
+    plan_scale_init(&sc, costs, k, p->mb_size);
+    plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute };
+    plan_items_init(&x->it, cfg, &sc, &sh);
+    plan_ranks_init(&x->r, k, &sc, p->P, p->D, tp, p->devices);
+    return 0;
+}
+
+int plan_evaluate(const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs, plan_layout *p) {
+    layout_ctx x;
+    if (ctx_open(&x, cfg, k, costs, p) < 0) return -1;
+    int rc = plan_score(cfg, k, &x.it, &x.r, x.s, x.first, (long)p->D * p->M * p->mb_size, p);
+    ctx_close(&x);
     return rc;
+}
+
+int plan_sim_costs(const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs, const plan_layout *p,
+                   sim_costs *out, sched **s) {
+    layout_ctx x;
+    if (ctx_open(&x, cfg, k, costs, p) < 0) return -1;
+    score_costs(k, &x.it, &x.r, x.s, x.first, plan_p2p_bytes(cfg, p->mb_size, p->T), out);
+    *s = x.s;
+    x.s = NULL;   /* the caller's now */
+    ctx_close(&x);
+    return 0;
+}
+
+int plan_rank_memory(const plan_cluster *k, const plan_layout *p, double *need, double *have) {
+    sched *s = plan_make_sched(p->schedule, p->P, p->M, p->chunks);
+    if (!s) return -1;
+    int tp = p->tp > 0 ? p->tp : 1, over = 0;
+    for (int r = 0; r < p->P; r++) {
+        need[r] = 0, have[r] = INFINITY;
+        for (int d = 0; d < p->D; d++)
+            for (int t = 0; t < tp; t++) {
+                int i = (d * p->P + r) * tp + t;
+                have[r] = fmin(have[r], k->dev[p->devices ? p->devices[i] : i].memory);
+            }
+    }
+    for (int g = 0; g < s->n_stages && g < p->K; g++) need[s->stage_rank[g]] += p->stage_mem[g];
+    for (int r = 0; r < p->P; r++) over += need[r] > have[r];
+    sched_free(s);
+    return over;
 }
 
 /* True when every chunk of first[] fits its share of its rank's memory (the split's own rule). */

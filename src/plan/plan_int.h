@@ -10,19 +10,31 @@
  * item 0, the head into item L-1). work is in "reference FLOPs": time = work / rank rate. */
 typedef struct {
     int n;                        /* L */
+    int tp;                       /* TP ranks: every number here is one rank's share */
     double *work, *mem_fixed;     /* [L] F+B+W (+F again with recompute) reference FLOPs; bytes */
     double *mem_act;              /* [L] bytes per microbatch in flight */
     double *ph[PLAN_N_PHASES];    /* [L] reference FLOPs of F, B (with recompute's F), W */
     double *grad;                 /* [L] gradient bytes (what data parallelism reduces) */
+    double *tp_bytes[PLAN_N_PHASES];  /* [L] bytes one rank all-reduces over its TP group per
+                                       * microbatch in F, B (with recompute's F), W (always 0) */
+    double *tp_coll[PLAN_N_PHASES];   /* [L] how many all-reduces those are */
     double extra_first, extra_last, extra_mid;   /* mem_extra of the first, last, other chunks */
 } plan_items;
 
-/* One placement: the pipeline ranks as the slowest replica sees them. */
+/* What the per-layer numbers depend on besides the config and the scale. */
 typedef struct {
-    int P, D;
-    const int *devices;           /* [D*P] device of (d, p) */
-    double *rate;                 /* [P] reference FLOP/s (min over replicas) */
-    double *cap;                  /* [P] memory bytes (min over replicas) */
+    int B, T, tp;
+    int optim_div;                /* AdamW bytes are divided by this: D under ZeRO-1, else 1 */
+    bool recompute;
+} plan_item_shape;
+
+/* One placement: the pipeline ranks as the slowest replica (and TP rank) sees them. */
+typedef struct {
+    int P, D, tp;
+    const int *devices;           /* [D*P*tp] device of (d, p, t) at (d*P + p)*tp + t */
+    double *rate;                 /* [P] reference FLOP/s (min over replicas and TP ranks) */
+    double *cap;                  /* [P] memory bytes (min over replicas and TP ranks) */
+    double *tp_bw, *tp_lat;       /* [P] the TP group's all-reduce link (slowest over replicas) */
     double reduce_bw, reduce_lat; /* data-parallel gradient ring */
 } plan_ranks;
 
@@ -34,13 +46,17 @@ typedef struct {
 } plan_scale;
 
 void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster *k, int B);
-void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s, int B, int T, bool recompute);
+void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s, const plan_item_shape *sh);
 void plan_items_free(plan_items *it);
-/* devices NULL: replica d rank p is device d*P + p. */
-void plan_ranks_init(plan_ranks *r, const plan_cluster *k, const plan_scale *s, int P, int D, const int *devices);
+/* devices NULL: replica d, rank p, TP rank t is device (d*P + p)*tp + t. */
+void plan_ranks_init(plan_ranks *r, const plan_cluster *k, const plan_scale *s, int P, int D, int tp,
+                     const int *devices);
 void plan_ranks_free(plan_ranks *r);
-/* Link between the devices of ranks a and b (slowest over replicas). */
+/* Link between the devices of ranks a and b (slowest over replicas and TP ranks: TP rank t of a
+ * sends to TP rank t of b). */
 void plan_ranks_link(const plan_ranks *r, const plan_cluster *k, int a, int b, double *bw, double *lat);
+/* Seconds of item i's TP all-reduces in phase ph on rank p's group (0 at tp 1). */
+double plan_item_tp_time(const plan_items *it, const plan_ranks *r, int p, int i, int ph);
 
 /* The schedule generator for (name, P, M, v); NULL with the generator's error. */
 sched *plan_make_sched(const char *name, int P, int M, int v);

@@ -14,6 +14,16 @@ void plan_layout_free(plan_layout *p) {
     memset(p, 0, sizeof *p);
 }
 
+void plan_layout_even_split(plan_layout *p, int n_layer) {
+    p->K = p->P * p->chunks;
+    free(p->split);
+    p->split = pt_malloc(sizeof(int) * (size_t)(p->K > 0 ? p->K : 1));
+    for (int k = 0; k < p->K; k++) p->split[k] = n_layer / p->K + (k < n_layer % p->K);
+}
+
+/* TP ranks of a layout: 0 (not set) is 1. */
+static int layout_tp(const plan_layout *p) { return p->tp > 0 ? p->tp : 1; }
+
 char *plan_layout_split_str(const plan_layout *p, char *buf, int n) {
     int at = 0;
     buf[0] = 0;
@@ -45,6 +55,8 @@ static cJSON *plan_to_json(const plan_layout *p) {
     cJSON_AddStringToObject(o, "format", "pipetrain-plan/1");
     cJSON_AddNumberToObject(o, "stages", p->P);
     cJSON_AddNumberToObject(o, "dp", p->D);
+    cJSON_AddNumberToObject(o, "tp", layout_tp(p));
+    cJSON_AddNumberToObject(o, "zero", p->zero);
     cJSON_AddNumberToObject(o, "microbatches", p->M);
     cJSON_AddNumberToObject(o, "microbatch_size", p->mb_size);
     cJSON_AddNumberToObject(o, "seq", p->T);
@@ -54,7 +66,7 @@ static cJSON *plan_to_json(const plan_layout *p) {
     cJSON_AddStringToObject(o, "placement", p->placement);
     cJSON_AddItemToObject(o, "split", cJSON_CreateIntArray(p->split, p->K));
     cJSON_AddStringToObject(o, "split_text", plan_layout_split_str(p, split, sizeof split));
-    if (p->devices) cJSON_AddItemToObject(o, "devices", cJSON_CreateIntArray(p->devices, p->P * p->D));
+    if (p->devices) cJSON_AddItemToObject(o, "devices", cJSON_CreateIntArray(p->devices, p->P * p->D * layout_tp(p)));
     cJSON_AddItemToObject(o, "predicted", predicted_json(p));
     return o;
 }
@@ -111,6 +123,11 @@ static int plan_from_json(const cJSON *o, const char *path, plan_layout *p) {
         get_int(o, "seq", path, 1, &p->T) || get_int(o, "chunks", path, 1, &p->chunks) ||
         get_str(o, "schedule", path, p->schedule, sizeof p->schedule))
         return -1;
+    p->tp = 1;
+    if (io_json_int(&p->tp, o, "tp", IO_JSON_OPTIONAL, 1, PLAN_INT_MAX, "%s: tp must be a whole number >= 1 (tensor-"
+                    "parallel ranks per pipeline rank)", path) < 0 ||
+        io_json_int(&p->zero, o, "zero", IO_JSON_OPTIONAL, 0, 1, "%s: zero must be 0 or 1 (ZeRO-1)", path) < 0)
+        return -1;
     p->recompute = false;
     if (io_json_bool(&p->recompute, o, "recompute", IO_JSON_OPTIONAL, "%s: recompute must be true or false", path) < 0)
         return -1;
@@ -118,7 +135,11 @@ static int plan_from_json(const cJSON *o, const char *path, plan_layout *p) {
         return -1;
     p->K = p->P * p->chunks;
     if (get_ints(o, "split", path, p->K, 1, &p->split) < 0) return -1;
-    if (cJSON_GetObjectItemCaseSensitive(o, "devices") && get_ints(o, "devices", path, p->P * p->D, 0, &p->devices) < 0)
+    long n_dev = (long)p->P * p->D * p->tp;
+    if (n_dev > PLAN_INT_MAX)
+        return pt_seterr("%s: tp %d x dp %d x stages %d = %ld devices is not a plan (at most %d)", path, p->tp, p->D,
+                         p->P, n_dev, PLAN_INT_MAX);
+    if (cJSON_GetObjectItemCaseSensitive(o, "devices") && get_ints(o, "devices", path, (int)n_dev, 0, &p->devices) < 0)
         return -1;
     read_predicted(o, p);
     return 0;

@@ -1,8 +1,10 @@
-/* The planner's search: every data-parallel degree D dividing the devices (P = devices / D),
- * device placement, power-of-two microbatch size, schedule and recomputation; the exact split of
- * each; an analytic lower bound per candidate; then the simulator on candidates in bound order
- * until the bound passes the N-th best simulated time (so the pruning loses nothing), at most
- * max_sims. Not here: the split itself (plan_split.c) and scoring (plan_eval.c). */
+/* The planner's search: every tensor-parallel degree tp (a divisor of n_head and of the devices,
+ * its groups inside nodes unless allowed across), data-parallel degree D dividing the devices / tp
+ * (P = devices / (tp D)), device placement, power-of-two microbatch size, schedule and
+ * recomputation; the exact split of each; an analytic lower bound per candidate; then the
+ * simulator on candidates in bound order until the bound passes the N-th best simulated time (so
+ * the pruning loses nothing), at most max_sims. Not here: the split itself (plan_split.c) and
+ * scoring (plan_eval.c). */
 #include "plan/plan_int.h"
 #include "util/pt.h"
 #include <math.h>
@@ -17,7 +19,7 @@ typedef struct { const char *name; int v; } sched_choice;
 #define POLISH_BUDGET(K) (32 + 4 * (K))   /* simulations of local search per candidate */
 
 typedef struct {
-    int P, D, B, M, v, sched_i, placement;   /* placement: 0 node, 1 mixed */
+    int P, D, tp, B, M, v, sched_i, placement;   /* placement: 0 node, 1 mixed */
     bool recompute;
     int *first;                               /* [K+1] */
     double bound;
@@ -31,10 +33,10 @@ typedef struct {
     int n_sc;
     candidate *cand;
     long n_cand, cap_cand;
-    int *mixed;                               /* [n_devices] mixed placement of the current D */
+    int *mixed;                               /* [n_devices] mixed placement of the current D, tp */
     plan_result *res;
     double lean_need, lean_cap;               /* the smallest memory shortfall seen, for advice */
-    int lean_P;
+    int lean_P, lean_tp;
 } search;
 
 static void push_candidate(search *S, const candidate *c) {
@@ -49,24 +51,29 @@ static void push_candidate(search *S, const candidate *c) {
 }
 
 /* Mixed placement: every pipeline gets the same share of each device class (consecutive devices
- * of a class, so of a node, stay together), classes with more memory first (stage 0 holds the
- * most activations). Returns 0, or -1 when a class does not divide by D. */
-static int make_mixed(const plan_cluster *k, int P, int D, int *out) {
+ * of a class, so of a node, stay together; tp consecutive ones form a rank's TP group), classes
+ * with more memory first (stage 0 holds the most activations). Returns 0, or -1 when a class does
+ * not divide by D x tp. */
+static int make_mixed(const plan_cluster *k, int P, int D, int tp, int *out) {
     int *order = pt_malloc(sizeof(int) * (size_t)k->n_classes), rc = -1;
     int *cnt = pt_calloc((size_t)k->n_classes, sizeof(int));
     double *mem = pt_calloc((size_t)k->n_classes, sizeof(double));
     for (int i = 0; i < k->n_devices; i++) { cnt[k->dev[i].cls]++; mem[k->dev[i].cls] = k->dev[i].memory; }
     for (int c = 0; c < k->n_classes; c++) {
         order[c] = c;
-        if (cnt[c] % D) goto done;
+        if (cnt[c] % (D * tp)) goto done;
     }
     for (int a = 1; a < k->n_classes; a++)          /* insertion sort, memory descending */
         for (int b = a; b > 0 && mem[order[b]] > mem[order[b - 1]]; b--) { int t = order[b]; order[b] = order[b - 1]; order[b - 1] = t; }
     int p = 0;
     for (int oc = 0; oc < k->n_classes; oc++) {
-        int c = order[oc], share = cnt[c] / D, seen = 0;
-        for (int i = 0; i < k->n_devices; i++)
-            if (k->dev[i].cls == c) { out[(seen / share) * P + p + seen % share] = i; seen++; }
+        int c = order[oc], share = cnt[c] / (D * tp), seen = 0;   /* share: ranks per pipeline */
+        for (int i = 0; i < k->n_devices; i++) {
+            if (k->dev[i].cls != c) continue;
+            int u = seen / tp;                                      /* the class's u-th TP group */
+            out[((u / share) * P + p + u % share) * tp + seen % tp] = i;
+            seen++;
+        }
         p += share;
     }
     rc = 0;
@@ -75,16 +82,34 @@ done:
     return rc;
 }
 
+/* Item i's TP all-reduce seconds in F and B on the rank where they are quickest. */
+static double least_tp_time(const plan_items *it, const plan_ranks *r, int i) {
+    double t = INFINITY;
+    for (int p = 0; p < r->P; p++)
+        t = fmin(t, plan_item_tp_time(it, r, p, i, PLAN_F) + plan_item_tp_time(it, r, p, i, PLAN_B));
+    return t;
+}
+
 /* Analytic lower bound on the step that holds for every split of the candidate that fits (so
  * also for what the local search finds): every microbatch's F, B and W run somewhere, at best
- * spread over all ranks in proportion to their rates; the first microbatch goes forward through
- * every layer and back, one after another, at best at the fastest rank's rate; with one chunk
- * per rank, M microbatches pass the slowest stage, which takes at least the optimal bottleneck. */
+ * spread over all ranks in proportion to their rates, and their TP all-reduces (at least the
+ * quickest rank's) keep ranks of at least the slowest rate busy too (sum over ranks of busy x
+ * rate <= step x sum of rates); the first microbatch goes forward through every layer and back,
+ * one after another, at best at the fastest rank's rate and TP link; with one chunk per rank, M
+ * microbatches pass the slowest stage, which takes at least the optimal bottleneck. */
 static double lower_bound(const plan_items *it, const plan_ranks *r, int v, double bottleneck, int M) {
-    double work = 0, fb = 0, rates = 0, fastest = 0;
-    for (int i = 0; i < it->n; i++) { work += it->work[i]; fb += it->ph[PLAN_F][i] + it->ph[PLAN_B][i]; }
-    for (int p = 0; p < r->P; p++) { rates += r->rate[p]; fastest = fmax(fastest, r->rate[p]); }
-    double lb = fmax(M * work / rates, fb / fastest);
+    double work = 0, fb = 0, comm = 0, rates = 0, fastest = 0, slowest = INFINITY;
+    for (int i = 0; i < it->n; i++) {
+        work += it->work[i];
+        fb += it->ph[PLAN_F][i] + it->ph[PLAN_B][i];
+        if (r->tp > 1) comm += least_tp_time(it, r, i);
+    }
+    for (int p = 0; p < r->P; p++) {
+        rates += r->rate[p];
+        fastest = fmax(fastest, r->rate[p]);
+        slowest = fmin(slowest, r->rate[p]);
+    }
+    double lb = fmax(M * (work + slowest * comm) / rates, fb / fastest + comm);
     return v == 1 ? fmax(lb, M * bottleneck) : lb;
 }
 
@@ -94,7 +119,7 @@ static void note_shortfall(search *S, const plan_items *it, const plan_ranks *r,
     for (int g = 0; g <= K; g++) first[g] = (int)((long)g * it->n / K);
     double need = plan_peak_need(it, s, first, &rank);
     if (S->lean_need == 0 || need / r->cap[rank] < S->lean_need / S->lean_cap) {
-        S->lean_need = need; S->lean_cap = r->cap[rank]; S->lean_P = r->P;
+        S->lean_need = need; S->lean_cap = r->cap[rank]; S->lean_P = r->P; S->lean_tp = r->tp;
     }
     free(first);
 }
@@ -108,7 +133,7 @@ static int first_single(const search *S) {
 /* One candidate: the exact split of schedule s (si) with or without recomputation, and its bound. */
 static void consider(search *S, const plan_items *it, const plan_ranks *r, const sched *s, int si, int pl, int B,
                      int M, bool rc) {
-    candidate c = { r->P, r->D, B, M, S->sc[si].v, si, pl, rc, pt_malloc(sizeof(int) * (size_t)(s->n_stages + 1)), 0 };
+    candidate c = { r->P, r->D, r->tp, B, M, S->sc[si].v, si, pl, rc, pt_malloc(sizeof(int) * (size_t)(s->n_stages + 1)), 0 };
     double bott;
     S->res->considered++;
     if (plan_split_candidate(it, r, s, false, c.first, &bott) < 0) {
@@ -121,16 +146,22 @@ static void consider(search *S, const plan_items *it, const plan_ranks *r, const
     push_candidate(S, &c);
 }
 
-/* All schedules x recompute for one (D, P, placement, B). */
-static void enumerate_b(search *S, int P, int D, int pl, int B, int M) {
+/* The per-layer numbers of a candidate's shape. */
+static void items_for(const search *S, plan_items *it, const plan_scale *sc, int D, int tp, int B, bool rc) {
+    plan_item_shape sh = { B, S->o->T, tp, S->o->zero ? D : 1, rc };
+    plan_items_init(it, S->cfg, sc, &sh);
+}
+
+/* All schedules x recompute for one (tp, D, P, placement, B). */
+static void enumerate_b(search *S, int tp, int P, int D, int pl, int B, int M) {
     if ((long)P * M > MAX_RANK_MICROBATCHES) return;   /* a larger microbatch size covers it */
     plan_scale sc;
     plan_scale_init(&sc, S->o->costs, S->k, B);
     plan_ranks r;
-    plan_ranks_init(&r, S->k, &sc, P, D, pl ? S->mixed : NULL);
+    plan_ranks_init(&r, S->k, &sc, P, D, tp, pl ? S->mixed : NULL);
     int n_rc = S->o->no_recompute ? 1 : 2;
     plan_items it[2];
-    for (int rc = 0; rc < n_rc; rc++) plan_items_init(&it[rc], S->cfg, &sc, B, S->o->T, rc);
+    for (int rc = 0; rc < n_rc; rc++) items_for(S, &it[rc], &sc, D, tp, B, rc);
     for (int si = 0; si < S->n_sc; si++) {
         if (P == 1 && si != first_single(S)) continue;   /* one rank: every schedule is the same */
         sched *s = P * S->sc[si].v <= S->cfg->n_layer ? plan_make_sched(S->sc[si].name, P, M, S->sc[si].v) : NULL;
@@ -141,20 +172,34 @@ static void enumerate_b(search *S, int P, int D, int pl, int B, int M) {
     plan_ranks_free(&r);
 }
 
-static void enumerate(search *S) {
-    int N = S->k->n_devices, L = S->cfg->n_layer;
+/* Whether the search tries TP degree tp: the one asked for, else a divisor of n_head and of the
+ * devices whose groups stay inside nodes (or may span them). */
+static bool tp_searched(const search *S, int tp) {
+    if (S->o->tp) return tp == S->o->tp;
+    return S->cfg->n_head % tp == 0 && S->k->n_devices % tp == 0 &&
+           (S->o->tp_across_nodes || plan_cluster_tp_fits_nodes(S->k, tp));
+}
+
+/* Every (D, P = N / D, placement, B) of one TP degree: N = devices / tp pipeline positions. */
+static void enumerate_tp(search *S, int tp) {
+    int N = S->k->n_devices / tp, L = S->cfg->n_layer;
     long G = S->o->global_batch;
-    S->mixed = pt_malloc(sizeof(int) * (size_t)N);
     for (int D = 1; D <= N; D++) {
         int P = N / D;
         if (N % D || P > L || G % D) continue;
         long per = G / D;
         for (int pl = 0; pl < 2; pl++) {
-            if (pl == 1 && (S->k->n_classes < 2 || make_mixed(S->k, P, D, S->mixed) < 0)) continue;
+            if (pl == 1 && (S->k->n_classes < 2 || make_mixed(S->k, P, D, tp, S->mixed) < 0)) continue;
             for (long B = 1; B <= per; B *= 2)
-                if (per % B == 0) enumerate_b(S, P, D, pl, (int)B, (int)(per / B));
+                if (per % B == 0) enumerate_b(S, tp, P, D, pl, (int)B, (int)(per / B));
         }
     }
+}
+
+static void enumerate(search *S) {
+    S->mixed = pt_malloc(sizeof(int) * (size_t)S->k->n_devices);
+    for (int tp = 1; tp <= S->k->n_devices && tp <= S->cfg->n_head; tp++)
+        if (tp_searched(S, tp)) enumerate_tp(S, tp);
 }
 
 static int cmp_bound(const void *a, const void *b) {
@@ -163,8 +208,8 @@ static int cmp_bound(const void *a, const void *b) {
 }
 
 static int *placement_copy(const search *S, const candidate *c) {
-    int n = c->P * c->D, *d = pt_malloc(sizeof(int) * (size_t)n);
-    if (c->placement) make_mixed(S->k, c->P, c->D, d);
+    int n = c->P * c->D * c->tp, *d = pt_malloc(sizeof(int) * (size_t)n);
+    if (c->placement) make_mixed(S->k, c->P, c->D, c->tp, d);
     else for (int i = 0; i < n; i++) d[i] = i;
     return d;
 }
@@ -172,7 +217,7 @@ static int *placement_copy(const search *S, const candidate *c) {
 /* Simulates candidate c into a fresh layout. */
 static int simulate(search *S, const candidate *c, plan_layout *p) {
     memset(p, 0, sizeof *p);
-    p->P = c->P; p->D = c->D; p->M = c->M; p->mb_size = c->B; p->T = S->o->T;
+    p->P = c->P; p->D = c->D; p->tp = c->tp; p->zero = S->o->zero; p->M = c->M; p->mb_size = c->B; p->T = S->o->T;
     p->chunks = c->v; p->recompute = c->recompute; p->bound = c->bound;
     snprintf(p->schedule, sizeof p->schedule, "%s", S->sc[c->sched_i].name);
     snprintf(p->placement, sizeof p->placement, "%s", c->placement ? "mixed" : "node");
@@ -181,8 +226,8 @@ static int simulate(search *S, const candidate *c, plan_layout *p) {
     plan_scale_init(&sc, S->o->costs, S->k, c->B);
     plan_items it;
     plan_ranks r;
-    plan_items_init(&it, S->cfg, &sc, c->B, S->o->T, c->recompute);
-    plan_ranks_init(&r, S->k, &sc, c->P, c->D, p->devices);
+    items_for(S, &it, &sc, c->D, c->tp, c->B, c->recompute);
+    plan_ranks_init(&r, S->k, &sc, c->P, c->D, c->tp, p->devices);
     sched *s = plan_make_sched(p->schedule, c->P, c->M, c->v);
     double bott;
     int rc = s ? plan_split_candidate(&it, &r, s, true, c->first, &bott) : -1;
@@ -246,20 +291,22 @@ static void write_advice(search *S) {
     if (r->n_best > 0) return;
     if (r->considered == 0) {
         snprintf(r->advice, sizeof r->advice, "no layout to try: the global batch %ld must divide among the "
-                 "data-parallel replicas (D divides the %d devices, P = devices / D <= %d blocks); try a global "
-                 "batch that is a multiple of a power of two, or a cluster whose device count has divisors <= n_layer",
-                 S->o->global_batch, S->k->n_devices, S->cfg->n_layer);
+                 "data-parallel replicas (D divides the %d devices / tp, P = devices / (tp D) <= %d blocks); try a "
+                 "global batch that is a multiple of a power of two, a cluster whose device count has divisors "
+                 "<= n_layer, or --tp", S->o->global_batch, S->k->n_devices, S->cfg->n_layer);
         return;
     }
     double ratio = S->lean_need / S->lean_cap;
     char need[32], cap[32], fewer[96] = "";
     int blocks = (int)(S->cfg->n_layer / ratio);
     if (blocks >= 1 && blocks < S->cfg->n_layer) snprintf(fewer, sizeof fewer, ", or at most about %d blocks (n_layer)", blocks);
-    snprintf(r->advice, sizeof r->advice, "nothing fits in memory: the leanest layout tried (P=%d) needs %s on one "
-             "device, which has %s. Would fit: about %.1fx the memory per device or more devices per pipeline%s, "
-             "a smaller microbatch or shorter sequence%s", S->lean_P, fmt_bytes(S->lean_need, need, sizeof need),
-             fmt_bytes(S->lean_cap, cap, sizeof cap), ratio,
-             S->o->no_recompute ? ", recomputation (it was turned off)" : "", fewer);
+    snprintf(r->advice, sizeof r->advice, "nothing fits in memory: the leanest layout tried (P=%d, tp %d) needs %s "
+             "on one device, which has %s. Would fit: about %.1fx the memory per device or more devices per "
+             "pipeline%s%s%s, a smaller microbatch or shorter sequence%s", S->lean_P, S->lean_tp,
+             fmt_bytes(S->lean_need, need, sizeof need), fmt_bytes(S->lean_cap, cap, sizeof cap), ratio,
+             S->o->no_recompute ? ", recomputation (it was turned off)" : "",
+             S->o->tp ? ", another --tp (tensor parallelism)" : "",
+             S->o->zero ? "" : ", ZeRO-1 (--zero 1) with data parallelism", fewer);
 }
 
 static int check_opts(const gpt_config *cfg, const plan_cluster *k, const plan_opts *o) {
@@ -268,6 +315,14 @@ static int check_opts(const gpt_config *cfg, const plan_cluster *k, const plan_o
         return pt_seterr("plan: --seq %d must be in 1..%d (n_positions)", o->T, cfg->n_positions);
     if (o->top < 1) return pt_seterr("plan: --top must be >= 1");
     if (k->n_devices < 1) return pt_seterr("plan: the cluster has no devices");
+    if (o->zero != 0 && o->zero != 1) return pt_seterr("plan: --zero %d: it must be 0 or 1", o->zero);
+    if (o->tp < 0) return pt_seterr("plan: --tp %d must be >= 1", o->tp);
+    if (o->tp && cfg->n_head % o->tp)
+        return pt_seterr("plan: --tp %d does not divide n_head %d (each TP rank holds n_head / tp heads)", o->tp,
+                         cfg->n_head);
+    if (o->tp && k->n_devices % o->tp)
+        return pt_seterr("plan: --tp %d does not divide the cluster's %d devices (world = tp x dp x stages)", o->tp,
+                         k->n_devices);
     return 0;
 }
 

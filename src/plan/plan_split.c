@@ -10,6 +10,7 @@
 typedef struct {
     const plan_chain *c;
     double *W, *MF, *MA;    /* [n+1] prefix sums of work, mem_fixed, mem_act */
+    double *X;              /* [K*(n+1)] prefix sums of each stage's row of extra, or NULL */
 } chain_sums;
 
 static void sums_init(chain_sums *s, const plan_chain *c) {
@@ -22,9 +23,15 @@ static void sums_init(chain_sums *s, const plan_chain *c) {
         s->MF[i + 1] = s->MF[i] + c->mem_fixed[i];
         s->MA[i + 1] = s->MA[i] + c->mem_act[i];
     }
+    s->X = NULL;
+    if (!c->extra) return;
+    size_t n1 = (size_t)c->n + 1;
+    s->X = pt_calloc((size_t)c->K * n1, sizeof(double));
+    for (int k = 0; k < c->K; k++)
+        for (int i = 0; i < c->n; i++) s->X[k * n1 + i + 1] = s->X[k * n1 + i] + c->extra[(size_t)k * c->n + i];
 }
 
-static void sums_free(chain_sums *s) { free(s->W); free(s->MF); free(s->MA); }
+static void sums_free(chain_sums *s) { free(s->W); free(s->MF); free(s->MA); free(s->X); }
 
 /* The cut table and the prefix sums of a split search. */
 static void tables_free(int *from, chain_sums *s) {
@@ -34,7 +41,9 @@ static void tables_free(int *from, chain_sums *s) {
 
 /* Time of stage k holding items [i, j). */
 static double seg_time(const chain_sums *s, int k, int i, int j) {
-    return (s->W[j] - s->W[i]) / s->c->speed[k];
+    double t = (s->W[j] - s->W[i]) / s->c->speed[k];
+    if (s->X) t += s->X[(size_t)k * (s->c->n + 1) + j] - s->X[(size_t)k * (s->c->n + 1) + i];
+    return t;
 }
 
 static bool seg_fits(const chain_sums *s, int k, int i, int j) {

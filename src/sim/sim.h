@@ -59,6 +59,12 @@ typedef struct {
     sim_fault *faults;      /* [n_faults] slow links and stages, each over its iterations (sim_run
                              * applies them; the arrays and links above hold none of them) */
     int n_faults;
+    /* Tensor parallelism (docs/tensor-parallel.md): each stage runs on a group of tp ranks that
+     * all-reduce inside its F and B (never W). f, b and bw above already include that time (the
+     * collectives block the compute stream: no overlap); tp_f and tp_b say how much of f and b it
+     * is, for reports. tp 1 (sim_costs_init): none, and both arrays 0. */
+    int tp;
+    double *tp_f, *tp_b;    /* [S] seconds of TP all-reduces within f[g] and b[g] */
 } sim_costs;
 
 /* Uniform costs for S stages: f, b, w per stage, fused bw = b + w, no bytes, free links. */
@@ -99,6 +105,10 @@ void sim_costs_copy(const sim_costs *c, sim_costs *out);
  * consumed, when the sender's send stream is free: bytes / bandwidth + latency + extra of the link
  * (faults not included: use sim_costs_at). */
 double sim_costs_message_time(const sim_costs *c, int a, int b, double bytes);
+/* Seconds of `collectives` ring all-reduces over n ranks carrying `bytes` in all (each rank's
+ * payload, summed over the collectives) on a link of `bandwidth` bytes/s and `latency` s:
+ * 2(n-1)/n x bytes / bandwidth + collectives x 2(n-1) x latency. 0 for n <= 1. */
+double sim_allreduce_time(int n, double bytes, int collectives, double bandwidth, double latency);
 /* Adds or updates the override for link a-b (negative latency/bandwidth: keep uniform). */
 void sim_costs_set_link(sim_costs *c, int a, int b, double latency, double bandwidth, double extra);
 

@@ -25,11 +25,14 @@ void sim_costs_init(sim_costs *c, int n_stages, double f, double b, double w) {
     c->bw = fill(n_stages, -1);
     c->act_bytes = fill(n_stages, 0);
     c->reduce = fill(n_stages, 0);
+    c->tp = 1;
+    c->tp_f = fill(n_stages, 0);
+    c->tp_b = fill(n_stages, 0);
 }
 
 void sim_costs_free(sim_costs *c) {
     free(c->f); free(c->b); free(c->w); free(c->bw); free(c->act_bytes); free(c->reduce); free(c->links);
-    free(c->faults);
+    free(c->faults); free(c->tp_f); free(c->tp_b);
     memset(c, 0, sizeof *c);
 }
 
@@ -45,6 +48,7 @@ void sim_costs_copy(const sim_costs *c, sim_costs *out) {
     out->f = dup_doubles(c->f, S), out->b = dup_doubles(c->b, S), out->w = dup_doubles(c->w, S);
     out->bw = dup_doubles(c->bw, S), out->act_bytes = dup_doubles(c->act_bytes, S);
     out->reduce = dup_doubles(c->reduce, S);
+    out->tp_f = dup_doubles(c->tp_f, S), out->tp_b = dup_doubles(c->tp_b, S);
     out->links = pt_malloc(sizeof(sim_link) * (size_t)(c->n_links ? c->n_links : 1));
     if (c->n_links) memcpy(out->links, c->links, sizeof(sim_link) * (size_t)c->n_links);
     out->faults = pt_malloc(sizeof(sim_fault) * (size_t)(c->n_faults ? c->n_faults : 1));
@@ -81,6 +85,11 @@ double sim_costs_message_time(const sim_costs *c, int a, int b, double bytes) {
         extra += l->extra;
     }
     return lat + (bw > 0 && bytes > 0 ? bytes / bw : 0) + extra;
+}
+
+double sim_allreduce_time(int n, double bytes, int collectives, double bandwidth, double latency) {
+    if (n <= 1) return 0;
+    return 2.0 * (n - 1) / n * bytes / bandwidth + collectives * 2.0 * (n - 1) * latency;
 }
 
 void sim_costs_set_link(sim_costs *c, int a, int b, double latency, double bandwidth, double extra) {
