@@ -93,6 +93,22 @@ if "$P" plan --config "$D/cfg.json" --cluster examples/cluster-local.json --glob
 else
   fail "plan writes a plan file" "$(tail -3 "$D/plan.out")"
 fi
+# a plan with tensor parallelism (and zero): train --plan runs tp and zero as planned
+if "$P" plan --config "$D/cfg.json" --cluster examples/cluster-local.json --global-batch 8 --seq 16 \
+     --tp 2 --zero 1 --out "$D/plan-tp.json" > "$D/plan-tp.out" 2>&1 \
+   && grep -q '"tp":[[:space:]]*2' "$D/plan-tp.json"; then
+  if "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan-tp.json" --steps 2 --lr 1e-3 > "$D/tp2.out" 2>&1 \
+     && grep -q "^plan .* x tp 2, .*zero 1" "$D/tp2.out" && grep -q "^pipeline: .*tp 2" "$D/tp2.out" \
+     && grep -q "step *2/2" "$D/tp2.out"; then
+    ok "train --plan runs a plan's tp and zero"
+  else
+    fail "train --plan runs a plan's tp and zero" "$(head -4 "$D/tp2.out"; tail -2 "$D/tp2.out")"
+  fi
+  expect_error "train --plan with --tp" "--plan sets the layout" \
+    "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan-tp.json" --tp 2 --steps 1
+else
+  fail "plan --tp 2 writes tp into the plan file" "$(tail -3 "$D/plan-tp.out")"
+fi
 expect_error "train --plan: missing file" "nope-plan.json" train --plan "$D/nope-plan.json" --steps 1
 
 # --- no layout flag: the trainer picks this machine's layout and says which; --threads keeps one

@@ -80,7 +80,7 @@ static int set_lr_schedule(train_args *a) {
 static void note_plan_devices(const train_args *a, const plan_layout *pl) {
     if (!pl->devices) return;
     char list[128];
-    int n = pl->P * pl->D, at = 0, w = 0;
+    int n = pl->P * pl->D * (pl->tp > 1 ? pl->tp : 1), at = 0, w = 0;
     for (; w < n && at < (int)sizeof list - 16; w++)
         at += snprintf(list + at, sizeof list - (size_t)at, "%s%d", w ? "," : "", pl->devices[w]);
     if (w < n) snprintf(list + at, sizeof list - (size_t)at, ",...");
@@ -90,14 +90,14 @@ static void note_plan_devices(const train_args *a, const plan_layout *pl) {
                                                         : "threads of this process");
 }
 
-/* --plan: takes P, D, M, schedule, chunks, split and recompute from a plan file; the global batch
+/* --plan: takes P, D, tp, M, schedule, chunks, split, recompute and zero from a plan file; the global batch
  * is D * M * microbatch size and T the plan's, unless --batch / --seq say the same. Layout flags
  * next to --plan are an error (which would win is not obvious). */
 static int apply_plan(train_args *a) {
     run_opts *o = &a->o.ro;
-    if (o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->schedule ||
-        o->schedule_file || o->split || o->chunks)
-        return pt_seterr("--plan sets the layout: drop --stages/--dp/--schedule/--schedule-file/"
+    if (o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->tp != CLI_UNSET ||
+        o->schedule || o->schedule_file || o->split || o->chunks)
+        return pt_seterr("--plan sets the layout: drop --stages/--dp/--tp/--schedule/--schedule-file/"
                          "--microbatches/--split/--chunks, or drop --plan");
     plan_layout pl;
     if (plan_read(a->plan, &pl) < 0) return -1;
@@ -111,13 +111,16 @@ static int apply_plan(train_args *a) {
         a->o.batch = batch;
         a->o.seq = pl.T;
         o->P = pl.P; o->D = pl.D; o->M = pl.M; o->chunks = pl.chunks;
+        o->tp = pl.tp > 1 ? pl.tp : 1;
         o->recompute = o->recompute || pl.recompute;
+        o->zero = o->zero > pl.zero ? o->zero : pl.zero;
         snprintf(a->pipeline_schedule, sizeof a->pipeline_schedule, "%s", pl.schedule);
         o->schedule = a->pipeline_schedule;
         char text[512];
-        printf("plan %s: %d stages x dp %d, %s, %d microbatches of %d, split %s%s\n", a->plan, pl.P,
-               pl.D, pl.schedule, pl.M, pl.mb_size, plan_layout_split_str(&pl, text, sizeof text),
-               pl.recompute ? ", recompute" : "");
+        printf("plan %s: %d stages x dp %d x tp %d, %s, %d microbatches of %d, split %s%s%s\n",
+               a->plan, pl.P, pl.D, o->tp, pl.schedule, pl.M, pl.mb_size,
+               plan_layout_split_str(&pl, text, sizeof text), pl.recompute ? ", recompute" : "",
+               pl.zero ? ", zero 1" : "");
         note_plan_devices(a, &pl);
         a->split = pl.split;          /* the counts themselves: no text in between */
         o->split = pl.split;
