@@ -53,6 +53,37 @@ static void test_judge_and_golden(void) {
     sim_costs_free(&c);
 }
 
+/* The bench's case in the simulator: P = 2, M = 8, a slow link of 1 and 3 x F, at zb-h2's memory
+ * (3 a stage). No schedule there beats zb-h2 by much (each microbatch holds stage 0's memory for
+ * F + 2c + F + B + B + W), so adaptive ties or wins; where it ties, sim_schedule_robust picks the
+ * one that loses least when the costs are a little off: never worse than zb-h2 under them. */
+static void test_at_zb_h2_memory(void) {
+    static const double fbw[3][3] = { { 1, 1, 1 }, { 1, 1.1, 0.8 }, { 1, 0.9, 1.2 } };
+    sched *h2 = gen("zb-h2", 2, 8, 0);
+    int ok = 1, ties = 0;
+    char msg[200] = "";
+    for (int k = 0; k < 3; k++)
+        for (int c = 1; c <= 3; c += 2) {
+            sim_costs cost;
+            sim_costs_init(&cost, 2, fbw[k][0], fbw[k][1], fbw[k][2]);
+            sim_costs_set_link(&cost, 0, 1, -1, -1, c);
+            sched_adaptive_info info;
+            sched *a = sim_adaptive_schedule(&(sched_params){ .ranks = 2, .microbatches = 8, .mem_limit = 3 }, &cost,
+                                             &info);
+            double ta = a ? sim_schedule_score(a, &cost) : -1, th = sim_schedule_score(h2, &cost);
+            double ra = a ? sim_schedule_robust(a, &cost) : -1, rh = sim_schedule_robust(h2, &cost);
+            int tie = fabs(ta - th) < TIME_EPS;
+            ties += tie;
+            if (ta < 0 || ta > th + TIME_EPS || (tie && ra > rh + TIME_EPS))
+                ok = 0, snprintf(msg, sizeof msg, "f,b,w %g,%g,%g c=%d: adaptive %g (robust %g, %s), zb-h2 %g (%g)",
+                                 fbw[k][0], fbw[k][1], fbw[k][2], c, ta, ra, info.winner, th, rh);
+            sched_free(a);
+            sim_costs_free(&cost);
+        }
+    CHECK("sim_adaptive_at_zb_h2_memory_never_worse_nor_less_robust", ok && ties > 0, "%s (%d ties)", msg, ties);
+    sched_free(h2);
+}
+
 /* ---- the estimate ---- */
 
 static void test_estimate(void) {
@@ -157,6 +188,7 @@ static void test_replay(void) {
 
 int main(void) {
     test_judge_and_golden();
+    test_at_zb_h2_memory();
     test_estimate();
     test_policy();
     test_replay();

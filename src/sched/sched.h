@@ -72,7 +72,11 @@ typedef struct {
                                      * r+1 takes (either way), or NULL: none; >= 0 */
     const double *stage_slowdown;   /* greedy, adaptive: [S] factor > 0 on stage g's f, b, w, or NULL */
     sched_score_fn score;   /* adaptive: the judge of candidates, or NULL (see sched_adaptive) */
-    void *score_user;       /* passed to score */
+    void *score_user;       /* passed to score and tiebreak */
+    sched_score_fn tiebreak;/* adaptive: between candidates the judge scores equal and that hold as
+                             * many activations, the lower of this wins (the simulator's mean time
+                             * under costs a little off the estimate, sim_schedule_robust: the one
+                             * that loses least when the estimate is wrong); NULL: the first */
 } sched_params;
 
 /* ---- allocation and editing ---- */
@@ -165,8 +169,8 @@ const char *const *sched_generator_name_array(void);
  * judged by it (the simulator under the real costs: then the result is never worse than any of the
  * hand-made ones nor greedy); without, only the list candidates built for the real delays are
  * compared, by the list scheduler's own timeline (an upper bound of the simulated time). Ties go to
- * the candidate holding fewer activations. One stage per rank (chunks 0 or 1); mem_limit is per
- * stage, 0 means none; any limit >= 1 can be met. */
+ * the candidate holding fewer activations, then to the lower p->tiebreak (when given). One stage
+ * per rank (chunks 0 or 1); mem_limit is per stage, 0 means none; any limit >= 1 can be met. */
 typedef struct {
     double score;       /* the winner's: the scorer's value, or the list scheduler's makespan */
     int peak;           /* the winner's largest per-stage activations (microbatches) */

@@ -58,6 +58,7 @@ typedef struct {
     double *edge;           /* [P] delays of the candidate being built */
     int *cap;               /* [P] its in-flight caps */
     sched *best;
+    double best_tie;        /* p->tiebreak of best, computed when a tie first needs it (NAN: not yet) */
     sched_adaptive_info info;
     char rejected[256];     /* why the judge rejected the last candidate it rejected */
 } adapt_ctx;
@@ -83,7 +84,7 @@ static int adapt_init(adapt_ctx *c, const sched_params *p) {
     c->f = pt_malloc(n * sizeof(double)), c->b = pt_malloc(n * sizeof(double));
     c->w = pt_malloc(n * sizeof(double)), c->edge = pt_malloc(n * sizeof(double));
     for (int g = 0; g < c->P; g++) c->stage_rank[g] = g;
-    c->info.score = INFINITY;
+    c->info.score = INFINITY, c->best_tie = NAN;
     if (gen_stage_costs("adaptive", p, c->P, c->f, c->b, c->w) < 0 ||
         gen_edge_delays("adaptive", p, c->stage_rank, c->P, 1.0, c->edge) < 0)
         return -1;
@@ -110,6 +111,23 @@ static void adapt_caps(adapt_ctx *c, adapt_cap k, int lim) {
     }
 }
 
+/* Whether s (scored v, holding peak) beats the best so far: a lower score; at an equal one, fewer
+ * activations; at both equal, a lower tiebreak (the best's is computed once, when first needed).
+ * Without a tiebreak the first of equals stays. *tb gets s's tiebreak when it was computed. */
+static bool adapt_better(adapt_ctx *c, const sched *s, double v, int peak, double *tb) {
+    *tb = NAN;
+    if (!c->best) return true;
+    double tie = ADAPT_TIE_REL * (fabs(c->info.score) > 1 ? fabs(c->info.score) : 1);
+    if (v < c->info.score - tie) return true;
+    if (v > c->info.score + tie || peak > c->info.peak) return false;
+    if (peak < c->info.peak) return true;
+    if (!c->p->tiebreak) return false;
+    if (isnan(c->best_tie)) c->best_tie = c->p->tiebreak(c->best, c->p->score_user);
+    *tb = c->p->tiebreak(s, c->p->score_user);
+    double eps = ADAPT_TIE_REL * (fabs(c->best_tie) > 1 ? fabs(c->best_tie) : 1);
+    return *tb >= 0 && (c->best_tie < 0 || *tb < c->best_tie - eps);
+}
+
 /* Judges candidate s (with the list scheduler's makespan, or -1 for a hand-made one) and keeps
  * the better of it and the best so far; takes s. A candidate over the limit or rejected by the
  * judge is dropped. Returns -1 only when s is NULL (its generator failed: pt_err says why). */
@@ -119,15 +137,13 @@ static int adapt_offer(adapt_ctx *c, sched *s, double makespan, const char *what
     sched_peak_activations(s, pk);
     for (int g = 0; g < s->n_stages; g++) peak = pk[g] > peak ? pk[g] : peak;
     free(pk);
-    double v = c->L > 0 && peak > c->L ? -1 : c->p->score ? c->p->score(s, c->p->score_user) : makespan;
+    double v = c->L > 0 && peak > c->L ? -1 : c->p->score ? c->p->score(s, c->p->score_user) : makespan, tb;
     if (v < 0 && !(c->L > 0 && peak > c->L)) snprintf(c->rejected, sizeof c->rejected, "%s: %s", what, pt_err());
     if (v < 0) { sched_free(s); return 0; }
     c->info.n_judged++;
-    double tie = ADAPT_TIE_REL * (fabs(c->info.score) > 1 ? fabs(c->info.score) : 1);
-    bool better = !c->best || v < c->info.score - tie || (v <= c->info.score + tie && peak < c->info.peak);
-    if (!better) { sched_free(s); return 0; }
+    if (!adapt_better(c, s, v, peak, &tb)) { sched_free(s); return 0; }
     sched_free(c->best);
-    c->best = s, c->info.score = v, c->info.peak = peak;
+    c->best = s, c->best_tie = tb, c->info.score = v, c->info.peak = peak;
     snprintf(c->info.winner, sizeof c->info.winner, "%s", what);
     return 0;
 }

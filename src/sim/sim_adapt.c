@@ -20,11 +20,42 @@ double sim_schedule_score(const sched *s, void *user) {
     return t;
 }
 
+/* How far off the estimate sim_schedule_robust looks: a slow link's delay (and a shaped link's
+ * rate) 20% either way, and every other stage 20% slower (compute on shared cores varies by
+ * 30-40% from step to step; a measured delay is a bound from a few messages). */
+#define ROBUST_OFF 0.2
+
+/* c (its faults as of iteration 1 folded in) with perturbation k of sim_schedule_robust applied. */
+static void robust_costs(const sim_costs *c, int k, sim_costs *out) {
+    sim_costs_at(c, 1, out);
+    double link = k == 0 ? 1 - ROBUST_OFF : k == 1 ? 1 + ROBUST_OFF : 1;
+    for (int i = 0; i < out->n_links; i++) out->links[i].extra *= link;
+    for (int g = k - 2; k >= 2 && g < out->n_stages; g += 2) {
+        double f = 1 + ROBUST_OFF;
+        out->f[g] *= f, out->b[g] *= f, out->w[g] *= f;
+        if (out->bw[g] >= 0) out->bw[g] *= f;
+    }
+}
+
+double sim_schedule_robust(const sched *s, void *user) {
+    double sum = 0;
+    for (int k = 0; k < 4; k++) {
+        sim_costs c;
+        robust_costs((const sim_costs *)user, k, &c);
+        double t = sim_schedule_score(s, &c);
+        sim_costs_free(&c);
+        if (t < 0) return -1;
+        sum += t;
+    }
+    return sum / 4;
+}
+
 void sim_adaptive_params(const sim_costs *c, int n_ranks, sched_params *p, double *buf) {
     p->stage_cost_f = c->f, p->stage_cost_b = c->b, p->stage_cost_w = c->w;
     for (int r = 0; r + 1 < n_ranks; r++) buf[r] = sim_costs_message_time(c, r, r + 1, c->act_bytes[r]);
     p->link_delay = buf;
     p->score = sim_schedule_score;
+    p->tiebreak = sim_schedule_robust;
     p->score_user = (void *)c;
 }
 

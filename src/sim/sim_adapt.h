@@ -18,10 +18,17 @@
  * user points to (faults as sim_run applies them in iteration 1), or -1 with pt_err set. */
 double sim_schedule_score(const sched *s, void *user);
 
+/* A sched_params.tiebreak for schedules the judge scores equal: the mean simulated iteration time
+ * of s under four variants of the sim_costs user points to (its faults of iteration 1 applied):
+ * every link's extra delay 20% lower, 20% higher, the even stages 20% slower, the odd ones. The
+ * lower, the less s loses when the estimate it was built for is a little off. -1 on an error. */
+double sim_schedule_robust(const sched *s, void *user);
+
 /* Fills p's costs, delays and judge from c (as it stands: apply sim_costs_at first for a window):
  * per-stage f, b, w (c's arrays, kept by pointer), link_delay[r] = the time a message takes on
  * link r-r+1 (sim_costs_message_time for the activation bytes of stage r; buf holds them, [P]),
- * score = sim_schedule_score on c. p's other fields are left as they are. */
+ * score = sim_schedule_score and tiebreak = sim_schedule_robust on c. p's other fields are left
+ * as they are. */
 void sim_adaptive_params(const sim_costs *c, int n_ranks, sched_params *p, double *buf);
 
 /* The adaptive schedule for p's shape (P, M, mem_limit) under costs c: sim_adaptive_params, then
