@@ -84,6 +84,51 @@ static void test_at_zb_h2_memory(void) {
     sched_free(h2);
 }
 
+/* A link slow in bandwidth (its messages queue): the adaptive schedule is built for the queue
+ * (the list scheduler queues messages as the simulator does) and beats every fixed schedule that
+ * fits its limit, and beats the adaptive schedule built as if the same per-message time were a
+ * pure delay (which also mispredicts its own time). P = 8, M = 32, link 3-4 passing one message per
+ * 6 F: no schedule can beat 215 (the 32nd forward reaches stage 4 at 4 + 32 x 6, then 4 F and 4 B
+ * on stages 4..7, the gradient's 6, 4 B and a W on stages 3..0), and adaptive reaches it at 1F1B's
+ * memory. P = 4, M = 16, link 1-2 one message per 3 F, limit 8. */
+static void test_bandwidth_adaptive(void) {
+    static const struct { int P, M, L; double busy, bound; } cases[] = { { 8, 32, 8, 6, 215 }, { 4, 16, 8, 3, 0 } };
+    for (int k = 0; k < 2; k++) {
+        int P = cases[k].P, r = (P - 1) / 2, ok = 1;
+        sim_costs q, d;
+        sim_costs_init(&q, P, 1, 1, 1), sim_costs_init(&d, P, 1, 1, 1);
+        for (int g = 0; g < P; g++) q.act_bytes[g] = d.act_bytes[g] = 1e6 * cases[k].busy;
+        char spec[32];
+        snprintf(spec, sizeof spec, "%d-%d:1MB/s", r, r + 1);
+        sim_costs_add_slow_link(&q, spec, P);
+        sim_costs_set_link(&d, r, r + 1, -1, -1, cases[k].busy);   /* the same time per message, no queue */
+        sched_params sh = { .ranks = P, .microbatches = cases[k].M, .mem_limit = cases[k].L };
+        sched_adaptive_info iq, id;
+        sched *aq = sim_adaptive_schedule(&sh, &q, &iq), *ad = sim_adaptive_schedule(&sh, &d, &id);
+        double t = aq ? sim_schedule_score(aq, &q) : -1, t_blind = ad ? sim_schedule_score(ad, &q) : -1;
+        char msg[300] = "";
+        static const char *const fixed[] = { "gpipe", "1f1b", "zb-h1", "zb-h2" };
+        for (int i = 0; i < 4; i++) {
+            sched *s = gen(fixed[i], P, cases[k].M, 0);
+            int pk[8], peak = 0;
+            sched_peak_activations(s, pk);
+            for (int g = 0; g < P; g++) peak = pk[g] > peak ? pk[g] : peak;
+            double tf = sim_schedule_score(s, &q);
+            if (peak <= cases[k].L && !(t < tf - TIME_EPS))
+                ok = 0, snprintf(msg, sizeof msg, "%s %g", fixed[i], tf);
+            sched_free(s);
+        }
+        CHECK(k ? "bandwidth_adaptive_beats_fixed_p4" : "bandwidth_adaptive_beats_fixed_p8_at_the_bound",
+              t > 0 && ok && (cases[k].bound == 0 || fabs(t - cases[k].bound) < TIME_EPS) && fabs(iq.score - t) < TIME_EPS,
+              "adaptive %g (predicted %g); %s", t, iq.score, msg);
+        CHECK(k ? "bandwidth_adaptive_beats_one_built_as_pure_delay_p4" : "bandwidth_adaptive_beats_one_built_as_pure_delay_p8",
+              t > 0 && t < t_blind - TIME_EPS && id.score < t_blind - TIME_EPS,
+              "queue-aware %g; built as pure delay %g under the queue (it predicted %g)", t, t_blind, id.score);
+        sched_free(aq), sched_free(ad);
+        sim_costs_free(&q), sim_costs_free(&d);
+    }
+}
+
 /* ---- the estimate ---- */
 
 static void test_estimate(void) {
@@ -189,6 +234,7 @@ static void test_replay(void) {
 int main(void) {
     test_judge_and_golden();
     test_at_zb_h2_memory();
+    test_bandwidth_adaptive();
     test_estimate();
     test_policy();
     test_replay();

@@ -70,6 +70,10 @@ typedef struct {
     int mem_limit;          /* greedy: max microbatches of activations per stage (0: no limit) */
     const double *link_delay;       /* greedy, adaptive: [P-1] time a message between ranks r and
                                      * r+1 takes (either way), or NULL: none; >= 0 */
+    const double *link_busy;        /* greedy, adaptive: [P-1] time a message holds link r-r+1 (a
+                                     * link slow in bandwidth: bytes / rate) before its link_delay;
+                                     * each direction is a FIFO queue, so messages sent closer
+                                     * together than this wait for each other; NULL: none; >= 0 */
     const double *stage_slowdown;   /* greedy, adaptive: [S] factor > 0 on stage g's f, b, w, or NULL */
     sched_score_fn score;   /* adaptive: the judge of candidates, or NULL (see sched_adaptive) */
     void *score_user;       /* passed to score and tiebreak */

@@ -52,8 +52,13 @@ double sim_schedule_robust(const sched *s, void *user) {
 
 void sim_adaptive_params(const sim_costs *c, int n_ranks, sched_params *p, double *buf) {
     p->stage_cost_f = c->f, p->stage_cost_b = c->b, p->stage_cost_w = c->w;
-    for (int r = 0; r + 1 < n_ranks; r++) buf[r] = sim_costs_message_time(c, r, r + 1, c->act_bytes[r]);
+    double *busy = buf + (n_ranks > 1 ? n_ranks - 1 : 0);
+    for (int r = 0; r + 1 < n_ranks; r++) {
+        busy[r] = sim_costs_link_busy(c, r, r + 1, c->act_bytes[r]);
+        buf[r] = sim_costs_message_time(c, r, r + 1, c->act_bytes[r]) - busy[r];
+    }
     p->link_delay = buf;
+    p->link_busy = busy;
     p->score = sim_schedule_score;
     p->tiebreak = sim_schedule_robust;
     p->score_user = (void *)c;
@@ -62,7 +67,7 @@ void sim_adaptive_params(const sim_costs *c, int n_ranks, sched_params *p, doubl
 sched *sim_adaptive_schedule(const sched_params *p, const sim_costs *c, sched_adaptive_info *info) {
     sim_costs now;
     sim_costs_at(c, 1, &now);
-    double *buf = pt_calloc((size_t)p->ranks, sizeof(double));
+    double *buf = pt_calloc(2 * (size_t)p->ranks, sizeof(double));
     sched_params q = *p;
     sim_adaptive_params(&now, p->ranks, &q, buf);
     q.score_user = (void *)c;           /* judged with c's faults, as sim_run applies them */

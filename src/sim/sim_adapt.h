@@ -25,10 +25,11 @@ double sim_schedule_score(const sched *s, void *user);
 double sim_schedule_robust(const sched *s, void *user);
 
 /* Fills p's costs, delays and judge from c (as it stands: apply sim_costs_at first for a window):
- * per-stage f, b, w (c's arrays, kept by pointer), link_delay[r] = the time a message takes on
- * link r-r+1 (sim_costs_message_time for the activation bytes of stage r; buf holds them, [P]),
- * score = sim_schedule_score and tiebreak = sim_schedule_robust on c. p's other fields are left
- * as they are. */
+ * per-stage f, b, w (c's arrays, kept by pointer), link_busy[r] = the time a message of stage r's
+ * activation bytes holds link r-r+1's queue (sim_costs_link_busy: a link slow in bandwidth) and
+ * link_delay[r] = the rest of its time on the link (sim_costs_message_time minus that); buf holds
+ * both, [2P]; score = sim_schedule_score and tiebreak = sim_schedule_robust on c. p's other
+ * fields are left as they are. */
 void sim_adaptive_params(const sim_costs *c, int n_ranks, sched_params *p, double *buf);
 
 /* The adaptive schedule for p's shape (P, M, mem_limit) under costs c: sim_adaptive_params, then
