@@ -161,6 +161,66 @@ static void test_estimate(void) {
     sched_free(s), sched_free(low);
 }
 
+/* A link slow in bandwidth: the estimate finds its whole time per message and the part of it that
+ * queues, exactly, with or without a delay on top and latency; a pure delay with a slow consumer
+ * behind it (messages got late, but not because they queued) is no queue. zb-h1 and 1f1b, P = 8,
+ * M = 16, messages of 1e6 bytes, compute-only and lowered. */
+static void test_estimate_bandwidth(void) {
+    static const struct { const char *faults[2]; double latency, delay, busy; } cases[] = {
+        { { "3-4:166666.666666666667B/s", "" }, 0, 6, 6 },   /* 1e6 bytes at 1e6/6 B/s: 6 each */
+        { { "3-4:250kB/s", "3-4:2" }, 0.1, 6, 4 },
+        { { "3-4:6", "" }, 0, 6, 0 },
+    };
+    static const char *const names[] = { "zb-h1", "1f1b" };
+    int ok = 1;
+    char msg[300] = "";
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 2; i++)
+            for (int lowered = 0; lowered <= 1; lowered++) {
+                sched *s = gen(names[i], 8, 16, 0), *run = lowered ? sched_lower(s) : s;
+                sim_costs c, healthy;
+                sim_costs_init(&c, 8, 1, 1, 1), sim_costs_init(&healthy, 8, 1, 1, 1);
+                for (int g = 0; g < 8; g++) c.act_bytes[g] = healthy.act_bytes[g] = 1e6;
+                c.latency = healthy.latency = cases[k].latency;
+                for (int f = 0; f < 2; f++)
+                    if (cases[k].faults[f][0]) sim_costs_add_slow_link(&c, cases[k].faults[f], 8);
+                if (k == 2) sim_costs_add_slow_stage(&c, "4:2");   /* a slow consumer behind a pure delay */
+                sim_result r;
+                sim_estimate e;
+                sim_estimate_init(&e, 8, 8);
+                int rc = sim_run(run, &c, &(sim_opts){ 1, false }, &r);
+                rc = rc || sim_estimate_timeline(&r.tl, &healthy, 0, &e);
+                bool good = !rc && fabs(e.link_delay[3] - cases[k].delay) < 1e-6 && fabs(e.link_busy[3] - cases[k].busy) < 1e-6;
+                for (int l = 0; l < 7; l++) good = good && (l == 3 || (e.link_delay[l] == 0 && e.link_busy[l] == 0));
+                if (!good)
+                    ok = 0, snprintf(msg, sizeof msg, "case %d %s lowered %d: delay %g busy %g (want %g, %g)", k, names[i],
+                                     lowered, e.link_delay[3], e.link_busy[3], cases[k].delay, cases[k].busy);
+                sim_estimate_free(&e);
+                if (!rc) sim_result_free(&r);
+                sim_costs_free(&c), sim_costs_free(&healthy);
+                if (lowered) sched_free(run);
+                sched_free(s);
+            }
+    CHECK("estimate_bandwidth_delay_and_queue_exact", ok, "%s", msg);
+    /* applied: the queue becomes a rate on the link (the rest a delay), and the describe line says so */
+    sim_costs h, out;
+    sim_costs_init(&h, 3, 1, 1, 1);
+    h.act_bytes[1] = 2e6;
+    sim_estimate e;
+    sim_estimate_init(&e, 3, 3);
+    e.link_delay[1] = 6, e.link_busy[1] = 4;
+    sim_costs_apply_estimate(&h, &e, &out);
+    char buf[200];
+    sim_policy_opts o = sim_policy_defaults();
+    sim_estimate_describe(&e, &o, 1, buf, sizeof buf);
+    CHECK("estimate_bandwidth_applied_as_rate_and_delay", fabs(sim_costs_link_busy(&out, 1, 2, 2e6) - 4) < 1e-12 &&
+          fabs(sim_costs_message_time(&out, 2, 1, 2e6) - 6) < 1e-12 &&
+          !strcmp(buf, "link 1-2 +6 per message (4 of it in a queue: slow in bandwidth)"), "busy %g, time %g, '%s'",
+          sim_costs_link_busy(&out, 1, 2, 2e6), sim_costs_message_time(&out, 2, 1, 2e6), buf);
+    sim_costs_free(&out), sim_costs_free(&h);
+    sim_estimate_free(&e);
+}
+
 /* ---- the policy ---- */
 
 static sim_policy_action step_with(sim_policy *pol, const sim_policy_opts *o, double delay, double slow) {
@@ -225,6 +285,20 @@ static void test_replay(void) {
     CHECK("replay_default_limit_is_start_peak", !rc && r.mem_limit == 8 && r.time[3] == 145, "limit %d, %g",
           rc ? -1 : r.mem_limit, rc ? -1 : r.time[3]);
     if (!rc) sim_adapt_result_free(&r);
+    /* the same link slow in bandwidth (6e6-byte messages at 1 MB/s: 6 each, queued): the policy sees
+     * the queue and the schedule built for it reaches the link's bound, 215 (zb-h1: 295) */
+    sim_costs q;
+    sim_costs_init(&q, 8, 1, 1, 1);
+    for (int g = 0; g < 8; g++) q.act_bytes[g] = 6e6;
+    sim_costs_add_slow_link(&q, "3-4:1MB/s@3-6", 8);
+    o.shape.mem_limit = 16;
+    rc = sim_adapt_run(&o, &q, &r);
+    CHECK("replay_bandwidth_switches_to_the_queue_aware_schedule", !rc && r.time[2] == 295 && r.time[3] == 215 &&
+          !strcmp(r.name[3], "adaptive") && strstr(r.note[2], "+6 per message (6 of it in a queue") &&
+          strstr(r.note[2], "predicted 215, was 295") && !strcmp(r.name[7], "zb-h1"), "rc %d %s; %g %g; %s", rc,
+          pt_err(), rc ? -1 : r.time[2], rc ? -1 : r.time[3], rc ? "" : r.note[2]);
+    if (!rc) sim_adapt_result_free(&r);
+    sim_costs_free(&q);
     o.start = "zb-v";
     rc = sim_adapt_run(&o, &c, &r);
     CHECK("replay_err_two_chunk_start", rc < 0 && strstr(pt_err(), "one stage per rank"), "%s", pt_err());
@@ -236,6 +310,7 @@ int main(void) {
     test_at_zb_h2_memory();
     test_bandwidth_adaptive();
     test_estimate();
+    test_estimate_bandwidth();
     test_policy();
     test_replay();
     TEST_DONE();
