@@ -168,8 +168,8 @@ const char *const *sched_generator_name_array(void);
  * set of candidates (the list scheduler made aware of the message delays, with zero bubble's and
  * greedy's priorities, in-flight caps from one round trip, from PipeMorph's warm-up depths and from
  * the limit, and built for assumed delays 0, 1/2, 1 and 2 times the real ones; and, when judged by
- * a scorer, gpipe, 1f1b, zb-h1, zb-h2 where they fit the limit; without a limit, the list candidates
- * for the real delays again under a limit of 2P). With p->score each candidate is
+ * a scorer, gpipe, 1f1b, zb-h1, zb-h2 where they fit the limit; the list candidates for the real
+ * delays again under limits of 2P and P, where below the limit or without one). With p->score each candidate is
  * judged by it (the simulator under the real costs: then the result is never worse than any of the
  * hand-made ones nor greedy); without, only the list candidates built for the real delays are
  * compared, by the list scheduler's own timeline (an upper bound of the simulated time). Ties go to

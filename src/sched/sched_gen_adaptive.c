@@ -183,8 +183,9 @@ sched *sched_adaptive(const sched_params *p, sched_adaptive_info *info) {
     if (adapt_init(&c, p) < 0) goto free_ctx;
     for (int i = 0; i < N_LIST_CANDS; i++)
         if (adapt_list(&c, &list_cands[i], c.L) < 0) goto free_ctx;
-    for (int i = 0; c.L == 0 && i < N_LIST_CANDS; i++)   /* as fast in less memory wins the tie */
-        if (list_cands[i].scale == 1 && adapt_list(&c, &list_cands[i], 2 * c.P) < 0) goto free_ctx;
+    for (int k = 2; k >= 1; k--)        /* under 2P and P too, below the limit: as fast in less memory wins the tie */
+        for (int i = 0; (c.L == 0 || k * c.P < c.L) && i < N_LIST_CANDS; i++)
+            if (list_cands[i].scale == 1 && adapt_list(&c, &list_cands[i], k * c.P) < 0) goto free_ctx;
     for (int i = 0; p->score && i < N_FIXED; i++) {
         sched_params q = *p;
         q.chunks = 1;
