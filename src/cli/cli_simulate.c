@@ -21,7 +21,7 @@
 static const char *USAGE =
     "(--schedule NAME --stages P --microbatches M [--chunks V] | --schedule-file S.csv [--pipes N])\n"
     "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
-    "       [--act-bytes N] [--slow-link I-J:SECONDS[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
+    "       [--act-bytes N] [--slow-link I-J:(SECONDS|RATE)[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
     "       [--iterations N] [--mem-limit N] [--adapt] [--post-validation] [--trace out.json] [--svg out.svg]\n"
     "       [--json | --csv] [--critical-path] [--side-step SECONDS]\n"
     "   or: --config C.json --cluster K.json (--plan P.json | --schedule NAME --stages P --microbatches M\n"
@@ -84,7 +84,9 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--bandwidth", OPT_DOUBLE, &a->bandwidth, "bytes per second, every link (0: infinite)"},
         {"--act-bytes", OPT_DOUBLE, &a->act_bytes, "activation bytes per microbatch, every stage"},
         {"--slow-link", OPT_STR, NULL, "I-J:SECONDS[@FROM-TO] extra delay per message between ranks I and J, in "
-                                       "iterations FROM..TO (1-based, inclusive; @FROM-: to the end) (repeatable)"},
+                                       "iterations FROM..TO (1-based, inclusive; @FROM-: to the end); I-J:RATE with "
+                                       "a unit (30Mbit, 4MB/s): slow in bandwidth, messages queue each way "
+                                       "(repeatable)"},
         {"--slow-stage", OPT_STR, NULL, "I:FACTOR[@FROM-TO] multiplies stage I's compute times (>= 1) (repeatable)"},
         {"--iterations", OPT_INT, &a->iters, "N iterations back to back (default 1)"},
         {"--mem-limit", OPT_INT, &a->mem_limit, "greedy, adaptive: most microbatches of activations a stage may hold "
@@ -135,11 +137,11 @@ static sched *generate(const sim_args *a, sched_params *p) {
     sim_costs gc = { 0 }, now = { 0 };
     sched *s = NULL;
     int S = a->stages * (a->chunks > 0 ? a->chunks : g->chunks) * g->pipes;
-    double *delay = pt_calloc((size_t)a->stages, sizeof(double));
+    double *delay = pt_calloc(2 * (size_t)a->stages, sizeof(double));
     if (build_costs(a, S, a->stages, &gc) == 0) {
         sim_costs_at(&gc, 1, &now);
         sim_adaptive_params(&now, a->stages, p, delay);
-        if (!g->link_delays) p->link_delay = NULL;
+        if (!g->link_delays) p->link_delay = p->link_busy = NULL;
         if (!g->scored) p->score = NULL;
         s = g->scored ? sched_adaptive(p, &adaptive_info) : sched_generate(a->name, p);
     }
