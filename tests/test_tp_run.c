@@ -1,6 +1,7 @@
 /* Tensor parallelism in the pipelined runtime (threads transport): the layout's world ranks; plan
  * errors; a job at tp 2 and 4 against the same layout at tp 1 (loss, norm, every gradient,
- * training steps with clipping); --zero 1 against --zero 0 at tp 2, bitwise; bytes per rank;
+ * training steps with clipping); the TP all-reduces counted against the model's cost table;
+ * --zero 1 against --zero 0 at tp 2, bitwise; bytes per rank;
  * whole tensors from shards (gather, checkpoints: tp 2 -> tp 1 -> tp 2, files bitwise).
  * Not here: the sharded layers themselves (test_tp_model.c), the CLI and MPI (test_tp.sh).
  *
@@ -74,13 +75,18 @@ typedef struct {
     double norm[STEPS];
     gpt_model m;            /* whole: params and grads gathered after the last iteration */
     run_mem mem0;           /* world rank 0's bytes */
+    run_tp_stats tps;       /* the TP all-reduces of every rank, summed */
+    int ranks;              /* how many ranks tps sums */
 } job_out;
 
-/* A job of layout (P, D, tp, zero) from the seeded init (or checkpoint dir), `steps` iterations
- * (0 optimizer steps: one gradient, no update), gathered; saves to save_dir when given. */
-static int run_case(int P, int D, int tp, int zero, int steps, const char *from, const char *save_dir,
-                    job_out *out) {
-    run_opts o = { .P = P, .D = D, .tp = tp, .schedule = "1f1b", .M = 2, .zero = zero };
+/* The layout (P, D, tp, zero): 1f1b, two microbatches. */
+static run_opts layout(int P, int D, int tp, int zero) {
+    return (run_opts){ .P = P, .D = D, .tp = tp, .schedule = "1f1b", .M = 2, .zero = zero };
+}
+
+/* A job of layout o from the seeded init (or checkpoint dir), `steps` iterations (0 optimizer
+ * steps: one gradient, no update), gathered; saves to save_dir when given. */
+static int run_opts_case(run_opts o, int steps, const char *from, const char *save_dir, job_out *out) {
     optim_config oc = optim_config_default();
     oc.lr = 1e-2;
     oc.grad_clip = 0.5;   /* on: the norm scales the update */
@@ -103,6 +109,7 @@ static int run_case(int P, int D, int tp, int zero, int steps, const char *from,
     if (rc == 0) rc = gpt_init(&out->m, &CFG);
     if (rc == 0) rc = run_job_gather(j, &out->m);
     if (rc == 0) run_job_mem(j, 0, &out->mem0);
+    if (rc == 0) run_job_tp_stats(j, &out->tps, &out->ranks);
     if (rc == 0 && save_dir) {
         *man = (ckpt_manifest){ .cfg = CFG, .step = steps, .adam_t = steps, .batch = BATCH, .seq = SEQ };
         rc = run_job_save(j, save_dir, man);
@@ -112,6 +119,11 @@ static int run_case(int P, int D, int tp, int zero, int steps, const char *from,
     run_plan_free(&pl);
     free(man);
     return rc;
+}
+
+static int run_case(int P, int D, int tp, int zero, int steps, const char *from, const char *save_dir,
+                    job_out *out) {
+    return run_opts_case(layout(P, D, tp, zero), steps, from, save_dir, out);
 }
 
 /* Largest whole-tensor normalised error of a's params (grads: 1) against b's, and its tensor. */
@@ -244,6 +256,36 @@ static void test_checkpoints(void) {
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
 }
 
+/* The TP all-reduces a rank's layers make in one iteration of M microbatches: what the model's
+ * cost table says per layer (F and B; none in W), M times. */
+static double tp_collectives_per_iteration(int tp, int M) {
+    gpt_model m;
+    double n = 0;
+    if (gpt_init_layers_tp(&m, &CFG, 0, 0, 0, tp) < 0) return -1;
+    for (int l = 0; l < gpt_num_layers(&m); l++) {
+        gpt_layer_cost c;
+        gpt_layer_ops_of(&m, l)->cost(&CFG, BATCH / M, SEQ, tp, &c);
+        n += c.tp_collectives[0] + c.tp_collectives[1] + c.tp_collectives[2];
+    }
+    gpt_free(&m);
+    return n * M;
+}
+
+/* The runtime counts the all-reduces its layers call: the cost table's number per iteration on
+ * every rank, and none at tp 1. */
+static void test_tp_counts(void) {
+    job_out a, b;
+    int rc = run_case(1, 1, 2, 0, 0, NULL, NULL, &a) < 0 ? -1 : run_case(1, 1, 1, 0, 0, NULL, NULL, &b);
+    double want = tp_collectives_per_iteration(2, 2);
+    CHECK("tp 2: all-reduces counted per rank, the cost table's number per iteration",
+          rc == 0 && a.ranks == 2 && a.tps.calls == 2 * want && want > 0 && a.tps.floats > 0,
+          "rc %d: %ld calls over %d ranks, want %g each", rc, rc < 0 ? 0 : a.tps.calls, a.ranks, want);
+    CHECK("tp 1: no all-reduce counted", rc == 0 && b.tps.calls == 0 && b.tps.seconds == 0, "rc %d: %ld",
+          rc, b.tps.calls);
+    gpt_free(&a.m);
+    gpt_free(&b.m);
+}
+
 int main(void) {
     make_data();
     test_layout();
@@ -251,6 +293,7 @@ int main(void) {
     test_against_tp1(1, 1, 2);
     test_against_tp1(2, 1, 2);
     test_against_tp1(2, 2, 4);
+    test_tp_counts();
     test_zero();
     test_memory_and_gather();
     test_checkpoints();

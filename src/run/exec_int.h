@@ -104,6 +104,7 @@ struct run_exec {
     int d, p, t, M, N, C, n_stages;   /* replica, pipeline rank, TP rank, sizes */
     int tp;                           /* TP ranks per (replica, pipeline rank); 1: none */
     comm *tp_comm;                    /* this rank's TP group (NULL at tp 1) */
+    run_tp_stats tps;                 /* its all-reduces so far (exec_tp.c) */
     int n_ties;                       /* NT, the model's tied tensors */
     run_stage *st;                    /* [n_stages] stages of this rank, in stage order */
     int *loc;                         /* [S] index into st, or -1 */

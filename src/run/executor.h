@@ -78,6 +78,14 @@ typedef struct {
     double acts;               /* activation sets, boundary buffers, scratch, weight stashes */
 } run_mem;
 
+/* A rank's tensor-parallel all-reduces (the ones its layers call through gpt_tp), since init:
+ * how many, their floats, and the seconds the rank spent inside them (a blocking one: the whole
+ * call; an overlapped one: its wait, the part compute did not hide). All zero at tp 1. */
+typedef struct {
+    long calls;
+    double floats, seconds;
+} run_tp_stats;
+
 /* Iteration results on this rank: partial sums before the world reduction. */
 typedef struct {
     float loss;                /* mean loss over all positions (after the world reduction) */
@@ -138,6 +146,8 @@ int run_exec_gather_stage(run_exec *e, int g, int grads, int moments, gpt_model 
  * communicator: every rank of the job calls it); _end frees them. 0, or -1. */
 int run_exec_moments_begin(run_exec *e);
 void run_exec_moments_end(run_exec *e);
+/* This rank's TP all-reduces since init (run_tp_stats). */
+void run_exec_tp_stats(const run_exec *e, run_tp_stats *out);
 /* This rank's replica, pipeline rank and TP rank. */
 void run_exec_coords(const run_exec *e, int *d, int *p, int *t);
 

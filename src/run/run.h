@@ -134,6 +134,9 @@ void run_job_stash_stats(const run_job *j, int out[3]);
 size_t run_job_act_bytes(const run_job *j);
 /* What world rank w holds (on every rank, measured at init). */
 void run_job_mem(const run_job *j, int w, run_mem *out);
+/* The TP all-reduces of this process's ranks since the job started (run_tp_stats), summed over
+ * them; *ranks gets how many that is (threads: every rank; MPI: 1). Local: no communication. */
+void run_job_tp_stats(const run_job *j, run_tp_stats *out, int *ranks);
 /* Peak resident set size so far (getrusage), bytes: *out (malloc'd, the caller frees) gets one
  * entry per process: MPI, every world rank's (collective); threads, the one process's. */
 int run_job_peak_rss(run_job *j, double **out);

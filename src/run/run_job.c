@@ -201,6 +201,18 @@ void run_job_stash_stats(const run_job *j, int out[3]) {
 
 size_t run_job_act_bytes(const run_job *j) { return j->act_max; }
 
+void run_job_tp_stats(const run_job *j, run_tp_stats *out, int *ranks) {
+    memset(out, 0, sizeof *out);
+    for (int r = 0; r < j->n_local; r++) {
+        run_tp_stats s;
+        run_exec_tp_stats(j->ex[r], &s);
+        out->calls += s.calls;
+        out->floats += s.floats;
+        out->seconds += s.seconds;
+    }
+    *ranks = j->n_local;
+}
+
 int run_job_is_root(const run_job *j) { return !j->mpi || j->comms[0]->rank == 0; }
 
 /* ---- iteration ---------------------------------------------------------------------------- */

@@ -186,6 +186,19 @@ static void pipe_print_rss(const pipe_engine *p) {
     for (int w = 0; w < n; w++) printf(" r%d %.1f%s", w, p->rss[w] / 1e6, w + 1 < n ? "," : "\n");
 }
 
+/* "tensor parallel, per rank and step: N all-reduces of X MB, Y ms inside them (Z% of the
+ * iteration)": this process's ranks' TP collectives, averaged over them and the steps run. */
+static void pipe_print_tp(const pipe_engine *p, double it) {
+    run_tp_stats s;
+    int ranks;
+    if (p->pl.lo.tp <= 1 || p->n == 0) return;
+    run_job_tp_stats(p->job, &s, &ranks);
+    double per = 1.0 / ((double)ranks * p->n), ms = s.seconds * per * 1e3;
+    printf("tensor parallel, per rank and step: %.0f all-reduces of %.2f MB in all, %.2f ms inside "
+           "them (%.1f%% of the median iteration)\n", (double)s.calls * per, s.floats * 4 * per / 1e6,
+           ms, it > 0 ? ms / 1e3 / it * 100 : 0);
+}
+
 /* Medians over the steps after the first (the warm-up) when there were several. */
 static int pipe_report(train_engine *e) {
     pipe_engine *p = (pipe_engine *)e;
@@ -198,6 +211,7 @@ static int pipe_report(train_engine *e) {
     double it = pt_median(p->iter_t + skip, p->n - skip);      /* sorts the records: done last */
     double bub = pt_median(p->bubble + skip, p->n - skip);
     pipe_print_simulated(p, it, bub);
+    pipe_print_tp(p, it);
     return pipe_write_pictures(p, last_it, last_bub);
 }
 

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Tensor parallelism on this machine's cores: `pipetrain train --tp 2` against one rank (--tp 1)
+# and against data parallelism (--dp 2), on the reference shape (4 layers, 256 channels, 4 heads,
+# vocab 256, batch 8 x 256), in alternating rounds so the machine's noise hits all alike. Prints
+# each round's tokens/s (median of the steps after two warm-ups) and CPU seconds of the whole
+# run (user + sys: what the run computed, whatever else the machine ran meanwhile), the medians
+# over rounds and the ratios; the memory each rank holds and the peak RSS; the time the ranks
+# spent inside their TP all-reduces; and the simulator's prediction of each layout
+# (`simulate --config --cluster examples/cluster-local.json`) next to it. Not a test.
+# Usage: bench/bench_tp.sh [rounds] [steps]    (default 3 8)
+set -u
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-3}; STEPS=${2:-8}
+P=${PIPETRAIN:-build/pipetrain}
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+cfg='{"n_layer": 4, "n_head": 4, "n_embd": 256, "vocab_size": 256, "n_positions": 256}'
+B=8; T=256; V=256
+echo "$cfg" > "$D/cfg.json"
+# Random tokens as an llm.c token file (magic 20240520, version 1, count; uint16 tokens).
+awk -v n=$((B * T * (STEPS + 2) + 1)) -v v="$V" 'BEGIN { srand(7); for (i = 0; i < n; i++) print int(rand() * v) }' |
+  /usr/bin/python3 -c '
+import struct, sys
+toks = [int(x) for x in sys.stdin]
+hdr = [20240520, 1, len(toks)] + [0] * 253
+sys.stdout.buffer.write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % len(toks), *toks))' > "$D/tok.bin"
+
+echo "bench_tp: reference shape ($cfg), batch $B x $T, $STEPS steps with AdamW, $ROUNDS rounds, threads transport"
+echo "  machine: $("$(dirname "$P")/bench/bench_train" --machine 2>/dev/null || echo "$(nproc) cores")"
+echo "  load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print (NR ? (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) : 0) }'; }
+# Median tokens/s of steps 3.. from a metrics file.
+med_metrics() { sed -n '3,$p' "$1" | sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/' | median; }
+# name, flags...: sets TOK[name,round] and CPU[name,round]; the output stays in $D/name.out.
+run() {
+  local name=$1 r=$2; shift 2
+  rm -f "$D/$name.jsonl"
+  if /usr/bin/time -f '%U %S' -o "$D/$name.time" "$P" train --config "$D/cfg.json" --data "$D/tok.bin" \
+       --batch $B --seq $T --steps "$STEPS" --lr 1e-4 --metrics "$D/$name.jsonl" "$@" > "$D/$name.out" 2>&1; then
+    TOK[$name,$r]=$(med_metrics "$D/$name.jsonl")
+    CPU[$name,$r]=$(awk '{ print $1 + $2 }' "$D/$name.time")
+  else
+    echo "  $name failed: $(tail -1 "$D/$name.out")"
+    TOK[$name,$r]=0; CPU[$name,$r]=0
+  fi
+}
+declare -A TOK CPU M MC
+names="tp1 tp2 dp2"
+declare -A FLAGS=([tp1]="--tp 1" [tp2]="--tp 2" [dp2]="--dp 2")
+for r in $(seq "$ROUNDS"); do
+  line="  round $r tokens/s (CPU s):"
+  for n in $names; do
+    run "$n" "$r" ${FLAGS[$n]}
+    line="$line $n ${TOK[$n,$r]} (${CPU[$n,$r]})"
+  done
+  echo "$line"
+done
+for n in $names; do
+  M[$n]=$(for r in $(seq "$ROUNDS"); do printf '%s ' "${TOK[$n,$r]}"; done | median)
+  MC[$n]=$(for r in $(seq "$ROUNDS"); do printf '%s ' "${CPU[$n,$r]}"; done | median)
+done
+echo "  load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+awk -v a="${M[tp1]}" -v b="${M[tp2]}" -v c="${M[dp2]}" 'BEGIN {
+  printf "  medians tokens/s: tp 1 %.0f | tp 2 %.0f | dp 2 %.0f\n", a, b, c
+  printf "  ratio tp 2 / tp 1: %.2fx (the goal: >= 1.6x) | dp 2 / tp 1: %.2fx | tp 2 / dp 2: %.2fx\n",
+         (a > 0 ? b / a : 0), (a > 0 ? c / a : 0), (c > 0 ? b / c : 0) }'
+awk -v a="${MC[tp1]}" -v b="${MC[tp2]}" -v c="${MC[dp2]}" 'BEGIN {
+  printf "  CPU s per run (medians, start-up included): tp 1 %.2f | tp 2 %.2f | dp 2 %.2f: with two idle cores\n", a, b, c
+  printf "    tp 2 would run at most %.2fx tp 1 (2 x CPU tp 1 / CPU tp 2), dp 2 at most %.2fx\n",
+         (b > 0 ? 2 * a / b : 0), (c > 0 ? 2 * a / c : 0) }'
+grep -h '^tensor parallel' "$D/tp2.out" | sed 's/^/  tp 2 (last round): /'
+for n in tp1 tp2; do
+  grep -h '^memory per rank' "$D/$n.out" | sed "s/^/  $n /"
+  grep -h '^peak RSS' "$D/$n.out" | sed "s/^/  $n /"
+done
+
+# The simulator's prediction of each layout on examples/cluster-local.json (2 cores as devices).
+sim() {  # microbatch size, flags...
+  local mbs=$1; shift
+  "$P" simulate --config "$D/cfg.json" --cluster examples/cluster-local.json --schedule 1f1b --stages 1 \
+    --microbatches 1 --microbatch-size "$mbs" --seq $T "$@" 2>&1
+}
+declare -A SIT SMEM
+for n in $names; do
+  case $n in dp2) out=$(sim 4 --dp 2) ;; tp2) out=$(sim $B --tp 2) ;; *) out=$(sim $B --tp 1) ;; esac
+  SIT[$n]=$(echo "$out" | awk '/^iteration time/ { print $3 }')
+  SMEM[$n]=$(echo "$out" | awk '/^memory per device/ { m = 1 } m && /^  rank 0 / { print $3; exit }')
+done
+awk -v a="${SIT[tp1]}" -v b="${SIT[tp2]}" -v c="${SIT[dp2]}" -v n=$((B * T)) -v ma="${M[tp1]}" -v mb="${M[tp2]}" -v mc="${M[dp2]}" 'BEGIN {
+  printf "  simulated tokens/s (cluster-local.json, its reference FLOP/s): tp 1 %.0f | tp 2 %.0f | dp 2 %.0f;", n / a, n / b, n / c
+  printf " ratio tp 2 / tp 1 %.2fx (measured %.2fx), dp 2 / tp 1 %.2fx (measured %.2fx)\n",
+         a / b, (ma > 0 ? mb / ma : 0), a / c, (ma > 0 ? mc / ma : 0) }'
+echo "  simulated memory per device (GiB): tp 1 ${SMEM[tp1]} | tp 2 ${SMEM[tp2]} | dp 2 ${SMEM[dp2]}"
