@@ -116,7 +116,7 @@ static void *rank_thread(void *arg) {
         act[l] = pt_falloc(gpt_layer_act_floats(m, l, B, T));
         x[l] = pt_falloc((size_t)N * C);   /* output of layer l, then the gradient at it */
     }
-    gpt_tp tp = {m->tp_rank, m->tp_size, group_allreduce, &j->me};
+    gpt_tp tp = {.rank = m->tp_rank, .size = m->tp_size, .allreduce = group_allreduce, .ctx = &j->me};
     if (m->tp_size > 1) gpt_set_tp(m, &tp);
     gpt_zero_grad(m);
     for (int l = 0; l < nl && j->rc == 0; l++)
@@ -386,7 +386,7 @@ static void test_errors(void) {
     rc = gpt_layer_forward(&m, 0, NULL, act, sc, x, NULL, tok, B, T);
     CHECK("tp model: a sharded layer without gpt_set_tp", rc < 0 && strstr(pt_err(), "gpt_set_tp"), "rc %d: %s", rc, pt_err());
     member me = {.fail_after = 0};
-    gpt_tp tp = {1, 2, group_allreduce, &me};
+    gpt_tp tp = {.rank = 1, .size = 2, .allreduce = group_allreduce, .ctx = &me};
     gpt_set_tp(&m, &tp);
     rc = gpt_layer_forward(&m, 1, NULL, act, sc, y, x, NULL, B, T);
     CHECK("tp model: block F returns the all-reduce's failure", rc < 0 && strstr(pt_err(), "injected") &&

@@ -195,6 +195,14 @@ void gpt_set_tp(gpt_model *m, const gpt_tp *tp) {
     m->tp = *tp;
 }
 
+int gpt_set_tp_overlap(gpt_model *m, int on) {
+    if (on && m->tp_size > 1 && (!m->tp.iallreduce || !m->tp.wait))
+        return pt_seterr("TP rank %d of %d: overlapping all-reduces needs a collective with "
+                         "iallreduce and wait (gpt_set_tp gave none)", m->tp_rank, m->tp_size);
+    m->tp_overlap = on != 0;
+    return 0;
+}
+
 /* ---- shards ------------------------------------------------------------------------------
  * A shard, read in its own order, is a sequence of runs each contiguous in the whole tensor
  * (row-major, HF layout), at increasing whole offsets: so copying, and drawing the seeded init

@@ -80,6 +80,13 @@ typedef struct {
      * gets bitwise the same result. 0, or -1 with pt_seterr. */
     int (*allreduce)(void *ctx, float *buf, size_t n);
     void *ctx;
+    /* Optional (NULL: not available), for overlap (gpt_set_tp_overlap): the same sum started
+     * without waiting, bitwise what allreduce gives. iallreduce returns 0 and sets *req, or -1
+     * with pt_seterr (*req unset). buf is the collective's until wait(req) returns; several may
+     * be in flight, and every rank starts them in the same order. wait returns 0 once buf holds
+     * the sum, or -1 with pt_seterr; either way req is finished (freed) by it. */
+    int (*iallreduce)(void *ctx, float *buf, size_t n, void **req);
+    int (*wait)(void *ctx, void *req);
 } gpt_tp;
 
 /* Tied tensors: a parameter tensor that lives in one layer's span (its owner) and is read by
@@ -118,6 +125,7 @@ typedef struct {
     int tp_rank, tp_size;       /* this model's shard (gpt_init_layers_tp); 0, 1 unsharded */
     int vocab_padded;           /* wte rows over the TP group: V rounded up to tp_size */
     gpt_tp tp;                  /* the group's collective (gpt_set_tp); unused when tp_size 1 */
+    int tp_overlap;             /* 1: blocks overlap their all-reduces (gpt_set_tp_overlap) */
     /* Private: buffers of gpt_forward_backward / gpt_forward, grown on demand. */
     float *fb_act, *fb_scratch, *fb_x;
     size_t fb_act_cap, fb_scratch_cap, fb_x_cap;
@@ -155,7 +163,15 @@ typedef struct {
      * one rank's share, and tp_bytes[F, B, W] is what one rank all-reduces over its group in that
      * phase (the payload of each all-reduce, summed; 0 at tp 1, and always 0 in W). */
     double tp_bytes[3];
-    int tp_collectives[3];  /* how many all-reduces those bytes are in */
+    int tp_collectives[3];  /* how many all-reduces those bytes are in (with overlap a block
+                             * issues each as two, of half the rows each: the same bytes) */
+    /* Communication-free recomputation (gpt_layer_recompute): the bytes held from F to B
+     * (4 * gpt_layer_keep_floats; the act is whole again only from the recompute to W), and
+     * the FLOPs the recompute repeats before B (0 for kinds that keep their whole F part). The
+     * other modes: act_bytes held (none repeated), or input_bytes held and flops[F] repeated
+     * with F's all-reduces (tp_bytes[F]). */
+    double keep_bytes;
+    double recompute_flops;
 } gpt_layer_cost;
 
 typedef struct {
@@ -171,6 +187,10 @@ typedef struct {
     int (*backward_weight)(const gpt_model *m, int layer, const gpt_tied *tied, const float *act,
                            float *scratch, int B, int T);
     void (*cost)(const gpt_config *cfg, int B, int T, int tp, gpt_layer_cost *out);
+    /* gpt_layer_keep_floats and gpt_layer_recompute for this kind (without the checks). */
+    size_t (*keep_floats)(const gpt_model *m, int B, int T);
+    int (*recompute)(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
+                     float *scratch, int B, int T);
 } gpt_layer_ops;
 
 /* The row of a kind, and of a layer of m. */
@@ -202,6 +222,20 @@ int gpt_init_layers_tp(gpt_model *m, const gpt_config *cfg, int first, int end, 
                        int tp_size);
 /* The TP group's collective for m's layers (copied; tp->rank/size must be m's). */
 void gpt_set_tp(gpt_model *m, const gpt_tp *tp);
+/* Overlap of a sharded block's all-reduces with its own compute (Oases' two-sub-batch
+ * ping-pong; docs/tensor-parallel.md): on (1) or off (0, the default). When on, a block's F and
+ * B on a microbatch of B >= 2 sequences run on two halves (the first B/2 sequences, then the
+ * rest), each half's all-reduce started (gpt_tp.iallreduce) while the other half computes:
+ * F: half 0 to attn.c_proj's product, its sum started; half 1 the same; wait half 0's, finish
+ * res2 and go on to mlp.c_proj's product, its sum started; wait half 1's, the same; then the
+ * outputs. B alike with the two input-gradient sums. Each of a block's all-reduces is then two
+ * of half the rows; W, the embedding and the head are unchanged, and B = 1 runs as without.
+ * Results equal the path without overlap up to float rounding (every op is row-wise, but
+ * OpenBLAS rounds a row's product differently at another row count, so not bitwise:
+ * docs/tensor-parallel.md) and are bitwise equal on every rank. Call after gpt_set_tp: returns -1 when on is asked of
+ * a sharded model whose collective has no iallreduce or wait; at tp 1 it is accepted and
+ * changes nothing. Every rank of the group must use the same setting. */
+int gpt_set_tp_overlap(gpt_model *m, int on);
 /* Floats of tensor pi held by each rank of a group of `size` (the same for every rank): ROWS
  * ceil(shape[0]/size) * shape[1] (rows padded), COLS and VEC full/size, NONE full. cfg may be
  * NULL (pi says all). */
@@ -257,6 +291,21 @@ size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T);
  * that runs each layer's B and W back to back, the last layer first (gpt_forward_backward), may
  * let that rest overlap the next layer's act: it is written only after the next layer's W. */
 size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T);
+/* Communication-free recomputation (Oases' fine-grained recomputation; docs/tensor-parallel.md):
+ * the first floats of the act that must be kept from F to B when the rest of the F part is
+ * rebuilt by gpt_layer_recompute: a block's input x and res2 (x + the summed attention
+ * projection), 2*N*C at any tp (the block's output is the next layer's input, kept there); the
+ * embedding's and the head's whole F part (gpt_layer_act_saved_floats: not recomputed). */
+size_t gpt_layer_keep_floats(const gpt_model *m, int layer, int B, int T);
+/* Rebuilds the F part of act after its keep prefix, which must hold what F wrote there (the
+ * rest may hold anything, e.g. another microbatch's act), bitwise what F wrote: a block's ln_1,
+ * c_attn, attention from x and ln_2, c_fc, GELU from res2, in the halves F ran in (same
+ * overlap setting). No collective: the projections and their all-reduces are not needed, their
+ * results being kept. Embedding and head: nothing to do. Then B and W on act give bitwise the
+ * gradients of the path without it. Same B, T, tied as F; scratch as F's. Returns 0, or -1 (B,
+ * T out of range). */
+int gpt_layer_recompute(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
+                        float *scratch, int B, int T);
 /* The same as bytes per token at sequence length T (attention keeps NH*T floats per token). */
 size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T);
 /* Floats of per-thread scratch any layer needs for a (B,T) microbatch: B*T*4C/tp + T*T (a

@@ -5,17 +5,20 @@
 #include "model/gpt.h"
 #include "nn/nn.h"
 #include "util/pt.h"
+#include <stdio.h>
 #include <string.h>
 
 /* Views into one block's act storage; F part first (saved activations), then the B part
- * (gradients at each matmul / layernorm output that W needs). N = B*T. */
+ * (gradients at each matmul / layernorm output that W needs). N = B*T. x and res2 come first:
+ * they are what communication-free recomputation keeps (gpt_layer_keep_floats), and the rest
+ * of the F part is rebuilt from them without a collective (block_recompute). */
 typedef struct {
     float *x;                   /* (N,C) block input */
+    float *res2;                /* (N,C) x + attention projection (after the group's sum) */
     float *ln1, *ln1m, *ln1r;   /* (N,C), (N), (N) */
     float *qkv;                 /* (N,3C/tp) */
     float *atty;                /* (N,C/tp) attention output, heads concatenated */
     float *att;                 /* (B,NH/tp,T,T) softmax probabilities */
-    float *res2;                /* (N,C) x + attention projection */
     float *ln2, *ln2m, *ln2r;   /* (N,C), (N), (N) */
     float *fch, *fchg;          /* (N,4C/tp) c_fc output, after GELU */
     /* written by B, read by W */
@@ -25,6 +28,7 @@ typedef struct {
     float *dres2;               /* (N,C) at res2 (= at attn.c_proj output) */
     float *dqkv;                /* (N,3C/tp) at attn.c_attn output */
     float *dln1;                /* (N,C) at ln_1 output */
+    size_t keep;                /* floats of x and res2 (the start) */
     size_t saved;               /* floats of the F part (the start) */
     size_t size;                /* floats in all */
 } block_act;
@@ -48,13 +52,17 @@ typedef struct {
     size_t size;                /* floats in all */
 } embed_act;
 
-/* Carves base into consecutive regions: returns base + *off (NULL when base is NULL, which
- * measures sizes only) and advances *off by n floats. */
-static float *take(float *base, size_t *off, size_t n) {
-    float *r = base ? base + *off : NULL;
-    *off += n;
+/* Carves base into consecutive regions of rows: returns the row n0 of a region of N rows of
+ * `width` floats (NULL when base is NULL, which measures sizes only) and advances *off past the
+ * region. */
+static float *take_rows(float *base, size_t *off, size_t N, size_t width, size_t n0) {
+    float *r = base ? base + *off + n0 * width : NULL;
+    *off += N * width;
     return r;
 }
+
+/* A region of n floats, whole. */
+static float *take(float *base, size_t *off, size_t n) { return take_rows(base, off, n, 1, 0); }
 
 /* The per-rank widths of a block (gpt_init_layers_tp): the whole ones at tp 1. */
 typedef struct { int C, Cl, NHl; } block_dims;   /* channels; the rank's channels and heads */
@@ -63,24 +71,35 @@ static block_dims block_dims_of(const gpt_model *m) {
     return (block_dims){ m->cfg.n_embd, m->cfg.n_embd / m->tp_size, m->cfg.n_head / m->tp_size };
 }
 
-static block_act block_act_view(const gpt_model *m, float *a, int B, int T) {
+/* The views at row n0 (a token: sequence n0/T) of a microbatch of (B,T): every region is
+ * (N, per-token width), att's too (a sequence's (NH/tp,T,T) is T rows of NH/tp*T), so the views
+ * of a sub-batch of sequences are the same arithmetic at an offset. */
+static block_act block_act_rows(const gpt_model *m, float *a, int B, int T, size_t n0) {
     block_dims d = block_dims_of(m);
     size_t C = (size_t)d.C, Cl = (size_t)d.Cl, N = (size_t)B * T, NH = (size_t)d.NHl;
     block_act v;
     size_t o = 0;
-    v.x = take(a, &o, N * C);
-    v.ln1 = take(a, &o, N * C); v.ln1m = take(a, &o, N); v.ln1r = take(a, &o, N);
-    v.qkv = take(a, &o, N * 3 * Cl);
-    v.atty = take(a, &o, N * Cl);
-    v.att = take(a, &o, (size_t)B * NH * T * T);
-    v.res2 = take(a, &o, N * C);
-    v.ln2 = take(a, &o, N * C); v.ln2m = take(a, &o, N); v.ln2r = take(a, &o, N);
-    v.fch = take(a, &o, N * 4 * Cl); v.fchg = take(a, &o, N * 4 * Cl);
+    v.x = take_rows(a, &o, N, C, n0);
+    v.res2 = take_rows(a, &o, N, C, n0);
+    v.keep = o;
+    v.ln1 = take_rows(a, &o, N, C, n0);
+    v.ln1m = take_rows(a, &o, N, 1, n0); v.ln1r = take_rows(a, &o, N, 1, n0);
+    v.qkv = take_rows(a, &o, N, 3 * Cl, n0);
+    v.atty = take_rows(a, &o, N, Cl, n0);
+    v.att = take_rows(a, &o, N, NH * T, n0);
+    v.ln2 = take_rows(a, &o, N, C, n0);
+    v.ln2m = take_rows(a, &o, N, 1, n0); v.ln2r = take_rows(a, &o, N, 1, n0);
+    v.fch = take_rows(a, &o, N, 4 * Cl, n0); v.fchg = take_rows(a, &o, N, 4 * Cl, n0);
     v.saved = o;
-    v.dres3 = take(a, &o, N * C); v.dfch = take(a, &o, N * 4 * Cl); v.dln2 = take(a, &o, N * C);
-    v.dres2 = take(a, &o, N * C); v.dqkv = take(a, &o, N * 3 * Cl); v.dln1 = take(a, &o, N * C);
+    v.dres3 = take_rows(a, &o, N, C, n0); v.dfch = take_rows(a, &o, N, 4 * Cl, n0);
+    v.dln2 = take_rows(a, &o, N, C, n0); v.dres2 = take_rows(a, &o, N, C, n0);
+    v.dqkv = take_rows(a, &o, N, 3 * Cl, n0); v.dln1 = take_rows(a, &o, N, C, n0);
     v.size = o;
     return v;
+}
+
+static block_act block_act_view(const gpt_model *m, float *a, int B, int T) {
+    return block_act_rows(m, a, B, T, 0);
 }
 
 /* Vocabulary rows of wte (and logit columns) a rank holds: V at tp 1. */
@@ -119,6 +138,18 @@ static size_t embed_act_floats(const gpt_model *m, int B, int T) { return embed_
 static size_t block_act_floats(const gpt_model *m, int B, int T) { return block_act_view(m, NULL, B, T).size; }
 static size_t head_act_floats(const gpt_model *m, int B, int T) { return head_act_view(m, NULL, B, T).size; }
 
+/* What communication-free recomputation keeps from F to B: a block's x and res2; the
+ * embedding's and the head's whole F part (they are not recomputed). */
+static size_t embed_keep_floats(const gpt_model *m, int B, int T) { return embed_act_view(m, NULL, B, T).saved; }
+static size_t block_keep_floats(const gpt_model *m, int B, int T) { return block_act_view(m, NULL, B, T).keep; }
+static size_t head_keep_floats(const gpt_model *m, int B, int T) { return head_act_view(m, NULL, B, T).saved; }
+
+/* The recompute of a kind that keeps its whole F part: nothing to rebuild. */
+static int keep_all_recompute(const gpt_model *m, int l, const gpt_tied *tied, float *act,
+                              float *scratch, int B, int T) {
+    return 0;
+}
+
 size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
     return gpt_layer_ops_of(m, layer)->act_floats(m, B, T);
 }
@@ -129,6 +160,10 @@ size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T) {
     case GPT_LAYER_BLOCK: return block_act_view(m, NULL, B, T).saved;
     default:              return head_act_view(m, NULL, B, T).saved;
     }
+}
+
+size_t gpt_layer_keep_floats(const gpt_model *m, int layer, int B, int T) {
+    return gpt_layer_ops_of(m, layer)->keep_floats(m, B, T);
 }
 
 size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T) {
@@ -171,6 +206,36 @@ static int tp_allreduce(const gpt_model *m, float *buf, size_t n, const char *wh
     if (m->tp.allreduce(m->tp.ctx, buf, n) < 0)
         return pt_adderr("TP rank %d of %d, all-reduce of %s: ", m->tp_rank, m->tp_size, what);
     return 0;
+}
+
+/* Starts the group's sum of buf without waiting (gpt_tp.iallreduce): *req for tp_wait. */
+static int tp_start(const gpt_model *m, float *buf, size_t n, void **req, const char *what) {
+    if (!m->tp.iallreduce || !m->tp.wait)
+        return pt_seterr("TP rank %d of %d overlaps its all-reduces but its collective has no "
+                         "iallreduce and wait (gpt_set_tp after gpt_set_tp_overlap replaced it?)",
+                         m->tp_rank, m->tp_size);
+    if (m->tp.iallreduce(m->tp.ctx, buf, n, req) < 0)
+        return pt_adderr("TP rank %d of %d, starting the all-reduce of %s: ", m->tp_rank, m->tp_size, what);
+    return 0;
+}
+
+/* Waits for a sum tp_start started; *req is NULL after, whatever the outcome. */
+static int tp_wait(const gpt_model *m, void **req, const char *what) {
+    void *r = *req;
+    *req = NULL;
+    if (m->tp.wait(m->tp.ctx, r) < 0)
+        return pt_adderr("TP rank %d of %d, all-reduce of %s: ", m->tp_rank, m->tp_size, what);
+    return 0;
+}
+
+/* After a failure: waits for the n requests still in flight (the non-NULL ones), keeping the
+ * first error's message. */
+static void tp_drain(const gpt_model *m, void **req, int n) {
+    char first[512];
+    snprintf(first, sizeof first, "%s", pt_err());
+    for (int i = 0; i < n; i++)
+        if (req[i]) tp_wait(m, &req[i], "");
+    pt_seterr("%s", first);
 }
 
 /* The vocabulary shard of m: ids [*v0, *v0 + *nv) are real rows of its wte (the rest of its
@@ -223,64 +288,195 @@ static int embed_backward_weight(const gpt_model *m, int l, const gpt_tied *tied
  * Over tp ranks (Megatron-LM): c_attn and c_fc column-parallel (each rank its heads' q k v and
  * its share of the MLP), attn.c_proj and mlp.c_proj row-parallel: the rank's partial product,
  * the group's sum, then the bias and the residual once. B sums the column-parallel matmuls'
- * input gradients over the group before each layernorm's backward. W is local. */
+ * input gradients over the group before each layernorm's backward. W is local.
+ *
+ * F and B are each three stages with one group sum between stages 0 and 1 and one between 1
+ * and 2 (block_f, block_b), run on rows of whole sequences (block_rows): on the whole
+ * microbatch (block_run), or, with overlap (gpt_set_tp_overlap), on two halves in turn so that
+ * each half's sum is in flight while the other half computes (block_pingpong). Every op but
+ * W's sums is row-wise, so the halves compute what the whole does. */
 
-/* out (N,OUT) = res + b + inp @ w, inp holding IN of the projection's input rows (all of them at
- * tp 1). */
-static int proj_residual_forward(const gpt_model *m, float *out, const float *inp, const float *w,
-                                 const float *b, const float *res, int N, int IN, int OUT) {
-    if (m->tp_size == 1) {
-        matmul_residual_forward(out, inp, w, b, res, N, IN, OUT);
-        return 0;
+/* One block's F or B on the rows of sequences [b0, b0 + B) of a microbatch. */
+typedef struct {
+    const gpt_model *m;
+    const gpt_block_tensors *w;
+    block_act a;                /* the views at the rows' first token */
+    float *out;                 /* F: the block output; B: dx (the rows') */
+    const float *dout;          /* B: the gradient at the output (the rows') */
+    float *s, *satt;            /* B: the rows' part of the (N,4C/tp) scratch; attention's */
+    int B, T;                   /* the rows: B sequences of T tokens */
+    float *sum[2];              /* what the group sums after stage 0 and after stage 1 (N,C) */
+} block_rows;
+
+typedef void (*block_stage)(const block_rows *r);
+
+/* The product of a row-parallel projection, out (N,OUT) = inp @ w: the rank's partial sum, the
+ * bias and the residual to add after the group's sum (proj_finish). At tp 1 they are fused into
+ * the product: out = res + b + inp @ w (inp holding all the input rows). */
+static void proj_product(const gpt_model *m, float *out, const float *inp, const float *w,
+                         const float *b, const float *res, int N, int IN, int OUT) {
+    if (m->tp_size == 1) matmul_residual_forward(out, inp, w, b, res, N, IN, OUT);
+    else matmul_forward(out, inp, w, NULL, N, IN, OUT);
+}
+
+static void proj_finish(const gpt_model *m, float *out, const float *res, const float *b, int N, int OUT) {
+    if (m->tp_size > 1) bias_residual_add(out, res, b, N, OUT);
+}
+
+/* What communication-free recomputation redoes: ln_1, c_attn, attention from x ... */
+static void block_f_attn(const block_rows *r) {
+    const gpt_block_tensors *w = r->w;
+    block_dims d = block_dims_of(r->m);
+    int C = d.C, Cl = d.Cl, N = r->B * r->T;
+    layernorm_forward(r->a.ln1, r->a.ln1m, r->a.ln1r, r->a.x, w->ln1w, w->ln1b, N, C);
+    matmul_forward(r->a.qkv, r->a.ln1, w->qkvw, w->qkvb, N, C, 3 * Cl);
+    attention_forward(r->a.atty, r->a.att, r->a.qkv, r->B, r->T, Cl, d.NHl);
+}
+
+/* ... and ln_2, c_fc, GELU from res2. */
+static void block_f_mlp(const block_rows *r) {
+    const gpt_block_tensors *w = r->w;
+    int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
+    layernorm_forward(r->a.ln2, r->a.ln2m, r->a.ln2r, r->a.res2, w->ln2w, w->ln2b, N, C);
+    matmul_forward(r->a.fch, r->a.ln2, w->fcw, w->fcb, N, C, 4 * Cl);
+    gelu_forward(r->a.fchg, r->a.fch, N * 4 * Cl);
+}
+
+/* F stage 0: up to attn.c_proj's product (into res2, summed next). */
+static void block_f0(const block_rows *r) {
+    int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
+    block_f_attn(r);
+    proj_product(r->m, r->a.res2, r->a.atty, r->w->attprojw, r->w->attprojb, r->a.x, N, Cl, C);
+}
+
+/* F stage 1: res2 finished, then up to mlp.c_proj's product (into out, summed next). */
+static void block_f1(const block_rows *r) {
+    int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
+    proj_finish(r->m, r->a.res2, r->a.x, r->w->attprojb, N, C);
+    block_f_mlp(r);
+    proj_product(r->m, r->out, r->a.fchg, r->w->fcprojw, r->w->fcprojb, r->a.res2, N, 4 * Cl, C);
+}
+
+/* F stage 2: the output finished. */
+static void block_f2(const block_rows *r) {
+    proj_finish(r->m, r->out, r->a.res2, r->w->fcprojb, r->B * r->T, r->m->cfg.n_embd);
+}
+
+/* B stage 0: from dout to c_fc's input gradient (dln2, summed next). */
+static void block_b0(const block_rows *r) {
+    const gpt_block_tensors *w = r->w;
+    int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
+    memcpy(r->a.dres3, r->dout, (size_t)N * C * sizeof *r->dout);
+    matmul_backward_input(r->s, r->a.dres3, w->fcprojw, N, 4 * Cl, C);   /* at the GELU output */
+    gelu_backward_input(r->a.dfch, r->s, r->a.fch, N * 4 * Cl);
+    matmul_backward_input(r->a.dln2, r->a.dfch, w->fcw, N, C, 4 * Cl);
+}
+
+/* B stage 1: ln_2's backward, then to c_attn's input gradient (dln1, summed next). */
+static void block_b1(const block_rows *r) {
+    const gpt_block_tensors *w = r->w;
+    block_dims d = block_dims_of(r->m);
+    int C = d.C, Cl = d.Cl, N = r->B * r->T;
+    const block_act *a = &r->a;
+    layernorm_residual_backward_input(a->dres2, a->dln2, a->dres3, a->res2, w->ln2w, a->ln2m, a->ln2r, N, C);
+    matmul_backward_input(r->s, a->dres2, w->attprojw, N, Cl, C);      /* at the attention output */
+    attention_backward_input(a->dqkv, r->satt, r->s, a->qkv, a->att, r->B, r->T, Cl, d.NHl);
+    matmul_backward_input(a->dln1, a->dqkv, w->qkvw, N, C, 3 * Cl);
+}
+
+/* B stage 2: ln_1's backward into dx. */
+static void block_b2(const block_rows *r) {
+    const block_act *a = &r->a;
+    layernorm_residual_backward_input(r->out, a->dln1, a->dres2, a->x, r->w->ln1w, a->ln1m, a->ln1r,
+                                      r->B * r->T, r->m->cfg.n_embd);
+}
+
+static const block_stage block_f[3] = { block_f0, block_f1, block_f2 };
+static const block_stage block_b[3] = { block_b0, block_b1, block_b2 };
+static const char *const block_f_sums = "a row-parallel projection";
+static const char *const block_b_sums = "a column-parallel input gradient";
+
+/* How many parts F, B and recompute split a microbatch of B sequences into: two with overlap
+ * on a sharded block (the first B/2 sequences, then the rest), else one. */
+static int block_parts(const gpt_model *m, int B) {
+    return m->tp_overlap && m->tp_size > 1 && B >= 2 ? 2 : 1;
+}
+
+/* The rows of each part (r[0..block_parts)) of layer l's F (dout NULL) or B on a microbatch. */
+static int block_rows_init(block_rows *r, const gpt_model *m, int l, float *act, float *scratch,
+                           float *out, const float *dout, int B, int T) {
+    int parts = block_parts(m, B), C = m->cfg.n_embd, Cl = block_dims_of(m).Cl;
+    size_t N = (size_t)B * T;
+    for (int i = 0, b0 = 0; i < parts; i++) {
+        int nb = parts == 1 ? B : i == 0 ? B / 2 : B - B / 2;
+        size_t n0 = (size_t)b0 * T;
+        block_rows *p = &r[i];
+        *p = (block_rows){ .m = m, .w = &m->w.h[l - 1], .a = block_act_rows(m, act, B, T, n0),
+                           .out = out ? out + n0 * C : NULL, .dout = dout ? dout + n0 * C : NULL,
+                           .s = scratch ? scratch + n0 * 4 * Cl : NULL,
+                           .satt = scratch ? scratch + N * 4 * Cl : NULL, .B = nb, .T = T };
+        p->sum[0] = dout ? p->a.dln2 : p->a.res2;
+        p->sum[1] = dout ? p->a.dln1 : p->out;
+        b0 += nb;
     }
-    matmul_forward(out, inp, w, NULL, N, IN, OUT);
-    if (tp_allreduce(m, out, (size_t)N * OUT, "a row-parallel projection") < 0) return -1;
-    bias_residual_add(out, res, b, N, OUT);
+    return parts;
+}
+
+/* The three stages on the whole microbatch, the group's blocking sum between them. */
+static int block_run(const block_stage st[3], const block_rows *r, const char *what) {
+    size_t n = (size_t)r->B * r->T * r->m->cfg.n_embd;
+    for (int k = 0; k < 3; k++) {
+        st[k](r);
+        if (k < 2 && tp_allreduce(r->m, r->sum[k], n, what) < 0) return -1;
+    }
     return 0;
 }
 
-/* dinp (N,IN) = dout @ w^T for a column-parallel matmul of OUT of the outputs: the group's sum. */
-static int colpar_backward_input(const gpt_model *m, float *dinp, const float *dout,
-                                 const float *w, int N, int IN, int OUT) {
-    matmul_backward_input(dinp, dout, w, N, IN, OUT);
-    return tp_allreduce(m, dinp, (size_t)N * IN, "a column-parallel input gradient");
+/* The three stages on two halves, ping-pong (Oases): stage k of half 0, its sum started, stage
+ * k of half 1 while it is in flight, its sum started; then wait for half 0's sum before its
+ * stage k + 1 (half 1's sum in flight meanwhile), and so on. A failed start or wait waits for
+ * whatever is still in flight (the buffers are the caller's) and returns -1. */
+static int block_pingpong(const block_stage st[3], const block_rows r[2], const char *what) {
+    const gpt_model *m = r[0].m;
+    void *req[2][2] = { { NULL } };
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 2; i++) {
+            size_t n = (size_t)r[i].B * r[i].T * m->cfg.n_embd;
+            if (k > 0 && tp_wait(m, &req[i][k - 1], what) < 0) goto drain;
+            st[k](&r[i]);
+            if (k < 2 && tp_start(m, r[i].sum[k], n, &req[i][k], what) < 0) goto drain;
+        }
+    return 0;
+drain:
+    tp_drain(m, &req[0][0], 4);
+    return -1;
 }
 
 static int block_forward(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                          float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
-    const gpt_block_tensors *w = &m->w.h[l - 1];
-    block_dims d = block_dims_of(m);
-    int C = d.C, Cl = d.Cl, N = B * T;
-    block_act a = block_act_view(m, act, B, T);
-    memcpy(a.x, x, (size_t)N * C * sizeof *x);
-    layernorm_forward(a.ln1, a.ln1m, a.ln1r, a.x, w->ln1w, w->ln1b, N, C);
-    matmul_forward(a.qkv, a.ln1, w->qkvw, w->qkvb, N, C, 3 * Cl);
-    attention_forward(a.atty, a.att, a.qkv, B, T, Cl, d.NHl);
-    if (proj_residual_forward(m, a.res2, a.atty, w->attprojw, w->attprojb, a.x, N, Cl, C) < 0)
-        return -1;
-    layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, w->ln2w, w->ln2b, N, C);
-    matmul_forward(a.fch, a.ln2, w->fcw, w->fcb, N, C, 4 * Cl);
-    gelu_forward(a.fchg, a.fch, N * 4 * Cl);
-    return proj_residual_forward(m, out, a.fchg, w->fcprojw, w->fcprojb, a.res2, N, 4 * Cl, C);
+    block_rows r[2];
+    int parts = block_rows_init(r, m, l, act, NULL, out, NULL, B, T);
+    memcpy(block_act_view(m, act, B, T).x, x, (size_t)B * T * m->cfg.n_embd * sizeof *x);
+    return parts == 2 ? block_pingpong(block_f, r, block_f_sums) : block_run(block_f, &r[0], block_f_sums);
 }
 
 /* scratch: (N,4C/tp) for the widest intermediate, then the attention scratch. */
 static int block_backward_input(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                                 float *scratch, float *dx, const float *dout, int B, int T) {
-    const gpt_block_tensors *w = &m->w.h[l - 1];
-    block_dims d = block_dims_of(m);
-    int C = d.C, Cl = d.Cl, N = B * T;
-    block_act a = block_act_view(m, act, B, T);
-    float *s = scratch, *satt = scratch + (size_t)N * 4 * Cl;
-    memcpy(a.dres3, dout, (size_t)N * C * sizeof *dout);
-    matmul_backward_input(s, a.dres3, w->fcprojw, N, 4 * Cl, C);      /* at the GELU output */
-    gelu_backward_input(a.dfch, s, a.fch, N * 4 * Cl);
-    if (colpar_backward_input(m, a.dln2, a.dfch, w->fcw, N, C, 4 * Cl) < 0) return -1;
-    layernorm_residual_backward_input(a.dres2, a.dln2, a.dres3, a.res2, w->ln2w, a.ln2m, a.ln2r, N, C);
-    matmul_backward_input(s, a.dres2, w->attprojw, N, Cl, C);         /* at the attention output */
-    attention_backward_input(a.dqkv, satt, s, a.qkv, a.att, B, T, Cl, d.NHl);
-    if (colpar_backward_input(m, a.dln1, a.dqkv, w->qkvw, N, C, 3 * Cl) < 0) return -1;
-    layernorm_residual_backward_input(dx, a.dln1, a.dres2, a.x, w->ln1w, a.ln1m, a.ln1r, N, C);
+    block_rows r[2];
+    int parts = block_rows_init(r, m, l, act, scratch, dx, dout, B, T);
+    return parts == 2 ? block_pingpong(block_b, r, block_b_sums) : block_run(block_b, &r[0], block_b_sums);
+}
+
+/* The F part after x and res2, from them, in the parts F ran in (so bitwise what F wrote). */
+static int block_recompute(const gpt_model *m, int l, const gpt_tied *tied, float *act,
+                           float *scratch, int B, int T) {
+    block_rows r[2];
+    int parts = block_rows_init(r, m, l, act, NULL, NULL, NULL, B, T);
+    for (int i = 0; i < parts; i++) {
+        block_f_attn(&r[i]);
+        block_f_mlp(&r[i]);
+    }
     return 0;
 }
 
@@ -392,6 +588,8 @@ static void block_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost
      * their gradients), 4 (N) stats, (B,NH/tp,T,T) probabilities */
     o->act_bytes = 4.0 * (8.0 * N * C + 19.0 * N * C / t + 4.0 * N + N * g->n_head / t * T);
     o->input_bytes = 4.0 * N * C;
+    o->keep_bytes = 4.0 * 2.0 * N * C;                  /* x and res2 */
+    o->recompute_flops = 2.0 * 7.0 * C * C / t * N + att;   /* F without the two projections */
     o->param_bytes = o->grad_bytes = 4.0 * params;
     o->optim_bytes = 8.0 * params;
     if (tp > 1) {   /* after each row-parallel projection (F) and column-parallel input grad (B) */
@@ -417,6 +615,7 @@ static void head_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost 
     o->flops[2] = mm;
     o->act_bytes = 4.0 * (3.0 * N * C + 3.0 * N + N * V);
     o->input_bytes = 4.0 * N * C;
+    o->keep_bytes = 4.0 * (2.0 * N * C + 3.0 * N + N * V);   /* its F part: not recomputed */
     o->param_bytes = o->grad_bytes = 4.0 * (V * C + 2.0 * C);
     o->optim_bytes = 8.0 * 2.0 * C;
     if (tp > 1) {
@@ -435,7 +634,7 @@ static void embed_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost
     double params = vocab_shard(g, tp) * C + (double)g->n_positions * C;
     o->flops[0] = o->flops[1] = o->flops[2] = N * C;
     o->act_bytes = 4.0 * (N + N * C);
-    o->input_bytes = 4.0 * N;
+    o->input_bytes = o->keep_bytes = 4.0 * N;   /* the tokens */
     o->param_bytes = o->grad_bytes = 4.0 * params;
     o->optim_bytes = 8.0 * params;
     if (tp > 1) {
@@ -447,11 +646,13 @@ static void embed_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost
 /* ---- the table ---------------------------------------------------------------------------- */
 static const gpt_layer_ops layer_kinds[GPT_N_LAYER_KINDS] = {
     [GPT_LAYER_EMBED] = { "embedding", GPT_IO_TOKENS, embed_act_floats, embed_forward,
-                          embed_backward_input, embed_backward_weight, embed_cost },
+                          embed_backward_input, embed_backward_weight, embed_cost,
+                          embed_keep_floats, keep_all_recompute },
     [GPT_LAYER_BLOCK] = { "block", 0, block_act_floats, block_forward, block_backward_input,
-                          block_backward_weight, block_cost },
+                          block_backward_weight, block_cost, block_keep_floats, block_recompute },
     [GPT_LAYER_HEAD]  = { "head", GPT_IO_TARGETS, head_act_floats, head_forward,
-                          head_backward_input, head_backward_weight, head_cost },
+                          head_backward_input, head_backward_weight, head_cost,
+                          head_keep_floats, keep_all_recompute },
 };
 
 const gpt_layer_ops *gpt_kind_ops(gpt_layer_kind kind) { return &layer_kinds[kind]; }
@@ -481,4 +682,12 @@ int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied
 int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
                               const float *act, float *scratch, int B, int T) {
     return gpt_layer_ops_of(m, layer)->backward_weight(m, layer, tied, act, scratch, B, T);
+}
+
+int gpt_layer_recompute(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
+                        float *scratch, int B, int T) {
+    if (T < 1 || T > m->cfg.n_positions || B < 1)
+        return pt_seterr("layer %d recompute: sequence length %d must be in [1, n_positions=%d] "
+                         "and batch %d >= 1", layer, T, m->cfg.n_positions, B);
+    return gpt_layer_ops_of(m, layer)->recompute(m, layer, tied, act, scratch, B, T);
 }
