@@ -6,11 +6,14 @@
 # run (user + sys: what the run computed, whatever else the machine ran meanwhile), the medians
 # over rounds and the ratios; the memory each rank holds and the peak RSS; the time the ranks
 # spent inside their TP all-reduces; and the simulator's prediction of each layout
-# (`simulate --config --cluster examples/cluster-local.json`) next to it. Not a test.
-# Usage: bench/bench_tp.sh [rounds] [steps]    (default 3 8)
+# (`simulate --config --cluster examples/cluster-local.json`) next to it. Then --tp-overlap on and
+# off, without and with each TP all-reduce held back DELAY seconds (--slow-link 0-1: the two TP
+# ranks' link), in the same rounds; and the activation bytes per rank of whole activations,
+# --tp-recompute and --recompute at M=1 and with gpipe over 4 microbatches. Not a test.
+# Usage: bench/bench_tp.sh [rounds] [steps] [delay]    (default 3 8 0.008)
 set -u
 cd "$(dirname "$0")/.."
-ROUNDS=${1:-3}; STEPS=${2:-8}
+ROUNDS=${1:-3}; STEPS=${2:-8}; DELAY=${3:-0.008}
 P=${PIPETRAIN:-build/pipetrain}
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
@@ -32,7 +35,10 @@ echo "  load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print (NR ? (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) : 0) }'; }
 # Median tokens/s of steps 3.. from a metrics file.
 med_metrics() { sed -n '3,$p' "$1" | sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/' | median; }
-# name, flags...: sets TOK[name,round] and CPU[name,round]; the output stays in $D/name.out.
+# Milliseconds per rank and step inside the TP all-reduces, from a run's output.
+tp_ms() { sed -n 's/^tensor parallel.* \([0-9.]*\) ms inside.*/\1/p' "$1"; }
+# name, flags...: sets TOK[name,round], CPU[name,round] and WAIT[name,round] (ms in the TP
+# all-reduces); the output stays in $D/name.out.
 run() {
   local name=$1 r=$2; shift 2
   rm -f "$D/$name.jsonl"
@@ -40,14 +46,17 @@ run() {
        --batch $B --seq $T --steps "$STEPS" --lr 1e-4 --metrics "$D/$name.jsonl" "$@" > "$D/$name.out" 2>&1; then
     TOK[$name,$r]=$(med_metrics "$D/$name.jsonl")
     CPU[$name,$r]=$(awk '{ print $1 + $2 }' "$D/$name.time")
+    WAIT[$name,$r]=$(tp_ms "$D/$name.out")
   else
     echo "  $name failed: $(tail -1 "$D/$name.out")"
-    TOK[$name,$r]=0; CPU[$name,$r]=0
+    TOK[$name,$r]=0; CPU[$name,$r]=0; WAIT[$name,$r]=0
   fi
 }
-declare -A TOK CPU M MC
-names="tp1 tp2 dp2"
-declare -A FLAGS=([tp1]="--tp 1" [tp2]="--tp 2" [dp2]="--dp 2")
+declare -A TOK CPU WAIT M MC MW
+names="tp1 tp2 dp2 tp2o tp2d tp2do"
+declare -A FLAGS=([tp1]="--tp 1" [tp2]="--tp 2" [dp2]="--dp 2" [tp2o]="--tp 2 --tp-overlap"
+                  [tp2d]="--tp 2 --slow-link 0-1:$DELAY" [tp2do]="--tp 2 --slow-link 0-1:$DELAY --tp-overlap")
+echo "  names: tp1 --tp 1 | tp2 --tp 2 | dp2 --dp 2 | tp2o --tp 2 --tp-overlap | tp2d and tp2do: the same with each TP all-reduce $DELAY s late"
 for r in $(seq "$ROUNDS"); do
   line="  round $r tokens/s (CPU s):"
   for n in $names; do
@@ -59,8 +68,9 @@ done
 for n in $names; do
   M[$n]=$(for r in $(seq "$ROUNDS"); do printf '%s ' "${TOK[$n,$r]}"; done | median)
   MC[$n]=$(for r in $(seq "$ROUNDS"); do printf '%s ' "${CPU[$n,$r]}"; done | median)
+  MW[$n]=$(for r in $(seq "$ROUNDS"); do printf '%s ' "${WAIT[$n,$r]:-0}"; done | median)
 done
-echo "  load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "  load average after the rounds: $(cut -d' ' -f1-3 /proc/loadavg)"
 awk -v a="${M[tp1]}" -v b="${M[tp2]}" -v c="${M[dp2]}" 'BEGIN {
   printf "  medians tokens/s: tp 1 %.0f | tp 2 %.0f | dp 2 %.0f\n", a, b, c
   printf "  ratio tp 2 / tp 1: %.2fx (the goal: >= 1.6x) | dp 2 / tp 1: %.2fx | tp 2 / dp 2: %.2fx\n",
@@ -92,3 +102,28 @@ awk -v a="${SIT[tp1]}" -v b="${SIT[tp2]}" -v c="${SIT[dp2]}" -v n=$((B * T)) -v 
   printf " ratio tp 2 / tp 1 %.2fx (measured %.2fx), dp 2 / tp 1 %.2fx (measured %.2fx)\n",
          a / b, (ma > 0 ? mb / ma : 0), a / c, (ma > 0 ? mc / ma : 0) }'
 echo "  simulated memory per device (GiB): tp 1 ${SMEM[tp1]} | tp 2 ${SMEM[tp2]} | dp 2 ${SMEM[dp2]}"
+
+# --tp-overlap: tokens/s and the ms per rank and step spent waiting in the TP all-reduces.
+awk -v a="${M[tp2]}" -v b="${M[tp2o]}" -v c="${M[tp2d]}" -v d="${M[tp2do]}" -v wa="${MW[tp2]}" -v wb="${MW[tp2o]}" \
+    -v wc="${MW[tp2d]}" -v wd="${MW[tp2do]}" -v dl="$DELAY" 'BEGIN {
+  printf "  --tp-overlap, medians tokens/s (ms per rank and step inside the TP all-reduces):\n"
+  printf "    no delay:        off %.0f (%.1f) | on %.0f (%.1f) | on / off %.2fx\n", a, wa, b, wb, (a > 0 ? b / a : 0)
+  printf "    %g s per sum: off %.0f (%.1f) | on %.0f (%.1f) | on / off %.2fx\n", dl, c, wc, d, wd, (c > 0 ? d / c : 0) }'
+
+# Activation bytes per rank (the trainer's memory line, rank 0) and the all-reduces per step.
+echo "  activations per rank (MB, rank 0's memory line) | TP all-reduces per rank and step | tokens/s of one short run:"
+for layout in "1f1b M=1:--microbatches 1" "gpipe M=4:--schedule gpipe --microbatches 4"; do
+  lname=${layout%%:*}; lflags=${layout#*:}
+  line="    tp 2 $lname:"
+  for mode in "whole:" "--tp-recompute:--tp-recompute" "--recompute:--recompute"; do
+    mname=${mode%%:*}; mflag=${mode#*:}
+    rm -f "$D/mem.jsonl"
+    "$P" train --config "$D/cfg.json" --data "$D/tok.bin" --batch $B --seq $T --steps 3 --lr 1e-4 \
+      --metrics "$D/mem.jsonl" --tp 2 $lflags $mflag > "$D/mem.out" 2>&1
+    acts=$(sed -n 's/^memory per rank.* r0 [0-9.]*\/[0-9.]*\/[0-9.]*\/\([0-9.]*\).*/\1/p' "$D/mem.out")
+    calls=$(sed -n 's/^tensor parallel, per rank and step: \([0-9]*\) all-reduces.*/\1/p' "$D/mem.out")
+    line="$line $mname ${acts:-?} | ${calls:-?} | $(med_metrics "$D/mem.jsonl");"
+  done
+  echo "$line"
+done
+echo "  load average at the end of the bench: $(cut -d' ' -f1-3 /proc/loadavg)"

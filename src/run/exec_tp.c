@@ -53,10 +53,12 @@ int exec_tp_init(run_exec *e) {
     return 0;
 }
 
-void exec_tp_set(run_exec *e, run_stage *st) {
-    if (e->tp == 1) return;
-    gpt_tp tp = { .rank = e->t, .size = e->tp, .allreduce = exec_tp_allreduce, .ctx = e };
+int exec_tp_set(run_exec *e, run_stage *st) {
+    if (e->tp == 1) return 0;
+    gpt_tp tp = { .rank = e->t, .size = e->tp, .allreduce = exec_tp_allreduce,
+                  .iallreduce = exec_tp_iallreduce, .wait = exec_tp_wait, .ctx = e };
     gpt_set_tp(&st->m, &tp);
+    return gpt_set_tp_overlap(&st->m, e->c.tp_overlap);
 }
 
 void run_exec_tp_stats(const run_exec *e, run_tp_stats *out) { *out = e->tps; }

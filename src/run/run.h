@@ -33,6 +33,10 @@ typedef struct {
                                  * read by run_plan_init only (the caller keeps it) */
     int n_split;
     bool recompute;             /* drop activations after F, recompute them at B */
+    bool tp_overlap;            /* --tp-overlap (tp > 1): each sharded block's all-reduces in
+                                 * flight while the other half of its microbatch computes */
+    bool tp_recompute;          /* --tp-recompute (tp > 1): layers keep gpt_layer_keep_floats
+                                 * from F to B and rebuild the rest before B, no collective */
     int zero;                   /* --zero: 0, or 1: AdamW moments and update split over each
                                  * reduction group (ZeRO-1; docs/runtime.md) */
     bool no_overlap;            /* --no-overlap: reduce at the rank's last REDUCE_GRAD, not at

@@ -110,11 +110,16 @@ static void pipe_print_memory(const pipe_engine *p) {
 static void pipe_describe(const train_engine *e) {
     const pipe_engine *p = (const pipe_engine *)e;
     printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences, %s transport; "
-           "activations %.2f MB on the busiest rank%s%s\n", p->pl.s->name, p->pl.o.P, p->pl.o.D,
+           "activations %.2f MB on the busiest rank%s%s%s%s\n", p->pl.s->name, p->pl.o.P, p->pl.o.D,
            p->pl.lo.tp, p->pl.s->n_mb, p->pl.mb_rows, p->o.world ? "mpi" : "threads",
            run_job_act_bytes(p->job) / 1e6, p->o.ro.recompute ? " (recomputing)" : "",
+           p->pl.o.tp_recompute ? " (blocks keep x and res2, rebuilt before B without all-reduces)" : "",
+           p->pl.o.tp_overlap ? "; TP all-reduces overlapped (two halves per microbatch)" : "",
            p->pl.o.no_overlap ? "; reduction after each rank's schedule" : "");
     pipe_print_memory(p);
+    if (p->pl.o.tp_overlap && p->pl.mb_rows < 2)
+        printf("note: --tp-overlap splits a microbatch into two halves of sequences; microbatches of "
+               "1 sequence run without it (use fewer microbatches or a larger batch)\n");
     if (p->pl.o.zero && p->pl.o.D == 1)
         printf("note: --zero 1 with --dp 1 shards only what several ranks hold: a tied tensor (wte, "
                "on the embedding's and the head's ranks) and, with two pipes, each chunk; a chunk "
@@ -249,6 +254,8 @@ static cJSON *pipe_layout(const train_engine *e) {
     cJSON_AddItemToObject(o, "split", split);
     cJSON_AddStringToObject(o, "transport", p->o.world ? "mpi" : "threads");
     if (p->pl.o.recompute) cJSON_AddTrueToObject(o, "recompute");
+    if (p->pl.o.tp_overlap) cJSON_AddTrueToObject(o, "tp_overlap");
+    if (p->pl.o.tp_recompute) cJSON_AddTrueToObject(o, "tp_recompute");
     cJSON_AddNumberToObject(o, "zero", p->pl.o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl.o.no_overlap);
     cJSON_AddItemToObject(o, "memory_bytes", pipe_memory_json(p));
