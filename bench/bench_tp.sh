@@ -75,15 +75,33 @@ awk -v a="${M[tp1]}" -v b="${M[tp2]}" -v c="${M[dp2]}" 'BEGIN {
   printf "  medians tokens/s: tp 1 %.0f | tp 2 %.0f | dp 2 %.0f\n", a, b, c
   printf "  ratio tp 2 / tp 1: %.2fx (the goal: >= 1.6x) | dp 2 / tp 1: %.2fx | tp 2 / dp 2: %.2fx\n",
          (a > 0 ? b / a : 0), (a > 0 ? c / a : 0), (c > 0 ? b / c : 0) }'
-awk -v a="${MC[tp1]}" -v b="${MC[tp2]}" -v c="${MC[dp2]}" 'BEGIN {
-  printf "  CPU s per run (medians, start-up included): tp 1 %.2f | tp 2 %.2f | dp 2 %.2f: with two idle cores\n", a, b, c
-  printf "    tp 2 would run at most %.2fx tp 1 (2 x CPU tp 1 / CPU tp 2), dp 2 at most %.2fx\n",
-         (b > 0 ? 2 * a / b : 0), (c > 0 ? 2 * a / c : 0) }'
+best() { for r in $(seq "$ROUNDS"); do printf '%s\n' "${TOK[$1,$r]}"; done | sort -g | tail -1; }
+awk -v a="$(best tp1)" -v b="$(best tp2)" -v c="$(best dp2)" 'BEGIN {
+  printf "  best round of each (the least disturbed by other jobs): tp 1 %.0f | tp 2 %.0f | dp 2 %.0f; tp 2 / tp 1 %.2fx\n",
+         a, b, c, (a > 0 ? b / a : 0) }'
+# CPU seconds per step: the rounds' median run less a run of 2 steps (start-up, warm-up), over
+# the steps between. What the ranks computed, whatever else ran: two idle cores would give at
+# most 2 x tp 1's / tp 2's per step.
+declare -A PS
+for n in tp1 tp2 dp2; do
+  /usr/bin/time -f '%U %S' -o "$D/short.time" "$P" train --config "$D/cfg.json" --data "$D/tok.bin" --batch $B --seq $T \
+    --steps 2 --lr 1e-4 ${FLAGS[$n]} > /dev/null 2>&1
+  PS[$n]=$(awk -v all="${MC[$n]}" -v s="$STEPS" '{ print (all - $1 - $2) / (s - 2) }' "$D/short.time")
+done
+awk -v a="${PS[tp1]}" -v b="${PS[tp2]}" -v c="${PS[dp2]}" 'BEGIN {
+  printf "  CPU s per step (all ranks): tp 1 %.3f | tp 2 %.3f | dp 2 %.3f: on two idle cores tp 2 would run at most\n", a, b, c
+  printf "    %.2fx tp 1 (2 x CPU tp 1 / CPU tp 2), dp 2 at most %.2fx\n", (b > 0 ? 2 * a / b : 0), (c > 0 ? 2 * a / c : 0) }'
 grep -h '^tensor parallel' "$D/tp2.out" | sed 's/^/  tp 2 (last round): /'
 for n in tp1 tp2; do
   grep -h '^memory per rank' "$D/$n.out" | sed "s/^/  $n /"
-  grep -h '^peak RSS' "$D/$n.out" | sed "s/^/  $n /"
+  grep -h '^peak RSS' "$D/$n.out" | sed "s/^/  $n (threads) /"
 done
+# Peak RSS per rank: tp 2 as two MPI processes (threads share one process's RSS).
+if command -v mpirun > /dev/null; then
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$P" train --config "$D/cfg.json" --data "$D/tok.bin" --batch $B \
+    --seq $T --steps 2 --lr 1e-4 --tp 2 --transport mpi < /dev/null > "$D/mpi.out" 2>&1
+  grep -h '^peak RSS' "$D/mpi.out" | sed 's/^/  tp2 (mpi -np 2) /'
+fi
 
 # The simulator's prediction of each layout on examples/cluster-local.json (2 cores as devices).
 sim() {  # microbatch size, flags...
