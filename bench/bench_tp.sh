@@ -75,6 +75,14 @@ awk -v a="${M[tp1]}" -v b="${M[tp2]}" -v c="${M[dp2]}" 'BEGIN {
   printf "  medians tokens/s: tp 1 %.0f | tp 2 %.0f | dp 2 %.0f\n", a, b, c
   printf "  ratio tp 2 / tp 1: %.2fx (the goal: >= 1.6x) | dp 2 / tp 1: %.2fx | tp 2 / dp 2: %.2fx\n",
          (a > 0 ? b / a : 0), (a > 0 ? c / a : 0), (c > 0 ? b / c : 0) }'
+# Ratios within each round (its runs a few seconds apart, under much the same load), and their median.
+paired() {  # a b
+  local list="" r
+  for r in $(seq "$ROUNDS"); do list="$list $(awk -v x="${TOK[$1,$r]}" -v y="${TOK[$2,$r]}" 'BEGIN { printf "%.2f", (y > 0 ? x / y : 0) }')"; done
+  echo "$list | median $(echo "$list" | median)"
+}
+echo "  ratios within each round: tp 2 / tp 1:$(paired tp2 tp1); dp 2 / tp 1:$(paired dp2 tp1)"
+echo "    --tp-overlap on / off:$(paired tp2o tp2); with the delayed sums:$(paired tp2do tp2d)"
 best() { for r in $(seq "$ROUNDS"); do printf '%s\n' "${TOK[$1,$r]}"; done | sort -g | tail -1; }
 awk -v a="$(best tp1)" -v b="$(best tp2)" -v c="$(best dp2)" 'BEGIN {
   printf "  best round of each (the least disturbed by other jobs): tp 1 %.0f | tp 2 %.0f | dp 2 %.0f; tp 2 / tp 1 %.2fx\n",

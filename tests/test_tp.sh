@@ -116,6 +116,11 @@ for f in "" --tp-overlap; do
   else fail "--slow-link within a TP group${f:+ $f}" "'$line' $(tail -2 "$D/out")"; fi
 done
 
+"$P" train $targs --steps 1 --tp 2 --microbatches 8 --tp-overlap > "$D/out" 2>&1 &&
+  grep -q '^note: --tp-overlap splits a microbatch into two halves of sequences; microbatches of 1 sequence run without it' "$D/out" \
+  && ok "--tp-overlap with microbatches of one sequence: a note says they run without it" \
+  || fail "--tp-overlap with one-sequence microbatches: the note" "$(head -5 "$D/out")"
+
 # bad inputs
 expect_error "--tp-overlap needs --tp > 1" "--tp-overlap needs --tp 2 or more" "$P" grad $gargs --out "$D/x.st" --stages 2 --tp-overlap
 expect_error "--tp-recompute with --recompute is refused" "--tp-recompute and --recompute: give one" \
