@@ -14,6 +14,9 @@
  *            each matmul/layernorm output, so the caller may reuse dout right after B); W only
  *            reads it. F, B, W of one microbatch must use the same B and T. After W the buffer is
  *            free for another microbatch. Never shared by two microbatches in flight.
+ *            Under communication-free recomputation only its first gpt_layer_keep_floats need
+ *            be kept from F to B: gpt_layer_recompute rebuilds the rest before B (in any buffer
+ *            of the full size holding that prefix), which is then kept until W.
  *   scratch  gpt_scratch_floats(m, B, T) floats, one per thread, contents not kept between calls.
  * F/B/W of different layers, or of different microbatches, only touch their own act, the scratch
  * given, their outputs, and (W) their own gradient span, so stages can run them in threads. */
@@ -232,9 +235,9 @@ void gpt_set_tp(gpt_model *m, const gpt_tp *tp);
  * of half the rows; W, the embedding and the head are unchanged, and B = 1 runs as without.
  * Results equal the path without overlap up to float rounding (every op is row-wise, but
  * OpenBLAS rounds a row's product differently at another row count, so not bitwise:
- * docs/tensor-parallel.md) and are bitwise equal on every rank. Call after gpt_set_tp: returns -1 when on is asked of
- * a sharded model whose collective has no iallreduce or wait; at tp 1 it is accepted and
- * changes nothing. Every rank of the group must use the same setting. */
+ * docs/tensor-parallel.md) and are bitwise equal on every rank. Call after gpt_set_tp: returns
+ * -1 when on is asked of a sharded model whose collective has no iallreduce or wait; at tp 1 it
+ * is accepted and changes nothing. Every rank of the group must use the same setting. */
 int gpt_set_tp_overlap(gpt_model *m, int on);
 /* Floats of tensor pi held by each rank of a group of `size` (the same for every rank): ROWS
  * ceil(shape[0]/size) * shape[1] (rows padded), COLS and VEC full/size, NONE full. cfg may be
