@@ -67,9 +67,9 @@ typedef struct {
                              * applies them; the arrays and links above hold none of them) */
     int n_faults;
     /* Tensor parallelism (docs/tensor-parallel.md): each stage runs on a group of tp ranks that
-     * all-reduce inside its F and B (never W). f, b and bw above already include that time (the
-     * collectives block the compute stream: no overlap); tp_f and tp_b say how much of f and b it
-     * is, for reports. tp 1 (sim_costs_init): none, and both arrays 0. */
+     * all-reduce inside its F and B (never W). f, b and bw above already include the part of that
+     * time the compute stream waits for (all of it, or under --tp-overlap what the ping-pong leaves
+     * exposed: docs/tensor-parallel.md); tp_f and tp_b say how much of f and b it is, for reports. tp 1 (sim_costs_init): none, and both arrays 0. */
     int tp;
     double *tp_f, *tp_b;    /* [S] seconds of TP all-reduces within f[g] and b[g] */
 } sim_costs;
