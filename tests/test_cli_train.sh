@@ -104,6 +104,14 @@ if "$P" plan --config "$D/cfg.json" --cluster examples/cluster-local.json --glob
   else
     fail "train --plan runs a plan's tp and zero" "$(head -4 "$D/tp2.out"; tail -2 "$D/tp2.out")"
   fi
+  sed -E 's/"tp_overlap":([[:space:]]*)false/"tp_overlap":\1true/; s/"tp_recompute":([[:space:]]*)false/"tp_recompute":\1true/' \
+    "$D/plan-tp.json" > "$D/plan-tp2.json"
+  if "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan-tp2.json" --steps 2 --lr 1e-3 > "$D/tp3.out" 2>&1 \
+     && grep -q "^plan .* x tp 2, .*tp-recompute, tp-overlap" "$D/tp3.out" && grep -q "step *2/2" "$D/tp3.out"; then
+    ok "train --plan runs a plan's tp-recompute and tp-overlap"
+  else
+    fail "train --plan runs a plan's tp-recompute and tp-overlap" "$(grep -c tp_ "$D/plan-tp2.json"; head -3 "$D/tp3.out"; tail -2 "$D/tp3.out")"
+  fi
   expect_error "train --plan with --tp" "--plan sets the layout" \
     "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan-tp.json" --tp 2 --steps 1
 else

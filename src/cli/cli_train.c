@@ -90,7 +90,8 @@ static void note_plan_devices(const train_args *a, const plan_layout *pl) {
                                                         : "threads of this process");
 }
 
-/* --plan: takes P, D, tp, M, schedule, chunks, split, recompute and zero from a plan file; the global batch
+/* --plan: takes P, D, tp, M, schedule, chunks, split, recompute, tp-recompute, tp-overlap and zero
+ * from a plan file; the global batch
  * is D * M * microbatch size and T the plan's, unless --batch / --seq say the same. Layout flags
  * next to --plan are an error (which would win is not obvious). */
 static int apply_plan(train_args *a) {
@@ -114,12 +115,15 @@ static int apply_plan(train_args *a) {
         o->tp = pl.tp > 1 ? pl.tp : 1;
         o->recompute = o->recompute || pl.recompute;
         o->zero = o->zero > pl.zero ? o->zero : pl.zero;
+        o->tp_overlap = o->tp_overlap || pl.tp_overlap;
+        o->tp_recompute = o->tp_recompute || pl.tp_recompute;
         snprintf(a->pipeline_schedule, sizeof a->pipeline_schedule, "%s", pl.schedule);
         o->schedule = a->pipeline_schedule;
         char text[512];
-        printf("plan %s: %d stages x dp %d x tp %d, %s, %d microbatches of %d, split %s%s%s\n",
+        printf("plan %s: %d stages x dp %d x tp %d, %s, %d microbatches of %d, split %s%s%s%s%s\n",
                a->plan, pl.P, pl.D, o->tp, pl.schedule, pl.M, pl.mb_size,
                plan_layout_split_str(&pl, text, sizeof text), pl.recompute ? ", recompute" : "",
+               pl.tp_recompute ? ", tp-recompute" : "", pl.tp_overlap ? ", tp-overlap" : "",
                pl.zero ? ", zero 1" : "");
         note_plan_devices(a, &pl);
         a->split = pl.split;          /* the counts themselves: no text in between */
