@@ -698,13 +698,14 @@ static void body_setdelay(comm *c, void *arg) {
         for (int k = 0; k < 3; k++) if (recv_wait(c, 0, 9, &st->v[k], sizeof st->v[k])) { note(&st->o, 1, "recv"); return; }
     }
     comm *sub = NULL;   /* ranks 0 and 1 (and 2 alone): a message 0 -> 1 on it is late too */
+    double t0 = pt_now();   /* before the split: rank 0 leaves it (and sends) after rank 1 entered */
     if (comm_split(c, r < 2 ? 0 : 1, &sub)) { note(&st->o, r, "split"); return; }
-    double t0 = pt_now();
     if (r == 0) { int x = 5; if (send_wait(sub, 1, 1, &x, sizeof x)) note(&st->o, 0, "sub send"); }
     if (r == 1) { int x = 0; if (recv_wait(sub, 0, 1, &x, sizeof x) || x != 5) note(&st->o, 1, "sub recv"); st->t_sub = pt_now() - t0; }
     float x = (float)(r + 1);   /* a reduction over 0 and 1: held back by the slow link */
     comm_req *q = NULL;
-    t0 = pt_now();
+    t0 = pt_now();   /* before a barrier, for the same reason */
+    if (r < 2 && comm_barrier(sub)) note(&st->o, r, "sub barrier");
     if (r < 2 && (comm_ireduce_f32(sub, &x, 1, 1, &q) || comm_wait(sub, q, WAIT_S))) note(&st->o, r, "ireduce");
     if (r == 1) { st->t_red = pt_now() - t0; st->red = x; }
     comm_free(sub);
