@@ -107,35 +107,64 @@ cmd_mpirun() {
   return $rc
 }
 
-# While mpirun (pid) runs: the first host other than h0 whose ranks (pipetrain processes) or all
-# processes vanished while h0's ranks still ran: "host K (ADDR) ..." (a dead rank or host, not
-# the job's end).
+# While mpirun (pid) runs: the first host other than h0 whose processes all vanished, or whose
+# ranks (pipetrain processes) vanished while its other processes ran, no later than h0's ranks
+# ended: "host K (ADDR) ..." (a dead host or rank, not the job's end; printed only when mpirun
+# fails). Whether each process runs is read every 20 ms from /proc without a fork; the hosts'
+# processes are listed every 0.3 s (ip netns pids), and a verdict waits for a fresh list: at
+# once for a host (a process may have replaced another), 0.3 s for a rank (the processes of a
+# killed host die one by one on a loaded machine; a dead rank's daemon lives on for seconds).
+# h0's ranks end a few ms after a peer host dies, often within one look: a host seen gone in
+# the same look is named (a rank of h0 that dies first is named by mpirun itself).
 watch_hosts() {
-  local pid=$1 n=$2 seen=() ranks=() k
+  local pid=$1 n=$2 k p now next=0 look=0 r0_seen=0 r0_end=-1 seen=() ranks=() verdict="" vk=0 vt=0
+  local -A host=() rank=()
   while kill -0 "$pid" 2>/dev/null; do
-    local r0; r0=$(count_ranks 0)
+    look=$((look + 1)); now=${EPOCHREALTIME/./}
+    local fresh=0
+    if [ "$now" -ge "$next" ]; then
+      for ((k = 0; k < n; k++)); do
+        for p in $(ip netns pids "$(ns $k)" 2>/dev/null); do
+          [ -n "${host[$p]:-}" ] && continue
+          local comm=""; read -r comm 2>/dev/null < "/proc/$p/comm"
+          host[$p]=$k; rank[$p]=0; [ "$comm" = pipetrain ] && rank[$p]=1
+        done
+      done
+      next=$(( now + 300000 )); fresh=1
+    fi
+    local c=() r=()
+    for p in "${!host[@]}"; do
+      alive "$p" || continue
+      k=${host[$p]}; c[k]=$(( ${c[k]:-0} + 1 )); r[k]=$(( ${r[k]:-0} + ${rank[$p]} ))
+    done
+    if [ -n "$verdict" ] && [ $fresh = 1 ] && [ "$now" -ge "$vt" ]; then   # does it still hold?
+      if [ "${c[vk]:-0}" -eq 0 ]; then echo "host $vk ($NET.$((vk + 1))) went down while the job ran"; return
+      elif [ "${r[vk]:-0}" -eq 0 ]; then echo "$verdict"; return; fi
+      verdict=""
+    fi
+    [ "${r[0]:-0}" -gt 0 ] && r0_seen=1
+    [ $r0_seen = 1 ] && [ "${r[0]:-0}" -eq 0 ] && [ $r0_end -lt 0 ] && r0_end=$look
     for ((k = 1; k < n; k++)); do
-      local c r; c=$(ip netns pids "$(ns $k)" 2>/dev/null | wc -l); r=$(count_ranks $k)
-      [ "$c" -gt 0 ] && seen[$k]=1
-      [ "$r" -gt 0 ] && ranks[$k]=1
-      [ "$r0" -gt 0 ] || continue
-      if [ "$c" -eq 0 ] && [ "${seen[$k]:-0}" = 1 ]; then
-        echo "host $k ($NET.$((k + 1))) went down while the job ran"; return
-      elif [ "$r" -eq 0 ] && [ "${ranks[$k]:-0}" = 1 ]; then
-        echo "host $k ($NET.$((k + 1))): its rank died while the job ran"; return
+      [ "${c[k]:-0}" -gt 0 ] && seen[k]=1
+      [ "${r[k]:-0}" -gt 0 ] && ranks[k]=1
+      [ $r0_seen = 1 ] && { [ $r0_end -lt 0 ] || [ $r0_end = $look ]; } && [ -z "$verdict" ] || continue
+      if [ "${c[k]:-0}" -eq 0 ] && [ "${seen[k]:-0}" = 1 ]; then
+        verdict="host $k ($NET.$((k + 1))) went down while the job ran"; vk=$k; vt=$now; next=0
+      elif [ "${r[k]:-0}" -eq 0 ] && [ "${ranks[k]:-0}" = 1 ]; then
+        verdict="host $k ($NET.$((k + 1))): its rank died while the job ran"; vk=$k; vt=$((now + 300000))
       fi
     done
-    sleep 0.3
+    [ "$next" = 0 ] || sleep 0.02
   done
+  [ -n "$verdict" ] && echo "$verdict"   # mpirun ended before the verdict could be confirmed
 }
 
-# Ranks (pipetrain processes) inside host k.
-count_ranks() {
-  local n=0 p
-  for p in $(ip netns pids "$(ns "$1")" 2>/dev/null); do
-    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = pipetrain ] && n=$((n + 1))
-  done
-  echo $n
+# Process p runs (not gone, not a zombie): from /proc, without a fork.
+alive() {
+  local st
+  read -r st 2>/dev/null < "/proc/$1/stat" || return 1
+  st=${st##*) }
+  [ "${st:0:1}" != Z ]
 }
 
 cmd_shape() {
@@ -148,13 +177,16 @@ cmd_shape() {
 
 cmd_exec() { local k=$1; shift; ip netns exec "$(ns "$k")" "$@"; }
 
-# kill K [NAME]: every process inside host K, or only those whose command name is NAME.
+# kill K [NAME]: every process inside host K, or only those whose command name is NAME. One
+# kill call for all of them: a host dies at once, as a real one does (a rank killed a moment
+# before its host's daemon would be taken for a dead rank).
 cmd_kill() {
-  local h; h=$(ns "$1")
+  local h pids=() comm; h=$(ns "$1")
   for pid in $(ip netns pids "$h" 2>/dev/null); do
-    [ -z "${2:-}" ] || [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = "$2" ] || continue
-    kill -9 "$pid" 2>/dev/null
+    comm=""; read -r comm 2>/dev/null < "/proc/$pid/comm"
+    [ -z "${2:-}" ] || [ "$comm" = "$2" ] && pids+=("$pid")
   done
+  [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2>/dev/null
   return 0
 }
 
