@@ -81,7 +81,7 @@ cmd_down() {
     ip netns pids "$h" 2>/dev/null | xargs -r kill -9 2>/dev/null
     ip netns del "$h"
   done
-  rm -f "$STATE"
+  rm -f "$STATE" "/tmp/$P.hostfile"
   return 0
 }
 
