@@ -3,9 +3,13 @@
  * "FAIL name: rank r: why" line, rank 0 prints "ok name" when no rank failed.
  *   aux_mpi_comm          ping-pong, tags, FIFO, sizes, allreduce, ireduce, split, timeout, faulty delay
  *   aux_mpi_comm abort    rank 2 aborts while the others wait: the job must end naming rank 2
- *   aux_mpi_comm die      rank 1 dies after 3 sends (faulty wrapper): the job ends naming rank 1 */
+ *   aux_mpi_comm die      rank 1 dies after 3 sends (faulty wrapper): the job ends naming rank 1
+ *   aux_mpi_comm clock    clock offsets against each rank's PT_CLOCK_SKEW (tests/test_comm_clock.sh
+ *                         gives each rank its own): measured, aligned, and a skewed sender's
+ *                         injected delay still on time */
 #include "comm/comm.h"
 #include "util/pt.h"
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,6 +303,88 @@ static void test_in_flight(comm *c) {
     else comm_free(sub);
 }
 
+/* ---- clock offsets (mode "clock") ---- */
+
+#define CLOCK_ROUNDS 16
+#define CLOCK_TOL_S 5e-3     /* "within a few ms": the error bound of the best round, oversubscribed */
+#define CLOCK_ROUND_S 1e-6   /* doubles of ~1e5 s (CLOCK_MONOTONIC) subtracted: rounding, far below */
+
+/* This process's PT_CLOCK_SKEW as pt_now reads it (unset: 0). */
+static double own_skew(void) {
+    const char *s = getenv("PT_CLOCK_SKEW");
+    return s && *s ? atof(s) : 0;
+}
+
+/* x from rank `from` on every rank (the others add zeros). */
+static double from_rank(comm *c, int from, double x) {
+    double *v = pt_calloc((size_t)c->size, sizeof *v);
+    if (c->rank == from) v[from] = x;
+    comm_allreduce_f64(c, v, (size_t)c->size);
+    x = v[from];
+    free(v);
+    return x;
+}
+
+/* Every rank's offset is its skew minus rank 0's (one machine: the clocks differ by the skews
+ * alone), within the offset's bound and CLOCK_TOL_S; every rank holds rank 0's arrays, bitwise. */
+static void test_clock_measured(comm *c, const double *off, const double *bound, int ok) {
+    int me = c->rank;
+    double want = own_skew() - from_rank(c, 0, own_skew()), err = off[me] - want;
+    check(c, "mpi clock offsets: each rank's skew against rank 0's, within its error bound (a few ms)",
+          ok && fabs(err) <= bound[me] + CLOCK_ROUND_S && bound[me] < CLOCK_TOL_S && off[0] == 0,
+          "offset %.6f s, want %.6f (error %.2g s, bound %.2g s): %s", off[me], want, err, bound[me], pt_err());
+    int same = 1;
+    for (int r = 0; r < c->size; r++)
+        same &= from_rank(c, 0, off[r]) == off[r] && from_rank(c, 0, bound[r]) == bound[r];
+    check(c, "mpi clock offsets: every rank gets the same offsets", same, "rank %d differs from rank 0", me);
+}
+
+/* Leaving a barrier, the ranks' clocks minus their offsets agree within SKEW_S (what merging
+ * timelines needs); unaligned they would be the skews apart. */
+static void test_clock_aligned(comm *c, const double *off) {
+    int ok = !comm_barrier(c);
+    double t = pt_now(), worst = 0;
+    for (int r = 0; r < c->size; r++) {
+        double d = fabs(from_rank(c, r, t) - off[r] - from_rank(c, 0, t));
+        if (d > worst) worst = d;
+    }
+    check(c, "mpi clock offsets: a barrier's exit on one time axis across skewed ranks", ok && worst < SKEW_S,
+          "%.3f s apart after alignment: %s", worst, pt_err());
+}
+
+/* A skewed rank's held-back message is still on time (the delivery thread's deadline is on the
+ * condition's clock, not the skewed one): rank 1 -> 0 over faulty, DELAY_S late, well under 1 s more. */
+static void test_clock_faulty(comm *c) {
+    comm *sub = NULL, *f = NULL;
+    int ok = !comm_split(c, 0, &sub) && !comm_faulty_wrap(sub, c->rank == 1 ? 0 : -1, DELAY_S, -1, &f);
+    int v = 7, got = 0;
+    double dt = 0;
+    ok = ok && !comm_barrier(f);
+    double t0 = pt_now();
+    if (ok && c->rank == 1) ok = !send_wait(f, 0, 6, &v, sizeof v);
+    if (ok && c->rank == 0) {
+        ok = !recv_wait(f, 1, 6, &got, sizeof got) && got == 7;
+        dt = pt_now() - t0;
+        ok = ok && dt >= DELAY_S - SKEW_S && dt < DELAY_S + 1.0;
+    }
+    check(c, "mpi faulty delay from a skewed rank: on time", ok, "arrived after %.3f s (delay %.1f s): %s", dt,
+          DELAY_S, pt_err());
+    if (f) comm_free(f);
+    else comm_free(sub);
+}
+
+static void run_clock(comm *c) {
+    double *off = pt_calloc((size_t)c->size, sizeof *off), *bound = pt_calloc((size_t)c->size, sizeof *bound);
+    int ok = !comm_clock_offsets(c, CLOCK_ROUNDS, WAIT_S, off, bound);
+    test_clock_measured(c, off, bound, ok);
+    test_clock_aligned(c, off);
+    test_clock_faulty(c);
+    if (c->rank == 0)
+        for (int r = 1; r < c->size; r++) printf("# rank %d: offset %+.6f s +- %.1f us\n", r, off[r], bound[r] * 1e6);
+    free(off);
+    free(bound);
+}
+
 /* Rank 1 (die_after 3) sends to rank 0 until it dies; never returns normally. */
 static int run_die(comm *c) {
     comm *f;
@@ -326,6 +412,7 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
     if (strcmp(mode, "abort") == 0) run_abort(c);
     else if (strcmp(mode, "die") == 0) run_die(c);
+    else if (strcmp(mode, "clock") == 0) run_clock(c);
     else {
         test_pingpong(c);
         test_big_and_self(c);

@@ -5,6 +5,7 @@
 #include "test.h"
 #include "comm/comm.h"
 #include "util/pt.h"
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -698,13 +699,14 @@ static void body_setdelay(comm *c, void *arg) {
         for (int k = 0; k < 3; k++) if (recv_wait(c, 0, 9, &st->v[k], sizeof st->v[k])) { note(&st->o, 1, "recv"); return; }
     }
     comm *sub = NULL;   /* ranks 0 and 1 (and 2 alone): a message 0 -> 1 on it is late too */
+    double t0 = pt_now();   /* before the split: rank 0 leaves it (and sends) after rank 1 entered */
     if (comm_split(c, r < 2 ? 0 : 1, &sub)) { note(&st->o, r, "split"); return; }
-    double t0 = pt_now();
     if (r == 0) { int x = 5; if (send_wait(sub, 1, 1, &x, sizeof x)) note(&st->o, 0, "sub send"); }
     if (r == 1) { int x = 0; if (recv_wait(sub, 0, 1, &x, sizeof x) || x != 5) note(&st->o, 1, "sub recv"); st->t_sub = pt_now() - t0; }
     float x = (float)(r + 1);   /* a reduction over 0 and 1: held back by the slow link */
     comm_req *q = NULL;
-    t0 = pt_now();
+    t0 = pt_now();   /* before a barrier, for the same reason */
+    if (r < 2 && comm_barrier(sub)) note(&st->o, r, "sub barrier");
     if (r < 2 && (comm_ireduce_f32(sub, &x, 1, 1, &q) || comm_wait(sub, q, WAIT_S))) note(&st->o, r, "ireduce");
     if (r == 1) { st->t_red = pt_now() - t0; st->red = x; }
     comm_free(sub);
@@ -731,6 +733,61 @@ static void test_faulty_set_delay(void) {
     comm_free(raw[0]);   /* still ours after the wrapper went */
 }
 
+/* ---- clock offsets -------------------------------------------------------------------- */
+
+#define CLOCK_ROUNDS 8
+typedef struct { outcome o; double off[MAX_RANKS][MAX_RANKS], bound[MAX_RANKS][MAX_RANKS]; int measure; } clock_state;
+
+/* Every rank's view of the offsets; measure = 1 pings even though the ranks share one clock. */
+static void body_clock(comm *c, void *arg) {
+    clock_state *st = arg;
+    if (st->measure) c->one_clock = 0;
+    if (comm_clock_offsets(c, CLOCK_ROUNDS, WAIT_S, st->off[c->rank], st->bound[c->rank]))
+        note(&st->o, c->rank, "clock offsets");
+}
+
+/* Every rank got the same arrays; offsets exactly 0 (one clock), or (measured) within their
+ * bounds of 0, the bounds under 0.5 s; rank 0's 0 exactly. */
+static int clock_views_ok(const clock_state *st, int n, int measured) {
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < n; k++) {
+            double o = st->off[r][k], b = st->bound[r][k];
+            if (o != st->off[0][k] || b != st->bound[0][k]) return 0;
+            if ((!measured || k == 0) ? (o != 0 || b != 0) : (fabs(o) > b + 1e-9 || !(b < 0.5))) return 0;
+        }
+    return 1;
+}
+
+static void test_clock_offsets(void) {
+    clock_state st = {0};
+    run_world(3, body_clock, &st);
+    int b = first_bad(&st.o, 3);
+    CHECK("clock offsets: threads share one clock: zeros on every rank",
+          b < 0 && clock_views_ok(&st, 3, 0), "%s (rank 1: %g)", b < 0 ? "" : st.o.msg[b], st.off[1][1]);
+    clock_state ms = {.measure = 1};
+    run_world(3, body_clock, &ms);
+    b = first_bad(&ms.o, 3);
+    CHECK("clock offsets: measured by ping-pong, each within its bound of 0 (the same clock)",
+          b < 0 && clock_views_ok(&ms, 3, 1), "%s (rank 1: %g +- %g, rank 2: %g +- %g)", b < 0 ? "" : ms.o.msg[b],
+          ms.off[0][1], ms.bound[0][1], ms.off[0][2], ms.bound[0][2]);
+    int slow[2] = {-1, -1}, die[2] = {-1, -1};
+    double delay[2] = {0};
+    clock_state fs = {0};
+    run_faulty_world(2, slow, delay, die, body_clock, &fs);
+    b = first_bad(&fs.o, 2);
+    CHECK("clock offsets: faulty(threads) keeps one clock", b < 0 && clock_views_ok(&fs, 2, 0), "%s",
+          b < 0 ? "" : fs.o.msg[b]);
+    comm *raw[1];
+    double off[1];
+    comm_threads_create(1, raw);
+    CHECK("clock offsets: rounds outside 1..1000 refused",
+          comm_clock_offsets(raw[0], 0, WAIT_S, off, NULL) < 0 && strstr(pt_err(), "0 rounds (give 1..1000)") &&
+          comm_clock_offsets(raw[0], COMM_CLOCK_MAX_ROUNDS + 1, WAIT_S, off, NULL) < 0, "%s", pt_err());
+    CHECK("clock offsets: one rank: 0", comm_clock_offsets(raw[0], 1, WAIT_S, off, NULL) == 0 && off[0] == 0, "%s",
+          pt_err());
+    comm_free(raw[0]);
+}
+
 int main(void) {
     test_pingpong();
     test_tags();
@@ -752,5 +809,6 @@ int main(void) {
     test_faulty_in_flight();
     test_faulty_set_delay();
     test_faulty_die();
+    test_clock_offsets();
     TEST_DONE();
 }

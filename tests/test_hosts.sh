@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Several hosts on one machine (tools/hosts.sh: network namespaces, veth pairs, a bridge, Open MPI
 # over TCP with a launch agent): a P=2 training across 2 hosts equals the same run on threads,
-# a shaped link still trains, a dead rank or a dead host ends the job in bounded time naming it,
-# and a hostfile naming a host that does not answer is a named failure, not a hang. Skips with a
-# reason where namespaces cannot be made (not root, no iproute2, a sandbox without them).
+# a shaped link still trains, a host's clock set 5 s ahead is measured, a dead rank or a dead
+# host ends the job in bounded time naming it, and a hostfile naming a host that does not answer
+# is a named failure, not a hang. Skips with a reason where namespaces cannot be made (not root,
+# no iproute2, a sandbox without them).
 . tests/lib.sh
 H=tools/hosts.sh
 export PT_HOSTS="pt$(($$ % 10000))" PT_HOSTS_TIMEOUT=60
@@ -32,6 +33,14 @@ $H exec 1 tc qdisc show dev eth0 | grep -q tbf && ok "hosts: host 1's link is sh
 if $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$P" $targs --steps 3 > "$D/shaped.log" 2>&1; then ok "hosts: trains over the shaped link"
 else fail "hosts: trains over the shaped link" "$(tail -3 "$D/shaped.log")"; fi
 $H shape 1 off
+
+# Hosts with clocks of their own (PT_HOSTS_SKEW: host 1's 5 s ahead, through the launch agent):
+# the transport measures the offset across the hosts, over TCP, within a few ms.
+AUX=$(realpath "${BUILD:-build}/tests/aux_mpi_comm")
+if PT_HOSTS_SKEW=1:5.0 $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$AUX" clock > "$D/clock.log" 2>&1 &&
+   grep -q "^ok mpi clock offsets: each rank's skew" "$D/clock.log"; then   # the skew, within its bound
+  ok "hosts: host 1's clock 5 s ahead is measured across the hosts ($(sed -n 's/^# rank 1: offset //p' "$D/clock.log"))"
+else fail "hosts: host 1's clock 5 s ahead is measured" "$(grep -E '^(FAIL|#)|rror' "$D/clock.log" | head -4)"; fi
 
 # A dead rank, then a dead host: the job ends in bounded time, non-zero, naming what died.
 dies() {   # dies NAME LOG KILL-ARGS...: start a long run, kill after 3 s, wait at most 40 s

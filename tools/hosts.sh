@@ -18,7 +18,9 @@
 #
 # Environment: PT_HOSTS (name prefix, default "pth"; <= 6 characters so interface names fit),
 # PT_HOSTS_TIMEOUT (seconds mpirun may run, default 300), PT_HOSTS_FILE (a hostfile of your own
-# for mpirun instead of one line per host), PT_HOSTS_SLOTS (ranks per host, default 1).
+# for mpirun instead of one line per host), PT_HOSTS_SLOTS (ranks per host, default 1),
+# PT_HOSTS_SKEW ("K:SECONDS,...": host K's ranks read their clock SECONDS off, through pipetrain's
+# PT_CLOCK_SKEW test hook: hosts with clocks of their own, for tests of clock alignment).
 set -u
 P=${PT_HOSTS:-pth}
 NET=10.77.0
@@ -79,7 +81,7 @@ cmd_down() {
     ip netns pids "$h" 2>/dev/null | xargs -r kill -9 2>/dev/null
     ip netns del "$h"
   done
-  rm -f "$STATE"
+  rm -f "$STATE" "/tmp/$P.hostfile"
   return 0
 }
 
@@ -90,12 +92,16 @@ cmd_hostfile() {
 
 cmd_mpirun() {
   local n; n=$(n_hosts); [ "$n" -ge 1 ] || die "no hosts are up (tools/hosts.sh up N)"
-  local hf=${PT_HOSTS_FILE:-/tmp/$P.hostfile}
+  local hf=${PT_HOSTS_FILE:-/tmp/$P.hostfile} e skew0=()
   [ -n "${PT_HOSTS_FILE:-}" ] || cmd_hostfile "${PT_HOSTS_SLOTS:-1}" > "$hf"
+  for e in ${PT_HOSTS_SKEW:+${PT_HOSTS_SKEW//,/ }}; do   # host 0's ranks are mpirun's children; the agent does the rest
+    [[ "$e" =~ ^[0-9]+:-?[0-9]+(\.[0-9]*)?$ ]] || die "PT_HOSTS_SKEW: '$e' is not K:SECONDS (e.g. 1:5.0)"
+    [ "${e%%:*}" = 0 ] && skew0=(PT_CLOCK_SKEW="${e#*:}")
+  done
   # From h0: the daemons of the other hosts start through the agent, inside their namespaces;
   # messages go over TCP on eth0 only; no binding (the hosts share this machine's cores).
   timeout "${PT_HOSTS_TIMEOUT:-300}" ip netns exec "$(ns 0)" env OMPI_ALLOW_RUN_AS_ROOT=1 \
-    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$P" \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$P" ${skew0[@]+"${skew0[@]}"} \
     mpirun --hostfile "$hf" --mca plm_rsh_agent "$here/hosts_agent.sh" \
       --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
       --bind-to none "$@" &
@@ -107,35 +113,69 @@ cmd_mpirun() {
   return $rc
 }
 
-# While mpirun (pid) runs: the first host other than h0 whose ranks (pipetrain processes) or all
-# processes vanished while h0's ranks still ran: "host K (ADDR) ..." (a dead rank or host, not
-# the job's end).
+# While mpirun (pid) runs: the first host other than h0 whose processes all vanished, or whose
+# ranks (pipetrain processes) vanished while its other processes ran, no later than h0's ranks
+# ended: "host K (ADDR) ..." (a dead host or rank, not the job's end; printed only when mpirun
+# fails). Whether each process runs is read every 20 ms from /proc without a fork; the hosts'
+# processes are listed every 0.3 s (ip netns pids), and a verdict waits for a fresh list: at
+# once for a host (a new process may have replaced another), 0.3 s for a rank (the processes
+# of a killed host die one by one on a loaded machine; a dead rank's daemon lives on for
+# seconds). A pid is known with its start tick: a pid reused by another process is not the host's.
+# h0's ranks end a few ms after a peer host dies, often within one look: a host seen gone in
+# the same look is named (a rank of h0 that dies first is named by mpirun itself).
 watch_hosts() {
-  local pid=$1 n=$2 seen=() ranks=() k
+  local pid=$1 n=$2 k p now next=0 look=0 r0_seen=0 r0_end=-1 seen=() ranks=() verdict="" vk=0 vt=0
+  local -A host=() rank=() start=()
+  local ST=()
   while kill -0 "$pid" 2>/dev/null; do
-    local r0; r0=$(count_ranks 0)
+    look=$((look + 1)); now=${EPOCHREALTIME/./}
+    local fresh=0
+    if [ "$now" -ge "$next" ]; then
+      for ((k = 0; k < n; k++)); do
+        for p in $(ip netns pids "$(ns $k)" 2>/dev/null); do
+          [ -n "${host[$p]:-}" ] && proc_stat "$p" && [ "${ST[19]}" = "${start[$p]}" ] && continue
+          local comm=""; read -r comm 2>/dev/null < "/proc/$p/comm"
+          proc_stat "$p" || continue
+          host[$p]=$k; start[$p]=${ST[19]}; rank[$p]=0; [ "$comm" = pipetrain ] && rank[$p]=1
+        done
+      done
+      next=$(( now + 300000 )); fresh=1
+    fi
+    local c=() r=()
+    for p in "${!host[@]}"; do
+      proc_stat "$p" && [ "${ST[0]}" != Z ] && [ "${ST[19]}" = "${start[$p]}" ] || continue   # gone, or the pid reused
+      k=${host[$p]}; c[k]=$(( ${c[k]:-0} + 1 )); r[k]=$(( ${r[k]:-0} + ${rank[$p]} ))
+    done
+    if [ -n "$verdict" ] && [ $fresh = 1 ] && [ "$now" -ge "$vt" ]; then   # does it still hold?
+      if [ "${c[vk]:-0}" -eq 0 ]; then echo "host $vk ($NET.$((vk + 1))) went down while the job ran"; return
+      elif [ "${r[vk]:-0}" -eq 0 ]; then echo "$verdict"; return; fi
+      verdict=""
+    fi
+    [ "${r[0]:-0}" -gt 0 ] && r0_seen=1
+    [ $r0_seen = 1 ] && [ "${r[0]:-0}" -eq 0 ] && [ $r0_end -lt 0 ] && r0_end=$look
     for ((k = 1; k < n; k++)); do
-      local c r; c=$(ip netns pids "$(ns $k)" 2>/dev/null | wc -l); r=$(count_ranks $k)
-      [ "$c" -gt 0 ] && seen[$k]=1
-      [ "$r" -gt 0 ] && ranks[$k]=1
-      [ "$r0" -gt 0 ] || continue
-      if [ "$c" -eq 0 ] && [ "${seen[$k]:-0}" = 1 ]; then
-        echo "host $k ($NET.$((k + 1))) went down while the job ran"; return
-      elif [ "$r" -eq 0 ] && [ "${ranks[$k]:-0}" = 1 ]; then
-        echo "host $k ($NET.$((k + 1))): its rank died while the job ran"; return
+      [ "${c[k]:-0}" -gt 0 ] && seen[k]=1
+      [ "${r[k]:-0}" -gt 0 ] && ranks[k]=1
+      [ $r0_seen = 1 ] && { [ $r0_end -lt 0 ] || [ $r0_end = $look ]; } && [ -z "$verdict" ] || continue
+      if [ "${c[k]:-0}" -eq 0 ] && [ "${seen[k]:-0}" = 1 ]; then
+        verdict="host $k ($NET.$((k + 1))) went down while the job ran"; vk=$k; vt=$now; next=0
+      elif [ "${r[k]:-0}" -eq 0 ] && [ "${ranks[k]:-0}" = 1 ]; then
+        verdict="host $k ($NET.$((k + 1))): its rank died while the job ran"; vk=$k; vt=$((now + 300000))
       fi
     done
-    sleep 0.3
+    [ "$next" = 0 ] || sleep 0.02
   done
+  [ -n "$verdict" ] && echo "$verdict"   # mpirun ended before the verdict could be confirmed
 }
 
-# Ranks (pipetrain processes) inside host k.
-count_ranks() {
-  local n=0 p
-  for p in $(ip netns pids "$(ns "$1")" 2>/dev/null); do
-    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = pipetrain ] && n=$((n + 1))
-  done
-  echo $n
+# ST: the fields of /proc/PID/stat after the command's name (ST[0] the state, ST[19] the start
+# tick, which tells a reused pid), read without a fork; 1 when the process is gone.
+proc_stat() {
+  local st
+  ST=()
+  read -r st 2>/dev/null < "/proc/$1/stat" || return 1
+  st=${st##*) }
+  ST=($st)
 }
 
 cmd_shape() {
@@ -148,13 +188,16 @@ cmd_shape() {
 
 cmd_exec() { local k=$1; shift; ip netns exec "$(ns "$k")" "$@"; }
 
-# kill K [NAME]: every process inside host K, or only those whose command name is NAME.
+# kill K [NAME]: every process inside host K, or only those whose command name is NAME. One
+# kill call for all of them: a host dies at once, as a real one does (a rank killed a moment
+# before its host's daemon would be taken for a dead rank).
 cmd_kill() {
-  local h; h=$(ns "$1")
+  local h pids=() comm; h=$(ns "$1")
   for pid in $(ip netns pids "$h" 2>/dev/null); do
-    [ -z "${2:-}" ] || [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = "$2" ] || continue
-    kill -9 "$pid" 2>/dev/null
+    comm=""; read -r comm 2>/dev/null < "/proc/$pid/comm"
+    [ -z "${2:-}" ] || [ "$comm" = "$2" ] && pids+=("$pid")
   done
+  [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2>/dev/null
   return 0
 }
 

@@ -15,4 +15,13 @@ if ! ip netns list | grep -q "^$ns\b"; then
   echo "hosts: $host does not answer: host $((k - 1)) ($ns) is not up" >&2
   exit 255
 fi
+# PT_HOSTS_SKEW "K:SECONDS,...": this host's processes read their clock SECONDS off (the
+# PT_CLOCK_SKEW test hook of pt_now); hosts not named read it as it is.
+if [ -n "${PT_HOSTS_SKEW:-}" ]; then
+  skew=0
+  IFS=,
+  for e in $PT_HOSTS_SKEW; do [ "${e%%:*}" = "$((k - 1))" ] && skew=${e#*:}; done
+  unset IFS
+  exec ip netns exec "$ns" env PT_CLOCK_SKEW="$skew" /bin/sh -c "$*"
+fi
 exec ip netns exec "$ns" /bin/sh -c "$*"

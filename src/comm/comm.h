@@ -73,6 +73,8 @@ struct comm {
     int threaded;       /* 1: calls on this endpoint may come from several threads of this
                          * process at once (threads; MPI at SERIALIZED or better); 0: from one
                          * thread at a time only (MPI at a lower thread level) */
+    int one_clock;      /* 1: every rank of this communicator reads one clock (threads of one
+                         * process; faulty copies its inner's); 0: each its own (MPI) */
     void *impl;
 };
 
@@ -124,5 +126,20 @@ int comm_faulty_borrow(comm *inner, int die_after, comm **out);
  * them whose ranks include peer starts that late too. Messages to one peer keep their order.
  * -1 when c is not such a communicator, peer is not a rank of it, or seconds < 0. */
 int comm_faulty_set_delay(comm *c, int peer, double seconds, int reductions);
+
+/* Clock offsets (comm_clock.c): how far each rank's pt_now() reads ahead of rank 0's, so events
+ * stamped on different hosts can be put on one time axis (t on rank r is t - offsets[r] on rank
+ * 0). Collective over c. NTP-style: rank 0 pings each other rank `rounds` times (1..1000), the
+ * rank answers with its clock, and the round with the smallest round trip gives
+ * offset = t_remote - (t_send + t_back) / 2, off by at most half that round trip. Every rank
+ * gets the whole array offsets[c->size] (offsets[0] = 0), and bounds[c->size] (NULL: not
+ * wanted), each offset's error bound (half its best round trip). A one-clock communicator
+ * (threads) gives zeros without a message. Each wait is bounded by timeout seconds (<= 0: none).
+ * Uses tags COMM_CLOCK_TAG and COMM_CLOCK_TAG + 1 on c while it runs. -1 on a bad argument (on
+ * every rank alike), or when a message failed, naming the rank and round: then it has aborted c
+ * (the other ranks would wait for this one). */
+#define COMM_CLOCK_TAG 32200
+#define COMM_CLOCK_MAX_ROUNDS 1000
+int comm_clock_offsets(comm *c, int rounds, double timeout, double *offsets, double *bounds);
 
 #endif

@@ -160,9 +160,11 @@ static void drain(fa_fam *f, int all) {
     }
 }
 
+/* The deadline for a timed wait until pt_now() reads t (pt_now may be skewed for tests; the
+ * condition's clock never is). */
 static struct timespec abs_time(double t) {
-    struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
-    return ts;
+    double left = t - pt_now();
+    return pt_deadline_after(left > 0 ? left : 0);
 }
 
 /* The delivery thread: sleeps until the first item is due, posts it, and so on, until stop. */
@@ -522,6 +524,7 @@ static comm *faulty_new(comm *inner, int own_inner, fa_fam *fam, int top) {
     c->size = inner->size;
     c->world_rank = inner->world_rank;
     c->threaded = inner->threaded;
+    c->one_clock = inner->one_clock;
     c->impl = m;
     return c;
 }

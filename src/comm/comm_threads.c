@@ -155,6 +155,7 @@ static comm *endpoint_new(tw_group *g, int rank) {
     c->rank = rank;
     c->size = g->size;
     c->threaded = 1;   /* every piece of state is under the world's lock */
+    c->one_clock = 1;  /* threads of one process */
     c->world_rank = g->members[rank];
     tw_ep *ep = pt_calloc(1, sizeof *ep);
     ep->g = g;

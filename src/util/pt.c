@@ -2,6 +2,7 @@
 #include "util/pt.h"
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,10 +44,22 @@ int pt_adderr(const char *fmt, ...) {
 
 const char *pt_err(void) { return err_buf; }
 
+/* PT_CLOCK_SKEW: a test hook (seconds, read once; unset, empty or not a finite number: 0). */
+static double clock_skew;
+static pthread_once_t clock_skew_once = PTHREAD_ONCE_INIT;
+
+static void clock_skew_read(void) {
+    const char *s = getenv("PT_CLOCK_SKEW");
+    char *end = NULL;
+    double v = s ? strtod(s, &end) : 0;
+    if (s && end != s && *end == 0 && isfinite(v)) clock_skew = v;
+}
+
 double pt_now(void) {
+    pthread_once(&clock_skew_once, clock_skew_read);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + clock_skew;
 }
 
 static void oom(size_t n) {

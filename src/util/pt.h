@@ -20,10 +20,13 @@ int pt_adderr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* This thread's last error message ("" when none). */
 const char *pt_err(void);
 
-/* Monotonic wall clock in seconds. */
+/* Monotonic wall clock in seconds (CLOCK_MONOTONIC). Test hook: PT_CLOCK_SKEW=S in the
+ * environment (seconds, read at the first call) adds S to every reading, so one process of a job
+ * plays a host whose clock is off (comm_clock_offsets measures it; tests/test_comm_clock.sh).
+ * Never set it outside tests. Differences of pt_now() are unaffected. */
 double pt_now(void);
 /* The CLOCK_MONOTONIC time `seconds` from now, for timed waits (pthread_cond_timedwait on a
- * condition set to that clock). */
+ * condition set to that clock). Never skewed: to wait until a pt_now() time t, pass t - pt_now(). */
 struct timespec pt_deadline_after(double seconds);
 
 /* Allocation that aborts with a message on failure (out of memory is not a recoverable user error
