@@ -41,6 +41,12 @@ if PT_HOSTS_SKEW=1:5.0 $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$AUX" cl
    grep -q "^ok mpi clock offsets: each rank's skew" "$D/clock.log"; then   # the skew, within its bound
   ok "hosts: host 1's clock 5 s ahead is measured across the hosts ($(sed -n 's/^# rank 1: offset //p' "$D/clock.log"))"
 else fail "hosts: host 1's clock 5 s ahead is measured" "$(grep -E '^(FAIL|#)|rror' "$D/clock.log" | head -4)"; fi
+# ... and pipetrain's merged timeline is on rank 0's clock: the measured iteration is
+# milliseconds (unaligned, host 1's events would lie 5 s after host 0's).
+if PT_HOSTS_SKEW=1:5.0 $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$P" $targs --steps 3 > "$D/skew.log" 2>&1 &&
+   it=$(sed -n 's/^measured: *iteration \([0-9.]*\) ms.*/\1/p' "$D/skew.log") && awk -v x="${it:-1e9}" 'BEGIN { exit !(x < 1000) }'; then
+  ok "hosts: host 1's clock 5 s ahead: the merged timeline is aligned (iteration $it ms)"
+else fail "hosts: host 1's clock 5 s ahead: the merged timeline is aligned" "$(grep -E '^measured|rror' "$D/skew.log" | head -3)"; fi
 
 # A dead rank, then a dead host: the job ends in bounded time, non-zero, naming what died.
 dies() {   # dies NAME LOG KILL-ARGS...: start a long run, kill after 3 s, wait at most 40 s

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #define TAG_GATHER 32100        /* above the executor's tags (run_plan.c keeps those < 32000) */
+#define JOB_CLOCK_ROUNDS 16     /* pings per rank for its clock offset: the best of 16 (docs/comm.md) */
 
 typedef struct { int iter; double dur; } job_sample;
 typedef struct { job_sample *v; int n, cap; } job_samples;
@@ -38,6 +39,8 @@ struct run_job {
     char **errs;                     /* [n_local] error of each rank thread */
     atomic_int first_fail;
     timeline tl;                     /* merged events of the last iteration (root) */
+    double *clock;                   /* [R] MPI: each world rank's clock ahead of rank 0's, seconds
+                                      * (comm_clock_offsets at init); NULL: one clock (threads) */
     int tl_linked, n_iters;
     size_t act_max;                  /* largest activation storage of any rank, bytes */
     job_samples *prof;               /* [S*5 + 1] F, B, W, BW, REDUCE per stage; STEP (root) */
@@ -162,6 +165,8 @@ int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, c
         j->comms[0] = world;
         if (pl->n_faults && comm_faulty_borrow(world, -1, &j->comms[0]) < 0) return -1;
         j->wrapped = pl->n_faults > 0;
+        j->clock = pt_calloc((size_t)j->R, sizeof *j->clock);   /* hosts' clocks differ */
+        if (comm_clock_offsets(world, JOB_CLOCK_ROUNDS, pl->o.timeout, j->clock, NULL) < 0) return -1;
     } else {
         if (comm_threads_create(j->R, j->comms) < 0) return -1;
         int fr = pl->o.fail_rank, fail = pl->o.fail_after > 0 && fr >= 0 && fr < j->R;
@@ -185,7 +190,7 @@ void run_job_free(run_job *j) {
     if (j->prof)
         for (int i = 0; i < j->pl->s->n_stages * 5 + 1; i++) free(j->prof[i].v);
     free(j->prof);
-    free(j->mem); free(j->comms); free(j->ex); free(j->rst); free(j->errs);
+    free(j->mem); free(j->comms); free(j->ex); free(j->rst); free(j->errs); free(j->clock);
     timeline_free(&j->tl);
     sched_free(j->own);
     free(j);
@@ -226,6 +231,16 @@ static int job_iter_rank(run_job *j, int r) {
 static void job_merge(run_job *j, const timeline *src) {
     timeline_reserve(&j->tl, j->tl.n + src->n);
     for (int i = 0; i < src->n; i++) timeline_push(&j->tl, &src->ev[i]);
+}
+
+/* MPI: the merged events on world rank 0's clock (each rank stamped its own; a host's clock may
+ * be seconds off another's), before anything compares events of two ranks. */
+static void job_align(run_job *j) {
+    for (int i = 0; i < j->tl.n && j->clock; i++) {
+        tl_event *e = &j->tl.ev[i];
+        double off = j->clock[e->rank];
+        e->ready -= off; e->start -= off; e->end -= off;
+    }
 }
 
 /* MPI: every rank's events to the root (count, then the events as bytes). */
@@ -422,6 +437,7 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
     j->tl_linked = 0;
     if (j->mpi) {
         if ((j->share_tl ? job_share_events(j) : job_gather_events(j)) < 0) { comm_abort(j->comms[0], pt_err()); return -1; }
+        job_align(j);
     } else {
         for (int r = 0; r < j->n_local; r++) job_merge(j, run_exec_timeline(j->ex[r]));
     }
