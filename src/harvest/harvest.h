@@ -168,7 +168,8 @@ void harvest_set_policy(harvest *h, const harvest_policy *p);
 /* An empty harvester; tasks are added, then started (harvest_start). */
 void harvest_create(harvest **out);
 /* Takes t (owned from now on, freed by harvest_free). Its rank: t->rank, or if -1 the next
- * world rank in turn (round-robin from 0). Returns the task's index. */
+ * world rank in turn (round-robin from 0) as its home, and it roams (harvest_policy.roam) over
+ * the ranks of the home's process. Returns the task's index. */
 int harvest_add(harvest *h, harvest_task *t);
 int harvest_count(const harvest *h);
 const harvest_task *harvest_task_at(const harvest *h, int i);

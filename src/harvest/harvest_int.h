@@ -21,7 +21,7 @@
  * (1 - survive) is multiplied by HV_RISK_DOWN when the smoothed overrun (EMA, weight HV_EMA of
  * the newest) is above target, else by HV_RISK_UP (a slow climb, a fast retreat). Above 1/2,
  * what the rule says of a wait longer than all its past instances: never start there. */
-#define HV_OVERRUN_TARGET 0.005
+#define HV_OVERRUN_TARGET 0.0075
 #define HV_SURVIVE_MIN 0.6
 #define HV_SURVIVE_MAX 0.9
 #define HV_EMA 0.1
