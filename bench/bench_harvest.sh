@@ -6,8 +6,10 @@
 # evaluation every 5 steps (--eval-data). Variants alternate within each round, so a slow spell
 # of the shared machine hits all of them; each number is the median over rounds of a run's
 # median step time (steps after the first 5) and of its sums.
-# Columns: slowdown = median step with side work / median step alone - 1; bubble used = side_s /
-# bubble_s; overrun = side_overrun_s / step time; side rate against the task alone (a: the CPU
+# Columns: slowdown = median step with side work / median step alone - 1; bubble used = (side_s -
+# side_overrun_s) / wait_idle_s (the side seconds inside the ranks' waits over those waits' idle
+# seconds: every RECV, REDUCE_GRAD and STEP wait); overrun = side_overrun_s / step time; side
+# rate against the task alone (a: the CPU
 # the program got per second of run, alone 1 core; b: side steps per second against the side
 # model trained alone; c: evaluations done per second against pipetrain eval alone).
 # Goal (issue 10): slowdown <= 2%, >= 60% of the bubble used, overrun <= 1% of step time.
@@ -31,6 +33,7 @@ J
 export OPENBLAS_NUM_THREADS=1
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "machine: ${cpu:-unknown CPU}, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+load() { cut -d' ' -f1 /proc/loadavg; }
 echo "main: 4 x 128, vocab 256, batch 16 x 64, P=2 threads; side model 2 x 64 on the same batch;" \
      "$STEPS steps per run, $ROUNDS rounds"
 
@@ -46,12 +49,12 @@ run() {
 # field FILE KEY: the key's values, one per line
 field() { grep -o "\"$2\":[-0-9.e+]*" "$1" | cut -d: -f2; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# stats NAME: "median_step_ms sum_bubble_s sum_side_s sum_overrun_s sum_step_s" over steps > 5
-# (a run without side work has no bubble_s: bubble_fraction x 2 ranks x step time instead)
+# stats NAME: "median_step_ms sum_wait_idle_s sum_side_s sum_overrun_s sum_step_s" over steps > 5
+# (a run without side work has no wait_idle_s: bubble_fraction x 2 ranks x step time instead)
 stats() {
   local f="$T/$1.jsonl"
-  if grep -q '"bubble_s"' "$f"; then
-    paste -d' ' <(field "$f" step) <(field "$f" step_ms) <(field "$f" bubble_s) <(field "$f" side_s) \
+  if grep -q '"wait_idle_s"' "$f"; then
+    paste -d' ' <(field "$f" step) <(field "$f" step_ms) <(field "$f" wait_idle_s) <(field "$f" side_s) \
       <(field "$f" side_overrun_s)
   else
     paste -d' ' <(field "$f" step) <(field "$f" step_ms) <(field "$f" bubble_fraction) |
@@ -103,13 +106,13 @@ for layout in "1f1b:--stages 2 --schedule 1f1b --microbatches 2" "zb-h2:--stages
       echo "$(stats "$lname-$v-$r") $(rate "$lname-$v-$r" "$v")" > "$T/$lname-$v-$r.res"
     done
   done
-  echo "$lname (P=2): variant   slowdown  bubble used  overrun/step  side rate vs alone   (median step alone, bubble)"
+  echo "$lname (P=2, load average now $(load)): variant   slowdown  bubble used  overrun/step  side rate vs alone   (median step alone, bubble)"
   for v in $VARIANTS; do
     for r in $(seq 1 "$ROUNDS"); do
       read -r m b s o t rt < "$T/$lname-$v-$r.res"
       read -r m0 b0 _ < "$T/$lname-alone-$r.res"
       awk -v m="$m" -v m0="$m0" -v b="$b" -v s="$s" -v o="$o" -v t="$t" -v rt="$rt" -v b0="$b0" \
-        'BEGIN { printf "%.4f %.4f %.5f %s %.3f %.4f\n", m / m0 - 1, (b > 0 ? s / b : 0), (t > 0 ? o / t : 0), rt, m0, b0 }'
+        'BEGIN { printf "%.4f %.4f %.5f %s %.3f %.4f\n", m / m0 - 1, (b > 0 ? (s - o) / b : 0), (t > 0 ? o / t : 0), rt, m0, b0 }'
     done > "$T/$lname-$v.rows"
     col() { awk -v k="$1" '{ print $k }' "$T/$lname-$v.rows" | median; }
     printf "  %-8s %+8.1f%%  %9.1f%%  %11.2f%%  %12s   (%.2f ms, %.3f s of bubble per run)\n" "$v" \

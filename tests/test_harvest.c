@@ -19,12 +19,17 @@
 
 enum { STEPS = 12, MAX_STEPS = 40 };
 
-static char tmpdir[64], cfg_path[128], big_cfg_path[128], data_path[128], hog[256];
+static char tmpdir[64], cfg_path[128], cfg3_path[128], big_cfg_path[128], data_path[128], hog[256];
 
 /* What the inspecting hook saw. */
 typedef struct {
     float loss[MAX_STEPS];
     int side_events, outside_wait, over_compute;
+    int in_step, in_final_reduce;   /* side events in a STEP's wait, in --no-overlap's final
+                                     * REDUCE_GRAD (a compute-stream event) */
+    int by_task_rank[8][4];         /* side events of task T on rank R (T, R < 8, 4) */
+    char first_outside[400];        /* the first side event outside a wait, and its rank's events */
+    int task_overlap;               /* pairs of one task's side events that overlap in time */
     double side_s;              /* of the timelines' side events */
     const char *pidfile[2];     /* side programs to watch (NULL: none) */
     int pid[2];
@@ -97,10 +102,40 @@ static int gone(int pid) {
 
 static int is_wait(sched_kind k) { return k == ACT_RECV_F || k == ACT_RECV_B || k == ACT_REDUCE_GRAD; }
 
-/* Every side event of the step: inside a wait of its rank (a RECV's or a REDUCE_GRAD's span) and
- * over none of its compute (F, B, W, BW, STEP). */
+/* The side event s and its rank's other events around it, into r->first_outside. */
+static void describe_outside(record *r, const timeline *tl, const tl_event *s, double all_stepped) {
+    size_t n = sizeof r->first_outside, at = 0;
+    at += (size_t)snprintf(r->first_outside, n, "rank %d side [%.6f, %.6f], last STEP start %.6f:", s->rank,
+                           s->start, s->end, all_stepped);
+    for (int k = 0; k < tl->n && at < n; k++) {
+        const tl_event *e = &tl->ev[k];
+        char b[32];
+        if (e->rank != s->rank || e->stream == TL_SIDE || e->end < s->start - 0.002 || e->start > s->end + 0.002) continue;
+        at += (size_t)snprintf(r->first_outside + at, n - at, " %s/%d [%.6f %.6f]",
+                               sched_action_str(&e->act, b, sizeof b), e->stream, e->start, e->end);
+    }
+}
+
+/* When the last rank reached its STEP: the world reduction's wait is over soon after, once that
+ * rank has posted its reductions, taken its norm and sent its arrival messages; the timeline
+ * does not show when, so a side step in a STEP's wait may start up to STEP_SLACK_S later
+ * (sanitizers and a loaded machine stretch that path to hundreds of microseconds). */
+#define STEP_SLACK_S 2e-3
+/* When the last rank reached its STEP: the world reduction's wait is over then. */
+static double last_step_start(const timeline *tl) {
+    double t = -1e300;
+    for (int i = 0; i < tl->n; i++)
+        if (tl->ev[i].act.kind == ACT_STEP && tl->ev[i].stream != TL_SIDE && tl->ev[i].start > t)
+            t = tl->ev[i].start;
+    return t;
+}
+
+/* Every side event of the step: inside a wait of its rank (a RECV's or a REDUCE_GRAD's span, or
+ * a STEP's while some rank had not reached its STEP, give or take STEP_SLACK_S: its world
+ * reduction's wait) and over none of its compute (F, B, W, BW; the STEP's update comes after
+ * its wait). */
 static void check_timeline(record *r, const timeline *tl) {
-    const double eps = 1e-9;
+    const double eps = 1e-9, all_stepped = last_step_start(tl);
     for (int i = 0; i < tl->n; i++) {
         const tl_event *s = &tl->ev[i];
         if (s->stream != TL_SIDE) continue;
@@ -108,13 +143,27 @@ static void check_timeline(record *r, const timeline *tl) {
         for (int k = 0; k < tl->n; k++) {
             const tl_event *e = &tl->ev[k];
             if (e->rank != s->rank || e->stream == TL_SIDE) continue;
-            if (is_wait(e->act.kind) && e->start <= s->start + eps && s->end <= e->end + eps) in_wait = 1;
-            if ((sched_kind_is_compute(e->act.kind) || e->act.kind == ACT_STEP) &&
-                e->start < s->end - eps && s->start < e->end - eps) over = 1;
+            int inside = e->start <= s->start + eps && s->end <= e->end + eps;
+            if (is_wait(e->act.kind) && inside) {
+                in_wait = 1;
+                r->in_final_reduce += e->act.kind == ACT_REDUCE_GRAD && e->stream == TL_COMPUTE;
+            }
+            if (e->act.kind == ACT_STEP && inside && s->start <= all_stepped + STEP_SLACK_S) {
+                in_wait = 1;
+                r->in_step++;
+            }
+            if (sched_kind_is_compute(e->act.kind) && e->start < s->end - eps && s->start < e->end - eps) over = 1;
+        }
+        if (s->act.mb >= 0 && s->act.mb < 8 && s->rank >= 0 && s->rank < 4) r->by_task_rank[s->act.mb][s->rank]++;
+        for (int k = i + 1; k < tl->n; k++) {
+            const tl_event *o = &tl->ev[k];
+            r->task_overlap += o->stream == TL_SIDE && o->act.mb == s->act.mb && o->start < s->end - eps &&
+                               s->start < o->end - eps;
         }
         r->side_events++;
         r->side_s += s->end - s->start;
         r->outside_wait += !in_wait;
+        if (!in_wait && !r->first_outside[0]) describe_outside(r, tl, s, all_stepped);
         r->over_compute += over;
     }
 }
@@ -246,6 +295,71 @@ static void test_memory_cap(void) {
     CHECK("harvest: ... and gone after the run", r.pid[0] > 0 && gone(r.pid[0]), "pid %d", r.pid[0]);
 }
 
+/* The waits at the end of an iteration: the STEP's world reduction (P=3: the middle rank holds
+ * no tied tensor, so it waits at its STEP for the first rank's last backward, made long by
+ * slowing stage 0 down) and --no-overlap's final reduction. Side steps there too, still only
+ * inside waits, the losses unchanged. */
+static void test_step_waits(void) {
+    const char *tasks[] = { "busy:40,rank=0", "busy:40,rank=1", "busy:40,rank=2" };
+    const char *slow[] = { "0:4" };
+    record base = { 0 }, side = { 0 }, nob = { 0 }, nos = { 0 };
+    train_opts o = base_opts("p3", STEPS, 0);
+    o.config = cfg3_path;
+    o.ro.P = 3;
+    o.ro.M = 4;
+    o.ro.slow_stage = slow;
+    o.ro.n_slow_stage = 1;
+    CHECK("harvest: P=3 without side work", run(&o, &base) == 0, "%s", pt_err());
+    o.side_tasks = tasks;
+    o.n_side_tasks = 3;
+    int rc = run(&o, &side);
+    CHECK("harvest: P=3 with side tasks on every rank", rc == 0, "rc %d: %s", rc, pt_err());
+    CHECK("harvest: P=3: side steps in the STEP's wait for the world reduction", side.in_step > 0,
+          "%d of %d side events", side.in_step, side.side_events);
+    CHECK("harvest: P=3: every side step inside a wait, none over compute",
+          side.side_events > 0 && side.outside_wait == 0 && side.over_compute == 0,
+          "%d outside, %d over compute, of %d; %s", side.outside_wait, side.over_compute, side.side_events,
+          side.first_outside);
+    CHECK("harvest: P=3: losses equal the run without side work, bitwise",
+          !memcmp(base.loss, side.loss, sizeof(float) * STEPS), "step 1: %.9g vs %.9g", base.loss[0], side.loss[0]);
+    o = base_opts("noov", STEPS, 0);
+    o.ro.no_overlap = true;
+    CHECK("harvest: --no-overlap without side work", run(&o, &nob) == 0, "%s", pt_err());
+    o.side_tasks = tasks;
+    o.n_side_tasks = 2;
+    rc = run(&o, &nos);
+    CHECK("harvest: --no-overlap with side tasks", rc == 0, "rc %d: %s", rc, pt_err());
+    CHECK("harvest: --no-overlap: side steps in the final reduction's wait", nos.in_final_reduce > 0,
+          "%d of %d side events", nos.in_final_reduce, nos.side_events);
+    CHECK("harvest: --no-overlap: every side step inside a wait, none over compute",
+          nos.side_events > 0 && nos.outside_wait == 0 && nos.over_compute == 0,
+          "%d outside, %d over compute, of %d", nos.outside_wait, nos.over_compute, nos.side_events);
+    CHECK("harvest: --no-overlap: losses equal the run without side work, bitwise",
+          !memcmp(nob.loss, nos.loss, sizeof(float) * STEPS), "step 1: %.9g vs %.9g", nob.loss[0], nos.loss[0]);
+}
+
+/* A task added without a rank roams: its steps run in the waits of both ranks, one rank at a
+ * time; a task given a rank stays there. */
+static void test_roaming(void) {
+    const char *tasks[] = { "busy:40", "busy:40,rank=1" };
+    record r = { 0 };
+    train_opts o = base_opts("roam", STEPS, 0);
+    o.side_tasks = tasks;
+    o.n_side_tasks = 2;
+    int rc = run(&o, &r);
+    CHECK("harvest: a roaming task and a pinned one: the run completes", rc == 0, "rc %d: %s", rc, pt_err());
+    CHECK("harvest: the roaming task ran in the waits of both ranks",
+          r.by_task_rank[0][0] > 0 && r.by_task_rank[0][1] > 0, "rank 0: %d, rank 1: %d side events",
+          r.by_task_rank[0][0], r.by_task_rank[0][1]);
+    CHECK("harvest: the pinned task only on its rank", r.by_task_rank[1][0] == 0 && r.by_task_rank[1][1] > 0,
+          "rank 0: %d, rank 1: %d side events", r.by_task_rank[1][0], r.by_task_rank[1][1]);
+    CHECK("harvest: a task's steps never overlap (one rank at a time)", r.task_overlap == 0,
+          "%d overlapping pairs", r.task_overlap);
+    CHECK("harvest: roaming: every side step inside a wait, none over compute",
+          r.outside_wait == 0 && r.over_compute == 0, "%d outside, %d over compute, of %d",
+          r.outside_wait, r.over_compute, r.side_events);
+}
+
 /* Evaluation and a second model's training on the rank threads (the shared pass, the snapshot,
  * per-rank workers: what the thread sanitizer build looks at), with the timeline checks. */
 static void test_builtin(void) {
@@ -273,7 +387,9 @@ int main(int argc, char **argv) {
     snprintf(cfg_path, sizeof cfg_path, "%s/cfg.json", tmpdir);
     snprintf(data_path, sizeof data_path, "%s/text.txt", tmpdir);
     snprintf(big_cfg_path, sizeof big_cfg_path, "%s/big.json", tmpdir);
+    snprintf(cfg3_path, sizeof cfg3_path, "%s/cfg3.json", tmpdir);
     write_file(cfg_path, "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 256, \"n_positions\": 16}");
+    write_file(cfg3_path, "{\"n_layer\": 3, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 256, \"n_positions\": 16}");
     write_file(big_cfg_path, "{\"n_layer\": 4, \"n_head\": 4, \"n_embd\": 128, \"vocab_size\": 256, \"n_positions\": 64}");
     char text[20000] = "";
     for (int i = 0; i < 300; i++) strcat(text, i % 3 ? "the quick brown fox " : "jumps over the lazy dog\n");
@@ -285,6 +401,8 @@ int main(int argc, char **argv) {
     if (access(hog, X_OK) != 0) { printf("FAIL harvest: %s is missing (make builds tests/aux_hog.c)\n", hog); return 1; }
     test_iterative();
     test_builtin();
+    test_step_waits();
+    test_roaming();
     test_program();
     test_memory_cap();
     char rm[200];

@@ -75,7 +75,7 @@ p0=$(pid_of "$D/p0.pid"); p1=$(pid_of "$D/p1.pid")
 [ $rc -eq 0 ] && [ -n "$p0" ] && [ -n "$p1" ] && dead "$p0" && dead "$p1" \
   && ok "side programs (and what they started) are gone after the run" \
   || fail "side programs (and what they started) are gone after the run" "rc $rc, pids '$p0' '$p1'; $(tail -3 "$D/out_cmd")"
-grep -q 'side work: .* of bubble harvested' "$D/out_cmd" && grep -q '"side_steps":[1-9]' "$D/m_cmd.jsonl" \
+grep -q 'side work: .* harvested; unused' "$D/out_cmd" && grep -q '"side_steps":[1-9]' "$D/m_cmd.jsonl" \
   && ok "side programs: the run reports the bubble harvested" || fail "side programs: the run reports the bubble harvested" "$(tail -4 "$D/out_cmd")"
 grep -q '"cat":"side"' "$D/side.json" && grep -q '"name":"thread_name","ph":"M","pid":0,"tid":3,"args":{"name":"side"}' "$D/side.json" \
   && ok "trace: side steps on their own track" || fail "trace: side steps on their own track" "no side spans in $D/side.json"

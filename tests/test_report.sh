@@ -79,6 +79,20 @@ awk 'BEGIN { for (s = 1; s <= 300; s++) if (s % 100 == 0) printf "{\"step\":%d,\
 "$P" report "$D/ev.jsonl" --out "$D/ev.html" >/dev/null 2>&1
 grep -q 'evaluation loss' "$D/ev.html" && [ "$(grep -A200 'evaluation loss' "$D/ev.html" | grep -m1 -c 'L[0-9]')" -ge 1 ] \
   && ok "report: a series logged every 100 steps is drawn as a line" || fail "report: a series logged every 100 steps is drawn as a line" "no segment"
+# eval_loss at the step whose weights it measured (eval_step), not at the line it came in: the
+# evaluations of steps 100 and 200 complete at steps 110 and 230, one of step 250 is an event
+awk 'BEGIN { for (s = 1; s <= 300; s++) if (s == 110 || s == 230) printf "{\"step\":%d,\"loss\":2,\"eval_loss\":%.1f,\"eval_step\":%d}\n", s, s == 110 ? 3 : 2.5, s == 110 ? 100 : 200; else printf "{\"step\":%d,\"loss\":2}\n", s }' > "$D/evs.jsonl"
+echo '{"event":"side_task","step":300,"what":"eval","message":"eval: the weights of step 250","eval_loss":2.2,"eval_step":250}' > "$D/evs.events.jsonl"
+"$P" report "$D/evs.jsonl" --out "$D/evs.html" >/dev/null 2>&1
+# the x of the step axis' tick label N in the evaluation chart, and the x of its curve's points
+evchart() { sed -n '/evaluation loss/,/<\/svg>/p' "$D/evs.html"; }
+tick_x() { evchart | grep -o "<text x=\"[0-9.]*\" y=\"[0-9.]*\" class=\"xt\">$1<" | sed 's/<text x="\([0-9.]*\)".*/\1/'; }
+pts=$(evchart | grep -o 'class="ln" stroke="[^"]*" d="[^"]*"' | sed 's/.* d="//; s/"$//; s/l0 0 //' | tr 'ML' '\n\n' | awk 'NF { print $1 }' | tr '\n' ' ')
+want="$(tick_x 100) $(tick_x 200) "
+[ -n "$(tick_x 100)" ] && [ "${pts#"$want"}" != "$pts" ] && [ "$(echo "$pts" | wc -w)" -eq 3 ] \
+  && ok "report: eval_loss drawn at eval_step (100, 200 and an event's 250), not where it was logged" \
+  || fail "report: eval_loss drawn at eval_step" "points at x = $pts; ticks 100, 200 at $want"
+check "report: ... the page is XML" xml_ok "$D/evs.html"
 gen 5 > "$D/u.jsonl"
 printf '{"event":"error","step":3,"message":"a\xff\xfe b \xc3"}\n{"event":"save","step":4,"message":"\\uffff"}\n' > "$D/u.events.jsonl"
 check "report: bytes that are not UTF-8" "$P" report "$D/u.jsonl" --out "$D/u.html"

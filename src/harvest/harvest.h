@@ -1,27 +1,27 @@
 /* Bubble harvesting: side tasks run in the idle time of a pipelined job's ranks (a receive whose
  * message has not arrived, a gradient reduction waiting for other ranks at the end of the
- * iteration) without delaying a ready action. A side task is a C object bound to one world rank
- * (a name, the memory it holds, init / step / done / free); the harvester is the executor's
- * wait hook (run_exec_cfg.on_wait): in each wait it runs steps of the rank's tasks while the idle
- * time predicted for that wait is longer than the next step's measured median, and returns as
- * soon as the awaited message arrives between steps. A process task (any program, task_command.c)
- * runs one step per wait: resumed (SIGCONT) at its start, stopped (SIGSTOP) before its
- * predicted end or at the arrival. Prediction: the simulator's wait for the action (costs
- * profiled in this run) plus the median of what the last steps measured beyond it.
- * Not here: the executor (run/), the trainer's flags, metrics and events (train/), the
- * evaluation's arithmetic (harvest/eval.h). docs/harvesting.md says more.
+ * iteration, the STEP's world reduction waiting for every rank) without delaying a ready
+ * action. A side task is a C object (a name, the memory it holds, init / step / done / free)
+ * bound to one world rank, or roaming over the ranks of its process; the harvester is the
+ * executor's wait hook (run_exec_cfg.on_wait): in each wait it runs steps of the rank's tasks
+ * while the wait's measured history says the next step will fit (harvest_policy), and returns
+ * as soon as the awaited message arrives between steps. A process task (any program,
+ * task_command.c) runs one slot per wait: resumed (SIGCONT) at its start, stopped (SIGSTOP) at
+ * the arrival or the end of its slot. Not here: the executor (run/), the trainer's flags,
+ * metrics and events (train/), the evaluation's arithmetic (harvest/eval.h).
+ * docs/harvesting.md says more.
  *
- * Threads: a task's step runs on its rank's thread during an iteration (the rank's own tasks
- * only); every other call, and the harvester's bookkeeping, on the main thread between
- * iterations (the rank threads are joined then). */
+ * Threads: a task's step runs on a rank's thread during an iteration (its rank's, or for a
+ * roaming task whichever rank holds it, one at a time); every other call, and the harvester's
+ * bookkeeping, on the main thread between iterations (the rank threads are joined then). */
 #ifndef PT_HARVEST_HARVEST_H
 #define PT_HARVEST_HARVEST_H
 #include "comm/comm.h"
 #include "run/executor.h"
 #include "sched/sched.h"
-#include "sim/sim.h"
 #include "trace/timeline.h"
 #include <stdbool.h>
+#include <stdio.h>
 
 /* What a step returns besides -1 (failure, with pt_seterr: the task is disabled and reported;
  * training goes on). */
@@ -107,6 +107,22 @@ typedef struct {
     char text[320];
 } harvest_note;
 
+/* Where the idle time of the waits went that side work did not use (harvest_stats.lost_s). */
+enum {
+    HARVEST_LOST_UNOFFERED,   /* never offered: over when the executor looked, or a wait the
+                               * executor does not offer */
+    HARVEST_LOST_NOTASK,      /* no active task on the rank (or paused) */
+    HARVEST_LOST_SHORT,       /* no step of the rank's tasks fitted in the whole wait */
+    HARVEST_LOST_PREDICT,     /* whole steps that would have fitted after the harvester gave
+                               * the rank back: the predicted wait was too short */
+    HARVEST_LOST_GRAIN,       /* the rest after the last step that fitted: less than a step */
+    HARVEST_LOST_IDLE,        /* the tasks had nothing to do */
+    HARVEST_LOST_OVERHEAD,    /* between steps: the offer, arrival checks, signals, wake-ups */
+    HARVEST_LOST_N
+};
+/* "unoffered", "no task", ...: for tables. */
+const char *harvest_lost_name(int k);
+
 /* Numbers of the last training step, from its merged timeline (root). */
 typedef struct {
     double side_s;          /* rank-seconds of side steps (each started inside a bubble) */
@@ -116,12 +132,44 @@ typedef struct {
     int steps;              /* side steps run */
     int offered;            /* waits offered to side work, and of them with steps run: */
     int used;
+    /* The waits' idle rank-seconds (from reaching the waiting action to when what it waited for
+     * was there, every wait of the schedule: RECV, REDUCE_GRAD, STEP), the side seconds inside
+     * it, and the rest by reason: idle_s = used_s + sum of lost_s. The reasons come from this
+     * process's ranks' records (MPI: the root's rank only; other ranks' idle is UNOFFERED). */
+    double idle_s, used_s;
+    double lost_s[HARVEST_LOST_N];
 } harvest_stats;
+
+/* How the harvester decides (harvest_policy_default(); bench/bench_harvest.c compares others). */
+typedef struct {
+    /* When a wait's next step may start. Fixed (0): the wait is predicted once, at its start,
+     * to last the wait_q quantile of its last 8 measured waits, and a step starts when its
+     * need fits in what is left of that. Conditional (1): a step starts while at least
+     * `survive` of the wait's last 16 measured waits that lasted as long as this one so far
+     * lasted the step's need longer; a process task's slot runs until the arrival or the
+     * longest of them. */
+    int conditional;
+    double wait_q;          /* fixed rule: 0.25, so a shorter wait than predicted is rare */
+    double survive;         /* conditional rule's probability (the start, when controlled) */
+    /* Conditional rule: > 0, `survive` follows the measured overrun (side seconds past
+     * arrivals per second of iteration, smoothed over steps): up while it is above this
+     * target, down while below, so the rule takes as much of the waits as the target allows. */
+    double overrun_target;
+    double step_q;          /* a step's need: this quantile of its kind's last 32 durations */
+    bool roam;              /* a task added without a rank runs in the waits of any rank of its
+                             * process, one rank at a time (else: of the rank it was given) */
+} harvest_policy;
+harvest_policy harvest_policy_default(void);
+/* The policy up to this change: fixed rule at wait_q 0.25, the median step, no roaming. */
+harvest_policy harvest_policy_fixed(void);
+/* Between steps. */
+void harvest_set_policy(harvest *h, const harvest_policy *p);
 
 /* An empty harvester; tasks are added, then started (harvest_start). */
 void harvest_create(harvest **out);
 /* Takes t (owned from now on, freed by harvest_free). Its rank: t->rank, or if -1 the next
- * world rank in turn (round-robin from 0). Returns the task's index. */
+ * world rank in turn (round-robin from 0) as its home, and it roams (harvest_policy.roam) over
+ * the ranks of the home's process. Returns the task's index. */
 int harvest_add(harvest *h, harvest_task *t);
 int harvest_count(const harvest *h);
 const harvest_task *harvest_task_at(const harvest *h, int i);
@@ -138,16 +186,23 @@ void harvest_pause(harvest *h, int paused);
 /* The executor's wait hook: pass harvest_on_wait and h as run_opts.on_wait / wait_user. */
 int harvest_on_wait(void *user, run_wait *w);
 /* After each training step, on every process (collective over world when non-NULL, MPI): root
- * (tl: the step's merged timeline, times from its start, send links set; costs: profiled, or
- * NULL) measures the waits and the side work (into *out) and updates the predictions; every
- * process gets them, runs its tasks' done(), measures tasks that have no step time yet (one step
- * now), and queues notes. -1 only when world's communication fails. */
-int harvest_after_step(harvest *h, const timeline *tl, const sim_costs *costs, comm *world,
-                       harvest_stats *out);
-/* Whether the next harvest_after_step will run the simulator (then pass it profiled costs). */
-int harvest_wants_costs(const harvest *h);
+ * (tl: the step's merged timeline, times from its start, send links set) measures the waits
+ * and the side work (into *out) and updates the predictions; every process gets them, runs its
+ * tasks' done(), measures tasks that have no step time yet (one step now), and queues notes.
+ * -1 only when world's communication fails. */
+int harvest_after_step(harvest *h, const timeline *tl, comm *world, harvest_stats *out);
+/* From now on, harvest_after_step writes one line per wait of the step to f (root; NULL: off):
+ * step, rank, action, predicted and measured idle, whether offered, side steps and seconds, why
+ * the harvester gave the rank back, the step that did not fit, the idle left after that, the
+ * overrun (ms). For finding where unused bubble goes (bench/bench_harvest.c --waits). */
+void harvest_set_log(harvest *h, FILE *f);
 /* The next queued note (1), or 0 when none. */
 int harvest_next_note(harvest *h, harvest_note *out);
+/* Task i roams over the ranks of its process (added without a rank, a process with more than
+ * one rank, and the policy lets it); its rank is then its home, where it is reported. */
+int harvest_task_roams(const harvest *h, int i);
+/* The sums of every harvest_after_step's numbers so far (root's; steps while paused included). */
+void harvest_run_totals(const harvest *h, harvest_stats *out);
 /* Over the run, per task: steps, seconds of steps, median step seconds (kind 0; -1: none). */
 void harvest_task_totals(const harvest *h, int i, long *steps, double *secs, double *median);
 /* Frees every task (killing their processes) and the harvester. NULL is fine. */

@@ -1,16 +1,17 @@
-/* How long each wait of each rank will last, and what side work did in the last step. A wait
- * is an action the executor offers (harvest.h): a RECV, or a REDUCE_GRAD waiting for other
- * ranks. Its idle time is from when the rank reached the action to when what it waits for was
- * there: a message's send (the transports hand a message over at its isend, which the merged
- * timeline links to the RECV), or the latest post of another rank's reduction. Side work does
- * not stretch it: a side step that runs past the arrival counts as overrun, not as idle.
+/* How long each wait of each rank lasts, and what side work did in the last step. A wait is an
+ * action the executor offers (harvest.h): a RECV, a REDUCE_GRAD waiting for other ranks, or a
+ * STEP waiting for every rank at the world reduction. Its idle time is from when the rank
+ * reached the action to when what it waits for was there: a message's send (the transports
+ * hand a message over at its isend, which the merged timeline links to the RECV), the latest
+ * post of another rank's reduction, or the latest start of a rank's STEP. Side work does not
+ * stretch it: a side step that runs past the arrival counts as overrun, not as idle.
  *
- * Prediction of the idle of action i on world rank w (pipeline rank p = w mod P):
- *   pred = max(0, sim[p][i] + the HV_QUANTILE quantile over the last HV_HISTORY steps of
- *                             (measured - sim)),
- * sim being the simulator's wait (end - ready of its RECV) from the costs profiled so far,
- * recomputed at steps 1, 2, 4, ... 32 and every 50th. Before any step is measured: 0 (the first
- * step is the warm-up; no side work). */
+ * What the ranks get after each step (the root's numbers, over world under MPI), per wait
+ * (world rank w, action i): the idle it measured in the last HV_HISTORY steps, ascending (the
+ * policy's conditional rule reads them: harvest.c), and the fixed rule's prediction, the
+ * wait_q quantile of the last HV_FIXED_STEPS of them. Before any step is measured: none (the
+ * first step is the warm-up; no side work). The simulator is not asked: its wait for an action
+ * is a constant that the quantile of (measured - simulated) added back cancels. */
 #include "harvest/harvest_int.h"
 #include "util/pt.h"
 #include <math.h>
@@ -25,22 +26,26 @@ void harvest_bind(harvest *h, const sched *s, int P) {
     for (int p = 0; p < s->n_ranks; p++)
         if (s->len[p] > h->L) h->L = s->len[p];
     size_t rl = (size_t)h->R * h->L;
-    h->pred = pt_calloc(rl, sizeof *h->pred);
-    h->sim = pt_calloc((size_t)P * h->L, sizeof *h->sim);
+    h->pred = pt_calloc(rl * (1 + HV_HISTORY) + 1, sizeof *h->pred);
+    h->samp = h->pred + rl;
     h->hist = pt_malloc(rl * HV_HISTORY * sizeof *h->hist);
-    for (size_t k = 0; k < rl * HV_HISTORY; k++) h->hist[k] = NAN;
+    h->offers = pt_calloc(rl, sizeof *h->offers);
+    for (size_t k = 0; k < rl * HV_HISTORY; k++) h->hist[k] = h->samp[k] = NAN;
     h->n_hist = 0;
 }
 
 void hv_predict_free(harvest *h) {
     free(h->pred);
-    free(h->sim);
     free(h->hist);
-    h->pred = h->sim = h->hist = NULL;
+    free(h->offers);
+    h->pred = h->samp = h->hist = NULL;
+    h->offers = NULL;
     h->s = NULL;
 }
 
-static int hv_is_wait(sched_kind k) { return k == ACT_RECV_F || k == ACT_RECV_B || k == ACT_REDUCE_GRAD; }
+static int hv_is_wait(sched_kind k) {
+    return k == ACT_RECV_F || k == ACT_RECV_B || k == ACT_REDUCE_GRAD || k == ACT_STEP;
+}
 
 static int hv_same(const sched_action *a, const sched_action *b) {
     if (a->kind != b->kind || a->stage != b->stage) return 0;
@@ -60,10 +65,67 @@ static double hv_reduce_avail(const timeline *tl, const tl_event *e) {
     return t;
 }
 
+/* When every rank had reached its STEP (what the world reduction waits for): the latest start
+ * of a STEP event. */
+static double hv_step_avail(const timeline *tl) {
+    double t = -1;
+    for (int i = 0; i < tl->n; i++)
+        if (tl->ev[i].act.kind == ACT_STEP && tl->ev[i].stream != TL_SIDE && tl->ev[i].start > t)
+            t = tl->ev[i].start;
+    return t;
+}
+
+static const char *const HV_LOST_NAME[HARVEST_LOST_N] = {
+    "unoffered", "no task", "too short", "prediction", "grain", "tasks idle", "overhead",
+};
+
+const char *harvest_lost_name(int k) { return k >= 0 && k < HARVEST_LOST_N ? HV_LOST_NAME[k] : "?"; }
+
+static const char *const HV_WHY_NAME[] = { "none", "notask", "arrived", "fit", "idle" };
+
+/* One wait's idle [r0, av] (timeline times) and the side seconds inside it: what went unused,
+ * by reason, from the harvester's record of the offer (o; NULL: another process's rank).
+ * Returns the idle left after the harvester gave the rank back (for the log). */
+static double hv_account(const hv_offer *o, double r0, double av, double used, harvest_stats *out) {
+    double idle = fmax(0, av - r0), rest = fmax(0, idle - used), after = 0;
+    out->idle_s += idle;
+    out->used_s += idle - rest;
+    if (!o || o->why == HV_WHY_NONE || o->why == HV_WHY_NOTASK) {
+        out->lost_s[o && o->why == HV_WHY_NOTASK ? HARVEST_LOST_NOTASK : HARVEST_LOST_UNOFFERED] += rest;
+        return rest;
+    }
+    after = fmin(rest, fmax(0, av - (r0 + (o->stop - o->since))));   /* the offer began at r0 */
+    out->lost_s[HARVEST_LOST_OVERHEAD] += rest - after;
+    if (o->why == HV_WHY_FIT && o->steps == 0 && after < o->need) out->lost_s[HARVEST_LOST_SHORT] += after;
+    else if (o->why == HV_WHY_FIT) {
+        double whole = floor(after / o->need) * o->need;
+        out->lost_s[HARVEST_LOST_PREDICT] += whole;
+        out->lost_s[HARVEST_LOST_GRAIN] += after - whole;
+    } else out->lost_s[o->why == HV_WHY_IDLE ? HARVEST_LOST_IDLE : HARVEST_LOST_OVERHEAD] += after;
+    return after;
+}
+
+/* The side events of a wait (events [k0, k1) of rank w's, before its action's event): their
+ * seconds, inside [r0, av], past av; counted into out. */
+static void hv_side_of(const timeline *tl, int w, int k0, int k1, double r0, double av,
+                       double *secs, double *inside, double *over, harvest_stats *out) {
+    *secs = *inside = *over = 0;
+    for (int k = k0; k >= 0 && k < k1; k++) {
+        const tl_event *s = &tl->ev[k];
+        if (s->rank != w || s->stream != TL_SIDE) continue;
+        *secs += s->end - s->start;
+        *inside += fmax(0, fmin(s->end, av) - fmax(s->start, r0));
+        *over += fmax(0, s->end - fmax(s->start, av));
+        out->steps++;
+    }
+    out->side_s += *secs;
+    out->overrun_s += *over;
+}
+
 /* One rank's events in order: its actions (one event each, in list order) with the side events
  * of each wait just before the waiting action's event. */
 static void hv_measure_rank(harvest *h, const timeline *tl, int w, const double *avail,
-                            harvest_stats *out) {
+                            double step_avail, harvest_stats *out) {
     int p = w % h->P, len = h->s->len[p], j = 0, slot = h->n_hist % HV_HISTORY;
     int side0 = -1, side_n = 0;        /* the side events since the last action's event */
     double reached = -1;                /* latest end of an earlier action's event */
@@ -77,65 +139,57 @@ static void hv_measure_rank(harvest *h, const timeline *tl, int w, const double 
         }
         if (j >= len || !hv_same(&e->act, &h->s->acts[p][j])) return;   /* not this list: skip */
         double r0 = e->stream == TL_SEND && e->act.kind == ACT_REDUCE_GRAD ? reached : e->ready;
-        double av = e->act.kind == ACT_REDUCE_GRAD ? hv_reduce_avail(tl, e) : avail[i] >= 0 ? avail[i] : e->end;
+        double av = e->act.kind == ACT_REDUCE_GRAD ? hv_reduce_avail(tl, e)
+                  : e->act.kind == ACT_STEP ? fmax(step_avail, e->start)
+                  : avail[i] >= 0 ? avail[i] : e->end;
         if (r0 < 0) r0 = e->ready;
-        hist[(size_t)j * HV_HISTORY + slot] =
-            hv_is_wait(e->act.kind) ? fmax(0, av - r0) - h->sim[(size_t)p * h->L + j] : NAN;
-        for (int k = side0; side_n > 0 && k < i; k++) {
-            const tl_event *s = &tl->ev[k];
-            if (s->rank != w || s->stream != TL_SIDE) continue;
-            out->side_s += s->end - s->start;
-            out->overrun_s += fmax(0, s->end - fmax(s->start, av));
-            out->steps++;
-        }
+        int wait = hv_is_wait(e->act.kind);
+        hist[(size_t)j * HV_HISTORY + slot] = wait ? fmax(0, av - r0) : NAN;
+        double secs, inside, over;
+        hv_side_of(tl, w, side_n ? side0 : -1, i, r0, av, &secs, &inside, &over, out);
         side_n = 0;
+        if (wait) {
+            const hv_offer *o = w >= h->lo && w < h->hi ? &h->offers[(size_t)w * h->L + j] : NULL;
+            double after = hv_account(o, r0, av, inside, out);
+            h->ctl_over += over;
+            char b[32];
+            if (h->log && (av > r0 || secs > 0))
+                fprintf(h->log, "%ld %d %d %s pred %.3f idle %.3f steps %d side %.3f why %s need %.3f "
+                        "after %.3f over %.3f\n", h->n_after + 1, w, j, sched_action_str(&e->act, b, sizeof b),
+                        o ? o->pred * 1e3 : -1, fmax(0, av - r0) * 1e3, o ? o->steps : 0, secs * 1e3,
+                        HV_WHY_NAME[o ? o->why : 0], o ? o->need * 1e3 : 0, after * 1e3, over * 1e3);
+        }
         if (e->end > reached) reached = e->end;
         j++;
     }
 }
 
-void hv_measure(harvest *h, const timeline *tl, harvest_stats *out) {
-    double *avail = pt_malloc(sizeof *avail * (size_t)(tl->n + 1));
+double hv_measure(harvest *h, const timeline *tl, harvest_stats *out) {
+    double *avail = pt_malloc(sizeof *avail * (size_t)(tl->n + 1)), span = 0;
+    h->ctl_over = 0;
     for (int i = 0; i < tl->n; i++) avail[i] = -1;
+    for (int i = 0; i < tl->n; i++) span = fmax(span, tl->ev[i].end);
     for (int i = 0; i < tl->n; i++) {
         const tl_event *e = &tl->ev[i];
         if (e->stream == TL_SEND && e->link >= 0 && e->link < tl->n &&
             (e->act.kind == ACT_SEND_F || e->act.kind == ACT_SEND_B))
             avail[e->link] = e->start;
     }
+    double step_avail = hv_step_avail(tl);
+    if (h->log) fprintf(h->log, "# step %ld: survive %.3f, smoothed overrun %.4f\n", h->n_after + 1,
+                        h->survive, h->ema_over);
     for (int w = 0; w < h->R; w++) {
         double *hist = h->hist + (size_t)w * h->L * HV_HISTORY;
         for (int j = 0; j < h->L; j++) hist[(size_t)j * HV_HISTORY + h->n_hist % HV_HISTORY] = NAN;
-        hv_measure_rank(h, tl, w, avail, out);
+        hv_measure_rank(h, tl, w, avail, step_avail, out);
     }
     free(avail);
     h->n_hist++;
+    return span;
 }
 
-/* Steps after which the simulator runs again: 1, 2, 4, ..., 32, then every 50th. */
-static int hv_sim_due(long n) {
-    long k = n + 1;
-    return (k <= 32 && (k & (k - 1)) == 0) || k % 50 == 0;
-}
-
-int harvest_wants_costs(const harvest *h) { return h->s && hv_sim_due(h->n_after); }
-
-void hv_simulate(harvest *h, const sim_costs *c) {
-    if (!hv_sim_due(h->n_after)) return;
-    sim_opts so = { .iterations = 1 };
-    sim_result res;
-    if (sim_run(h->s, c, &so, &res) < 0) return;   /* keep the last prediction */
-    memset(h->sim, 0, sizeof *h->sim * (size_t)h->P * h->L);
-    for (int i = 0; i < res.tl.n; i++) {
-        const tl_event *e = &res.tl.ev[i];
-        if (e->stream != TL_RECV || e->rank < 0 || e->rank >= h->P) continue;
-        for (int j = 0; j < h->s->len[e->rank]; j++)
-            if (hv_same(&e->act, &h->s->acts[e->rank][j])) {
-                h->sim[(size_t)e->rank * h->L + j] = e->end - e->ready;
-                break;
-            }
-    }
-    sim_result_free(&res);
+void hv_offers_reset(harvest *h) {
+    for (size_t k = 0; h->offers && k < (size_t)h->R * h->L; k++) h->offers[k].why = HV_WHY_NONE;
 }
 
 static int hv_cmp(const void *a, const void *b) {
@@ -143,29 +197,43 @@ static int hv_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The HV_QUANTILE quantile of the non-NaN entries of v[0..n) (the lower of the two around it); 0
- * when there are none. */
-static double hv_quantile_finite(const double *v, int n) {
-    double tmp[HV_HISTORY];
+/* The non-NaN entries of the last `steps` slots of ring v (slot of the newest: `last`) into out,
+ * ascending. Returns how many. */
+static int hv_recent(const double *v, int last, int steps, double *out) {
     int m = 0;
-    for (int k = 0; k < n; k++)
-        if (!isnan(v[k])) tmp[m++] = v[k];
-    if (!m) return 0;
-    qsort(tmp, (size_t)m, sizeof *tmp, hv_cmp);
-    return tmp[(int)(HV_QUANTILE * (m - 1))];
+    for (int k = 0; k < steps && k < HV_HISTORY; k++) {
+        double x = v[(last - k + HV_HISTORY) % HV_HISTORY];
+        if (!isnan(x)) out[m++] = x;
+    }
+    qsort(out, (size_t)m, sizeof *out, hv_cmp);
+    return m;
 }
 
 int hv_predict(harvest *h, int root, comm *world) {
     size_t rl = (size_t)h->R * h->L;
-    for (int w = 0; w < h->R && root; w++) {
-        int p = w % h->P;
-        for (int j = 0; j < h->L; j++) {
-            const double *v = h->hist + ((size_t)w * h->L + j) * HV_HISTORY;
-            double s = h->sim[(size_t)p * h->L + j];
-            h->pred[(size_t)w * h->L + j] = h->n_hist ? fmax(0, s + hv_quantile_finite(v, HV_HISTORY)) : 0;
-        }
+    int last = (h->n_hist + HV_HISTORY - 1) % HV_HISTORY;
+    for (size_t wj = 0; wj < rl && root; wj++) {
+        const double *v = h->hist + wj * HV_HISTORY;
+        double tmp[HV_HISTORY], *samp = h->samp + wj * HV_HISTORY;
+        int m = h->n_hist ? hv_recent(v, last, HV_FIXED_STEPS, tmp) : 0;
+        h->pred[wj] = m ? fmax(0, tmp[(int)(h->pol.wait_q * (m - 1))]) : 0;
+        m = h->n_hist ? hv_recent(v, last, HV_HISTORY, samp) : 0;
+        for (int k = m; k < HV_HISTORY; k++) samp[k] = NAN;
     }
-    if (!world || world->size == 1) return 0;
-    if (!root) memset(h->pred, 0, rl * sizeof *h->pred);
-    return comm_allreduce_f64(world, h->pred, rl);   /* the root's numbers, everywhere */
+    size_t n = rl * (1 + HV_HISTORY) + 1;   /* and the threshold in force, last */
+    h->pred[n - 1] = root ? h->survive : 0;
+    if (world && world->size > 1) {
+        if (!root) memset(h->pred, 0, n * sizeof *h->pred);
+        if (comm_allreduce_f64(world, h->pred, n) < 0) return -1;   /* the root's, everywhere */
+    }
+    h->survive = h->pred[n - 1];
+    return 0;
+}
+
+void hv_control(harvest *h, double iter_s) {
+    if (!h->pol.conditional || h->pol.overrun_target <= 0 || iter_s <= 0 || h->n_hist < HV_FIXED_STEPS) return;
+    double frac = h->ctl_over / iter_s, risk = 1 - h->survive;
+    h->ema_over = h->ema_over < 0 ? frac : (1 - HV_EMA) * h->ema_over + HV_EMA * frac;
+    risk *= h->ema_over > h->pol.overrun_target ? HV_RISK_DOWN : HV_RISK_UP;
+    h->survive = fmin(HV_SURVIVE_MAX, fmax(HV_SURVIVE_MIN, 1 - risk));
 }

@@ -8,7 +8,10 @@
  * Files of one run (PATH = the metrics file, one JSON line per step; a save folder DIR means
  * DIR/metrics.jsonl):
  *   PATH                        {"step":..,"loss":..,"lr":..,"grad_norm":..,"tokens_per_s":..,
- *                                "step_ms":..[,"bubble_fraction":..][,"eval_loss":..]}
+ *                                "step_ms":..[,"bubble_fraction":..][,"eval_loss":..,"eval_step":..]}
+ *                               (eval_loss is drawn at eval_step, the step whose weights it
+ *                               measured, not at the step whose line it came in; without
+ *                               eval_step, at the line's step)
  *   PATH less .jsonl + .events.jsonl   one JSON line per event: {"event":KIND,"step":N,...}
  *   PATH less .jsonl + .html           the report the trainer writes
  * Event kinds: "start" (layout, model, machine; metrics_offset: the metrics file's size when the
@@ -39,6 +42,9 @@ typedef struct {
     double *val[REP_N_SERIES];  /* [n] each; NAN where a line lacks the key, -INFINITY where its
                                  * value is not a finite number (drawn as a gap) */
     int n, cap;
+    long *eval_at;              /* [n_eval] while loading: held-out losses and the steps whose */
+    double *eval_val;           /* weights they measured (placed at those steps, then freed) */
+    int n_eval, cap_eval;
     report_event *ev;           /* [n_ev] in file order, then the ones found in the metrics */
     int n_ev, cap_ev;
     cJSON *start;               /* the last "start" event (layout, model, machine), or NULL */

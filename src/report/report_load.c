@@ -112,16 +112,58 @@ static void report_mark_nan(report_run *r, long step) {
     r->ev[r->n_ev - 1].step_end = step;
 }
 
+#define REPORT_MAX_STEP 9007199254740992.0   /* 2^53: steps are whole numbers below it */
+
+/* The value of key in o when it is a whole number in [0, 2^53), else -1. */
+static long report_whole(const cJSON *o, const char *key) {
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(st) || !(st->valuedouble >= 0 && st->valuedouble < REPORT_MAX_STEP) ||
+        st->valuedouble != floor(st->valuedouble))
+        return -1;
+    return (long)st->valuedouble;
+}
+
+/* The value of a series' key: NAN when absent, -INFINITY when not a finite number. */
+static double report_value(const cJSON *v) {
+    if (!v) return NAN;
+    return cJSON_IsNumber(v) && fabs(v->valuedouble) <= REPORT_MAX_ABS ? v->valuedouble : -INFINITY;
+}
+
+/* A held-out loss of the weights of step `at`, kept until the steps are sorted (report_place_evals). */
+static void report_add_eval(report_run *r, long at, double v) {
+    if (r->n_eval == r->cap_eval) {
+        r->cap_eval = r->cap_eval ? 2 * r->cap_eval : 16;
+        long *a = pt_malloc(sizeof *a * (size_t)r->cap_eval);
+        double *x = pt_malloc(sizeof *x * (size_t)r->cap_eval);
+        if (r->n_eval) {
+            memcpy(a, r->eval_at, sizeof *a * (size_t)r->n_eval);
+            memcpy(x, r->eval_val, sizeof *x * (size_t)r->n_eval);
+        }
+        free(r->eval_at);
+        free(r->eval_val);
+        r->eval_at = a;
+        r->eval_val = x;
+    }
+    r->eval_at[r->n_eval] = at;
+    r->eval_val[r->n_eval++] = v;
+}
+
 /* One step line into the run (in file order; sorted and de-duplicated later). A key that is
- * absent is NAN (skipped when drawn); one that is not a finite number is -INFINITY (a gap). */
+ * absent is NAN (skipped when drawn); one that is not a finite number is -INFINITY (a gap). An
+ * eval_loss with its eval_step waits to be drawn at that step (the evaluation completes steps
+ * after the weights it measured). */
 static void report_add_step(report_run *r, const cJSON *o, long step) {
     report_grow(r);
     r->step[r->n] = step;
     for (int k = 0; k < REP_N_SERIES; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, SERIES_KEY[k]);
-        int good = cJSON_IsNumber(v) && fabs(v->valuedouble) <= REPORT_MAX_ABS;
-        r->val[k][r->n] = !v ? NAN : good ? v->valuedouble : -INFINITY;
-        if (k == REP_LOSS && v && !good) report_mark_nan(r, step);
+        r->val[k][r->n] = report_value(v);
+        if (k == REP_LOSS && v && !isfinite(r->val[k][r->n])) report_mark_nan(r, step);
+    }
+    long at = report_whole(o, "eval_step");
+    if (at >= 0 && !isnan(r->val[REP_EVAL_LOSS][r->n])) {
+        report_add_eval(r, at, r->val[REP_EVAL_LOSS][r->n]);
+        r->val[REP_EVAL_LOSS][r->n] = NAN;
     }
     r->n++;
 }
@@ -158,6 +200,43 @@ static void report_dedup(report_run *r) {
     free(idx);
 }
 
+/* Index of step s in the sorted steps [0, n), or -1. */
+static int report_find_step(const report_run *r, int n, long s) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (r->step[mid] < s) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && r->step[lo] == s ? lo : -1;
+}
+
+/* After the steps are sorted: each held-out loss at the step whose weights it measured (a later
+ * one of the same step wins: file order), a row of its own when no line has that step. */
+static void report_place_evals(report_run *r) {
+    int n0 = r->n, added = 0;
+    for (int i = 0; i < r->n_eval; i++) {
+        long at = r->eval_at[i];
+        int j = report_find_step(r, n0, at);
+        for (int k = n0; j < 0 && k < r->n; k++)
+            if (r->step[k] == at) j = k;
+        if (j < 0) {
+            report_grow(r);
+            j = r->n++;
+            r->step[j] = at;
+            for (int k = 0; k < REP_N_SERIES; k++) r->val[k][j] = NAN;
+            added = 1;
+        }
+        r->val[REP_EVAL_LOSS][j] = r->eval_val[i];
+    }
+    free(r->eval_at);
+    free(r->eval_val);
+    r->eval_at = NULL;
+    r->eval_val = NULL;
+    r->n_eval = r->cap_eval = 0;
+    if (added) report_dedup(r);   /* sorts the new rows in; no step repeats */
+}
+
 /* Parses one line. NULL when it is not a JSON object. */
 static cJSON *report_parse_line(const char *line) {
     char *clean = report_null_nonfinite(line);
@@ -167,8 +246,6 @@ static cJSON *report_parse_line(const char *line) {
     return o;
 }
 
-#define REPORT_MAX_STEP 9007199254740992.0   /* 2^53: steps are whole numbers below it */
-
 /* A line cut short by a crash: an object that was never closed. */
 static int report_is_cut(const char *line) {
     size_t n = strlen(line);
@@ -177,13 +254,7 @@ static int report_is_cut(const char *line) {
 }
 
 /* The step of a metrics line, or -1 when it has none that is a whole number in [0, 2^53). */
-static long report_line_step(const cJSON *o) {
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
-    if (!cJSON_IsNumber(st) || !(st->valuedouble >= 0 && st->valuedouble < REPORT_MAX_STEP) ||
-        st->valuedouble != floor(st->valuedouble))
-        return -1;
-    return (long)st->valuedouble;
-}
+static long report_line_step(const cJSON *o) { return report_whole(o, "step"); }
 
 static void report_take_event(report_run *r, cJSON *o);
 
@@ -264,6 +335,9 @@ static void report_take_event(report_run *r, cJSON *o) {
     if (!strncmp(m, prefix, strlen(prefix))) m += strlen(prefix);   /* said once */
     snprintf(t, sizeof t, "%s%s%s%s", prefix, k->valuestring, *m ? ": " : "", m);
     if (report_has_event(r, step, k->valuestring, t)) return;   /* a checkpoint saved again */
+    long at = report_whole(o, "eval_step");   /* an evaluation reported as an event */
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "eval_loss");
+    if (at >= 0 && ev) report_add_eval(r, at, report_value(ev));
     if (!strcmp(k->valuestring, "resume") && report_merge_resume(r, step, t)) return;
     if (strcmp(k->valuestring, "start") && strcmp(k->valuestring, "end"))
         report_add_event(r, step, k->valuestring, t);
@@ -293,6 +367,7 @@ static long report_read_events(report_run *r, const char *metrics) {
             cJSON_IsNumber(off) && off->valuedouble >= 0) {
             from = (long)off->valuedouble;   /* a fresh run: forget the earlier run's events */
             r->n_ev = 0;
+            r->n_eval = 0;
         }
         if (o) report_take_event(r, o);
         cJSON_Delete(o);
@@ -341,6 +416,7 @@ int report_run_load(report_run *r, const char *path) {
         return -1;
     }
     report_dedup(r);
+    report_place_evals(r);
     report_read_svg(r, metrics);
     return 0;
 }
@@ -349,6 +425,8 @@ void report_run_free(report_run *r) {
     free(r->step);
     for (int k = 0; k < REP_N_SERIES; k++) free(r->val[k]);
     free(r->ev);
+    free(r->eval_at);
+    free(r->eval_val);
     cJSON_Delete(r->start);
     cJSON_Delete(r->end);
     free(r->svg);

@@ -8,7 +8,14 @@
  * gradient (stage order), then the transport sums ranks in rank order, element by element, so
  * neither buckets nor slices nor the time a reduction starts change a bit. The norm's sum of
  * squares is taken per (bucket, slice) and added in that order, whoever computed the pieces, so
- * --zero 0 and --zero 1 give the same norm, bitwise. Groups are handled in one global order. */
+ * --zero 0 and --zero 1 give the same norm, bitwise. Groups are handled in one global order.
+ *
+ * Waits offered to side work (cfg.on_wait, as exec_comm.c offers a receive's): the final
+ * reduction of --no-overlap (the rank's last REDUCE_GRAD, waiting for the groups' other
+ * members) and the STEP's world reduction (waiting for every rank to reach it). The latter is
+ * a blocking allreduce, so with on_wait set every rank first tells every other that it has
+ * arrived (a byte each) and offers the wait for their messages; the numbers are still the
+ * allreduce's, bitwise. */
 #include "run/exec_int.h"
 #include "util/pt.h"
 #include <math.h>
@@ -77,7 +84,106 @@ int exec_wait_group(run_exec *e, exec_group *gr) {
     return 0;
 }
 
+/* ---- waits offered to side work --------------------------------------------------------------- */
+
+/* The arrival messages' tag: above the executor's (< 32000, run_plan.c), below the job's
+ * gathers (32100 on, run_job.c). */
+#define EXEC_TAG_ARRIVAL 32050
+
+typedef struct { run_exec *e; comm_req **req; int n; } exec_idle;
+
+static void exec_idle_record(run_wait *w, int task, double t0, double t1) {
+    exec_idle *x = w->priv;
+    tl_event ev = { .act = { .stage = -1, .kind = ACT_N_KINDS, .mb = task }, .rank = w->world_rank,
+                    .stream = TL_SIDE, .peer = -1, .link = -1, .ready = t0, .start = t0, .end = t1 };
+    timeline_push(&x->e->tl, &ev);
+}
+
+/* Every posted group's reduction is complete (testing progresses them). */
+static int exec_idle_groups(run_wait *w) {
+    exec_idle *x = w->priv;
+    if (exec_poll_groups(x->e) < 0) return -1;
+    for (int k = 0; k < x->e->n_grp; k++)
+        if (x->e->grp[k].posted && x->e->grp[k].done_t == 0) return 0;
+    return 1;
+}
+
+/* Every other rank's arrival message is here (a test that says so frees its request). */
+static int exec_idle_arrivals(run_wait *w) {
+    exec_idle *x = w->priv;
+    int left = 0;
+    for (int k = 0; k < x->n; k++) {
+        int done = 0;
+        if (x->req[k] && comm_test(x->e->c.world, x->req[k], &done) < 0) return -1;
+        if (done) x->req[k] = NULL;
+        left += x->req[k] != NULL;
+    }
+    return left == 0;
+}
+
+/* Offers the wait of action i (arrived: what it waits for) to cfg.on_wait unless it is over
+ * already. 0, or -1 when the job failed meanwhile. */
+static int exec_idle_offer(run_exec *e, int i, int (*arrived)(run_wait *), comm_req **req, int n) {
+    exec_idle x = { e, req, n };
+    run_wait w = { .world_rank = e->c.world_rank, .action = i, .act = e->c.s->acts[e->p][i],
+                   .since = pt_now(), .arrived = arrived, .record = exec_idle_record, .priv = &x };
+    int got = arrived(&w);
+    if (got != 0) return got < 0 ? -1 : 0;
+    return e->c.on_wait(e->c.wait_user, &w);
+}
+
+/* Index of the rank's STEP action, or -1 (a list without one reduces at its end). */
+static int exec_step_index(const run_exec *e) {
+    for (int i = e->c.s->len[e->p] - 1; i >= 0; i--)
+        if (e->c.s->acts[e->p][i].kind == ACT_STEP) return i;
+    return -1;
+}
+
+/* Completes (or, after a failure, drops) every request of req[0..n). */
+static int exec_finish_reqs(run_exec *e, comm_req **req, int n, int failed) {
+    int rc = failed ? -1 : 0;
+    for (int k = 0; k < n; k++) {
+        int done = 0;
+        if (!req[k]) continue;
+        if (failed) comm_test(e->c.world, req[k], &done);
+        else if (comm_wait(e->c.world, req[k], e->c.timeout) < 0) rc = -1, failed = 1;
+        req[k] = NULL;
+    }
+    return rc;
+}
+
+/* Synchronous schedules with on_wait: every rank tells every other that it reached its norm (a
+ * byte to each, once per iteration on every rank) and offers the wait for theirs when it has a
+ * STEP (the action waiting); a message is handed over when both sides have posted, so the
+ * last rank to arrive waits for nothing and nobody's side work delays another's arrival. */
+static int exec_world_arrival(run_exec *e) {
+    int R = e->c.world->size, me = e->c.world->rank, n = 0, rc = 0;
+    if (!e->c.on_wait || e->async || R == 1) return 0;
+    static const char one = 1;        /* read by receivers until the sends complete */
+    char *got = pt_calloc((size_t)R, 1);
+    comm_req **req = pt_calloc(2 * (size_t)R, sizeof *req), **sent = req + R;
+    for (int r = 0; r < R && rc == 0; r++) {
+        if (r == me) continue;
+        rc = comm_irecv(e->c.world, r, EXEC_TAG_ARRIVAL, &got[r], 1, &req[n]);
+        if (rc == 0) rc = comm_isend(e->c.world, r, EXEC_TAG_ARRIVAL, &one, 1, &sent[n]);
+        n++;
+    }
+    int i = exec_step_index(e);
+    if (rc == 0 && i >= 0) rc = exec_idle_offer(e, i, exec_idle_arrivals, req, n);
+    rc = exec_finish_reqs(e, req, n, rc < 0);
+    if (exec_finish_reqs(e, sent, n, rc < 0) < 0) rc = -1;
+    free(req);
+    if (rc == 0) free(got);           /* after a failure a receive may still land in it */
+    return rc < 0 ? pt_adderr("rank %d: waiting for every rank at the step: ", e->c.world_rank) : 0;
+}
+
+/* --no-overlap's final reduction (the last REDUCE_GRAD, before the step) is offered when a group
+ * still waits for other members. */
 int exec_wait_all(run_exec *e) {
+    int i = e->last_reduce;
+    if (e->c.on_wait && !e->c.overlap && !e->stepped && !e->async && i >= 0 &&
+        exec_idle_offer(e, i, exec_idle_groups, NULL, 0) < 0)
+        return -1;
     for (int k = 0; k < e->n_grp; k++)
         if (exec_wait_group(e, &e->grp[k]) < 0) return -1;
     return 0;
@@ -159,6 +265,7 @@ static int exec_group_sumsq(run_exec *e, const exec_group *gr, double *out) {
 }
 
 int exec_norm(run_exec *e) {
+    if (exec_world_arrival(e) < 0) return -1;
     for (int k = 0; k < e->n_grp; k++) {
         double s;
         if (exec_group_sumsq(e, &e->grp[k], &s) < 0) return pt_adderr("rank %d: gradient norm: ", e->c.world_rank);

@@ -7,7 +7,6 @@
  * summary. Not here: the policy and the tasks (harvest/), the loop (trainer.c). */
 #include "train/trainer_int.h"
 #include "harvest/harvest_tasks.h"
-#include "sim/sim.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,26 +119,12 @@ static void side_notes(train_ctx *t, long step) {
     while (harvest_next_note(t->side.h, &n)) side_note(t, step, &n);
 }
 
-/* The costs profiled so far (root), when the harvester will run the simulator this step. */
-static sim_costs *side_costs(train_ctx *t, sim_costs *c) {
-    run_job *job = train_engine_job(t->e);
-    const run_plan *pl = train_engine_plan(t->e);
-    if (!t->root || !job || !pl || !harvest_wants_costs(t->side.h)) return NULL;
-    sim_costs_init(c, pl->s->n_stages, 0, 0, 0);
-    run_job_profile(job, c);
-    c->reduce_overlap = !pl->o.no_overlap;
-    return c;
-}
-
 int train_hook_side(train_ctx *t, long step, const train_step_stats *st, void *user) {
     train_side *sd = &t->side;
     run_job *job = train_engine_job(t->e);
     const timeline *tl = job && t->root ? run_job_timeline(job) : NULL;
-    sim_costs c, *cp = side_costs(t, &c);
     harvest_stats hs;
-    int rc = harvest_after_step(sd->h, tl, cp, t->o.world, &hs);
-    if (cp) sim_costs_free(cp);
-    if (rc < 0) return pt_adderr("step %ld: side work: ", step);
+    if (harvest_after_step(sd->h, tl, t->o.world, &hs) < 0) return pt_adderr("step %ld: side work: ", step);
     double bubble = st->bubble > 0 ? st->bubble * t->o.ro.P * t->o.ro.D * st->iter_time : 0;
     sd->bubble_s += bubble;
     sd->side_s += hs.side_s;
@@ -156,6 +141,7 @@ int train_hook_side(train_ctx *t, long step, const train_step_stats *st, void *u
         train_metric(t, "side_overrun_s", hs.overrun_s);
         train_metric(t, "side_steps", hs.steps);
         train_metric(t, "side_sync_s", hs.sync_s);
+        train_metric(t, "wait_idle_s", hs.idle_s);
     }
     side_notes(t, step);
     return 0;
@@ -274,38 +260,58 @@ static void side_task_line(const train_ctx *t, int i, double wall) {
     double secs, med;
     harvest_task_totals(t->side.h, i, &n, &secs, &med);
     if (k->rank < 0 || (t->o.world && k->rank != t->o.world->rank)) return;
+    char where[48];
+    if (harvest_task_roams(t->side.h, i)) snprintf(where, sizeof where, "on any rank");
+    else snprintf(where, sizeof where, "on rank %d", k->rank);
     if (!strcmp(k->vt->kind, "command"))
-        printf("  %s on rank %d: ran %.3f s in bubbles, %.1f%% of a core over the run's %.2f s "
-               "(alone: 100%%)\n", k->name, k->rank, secs, wall > 0 ? 100 * secs / wall : 0, wall);
+        printf("  %s %s: ran %.3f s in bubbles, %.1f%% of a core over the run's %.2f s "
+               "(alone: 100%%)\n", k->name, where, secs, wall > 0 ? 100 * secs / wall : 0, wall);
     else if (n > 0)   /* alone, back to back: a step per mean step time */
-        printf("  %s on rank %d: %ld steps, %.3f s: %.1f steps/s over the run against %.1f alone "
-               "(mean step %.1f us): %.1f%%\n", k->name, k->rank, n, secs, wall > 0 ? n / wall : 0,
+        printf("  %s %s: %ld steps, %.3f s: %.1f steps/s over the run against %.1f alone "
+               "(mean step %.1f us): %.1f%%\n", k->name, where, n, secs, wall > 0 ? n / wall : 0,
                n / secs, secs / n * 1e6, wall > 0 ? 100 * secs / wall : 0);
-    else printf("  %s on rank %d: %ld steps, %.3f s\n", k->name, k->rank, n, secs);
+    else printf("  %s %s: %ld steps, %.3f s\n", k->name, where, n, secs);
+}
+
+/* Where the waits' idle time that side work did not use went, as "reason 12.3%, ...". */
+static void side_lost_line(const harvest_stats *tot, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int k = 0; k < HARVEST_LOST_N && tot->idle_s > 0; k++) {
+        double f = tot->lost_s[k] / tot->idle_s;
+        if (f >= 0.0005 && at < n)
+            at += (size_t)snprintf(buf + at, n - at, "%s%s %.1f%%", at ? ", " : "", harvest_lost_name(k), 100 * f);
+    }
 }
 
 void train_side_end(train_ctx *t) {
     train_side *sd = &t->side;
     if (!sd->h || !t->root || sd->n_steps == 0) return;
-    double wall = pt_now() - t->t_start, frac = sd->bubble_s > 0 ? sd->side_s / sd->bubble_s : 0;
+    harvest_stats tot;
+    harvest_run_totals(sd->h, &tot);
+    double wall = pt_now() - t->t_start, frac = tot.idle_s > 0 ? tot.used_s / tot.idle_s : 0;
     double delay = sd->step_s > 0 ? (sd->overrun_s + sd->sync_s + sd->eval_sync_s) / sd->step_s : 0;
+    char lost[400];
+    side_lost_line(&tot, lost, sizeof lost);
     if (train_engine_job(t->e))
-        printf("side work: %.3f s of %.3f s of bubble harvested (%.1f%%) in %ld steps (%ld of %ld "
-               "waits used); overrun %.4f s, at step boundaries %.4f s: the main job waited about "
-               "%.2f%% of its %.2f s of steps for side work\n", sd->side_s, sd->bubble_s, 100 * frac,
+        printf("side work: %.3f s in bubbles, %.3f s of it inside the ranks' %.3f s of waiting (%.1f%% "
+               "harvested; unused: %s) in %ld steps (%ld of %ld waits used); overrun %.4f s, at step "
+               "boundaries %.4f s: the main job waited about %.2f%% of its %.2f s of steps for side "
+               "work\n", sd->side_s, tot.used_s, tot.idle_s, 100 * frac, lost[0] ? lost : "none",
                sd->steps, sd->used, sd->offered, sd->overrun_s, sd->sync_s + sd->eval_sync_s,
                100 * delay, sd->step_s);
     for (int i = 0; i < harvest_count(sd->h) && train_engine_job(t->e); i++) side_task_line(t, i, wall);
     cJSON *o = cJSON_CreateObject();
     char msg[240];
-    snprintf(msg, sizeof msg, "side work: %.1f%% of %.3f s of bubble harvested, main job waited %.2f%%",
-             100 * frac, sd->bubble_s, 100 * delay);
+    snprintf(msg, sizeof msg, "side work: %.1f%% of the %.3f s the ranks waited harvested, main job "
+             "waited %.2f%%", 100 * frac, tot.idle_s, 100 * delay);
     cJSON_AddStringToObject(o, "message", msg);
     cJSON_AddStringToObject(o, "what", "summary");
     cJSON_AddNumberToObject(o, "bubble_s", sd->bubble_s);
     cJSON_AddNumberToObject(o, "side_s", sd->side_s);
     cJSON_AddNumberToObject(o, "side_overrun_s", sd->overrun_s);
     cJSON_AddNumberToObject(o, "side_sync_s", sd->sync_s + sd->eval_sync_s);
+    cJSON_AddNumberToObject(o, "wait_idle_s", tot.idle_s);
     cJSON_AddNumberToObject(o, "harvested_fraction", frac);
     train_report_event(t, "side_task", t->o.steps, o);
 }
