@@ -204,7 +204,7 @@ int cli_train(int argc, char **argv) {
         {"--trace", OPT_STR, &o->trace, "pipelined: Chrome trace JSON of the last step, measured"},
         {"--svg", OPT_STR, &o->svg, "pipelined: SVG timeline of the last step, measured"},
         {"--plan", OPT_STR, &a.plan, "run the layout of a plan file (pipetrain plan --out plan.json)"},
-        {"--side-command", OPT_STR, &repeated_help, "[RANK:]CMD run in the bubbles of a rank (repeatable; default ranks in turn)"},
+        {"--side-command", OPT_STR, &repeated_help, "[RANK:]CMD run in the bubbles of a rank (repeatable; default: any rank of the process, one at a time)"},
         {"--side-task", OPT_STR, &repeated_help, "KIND[:ARGS] a side task from the registry (repeatable; busy:US, command:CMD)"},
         {"--side-mem", OPT_STR, &a.side_mem, "bytes (K/M/G) a side task may hold; a command over it is stopped"},
         {"--eval-data", OPT_STR, &o->eval_data, "held-out tokens: eval_loss of the weights of every --eval-every steps"},
