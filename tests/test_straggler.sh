@@ -99,7 +99,7 @@ grep -q '"split":"2,2"' "$D/s1/metrics.jsonl" && ok "adapt: metrics carry the sp
   && same "$D/s0/ckpt-10/chunk-1.safetensors" "$D/s1/ckpt-10/chunk-1.safetensors" \
   && ok "adapt: losses, norms, parameters and moments bitwise those of a run without faults or adaptation" \
   || fail "adapt: the same numbers" "$(numbers "$D/s1/metrics.jsonl" | tr '\n' ' ')"
-if train --steps 10 --stages 4 --microbatches 8 --schedule 1f1b --adapt --mem-limit 8 --slow-link 1-2:0.02@3-5 \
+if train --steps 14 --stages 4 --microbatches 8 --schedule 1f1b --adapt --mem-limit 8 --slow-link 1-2:0.02@3-5 \
      --metrics "$D/m4.jsonl" > "$D/a4.out" 2>&1 && said '[4-8]' 'link 1-2 ' "$D/a4.out" \
      && { [ $TIMING = 0 ] || grep -q 'back to 1f1b' "$D/a4.out"; }; then   # TSan: 4 ranks on 2 cores stay noisy
   ok "adapt: P=4, a slow middle link, from 1f1b and back"
