@@ -117,7 +117,8 @@ static void bf_splits(const gpt_config *cfg, const plan_cluster *k, plan_layout 
 }
 
 /* Every layout of one (tp, D): placement (node; mixed = one device of each class per pipeline
- * when given, at tp 1 and D = 2), microbatch size, schedule, recompute and split. */
+ * when given, at tp 1 and D = 2), microbatch size, schedule, recomputation (none, whole-stage,
+ * communication-free at tp >= 2), TP overlap (tp >= 2, B >= 2) and split. */
 static void bf_layouts(const gpt_config *cfg, const plan_cluster *k, long G, int T, const int *mixed2, int tp, int D,
                        double *best) {
     int P = k->n_devices / tp / D;
@@ -125,13 +126,15 @@ static void bf_layouts(const gpt_config *cfg, const plan_cluster *k, long G, int
         for (int B = 1; B <= G / D; B *= 2) {
             if ((G / D) % B) continue;
             for (size_t s = 0; s < sizeof BF_SCHEDS / sizeof BF_SCHEDS[0]; s++)
-                for (int rc = 0; rc < 2; rc++) {
-                    int K = P * BF_SCHEDS[s].v;
-                    if (K > cfg->n_layer) continue;
+                for (int mode = 0; mode < 6; mode++) {
+                    int K = P * BF_SCHEDS[s].v, rc = mode % 3;
+                    bool ov = mode >= 3;
+                    if (K > cfg->n_layer || (tp == 1 && (rc == 2 || ov)) || (ov && B == 1)) continue;
                     int split[64], dev[64];
                     for (int i = 0; i < k->n_devices; i++) dev[i] = pl ? mixed2[i] : i;
                     plan_layout p = { .P = P, .D = D, .tp = tp, .M = (int)(G / D / B), .mb_size = B, .T = T,
-                                      .chunks = BF_SCHEDS[s].v, .K = K, .recompute = rc, .split = split, .devices = dev };
+                                      .chunks = BF_SCHEDS[s].v, .K = K, .recompute = rc == 1, .tp_recompute = rc == 2,
+                                      .tp_overlap = ov, .split = split, .devices = dev };
                     snprintf(p.schedule, sizeof p.schedule, "%s", BF_SCHEDS[s].name);
                     bf_splits(cfg, k, &p, 0, cfg->n_layer, best);
                     p.split = NULL; p.devices = NULL;

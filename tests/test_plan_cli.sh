@@ -106,4 +106,21 @@ err=$($P simulate --config $CFG4 --cluster "$T/small-mem.json" --schedule 1f1b -
 echo "$err" | grep -q '2 of 2 ranks need more memory than their devices have' && ok cli_simulate_model_memory_note \
   || fail cli_simulate_model_memory_note "$err"
 
+# --tp-overlap and --tp-recompute: the model line, the JSON keys, and the layouts refused
+out=$($P simulate --config $CFG4 --cluster examples/cluster-8gpu.json --schedule 1f1b --stages 2 --microbatches 4 \
+  --microbatch-size 2 --seq 16 --tp 2 --tp-overlap --tp-recompute --json)
+echo "$out" | grep -q '"tp_overlap":true' && echo "$out" | grep -q '"tp_recompute":true' \
+  && ok cli_simulate_tp_overlap_recompute_json || fail cli_simulate_tp_overlap_recompute_json "$out"
+out=$($P simulate --config $CFG4 --cluster examples/cluster-8gpu.json --schedule 1f1b --stages 2 --microbatches 4 \
+  --microbatch-size 2 --seq 16 --tp 2 --tp-overlap --tp-recompute)
+echo "$out" | grep -q '^model .*recompute comm-free, tp-overlap,' && ok cli_simulate_tp_overlap_model_line \
+  || fail cli_simulate_tp_overlap_model_line "$out"
+expect_error cli_simulate_tp_overlap_needs_tp2 'tp_overlap needs tp >= 2' \
+  $P simulate --config $CFG4 --cluster examples/cluster-8gpu.json --schedule 1f1b --stages 2 --microbatches 4 --tp-overlap
+expect_error cli_simulate_tp_recompute_not_with_recompute 'keep one' \
+  $P simulate --config $CFG4 --cluster examples/cluster-8gpu.json --schedule 1f1b --stages 2 --microbatches 4 --tp 2 \
+  --tp-recompute --recompute
+expect_error cli_simulate_tp_overlap_needs_model '--tp-overlap.*need --config and --cluster' \
+  $P simulate --schedule 1f1b --stages 2 --microbatches 4 --tp-overlap
+
 done_tests

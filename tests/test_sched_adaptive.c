@@ -18,10 +18,11 @@
 /* The goal for the worked example: within 5% of healthy + c. */
 #define GOAL_REL 0.05
 
-/* A cost model: per-stage f, b, w and per-link delays (link r-r+1), [8] at most. */
+/* A cost model: per-stage f, b, w and per-link delays (link r-r+1) and queue times (a link slow in
+ * bandwidth: each message holds it busy[r], each direction a FIFO), [8] at most. */
 typedef struct {
     int P;
-    double f[8], b[8], w[8], delay[8];
+    double f[8], b[8], w[8], delay[8], busy[8];
 } model;
 
 static void model_unit(model *m, int P) {
@@ -36,8 +37,11 @@ static double judge(const sched *s, void *user) {
     sim_costs c;
     sim_costs_init(&c, s->n_stages, 1, 1, 1);
     for (int g = 0; g < m->P; g++) c.f[g] = m->f[g], c.b[g] = m->b[g], c.w[g] = m->w[g];
-    for (int r = 0; r + 1 < m->P; r++)
+    for (int g = 0; g < m->P; g++) c.act_bytes[g] = 1;   /* messages of 1 byte: busy = 1 / rate */
+    for (int r = 0; r + 1 < m->P; r++) {
         if (m->delay[r] > 0) sim_costs_set_link(&c, r, r + 1, -1, -1, m->delay[r]);
+        if (m->busy[r] > 0) sim_costs_set_link_rate(&c, r, r + 1, 1 / m->busy[r]);
+    }
     sim_result res;
     int rc = sim_run(s, &c, &(sim_opts){ 1, false }, &res);
     sim_costs_free(&c);
@@ -49,7 +53,7 @@ static double judge(const sched *s, void *user) {
 
 static sched_params params(const model *m, int M, int L, bool scored) {
     return (sched_params){ .ranks = m->P, .microbatches = M, .mem_limit = L, .stage_cost_f = m->f,
-                           .stage_cost_b = m->b, .stage_cost_w = m->w, .link_delay = m->delay,
+                           .stage_cost_b = m->b, .stage_cost_w = m->w, .link_delay = m->delay, .link_busy = m->busy,
                            .score = scored ? judge : NULL, .score_user = (void *)m };
 }
 
@@ -142,6 +146,96 @@ static void test_random(void) {
     CHECK("adaptive_unscored_never_worse_than_greedy", ok_blind, "%s", m4);
 }
 
+/* The best simulated time under m of the registry's one-stage-per-rank generators (one pipe, one
+ * chunk, synchronous; adaptive itself aside) whose peak fits L, each given m's costs and delays
+ * as the rows that read them take them. */
+static double best_registered(const model *m, int M, int L, const char **who) {
+    int n;
+    const sched_generator *rows = sched_generator_rows(&n);
+    double best = INFINITY;
+    for (int i = 0; i < n; i++) {
+        const sched_generator *g = &rows[i];
+        if (g->pipes != 1 || g->chunks != 1 || g->async || g->scored) continue;
+        sched_params p = params(m, M, L, false);
+        p.chunks = 1;
+        sched *s = sched_generate(g->name, &p);
+        if (s && (L == 0 || peak_of(s) <= L)) {
+            double t = judge(s, (void *)m);
+            if (t >= 0 && t < best) best = t, *who = g->name;
+        }
+        sched_free(s);
+    }
+    return best;
+}
+
+/* A grid of pipelines, a middle link slow in delay (0, 1, 3, 6 F) or in bandwidth (a queue of 1.5
+ * or 3 F a message), slow stages and memory limits (none, P, zb-h2's own peak, 2P): adaptive's
+ * simulated time is never above the best registered generator that fits the same limit (the
+ * spec: "never worse than the best existing generator under the same memory limit"). */
+static void test_grid_vs_registry(void) {
+    static const int Ps[] = { 2, 3, 4, 8 };
+    static const double delays[] = { 0, 1, 3, 6, -1.5, -3 };   /* negative: a queue time */
+    int ok = 1, n = 0, wins = 0;
+    char msg[240] = "";
+    for (int ip = 0; ip < 4; ip++)
+        for (int M = Ps[ip]; M <= 4 * Ps[ip]; M *= 2)
+            for (int id = 0; id < 6; id++)
+                for (int slow = 0; slow < 3; slow++) {
+                    int P = Ps[ip];
+                    model m;
+                    model_unit(&m, P);
+                    if (delays[id] >= 0) m.delay[(P - 1) / 2] = delays[id];
+                    else m.busy[(P - 1) / 2] = -delays[id];
+                    int g = slow == 1 ? P - 1 : 0;
+                    double k = slow == 1 ? 2 : slow == 2 ? 1.5 : 1;
+                    m.f[g] *= k, m.b[g] *= k, m.w[g] *= k;
+                    sched *h2 = gen("zb-h2", P, M, 0);
+                    int lims[4] = { 0, P, h2 ? peak_of(h2) : P, 2 * P };
+                    sched_free(h2);
+                    for (int il = 0; il < 4; il++) {
+                        sched_params p = params(&m, M, lims[il], true);
+                        sched *s = sched_generate("adaptive", &p);
+                        const char *who = "";
+                        double t = s ? judge(s, &m) : -1, best = best_registered(&m, M, lims[il], &who);
+                        n++;
+                        wins += t >= 0 && t < best - TIME_EPS;
+                        if (t < 0 || t > best + TIME_EPS)
+                            ok = 0, snprintf(msg, sizeof msg, "P=%d M=%d delay %g slow %d L=%d: adaptive %g, %s %g",
+                                             P, M, delays[id], slow, lims[il], t, who, best);
+                        sched_free(s);
+                    }
+                }
+    CHECK("adaptive_grid_never_worse_than_registered_generators_at_same_limit", ok && n == 864, "%s", msg);
+    printf("# grid: adaptive strictly faster than every registered generator in %d of %d cases\n", wins, n);
+}
+
+/* A tiebreak the caller passes decides between candidates the judge scores equal (at zb-h2's
+ * memory, P = 2, M = 8, a delay of one F, no schedule beats zb-h2's 26: a list one ties); a tiebreak that
+ * prefers zb-h2 gets it, one that prefers anything else does not. */
+static double prefer_zb_h2(const sched *s, void *user) {
+    (void)user;
+    return s->name[0] && !strcmp(s->name, "zb-h2") ? 0 : 1;
+}
+static double avoid_zb_h2(const sched *s, void *user) { return 1 - prefer_zb_h2(s, user); }
+
+static void test_tiebreak(void) {
+    model m;
+    model_unit(&m, 2);
+    m.delay[0] = 1;
+    sched_params p = params(&m, 8, 3, true);
+    sched_adaptive_info a, b, c;
+    p.tiebreak = prefer_zb_h2;
+    sched *s1 = sched_adaptive(&p, &a);
+    p.tiebreak = avoid_zb_h2;
+    sched *s2 = sched_adaptive(&p, &b);
+    p.tiebreak = NULL;
+    sched *s3 = sched_adaptive(&p, &c);
+    CHECK("adaptive_tiebreak_decides_between_equal_scores", s1 && s2 && s3 && !strcmp(a.winner, "zb-h2") &&
+          strcmp(b.winner, "zb-h2") && a.score == 26 && b.score == 26 && c.score == 26,
+          "winners '%s' (%g), '%s' (%g), none: '%s' (%g)", a.winner, a.score, b.winner, b.score, c.winner, c.score);
+    sched_free(s1), sched_free(s2), sched_free(s3);
+}
+
 /* With no delay, as fast as the best zero-bubble schedule that fits: zb-h2 or zb-h1 without a
  * limit, zb-h1 at limit P. */
 static void test_no_delay(void) {
@@ -231,6 +325,8 @@ static void test_golden(void) {
 
 int main(void) {
     test_random();
+    test_grid_vs_registry();
+    test_tiebreak();
     test_no_delay();
     test_worked_example();
     test_bad_params();

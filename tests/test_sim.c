@@ -481,7 +481,7 @@ static void test_costs_json(void) {
           "links[0].extra' must be a finite number" },
         { "sim_costs_json_unknown_key", "{\"act_byte\": 5}", "unknown field 'act_byte' (known: f, b, w, bw, act_bytes" },
         { "sim_costs_json_unknown_link_key", "{\"links\": [{\"a\": 0, \"b\": 1, \"extr\": 1}]}",
-          "unknown field 'extr' in links[0] (known: a, b, latency, bandwidth, extra)" },
+          "unknown field 'extr' in links[0] (known: a, b, latency, bandwidth, extra, rate)" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         p = write_tmp("costs_x.json", bad[i].text);
@@ -493,6 +493,115 @@ static void test_costs_json(void) {
     rc = sim_costs_parse_spec(&c, "f=2,q=1");
     CHECK("sim_cost_spec_names_key", rc == -1 && strstr(pt_err(), "q=1"), "%s", pt_err());
     sim_costs_free(&c);
+}
+
+/* ---- links slow in bandwidth ---- */
+
+/* --slow-link I-J:RATE: units to bytes per second, windows, the slower of two rates, errors; the
+ * runtime's parser refuses a rate (it injects delays only). */
+static void test_rate_specs(void) {
+    sim_costs c;
+    sim_costs_init(&c, 4, 1, 1, 1);
+    int rc = sim_costs_add_slow_link(&c, "0-1:30Mbit", 4) || sim_costs_add_slow_link(&c, "1-2:4MB/s@2-3", 4) ||
+             sim_costs_add_slow_link(&c, "2-3:8kbit/s", 4) || sim_costs_add_slow_link(&c, "2-3:1GB/s", 4) ||
+             sim_costs_add_slow_link(&c, "0-1:2e3B/s", 4);
+    const sim_fault *f = c.faults;
+    CHECK("rate_spec_units_in_bytes_per_s", !rc && c.n_faults == 5 && f[0].link && f[0].rate == 3.75e6 &&
+          f[0].amount == 0 && f[1].rate == 4e6 && f[1].from == 2 && f[1].to == 3 && f[2].rate == 1000 &&
+          f[3].rate == 1e9 && f[4].rate == 2000, "rc %d %s; rates %g %g %g %g %g", rc, pt_err(), f[0].rate, f[1].rate,
+          f[2].rate, f[3].rate, f[4].rate);
+    sim_costs at;
+    sim_costs_at(&c, 1, &at);     /* 1-2's window not open; 2-3: the slower of 1000 and 1e9; 0-1: of 3.75e6 and 2000 */
+    CHECK("rate_costs_at_slower_of_two", sim_costs_link_busy(&at, 3, 2, 1000) == 1 &&
+          sim_costs_link_busy(&at, 0, 1, 2000) == 1 && sim_costs_link_busy(&at, 1, 2, 1000) == 0 &&
+          sim_costs_message_time(&at, 2, 3, 1000) == 1, "busy 2-3 %g, 0-1 %g, 1-2 %g",
+          sim_costs_link_busy(&at, 3, 2, 1000), sim_costs_link_busy(&at, 0, 1, 2000), sim_costs_link_busy(&at, 1, 2, 1000));
+    sim_costs_free(&at);
+    sim_costs_at(&c, 2, &at);
+    CHECK("rate_costs_at_in_window", sim_costs_link_busy(&at, 1, 2, 4e6) == 1, "%g", sim_costs_link_busy(&at, 1, 2, 4e6));
+    sim_costs_free(&at);
+    rc = sim_costs_add_slow_link_in(&c, "0-1:30Mbit@2-", 4, "steps");
+    CHECK("rate_spec_refused_by_the_runtime_parser", rc < 0 && strstr(pt_err(), "'0-1:30Mbit@2-'") &&
+          strstr(pt_err(), "simulated only"), "rc %d: %s", rc, pt_err());
+    sim_costs_free(&c);
+    expect_spec_error("rate_spec_err_unknown_unit", true, "0-1:30Mbps", "unknown unit in '30Mbps'");
+    expect_spec_error("rate_spec_err_zero", true, "0-1:0Mbit", "RATE must be above 0");
+    expect_spec_error("rate_spec_err_negative", true, "0-1:-3MB/s", "RATE must be above 0");
+}
+
+/* Costs of P = 2 with messages of 1e6 bytes on a link of 1e6 bytes/s (1 s each), f = 0.25. */
+static void shaped_costs(sim_costs *c, double latency, double extra) {
+    sim_costs_init(c, 2, 0.25, 0.25, 0.25);
+    c->act_bytes[0] = c->act_bytes[1] = 1e6;
+    c->latency = latency;
+    sim_costs_add_slow_link(c, "0-1:1MB/s", 2);
+    if (extra > 0) sim_costs_set_link(c, 0, 1, -1, -1, extra);
+}
+
+/* When the event of (rank, kind, stage, mb) of iteration 0 starts in r, or -1. */
+static double start_of(const sim_result *r, int rank, sched_kind k, int g, int mb) {
+    for (int i = 0; i < r->tl.n; i++) {
+        const tl_event *e = &r->tl.ev[i];
+        if (e->rank == rank && e->act.kind == k && e->act.stage == g && e->act.mb == mb && e->iter == 0) return e->start;
+    }
+    return -1;
+}
+
+/* Closed forms on a link of rate R with messages of `bytes` (s = bytes / R = 1): gpipe, P = 2, M = 4:
+ * forwards end at 0.25 k (k = 1..4), back to back, so forward k arrives at 0.25 + k s (it waits
+ * for the k-1 before it: the second of two back to back arrives 2 bytes / R after the first left);
+ * a pure delay of s would have it at 0.25 k + s. The gradients go the other way in their own
+ * queue; latency and extra come after the queue. */
+static void test_rate_queue(void) {
+    sched *s = gen("gpipe", 2, 4, 0, NULL);
+    sim_costs c;
+    sim_result r;
+    shaped_costs(&c, 0, 0);
+    int rc = sim_run(s, &c, &(sim_opts){ 1, false }, &r), ok = rc == 0;
+    for (int k = 1; ok && k <= 4; k++) ok = fabs(start_of(&r, 1, ACT_F, 1, k - 1) - (0.25 + k)) < TOL_EXACT;
+    CHECK("rate_forwards_queue_one_behind_another", ok, "rc %d; 1F1 at %g (want 2.25), 1F3 at %g (want 4.25)", rc,
+          rc ? -1 : start_of(&r, 1, ACT_F, 1, 1), rc ? -1 : start_of(&r, 1, ACT_F, 1, 3));
+    /* rank 1: F's end at 4.5, BW's (0.5 each) at 5, 5.5, 6, 6.5; the gradients queue from 5 on their own:
+     * arrive 6, 7, 8, 9, so rank 0's BW of mb k starts at 6 + k */
+    ok = rc == 0;
+    for (int k = 0; ok && k < 4; k++) ok = fabs(start_of(&r, 0, ACT_BW, 0, k) - (6 + k)) < TOL_EXACT;
+    CHECK("rate_gradients_queue_the_other_way_on_their_own", ok, "0BW0 at %g (want 6), 0BW3 at %g (want 9)",
+          rc ? -1 : start_of(&r, 0, ACT_BW, 0, 0), rc ? -1 : start_of(&r, 0, ACT_BW, 0, 3));
+    CHECK("rate_iteration_closed_form", rc == 0 && fabs(r.iteration_time - 9.5) < TOL_EXACT, "%g (want 9.5)",
+          rc ? -1 : r.iteration_time);
+    int via_queue = 0;     /* the critical path runs from one message to the one it queued behind */
+    for (int i = 0; rc == 0 && i + 1 < r.n_crit; i++) {
+        const tl_event *a = &r.tl.ev[r.crit[i].ev], *b = &r.tl.ev[r.crit[i + 1].ev];
+        via_queue += a->stream == TL_SEND && b->stream == TL_SEND;
+    }
+    CHECK("rate_critical_path_through_the_queue", via_queue > 0, "no send -> send step in %d events", r.n_crit);
+    if (rc == 0) sim_result_free(&r);
+    sim_costs_free(&c);
+    /* latency 0.5 and extra 0.25 after the queue: each arrival 0.75 later */
+    shaped_costs(&c, 0.5, 0.25);
+    rc = sim_run(s, &c, &(sim_opts){ 1, false }, &r);
+    CHECK("rate_then_latency_and_extra", rc == 0 && fabs(start_of(&r, 1, ACT_F, 1, 1) - 3) < TOL_EXACT &&
+          fabs(sim_costs_message_time(&c, 0, 1, 1e6) - 0.75) < TOL_EXACT, "1F1 at %g (want 3)",
+          rc ? -1 : start_of(&r, 1, ACT_F, 1, 1));
+    if (rc == 0) sim_result_free(&r);
+    sim_costs_free(&c);
+    /* the same from a costs file's links[].rate, with the lowered schedule */
+    sched *low = sched_lower(s);
+    sim_costs_init(&c, 2, 0.25, 0.25, 0.25);
+    const char *p = write_tmp("costs_rate.json", "{\"act_bytes\": 1e6, \"links\": [{\"a\": 1, \"b\": 0, \"rate\": 1e6}]}");
+    rc = sim_costs_load_json(&c, p, 2) || sim_run(low, &c, &(sim_opts){ 1, false }, &r);
+    CHECK("rate_from_costs_file_lowered", rc == 0 && fabs(r.iteration_time - 9.5) < TOL_EXACT, "rc %d %s: %g", rc,
+          pt_err(), rc ? -1 : r.iteration_time);
+    if (rc == 0) sim_result_free(&r);
+    sim_costs_free(&c);
+    /* a rate on a link whose messages carry no bytes changes nothing: an error */
+    sim_costs_init(&c, 2, 1, 1, 1);
+    sim_costs_add_slow_link(&c, "0-1:1MB/s", 2);
+    rc = sim_costs_check_faults(&c, s, 1);
+    CHECK("rate_err_messages_of_0_bytes", rc < 0 && strstr(pt_err(), "carry 0 bytes") && strstr(pt_err(), "--act-bytes"),
+          "%s", pt_err());
+    sim_costs_free(&c);
+    sched_free(low), sched_free(s);
 }
 
 /* Chrome trace: valid JSON, metadata per rank, one X span per event, flows paired, counters. */
@@ -603,6 +712,8 @@ int main(void) {
     test_critical_path();
     test_timeline_sane();
     test_costs_json();
+    test_rate_specs();
+    test_rate_queue();
     test_trace();
     test_compute_only_links();
     test_svg();

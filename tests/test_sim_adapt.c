@@ -53,6 +53,82 @@ static void test_judge_and_golden(void) {
     sim_costs_free(&c);
 }
 
+/* The bench's case in the simulator: P = 2, M = 8, a slow link of 1 and 3 x F, at zb-h2's memory
+ * (3 a stage). No schedule there beats zb-h2 by much (each microbatch holds stage 0's memory for
+ * F + 2c + F + B + B + W), so adaptive ties or wins; where it ties, sim_schedule_robust picks the
+ * one that loses least when the costs are a little off: never worse than zb-h2 under them. */
+static void test_at_zb_h2_memory(void) {
+    static const double fbw[3][3] = { { 1, 1, 1 }, { 1, 1.1, 0.8 }, { 1, 0.9, 1.2 } };
+    sched *h2 = gen("zb-h2", 2, 8, 0);
+    int ok = 1, ties = 0;
+    char msg[200] = "";
+    for (int k = 0; k < 3; k++)
+        for (int c = 1; c <= 3; c += 2) {
+            sim_costs cost;
+            sim_costs_init(&cost, 2, fbw[k][0], fbw[k][1], fbw[k][2]);
+            sim_costs_set_link(&cost, 0, 1, -1, -1, c);
+            sched_adaptive_info info;
+            sched *a = sim_adaptive_schedule(&(sched_params){ .ranks = 2, .microbatches = 8, .mem_limit = 3 }, &cost,
+                                             &info);
+            double ta = a ? sim_schedule_score(a, &cost) : -1, th = sim_schedule_score(h2, &cost);
+            double ra = a ? sim_schedule_robust(a, &cost) : -1, rh = sim_schedule_robust(h2, &cost);
+            int tie = fabs(ta - th) < TIME_EPS;
+            ties += tie;
+            if (ta < 0 || ta > th + TIME_EPS || (tie && ra > rh + TIME_EPS))
+                ok = 0, snprintf(msg, sizeof msg, "f,b,w %g,%g,%g c=%d: adaptive %g (robust %g, %s), zb-h2 %g (%g)",
+                                 fbw[k][0], fbw[k][1], fbw[k][2], c, ta, ra, info.winner, th, rh);
+            sched_free(a);
+            sim_costs_free(&cost);
+        }
+    CHECK("sim_adaptive_at_zb_h2_memory_never_worse_nor_less_robust", ok && ties > 0, "%s (%d ties)", msg, ties);
+    sched_free(h2);
+}
+
+/* A link slow in bandwidth (its messages queue): the adaptive schedule is built for the queue
+ * (the list scheduler queues messages as the simulator does) and beats every fixed schedule that
+ * fits its limit, and beats the adaptive schedule built as if the same per-message time were a
+ * pure delay (which also mispredicts its own time). P = 8, M = 32, link 3-4 passing one message per
+ * 6 F: no schedule can beat 215 (the 32nd forward reaches stage 4 at 4 + 32 x 6, then 4 F and 4 B
+ * on stages 4..7, the gradient's 6, 4 B and a W on stages 3..0), and adaptive reaches it at 1F1B's
+ * memory. P = 4, M = 16, link 1-2 one message per 3 F, limit 8. */
+static void test_bandwidth_adaptive(void) {
+    static const struct { int P, M, L; double busy, bound; } cases[] = { { 8, 32, 8, 6, 215 }, { 4, 16, 8, 3, 0 } };
+    for (int k = 0; k < 2; k++) {
+        int P = cases[k].P, r = (P - 1) / 2, ok = 1;
+        sim_costs q, d;
+        sim_costs_init(&q, P, 1, 1, 1), sim_costs_init(&d, P, 1, 1, 1);
+        for (int g = 0; g < P; g++) q.act_bytes[g] = d.act_bytes[g] = 1e6 * cases[k].busy;
+        char spec[32];
+        snprintf(spec, sizeof spec, "%d-%d:1MB/s", r, r + 1);
+        sim_costs_add_slow_link(&q, spec, P);
+        sim_costs_set_link(&d, r, r + 1, -1, -1, cases[k].busy);   /* the same time per message, no queue */
+        sched_params sh = { .ranks = P, .microbatches = cases[k].M, .mem_limit = cases[k].L };
+        sched_adaptive_info iq, id;
+        sched *aq = sim_adaptive_schedule(&sh, &q, &iq), *ad = sim_adaptive_schedule(&sh, &d, &id);
+        double t = aq ? sim_schedule_score(aq, &q) : -1, t_blind = ad ? sim_schedule_score(ad, &q) : -1;
+        char msg[300] = "";
+        static const char *const fixed[] = { "gpipe", "1f1b", "zb-h1", "zb-h2" };
+        for (int i = 0; i < 4; i++) {
+            sched *s = gen(fixed[i], P, cases[k].M, 0);
+            int pk[8], peak = 0;
+            sched_peak_activations(s, pk);
+            for (int g = 0; g < P; g++) peak = pk[g] > peak ? pk[g] : peak;
+            double tf = sim_schedule_score(s, &q);
+            if (peak <= cases[k].L && !(t < tf - TIME_EPS))
+                ok = 0, snprintf(msg, sizeof msg, "%s %g", fixed[i], tf);
+            sched_free(s);
+        }
+        CHECK(k ? "bandwidth_adaptive_beats_fixed_p4" : "bandwidth_adaptive_beats_fixed_p8_at_the_bound",
+              t > 0 && ok && (cases[k].bound == 0 || fabs(t - cases[k].bound) < TIME_EPS) && fabs(iq.score - t) < TIME_EPS,
+              "adaptive %g (predicted %g); %s", t, iq.score, msg);
+        CHECK(k ? "bandwidth_adaptive_beats_one_built_as_pure_delay_p4" : "bandwidth_adaptive_beats_one_built_as_pure_delay_p8",
+              t > 0 && t < t_blind - TIME_EPS && id.score < t_blind - TIME_EPS,
+              "queue-aware %g; built as pure delay %g under the queue (it predicted %g)", t, t_blind, id.score);
+        sched_free(aq), sched_free(ad);
+        sim_costs_free(&q), sim_costs_free(&d);
+    }
+}
+
 /* ---- the estimate ---- */
 
 static void test_estimate(void) {
@@ -83,6 +159,66 @@ static void test_estimate(void) {
     CHECK("estimate_exact_link_and_stage_compute_only_and_lowered", ok, "see the # line above");
     sim_costs_free(&c), sim_costs_free(&healthy);
     sched_free(s), sched_free(low);
+}
+
+/* A link slow in bandwidth: the estimate finds its whole time per message and the part of it that
+ * queues, exactly, with or without a delay on top and latency; a pure delay with a slow consumer
+ * behind it (messages got late, but not because they queued) is no queue. zb-h1 and 1f1b, P = 8,
+ * M = 16, messages of 1e6 bytes, compute-only and lowered. */
+static void test_estimate_bandwidth(void) {
+    static const struct { const char *faults[2]; double latency, delay, busy; } cases[] = {
+        { { "3-4:166666.666666666667B/s", "" }, 0, 6, 6 },   /* 1e6 bytes at 1e6/6 B/s: 6 each */
+        { { "3-4:250kB/s", "3-4:2" }, 0.1, 6, 4 },
+        { { "3-4:6", "" }, 0, 6, 0 },
+    };
+    static const char *const names[] = { "zb-h1", "1f1b" };
+    int ok = 1;
+    char msg[300] = "";
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 2; i++)
+            for (int lowered = 0; lowered <= 1; lowered++) {
+                sched *s = gen(names[i], 8, 16, 0), *run = lowered ? sched_lower(s) : s;
+                sim_costs c, healthy;
+                sim_costs_init(&c, 8, 1, 1, 1), sim_costs_init(&healthy, 8, 1, 1, 1);
+                for (int g = 0; g < 8; g++) c.act_bytes[g] = healthy.act_bytes[g] = 1e6;
+                c.latency = healthy.latency = cases[k].latency;
+                for (int f = 0; f < 2; f++)
+                    if (cases[k].faults[f][0]) sim_costs_add_slow_link(&c, cases[k].faults[f], 8);
+                if (k == 2) sim_costs_add_slow_stage(&c, "4:2");   /* a slow consumer behind a pure delay */
+                sim_result r;
+                sim_estimate e;
+                sim_estimate_init(&e, 8, 8);
+                int rc = sim_run(run, &c, &(sim_opts){ 1, false }, &r);
+                rc = rc || sim_estimate_timeline(&r.tl, &healthy, 0, &e);
+                bool good = !rc && fabs(e.link_delay[3] - cases[k].delay) < 1e-6 && fabs(e.link_busy[3] - cases[k].busy) < 1e-6;
+                for (int l = 0; l < 7; l++) good = good && (l == 3 || (e.link_delay[l] == 0 && e.link_busy[l] == 0));
+                if (!good)
+                    ok = 0, snprintf(msg, sizeof msg, "case %d %s lowered %d: delay %g busy %g (want %g, %g)", k, names[i],
+                                     lowered, e.link_delay[3], e.link_busy[3], cases[k].delay, cases[k].busy);
+                sim_estimate_free(&e);
+                if (!rc) sim_result_free(&r);
+                sim_costs_free(&c), sim_costs_free(&healthy);
+                if (lowered) sched_free(run);
+                sched_free(s);
+            }
+    CHECK("estimate_bandwidth_delay_and_queue_exact", ok, "%s", msg);
+    /* applied: the queue becomes a rate on the link (the rest a delay), and the describe line says so */
+    sim_costs h, out;
+    sim_costs_init(&h, 3, 1, 1, 1);
+    h.act_bytes[1] = 2e6;
+    sim_estimate e;
+    sim_estimate_init(&e, 3, 3);
+    e.link_delay[1] = 6, e.link_busy[1] = 4;
+    sim_costs_apply_estimate(&h, &e, &out);
+    char buf[200];
+    sim_policy_opts o = sim_policy_defaults();
+    sim_estimate_describe(&e, &o, 1, buf, sizeof buf);
+    CHECK("estimate_bandwidth_applied_as_rate_and_delay", fabs(sim_costs_link_busy(&out, 1, 2, 2e6) - 4) < 1e-12 &&
+          fabs(sim_costs_message_time(&out, 2, 1, 2e6) - 6) < 1e-12 &&
+          !strcmp(buf, "link 1-2 +6 per message (4 of it in a queue: slow in bandwidth)"), "busy %g, time %g, '%s'",
+          sim_costs_link_busy(&out, 1, 2, 2e6), sim_costs_message_time(&out, 2, 1, 2e6), buf);
+    sim_costs_free(&out), sim_costs_free(&h);
+    sim_estimate_free(&e);
 }
 
 /* ---- the policy ---- */
@@ -149,6 +285,20 @@ static void test_replay(void) {
     CHECK("replay_default_limit_is_start_peak", !rc && r.mem_limit == 8 && r.time[3] == 145, "limit %d, %g",
           rc ? -1 : r.mem_limit, rc ? -1 : r.time[3]);
     if (!rc) sim_adapt_result_free(&r);
+    /* the same link slow in bandwidth (6e6-byte messages at 1 MB/s: 6 each, queued): the policy sees
+     * the queue and the schedule built for it reaches the link's bound, 215 (zb-h1: 295) */
+    sim_costs q;
+    sim_costs_init(&q, 8, 1, 1, 1);
+    for (int g = 0; g < 8; g++) q.act_bytes[g] = 6e6;
+    sim_costs_add_slow_link(&q, "3-4:1MB/s@3-6", 8);
+    o.shape.mem_limit = 16;
+    rc = sim_adapt_run(&o, &q, &r);
+    CHECK("replay_bandwidth_switches_to_the_queue_aware_schedule", !rc && r.time[2] == 295 && r.time[3] == 215 &&
+          !strcmp(r.name[3], "adaptive") && strstr(r.note[2], "+6 per message (6 of it in a queue") &&
+          strstr(r.note[2], "predicted 215, was 295") && !strcmp(r.name[7], "zb-h1"), "rc %d %s; %g %g; %s", rc,
+          pt_err(), rc ? -1 : r.time[2], rc ? -1 : r.time[3], rc ? "" : r.note[2]);
+    if (!rc) sim_adapt_result_free(&r);
+    sim_costs_free(&q);
     o.start = "zb-v";
     rc = sim_adapt_run(&o, &c, &r);
     CHECK("replay_err_two_chunk_start", rc < 0 && strstr(pt_err(), "one stage per rank"), "%s", pt_err());
@@ -157,7 +307,10 @@ static void test_replay(void) {
 
 int main(void) {
     test_judge_and_golden();
+    test_at_zb_h2_memory();
+    test_bandwidth_adaptive();
     test_estimate();
+    test_estimate_bandwidth();
     test_policy();
     test_replay();
     TEST_DONE();

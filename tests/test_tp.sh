@@ -3,7 +3,10 @@
 # stages {1,2} x dp {1,2} writes the single-process gradient file (within grad's tolerance), and
 # MPI writes the threads file bitwise at each layout; `train --tp 2` gives tp 1's losses and
 # norms; checkpoints move from tp 2 to tp 1 and back; a rank's bytes follow its shards; the
-# layout line and metrics name tp; bad inputs are errors naming their numbers.
+# layout line and metrics name tp; --tp-overlap and --tp-recompute write the same gradient file
+# (overlap within the halves' rounding, recomputation bitwise) on threads and MPI, recomputation
+# with fewer activation bytes and overlap with all-reduces held back by a slow TP link; bad inputs
+# are errors naming their numbers.
 # The API-level numerics: tests/test_tp_run.c.
 . "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
@@ -76,7 +79,52 @@ if mpi 4 train $targs --steps 6 --stages 2 --tp 2 --transport mpi --resume "$D/s
   ok "checkpoint tp 1 -> tp 2 (mpi): the uninterrupted run's losses"
 else fail "checkpoint tp 1 -> tp 2 (mpi)" "$(numbers "$D/r2.jsonl" | tr '\n' ' ') $(tail -2 "$D/out")"; fi
 
+# --tp-overlap: each block's all-reduces on two halves, the other in flight (OpenBLAS rounds a
+# product of half the rows differently: within OTOL); MPI writes the threads file bitwise.
+# --tp-recompute: blocks keep x and res2 and rebuild the rest before B, no all-reduce: bitwise.
+OTOL=1e-5
+for mode in overlap recompute; do
+  tol=$([ $mode = overlap ] && echo $OTOL || echo 0)
+  for st in 1 2; do
+    n="grad tp 2, stages $st, --tp-$mode"
+    "$P" grad $gargs --out "$D/p.st" --stages $st --tp 2 > /dev/null 2>&1
+    if ! "$P" grad $gargs --out "$D/t.st" --stages $st --tp 2 --tp-$mode > "$D/out" 2>&1; then
+      fail "$n (threads)" "$(tail -2 "$D/out")"; continue; fi
+    check "$n: threads equals the file without it$([ $tol = 0 ] && echo ', bitwise' || echo " (within $tol)")" "$CMP" "$D/t.st" "$D/p.st" $tol
+    if ! mpi $((2 * st)) grad $gargs --out "$D/m.st" --stages $st --tp 2 --tp-$mode --transport mpi > "$D/out" 2>&1; then
+      fail "$n (mpi -np $((2 * st)))" "$(tail -2 "$D/out")"; continue; fi
+    check "$n: mpi -np $((2 * st)) equals threads bitwise" "$CMP" "$D/m.st" "$D/t.st" 0
+  done
+done
+acts0() { grep -o '"activations":\[[0-9.e+]*' "$1" | head -1 | sed 's/.*\[//'; }
+"$P" train $targs --steps 2 --stages 1 --tp 2 --microbatches 2 --metrics "$D/a1.jsonl" > /dev/null 2>&1
+"$P" train $targs --steps 2 --stages 1 --tp 2 --microbatches 2 --tp-recompute --metrics "$D/a2.jsonl" > "$D/out" 2>&1
+if [ "$(numbers "$D/a2.jsonl")" = "$(numbers "$D/a1.jsonl")" ] &&
+   awk -v a="$(acts0 "$D/a2.events.jsonl")" -v b="$(acts0 "$D/a1.events.jsonl")" 'BEGIN { exit !(a > 0 && a < b) }'; then
+  ok "train --tp-recompute: the same losses and norms, fewer activation bytes ($(acts0 "$D/a2.events.jsonl") < $(acts0 "$D/a1.events.jsonl"))"
+else fail "train --tp-recompute: same numbers, fewer bytes" "$(acts0 "$D/a2.events.jsonl") vs $(acts0 "$D/a1.events.jsonl"); $(tail -2 "$D/out")"; fi
+grep -q 'blocks keep x and res2' "$D/out" && grep -q '"tp_recompute":true' "$D/a2.events.jsonl" \
+  && ok "train --tp-recompute: the layout line and the start event say so" || fail "train --tp-recompute: says so" "$(grep pipeline "$D/out")"
+# a slow link within a TP group holds each all-reduce back 20 ms: a rank spends at least that
+# long in each (behaviour, not speed: none can complete sooner); with --tp-overlap too.
+for f in "" --tp-overlap; do
+  "$P" train $targs --steps 2 --stages 1 --tp 2 --microbatches 1 --slow-link 0-1:0.02 $f > "$D/out" 2>&1
+  line=$(grep '^tensor parallel, per rank and step' "$D/out")
+  calls=$(echo "$line" | sed 's/.*step: \([0-9]*\) all-reduces.*/\1/'); ms=$(echo "$line" | sed 's/.* \([0-9.]*\) ms inside.*/\1/')
+  if [ -n "$line" ] && awk -v c="$calls" -v m="$ms" -v o="$f" 'BEGIN { exit !(c > 0 && m >= (o == "" ? c : 1) * 20 * 0.95) }'; then
+    ok "--slow-link 0-1 within a TP group holds its all-reduces back ${f:+($f) }($line)"
+  else fail "--slow-link within a TP group${f:+ $f}" "'$line' $(tail -2 "$D/out")"; fi
+done
+
+"$P" train $targs --steps 1 --tp 2 --microbatches 8 --tp-overlap > "$D/out" 2>&1 &&
+  grep -q '^note: --tp-overlap splits a microbatch into two halves of sequences; microbatches of 1 sequence run without it' "$D/out" \
+  && ok "--tp-overlap with microbatches of one sequence: a note says they run without it" \
+  || fail "--tp-overlap with one-sequence microbatches: the note" "$(head -5 "$D/out")"
+
 # bad inputs
+expect_error "--tp-overlap needs --tp > 1" "--tp-overlap needs --tp 2 or more" "$P" grad $gargs --out "$D/x.st" --stages 2 --tp-overlap
+expect_error "--tp-recompute with --recompute is refused" "--tp-recompute and --recompute: give one" \
+  "$P" grad $gargs --out "$D/x.st" --tp 2 --tp-recompute --recompute
 expect_error "--tp 0 is an error" "--tp must be >= 1 \(got 0\)" "$P" grad $gargs --out "$D/x.st" --tp 0
 expect_error "--tp 3 does not divide n_head 4" "--tp 3: .*3.*4|--tp 3: .*4.*3" "$P" grad $gargs --out "$D/x.st" --tp 3
 expect_error "--tp with --eval-data is refused" "--eval-data with --tp 2 is not supported" \

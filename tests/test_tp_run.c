@@ -1,6 +1,7 @@
 /* Tensor parallelism in the pipelined runtime (threads transport): the layout's world ranks; plan
  * errors; a job at tp 2 and 4 against the same layout at tp 1 (loss, norm, every gradient,
- * training steps with clipping); --zero 1 against --zero 0 at tp 2, bitwise; bytes per rank;
+ * training steps with clipping); the TP all-reduces counted against the model's cost table;
+ * --zero 1 against --zero 0 at tp 2, bitwise; bytes per rank;
  * whole tensors from shards (gather, checkpoints: tp 2 -> tp 1 -> tp 2, files bitwise).
  * Not here: the sharded layers themselves (test_tp_model.c), the CLI and MPI (test_tp.sh).
  *
@@ -21,6 +22,10 @@
 #define TP_TOL 1e-4
 /* after a few AdamW steps: m/sqrt(v) magnifies ulp-level differences of near-zero gradients */
 #define TP_TRAIN_TOL 2e-3
+/* --tp-overlap runs a block on two halves of its rows: OpenBLAS rounds a product of N/2 rows
+ * differently from one of N rows (docs/tensor-parallel.md, "Bitwise or not"), a few ulps per
+ * block (the model's own test allows 5e-6 per block; two blocks here) */
+#define OVERLAP_TOL 1e-5
 
 enum { BATCH = 8, SEQ = 8, STEPS = 3 };
 /* n_head 4 (tp 1, 2, 4 divide it); a vocabulary no tp divides (wte's rows are padded) */
@@ -65,6 +70,12 @@ static void test_plan_errors(void) {
     expect_plan_error("plan: --tp 3 does not divide n_head 4 (both named)", o, "3", "4");
     o = (run_opts){ .P = 64, .D = 64, .tp = 64, .schedule = "1f1b", .M = 64 };
     expect_plan_error("plan: stages x dp x tp beyond the rank limit", o, "--tp 64 is more than", NULL);
+    o = (run_opts){ .P = 1, .D = 1, .tp = 1, .schedule = "1f1b", .M = 1, .tp_overlap = true };
+    expect_plan_error("plan: --tp-overlap at tp 1 is an error naming --tp", o, "--tp-overlap needs --tp 2", "--tp is 1");
+    o.tp_overlap = false, o.tp_recompute = true;
+    expect_plan_error("plan: --tp-recompute at tp 1 is an error", o, "--tp-recompute needs --tp 2", NULL);
+    o.tp = 2, o.recompute = true;
+    expect_plan_error("plan: --tp-recompute with --recompute is an error", o, "--tp-recompute and --recompute", NULL);
 }
 
 /* ---- jobs --------------------------------------------------------------------------------- */
@@ -74,13 +85,18 @@ typedef struct {
     double norm[STEPS];
     gpt_model m;            /* whole: params and grads gathered after the last iteration */
     run_mem mem0;           /* world rank 0's bytes */
+    run_tp_stats tps;       /* the TP all-reduces of every rank, summed */
+    int ranks;              /* how many ranks tps sums */
 } job_out;
 
-/* A job of layout (P, D, tp, zero) from the seeded init (or checkpoint dir), `steps` iterations
- * (0 optimizer steps: one gradient, no update), gathered; saves to save_dir when given. */
-static int run_case(int P, int D, int tp, int zero, int steps, const char *from, const char *save_dir,
-                    job_out *out) {
-    run_opts o = { .P = P, .D = D, .tp = tp, .schedule = "1f1b", .M = 2, .zero = zero };
+/* The layout (P, D, tp, zero): 1f1b, two microbatches. */
+static run_opts layout(int P, int D, int tp, int zero) {
+    return (run_opts){ .P = P, .D = D, .tp = tp, .schedule = "1f1b", .M = 2, .zero = zero };
+}
+
+/* A job of layout o from the seeded init (or checkpoint dir), `steps` iterations (0 optimizer
+ * steps: one gradient, no update), gathered; saves to save_dir when given. */
+static int run_opts_case(run_opts o, int steps, const char *from, const char *save_dir, job_out *out) {
     optim_config oc = optim_config_default();
     oc.lr = 1e-2;
     oc.grad_clip = 0.5;   /* on: the norm scales the update */
@@ -103,6 +119,7 @@ static int run_case(int P, int D, int tp, int zero, int steps, const char *from,
     if (rc == 0) rc = gpt_init(&out->m, &CFG);
     if (rc == 0) rc = run_job_gather(j, &out->m);
     if (rc == 0) run_job_mem(j, 0, &out->mem0);
+    if (rc == 0) run_job_tp_stats(j, &out->tps, &out->ranks);
     if (rc == 0 && save_dir) {
         *man = (ckpt_manifest){ .cfg = CFG, .step = steps, .adam_t = steps, .batch = BATCH, .seq = SEQ };
         rc = run_job_save(j, save_dir, man);
@@ -112,6 +129,11 @@ static int run_case(int P, int D, int tp, int zero, int steps, const char *from,
     run_plan_free(&pl);
     free(man);
     return rc;
+}
+
+static int run_case(int P, int D, int tp, int zero, int steps, const char *from, const char *save_dir,
+                    job_out *out) {
+    return run_opts_case(layout(P, D, tp, zero), steps, from, save_dir, out);
 }
 
 /* Largest whole-tensor normalised error of a's params (grads: 1) against b's, and its tensor. */
@@ -244,6 +266,124 @@ static void test_checkpoints(void) {
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
 }
 
+/* The TP all-reduces the layers [first, end) make in phases (bit 0 F, 1 B, 2 W) of one iteration
+ * of M microbatches on a rank: what the model's cost table says per layer, M times. */
+static double tp_count(int tp, int M, int first, int end, unsigned phases) {
+    gpt_model m;
+    double n = 0;
+    if (gpt_init_layers_tp(&m, &CFG, 0, 0, 0, tp) < 0) return -1;
+    for (int l = first; l < end; l++) {
+        gpt_layer_cost c;
+        gpt_layer_ops_of(&m, l)->cost(&CFG, BATCH / M, SEQ, tp, &c);
+        for (int k = 0; k < 3; k++) n += phases >> k & 1 ? c.tp_collectives[k] : 0;
+    }
+    gpt_free(&m);
+    return n * M;
+}
+
+static double tp_collectives_per_iteration(int tp, int M) { return tp_count(tp, M, 0, CFG.n_layer + 2, 7); }
+
+/* The runtime counts the all-reduces its layers call: the cost table's number per iteration on
+ * every rank, and none at tp 1. */
+static void test_tp_counts(void) {
+    job_out a, b;
+    int rc = run_case(1, 1, 2, 0, 0, NULL, NULL, &a) < 0 ? -1 : run_case(1, 1, 1, 0, 0, NULL, NULL, &b);
+    double want = tp_collectives_per_iteration(2, 2);
+    CHECK("tp 2: all-reduces counted per rank, the cost table's number per iteration",
+          rc == 0 && a.ranks == 2 && a.tps.calls == 2 * want && want > 0 && a.tps.floats > 0,
+          "rc %d: %ld calls over %d ranks, want %g each", rc, rc < 0 ? 0 : a.tps.calls, a.ranks, want);
+    CHECK("tp 1: no all-reduce counted", rc == 0 && b.tps.calls == 0 && b.tps.seconds == 0, "rc %d: %ld",
+          rc, b.tps.calls);
+    gpt_free(&a.m);
+    gpt_free(&b.m);
+}
+
+/* Largest normalised error of loss, norm and every gradient of x against r (one iteration). */
+static double grad_err(const job_out *x, const job_out *r, const char **worst) {
+    double e = model_err(&x->m, &r->m, 1, worst), el = test_relerr(x->loss[0], r->loss[0], 1e-6);
+    double en = test_relerr(x->norm[0], r->norm[0], 1e-6);
+    return e > el ? (e > en ? e : en) : (el > en ? el : en);
+}
+
+/* Bitwise the same losses, norms and parameters (steps iterations; gradients too when 0). */
+static int same_run(const job_out *a, const job_out *b, int steps) {
+    size_t n = a->m.num_params * sizeof(float);
+    int k = steps ? steps : 1;
+    return !memcmp(a->loss, b->loss, sizeof(float) * k) && !memcmp(a->norm, b->norm, sizeof(double) * k) &&
+           !memcmp(a->m.params, b->m.params, n) && (steps || !memcmp(a->m.grads, b->m.grads, n));
+}
+
+/* --tp-overlap (tp 2, P stages): gradients and three clipped steps as without, up to the halves'
+ * rounding; each block's all-reduces are issued as two halves, so the count grows by the
+ * blocks' number; the other layers' stay. */
+static void test_overlap(int P) {
+    job_out a, b;
+    char nm[160];
+    const char *worst = "";
+    run_opts o = layout(P, 1, 2, 0), ov = o;
+    ov.tp_overlap = true;
+    int rc = run_opts_case(o, 0, NULL, NULL, &a) < 0 ? -1 : run_opts_case(ov, 0, NULL, NULL, &b);
+    double e = rc < 0 ? 1 : grad_err(&b, &a, &worst);
+    double want = a.tps.calls + 2 * tp_count(2, o.M, 1, CFG.n_layer + 1, 3);   /* both TP ranks */
+    snprintf(nm, sizeof nm, "--tp-overlap P=%d tp=2: loss, norm and every gradient as without (within %g)", P, OVERLAP_TOL);
+    CHECK(nm, rc == 0 && e < OVERLAP_TOL, "rc %d %s: err %g (%s)", rc, rc < 0 ? pt_err() : "", e, worst);
+    snprintf(nm, sizeof nm, "--tp-overlap P=%d: the blocks' all-reduces issued in two halves", P);
+    CHECK(nm, rc == 0 && b.tps.calls == want && b.tps.floats == a.tps.floats, "%ld calls (want %g), %g floats (%g)",
+          rc < 0 ? 0 : b.tps.calls, want, b.tps.floats, a.tps.floats);
+    gpt_free(&a.m);
+    gpt_free(&b.m);
+    rc = run_opts_case(o, STEPS, NULL, NULL, &a) < 0 ? -1 : run_opts_case(ov, STEPS, NULL, NULL, &b);
+    double ep = rc < 0 ? 1 : model_err(&b.m, &a.m, 0, &worst);
+    double el = max_diff(b.loss, a.loss, NULL, NULL, STEPS), en = max_diff(NULL, NULL, b.norm, a.norm, STEPS);
+    snprintf(nm, sizeof nm, "--tp-overlap P=%d: %d clipped steps as without", P, STEPS);
+    CHECK(nm, rc == 0 && el < OVERLAP_TOL && en < OVERLAP_TOL && ep < TP_TRAIN_TOL, "rc %d: loss %g norm %g param %g (%s)",
+          rc, el, en, ep, worst);
+    gpt_free(&a.m);
+    gpt_free(&b.m);
+}
+
+/* --tp-recompute under schedule (P stages, M microbatches, tp 2): bitwise the gradients and three
+ * clipped steps of the run that keeps whole activations, with (world rank 0) fewer activation
+ * bytes (fewer: 1; else not more: where W comes long after B, a stage keeps whole sets) and not
+ * one all-reduce more; --recompute instead repeats F's all-reduces. With --tp-overlap too:
+ * bitwise the overlapped run. */
+static void test_tp_recompute(const char *schedule, int P, int M, int fewer) {
+    job_out a, b, c;
+    char nm[200];
+    run_opts o = layout(P, 1, 2, 0);
+    o.schedule = schedule, o.M = M;
+    run_opts tr = o, wr = o;
+    tr.tp_recompute = true, wr.recompute = true;
+    int rc = run_opts_case(o, 0, NULL, NULL, &a) < 0 || run_opts_case(tr, 0, NULL, NULL, &b) < 0 ? -1
+           : run_opts_case(wr, 0, NULL, NULL, &c);
+    snprintf(nm, sizeof nm, "--tp-recompute %s P=%d M=%d: bitwise the gradients of whole activations", schedule, P, M);
+    CHECK(nm, rc == 0 && same_run(&b, &a, 0), "rc %d %s", rc, rc < 0 ? pt_err() : "");
+    snprintf(nm, sizeof nm, "--tp-recompute %s P=%d M=%d: rank 0 holds %s activation bytes", schedule, P, M,
+             fewer ? "fewer" : "no more");
+    CHECK(nm, rc == 0 && (fewer ? b.mem0.acts < a.mem0.acts : b.mem0.acts <= a.mem0.acts), "%.0f vs %.0f",
+          b.mem0.acts, a.mem0.acts);
+    snprintf(nm, sizeof nm, "--tp-recompute %s P=%d M=%d: no all-reduce more (%ld); --recompute repeats F's (%ld)",
+             schedule, P, M, rc < 0 ? 0 : a.tps.calls, rc < 0 ? 0 : c.tps.calls);
+    CHECK(nm, rc == 0 && b.tps.calls == a.tps.calls && c.tps.calls > a.tps.calls, "%ld, %ld, %ld",
+          b.tps.calls, a.tps.calls, c.tps.calls);
+    gpt_free(&a.m);
+    gpt_free(&b.m);
+    gpt_free(&c.m);
+    run_opts ov = o, both;
+    ov.tp_overlap = true;
+    both = ov, both.tp_recompute = true;
+    rc = run_opts_case(o, STEPS, NULL, NULL, &a) < 0 || run_opts_case(tr, STEPS, NULL, NULL, &b) < 0 ? -1 : 0;
+    snprintf(nm, sizeof nm, "--tp-recompute %s P=%d M=%d: %d clipped steps bitwise", schedule, P, M, STEPS);
+    CHECK(nm, rc == 0 && same_run(&b, &a, STEPS), "rc %d %s", rc, rc < 0 ? pt_err() : "");
+    gpt_free(&a.m);
+    gpt_free(&b.m);
+    rc = run_opts_case(ov, 0, NULL, NULL, &a) < 0 ? -1 : run_opts_case(both, 0, NULL, NULL, &b);
+    snprintf(nm, sizeof nm, "--tp-recompute --tp-overlap %s P=%d M=%d: bitwise --tp-overlap's gradients", schedule, P, M);
+    CHECK(nm, rc == 0 && same_run(&b, &a, 0), "rc %d %s", rc, rc < 0 ? pt_err() : "");
+    gpt_free(&a.m);
+    gpt_free(&b.m);
+}
+
 int main(void) {
     make_data();
     test_layout();
@@ -251,6 +391,14 @@ int main(void) {
     test_against_tp1(1, 1, 2);
     test_against_tp1(2, 1, 2);
     test_against_tp1(2, 2, 4);
+    test_tp_counts();
+    test_overlap(1);
+    test_overlap(2);
+    test_tp_recompute("1f1b", 1, 2, 1);
+    test_tp_recompute("1f1b", 2, 4, 1);
+    test_tp_recompute("gpipe", 2, 4, 1);
+    test_tp_recompute("zb-h1", 2, 4, 0);
+    test_tp_recompute("zb-h2", 2, 4, 1);   /* stage 0 rebuilds with its B apart from W */
     test_zero();
     test_memory_and_gather();
     test_checkpoints();

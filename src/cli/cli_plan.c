@@ -13,7 +13,7 @@
 static const char *USAGE =
     "--config C.json --cluster K.json --global-batch G [--seq T] [--costs costs.json] [--top N]\n"
     "       [--out plan.json] [--schedules a,b,...] [--no-recompute] [--max-sims N] [--tp N]\n"
-    "       [--tp-across-nodes] [--zero 0|1] [--json]";
+    "       [--tp-across-nodes] [--no-tp-overlap] [--no-tp-recompute] [--zero 0|1] [--json]";
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define SHOW_STAGES 12   /* stages listed per layout in the human output */
@@ -22,7 +22,7 @@ typedef struct {
     const char *config, *cluster, *costs, *out, *schedules;
     long global_batch;
     int T, top, max_sims, tp, zero;
-    bool no_recompute, json, tp_across_nodes;
+    bool no_recompute, json, tp_across_nodes, no_tp_overlap, no_tp_recompute;
 } plan_args;
 
 /* Device of pipeline 0's rank r, TP rank t. */
@@ -57,12 +57,17 @@ static void print_pipeline0(const plan_layout *p, const plan_cluster *k) {
     printf(")\n");
 }
 
+/* "yes" (whole stage, --recompute), "comm-free" (--tp-recompute) or "no". */
+static const char *recompute_word(const plan_layout *p) {
+    return p->recompute ? "yes" : p->tp_recompute ? "comm-free" : "no";
+}
+
 static void print_layout(int i, const plan_layout *p, const plan_cluster *cl) {
     char split[1024];
     printf("#%d  step %.6g s  %.6g tokens/s  bubble %.1f%%\n", i + 1, p->step_time, p->tokens_per_s, 100 * p->bubble);
-    printf("    tp %d x dp %d x stages %d  %s%s%.0d  microbatches %d x %d  recompute %s  zero %d  placement %s\n",
+    printf("    tp %d x dp %d x stages %d  %s%s%.0d  microbatches %d x %d  recompute %s%s  zero %d  placement %s\n",
            p->tp, p->D, p->P, p->schedule, p->chunks > 1 ? " v=" : "", p->chunks > 1 ? p->chunks : 0, p->M,
-           p->mb_size, p->recompute ? "yes" : "no", p->zero, p->placement);
+           p->mb_size, recompute_word(p), p->tp_overlap ? "  tp-overlap" : "", p->zero, p->placement);
     printf("    split %s\n    peak memory GiB per chunk:", plan_layout_split_str(p, split, sizeof split));
     for (int k = 0; k < p->K && k < SHOW_STAGES; k++) printf(" %.3g", p->stage_mem[k] / GIB);
     printf("%s\n", p->K > SHOW_STAGES ? " ..." : "");
@@ -90,6 +95,8 @@ static void print_json(const plan_result *r) {
         cJSON_AddStringToObject(x, "schedule", p->schedule);
         cJSON_AddNumberToObject(x, "chunks", p->chunks);
         cJSON_AddBoolToObject(x, "recompute", p->recompute);
+        cJSON_AddBoolToObject(x, "tp_overlap", p->tp_overlap);
+        cJSON_AddBoolToObject(x, "tp_recompute", p->tp_recompute);
         cJSON_AddNumberToObject(x, "zero", p->zero);
         cJSON_AddStringToObject(x, "placement", p->placement);
         cJSON_AddStringToObject(x, "split", plan_layout_split_str(p, split, sizeof split));
@@ -128,6 +135,9 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         {"--tp", OPT_INT, &a->tp, "only this tensor-parallel degree (default: every divisor of n_head whose "
                                   "groups fit in a node)"},
         {"--tp-across-nodes", OPT_FLAG, &a->tp_across_nodes, "also search TP groups that span nodes"},
+        {"--no-tp-overlap", OPT_FLAG, &a->no_tp_overlap, "do not consider --tp-overlap (all-reduces in ping-pong)"},
+        {"--no-tp-recompute", OPT_FLAG, &a->no_tp_recompute, "do not consider --tp-recompute (communication-free "
+                                                             "recomputation)"},
         {"--zero", OPT_INT, &a->zero, "1: AdamW moments split over the data-parallel replicas (train --zero 1)"},
         {"--json", OPT_FLAG, &a->json, "print one JSON object instead of the summary"},
     };
@@ -139,7 +149,8 @@ static int run_plan(const plan_args *a, const gpt_config *cfg, const plan_cluste
     const char **names = names_buf ? split_names(names_buf) : NULL;
     plan_opts o = { .global_batch = a->global_batch, .T = a->T ? a->T : cfg->n_positions, .top = a->top,
                     .costs = costs, .schedules = names, .max_sims = a->max_sims, .no_recompute = a->no_recompute,
-                    .tp = a->tp, .tp_across_nodes = a->tp_across_nodes, .zero = a->zero };
+                    .tp = a->tp, .tp_across_nodes = a->tp_across_nodes, .zero = a->zero,
+                    .no_tp_overlap = a->no_tp_overlap, .no_tp_recompute = a->no_tp_recompute };
     plan_result r;
     int rc = plan_search(cfg, k, &o, &r);
     free(names); free(names_buf);

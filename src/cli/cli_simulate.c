@@ -21,12 +21,12 @@
 static const char *USAGE =
     "(--schedule NAME --stages P --microbatches M [--chunks V] | --schedule-file S.csv [--pipes N])\n"
     "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
-    "       [--act-bytes N] [--slow-link I-J:SECONDS[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
+    "       [--act-bytes N] [--slow-link I-J:(SECONDS|RATE)[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
     "       [--iterations N] [--mem-limit N] [--adapt] [--post-validation] [--trace out.json] [--svg out.svg]\n"
     "       [--json | --csv] [--critical-path] [--side-step SECONDS]\n"
     "   or: --config C.json --cluster K.json (--plan P.json | --schedule NAME --stages P --microbatches M\n"
     "       [--chunks V] [--tp T] [--dp D] [--zero 0|1] [--microbatch-size B] [--seq T] [--split a,b,..]\n"
-    "       [--recompute]) [the output, fault and iteration flags above]";
+    "       [--recompute] [--tp-overlap] [--tp-recompute]) [the output, fault and iteration flags above]";
 
 #define UNSET (-1e300)   /* a number flag not given */
 #define MAX_EVENTS 2e7   /* actions x iterations kept as timeline events (about 64 bytes each) */
@@ -41,7 +41,7 @@ typedef struct {
     /* a model on a cluster (the planner's cost model) */
     const char *config, *cluster, *plan, *split;
     int tp, dp, zero, mb_size, seq;
-    bool recompute;
+    bool recompute, tp_overlap, tp_recompute;
 } sim_args;
 
 /* A model on a cluster: the layout simulated, and its memory per pipeline rank. */
@@ -84,7 +84,9 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--bandwidth", OPT_DOUBLE, &a->bandwidth, "bytes per second, every link (0: infinite)"},
         {"--act-bytes", OPT_DOUBLE, &a->act_bytes, "activation bytes per microbatch, every stage"},
         {"--slow-link", OPT_STR, NULL, "I-J:SECONDS[@FROM-TO] extra delay per message between ranks I and J, in "
-                                       "iterations FROM..TO (1-based, inclusive; @FROM-: to the end) (repeatable)"},
+                                       "iterations FROM..TO (1-based, inclusive; @FROM-: to the end); I-J:RATE with "
+                                       "a unit (30Mbit, 4MB/s): slow in bandwidth, messages queue each way "
+                                       "(repeatable)"},
         {"--slow-stage", OPT_STR, NULL, "I:FACTOR[@FROM-TO] multiplies stage I's compute times (>= 1) (repeatable)"},
         {"--iterations", OPT_INT, &a->iters, "N iterations back to back (default 1)"},
         {"--mem-limit", OPT_INT, &a->mem_limit, "greedy, adaptive: most microbatches of activations a stage may hold "
@@ -109,6 +111,10 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--seq", OPT_INT, &a->seq, "with --config: sequence length (default n_positions)"},
         {"--split", OPT_STR, &a->split, "with --config: blocks per chunk, e.g. 3,5,4,4 (default even)"},
         {"--recompute", OPT_FLAG, &a->recompute, "with --config: activation recomputation"},
+        {"--tp-overlap", OPT_FLAG, &a->tp_overlap, "with --config and --tp 2+: blocks' all-reduces in ping-pong "
+                                                    "with the other half microbatch (train --tp-overlap)"},
+        {"--tp-recompute", OPT_FLAG, &a->tp_recompute, "with --config and --tp 2+: communication-free "
+                                                        "recomputation (train --tp-recompute)"},
     };
     char **rest = pt_malloc(sizeof(char *) * (size_t)(argc + 1));
     a->slow_links = pt_malloc(sizeof(char *) * (size_t)argc);
@@ -135,11 +141,11 @@ static sched *generate(const sim_args *a, sched_params *p) {
     sim_costs gc = { 0 }, now = { 0 };
     sched *s = NULL;
     int S = a->stages * (a->chunks > 0 ? a->chunks : g->chunks) * g->pipes;
-    double *delay = pt_calloc((size_t)a->stages, sizeof(double));
+    double *delay = pt_calloc(2 * (size_t)a->stages, sizeof(double));
     if (build_costs(a, S, a->stages, &gc) == 0) {
         sim_costs_at(&gc, 1, &now);
         sim_adaptive_params(&now, a->stages, p, delay);
-        if (!g->link_delays) p->link_delay = NULL;
+        if (!g->link_delays) p->link_delay = p->link_busy = NULL;
         if (!g->scored) p->score = NULL;
         s = g->scored ? sched_adaptive(p, &adaptive_info) : sched_generate(a->name, p);
     }
@@ -264,10 +270,12 @@ static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *
 /* The model flags need --config and --cluster; with them the costs come from the model, so the
  * other cost flags are refused, and --plan sets the whole layout. */
 static int model_flags_check(const sim_args *a) {
-    bool layout = a->tp || a->dp || a->zero || a->mb_size || a->seq || a->split || a->recompute;
+    bool layout = a->tp || a->dp || a->zero || a->mb_size || a->seq || a->split || a->recompute || a->tp_overlap ||
+                  a->tp_recompute;
     if (!a->config && !a->cluster) {
         if (!layout && !a->plan) return 0;
-        return pt_seterr("--tp, --dp, --zero, --plan, --microbatch-size, --seq, --split and --recompute need --config "
+        return pt_seterr("--tp, --dp, --zero, --plan, --microbatch-size, --seq, --split, --recompute, --tp-overlap "
+                         "and --tp-recompute need --config "
                          "and --cluster (the costs then come from the model on the cluster: its FLOPs, its TP "
                          "all-reduce bytes over the cluster's links, its memory)");
     }
@@ -278,7 +286,7 @@ static int model_flags_check(const sim_args *a) {
                          "--bandwidth, --act-bytes, --schedule-file and --adapt");
     if (a->plan && (layout || a->name || a->stages || a->mb || a->chunks))
         return pt_seterr("--plan sets the layout: drop --schedule/--stages/--microbatches/--chunks/--tp/--dp/--zero/"
-                         "--microbatch-size/--seq/--split/--recompute, or drop --plan");
+                         "--microbatch-size/--seq/--split/--recompute/--tp-overlap/--tp-recompute, or drop --plan");
     return 0;
 }
 
@@ -293,7 +301,7 @@ static int model_layout(const sim_args *a, const gpt_config *cfg, plan_layout *p
     *p = (plan_layout){ .P = a->stages, .M = a->mb, .chunks = a->chunks > 0 ? a->chunks : g->chunks,
                         .D = a->dp ? a->dp : 1, .tp = a->tp ? a->tp : 1, .zero = a->zero,
                         .mb_size = a->mb_size ? a->mb_size : 1, .T = a->seq ? a->seq : cfg->n_positions,
-                        .recompute = a->recompute };
+                        .recompute = a->recompute, .tp_overlap = a->tp_overlap, .tp_recompute = a->tp_recompute };
     snprintf(p->schedule, sizeof p->schedule, "%s", g->name);
     snprintf(p->placement, sizeof p->placement, "node");
     if (p->P < 1 || p->M < 1) return pt_seterr("--stages and --microbatches must be >= 1 (got %d, %d)", p->P, p->M);
@@ -337,9 +345,10 @@ static void model_free(model_run *m) {
 static void model_print_human(const model_run *m, const sim_costs *c) {
     const plan_layout *p = &m->pl;
     char split[1024];
-    printf("model            tp %d x dp %d x stages %d, microbatches %d x %d, seq %d, recompute %s, zero %d, split %s\n",
-           p->tp, p->D, p->P, p->M, p->mb_size, p->T, p->recompute ? "yes" : "no", p->zero,
-           plan_layout_split_str(p, split, sizeof split));
+    printf("model            tp %d x dp %d x stages %d, microbatches %d x %d, seq %d, recompute %s%s, zero %d, split %s\n",
+           p->tp, p->D, p->P, p->M, p->mb_size, p->T, p->recompute ? "yes" : p->tp_recompute ? "comm-free" : "no",
+           p->tp_overlap ? (p->mb_size > 1 ? ", tp-overlap" : ", tp-overlap (no effect: microbatches of one sequence)")
+                         : "", p->zero, plan_layout_split_str(p, split, sizeof split));
     if (c->tp > 1) {
         printf("TP all-reduce per stage (seconds within F and B)\n");
         for (int g = 0; g < c->n_stages; g++) printf("  stage %-4d F %.6g of %.6g  B %.6g of %.6g\n", g, c->tp_f[g],
@@ -363,6 +372,8 @@ static cJSON *model_json(const model_run *m, const sim_costs *c) {
     cJSON_AddNumberToObject(o, "microbatch_size", p->mb_size);
     cJSON_AddNumberToObject(o, "seq", p->T);
     cJSON_AddBoolToObject(o, "recompute", p->recompute);
+    cJSON_AddBoolToObject(o, "tp_overlap", p->tp_overlap);
+    cJSON_AddBoolToObject(o, "tp_recompute", p->tp_recompute);
     cJSON_AddStringToObject(o, "split", plan_layout_split_str(p, split, sizeof split));
     cJSON_AddItemToObject(o, "tp_time_f", json_doubles(c->tp_f, c->n_stages));
     cJSON_AddItemToObject(o, "tp_time_b", json_doubles(c->tp_b, c->n_stages));

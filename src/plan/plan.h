@@ -29,6 +29,23 @@ void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, int t
 /* Seconds of a layer's TP all-reduces in phase ph on a group of tp ranks over a link of bw bytes/s
  * and lat s (sim_allreduce_time of its tp_bytes and tp_collectives; 0 at tp 1 and in W). */
 double plan_tp_time(const plan_layer_cost *c, plan_phase ph, int tp, double bw, double lat);
+/* Overlap (--tp-overlap, docs/tensor-parallel.md "Overlap in the cost model"): a block's phase
+ * runs as two halves of the microbatch in ping-pong, each all-reduce split in two half-sums, one in
+ * flight while the other half computes. plan_tp_block_pieces: the FLOPs of phase ph (F or B) of
+ * the whole microbatch before its first all-reduce (piece[0]) and between the two (piece[1]), from
+ * the block's cost row: F = [ln_1, c_attn, attention, attn.c_proj: a third of the matmuls +
+ * attention] then [c_fc, mlp.c_proj: two thirds]; B the reverse ([the MLP's], then [the
+ * attention's]). W and other kinds: zeros. */
+void plan_tp_block_pieces(const plan_layer_cost *blk, plan_phase ph, double piece[2]);
+/* Exposed seconds of one phase's ping-pong on one link (the half-sums queue on it), given one
+ * half-sum's time `half` and one half's compute c0 (before the first sum) and c1 (between):
+ * max(0, half - c0) + 2 max(0, half - c1) + half. The last half-sum is always exposed. */
+double plan_tp_overlap_exposed(double half, double c0, double c1);
+/* Seconds a block's all-reduces add to phase ph on a rank computing `rate` FLOP/s: with overlap
+ * and a microbatch of B >= 2 sequences the exposed part (each of the four half-sums carries a
+ * quarter of tp_bytes[ph], one collective each); else all of them (plan_tp_time). */
+double plan_tp_block_time(const plan_layer_cost *blk, plan_phase ph, int tp, int B, bool overlap, double rate,
+                          double bw, double lat);
 /* Bytes sent between consecutive layers per microbatch: B*T*C*4. */
 double plan_p2p_bytes(const gpt_config *cfg, int B, int T);
 
@@ -127,6 +144,10 @@ typedef struct {
     int chunks;               /* v, chunks per rank */
     int K;                    /* chunks in all = P * v */
     bool recompute;           /* activation recomputation (keep block inputs, redo F before B) */
+    bool tp_overlap;          /* --tp-overlap (tp >= 2): blocks' all-reduces in ping-pong with the
+                               * other half microbatch's compute (no effect at microbatch size 1) */
+    bool tp_recompute;        /* --tp-recompute (tp >= 2, not with recompute): blocks keep x and
+                               * res2 and rebuild the rest before B with no collective */
     char placement[16];       /* "node" or "mixed" (how devices form pipelines) */
     int *split;               /* [K] blocks per chunk ("--split" of run/layout.h) */
     int *devices;             /* [D*P*tp] cluster device of (replica d, rank p, TP rank t) at
@@ -157,6 +178,8 @@ typedef struct {
     const char *const *schedules;  /* NULL-terminated names, or NULL for the default set */
     int max_sims;             /* candidates simulated at most (0: 400); each also gets a local search */
     bool no_recompute;        /* do not consider recomputation */
+    bool no_tp_overlap;       /* do not consider tp_overlap (else tried at tp >= 2, B >= 2) */
+    bool no_tp_recompute;     /* do not consider tp_recompute (else tried at tp >= 2) */
     int tp;                   /* only this TP degree; 0: every divisor of n_head that divides the
                                * devices and keeps each TP group inside a node (plus those that do
                                * not with tp_across_nodes) */
@@ -179,7 +202,8 @@ typedef struct {
 int plan_search(const gpt_config *cfg, const plan_cluster *k, const plan_opts *o, plan_result *out);
 void plan_result_free(plan_result *r);
 
-/* Scores one layout (P, D, tp, zero, M, mb_size, T, schedule, chunks, recompute, split, devices
+/* Scores one layout (P, D, tp, zero, M, mb_size, T, schedule, chunks, recompute, tp_overlap,
+ * tp_recompute, split, devices
  * set; NULL devices: device (d*P + p)*tp + t) with the simulator: fills step_time, tokens_per_s,
  * bubble, stage_mem, stage_time, stage_inflight. Returns 0, or -1 with an error naming the numbers
  * (tp not dividing n_head, more devices than the cluster has, a device index outside it, a

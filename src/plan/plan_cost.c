@@ -2,7 +2,7 @@
  * profiling writes (measured seconds per layer, phase and microbatch size). Not the measuring
  * itself (plan_profile.c) and not how costs become stage times (plan_eval.c).
  * Legend: B microbatch size, T sequence, N = B*T tokens, C channels, NH heads, V vocab. */
-#include "plan/plan.h"
+#include "plan/plan_int.h"
 #include "io/io.h"
 #include "io/json.h"
 #include "sim/sim.h"
@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,39 @@ void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, int t
 
 double plan_tp_time(const plan_layer_cost *c, plan_phase ph, int tp, double bw, double lat) {
     return sim_allreduce_time(tp, c->tp_bytes[ph], c->tp_collectives[ph], bw, lat);
+}
+
+/* The matmuls split 4C^2 : 8C^2 at the first all-reduce (qkv 3C^2 + attn.c_proj C^2, then c_fc
+ * and mlp.c_proj 4C^2 each); W's FLOPs are the matmuls' alone, and attention is F's (and B's)
+ * excess over them: 2NTC/t in F, twice that in B. */
+void plan_tp_block_pieces(const plan_layer_cost *blk, plan_phase ph, double piece[2]) {
+    double mm = blk->flops[PLAN_W], att = blk->flops[ph] - mm;
+    piece[0] = piece[1] = 0;
+    if (ph == PLAN_F) { piece[0] = mm / 3 + att; piece[1] = 2 * mm / 3; }
+    if (ph == PLAN_B) { piece[0] = 2 * mm / 3; piece[1] = mm / 3 + att; }
+}
+
+/* The ping-pong A0 B0 A1 B1 A2 B2 with sums AR1(A) AR1(B) AR2(A) AR2(B) on one link: AR1(A) hides
+ * behind B0 (c0), AR1(B) behind A1 and AR2(A) behind B1 (c1 each), AR2(B) behind nothing (X2 is
+ * element-wise, not modelled). A sum that outlasts its cover delays the next one on the link and
+ * the half that waits for it by the excess: the excesses add (each case checked against the
+ * event order in tests/test_plan_tp_oases.c). */
+double plan_tp_overlap_exposed(double half, double c0, double c1) {
+    return fmax(0, half - c0) + 2 * fmax(0, half - c1) + half;
+}
+
+double plan_tp_block_time(const plan_layer_cost *blk, plan_phase ph, int tp, int B, bool overlap, double rate,
+                          double bw, double lat) {
+    if (!overlap || B < 2 || tp < 2 || ph == PLAN_W || blk->tp_collectives[ph] < 1)
+        return plan_tp_time(blk, ph, tp, bw, lat);
+    double piece[2];
+    plan_tp_block_pieces(blk, ph, piece);
+    return plan_tp_pingpong(tp, blk->tp_bytes[ph], blk->tp_collectives[ph], piece, rate, bw, lat);
+}
+
+double plan_tp_pingpong(int tp, double bytes, int coll, const double piece[2], double rate, double bw, double lat) {
+    double half = sim_allreduce_time(tp, bytes / (2.0 * coll), 1, bw, lat);
+    return plan_tp_overlap_exposed(half, piece[0] / 2 / rate, piece[1] / 2 / rate);
 }
 
 double plan_p2p_bytes(const gpt_config *cfg, int B, int T) {

@@ -38,16 +38,20 @@ void plan_items_free(plan_items *it) {
 }
 
 /* Adds one layer's costs to item i. Recomputation redoes F before B, its all-reduces included;
- * ZeRO-1 keeps 1/optim_div of the AdamW moments. */
-static void items_add(plan_items *it, int i, const plan_layer_cost *c, const double *eff, const plan_item_shape *sh) {
-    bool rc = sh->recompute;
+ * communication-free recomputation (a block) keeps keep_bytes and redoes recompute_flops before
+ * B with no collective; ZeRO-1 keeps 1/optim_div of the AdamW moments. A block's all-reduces
+ * under overlap are priced per rank (plan_item_tp_time), not here. */
+static void items_add(plan_items *it, int i, const plan_layer_cost *c, const double *eff, const plan_item_shape *sh,
+                      bool block) {
+    bool rc = sh->recompute, keep = sh->tp_recompute && block;
     double f = c->flops[PLAN_F] / eff[PLAN_F];
     it->ph[PLAN_F][i] += f;
-    it->ph[PLAN_B][i] += c->flops[PLAN_B] / eff[PLAN_B] + (rc ? f : 0);
+    it->ph[PLAN_B][i] += c->flops[PLAN_B] / eff[PLAN_B] + (rc ? f : 0) + (keep ? c->recompute_flops / eff[PLAN_F] : 0);
     it->ph[PLAN_W][i] += c->flops[PLAN_W] / eff[PLAN_W];
     it->mem_fixed[i] += c->param_bytes + c->grad_bytes + c->optim_bytes / sh->optim_div;
-    it->mem_act[i] += rc ? c->input_bytes : c->act_bytes;
+    it->mem_act[i] += rc ? c->input_bytes : keep ? c->keep_bytes : c->act_bytes;
     it->grad[i] += c->grad_bytes;
+    if (block && it->overlap) return;
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
         bool again = rc && ph == PLAN_B;
         it->tp_bytes[ph][i] += c->tp_bytes[ph] + (again ? c->tp_bytes[PLAN_F] : 0);
@@ -56,6 +60,32 @@ static void items_add(plan_items *it, int i, const plan_layer_cost *c, const dou
 }
 
 static double *zeros(int n) { return pt_calloc((size_t)n, sizeof(double)); }
+
+/* The block's numbers the per-rank overlap price needs (plan_item_tp_time). */
+static void items_overlap(plan_items *it, const plan_layer_cost *blk, const double *eff, const plan_item_shape *sh) {
+    it->overlap = sh->tp_overlap && sh->tp > 1 && sh->B > 1;
+    it->recompute = sh->recompute;
+    for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
+        plan_tp_block_pieces(blk, ph, it->blk_piece[ph]);
+        for (int h = 0; h < 2; h++) it->blk_piece[ph][h] /= eff[ph];
+        it->blk_tp_bytes[ph] = blk->tp_bytes[ph];
+        it->blk_tp_coll[ph] = blk->tp_collectives[ph];
+    }
+}
+
+/* What a stage holds besides its microbatches in flight while one is in its backward: whole-stage
+ * recomputation rebuilds one microbatch's activations (a block's, and the embedding's or the
+ * head's on the first and last chunk); communication-free recomputation one layer's act as the
+ * rank's work buffer (the embedding and head keep their whole act per microbatch anyway). */
+static void items_extra(plan_items *it, const plan_layer_cost *c, const plan_item_shape *sh) {
+    if (sh->recompute) {
+        it->extra_mid = c[PLAN_BLOCK].act_bytes;
+        it->extra_first = c[PLAN_EMBED].act_bytes;
+        it->extra_last = c[PLAN_HEAD].act_bytes;
+    } else if (sh->tp_recompute) {
+        it->extra_mid = c[PLAN_BLOCK].act_bytes;
+    }
+}
 
 void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s, const plan_item_shape *sh) {
     int L = cfg->n_layer;
@@ -66,15 +96,12 @@ void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s,
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) it->ph[ph] = zeros(L), it->tp_bytes[ph] = zeros(L), it->tp_coll[ph] = zeros(L);
     plan_layer_cost c[PLAN_N_KINDS];
     for (int k = 0; k < PLAN_N_KINDS; k++) plan_layer_model(cfg, k, sh->B, sh->T, sh->tp, &c[k]);
-    for (int i = 0; i < L; i++) items_add(it, i, &c[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh);
-    items_add(it, 0, &c[PLAN_EMBED], s->eff[PLAN_EMBED], sh);
-    items_add(it, L - 1, &c[PLAN_HEAD], s->eff[PLAN_HEAD], sh);
+    items_overlap(it, &c[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh);
+    for (int i = 0; i < L; i++) items_add(it, i, &c[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh, true);
+    items_add(it, 0, &c[PLAN_EMBED], s->eff[PLAN_EMBED], sh, false);
+    items_add(it, L - 1, &c[PLAN_HEAD], s->eff[PLAN_HEAD], sh, false);
     for (int i = 0; i < L; i++) it->work[i] = it->ph[PLAN_F][i] + it->ph[PLAN_B][i] + it->ph[PLAN_W][i];
-    if (sh->recompute) {   /* during a backward the stage holds one microbatch's full activations again */
-        it->extra_mid = c[PLAN_BLOCK].act_bytes;
-        it->extra_first = c[PLAN_EMBED].act_bytes;
-        it->extra_last = c[PLAN_HEAD].act_bytes;
-    }
+    items_extra(it, c, sh);
 }
 
 static double device_rate(const plan_device *d, const plan_scale *s) {
@@ -144,8 +171,17 @@ void plan_ranks_link(const plan_ranks *r, const plan_cluster *k, int a, int b, d
         }
 }
 
+/* Exposed seconds of one block's ping-pong in phase ph on rank p. */
+static double block_pingpong(const plan_items *it, const plan_ranks *r, int p, int ph) {
+    return plan_tp_pingpong(r->tp, it->blk_tp_bytes[ph], it->blk_tp_coll[ph], it->blk_piece[ph], r->rate[p],
+                            r->tp_bw[p], r->tp_lat[p]);
+}
+
 double plan_item_tp_time(const plan_items *it, const plan_ranks *r, int p, int i, int ph) {
-    return sim_allreduce_time(r->tp, it->tp_bytes[ph][i], (int)it->tp_coll[ph][i], r->tp_bw[p], r->tp_lat[p]);
+    double t = sim_allreduce_time(r->tp, it->tp_bytes[ph][i], (int)it->tp_coll[ph][i], r->tp_bw[p], r->tp_lat[p]);
+    if (!it->overlap || ph == PLAN_W) return t;
+    t += block_pingpong(it, r, p, ph);
+    return ph == PLAN_B && it->recompute ? t + block_pingpong(it, r, p, PLAN_F) : t;
 }
 
 sched *plan_make_sched(const char *name, int P, int M, int v) {
@@ -284,6 +320,11 @@ static int layout_check(const gpt_config *cfg, const plan_cluster *k, const plan
         return pt_seterr("plan: tp %d does not divide n_head %d (each TP rank holds n_head / tp heads)", tp,
                          cfg->n_head);
     if (p->zero != 0 && p->zero != 1) return pt_seterr("plan: zero is %d; it must be 0 or 1", p->zero);
+    if ((p->tp_overlap || p->tp_recompute) && tp < 2)
+        return pt_seterr("plan: %s needs tp >= 2 (it works on a TP group's all-reduces); tp is %d",
+                         p->tp_overlap ? "tp_overlap" : "tp_recompute", tp);
+    if (p->tp_recompute && p->recompute)
+        return pt_seterr("plan: tp_recompute and recompute are two ways of recomputing: keep one");
     long n = (long)p->P * p->D * tp;
     if (n > k->n_devices)
         return pt_seterr("plan: tp %d x dp %d x stages %d = %ld devices, the cluster has %d", tp, p->D, p->P, n,
@@ -332,7 +373,7 @@ static int ctx_open(layout_ctx *x, const gpt_config *cfg, const plan_cluster *k,
     x->ready = true;
     plan_scale sc;
     plan_scale_init(&sc, costs, k, p->mb_size);
-    plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute };
+    plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute, p->tp_overlap, p->tp_recompute };
     plan_items_init(&x->it, cfg, &sc, &sh);
     plan_ranks_init(&x->r, k, &sc, p->P, p->D, tp, p->devices);
     return 0;

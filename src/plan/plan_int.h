@@ -19,6 +19,13 @@ typedef struct {
                                        * microbatch in F, B (with recompute's F), W (always 0) */
     double *tp_coll[PLAN_N_PHASES];   /* [L] how many all-reduces those are */
     double extra_first, extra_last, extra_mid;   /* mem_extra of the first, last, other chunks */
+    /* Overlap (plan_tp_block_time): when on (tp >= 2, B >= 2), the blocks' all-reduces are not in
+     * tp_bytes / tp_coll above; each item's one block adds its ping-pong's exposed time, computed
+     * per rank from these (B also F's again under recompute). */
+    bool overlap, recompute;
+    double blk_piece[PLAN_N_PHASES][2];   /* reference FLOPs of a block before / between its sums */
+    double blk_tp_bytes[PLAN_N_PHASES];   /* one block's all-reduce bytes per phase */
+    int blk_tp_coll[PLAN_N_PHASES];       /* and how many all-reduces (each run as two halves) */
 } plan_items;
 
 /* What the per-layer numbers depend on besides the config and the scale. */
@@ -26,6 +33,8 @@ typedef struct {
     int B, T, tp;
     int optim_div;                /* AdamW bytes are divided by this: D under ZeRO-1, else 1 */
     bool recompute;
+    bool tp_overlap;              /* --tp-overlap: block all-reduces in ping-pong (B >= 2) */
+    bool tp_recompute;            /* --tp-recompute: blocks keep keep_bytes, B adds recompute_flops */
 } plan_item_shape;
 
 /* One placement: the pipeline ranks as the slowest replica (and TP rank) sees them. */
@@ -55,7 +64,11 @@ void plan_ranks_free(plan_ranks *r);
 /* Link between the devices of ranks a and b (slowest over replicas and TP ranks: TP rank t of a
  * sends to TP rank t of b). */
 void plan_ranks_link(const plan_ranks *r, const plan_cluster *k, int a, int b, double *bw, double *lat);
-/* Seconds of item i's TP all-reduces in phase ph on rank p's group (0 at tp 1). */
+/* Exposed seconds of a block phase's ping-pong: coll all-reduces of `bytes` in all, each run as
+ * two half-sums, over compute pieces piece[0], piece[1] (FLOPs of the whole microbatch) at rate. */
+double plan_tp_pingpong(int tp, double bytes, int coll, const double piece[2], double rate, double bw, double lat);
+/* Seconds of item i's TP all-reduces in phase ph on rank p's group (0 at tp 1): exposed time
+ * under overlap. */
 double plan_item_tp_time(const plan_items *it, const plan_ranks *r, int p, int i, int ph);
 
 /* The schedule generator for (name, P, M, v); NULL with the generator's error. */

@@ -1,7 +1,7 @@
 /* The planner's search: every tensor-parallel degree tp (a divisor of n_head and of the devices,
  * its groups inside nodes unless allowed across), data-parallel degree D dividing the devices / tp
- * (P = devices / (tp D)), device placement, power-of-two microbatch size, schedule and
- * recomputation; the exact split of each; an analytic lower bound per candidate; then the
+ * (P = devices / (tp D)), device placement, power-of-two microbatch size, schedule,
+ * recomputation (none, whole-stage, communication-free) and TP overlap; the exact split of each; an analytic lower bound per candidate; then the
  * simulator on candidates in bound order until the bound passes the N-th best simulated time (so
  * the pruning loses nothing), at most max_sims. Not here: the split itself (plan_split.c) and
  * scoring (plan_eval.c). */
@@ -18,9 +18,15 @@ typedef struct { const char *name; int v; } sched_choice;
 #define MAX_RANK_MICROBATCHES (1L << 18)   /* P x M: schedules past this are slow to generate */
 #define POLISH_BUDGET(K) (32 + 4 * (K))   /* simulations of local search per candidate */
 
+/* How a candidate keeps activations and runs its TP all-reduces. */
+typedef struct {
+    bool recompute, tp_recompute, tp_overlap;
+} act_mode;
+#define MAX_MODES 6                            /* {none, recompute, tp_recompute} x overlap */
+
 typedef struct {
     int P, D, tp, B, M, v, sched_i, placement;   /* placement: 0 node, 1 mixed */
-    bool recompute;
+    act_mode mode;
     int *first;                               /* [K+1] */
     double bound;
 } candidate;
@@ -130,10 +136,10 @@ static int first_single(const search *S) {
     return 0;
 }
 
-/* One candidate: the exact split of schedule s (si) with or without recomputation, and its bound. */
+/* One candidate: the exact split of schedule s (si) in activation mode md, and its bound. */
 static void consider(search *S, const plan_items *it, const plan_ranks *r, const sched *s, int si, int pl, int B,
-                     int M, bool rc) {
-    candidate c = { r->P, r->D, r->tp, B, M, S->sc[si].v, si, pl, rc, pt_malloc(sizeof(int) * (size_t)(s->n_stages + 1)), 0 };
+                     int M, act_mode md) {
+    candidate c = { r->P, r->D, r->tp, B, M, S->sc[si].v, si, pl, md, pt_malloc(sizeof(int) * (size_t)(s->n_stages + 1)), 0 };
     double bott;
     S->res->considered++;
     if (plan_split_candidate(it, r, s, false, c.first, &bott) < 0) {
@@ -147,28 +153,56 @@ static void consider(search *S, const plan_items *it, const plan_ranks *r, const
 }
 
 /* The per-layer numbers of a candidate's shape. */
-static void items_for(const search *S, plan_items *it, const plan_scale *sc, int D, int tp, int B, bool rc) {
-    plan_item_shape sh = { B, S->o->T, tp, S->o->zero ? D : 1, rc };
+static void items_for(const search *S, plan_items *it, const plan_scale *sc, int D, int tp, int B, act_mode md) {
+    plan_item_shape sh = { B, S->o->T, tp, S->o->zero ? D : 1, md.recompute, md.tp_overlap, md.tp_recompute };
     plan_items_init(it, S->cfg, sc, &sh);
 }
 
-/* All schedules x recompute for one (tp, D, P, placement, B). */
+/* The activation modes tried at (tp, B): recomputation off, whole-stage, communication-free (tp
+ * >= 2), each with and without overlap (tp >= 2, B >= 2; it changes nothing at B = 1). */
+static int modes_for(const search *S, int tp, int B, act_mode *out) {
+    int n = 0;
+    bool ov = tp > 1 && B > 1 && !S->o->no_tp_overlap;
+    for (int rc = 0; rc < 3; rc++) {
+        if ((rc == 1 && S->o->no_recompute) || (rc == 2 && (tp < 2 || S->o->no_tp_recompute))) continue;
+        for (int o = 0; o <= (int)ov; o++) out[n++] = (act_mode){ rc == 1, rc == 2, o == 1 };
+    }
+    return n;
+}
+
+/* Whether overlap's TP time is no more than the blocking one's for every item on every rank: then
+ * the mode without overlap holds the same bytes and is never faster (a step is a longest path
+ * through the schedule's fixed order, monotone in every duration), so it is not tried. */
+static bool overlap_dominates(const plan_items *on, const plan_items *off, const plan_ranks *r) {
+    for (int p = 0; p < r->P; p++)
+        for (int i = 0; i < on->n; i++)
+            for (int ph = PLAN_F; ph <= PLAN_B; ph++)
+                if (plan_item_tp_time(on, r, p, i, ph) > plan_item_tp_time(off, r, p, i, ph)) return false;
+    return true;
+}
+
+/* All schedules x activation modes for one (tp, D, P, placement, B). */
 static void enumerate_b(search *S, int tp, int P, int D, int pl, int B, int M) {
     if ((long)P * M > MAX_RANK_MICROBATCHES) return;   /* a larger microbatch size covers it */
     plan_scale sc;
     plan_scale_init(&sc, S->o->costs, S->k, B);
     plan_ranks r;
     plan_ranks_init(&r, S->k, &sc, P, D, tp, pl ? S->mixed : NULL);
-    int n_rc = S->o->no_recompute ? 1 : 2;
-    plan_items it[2];
-    for (int rc = 0; rc < n_rc; rc++) items_for(S, &it[rc], &sc, D, tp, B, rc);
+    act_mode md[MAX_MODES];
+    int n_md = modes_for(S, tp, B, md);
+    bool skip[MAX_MODES] = { false };
+    plan_items it[MAX_MODES];
+    for (int m = 0; m < n_md; m++) items_for(S, &it[m], &sc, D, tp, B, md[m]);
+    for (int m = 1; m < n_md; m++)   /* an overlap mode follows its blocking twin */
+        if (md[m].tp_overlap) skip[m - 1] = overlap_dominates(&it[m], &it[m - 1], &r);
     for (int si = 0; si < S->n_sc; si++) {
         if (P == 1 && si != first_single(S)) continue;   /* one rank: every schedule is the same */
         sched *s = P * S->sc[si].v <= S->cfg->n_layer ? plan_make_sched(S->sc[si].name, P, M, S->sc[si].v) : NULL;
-        for (int rc = 0; s && s->n_pipes == 1 && rc < n_rc; rc++) consider(S, &it[rc], &r, s, si, pl, B, M, rc);
+        for (int m = 0; s && s->n_pipes == 1 && m < n_md; m++)
+            if (!skip[m]) consider(S, &it[m], &r, s, si, pl, B, M, md[m]);
         sched_free(s);
     }
-    for (int rc = 0; rc < n_rc; rc++) plan_items_free(&it[rc]);
+    for (int m = 0; m < n_md; m++) plan_items_free(&it[m]);
     plan_ranks_free(&r);
 }
 
@@ -218,7 +252,8 @@ static int *placement_copy(const search *S, const candidate *c) {
 static int simulate(search *S, const candidate *c, plan_layout *p) {
     memset(p, 0, sizeof *p);
     p->P = c->P; p->D = c->D; p->tp = c->tp; p->zero = S->o->zero; p->M = c->M; p->mb_size = c->B; p->T = S->o->T;
-    p->chunks = c->v; p->recompute = c->recompute; p->bound = c->bound;
+    p->chunks = c->v; p->recompute = c->mode.recompute; p->bound = c->bound;
+    p->tp_overlap = c->mode.tp_overlap; p->tp_recompute = c->mode.tp_recompute;
     snprintf(p->schedule, sizeof p->schedule, "%s", S->sc[c->sched_i].name);
     snprintf(p->placement, sizeof p->placement, "%s", c->placement ? "mixed" : "node");
     p->devices = placement_copy(S, c);
@@ -226,7 +261,7 @@ static int simulate(search *S, const candidate *c, plan_layout *p) {
     plan_scale_init(&sc, S->o->costs, S->k, c->B);
     plan_items it;
     plan_ranks r;
-    items_for(S, &it, &sc, c->D, c->tp, c->B, c->recompute);
+    items_for(S, &it, &sc, c->D, c->tp, c->B, c->mode);
     plan_ranks_init(&r, S->k, &sc, c->P, c->D, c->tp, p->devices);
     sched *s = plan_make_sched(p->schedule, c->P, c->M, c->v);
     double bott;

@@ -1,11 +1,14 @@
 /* Compute of one stage on one microbatch: F, B and W over the stage's layers through the model's
  * kind table (what each layer reads: the activation stream, the batch's tokens, or its targets
- * and a loss), activation sets acquired at F and released after W, recomputation at B.
+ * and a loss), activation sets acquired at F and released after W, recomputation at B: the
+ * whole stage's F again (--recompute), or each layer's communication-free rebuild from what it
+ * kept (--tp-recompute: gpt_layer_keep_floats kept from F to B, gpt_layer_recompute before B).
  * Not here: communication, reduction, the order of actions (executor.c).
  * Activation gradients are written (=), parameter gradients accumulate (+=) over microbatches. */
 #include "run/exec_int.h"
 #include "util/pt.h"
 #include <assert.h>
+#include <string.h>
 #include <time.h>
 
 /* Rows of microbatch mb in the global (B,T) batch: replica d's block, then the mb-th block. */
@@ -34,17 +37,47 @@ static float *exec_act(const run_stage *st, int layer, int mb) {
 
 static const gpt_tied *exec_tied(const run_stage *st) { return st->has_tied ? st->tied : NULL; }
 
-/* Gives mb a free activation set (spare: the extra set a recomputing forward uses). */
-static void exec_acquire(run_stage *st, int mb, int spare) {
-    if (spare) { st->slot_of[mb] = st->n_slots; return; }
-    for (int k = 0; k < st->n_slots; k++)
-        if (st->slot_mb[k] < 0) { st->slot_mb[k] = mb; st->slot_of[mb] = k; return; }
+/* Microbatch mb takes a free one of n sets (of[mb]: its set; mbs[k]: the microbatch in set k, -1
+ * free); spare: set n, the extra one a recomputing forward uses, never held. */
+static void exec_take(int *of, int *mbs, int n, int mb, int spare) {
+    if (spare) { of[mb] = n; return; }
+    for (int k = 0; k < n; k++)
+        if (mbs[k] < 0) { mbs[k] = mb; of[mb] = k; return; }
     assert(!"activation sets exhausted: the slot count disagrees with the schedule");
 }
 
-static void exec_release(run_stage *st, int mb) {
-    if (st->slot_of[mb] < st->n_slots) st->slot_mb[st->slot_of[mb]] = -1;
-    st->slot_of[mb] = -1;
+static void exec_give(int *of, int *mbs, int n, int mb) {
+    if (of[mb] >= 0 && of[mb] < n) mbs[of[mb]] = -1;
+    of[mb] = -1;
+}
+
+static void exec_acquire(run_stage *st, int mb, int spare) { exec_take(st->slot_of, st->slot_mb, st->n_slots, mb, spare); }
+static void exec_release(run_stage *st, int mb) { exec_give(st->slot_of, st->slot_mb, st->n_slots, mb); }
+
+/* --tp-recompute: what (layer, mb) kept from its F. */
+static float *exec_kept(const run_exec *e, const run_stage *st, int layer, int mb) {
+    assert(st->rebuild && st->keep_of[mb] >= 0);
+    return st->keep[layer - st->first][st->keep_of[mb]];
+}
+
+static size_t exec_keep_n(const run_exec *e, const run_stage *st, int layer) {
+    return gpt_layer_keep_floats(&st->m, layer, e->c.mb_rows, e->c.T);
+}
+
+/* The act F of (layer, mb) writes: its set, or (--tp-recompute) the rank's work buffer, whose
+ * kept prefix exec_forward copies out after the layer. */
+static float *exec_act_f(run_exec *e, const run_stage *st, int layer, int mb) {
+    return st->rebuild ? e->work : exec_act(st, layer, mb);
+}
+
+/* --tp-recompute, before B of (layer, mb): act (a whole set, or the work buffer) gets the kept
+ * prefix back and the layer rebuilds the rest of its F part, bitwise, with no collective.
+ * 0, or -1 (the model's error). */
+static int exec_rebuild(run_exec *e, run_stage *st, int layer, int mb, float *act) {
+    memcpy(act, exec_kept(e, st, layer, mb), exec_keep_n(e, st, layer) * sizeof(float));
+    if (gpt_layer_recompute(&st->m, layer, exec_tied(st), act, e->scratch, e->c.mb_rows, e->c.T) < 0)
+        return pt_adderr("stage %d, rebuilding layer %d of microbatch %d: ", st->g, layer, mb);
+    return 0;
 }
 
 /* F of stage st on mb. again: the recompute before a backward (output to scratch, loss not
@@ -62,28 +95,35 @@ static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, c
         if (io & GPT_IO_TARGETS) y = again ? &loss : &st->loss[mb];
         else if (l == st->end - 1 && !again) y = st->out[mb];
         else { y = e->tmp[k]; k ^= 1; }
-        if (gpt_layer_forward(&st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch, y, x, tk, b, T) < 0)
+        float *act = exec_act_f(e, st, l, mb);
+        if (gpt_layer_forward(&st->m, l, exec_tied(st), act, e->scratch, y, x, tk, b, T) < 0)
             return pt_adderr("stage %d F%d: ", st->g, mb);
+        if (st->rebuild) memcpy(exec_kept(e, st, l, mb), act, exec_keep_n(e, st, l) * sizeof(float));
         x = y;
     }
     if (st->next < 0 && !again) e->loss_sum += st->loss[mb];
     return 0;
 }
 
-/* 0, or -1 when a tensor-parallel layer's collective failed (the job is stopping). */
-static int exec_backward_input(run_exec *e, run_stage *st, int mb) {
+/* B of every layer, the last first. With --tp-recompute each layer is rebuilt from what it kept
+ * just before its B: into its set (a lone B, its W later), or with weight (a fused BW) into the
+ * rank's work buffer, the layer's W right after its B (still in reverse layer order, so the sums
+ * are those of B then W). 0, or -1 when a tensor-parallel layer's collective failed (the job is
+ * stopping). */
+static int exec_backward_input(run_exec *e, run_stage *st, int mb, int weight) {
     /* the objective: mean over all microbatches, or (async) over this microbatch's replicas */
     float scale = 1.0f / (float)((e->async ? 1 : e->M) * e->c.lo->D);
     const float *dy = st->next < 0 ? &scale : exec_dout(e, st, mb);
-    int k = 0;
+    int k = 0, b = e->c.mb_rows, T = e->c.T;
     for (int l = st->end - 1; l >= st->first; l--) {
-        float *dx;
+        float *dx, *act = weight ? e->work : exec_act(st, l, mb);
         if (gpt_layer_ops_of(&st->m, l)->io & GPT_IO_TOKENS) dx = NULL;   /* no input to grade */
         else if (l == st->first) dx = st->dxo[mb];
         else { dx = e->tmp[k]; k ^= 1; }
-        if (gpt_layer_backward_input(&st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
-                                     dx, dy, e->c.mb_rows, e->c.T) < 0)
+        if (st->rebuild && exec_rebuild(e, st, l, mb, act) < 0) return -1;
+        if (gpt_layer_backward_input(&st->m, l, exec_tied(st), act, e->scratch, dx, dy, b, T) < 0)
             return pt_adderr("stage %d B%d: ", st->g, mb);
+        if (weight) gpt_layer_backward_weight(&st->m, l, exec_tied(st), act, e->scratch, b, T);
         dy = dx;
     }
     return 0;
@@ -105,10 +145,12 @@ static void exec_stretch(const run_stage *st, double t0) {
     nanosleep(&t, NULL);
 }
 
-/* The F action: activations kept for the backward, or (recomputing) dropped at once. */
+/* The F action: activations kept for the backward, or (recomputing) dropped at once, or
+ * (--tp-recompute) each layer's kept prefix only. */
 int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, const int *tgt) {
     double t0 = pt_now();
-    exec_acquire(st, mb, e->c.recompute);
+    if (st->rebuild) exec_take(st->keep_of, st->keep_mb, st->n_keep, mb, 0);
+    else exec_acquire(st, mb, e->c.recompute);
     int rc = exec_forward(e, st, mb, tok, tgt, 0);
     if (e->c.recompute) exec_release(st, mb);
     exec_stretch(st, t0);
@@ -120,12 +162,12 @@ int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, cons
 int exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, const int *tok,
                   const int *tgt) {
     double t0 = pt_now();
-    if (input && e->c.recompute) {
-        exec_acquire(st, mb, 0);
-        if (exec_forward(e, st, mb, tok, tgt, 1) < 0) return -1;
-    }
-    if (input && exec_backward_input(e, st, mb) < 0) return -1;
-    if (weight) {
+    int fused = st->rebuild && input && weight;   /* no set: each layer in the work buffer */
+    if (input && (e->c.recompute || (st->rebuild && !weight))) exec_acquire(st, mb, 0);
+    if (input && e->c.recompute && exec_forward(e, st, mb, tok, tgt, 1) < 0) return -1;
+    if (input && exec_backward_input(e, st, mb, fused) < 0) return -1;
+    if (input && st->rebuild) exec_give(st->keep_of, st->keep_mb, st->n_keep, mb);
+    if (weight && !fused) {
         exec_backward_weight(e, st, mb);
         exec_release(st, mb);
     }

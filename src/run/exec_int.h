@@ -40,10 +40,19 @@ typedef struct {
                                        * owner stage's tensor, or NULL) */
     int has_tied;                     /* any of them: pass tied to the layers */
     float ***act;                     /* [end-first][n_sets] activation sets of each layer */
-    int n_slots;                      /* sets held at once (the schedule's peak for this stage) */
+    int n_slots;                      /* sets held at once (the schedule's peak for this stage;
+                                       * --tp-recompute: from B to W, 0 when it has no lone B) */
     int n_sets;                       /* n_slots, + 1 with --recompute (the forward's spare) */
     int *slot_of;                     /* [M] set of each microbatch, -1: none */
     int *slot_mb;                     /* [n_slots] microbatch in each set, -1: free */
+    /* --tp-recompute, where it holds fewer bytes than whole sets (rebuild): what each layer keeps
+     * of a microbatch from F to B (its act's first gpt_layer_keep_floats), in n_keep kept sets:
+     * the schedule's peak from F to W, a bound on the microbatches between F and B */
+    int rebuild;
+    float ***keep;                    /* [end-first][n_keep] */
+    int n_keep;
+    int *keep_of;                     /* [M] kept set of each microbatch, -1: none */
+    int *keep_mb;                     /* [n_keep] microbatch in each kept set, -1: free */
     float **out;                      /* [M] (N,C) forward output (NULL for the last stage) */
     float **xin;                      /* [M] (N,C) received input (prev on another rank) */
     float **dxo;                      /* [M] (N,C) input gradient (NULL at the first stage) */
@@ -104,10 +113,14 @@ struct run_exec {
     int d, p, t, M, N, C, n_stages;   /* replica, pipeline rank, TP rank, sizes */
     int tp;                           /* TP ranks per (replica, pipeline rank); 1: none */
     comm *tp_comm;                    /* this rank's TP group (NULL at tp 1) */
+    run_tp_stats tps;                 /* its all-reduces so far (exec_tp.c) */
     int n_ties;                       /* NT, the model's tied tensors */
     run_stage *st;                    /* [n_stages] stages of this rank, in stage order */
     int *loc;                         /* [S] index into st, or -1 */
     float *scratch, *tmp[2];          /* per-thread scratch, (N,C) ping-pong buffers */
+    float *work;                      /* --tp-recompute: one act of the rank's largest layer, where
+                                       * F runs a layer and a fused BW rebuilds, B's and W's it */
+    size_t work_n;                    /* its floats */
     comm **chunk_comm;                /* [K] ranks holding chunk c (NULL: not a member) */
     comm *tie_comm[GPT_MAX_TIES];     /* [NT] ranks holding tie t's owner or a copy */
     exec_group *grp;                  /* [n_grp] this rank's groups, in the global order */
@@ -178,7 +191,9 @@ void exec_zero_grads(run_exec *e);
 
 /* exec_tp.c */
 int exec_tp_init(run_exec *e);                         /* the TP communicator; collective */
-void exec_tp_set(run_exec *e, run_stage *st);          /* st's model gets the group's collective */
+/* st's model gets the group's collectives (blocking and non-blocking) and, with --tp-overlap,
+ * overlaps its blocks' all-reduces. 0, or -1 (the model refused). */
+int exec_tp_set(run_exec *e, run_stage *st);
 void exec_tp_free(run_exec *e);
 
 #endif

@@ -73,14 +73,50 @@ static int exec_stage_ties(run_exec *e, run_stage *st) {
     return 0;
 }
 
+/* Which microbatch holds each of n sets: of[M] all -1 (none), mbs[n] all -1 (free). */
+static void exec_slots_init(int **of, int **mbs, int M, int n) {
+    *of = pt_malloc(sizeof(int) * (size_t)M);
+    *mbs = pt_malloc(sizeof(int) * (size_t)(n + 1));
+    for (int j = 0; j < M; j++) (*of)[j] = -1;
+    for (int k = 0; k < n; k++) (*mbs)[k] = -1;
+}
+
+/* Stage g has a B apart from its W (a zero-bubble split), so a microbatch may wait between them. */
+static int exec_has_lone_b(const run_exec *e, int g) {
+    for (int i = 0; i < e->c.s->len[e->p]; i++)
+        if (e->c.s->acts[e->p][i].stage == g && e->c.s->acts[e->p][i].kind == ACT_B) return 1;
+    return 0;
+}
+
+/* --tp-recompute: whole sets only for microbatches between a lone B and its W (a fused BW
+ * rebuilds each layer in the rank's work buffer); kept sets for those between F and B. A stage
+ * whose kept and whole sets, with a work buffer of its own, would not be fewer bytes than whole
+ * sets from F to W (W long after B: zero-bubble schedules) keeps whole sets (the same numbers). */
+static void exec_stage_keeps(run_exec *e, run_stage *st) {
+    int nl = st->end - st->first, fw = sched_stage_peak_slots(e->c.s, st->g, false);
+    int bw = exec_has_lone_b(e, st->g) ? sched_stage_peak_slots(e->c.s, st->g, true) : 0;
+    double act = 0, keep = 0, mx = 0;
+    for (int l = st->first; l < st->end; l++) {
+        double a = (double)gpt_layer_act_floats(&st->m, l, e->c.mb_rows, e->c.T);
+        act += a;
+        keep += (double)gpt_layer_keep_floats(&st->m, l, e->c.mb_rows, e->c.T);
+        mx = a > mx ? a : mx;
+    }
+    st->rebuild = fw * keep + bw * act + mx < fw * act;
+    st->n_slots = st->rebuild ? bw : fw;
+    st->n_keep = st->rebuild ? fw : 0;
+    exec_slots_init(&st->keep_of, &st->keep_mb, e->M, st->n_keep);
+    st->keep = pt_calloc((size_t)nl, sizeof *st->keep);
+    for (int l = 0; l < nl; l++)
+        st->keep[l] = exec_bufs(st->n_keep, gpt_layer_keep_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T));
+}
+
 /* The activation sets stage st needs under the schedule in force (its peak in flight). */
 static void exec_stage_acts(run_exec *e, run_stage *st) {
     int nl = st->end - st->first;
-    st->n_slots = sched_stage_peak_slots(e->c.s, st->g, e->c.recompute != 0);   /* the one rule */
-    st->slot_of = pt_malloc(sizeof(int) * (size_t)e->M);
-    st->slot_mb = pt_malloc(sizeof(int) * (size_t)st->n_slots);
-    for (int j = 0; j < e->M; j++) st->slot_of[j] = -1;
-    for (int k = 0; k < st->n_slots; k++) st->slot_mb[k] = -1;
+    if (e->c.tp_recompute) exec_stage_keeps(e, st);
+    else st->n_slots = sched_stage_peak_slots(e->c.s, st->g, e->c.recompute != 0);   /* the one rule */
+    exec_slots_init(&st->slot_of, &st->slot_mb, e->M, st->n_slots);
     st->act = pt_calloc((size_t)nl, sizeof *st->act);
     st->n_sets = st->n_slots + (e->c.recompute != 0);   /* one more: the forward's when recomputing */
     for (int l = 0; l < nl; l++)
@@ -88,13 +124,19 @@ static void exec_stage_acts(run_exec *e, run_stage *st) {
 }
 
 static void exec_stage_acts_free(run_stage *st) {
-    if (st->act)
-        for (int l = 0; l < st->end - st->first; l++) exec_free_bufs(st->act[l], st->n_sets);
+    for (int l = 0; l < st->end - st->first; l++) {
+        if (st->act) exec_free_bufs(st->act[l], st->n_sets);
+        if (st->keep) exec_free_bufs(st->keep[l], st->n_keep);
+    }
     free(st->act);
+    free(st->keep);
     free(st->slot_of);
     free(st->slot_mb);
-    st->act = NULL;
-    st->slot_of = st->slot_mb = NULL;
+    free(st->keep_of);
+    free(st->keep_mb);
+    st->act = st->keep = NULL;
+    st->rebuild = 0;
+    st->slot_of = st->slot_mb = st->keep_of = st->keep_mb = NULL;
 }
 
 /* Activation sets and the boundary buffers of each microbatch. */
@@ -134,7 +176,7 @@ static int exec_stage_init(run_exec *e, run_stage *st, int g) {
     if (gpt_init_layers_tp(&st->m, &e->c.src->cfg, st->first, st->end, e->t, e->tp) < 0 ||
         e->c.src->fill(e->c.src, &st->m) < 0)
         return pt_adderr("stage %d (layers %d..%d): ", g, st->first, st->end - 1);
-    exec_tp_set(e, st);
+    if (exec_tp_set(e, st) < 0) return pt_adderr("stage %d: ", g);
     exec_stage_buffers(e, st);
     gpt_layers_param_span(&st->m, st->first, st->end, &st->span_off, &st->span_n);
     return 0;
@@ -189,6 +231,20 @@ static int exec_split_comms(run_exec *e) {
     return 0;
 }
 
+/* --tp-recompute: the work buffer, one act of the largest layer of the stages that rebuild
+ * (none: no buffer), sized again after a replan. */
+static void exec_work_alloc(run_exec *e) {
+    size_t mx = 0;
+    for (int i = 0; i < e->n_stages; i++)
+        for (int l = e->st[i].first; e->st[i].rebuild && l < e->st[i].end; l++) {
+            size_t n = gpt_layer_act_floats(&e->st[i].m, l, e->c.mb_rows, e->c.T);
+            if (n > mx) mx = n;
+        }
+    free(e->work);
+    e->work = mx ? pt_falloc(mx) : NULL;
+    e->work_n = mx;
+}
+
 /* The largest stage weights (span + copies): the size of the async "live" buffer. */
 static size_t exec_max_weights(const run_exec *e) {
     size_t mx = 0;
@@ -214,6 +270,7 @@ int exec_state_init(run_exec *e) {
         if (exec_stage_finish(e, &e->st[i]) < 0) return -1;
     e->scratch = pt_falloc(gpt_scratch_floats(&e->st[0].m, e->c.mb_rows, e->c.T));
     if (e->async) e->live = pt_falloc(exec_max_weights(e));
+    exec_work_alloc(e);
     for (int k = 0; k < 2; k++) e->tmp[k] = pt_falloc((size_t)e->N * e->C);
     exec_list_state(e);
     return exec_split_comms(e);
@@ -251,10 +308,12 @@ int exec_state_replan(run_exec *e, const sched *s) {
     e->c.s = s;
     for (int i = 0; i < e->n_stages; i++) {
         run_stage *st = &e->st[i];
-        if (sched_stage_peak_slots(s, st->g, e->c.recompute != 0) == st->n_slots) continue;
-        exec_stage_acts_free(st);     /* a new peak: sets sized for it (none is in use between steps) */
+        /* a new peak: sets sized for it (none is in use between steps) */
+        if (!e->c.tp_recompute && sched_stage_peak_slots(s, st->g, e->c.recompute != 0) == st->n_slots) continue;
+        exec_stage_acts_free(st);
         exec_stage_acts(e, st);
     }
+    exec_work_alloc(e);
     exec_list_state(e);
     return 0;
 }
@@ -270,6 +329,7 @@ void exec_state_free(run_exec *e) {
     free(e->loc);
     free(e->scratch);
     free(e->live);
+    free(e->work);
     free(e->tmp[0]);
     free(e->tmp[1]);
     exec_list_state_free(e);

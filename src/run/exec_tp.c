@@ -11,10 +11,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The model's collective: an in-place sum over the TP group in rank order (every transport sums
- * in rank order, so threads and MPI give the same bits). */
+/* The model's collectives: a sum over the TP group in rank order, started without waiting
+ * (comm_ireduce_f32 with all = 1: bitwise the blocking allreduce on every transport, so threads
+ * and MPI give the same bits), and its wait; counted and timed in e->tps (the time inside the
+ * wait: what compute did not hide). req is the transport's comm_req. */
+static int exec_tp_iallreduce(void *ctx, float *buf, size_t n, void **req) {
+    run_exec *e = ctx;
+    comm_req *r;
+    if (comm_ireduce_f32(e->tp_comm, buf, n, 1, &r) < 0) return -1;
+    e->tps.calls++;
+    e->tps.floats += (double)n;
+    *req = r;
+    return 0;
+}
+
+static int exec_tp_wait(void *ctx, void *req) {
+    run_exec *e = ctx;
+    double t0 = pt_now();
+    int rc = comm_wait(e->tp_comm, req, e->c.timeout);
+    e->tps.seconds += pt_now() - t0;
+    return rc;
+}
+
+/* The blocking one is the same, waited for at once: on threads that copies half of what
+ * comm_allreduce does (each rank sums its slice in place and copies the others'), and a
+ * --slow-link between TP ranks (comm_faulty holds reductions back) delays it as it delays an
+ * overlapped one. */
 static int exec_tp_allreduce(void *ctx, float *buf, size_t n) {
-    return comm_allreduce_f32((comm *)ctx, buf, n);
+    void *req;
+    if (exec_tp_iallreduce(ctx, buf, n, &req) < 0) return -1;
+    return exec_tp_wait(ctx, req);
 }
 
 int exec_tp_init(run_exec *e) {
@@ -27,11 +53,15 @@ int exec_tp_init(run_exec *e) {
     return 0;
 }
 
-void exec_tp_set(run_exec *e, run_stage *st) {
-    if (e->tp == 1) return;
-    gpt_tp tp = { .rank = e->t, .size = e->tp, .allreduce = exec_tp_allreduce, .ctx = e->tp_comm };
+int exec_tp_set(run_exec *e, run_stage *st) {
+    if (e->tp == 1) return 0;
+    gpt_tp tp = { .rank = e->t, .size = e->tp, .allreduce = exec_tp_allreduce,
+                  .iallreduce = exec_tp_iallreduce, .wait = exec_tp_wait, .ctx = e };
     gpt_set_tp(&st->m, &tp);
+    return gpt_set_tp_overlap(&st->m, e->c.tp_overlap);
 }
+
+void run_exec_tp_stats(const run_exec *e, run_tp_stats *out) { *out = e->tps; }
 
 void exec_tp_free(run_exec *e) {
     comm_free(e->tp_comm);

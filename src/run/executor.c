@@ -187,11 +187,13 @@ void run_exec_stash_stats(const run_exec *e, int out[3]) {
 }
 
 size_t run_exec_act_bytes(const run_exec *e) {
-    size_t n = 0;
+    size_t n = e->work_n;
     for (int i = 0; i < e->n_stages; i++) {
         const run_stage *st = &e->st[i];
-        for (int l = st->first; l < st->end; l++)
+        for (int l = st->first; l < st->end; l++) {
             n += (size_t)st->n_sets * gpt_layer_act_floats(&st->m, l, e->c.mb_rows, e->c.T);
+            if (st->keep) n += (size_t)st->n_keep * gpt_layer_keep_floats(&st->m, l, e->c.mb_rows, e->c.T);
+        }
     }
     return n * sizeof(float);
 }

@@ -60,6 +60,10 @@ typedef struct {
     int mb_rows;               /* b = B / (D*M) */
     double timeout;            /* seconds a receive may wait */
     int recompute;             /* drop activations after F, recompute them at B */
+    int tp_overlap;            /* sharded blocks overlap their all-reduces (gpt_set_tp_overlap) */
+    int tp_recompute;          /* communication-free recomputation: each layer keeps its
+                                * gpt_layer_keep_floats from F to B and gpt_layer_recompute
+                                * rebuilds the rest before B (not with recompute) */
     int zero;                  /* 1: AdamW moments and update split over each reduction group */
     int overlap;               /* a stage's reduction starts at its last W (else at the rank's
                                 * last REDUCE_GRAD): the same numbers either way */
@@ -77,6 +81,14 @@ typedef struct {
     double optim;              /* AdamW moments (its shards with --zero 1) */
     double acts;               /* activation sets, boundary buffers, scratch, weight stashes */
 } run_mem;
+
+/* A rank's tensor-parallel all-reduces (the ones its layers call through gpt_tp), since init:
+ * how many, their floats, and the seconds the rank spent inside them (a blocking one: the whole
+ * call; an overlapped one: its wait, the part compute did not hide). All zero at tp 1. */
+typedef struct {
+    long calls;
+    double floats, seconds;
+} run_tp_stats;
 
 /* Iteration results on this rank: partial sums before the world reduction. */
 typedef struct {
@@ -101,7 +113,8 @@ int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const
 void run_exec_stash_stats(const run_exec *e, int out[3]);
 /* Bytes of activation storage this rank holds: per stage, the schedule's peak number of
  * microbatches in flight (from F, or recomputing from B, until W), plus (recomputing) one set
- * for a forward. */
+ * for a forward; with --tp-recompute, each layer's kept prefix for the peak from F to W, whole
+ * sets only from a lone B to its W, and one act of the rank's largest layer (its work buffer). */
 size_t run_exec_act_bytes(const run_exec *e);
 /* This iteration's events (times from pt_now; iter 0). Owned by the executor. */
 const timeline *run_exec_timeline(const run_exec *e);
@@ -138,6 +151,8 @@ int run_exec_gather_stage(run_exec *e, int g, int grads, int moments, gpt_model 
  * communicator: every rank of the job calls it); _end frees them. 0, or -1. */
 int run_exec_moments_begin(run_exec *e);
 void run_exec_moments_end(run_exec *e);
+/* This rank's TP all-reduces since init (run_tp_stats). */
+void run_exec_tp_stats(const run_exec *e, run_tp_stats *out);
 /* This rank's replica, pipeline rank and TP rank. */
 void run_exec_coords(const run_exec *e, int *d, int *p, int *t);
 

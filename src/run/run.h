@@ -33,6 +33,10 @@ typedef struct {
                                  * read by run_plan_init only (the caller keeps it) */
     int n_split;
     bool recompute;             /* drop activations after F, recompute them at B */
+    bool tp_overlap;            /* --tp-overlap (tp > 1): each sharded block's all-reduces in
+                                 * flight while the other half of its microbatch computes */
+    bool tp_recompute;          /* --tp-recompute (tp > 1): layers keep gpt_layer_keep_floats
+                                 * from F to B and rebuild the rest before B, no collective */
     int zero;                   /* --zero: 0, or 1: AdamW moments and update split over each
                                  * reduction group (ZeRO-1; docs/runtime.md) */
     bool no_overlap;            /* --no-overlap: reduce at the rank's last REDUCE_GRAD, not at
@@ -134,6 +138,9 @@ void run_job_stash_stats(const run_job *j, int out[3]);
 size_t run_job_act_bytes(const run_job *j);
 /* What world rank w holds (on every rank, measured at init). */
 void run_job_mem(const run_job *j, int w, run_mem *out);
+/* The TP all-reduces of this process's ranks since the job started (run_tp_stats), summed over
+ * them; *ranks gets how many that is (threads: every rank; MPI: 1). Local: no communication. */
+void run_job_tp_stats(const run_job *j, run_tp_stats *out, int *ranks);
 /* Peak resident set size so far (getrusage), bytes: *out (malloc'd, the caller frees) gets one
  * entry per process: MPI, every world rank's (collective); threads, the one process's. */
 int run_job_peak_rss(run_job *j, double **out);

@@ -102,6 +102,7 @@ static int job_exec_init(run_job *j, int r) {
     run_exec_cfg c = { .s = j->s, .lo = &pl->lo, .world_rank = w, .world = j->comms[r],
                        .src = j->src, .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows,
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
+                       .tp_overlap = pl->o.tp_overlap, .tp_recompute = pl->o.tp_recompute,
                        .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket,
                        .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user };
     return run_exec_init(&j->ex[r], &c);
@@ -200,6 +201,18 @@ void run_job_stash_stats(const run_job *j, int out[3]) {
 }
 
 size_t run_job_act_bytes(const run_job *j) { return j->act_max; }
+
+void run_job_tp_stats(const run_job *j, run_tp_stats *out, int *ranks) {
+    memset(out, 0, sizeof *out);
+    for (int r = 0; r < j->n_local; r++) {
+        run_tp_stats s;
+        run_exec_tp_stats(j->ex[r], &s);
+        out->calls += s.calls;
+        out->floats += s.floats;
+        out->seconds += s.seconds;
+    }
+    *ranks = j->n_local;
+}
 
 int run_job_is_root(const run_job *j) { return !j->mpi || j->comms[0]->rank == 0; }
 
@@ -376,7 +389,8 @@ static void job_analyse(run_job *j, run_stats *st) {
 }
 
 /* Step t's faults on this process's ranks: the delay of each slow link to its other end (a link
- * between replicas delays their reductions too), each slow stage's factor. */
+ * between replicas delays their gradient reductions too, a link within a TP group its
+ * all-reduces), each slow stage's factor. */
 static int job_apply_faults(run_job *j, int t) {
     const run_plan *pl = j->pl;
     for (int r = 0; r < j->n_local && pl->n_faults; r++) {
@@ -384,11 +398,11 @@ static int job_apply_faults(run_job *j, int t) {
         for (int i = 0; i < pl->n_faults; i++) {
             const sim_fault *x = &pl->faults[i];
             if (!x->link || (x->a != w && x->b != w)) continue;
-            int peer = x->a == w ? x->b : x->a, dw, dpeer, pp, tt;
-            run_layout_coords(&pl->lo, w, &dw, &pp, &tt);
-            run_layout_coords(&pl->lo, peer, &dpeer, &pp, &tt);
-            int replicas = dpeer != dw;
-            if (comm_faulty_set_delay(j->comms[r], peer, run_plan_link_delay(pl, w, peer, t), replicas) < 0)
+            int peer = x->a == w ? x->b : x->a, dw, dpeer, pp, tw, tpeer;
+            run_layout_coords(&pl->lo, w, &dw, &pp, &tw);
+            run_layout_coords(&pl->lo, peer, &dpeer, &pp, &tpeer);
+            int reductions = dpeer != dw || tpeer != tw;
+            if (comm_faulty_set_delay(j->comms[r], peer, run_plan_link_delay(pl, w, peer, t), reductions) < 0)
                 return -1;
         }
         for (int g = 0; g < pl->s->n_stages; g++) run_exec_set_slowdown(j->ex[r], g, run_plan_stage_factor(pl, g, t));

@@ -78,6 +78,20 @@ static int run_plan_check_tp(const run_opts *o, const gpt_config *cfg) {
     return rc < 0 ? pt_adderr("--tp %d: ", o->tp) : 0;
 }
 
+/* --tp-overlap and --tp-recompute work on the TP group's all-reduces: they need one, and
+ * --tp-recompute replaces --recompute's way (both at once would recompute twice). */
+static int run_plan_check_tp_modes(const run_opts *o) {
+    const char *flag = o->tp_overlap ? "--tp-overlap" : "--tp-recompute";
+    if ((o->tp_overlap || o->tp_recompute) && o->tp < 2)
+        return pt_seterr("%s needs --tp 2 or more (it works on the all-reduces of a tensor-parallel "
+                         "group; --tp is %d)", flag, o->tp);
+    if (o->tp_recompute && o->recompute)
+        return pt_seterr("--tp-recompute and --recompute: give one (--tp-recompute keeps each block's "
+                         "input and res2 and rebuilds the rest without all-reduces; --recompute keeps "
+                         "each stage's input and repeats all of F, all-reduces included)");
+    return 0;
+}
+
 /* --zero: 0 or 1, and 1 only with a synchronous schedule. */
 static int run_plan_check_zero(const run_plan *pl) {
     int z = pl->o.zero;
@@ -93,19 +107,22 @@ static int run_plan_check_zero(const run_plan *pl) {
 }
 
 /* A slow link must join ranks that exchange something: pipeline neighbours of one replica (the
- * simulator's check, on pipeline ranks), or the same pipeline rank of two replicas (their
- * gradient reductions). */
+ * simulator's check, on pipeline ranks), the same pipeline rank of two replicas (their gradient
+ * reductions), or two ranks of one TP group (their all-reduces). */
 static int run_plan_check_link(const run_plan *pl, const sim_fault *x) {
     const run_layout *lo = &pl->lo;
     int da, pa, ta, db, pb, tb;
     run_layout_coords(lo, x->a, &da, &pa, &ta);
     run_layout_coords(lo, x->b, &db, &pb, &tb);
+    if (ta != tb && da == db && pa == pb) return 0;   /* one TP group */
     if (ta != tb) {
         int same = run_layout_world_rank(lo, db, pb, ta);   /* b's place at a's TP rank */
         char eg[48] = "";
         if (same != x->a) snprintf(eg, sizeof eg, " (e.g. %d-%d)", x->a, same);
-        return pt_seterr("--slow-link '%s': ranks %d and %d are TP ranks %d and %d: a pipeline or replica link "
-                         "joins the same TP rank of two pipeline ranks or replicas%s", x->spec, x->a, x->b, ta, tb, eg);
+        return pt_seterr("--slow-link '%s': ranks %d and %d are TP ranks %d and %d of different pipeline ranks "
+                         "or replicas: a pipeline or replica link joins the same TP rank of two pipeline ranks or "
+                         "replicas%s, a TP link two ranks of one TP group (e.g. %d-%d)", x->spec, x->a, x->b, ta, tb,
+                         eg, x->a, run_layout_world_rank(lo, da, pa, tb));
     }
     if (da != db) {
         if (pa == pb) return 0;
@@ -186,7 +203,7 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
     if (o->tp < 1) return pt_seterr("--tp must be >= 1 (got %d)", o->tp);
     if ((long long)o->P * o->D * o->tp > RUN_MAX_RANKS)
         return pt_seterr("--stages %d x --dp %d x --tp %d is more than %d ranks", o->P, o->D, o->tp, RUN_MAX_RANKS);
-    if (run_plan_check_tp(o, cfg) < 0) return -1;
+    if (run_plan_check_tp(o, cfg) < 0 || run_plan_check_tp_modes(o) < 0) return -1;
     if (o->chunks < 0) return pt_seterr("--chunks must be >= 0 (got %d)", o->chunks);
     sched *s = run_plan_schedule(o);
     if (!s) return -1;

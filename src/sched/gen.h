@@ -23,6 +23,9 @@ int gen_stage_costs(const char *name, const sched_params *p, int S, double *f, d
  * link_delay. Returns 0, or -1 with an error naming the bad delay (negative or not finite). */
 int gen_edge_delays(const char *name, const sched_params *p, const int *stage_rank, int S, double scale,
                     double *out);
+/* The same from p->link_busy: the time a message across edge g holds its link's queue. */
+int gen_edge_busy(const char *name, const sched_params *p, const int *stage_rank, int S, double scale,
+                  double *out);
 
 sched *gen_gpipe(const sched_params *p);
 sched *gen_1f1b(const sched_params *p);

@@ -25,6 +25,10 @@ typedef struct {
     bool fused;                  /* emit BW (duration b + w) instead of B then W */
     const double *edge_delay;    /* [S] or NULL: time stage g's output takes to reach g+1 and g+1's
                                   * gradient to reach g, when they are on different ranks (>= 0) */
+    const double *edge_busy;     /* [S] or NULL: time such a message first holds its link (>= 0):
+                                  * each direction between two ranks is a FIFO queue, a message
+                                  * enters it when its action ends (after the messages before it),
+                                  * leaves busy later and arrives edge_delay after that */
     gen_list_policy policy;      /* default GEN_LIST_F_FIRST */
     const int *stage_cap;        /* [S] or NULL: forwards in flight (F started, B not) per stage,
                                   * >= 1; NULL: one round trip of the costs and delays */

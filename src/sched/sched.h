@@ -70,9 +70,17 @@ typedef struct {
     int mem_limit;          /* greedy: max microbatches of activations per stage (0: no limit) */
     const double *link_delay;       /* greedy, adaptive: [P-1] time a message between ranks r and
                                      * r+1 takes (either way), or NULL: none; >= 0 */
+    const double *link_busy;        /* greedy, adaptive: [P-1] time a message holds link r-r+1 (a
+                                     * link slow in bandwidth: bytes / rate) before its link_delay;
+                                     * each direction is a FIFO queue, so messages sent closer
+                                     * together than this wait for each other; NULL: none; >= 0 */
     const double *stage_slowdown;   /* greedy, adaptive: [S] factor > 0 on stage g's f, b, w, or NULL */
     sched_score_fn score;   /* adaptive: the judge of candidates, or NULL (see sched_adaptive) */
-    void *score_user;       /* passed to score */
+    void *score_user;       /* passed to score and tiebreak */
+    sched_score_fn tiebreak;/* adaptive: between candidates the judge scores equal and that hold as
+                             * many activations, the lower of this wins (the simulator's mean time
+                             * under costs a little off the estimate, sim_schedule_robust: the one
+                             * that loses least when the estimate is wrong); NULL: the first */
 } sched_params;
 
 /* ---- allocation and editing ---- */
@@ -160,13 +168,13 @@ const char *const *sched_generator_name_array(void);
  * set of candidates (the list scheduler made aware of the message delays, with zero bubble's and
  * greedy's priorities, in-flight caps from one round trip, from PipeMorph's warm-up depths and from
  * the limit, and built for assumed delays 0, 1/2, 1 and 2 times the real ones; and, when judged by
- * a scorer, gpipe, 1f1b, zb-h1, zb-h2 where they fit the limit; without a limit, the list candidates
- * for the real delays again under a limit of 2P). With p->score each candidate is
+ * a scorer, gpipe, 1f1b, zb-h1, zb-h2 where they fit the limit; the list candidates for the real
+ * delays again under limits of 2P and P, where below the limit or without one). With p->score each candidate is
  * judged by it (the simulator under the real costs: then the result is never worse than any of the
  * hand-made ones nor greedy); without, only the list candidates built for the real delays are
  * compared, by the list scheduler's own timeline (an upper bound of the simulated time). Ties go to
- * the candidate holding fewer activations. One stage per rank (chunks 0 or 1); mem_limit is per
- * stage, 0 means none; any limit >= 1 can be met. */
+ * the candidate holding fewer activations, then to the lower p->tiebreak (when given). One stage
+ * per rank (chunks 0 or 1); mem_limit is per stage, 0 means none; any limit >= 1 can be met. */
 typedef struct {
     double score;       /* the winner's: the scorer's value, or the list scheduler's makespan */
     int peak;           /* the winner's largest per-stage activations (microbatches) */

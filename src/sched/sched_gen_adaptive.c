@@ -56,8 +56,10 @@ typedef struct {
     int *stage_rank;        /* [P] stage g on rank g */
     double *f, *b, *w;      /* [P] costs, slowdowns applied */
     double *edge;           /* [P] delays of the candidate being built */
+    double *busy;           /* [P] and the time each message holds its link's queue */
     int *cap;               /* [P] its in-flight caps */
     sched *best;
+    double best_tie;        /* p->tiebreak of best, computed when a tie first needs it (NAN: not yet) */
     sched_adaptive_info info;
     char rejected[256];     /* why the judge rejected the last candidate it rejected */
 } adapt_ctx;
@@ -72,7 +74,7 @@ static int adapt_check(const sched_params *p) {
 }
 
 static void adapt_free(adapt_ctx *c) {
-    free(c->stage_rank), free(c->f), free(c->b), free(c->w), free(c->edge), free(c->cap);
+    free(c->stage_rank), free(c->f), free(c->b), free(c->w), free(c->edge), free(c->busy), free(c->cap);
     sched_free(c->best);
 }
 
@@ -82,32 +84,53 @@ static int adapt_init(adapt_ctx *c, const sched_params *p) {
     c->stage_rank = pt_malloc(n * sizeof(int)), c->cap = pt_malloc(n * sizeof(int));
     c->f = pt_malloc(n * sizeof(double)), c->b = pt_malloc(n * sizeof(double));
     c->w = pt_malloc(n * sizeof(double)), c->edge = pt_malloc(n * sizeof(double));
+    c->busy = pt_malloc(n * sizeof(double));
     for (int g = 0; g < c->P; g++) c->stage_rank[g] = g;
-    c->info.score = INFINITY;
+    c->info.score = INFINITY, c->best_tie = NAN;
     if (gen_stage_costs("adaptive", p, c->P, c->f, c->b, c->w) < 0 ||
-        gen_edge_delays("adaptive", p, c->stage_rank, c->P, 1.0, c->edge) < 0)
+        gen_edge_delays("adaptive", p, c->stage_rank, c->P, 1.0, c->edge) < 0 ||
+        gen_edge_busy("adaptive", p, c->stage_rank, c->P, 1.0, c->busy) < 0)
         return -1;
     return 0;
 }
 
-/* PipeMorph's depths from edge delays d[P] and forward costs f[P] into w[P]. */
-static void warmup_depths(int P, const double *f, const double *d, int *w) {
+/* PipeMorph's depths from edge delays d[P] (a message's whole time on an idle link: its delay and
+ * queue time) and forward costs f[P] into w[P]. */
+static void warmup_depths(int P, const double *f, const double *d, const double *q, int *w) {
     w[P - 1] = 1;
     for (int i = P - 2; i >= 0; i--) {
-        double k = ceil(d[i] / f[i]);
+        double k = ceil((d[i] + q[i]) / f[i]);
         w[i] = w[i + 1] + (k < 1e6 ? (int)k : 1000000) + 2;
     }
 }
 
-/* Fills c->cap for candidate k under the delays now in c->edge and limit lim (clamped to 1..M+1). */
+/* Fills c->cap for candidate k under the delays now in c->edge and c->busy and limit lim (clamped
+ * to 1..M+1). */
 static void adapt_caps(adapt_ctx *c, adapt_cap k, int lim) {
-    if (k == CAP_WARMUP) warmup_depths(c->P, c->f, c->edge, c->cap);
+    if (k == CAP_WARMUP) warmup_depths(c->P, c->f, c->edge, c->busy, c->cap);
     for (int g = c->P - 1; g >= 0; g--) {
         double t = 0;
-        for (int j = g + 1; j < c->P; j++) t += c->f[j] + c->b[j] + 2 * c->edge[j - 1];
+        for (int j = g + 1; j < c->P; j++) t += c->f[j] + c->b[j] + 2 * (c->edge[j - 1] + c->busy[j - 1]);
         double v = k == CAP_ROUND_TRIP ? 1 + t / c->f[g] : k == CAP_WARMUP ? c->cap[g] : lim > 0 ? lim : c->M;
         c->cap[g] = v < 1 ? 1 : v > c->M + 1 ? c->M + 1 : (int)v;
     }
+}
+
+/* Whether s (scored v, holding peak) beats the best so far: a lower score; at an equal one, fewer
+ * activations; at both equal, a lower tiebreak (the best's is computed once, when first needed).
+ * Without a tiebreak the first of equals stays. *tb gets s's tiebreak when it was computed. */
+static bool adapt_better(adapt_ctx *c, const sched *s, double v, int peak, double *tb) {
+    *tb = NAN;
+    if (!c->best) return true;
+    double tie = ADAPT_TIE_REL * (fabs(c->info.score) > 1 ? fabs(c->info.score) : 1);
+    if (v < c->info.score - tie) return true;
+    if (v > c->info.score + tie || peak > c->info.peak) return false;
+    if (peak < c->info.peak) return true;
+    if (!c->p->tiebreak) return false;
+    if (isnan(c->best_tie)) c->best_tie = c->p->tiebreak(c->best, c->p->score_user);
+    *tb = c->p->tiebreak(s, c->p->score_user);
+    double eps = ADAPT_TIE_REL * (fabs(c->best_tie) > 1 ? fabs(c->best_tie) : 1);
+    return *tb >= 0 && (c->best_tie < 0 || *tb < c->best_tie - eps);
 }
 
 /* Judges candidate s (with the list scheduler's makespan, or -1 for a hand-made one) and keeps
@@ -119,15 +142,13 @@ static int adapt_offer(adapt_ctx *c, sched *s, double makespan, const char *what
     sched_peak_activations(s, pk);
     for (int g = 0; g < s->n_stages; g++) peak = pk[g] > peak ? pk[g] : peak;
     free(pk);
-    double v = c->L > 0 && peak > c->L ? -1 : c->p->score ? c->p->score(s, c->p->score_user) : makespan;
+    double v = c->L > 0 && peak > c->L ? -1 : c->p->score ? c->p->score(s, c->p->score_user) : makespan, tb;
     if (v < 0 && !(c->L > 0 && peak > c->L)) snprintf(c->rejected, sizeof c->rejected, "%s: %s", what, pt_err());
     if (v < 0) { sched_free(s); return 0; }
     c->info.n_judged++;
-    double tie = ADAPT_TIE_REL * (fabs(c->info.score) > 1 ? fabs(c->info.score) : 1);
-    bool better = !c->best || v < c->info.score - tie || (v <= c->info.score + tie && peak < c->info.peak);
-    if (!better) { sched_free(s); return 0; }
+    if (!adapt_better(c, s, v, peak, &tb)) { sched_free(s); return 0; }
     sched_free(c->best);
-    c->best = s, c->info.score = v, c->info.peak = peak;
+    c->best = s, c->best_tie = tb, c->info.score = v, c->info.peak = peak;
     snprintf(c->info.winner, sizeof c->info.winner, "%s", what);
     return 0;
 }
@@ -136,12 +157,14 @@ static int adapt_offer(adapt_ctx *c, sched *s, double makespan, const char *what
  * candidates built for the real delays are comparable (their makespans are under those delays). */
 static int adapt_list(adapt_ctx *c, const adapt_list_cand *k, int lim) {
     if (!c->p->score && k->scale != 1) return 0;
-    if (gen_edge_delays("adaptive", c->p, c->stage_rank, c->P, k->scale, c->edge) < 0) return -1;
+    if (gen_edge_delays("adaptive", c->p, c->stage_rank, c->P, k->scale, c->edge) < 0 ||
+        gen_edge_busy("adaptive", c->p, c->stage_rank, c->P, k->scale, c->busy) < 0)
+        return -1;
     adapt_caps(c, k->cap, lim);
     gen_list_spec sp = {
         .name = "adaptive", .n_ranks = c->P, .n_stages = c->P, .n_pipes = 1, .n_mb = c->M,
         .stage_rank = c->stage_rank, .cost_f = c->f, .cost_b = c->b, .cost_w = c->w,
-        .stage_limit = lim, .edge_delay = c->edge, .policy = k->policy,
+        .stage_limit = lim, .edge_delay = c->edge, .edge_busy = c->busy, .policy = k->policy,
         .stage_cap = k->cap == CAP_OWN ? NULL : c->cap,
     };
     double makespan;
@@ -160,8 +183,9 @@ sched *sched_adaptive(const sched_params *p, sched_adaptive_info *info) {
     if (adapt_init(&c, p) < 0) goto free_ctx;
     for (int i = 0; i < N_LIST_CANDS; i++)
         if (adapt_list(&c, &list_cands[i], c.L) < 0) goto free_ctx;
-    for (int i = 0; c.L == 0 && i < N_LIST_CANDS; i++)   /* as fast in less memory wins the tie */
-        if (list_cands[i].scale == 1 && adapt_list(&c, &list_cands[i], 2 * c.P) < 0) goto free_ctx;
+    for (int k = 2; k >= 1; k--)        /* under 2P and P too, below the limit: as fast in less memory wins the tie */
+        for (int i = 0; (c.L == 0 || k * c.P < c.L) && i < N_LIST_CANDS; i++)
+            if (list_cands[i].scale == 1 && adapt_list(&c, &list_cands[i], k * c.P) < 0) goto free_ctx;
     for (int i = 0; p->score && i < N_FIXED; i++) {
         sched_params q = *p;
         q.chunks = 1;
@@ -184,7 +208,7 @@ sched *gen_adaptive(const sched_params *p) { return sched_adaptive(p, NULL); }
 int sched_adaptive_warmup(const sched_params *p, int *w) {
     adapt_ctx c = { 0 };
     int rc = adapt_check(p) < 0 || adapt_init(&c, p) < 0 ? -1 : 0;
-    if (rc == 0) warmup_depths(c.P, c.f, c.edge, w);
+    if (rc == 0) warmup_depths(c.P, c.f, c.edge, c.busy, w);
     adapt_free(&c);
     return rc;
 }

@@ -22,6 +22,8 @@ typedef struct {
     int *pipe_n;                 /* [n_pipes] */
     double *fend;                /* [S][M] forward finished at (what the dependency rule reads), -1 */
     double *bend;                /* [S][M] input-gradient backward (B or BW) finished at, -1 */
+    double *farr, *barr;         /* [S][M] when F's output reached g+1, B's gradient g-1, -1 */
+    double *qfree;               /* [2P] link r-r+1's queue free: [2r] r -> r+1, [2r+1] back */
     double *arr;                 /* min-heap of message arrival times still ahead */
     int n_arr;
     int *next_f;                 /* [S] index into the pipe's list of the next forward */
@@ -45,6 +47,13 @@ static double gl_edge_delay(const gen_list *L, int g) {
     return sp->edge_delay[g];
 }
 
+/* Time the message across edge g holds its link's queue, 0 on one rank or without it. */
+static double gl_edge_busy(const gen_list *L, int g) {
+    const gen_list_spec *sp = L->sp;
+    if (!sp->edge_busy || sp->stage_rank[g] == sp->stage_rank[g + 1]) return 0;
+    return sp->edge_busy[g];
+}
+
 /* Forwards stage g can start before its first B returns with these costs: its own F plus the
  * downstream F and B times and the delays both ways, in units of its F (1 + 2(K-1-pos) with equal
  * costs and no delay). With a stage limit and split B/W, keep pos slots free for W's deferred to
@@ -53,7 +62,8 @@ static int gl_round_trip_cap(const gen_list *L, int g) {
     const gen_list_spec *sp = L->sp;
     int pipe_end = (g / L->K + 1) * L->K;
     double t = 0;
-    for (int j = g + 1; j < pipe_end; j++) t += sp->cost_f[j] + sp->cost_b[j] + 2 * gl_edge_delay(L, j - 1);
+    for (int j = g + 1; j < pipe_end; j++)
+        t += sp->cost_f[j] + sp->cost_b[j] + 2 * (gl_edge_delay(L, j - 1) + gl_edge_busy(L, j - 1));
     double c = sp->stage_cap ? sp->stage_cap[g] : 1.0 + t / sp->cost_f[g];
     int cap = c > L->M + 1.0 ? L->M + 1 : (int)c;
     if (sp->stage_cap) return cap;
@@ -87,7 +97,10 @@ static void gl_alloc(gen_list *L, const gen_list_spec *sp) {
     L->pipe_n = pt_calloc((size_t)sp->n_pipes, sizeof(int));
     L->fend = pt_malloc(SM * sizeof(double));
     L->bend = pt_malloc(SM * sizeof(double));
-    for (size_t i = 0; i < SM; i++) L->fend[i] = L->bend[i] = -1;
+    L->farr = pt_malloc(SM * sizeof(double));
+    L->barr = pt_malloc(SM * sizeof(double));
+    for (size_t i = 0; i < SM; i++) L->fend[i] = L->bend[i] = L->farr[i] = L->barr[i] = -1;
+    L->qfree = pt_calloc(2 * P, sizeof(double));
     L->arr = pt_malloc((2 * SM + 1) * sizeof(double));
     L->next_f = pt_calloc(S, sizeof(int));
     L->inflight = pt_calloc(S, sizeof(int));
@@ -108,6 +121,7 @@ static void gl_alloc(gen_list *L, const gen_list_spec *sp) {
 
 static void gl_free(gen_list *L) {
     free(L->pipe_mb), free(L->pipe_n), free(L->fend), free(L->bend), free(L->arr), free(L->next_f), free(L->inflight);
+    free(L->farr), free(L->barr), free(L->qfree);
     free(L->held), free(L->rank_held), free(L->bcand), free(L->n_bcand), free(L->wq);
     free(L->wq_head), free(L->wq_tail), free(L->rank_st), free(L->n_rank_st);
     free(L->cap), free(L->run);
@@ -118,14 +132,28 @@ static void gl_release(gen_list *L, int g) {
     L->rank_held[L->sp->stage_rank[g]]--;
 }
 
-/* When prerequisite d (an F or B of stage d->stage) is usable by stage g: its end, plus the
- * message delay when the two stages are neighbours on different ranks; -1 while it has not run.
- * The one formula for both the readiness test and the arrival events, so the times compare
- * exactly. */
+/* When prerequisite d (an F or B of stage d->stage) is usable by stage g: its end on g's own
+ * stage, else when its message reached g (gl_finish set it); -1 while it has not run. The one
+ * value for both the readiness test and the arrival events, so the times compare exactly. */
 static double gl_avail(const gen_list *L, const sched_action *d, int g) {
-    double e = (d->kind == ACT_F ? L->fend : L->bend)[(size_t)d->stage * L->M + d->mb];
+    size_t i = (size_t)d->stage * L->M + d->mb;
+    double e = (d->kind == ACT_F ? L->fend : L->bend)[i];
     if (e < 0 || d->stage == g) return e;
-    return e + gl_edge_delay(L, d->stage < g ? d->stage : g);
+    return (d->kind == ACT_F ? L->farr : L->barr)[i];
+}
+
+/* When the message of an action of stage g ending at `end` reaches stage `to` (g +- 1): through
+ * the queue of their link's direction when the edge has a busy time (after the messages before
+ * it; the scheduler finishes actions in time order, so the queue is FIFO), then its delay. */
+static double gl_arrival(gen_list *L, int g, int to, double end) {
+    int e = g < to ? g : to, a = L->sp->stage_rank[g], b = L->sp->stage_rank[to];
+    double busy = gl_edge_busy(L, e), out = end;
+    if (busy > 0) {
+        double *q = &L->qfree[2 * (a < b ? a : b) + (a > b)];
+        out = (*q > end ? *q : end) + busy;
+        *q = out;
+    }
+    return out + gl_edge_delay(L, e);
 }
 
 static void gl_heap_push(gen_list *L, double t) {
@@ -158,8 +186,8 @@ static void gl_finish(gen_list *L, const gl_run *a) {
     if (a->kind == ACT_B || a->kind == ACT_BW) L->bend[i] = a->end, to = g % L->K > 0 ? g - 1 : -1;
     if (a->kind == ACT_W || a->kind == ACT_BW) gl_release(L, a->stage);
     if (to < 0) return;
-    sched_action d = { .stage = g, .mb = a->mb, .kind = a->kind == ACT_F ? ACT_F : ACT_B };
-    double t = gl_avail(L, &d, to);
+    double t = gl_arrival(L, g, to, a->end);
+    (a->kind == ACT_F ? L->farr : L->barr)[i] = t;
     if (t > a->end) gl_heap_push(L, t);
 }
 

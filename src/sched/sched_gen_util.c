@@ -42,16 +42,28 @@ int gen_stage_costs(const char *name, const sched_params *p, int S, double *f, d
     return 0;
 }
 
-int gen_edge_delays(const char *name, const sched_params *p, const int *stage_rank, int S, double scale,
-                    double *out) {
-    for (int r = 0; p->link_delay && r + 1 < p->ranks; r++)
-        if (!(p->link_delay[r] >= 0) || !isfinite(p->link_delay[r]))
-            return pt_seterr("schedule %s: link_delay[%d] (ranks %d-%d) must be a finite time >= 0 (got %g)", name,
-                             r, r, r + 1, p->link_delay[r]);
+/* out[g] = scale * per_link[r] for stages g, g+1 on neighbouring ranks r, r+1 (either order), else
+ * 0; all 0 without per_link, which must hold finite times >= 0 (the error calls it `what`). */
+static int edge_values(const char *name, const char *what, const double *per_link, const sched_params *p,
+                       const int *stage_rank, int S, double scale, double *out) {
+    for (int r = 0; per_link && r + 1 < p->ranks; r++)
+        if (!(per_link[r] >= 0) || !isfinite(per_link[r]))
+            return pt_seterr("schedule %s: %s[%d] (ranks %d-%d) must be a finite time >= 0 (got %g)", name, what,
+                             r, r, r + 1, per_link[r]);
     for (int g = 0; g < S; g++) {
         int a = stage_rank[g], b = g + 1 < S ? stage_rank[g + 1] : a;
         int lo = a < b ? a : b;
-        out[g] = p->link_delay && (a - b == 1 || b - a == 1) ? scale * p->link_delay[lo] : 0;
+        out[g] = per_link && (a - b == 1 || b - a == 1) ? scale * per_link[lo] : 0;
     }
     return 0;
+}
+
+int gen_edge_delays(const char *name, const sched_params *p, const int *stage_rank, int S, double scale,
+                    double *out) {
+    return edge_values(name, "link_delay", p->link_delay, p, stage_rank, S, scale, out);
+}
+
+int gen_edge_busy(const char *name, const sched_params *p, const int *stage_rank, int S, double scale,
+                  double *out) {
+    return edge_values(name, "link_busy", p->link_busy, p, stage_rank, S, scale, out);
 }

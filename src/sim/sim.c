@@ -29,6 +29,10 @@ typedef struct {
     long *pos;              /* [P] index into the rank's list repeated N times */
     double *t;              /* [P] compute stream free */
     double *comm_free;      /* [P] send stream free */
+    int n_q;                /* shaped links (a rate in the costs or a fault): 2 queues each */
+    int *q_a, *q_b;         /* [n_q / 2] the ranks of each; queue 2i is q_a -> q_b, 2i+1 back */
+    double *q_free;         /* [n_q] when the queue is free of the messages before */
+    int *q_ev;              /* [n_q] the send of the last message in it, -1 */
     int *last_ev, *last_send;   /* [P] event that set t / comm_free */
     int *work, n_work;      /* worklist of ranks */
     char *in_work;          /* [P] */
@@ -88,37 +92,82 @@ static bool fault_on(const sim_fault *x, int iter) {
     return iter + 1 >= x->from && (x->to == 0 || iter + 1 <= x->to);
 }
 
-/* Link a-b's parameters in iteration iter: the overrides, plus the slow-link faults active then. */
-static void link_params(const sim_costs *c, int a, int b, int iter, double *lat, double *bw, double *extra) {
-    *lat = c->latency; *bw = c->bandwidth; *extra = 0;
+static bool joins(int x, int y, int a, int b) { return (x == a && y == b) || (x == b && y == a); }
+
+/* The slower of two rates (0: none). */
+static double slower(double x, double y) { return x > 0 && (y <= 0 || x < y) ? x : y; }
+
+/* Link a-b's parameters in iteration iter: the overrides, plus the slow-link faults active then
+ * (delays add up; of several rates the slowest holds, 0: not shaped). */
+static void link_params(const sim_costs *c, int a, int b, int iter, double *lat, double *bw, double *extra,
+                        double *rate) {
+    *lat = c->latency; *bw = c->bandwidth; *extra = 0; *rate = 0;
     for (int i = 0; i < c->n_links; i++) {
         const sim_link *l = &c->links[i];
-        if (!((l->a == a && l->b == b) || (l->a == b && l->b == a))) continue;
+        if (!joins(l->a, l->b, a, b)) continue;
         if (l->latency >= 0) *lat = l->latency;
         if (l->bandwidth >= 0) *bw = l->bandwidth;
         *extra += l->extra;
+        *rate = slower(*rate, l->rate);
     }
     for (int i = 0; i < c->n_faults; i++) {
         const sim_fault *x = &c->faults[i];
-        if (x->link && ((x->a == a && x->b == b) || (x->a == b && x->b == a)) && fault_on(x, iter)) *extra += x->amount;
+        if (!x->link || !joins(x->a, x->b, a, b) || !fault_on(x, iter)) continue;
+        *extra += x->amount;
+        *rate = slower(*rate, x->rate);
     }
 }
 
-/* Puts a message from stage g (rank r) on r's send stream at time post; it resolves the
- * MSG key of the destination stage. fwd: F output to g+1, else input gradient to g-1. */
+/* The queue of shaped link from -> to (a link with a rate in the costs or a fault), or -1. */
+static int queue_of(const sim_state *st, int from, int to) {
+    for (int i = 0; i < st->n_q / 2; i++)
+        if (joins(st->q_a[i], st->q_b[i], from, to)) return 2 * i + (from != st->q_a[i]);
+    return -1;
+}
+
+/* Puts a message from stage g (rank r) on r's send stream at time post, then, on a shaped link,
+ * in the link's queue for that direction (after the messages before it, bytes / rate); it
+ * resolves the MSG key of the destination stage. fwd: F output to g+1, else input gradient to g-1. */
 static void issue_send(sim_state *st, int r, int g, int mb, int iter, bool fwd, double post, int pred) {
     int dst_g = fwd ? g + 1 : g - 1, dst = st->s->stage_rank[dst_g];
-    double bytes = st->c->act_bytes[fwd ? g : dst_g], lat, bw, extra;
-    link_params(st->c, r, dst, iter, &lat, &bw, &extra);
+    double bytes = st->c->act_bytes[fwd ? g : dst_g], lat, bw, extra, rate;
+    link_params(st->c, r, dst, iter, &lat, &bw, &extra, &rate);
     double start = post > st->comm_free[r] ? post : st->comm_free[r];
     if (st->comm_free[r] > post && st->last_send[r] >= 0) pred = st->last_send[r];
-    double end = start + (bw > 0 && bytes > 0 ? bytes / bw : 0);
+    double end = start + (bw > 0 && bytes > 0 ? bytes / bw : 0), out = end;
+    int q = rate > 0 && bytes > 0 ? queue_of(st, r, dst) : -1;
+    if (q >= 0) {
+        if (st->q_free[q] > end && st->q_ev[q] >= 0) pred = st->q_ev[q];   /* it waited for the one before */
+        out = (st->q_free[q] > end ? st->q_free[q] : end) + bytes / rate;
+        st->q_free[q] = out;
+    }
     tl_event e = { .act = { g, mb, fwd ? ACT_SEND_F : ACT_SEND_B }, .rank = r, .iter = iter,
                    .stream = TL_SEND, .peer = dst, .link = -1, .ready = post, .start = start, .end = end };
     int ev = push_event(st, &e, pred);
     st->comm_free[r] = end;
     st->last_send[r] = ev;
-    key_resolve(st, key_of(st, fwd ? K_MSGF : K_MSGB, dst_g, iter * st->M + mb), end + lat + extra, ev);
+    if (q >= 0) st->q_ev[q] = ev;
+    key_resolve(st, key_of(st, fwd ? K_MSGF : K_MSGB, dst_g, iter * st->M + mb), out + lat + extra, ev);
+}
+
+/* Adds link a-b to the shaped ones unless it is there. */
+static void queue_add(sim_state *st, int a, int b) {
+    if (queue_of(st, a, b) >= 0) return;
+    int i = st->n_q / 2;
+    st->q_a[i] = a, st->q_b[i] = b, st->n_q += 2;
+}
+
+/* The queues of every link with a rate (in the costs or a fault), all free. */
+static void queues_init(sim_state *st) {
+    const sim_costs *c = st->c;
+    size_t n = (size_t)(c->n_links + c->n_faults + 1);
+    st->q_a = pt_malloc(n * sizeof(int)), st->q_b = pt_malloc(n * sizeof(int));
+    st->q_free = pt_calloc(2 * n, sizeof(double)), st->q_ev = pt_malloc(2 * n * sizeof(int));
+    for (size_t i = 0; i < 2 * n; i++) st->q_ev[i] = -1;
+    for (int i = 0; i < c->n_links; i++)
+        if (c->links[i].rate > 0) queue_add(st, c->links[i].a, c->links[i].b);
+    for (int i = 0; i < c->n_faults; i++)
+        if (c->faults[i].link && c->faults[i].rate > 0) queue_add(st, c->faults[i].a, c->faults[i].b);
 }
 
 /* The key that resolves prerequisite d of action a (virtual mb vmb) on rank r: a compute action
@@ -341,6 +390,7 @@ static void state_init(sim_state *st, const sched *s, const sim_costs *c, const 
     st->red_free = pt_calloc(P, sizeof(double));
     st->red_ev = pt_malloc(sizeof(int) * P);
     for (size_t r = 0; r < P; r++) st->red_ev[r] = -1;
+    queues_init(st);
 }
 
 static void state_free(sim_state *st) {
@@ -349,6 +399,7 @@ static void state_free(sim_state *st) {
     free(st->work); free(st->in_work); free(st->bar_count); free(st->bar_ev);
     free(st->cnt); free(st->rank_bytes); free(st->pred);
     free(st->w_end); free(st->red_free); free(st->red_ev);
+    free(st->q_a); free(st->q_b); free(st->q_free); free(st->q_ev);
 }
 
 static void result_init(sim_result *res, const sched *s, const sim_costs *c, int n_iters) {

@@ -22,20 +22,27 @@
 #define SIM_COST_MAX 1e15
 
 /* Per-link override between ranks a and b (either direction). A negative latency or bandwidth
- * keeps the uniform value; extra is added to every message on the link (a slow link). */
+ * keeps the uniform value; extra is added to every message on the link (a slow link). rate > 0
+ * shapes the link itself (a slow link in bandwidth, tc's tbf): each direction is a FIFO queue
+ * that a message of `bytes` holds for bytes / rate after it leaves its sender's send stream, so
+ * messages sent close together wait for each other; 0: no queue of its own. */
 typedef struct {
     int a, b;
     double latency, bandwidth, extra;
+    double rate;            /* bytes per second of the link's own queue, each direction; 0: none */
 } sim_link;
 
 /* A fault (--slow-link, --slow-stage) over a window of iterations (1-based, inclusive; to = 0:
  * to the last one): a slow link adds `amount` seconds to every message between ranks a and b
- * (either way), a slow stage multiplies stage a's f, b, w and bw by `amount`. sim_run applies
- * each in the iterations of its window; without a window a fault runs from 1 to the end. */
+ * (either way) or, given in bandwidth, queues them at `rate` bytes per second each way; a slow
+ * stage multiplies stage a's f, b, w and bw by `amount`. sim_run applies each in the iterations
+ * of its window; without a window a fault runs from 1 to the end. */
 typedef struct {
     bool link;              /* a slow link (ranks a, b), else a slow stage (stage a; b = -1) */
     int a, b;
     double amount;          /* link: extra seconds per message (>= 0); stage: factor (>= 1) */
+    double rate;            /* link: > 0 for a link slow in bandwidth (bytes per second of its
+                             * queue: sim_link.rate) instead of in delay (then amount is 0) */
     int from, to;           /* iterations, 1-based, inclusive; to = 0: open-ended */
     char spec[64];          /* the flag's value, for errors */
 } sim_fault;
@@ -60,9 +67,9 @@ typedef struct {
                              * applies them; the arrays and links above hold none of them) */
     int n_faults;
     /* Tensor parallelism (docs/tensor-parallel.md): each stage runs on a group of tp ranks that
-     * all-reduce inside its F and B (never W). f, b and bw above already include that time (the
-     * collectives block the compute stream: no overlap); tp_f and tp_b say how much of f and b it
-     * is, for reports. tp 1 (sim_costs_init): none, and both arrays 0. */
+     * all-reduce inside its F and B (never W). f, b and bw above already include the part of that
+     * time the compute stream waits for (all of it, or under --tp-overlap what the ping-pong leaves
+     * exposed: docs/tensor-parallel.md); tp_f and tp_b say how much of f and b it is, for reports. tp 1 (sim_costs_init): none, and both arrays 0. */
     int tp;
     double *tp_f, *tp_b;    /* [S] seconds of TP all-reduces within f[g] and b[g] */
 } sim_costs;
@@ -80,21 +87,29 @@ int sim_costs_parse_spec(sim_costs *c, const char *spec);
 int sim_costs_load_json(sim_costs *c, const char *path, int n_ranks);
 /* "I-J:SECONDS[@FROM-TO]": every message between ranks I and J (either way) takes SECONDS (>= 0)
  * longer, in iterations FROM..TO (1-based, inclusive; "@FROM-": to the end; no window: all), kept
- * as a sim_fault. n_ranks bounds I and J. Errors name the flag (--slow-link), quote the spec and
- * say what is wrong (a rank outside the pipeline, I = J, negative seconds, FROM < 1 or FROM > TO). */
+ * as a sim_fault. "I-J:RATE[@FROM-TO]", a number with a unit of bandwidth (bits per second:
+ * bit, kbit, Mbit, Gbit, as tc writes them, "/s" optional; bytes per second: B/s, kB/s, MB/s, GB/s;
+ * prefixes k, M, G decimal, either case), makes the link slow in bandwidth instead: each direction a
+ * queue of that many bytes per second (sim_link.rate). Two rates on one link: the slower holds.
+ * n_ranks bounds I and J. Errors name the flag (--slow-link), quote the spec and say what is wrong
+ * (a rank outside the pipeline, I = J, negative seconds, a rate not > 0, an unknown unit, FROM < 1
+ * or FROM > TO). */
 int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks);
 /* "I:FACTOR[@FROM-TO]": stage I's F, B, W, BW times multiplied by FACTOR (>= 1: a straggler is
  * never faster), with a window as above. Errors name --slow-stage and quote the spec. */
 int sim_costs_add_slow_stage(sim_costs *c, const char *spec);
-/* The same two with the window counted in `unit` in errors ("steps": the runtime's flags). */
+/* The same two with the window counted in `unit` in errors ("steps": the runtime's flags). The
+ * runtime injects delays only, so sim_costs_add_slow_link_in refuses a RATE (saying so). */
 int sim_costs_add_slow_link_in(sim_costs *c, const char *spec, int n_ranks, const char *unit);
 int sim_costs_add_slow_stage_in(sim_costs *c, const char *spec, const char *unit);
 /* Whether fault x is active in iteration (or step) iter, 1-based. */
 bool sim_fault_active(const sim_fault *x, int iter);
 /* Checks the faults against a schedule run for n_iters iterations: every slow link must join two
  * ranks that exchange messages in s (a link no message crosses changes nothing: `--slow-link
- * '0-2:1': ranks 0 and 2 exchange no messages in zb-h1 ...`), and every window must start by
- * iteration n_iters. Links from a costs file are not checked. Returns 0 or -1 with the error. */
+ * '0-2:1': ranks 0 and 2 exchange no messages in zb-h1 ...`), one slow in bandwidth must carry
+ * messages of some bytes (act_bytes of a stage whose messages cross it), and every window must
+ * start by iteration n_iters. Links from a costs file are not checked. Returns 0 or -1 with the
+ * error. */
 int sim_costs_check_faults(const sim_costs *c, const sched *s, int n_iters);
 /* out = c as it stands in iteration iter (1-based): the faults active then applied to the
  * per-stage times and the links, none kept. out is new (free with sim_costs_free). */
@@ -102,9 +117,16 @@ void sim_costs_at(const sim_costs *c, int iter, sim_costs *out);
 /* Deep copy of c (faults included); free with sim_costs_free. */
 void sim_costs_copy(const sim_costs *c, sim_costs *out);
 /* Time from the end of the action that produced a message of `bytes` on link a-b until it can be
- * consumed, when the sender's send stream is free: bytes / bandwidth + latency + extra of the link
- * (faults not included: use sim_costs_at). */
+ * consumed, when the sender's send stream and the link's queue are free: bytes / bandwidth +
+ * bytes / rate (a shaped link) + latency + extra of the link (faults not included: use
+ * sim_costs_at). */
 double sim_costs_message_time(const sim_costs *c, int a, int b, double bytes);
+/* The seconds a message of `bytes` holds link a-b's own queue: bytes / rate of the link (0 when the
+ * link is not shaped; faults not included). Part of sim_costs_message_time. */
+double sim_costs_link_busy(const sim_costs *c, int a, int b, double bytes);
+/* Shapes link a-b to `rate` bytes per second each way (sim_link.rate; adds the override, keeping
+ * the uniform latency and bandwidth, when the link has none; rate 0 removes the shaping). */
+void sim_costs_set_link_rate(sim_costs *c, int a, int b, double rate);
 /* Seconds of `collectives` ring all-reduces over n ranks carrying `bytes` in all (each rank's
  * payload, summed over the collectives) on a link of `bandwidth` bytes/s and `latency` s:
  * 2(n-1)/n x bytes / bandwidth + collectives x 2(n-1) x latency. 0 for n <= 1. */

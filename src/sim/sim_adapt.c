@@ -20,18 +20,54 @@ double sim_schedule_score(const sched *s, void *user) {
     return t;
 }
 
+/* How far off the estimate sim_schedule_robust looks: a slow link's delay (and a shaped link's
+ * rate) 20% either way, and every other stage 20% slower (compute on shared cores varies by
+ * 30-40% from step to step; a measured delay is a bound from a few messages). */
+#define ROBUST_OFF 0.2
+
+/* c (its faults as of iteration 1 folded in) with perturbation k of sim_schedule_robust applied. */
+static void robust_costs(const sim_costs *c, int k, sim_costs *out) {
+    sim_costs_at(c, 1, out);
+    double link = k == 0 ? 1 - ROBUST_OFF : k == 1 ? 1 + ROBUST_OFF : 1;
+    for (int i = 0; i < out->n_links; i++) out->links[i].extra *= link, out->links[i].rate /= link;
+    for (int g = k - 2; k >= 2 && g < out->n_stages; g += 2) {
+        double f = 1 + ROBUST_OFF;
+        out->f[g] *= f, out->b[g] *= f, out->w[g] *= f;
+        if (out->bw[g] >= 0) out->bw[g] *= f;
+    }
+}
+
+double sim_schedule_robust(const sched *s, void *user) {
+    double sum = 0;
+    for (int k = 0; k < 4; k++) {
+        sim_costs c;
+        robust_costs((const sim_costs *)user, k, &c);
+        double t = sim_schedule_score(s, &c);
+        sim_costs_free(&c);
+        if (t < 0) return -1;
+        sum += t;
+    }
+    return sum / 4;
+}
+
 void sim_adaptive_params(const sim_costs *c, int n_ranks, sched_params *p, double *buf) {
     p->stage_cost_f = c->f, p->stage_cost_b = c->b, p->stage_cost_w = c->w;
-    for (int r = 0; r + 1 < n_ranks; r++) buf[r] = sim_costs_message_time(c, r, r + 1, c->act_bytes[r]);
+    double *busy = buf + (n_ranks > 1 ? n_ranks - 1 : 0);
+    for (int r = 0; r + 1 < n_ranks; r++) {
+        busy[r] = sim_costs_link_busy(c, r, r + 1, c->act_bytes[r]);
+        buf[r] = sim_costs_message_time(c, r, r + 1, c->act_bytes[r]) - busy[r];
+    }
     p->link_delay = buf;
+    p->link_busy = busy;
     p->score = sim_schedule_score;
+    p->tiebreak = sim_schedule_robust;
     p->score_user = (void *)c;
 }
 
 sched *sim_adaptive_schedule(const sched_params *p, const sim_costs *c, sched_adaptive_info *info) {
     sim_costs now;
     sim_costs_at(c, 1, &now);
-    double *buf = pt_calloc((size_t)p->ranks, sizeof(double));
+    double *buf = pt_calloc(2 * (size_t)p->ranks, sizeof(double));
     sched_params q = *p;
     sim_adaptive_params(&now, p->ranks, &q, buf);
     q.score_user = (void *)c;           /* judged with c's faults, as sim_run applies them */
@@ -81,18 +117,20 @@ void sim_estimate_init(sim_estimate *e, int n_ranks, int n_stages) {
     memset(e, 0, sizeof *e);
     e->n_ranks = n_ranks, e->n_stages = n_stages;
     e->link_delay = pt_calloc((size_t)(n_ranks > 1 ? n_ranks - 1 : 1), sizeof(double));
+    e->link_busy = pt_calloc((size_t)(n_ranks > 1 ? n_ranks - 1 : 1), sizeof(double));
     e->link_dir = pt_calloc((size_t)(n_ranks > 1 ? 2 * (n_ranks - 1) : 1), sizeof(double));
     e->stage_slow = pt_malloc(sizeof(double) * (size_t)(n_stages ? n_stages : 1));
     for (int g = 0; g < n_stages; g++) e->stage_slow[g] = 1;
 }
 
 void sim_estimate_free(sim_estimate *e) {
-    free(e->link_delay), free(e->stage_slow), free(e->link_dir);
+    free(e->link_delay), free(e->link_busy), free(e->stage_slow), free(e->link_dir);
     memset(e, 0, sizeof *e);
 }
 
 static void estimate_copy(sim_estimate *dst, const sim_estimate *src) {
     memcpy(dst->link_delay, src->link_delay, sizeof(double) * (size_t)(src->n_ranks > 1 ? src->n_ranks - 1 : 0));
+    memcpy(dst->link_busy, src->link_busy, sizeof(double) * (size_t)(src->n_ranks > 1 ? src->n_ranks - 1 : 0));
     memcpy(dst->stage_slow, src->stage_slow, sizeof(double) * (size_t)src->n_stages);
 }
 
@@ -127,30 +165,106 @@ static void estimate_stages(const timeline *tl, const sim_costs *c, int iter, si
     free(fill), free(ratio), free(n);
 }
 
-/* Per link r-r+1 and direction, the smallest (got - sent - expected latency) of its messages:
- * an upper bound of the link's delay, exact once a consumer waited (the first forward of an
- * iteration always is: its rank has nothing else to do). Directed (a measured run): only the
- * messages whose receive waited count, and the slower direction is the link's. */
-static void estimate_links(const timeline *tl, const sim_costs *c, int iter, sim_estimate *e) {
-    int L = e->n_ranks - 1;
-    double *low = e->link_dir;
-    for (int i = 0; i < 2 * L; i++) low[i] = INFINITY;
+/* A measured message's time varies by this fraction of the link's delay from one to the next
+ * (thread wake-ups, a sender that lost its core): the queue fit's tolerance for a measured run. */
+#define EST_JITTER 0.05
+
+/* One message over a link, as the estimate reads it: sent at `post` (the send's end; directed:
+ * its start), got at `got` (minus the expected latency), and whether its consumer waited for it
+ * (then `got` is when it arrived). */
+typedef struct {
+    double post, got;
+    bool waited;
+    int dir;                /* 2r: r -> r+1, 2r+1: back */
+} est_msg;
+
+static int cmp_post(const void *a, const void *b) {
+    const est_msg *x = a, *y = b;
+    return x->dir != y->dir ? (x->dir > y->dir) - (x->dir < y->dir) : (x->post > y->post) - (x->post < y->post);
+}
+
+/* Whether a queue of s per message, the rest of delay D after it, predicts every message of m[n]
+ * (by post) arriving no later than it was got (within tol); *explained gets the summed excess
+ * over D of the messages waited for that the queue accounts for. */
+static bool queue_fits(const est_msg *m, int n, double D, double s, double tol, double *explained) {
+    double q = -INFINITY;
+    *explained = 0;
+    for (int i = 0; i < n; i++) {
+        double start = m[i].post > q ? m[i].post : q;
+        q = start + s;
+        if (start + D > m[i].got + tol) return false;
+        if (m[i].waited) *explained += start - m[i].post;
+    }
+    return true;
+}
+
+/* The queue time of one direction's messages m[n] (sorted by post) whose fastest took D: the
+ * largest s in 0..D that queue_fits (bisected), when the evidence says the messages queued (one
+ * waited for took D/4 more than D, and the queue explains half the excess of those waited for),
+ * else 0. */
+static double fit_busy(const est_msg *m, int n, double D, double tol) {
+    double excess = 0, most = 0, explained;
+    for (int i = 0; i < n; i++)
+        if (m[i].waited) excess += m[i].got - m[i].post - D, most = fmax(most, m[i].got - m[i].post - D);
+    if (D <= 0 || most < 0.25 * D + tol || !queue_fits(m, n, D, 0, tol, &explained)) return 0;
+    double lo = 0, hi = D;
+    if (queue_fits(m, n, D, hi, tol, &explained)) lo = hi;
+    for (int it = 0; it < 60 && hi - lo > 1e-12 * (1 + D); it++) {
+        double mid = (lo + hi) / 2;
+        if (queue_fits(m, n, D, mid, tol, &explained)) lo = mid;
+        else hi = mid;
+    }
+    queue_fits(m, n, D, lo, tol, &explained);
+    return explained >= 0.5 * excess ? lo : 0;
+}
+
+/* The messages of iteration iter between neighbouring ranks into m (allocated; *n of them), with
+ * the expected latency taken off `got`. */
+static est_msg *link_messages(const timeline *tl, const sim_costs *c, int iter, const sim_estimate *e, int *n) {
+    est_msg *m = pt_malloc(sizeof *m * (size_t)(tl->n + 1));
+    *n = 0;
     for (int i = 0; i < tl->n; i++) {
         const tl_event *x = &tl->ev[i];
         if (x->iter != iter || x->stream != TL_SEND || x->link < 0 || abs(x->peer - x->rank) != 1) continue;
         const tl_event *y = &tl->ev[x->link];
-        if (e->directed && (y->stream != TL_RECV || y->end - y->start < e->wait_eps)) continue;
-        double got = y->stream == TL_RECV ? y->end : y->start;   /* directed: from the send's start */
-        double d = got - (e->directed ? x->start : x->end) - sim_costs_message_time(c, x->rank, x->peer, 0);
-        int k = 2 * (x->rank < x->peer ? x->rank : x->peer) + (x->rank > x->peer);
-        if (d < low[k]) low[k] = d;
+        bool recv = y->stream == TL_RECV;
+        double wait = recv ? y->end - y->start : y->start - y->ready;
+        m[*n] = (est_msg){ .post = e->directed ? x->start : x->end,
+                           .got = (recv ? y->end : y->start) - sim_costs_message_time(c, x->rank, x->peer, 0),
+                           .waited = e->directed ? recv && wait >= e->wait_eps : wait > 0,
+                           .dir = 2 * (x->rank < x->peer ? x->rank : x->peer) + (x->rank > x->peer) };
+        if (!e->directed || m[*n].waited || recv) (*n)++;
     }
+    qsort(m, (size_t)*n, sizeof *m, cmp_post);
+    return m;
+}
+
+/* Per link r-r+1 and direction, the smallest (got - sent - expected latency) of its messages:
+ * an upper bound of the link's delay, exact once a consumer waited (the first forward of an
+ * iteration always is: its rank has nothing else to do); and the queue time (fit_busy). Directed
+ * (a measured run): only the messages whose receive waited bound the delay, and the slower
+ * direction is the link's. */
+static void estimate_links(const timeline *tl, const sim_costs *c, int iter, sim_estimate *e) {
+    int L = e->n_ranks - 1, n;
+    double *low = e->link_dir, *busy = pt_calloc((size_t)(2 * L + 1), sizeof(double));
+    for (int i = 0; i < 2 * L; i++) low[i] = INFINITY;
+    est_msg *m = link_messages(tl, c, iter, e, &n);
+    for (int i = 0; i < n; i++)
+        if (!e->directed || m[i].waited) low[m[i].dir] = fmin(low[m[i].dir], m[i].got - m[i].post);
     for (int i = 0; i < 2 * L; i++) low[i] = isfinite(low[i]) && low[i] > 0 ? low[i] : 0;
+    for (int i = 0, j = 0; i < n; i = j) {   /* each direction's run of messages, by post */
+        while (j < n && m[j].dir == m[i].dir) j++;
+        double D = low[m[i].dir];
+        busy[m[i].dir] = fit_busy(m + i, j - i, D, e->directed ? fmax(e->wait_eps, EST_JITTER * D) : 1e-9 * (1 + D));
+    }
     for (int r = 0; r < L; r++) {           /* symmetric: both bounds hold the one delay, the smaller is tighter */
         double a = low[2 * r], b = low[2 * r + 1];
         e->link_delay[r] = e->directed ? (a > b ? a : b) : (a < b ? a : b);
+        double q = e->directed ? busy[a > b ? 2 * r : 2 * r + 1] : fmax(busy[2 * r], busy[2 * r + 1]);
+        e->link_busy[r] = fmin(q, e->link_delay[r]);
         if (!e->directed) low[2 * r] = low[2 * r + 1] = e->link_delay[r];
     }
+    free(m), free(busy);
 }
 
 void sim_estimate_directions(const sim_estimate *e, double *out) {
@@ -173,17 +287,26 @@ void sim_costs_apply_estimate(const sim_costs *healthy, const sim_estimate *e, s
         out->f[g] *= k, out->b[g] *= k, out->w[g] *= k;
         if (out->bw[g] >= 0) out->bw[g] *= k;
     }
-    for (int r = 0; r + 1 < e->n_ranks; r++)
-        if (e->link_delay[r] > 0) sim_costs_set_link(out, r, r + 1, -1, -1, e->link_delay[r]);
+    for (int r = 0; r + 1 < e->n_ranks; r++) {
+        double q = fmin(e->link_busy[r], e->link_delay[r]);
+        if (e->link_delay[r] - q > 0) sim_costs_set_link(out, r, r + 1, -1, -1, e->link_delay[r] - q);
+        if (q <= 0) continue;
+        if (!(out->act_bytes[r] > 0)) out->act_bytes[r] = 1;   /* a queue needs a size; only the link reads it */
+        sim_costs_set_link_rate(out, r, r + 1, out->act_bytes[r] / q);
+    }
 }
 
 char *sim_estimate_describe(const sim_estimate *e, const sim_policy_opts *o, double mean_f, char *buf, int n) {
     int len = 0;
     buf[0] = 0;
     for (int r = 0; r + 1 < e->n_ranks && len < n; r++)
-        if (e->link_delay[r] >= o->link_off * mean_f)
+        if (e->link_delay[r] >= o->link_off * mean_f) {
             len += snprintf(buf + len, (size_t)(n - len), "%slink %d-%d +%.4g per message", len ? "; " : "", r, r + 1,
                             e->link_delay[r]);
+            if (e->link_busy[r] > 0 && len < n)
+                len += snprintf(buf + len, (size_t)(n - len), " (%.4g of it in a queue: slow in bandwidth)",
+                                e->link_busy[r]);
+        }
     for (int g = 0; g < e->n_stages && len < n; g++)
         if (e->stage_slow[g] >= o->stage_off)
             len += snprintf(buf + len, (size_t)(n - len), "%sstage %d x%.3g", len ? "; " : "", g, e->stage_slow[g]);
@@ -219,6 +342,7 @@ static bool estimate_moved(const sim_estimate *e, const sim_estimate *basis, con
     for (int r = 0; r + 1 < e->n_ranks; r++) {
         double ref = fmax(basis->link_delay[r], o->link_on * mean_f);
         if (fabs(e->link_delay[r] - basis->link_delay[r]) > o->regen * ref) return true;
+        if (fabs(e->link_busy[r] - basis->link_busy[r]) > o->regen * ref) return true;
     }
     for (int g = 0; g < e->n_stages; g++)
         if (fabs(e->stage_slow[g] - basis->stage_slow[g]) > o->regen * basis->stage_slow[g]) return true;

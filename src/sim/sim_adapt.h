@@ -18,10 +18,18 @@
  * user points to (faults as sim_run applies them in iteration 1), or -1 with pt_err set. */
 double sim_schedule_score(const sched *s, void *user);
 
+/* A sched_params.tiebreak for schedules the judge scores equal: the mean simulated iteration time
+ * of s under four variants of the sim_costs user points to (its faults of iteration 1 applied):
+ * every link's extra delay and queue time 20% lower, 20% higher, the even stages 20% slower, the odd ones. The
+ * lower, the less s loses when the estimate it was built for is a little off. -1 on an error. */
+double sim_schedule_robust(const sched *s, void *user);
+
 /* Fills p's costs, delays and judge from c (as it stands: apply sim_costs_at first for a window):
- * per-stage f, b, w (c's arrays, kept by pointer), link_delay[r] = the time a message takes on
- * link r-r+1 (sim_costs_message_time for the activation bytes of stage r; buf holds them, [P]),
- * score = sim_schedule_score on c. p's other fields are left as they are. */
+ * per-stage f, b, w (c's arrays, kept by pointer), link_busy[r] = the time a message of stage r's
+ * activation bytes holds link r-r+1's queue (sim_costs_link_busy: a link slow in bandwidth) and
+ * link_delay[r] = the rest of its time on the link (sim_costs_message_time minus that); buf holds
+ * both, [2P]; score = sim_schedule_score and tiebreak = sim_schedule_robust on c. p's other
+ * fields are left as they are. */
 void sim_adaptive_params(const sim_costs *c, int n_ranks, sched_params *p, double *buf);
 
 /* The adaptive schedule for p's shape (P, M, mem_limit) under costs c: sim_adaptive_params, then
@@ -40,7 +48,11 @@ int sim_adaptive_mem_needed(const sched_params *p, const sim_costs *c, double to
 typedef struct {
     int n_ranks, n_stages;
     double *link_delay;     /* [P-1] extra seconds per message on link r-r+1 beyond what the
-                             * expected costs say (>= 0; one value for both directions) */
+                             * expected costs say (>= 0; one value for both directions): what a
+                             * message takes when nothing is queued before it */
+    double *link_busy;      /* [P-1] the part of link_delay a message holds the link for, when the
+                             * link is slow in bandwidth (messages sent closer together than this
+                             * queued behind each other: sim_link.rate); 0: a pure delay */
     double *stage_slow;     /* [S] measured / expected compute time of stage g (median over its
                              * actions; 1 where it ran nothing) */
     /* How links are read (sim_estimate_init: false, 0): the simulator's links are equally slow
@@ -66,8 +78,17 @@ void sim_estimate_free(sim_estimate *e);
  * minus the expected latency: never less than the link's true delay, equal when the consumer
  * waited for the data. The link's estimate is the smallest over its messages in both directions
  * (a link is modelled as equally slow both ways), exact since the first forward over each link in
- * an iteration is always waited for. A stage's slowdown is the median of measured / expected over
- * its compute actions. Returns 0, or -1 when tl does not match e's shape. */
+ * an iteration is always waited for.
+ * Queueing: per direction, with the messages in the order they were sent, the delay is fitted as
+ * a queue (each message holds the link s after the one before it left, then takes the rest of the
+ * delay): s is the largest that keeps every message's predicted arrival at or before when it was
+ * got. It is the link's link_busy when some message whose consumer waited for it took at least a
+ * quarter of the delay longer than the fastest and the queue explains at least half of that
+ * excess over the messages waited for; else 0 (a pure delay: the messages did not bunch, or a
+ * late consumer, not the link, made them late). In the simulator it is exact once two messages
+ * queued and the second was waited for.
+ * A stage's slowdown is the median of measured / expected over its compute actions. Returns 0, or
+ * -1 when tl does not match e's shape. */
 int sim_estimate_timeline(const timeline *tl, const sim_costs *expected, int iter, sim_estimate *e);
 
 /* ---- the policy ---- */
@@ -106,11 +127,13 @@ void sim_policy_free(sim_policy *pol);
  * `off` ones for `recovery` iterations). Pure: no I/O, no clock. */
 sim_policy_action sim_policy_step(sim_policy *pol, const sim_policy_opts *o, const sim_estimate *e, double mean_f);
 /* out = healthy (the costs without faults) with estimate e applied: stage g's times x
- * e->stage_slow[g], link r-r+1's extra + e->link_delay[r]: the costs the adaptive schedule is
- * built for. out is new (free with sim_costs_free). */
+ * e->stage_slow[g], link r-r+1's extra + e->link_delay[r] - e->link_busy[r] and, when link_busy
+ * > 0, a queue of rate act_bytes[r] / link_busy[r] (messages the healthy costs give no size get
+ * 1 byte); the costs the adaptive schedule is built for. out is new (free with sim_costs_free). */
 void sim_costs_apply_estimate(const sim_costs *healthy, const sim_estimate *e, sim_costs *out);
-/* One line for a log: the slow links and stages in e ("link 3-4 +6 per message; stage 2 x2"), or
- * "healthy", into buf. Returns buf. */
+/* One line for a log: the slow links and stages in e ("link 3-4 +6 per message; stage 2 x2"; a link
+ * slow in bandwidth: "link 3-4 +6 per message (4 of it in a queue: slow in bandwidth)"), or "healthy",
+ * into buf. Returns buf. */
 char *sim_estimate_describe(const sim_estimate *e, const sim_policy_opts *o, double mean_f, char *buf, int n);
 
 /* ---- the replay: simulate --adapt ---- */

@@ -64,27 +64,51 @@ bool sim_fault_active(const sim_fault *x, int iter) {
     return iter >= x->from && (x->to == 0 || iter <= x->to);
 }
 
+static bool link_is(const sim_link *l, int a, int b) {
+    return (l->a == a && l->b == b) || (l->a == b && l->b == a);
+}
+
+/* The slower of two rates (0: none). */
+static double slower_rate(double x, double y) {
+    return x > 0 && (y <= 0 || x < y) ? x : y;
+}
+
 void sim_costs_at(const sim_costs *c, int iter, sim_costs *out) {
     sim_costs_copy(c, out);
     out->n_faults = 0;
     for (int i = 0; i < c->n_faults; i++) {
         const sim_fault *x = &c->faults[i];
         if (!sim_fault_active(x, iter)) continue;
-        if (x->link) sim_costs_set_link(out, x->a, x->b, -1, -1, x->amount);
-        else scale_stage(out, x->a, x->amount);
+        if (x->link && x->rate > 0) {
+            double now = 0;
+            for (int k = 0; k < out->n_links; k++)
+                if (link_is(&out->links[k], x->a, x->b)) now = out->links[k].rate;
+            sim_costs_set_link_rate(out, x->a, x->b, slower_rate(now, x->rate));
+        } else if (x->link) {
+            sim_costs_set_link(out, x->a, x->b, -1, -1, x->amount);
+        } else {
+            scale_stage(out, x->a, x->amount);
+        }
     }
+}
+
+double sim_costs_link_busy(const sim_costs *c, int a, int b, double bytes) {
+    double rate = 0;
+    for (int i = 0; i < c->n_links; i++)
+        if (link_is(&c->links[i], a, b)) rate = slower_rate(rate, c->links[i].rate);
+    return rate > 0 && bytes > 0 ? bytes / rate : 0;
 }
 
 double sim_costs_message_time(const sim_costs *c, int a, int b, double bytes) {
     double lat = c->latency, bw = c->bandwidth, extra = 0;
     for (int i = 0; i < c->n_links; i++) {
         const sim_link *l = &c->links[i];
-        if (!((l->a == a && l->b == b) || (l->a == b && l->b == a))) continue;
+        if (!link_is(l, a, b)) continue;
         if (l->latency >= 0) lat = l->latency;
         if (l->bandwidth >= 0) bw = l->bandwidth;
         extra += l->extra;
     }
-    return lat + (bw > 0 && bytes > 0 ? bytes / bw : 0) + extra;
+    return lat + (bw > 0 && bytes > 0 ? bytes / bw : 0) + sim_costs_link_busy(c, a, b, bytes) + extra;
 }
 
 double sim_allreduce_time(int n, double bytes, int collectives, double bandwidth, double latency) {
@@ -106,7 +130,13 @@ void sim_costs_set_link(sim_costs *c, int a, int b, double latency, double bandw
     if (c->n_links) memcpy(links, c->links, sizeof *links * (size_t)c->n_links);
     free(c->links);
     c->links = links;
-    c->links[c->n_links++] = (sim_link){ a, b, latency, bandwidth, extra };
+    c->links[c->n_links++] = (sim_link){ a, b, latency, bandwidth, extra, 0 };
+}
+
+void sim_costs_set_link_rate(sim_costs *c, int a, int b, double rate) {
+    sim_costs_set_link(c, a, b, -1, -1, 0);     /* the override, if the link had none */
+    for (int i = 0; i < c->n_links; i++)
+        if (link_is(&c->links[i], a, b)) c->links[i].rate = rate > 0 ? rate : 0;
 }
 
 /* Strict number: the whole string, finite. */
@@ -190,32 +220,76 @@ static void add_fault(sim_costs *c, sim_fault f, const char *spec) {
     c->faults[c->n_faults++] = f;
 }
 
-int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks) {
-    return sim_costs_add_slow_link_in(c, spec, n_ranks, "iterations");
+/* Units of a --slow-link RATE: the factor to bytes per second of the text after the prefix. */
+static const struct { const char *name; double bytes; } rate_units[] = {
+    { "bit", 0.125 }, { "bit/s", 0.125 }, { "B/s", 1 },
+};
+
+/* "30Mbit", "4MB/s": a number, an optional decimal prefix (k, M, G, either case) and a unit of
+ * rate_units. Returns 1 with *rate in bytes per second, 0 when text has no unit (a plain number:
+ * SECONDS), -1 on a unit not known. */
+static int parse_rate(const char *text, double *rate) {
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || !*end || !isfinite(v)) return 0;
+    double k = 1;
+    if (strchr("kK", *end)) k = 1e3, end++;
+    else if (strchr("mM", *end)) k = 1e6, end++;
+    else if (strchr("gG", *end)) k = 1e9, end++;
+    for (size_t i = 0; i < sizeof rate_units / sizeof rate_units[0]; i++)
+        if (!strcmp(end, rate_units[i].name)) {
+            *rate = v * k * rate_units[i].bytes;
+            return 1;
+        }
+    return -1;
 }
 
-int sim_costs_add_slow_link_in(sim_costs *c, const char *spec, int n_ranks, const char *unit) {
+/* --slow-link's spec into a fault; `rates`: a RATE is allowed (the simulator's flag), else only
+ * SECONDS (the runtime's). */
+static int add_slow_link(sim_costs *c, const char *spec, int n_ranks, const char *unit, bool rates) {
     char body[128], buf[128];
     int a, b, from, to;
-    double extra;
+    double extra = 0, rate = 0;
     if (parse_window("--slow-link", spec, unit, body, sizeof body, &from, &to)) return -1;
     const char *colon = strchr(body, ':'), *dash = strchr(body, '-');
     if (!colon || !dash || dash > colon) goto bad;
     memcpy(buf, body, (size_t)(dash - body)); buf[dash - body] = 0;
     if (parse_int(buf, &a)) goto bad;
     memcpy(buf, dash + 1, (size_t)(colon - dash - 1)); buf[colon - dash - 1] = 0;
-    if (parse_int(buf, &b) || parse_num(colon + 1, &extra)) goto bad;
+    if (parse_int(buf, &b)) goto bad;
+    int kind = parse_rate(colon + 1, &rate);
+    if (kind < 0)
+        return pt_seterr("--slow-link '%s': unknown unit in '%s' (SECONDS is a plain number; a RATE ends in bit, "
+                         "kbit, Mbit, Gbit or B/s, kB/s, MB/s, GB/s)", spec, colon + 1);
+    if (kind == 1 && !rates)
+        return pt_seterr("--slow-link '%s': a RATE is simulated only (pipetrain simulate); train and grad inject a "
+                         "delay in SECONDS per message (docs/stragglers.md)", spec);
+    if (kind == 1 && !(rate > 0 && rate <= SIM_COST_MAX))
+        return pt_seterr("--slow-link '%s': RATE must be above 0 and at most %g bytes/s (got %g)", spec, SIM_COST_MAX,
+                         rate);
+    if (kind == 0 && parse_num(colon + 1, &extra)) goto bad;
     if (extra < 0 || extra > SIM_COST_MAX)
         return pt_seterr("--slow-link '%s': SECONDS must be in 0..%g (got %g)", spec, SIM_COST_MAX, extra);
     if (a >= n_ranks || b >= n_ranks)
         return pt_seterr("--slow-link '%s': rank %d is not in the pipeline (ranks must be in 0..%d)", spec,
                          a >= n_ranks ? a : b, n_ranks - 1);
     if (a == b) return pt_seterr("--slow-link '%s': a link joins two different ranks (ranks must differ)", spec);
-    add_fault(c, (sim_fault){ .link = true, .a = a, .b = b, .amount = extra, .from = from, .to = to }, spec);
+    add_fault(c, (sim_fault){ .link = true, .a = a, .b = b, .amount = extra, .rate = rate, .from = from, .to = to },
+              spec);
     return 0;
 bad:
-    return pt_seterr("--slow-link '%s': expected I-J:SECONDS[@FROM-TO] (ranks I, J; extra seconds per message "
-                     "in 0..%g; %s FROM..TO)", spec, SIM_COST_MAX, unit);
+    return pt_seterr("--slow-link '%s': expected I-J:SECONDS[@FROM-TO]%s (ranks I, J; extra seconds per message "
+                     "in 0..%g; %s FROM..TO)", spec, rates ? " or I-J:RATE[@FROM-TO] (e.g. 30Mbit, 4MB/s)" : "",
+                     SIM_COST_MAX, unit);
+}
+
+int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks) {
+    return add_slow_link(c, spec, n_ranks, "iterations", true);
+}
+
+int sim_costs_add_slow_link_in(sim_costs *c, const char *spec, int n_ranks, const char *unit) {
+    return add_slow_link(c, spec, n_ranks, unit, false);
 }
 
 int sim_costs_add_slow_stage(sim_costs *c, const char *spec) {
@@ -242,25 +316,35 @@ bad:
                      "FROM..TO)", spec, SIM_COST_MAX, unit);
 }
 
-/* Whether a message of s goes between ranks a and b (either way). */
-static bool sched_talks(const sched *s, int a, int b) {
+/* Whether a message of s goes between ranks a and b (either way); *bytes gets the most bytes one
+ * of them carries under c (a message across g -> g+1, either way, carries act_bytes[g]). */
+static bool sched_talks(const sched *s, const sim_costs *c, int a, int b, double *bytes) {
+    bool talks = false;
+    *bytes = 0;
     for (int g = 0; g < s->n_stages; g++) {
         int n = sched_stage_next(s, g);
         if (n < 0) continue;
         int x = s->stage_rank[g], y = s->stage_rank[n];
-        if ((x == a && y == b) || (x == b && y == a)) return true;
+        if (!((x == a && y == b) || (x == b && y == a))) continue;
+        talks = true;
+        if (g < c->n_stages && c->act_bytes[g] > *bytes) *bytes = c->act_bytes[g];
     }
-    return false;
+    return talks;
 }
 
 int sim_costs_check_faults(const sim_costs *c, const sched *s, int n_iters) {
     for (int i = 0; i < c->n_faults; i++) {
         const sim_fault *x = &c->faults[i];
         const char *flag = x->link ? "--slow-link" : "--slow-stage";
-        if (x->link && !sched_talks(s, x->a, x->b))
+        double bytes = 0;
+        if (x->link && !sched_talks(s, c, x->a, x->b, &bytes))
             return pt_seterr("%s '%s': ranks %d and %d exchange no messages in %s (messages go between the "
                              "ranks of neighbouring stages); a slow link there changes nothing", flag, x->spec,
                              x->a, x->b, s->name[0] ? s->name : "this schedule");
+        if (x->link && x->rate > 0 && bytes <= 0)
+            return pt_seterr("%s '%s': the messages between ranks %d and %d carry 0 bytes in this cost model, so a "
+                             "bandwidth changes nothing (give their size: --act-bytes N, --cost ...,act=N or a "
+                             "costs file's act_bytes)", flag, x->spec, x->a, x->b);
         if (x->from > n_iters)
             return pt_seterr("%s '%s': starts at iteration %d, after the last (--iterations %d)", flag, x->spec,
                              x->from, n_iters);
@@ -328,9 +412,9 @@ static int json_link_rank(const cJSON *l, const char *name, int i, int n_ranks, 
     return 0;
 }
 
-/* "links": [{"a":0,"b":1,"latency":..,"bandwidth":..,"extra":..}, ...] */
+/* "links": [{"a":0,"b":1,"latency":..,"bandwidth":..,"extra":..,"rate":..}, ...] */
 static int json_links(sim_costs *c, const cJSON *root, int n_ranks, const char *path) {
-    static const char *const known[] = { "a", "b", "latency", "bandwidth", "extra" };
+    static const char *const known[] = { "a", "b", "latency", "bandwidth", "extra", "rate" };
     const cJSON *links = cJSON_GetObjectItemCaseSensitive(root, "links");
     if (!links) return 0;
     if (!cJSON_IsArray(links)) return pt_seterr("%s: field 'links' must be an array of objects", path);
@@ -341,20 +425,22 @@ static int json_links(sim_costs *c, const cJSON *root, int n_ranks, const char *
         snprintf(label, sizeof label, " in links[%d]", i);
         if (!cJSON_IsObject(l))
             return pt_seterr("%s: links[%d] must be an object with ranks 'a' and 'b'", path, i);
-        if (json_known_keys(l, known, 5, label, path) || json_link_rank(l, "a", i, n_ranks, path, &a) ||
+        if (json_known_keys(l, known, 6, label, path) || json_link_rank(l, "a", i, n_ranks, path, &a) ||
             json_link_rank(l, "b", i, n_ranks, path, &b))
             return -1;
         if (a == b)
             return pt_seterr("%s: links[%d] joins rank %d to itself; a link needs two different ranks", path, i, a);
-        double lat = -1, bw = -1, extra = 0;
-        char l_lat[40], l_bw[40], l_ex[40];
+        double lat = -1, bw = -1, extra = 0, rate = 0;
+        char l_lat[40], l_bw[40], l_ex[40], l_rate[40];
         snprintf(l_lat, sizeof l_lat, "links[%d].latency", i);
         snprintf(l_bw, sizeof l_bw, "links[%d].bandwidth", i);
         snprintf(l_ex, sizeof l_ex, "links[%d].extra", i);
+        snprintf(l_rate, sizeof l_rate, "links[%d].rate", i);
         if (json_scalar_as(l, "latency", l_lat, &lat, path) || json_scalar_as(l, "bandwidth", l_bw, &bw, path) ||
-            json_scalar_as(l, "extra", l_ex, &extra, path))
+            json_scalar_as(l, "extra", l_ex, &extra, path) || json_scalar_as(l, "rate", l_rate, &rate, path))
             return -1;
         sim_costs_set_link(c, a, b, lat, bw, extra);
+        if (rate > 0) sim_costs_set_link_rate(c, a, b, rate);
     }
     return 0;
 }

@@ -27,7 +27,7 @@ static sched *replay_start(replay *R) {
                   g->pipes != 1 ? "two pipes" : g->async ? "no flush (asynchronous)" : "several stages per rank");
         return NULL;
     }
-    double *buf = pt_calloc((size_t)R->o->shape.ranks, sizeof(double));
+    double *buf = pt_calloc(2 * (size_t)R->o->shape.ranks, sizeof(double));
     sched_params p = R->o->shape;
     p.chunks = 1;
     if (g->stage_costs) sim_adaptive_params(&R->healthy, p.ranks, &p, buf);

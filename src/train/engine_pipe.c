@@ -110,11 +110,16 @@ static void pipe_print_memory(const pipe_engine *p) {
 static void pipe_describe(const train_engine *e) {
     const pipe_engine *p = (const pipe_engine *)e;
     printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences, %s transport; "
-           "activations %.2f MB on the busiest rank%s%s\n", p->pl.s->name, p->pl.o.P, p->pl.o.D,
+           "activations %.2f MB on the busiest rank%s%s%s%s\n", p->pl.s->name, p->pl.o.P, p->pl.o.D,
            p->pl.lo.tp, p->pl.s->n_mb, p->pl.mb_rows, p->o.world ? "mpi" : "threads",
            run_job_act_bytes(p->job) / 1e6, p->o.ro.recompute ? " (recomputing)" : "",
+           p->pl.o.tp_recompute ? " (blocks keep x and res2, rebuilt before B without all-reduces)" : "",
+           p->pl.o.tp_overlap ? "; TP all-reduces overlapped (two halves per microbatch)" : "",
            p->pl.o.no_overlap ? "; reduction after each rank's schedule" : "");
     pipe_print_memory(p);
+    if (p->pl.o.tp_overlap && p->pl.mb_rows < 2)
+        printf("note: --tp-overlap splits a microbatch into two halves of sequences; microbatches of "
+               "1 sequence run without it (use fewer microbatches or a larger batch)\n");
     if (p->pl.o.zero && p->pl.o.D == 1)
         printf("note: --zero 1 with --dp 1 shards only what several ranks hold: a tied tensor (wte, "
                "on the embedding's and the head's ranks) and, with two pipes, each chunk; a chunk "
@@ -186,6 +191,19 @@ static void pipe_print_rss(const pipe_engine *p) {
     for (int w = 0; w < n; w++) printf(" r%d %.1f%s", w, p->rss[w] / 1e6, w + 1 < n ? "," : "\n");
 }
 
+/* "tensor parallel, per rank and step: N all-reduces of X MB, Y ms inside them (Z% of the
+ * iteration)": this process's ranks' TP collectives, averaged over them and the steps run. */
+static void pipe_print_tp(const pipe_engine *p, double it) {
+    run_tp_stats s;
+    int ranks;
+    if (p->pl.lo.tp <= 1 || p->n == 0) return;
+    run_job_tp_stats(p->job, &s, &ranks);
+    double per = 1.0 / ((double)ranks * p->n), ms = s.seconds * per * 1e3;
+    printf("tensor parallel, per rank and step: %.0f all-reduces of %.2f MB in all, %.2f ms inside "
+           "them (%.1f%% of the median iteration)\n", (double)s.calls * per, s.floats * 4 * per / 1e6,
+           ms, it > 0 ? ms / 1e3 / it * 100 : 0);
+}
+
 /* Medians over the steps after the first (the warm-up) when there were several. */
 static int pipe_report(train_engine *e) {
     pipe_engine *p = (pipe_engine *)e;
@@ -198,6 +216,7 @@ static int pipe_report(train_engine *e) {
     double it = pt_median(p->iter_t + skip, p->n - skip);      /* sorts the records: done last */
     double bub = pt_median(p->bubble + skip, p->n - skip);
     pipe_print_simulated(p, it, bub);
+    pipe_print_tp(p, it);
     return pipe_write_pictures(p, last_it, last_bub);
 }
 
@@ -235,6 +254,8 @@ static cJSON *pipe_layout(const train_engine *e) {
     cJSON_AddItemToObject(o, "split", split);
     cJSON_AddStringToObject(o, "transport", p->o.world ? "mpi" : "threads");
     if (p->pl.o.recompute) cJSON_AddTrueToObject(o, "recompute");
+    if (p->pl.o.tp_overlap) cJSON_AddTrueToObject(o, "tp_overlap");
+    if (p->pl.o.tp_recompute) cJSON_AddTrueToObject(o, "tp_recompute");
     cJSON_AddNumberToObject(o, "zero", p->pl.o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl.o.no_overlap);
     cJSON_AddItemToObject(o, "memory_bytes", pipe_memory_json(p));

@@ -49,6 +49,8 @@ struct train_adapt {
     int n_base, next_base;
     double *prev_slow;              /* [S] the last step's relative stage slowdowns (unfiltered) */
     double *prev_link;              /* [P-1] the last step's link delays (unfiltered) */
+    double *prev_busy;              /* [P-1] and the part of them that queued (a link slow in bandwidth) */
+    double act_bytes;               /* bytes of one microbatch's activation message (rows x seq x C floats) */
     long first_step;                /* a step not measured: the run's first (a warm-up), or the
                                      * first after a re-split (a new job's first touches) */
     int *split_start, *split_now;   /* [S] blocks per stage: at the start, in force */
@@ -98,11 +100,12 @@ static double base_median(const train_adapt *A, int v) {
 }
 
 /* The healthy costs: medians over the baseline steps (a fused BW's halves stand for B and W),
- * links free. */
+ * links free, messages of their real size (a link slow in bandwidth is a rate on them). */
 static void base_costs(const train_adapt *A, sim_costs *c) {
     double m[K_KINDS];
     sim_costs_init(c, A->S, 0, 0, 0);
     c->reduce_overlap = A->overlap;
+    for (int g = 0; g < A->S; g++) c->act_bytes[g] = A->act_bytes;
     for (int g = 0; g < A->S; g++) {
         for (int k = 0; k < K_KINDS; k++) m[k] = base_median(A, g * K_KINDS + k);
         c->f[g] = m[0] > 0 ? m[0] : 0;
@@ -142,7 +145,7 @@ static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, con
     sim_estimate_init(&one, A->P, A->S);
     one.directed = true;   /* a measured link may be slow one way (tc shapes a host's egress) */
     one.wait_eps = ADAPT_WAIT_EPS;
-    for (int r = 0; r + 1 < A->P; r++) est->link_delay[r] = 0;
+    for (int r = 0; r + 1 < A->P; r++) est->link_delay[r] = est->link_busy[r] = 0;
     for (int g = 0; g < A->S; g++) est->stage_slow[g] = 0;
     int rc = 0;
     for (int d = 0; d < A->D && rc == 0; d++) {
@@ -150,7 +153,10 @@ static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, con
         replica_timeline(tl, s, d, A->P, &sub);
         rc = sim_estimate_timeline(&sub, healthy, 0, &one);
         timeline_free(&sub);
-        for (int r = 0; r + 1 < A->P && rc == 0; r++) est->link_delay[r] = fmax(est->link_delay[r], one.link_delay[r]);
+        for (int r = 0; r + 1 < A->P && rc == 0; r++) {
+            est->link_delay[r] = fmax(est->link_delay[r], one.link_delay[r]);
+            est->link_busy[r] = fmax(est->link_busy[r], one.link_busy[r]);
+        }
         for (int g = 0; g < A->S && rc == 0; g++) est->stage_slow[g] = fmax(est->stage_slow[g], one.stage_slow[g]);
     }
     double lo = INFINITY;
@@ -199,6 +205,19 @@ static void describe(const train_adapt *A, const sim_estimate *e, double mf, cha
     if (!at) snprintf(buf, n, "healthy");
 }
 
+/* The links of e slow in bandwidth ("link 0-1 slow in bandwidth: each message holds it 40 ms of its
+ * 44 (1.2 MB/s), those sent closer together queue"), or "" when none is, into buf. */
+static void queue_text(const train_adapt *A, const sim_estimate *e, double mf, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int r = 0; r + 1 < A->P && at < n; r++)
+        if (e->link_delay[r] >= A->po.link_off * mf && e->link_busy[r] > 0)
+            at += (size_t)snprintf(buf + at, n - at, "%slink %d-%d slow in bandwidth: each message holds it %.0f ms "
+                                   "of its %.0f (%.3g MB/s), those sent closer together queue", at ? "; " : "", r,
+                                   r + 1, e->link_busy[r] * 1e3, e->link_delay[r] * 1e3,
+                                   A->act_bytes / e->link_busy[r] / 1e6);
+}
+
 /* Forwards each rank runs before its first backward ("5,4,2,1"), into buf. */
 static void warmup_text(const sched *s, char *buf, size_t n) {
     size_t at = 0;
@@ -217,11 +236,14 @@ static void warmup_text(const sched *s, char *buf, size_t n) {
 static cJSON *adapt_fields(const train_adapt *A, const sim_estimate *e, const char *action, const char *schedule,
                            double predicted, double was) {
     cJSON *o = cJSON_CreateObject(), *links = cJSON_CreateArray(), *stages = cJSON_CreateArray();
+    cJSON *busy = cJSON_CreateArray();
     cJSON_AddStringToObject(o, "action", action);
     cJSON_AddStringToObject(o, "schedule", schedule);
     for (int r = 0; r + 1 < A->P; r++) cJSON_AddItemToArray(links, cJSON_CreateNumber(e->link_delay[r]));
+    for (int r = 0; r + 1 < A->P; r++) cJSON_AddItemToArray(busy, cJSON_CreateNumber(e->link_busy[r]));
     for (int g = 0; g < A->S; g++) cJSON_AddItemToArray(stages, cJSON_CreateNumber(e->stage_slow[g]));
     cJSON_AddItemToObject(o, "link_delay_s", links);
+    cJSON_AddItemToObject(o, "link_queue_s", busy);
     cJSON_AddItemToObject(o, "stage_slowdown", stages);
     if (predicted > 0) cJSON_AddNumberToObject(o, "predicted_s", predicted);
     if (was > 0) cJSON_AddNumberToObject(o, "was_s", was);
@@ -398,9 +420,11 @@ static int adapt_switch(train_ctx *t, train_adapt *A, long step, sim_costs *heal
     double was = s ? sim_schedule_score(e->vt->schedule(e), &c) : -1;
     sim_costs_free(&c);
     if (!s || was < 0) { sched_free(s); return pt_adderr("step %ld: --adapt: ", step); }
-    char what[200], line[640], wu[96];
+    char what[200], line[640], wu[96], queue[400];
     describe(A, est, mf, what, sizeof what);
     warmup_text(s, wu, sizeof wu);
+    queue_text(A, est, mf, queue, sizeof queue);
+    if (queue[0] && t->root) printf("step %ld: %s\n", step, queue);   /* its own line: the switch's keeps its form */
     if (info.score > was * (1 - ADAPT_MIN_GAIN)) {
         if (!A->said_keep && !A->switched && !moved) {   /* said once; an adaptive one in force stays quietly */
             char hint[160];
@@ -463,10 +487,11 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     base_costs(A, &healthy);
     sim_estimate_init(&est, A->P, A->S);
     int rc = step_estimate(A, tl, e->vt->schedule(e), &healthy, &est);
-    for (int r = 0; r + 1 < A->P; r++) {   /* jitter is no slow link; nor is one slow step */
-        double d = est.link_delay[r] >= ADAPT_LINK_FLOOR ? est.link_delay[r] : 0;
+    for (int r = 0; r + 1 < A->P; r++) {   /* jitter is no slow link; nor is one slow step (nor queue) */
+        double d = est.link_delay[r] >= ADAPT_LINK_FLOOR ? est.link_delay[r] : 0, q = d > 0 ? est.link_busy[r] : 0;
         est.link_delay[r] = fmin(d, A->prev_link[r]);
-        A->prev_link[r] = d;
+        est.link_busy[r] = fmin(fmin(q, A->prev_busy[r]), est.link_delay[r]);
+        A->prev_link[r] = d, A->prev_busy[r] = q;
     }
     if (rc < 0 || step == A->first_step) goto free_all;             /* the warm-up: first touches, caches */
     if (A->n_base == 0) { base_add(A, now); goto free_all; }       /* the first measured step sets the costs */
@@ -515,9 +540,11 @@ int train_adapt_init(train_ctx *t) {
     A->base = pt_calloc((size_t)ADAPT_BASELINE * A->nv, sizeof *A->base);
     A->prev_slow = pt_malloc(sizeof *A->prev_slow * (size_t)A->S);
     A->prev_link = pt_calloc((size_t)A->P, sizeof *A->prev_link);
+    A->prev_busy = pt_calloc((size_t)A->P, sizeof *A->prev_busy);
     for (int g = 0; g < A->S; g++) A->prev_slow[g] = 1;
     A->first_step = t->step0 + 1;
     int rows = o->batch / (A->D * A->M);   /* a microbatch: rows x seq tokens */
+    A->act_bytes = (double)(rows > 0 ? rows : 1) * o->seq * t->m.cfg.n_embd * sizeof(float);
     for (int k = 0; k < 3; k++) {
         gpt_layer_cost c;
         gpt_kind_ops((gpt_layer_kind)k)->cost(&t->m.cfg, rows > 0 ? rows : 1, o->seq, 1, &c);
@@ -534,6 +561,7 @@ void train_adapt_free(train_ctx *t) {
     free(A->base);
     free(A->prev_slow);
     free(A->prev_link);
+    free(A->prev_busy);
     free(A->split_start);
     free(A->split_now);
     free(A);
