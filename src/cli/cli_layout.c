@@ -31,6 +31,8 @@ void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const c
         {"--recompute", OPT_FLAG, &ro->recompute, "drop activations after F, recompute them at B (less memory)"},
         {"--tp-overlap", OPT_FLAG, &ro->tp_overlap, "with --tp: each block's all-reduces in flight while the other half of its "
                                                     "microbatch computes (two halves of B/2 sequences)"},
+        {"--sp", OPT_FLAG, &ro->tp_sp, "with --tp: sequence parallelism, each TP rank holds 1/T of the rows of the "
+                                       "activations between layers and stages (B x seq divisible by T; not with --tp-overlap)"},
         {"--tp-recompute", OPT_FLAG, &ro->tp_recompute, "with --tp: blocks keep only their input and res2 from F to B and rebuild "
                                                         "the rest before B, without all-reduces (less memory)"},
         {"--zero", OPT_INT, &ro->zero, "1: shard AdamW moments and the update over the ranks that reduce together (ZeRO-1; default 0)"},
@@ -119,7 +121,7 @@ void cli_layout_init(run_opts *ro) {
 int cli_layout_given(const run_opts *o, const char *transport) {
     return o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->tp != CLI_UNSET || o->schedule ||
            o->schedule_file || transport || o->split || o->recompute || o->zero || o->no_overlap ||
-           o->tp_overlap || o->tp_recompute ||
+           o->tp_overlap || o->tp_recompute || o->tp_sp ||
            o->n_slow_link || o->n_slow_stage;
 }
 

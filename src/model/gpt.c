@@ -79,6 +79,7 @@ static void gpt_add_tensor(gpt_model *m, size_t *cur, const char *name, int s0, 
     pi->count = gpt_shard_count(&m->cfg, pi, m->tp_size);
     pi->layer = layer;
     pi->decay = decay;
+    pi->tp_sum = 0;
     pi->offset = OFF_NONE;
     *pw = *pg = NULL;
     if (gpt_holds_layer(m, layer)) {
@@ -196,11 +197,53 @@ void gpt_set_tp(gpt_model *m, const gpt_tp *tp) {
 }
 
 int gpt_set_tp_overlap(gpt_model *m, int on) {
+    if (on && m->tp_sp)
+        return pt_seterr("TP rank %d of %d: overlap and sequence parallelism cannot be combined "
+                         "(a block under sp reduce-scatters and all-gathers; the ping-pong "
+                         "overlaps all-reduces only): turn one off", m->tp_rank, m->tp_size);
     if (on && m->tp_size > 1 && (!m->tp.iallreduce || !m->tp.wait))
         return pt_seterr("TP rank %d of %d: overlapping all-reduces needs a collective with "
                          "iallreduce and wait (gpt_set_tp gave none)", m->tp_rank, m->tp_size);
     m->tp_overlap = on != 0;
     return 0;
+}
+
+/* The replicated tensors whose gradients are partial per rank under sequence parallelism: the
+ * blocks' layer norms, which run on the rank's rows only (gpt_param_info.tp_sum). */
+static int sp_partial(const gpt_param_info *pi) {
+    static const char *const suffixes[] = { "ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias" };
+    for (size_t k = 0; k < sizeof suffixes / sizeof *suffixes; k++)
+        if (ends_with(pi->name, suffixes[k])) return 1;
+    return 0;
+}
+
+int gpt_set_tp_sp(gpt_model *m, int on) {
+    if (on && m->tp_size > 1 && (!m->tp.reduce_scatter || !m->tp.allgather))
+        return pt_seterr("TP rank %d of %d: sequence parallelism needs a collective with "
+                         "reduce_scatter and allgather (gpt_set_tp gave none)", m->tp_rank, m->tp_size);
+    if (on && m->tp_overlap)
+        return pt_seterr("TP rank %d of %d: sequence parallelism and overlap cannot be combined "
+                         "(the ping-pong overlaps all-reduces; a block under sp reduce-scatters "
+                         "and all-gathers): turn one off", m->tp_rank, m->tp_size);
+    m->tp_sp = on && m->tp_size > 1;
+    for (int i = 0; i < m->n_info; i++) m->info[i].tp_sum = m->tp_sp && sp_partial(&m->info[i]);
+    return 0;
+}
+
+int gpt_sp_check_rows(int B, int T, int tp) {
+    long long N = (long long)B * T;
+    if (tp > 1 && N % tp != 0)
+        return pt_seterr("sequence parallelism: a microbatch of N = B*T = %d*%d = %lld rows is not "
+                         "divisible by tp %d (each TP rank holds N/tp rows of the activation "
+                         "stream: a batch or sequence length that makes B*T a multiple of %d)",
+                         B, T, N, tp, tp);
+    return 0;
+}
+
+size_t gpt_stream_rows(const gpt_model *m, int B, int T) {
+    size_t N = (size_t)B * T, tp = (size_t)m->tp_size;
+    if (!m->tp_sp) return N;
+    return N % tp ? 0 : N / tp;
 }
 
 /* ---- shards ------------------------------------------------------------------------------

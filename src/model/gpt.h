@@ -60,6 +60,12 @@ typedef struct {
     int segs;           /* GPT_SPLIT_COLS / _VEC: the split dimension is segs equal segments,
                          * each split (c_attn: 3, q k v); else 1 */
     size_t full;
+    /* 1 when each TP rank's gradient of this replicated tensor is a partial sum that the group
+     * must add up (over the TP ranks, every rank getting the sum) before the optimizer: under
+     * sequence parallelism (gpt_set_tp_sp) the layer norms of the blocks, ln_1 and ln_2, whose
+     * W sees only the rank's rows. 0 otherwise (a split tensor is the rank's own; another
+     * replicated one is already whole, bitwise the same on every rank). */
+    int tp_sum;
 } gpt_param_info;
 
 /* How a tensor is split over the TP group (gpt_param_info.split). Rank r of t holds, of a
@@ -90,6 +96,16 @@ typedef struct {
      * the sum, or -1 with pt_seterr; either way req is finished (freed) by it. */
     int (*iallreduce)(void *ctx, float *buf, size_t n, void **req);
     int (*wait)(void *ctx, void *req);
+    /* Optional (NULL: not available), for sequence parallelism (gpt_set_tp_sp). Slices: of n
+     * floats, rank r's are [n*r/size, n*(r+1)/size) (comm_slice's rule); the model calls both
+     * on (N,C) buffers with N divisible by size, so rank r's slice is rows [N*r/size,
+     * N*(r+1)/size). Both in place and blocking, every rank calling them in the same order.
+     * reduce_scatter: the sum of buf over the group in the fixed rank order allreduce uses
+     * (bitwise its elements) into this rank's slice; the rest of buf unspecified afterwards.
+     * allgather: every rank's slice of its buf into that slice of every rank's buf.
+     * 0, or -1 with pt_seterr. */
+    int (*reduce_scatter)(void *ctx, float *buf, size_t n);
+    int (*allgather)(void *ctx, float *buf, size_t n);
 } gpt_tp;
 
 /* Tied tensors: a parameter tensor that lives in one layer's span (its owner) and is read by
@@ -129,6 +145,7 @@ typedef struct {
     int vocab_padded;           /* wte rows over the TP group: V rounded up to tp_size */
     gpt_tp tp;                  /* the group's collective (gpt_set_tp); unused when tp_size 1 */
     int tp_overlap;             /* 1: blocks overlap their all-reduces (gpt_set_tp_overlap) */
+    int tp_sp;                  /* 1: sequence parallelism (gpt_set_tp_sp; only when tp_size > 1) */
     /* Private: buffers of gpt_forward_backward / gpt_forward, grown on demand. */
     float *fb_act, *fb_scratch, *fb_x;
     size_t fb_act_cap, fb_scratch_cap, fb_x_cap;
@@ -163,11 +180,17 @@ typedef struct {
     double grad_bytes;      /* fp32 gradients */
     double optim_bytes;     /* AdamW m and v (0 for a tied copy: its state lives with the owner) */
     /* Tensor parallelism over tp ranks (the cost functions' tp; 1: none): everything above is
-     * one rank's share, and tp_bytes[F, B, W] is what one rank all-reduces over its group in that
-     * phase (the payload of each all-reduce, summed; 0 at tp 1, and always 0 in W). */
+     * one rank's share, and tp_bytes[F, B, W] is what one rank's collectives over its group
+     * carry in that phase: the payload of each, summed (0 at tp 1, and always 0 in W). A
+     * collective's payload is the buffer it is called on, 4 bytes a float: an all-reduce's, a
+     * reduce-scatter's whole input, an all-gather's whole output (sequence parallelism). On a
+     * ring a rank sends 2(tp-1)/tp of an all-reduce's payload and (tp-1)/tp of the other two's,
+     * so a reduce-scatter and an all-gather of one (N,C) buffer move what one all-reduce of it
+     * does, with twice its payload counted here. */
     double tp_bytes[3];
-    int tp_collectives[3];  /* how many all-reduces those bytes are in (with overlap a block
-                             * issues each as two, of half the rows each: the same bytes) */
+    int tp_collectives[3];  /* how many collectives those bytes are in (with overlap a block
+                             * issues each all-reduce as two, of half the rows each: the same
+                             * bytes) */
     /* Communication-free recomputation (gpt_layer_recompute): the bytes held from F to B
      * (4 * gpt_layer_keep_floats; the act is whole again only from the recompute to W), and
      * the FLOPs the recompute repeats before B (0 for kinds that keep their whole F part). The
@@ -175,6 +198,11 @@ typedef struct {
      * with F's all-reduces (tp_bytes[F]). */
     double keep_bytes;
     double recompute_flops;
+    /* The collectives the recompute makes (payload bytes, count): 0 but under sequence
+     * parallelism, where a block's keep prefix is its rows of x and res2 and the recompute
+     * all-gathers ln_1's and ln_2's outputs again (F's two all-gathers). */
+    double recompute_tp_bytes;
+    int recompute_tp_collectives;
 } gpt_layer_cost;
 
 typedef struct {
@@ -190,6 +218,8 @@ typedef struct {
     int (*backward_weight)(const gpt_model *m, int layer, const gpt_tied *tied, const float *act,
                            float *scratch, int B, int T);
     void (*cost)(const gpt_config *cfg, int B, int T, int tp, gpt_layer_cost *out);
+    /* The same with sequence parallelism on (gpt_set_tp_sp; at tp 1 it is cost's row). */
+    void (*cost_sp)(const gpt_config *cfg, int B, int T, int tp, gpt_layer_cost *out);
     /* gpt_layer_keep_floats and gpt_layer_recompute for this kind (without the checks). */
     size_t (*keep_floats)(const gpt_model *m, int B, int T);
     int (*recompute)(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
@@ -199,6 +229,10 @@ typedef struct {
 /* The row of a kind, and of a layer of m. */
 const gpt_layer_ops *gpt_kind_ops(gpt_layer_kind kind);
 const gpt_layer_ops *gpt_layer_ops_of(const gpt_model *m, int layer);
+/* The cost row of a kind at tp ranks, with sequence parallelism (sp 1: the row's cost_sp) or
+ * without (sp 0: its cost). */
+void gpt_kind_cost(gpt_layer_kind kind, const gpt_config *cfg, int B, int T, int tp, int sp,
+                   gpt_layer_cost *out);
 
 /* ---- lifetime ---------------------------------------------------------------------------- */
 /* Validates cfg and allocates params and grads (zeroed) and the tables. Returns 0, or -1 with
@@ -239,6 +273,32 @@ void gpt_set_tp(gpt_model *m, const gpt_tp *tp);
  * -1 when on is asked of a sharded model whose collective has no iallreduce or wait; at tp 1 it
  * is accepted and changes nothing. Every rank of the group must use the same setting. */
 int gpt_set_tp_overlap(gpt_model *m, int on);
+/* Sequence parallelism (Megatron-LM's, Korthikanti et al. 2022; docs/tensor-parallel.md): on
+ * (1) or off (0, the default). The (N,C) stream between layers, and so between pipeline stages,
+ * is split by rows over the TP group: rank r holds rows [N*r/tp, N*(r+1)/tp) of every microbatch
+ * (gpt_stream_rows; N = B*T must be divisible by tp, gpt_sp_check_rows), and the row-wise parts
+ * of a block (layer norms, bias and residual adds) run on those rows only. Where a block
+ * all-reduced, it reduce-scatters (after each row-parallel projection in F, each column-parallel
+ * input gradient in B) and all-gathers before the matmuls that need every row (ln_1's and ln_2's
+ * outputs in F, the stream's gradient and res2's in B): F and B two of each, W none. The
+ * embedding reduce-scatters its output (F) and all-gathers its output gradient (B, for wte's and
+ * wpe's W); the head all-gathers its input (F) and B gives its rows of the input gradient. Every
+ * layer's x, out, dout and dx are then (gpt_stream_rows, C). Results: bitwise those of the
+ * model without it (the same sums in the same order, row by row), but the gradients of the
+ * tensors marked tp_sum (gpt_param_info), partial per rank: their sum over the group, which the
+ * caller takes before the optimizer, equals the gradient without sp up to float rounding.
+ * Sizes change (gpt_layer_act_floats, gpt_layer_keep_floats, gpt_scratch_floats): ask them
+ * after this call. Call after gpt_set_tp: returns -1 when on is asked of a sharded model whose
+ * collective has no reduce_scatter or allgather, or that overlaps (gpt_set_tp_overlap: not
+ * with sp). At tp 1 it is accepted and changes nothing. Every rank of the group the same. */
+int gpt_set_tp_sp(gpt_model *m, int on);
+/* Rows of the (N,C) activation stream this rank's layers take and give on a microbatch of (B,T)
+ * (x, out, dout, dx of gpt_layer_forward and gpt_layer_backward_input): N = B*T, or N/tp under
+ * sequence parallelism; 0 when sp is on and tp does not divide N (the layers refuse it). */
+size_t gpt_stream_rows(const gpt_model *m, int B, int T);
+/* 0 when a microbatch of (B,T) can run under sequence parallelism over tp ranks (tp divides
+ * B*T), else -1 with an error naming N, B, T and tp. */
+int gpt_sp_check_rows(int B, int T, int tp);
 /* Floats of tensor pi held by each rank of a group of `size` (the same for every rank): ROWS
  * ceil(shape[0]/size) * shape[1] (rows padded), COLS and VEC full/size, NONE full. cfg may be
  * NULL (pi says all). */
@@ -286,33 +346,42 @@ const gpt_tie *gpt_tie_at(const gpt_model *m, int i);
 /* Floats of act storage one microbatch of (B,T) needs for this layer (see the contract above):
  * B*T times, per token: embedding 1 + C; block 27C + 4 + NH*T (16C + 4 + NH*T saved by F,
  * 11C stored by B for W); head 3C + 3 + V. Of a TP shard model (tp ranks): block
- * 8C + 19C/tp + 4 + NH/tp*T, head 3C + 3 + vocab_padded/tp (what the cost rows' act_bytes say). */
+ * 8C + 19C/tp + 4 + NH/tp*T, head 3C + 3 + vocab_padded/tp (what the cost rows' act_bytes say);
+ * under sequence parallelism a block 4C + 23C/tp + 4/tp + NH/tp*T (x, res2 and the layer norms'
+ * statistics and input gradients the rank's rows; ln_1's and ln_2's outputs and the gradients
+ * at the projections' outputs all rows, which W's matmuls read whole), the others the same. */
 size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T);
 /* The first floats of that storage, the part F fills (per token: embedding 1, block 16C + 4 +
  * NH*T, head 2C + 3 + V; a TP shard's: block 4C + 12C/tp + 4 + NH/tp*T, head 2C + 3 +
- * vocab_padded/tp); the rest B writes (and W reads). A caller
+ * vocab_padded/tp; under sp a block 2C + 14C/tp + 4/tp + NH/tp*T); the rest B writes (and W
+ * reads). A caller
  * that runs each layer's B and W back to back, the last layer first (gpt_forward_backward), may
  * let that rest overlap the next layer's act: it is written only after the next layer's W. */
 size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T);
 /* Communication-free recomputation (Oases' fine-grained recomputation; docs/tensor-parallel.md):
  * the first floats of the act that must be kept from F to B when the rest of the F part is
  * rebuilt by gpt_layer_recompute: a block's input x and res2 (x + the summed attention
- * projection), 2*N*C at any tp (the block's output is the next layer's input, kept there); the
- * embedding's and the head's whole F part (gpt_layer_act_saved_floats: not recomputed). */
+ * projection), 2*N*C at any tp, the rank's rows 2*N/tp*C under sequence parallelism (the
+ * block's output is the next layer's input, kept there); the embedding's and the head's whole F
+ * part (gpt_layer_act_saved_floats: not recomputed). */
 size_t gpt_layer_keep_floats(const gpt_model *m, int layer, int B, int T);
 /* Rebuilds the F part of act after its keep prefix, which must hold what F wrote there (the
  * rest may hold anything, e.g. another microbatch's act), bitwise what F wrote: a block's ln_1,
  * c_attn, attention from x and ln_2, c_fc, GELU from res2, in the halves F ran in (same
  * overlap setting). No collective: the projections and their all-reduces are not needed, their
- * results being kept. Embedding and head: nothing to do. Then B and W on act give bitwise the
- * gradients of the path without it. Same B, T, tied as F; scratch as F's. Returns 0, or -1 (B,
- * T out of range). */
+ * results being kept; but under sequence parallelism, where ln_1 and ln_2 run on the rank's
+ * rows and their outputs are all-gathered again as in F (two all-gathers of (N,C), in F's order:
+ * every rank of the group must recompute the same layers in the same order). Embedding and head:
+ * nothing to do. Then B and W on act give bitwise the gradients of the path without it. Same B,
+ * T, tied as F; scratch as F's. Returns 0, or -1 (B, T out of range, or sp's rows not divisible;
+ * a failed all-gather). */
 int gpt_layer_recompute(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                         float *scratch, int B, int T);
 /* The same as bytes per token at sequence length T (attention keeps NH*T floats per token). */
 size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T);
 /* Floats of per-thread scratch any layer needs for a (B,T) microbatch: B*T*4C/tp + T*T (a
- * block's B), or more for a sharded head's F when tp is large: B*T*(tp + 3). */
+ * block's B; under sequence parallelism B*T*max(4C/tp, C) + T*T), or more for a sharded head's
+ * F when tp is large: B*T*(tp + 3). */
 size_t gpt_scratch_floats(const gpt_model *m, int B, int T);
 
 /* F of one layer on one microbatch. tied: the tie buffers (NULL = the model's own; only a tie's
@@ -321,7 +390,9 @@ size_t gpt_scratch_floats(const gpt_model *m, int B, int T);
  *   block:     x (B,T,C), tokens unused (NULL), out (B,T,C).
  *   head:      x (B,T,C), tokens = targets (B,T) in [0,V), out[0] = mean cross-entropy.
  *              With targets NULL it computes logits only: out (B,T,V) (no B/W possible then).
- * Requires 1 <= T <= maxT. Returns 0, or -1 naming the bad token, its position and the layer. */
+ * Under sequence parallelism (gpt_set_tp_sp) every (B,T,C) above is the rank's rows of it,
+ * (gpt_stream_rows, C). Requires 1 <= T <= maxT (and under sp tp dividing B*T). Returns 0, or -1
+ * naming the bad token, its position and the layer, or a failed collective. */
 int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                       float *scratch, float *out, const float *x, const int *tokens, int B, int T);
 /* B of one layer on one microbatch, after its F.
@@ -329,6 +400,7 @@ int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float
  *   block:     dout (B,T,C) -> dx (B,T,C) (written, =).
  *   head:      dout = NULL, or one float: the gradient of the objective w.r.t. this microbatch's
  *              mean loss (e.g. 1/M to average over M microbatches; NULL = 1). dx (B,T,C).
+ * Under sequence parallelism the (B,T,C) are the rank's rows, as in F.
  * Returns 0, or -1 when a sharded layer's all-reduce failed (its error, prefixed with the layer). */
 int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                              float *scratch, float *dx, const float *dout, int B, int T);
@@ -342,8 +414,9 @@ int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tie
 /* These three need a model of every layer (gpt_init). F, then B and W of every layer on one
  * batch; gradients accumulate (+=) into m->grads, *loss gets the mean cross-entropy. tokens,
  * targets (B,T). Not reentrant on one model (it keeps its buffers in m). Returns 0, or -1 (bad
- * token, T > maxT, a failed TP all-reduce). gpt_forward_backward also runs one TP rank's shard
- * of every layer (gpt_init_layers_tp, gpt_set_tp) when every rank of the group calls it on the
+ * token, T > maxT, a failed TP collective). gpt_forward_backward also runs one TP rank's shard
+ * of every layer (gpt_init_layers_tp, gpt_set_tp, optionally gpt_set_tp_sp: the tp_sum
+ * gradients are then the rank's partial sums) when every rank of the group calls it on the
  * same batch; the two logits functions need tp 1 (-1 otherwise). */
 int gpt_forward_backward(gpt_model *m, const int *tokens, const int *targets, int B, int T,
                          float *loss);

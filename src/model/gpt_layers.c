@@ -9,25 +9,29 @@
 #include <string.h>
 
 /* Views into one block's act storage; F part first (saved activations), then the B part
- * (gradients at each matmul / layernorm output that W needs). N = B*T. x and res2 come first:
- * they are what communication-free recomputation keeps (gpt_layer_keep_floats), and the rest
- * of the F part is rebuilt from them without a collective (block_recompute). */
+ * (gradients at each matmul / layernorm output that W needs). N = B*T; Ns the rows of the stream
+ * the rank holds (N, or N/tp under sequence parallelism: gpt_stream_rows), whose regions are
+ * the row-wise part's (x, res2, the layer norms' statistics and input gradients); the regions
+ * of N rows are what a matmul reads or writes whole (under sp all-gathered, or the rank's rows
+ * at row lo of them). x and res2 come first: they are what communication-free recomputation
+ * keeps (gpt_layer_keep_floats), and the rest of the F part is rebuilt from them (without a
+ * collective, or under sp with F's two all-gathers: block_recompute). */
 typedef struct {
-    float *x;                   /* (N,C) block input */
-    float *res2;                /* (N,C) x + attention projection (after the group's sum) */
-    float *ln1, *ln1m, *ln1r;   /* (N,C), (N), (N) */
+    float *x;                   /* (Ns,C) block input */
+    float *res2;                /* (Ns,C) x + attention projection (after the group's sum) */
+    float *ln1, *ln1m, *ln1r;   /* (N,C), (Ns), (Ns) */
     float *qkv;                 /* (N,3C/tp) */
     float *atty;                /* (N,C/tp) attention output, heads concatenated */
     float *att;                 /* (B,NH/tp,T,T) softmax probabilities */
-    float *ln2, *ln2m, *ln2r;   /* (N,C), (N), (N) */
+    float *ln2, *ln2m, *ln2r;   /* (N,C), (Ns), (Ns) */
     float *fch, *fchg;          /* (N,4C/tp) c_fc output, after GELU */
     /* written by B, read by W */
     float *dres3;               /* (N,C) gradient at the block output (= at mlp.c_proj output) */
     float *dfch;                /* (N,4C/tp) at mlp.c_fc output */
-    float *dln2;                /* (N,C) at ln_2 output */
+    float *dln2;                /* (Ns,C) at ln_2 output */
     float *dres2;               /* (N,C) at res2 (= at attn.c_proj output) */
     float *dqkv;                /* (N,3C/tp) at attn.c_attn output */
-    float *dln1;                /* (N,C) at ln_1 output */
+    float *dln1;                /* (Ns,C) at ln_1 output */
     size_t keep;                /* floats of x and res2 (the start) */
     size_t saved;               /* floats of the F part (the start) */
     size_t size;                /* floats in all */
@@ -71,29 +75,43 @@ static block_dims block_dims_of(const gpt_model *m) {
     return (block_dims){ m->cfg.n_embd, m->cfg.n_embd / m->tp_size, m->cfg.n_head / m->tp_size };
 }
 
+/* Sequence parallelism (gpt_set_tp_sp): of N rows of the stream the rank holds sp_rows, from
+ * row sp_first of a whole (N,C) buffer (all of them from 0 without sp). N divisible by tp
+ * (gpt_layer_forward checks). */
+static size_t sp_rows(const gpt_model *m, size_t N) { return m->tp_sp ? N / (size_t)m->tp_size : N; }
+static size_t sp_first(const gpt_model *m, size_t N) { return m->tp_sp ? (size_t)m->tp_rank * sp_rows(m, N) : 0; }
+
+/* Width of a block's B scratch rows: c_fc's (4C/tp), or under sp at least C, for the (N,C)
+ * partial products the group reduce-scatters (wider than 4C/tp only at tp > 4). */
+static size_t block_scratch_width(const gpt_model *m) {
+    size_t w = 4 * (size_t)block_dims_of(m).Cl, C = (size_t)m->cfg.n_embd;
+    return m->tp_sp && C > w ? C : w;
+}
+
 /* The views at row n0 (a token: sequence n0/T) of a microbatch of (B,T): every region is
  * (N, per-token width), att's too (a sequence's (NH/tp,T,T) is T rows of NH/tp*T), so the views
  * of a sub-batch of sequences are the same arithmetic at an offset. */
 static block_act block_act_rows(const gpt_model *m, float *a, int B, int T, size_t n0) {
     block_dims d = block_dims_of(m);
     size_t C = (size_t)d.C, Cl = (size_t)d.Cl, N = (size_t)B * T, NH = (size_t)d.NHl;
+    size_t Ns = sp_rows(m, N);   /* n0 is 0 under sp (no halves) */
     block_act v;
     size_t o = 0;
-    v.x = take_rows(a, &o, N, C, n0);
-    v.res2 = take_rows(a, &o, N, C, n0);
+    v.x = take_rows(a, &o, Ns, C, n0);
+    v.res2 = take_rows(a, &o, Ns, C, n0);
     v.keep = o;
     v.ln1 = take_rows(a, &o, N, C, n0);
-    v.ln1m = take_rows(a, &o, N, 1, n0); v.ln1r = take_rows(a, &o, N, 1, n0);
+    v.ln1m = take_rows(a, &o, Ns, 1, n0); v.ln1r = take_rows(a, &o, Ns, 1, n0);
     v.qkv = take_rows(a, &o, N, 3 * Cl, n0);
     v.atty = take_rows(a, &o, N, Cl, n0);
     v.att = take_rows(a, &o, N, NH * T, n0);
     v.ln2 = take_rows(a, &o, N, C, n0);
-    v.ln2m = take_rows(a, &o, N, 1, n0); v.ln2r = take_rows(a, &o, N, 1, n0);
+    v.ln2m = take_rows(a, &o, Ns, 1, n0); v.ln2r = take_rows(a, &o, Ns, 1, n0);
     v.fch = take_rows(a, &o, N, 4 * Cl, n0); v.fchg = take_rows(a, &o, N, 4 * Cl, n0);
     v.saved = o;
     v.dres3 = take_rows(a, &o, N, C, n0); v.dfch = take_rows(a, &o, N, 4 * Cl, n0);
-    v.dln2 = take_rows(a, &o, N, C, n0); v.dres2 = take_rows(a, &o, N, C, n0);
-    v.dqkv = take_rows(a, &o, N, 3 * Cl, n0); v.dln1 = take_rows(a, &o, N, C, n0);
+    v.dln2 = take_rows(a, &o, Ns, C, n0); v.dres2 = take_rows(a, &o, N, C, n0);
+    v.dqkv = take_rows(a, &o, N, 3 * Cl, n0); v.dln1 = take_rows(a, &o, Ns, C, n0);
     v.size = o;
     return v;
 }
@@ -170,10 +188,11 @@ size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T) {
     return gpt_layer_act_floats(m, layer, 1, T) * sizeof(float) / (size_t)T;
 }
 
-/* Scratch of the kinds: a block's B needs (N,4C/tp) and the attention's; a sharded head's F the
- * per-token exchange (head_tp_forward), N*(tp + 3); the embedding none. */
+/* Scratch of the kinds: a block's B needs (N,4C/tp) (under sp at least (N,C), also in F) and
+ * the attention's; a sharded head's F the per-token exchange (head_tp_forward), N*(tp + 3); the
+ * embedding none, or under sp its (N,C) output before the reduce-scatter (within the block's). */
 size_t gpt_scratch_floats(const gpt_model *m, int B, int T) {
-    size_t N = (size_t)B * T, block = N * 4 * (size_t)block_dims_of(m).Cl + ATTENTION_SCRATCH_FLOATS(T);
+    size_t N = (size_t)B * T, block = N * block_scratch_width(m) + ATTENTION_SCRATCH_FLOATS(T);
     size_t head = m->tp_size > 1 ? N * ((size_t)m->tp_size + 3) : 0;
     return block > head ? block : head;
 }
@@ -205,6 +224,24 @@ static int tp_allreduce(const gpt_model *m, float *buf, size_t n, const char *wh
                          m->tp_rank, m->tp_size, what);
     if (m->tp.allreduce(m->tp.ctx, buf, n) < 0)
         return pt_adderr("TP rank %d of %d, all-reduce of %s: ", m->tp_rank, m->tp_size, what);
+    return 0;
+}
+
+/* The group's collective of a kind on buf (n floats; gpt_tp): the all-reduce, or sequence
+ * parallelism's on a whole (N,C) buffer: the sum into the rank's rows (reduce-scatter), every
+ * rank's rows to every rank (all-gather). -1 with the collective's error, or when it has none. */
+enum { TP_ALLREDUCE, TP_REDUCE_SCATTER, TP_ALLGATHER };
+
+static int tp_collective(const gpt_model *m, int kind, float *buf, size_t n, const char *what) {
+    static const char *const names[] = { "all-reduce", "reduce-scatter", "all-gather" };
+    if (kind == TP_ALLREDUCE) return tp_allreduce(m, buf, n, what);
+    int (*f)(void *, float *, size_t) = kind == TP_REDUCE_SCATTER ? m->tp.reduce_scatter : m->tp.allgather;
+    if (!f)
+        return pt_seterr("TP rank %d of %d runs sequence parallelism but its collective has no %s "
+                         "(gpt_set_tp after gpt_set_tp_sp replaced it?)", m->tp_rank, m->tp_size,
+                         kind == TP_REDUCE_SCATTER ? "reduce_scatter" : "allgather");
+    if (f(m->tp.ctx, buf, n) < 0)
+        return pt_adderr("TP rank %d of %d, %s of %s: ", m->tp_rank, m->tp_size, names[kind], what);
     return 0;
 }
 
@@ -248,7 +285,10 @@ static void vocab_range(const gpt_model *m, int *v0, int *nv) {
 
 /* ---- embedding ----------------------------------------------------------------------------
  * Over tp ranks: each gathers the rows of its vocabulary shard (zeros for the others' tokens),
- * rank 0 adds the positions, and the group sums the (N,C) output; W scatters into its rows. */
+ * rank 0 adds the positions, and the group sums the (N,C) output; W scatters into its rows.
+ * Under sp the sum is reduce-scattered (each rank its rows of the output, built in scratch), and
+ * B all-gathers the output gradient: W needs every row (the rank's tokens are anywhere), so the
+ * gradients of wte's shard and of wpe are whole, as without sp. */
 static int embed_forward(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                          float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
     if (check_tokens(m, tokens, B, T, "token") < 0) return -1;
@@ -260,15 +300,23 @@ static int embed_forward(const gpt_model *m, int l, const gpt_tied *tied, float 
     }
     int v0, nv;
     vocab_range(m, &v0, &nv);
-    embedding_shard_forward(out, tokens, m->w.wte, m->tp_rank == 0 ? m->w.wpe : NULL, v0, nv, B,
-                            T, m->cfg.n_embd);
-    return tp_allreduce(m, out, (size_t)B * T * m->cfg.n_embd, "the embedding output");
+    size_t N = (size_t)B * T, C = (size_t)m->cfg.n_embd;
+    float *whole = m->tp_sp ? scratch : out;
+    embedding_shard_forward(whole, tokens, m->w.wte, m->tp_rank == 0 ? m->w.wpe : NULL, v0, nv, B,
+                            T, (int)C);
+    if (!m->tp_sp) return tp_allreduce(m, out, N * C, "the embedding output");
+    if (tp_collective(m, TP_REDUCE_SCATTER, whole, N * C, "the embedding output") < 0) return -1;
+    memcpy(out, whole + sp_first(m, N) * C, sp_rows(m, N) * C * sizeof *out);
+    return 0;
 }
 
 static int embed_backward_input(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                                 float *scratch, float *dx, const float *dout, int B, int T) {
-    memcpy(embed_act_view(m, act, B, T).dout, dout, (size_t)B * T * m->cfg.n_embd * sizeof *dout);
-    return 0;
+    size_t N = (size_t)B * T, C = (size_t)m->cfg.n_embd;
+    float *whole = embed_act_view(m, act, B, T).dout;
+    memcpy(whole + sp_first(m, N) * C, dout, sp_rows(m, N) * C * sizeof *dout);
+    if (!m->tp_sp) return 0;
+    return tp_collective(m, TP_ALLGATHER, whole, N * C, "the embedding's output gradient");
 }
 
 static int embed_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
@@ -290,25 +338,48 @@ static int embed_backward_weight(const gpt_model *m, int l, const gpt_tied *tied
  * the group's sum, then the bias and the residual once. B sums the column-parallel matmuls'
  * input gradients over the group before each layernorm's backward. W is local.
  *
- * F and B are each three stages with one group sum between stages 0 and 1 and one between 1
- * and 2 (block_f, block_b), run on rows of whole sequences (block_rows): on the whole
- * microbatch (block_run), or, with overlap (gpt_set_tp_overlap), on two halves in turn so that
- * each half's sum is in flight while the other half computes (block_pingpong). Every op but
- * W's sums is row-wise, so the halves compute what the whole does. */
+ * F and B are each a plan of stages with one collective after each stage but the last
+ * (block_plan), run on rows of whole sequences (block_rows): on the whole microbatch
+ * (block_run), or, with overlap (gpt_set_tp_overlap), on two halves in turn so that each
+ * half's sum is in flight while the other half computes (block_pingpong). Every op but W's sums
+ * is row-wise, so the halves compute what the whole does. Without sp a plan is three stages
+ * with an all-reduce between each two; under sequence parallelism five, with an all-gather
+ * before each column-parallel matmul and a reduce-scatter after each row-parallel one (F; B the
+ * conjugate), the row-wise ops between them on the rank's rows only:
+ *
+ *   F: ln_1 (rows) AG ln1 | c_attn, attention, c_proj partial RS | + bias + x = res2, ln_2 (rows)
+ *      AG ln2 | c_fc, GELU, c_proj partial RS | + bias + res2 = out (rows)
+ *   B: dout (rows) AG dres3 | to c_fc's input grad RS | ln_2 backward (rows) = dres2 AG dres2 |
+ *      to c_attn's input grad RS | ln_1 backward (rows) = dx
+ *
+ * The sums are the same float sums in the same order as the all-reduces', and a row-wise op on
+ * a row gives what it gives on all rows, so every value is bitwise the one without sp; only the
+ * layer norms' W sums a rank's rows (their gradients' tp_sum). */
 
 /* One block's F or B on the rows of sequences [b0, b0 + B) of a microbatch. */
 typedef struct {
     const gpt_model *m;
     const gpt_block_tensors *w;
     block_act a;                /* the views at the rows' first token */
-    float *out;                 /* F: the block output; B: dx (the rows') */
-    const float *dout;          /* B: the gradient at the output (the rows') */
-    float *s, *satt;            /* B: the rows' part of the (N,4C/tp) scratch; attention's */
+    float *out;                 /* F: the block output; B: dx (the rows', the rank's under sp) */
+    const float *dout;          /* B: the gradient at the output (the rows', the rank's under sp) */
+    float *s, *satt;            /* the rows' part of the (N, block_scratch_width) scratch (B, and
+                                 * F under sp); attention's */
     int B, T;                   /* the rows: B sequences of T tokens */
-    float *sum[2];              /* what the group sums after stage 0 and after stage 1 (N,C) */
+    int Ns;                     /* the rank's rows of the stream: B*T, or B*T/tp under sp */
+    size_t lo;                  /* their first in a whole (N,C) buffer: 0, or under sp rank*Ns */
+    float *sum[4];              /* what the group reduces after stage k (N,C) */
 } block_rows;
 
 typedef void (*block_stage)(const block_rows *r);
+
+/* Stages and the collective after each but the last (TP_*, on block_rows.sum[k]). */
+typedef struct {
+    int n;
+    block_stage st[5];
+    int coll[4];
+    const char *what[4];        /* what each collective reduces, for errors */
+} block_plan;
 
 /* The product of a row-parallel projection, out (N,OUT) = inp @ w: the rank's partial sum, the
  * bias and the residual to add after the group's sum (proj_finish). At tp 1 they are fused into
@@ -323,29 +394,46 @@ static void proj_finish(const gpt_model *m, float *out, const float *res, const 
     if (m->tp_size > 1) bias_residual_add(out, res, b, N, OUT);
 }
 
-/* What communication-free recomputation redoes: ln_1, c_attn, attention from x ... */
-static void block_f_attn(const block_rows *r) {
-    const gpt_block_tensors *w = r->w;
+/* Under sp: out (Ns,C) = the rank's rows of the reduce-scattered sum + res + b (bitwise
+ * proj_finish on those rows). */
+static void proj_finish_rows(const block_rows *r, float *out, const float *res, const float *b) {
+    int C = r->m->cfg.n_embd;
+    memcpy(out, r->s + r->lo * C, (size_t)r->Ns * C * sizeof *out);
+    bias_residual_add(out, res, b, r->Ns, C);
+}
+
+/* What communication-free recomputation redoes: ln_1 (of the rank's rows) from x ... */
+static void block_ln1(const block_rows *r) {
+    int C = r->m->cfg.n_embd;
+    layernorm_forward(r->a.ln1 + r->lo * C, r->a.ln1m, r->a.ln1r, r->a.x, r->w->ln1w, r->w->ln1b, r->Ns, C);
+}
+
+/* ... c_attn and attention from ln1 (all rows) ... */
+static void block_attn(const block_rows *r) {
     block_dims d = block_dims_of(r->m);
     int C = d.C, Cl = d.Cl, N = r->B * r->T;
-    layernorm_forward(r->a.ln1, r->a.ln1m, r->a.ln1r, r->a.x, w->ln1w, w->ln1b, N, C);
-    matmul_forward(r->a.qkv, r->a.ln1, w->qkvw, w->qkvb, N, C, 3 * Cl);
+    matmul_forward(r->a.qkv, r->a.ln1, r->w->qkvw, r->w->qkvb, N, C, 3 * Cl);
     attention_forward(r->a.atty, r->a.att, r->a.qkv, r->B, r->T, Cl, d.NHl);
 }
 
-/* ... and ln_2, c_fc, GELU from res2. */
-static void block_f_mlp(const block_rows *r) {
-    const gpt_block_tensors *w = r->w;
+/* ... ln_2 (of the rank's rows) from res2 ... */
+static void block_ln2(const block_rows *r) {
+    int C = r->m->cfg.n_embd;
+    layernorm_forward(r->a.ln2 + r->lo * C, r->a.ln2m, r->a.ln2r, r->a.res2, r->w->ln2w, r->w->ln2b, r->Ns, C);
+}
+
+/* ... and c_fc, GELU from ln2 (all rows). */
+static void block_mlp(const block_rows *r) {
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    layernorm_forward(r->a.ln2, r->a.ln2m, r->a.ln2r, r->a.res2, w->ln2w, w->ln2b, N, C);
-    matmul_forward(r->a.fch, r->a.ln2, w->fcw, w->fcb, N, C, 4 * Cl);
+    matmul_forward(r->a.fch, r->a.ln2, r->w->fcw, r->w->fcb, N, C, 4 * Cl);
     gelu_forward(r->a.fchg, r->a.fch, N * 4 * Cl);
 }
 
 /* F stage 0: up to attn.c_proj's product (into res2, summed next). */
 static void block_f0(const block_rows *r) {
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    block_f_attn(r);
+    block_ln1(r);
+    block_attn(r);
     proj_product(r->m, r->a.res2, r->a.atty, r->w->attprojw, r->w->attprojb, r->a.x, N, Cl, C);
 }
 
@@ -353,7 +441,8 @@ static void block_f0(const block_rows *r) {
 static void block_f1(const block_rows *r) {
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
     proj_finish(r->m, r->a.res2, r->a.x, r->w->attprojb, N, C);
-    block_f_mlp(r);
+    block_ln2(r);
+    block_mlp(r);
     proj_product(r->m, r->out, r->a.fchg, r->w->fcprojw, r->w->fcprojb, r->a.res2, N, 4 * Cl, C);
 }
 
@@ -362,39 +451,106 @@ static void block_f2(const block_rows *r) {
     proj_finish(r->m, r->out, r->a.res2, r->w->fcprojb, r->B * r->T, r->m->cfg.n_embd);
 }
 
-/* B stage 0: from dout to c_fc's input gradient (dln2, summed next). */
-static void block_b0(const block_rows *r) {
-    const gpt_block_tensors *w = r->w;
-    int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    memcpy(r->a.dres3, r->dout, (size_t)N * C * sizeof *r->dout);
-    matmul_backward_input(r->s, r->a.dres3, w->fcprojw, N, 4 * Cl, C);   /* at the GELU output */
-    gelu_backward_input(r->a.dfch, r->s, r->a.fch, N * 4 * Cl);
-    matmul_backward_input(r->a.dln2, r->a.dfch, w->fcw, N, C, 4 * Cl);
+/* Under sp, F: c_attn, attention and attn.c_proj's partial product into scratch ... */
+static void block_fs1(const block_rows *r) {
+    int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl;
+    block_attn(r);
+    matmul_forward(r->s, r->a.atty, r->w->attprojw, NULL, r->B * r->T, Cl, C);
 }
 
-/* B stage 1: ln_2's backward, then to c_attn's input gradient (dln1, summed next). */
-static void block_b1(const block_rows *r) {
+/* ... res2 of the rank's rows, ln_2 of them ... */
+static void block_fs2(const block_rows *r) {
+    proj_finish_rows(r, r->a.res2, r->a.x, r->w->attprojb);
+    block_ln2(r);
+}
+
+/* ... c_fc, GELU and mlp.c_proj's partial product into scratch ... */
+static void block_fs3(const block_rows *r) {
+    int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl;
+    block_mlp(r);
+    matmul_forward(r->s, r->a.fchg, r->w->fcprojw, NULL, r->B * r->T, 4 * Cl, C);
+}
+
+/* ... and the output's rows. */
+static void block_fs4(const block_rows *r) { proj_finish_rows(r, r->out, r->a.res2, r->w->fcprojb); }
+
+/* B: the gradient at the output, the rank's rows of it into dres3 (all of it without sp). */
+static void block_dout(const block_rows *r) {
+    int C = r->m->cfg.n_embd;
+    memcpy(r->a.dres3 + r->lo * C, r->dout, (size_t)r->Ns * C * sizeof *r->dout);
+}
+
+/* B from dres3 (all rows) to c_fc's input gradient, into dln2 (N,C) (partial: summed next). */
+static void block_b_mlp(const block_rows *r, float *dln2) {
+    const gpt_block_tensors *w = r->w;
+    int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
+    matmul_backward_input(r->s, r->a.dres3, w->fcprojw, N, 4 * Cl, C);   /* at the GELU output */
+    gelu_backward_input(r->a.dfch, r->s, r->a.fch, N * 4 * Cl);
+    matmul_backward_input(dln2, r->a.dfch, w->fcw, N, C, 4 * Cl);
+}
+
+/* ln_2's backward on the rank's rows: into its rows of dres2. */
+static void block_b_ln2(const block_rows *r) {
+    const block_act *a = &r->a;
+    int C = r->m->cfg.n_embd;
+    layernorm_residual_backward_input(a->dres2 + r->lo * C, a->dln2, a->dres3 + r->lo * C, a->res2,
+                                      r->w->ln2w, a->ln2m, a->ln2r, r->Ns, C);
+}
+
+/* B from dres2 (all rows) to c_attn's input gradient, into dln1 (N,C) (partial: summed next). */
+static void block_b_attn(const block_rows *r, float *dln1) {
     const gpt_block_tensors *w = r->w;
     block_dims d = block_dims_of(r->m);
     int C = d.C, Cl = d.Cl, N = r->B * r->T;
-    const block_act *a = &r->a;
-    layernorm_residual_backward_input(a->dres2, a->dln2, a->dres3, a->res2, w->ln2w, a->ln2m, a->ln2r, N, C);
-    matmul_backward_input(r->s, a->dres2, w->attprojw, N, Cl, C);      /* at the attention output */
-    attention_backward_input(a->dqkv, r->satt, r->s, a->qkv, a->att, r->B, r->T, Cl, d.NHl);
-    matmul_backward_input(a->dln1, a->dqkv, w->qkvw, N, C, 3 * Cl);
+    matmul_backward_input(r->s, r->a.dres2, w->attprojw, N, Cl, C);      /* at the attention output */
+    attention_backward_input(r->a.dqkv, r->satt, r->s, r->a.qkv, r->a.att, r->B, r->T, Cl, d.NHl);
+    matmul_backward_input(dln1, r->a.dqkv, w->qkvw, N, C, 3 * Cl);
 }
 
-/* B stage 2: ln_1's backward into dx. */
-static void block_b2(const block_rows *r) {
+/* ln_1's backward on the rank's rows into dx. */
+static void block_b_ln1(const block_rows *r) {
     const block_act *a = &r->a;
-    layernorm_residual_backward_input(r->out, a->dln1, a->dres2, a->x, r->w->ln1w, a->ln1m, a->ln1r,
-                                      r->B * r->T, r->m->cfg.n_embd);
+    layernorm_residual_backward_input(r->out, a->dln1, a->dres2 + r->lo * r->m->cfg.n_embd, a->x,
+                                      r->w->ln1w, a->ln1m, a->ln1r, r->Ns, r->m->cfg.n_embd);
 }
 
-static const block_stage block_f[3] = { block_f0, block_f1, block_f2 };
-static const block_stage block_b[3] = { block_b0, block_b1, block_b2 };
-static const char *const block_f_sums = "a row-parallel projection";
-static const char *const block_b_sums = "a column-parallel input gradient";
+/* B stages without sp: to dln2 (summed next); ln_2's backward and on to dln1 (summed next);
+ * ln_1's backward. */
+static void block_b0(const block_rows *r) { block_dout(r); block_b_mlp(r, r->a.dln2); }
+static void block_b1(const block_rows *r) { block_b_ln2(r); block_b_attn(r, r->a.dln1); }
+
+/* Under sp, B: the products into scratch (reduce-scattered next), then the rank's rows of the
+ * sum kept (for W) and the layer norm's backward on them. */
+static void block_bs1(const block_rows *r) { block_b_mlp(r, r->s); }
+static void block_bs3(const block_rows *r) { block_b_attn(r, r->s); }
+
+static void block_bs2(const block_rows *r) {
+    int C = r->m->cfg.n_embd;
+    memcpy(r->a.dln2, r->s + r->lo * C, (size_t)r->Ns * C * sizeof *r->s);
+    block_b_ln2(r);
+}
+
+static void block_bs4(const block_rows *r) {
+    int C = r->m->cfg.n_embd;
+    memcpy(r->a.dln1, r->s + r->lo * C, (size_t)r->Ns * C * sizeof *r->s);
+    block_b_ln1(r);
+}
+
+static const block_plan block_f = {
+    3, { block_f0, block_f1, block_f2 }, { TP_ALLREDUCE, TP_ALLREDUCE },
+    { "a row-parallel projection", "a row-parallel projection" } };
+static const block_plan block_b = {
+    3, { block_b0, block_b1, block_b_ln1 }, { TP_ALLREDUCE, TP_ALLREDUCE },
+    { "a column-parallel input gradient", "a column-parallel input gradient" } };
+static const block_plan block_f_sp = {
+    5, { block_ln1, block_fs1, block_fs2, block_fs3, block_fs4 },
+    { TP_ALLGATHER, TP_REDUCE_SCATTER, TP_ALLGATHER, TP_REDUCE_SCATTER },
+    { "ln_1's output", "attn.c_proj's product", "ln_2's output", "mlp.c_proj's product" } };
+static const block_plan block_b_sp = {
+    5, { block_dout, block_bs1, block_bs2, block_bs3, block_bs4 },
+    { TP_ALLGATHER, TP_REDUCE_SCATTER, TP_ALLGATHER, TP_REDUCE_SCATTER },
+    { "the block's output gradient", "c_fc's input gradient", "res2's gradient",
+      "c_attn's input gradient" } };
 
 /* How many parts F, B and recompute split a microbatch of B sequences into: two with overlap
  * on a sharded block (the first B/2 sequences, then the rest), else one. */
@@ -405,46 +561,52 @@ static int block_parts(const gpt_model *m, int B) {
 /* The rows of each part (r[0..block_parts)) of layer l's F (dout NULL) or B on a microbatch. */
 static int block_rows_init(block_rows *r, const gpt_model *m, int l, float *act, float *scratch,
                            float *out, const float *dout, int B, int T) {
-    int parts = block_parts(m, B), C = m->cfg.n_embd, Cl = block_dims_of(m).Cl;
-    size_t N = (size_t)B * T;
+    int parts = block_parts(m, B), C = m->cfg.n_embd;
+    size_t N = (size_t)B * T, sw = block_scratch_width(m);
     for (int i = 0, b0 = 0; i < parts; i++) {
         int nb = parts == 1 ? B : i == 0 ? B / 2 : B - B / 2;
         size_t n0 = (size_t)b0 * T;
         block_rows *p = &r[i];
         *p = (block_rows){ .m = m, .w = &m->w.h[l - 1], .a = block_act_rows(m, act, B, T, n0),
                            .out = out ? out + n0 * C : NULL, .dout = dout ? dout + n0 * C : NULL,
-                           .s = scratch ? scratch + n0 * 4 * Cl : NULL,
-                           .satt = scratch ? scratch + N * 4 * Cl : NULL, .B = nb, .T = T };
-        p->sum[0] = dout ? p->a.dln2 : p->a.res2;
-        p->sum[1] = dout ? p->a.dln1 : p->out;
+                           .s = scratch ? scratch + n0 * sw : NULL,
+                           .satt = scratch ? scratch + N * sw : NULL, .B = nb, .T = T,
+                           .Ns = (int)sp_rows(m, (size_t)nb * T), .lo = sp_first(m, N) };
+        if (m->tp_sp) {
+            float *g[2][4] = { { p->a.ln1, p->s, p->a.ln2, p->s }, { p->a.dres3, p->s, p->a.dres2, p->s } };
+            memcpy(p->sum, g[dout != NULL], sizeof p->sum);
+        } else {
+            p->sum[0] = dout ? p->a.dln2 : p->a.res2;
+            p->sum[1] = dout ? p->a.dln1 : p->out;
+        }
         b0 += nb;
     }
     return parts;
 }
 
-/* The three stages on the whole microbatch, the group's blocking sum between them. */
-static int block_run(const block_stage st[3], const block_rows *r, const char *what) {
+/* A plan's stages on the whole microbatch, the group's blocking collective between them. */
+static int block_run(const block_plan *pl, const block_rows *r) {
     size_t n = (size_t)r->B * r->T * r->m->cfg.n_embd;
-    for (int k = 0; k < 3; k++) {
-        st[k](r);
-        if (k < 2 && tp_allreduce(r->m, r->sum[k], n, what) < 0) return -1;
+    for (int k = 0; k < pl->n; k++) {
+        pl->st[k](r);
+        if (k < pl->n - 1 && tp_collective(r->m, pl->coll[k], r->sum[k], n, pl->what[k]) < 0) return -1;
     }
     return 0;
 }
 
-/* The three stages on two halves, ping-pong (Oases): stage k of half 0, its sum started, stage
- * k of half 1 while it is in flight, its sum started; then wait for half 0's sum before its
- * stage k + 1 (half 1's sum in flight meanwhile), and so on. A failed start or wait waits for
- * whatever is still in flight (the buffers are the caller's) and returns -1. */
-static int block_pingpong(const block_stage st[3], const block_rows r[2], const char *what) {
+/* The three stages of a plan without sp on two halves, ping-pong (Oases): stage k of half 0,
+ * its sum started, stage k of half 1 while it is in flight, its sum started; then wait for half
+ * 0's sum before its stage k + 1 (half 1's sum in flight meanwhile), and so on. A failed start
+ * or wait waits for whatever is still in flight (the buffers are the caller's) and returns -1. */
+static int block_pingpong(const block_plan *pl, const block_rows r[2]) {
     const gpt_model *m = r[0].m;
     void *req[2][2] = { { NULL } };
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < 2; i++) {
             size_t n = (size_t)r[i].B * r[i].T * m->cfg.n_embd;
-            if (k > 0 && tp_wait(m, &req[i][k - 1], what) < 0) goto drain;
-            st[k](&r[i]);
-            if (k < 2 && tp_start(m, r[i].sum[k], n, &req[i][k], what) < 0) goto drain;
+            if (k > 0 && tp_wait(m, &req[i][k - 1], pl->what[k - 1]) < 0) goto drain;
+            pl->st[k](&r[i]);
+            if (k < 2 && tp_start(m, r[i].sum[k], n, &req[i][k], pl->what[k]) < 0) goto drain;
         }
     return 0;
 drain:
@@ -455,49 +617,61 @@ drain:
 static int block_forward(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                          float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
     block_rows r[2];
-    int parts = block_rows_init(r, m, l, act, NULL, out, NULL, B, T);
-    memcpy(block_act_view(m, act, B, T).x, x, (size_t)B * T * m->cfg.n_embd * sizeof *x);
-    return parts == 2 ? block_pingpong(block_f, r, block_f_sums) : block_run(block_f, &r[0], block_f_sums);
+    int parts = block_rows_init(r, m, l, act, scratch, out, NULL, B, T);
+    memcpy(r[0].a.x, x, gpt_stream_rows(m, B, T) * m->cfg.n_embd * sizeof *x);
+    if (parts == 2) return block_pingpong(&block_f, r);
+    return block_run(m->tp_sp ? &block_f_sp : &block_f, &r[0]);
 }
 
-/* scratch: (N,4C/tp) for the widest intermediate, then the attention scratch. */
+/* scratch: (N, block_scratch_width) for the widest intermediate, then the attention scratch. */
 static int block_backward_input(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                                 float *scratch, float *dx, const float *dout, int B, int T) {
     block_rows r[2];
     int parts = block_rows_init(r, m, l, act, scratch, dx, dout, B, T);
-    return parts == 2 ? block_pingpong(block_b, r, block_b_sums) : block_run(block_b, &r[0], block_b_sums);
+    if (parts == 2) return block_pingpong(&block_b, r);
+    return block_run(m->tp_sp ? &block_b_sp : &block_b, &r[0]);
 }
 
-/* The F part after x and res2, from them, in the parts F ran in (so bitwise what F wrote). */
+/* The F part after x and res2, from them, in the parts F ran in (so bitwise what F wrote).
+ * Under sp the layer norms' outputs are all-gathered as in F (the only collectives). */
 static int block_recompute(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                            float *scratch, int B, int T) {
     block_rows r[2];
     int parts = block_rows_init(r, m, l, act, NULL, NULL, NULL, B, T);
+    size_t n = (size_t)B * T * m->cfg.n_embd;
     for (int i = 0; i < parts; i++) {
-        block_f_attn(&r[i]);
-        block_f_mlp(&r[i]);
+        block_ln1(&r[i]);
+        if (m->tp_sp && tp_collective(m, TP_ALLGATHER, r[i].a.ln1, n, "ln_1's output") < 0) return -1;
+        block_attn(&r[i]);
+        block_ln2(&r[i]);
+        if (m->tp_sp && tp_collective(m, TP_ALLGATHER, r[i].a.ln2, n, "ln_2's output") < 0) return -1;
+        block_mlp(&r[i]);
     }
     return 0;
 }
 
+/* The layer norms' gradients from the rank's rows (under sp a partial sum: tp_sum); the
+ * matmuls' from all rows. */
 static int block_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
                                  float *scratch, int B, int T) {
     const gpt_block_tensors *g = &m->g.h[l - 1];
     block_dims d = block_dims_of(m);
-    int C = d.C, Cl = d.Cl, N = B * T;
+    int C = d.C, Cl = d.Cl, N = B * T, Ns = (int)sp_rows(m, (size_t)N);
     block_act a = block_act_view(m, (float *)act, B, T);   /* read only below */
     matmul_backward_weight(g->fcprojw, g->fcprojb, a.dres3, a.fchg, N, 4 * Cl, C);
     matmul_backward_weight(g->fcw, g->fcb, a.dfch, a.ln2, N, C, 4 * Cl);
-    layernorm_backward_weight(g->ln2w, g->ln2b, a.dln2, a.res2, a.ln2m, a.ln2r, N, C);
+    layernorm_backward_weight(g->ln2w, g->ln2b, a.dln2, a.res2, a.ln2m, a.ln2r, Ns, C);
     matmul_backward_weight(g->attprojw, g->attprojb, a.dres2, a.atty, N, Cl, C);
     matmul_backward_weight(g->qkvw, g->qkvb, a.dqkv, a.ln1, N, C, 3 * Cl);
-    layernorm_backward_weight(g->ln1w, g->ln1b, a.dln1, a.x, a.ln1m, a.ln1r, N, C);
+    layernorm_backward_weight(g->ln1w, g->ln1b, a.dln1, a.x, a.ln1m, a.ln1r, Ns, C);
     return 0;
 }
 
 /* ---- final layernorm + tied head ----------------------------------------------------------
  * Over tp ranks: each rank's logits are its vocabulary shard's columns, and the cross-entropy
- * is Megatron-LM's vocabulary-parallel one (head_tp_forward). B sums the input gradient. */
+ * is Megatron-LM's vocabulary-parallel one (head_tp_forward). B sums the input gradient. Under
+ * sp F first all-gathers the input rows (then every rank runs ln_f on all rows, as without sp,
+ * so ln_f's gradients stay whole), and B gives the rank's rows of the input gradient. */
 
 /* Sharded cross-entropy of the logits in a.probs: the group's maximum per token (each rank
  * writes its own into its slot of a zeroed (N,tp) buffer, the group sums it: a sum is the only
@@ -532,7 +706,9 @@ static int head_forward(const gpt_model *m, int l, const gpt_tied *tied, float *
                          "it needs targets (logits need a model of tp 1)", m->tp_size);
     if (targets && check_tokens(m, targets, B, T, "target") < 0) return -1;
     head_act a = head_act_view(m, act, B, T);
-    memcpy(a.x, x, (size_t)N * C * sizeof *x);
+    memcpy(a.x + sp_first(m, (size_t)N) * C, x, sp_rows(m, (size_t)N) * C * sizeof *x);
+    if (m->tp_sp && tp_collective(m, TP_ALLGATHER, a.x, (size_t)N * C, "the head's input") < 0)
+        return -1;
     layernorm_forward(a.lnf, a.lnfm, a.lnfr, a.x, m->w.lnfw, m->w.lnfb, N, C);
     if (!targets) {
         lmhead_forward(out, a.lnf, tied_wte(m, tied), N, C, V);
@@ -558,7 +734,9 @@ static int head_backward_input(const gpt_model *m, int l, const gpt_tied *tied, 
     }
     lmhead_backward_input(a.dlnf, a.probs, tied_wte(m, tied), N, C, V);
     if (tp_allreduce(m, a.dlnf, (size_t)N * C, "the head's input gradient") < 0) return -1;
-    layernorm_backward_input(dx, a.dlnf, a.x, m->w.lnfw, a.lnfm, a.lnfr, N, C);
+    size_t lo = sp_first(m, (size_t)N);   /* the rank's rows (all without sp) */
+    layernorm_backward_input(dx, a.dlnf + lo * C, a.x + lo * C, m->w.lnfw, a.lnfm + lo, a.lnfr + lo,
+                             (int)sp_rows(m, (size_t)N), C);
     return 0;
 }
 
@@ -577,26 +755,38 @@ static int head_backward_weight(const gpt_model *m, int l, const gpt_tied *tied,
  * twice that backward, all of it in B (it has no weights). Element-wise work is left out.
  * Over tp TP ranks (gpt_init_layers_tp) each figure is one rank's: the split matmuls, heads and
  * vocabulary rows divide by tp, the replicated tensors and the (N,C) streams do not. */
-static void block_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) {
+static void block_cost_at(const gpt_config *g, int B, int T, int tp, int sp, gpt_layer_cost *o) {
     *o = (gpt_layer_cost){ 0 };
+    sp = sp && tp > 1;
     double N = (double)B * T, C = g->n_embd, t = tp, mm = 12.0 * C * C / t, att = 2.0 * N * T * C / t;
     double params = mm + 7.0 * C / t + 6.0 * C;   /* split: 12C^2 + 7C; replicated: ln 4C, 2 biases */
+    double Ns = sp ? N / t : N;                   /* the rank's rows of the stream */
     o->flops[0] = 2.0 * mm * N + att;
     o->flops[1] = 2.0 * mm * N + 2.0 * att;
     o->flops[2] = 2.0 * mm * N;
-    /* the act layout above: 8 (N,C) streams, 19 (N,C) of split widths (qkv, atty, fch, fchg and
-     * their gradients), 4 (N) stats, (B,NH/tp,T,T) probabilities */
-    o->act_bytes = 4.0 * (8.0 * N * C + 19.0 * N * C / t + 4.0 * N + N * g->n_head / t * T);
-    o->input_bytes = 4.0 * N * C;
-    o->keep_bytes = 4.0 * 2.0 * N * C;                  /* x and res2 */
+    /* the act layout above: 8 (N,C) streams, of which x, res2, dln2, dln1 the rank's rows under
+     * sp (ln1, ln2, dres3 and dres2 are read whole by W's matmuls); 19 (N,C) of split widths
+     * (qkv, atty, fch, fchg and their gradients), 4 stats of the rank's rows, (B,NH/tp,T,T)
+     * probabilities */
+    o->act_bytes = 4.0 * (4.0 * Ns * C + 4.0 * N * C + 19.0 * N * C / t + 4.0 * Ns + N * g->n_head / t * T);
+    o->input_bytes = 4.0 * Ns * C;
+    o->keep_bytes = 4.0 * 2.0 * Ns * C;                 /* x and res2 */
     o->recompute_flops = 2.0 * 7.0 * C * C / t * N + att;   /* F without the two projections */
     o->param_bytes = o->grad_bytes = 4.0 * params;
     o->optim_bytes = 8.0 * params;
-    if (tp > 1) {   /* after each row-parallel projection (F) and column-parallel input grad (B) */
-        o->tp_bytes[0] = o->tp_bytes[1] = 2.0 * 4.0 * N * C;
-        o->tp_collectives[0] = o->tp_collectives[1] = 2;
+    if (tp > 1) {   /* after each row-parallel projection (F) and column-parallel input grad (B);
+                     * under sp a reduce-scatter there and an all-gather before each conjugate */
+        o->tp_bytes[0] = o->tp_bytes[1] = (sp ? 4.0 : 2.0) * 4.0 * N * C;
+        o->tp_collectives[0] = o->tp_collectives[1] = sp ? 4 : 2;
+    }
+    if (sp) {       /* the recompute's all-gathers of ln_1's and ln_2's outputs */
+        o->recompute_tp_bytes = 2.0 * 4.0 * N * C;
+        o->recompute_tp_collectives = 2;
     }
 }
+
+static void block_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { block_cost_at(g, B, T, tp, 0, o); }
+static void block_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { block_cost_at(g, B, T, tp, 1, o); }
 
 /* wte rows one TP rank holds: V padded up to a multiple of tp, divided. */
 static double vocab_shard(const gpt_config *g, int tp) {
@@ -607,28 +797,33 @@ static double vocab_shard(const gpt_config *g, int tp) {
  * The stage stores a copy of wte and its gradient; AdamW state lives with the embedding. Over tp
  * ranks: a vocabulary shard of the logits, and the cross-entropy's per-token numbers exchanged
  * (every rank's maximum, then the sums of exponentials and the target logits). */
-static void head_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) {
+static void head_cost_at(const gpt_config *g, int B, int T, int tp, int sp, gpt_layer_cost *o) {
     *o = (gpt_layer_cost){ 0 };
+    sp = sp && tp > 1;
     double N = (double)B * T, C = g->n_embd, V = vocab_shard(g, tp), mm = 2.0 * N * C * V;
     o->flops[0] = mm + 5.0 * N * V;
     o->flops[1] = mm;
     o->flops[2] = mm;
     o->act_bytes = 4.0 * (3.0 * N * C + 3.0 * N + N * V);
-    o->input_bytes = 4.0 * N * C;
+    o->input_bytes = 4.0 * (sp ? N / tp : N) * C;
     o->keep_bytes = 4.0 * (2.0 * N * C + 3.0 * N + N * V);   /* its F part: not recomputed */
     o->param_bytes = o->grad_bytes = 4.0 * (V * C + 2.0 * C);
     o->optim_bytes = 8.0 * 2.0 * C;
-    if (tp > 1) {
-        o->tp_bytes[0] = 4.0 * (N * tp + 2.0 * N);
-        o->tp_collectives[0] = 2;
+    if (tp > 1) {   /* under sp an all-gather of the input first */
+        o->tp_bytes[0] = 4.0 * (N * tp + 2.0 * N) + (sp ? 4.0 * N * C : 0);
+        o->tp_collectives[0] = sp ? 3 : 2;
         o->tp_bytes[1] = 4.0 * N * C;
         o->tp_collectives[1] = 1;
     }
 }
 
+static void head_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { head_cost_at(g, B, T, tp, 0, o); }
+static void head_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { head_cost_at(g, B, T, tp, 1, o); }
+
 /* Embedding: a gather forward, a scatter-add for W; memory-bound, counted as one FLOP a value.
- * Over tp ranks: each gathers the rows of its vocabulary shard, and the (N,C) sum is reduced. */
-static void embed_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) {
+ * Over tp ranks: each gathers the rows of its vocabulary shard, and the (N,C) sum is reduced
+ * (under sp reduce-scattered, and the output gradient all-gathered in B). */
+static void embed_cost_at(const gpt_config *g, int B, int T, int tp, int sp, gpt_layer_cost *o) {
     *o = (gpt_layer_cost){ 0 };
     double N = (double)B * T, C = g->n_embd;
     double params = vocab_shard(g, tp) * C + (double)g->n_positions * C;
@@ -641,21 +836,35 @@ static void embed_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost
         o->tp_bytes[0] = 4.0 * N * C;
         o->tp_collectives[0] = 1;
     }
+    if (tp > 1 && sp) {
+        o->tp_bytes[1] = 4.0 * N * C;
+        o->tp_collectives[1] = 1;
+    }
 }
+
+static void embed_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { embed_cost_at(g, B, T, tp, 0, o); }
+static void embed_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { embed_cost_at(g, B, T, tp, 1, o); }
 
 /* ---- the table ---------------------------------------------------------------------------- */
 static const gpt_layer_ops layer_kinds[GPT_N_LAYER_KINDS] = {
     [GPT_LAYER_EMBED] = { "embedding", GPT_IO_TOKENS, embed_act_floats, embed_forward,
-                          embed_backward_input, embed_backward_weight, embed_cost,
+                          embed_backward_input, embed_backward_weight, embed_cost, embed_cost_sp,
                           embed_keep_floats, keep_all_recompute },
     [GPT_LAYER_BLOCK] = { "block", 0, block_act_floats, block_forward, block_backward_input,
-                          block_backward_weight, block_cost, block_keep_floats, block_recompute },
+                          block_backward_weight, block_cost, block_cost_sp, block_keep_floats,
+                          block_recompute },
     [GPT_LAYER_HEAD]  = { "head", GPT_IO_TARGETS, head_act_floats, head_forward,
-                          head_backward_input, head_backward_weight, head_cost,
+                          head_backward_input, head_backward_weight, head_cost, head_cost_sp,
                           head_keep_floats, keep_all_recompute },
 };
 
 const gpt_layer_ops *gpt_kind_ops(gpt_layer_kind kind) { return &layer_kinds[kind]; }
+
+void gpt_kind_cost(gpt_layer_kind kind, const gpt_config *cfg, int B, int T, int tp, int sp,
+                   gpt_layer_cost *out) {
+    const gpt_layer_ops *k = gpt_kind_ops(kind);
+    (sp ? k->cost_sp : k->cost)(cfg, B, T, tp, out);
+}
 
 const gpt_layer_ops *gpt_layer_ops_of(const gpt_model *m, int layer) {
     return &layer_kinds[gpt_layer_kind_of(m, layer)];
@@ -667,6 +876,8 @@ int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float
     if (T < 1 || T > m->cfg.n_positions || B < 1)
         return pt_seterr("layer %d: sequence length %d must be in [1, n_positions=%d] and batch %d >= 1",
                          layer, T, m->cfg.n_positions, B);
+    if (m->tp_sp && gpt_sp_check_rows(B, T, m->tp_size) < 0)
+        return pt_adderr("layer %d forward: ", layer);
     if (gpt_layer_ops_of(m, layer)->forward(m, layer, tied, act, scratch, out, x, tokens, B, T) < 0)
         return pt_adderr("layer %d forward: ", layer);
     return 0;
@@ -689,5 +900,9 @@ int gpt_layer_recompute(const gpt_model *m, int layer, const gpt_tied *tied, flo
     if (T < 1 || T > m->cfg.n_positions || B < 1)
         return pt_seterr("layer %d recompute: sequence length %d must be in [1, n_positions=%d] "
                          "and batch %d >= 1", layer, T, m->cfg.n_positions, B);
-    return gpt_layer_ops_of(m, layer)->recompute(m, layer, tied, act, scratch, B, T);
+    if (m->tp_sp && gpt_sp_check_rows(B, T, m->tp_size) < 0)
+        return pt_adderr("layer %d recompute: ", layer);
+    if (gpt_layer_ops_of(m, layer)->recompute(m, layer, tied, act, scratch, B, T) < 0)
+        return pt_adderr("layer %d recompute: ", layer);
+    return 0;
 }

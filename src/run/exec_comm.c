@@ -8,7 +8,9 @@
 /* Tag of the message to stage g for microbatch mb: dir 0 forward activation, 1 gradient. */
 static int exec_tag(const run_exec *e, int g, int mb, int dir) { return (g * e->M + mb) * 2 + dir; }
 
-static size_t exec_msg_bytes(const run_exec *e) { return (size_t)e->N * e->C * sizeof(float); }
+/* A message is the stream of one microbatch at a stage boundary: this TP rank's rows of it under
+ * --sp, sent to the same TP rank of the next stage. */
+static size_t exec_msg_bytes(const run_exec *e) { return (size_t)e->Ns * e->C * sizeof(float); }
 
 /* Posts every receive of the iteration at once (buffers are per stage and microbatch). */
 int exec_post_recvs(run_exec *e) {

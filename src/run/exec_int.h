@@ -53,10 +53,11 @@ typedef struct {
     int n_keep;
     int *keep_of;                     /* [M] kept set of each microbatch, -1: none */
     int *keep_mb;                     /* [n_keep] microbatch in each kept set, -1: free */
-    float **out;                      /* [M] (N,C) forward output (NULL for the last stage) */
-    float **xin;                      /* [M] (N,C) received input (prev on another rank) */
-    float **dxo;                      /* [M] (N,C) input gradient (NULL at the first stage) */
-    float **dyin;                     /* [M] (N,C) received output gradient (next remote) */
+    /* the stream at the stage's ends, (Ns,C): all N rows, or this TP rank's under --sp */
+    float **out;                      /* [M] (Ns,C) forward output (NULL for the last stage) */
+    float **xin;                      /* [M] (Ns,C) received input (prev on another rank) */
+    float **dxo;                      /* [M] (Ns,C) input gradient (NULL at the first stage) */
+    float **dyin;                     /* [M] (Ns,C) received output gradient (next remote) */
     float *loss;                      /* [M] last stage: mean loss of each microbatch */
     size_t span_off, span_n;          /* the stage's parameter span in m (0, m.n_held) */
     int last_w;                       /* index of its last W or BW in the rank's list, -1 */
@@ -111,13 +112,16 @@ typedef struct {
 struct run_exec {
     run_exec_cfg c;
     int d, p, t, M, N, C, n_stages;   /* replica, pipeline rank, TP rank, sizes */
+    int Ns;                           /* rows of the stream a stage takes and gives per
+                                       * microbatch: N, or N/tp under --sp (gpt_stream_rows; set
+                                       * by exec_tp_set) */
     int tp;                           /* TP ranks per (replica, pipeline rank); 1: none */
     comm *tp_comm;                    /* this rank's TP group (NULL at tp 1) */
     run_tp_stats tps;                 /* its all-reduces so far (exec_tp.c) */
     int n_ties;                       /* NT, the model's tied tensors */
     run_stage *st;                    /* [n_stages] stages of this rank, in stage order */
     int *loc;                         /* [S] index into st, or -1 */
-    float *scratch, *tmp[2];          /* per-thread scratch, (N,C) ping-pong buffers */
+    float *scratch, *tmp[2];          /* per-thread scratch, (Ns,C) ping-pong buffers */
     float *work;                      /* --tp-recompute: one act of the rank's largest layer, where
                                        * F runs a layer and a fused BW rebuilds, B's and W's it */
     size_t work_n;                    /* its floats */
@@ -191,9 +195,14 @@ void exec_zero_grads(run_exec *e);
 
 /* exec_tp.c */
 int exec_tp_init(run_exec *e);                         /* the TP communicator; collective */
-/* st's model gets the group's collectives (blocking and non-blocking) and, with --tp-overlap,
- * overlaps its blocks' all-reduces. 0, or -1 (the model refused). */
+/* st's model gets the group's collectives (blocking and non-blocking, reduce-scatter and
+ * all-gather) and, with --tp-overlap, overlaps its blocks' all-reduces, with --sp splits its
+ * stream (e->Ns its rows). 0, or -1 (the model refused). */
 int exec_tp_set(run_exec *e, run_stage *st);
+/* --sp, after stage st's last W of an iteration (an asynchronous schedule: before each of its
+ * reductions): the gradients of its tensors marked tp_sum summed over the TP group, every rank
+ * getting the sum (then replicated like the others). Collective over the TP group. 0, or -1. */
+int exec_tp_sum_grads(run_exec *e, run_stage *st);
 void exec_tp_free(run_exec *e);
 
 #endif

@@ -141,7 +141,7 @@ static void exec_stage_acts_free(run_stage *st) {
 
 /* Activation sets and the boundary buffers of each microbatch. */
 static void exec_stage_buffers(run_exec *e, run_stage *st) {
-    size_t nc = (size_t)e->N * e->C;
+    size_t nc = (size_t)e->Ns * e->C;
     exec_stage_acts(e, st);
     if (st->next >= 0) st->out = exec_bufs(e->M, nc);
     else st->loss = pt_calloc((size_t)e->M, sizeof *st->loss);
@@ -271,7 +271,7 @@ int exec_state_init(run_exec *e) {
     e->scratch = pt_falloc(gpt_scratch_floats(&e->st[0].m, e->c.mb_rows, e->c.T));
     if (e->async) e->live = pt_falloc(exec_max_weights(e));
     exec_work_alloc(e);
-    for (int k = 0; k < 2; k++) e->tmp[k] = pt_falloc((size_t)e->N * e->C);
+    for (int k = 0; k < 2; k++) e->tmp[k] = pt_falloc((size_t)e->Ns * e->C);
     exec_list_state(e);
     return exec_split_comms(e);
 }

@@ -1,6 +1,7 @@
-/* Tensor parallelism in the executor: the TP group's communicator and the collective its stage
- * models call (gpt_set_tp), and whole tensors made from a TP group's shards, for the files that
- * keep Hugging Face names and whole shapes (checkpoint chunks, the gradient file).
+/* Tensor parallelism in the executor: the TP group's communicator and the collectives its stage
+ * models call (gpt_set_tp; under --sp also reduce-scatter and all-gather, and the sum of the
+ * layer norms' partial gradients), and whole tensors made from a TP group's shards, for the
+ * files that keep Hugging Face names and whole shapes (checkpoint chunks, the gradient file).
  * Not here: the sharded layers (model/), which rank writes which file (run_job.c).
  *
  * A TP group is the tp ranks of one (replica, pipeline rank): neighbouring world ranks. Each
@@ -43,6 +44,28 @@ static int exec_tp_allreduce(void *ctx, float *buf, size_t n) {
     return exec_tp_wait(ctx, req);
 }
 
+/* --sp's two, on whole (N,C) buffers whose slices (comm_slice) are the ranks' rows: the sum in
+ * rank order into this rank's slice (comm_ireduce_f32 with all = 0, bitwise the all-reduce's
+ * elements), and every rank's slice to every rank. Counted and timed with the all-reduces. */
+static int exec_tp_reduce_scatter(void *ctx, float *buf, size_t n) {
+    run_exec *e = ctx;
+    comm_req *r;
+    if (comm_ireduce_f32(e->tp_comm, buf, n, 0, &r) < 0) return -1;
+    e->tps.calls++;
+    e->tps.floats += (double)n;
+    return exec_tp_wait(ctx, r);
+}
+
+static int exec_tp_allgather(void *ctx, float *buf, size_t n) {
+    run_exec *e = ctx;
+    double t0 = pt_now();
+    int rc = comm_allgather_f32(e->tp_comm, buf, n);
+    e->tps.calls++;
+    e->tps.floats += (double)n;
+    e->tps.seconds += pt_now() - t0;
+    return rc;
+}
+
 int exec_tp_init(run_exec *e) {
     if (e->tp == 1) return 0;
     int color = run_layout_world_rank(e->c.lo, e->d, e->p, 0);   /* the group's first rank */
@@ -56,9 +79,41 @@ int exec_tp_init(run_exec *e) {
 int exec_tp_set(run_exec *e, run_stage *st) {
     if (e->tp == 1) return 0;
     gpt_tp tp = { .rank = e->t, .size = e->tp, .allreduce = exec_tp_allreduce,
-                  .iallreduce = exec_tp_iallreduce, .wait = exec_tp_wait, .ctx = e };
+                  .iallreduce = exec_tp_iallreduce, .wait = exec_tp_wait,
+                  .reduce_scatter = exec_tp_reduce_scatter, .allgather = exec_tp_allgather, .ctx = e };
     gpt_set_tp(&st->m, &tp);
-    return gpt_set_tp_overlap(&st->m, e->c.tp_overlap);
+    if (gpt_set_tp_overlap(&st->m, e->c.tp_overlap) < 0 || gpt_set_tp_sp(&st->m, e->c.tp_sp) < 0) return -1;
+    e->Ns = (int)gpt_stream_rows(&st->m, e->c.mb_rows, e->c.T);   /* the same for every stage */
+    return 0;
+}
+
+/* The gradients of the tensors st holds whose gradients are partial (tp_sum), in table order:
+ * copied into packed (out 0) or back from it (out 1); packed NULL only counts them. Returns
+ * their floats. */
+static size_t exec_tp_partials(run_stage *st, float *packed, int out) {
+    size_t n = 0;
+    for (int i = 0; i < gpt_param_count(&st->m); i++) {
+        const gpt_param_info *pi = gpt_param_info_at(&st->m, i);
+        if (!pi->tp_sum || !gpt_holds_layer(&st->m, pi->layer)) continue;
+        float *g = st->m.grads + pi->offset;
+        if (packed) memcpy(out ? g : packed + n, out ? packed + n : g, pi->count * sizeof(float));
+        n += pi->count;
+    }
+    return n;
+}
+
+/* One all-reduce of the packed partial gradients (4C floats a block), in rank order: bitwise the
+ * same sum on every rank, threads or MPI. */
+int exec_tp_sum_grads(run_exec *e, run_stage *st) {
+    size_t n = e->tp > 1 && st->m.tp_sp ? exec_tp_partials(st, NULL, 0) : 0;
+    if (n == 0) return 0;
+    float *packed = pt_falloc(n);
+    exec_tp_partials(st, packed, 0);
+    int rc = comm_allreduce_f32(e->tp_comm, packed, n);
+    if (rc == 0) exec_tp_partials(st, packed, 1);
+    free(packed);
+    return rc < 0 ? pt_adderr("rank %d: summing stage %d's layer-norm gradients over its TP group: ",
+                              e->c.world_rank, st->g) : 0;
 }
 
 void run_exec_tp_stats(const run_exec *e, run_tp_stats *out) { *out = e->tps; }

@@ -16,6 +16,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->M = cfg->s->n_mb;
     e->async = cfg->s->async;
     e->N = cfg->mb_rows * cfg->T;
+    e->Ns = e->N;   /* the stages' models say otherwise under --sp (exec_tp_set) */
     e->C = cfg->src->cfg.n_embd;
     int rc = exec_state_init(e) < 0 || exec_groups_init(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
     e->c.src = NULL;   /* read during init only */
@@ -100,7 +101,8 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
         rc = exec_backward(e, st, a.mb, a.kind != ACT_W, a.kind != ACT_B, tok, tgt);
         if (rc < 0) break;
         if (e->async) exec_restash(e, st);
-        else if (a.kind != ACT_B && i == st->last_w && e->c.overlap) {
+        else if (a.kind != ACT_B && i == st->last_w) {
+            if ((rc = exec_tp_sum_grads(e, st)) < 0 || !e->c.overlap) break;
             exec_record(e, a, sm, peer, t0, t0);
             return exec_w_done(e, st) < 0 ? pt_adderr("rank %d, action %d: ", e->c.world_rank, i) : 0;
         }
@@ -108,7 +110,7 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
     case ACT_SEND_F: case ACT_SEND_B: sm = TL_SEND; rc = exec_send(e, i, a, &peer); break;
     case ACT_RECV_F: case ACT_RECV_B: sm = TL_RECV; rc = exec_recv(e, i, a, &peer); break;
     case ACT_REDUCE_GRAD:
-        if (e->async) rc = exec_reduce_stage(e, st);
+        if (e->async) rc = exec_tp_sum_grads(e, st) < 0 ? -1 : exec_reduce_stage(e, st);
         else if (e->c.overlap && (rc = exec_reduce_overlapped(e, i, a, st, t0)) > 0) return 0;
         else if (i == e->last_reduce && rc == 0) rc = exec_post_all(e) < 0 ? -1 : exec_wait_all(e);
         break;
@@ -200,7 +202,7 @@ size_t run_exec_act_bytes(const run_exec *e) {
 
 /* Floats of a stage's buffers besides the activation sets: boundary buffers and stashes. */
 static size_t exec_stage_buffer_floats(const run_exec *e, const run_stage *st) {
-    size_t nc = (size_t)e->N * e->C, n = 0;
+    size_t nc = (size_t)e->Ns * e->C, n = 0;
     float **bufs[4] = { st->out, st->xin, st->dxo, st->dyin };
     for (int k = 0; k < 4; k++) n += bufs[k] ? (size_t)e->M * nc : 0;
     if (st->loss) n += (size_t)e->M;
@@ -223,7 +225,7 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
     for (int k = 0; k < e->n_grp; k++)
         for (int b = 0; b < e->grp[k].n_bk; b++)
             if (e->grp[k].bk[b].owned) opt += 2.0 * (double)(e->grp[k].bk[b].hi - e->grp[k].bk[b].lo);
-    bufs += (double)gpt_scratch_floats(&e->st[0].m, e->c.mb_rows, e->c.T) + 2.0 * e->N * e->C;
+    bufs += (double)gpt_scratch_floats(&e->st[0].m, e->c.mb_rows, e->c.T) + 2.0 * e->Ns * e->C;
     out->params = out->grads = w * f;
     out->optim = opt * f;
     out->acts = (double)run_exec_act_bytes(e) + bufs * f;

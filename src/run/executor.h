@@ -61,6 +61,9 @@ typedef struct {
     double timeout;            /* seconds a receive may wait */
     int recompute;             /* drop activations after F, recompute them at B */
     int tp_overlap;            /* sharded blocks overlap their all-reduces (gpt_set_tp_overlap) */
+    int tp_sp;                 /* sequence parallelism (gpt_set_tp_sp): the stream's buffers and
+                                * messages are this TP rank's rows, and the tp_sum gradients are
+                                * summed over the TP group at each stage's last W */
     int tp_recompute;          /* communication-free recomputation: each layer keeps its
                                 * gpt_layer_keep_floats from F to B and gpt_layer_recompute
                                 * rebuilds the rest before B (not with recompute) */
@@ -82,9 +85,11 @@ typedef struct {
     double acts;               /* activation sets, boundary buffers, scratch, weight stashes */
 } run_mem;
 
-/* A rank's tensor-parallel all-reduces (the ones its layers call through gpt_tp), since init:
- * how many, their floats, and the seconds the rank spent inside them (a blocking one: the whole
- * call; an overlapped one: its wait, the part compute did not hide). All zero at tp 1. */
+/* A rank's tensor-parallel collectives (the ones its layers call through gpt_tp: all-reduces,
+ * and under --sp reduce-scatters and all-gathers), since init: how many, their floats (each
+ * call's whole buffer), and the seconds the rank spent inside them (a blocking one: the whole
+ * call; an overlapped one: its wait, the part compute did not hide). All zero at tp 1. Not
+ * counted: --sp's sum of the layer norms' gradients at the step. */
 typedef struct {
     long calls;
     double floats, seconds;

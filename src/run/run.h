@@ -35,6 +35,9 @@ typedef struct {
     bool recompute;             /* drop activations after F, recompute them at B */
     bool tp_overlap;            /* --tp-overlap (tp > 1): each sharded block's all-reduces in
                                  * flight while the other half of its microbatch computes */
+    bool tp_sp;                 /* --sp (tp > 1): sequence parallelism (gpt_set_tp_sp): the
+                                 * activation stream between layers and stages split by rows over
+                                 * each TP group; not with tp_overlap */
     bool tp_recompute;          /* --tp-recompute (tp > 1): layers keep gpt_layer_keep_floats
                                  * from F to B and rebuild the rest before B, no collective */
     int zero;                   /* --zero: 0, or 1: AdamW moments and update split over each

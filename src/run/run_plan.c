@@ -60,6 +60,9 @@ static int run_plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     pl->B = B;
     pl->T = T;
     pl->mb_rows = (int)(B / dm);
+    if (o->tp_sp && gpt_sp_check_rows(pl->mb_rows, T, o->tp) < 0)   /* B*T of a microbatch */
+        return pt_adderr("--sp with --batch %d over dp x microbatches = %d x %d (microbatches of %d "
+                         "sequences) and --seq %d: ", B, o->D, s->n_mb, pl->mb_rows, T);
     if (run_layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split, o->n_split) < 0)
         return -1;
     pl->lo.tp = o->tp;
@@ -78,8 +81,9 @@ static int run_plan_check_tp(const run_opts *o, const gpt_config *cfg) {
     return rc < 0 ? pt_adderr("--tp %d: ", o->tp) : 0;
 }
 
-/* --tp-overlap and --tp-recompute work on the TP group's all-reduces: they need one, and
- * --tp-recompute replaces --recompute's way (both at once would recompute twice). */
+/* --tp-overlap, --tp-recompute and --sp work on the TP group's collectives: they need one,
+ * --tp-recompute replaces --recompute's way (both at once would recompute twice), and the
+ * model overlaps only all-reduces, so not under --sp. */
 static int run_plan_check_tp_modes(const run_opts *o) {
     const char *flag = o->tp_overlap ? "--tp-overlap" : "--tp-recompute";
     if ((o->tp_overlap || o->tp_recompute) && o->tp < 2)
@@ -89,6 +93,12 @@ static int run_plan_check_tp_modes(const run_opts *o) {
         return pt_seterr("--tp-recompute and --recompute: give one (--tp-recompute keeps each block's "
                          "input and res2 and rebuilds the rest without all-reduces; --recompute keeps "
                          "each stage's input and repeats all of F, all-reduces included)");
+    if (o->tp_sp && o->tp < 2)
+        return pt_seterr("--sp needs --tp 2 or more (sequence parallelism splits the activation stream "
+                         "over the ranks of a tensor-parallel group; --tp is %d)", o->tp);
+    if (o->tp_sp && o->tp_overlap)
+        return pt_seterr("--sp and --tp-overlap: give one (under --sp a block reduce-scatters and "
+                         "all-gathers; --tp-overlap overlaps all-reduces only)");
     return 0;
 }
 

@@ -110,11 +110,13 @@ static void pipe_print_memory(const pipe_engine *p) {
 static void pipe_describe(const train_engine *e) {
     const pipe_engine *p = (const pipe_engine *)e;
     printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences, %s transport; "
-           "activations %.2f MB on the busiest rank%s%s%s%s\n", p->pl.s->name, p->pl.o.P, p->pl.o.D,
+           "activations %.2f MB on the busiest rank%s%s%s%s%s\n", p->pl.s->name, p->pl.o.P, p->pl.o.D,
            p->pl.lo.tp, p->pl.s->n_mb, p->pl.mb_rows, p->o.world ? "mpi" : "threads",
            run_job_act_bytes(p->job) / 1e6, p->o.ro.recompute ? " (recomputing)" : "",
-           p->pl.o.tp_recompute ? " (blocks keep x and res2, rebuilt before B without all-reduces)" : "",
+           !p->pl.o.tp_recompute ? "" : p->pl.o.tp_sp ? " (blocks keep their rows of x and res2, rebuilt before B "
+           "with two all-gathers)" : " (blocks keep x and res2, rebuilt before B without all-reduces)",
            p->pl.o.tp_overlap ? "; TP all-reduces overlapped (two halves per microbatch)" : "",
+           p->pl.o.tp_sp ? "; sequence parallel (each TP rank holds 1/tp of the rows between layers and stages)" : "",
            p->pl.o.no_overlap ? "; reduction after each rank's schedule" : "");
     pipe_print_memory(p);
     if (p->pl.o.tp_overlap && p->pl.mb_rows < 2)
@@ -191,16 +193,19 @@ static void pipe_print_rss(const pipe_engine *p) {
     for (int w = 0; w < n; w++) printf(" r%d %.1f%s", w, p->rss[w] / 1e6, w + 1 < n ? "," : "\n");
 }
 
-/* "tensor parallel, per rank and step: N all-reduces of X MB, Y ms inside them (Z% of the
- * iteration)": this process's ranks' TP collectives, averaged over them and the steps run. */
+/* "tensor parallel, per rank and step: N all-reduces (--sp: collectives) of X MB, Y ms inside
+ * them (Z% of the iteration)": this process's ranks' TP collectives, averaged over them and the
+ * steps run. */
 static void pipe_print_tp(const pipe_engine *p, double it) {
     run_tp_stats s;
     int ranks;
     if (p->pl.lo.tp <= 1 || p->n == 0) return;
     run_job_tp_stats(p->job, &s, &ranks);
     double per = 1.0 / ((double)ranks * p->n), ms = s.seconds * per * 1e3;
-    printf("tensor parallel, per rank and step: %.0f all-reduces of %.2f MB in all, %.2f ms inside "
-           "them (%.1f%% of the median iteration)\n", (double)s.calls * per, s.floats * 4 * per / 1e6,
+    printf("tensor parallel, per rank and step: %.0f %s of %.2f MB in all, %.2f ms inside "
+           "them (%.1f%% of the median iteration)\n", (double)s.calls * per,
+           p->pl.o.tp_sp ? "collectives (all-reduces, reduce-scatters, all-gathers)" : "all-reduces",
+           s.floats * 4 * per / 1e6,
            ms, it > 0 ? ms / 1e3 / it * 100 : 0);
 }
 
@@ -256,6 +261,7 @@ static cJSON *pipe_layout(const train_engine *e) {
     if (p->pl.o.recompute) cJSON_AddTrueToObject(o, "recompute");
     if (p->pl.o.tp_overlap) cJSON_AddTrueToObject(o, "tp_overlap");
     if (p->pl.o.tp_recompute) cJSON_AddTrueToObject(o, "tp_recompute");
+    if (p->pl.o.tp_sp) cJSON_AddTrueToObject(o, "sp");
     cJSON_AddNumberToObject(o, "zero", p->pl.o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl.o.no_overlap);
     cJSON_AddItemToObject(o, "memory_bytes", pipe_memory_json(p));
