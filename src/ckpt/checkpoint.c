@@ -39,7 +39,9 @@ void ckpt_test_crash_at(const char *point, int arg) {
 }
 
 static void crash_maybe(const char *point, int arg) {
-    if (!strcmp(crash_point, point) && (arg < 0 || arg == crash_arg)) abort();
+    if (strcmp(crash_point, point) || (arg >= 0 && arg != crash_arg)) return;
+    if (!strcmp(point, "place")) kill(getpid(), SIGKILL);   /* kill -9 amid the writers */
+    abort();
 }
 #define CRASH_POINT(p, arg) do { if (crash_point) crash_maybe(p, arg); } while (0)
 /* "no-exchange" aborts nothing: it makes install_dir take its fallback path, for tests. */
@@ -357,7 +359,10 @@ static int placer_write(ckpt_placer *p, int c, size_t base, size_t w, const floa
     if (n == 0) return 0;
     p->st.writes++;
     p->st.bytes += n * sizeof *src;
-    if (io_pwrite_all(p->f[c].fd, src, n * sizeof *src, base + w * sizeof *src, "") == 0) return 0;
+    if (io_pwrite_all(p->f[c].fd, src, n * sizeof *src, base + w * sizeof *src, "") == 0) {
+        CRASH_POINT("place", c);
+        return 0;
+    }
     chunk_path(path, sizeof path, p->dir, c);
     return pt_adderr("%s", path);
 }

@@ -208,7 +208,8 @@ int ckpt_export_params(const char *dir, const char *path);
 
 /* Test hook: makes the save abort() at a named point, to test crash safety in a forked child.
  * Points: "chunk" (inside ckpt_write_chunk, after its file is written, for chunk index `arg`),
- * "shard" (inside ckpt_write_shard, after rank `arg`'s file),
+ * "shard" (inside ckpt_write_shard, after rank `arg`'s file), "place" (a ckpt_placer's
+ * first pwrite into chunk `arg`: the process kills itself with SIGKILL, files half filled),
  * "manifest" (in ckpt_commit before manifest.json is written), "rename" (manifest written,
  * before the rename), "swap" (after the new folder took the real name, before the old one is
  * deleted). "no-exchange" aborts nothing: it makes the replace of an existing folder take the
