@@ -1,7 +1,8 @@
 /* Distributed checkpoints: chunk files written concurrently, re-split loads under other layouts
  * (bitwise), sharded moments, the single-process API, export, crash safety (a forked child
  * aborts mid-save), a save root (its newest complete checkpoint, a crash's leftovers removed,
- * --keep), and every kind of corrupt or partial checkpoint giving an error that names the file. */
+ * --keep), tensor-parallel chunk files filled in place (bitwise the whole model's; a kill -9
+ * amid the writers), and every kind of corrupt or partial checkpoint giving an error that names the file. */
 #include "test.h"
 #include "io/safetensors.h"
 #include "model/gpt_io.h"
@@ -680,6 +681,141 @@ static void test_version2(void) {
           man.has_optim, "%s", pt_err());
 }
 
+/* ---- tensor parallelism: chunk files filled in place ------------------------------------ */
+
+#define TP 2   /* CFG's n_head and vocab split over 2 */
+
+/* Every TP rank's shard of s (params, and moments cut into three uneven slices, as --zero 1
+ * cuts them) placed into chunk files made by ckpt_chunk_create in tmpdir; *tot sums the writers'
+ * stats (max_alloc: the largest of theirs). 0, or -1. */
+static int place_tp(const char *tmpdir, const ckpt_manifest *man, const state *s, ckpt_place_stats *tot) {
+    int rc = 0;
+    memset(tot, 0, sizeof *tot);
+    for (int c = 0; c < man->n_chunks && rc == 0; c++)   /* the table of the whole model will do */
+        rc = ckpt_chunk_create(tmpdir, c, man->chunks[c].first_layer, man->chunks[c].end_layer, &s->m, 1);
+    for (int r = 0; r < TP && rc == 0; r++) {
+        gpt_model sm;
+        ckpt_placer *pc;
+        ckpt_place_stats ps;
+        if (gpt_init_layers_tp(&sm, &CFG, 0, CFG.n_layer + 2, r, TP) < 0) return -1;
+        float *mm = pt_falloc(sm.n_held), *vv = pt_falloc(sm.n_held);
+        ckpt_placer_open(&pc, tmpdir, man, &sm, 1);
+        for (int i = 0; i < gpt_param_count(&sm) && rc == 0; i++) {
+            const gpt_param_info *pi = gpt_param_info_at(&sm, i), *wi = gpt_param_info_at(&s->m, i);
+            gpt_shard_extract(&CFG, pi, r, TP, s->m.params + wi->offset, sm.params + pi->offset);
+            gpt_shard_extract(&CFG, pi, r, TP, s->opt.m + wi->offset, mm + pi->offset);
+            gpt_shard_extract(&CFG, pi, r, TP, s->opt.v + wi->offset, vv + pi->offset);
+            rc = ckpt_placer_put(pc, 0, i, r, TP, 0, pi->count, sm.params + pi->offset);
+            size_t cut[4] = {0, pi->count / 3, pi->count / 2 + 1, pi->count};
+            for (int k = 0; k < 3 && rc == 0; k++) {
+                if (cut[k + 1] <= cut[k]) continue;
+                ckpt_slice sl = {pi->name, cut[k], cut[k + 1] - cut[k], mm + pi->offset + cut[k], vv + pi->offset + cut[k]};
+                rc = ckpt_placer_put_slice(pc, &sl, r, TP);
+            }
+        }
+        if (ckpt_placer_close(pc, &ps) < 0) rc = -1;
+        tot->bytes += ps.bytes;
+        tot->writes += ps.writes;
+        if (ps.max_alloc > tot->max_alloc) tot->max_alloc = ps.max_alloc;
+        free(mm);
+        free(vv);
+        gpt_free(&sm);
+    }
+    return rc;
+}
+
+/* 1 when files a and b hold the same bytes. */
+static int same_file(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    char *x = pt_read_file(a, &na), *y = pt_read_file(b, &nb);
+    int ok = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return ok;
+}
+
+/* Bytes of a chunk file's data section (size less the 8-byte length and the header). */
+static size_t data_bytes(const char *path) {
+    size_t n = 0;
+    char *x = pt_read_file(path, &n);
+    uint64_t h = 0;
+    if (x && n >= 8) memcpy(&h, x, 8);
+    free(x);
+    return n >= 8 + h ? n - 8 - (size_t)h : 0;
+}
+
+static void test_tp_place(void) {
+    char whole[512], tmp[1100], a[1200], b[1200];
+    state s;
+    state_init(&s, 7);
+    int k2[] = {0, 4, 8};
+    ckpt_manifest man = base_manifest(5);
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", k2);
+    path_of(whole, sizeof whole, "tp/whole");
+    int rc = ckpt_save(whole, &s.m, &s.opt, &man, 0);
+    CHECK("tp place: the whole model's checkpoint", rc == 0, "%s", pt_err());
+    path_of(tmp, sizeof tmp, "tp/placed");
+    mkdir(tmp, 0755);
+    ckpt_place_stats st;
+    rc = place_tp(tmp, &man, &s, &st);
+    CHECK("tp place: 2 TP ranks place their shards", rc == 0, "%s", pt_err());
+    int same = 1;
+    size_t data = 0, smallest = (size_t)-1;
+    for (int c = 0; c < 2; c++) {
+        snprintf(a, sizeof a, "%s/chunk-%d.safetensors", whole, c);
+        snprintf(b, sizeof b, "%s/chunk-%d.safetensors", tmp, c);
+        same &= same_file(a, b);
+        data += data_bytes(a);
+        if (data_bytes(a) < smallest) smallest = data_bytes(a);
+    }
+    CHECK("tp place: chunk files bitwise those written from the whole model", same, "files differ");
+    CHECK("tp place: every data byte written once (no overlap, no gap)", st.bytes == data,
+          "%zu bytes written, the files hold %zu", st.bytes, data);
+    CHECK("tp place: no writer allocates more than a header (not a tensor, not a chunk)",
+          st.max_alloc < smallest / 8, "largest buffer %zu bytes, smallest chunk data %zu", st.max_alloc, smallest);
+    ckpt_abandon(tmp);
+    state_free(&s);
+}
+
+/* kill -9 while TP ranks fill the chunk files: no folder under the real name, the folder's
+ * newest complete checkpoint is the previous one, and the next save removes the leftovers. */
+static void test_tp_kill(void) {
+    char dir[600], rootdir[512], got[1200];
+    state old, neu;
+    state_init(&old, 11);
+    state_init(&neu, 12);
+    int k2[] = {0, 4, 8};
+    ckpt_manifest man = base_manifest(1);
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", k2);
+    path_of(rootdir, sizeof rootdir, "tpkill");
+    snprintf(dir, sizeof dir, "%s/ckpt-1", rootdir);
+    CHECK("tp kill: previous checkpoint saved", ckpt_save(dir, &old.m, &old.opt, &man, 0) == 0, "%s", pt_err());
+    snprintf(dir, sizeof dir, "%s/ckpt-2", rootdir);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char tmp[1100];
+        ckpt_manifest m2 = man;
+        m2.step = 2;
+        ckpt_place_stats st;
+        ckpt_test_crash_at("place", 1);
+        if (ckpt_begin(dir, tmp, sizeof tmp) == 0) place_tp(tmp, &m2, &neu, &st);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK("tp kill: the child was killed (SIGKILL) mid-save", WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+          "status %d", status);
+    struct stat sb;
+    CHECK("tp kill: no checkpoint under the real name", stat(dir, &sb) != 0, "%s exists", dir);
+    int rc = ckpt_resolve(rootdir, got, sizeof got);
+    CHECK("tp kill: the folder's newest complete checkpoint is the previous one",
+          rc == 0 && strstr(got, "ckpt-1") && loads_as(got, &old, 1), "%s", rc == 0 ? got : pt_err());
+    CHECK("tp kill: the cut folder is removed by the next save", ckpt_clean_stale(rootdir) == 1, "not removed");
+    state_free(&old);
+    state_free(&neu);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_ckpt_XXXXXX");
     if (!mkdtemp(root)) { printf("FAIL mkdtemp\n"); return 1; }
@@ -696,6 +832,8 @@ int main(void) {
     test_version2();
     test_shards();
     test_root();
+    test_tp_place();
+    test_tp_kill();
     state_free(&src);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);

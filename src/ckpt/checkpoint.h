@@ -40,7 +40,7 @@ typedef struct {
      * in a manifest given to ckpt_save means one process: P = D = K = 1, one chunk. */
     int P, D, K, n_pipes;
     int tp;                 /* tensor-parallel ranks (0 or 1: none); the files hold whole
-                             * tensors all the same (the TP ranks' shards gathered) */
+                             * tensors all the same (each TP rank's shard written in place) */
     char schedule[32];      /* schedule name, "" when none */
     int n_chunks;           /* == K; chunk c is in file "chunk-<c>.safetensors" */
     ckpt_chunk chunks[CKPT_MAX_CHUNKS];
@@ -89,6 +89,42 @@ int ckpt_write_chunk(const char *tmpdir, int chunk, int first_layer, int end_lay
  * (every element of every tensor must be in exactly one rank's file; n may be 0). Reads sl only;
  * atomic per file. Returns 0, or -1 naming the file. */
 int ckpt_write_shard(const char *tmpdir, int rank, const ckpt_slice *sl, int n);
+/* ---- chunk files filled in place (tensor parallelism: each TP rank writes its shard) ------
+ * No rank gathers: the creator makes the file (header, final size), and after a barrier every
+ * writer pwrites its elements at their places; after another barrier commit hashes the file.
+ * The bytes are those ckpt_write_chunk writes from the whole tensors. Every element must be
+ * written by exactly one writer (the padding rows of a TP shard of wte are in no file). */
+
+/* The creator of chunk `chunk` (layers [first_layer, end_layer); m: any model of the config,
+ * whole or a shard, for its tensor table): tmpdir/chunk-<chunk>.safetensors with its header,
+ * parameters (and moments when has_optim) reserved, at its final size; fsynced. Not atomic
+ * per file: the folder is (commit). 0, or -1 naming the file. */
+int ckpt_chunk_create(const char *tmpdir, int chunk, int first_layer, int end_layer,
+                      const gpt_model *m, int has_optim);
+/* What one writer did (ckpt_placer_close): bytes and pwrite calls, files opened, and the largest
+ * buffer the placing allocated (a file's header and offset table: never a tensor). */
+typedef struct { size_t bytes, writes, max_alloc; int files; } ckpt_place_stats;
+typedef struct ckpt_placer ckpt_placer;
+/* A writer into the chunk files of tmpdir (created by ckpt_chunk_create, behind a barrier),
+ * laid out by man's chunk ranges (ckpt_manifest_set_layout) and m's tensor table (kept: must
+ * outlive the placer); has_optim as the creators'. Files open on first use. 0. */
+int ckpt_placer_open(ckpt_placer **out, const char *tmpdir, const ckpt_manifest *man,
+                     const gpt_model *m, int has_optim);
+/* Writes elements [start, start + n) of TP rank `rank`'s shard (of `size`; 1: the whole tensor)
+ * of tensor `param` (m's table) from src (n floats) where the whole tensor has them: what 0 the
+ * parameters, 1 "m/", 2 "v/". Runs contiguous in the file go in one pwrite (a row split is one
+ * run; a column split one per row and segment); padding rows are skipped. A replicated tensor
+ * (GPT_SPLIT_NONE: every TP rank holds the same) is written by rank 0 only: the others' puts
+ * of it do nothing. -1 naming the file. */
+int ckpt_placer_put(ckpt_placer *p, int what, int param, int rank, int size, size_t start,
+                    size_t n, const float *src);
+/* The moments of one slice (start, n index the shard of `rank` of `size`): its m and v. */
+int ckpt_placer_put_slice(ckpt_placer *p, const ckpt_slice *sl, int rank, int size);
+/* fsyncs and closes the files this writer opened (each writer its own: on a shared filesystem
+ * the data is on disk before the barrier that precedes commit's checksum); *stats (may be NULL)
+ * gets what it did. Frees p (NULL is fine). 0, or -1 naming the file. */
+int ckpt_placer_close(ckpt_placer *p, ckpt_place_stats *stats);
+
 /* World rank 0, after every chunk (and shard) file is written (a barrier): checks each chunk
  * file of man->chunks exists and holds the layer range the manifest says, that the ranges tile
  * layers [0, L+2) in order, that each shard file is there, fills bytes and checksums, writes
@@ -172,7 +208,8 @@ int ckpt_export_params(const char *dir, const char *path);
 
 /* Test hook: makes the save abort() at a named point, to test crash safety in a forked child.
  * Points: "chunk" (inside ckpt_write_chunk, after its file is written, for chunk index `arg`),
- * "shard" (inside ckpt_write_shard, after rank `arg`'s file),
+ * "shard" (inside ckpt_write_shard, after rank `arg`'s file), "place" (a ckpt_placer's
+ * first pwrite into chunk `arg`: the process kills itself with SIGKILL, files half filled),
  * "manifest" (in ckpt_commit before manifest.json is written), "rename" (manifest written,
  * before the rename), "swap" (after the new folder took the real name, before the old one is
  * deleted). "no-exchange" aborts nothing: it makes the replace of an existing folder take the

@@ -27,6 +27,11 @@ int io_atomic_commit(io_atomic_file *a);
 /* Closes and removes the temporary without touching the real path. Releases a; empty a is fine. */
 void io_atomic_abort(io_atomic_file *a);
 
+/* Writes buf[0..n) at byte offset off of the open file fd (pwrite, repeated on short writes and
+ * EINTR): for files several writers fill in place, each its own byte ranges. -1 with an error
+ * naming `what` (the path) on failure. */
+int io_pwrite_all(int fd, const void *buf, size_t n, size_t off, const char *what);
+
 /* fsync a folder, so that renames and new entries in it survive a crash. Best effort: a folder
  * that cannot be opened or synced is skipped silently (some filesystems refuse). */
 void io_fsync_dir(const char *dir);

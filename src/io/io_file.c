@@ -1,5 +1,5 @@
 /* File helpers shared by the io readers and writers: atomic writing ("<path>.tmp.<pid>", fsync,
- * rename over the real path), folder fsync, read-only file maps and parse-error positions. Not a general file API. */
+ * rename over the real path), writing in place at an offset, folder fsync, read-only file maps and parse-error positions. Not a general file API. */
 #include "io/io.h"
 #include "util/pt.h"
 #include <errno.h>
@@ -28,6 +28,21 @@ int io_atomic_open(io_atomic_file *a, const char *path) {
         return -1;
     }
     a->path = pt_strdup(path);
+    return 0;
+}
+
+int io_pwrite_all(int fd, const void *buf, size_t n, size_t off, const char *what) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return pt_seterr("%s: cannot write %zu bytes at offset %zu: %s", what, n, off,
+                             k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        n -= (size_t)k;
+        off += (size_t)k;
+    }
     return 0;
 }
 

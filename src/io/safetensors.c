@@ -6,6 +6,8 @@
 #include "io/json.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -417,6 +419,7 @@ typedef struct {
     int64_t shape[ST_MAX_DIMS];
     size_t nbytes;
     const void *data;
+    int reserved;            /* no data: written in place after st_create */
 } st_entry;
 
 typedef struct { char *key, *val; } st_pair;
@@ -451,8 +454,9 @@ static void *grow(void *p, int *cap, int need, size_t elem) {
     return q;
 }
 
-int st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape,
-                  const void *data) {
+/* st_writer_add, or (reserve) an entry without data, written in place later (st_create). */
+static int writer_add(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape,
+                      const void *data, int reserve) {
     if ((unsigned)dt >= ST_DTYPE_COUNT) return pt_seterr("st_writer_add: tensor '%s': bad dtype %d", name, (int)dt);
     if (strcmp(name, "__metadata__") == 0) return pt_seterr("st_writer_add: tensor name '__metadata__' is reserved");
     if (ndim < 0 || ndim > ST_MAX_DIMS)
@@ -469,12 +473,24 @@ int st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndim, const i
     }
     if (__builtin_mul_overflow(numel, st_dtype_size(dt), &e.nbytes))
         return pt_seterr("st_writer_add: tensor '%s': size overflows", name);
-    if (e.nbytes && !data) return pt_seterr("st_writer_add: tensor '%s': data is NULL", name);
+    if (e.nbytes && !data && !reserve) return pt_seterr("st_writer_add: tensor '%s': data is NULL", name);
+    e.reserved = reserve;
     e.name = pt_strdup(name);
     w->e = grow(w->e, &w->cap, w->n + 1, sizeof(st_entry));
     w->e[w->n++] = e;
     return 0;
 }
+
+int st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape,
+                  const void *data) {
+    return writer_add(w, name, dt, ndim, shape, data, 0);
+}
+
+int st_writer_reserve(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape) {
+    return writer_add(w, name, dt, ndim, shape, NULL, 1);
+}
+
+int st_writer_count(const st_writer *w) { return w->n; }
 
 int st_writer_meta(st_writer *w, const char *key, const char *value) {
     for (int i = 0; i < w->n_meta; i++)
@@ -565,13 +581,23 @@ static void build_header(const st_writer *w, const size_t *off, strbuf *b) {
     while (b->len % 8) sb_put(b, " ", 1);   /* data section starts 8-byte aligned */
 }
 
+/* The header (padded) and the data offsets of w: ord[] the data order, off[] per tensor
+ * (relative to the data section). The caller frees hdr->s. */
+static void writer_plan(const st_writer *w, int *ord, size_t *off, strbuf *hdr) {
+    layout_data(w, ord, off);
+    build_header(w, off, hdr);
+}
+
 int st_write(const st_writer *w, const char *path) {
+    for (int i = 0; i < w->n; i++)
+        if (w->e[i].reserved && w->e[i].nbytes)
+            return pt_seterr("%s: tensor '%s' has no data (reserved: write the file with st_create)",
+                             path, w->e[i].name);
     size_t n = (size_t)(w->n ? w->n : 1);
     int *ord = pt_malloc(sizeof(int) * n);
     size_t *off = pt_malloc(sizeof(size_t) * n);
-    layout_data(w, ord, off);
     strbuf hdr = {0};
-    build_header(w, off, &hdr);
+    writer_plan(w, ord, off, &hdr);
     uint64_t hlen = hdr.len;
     io_atomic_file a;
     int rc = io_atomic_open(&a, path);
@@ -585,5 +611,48 @@ int st_write(const st_writer *w, const char *path) {
     free(hdr.s);
     free(off);
     free(ord);
+    return rc;
+}
+
+size_t st_writer_layout(const st_writer *w, size_t *off, size_t *header_bytes) {
+    size_t n = (size_t)(w->n ? w->n : 1), total;
+    int *ord = pt_malloc(sizeof(int) * n);
+    strbuf hdr = {0};
+    writer_plan(w, ord, off, &hdr);
+    total = 8 + hdr.len;
+    for (int i = 0; i < w->n; i++) {
+        off[i] += 8 + hdr.len;
+        total += w->e[i].nbytes;
+    }
+    if (header_bytes) *header_bytes = 8 + hdr.len;
+    free(hdr.s);
+    free(ord);
+    return total;
+}
+
+int st_create(const st_writer *w, const char *path) {
+    size_t n = (size_t)(w->n ? w->n : 1), total;
+    size_t *off = pt_malloc(sizeof(size_t) * n);
+    int *ord = pt_malloc(sizeof(int) * n);
+    strbuf hdr = {0};
+    writer_plan(w, ord, off, &hdr);
+    uint64_t len = hdr.len;
+    total = 8 + hdr.len;
+    for (int i = 0; i < w->n; i++) total += w->e[i].nbytes;
+    int rc = 0, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) rc = pt_seterr("%s: cannot create: %s", path, strerror(errno));
+    if (rc == 0) rc = io_pwrite_all(fd, &len, 8, 0, path);
+    if (rc == 0) rc = io_pwrite_all(fd, hdr.s, hdr.len, 8, path);
+    for (int i = 0; rc == 0 && i < w->n; i++)   /* tensors with data go in now */
+        if (!w->e[i].reserved && w->e[i].nbytes)
+            rc = io_pwrite_all(fd, w->e[i].data, w->e[i].nbytes, 8 + hdr.len + off[i], path);
+    if (rc == 0 && ftruncate(fd, (off_t)total) < 0)
+        rc = pt_seterr("%s: cannot size it to %zu bytes: %s", path, total, strerror(errno));
+    if (rc == 0 && fsync(fd) < 0) rc = pt_seterr("%s: fsync: %s", path, strerror(errno));
+    if (fd >= 0 && close(fd) < 0 && rc == 0) rc = pt_seterr("%s: close: %s", path, strerror(errno));
+    if (rc < 0 && fd >= 0) unlink(path);
+    free(hdr.s);
+    free(ord);
+    free(off);
     return rc;
 }

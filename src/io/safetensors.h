@@ -88,6 +88,16 @@ void st_writer_free(st_writer *w);
  * dimension, or a size that overflows. */
 int st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape,
                   const void *data);
+/* Adds a tensor without data, to be written in place by others after st_create (a file several
+ * writers fill: each pwrites its byte ranges at the offsets st_writer_layout gives). Same
+ * checks as st_writer_add. st_write refuses a writer with reserved tensors. */
+int st_writer_reserve(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape);
+/* Number of tensors added (reserved included). */
+int st_writer_count(const st_writer *w);
+/* Where st_write / st_create put each tensor: off[i] (st_writer_count entries) gets the absolute
+ * file offset of tensor i's data (insertion order), *header_bytes (may be NULL) the 8-byte length
+ * plus the padded header; returns the file's size. Pure: the same on every process. */
+size_t st_writer_layout(const st_writer *w, size_t *off, size_t *header_bytes);
 /* Adds (or replaces) a metadata string pair; both are copied. */
 int st_writer_meta(st_writer *w, const char *key, const char *value);
 /* Writes the file: header lists tensors in insertion order; the data section holds them by
@@ -97,5 +107,10 @@ int st_writer_meta(st_writer *w, const char *key, const char *value);
  * path: a crash never leaves a half-written file under the real name. -1 on I/O errors, naming
  * the path; the temporary is removed. */
 int st_write(const st_writer *w, const char *path);
+/* Creates path (truncating it) with w's header and its final size (st_writer_layout): the
+ * tensors with data are written, the reserved ones left zero for their writers to fill in
+ * place; fsynced. Not atomic (others write into it next): put it in a folder that is renamed
+ * when complete. -1 naming the path; the file is removed. */
+int st_create(const st_writer *w, const char *path);
 
 #endif

@@ -250,7 +250,7 @@ size_t gpt_stream_rows(const gpt_model *m, int B, int T) {
  * A shard, read in its own order, is a sequence of runs each contiguous in the whole tensor
  * (row-major, HF layout), at increasing whole offsets: so copying, and drawing the seeded init
  * while streaming the whole tensor's numbers, go run by run. */
-#define RUN_PAD ((size_t)-1)   /* a run of padding rows (wte past V): zeros, in no whole tensor */
+#define RUN_PAD GPT_SHARD_PAD   /* a run of padding rows (wte past V): zeros, in no whole tensor */
 
 /* The run of the shard of rank `rank` of `size` that starts at shard element k: returns its
  * length (to the run's end) and sets *w to its first whole element, or RUN_PAD. */
@@ -273,6 +273,10 @@ static size_t shard_run(const gpt_param_info *pi, int rank, int size, size_t k, 
     size_t i = k / Ws, c = k % Ws, s = c / np, cc = c % np;
     *w = i * W + s * n + (size_t)rank * np + cc;
     return np - cc;
+}
+
+size_t gpt_shard_run(const gpt_param_info *pi, int rank, int size, size_t k, size_t *whole_at) {
+    return shard_run(pi, rank, size, k, whole_at);
 }
 
 size_t gpt_shard_count(const gpt_config *cfg, const gpt_param_info *pi, int size) {

@@ -310,6 +310,12 @@ void gpt_shard_extract(const gpt_config *cfg, const gpt_param_info *pi, int rank
                        const float *whole, float *shard);
 void gpt_shard_place(const gpt_config *cfg, const gpt_param_info *pi, int rank, int size,
                      const float *shard, float *whole);
+/* The index map under those two, run by run: rank `rank`'s shard element k (< gpt_shard_count)
+ * starts a run of the returned length, contiguous in the whole tensor from element *whole_at
+ * (GPT_SHARD_PAD: padding rows, in no whole tensor). For writers that place a shard without
+ * the whole tensor (checkpoint files filled in place). */
+#define GPT_SHARD_PAD ((size_t)-1)
+size_t gpt_shard_run(const gpt_param_info *pi, int rank, int size, size_t k, size_t *whole_at);
 /* Floats of every parameter of a config's model (what gpt_init's num_params will be). */
 size_t gpt_config_num_params(const gpt_config *cfg);
 /* GPT-2 initialisation from pt_rng(seed): weights and embeddings normal(0, 0.02), residual

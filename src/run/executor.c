@@ -272,11 +272,29 @@ static int exec_group_slices(const run_exec *e, const exec_group *gr, ckpt_slice
     return n;
 }
 
-int run_exec_write_shards(const run_exec *e, const char *tmpdir) {
+int run_exec_moment_slices(const run_exec *e, int g, ckpt_slice **out) {
     int cap = 0, n = 0;
+    if (g >= 0) {   /* --zero 0: stage g's moments, laid out like its model */
+        const run_stage *st = &e->st[e->loc[g]];
+        if (!st->opt.m)
+            return pt_seterr("rank %d: stage %d holds no moments of its chunk to save", e->c.world_rank, g);
+        *out = pt_malloc(sizeof **out * (size_t)(gpt_param_count(&st->m) + 1));
+        for (int i = 0; i < gpt_param_count(&st->m); i++) {
+            const gpt_param_info *pi = gpt_param_info_at(&st->m, i);
+            if (gpt_holds_layer(&st->m, pi->layer))
+                (*out)[n++] = (ckpt_slice){ pi->name, 0, pi->count, st->opt.m + pi->offset, st->opt.v + pi->offset };
+        }
+        return n;
+    }
     for (int k = 0; k < e->n_grp; k++) cap += e->grp[k].n_bk * (e->grp[k].n_ts + 1);
-    ckpt_slice *sl = pt_malloc(sizeof *sl * (size_t)(cap + 1));
-    for (int k = 0; k < e->n_grp; k++) n = exec_group_slices(e, &e->grp[k], sl, n);
+    *out = pt_malloc(sizeof **out * (size_t)(cap + 1));
+    for (int k = 0; k < e->n_grp; k++) n = exec_group_slices(e, &e->grp[k], *out, n);
+    return n;
+}
+
+int run_exec_write_shards(const run_exec *e, const char *tmpdir) {
+    ckpt_slice *sl;
+    int n = run_exec_moment_slices(e, -1, &sl);
     int rc = ckpt_write_shard(tmpdir, e->c.world_rank, sl, n);
     free(sl);
     return rc;

@@ -141,6 +141,12 @@ const gpt_model *run_exec_stage_model(const run_exec *e, int g);
  * only: any rank may write while the others do. */
 int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g);
 int run_exec_write_shards(const run_exec *e, const char *tmpdir);
+/* The AdamW moments this rank saves, as slices of tensors as it holds them (under tensor
+ * parallelism start and n index its TP shard): g >= 0 (--zero 0), all of stage g's (the chunk's
+ * home: the holder in pipe 0), one slice per tensor; g < 0 (--zero 1), every slice this rank
+ * updates, of every reduction group. *out (malloc'd, the caller frees) points into the state:
+ * read it before the next iteration. Returns the count, or -1 (a stage without its moments). */
+int run_exec_moment_slices(const run_exec *e, int g, ckpt_slice **out);
 /* Tensor parallelism, for files of whole tensors (checkpoints, the gradient file): stage g's
  * layers whole on TP rank 0 of this rank's TP group, from every TP rank's shards (gathered
  * tensor by tensor: no rank holds more than one whole tensor besides `whole`). Collective over

@@ -129,9 +129,10 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
  * TP shards are made whole first (run_exec_gather_stage). Collective in MPI mode. */
 int run_job_gather(run_job *j, gpt_model *out);
 /* Saves a checkpoint folder dir (ckpt/checkpoint.h): one file per chunk, written by the chunk's
- * holder in replica 0, pipe 0 (under tensor parallelism its TP rank 0, from the TP group's
- * shards made whole, moments included; no moment shard files then); the root begins and commits. man gives config, step, data
- * position and seeds; the layout fields are filled here. Collective in MPI mode. */
+ * holder in replica 0, pipe 0 (under tensor parallelism created by its TP rank 0 and filled in
+ * place by every rank with its own shard, moments included: no gather, no moment shard files
+ * then); the root begins and commits. man gives config, step, data position and seeds; the
+ * layout fields are filled here. Collective in MPI mode. */
 int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man);
 /* Asynchronous schedules (pipedream), summed over this process's ranks: out[0] backwards run,
  * out[1] backwards that did not use the weights of their forward (0 unless broken), out[2]

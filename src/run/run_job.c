@@ -13,6 +13,7 @@
 #include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -49,7 +50,8 @@ struct run_job {
     const optim_config *oc;
     int t;
     gpt_model *gather_out;           /* run_job_gather under tensor parallelism (root) */
-    const char *save_tmp;            /* run_job_save under tensor parallelism */
+    const char *save_tmp;            /* run_job_save under tensor parallelism: the folder, */
+    const ckpt_manifest *save_man;   /* and its layout */
 };
 
 /* ---- rank threads ------------------------------------------------------------------------- */
@@ -691,51 +693,87 @@ int run_job_peak_rss(run_job *j, double **out) {
 /* ---- checkpoints -------------------------------------------------------------------------- *
  * Nothing is gathered: each chunk's holder in replica 0, pipe 0 writes its chunk file (with
  * --zero 0 its moments too), and with --zero 1 every rank writes its moment shards. Under tensor
- * parallelism the files still hold whole tensors: the holder's TP group makes each chunk whole
- * on its TP rank 0, moments included (--zero 1's slices all-gathered first), which writes it. */
+ * parallelism the files still hold whole tensors, filled in place: the holder's TP rank 0
+ * creates each chunk file (header, size), and after a barrier every rank pwrites its own
+ * elements there (ckpt_placer): the holder's TP ranks their shards of the parameters (and with
+ * --zero 0 of the moments), with --zero 1 every rank its slices of the moments. No rank holds
+ * more than its own state. */
 
 /* MPI: sum of v over ranks (v[0..n)), the way to share one rank's number or count failures. */
 static int job_sum(run_job *j, double *v, int n) {
     return j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)n) : 0;
 }
 
-/* Tensor parallelism, rank r: every group's moments whole (collective), then for each chunk
- * this rank holds in replica 0, pipe 0, the chunk whole on TP rank 0, which writes it. */
-static int job_save_rank(run_job *j, int r) {
+/* Tensor parallelism, rank r, before anyone writes: the files of the chunks it holds in
+ * replica 0, pipe 0 at TP rank 0, with their headers and final sizes. */
+static int job_save_create(run_job *j, int r) {
     const run_plan *pl = j->pl;
-    int d, p, t, rc = run_exec_moments_begin(j->ex[r]);
+    int d, p, t;
     run_exec_coords(j->ex[r], &d, &p, &t);
-    for (int c = 0; c < pl->s->stages_per_pipe && rc == 0 && d == 0; c++) {
+    for (int c = 0; c < pl->s->stages_per_pipe && d == 0 && t == 0; c++) {
         const gpt_model *m = run_exec_stage_model(j->ex[r], c);
-        if (!m) continue;
-        gpt_model whole;
-        adamw_state opt;
-        memset(&whole, 0, sizeof whole);
-        memset(&opt, 0, sizeof opt);
-        if (t == 0 && gpt_init_layers(&whole, &m->cfg, pl->lo.chunk_first[c], pl->lo.chunk_first[c + 1]) < 0) {
-            rc = -1;
-            break;
-        }
-        if (t == 0) adamw_init(&opt, whole.n_held);
-        rc = run_exec_gather_stage(j->ex[r], c, 0, 1, t == 0 ? &whole : NULL, t == 0 ? &opt : NULL);
-        if (rc == 0 && t == 0)
-            rc = ckpt_write_chunk(j->save_tmp, c, whole.first_layer, whole.end_layer, &whole, &opt);
-        adamw_free(&opt);
-        gpt_free(&whole);
+        if (m && ckpt_chunk_create(j->save_tmp, c, pl->lo.chunk_first[c], pl->lo.chunk_first[c + 1], m, 1) < 0)
+            return -1;
     }
-    run_exec_moments_end(j->ex[r]);
+    return 0;
+}
+
+/* Puts moment slices sl[0..n) (freed here) of TP rank t; n < 0: the error of getting them. */
+static int job_place_slices(ckpt_placer *pc, ckpt_slice *sl, int n, int t, int tp) {
+    int rc = n < 0 ? -1 : 0;
+    for (int i = 0; i < n && rc == 0; i++) rc = ckpt_placer_put_slice(pc, &sl[i], t, tp);
+    if (n >= 0) free(sl);
+    return rc;
+}
+
+/* Tensor parallelism, rank r, once every file exists: its own elements into them. PT_CKPT_DEBUG
+ * set: prints what it wrote and the largest buffer the placing allocated. */
+static int job_save_place(run_job *j, int r) {
+    const run_plan *pl = j->pl;
+    int d, p, t, tp = pl->lo.tp, rc = 0;
+    const gpt_model *any = NULL;
+    ckpt_placer *pc;
+    ckpt_slice *sl = NULL;
+    ckpt_place_stats ps;
+    run_exec_coords(j->ex[r], &d, &p, &t);
+    for (int g = 0; g < pl->s->n_stages && !any; g++) any = run_exec_stage_model(j->ex[r], g);
+    if (!any || ckpt_placer_open(&pc, j->save_tmp, j->save_man, any, 1) < 0) return any ? -1 : 0;
+    for (int c = 0; c < pl->s->stages_per_pipe && rc == 0 && d == 0; c++) {   /* holders */
+        const gpt_model *m = run_exec_stage_model(j->ex[r], c);
+        for (int i = 0; m && i < gpt_param_count(m) && rc == 0; i++) {
+            const gpt_param_info *pi = gpt_param_info_at(m, i);
+            if (gpt_holds_layer(m, pi->layer))
+                rc = ckpt_placer_put(pc, 0, i, t, tp, 0, pi->count, m->params + pi->offset);
+        }
+        if (m && rc == 0 && !pl->o.zero) rc = job_place_slices(pc, sl, run_exec_moment_slices(j->ex[r], c, &sl), t, tp);
+    }
+    if (rc == 0 && pl->o.zero) rc = job_place_slices(pc, sl, run_exec_moment_slices(j->ex[r], -1, &sl), t, tp);
+    if (ckpt_placer_close(pc, &ps) < 0) rc = -1;
+    if (rc == 0 && getenv("PT_CKPT_DEBUG"))
+        fprintf(stderr, "ckpt: rank %d wrote %zu bytes in %zu writes into %d files; largest save "
+                "buffer %zu bytes\n", job_world_rank(j, r), ps.bytes, ps.writes, ps.files, ps.max_alloc);
+    return rc;
+}
+
+/* Tensor parallelism: the files created, a barrier, every rank's elements placed. */
+static int job_save_tp(run_job *j, const char *tmp, const ckpt_manifest *man) {
+    char err[512];
+    j->save_tmp = tmp;
+    j->save_man = man;
+    double fail = job_run_all(j, job_save_create) < 0;
+    snprintf(err, sizeof err, "%s", fail > 0 ? pt_err() : "");
+    int rc = job_sum(j, &fail, 1);   /* the barrier: no rank writes into a file not made yet */
+    if (rc == 0 && fail > 0) rc = pt_seterr("%s", err[0] ? err : "checkpoint: another rank could not create its chunk file");
+    if (rc == 0) rc = job_run_all(j, job_save_place);
+    j->save_tmp = NULL;
+    j->save_man = NULL;
     return rc;
 }
 
 /* Every chunk file (and with --zero 1 at tp 1, every rank's moment shards) into tmp. 0, or -1. */
-static int job_write_files(run_job *j, const char *tmp) {
+static int job_write_files(run_job *j, const char *tmp, const ckpt_manifest *man) {
     const run_plan *pl = j->pl;
-    if (pl->lo.tp > 1) {
-        j->save_tmp = tmp;
-        int rc = job_run_all(j, job_save_rank);
-        j->save_tmp = NULL;
-        return rc;
-    }
+    if (pl->lo.tp > 1) return job_save_tp(j, tmp, man);
     for (int c = 0; c < pl->s->stages_per_pipe; c++) {   /* holders in replica 0, pipe 0 */
         int r = job_local(j, pl->s->stage_rank[c]);
         if (r >= 0 && run_exec_write_chunk(j->ex[r], tmp, c) < 0) return -1;
@@ -762,7 +800,7 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
     if (job_sum(j, v, 2) < 0) return -1;
     if (v[1] > 0) return root ? -1 : pt_seterr("checkpoint %s: rank 0 could not start it", dir);
     if (!root && ckpt_tmpdir_name(dir, (long)v[0], tmp, sizeof tmp) < 0) return -1;
-    double fail = job_write_files(j, tmp) < 0;
+    double fail = job_write_files(j, tmp, &man) < 0;
     char err[512];
     snprintf(err, sizeof err, "%s", pt_err());
     if (job_sum(j, &fail, 1) < 0) return -1;
