@@ -9,7 +9,8 @@
 # (`simulate --config --cluster examples/cluster-local.json`) next to it. Then --tp-overlap on and
 # off, without and with each TP all-reduce held back DELAY seconds (--slow-link 0-1: the two TP
 # ranks' link), in the same rounds; and the activation bytes per rank of whole activations,
-# --tp-recompute and --recompute at M=1 and with gpipe over 4 microbatches. Not a test.
+# --sp, --tp-recompute (with and without --sp) and --recompute at M=1 and with gpipe over 4
+# microbatches. Not a test.
 # Usage: bench/bench_tp.sh [rounds] [steps] [delay]    (default 3 8 0.008)
 set -u
 cd "$(dirname "$0")/.."
@@ -137,17 +138,17 @@ awk -v a="${M[tp2]}" -v b="${M[tp2o]}" -v c="${M[tp2d]}" -v d="${M[tp2do]}" -v w
   printf "    %g s per sum: off %.0f (%.1f) | on %.0f (%.1f) | on / off %.2fx\n", dl, c, wc, d, wd, (c > 0 ? d / c : 0) }'
 
 # Activation bytes per rank (the trainer's memory line, rank 0) and the all-reduces per step.
-echo "  activations per rank (MB, rank 0's memory line) | TP all-reduces per rank and step | tokens/s of one short run:"
+echo "  activations per rank (MB, rank 0's memory line) | TP collectives per rank and step | tokens/s of one short run:"
 for layout in "1f1b M=1:--microbatches 1" "gpipe M=4:--schedule gpipe --microbatches 4"; do
   lname=${layout%%:*}; lflags=${layout#*:}
   line="    tp 2 $lname:"
-  for mode in "whole:" "--tp-recompute:--tp-recompute" "--recompute:--recompute"; do
+  for mode in "whole:" "--sp:--sp" "--tp-recompute:--tp-recompute" "--tp-recompute --sp:--tp-recompute --sp" "--recompute:--recompute"; do
     mname=${mode%%:*}; mflag=${mode#*:}
     rm -f "$D/mem.jsonl"
     "$P" train --config "$D/cfg.json" --data "$D/tok.bin" --batch $B --seq $T --steps 3 --lr 1e-4 \
       --metrics "$D/mem.jsonl" --tp 2 $lflags $mflag > "$D/mem.out" 2>&1
     acts=$(sed -n 's/^memory per rank.* r0 [0-9.]*\/[0-9.]*\/[0-9.]*\/\([0-9.]*\).*/\1/p' "$D/mem.out")
-    calls=$(sed -n 's/^tensor parallel, per rank and step: \([0-9]*\) all-reduces.*/\1/p' "$D/mem.out")
+    calls=$(sed -n 's/^tensor parallel, per rank and step: \([0-9]*\) \(all-reduces\|collectives\).*/\1/p' "$D/mem.out")
     line="$line $mname ${acts:-?} | ${calls:-?} | $(med_metrics "$D/mem.jsonl");"
   done
   echo "$line"
