@@ -139,4 +139,15 @@ nerr=$(grep -c 'the MPI world has 6 processes, but --dp 1 x --stages 2 x --tp 2 
 if [ $rc -eq 124 ]; then fail "mpi: world size not dp x stages x tp" "hang"
 elif [ $rc -ne 0 ] && [ "$nerr" -eq 6 ]; then ok "mpi: world size not dp x stages x tp is an error on every rank, naming the numbers"
 else fail "mpi: world size not dp x stages x tp" "rc $rc, $nerr ranks said it: $(head -3 "$D/out")"; fi
+# PyTorch's own gradients (tools/make_fixtures.py): tp 3 of gpt-tiny (3 heads, vocab 67) and tp 5
+# of gpt-odd (5 heads, vocab 97), over 2 stages, against the fixture's "grad/..." tensors
+for fx in gpt-tiny:3 gpt-odd:5; do
+  F=tests/fixtures/${fx%%:*}; t=${fx#*:}
+  B=$(grep '"B"' "$F/case.json" | tr -dc 0-9); T=$(grep '"T"' "$F/case.json" | tr -dc 0-9)
+  if "$P" grad --config "$F/config.json" --init "$F/model.safetensors" --tokens "$F/tokens.bin" --batch "$B" \
+       --seq "$T" --tp "$t" --stages 2 --out "$D/torch-$t.st" > "$D/torch-$t.out" 2>&1 &&
+     r=$("$CMP" --prefix grad/ "$D/torch-$t.st" "$F/expected.safetensors" 1e-4); then
+    ok "grad --tp $t --stages 2 equals PyTorch's gradients on ${fx%%:*} ($r)"
+  else fail "grad --tp $t equals PyTorch's gradients on ${fx%%:*}" "${r:-$(tail -2 "$D/torch-$t.out")}"; fi
+done
 done_tests
