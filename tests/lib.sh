@@ -19,3 +19,24 @@ expect_error() {
   else ok "$n"; fi
 }
 done_tests() { exit $T_FAILED; }
+# mpi_env LIMIT_S: the MPI tests' setting: BUILD, P (the binary under test), CMP (aux_run_cmp),
+# JOB_LIMIT_S (each mpirun's limit: a hang is a failure), and the sanitizers' options (Open MPI's
+# own leaks; under TSAN=1 its internals suppressed by tests/openmpi.tsan.supp).
+mpi_env() {
+  BUILD=${BUILD:-build}
+  P=$PIPETRAIN
+  CMP="$BUILD/tests/aux_run_cmp"
+  JOB_LIMIT_S=$1
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+  export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp"
+}
+# mpi_run N CMD...: CMD on N processes (mpirun as root, oversubscribed) within JOB_LIMIT_S, passing
+# the sanitizers' options and each variable named in $MPI_X.
+mpi_run() {
+  local n=$1 v x=(); shift
+  for v in $MPI_X; do x+=(-x "$v"); done
+  timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS "${x[@]}" \
+    -np "$n" "$@" < /dev/null
+}
+# mpi N ARGS...: $P ARGS... on N processes.
+mpi() { local n=$1; shift; mpi_run "$n" "$P" "$@"; }

@@ -4,6 +4,7 @@
  * slow, plan files with tp and zero (round trip, and errors that name the numbers), and the AdamW
  * moments divided by D under zero 1. Run from the repo root. */
 #include "plan/plan.h"
+#include "plan_tp_util.h"
 #include "test.h"
 #include "util/pt.h"
 #include <math.h>
@@ -11,13 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define SAME_SUM 1e-12      /* the same terms summed in another order */
-#define BIG_MEMORY 1e15     /* a cap nothing reaches */
-
-static gpt_config small_cfg(int L, int C, int NH, int V, int maxT) {
-    return (gpt_config){ .n_layer = L, .n_head = NH, .n_embd = C, .vocab_size = V, .n_positions = maxT };
-}
 
 /* n_nodes nodes of `per` devices of 1 TFLOP/s (efficiency 1) and `mem` bytes; links as given. */
 static int make_cluster(plan_cluster *k, int n_nodes, int per, double mem, double intra_bw, double intra_lat,
@@ -206,13 +200,6 @@ static void test_zero(void) {
 }
 
 /* ---- plan files -------------------------------------------------------------------------------- */
-static int write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fputs(text, f);
-    return fclose(f);
-}
-
 static void test_plan_file(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/plan.json", dir);

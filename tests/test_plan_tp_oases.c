@@ -5,6 +5,7 @@
  * recompute's FLOPs in B, the search choosing communication-free recomputation only when memory is
  * tight, and plan files with tp_overlap and tp_recompute. Run from the repo root. */
 #include "plan/plan.h"
+#include "plan_tp_util.h"
 #include "test.h"
 #include "util/pt.h"
 #include <math.h>
@@ -12,13 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define SAME_SUM 1e-12      /* the same terms summed in another order */
-#define BIG_MEMORY 1e15     /* a cap nothing reaches */
-
-static gpt_config small_cfg(int L, int C, int NH, int V, int maxT) {
-    return (gpt_config){ .n_layer = L, .n_head = NH, .n_embd = C, .vocab_size = V, .n_positions = maxT };
-}
 
 /* One node of `n` devices of 1 TFLOP/s (efficiency 1) and `mem` bytes on a link of bw, lat. */
 static int make_cluster(plan_cluster *k, int n, double mem, double bw, double lat) {
@@ -222,13 +216,6 @@ static void test_search(void) {
 }
 
 /* ---- plan files -------------------------------------------------------------------------------- */
-static int write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fputs(text, f);
-    return fclose(f);
-}
-
 static void test_plan_file(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/plan.json", dir);

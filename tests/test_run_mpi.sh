@@ -5,20 +5,13 @@
 # overlapped reduction equal --zero 0 deferred bitwise; each process holds only its stages; a
 # world size that does not match dp x stages is an error on every rank, and nothing hangs.
 . "$(dirname "$0")/lib.sh"
-BUILD=${BUILD:-build}
-P=$PIPETRAIN
-CMP="$BUILD/tests/aux_run_cmp"
-JOB_LIMIT_S=120     # a hang is a failure; a healthy run takes a second or two
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own leaks
+mpi_env 120        # a hang is a failure; a healthy run takes a second or two
 D=$TEST_TMP/run_mpi
 mkdir -p "$D"
-# Under TSAN=1: Open MPI's own internals are suppressed (tests/openmpi.tsan.supp).
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp"
 cat > "$D/cfg.json" <<'J'
 {"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}
 J
 for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
-mpi() { local n=$1; shift; timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS -np "$n" "$P" "$@" < /dev/null; }
 gargs="--config $D/cfg.json --tokens $D/text.txt --batch 8 --seq 16"
 
 # grad: schedules, rank counts and a split on 2 or 4 processes, against threads, bitwise.

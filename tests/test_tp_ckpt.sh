@@ -6,12 +6,8 @@
 # tests/aux_tp_ckpt re-saves a checkpoint under a layout without a step (the same state).
 # The format-level checks and a kill -9 amid the writers: tests/test_checkpoint.c.
 . "$(dirname "$0")/lib.sh"
-BUILD=${BUILD:-build}
-P=$PIPETRAIN
+mpi_env 60         # a hang is a failure; a save of this model takes milliseconds
 AUX="$BUILD/tests/aux_tp_ckpt"
-JOB_LIMIT_S=60      # a hang is a failure; a save of this model takes milliseconds
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own leaks
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp"
 D=$TEST_TMP/tpck
 mkdir -p "$D"
 # vocab 257: tp 2 pads wte to 258 rows, and the padding row must be in no file
@@ -19,8 +15,8 @@ cat > "$D/cfg.json" <<'J'
 {"n_layer": 2, "n_head": 4, "n_embd": 32, "vocab_size": 257, "n_positions": 32}
 J
 for i in $(seq 1 100); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
-mpi() { local n=$1; shift; timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS \
-          -x PT_CKPT_DEBUG -np "$n" "$AUX" "$@" mpi < /dev/null; }
+MPI_X=PT_CKPT_DEBUG
+mpi() { local n=$1; shift; mpi_run "$n" "$AUX" "$@" mpi; }   # aux_tp_ckpt's MPI mode
 thr() { timeout "$JOB_LIMIT_S" "$AUX" "$@"; }
 # same_chunks A B: every chunk file of A equals B's, byte for byte (and there are some)
 same_chunks() { local f n=0; for f in "$1"/chunk-*.safetensors; do cmp -s "$f" "$2/$(basename "$f")" || return 1; n=$((n + 1)); done; [ $n -gt 0 ]; }

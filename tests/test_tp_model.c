@@ -8,7 +8,6 @@
 #include "model/gpt_io.h"
 #include "test.h"
 #include "util/pt.h"
-#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -20,6 +19,7 @@
 #define LOSS_SCALE 0.5f  /* the head's dloss: a power of two, so the gradients scale exactly */
 #define MAX_TP 4
 #define MAX_LAYERS 8
+#include "tp_group.h"
 
 enum { B = 2, T = 7, N = B * T };
 
@@ -32,13 +32,6 @@ static const gpt_config cfgs[] = {
     {.n_layer = 3, .n_head = 8, .n_embd = 24, .vocab_size = 40, .n_positions = 8},
 };
 
-static void make_batch(int *tok, int *tgt, int V, uint64_t seed) {
-    pt_rng r;
-    pt_rng_seed(&r, seed);
-    for (int i = 0; i < N; i++) { tok[i] = (int)(pt_rng_next(&r) % V); tgt[i] = (int)(pt_rng_next(&r) % V); }
-    tok[0] = tgt[1] = V - 1;   /* the last real row: next to the padding */
-}
-
 /* Larger-than-GPT-2 random weights, so gradients stand well above float rounding. */
 static void perturb_params(gpt_model *m, uint64_t seed) {
     pt_rng r;
@@ -46,16 +39,9 @@ static void perturb_params(gpt_model *m, uint64_t seed) {
     for (size_t i = 0; i < m->num_params; i++) m->params[i] += (float)(0.3 * pt_rng_normal(&r));
 }
 
-/* ---- the in-test collective: one thread per rank, sums in rank order -------------------- */
+/* ---- the in-test collective (tp_group.h): one thread per rank, sums in rank order -------- */
 typedef struct {
-    pthread_barrier_t bar;
-    int size;
-    float *buf[MAX_TP];
-    size_t n[MAX_TP];
-} group;
-
-typedef struct {
-    group *g;
+    tp_group *g;
     int rank;
     int calls;      /* all-reduces so far, and their floats (this rank's counters) */
     size_t floats;
@@ -64,25 +50,10 @@ typedef struct {
 
 static int group_allreduce(void *ctx, float *buf, size_t n) {
     member *me = ctx;
-    group *g = me->g;
     me->calls++;
     me->floats += n;
-    if (!g) return me->fail_after-- > 0 ? 0 : pt_seterr("injected failure");
-    g->buf[me->rank] = buf;
-    g->n[me->rank] = n;
-    pthread_barrier_wait(&g->bar);
-    int same = 1;
-    for (int r = 0; r < g->size; r++) same &= g->n[r] == n;
-    float *sum = pt_falloc(n);
-    for (size_t i = 0; same && i < n; i++) {
-        float s = g->buf[0][i];
-        for (int r = 1; r < g->size; r++) s += g->buf[r][i];
-        sum[i] = s;
-    }
-    pthread_barrier_wait(&g->bar);   /* every rank has read every buffer */
-    memcpy(buf, sum, n * sizeof *buf);
-    free(sum);
-    return same ? 0 : pt_seterr("ranks all-reduce different lengths");
+    if (!me->g) return me->fail_after-- > 0 ? 0 : pt_seterr("injected failure");
+    return tp_group_sum(me->g, me->rank, buf, n) < 0 ? pt_seterr("ranks all-reduce different lengths") : 0;
 }
 
 /* ---- one rank's training step through the layer API --------------------------------------- */
@@ -254,31 +225,25 @@ static int collectives_ok(const gpt_model *m, const rank_job *j) {
 /* The sharded layers' loss and gradients against the whole model's, one thread per rank. */
 static void test_sharded_step(const gpt_config *c, int tp) {
     char name[160];
-    int tok[N], tgt[N], nl = c->n_layer + 2;
+    int tok[N], tgt[N];
     float loss;
     gpt_model whole, sh[MAX_TP];
     gpt_init(&whole, c);
     gpt_init_random(&whole, 3);
     perturb_params(&whole, 4);
-    make_batch(tok, tgt, c->vocab_size, 6);
+    tp_make_batch(tok, tgt, N, c->vocab_size, 6, 1);
     gpt_zero_grad(&whole);
     gpt_forward_backward(&whole, tok, tgt, B, T, &loss);
 
-    group g = {.size = tp};
-    pthread_barrier_init(&g.bar, NULL, (unsigned)tp);
+    tp_group g;
+    tp_group_init(&g, tp);
     rank_job jobs[MAX_TP];
-    pthread_t th[MAX_TP];
     for (int r = 0; r < tp; r++) {
-        gpt_init_layers_tp(&sh[r], c, 0, nl, r, tp);
-        for (int k = 0; k < gpt_param_count(&whole); k++) {
-            const gpt_param_info *pi = gpt_param_info_at(&whole, k);
-            gpt_shard_extract(c, pi, r, tp, whole.params + pi->offset, sh[r].params + sh[r].info[k].offset);
-        }
+        tp_shard_of(&sh[r], &whole, r, tp);
         jobs[r] = (rank_job){.m = &sh[r], .me = {.g = &g, .rank = r}, .tok = tok, .tgt = tgt};
-        pthread_create(&th[r], NULL, rank_thread, &jobs[r]);
     }
-    for (int r = 0; r < tp; r++) pthread_join(th[r], NULL);
-    pthread_barrier_destroy(&g.bar);
+    tp_run_threads(tp, rank_thread, jobs, sizeof *jobs);
+    tp_group_destroy(&g);
     int rc = 0, same_loss = 1, coll = 1, fb = 1;
     for (int r = 0; r < tp; r++) {
         rc |= jobs[r].rc;
@@ -380,7 +345,7 @@ static void test_errors(void) {
     gpt_init_layers_tp(&m, &c, 0, c.n_layer + 2, 1, 2);
     gpt_init_random(&m, 1);
     int tok[N], tgt[N], C = c.n_embd;
-    make_batch(tok, tgt, c.vocab_size, 2);
+    tp_make_batch(tok, tgt, N, c.vocab_size, 2, 1);
     float *act = pt_falloc(gpt_layer_act_floats(&m, 1, B, T)), *sc = pt_falloc(gpt_scratch_floats(&m, B, T));
     float *x = pt_falloc((size_t)N * C), *y = pt_falloc((size_t)N * C), loss;
     rc = gpt_layer_forward(&m, 0, NULL, act, sc, x, NULL, tok, B, T);

@@ -21,6 +21,7 @@
 
 #define MAX_TP 4
 #define MAX_LAYERS 8
+#include "tp_group.h"
 #define MAX_N 256        /* B*T of any run here */
 #define LOG_MAX 64       /* collective events of one layer's phase */
 #define SLOW_US 50000    /* a slow helper's delay before each sum: long beside a half's compute at
@@ -46,10 +47,8 @@ static const gpt_config cfgs[] = {
 enum { COLL_BLOCKING, COLL_HELPER, COLL_DEFERRED };
 
 typedef struct {
-    pthread_barrier_t bar;
-    int size, mode, slow;
-    float *buf[MAX_TP];
-    size_t n[MAX_TP];
+    tp_group tg;                /* the ranks' sum in rank order */
+    int mode, slow;
     double t0;                  /* the run's start (timestamps relative to it) */
 } group;
 
@@ -89,23 +88,7 @@ static void log_event(member *me, char c) {
     }
 }
 
-static int group_sum(group *g, int rank, float *buf, size_t n) {
-    g->buf[rank] = buf;
-    g->n[rank] = n;
-    pthread_barrier_wait(&g->bar);
-    int same = 1;
-    for (int r = 0; r < g->size; r++) same &= g->n[r] == n;
-    float *sum = pt_falloc(n);
-    for (size_t i = 0; same && i < n; i++) {
-        float s = g->buf[0][i];
-        for (int r = 1; r < g->size; r++) s += g->buf[r][i];
-        sum[i] = s;
-    }
-    pthread_barrier_wait(&g->bar);   /* every rank has read every buffer */
-    memcpy(buf, sum, n * sizeof *buf);
-    free(sum);
-    return same ? 0 : -1;
-}
+static int group_sum(group *g, int rank, float *buf, size_t n) { return tp_group_sum(&g->tg, rank, buf, n); }
 
 static int coll_allreduce(void *ctx, float *buf, size_t n) {
     member *me = ctx;
@@ -306,12 +289,6 @@ typedef struct {
     group g;
 } run_state;
 
-static void make_batch(int *tok, int *tgt, int n, int V, uint64_t seed) {
-    pt_rng r;
-    pt_rng_seed(&r, seed);
-    for (int i = 0; i < n; i++) { tok[i] = (int)(pt_rng_next(&r) % V); tgt[i] = (int)(pt_rng_next(&r) % V); }
-}
-
 /* The whole model's seeded and perturbed weights, cut into tp shards; every rank's step. The
  * caller reads s and frees it with run_free. */
 static void run_group(run_state *s, const gpt_config *c, const run_opts *o) {
@@ -324,39 +301,33 @@ static void run_group(run_state *s, const gpt_config *c, const run_opts *o) {
     double scale = 0.3 * sqrt(32.0 / c->n_embd);   /* larger than GPT-2's, so gradients stand
                                                     * above rounding; not saturating when wide */
     for (size_t i = 0; i < whole.num_params; i++) whole.params[i] += (float)(scale * pt_rng_normal(&r));
-    make_batch(tok, tgt, o->B * o->T, c->vocab_size, 6);
-    s->g = (group){ .size = o->tp, .mode = o->mode, .slow = o->slow, .t0 = pt_now() };
-    pthread_barrier_init(&s->g.bar, NULL, (unsigned)o->tp);
-    pthread_t th[MAX_TP];
+    tp_make_batch(tok, tgt, o->B * o->T, c->vocab_size, 6, 0);
+    s->g = (group){ .mode = o->mode, .slow = o->slow, .t0 = pt_now() };
+    tp_group_init(&s->g.tg, o->tp);
     for (int q = 0; q < o->tp; q++) {
-        gpt_init_layers_tp(&s->sh[q], c, 0, c->n_layer + 2, q, o->tp);
-        for (int k = 0; k < gpt_param_count(&whole); k++) {
-            const gpt_param_info *pi = gpt_param_info_at(&whole, k);
-            gpt_shard_extract(c, pi, q, o->tp, whole.params + pi->offset, s->sh[q].params + s->sh[q].info[k].offset);
-        }
+        tp_shard_of(&s->sh[q], &whole, q, o->tp);
         member_start(&s->me[q], &s->g, q);
         s->me[q].fail_start = o->fail_start;
         s->me[q].fail_wait = o->fail_wait;
         s->jobs[q] = (rank_job){ .m = &s->sh[q], .me = &s->me[q], .tok = tok, .tgt = tgt, .B = o->B,
                                  .T = o->T, .overlap = o->overlap, .recompute = o->recompute };
-        pthread_create(&th[q], NULL, rank_thread, &s->jobs[q]);
     }
-    for (int q = 0; q < o->tp; q++) pthread_join(th[q], NULL);
+    tp_run_threads(o->tp, rank_thread, s->jobs, sizeof *s->jobs);
     gpt_free(&whole);
 }
 
 static void run_free(run_state *s) {
-    for (int q = 0; q < s->g.size; q++) {
+    for (int q = 0; q < s->g.tg.size; q++) {
         member_stop(&s->me[q]);
         free(s->jobs[q].grads);
         gpt_free(&s->sh[q]);
     }
-    pthread_barrier_destroy(&s->g.bar);
+    tp_group_destroy(&s->g.tg);
 }
 
 /* Every rank's run went through, and every sum started was waited for. */
 static int run_ok(const run_state *s, char *why, size_t n) {
-    for (int q = 0; q < s->g.size; q++) {
+    for (int q = 0; q < s->g.tg.size; q++) {
         const rank_job *j = &s->jobs[q];
         if (j->rc || j->rc_overlap) { snprintf(why, n, "rank %d: %s", q, j->rc ? j->err : pt_err()); return 0; }
         if (s->me[q].in_flight) { snprintf(why, n, "rank %d: %d sums in flight", q, s->me[q].in_flight); return 0; }
@@ -369,7 +340,7 @@ static int run_ok(const run_state *s, char *why, size_t n) {
 static int same_bits(const run_state *a, const run_state *b, double *err) {
     int same = 1;
     *err = 0;
-    for (int q = 0; q < a->g.size; q++) {
+    for (int q = 0; q < a->g.tg.size; q++) {
         size_t n = a->sh[q].n_held;
         same &= a->jobs[q].loss == b->jobs[q].loss && memcmp(a->jobs[q].grads, b->jobs[q].grads, n * sizeof(float)) == 0;
         double e = test_tensor_relerr(b->jobs[q].grads, a->jobs[q].grads, n);
@@ -384,7 +355,7 @@ static int same_bits(const run_state *a, const run_state *b, double *err) {
 static int ranks_agree(const run_state *s) {
     int ok = 1;
     const gpt_model *m0 = &s->sh[0];
-    for (int q = 1; q < s->g.size; q++) {
+    for (int q = 1; q < s->g.tg.size; q++) {
         ok &= s->jobs[q].loss == s->jobs[0].loss;
         for (int k = 0; k < gpt_param_count(m0); k++) {
             const gpt_param_info *pi = &m0->info[k];
@@ -401,7 +372,7 @@ static int ranks_agree(const run_state *s) {
 static int block_events_ok(const run_state *s, int overlap, int slow) {
     const char *want = overlap ? (slow ? "sowowoww" : "sswswsww") : "aa";
     int ok = 1;
-    for (int q = 0; q < s->g.size; q++) {
+    for (int q = 0; q < s->g.tg.size; q++) {
         const rank_job *j = &s->jobs[q];
         const gpt_model *m = j->m;
         gpt_layer_cost k;

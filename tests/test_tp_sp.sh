@@ -7,13 +7,9 @@
 # errors naming the flags.
 # The model's numerics: tests/test_tp_sp_model.c.
 . "$(dirname "$0")/lib.sh"
-BUILD=${BUILD:-build}
-P=$PIPETRAIN
-CMP="$BUILD/tests/aux_run_cmp"
-JOB_LIMIT_S=120     # a hang is a failure; a healthy run takes well under a second
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own leaks
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp"
+mpi_env 120        # a hang is a failure; a healthy run takes well under a second
 export OPENBLAS_NUM_THREADS=1   # the single-process reference sums as one thread does
+MPI_X=OPENBLAS_NUM_THREADS
 D=$TEST_TMP/tp_sp
 mkdir -p "$D"
 # n_head 4 (tp 2 divides it); vocab 257 (wte's rows padded); batch 8 x seq 16: every microbatch's
@@ -22,8 +18,6 @@ cat > "$D/cfg.json" <<'J'
 {"n_layer": 2, "n_head": 4, "n_embd": 32, "vocab_size": 257, "n_positions": 32}
 J
 for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
-mpi() { local n=$1; shift; timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS \
-          -x OPENBLAS_NUM_THREADS -np "$n" "$P" "$@" < /dev/null; }
 gargs="--config $D/cfg.json --tokens $D/text.txt --batch 8 --seq 16"
 targs="--config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3"
 # float32 sums of the same terms in another order (microbatches, replicas, TP partial products;

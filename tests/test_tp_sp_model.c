@@ -17,7 +17,6 @@
 #include "util/pt.h"
 #include <cblas.h>
 #include <math.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -32,6 +31,7 @@
 #define MAX_TP 8
 #define MAX_LAYERS 8
 #define MAX_N 64
+#include "tp_group.h"
 
 /* Shapes: a vocabulary no tp divides; one head per rank at tp 4; tp 8 (c_fc's 4C/tp = C/2: the
  * reduce-scatter's (N,C) is wider than a block's B scratch rows without sp). B*T chosen so that
@@ -47,14 +47,7 @@ static const shape shapes[] = {
 enum { K_AR, K_RS, K_AG, N_KINDS };
 
 typedef struct {
-    pthread_barrier_t bar;
-    int size;
-    float *buf[MAX_TP];
-    size_t n[MAX_TP];
-} group;
-
-typedef struct {
-    group *g;
+    tp_group *g;
     int rank, size;
     int calls[N_KINDS];
     size_t floats[N_KINDS];
@@ -68,12 +61,8 @@ static int group_op(member *me, int kind, float *buf, size_t n) {
     me->calls[kind]++;
     me->floats[kind] += n;
     if (!me->g) return me->fail_after-- > 0 ? 0 : pt_seterr("injected failure");
-    group *g = me->g;
-    g->buf[me->rank] = buf;
-    g->n[me->rank] = n;
-    pthread_barrier_wait(&g->bar);
-    int same = 1;
-    for (int r = 0; r < g->size; r++) same &= g->n[r] == n;
+    tp_group *g = me->g;
+    int same = tp_group_post(g, me->rank, buf, n);
     float *res = pt_falloc(n ? n : 1);
     for (size_t i = 0; same && i < n; i++) {
         if (kind == K_AG) {   /* element i from the rank whose slice holds it (comm_slice) */
@@ -86,7 +75,7 @@ static int group_op(member *me, int kind, float *buf, size_t n) {
         for (int r = 1; r < g->size; r++) s += g->buf[r][i];
         res[i] = s;
     }
-    pthread_barrier_wait(&g->bar);   /* every rank has read every buffer */
+    tp_group_done(g);
     size_t lo = n * me->rank / g->size, hi = n * (me->rank + 1) / g->size;
     memcpy(buf, res, n * sizeof *buf);
     for (size_t i = 0; kind == K_RS && i < n; i++) if (i < lo || i >= hi) buf[i] = NAN;
@@ -238,16 +227,9 @@ static void *rank_thread(void *arg) {
 typedef struct {
     gpt_model sh[MAX_TP];
     rank_job jobs[MAX_TP];
-    group g;
+    tp_group g;
     int tp;
 } run_state;
-
-static void make_batch(int *tok, int *tgt, int n, int V, uint64_t seed) {
-    pt_rng r;
-    pt_rng_seed(&r, seed);
-    for (int i = 0; i < n; i++) { tok[i] = (int)(pt_rng_next(&r) % V); tgt[i] = (int)(pt_rng_next(&r) % V); }
-    tok[0] = tgt[1] = V - 1;   /* the last real row: next to wte's padding */
-}
 
 /* The whole model's seeded weights, perturbed (larger than GPT-2's, so gradients stand above
  * rounding), with its gradients of the batch (dloss 1). */
@@ -264,23 +246,15 @@ static void whole_model(gpt_model *w, const shape *sh, const int *tok, const int
 /* Every rank's step on the whole model's weights cut into tp shards. */
 static void run_group(run_state *s, const gpt_model *whole, const shape *sh, int tp, int sp, int recompute,
                       const int *tok, const int *tgt) {
-    const gpt_config *c = &sh->c;
     s->tp = tp;
-    s->g = (group){ .size = tp };
-    pthread_barrier_init(&s->g.bar, NULL, (unsigned)tp);
-    pthread_t th[MAX_TP];
+    tp_group_init(&s->g, tp);
     for (int q = 0; q < tp; q++) {
-        gpt_init_layers_tp(&s->sh[q], c, 0, c->n_layer + 2, q, tp);
-        for (int k = 0; k < gpt_param_count(whole); k++) {
-            const gpt_param_info *pi = gpt_param_info_at(whole, k);
-            gpt_shard_extract(c, pi, q, tp, whole->params + pi->offset, s->sh[q].params + s->sh[q].info[k].offset);
-        }
+        tp_shard_of(&s->sh[q], whole, q, tp);
         s->jobs[q] = (rank_job){ .m = &s->sh[q], .me = { .g = &s->g, .rank = q, .size = tp }, .tok = tok,
                                  .tgt = tgt, .B = sh->B, .T = sh->T, .sp = sp, .recompute = recompute };
-        pthread_create(&th[q], NULL, rank_thread, &s->jobs[q]);
     }
-    for (int q = 0; q < tp; q++) pthread_join(th[q], NULL);
-    pthread_barrier_destroy(&s->g.bar);
+    tp_run_threads(tp, rank_thread, s->jobs, sizeof *s->jobs);
+    tp_group_destroy(&s->g);
 }
 
 static void run_free(run_state *s) {
@@ -418,7 +392,7 @@ static void test_sp_step(const shape *sh, int tp) {
     int tok[MAX_N], tgt[MAX_N], N = sh->B * sh->T, marks;
     float loss;
     gpt_model whole;
-    make_batch(tok, tgt, N, c->vocab_size, 6);
+    tp_make_batch(tok, tgt, N, c->vocab_size, 6, 1);
     whole_model(&whole, sh, tok, tgt, &loss);
     run_state ref, sp, rc;
     run_group(&ref, &whole, sh, tp, 0, 0, tok, tgt);
@@ -574,7 +548,7 @@ static void test_errors(void) {
     gpt_set_tp(&m4, &t4);
     gpt_set_tp_sp(&m4, 1);
     int tok[MAX_N], tgt[MAX_N];
-    make_batch(tok, tgt, 16, c->vocab_size, 2);
+    tp_make_batch(tok, tgt, 16, c->vocab_size, 2, 1);
     size_t na = gpt_layer_act_floats(&m, 1, 2, 8), ns = gpt_scratch_floats(&m, 2, 8);   /* m's, the larger */
     float *act = pt_falloc(na), *sc = pt_falloc(ns);
     float *x = pt_falloc((size_t)16 * c->n_embd), *y = pt_falloc((size_t)16 * c->n_embd);
