@@ -733,6 +733,79 @@ static void test_faulty_set_delay(void) {
     comm_free(raw[0]);   /* still ours after the wrapper went */
 }
 
+/* set_rate: rank 0's link to rank 1 carries RATE_BPS bytes per second. Rank 0 sends two messages
+ * of RATE_BYTES back to back: its isends return at once, and rank 1 gets them at about n/R and
+ * 2n/R after they were sent (a FIFO: the second waits for the first to leave the link). Rank 1's
+ * own link to 0 is shaped the same, and its one message the other way queues on its own (about
+ * n/R, not behind rank 0's). */
+#define RATE_BPS 1e6
+#define RATE_BYTES 250000     /* 0.25 s a message at RATE_BPS */
+typedef struct { outcome o; double t0, isend, got[2], back; pthread_mutex_t mu; } rate_state;
+
+static void body_rate(comm *c, void *arg) {
+    rate_state *st = arg;
+    int r = c->rank, peer = 1 - r;
+    unsigned char *buf = calloc(3, RATE_BYTES);
+    comm_req *q[3];
+    if (comm_faulty_set_rate(c, peer, RATE_BPS, 0)) { note(&st->o, r, "set_rate"); free(buf); return; }
+    for (int k = 0; k < 2 && r == 1; k++)
+        if (comm_irecv(c, 0, 4, buf + (size_t)k * RATE_BYTES, RATE_BYTES, &q[k])) { note(&st->o, 1, "irecv"); free(buf); return; }
+    if (r == 0 && comm_irecv(c, 1, 5, buf + 2 * (size_t)RATE_BYTES, RATE_BYTES, &q[2])) { note(&st->o, 0, "irecv"); free(buf); return; }
+    if (comm_barrier(c)) { note(&st->o, r, "barrier"); free(buf); return; }
+    double t0 = pt_now();
+    if (r == 0) {
+        memset(buf, 7, 2 * (size_t)RATE_BYTES);
+        if (comm_isend(c, 1, 4, buf, RATE_BYTES, &q[0]) || comm_isend(c, 1, 4, buf + RATE_BYTES, RATE_BYTES, &q[1]))
+            { note(&st->o, 0, "isend"); free(buf); return; }
+        double dt = pt_now() - t0;
+        if (comm_wait(c, q[2], WAIT_S)) { note(&st->o, 0, "recv back"); free(buf); return; }
+        double back = pt_now() - t0;
+        for (int k = 0; k < 2; k++) if (comm_wait(c, q[k], WAIT_S)) { note(&st->o, 0, "wait"); free(buf); return; }
+        pthread_mutex_lock(&st->mu); st->isend = dt; st->back = back; pthread_mutex_unlock(&st->mu);
+    } else {
+        comm_req *s;
+        memset(buf + 2 * (size_t)RATE_BYTES, 9, RATE_BYTES);
+        if (comm_isend(c, 0, 5, buf + 2 * (size_t)RATE_BYTES, RATE_BYTES, &s)) { note(&st->o, 1, "isend"); free(buf); return; }
+        double got[2];
+        for (int k = 0; k < 2; k++) {
+            if (comm_wait(c, q[k], WAIT_S)) { note(&st->o, 1, "recv"); free(buf); return; }
+            got[k] = pt_now() - t0;
+        }
+        if (comm_wait(c, s, WAIT_S)) { note(&st->o, 1, "wait"); free(buf); return; }
+        if (buf[0] != 7 || buf[2 * (size_t)RATE_BYTES - 1] != 7) note(&st->o, 1, "payload");
+        pthread_mutex_lock(&st->mu); st->got[0] = got[0]; st->got[1] = got[1]; pthread_mutex_unlock(&st->mu);
+    }
+    free(buf);
+}
+
+static void test_faulty_set_rate(void) {
+    int slow[2] = {-1, -1}, die[2] = {-1, -1};
+    double delay[2] = {0}, n_r = RATE_BYTES / RATE_BPS, lo = 0.98;   /* n / R, tolerance of the lower bounds */
+    rate_state st = {0};
+    pthread_mutex_init(&st.mu, NULL);
+    run_faulty_world(2, slow, delay, die, body_rate, &st);
+    int b = first_bad(&st.o, 2);
+    CHECK("faulty set_rate: messages arrive intact", b < 0, "%s", b < 0 ? "" : st.o.msg[b]);
+    CHECK("faulty set_rate: the isends return at once", st.isend < NOT_BLOCKED_S, "took %.3f s", st.isend);
+    CHECK("faulty set_rate: the first message arrives after about n/R", st.got[0] >= lo * n_r && st.got[0] < 10 * n_r,
+          "after %.3f s (n/R %.3f)", st.got[0], n_r);
+    CHECK("faulty set_rate: the second queues behind it, about 2n/R", st.got[1] >= lo * 2 * n_r &&
+          st.got[1] < 10 * 2 * n_r, "after %.3f s (2n/R %.3f)", st.got[1], 2 * n_r);
+    CHECK("faulty set_rate: the other direction queues on its own (about n/R, not 3n/R)",
+          st.back >= lo * n_r && st.back < 2 * n_r + NOT_BLOCKED_S, "after %.3f s (n/R %.3f)", st.back, n_r);
+    pthread_mutex_destroy(&st.mu);
+    comm *raw[2], *f;
+    comm_threads_create(2, raw);
+    comm_faulty_wrap(raw[0], -1, 0, -1, &f);
+    CHECK("faulty set_rate: a negative or infinite rate is refused, 0 (unlimited) taken",
+          comm_faulty_set_rate(f, 1, -1, 0) < 0 && strstr(pt_err(), "not a rate") &&
+          comm_faulty_set_rate(f, 1, INFINITY, 0) < 0 && comm_faulty_set_rate(f, 1, 0, 1) == 0, "%s", pt_err());
+    CHECK("faulty set_rate: refused on a transport that is not faulty",
+          comm_faulty_set_rate(raw[1], 0, 1, 0) < 0 && strstr(pt_err(), "not faulty"), "%s", pt_err());
+    comm_free(f);
+    comm_free(raw[1]);
+}
+
 /* ---- clock offsets -------------------------------------------------------------------- */
 
 #define CLOCK_ROUNDS 8
@@ -808,6 +881,7 @@ int main(void) {
     test_faulty_delay();
     test_faulty_in_flight();
     test_faulty_set_delay();
+    test_faulty_set_rate();
     test_faulty_die();
     test_clock_offsets();
     TEST_DONE();

@@ -520,9 +520,14 @@ static void test_rate_specs(void) {
     sim_costs_at(&c, 2, &at);
     CHECK("rate_costs_at_in_window", sim_costs_link_busy(&at, 1, 2, 4e6) == 1, "%g", sim_costs_link_busy(&at, 1, 2, 4e6));
     sim_costs_free(&at);
+    int nf = c.n_faults;
     rc = sim_costs_add_slow_link_in(&c, "0-1:30Mbit@2-", 4, "steps");
-    CHECK("rate_spec_refused_by_the_runtime_parser", rc < 0 && strstr(pt_err(), "'0-1:30Mbit@2-'") &&
-          strstr(pt_err(), "simulated only"), "rc %d: %s", rc, pt_err());
+    CHECK("rate_spec_taken_by_the_runtime_parser", rc == 0 && c.n_faults == nf + 1 &&
+          c.faults[nf].rate == 3.75e6 && c.faults[nf].amount == 0 && c.faults[nf].from == 2,
+          "rc %d: %s", rc, pt_err());
+    rc = sim_costs_add_slow_link_in(&c, "0-1:0MB/s@2-", 4, "steps");
+    CHECK("rate_spec_zero_refused_by_the_runtime_parser", rc < 0 && strstr(pt_err(), "--slow-link '0-1:0MB/s@2-'") &&
+          strstr(pt_err(), "RATE must be above 0"), "rc %d: %s", rc, pt_err());
     sim_costs_free(&c);
     expect_spec_error("rate_spec_err_unknown_unit", true, "0-1:30Mbps", "unknown unit in '30Mbps'");
     expect_spec_error("rate_spec_err_zero", true, "0-1:0Mbit", "RATE must be above 0");

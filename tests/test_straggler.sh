@@ -50,6 +50,10 @@ if train --steps 4 $pipe --metrics "$D/m1.jsonl" --slow-link 0-1:0.02@2-3 --slow
    [ "$(numbers "$D/m0.jsonl")" = "$(numbers "$D/m1.jsonl")" ] && [ "$(wc -l < "$D/m1.jsonl")" = 4 ]; then
   ok "faults: train with faults over windows of steps: the same losses and norms, bitwise"
 else fail "faults: train with faults over windows of steps" "$(tail -2 "$D/t1.out"; numbers "$D/m1.jsonl" | tr '\n' ' ')"; fi
+if train --steps 4 $pipe --metrics "$D/m2.jsonl" --slow-link 0-1:2MB/s@2-3 > "$D/t2.out" 2>&1 &&
+   [ "$(numbers "$D/m0.jsonl")" = "$(numbers "$D/m2.jsonl")" ] && [ "$(wc -l < "$D/m2.jsonl")" = 4 ]; then
+  ok "faults: train with a link slow in bandwidth (2MB/s, steps 2-3): the same losses and norms, bitwise"
+else fail "faults: train with a link slow in bandwidth" "$(tail -2 "$D/t2.out"; numbers "$D/m2.jsonl" | tr '\n' ' ')"; fi
 if mpi 2 grad --config "$D/cfg.json" --tokens "$D/text.txt" --batch 8 --seq 16 --out "$D/g4.st" $pipe \
      --transport mpi --slow-link 0-1:0.01 --slow-stage 0:1.5 > "$D/mpi.out" 2>&1 && same "$D/g0.st" "$D/g4.st"; then
   ok "faults: MPI grad with a slow link and stage equals threads without, bitwise"
@@ -169,6 +173,10 @@ expect_error "faults: ranks that exchange nothing" "--slow-link '0-3:1': .*excha
 expect_error "faults: non-neighbours in one replica" "--slow-link '0-2:1': ranks 0 and 2 exchange no messages" \
   grad --out "$D/x.st" --stages 4 --microbatches 4 --slow-link 0-2:1
 expect_error "faults: negative seconds" "--slow-link '0-1:-1'" grad --out "$D/x.st" --stages 2 --slow-link 0-1:-1
+expect_error "faults: a zero rate" "--slow-link '0-1:0MB/s': RATE must be above 0" \
+  grad --out "$D/x.st" --stages 2 --slow-link 0-1:0MB/s
+expect_error "faults: a negative rate" "--slow-link '0-1:-3Mbit': RATE must be above 0" \
+  grad --out "$D/x.st" --stages 2 --slow-link 0-1:-3Mbit
 expect_error "faults: a factor below 1" "--slow-stage '1:0.5': FACTOR must be in 1" \
   grad --out "$D/x.st" --stages 2 --slow-stage 1:0.5
 expect_error "faults: a stage out of range" "--slow-stage '2:2': stage 2 out of range 0..1" \

@@ -38,7 +38,8 @@ void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const c
         {"--zero", OPT_INT, &ro->zero, "1: shard AdamW moments and the update over the ranks that reduce together (ZeRO-1; default 0)"},
         {"--no-overlap", OPT_FLAG, &ro->no_overlap, "reduce gradients after each rank's whole schedule, not from each stage's last W"},
         {"--slow-link", OPT_STR, NULL, "I-J:SECONDS[@FROM-TO] fault injection: every message between world ranks I and J "
-                                       "SECONDS late (not blocking the sender), in steps FROM..TO (repeatable)"},
+                                       "SECONDS late (not blocking the sender), in steps FROM..TO (repeatable); "
+                                       "I-J:RATE[@FROM-TO] (30Mbit, 4MB/s): slow in bandwidth, each direction a queue"},
         {"--slow-stage", OPT_STR, NULL, "I:FACTOR[@FROM-TO] fault injection: stage I's compute takes FACTOR (>= 1) times "
                                         "as long, in steps FROM..TO (repeatable)"},
     };

@@ -126,6 +126,14 @@ int comm_faulty_borrow(comm *inner, int die_after, comm **out);
  * them whose ranks include peer starts that late too. Messages to one peer keep their order.
  * -1 when c is not such a communicator, peer is not a rank of it, or seconds < 0. */
 int comm_faulty_set_delay(comm *c, int peer, double seconds, int reductions);
+/* From now on, the link from this rank to rank `peer` of c (as above) carries `bytes_per_s`
+ * bytes per second (0: unlimited): the messages to peer queue on it in the order sent, each
+ * holding it bytes / rate seconds, and are delivered at max(now, link free) + bytes / rate +
+ * the delay of set_delay, without blocking the sender (the delivery thread posts them). The
+ * other direction is the peer's own link (its own call). With `reductions`, a non-blocking
+ * reduction whose ranks include peer queues the same way on its communicator (its buffer's
+ * bytes at the slowest such rate). -1 as set_delay, or when bytes_per_s is negative or not finite. */
+int comm_faulty_set_rate(comm *c, int peer, double bytes_per_s, int reductions);
 
 /* Clock offsets (comm_clock.c): how far each rank's pt_now() reads ahead of rank 0's, so events
  * stamped on different hosts can be put on one time axis (t on rank r is t - offsets[r] on rank

@@ -6,7 +6,11 @@
  * (its calls fail and it aborts the job naming itself). Over a transport that takes calls from
  * one thread only (MPI without MPI_THREAD_MULTIPLE) the held-back messages are posted by this
  * rank's own later calls instead (the old way: late by up to one action).
- * Not a network emulator: no bandwidth model, no reordering, no message loss.
+ * A link can also be slow in bandwidth (comm_faulty_set_rate): each direction is a FIFO queue, a
+ * message to that peer holds it bytes / rate seconds after the ones before it, then takes the
+ * delay on top: due = max(now, link_free) + bytes / rate + delay, link_free moved to
+ * max(now, link_free) + bytes / rate. Still not a network emulator: no reordering, no message
+ * loss, no latency or bandwidth of the inner transport modelled (it adds its own).
  *
  * Locking: one mutex per rank's family (the wrapped communicator and every one split from it)
  * guards the queue, the delays, the fate and every request's deferred state. Inner calls are
@@ -14,6 +18,7 @@
 #include "comm/comm.h"
 #include "util/pt.h"
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +55,9 @@ typedef struct {
     int n_world;                    /* 1 + the largest world rank of the wrapped communicator */
     double *delay;                  /* [n_world] seconds added to each message to that rank */
     double *red_delay;              /* [n_world] a reduction whose ranks include it starts so late */
+    double *rate;                   /* [n_world] bytes per second of the link to it (0: unlimited) */
+    double *red_rate;               /* [n_world] the same for a reduction whose ranks include it */
+    double *link_free;              /* [n_world] when this rank's direction of that link is free */
     double *last_due;               /* [n_world] due time of the last held-back send to it */
     int *pending;                   /* [n_world] held-back sends to it not yet posted */
     fa_req *head;                   /* held-back items, by due time (FIFO among equal ones) */
@@ -67,6 +75,8 @@ struct fa_impl {
     int coll_pending, posting;      /* held-back reductions of this communicator; items of it
                                      * being posted right now (outside the lock) */
     double coll_last_due;
+    double coll_link_free;          /* when a held-back reduction of this communicator no longer
+                                     * holds its (slowest) link */
     fa_req *live;
     comm_vtable vt;                 /* per instance, for the name */
     char name[48];
@@ -200,6 +210,16 @@ static void defer(fa_fam *f, fa_req *r) {
 
 /* ---- point to point --------------------------------------------------------------------- */
 
+/* A message of `bytes` entering a link of `rate` bytes per second (0: unlimited) at `now`: it
+ * waits until the link is free, holds it bytes / rate, and leaves it then (returned; *free moves
+ * there). With no rate it leaves at once and the link is untouched. */
+static double link_due(double now, double *free_at, size_t bytes, double rate) {
+    if (!(rate > 0)) return now;
+    double start = *free_at > now ? *free_at : now;
+    *free_at = start + (double)bytes / rate;
+    return *free_at;
+}
+
 /* The death check of an isend: the first die_after go through, the next one kills the rank. */
 static int count_send(fa_impl *m) {
     fa_fam *f = m->fam;
@@ -225,11 +245,11 @@ static int fa_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, co
     if (count_send(m) < 0) { pthread_mutex_unlock(&f->mu); return -1; }
     drain(f, 0);
     int w = m->wr[dst];
-    double d = f->delay[w];
+    double d = f->delay[w], rate = f->rate[w];
     fa_req *r = req_new(m, (fa_req){.is_send = 1, .peer = dst, .tag = tag, .wpeer = w, .buf = buf,
                                     .bytes = bytes});
-    if (d > 0 || f->pending[w]) {   /* behind the ones already held back: one order per peer */
-        double due = pt_now() + d;
+    if (d > 0 || rate > 0 || f->pending[w]) {   /* behind the ones already held back: one order per peer */
+        double due = link_due(pt_now(), &f->link_free[w], bytes, rate) + d;
         r->due = due > f->last_due[w] ? due : f->last_due[w];
         f->last_due[w] = r->due;
         defer(f, r);
@@ -399,19 +419,32 @@ static double reduction_delay(const comm *c) {
     return d;
 }
 
+/* The slowest reduction rate of this communicator's ranks (0: none limited). Caller holds the
+ * lock. */
+static double reduction_rate(const comm *c) {
+    const fa_impl *m = c->impl;
+    double k = 0;
+    for (int r = 0; r < c->size; r++) {
+        double x = r == c->rank ? 0 : m->fam->red_rate[m->wr[r]];
+        if (x > 0 && (k == 0 || x < k)) k = x;
+    }
+    return k;
+}
+
 /* A non-blocking reduction: posted at once, or (a slow link to one of its ranks) held back like
- * a message, behind any reduction of this communicator already held back. Never sleeps. */
+ * a message, behind any reduction of this communicator already held back; on a link slow in
+ * bandwidth it queues behind them, holding the link for its buffer's bytes / rate. Never sleeps. */
 static int fa_ireduce_f32(comm *c, float *buf, size_t n, int all, comm_req **out) {
     fa_impl *m = c->impl;
     fa_fam *f = m->fam;
     pthread_mutex_lock(&f->mu);
     if (f->dead) { pthread_mutex_unlock(&f->mu); return dead_error(f); }
     drain(f, 0);
-    double d = reduction_delay(c);
+    double d = reduction_delay(c), rate = reduction_rate(c);
     fa_req *r = req_new(m, (fa_req){.is_coll = 1, .peer = -1, .tag = -1, .wpeer = -1, .fbuf = buf, .n = n,
                                     .all = all, .bytes = n * sizeof *buf});
-    if (d > 0 || m->coll_pending) {
-        double due = pt_now() + d;
+    if (d > 0 || rate > 0 || m->coll_pending) {
+        double due = link_due(pt_now(), &m->coll_link_free, r->bytes, rate) + d;
         r->due = due > m->coll_last_due ? due : m->coll_last_due;
         m->coll_last_due = r->due;
         defer(f, r);
@@ -473,6 +506,7 @@ static void fam_free(fa_fam *f) {
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);
     free(f->delay); free(f->red_delay); free(f->last_due); free(f->pending);
+    free(f->rate); free(f->red_rate); free(f->link_free);
     free(f);
 }
 
@@ -547,6 +581,9 @@ static fa_fam *fam_new(comm *inner, int die_after) {
     f->red_delay = pt_calloc((size_t)f->n_world, sizeof *f->red_delay);
     f->last_due = pt_calloc((size_t)f->n_world, sizeof *f->last_due);
     f->pending = pt_calloc((size_t)f->n_world, sizeof *f->pending);
+    f->rate = pt_calloc((size_t)f->n_world, sizeof *f->rate);
+    f->red_rate = pt_calloc((size_t)f->n_world, sizeof *f->red_rate);
+    f->link_free = pt_calloc((size_t)f->n_world, sizeof *f->link_free);
     f->threaded = inner->threaded;
     return f;
 }
@@ -582,6 +619,22 @@ int comm_faulty_set_delay(comm *c, int peer, double seconds, int reductions) {
     pthread_mutex_lock(&f->mu);
     f->delay[w] = seconds;
     f->red_delay[w] = reductions ? seconds : 0;
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+}
+
+int comm_faulty_set_rate(comm *c, int peer, double bytes_per_s, int reductions) {
+    if (!c || c->vt->isend != fa_isend) return pt_seterr("faulty: set_rate on a communicator that is not faulty");
+    fa_impl *m = c->impl;
+    fa_fam *f = m->fam;
+    if (!m->top) return pt_seterr("faulty: set_rate on a communicator split from the faulty one (use the one wrapped)");
+    if (peer < 0 || peer >= c->size) return pt_seterr("faulty: set_rate: no rank %d in %d", peer, c->size);
+    if (!(bytes_per_s >= 0) || isinf(bytes_per_s))
+        return pt_seterr("faulty: set_rate: %g bytes/s is not a rate (> 0, or 0 for unlimited)", bytes_per_s);
+    int w = m->wr[peer];
+    pthread_mutex_lock(&f->mu);
+    f->rate[w] = bytes_per_s;
+    f->red_rate[w] = reductions ? bytes_per_s : 0;
     pthread_mutex_unlock(&f->mu);
     return 0;
 }

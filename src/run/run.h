@@ -84,9 +84,11 @@ int run_plan_resplit(run_plan *out, const run_plan *pl, const gpt_config *cfg, c
  * error naming the flag and its value. */
 int run_plan_check_fault_steps(const run_plan *pl, long last_step);
 /* At step t (1-based): the extra seconds of every message between world ranks a and b (the
- * active --slow-link faults, added), and stage g's compute factor (the active --slow-stage
- * faults, multiplied; 1 when none). */
+ * active --slow-link faults, added), the bytes per second of that link, each direction (the
+ * slowest active --slow-link RATE fault; 0 when none), and stage g's compute factor (the active
+ * --slow-stage faults, multiplied; 1 when none). */
 double run_plan_link_delay(const run_plan *pl, int a, int b, long t);
+double run_plan_link_rate(const run_plan *pl, int a, int b, long t);
 double run_plan_stage_factor(const run_plan *pl, int g, long t);
 
 /* Per-iteration results, equal on every rank. */

@@ -405,9 +405,9 @@ static void job_analyse(run_job *j, run_stats *st) {
     free(busy);
 }
 
-/* Step t's faults on this process's ranks: the delay of each slow link to its other end (a link
- * between replicas delays their gradient reductions too, a link within a TP group its
- * all-reduces), each slow stage's factor. */
+/* Step t's faults on this process's ranks: the delay and the rate (bytes per second, this rank's
+ * direction) of each slow link to its other end (a link between replicas delays and queues their
+ * gradient reductions too, a link within a TP group its all-reduces), each slow stage's factor. */
 static int job_apply_faults(run_job *j, int t) {
     const run_plan *pl = j->pl;
     for (int r = 0; r < j->n_local && pl->n_faults; r++) {
@@ -419,7 +419,8 @@ static int job_apply_faults(run_job *j, int t) {
             run_layout_coords(&pl->lo, w, &dw, &pp, &tw);
             run_layout_coords(&pl->lo, peer, &dpeer, &pp, &tpeer);
             int reductions = dpeer != dw || tpeer != tw;
-            if (comm_faulty_set_delay(j->comms[r], peer, run_plan_link_delay(pl, w, peer, t), reductions) < 0)
+            if (comm_faulty_set_delay(j->comms[r], peer, run_plan_link_delay(pl, w, peer, t), reductions) < 0 ||
+                comm_faulty_set_rate(j->comms[r], peer, run_plan_link_rate(pl, w, peer, t), reductions) < 0)
                 return -1;
         }
         for (int g = 0; g < pl->s->n_stages; g++) run_exec_set_slowdown(j->ex[r], g, run_plan_stage_factor(pl, g, t));

@@ -144,6 +144,7 @@ static int run_plan_check_link(const run_plan *pl, const sim_fault *x) {
     sim_costs_init(&c, pl->s->n_stages, 1, 1, 1);
     sim_fault f = *x;
     f.a = pa, f.b = pb;
+    f.rate = 0;   /* the runtime's messages have their real size: no "0 bytes" to refuse */
     c.faults = &f, c.n_faults = 1;
     int rc = sim_costs_check_faults(&c, pl->s, 1 << 30);
     c.faults = NULL, c.n_faults = 0;
@@ -191,6 +192,17 @@ double run_plan_link_delay(const run_plan *pl, int a, int b, long t) {
             d += x->amount;
     }
     return d;
+}
+
+double run_plan_link_rate(const run_plan *pl, int a, int b, long t) {
+    double k = 0;
+    for (int i = 0; i < pl->n_faults; i++) {
+        const sim_fault *x = &pl->faults[i];
+        if (x->link && x->rate > 0 && ((x->a == a && x->b == b) || (x->a == b && x->b == a)) &&
+            sim_fault_active(x, (int)t) && (k == 0 || x->rate < k))
+            k = x->rate;
+    }
+    return k;
 }
 
 double run_plan_stage_factor(const run_plan *pl, int g, long t) {

@@ -98,8 +98,8 @@ int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks);
 /* "I:FACTOR[@FROM-TO]": stage I's F, B, W, BW times multiplied by FACTOR (>= 1: a straggler is
  * never faster), with a window as above. Errors name --slow-stage and quote the spec. */
 int sim_costs_add_slow_stage(sim_costs *c, const char *spec);
-/* The same two with the window counted in `unit` in errors ("steps": the runtime's flags). The
- * runtime injects delays only, so sim_costs_add_slow_link_in refuses a RATE (saying so). */
+/* The same two with the window counted in `unit` in errors ("steps": the runtime's flags, which
+ * inject a RATE too: comm_faulty_set_rate). */
 int sim_costs_add_slow_link_in(sim_costs *c, const char *spec, int n_ranks, const char *unit);
 int sim_costs_add_slow_stage_in(sim_costs *c, const char *spec, const char *unit);
 /* Whether fault x is active in iteration (or step) iter, 1-based. */

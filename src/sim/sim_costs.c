@@ -245,9 +245,9 @@ static int parse_rate(const char *text, double *rate) {
     return -1;
 }
 
-/* --slow-link's spec into a fault; `rates`: a RATE is allowed (the simulator's flag), else only
- * SECONDS (the runtime's). */
-static int add_slow_link(sim_costs *c, const char *spec, int n_ranks, const char *unit, bool rates) {
+/* --slow-link's spec into a fault: SECONDS or a RATE (the simulator's and the runtime's flag alike;
+ * windows counted in `unit`). */
+static int add_slow_link(sim_costs *c, const char *spec, int n_ranks, const char *unit) {
     char body[128], buf[128];
     int a, b, from, to;
     double extra = 0, rate = 0;
@@ -262,9 +262,6 @@ static int add_slow_link(sim_costs *c, const char *spec, int n_ranks, const char
     if (kind < 0)
         return pt_seterr("--slow-link '%s': unknown unit in '%s' (SECONDS is a plain number; a RATE ends in bit, "
                          "kbit, Mbit, Gbit or B/s, kB/s, MB/s, GB/s)", spec, colon + 1);
-    if (kind == 1 && !rates)
-        return pt_seterr("--slow-link '%s': a RATE is simulated only (pipetrain simulate); train and grad inject a "
-                         "delay in SECONDS per message (docs/stragglers.md)", spec);
     if (kind == 1 && !(rate > 0 && rate <= SIM_COST_MAX))
         return pt_seterr("--slow-link '%s': RATE must be above 0 and at most %g bytes/s (got %g)", spec, SIM_COST_MAX,
                          rate);
@@ -279,17 +276,16 @@ static int add_slow_link(sim_costs *c, const char *spec, int n_ranks, const char
               spec);
     return 0;
 bad:
-    return pt_seterr("--slow-link '%s': expected I-J:SECONDS[@FROM-TO]%s (ranks I, J; extra seconds per message "
-                     "in 0..%g; %s FROM..TO)", spec, rates ? " or I-J:RATE[@FROM-TO] (e.g. 30Mbit, 4MB/s)" : "",
-                     SIM_COST_MAX, unit);
+    return pt_seterr("--slow-link '%s': expected I-J:SECONDS[@FROM-TO] or I-J:RATE[@FROM-TO] (e.g. 30Mbit, "
+                     "4MB/s) (ranks I, J; extra seconds per message in 0..%g; %s FROM..TO)", spec, SIM_COST_MAX, unit);
 }
 
 int sim_costs_add_slow_link(sim_costs *c, const char *spec, int n_ranks) {
-    return add_slow_link(c, spec, n_ranks, "iterations", true);
+    return add_slow_link(c, spec, n_ranks, "iterations");
 }
 
 int sim_costs_add_slow_link_in(sim_costs *c, const char *spec, int n_ranks, const char *unit) {
-    return add_slow_link(c, spec, n_ranks, unit, false);
+    return add_slow_link(c, spec, n_ranks, unit);
 }
 
 int sim_costs_add_slow_stage(sim_costs *c, const char *spec) {
