@@ -104,13 +104,23 @@ if "$P" plan --config "$D/cfg.json" --cluster examples/cluster-local.json --glob
   else
     fail "train --plan runs a plan's tp and zero" "$(head -4 "$D/tp2.out"; tail -2 "$D/tp2.out")"
   fi
-  sed -E 's/"tp_overlap":([[:space:]]*)false/"tp_overlap":\1true/; s/"tp_recompute":([[:space:]]*)false/"tp_recompute":\1true/' \
+  sed -E 's/"tp_overlap":([[:space:]]*)false/"tp_overlap":\1true/; s/"tp_recompute":([[:space:]]*)false/"tp_recompute":\1true/; s/"sp":([[:space:]]*)true/"sp":\1false/' \
     "$D/plan-tp.json" > "$D/plan-tp2.json"
   if "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan-tp2.json" --steps 2 --lr 1e-3 > "$D/tp3.out" 2>&1 \
      && grep -q "^plan .* x tp 2, .*tp-recompute, tp-overlap" "$D/tp3.out" && grep -q "step *2/2" "$D/tp3.out"; then
     ok "train --plan runs a plan's tp-recompute and tp-overlap"
   else
     fail "train --plan runs a plan's tp-recompute and tp-overlap" "$(grep -c tp_ "$D/plan-tp2.json"; head -3 "$D/tp3.out"; tail -2 "$D/tp3.out")"
+  fi
+  # a plan with sequence parallelism ("sp": true; tp_overlap off, which sp excludes): train runs --sp
+  sed -E 's/"sp":([[:space:]]*)false/"sp":\1true/; s/"tp_overlap":([[:space:]]*)true/"tp_overlap":\1false/' \
+    "$D/plan-tp.json" > "$D/plan-sp.json"
+  if "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan-sp.json" --steps 2 --lr 1e-3 > "$D/tp4.out" 2>&1 \
+     && grep -q "^plan .* x tp 2, .*, sp" "$D/tp4.out" && grep -q "sequence parallel" "$D/tp4.out" \
+     && grep -q "step *2/2" "$D/tp4.out"; then
+    ok "train --plan runs a plan's sp"
+  else
+    fail "train --plan runs a plan's sp" "$(grep -c '"sp"' "$D/plan-sp.json"; head -3 "$D/tp4.out"; tail -2 "$D/tp4.out")"
   fi
   expect_error "train --plan with --tp" "--plan sets the layout" \
     "$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan-tp.json" --tp 2 --steps 1

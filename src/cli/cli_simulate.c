@@ -41,7 +41,7 @@ typedef struct {
     /* a model on a cluster (the planner's cost model) */
     const char *config, *cluster, *plan, *split;
     int tp, dp, zero, mb_size, seq;
-    bool recompute, tp_overlap, tp_recompute;
+    bool recompute, tp_overlap, tp_recompute, sp;
 } sim_args;
 
 /* A model on a cluster: the layout simulated, and its memory per pipeline rank. */
@@ -115,6 +115,8 @@ static int parse_args(int argc, char **argv, sim_args *a) {
                                                     "with the other half microbatch (train --tp-overlap)"},
         {"--tp-recompute", OPT_FLAG, &a->tp_recompute, "with --config and --tp 2+: communication-free "
                                                         "recomputation (train --tp-recompute)"},
+        {"--sp", OPT_FLAG, &a->sp, "with --config and --tp 2+: sequence parallelism, the stream between layers "
+                                   "and stages split by rows over the TP group (train --sp)"},
     };
     char **rest = pt_malloc(sizeof(char *) * (size_t)(argc + 1));
     a->slow_links = pt_malloc(sizeof(char *) * (size_t)argc);
@@ -271,11 +273,11 @@ static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *
  * other cost flags are refused, and --plan sets the whole layout. */
 static int model_flags_check(const sim_args *a) {
     bool layout = a->tp || a->dp || a->zero || a->mb_size || a->seq || a->split || a->recompute || a->tp_overlap ||
-                  a->tp_recompute;
+                  a->tp_recompute || a->sp;
     if (!a->config && !a->cluster) {
         if (!layout && !a->plan) return 0;
-        return pt_seterr("--tp, --dp, --zero, --plan, --microbatch-size, --seq, --split, --recompute, --tp-overlap "
-                         "and --tp-recompute need --config "
+        return pt_seterr("--tp, --dp, --zero, --plan, --microbatch-size, --seq, --split, --recompute, --tp-overlap, "
+                         "--tp-recompute and --sp need --config "
                          "and --cluster (the costs then come from the model on the cluster: its FLOPs, its TP "
                          "all-reduce bytes over the cluster's links, its memory)");
     }
@@ -286,7 +288,7 @@ static int model_flags_check(const sim_args *a) {
                          "--bandwidth, --act-bytes, --schedule-file and --adapt");
     if (a->plan && (layout || a->name || a->stages || a->mb || a->chunks))
         return pt_seterr("--plan sets the layout: drop --schedule/--stages/--microbatches/--chunks/--tp/--dp/--zero/"
-                         "--microbatch-size/--seq/--split/--recompute/--tp-overlap/--tp-recompute, or drop --plan");
+                         "--microbatch-size/--seq/--split/--recompute/--tp-overlap/--tp-recompute/--sp, or drop --plan");
     return 0;
 }
 
@@ -301,7 +303,8 @@ static int model_layout(const sim_args *a, const gpt_config *cfg, plan_layout *p
     *p = (plan_layout){ .P = a->stages, .M = a->mb, .chunks = a->chunks > 0 ? a->chunks : g->chunks,
                         .D = a->dp ? a->dp : 1, .tp = a->tp ? a->tp : 1, .zero = a->zero,
                         .mb_size = a->mb_size ? a->mb_size : 1, .T = a->seq ? a->seq : cfg->n_positions,
-                        .recompute = a->recompute, .tp_overlap = a->tp_overlap, .tp_recompute = a->tp_recompute };
+                        .recompute = a->recompute, .tp_overlap = a->tp_overlap, .tp_recompute = a->tp_recompute,
+                        .sp = a->sp };
     snprintf(p->schedule, sizeof p->schedule, "%s", g->name);
     snprintf(p->placement, sizeof p->placement, "node");
     if (p->P < 1 || p->M < 1) return pt_seterr("--stages and --microbatches must be >= 1 (got %d, %d)", p->P, p->M);
@@ -345,12 +348,13 @@ static void model_free(model_run *m) {
 static void model_print_human(const model_run *m, const sim_costs *c) {
     const plan_layout *p = &m->pl;
     char split[1024];
-    printf("model            tp %d x dp %d x stages %d, microbatches %d x %d, seq %d, recompute %s%s, zero %d, split %s\n",
+    printf("model            tp %d x dp %d x stages %d, microbatches %d x %d, seq %d, recompute %s%s%s, zero %d, split %s\n",
            p->tp, p->D, p->P, p->M, p->mb_size, p->T, p->recompute ? "yes" : p->tp_recompute ? "comm-free" : "no",
            p->tp_overlap ? (p->mb_size > 1 ? ", tp-overlap" : ", tp-overlap (no effect: microbatches of one sequence)")
-                         : "", p->zero, plan_layout_split_str(p, split, sizeof split));
+                         : "", p->sp ? ", sp" : "", p->zero, plan_layout_split_str(p, split, sizeof split));
     if (c->tp > 1) {
-        printf("TP all-reduce per stage (seconds within F and B)\n");
+        printf("TP %s per stage (seconds within F and B)\n",
+               p->sp ? "collectives (reduce-scatters, all-gathers, all-reduces)" : "all-reduce");
         for (int g = 0; g < c->n_stages; g++) printf("  stage %-4d F %.6g of %.6g  B %.6g of %.6g\n", g, c->tp_f[g],
                                                      c->f[g], c->tp_b[g], c->b[g]);
     }
@@ -374,6 +378,7 @@ static cJSON *model_json(const model_run *m, const sim_costs *c) {
     cJSON_AddBoolToObject(o, "recompute", p->recompute);
     cJSON_AddBoolToObject(o, "tp_overlap", p->tp_overlap);
     cJSON_AddBoolToObject(o, "tp_recompute", p->tp_recompute);
+    cJSON_AddBoolToObject(o, "sp", p->sp);
     cJSON_AddStringToObject(o, "split", plan_layout_split_str(p, split, sizeof split));
     cJSON_AddItemToObject(o, "tp_time_f", json_doubles(c->tp_f, c->n_stages));
     cJSON_AddItemToObject(o, "tp_time_b", json_doubles(c->tp_b, c->n_stages));

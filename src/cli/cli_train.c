@@ -117,13 +117,14 @@ static int apply_plan(train_args *a) {
         o->zero = o->zero > pl.zero ? o->zero : pl.zero;
         o->tp_overlap = o->tp_overlap || pl.tp_overlap;
         o->tp_recompute = o->tp_recompute || pl.tp_recompute;
+        o->tp_sp = o->tp_sp || pl.sp;
         snprintf(a->pipeline_schedule, sizeof a->pipeline_schedule, "%s", pl.schedule);
         o->schedule = a->pipeline_schedule;
         char text[512];
-        printf("plan %s: %d stages x dp %d x tp %d, %s, %d microbatches of %d, split %s%s%s%s%s\n",
+        printf("plan %s: %d stages x dp %d x tp %d, %s, %d microbatches of %d, split %s%s%s%s%s%s\n",
                a->plan, pl.P, pl.D, o->tp, pl.schedule, pl.M, pl.mb_size,
                plan_layout_split_str(&pl, text, sizeof text), pl.recompute ? ", recompute" : "",
-               pl.tp_recompute ? ", tp-recompute" : "", pl.tp_overlap ? ", tp-overlap" : "",
+               pl.tp_recompute ? ", tp-recompute" : "", pl.tp_overlap ? ", tp-overlap" : "", pl.sp ? ", sp" : "",
                pl.zero ? ", zero 1" : "");
         note_plan_devices(a, &pl);
         a->split = pl.split;          /* the counts themselves: no text in between */

@@ -26,6 +26,27 @@ typedef gpt_layer_cost plan_layer_cost;
 /* Analytic cost of one layer kind on one of tp tensor-parallel ranks (docs/planner.md for the FLOP
  * formulas; tp 1: no TP). B, T, tp >= 1. */
 void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, int tp, plan_layer_cost *out);
+/* The same with sequence parallelism (sp: the kind's cost_sp row, gpt_kind_cost; at tp 1 or sp
+ * false it is plan_layer_model's row). */
+void plan_layer_model_sp(const gpt_config *cfg, plan_kind kind, int B, int T, int tp, bool sp, plan_layer_cost *out);
+/* A cost row's collectives of one phase by how they cross the link (docs/tensor-parallel.md
+ * "Sequence parallelism in the cost model"): all-reduces (ar_*) and reduce-scatters /
+ * all-gathers (sg_*), payload bytes and counts. Without sp every collective is an all-reduce.
+ * Under sp (tp >= 2) every collective of the cost_sp rows is a reduce-scatter or all-gather of
+ * the whole (N,C) buffer, but the head's per-token all-reduces in F (the non-sp row's F
+ * collectives, which sp leaves as they are). */
+typedef struct {
+    double ar_bytes, sg_bytes;
+    int ar_coll, sg_coll;
+} plan_tp_parts;
+void plan_tp_parts_of(const gpt_config *cfg, plan_kind kind, int B, int T, int tp, bool sp, plan_phase ph,
+                      plan_tp_parts *out);
+/* Seconds of those on a ring of tp ranks over (bw, lat): sim_allreduce_time of the all-reduces +
+ * sim_rsag_time of the reduce-scatters and all-gathers. */
+double plan_tp_parts_time(const plan_tp_parts *pt, int tp, double bw, double lat);
+/* Layer-norm gradient bytes one rank all-reduces over its TP group once per step per block under
+ * sp (ln_1 and ln_2 weight and bias, gpt_param_info.tp_sum: 4C floats); 0 without sp or at tp 1. */
+double plan_sp_ln_bytes(const gpt_config *cfg, int tp, bool sp);
 /* Seconds of a layer's TP all-reduces in phase ph on a group of tp ranks over a link of bw bytes/s
  * and lat s (sim_allreduce_time of its tp_bytes and tp_collectives; 0 at tp 1 and in W). */
 double plan_tp_time(const plan_layer_cost *c, plan_phase ph, int tp, double bw, double lat);
@@ -46,7 +67,8 @@ double plan_tp_overlap_exposed(double half, double c0, double c1);
  * quarter of tp_bytes[ph], one collective each); else all of them (plan_tp_time). */
 double plan_tp_block_time(const plan_layer_cost *blk, plan_phase ph, int tp, int B, bool overlap, double rate,
                           double bw, double lat);
-/* Bytes sent between consecutive layers per microbatch: B*T*C*4. */
+/* Bytes sent between consecutive layers per microbatch: B*T*C*4 (per TP rank: under sp each rank
+ * sends its N/tp rows, plan_p2p_bytes / tp). */
 double plan_p2p_bytes(const gpt_config *cfg, int B, int T);
 
 /* Profiled costs of this machine (the costs file). rate = model FLOPs / measured seconds. */
@@ -148,6 +170,9 @@ typedef struct {
                                * other half microbatch's compute (no effect at microbatch size 1) */
     bool tp_recompute;        /* --tp-recompute (tp >= 2, not with recompute): blocks keep x and
                                * res2 and rebuild the rest before B with no collective */
+    bool sp;                  /* --sp (tp >= 2, not with tp_overlap, tp dividing mb_size * T):
+                               * sequence parallelism, the stream between layers and stages split
+                               * by rows over the TP group (run_opts.tp_sp) */
     char placement[16];       /* "node" or "mixed" (how devices form pipelines) */
     int *split;               /* [K] blocks per chunk ("--split" of run/layout.h) */
     int *devices;             /* [D*P*tp] cluster device of (replica d, rank p, TP rank t) at
@@ -180,6 +205,8 @@ typedef struct {
     bool no_recompute;        /* do not consider recomputation */
     bool no_tp_overlap;       /* do not consider tp_overlap (else tried at tp >= 2, B >= 2) */
     bool no_tp_recompute;     /* do not consider tp_recompute (else tried at tp >= 2) */
+    bool no_sp;               /* do not consider sp (else tried at tp >= 2 where tp divides B*T,
+                               * with every recomputation mode, never with tp_overlap) */
     int tp;                   /* only this TP degree; 0: every divisor of n_head that divides the
                                * devices and keeps each TP group inside a node (plus those that do
                                * not with tp_across_nodes) */
@@ -203,7 +230,7 @@ int plan_search(const gpt_config *cfg, const plan_cluster *k, const plan_opts *o
 void plan_result_free(plan_result *r);
 
 /* Scores one layout (P, D, tp, zero, M, mb_size, T, schedule, chunks, recompute, tp_overlap,
- * tp_recompute, split, devices
+ * tp_recompute, sp, split, devices
  * set; NULL devices: device (d*P + p)*tp + t) with the simulator: fills step_time, tokens_per_s,
  * bubble, stage_mem, stage_time, stage_inflight. Returns 0, or -1 with an error naming the numbers
  * (tp not dividing n_head, more devices than the cluster has, a device index outside it, a

@@ -24,6 +24,42 @@ void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, int t
     gpt_kind_ops((gpt_layer_kind)kind)->cost(cfg, B, T, tp, out);
 }
 
+void plan_layer_model_sp(const gpt_config *cfg, plan_kind kind, int B, int T, int tp, bool sp, plan_layer_cost *out) {
+    memset(out, 0, sizeof *out);
+    gpt_kind_cost((gpt_layer_kind)kind, cfg, B, T, tp, sp && tp > 1, out);
+}
+
+/* The model's tp_bytes convention under sp counts a collective's whole buffer (a reduce-scatter's
+ * input, an all-gather's output); what is not an (N,C) reduce-scatter or all-gather there is the
+ * head's per-token all-reduces in F, which the row without sp holds alone. */
+void plan_tp_parts_of(const gpt_config *cfg, plan_kind kind, int B, int T, int tp, bool sp, plan_phase ph,
+                      plan_tp_parts *out) {
+    plan_layer_cost row, plain;
+    sp = sp && tp > 1;
+    plan_layer_model_sp(cfg, kind, B, T, tp, sp, &row);
+    memset(out, 0, sizeof *out);
+    if (!sp) {
+        out->ar_bytes = row.tp_bytes[ph];
+        out->ar_coll = row.tp_collectives[ph];
+        return;
+    }
+    if (kind == PLAN_HEAD && ph == PLAN_F) {
+        plan_layer_model(cfg, kind, B, T, tp, &plain);
+        out->ar_bytes = plain.tp_bytes[ph];
+        out->ar_coll = plain.tp_collectives[ph];
+    }
+    out->sg_bytes = row.tp_bytes[ph] - out->ar_bytes;
+    out->sg_coll = row.tp_collectives[ph] - out->ar_coll;
+}
+
+double plan_tp_parts_time(const plan_tp_parts *pt, int tp, double bw, double lat) {
+    return sim_allreduce_time(tp, pt->ar_bytes, pt->ar_coll, bw, lat) + sim_rsag_time(tp, pt->sg_bytes, pt->sg_coll, bw, lat);
+}
+
+double plan_sp_ln_bytes(const gpt_config *cfg, int tp, bool sp) {
+    return sp && tp > 1 ? 4.0 * 4.0 * cfg->n_embd : 0;
+}
+
 double plan_tp_time(const plan_layer_cost *c, plan_phase ph, int tp, double bw, double lat) {
     return sim_allreduce_time(tp, c->tp_bytes[ph], c->tp_collectives[ph], bw, lat);
 }

@@ -33,16 +33,19 @@ void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster 
 
 void plan_items_free(plan_items *it) {
     free(it->work); free(it->mem_fixed); free(it->mem_act); free(it->grad);
-    for (int ph = 0; ph < PLAN_N_PHASES; ph++) { free(it->ph[ph]); free(it->tp_bytes[ph]); free(it->tp_coll[ph]); }
+    for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
+        free(it->ph[ph]); free(it->tp_bytes[ph]); free(it->tp_coll[ph]); free(it->sg_bytes[ph]); free(it->sg_coll[ph]);
+    }
     memset(it, 0, sizeof *it);
 }
 
 /* Adds one layer's costs to item i. Recomputation redoes F before B, its all-reduces included;
  * communication-free recomputation (a block) keeps keep_bytes and redoes recompute_flops before
- * B with no collective; ZeRO-1 keeps 1/optim_div of the AdamW moments. A block's all-reduces
- * under overlap are priced per rank (plan_item_tp_time), not here. */
-static void items_add(plan_items *it, int i, const plan_layer_cost *c, const double *eff, const plan_item_shape *sh,
-                      bool block) {
+ * B with no collective (under sp: the all-gathers of recompute_tp_bytes); ZeRO-1 keeps
+ * 1/optim_div of the AdamW moments. A block's all-reduces under overlap are priced per rank
+ * (plan_item_tp_time), not here. pt: the row's collectives per phase by kind (plan_tp_parts_of). */
+static void items_add(plan_items *it, int i, const plan_layer_cost *c, const plan_tp_parts *pt, const double *eff,
+                      const plan_item_shape *sh, bool block) {
     bool rc = sh->recompute, keep = sh->tp_recompute && block;
     double f = c->flops[PLAN_F] / eff[PLAN_F];
     it->ph[PLAN_F][i] += f;
@@ -53,9 +56,11 @@ static void items_add(plan_items *it, int i, const plan_layer_cost *c, const dou
     it->grad[i] += c->grad_bytes;
     if (block && it->overlap) return;
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
-        bool again = rc && ph == PLAN_B;
-        it->tp_bytes[ph][i] += c->tp_bytes[ph] + (again ? c->tp_bytes[PLAN_F] : 0);
-        it->tp_coll[ph][i] += c->tp_collectives[ph] + (again ? c->tp_collectives[PLAN_F] : 0);
+        bool again = rc && ph == PLAN_B, rebuild = keep && ph == PLAN_B;
+        it->tp_bytes[ph][i] += pt[ph].ar_bytes + (again ? pt[PLAN_F].ar_bytes : 0);
+        it->tp_coll[ph][i] += pt[ph].ar_coll + (again ? pt[PLAN_F].ar_coll : 0);
+        it->sg_bytes[ph][i] += pt[ph].sg_bytes + (again ? pt[PLAN_F].sg_bytes : 0) + (rebuild ? c->recompute_tp_bytes : 0);
+        it->sg_coll[ph][i] += pt[ph].sg_coll + (again ? pt[PLAN_F].sg_coll : 0) + (rebuild ? c->recompute_tp_collectives : 0);
     }
 }
 
@@ -93,13 +98,22 @@ void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s,
     it->n = L;
     it->tp = sh->tp;
     it->work = zeros(L), it->mem_fixed = zeros(L), it->mem_act = zeros(L), it->grad = zeros(L);
-    for (int ph = 0; ph < PLAN_N_PHASES; ph++) it->ph[ph] = zeros(L), it->tp_bytes[ph] = zeros(L), it->tp_coll[ph] = zeros(L);
+    for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
+        it->ph[ph] = zeros(L), it->tp_bytes[ph] = zeros(L), it->tp_coll[ph] = zeros(L);
+        it->sg_bytes[ph] = zeros(L), it->sg_coll[ph] = zeros(L);
+    }
+    it->sp = sh->sp && sh->tp > 1;
+    it->ln_bytes = plan_sp_ln_bytes(cfg, sh->tp, it->sp);
     plan_layer_cost c[PLAN_N_KINDS];
-    for (int k = 0; k < PLAN_N_KINDS; k++) plan_layer_model(cfg, k, sh->B, sh->T, sh->tp, &c[k]);
+    plan_tp_parts pt[PLAN_N_KINDS][PLAN_N_PHASES];
+    for (int k = 0; k < PLAN_N_KINDS; k++) {
+        plan_layer_model_sp(cfg, k, sh->B, sh->T, sh->tp, it->sp, &c[k]);
+        for (int ph = 0; ph < PLAN_N_PHASES; ph++) plan_tp_parts_of(cfg, k, sh->B, sh->T, sh->tp, it->sp, ph, &pt[k][ph]);
+    }
     items_overlap(it, &c[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh);
-    for (int i = 0; i < L; i++) items_add(it, i, &c[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh, true);
-    items_add(it, 0, &c[PLAN_EMBED], s->eff[PLAN_EMBED], sh, false);
-    items_add(it, L - 1, &c[PLAN_HEAD], s->eff[PLAN_HEAD], sh, false);
+    for (int i = 0; i < L; i++) items_add(it, i, &c[PLAN_BLOCK], pt[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh, true);
+    items_add(it, 0, &c[PLAN_EMBED], pt[PLAN_EMBED], s->eff[PLAN_EMBED], sh, false);
+    items_add(it, L - 1, &c[PLAN_HEAD], pt[PLAN_HEAD], s->eff[PLAN_HEAD], sh, false);
     for (int i = 0; i < L; i++) it->work[i] = it->ph[PLAN_F][i] + it->ph[PLAN_B][i] + it->ph[PLAN_W][i];
     items_extra(it, c, sh);
 }
@@ -178,7 +192,8 @@ static double block_pingpong(const plan_items *it, const plan_ranks *r, int p, i
 }
 
 double plan_item_tp_time(const plan_items *it, const plan_ranks *r, int p, int i, int ph) {
-    double t = sim_allreduce_time(r->tp, it->tp_bytes[ph][i], (int)it->tp_coll[ph][i], r->tp_bw[p], r->tp_lat[p]);
+    double t = sim_allreduce_time(r->tp, it->tp_bytes[ph][i], (int)it->tp_coll[ph][i], r->tp_bw[p], r->tp_lat[p]) +
+               sim_rsag_time(r->tp, it->sg_bytes[ph][i], (int)it->sg_coll[ph][i], r->tp_bw[p], r->tp_lat[p]);
     if (!it->overlap || ph == PLAN_W) return t;
     t += block_pingpong(it, r, p, ph);
     return ph == PLAN_B && it->recompute ? t + block_pingpong(it, r, p, PLAN_F) : t;
@@ -244,7 +259,9 @@ double plan_peak_need(const plan_items *it, const sched *s, const int *first, in
 
 /* Simulator costs of the split: per-chunk F/B/W on its rank (F and B with their TP all-reduces:
  * they block the compute stream; W has none), messages of B*T*C floats (each TP rank sends its
- * whole copy to its counterpart, in parallel), the data-parallel gradient ring as REDUCE_GRAD,
+ * whole copy to its counterpart, in parallel; under sp its N/tp rows, p2p / tp), the
+ * data-parallel gradient ring as REDUCE_GRAD (under sp after the chunk's one all-reduce of its
+ * blocks' layer-norm gradients over the TP group, as the runtime sums them before the ring),
  * links between the ranks of consecutive chunks. */
 static void score_costs(const plan_cluster *k, const plan_items *it, const plan_ranks *r, const sched *s,
                         const int *first, double p2p, sim_costs *c) {
@@ -255,7 +272,7 @@ static void score_costs(const plan_cluster *k, const plan_items *it, const plan_
     c->tp = r->tp;
     for (int g = 0; g < K; g++) {
         int p = s->stage_rank[g];
-        double rate = r->rate[p], grad = 0;
+        double rate = r->rate[p], grad = 0, ln = 0;
         for (int i = first[g]; i < first[g + 1]; i++) {
             c->tp_f[g] += plan_item_tp_time(it, r, p, i, PLAN_F);
             c->tp_b[g] += plan_item_tp_time(it, r, p, i, PLAN_B);
@@ -263,11 +280,13 @@ static void score_costs(const plan_cluster *k, const plan_items *it, const plan_
             c->b[g] += it->ph[PLAN_B][i] / rate;
             c->w[g] += it->ph[PLAN_W][i] / rate;
             grad += it->grad[i];
+            ln += it->ln_bytes;
         }
         c->f[g] += c->tp_f[g];
         c->b[g] += c->tp_b[g];
-        c->act_bytes[g] = p2p;
-        c->reduce[g] = sim_allreduce_time(D, grad, 1, r->reduce_bw, r->reduce_lat);
+        c->act_bytes[g] = it->sp ? p2p / r->tp : p2p;
+        c->reduce[g] = sim_allreduce_time(D, grad, 1, r->reduce_bw, r->reduce_lat) +
+                       sim_allreduce_time(r->tp, ln, ln > 0, r->tp_bw[p], r->tp_lat[p]);
         if (g + 1 < K && s->stage_rank[g] != s->stage_rank[g + 1]) {
             double bw, lat;
             plan_ranks_link(r, k, s->stage_rank[g], s->stage_rank[g + 1], &bw, &lat);
@@ -325,6 +344,13 @@ static int layout_check(const gpt_config *cfg, const plan_cluster *k, const plan
                          p->tp_overlap ? "tp_overlap" : "tp_recompute", tp);
     if (p->tp_recompute && p->recompute)
         return pt_seterr("plan: tp_recompute and recompute are two ways of recomputing: keep one");
+    if (p->sp && tp < 2)
+        return pt_seterr("plan: sp needs tp >= 2 (sequence parallelism splits the activation stream over the ranks "
+                         "of a TP group); tp is %d", tp);
+    if (p->sp && p->tp_overlap)
+        return pt_seterr("plan: sp and tp_overlap cannot be combined (under sp a block reduce-scatters and "
+                         "all-gathers; tp_overlap overlaps all-reduces only): keep one");
+    if (p->sp && gpt_sp_check_rows(p->mb_size, p->T, tp) < 0) return pt_adderr("plan: ");
     long n = (long)p->P * p->D * tp;
     if (n > k->n_devices)
         return pt_seterr("plan: tp %d x dp %d x stages %d = %ld devices, the cluster has %d", tp, p->D, p->P, n,
@@ -373,7 +399,7 @@ static int ctx_open(layout_ctx *x, const gpt_config *cfg, const plan_cluster *k,
     x->ready = true;
     plan_scale sc;
     plan_scale_init(&sc, costs, k, p->mb_size);
-    plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute, p->tp_overlap, p->tp_recompute };
+    plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute, p->tp_overlap, p->tp_recompute, p->sp };
     plan_items_init(&x->it, cfg, &sc, &sh);
     plan_ranks_init(&x->r, k, &sc, p->P, p->D, tp, p->devices);
     return 0;

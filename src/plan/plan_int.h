@@ -18,6 +18,13 @@ typedef struct {
     double *tp_bytes[PLAN_N_PHASES];  /* [L] bytes one rank all-reduces over its TP group per
                                        * microbatch in F, B (with recompute's F), W (always 0) */
     double *tp_coll[PLAN_N_PHASES];   /* [L] how many all-reduces those are */
+    /* Sequence parallelism: the reduce-scatters and all-gathers (payload bytes as the model
+     * counts them, plan_tp_parts; sim_rsag_time) of item i in F, B (with recompute's F, or
+     * tp_recompute's all-gathers), W (0). Zero without sp. */
+    double *sg_bytes[PLAN_N_PHASES], *sg_coll[PLAN_N_PHASES];
+    bool sp;
+    double ln_bytes;              /* per block: the layer-norm gradients all-reduced once per step
+                                   * over the TP group under sp (plan_sp_ln_bytes) */
     double extra_first, extra_last, extra_mid;   /* mem_extra of the first, last, other chunks */
     /* Overlap (plan_tp_block_time): when on (tp >= 2, B >= 2), the blocks' all-reduces are not in
      * tp_bytes / tp_coll above; each item's one block adds its ping-pong's exposed time, computed
@@ -35,6 +42,7 @@ typedef struct {
     bool recompute;
     bool tp_overlap;              /* --tp-overlap: block all-reduces in ping-pong (B >= 2) */
     bool tp_recompute;            /* --tp-recompute: blocks keep keep_bytes, B adds recompute_flops */
+    bool sp;                      /* --sp: the cost_sp rows, stream messages / tp */
 } plan_item_shape;
 
 /* One placement: the pipeline ranks as the slowest replica (and TP rank) sees them. */

@@ -1,7 +1,7 @@
 /* The planner's search: every tensor-parallel degree tp (a divisor of n_head and of the devices,
  * its groups inside nodes unless allowed across), data-parallel degree D dividing the devices / tp
  * (P = devices / (tp D)), device placement, power-of-two microbatch size, schedule,
- * recomputation (none, whole-stage, communication-free) and TP overlap; the exact split of each; an analytic lower bound per candidate; then the
+ * recomputation (none, whole-stage, communication-free), TP overlap and sequence parallelism; the exact split of each; an analytic lower bound per candidate; then the
  * simulator on candidates in bound order until the bound passes the N-th best simulated time (so
  * the pruning loses nothing), at most max_sims. Not here: the split itself (plan_split.c) and
  * scoring (plan_eval.c). */
@@ -20,9 +20,9 @@ typedef struct { const char *name; int v; } sched_choice;
 
 /* How a candidate keeps activations and runs its TP all-reduces. */
 typedef struct {
-    bool recompute, tp_recompute, tp_overlap;
+    bool recompute, tp_recompute, tp_overlap, sp;
 } act_mode;
-#define MAX_MODES 6                            /* {none, recompute, tp_recompute} x overlap */
+#define MAX_MODES 9                            /* {none, recompute, tp_recompute} x {-, overlap, sp} */
 
 typedef struct {
     int P, D, tp, B, M, v, sched_i, placement;   /* placement: 0 node, 1 mixed */
@@ -154,18 +154,22 @@ static void consider(search *S, const plan_items *it, const plan_ranks *r, const
 
 /* The per-layer numbers of a candidate's shape. */
 static void items_for(const search *S, plan_items *it, const plan_scale *sc, int D, int tp, int B, act_mode md) {
-    plan_item_shape sh = { B, S->o->T, tp, S->o->zero ? D : 1, md.recompute, md.tp_overlap, md.tp_recompute };
+    plan_item_shape sh = { B, S->o->T, tp, S->o->zero ? D : 1, md.recompute, md.tp_overlap, md.tp_recompute, md.sp };
     plan_items_init(it, S->cfg, sc, &sh);
 }
 
 /* The activation modes tried at (tp, B): recomputation off, whole-stage, communication-free (tp
- * >= 2), each with and without overlap (tp >= 2, B >= 2; it changes nothing at B = 1). */
+ * >= 2), each plain, with overlap (tp >= 2, B >= 2; it changes nothing at B = 1) and with
+ * sequence parallelism (tp >= 2 dividing B*T; not with overlap, as the runtime refuses). The
+ * overlap mode comes right after its plain twin (enumerate_b relies on it). */
 static int modes_for(const search *S, int tp, int B, act_mode *out) {
     int n = 0;
     bool ov = tp > 1 && B > 1 && !S->o->no_tp_overlap;
+    bool sp = tp > 1 && !S->o->no_sp && ((long)B * S->o->T) % tp == 0;
     for (int rc = 0; rc < 3; rc++) {
         if ((rc == 1 && S->o->no_recompute) || (rc == 2 && (tp < 2 || S->o->no_tp_recompute))) continue;
-        for (int o = 0; o <= (int)ov; o++) out[n++] = (act_mode){ rc == 1, rc == 2, o == 1 };
+        for (int o = 0; o <= (int)ov; o++) out[n++] = (act_mode){ rc == 1, rc == 2, o == 1, false };
+        if (sp) out[n++] = (act_mode){ rc == 1, rc == 2, false, true };
     }
     return n;
 }
@@ -253,7 +257,7 @@ static int simulate(search *S, const candidate *c, plan_layout *p) {
     memset(p, 0, sizeof *p);
     p->P = c->P; p->D = c->D; p->tp = c->tp; p->zero = S->o->zero; p->M = c->M; p->mb_size = c->B; p->T = S->o->T;
     p->chunks = c->v; p->recompute = c->mode.recompute; p->bound = c->bound;
-    p->tp_overlap = c->mode.tp_overlap; p->tp_recompute = c->mode.tp_recompute;
+    p->tp_overlap = c->mode.tp_overlap; p->tp_recompute = c->mode.tp_recompute; p->sp = c->mode.sp;
     snprintf(p->schedule, sizeof p->schedule, "%s", S->sc[c->sched_i].name);
     snprintf(p->placement, sizeof p->placement, "%s", c->placement ? "mixed" : "node");
     p->devices = placement_copy(S, c);

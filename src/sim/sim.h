@@ -131,6 +131,12 @@ void sim_costs_set_link_rate(sim_costs *c, int a, int b, double rate);
  * payload, summed over the collectives) on a link of `bandwidth` bytes/s and `latency` s:
  * 2(n-1)/n x bytes / bandwidth + collectives x 2(n-1) x latency. 0 for n <= 1. */
 double sim_allreduce_time(int n, double bytes, int collectives, double bandwidth, double latency);
+/* Seconds of `collectives` ring reduce-scatters or all-gathers over n ranks whose payloads (the
+ * whole buffer each is called on: a reduce-scatter's input, an all-gather's output) sum to
+ * `bytes`: (n-1)/n x bytes / bandwidth + collectives x (n-1) x latency, half an all-reduce of the
+ * same payload. A reduce-scatter and an all-gather of one buffer take what its all-reduce does.
+ * 0 for n <= 1. */
+double sim_rsag_time(int n, double bytes, int collectives, double bandwidth, double latency);
 /* Adds or updates the override for link a-b (negative latency/bandwidth: keep uniform). */
 void sim_costs_set_link(sim_costs *c, int a, int b, double latency, double bandwidth, double extra);
 

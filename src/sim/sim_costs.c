@@ -116,6 +116,11 @@ double sim_allreduce_time(int n, double bytes, int collectives, double bandwidth
     return 2.0 * (n - 1) / n * bytes / bandwidth + collectives * 2.0 * (n - 1) * latency;
 }
 
+double sim_rsag_time(int n, double bytes, int collectives, double bandwidth, double latency) {
+    if (n <= 1) return 0;
+    return (n - 1.0) / n * bytes / bandwidth + collectives * (n - 1.0) * latency;
+}
+
 void sim_costs_set_link(sim_costs *c, int a, int b, double latency, double bandwidth, double extra) {
     for (int i = 0; i < c->n_links; i++) {
         sim_link *l = &c->links[i];
