@@ -312,7 +312,7 @@ static int collectives_ok(const run_state *s, int B, int T) {
             if (gpt_layer_kind_of(m, l) == GPT_LAYER_BLOCK)
                 ok &= j->calls[l][PH_F][K_AR] + j->calls[l][PH_B][K_AR] == 0 &&
                       j->calls[l][PH_F][K_RS] == 2 && j->calls[l][PH_F][K_AG] == 2 &&
-                      j->calls[l][PH_B][K_RS] == 2 && j->calls[l][PH_B][K_AG] == 2;
+                      j->calls[l][PH_B][K_RS] == 2 && j->calls[l][PH_B][K_AG] == 4;
         }
     }
     return ok;
@@ -424,7 +424,7 @@ static void test_sp_step(const shape *sh, int tp) {
            worst_sum, worst, worst_name);
     CHECK(NAMED("gradients (marked summed) placed together equal the whole model's"), worst < GRAD_TOL(c),
           "relerr %g in %s", worst, worst_name);
-    CHECK(NAMED("the collectives each layer made are its cost_sp row's (RS 2, AG 2 a block phase)"),
+    CHECK(NAMED("the collectives each layer made are its cost_sp row's (RS 2 and AG 2 in a block's F, AG 4 in B)"),
           collectives_ok(&sp, sh->B, sh->T), "counts or bytes differ");
     CHECK(NAMED("gpt_forward_backward under sp: the layers' loss and gradients (scaled), bitwise"),
           all_flag(&sp, offsetof(rank_job, fb_same)), "differ");
@@ -447,11 +447,14 @@ free_runs:
 /* ---- cost rows ------------------------------------------------------------------------------ */
 /* Under sp at tp 2, 4 (8): every kind's act, keep and input bytes are the layers' sizes (the
  * input: the stream's rows, the embedding's tokens); a block's act and keep fewer than without
- * sp, the embedding's and the head's the same; tp 1's sp row is its plain row. */
+ * sp, its act exactly 1/tp of the act at tp 1 (every region shrinks by tp), its matmuls' weight
+ * gradient FLOPs in B (W none), B + W the same total; the embedding's and the head's the same;
+ * tp 1's sp row is its plain row. */
 static void test_sp_cost(const shape *sh) {
     const gpt_config *c = &sh->c;
     char name[200];
-    int ok = 1, less = 1, B = sh->B, T = sh->T;
+    int ok = 1, less = 1, shrink = 1, B = sh->B, T = sh->T;
+    size_t act1 = 0;   /* a block's act floats at tp 1 */
     member me = {0};
     for (int tp = 1; tp <= sh->max_tp; tp *= 2) {
         gpt_model m;
@@ -469,9 +472,13 @@ static void test_sp_cost(const shape *sh) {
             ok &= k.act_bytes == 4.0 * gpt_layer_act_floats(&m, l, B, T) &&
                   k.keep_bytes == 4.0 * gpt_layer_keep_floats(&m, l, B, T) && k.input_bytes == in &&
                   k.param_bytes == plain.param_bytes && k.flops[0] == plain.flops[0];
+            if (kind == GPT_LAYER_BLOCK && tp == 1) act1 = gpt_layer_act_floats(&m, l, B, T);
             if (tp == 1) ok &= memcmp(&k, &plain, sizeof k) == 0;
-            else if (kind == GPT_LAYER_BLOCK) less &= k.act_bytes < plain.act_bytes && k.keep_bytes < plain.keep_bytes;
-            else less &= k.act_bytes == plain.act_bytes;
+            else if (kind == GPT_LAYER_BLOCK) {
+                less &= k.act_bytes < plain.act_bytes && k.keep_bytes < plain.keep_bytes;
+                shrink &= gpt_layer_act_floats(&m, l, B, T) * (size_t)tp == act1 && k.flops[2] == 0 &&
+                          k.flops[1] == plain.flops[1] + plain.flops[2];
+            } else less &= k.act_bytes == plain.act_bytes;
         }
         gpt_free(&m);
     }
@@ -482,9 +489,9 @@ static void test_sp_cost(const shape *sh) {
     gpt_tp t = tp_of(&me, 1, (int)tp);
     gpt_set_tp(&m, &t);
     gpt_set_tp_sp(&m, 1);
-    size_t sw = 4 * C / tp > C ? 4 * C / tp : C, head = N * (tp + 3), blk = N * sw + (size_t)T * T;
-    ok &= gpt_layer_act_floats(&m, 1, B, T) == 4 * Ns * C + 4 * N * C + 19 * N * C / tp + 4 * Ns + N * NHl * T &&
-          gpt_layer_act_saved_floats(&m, 1, B, T) == 2 * Ns * C + 2 * N * C + 12 * N * C / tp + 4 * Ns + N * NHl * T &&
+    size_t head = N * (tp + 3), blk = N * C + (size_t)T * T;
+    ok &= gpt_layer_act_floats(&m, 1, B, T) == 8 * Ns * C + 19 * N * C / tp + 4 * Ns + N * NHl * T &&
+          gpt_layer_act_saved_floats(&m, 1, B, T) == 4 * Ns * C + 12 * N * C / tp + 4 * Ns + N * NHl * T &&
           gpt_scratch_floats(&m, B, T) == (blk > head ? blk : head);
     gpt_free(&m);
     snprintf(name, sizeof name, "tp sp L%d C%d: cost_sp rows' act, keep and input bytes are the layers' sizes, "
@@ -493,6 +500,9 @@ static void test_sp_cost(const shape *sh) {
     snprintf(name, sizeof name, "tp sp L%d C%d: a block holds fewer act and keep bytes under sp, the "
              "embedding and head the same", c->n_layer, c->n_embd);
     CHECK(name, less, "differ");
+    snprintf(name, sizeof name, "tp sp L%d C%d: a block's act under sp at tp is 1/tp of its act at tp 1; "
+             "its matmuls' weight-gradient FLOPs are B's, W none", c->n_layer, c->n_embd);
+    CHECK(name, shrink, "differ");
 }
 
 /* GPT-2 124M's block at B 4, T 256 per rank, with and without sp (the sizes need only the

@@ -280,7 +280,15 @@ int gpt_set_tp_overlap(gpt_model *m, int on);
  * of a block (layer norms, bias and residual adds) run on those rows only. Where a block
  * all-reduced, it reduce-scatters (after each row-parallel projection in F, each column-parallel
  * input gradient in B) and all-gathers before the matmuls that need every row (ln_1's and ln_2's
- * outputs in F, the stream's gradient and res2's in B): F and B two of each, W none. The
+ * outputs in F; the stream's gradient, res2's and again ln_1's and ln_2's outputs in B): F two
+ * of each, B two reduce-scatters and four all-gathers, W none. A block keeps only its rows of
+ * every (N,C) activation (its act is 1/tp of the act at tp 1), so under sp a block's B also
+ * computes the four matmuls' weight gradients (c_attn, attn.c_proj, c_fc, mlp.c_proj, weights
+ * and biases: they need all rows of ln1, ln2 and of the gradients at the projections' outputs,
+ * which B gathers and W, having no collective, could not), and W only the layer norms' partial
+ * ones. Schedules keep their order (W after B), but a zero-bubble schedule's W has little left
+ * to fill bubbles with under sp (the cost rows say so: cost_sp's B FLOPs hold the matmuls' dW,
+ * W's none). The
  * embedding reduce-scatters its output (F) and all-gathers its output gradient (B, for wte's and
  * wpe's W); the head all-gathers its input (F) and B gives its rows of the input gradient. Every
  * layer's x, out, dout and dx are then (gpt_stream_rows, C). Results: bitwise those of the
@@ -353,14 +361,15 @@ const gpt_tie *gpt_tie_at(const gpt_model *m, int i);
  * B*T times, per token: embedding 1 + C; block 27C + 4 + NH*T (16C + 4 + NH*T saved by F,
  * 11C stored by B for W); head 3C + 3 + V. Of a TP shard model (tp ranks): block
  * 8C + 19C/tp + 4 + NH/tp*T, head 3C + 3 + vocab_padded/tp (what the cost rows' act_bytes say);
- * under sequence parallelism a block 4C + 23C/tp + 4/tp + NH/tp*T (x, res2 and the layer norms'
- * statistics and input gradients the rank's rows; ln_1's and ln_2's outputs and the gradients
- * at the projections' outputs all rows, which W's matmuls read whole), the others the same. */
+ * under sequence parallelism a block 27C/tp + 4/tp + NH/tp*T, 1/tp of tp 1's (every (N,C)
+ * region the rank's rows: B all-gathers ln_1's and ln_2's outputs and the gradients at the
+ * projections' outputs into scratch where it needs them whole, and computes the matmuls' weight
+ * gradients there), the others the same. */
 size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T);
 /* The first floats of that storage, the part F fills (per token: embedding 1, block 16C + 4 +
  * NH*T, head 2C + 3 + V; a TP shard's: block 4C + 12C/tp + 4 + NH/tp*T, head 2C + 3 +
- * vocab_padded/tp; under sp a block 2C + 14C/tp + 4/tp + NH/tp*T); the rest B writes (and W
- * reads). A caller
+ * vocab_padded/tp; under sp a block 16C/tp + 4/tp + NH/tp*T); the rest B writes (and W
+ * reads; under sp a block's W reads only the layer norms' input gradients). A caller
  * that runs each layer's B and W back to back, the last layer first (gpt_forward_backward), may
  * let that rest overlap the next layer's act: it is written only after the next layer's W. */
 size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T);
@@ -376,7 +385,8 @@ size_t gpt_layer_keep_floats(const gpt_model *m, int layer, int B, int T);
  * c_attn, attention from x and ln_2, c_fc, GELU from res2, in the halves F ran in (same
  * overlap setting). No collective: the projections and their all-reduces are not needed, their
  * results being kept; but under sequence parallelism, where ln_1 and ln_2 run on the rank's
- * rows and their outputs are all-gathered again as in F (two all-gathers of (N,C), in F's order:
+ * rows (the act keeps those rows only) and are all-gathered into scratch again as in F, for
+ * c_attn and c_fc (two all-gathers of (N,C), in F's order:
  * every rank of the group must recompute the same layers in the same order). Embedding and head:
  * nothing to do. Then B and W on act give bitwise the gradients of the path without it. Same B,
  * T, tied as F; scratch as F's. Returns 0, or -1 (B, T out of range, or sp's rows not divisible;
@@ -386,8 +396,8 @@ int gpt_layer_recompute(const gpt_model *m, int layer, const gpt_tied *tied, flo
 /* The same as bytes per token at sequence length T (attention keeps NH*T floats per token). */
 size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T);
 /* Floats of per-thread scratch any layer needs for a (B,T) microbatch: B*T*4C/tp + T*T (a
- * block's B; under sequence parallelism B*T*max(4C/tp, C) + T*T), or more for a sharded head's
- * F when tp is large: B*T*(tp + 3). */
+ * block's B; under sequence parallelism B*T*C + T*T: the (N,C) buffer of its all-gathers and
+ * reduce-scatters), or more for a sharded head's F when tp is large: B*T*(tp + 3). */
 size_t gpt_scratch_floats(const gpt_model *m, int B, int T);
 
 /* F of one layer on one microbatch. tied: the tie buffers (NULL = the model's own; only a tie's
@@ -412,7 +422,9 @@ int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied
                              float *scratch, float *dx, const float *dout, int B, int T);
 /* W of one layer on one microbatch, any time after its B: adds (+=) the parameter gradients to
  * the layer's span of m->grads (head: ln_f there, wte's to tied[0].dw or m->g.wte). Reads act
- * only; no collective, also when sharded. Returns 0. */
+ * only; no collective, also when sharded. Under sequence parallelism a block's B has already
+ * added its matmuls' weight gradients (they need rows that only B gathers: gpt_set_tp_sp), so
+ * its W adds the layer norms' alone. Returns 0. */
 int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
                               const float *act, float *scratch, int B, int T);
 
