@@ -351,7 +351,9 @@ static void test_roaming(void) {
     CHECK("harvest: the roaming task ran in the waits of both ranks",
           r.by_task_rank[0][0] > 0 && r.by_task_rank[0][1] > 0, "rank 0: %d, rank 1: %d side events",
           r.by_task_rank[0][0], r.by_task_rank[0][1]);
-    CHECK("harvest: the pinned task only on its rank", r.by_task_rank[1][0] == 0 && r.by_task_rank[1][1] > 0,
+    /* never on rank 0; that pinned tasks run at all is test_iterative's (here the roaming task may take
+     * rank 1's few waits that fit a step when the machine is loaded) */
+    CHECK("harvest: the pinned task only on its rank", r.by_task_rank[1][0] == 0,
           "rank 0: %d, rank 1: %d side events", r.by_task_rank[1][0], r.by_task_rank[1][1]);
     CHECK("harvest: a task's steps never overlap (one rank at a time)", r.task_overlap == 0,
           "%d overlapping pairs", r.task_overlap);
