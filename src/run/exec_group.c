@@ -192,7 +192,6 @@ void exec_groups_free(run_exec *e) {
         for (int b = 0; b < gr->n_bk; b++)
             if (gr->bk[b].owned) { free(gr->bk[b].mm); free(gr->bk[b].vv); }
         free(gr->bk);
-        if (e->c.zero) { free(gr->fm); free(gr->fv); }   /* a save cut short */
         free(gr->ts);
         free(gr->g);
         free(gr->w);

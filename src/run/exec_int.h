@@ -101,9 +101,6 @@ typedef struct {
     exec_bucket *bk;                  /* [n_bk] in order */
     int n_bk;
     int n_writers, n_left;            /* local stages whose W adds to it; not yet done this step */
-    float *fm, *fv;                   /* (n) the region's whole moments while a TP save gathers
-                                       * them (exec_tp_moments_begin): --zero 1 all-gathered
-                                       * (owned), else the home's; NULL otherwise */
     int posted;                       /* this iteration's reduction is posted */
     int next_bk;                      /* buckets posted so far (one in flight at a time) */
     double post_t, done_t;            /* when it was posted, seen complete */

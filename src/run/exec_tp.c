@@ -147,73 +147,17 @@ static int exec_tp_whole(run_exec *e, const gpt_model *m, int param, const float
     return rc < 0 ? pt_adderr("rank %d: gathering %s over its TP group: ", e->c.world_rank, pi->name) : 0;
 }
 
-/* The moments of tensor `param` of stage index si (its shard): from the group whose region
- * holds it, between run_exec_moments_begin and _end. 0, or -1 when no group has it (a bug). */
-static int exec_tp_moments_of(const run_exec *e, int si, int param, const float **mm, const float **vv) {
-    for (int k = 0; k < e->n_grp; k++) {
-        const exec_group *gr = &e->grp[k];
-        int mine = 0;
-        for (int c = 0; c < gr->n_copies; c++) mine |= gr->copy_stage[c] == si;
-        for (int i = 0; mine && gr->fm && i < gr->n_ts; i++)
-            if (gr->ts[i].param == param) {
-                *mm = gr->fm + gr->ts[i].off;
-                *vv = gr->fv + gr->ts[i].off;
-                return 0;
-            }
-    }
-    return pt_seterr("rank %d: no moments of %s (stage %d) to save", e->c.world_rank,
-                     gpt_param_info_at(&e->st[si].m, param)->name, e->st[si].g);
-}
-
-int run_exec_gather_stage(run_exec *e, int g, int grads, int moments, gpt_model *whole, adamw_state *opt) {
+int run_exec_gather_stage(run_exec *e, int g, int grads, gpt_model *whole) {
     int si = e->loc[g];
     const gpt_model *m = &e->st[si].m;
     for (int i = 0; i < gpt_param_count(m); i++) {
         const gpt_param_info *pi = gpt_param_info_at(m, i);
         if (!gpt_holds_layer(m, pi->layer)) continue;
         size_t at = whole ? gpt_param_info_at(whole, i)->offset : 0;
-        const float *mm = NULL, *vv = NULL;
         if (exec_tp_whole(e, m, i, m->params + pi->offset, whole ? whole->params + at : NULL) < 0 ||
             (grads && exec_tp_whole(e, m, i, m->grads + pi->offset, whole ? whole->grads + at : NULL) < 0))
             return -1;
-        if (!moments) continue;
-        if (exec_tp_moments_of(e, si, i, &mm, &vv) < 0 ||
-            exec_tp_whole(e, m, i, mm, opt ? opt->m + at : NULL) < 0 ||
-            exec_tp_whole(e, m, i, vv, opt ? opt->v + at : NULL) < 0)
-            return -1;
     }
     return 0;
 }
 
-int run_exec_moments_begin(run_exec *e) {
-    for (int k = 0; k < e->n_grp; k++) {
-        exec_group *gr = &e->grp[k];
-        if (gr->n_bk == 0) continue;
-        if (!e->c.zero) {   /* the home's moments: the whole region, contiguous */
-            gr->fm = gr->bk[0].mm;
-            gr->fv = gr->bk[0].vv;
-            continue;
-        }
-        gr->fm = pt_falloc(gr->n);
-        gr->fv = pt_falloc(gr->n);
-        for (int b = 0; b < gr->n_bk; b++) {
-            exec_bucket *bk = &gr->bk[b];
-            size_t n = bk->hi - bk->lo;
-            memcpy(gr->fm + bk->off + bk->lo, bk->mm, n * sizeof(float));
-            memcpy(gr->fv + bk->off + bk->lo, bk->vv, n * sizeof(float));
-            if (gr->cm && gr->cm->size > 1 &&   /* each bucket's slices are comm_slice's */
-                (comm_allgather_f32(gr->cm, gr->fm + bk->off, bk->n) < 0 ||
-                 comm_allgather_f32(gr->cm, gr->fv + bk->off, bk->n) < 0))
-                return pt_adderr("rank %d: gathering moment slices for a checkpoint: ", e->c.world_rank);
-        }
-    }
-    return 0;
-}
-
-void run_exec_moments_end(run_exec *e) {
-    for (int k = 0; k < e->n_grp; k++) {
-        exec_group *gr = &e->grp[k];
-        if (e->c.zero) { free(gr->fm); free(gr->fv); }
-        gr->fm = gr->fv = NULL;
-    }
-}

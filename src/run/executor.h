@@ -147,21 +147,13 @@ int run_exec_write_shards(const run_exec *e, const char *tmpdir);
  * updates, of every reduction group. *out (malloc'd, the caller frees) points into the state:
  * read it before the next iteration. Returns the count, or -1 (a stage without its moments). */
 int run_exec_moment_slices(const run_exec *e, int g, ckpt_slice **out);
-/* Tensor parallelism, for files of whole tensors (checkpoints, the gradient file): stage g's
- * layers whole on TP rank 0 of this rank's TP group, from every TP rank's shards (gathered
- * tensor by tensor: no rank holds more than one whole tensor besides `whole`). Collective over
- * the TP group: its ranks call it with the same g, grads and moments, in the same order.
- * whole (TP rank 0; NULL elsewhere): a model of stage g's layers at tp 1 (gpt_init_layers);
- * its params are filled, and with grads its grads; with moments (between
- * run_exec_moments_begin and _end) opt (TP rank 0; NULL elsewhere) gets the stage's AdamW
- * moments laid out like whole's params. At tp 1 a copy. 0, or -1. */
-int run_exec_gather_stage(run_exec *e, int g, int grads, int moments, gpt_model *whole,
-                          adamw_state *opt);
-/* Makes every reduction group's whole moments readable by run_exec_gather_stage: with
- * --zero 1 each group's slices are all-gathered over its ranks (collective over every group
- * communicator: every rank of the job calls it); _end frees them. 0, or -1. */
-int run_exec_moments_begin(run_exec *e);
-void run_exec_moments_end(run_exec *e);
+/* Tensor parallelism, for a file of whole tensors (the gradient file; checkpoints write shards
+ * in place instead): stage g's layers whole on TP rank 0 of this rank's TP group, from every TP
+ * rank's shards (gathered tensor by tensor: no rank holds more than one whole tensor besides
+ * `whole`). Collective over the TP group: its ranks call it with the same g and grads, in the
+ * same order. whole (TP rank 0; NULL elsewhere): a model of stage g's layers at tp 1
+ * (gpt_init_layers); its params are filled, and with grads its grads. At tp 1 a copy. 0, or -1. */
+int run_exec_gather_stage(run_exec *e, int g, int grads, gpt_model *whole);
 /* This rank's TP all-reduces since init (run_tp_stats). */
 void run_exec_tp_stats(const run_exec *e, run_tp_stats *out);
 /* This rank's replica, pipeline rank and TP rank. */

@@ -658,7 +658,7 @@ static int job_gather_rank(run_job *j, int r) {
         gpt_model whole;
         memset(&whole, 0, sizeof whole);
         if (t == 0 && gpt_init_layers(&whole, &m->cfg, first, end) < 0) return -1;
-        rc = run_exec_gather_stage(j->ex[r], c, 1, 0, t == 0 ? &whole : NULL, NULL);
+        rc = run_exec_gather_stage(j->ex[r], c, 1, t == 0 ? &whole : NULL);
         if (rc == 0 && t == 0) rc = job_put_chunk(j, r, &whole);
         gpt_free(&whole);
     }
