@@ -60,15 +60,14 @@ int exec_recv(run_exec *e, int i, sched_action a, int *peer) {
     run_stage *st = &e->st[e->loc[a.stage]];
     *peer = a.kind == ACT_RECV_F ? st->prev_rank : st->next_rank;
     if (!e->recv_req[i]) return pt_seterr("RECV without a posted receive");
-    if (e->c.on_wait && exec_offer_wait(e, i, a, &e->recv_req[i], NULL) < 0) return -1;
+    exec_waiting x = { .e = e, .req = &e->recv_req[i], .n = 1 };
+    if (e->c.on_wait && exec_offer_wait(e, i, exec_reqs_arrived, &x) < 0) return -1;
     comm_req *r = e->recv_req[i];
     e->recv_req[i] = NULL;
     return r ? comm_wait(e->c.world, r, e->c.timeout) : 0;   /* NULL: it arrived during the offer */
 }
 
 /* ---- waits offered to side work (run_exec_cfg.on_wait) ------------------------------------ */
-
-typedef struct { run_exec *e; comm_req **req; run_stage *st; } exec_waiting;
 
 static void exec_record_side(run_wait *w, int task, double t0, double t1) {
     exec_waiting *x = w->priv;
@@ -77,32 +76,34 @@ static void exec_record_side(run_wait *w, int task, double t0, double t1) {
     timeline_push(&x->e->tl, &ev);
 }
 
-/* The receive's message is there (the test that says so frees the request). */
-static int exec_recv_arrived(run_wait *w) {
+int exec_reqs_arrived(run_wait *w) {
     exec_waiting *x = w->priv;
-    int done = 0;
-    if (*x->req && comm_test(x->e->c.world, *x->req, &done) < 0) return -1;
-    if (done) *x->req = NULL;
-    return *x->req == NULL;
+    int left = 0;
+    for (int k = 0; k < x->n; k++) {
+        int done = 0;
+        if (x->req[k] && comm_test(x->e->c.world, x->req[k], &done) < 0) return -1;
+        if (done) x->req[k] = NULL;
+        left += x->req[k] != NULL;
+    }
+    return left == 0;
 }
 
-/* Every posted reduction of the stage's groups is complete (testing progresses them). */
-static int exec_groups_arrived(run_wait *w) {
+int exec_groups_arrived(run_wait *w) {
     exec_waiting *x = w->priv;
-    if (exec_poll_groups(x->e) < 0) return -1;
-    for (int j = 0; j < x->st->n_writes; j++) {
-        const exec_group *gr = &x->e->grp[x->st->writes[j]];
+    run_exec *e = x->e;
+    if (exec_poll_groups(e) < 0) return -1;
+    int n = x->st ? x->st->n_writes : e->n_grp;
+    for (int j = 0; j < n; j++) {
+        const exec_group *gr = &e->grp[x->st ? x->st->writes[j] : j];
         if (gr->posted && gr->done_t == 0) return 0;
     }
     return 1;
 }
 
-int exec_offer_wait(run_exec *e, int i, sched_action a, comm_req **req, run_stage *st) {
-    exec_waiting x = { e, req, st };
-    run_wait w = { .world_rank = e->c.world_rank, .action = i, .act = a, .since = pt_now(),
-                   .arrived = req ? exec_recv_arrived : exec_groups_arrived,
-                   .record = exec_record_side, .priv = &x };
-    int got = w.arrived(&w);
+int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), exec_waiting *x) {
+    run_wait w = { .world_rank = e->c.world_rank, .action = i, .act = e->c.s->acts[e->p][i],
+                   .since = pt_now(), .arrived = arrived, .record = exec_record_side, .priv = x };
+    int got = arrived(&w);
     if (got != 0) return got < 0 ? -1 : 0;
     return e->c.on_wait(e->c.wait_user, &w);
 }

@@ -172,10 +172,21 @@ int exec_poll_sends(run_exec *e);
 int exec_send(run_exec *e, int i, sched_action a, int *peer);
 int exec_recv(run_exec *e, int i, sched_action a, int *peer);
 int exec_finish_sends(run_exec *e);
-/* Offers the wait of action i to cfg.on_wait unless it is over already: a receive (req: its
- * request, set to NULL when a test completed it) or stage st's reductions (req NULL). 0, or -1
- * when the job failed meanwhile. */
-int exec_offer_wait(run_exec *e, int i, sched_action a, comm_req **req, run_stage *st);
+/* Side work in a rank's waits (cfg.on_wait): what one offered wait waits for (run_wait.priv),
+ * read by its arrived test. */
+typedef struct {
+    run_exec *e;
+    comm_req **req;     /* messages: req[0..n), each set to NULL when a test completed it */
+    int n;
+    run_stage *st;      /* reductions: this stage's groups, or NULL: every group */
+} exec_waiting;
+/* The arrived tests: every request of x->req is done; every posted reduction of x->st's groups
+ * (every group's when NULL) is complete (testing progresses them). 1, 0, or -1 on failure. */
+int exec_reqs_arrived(run_wait *w);
+int exec_groups_arrived(run_wait *w);
+/* Offers the wait of action i to cfg.on_wait unless arrived(x) says it is over already; side
+ * steps go into the rank's timeline. 0, or -1 when the job failed meanwhile. */
+int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), exec_waiting *x);
 int exec_drop_requests(run_exec *e);
 
 /* exec_reduce.c */

@@ -90,48 +90,6 @@ int exec_wait_group(run_exec *e, exec_group *gr) {
  * gathers (32100 on, run_job.c). */
 #define EXEC_TAG_ARRIVAL 32050
 
-typedef struct { run_exec *e; comm_req **req; int n; } exec_idle;
-
-static void exec_idle_record(run_wait *w, int task, double t0, double t1) {
-    exec_idle *x = w->priv;
-    tl_event ev = { .act = { .stage = -1, .kind = ACT_N_KINDS, .mb = task }, .rank = w->world_rank,
-                    .stream = TL_SIDE, .peer = -1, .link = -1, .ready = t0, .start = t0, .end = t1 };
-    timeline_push(&x->e->tl, &ev);
-}
-
-/* Every posted group's reduction is complete (testing progresses them). */
-static int exec_idle_groups(run_wait *w) {
-    exec_idle *x = w->priv;
-    if (exec_poll_groups(x->e) < 0) return -1;
-    for (int k = 0; k < x->e->n_grp; k++)
-        if (x->e->grp[k].posted && x->e->grp[k].done_t == 0) return 0;
-    return 1;
-}
-
-/* Every other rank's arrival message is here (a test that says so frees its request). */
-static int exec_idle_arrivals(run_wait *w) {
-    exec_idle *x = w->priv;
-    int left = 0;
-    for (int k = 0; k < x->n; k++) {
-        int done = 0;
-        if (x->req[k] && comm_test(x->e->c.world, x->req[k], &done) < 0) return -1;
-        if (done) x->req[k] = NULL;
-        left += x->req[k] != NULL;
-    }
-    return left == 0;
-}
-
-/* Offers the wait of action i (arrived: what it waits for) to cfg.on_wait unless it is over
- * already. 0, or -1 when the job failed meanwhile. */
-static int exec_idle_offer(run_exec *e, int i, int (*arrived)(run_wait *), comm_req **req, int n) {
-    exec_idle x = { e, req, n };
-    run_wait w = { .world_rank = e->c.world_rank, .action = i, .act = e->c.s->acts[e->p][i],
-                   .since = pt_now(), .arrived = arrived, .record = exec_idle_record, .priv = &x };
-    int got = arrived(&w);
-    if (got != 0) return got < 0 ? -1 : 0;
-    return e->c.on_wait(e->c.wait_user, &w);
-}
-
 /* Index of the rank's STEP action, or -1 (a list without one reduces at its end). */
 static int exec_step_index(const run_exec *e) {
     for (int i = e->c.s->len[e->p] - 1; i >= 0; i--)
@@ -169,7 +127,8 @@ static int exec_world_arrival(run_exec *e) {
         n++;
     }
     int i = exec_step_index(e);
-    if (rc == 0 && i >= 0) rc = exec_idle_offer(e, i, exec_idle_arrivals, req, n);
+    exec_waiting x = { .e = e, .req = req, .n = n };
+    if (rc == 0 && i >= 0) rc = exec_offer_wait(e, i, exec_reqs_arrived, &x);
     rc = exec_finish_reqs(e, req, n, rc < 0);
     if (exec_finish_reqs(e, sent, n, rc < 0) < 0) rc = -1;
     free(req);
@@ -181,8 +140,9 @@ static int exec_world_arrival(run_exec *e) {
  * still waits for other members. */
 int exec_wait_all(run_exec *e) {
     int i = e->last_reduce;
+    exec_waiting x = { .e = e };   /* every group */
     if (e->c.on_wait && !e->c.overlap && !e->stepped && !e->async && i >= 0 &&
-        exec_idle_offer(e, i, exec_idle_groups, NULL, 0) < 0)
+        exec_offer_wait(e, i, exec_groups_arrived, &x) < 0)
         return -1;
     for (int k = 0; k < e->n_grp; k++)
         if (exec_wait_group(e, &e->grp[k]) < 0) return -1;
