@@ -40,3 +40,16 @@ mpi_run() {
 }
 # mpi N ARGS...: $P ARGS... on N processes.
 mpi() { local n=$1; shift; mpi_run "$n" "$P" "$@"; }
+# tp_case DIR: the tensor-parallel scripts' case (test_tp.sh, test_tp_sp.sh) in DIR: n_head 4 (tp
+# 1, 2, 4 divide it), vocab 257 (no tp > 1 does: wte's rows are padded), batch 8 x seq 16 (every
+# microbatch's B*T even, for --sp); sets gargs and targs (grad's and train's flags) and TOL,
+# float32 sums of the same terms in another order (microbatches, replicas, TP partial products,
+# under --sp the layer norms' gradients per rank's rows, then over the ranks).
+tp_case() {
+  mkdir -p "$1"
+  echo '{"n_layer": 2, "n_head": 4, "n_embd": 32, "vocab_size": 257, "n_positions": 32}' > "$1/cfg.json"
+  for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$1/text.txt"
+  gargs="--config $1/cfg.json --tokens $1/text.txt --batch 8 --seq 16"
+  targs="--config $1/cfg.json --data $1/text.txt --batch 8 --seq 16 --lr 3e-3"
+  TOL=1e-4
+}

@@ -11,18 +11,7 @@ mpi_env 120        # a hang is a failure; a healthy run takes well under a secon
 export OPENBLAS_NUM_THREADS=1   # the single-process reference sums as one thread does
 MPI_X=OPENBLAS_NUM_THREADS
 D=$TEST_TMP/tp_sp
-mkdir -p "$D"
-# n_head 4 (tp 2 divides it); vocab 257 (wte's rows padded); batch 8 x seq 16: every microbatch's
-# B*T is even
-cat > "$D/cfg.json" <<'J'
-{"n_layer": 2, "n_head": 4, "n_embd": 32, "vocab_size": 257, "n_positions": 32}
-J
-for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
-gargs="--config $D/cfg.json --tokens $D/text.txt --batch 8 --seq 16"
-targs="--config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3"
-# float32 sums of the same terms in another order (microbatches, replicas, TP partial products;
-# under --sp the layer norms' gradients per rank's rows, then over the ranks)
-TOL=1e-4
+tp_case "$D"   # lib.sh: config, text, gargs, targs, TOL
 
 "$P" grad $gargs --out "$D/g1.st" > /dev/null 2>&1
 for st in 1 2; do for dp in 1 2; do

@@ -62,11 +62,6 @@ void plan_tp_block_pieces(const plan_layer_cost *blk, plan_phase ph, double piec
  * half-sum's time `half` and one half's compute c0 (before the first sum) and c1 (between):
  * max(0, half - c0) + 2 max(0, half - c1) + half. The last half-sum is always exposed. */
 double plan_tp_overlap_exposed(double half, double c0, double c1);
-/* Seconds a block's all-reduces add to phase ph on a rank computing `rate` FLOP/s: with overlap
- * and a microbatch of B >= 2 sequences the exposed part (each of the four half-sums carries a
- * quarter of tp_bytes[ph], one collective each); else all of them (plan_tp_time). */
-double plan_tp_block_time(const plan_layer_cost *blk, plan_phase ph, int tp, int B, bool overlap, double rate,
-                          double bw, double lat);
 /* Bytes sent between consecutive layers per microbatch: B*T*C*4 (per TP rank: under sp each rank
  * sends its N/tp rows, plan_p2p_bytes / tp). */
 double plan_p2p_bytes(const gpt_config *cfg, int B, int T);

@@ -83,15 +83,6 @@ double plan_tp_overlap_exposed(double half, double c0, double c1) {
     return fmax(0, half - c0) + 2 * fmax(0, half - c1) + half;
 }
 
-double plan_tp_block_time(const plan_layer_cost *blk, plan_phase ph, int tp, int B, bool overlap, double rate,
-                          double bw, double lat) {
-    if (!overlap || B < 2 || tp < 2 || ph == PLAN_W || blk->tp_collectives[ph] < 1)
-        return plan_tp_time(blk, ph, tp, bw, lat);
-    double piece[2];
-    plan_tp_block_pieces(blk, ph, piece);
-    return plan_tp_pingpong(tp, blk->tp_bytes[ph], blk->tp_collectives[ph], piece, rate, bw, lat);
-}
-
 double plan_tp_pingpong(int tp, double bytes, int coll, const double piece[2], double rate, double bw, double lat) {
     double half = sim_allreduce_time(tp, bytes / (2.0 * coll), 1, bw, lat);
     return plan_tp_overlap_exposed(half, piece[0] / 2 / rate, piece[1] / 2 / rate);

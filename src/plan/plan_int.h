@@ -26,7 +26,7 @@ typedef struct {
     double ln_bytes;              /* per block: the layer-norm gradients all-reduced once per step
                                    * over the TP group under sp (plan_sp_ln_bytes) */
     double extra_first, extra_last, extra_mid;   /* mem_extra of the first, last, other chunks */
-    /* Overlap (plan_tp_block_time): when on (tp >= 2, B >= 2), the blocks' all-reduces are not in
+    /* Overlap (plan_tp_pingpong): when on (tp >= 2, B >= 2), the blocks' all-reduces are not in
      * tp_bytes / tp_coll above; each item's one block adds its ping-pong's exposed time, computed
      * per rank from these (B also F's again under recompute). */
     bool overlap, recompute;
