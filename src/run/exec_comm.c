@@ -1,6 +1,7 @@
 /* An executor's messages: every receive of an iteration posted at its start, sends posted at
  * their action and completed lazily between actions, and the clean-up after a failure.
- * Not here: the transports (comm/), gradient collectives (exec_reduce.c). */
+ * Not here: the transports (comm/), gradient collectives (exec_reduce.c), waits offered to side
+ * work (exec_wait.c). */
 #include "run/exec_int.h"
 #include "util/pt.h"
 #include <stdio.h>
@@ -65,47 +66,6 @@ int exec_recv(run_exec *e, int i, sched_action a, int *peer) {
     comm_req *r = e->recv_req[i];
     e->recv_req[i] = NULL;
     return r ? comm_wait(e->c.world, r, e->c.timeout) : 0;   /* NULL: it arrived during the offer */
-}
-
-/* ---- waits offered to side work (run_exec_cfg.on_wait) ------------------------------------ */
-
-static void exec_record_side(run_wait *w, int task, double t0, double t1) {
-    exec_waiting *x = w->priv;
-    tl_event ev = { .act = { .stage = -1, .kind = ACT_N_KINDS, .mb = task }, .rank = w->world_rank,
-                    .stream = TL_SIDE, .peer = -1, .link = -1, .ready = t0, .start = t0, .end = t1 };
-    timeline_push(&x->e->tl, &ev);
-}
-
-int exec_reqs_arrived(run_wait *w) {
-    exec_waiting *x = w->priv;
-    int left = 0;
-    for (int k = 0; k < x->n; k++) {
-        int done = 0;
-        if (x->req[k] && comm_test(x->e->c.world, x->req[k], &done) < 0) return -1;
-        if (done) x->req[k] = NULL;
-        left += x->req[k] != NULL;
-    }
-    return left == 0;
-}
-
-int exec_groups_arrived(run_wait *w) {
-    exec_waiting *x = w->priv;
-    run_exec *e = x->e;
-    if (exec_poll_groups(e) < 0) return -1;
-    int n = x->st ? x->st->n_writes : e->n_grp;
-    for (int j = 0; j < n; j++) {
-        const exec_group *gr = &e->grp[x->st ? x->st->writes[j] : j];
-        if (gr->posted && gr->done_t == 0) return 0;
-    }
-    return 1;
-}
-
-int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), exec_waiting *x) {
-    run_wait w = { .world_rank = e->c.world_rank, .action = i, .act = e->c.s->acts[e->p][i],
-                   .since = pt_now(), .arrived = arrived, .record = exec_record_side, .priv = x };
-    int got = arrived(&w);
-    if (got != 0) return got < 0 ? -1 : 0;
-    return e->c.on_wait(e->c.wait_user, &w);
 }
 
 /* Waits for every outstanding send and cancels nothing: a receive left over is a bug. */

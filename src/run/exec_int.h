@@ -172,6 +172,7 @@ int exec_poll_sends(run_exec *e);
 int exec_send(run_exec *e, int i, sched_action a, int *peer);
 int exec_recv(run_exec *e, int i, sched_action a, int *peer);
 int exec_finish_sends(run_exec *e);
+/* exec_wait.c (exec_groups_arrived: exec_reduce.c) */
 /* Side work in a rank's waits (cfg.on_wait): what one offered wait waits for (run_wait.priv),
  * read by its arrived test. */
 typedef struct {

@@ -90,6 +90,18 @@ int exec_wait_group(run_exec *e, exec_group *gr) {
  * gathers (32100 on, run_job.c). */
 #define EXEC_TAG_ARRIVAL 32050
 
+int exec_groups_arrived(run_wait *w) {
+    exec_waiting *x = w->priv;
+    run_exec *e = x->e;
+    if (exec_poll_groups(e) < 0) return -1;
+    int n = x->st ? x->st->n_writes : e->n_grp;
+    for (int j = 0; j < n; j++) {
+        const exec_group *gr = &e->grp[x->st ? x->st->writes[j] : j];
+        if (gr->posted && gr->done_t == 0) return 0;
+    }
+    return 1;
+}
+
 /* Index of the rank's STEP action, or -1 (a list without one reduces at its end). */
 static int exec_step_index(const run_exec *e) {
     for (int i = e->c.s->len[e->p] - 1; i >= 0; i--)

@@ -1,0 +1,34 @@
+/* Side work in a rank's waits: a wait offered to run_exec_cfg.on_wait (the harvester's, set by
+ * the trainer) with the test that says whether what it waits for has come, and side steps
+ * recorded in the rank's timeline. Used by receives (exec_comm.c), reductions and the step's
+ * arrivals (exec_reduce.c, executor.c); calls no other executor file.
+ * Not here: what side work runs (src/harvest). */
+#include "run/exec_int.h"
+#include "util/pt.h"
+
+static void exec_record_side(run_wait *w, int task, double t0, double t1) {
+    exec_waiting *x = w->priv;
+    tl_event ev = { .act = { .stage = -1, .kind = ACT_N_KINDS, .mb = task }, .rank = w->world_rank,
+                    .stream = TL_SIDE, .peer = -1, .link = -1, .ready = t0, .start = t0, .end = t1 };
+    timeline_push(&x->e->tl, &ev);
+}
+
+int exec_reqs_arrived(run_wait *w) {
+    exec_waiting *x = w->priv;
+    int left = 0;
+    for (int k = 0; k < x->n; k++) {
+        int done = 0;
+        if (x->req[k] && comm_test(x->e->c.world, x->req[k], &done) < 0) return -1;
+        if (done) x->req[k] = NULL;
+        left += x->req[k] != NULL;
+    }
+    return left == 0;
+}
+
+int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), exec_waiting *x) {
+    run_wait w = { .world_rank = e->c.world_rank, .action = i, .act = e->c.s->acts[e->p][i],
+                   .since = pt_now(), .arrived = arrived, .record = exec_record_side, .priv = x };
+    int got = arrived(&w);
+    if (got != 0) return got < 0 ? -1 : 0;
+    return e->c.on_wait(e->c.wait_user, &w);
+}
