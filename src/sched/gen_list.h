@@ -48,5 +48,13 @@ typedef struct {
 sched *gen_list_run(const gen_list_spec *sp, double *makespan);
 /* gen_list_run without the makespan. */
 sched *gen_list_schedule(const gen_list_spec *sp);
+/* The makespan of s's compute actions run in each rank's order under sp's costs, delays and
+ * queues (sp's limits, caps and policy are not read; stages are s's, on sp->stage_rank's ranks):
+ * each action starts when its rank is free and its prerequisites' messages have arrived, as in
+ * the list scheduler's timeline, so a fixed order the list scheduler built times the same or
+ * earlier. A message's queue is FIFO in its sender's order. *sum_end (may be NULL) gets the sum
+ * of every action's end (lower: work done earlier). -1 when the orders deadlock. O(actions) plus
+ * a pass over the ranks for each time a rank waits on another. */
+double gen_list_eval(const gen_list_spec *sp, const sched *s, double *sum_end);
 
 #endif

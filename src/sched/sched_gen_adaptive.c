@@ -15,6 +15,9 @@
 /* Ties within this relative margin go to the candidate holding fewer activations (scores are
  * sums of the same costs: equal schedules differ by rounding only). */
 #define ADAPT_TIE_REL 1e-9
+/* The local search's budget, in actions timed (each swap it tries times the whole order): about
+ * 2 ms on this machine, 3 passes over P = 8, M = 32; P = 2, M = 8 searches until no swap gains. */
+#define POLISH_WORK 300000L
 
 /* How a list candidate caps a stage's forwards in flight (F started, B not). */
 typedef enum {
@@ -176,6 +179,70 @@ static int adapt_list(adapt_ctx *c, const adapt_list_cand *k, int lim) {
     return adapt_offer(c, s, makespan, what);
 }
 
+/* Whether rank r's actions at i and i+1 may trade places: both compute, not the same
+ * microbatch's F, B and W of one stage (their own order), not of one kind (each stage keeps its
+ * microbatch order), and an F moved ahead of a W keeps the stage within limit L (held: the
+ * stage's activations before i). A swap that deadlocks the ranks is caught by the timing. */
+static bool polish_swappable(const sched *s, int r, int i, int held, int L) {
+    const sched_action *a = &s->acts[r][i], *b = &s->acts[r][i + 1];
+    if (!sched_kind_is_compute(a->kind) || !sched_kind_is_compute(b->kind)) return false;
+    if (a->kind == b->kind || (a->stage == b->stage && a->mb == b->mb)) return false;
+    return !(L > 0 && b->kind == ACT_F && a->kind == ACT_W && held + 1 > L);
+}
+
+/* The local search's order: its makespan by gen_list_eval, its summed end time, and how many
+ * more timings the search may spend. */
+typedef struct {
+    double v, sum;
+    long evals_left;
+} polish_state;
+
+/* One pass of the local search over every rank's adjacent pairs: a swap stays when the order's
+ * timeline (gen_list_eval) ends earlier, or as early with less summed end time (work moved
+ * earlier: what lets a later swap gain). Returns whether any stayed. */
+static bool polish_pass(const gen_list_spec *sp, sched *s, int L, polish_state *ps) {
+    bool gained = false;
+    for (int r = 0; r < s->n_ranks; r++)
+        for (int i = 0, held = 0; i + 1 < s->len[r] && ps->evals_left > 0; i++) {
+            sched_action *a = s->acts[r];
+            if (polish_swappable(s, r, i, held, L)) {
+                sched_action x = a[i];
+                a[i] = a[i + 1], a[i + 1] = x;
+                double sm, t = gen_list_eval(sp, s, &sm), tie = ADAPT_TIE_REL * ps->v;
+                ps->evals_left--;
+                if (t >= 0 && (t < ps->v - tie || (t <= ps->v + tie && sm < ps->sum - ADAPT_TIE_REL * ps->sum)))
+                    ps->v = t, ps->sum = sm, gained = true;
+                else
+                    a[i + 1] = a[i], a[i] = x;
+            }
+            held += a[i].kind == ACT_F ? 1 : a[i].kind == ACT_W || a[i].kind == ACT_BW ? -1 : 0;
+        }
+    return gained;
+}
+
+/* The local search: from the best candidate, adjacent swaps under the real delays while they
+ * gain, within POLISH_WORK actions timed; the result is offered to the judge like any candidate
+ * (so it wins only where the judge agrees). */
+static int adapt_polish(adapt_ctx *c) {
+    if (!c->best) return 0;
+    if (gen_edge_delays("adaptive", c->p, c->stage_rank, c->P, 1.0, c->edge) < 0 ||
+        gen_edge_busy("adaptive", c->p, c->stage_rank, c->P, 1.0, c->busy) < 0)
+        return -1;
+    gen_list_spec sp = {
+        .name = "adaptive", .n_ranks = c->P, .n_stages = c->P, .n_pipes = 1, .n_mb = c->M,
+        .stage_rank = c->stage_rank, .cost_f = c->f, .cost_b = c->b, .cost_w = c->w,
+        .edge_delay = c->edge, .edge_busy = c->busy,
+    };
+    sched *s = sched_copy(c->best);
+    polish_state ps = { .evals_left = POLISH_WORK / sched_total_actions(s) };
+    double v0 = ps.v = gen_list_eval(&sp, s, &ps.sum);
+    while (v0 >= 0 && ps.evals_left > 0 && polish_pass(&sp, s, c->L, &ps)) {}
+    if (v0 < 0 || ps.v >= v0) { sched_free(s); return 0; }
+    char what[64];
+    snprintf(what, sizeof what, "swaps from %.52s", c->info.winner);
+    return adapt_offer(c, s, ps.v, what);
+}
+
 sched *sched_adaptive(const sched_params *p, sched_adaptive_info *info) {
     if (adapt_check(p) < 0) return NULL;
     adapt_ctx c = { 0 };
@@ -191,6 +258,7 @@ sched *sched_adaptive(const sched_params *p, sched_adaptive_info *info) {
         q.chunks = 1;
         if (adapt_offer(&c, fixed_gens[i](&q), -1, fixed_names[i]) < 0) goto free_ctx;
     }
+    if (adapt_polish(&c) < 0) goto free_ctx;
     if (!c.best) {
         pt_seterr("schedule adaptive: the judge rejected every candidate (the last: %s)", c.rejected);
         goto free_ctx;

@@ -41,15 +41,13 @@ typedef struct {
 static int gl_pos(const gen_list *L, int g) { return g % L->K; }
 
 /* Delay of the message across edge g -> g+1 (either way), 0 on one rank or without delays. */
-static double gl_edge_delay(const gen_list *L, int g) {
-    const gen_list_spec *sp = L->sp;
+static double gl_edge_delay(const gen_list_spec *sp, int g) {
     if (!sp->edge_delay || sp->stage_rank[g] == sp->stage_rank[g + 1]) return 0;
     return sp->edge_delay[g];
 }
 
 /* Time the message across edge g holds its link's queue, 0 on one rank or without it. */
-static double gl_edge_busy(const gen_list *L, int g) {
-    const gen_list_spec *sp = L->sp;
+static double gl_edge_busy(const gen_list_spec *sp, int g) {
     if (!sp->edge_busy || sp->stage_rank[g] == sp->stage_rank[g + 1]) return 0;
     return sp->edge_busy[g];
 }
@@ -63,7 +61,7 @@ static int gl_round_trip_cap(const gen_list *L, int g) {
     int pipe_end = (g / L->K + 1) * L->K;
     double t = 0;
     for (int j = g + 1; j < pipe_end; j++)
-        t += sp->cost_f[j] + sp->cost_b[j] + 2 * (gl_edge_delay(L, j - 1) + gl_edge_busy(L, j - 1));
+        t += sp->cost_f[j] + sp->cost_b[j] + 2 * (gl_edge_delay(sp, j - 1) + gl_edge_busy(sp, j - 1));
     double c = sp->stage_cap ? sp->stage_cap[g] : 1.0 + t / sp->cost_f[g];
     int cap = c > L->M + 1.0 ? L->M + 1 : (int)c;
     if (sp->stage_cap) return cap;
@@ -144,16 +142,17 @@ static double gl_avail(const gen_list *L, const sched_action *d, int g) {
 
 /* When the message of an action of stage g ending at `end` reaches stage `to` (g +- 1): through
  * the queue of their link's direction when the edge has a busy time (after the messages before
- * it; the scheduler finishes actions in time order, so the queue is FIFO), then its delay. */
-static double gl_arrival(gen_list *L, int g, int to, double end) {
-    int e = g < to ? g : to, a = L->sp->stage_rank[g], b = L->sp->stage_rank[to];
-    double busy = gl_edge_busy(L, e), out = end;
+ * it: callers send them in time order, so the queue is FIFO; qfree [2P] as gen_list's), then its
+ * delay. */
+static double gl_arrival(const gen_list_spec *sp, double *qfree, int g, int to, double end) {
+    int e = g < to ? g : to, a = sp->stage_rank[g], b = sp->stage_rank[to];
+    double busy = gl_edge_busy(sp, e), out = end;
     if (busy > 0) {
-        double *q = &L->qfree[2 * (a < b ? a : b) + (a > b)];
+        double *q = &qfree[2 * (a < b ? a : b) + (a > b)];
         out = (*q > end ? *q : end) + busy;
         *q = out;
     }
-    return out + gl_edge_delay(L, e);
+    return out + gl_edge_delay(sp, e);
 }
 
 static void gl_heap_push(gen_list *L, double t) {
@@ -186,7 +185,7 @@ static void gl_finish(gen_list *L, const gl_run *a) {
     if (a->kind == ACT_B || a->kind == ACT_BW) L->bend[i] = a->end, to = g % L->K > 0 ? g - 1 : -1;
     if (a->kind == ACT_W || a->kind == ACT_BW) gl_release(L, a->stage);
     if (to < 0) return;
-    double t = gl_arrival(L, g, to, a->end);
+    double t = gl_arrival(L->sp, L->qfree, g, to, a->end);
     (a->kind == ACT_F ? L->farr : L->barr)[i] = t;
     if (t > a->end) gl_heap_push(L, t);
 }
@@ -353,4 +352,56 @@ sched *gen_list_run(const gen_list_spec *sp, double *makespan) {
     }
     gl_free(&L);
     return L.out;
+}
+
+/* One action of a given order: when its prerequisites (sched_action_deps) are usable on its stage,
+ * or -1 while one has not run (fend, bend, farr, barr [S][M] as gen_list's). */
+static double ge_ready(const sched *s, const sched_action *a, const double *fend, const double *bend,
+                       const double *farr, const double *barr) {
+    sched_action d[SCHED_MAX_DEPS];
+    int n = sched_action_deps(s, a, d);
+    double ready = 0;
+    for (int j = 0; j < n; j++) {
+        size_t i = (size_t)d[j].stage * s->n_mb + d[j].mb;
+        bool f = d[j].kind == ACT_F, own = d[j].stage == a->stage;
+        double at = f ? (own ? fend : farr)[i] : (own ? bend : barr)[i];
+        if (at < 0) return -1;
+        if (at > ready) ready = at;
+    }
+    return ready;
+}
+
+double gen_list_eval(const gen_list_spec *sp, const sched *s, double *sum_end) {
+    int P = s->n_ranks, S = s->n_stages, M = s->n_mb;
+    size_t SM = (size_t)S * M;
+    double *buf = pt_malloc((4 * SM + 3 * (size_t)P) * sizeof(double));
+    double *fend = buf, *bend = buf + SM, *farr = buf + 2 * SM, *barr = buf + 3 * SM;
+    double *t = buf + 4 * SM, *qfree = t + P, sum = 0, span = 0;   /* [P] rank free, [2P] queues */
+    int *pos = pt_calloc((size_t)P, sizeof(int)), moved = 1, left = 0;
+    for (size_t i = 0; i < 4 * SM; i++) buf[i] = -1;
+    for (int r = 0; r < 3 * P; r++) t[r] = 0;     /* t and qfree */
+    while (moved) {             /* each sweep runs every rank as far as its inputs allow */
+        moved = 0;
+        for (int r = 0; r < P; r++)
+            for (; pos[r] < s->len[r]; pos[r]++, moved = 1) {
+                const sched_action *a = &s->acts[r][pos[r]];
+                if (!sched_kind_is_compute(a->kind)) continue;
+                double ready = ge_ready(s, a, fend, bend, farr, barr);
+                if (ready < 0) break;
+                int g = a->stage, k = a->kind;
+                size_t i = (size_t)g * M + a->mb;
+                double d = k == ACT_F ? sp->cost_f[g] : k == ACT_W ? sp->cost_w[g] :
+                           sp->cost_b[g] + (k == ACT_BW ? sp->cost_w[g] : 0);
+                double end = (ready > t[r] ? ready : t[r]) + d;
+                t[r] = end, sum += end, span = end > span ? end : span;
+                int to = k == ACT_F ? sched_stage_next(s, g) : k == ACT_W ? -1 : sched_stage_prev(s, g);
+                if (k == ACT_F) fend[i] = end;
+                if (k == ACT_B || k == ACT_BW) bend[i] = end;
+                if (to >= 0) (k == ACT_F ? farr : barr)[i] = gl_arrival(sp, qfree, g, to, end);
+            }
+    }
+    for (int r = 0; r < P; r++) left += s->len[r] - pos[r];
+    free(buf), free(pos);
+    if (sum_end) *sum_end = sum;
+    return left ? -1 : span;
 }
