@@ -289,25 +289,24 @@ static void test_worked_example(void) {
     sched_free(a16), sched_free(a8), sched_free(a0);
 }
 
-/* The local search (adjacent swaps after the candidates) where the candidates alone fall short:
- * P = 2, M = 8, B = 1.2 F, W = 0.7 F, a delay of 3 F, limit 4: the best candidate takes 31.4, the
- * optimum (test_sched_exact.c) is 30.9 and the search reaches it; P = 8, M = 32, the same costs
- * and a delay of 3 F on link 3-4 at limit 8: 125.7 before, 125 after. Valid and within the limit. */
+/* The local search (adjacent swaps from the candidates) where the candidates alone fall short,
+ * P = 2, M = 8, limit 4 (2P): F = B = W = 1 and a delay of 2 F, 28 before, 27 after; B = 1.2 F,
+ * W = 0.7 F and a delay of 3 F, 31.4 before, 30.9 after. Both the optimum (test_sched_exact.c's
+ * search); valid and within the limit. */
 static void test_local_search(void) {
-    static const struct { int P, M, L; double want, before; } cases[] = { { 2, 8, 4, 30.9, 31.4 }, { 8, 32, 8, 125, 125.7 } };
+    static const struct { double b, w, delay, before, want; } cases[] = { { 1, 1, 2, 28, 27 }, { 1.2, 0.7, 3, 31.4, 30.9 } };
     for (int i = 0; i < 2; i++) {
         model m;
-        model_unit(&m, cases[i].P);
-        for (int g = 0; g < cases[i].P; g++) m.b[g] = 1.2, m.w[g] = 0.7;
-        m.delay[(cases[i].P - 1) / 2] = 3;
-        sched_params p = params(&m, cases[i].M, cases[i].L, true);
+        model_unit(&m, 2);
+        m.b[0] = m.b[1] = cases[i].b, m.w[0] = m.w[1] = cases[i].w, m.delay[0] = cases[i].delay;
+        sched_params p = params(&m, 8, 4, true);
         sched_adaptive_info info;
         sched *s = sched_adaptive(&p, &info);
-        char tname[80], msg[512] = "";
-        snprintf(tname, sizeof tname, "adaptive_local_search_p%d_beats_candidates_%g_to_%g", cases[i].P,
-                 cases[i].before, cases[i].want);
+        char tname[160], msg[512] = "";
+        snprintf(tname, sizeof tname, "adaptive_local_search_b%g_w%g_delay%g_%g_to_%g", cases[i].b, cases[i].w,
+                 cases[i].delay, cases[i].before, cases[i].want);
         double t = s ? judge(s, &m) : -1;
-        int ok = s && check_valid(s, msg, sizeof msg) == 0 && peak_of(s) <= cases[i].L;
+        int ok = s && check_valid(s, msg, sizeof msg) == 0 && peak_of(s) <= 4;
         CHECK(tname, ok && fabs(t - cases[i].want) < 1e-6 && strstr(info.winner, "swaps from"),
               "%g (winner '%s', peak %d) %s", t, info.winner, s ? peak_of(s) : -1, msg);
         sched_free(s);

@@ -270,9 +270,9 @@ static void x_check(const char *tname, const xcase *c, double *adaptive, double 
 
 int main(void) {
     static const struct { double f, b, w; } costs[] = { { 1, 1, 1 }, { 1, 1.2, 0.7 } };
-    static const double delays[] = { 0, 1, 3 };
+    static const double delays[] = { 0, 1, 2, 3 };
     for (int ic = 0; ic < 2; ic++)
-        for (int id = 0; id < 3; id++)
+        for (int id = 0; id < 4; id++)
             for (int L = 2; L <= 4; L++) {
                 xcase c = x_case(8, L, costs[ic].f, costs[ic].b, costs[ic].w, delays[id] * costs[ic].f, 0);
                 char tname[96];

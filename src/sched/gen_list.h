@@ -53,8 +53,9 @@ sched *gen_list_schedule(const gen_list_spec *sp);
  * each action starts when its rank is free and its prerequisites' messages have arrived, as in
  * the list scheduler's timeline, so a fixed order the list scheduler built times the same or
  * earlier. A message's queue is FIFO in its sender's order. *sum_end (may be NULL) gets the sum
- * of every action's end (lower: work done earlier). -1 when the orders deadlock. O(actions) plus
- * a pass over the ranks for each time a rank waits on another. */
-double gen_list_eval(const gen_list_spec *sp, const sched *s, double *sum_end);
+ * of every action's end (lower: work done earlier). cutoff > 0: stops as soon as some rank's end
+ * plus its work left passes cutoff, returning that (> cutoff; *sum_end then infinite). -1 when
+ * the orders deadlock. O(actions) plus a pass over the ranks each time one waits on another. */
+double gen_list_eval(const gen_list_spec *sp, const sched *s, double cutoff, double *sum_end);
 
 #endif

@@ -5,6 +5,7 @@
  * hand-made schedules. Legend: P ranks, S stages, K stages per pipe, M microbatches, pos = g % K. */
 #include "sched/gen_list.h"
 #include "util/pt.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -371,15 +372,25 @@ static double ge_ready(const sched *s, const sched_action *a, const double *fend
     return ready;
 }
 
-double gen_list_eval(const gen_list_spec *sp, const sched *s, double *sum_end) {
+/* Duration of compute action a under sp's costs. */
+static double ge_duration(const gen_list_spec *sp, const sched_action *a) {
+    int g = a->stage;
+    return a->kind == ACT_F ? sp->cost_f[g] : a->kind == ACT_W ? sp->cost_w[g] :
+           sp->cost_b[g] + (a->kind == ACT_BW ? sp->cost_w[g] : 0);
+}
+
+double gen_list_eval(const gen_list_spec *sp, const sched *s, double cutoff, double *sum_end) {
     int P = s->n_ranks, S = s->n_stages, M = s->n_mb;
     size_t SM = (size_t)S * M;
-    double *buf = pt_malloc((4 * SM + 3 * (size_t)P) * sizeof(double));
+    double *buf = pt_calloc(4 * SM + 4 * (size_t)P, sizeof(double));
     double *fend = buf, *bend = buf + SM, *farr = buf + 2 * SM, *barr = buf + 3 * SM;
-    double *t = buf + 4 * SM, *qfree = t + P, sum = 0, span = 0;   /* [P] rank free, [2P] queues */
+    double *t = buf + 4 * SM, *rest = t + P, *qfree = rest + P;     /* [P] free, [P] work left, [2P] */
+    double sum = 0, span = 0;
     int *pos = pt_calloc((size_t)P, sizeof(int)), moved = 1, left = 0;
     for (size_t i = 0; i < 4 * SM; i++) buf[i] = -1;
-    for (int r = 0; r < 3 * P; r++) t[r] = 0;     /* t and qfree */
+    for (int r = 0; r < P; r++)
+        for (int i = 0; i < s->len[r]; i++)
+            if (sched_kind_is_compute(s->acts[r][i].kind)) rest[r] += ge_duration(sp, &s->acts[r][i]);
     while (moved) {             /* each sweep runs every rank as far as its inputs allow */
         moved = 0;
         for (int r = 0; r < P; r++)
@@ -390,17 +401,20 @@ double gen_list_eval(const gen_list_spec *sp, const sched *s, double *sum_end) {
                 if (ready < 0) break;
                 int g = a->stage, k = a->kind;
                 size_t i = (size_t)g * M + a->mb;
-                double d = k == ACT_F ? sp->cost_f[g] : k == ACT_W ? sp->cost_w[g] :
-                           sp->cost_b[g] + (k == ACT_BW ? sp->cost_w[g] : 0);
-                double end = (ready > t[r] ? ready : t[r]) + d;
-                t[r] = end, sum += end, span = end > span ? end : span;
+                double d = ge_duration(sp, a), end = (ready > t[r] ? ready : t[r]) + d;
+                t[r] = end, sum += end, span = end > span ? end : span, rest[r] -= d;
+                if (cutoff > 0 && end + rest[r] > cutoff) {     /* its rank alone ends after the cutoff */
+                    span = end + rest[r], sum = INFINITY, moved = 0;
+                    break;
+                }
                 int to = k == ACT_F ? sched_stage_next(s, g) : k == ACT_W ? -1 : sched_stage_prev(s, g);
                 if (k == ACT_F) fend[i] = end;
                 if (k == ACT_B || k == ACT_BW) bend[i] = end;
                 if (to >= 0) (k == ACT_F ? farr : barr)[i] = gl_arrival(sp, qfree, g, to, end);
             }
+        if (sum == INFINITY) break;
     }
-    for (int r = 0; r < P; r++) left += s->len[r] - pos[r];
+    for (int r = 0; r < P && sum < INFINITY; r++) left += s->len[r] - pos[r];
     free(buf), free(pos);
     if (sum_end) *sum_end = sum;
     return left ? -1 : span;
