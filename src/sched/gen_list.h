@@ -48,14 +48,19 @@ typedef struct {
 sched *gen_list_run(const gen_list_spec *sp, double *makespan);
 /* gen_list_run without the makespan. */
 sched *gen_list_schedule(const gen_list_spec *sp);
-/* The makespan of s's compute actions run in each rank's order under sp's costs, delays and
- * queues (sp's limits, caps and policy are not read; stages are s's, on sp->stage_rank's ranks):
- * each action starts when its rank is free and its prerequisites' messages have arrived, as in
- * the list scheduler's timeline, so a fixed order the list scheduler built times the same or
- * earlier. A message's queue is FIFO in its sender's order. *sum_end (may be NULL) gets the sum
- * of every action's end (lower: work done earlier). cutoff > 0: stops as soon as some rank's end
- * plus its work left passes cutoff, returning that (> cutoff; *sum_end then infinite). -1 when
- * the orders deadlock. O(actions) plus a pass over the ranks each time one waits on another. */
-double gen_list_eval(const gen_list_spec *sp, const sched *s, double cutoff, double *sum_end);
+/* Times fixed orders of one schedule's actions under sp's costs, delays and queues (sp's limits,
+ * caps and policy are not read; stages are s's, on sp->stage_rank's ranks): each action starts
+ * when its rank is free and its prerequisites' messages have arrived, as in the list scheduler's
+ * timeline, so an order the list scheduler built times the same or earlier. A message's queue is
+ * FIFO in its sender's order. Prepared once for s's actions (new; sp and s must outlive it), then
+ * run on any reordering of them within their ranks (what a local search tries). */
+typedef struct gen_list_timer gen_list_timer;
+gen_list_timer *gen_list_timer_new(const gen_list_spec *sp, const sched *s);
+void gen_list_timer_free(gen_list_timer *T);                    /* NULL is fine */
+/* The makespan of s's order; *sum_end (may be NULL) gets the sum of every action's end (lower:
+ * work done earlier). cutoff > 0: stops as soon as some rank's end plus its work left passes
+ * cutoff, returning that (> cutoff; *sum_end then infinite). -1 when the orders deadlock.
+ * O(actions) plus a pass over the ranks each time one waits on another. */
+double gen_list_timer_run(gen_list_timer *T, const sched *s, double cutoff, double *sum_end);
 
 #endif

@@ -169,7 +169,10 @@ const char *const *sched_generator_name_array(void);
  * greedy's priorities, in-flight caps from one round trip, from PipeMorph's warm-up depths and from
  * the limit, and built for assumed delays 0, 1/2, 1 and 2 times the real ones; and, when judged by
  * a scorer, gpipe, 1f1b, zb-h1, zb-h2 where they fit the limit; the list candidates for the real
- * delays again under limits of 2P and P, where below the limit or without one). With p->score each candidate is
+ * delays again under limits of 2P and P, where below the limit or without one; and what a local
+ * search of adjacent swaps in each rank's order, timed like the list scheduler's timeline, makes
+ * of each list candidate built for the real delays and limit and, at the end, of the best: a
+ * bounded amount of work). With p->score each candidate is
  * judged by it (the simulator under the real costs: then the result is never worse than any of the
  * hand-made ones nor greedy); without, only the list candidates built for the real delays are
  * compared, by the list scheduler's own timeline (an upper bound of the simulated time). Ties go to

@@ -173,7 +173,7 @@ static bool polish_swappable(const sched *s, int r, int i, int held, int L) {
     return !(L > 0 && b->kind == ACT_F && a->kind == ACT_W && held + 1 > L);
 }
 
-/* The local search's order: its makespan by gen_list_eval, its summed end time, and how many
+/* The local search's order: its makespan by gen_list_timer_run, its summed end time, and how many
  * more timings the search may spend. */
 typedef struct {
     double v, sum;
@@ -181,9 +181,9 @@ typedef struct {
 } polish_state;
 
 /* One pass of the local search over every rank's adjacent pairs: a swap stays when the order's
- * timeline (gen_list_eval) ends earlier, or as early with less summed end time (work moved
+ * timeline (gen_list_timer_run) ends earlier, or as early with less summed end time (work moved
  * earlier: what lets a later swap gain). Returns whether any stayed. */
-static bool polish_pass(const gen_list_spec *sp, sched *s, int L, polish_state *ps) {
+static bool polish_pass(gen_list_timer *T, sched *s, int L, polish_state *ps) {
     bool gained = false;
     for (int r = 0; r < s->n_ranks; r++)
         for (int i = 0, held = 0; i + 1 < s->len[r] && ps->evals_left > 0; i++) {
@@ -191,7 +191,7 @@ static bool polish_pass(const gen_list_spec *sp, sched *s, int L, polish_state *
             if (polish_swappable(s, r, i, held, L)) {
                 sched_action x = a[i];
                 a[i] = a[i + 1], a[i + 1] = x;
-                double tie = ADAPT_TIE_REL * ps->v, sm, t = gen_list_eval(sp, s, ps->v + tie, &sm);
+                double tie = ADAPT_TIE_REL * ps->v, sm, t = gen_list_timer_run(T, s, ps->v + tie, &sm);
                 ps->evals_left--;
                 if (t >= 0 && (t < ps->v - tie || (t <= ps->v + tie && sm < ps->sum - ADAPT_TIE_REL * ps->sum)))
                     ps->v = t, ps->sum = sm, gained = true;
@@ -216,9 +216,11 @@ static int adapt_polish(adapt_ctx *c, const sched *from, const char *what, long 
         .edge_delay = c->edge, .edge_busy = c->busy,
     };
     sched *s = sched_copy(from);
+    gen_list_timer *T = gen_list_timer_new(&sp, s);
     polish_state ps = { .evals_left = work / sched_total_actions(s) };
-    double v0 = ps.v = gen_list_eval(&sp, s, 0, &ps.sum);
-    while (v0 >= 0 && ps.evals_left > 0 && polish_pass(&sp, s, c->L, &ps)) {}
+    double v0 = ps.v = gen_list_timer_run(T, s, 0, &ps.sum);
+    while (v0 >= 0 && ps.evals_left > 0 && polish_pass(T, s, c->L, &ps)) {}
+    gen_list_timer_free(T);
     if (v0 < 0 || ps.v >= v0) { sched_free(s); return 0; }
     char name[64];
     snprintf(name, sizeof name, "%s%.52s", strncmp(what, "swaps from ", 11) ? "swaps from " : "", what);

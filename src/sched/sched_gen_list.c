@@ -355,67 +355,110 @@ sched *gen_list_run(const gen_list_spec *sp, double *makespan) {
     return L.out;
 }
 
-/* One action of a given order: when its prerequisites (sched_action_deps) are usable on its stage,
- * or -1 while one has not run (fend, bend, farr, barr [S][M] as gen_list's). */
-static double ge_ready(const sched *s, const sched_action *a, const double *fend, const double *bend,
-                       const double *farr, const double *barr) {
+/* A timer of fixed orders (gen_list.h). Cells [4][S][M]: F ends, B (or BW) ends, F outputs'
+ * arrivals at g+1, B gradients' arrivals at g-1; -1 until set. Per compute action, keyed
+ * (kind, stage, mb) (its order may change between runs, its prerequisites do not): duration,
+ * prerequisite cells, the cell its end sets, the cell its message's arrival sets and where to. */
+struct gen_list_timer {
+    const gen_list_spec *sp;
+    int P, S, M;
+    double *dur;                 /* [4][S][M] by key, kinds F, B, W, BW */
+    int *dep;                    /* [4][S][M][SCHED_MAX_DEPS] cells, -1: none */
+    int *own, *msg, *to;         /* [4][S][M] cell of its end, of its message's arrival (-1), to stage */
+    double *rest0;               /* [P] each rank's compute time */
+    double *cell, *t, *rest, *qfree;    /* scratch: [4SM], [P], [P], [2P] */
+    int *pos;                    /* scratch [P] */
+};
+
+static int gt_key(const gen_list_timer *T, const sched_action *a) {
+    return ((int)a->kind * T->S + a->stage) * T->M + a->mb;
+}
+
+/* The cell that prerequisite d (an F or B) of an action of stage g is read from. */
+static int gt_cell(const gen_list_timer *T, const sched_action *d, int g) {
+    int i = d->stage * T->M + d->mb, SM = T->S * T->M;
+    return (d->kind == ACT_F ? 0 : SM) + (d->stage == g ? 0 : 2 * SM) + i;
+}
+
+static void gt_prepare(gen_list_timer *T, const sched *s, const sched_action *a) {
+    int k = gt_key(T, a), g = a->stage, SM = T->S * T->M, i = g * T->M + a->mb;
+    const gen_list_spec *sp = T->sp;
     sched_action d[SCHED_MAX_DEPS];
     int n = sched_action_deps(s, a, d);
-    double ready = 0;
-    for (int j = 0; j < n; j++) {
-        size_t i = (size_t)d[j].stage * s->n_mb + d[j].mb;
-        bool f = d[j].kind == ACT_F, own = d[j].stage == a->stage;
-        double at = f ? (own ? fend : farr)[i] : (own ? bend : barr)[i];
-        if (at < 0) return -1;
-        if (at > ready) ready = at;
-    }
-    return ready;
+    for (int j = 0; j < SCHED_MAX_DEPS; j++) T->dep[k * SCHED_MAX_DEPS + j] = j < n ? gt_cell(T, &d[j], g) : -1;
+    T->dur[k] = a->kind == ACT_F ? sp->cost_f[g] : a->kind == ACT_W ? sp->cost_w[g] :
+                sp->cost_b[g] + (a->kind == ACT_BW ? sp->cost_w[g] : 0);
+    bool f = a->kind == ACT_F;
+    T->own[k] = a->kind == ACT_W ? -1 : (f ? 0 : SM) + i;
+    T->to[k] = a->kind == ACT_W ? -1 : f ? sched_stage_next(s, g) : sched_stage_prev(s, g);
+    T->msg[k] = T->to[k] < 0 ? -1 : (f ? 2 * SM : 3 * SM) + i;
 }
 
-/* Duration of compute action a under sp's costs. */
-static double ge_duration(const gen_list_spec *sp, const sched_action *a) {
-    int g = a->stage;
-    return a->kind == ACT_F ? sp->cost_f[g] : a->kind == ACT_W ? sp->cost_w[g] :
-           sp->cost_b[g] + (a->kind == ACT_BW ? sp->cost_w[g] : 0);
-}
-
-double gen_list_eval(const gen_list_spec *sp, const sched *s, double cutoff, double *sum_end) {
-    int P = s->n_ranks, S = s->n_stages, M = s->n_mb;
-    size_t SM = (size_t)S * M;
-    double *buf = pt_calloc(4 * SM + 4 * (size_t)P, sizeof(double));
-    double *fend = buf, *bend = buf + SM, *farr = buf + 2 * SM, *barr = buf + 3 * SM;
-    double *t = buf + 4 * SM, *rest = t + P, *qfree = rest + P;     /* [P] free, [P] work left, [2P] */
-    double sum = 0, span = 0;
-    int *pos = pt_calloc((size_t)P, sizeof(int)), moved = 1, left = 0;
-    for (size_t i = 0; i < 4 * SM; i++) buf[i] = -1;
-    for (int r = 0; r < P; r++)
+gen_list_timer *gen_list_timer_new(const gen_list_spec *sp, const sched *s) {
+    gen_list_timer *T = pt_calloc(1, sizeof *T);
+    T->sp = sp, T->P = s->n_ranks, T->S = s->n_stages, T->M = s->n_mb;
+    size_t K = 4 * (size_t)T->S * T->M, P = (size_t)T->P;
+    T->dur = pt_calloc(K, sizeof(double)), T->dep = pt_malloc(K * SCHED_MAX_DEPS * sizeof(int));
+    T->own = pt_malloc(K * sizeof(int)), T->msg = pt_malloc(K * sizeof(int)), T->to = pt_malloc(K * sizeof(int));
+    T->cell = pt_malloc(K * sizeof(double));
+    T->rest0 = pt_calloc(5 * P, sizeof(double));
+    T->t = T->rest0 + P, T->rest = T->t + P, T->qfree = T->rest + P;
+    T->pos = pt_calloc(P, sizeof(int));
+    for (int r = 0; r < T->P; r++)
         for (int i = 0; i < s->len[r]; i++)
-            if (sched_kind_is_compute(s->acts[r][i].kind)) rest[r] += ge_duration(sp, &s->acts[r][i]);
-    while (moved) {             /* each sweep runs every rank as far as its inputs allow */
-        moved = 0;
-        for (int r = 0; r < P; r++)
-            for (; pos[r] < s->len[r]; pos[r]++, moved = 1) {
-                const sched_action *a = &s->acts[r][pos[r]];
-                if (!sched_kind_is_compute(a->kind)) continue;
-                double ready = ge_ready(s, a, fend, bend, farr, barr);
-                if (ready < 0) break;
-                int g = a->stage, k = a->kind;
-                size_t i = (size_t)g * M + a->mb;
-                double d = ge_duration(sp, a), end = (ready > t[r] ? ready : t[r]) + d;
-                t[r] = end, sum += end, span = end > span ? end : span, rest[r] -= d;
-                if (cutoff > 0 && end + rest[r] > cutoff) {     /* its rank alone ends after the cutoff */
-                    span = end + rest[r], sum = INFINITY, moved = 0;
-                    break;
-                }
-                int to = k == ACT_F ? sched_stage_next(s, g) : k == ACT_W ? -1 : sched_stage_prev(s, g);
-                if (k == ACT_F) fend[i] = end;
-                if (k == ACT_B || k == ACT_BW) bend[i] = end;
-                if (to >= 0) (k == ACT_F ? farr : barr)[i] = gl_arrival(sp, qfree, g, to, end);
+            if (sched_kind_is_compute(s->acts[r][i].kind)) {
+                gt_prepare(T, s, &s->acts[r][i]);
+                T->rest0[r] += T->dur[gt_key(T, &s->acts[r][i])];
             }
-        if (sum == INFINITY) break;
+    return T;
+}
+
+void gen_list_timer_free(gen_list_timer *T) {
+    if (!T) return;
+    free(T->dur), free(T->dep), free(T->own), free(T->msg), free(T->to), free(T->cell), free(T->rest0), free(T->pos);
+    free(T);
+}
+
+/* Runs rank r from its position as far as its inputs allow. Returns whether it moved; sets
+ * *over when its end plus its work left passes cutoff (> 0). */
+static bool gt_advance(gen_list_timer *T, const sched *s, int r, double cutoff, double *sum, double *span,
+                       bool *over) {
+    bool moved = false;
+    for (; T->pos[r] < s->len[r]; T->pos[r]++, moved = true) {
+        const sched_action *a = &s->acts[r][T->pos[r]];
+        if (!sched_kind_is_compute(a->kind)) continue;
+        int k = gt_key(T, a);
+        double ready = 0;
+        for (int j = 0; j < SCHED_MAX_DEPS; j++) {
+            int c = T->dep[k * SCHED_MAX_DEPS + j];
+            if (c >= 0 && T->cell[c] < 0) return moved;
+            if (c >= 0 && T->cell[c] > ready) ready = T->cell[c];
+        }
+        double end = (ready > T->t[r] ? ready : T->t[r]) + T->dur[k];
+        T->t[r] = end, *sum += end, *span = end > *span ? end : *span, T->rest[r] -= T->dur[k];
+        if (cutoff > 0 && end + T->rest[r] > cutoff) {
+            *over = true, *span = end + T->rest[r];
+            return moved;
+        }
+        if (T->own[k] >= 0) T->cell[T->own[k]] = end;
+        if (T->msg[k] >= 0) T->cell[T->msg[k]] = gl_arrival(T->sp, T->qfree, a->stage, T->to[k], end);
     }
-    for (int r = 0; r < P && sum < INFINITY; r++) left += s->len[r] - pos[r];
-    free(buf), free(pos);
-    if (sum_end) *sum_end = sum;
+    return moved;
+}
+
+double gen_list_timer_run(gen_list_timer *T, const sched *s, double cutoff, double *sum_end) {
+    size_t K = 4 * (size_t)T->S * T->M;
+    for (size_t i = 0; i < K; i++) T->cell[i] = -1;
+    for (int r = 0; r < T->P; r++)
+        T->t[r] = 0, T->rest[r] = T->rest0[r], T->qfree[2 * r] = T->qfree[2 * r + 1] = 0, T->pos[r] = 0;
+    double sum = 0, span = 0;
+    bool moved = true, over = false;
+    while (moved && !over) {    /* each sweep runs every rank as far as its inputs allow */
+        moved = false;
+        for (int r = 0; r < T->P && !over; r++) moved |= gt_advance(T, s, r, cutoff, &sum, &span, &over);
+    }
+    int left = 0;
+    for (int r = 0; r < T->P && !over; r++) left += s->len[r] - T->pos[r];
+    if (sum_end) *sum_end = over ? INFINITY : sum;
     return left ? -1 : span;
 }
