@@ -169,6 +169,11 @@ static void estimate_stages(const timeline *tl, const sim_costs *c, int iter, si
  * (thread wake-ups, a sender that lost its core): the queue fit's tolerance for a measured run. */
 #define EST_JITTER 0.05
 
+/* A link's two directions are one slow link, read as one, when the faster one's delay is at least
+ * half the slower one's (a link shaped both ways measures within jitter of equal both ways; one
+ * shaped one way measures the other direction healthy). */
+#define EST_BOTH_WAYS 0.5
+
 /* One message over a link, as the estimate reads it: sent at `post` (the send's end; directed:
  * its start), got at `got` (minus the expected latency), and whether its consumer waited for it
  * (then `got` is when it arrived). */
@@ -198,15 +203,24 @@ static bool queue_fits(const est_msg *m, int n, double D, double s, double tol, 
     return true;
 }
 
-/* The queue time of one direction's messages m[n] (sorted by post) whose fastest took D: the
- * largest s in 0..D that queue_fits (bisected), when the evidence says the messages queued (one
- * waited for took D/4 more than D, and the queue explains half the excess of those waited for),
- * else 0. */
+/* What one direction's messages say of a queue: its time per message, 0 (a pure delay), or
+ * FIT_SILENT when they cannot tell the two apart. */
+#define FIT_SILENT (-1.0)
+
+/* The queue time of one direction's messages m[n] (sorted by post) whose fastest took D. A queue
+ * when the evidence says the messages queued (one waited for took D/4 more than D, and the queue
+ * explains half the excess of those waited for): the largest s in 0..D that queue_fits
+ * (bisected); a pure delay (0) when some took longer but the queue does not explain it (a late
+ * consumer). FIT_SILENT when none took longer: messages sent a link time apart or more (a
+ * direction paced by the replies of the other) fit a queue and a delay alike, and those sent
+ * closer together that all took D bound the queue from above only (a queue shorter than their
+ * spacing holds none back); the link's other direction may tell (estimate_links). */
 static double fit_busy(const est_msg *m, int n, double D, double tol) {
     double excess = 0, most = 0, explained;
     for (int i = 0; i < n; i++)
         if (m[i].waited) excess += m[i].got - m[i].post - D, most = fmax(most, m[i].got - m[i].post - D);
-    if (D <= 0 || most < 0.25 * D + tol || !queue_fits(m, n, D, 0, tol, &explained)) return 0;
+    if (D <= 0 || most < 0.25 * D + tol) return FIT_SILENT;
+    if (!queue_fits(m, n, D, 0, tol, &explained)) return 0;
     double lo = 0, hi = D;
     if (queue_fits(m, n, D, hi, tol, &explained)) lo = hi;
     for (int it = 0; it < 60 && hi - lo > 1e-12 * (1 + D); it++) {
@@ -247,7 +261,7 @@ static est_msg *link_messages(const timeline *tl, const sim_costs *c, int iter, 
 static void estimate_links(const timeline *tl, const sim_costs *c, int iter, sim_estimate *e) {
     int L = e->n_ranks - 1, n;
     double *low = e->link_dir, *busy = pt_calloc((size_t)(2 * L + 1), sizeof(double));
-    for (int i = 0; i < 2 * L; i++) low[i] = INFINITY;
+    for (int i = 0; i < 2 * L; i++) low[i] = INFINITY, busy[i] = FIT_SILENT;
     est_msg *m = link_messages(tl, c, iter, e, &n);
     for (int i = 0; i < n; i++)
         if (!e->directed || m[i].waited) low[m[i].dir] = fmin(low[m[i].dir], m[i].got - m[i].post);
@@ -260,8 +274,14 @@ static void estimate_links(const timeline *tl, const sim_costs *c, int iter, sim
     for (int r = 0; r < L; r++) {           /* symmetric: both bounds hold the one delay, the smaller is tighter */
         double a = low[2 * r], b = low[2 * r + 1];
         e->link_delay[r] = e->directed ? (a > b ? a : b) : (a < b ? a : b);
-        double q = e->directed ? busy[a > b ? 2 * r : 2 * r + 1] : fmax(busy[2 * r], busy[2 * r + 1]);
-        e->link_busy[r] = fmin(q, e->link_delay[r]);
+        /* Directed: the slower direction's reading, or the other's when it is silent and the other
+         * is slow too (a link shaped both ways is equally slow in both, which one measured a hair
+         * slower is chance, and one direction's messages may be paced by the other's and tell
+         * nothing; a healthy direction says nothing of the slow one). Neither: no queue. */
+        int slow = a > b ? 2 * r : 2 * r + 1;
+        bool other = busy[slow] == FIT_SILENT && low[slow ^ 1] >= EST_BOTH_WAYS * low[slow];
+        double q = e->directed ? busy[other ? slow ^ 1 : slow] : fmax(busy[2 * r], busy[2 * r + 1]);
+        e->link_busy[r] = fmax(0, fmin(q, e->link_delay[r]));
         if (!e->directed) low[2 * r] = low[2 * r + 1] = e->link_delay[r];
     }
     free(m), free(busy);
