@@ -82,11 +82,14 @@ void sim_estimate_free(sim_estimate *e);
  * Queueing: per direction, with the messages in the order they were sent, the delay is fitted as
  * a queue (each message holds the link s after the one before it left, then takes the rest of the
  * delay): s is the largest that keeps every message's predicted arrival at or before when it was
- * got. It is the link's link_busy when some message whose consumer waited for it took at least a
- * quarter of the delay longer than the fastest and the queue explains at least half of that
- * excess over the messages waited for; else 0 (a pure delay: the messages did not bunch, or a
- * late consumer, not the link, made them late). In the simulator it is exact once two messages
- * queued and the second was waited for.
+ * got. A direction reads as that queue when some message whose consumer waited for it took at
+ * least a quarter of the delay longer than the fastest and the queue explains at least half of
+ * that excess over the messages waited for; as a pure delay (0) when the queue does not (a late
+ * consumer, not the link, made them late); and says nothing when no message took longer (sent a
+ * link time apart, or all as fast as the fastest). link_busy is the larger direction's reading
+ * (directed: the slower direction's, or the other's when the slower says nothing and the other is
+ * at least half as slow: one link shaped both ways), 0 when neither says anything. In the
+ * simulator it is exact once two messages queued and the second was waited for.
  * A stage's slowdown is the median of measured / expected over its compute actions. Returns 0, or
  * -1 when tl does not match e's shape. */
 int sim_estimate_timeline(const timeline *tl, const sim_costs *expected, int iter, sim_estimate *e);
