@@ -14,6 +14,7 @@
 #include "sim/sim_adapt.h"
 #include "util/pt.h"
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -512,21 +513,37 @@ static void replica_waits(const train_adapt *A, const timeline *tl, double *w) {
     }
 }
 
-/* The median wait of pipeline rank p over the baseline steps (-1 before the first). */
+/* The median wait of pipeline rank p over the baseline steps (-1 when none has it). */
 static double replica_base(const train_adapt *A, int p) {
     double x[ADAPT_BASELINE];
-    for (int i = 0; i < A->rl.n_base; i++) x[i] = A->rl.base[(size_t)i * A->P + (size_t)p];
-    return A->rl.n_base ? pt_median(x, A->rl.n_base) : -1;
+    int n = 0;
+    for (int i = 0; i < A->rl.n_base; i++) {
+        double y = A->rl.base[(size_t)i * A->P + (size_t)p];
+        if (y >= 0) x[n++] = y;
+    }
+    return n ? pt_median(x, n) : -1;
+}
+
+/* Appends printf-style text to buf[n] at *at, cutting it at the end of buf (*at stays below n). */
+static void line_add(char *buf, size_t n, size_t *at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void line_add(char *buf, size_t n, size_t *at, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = *at < n ? vsnprintf(buf + *at, n - *at, fmt, ap) : 0;
+    va_end(ap);
+    *at = k > 0 && *at + (size_t)k < n ? *at + (size_t)k : n - 1;
 }
 
 /* "link between replicas 0-1 (ranks 0-2)", or with D > 2 "link between replicas of pipeline rank
- * 0 (ranks 0,2,4)" (the wait does not say which pair), appended at buf + at; returns the new at. */
-static size_t replica_name(const train_adapt *A, int p, char *buf, size_t n, size_t at) {
-    if (A->D == 2)
-        return at + (size_t)snprintf(buf + at, n - at, "link between replicas 0-1 (ranks %d-%d)", p, A->P + p);
-    at += (size_t)snprintf(buf + at, n - at, "link between replicas of pipeline rank %d (ranks ", p);
-    for (int d = 0; d < A->D && at < n; d++) at += (size_t)snprintf(buf + at, n - at, "%s%d", d ? "," : "", d * A->P + p);
-    return at < n ? at + (size_t)snprintf(buf + at, n - at, ")") : at;
+ * 0 (ranks 0,2,4)" (the wait does not say which pair), appended to buf[n] at *at. */
+static void replica_name(const train_adapt *A, int p, char *buf, size_t n, size_t *at) {
+    if (A->D == 2) {
+        line_add(buf, n, at, "link between replicas 0-1 (ranks %d-%d)", p, A->P + p);
+        return;
+    }
+    line_add(buf, n, at, "link between replicas of pipeline rank %d (ranks ", p);
+    for (int d = 0; d < A->D; d++) line_add(buf, n, at, "%s%d", d ? "," : "", d * A->P + p);
+    line_add(buf, n, at, ")");
 }
 
 /* The adapt event of the pipeline ranks whose reduction between replicas changed (`change` +1: turned
@@ -555,22 +572,21 @@ static cJSON *replica_fields(const train_adapt *A, const sim_estimate *est, cons
 static void replica_say(train_ctx *t, train_adapt *A, long step, const sim_estimate *est, const int *change,
                         int sign, const double *excess) {
     const char *name = t->e->vt->schedule(t->e)->name;
-    char line[768];
+    char line[1024] = "";
     size_t at = 0, n = sizeof line;
     int first = 0, last = 0;
-    for (int p = 0; p < A->P && at < n; p++) {
+    for (int p = 0; p < A->P; p++) {
         if (change[p] != sign) continue;
         first |= p == 0, last |= p == A->P - 1;
-        if (at) at += (size_t)snprintf(line + at, n - at, "; ");
-        at = replica_name(A, p, line, n, at);
-        if (at < n) at += (size_t)snprintf(line + at, n - at, sign > 0 ? " +%.0f ms per reduction" : " healthy again",
-                                           excess[p] * 1e3);
+        if (at) line_add(line, n, &at, "; ");
+        replica_name(A, p, line, n, &at);
+        if (sign > 0) line_add(line, n, &at, " +%.0f ms per reduction", excess[p] * 1e3);
+        else line_add(line, n, &at, " healthy again");
     }
-    if (first && last && t->m.n_ties > 0 && at < n)   /* the tied embedding is one group over both ends */
-        at += (size_t)snprintf(line + at, n - at, " (pipeline ranks 0 and %d share the tied embedding's reduction: a "
-                               "slow link at either shows at both)", A->P - 1);
-    if (sign > 0 && at < n)
-        snprintf(line + at, n - at, "; no schedule change helps a gradient reduction: keeping %s", name);
+    if (first && last && t->m.n_ties > 0)   /* the tied embedding is one group over both ends */
+        line_add(line, n, &at, " (pipeline ranks 0 and %d share the tied embedding's reduction: a slow link at "
+                 "either shows at both)", A->P - 1);
+    if (sign > 0) line_add(line, n, &at, "; no schedule change helps a gradient reduction: keeping %s", name);
     say(t, step, line, replica_fields(A, est, sign > 0 ? "replica_slow" : "replica_healthy", name, change, sign, excess));
 }
 
@@ -589,7 +605,7 @@ static void adapt_replicas(train_ctx *t, train_adapt *A, long step, const timeli
         double b = replica_base(A, p), now = w[p] >= 0 && b >= 0 ? fmax(0, w[p] - b) : 0;
         excess[p] = fmin(now, L->prev[p]);
         L->prev[p] = now;
-        quiet &= w[p] >= 0 && now < on / 2;
+        quiet &= now < on / 2;
         if (!L->slow[p] && excess[p] >= on) L->slow[p] = 1, change[p] = 1, any_on = 1;
         else if (L->slow[p] && now < on / 2) L->slow[p] = 0, change[p] = -1, any_off = 1, excess[p] = now;
     }
