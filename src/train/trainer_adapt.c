@@ -169,6 +169,7 @@ static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, con
         for (int r = 0; r + 1 < A->P && rc == 0; r++) {
             est->link_delay[r] = fmax(est->link_delay[r], one.link_delay[r]);
             est->link_busy[r] = fmax(est->link_busy[r], one.link_busy[r]);
+            est->link_told[r] |= one.link_told[r];
         }
         for (int g = 0; g < A->S && rc == 0; g++) est->stage_slow[g] = fmax(est->stage_slow[g], one.stage_slow[g]);
     }
@@ -640,8 +641,10 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     base_costs(A, &healthy);
     sim_estimate_init(&est, A->P, A->S);
     int rc = step_estimate(A, tl, e->vt->schedule(e), &healthy, &est);
-    for (int r = 0; r + 1 < A->P; r++) {   /* jitter is no slow link; nor is one slow step (nor queue) */
-        double d = est.link_delay[r] >= ADAPT_LINK_FLOOR ? est.link_delay[r] : 0, q = d > 0 ? est.link_busy[r] : 0;
+    for (int r = 0; r + 1 < A->P; r++) {   /* jitter is no slow link; nor is one slow step (nor queue); a
+                                            * step whose messages told no queue from a delay keeps the last */
+        double d = est.link_delay[r] >= ADAPT_LINK_FLOOR ? est.link_delay[r] : 0;
+        double q = d <= 0 ? 0 : est.link_told[r] ? est.link_busy[r] : A->prev_busy[r];
         est.link_delay[r] = fmin(d, A->prev_link[r]);
         est.link_busy[r] = fmin(fmin(q, A->prev_busy[r]), est.link_delay[r]);
         A->prev_link[r] = d, A->prev_busy[r] = q;
