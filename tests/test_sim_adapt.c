@@ -221,6 +221,114 @@ static void test_estimate_bandwidth(void) {
     sim_estimate_free(&e);
 }
 
+/* A measured link direction for the hand-built timelines below: each message takes `time` from its
+ * post, `busy` of it in a FIFO queue (what --slow-link RATE injects: a message holds the link
+ * bytes / rate behind the ones before it), the rest a delay. */
+typedef struct { double time, busy, free; } test_link;
+
+static double test_link_arrival(test_link *l, double post) {
+    double start = post > l->free ? post : l->free;
+    l->free = start + l->busy;
+    return start + l->time;
+}
+
+/* Pushes one message as the runtime records it: the send on `from` at post (its copy takes
+ * 10 us), the receive on the other rank from 1 ms before the arrival (it waited) to the arrival. */
+static void push_message(timeline *tl, int from, int mb, double post, double arrival) {
+    sched_action ra = { .stage = 1 - from, .kind = from ? ACT_RECV_B : ACT_RECV_F, .mb = mb };
+    sched_action sa = { .stage = from, .kind = from ? ACT_SEND_B : ACT_SEND_F, .mb = mb };
+    tl_event recv = { .act = ra, .rank = 1 - from, .stream = TL_RECV, .peer = from, .link = -1,
+                      .ready = arrival - 1e-3, .start = arrival - 1e-3, .end = arrival };
+    int at = timeline_push(tl, &recv);
+    tl_event send = { .act = sa, .rank = from, .stream = TL_SEND, .peer = 1 - from, .link = at,
+                      .ready = post, .start = post, .end = post + 1e-5 };
+    timeline_push(tl, &send);
+}
+
+/* A measured step of a 1F1B-like pipeline over one link, P = 2, M microbatches, as train --adapt
+ * timed it at 40 kB/s: rank 0 sends two forwards back to back, then one each time a gradient came
+ * back and its backward ran (`gap`); rank 1 sends each gradient `gap` after its forward came. So
+ * the forwards bunch once, at the start, and the gradients never do: sent one link time apart,
+ * they tell a queue from a delay not at all. late[2][M] (or NULL): how much later than the link
+ * let it each forward and gradient was got (a busy machine's delivery thread or receiver woke
+ * late), in link times. Into tl (initialised for the shape). */
+static void paced_step(timeline *tl, int M, double gap, test_link fwd, test_link bwd, const double (*late)[8]) {
+    double a0[8], a1[8], p1 = 0;
+    for (int i = 0; i < M && i < 8; i++) {
+        double p0 = i < 2 ? i * 1e-4 : a1[i - 2] + gap;
+        a0[i] = test_link_arrival(&fwd, p0) + (late ? late[0][i] * fwd.time : 0);
+        push_message(tl, 0, i, p0, a0[i]);
+        p1 = (a0[i] > p1 ? a0[i] : p1) + gap;
+        a1[i] = test_link_arrival(&bwd, p1) + (late ? late[1][i] * bwd.time : 0);
+        push_message(tl, 1, i, p1, a1[i]);
+    }
+}
+
+/* The estimate of measured steps (directed, as train --adapt reads them) of back-to-back messages
+ * through a queue, a pure delay and a mix of the two, small messages (51 ms each, a backward of
+ * 0.2 ms between them: the tiny model at 40 kB/s) and large ones (0.5 s, 20 ms); the gradients'
+ * direction a hair slower than the forwards' or a hair faster (both ways shaped alike: which
+ * measures slower is chance), or healthy (shaped one way); on a quiet machine and on a busy one
+ * (messages got up to half a link time late, as the 40 kB/s run measured under load). The queue
+ * is its whole time, 0, or the mix's part of it, within the fit's tolerance (5% of the delay:
+ * EST_JITTER); the delay exact. */
+static void test_estimate_measured_queue(void) {
+    static const struct { const char *name; double busy; } kinds[] = { { "queue", 1 }, { "delay", 0 }, { "mix", 0.6 } };
+    static const struct { double time, gap; } sizes[] = { { 0.0512, 2e-4 }, { 0.5, 0.02 } };
+    static const double back[] = { 1 + 1e-4, 1 - 1e-4, 0 };   /* the gradients' time / the forwards' */
+    /* late messages on a busy machine, each direction keeping some on time (the delay is the
+     * fastest message's: a step where every message was late reads the smallest lateness too) */
+    static const double busy_machine[2][8] = { { 0, 0, 0, 0.5, 0.15, 0.15, 0.1, 0 }, { 0.2, 0, 0.25, 0, 0.17, 0, 0.1, 0.2 } };
+    sched *s = gen("zb-h1", 2, 8, 0);
+    sim_costs healthy;
+    sim_costs_init(&healthy, 2, 1e-3, 1e-3, 1e-3);
+    int bad = 0;
+    char msg[300] = "";
+    for (int k = 0; k < 3; k++)
+        for (int z = 0; z < 2; z++)
+            for (int b = 0; b < 3; b++)
+                for (int busy = 0; busy < 2; busy++) {
+                    double c = sizes[z].time, q = kinds[k].busy * c, cb = back[b] ? c * back[b] : 20e-6;
+                    timeline tl;
+                    timeline_init(&tl, s, NULL, 1);
+                    paced_step(&tl, 8, sizes[z].gap, (test_link){ c, q, 0 }, (test_link){ cb, back[b] ? q * back[b] : 0, 0 },
+                               busy ? busy_machine : NULL);
+                    sim_estimate e;
+                    sim_estimate_init(&e, 2, 2);
+                    e.directed = true, e.wait_eps = 50e-6;
+                    int rc = sim_estimate_timeline(&tl, &healthy, 0, &e);
+                    double delay = c > cb ? c : cb, want = q * (cb > c ? back[b] : 1);
+                    if (rc || !e.link_told[0] || fabs(e.link_delay[0] - delay) > 1e-9 ||
+                        fabs(e.link_busy[0] - want) > 0.05 * delay + 1e-9)
+                        bad++, snprintf(msg, sizeof msg, "%s, %g s a message, gradients x%g%s: delay %g busy %g (want %g, %g)",
+                                        kinds[k].name, c, back[b], busy ? ", busy machine" : "", e.link_delay[0],
+                                        e.link_busy[0], delay, want);
+                    sim_estimate_free(&e);
+                    timeline_free(&tl);
+                }
+    CHECK("estimate_measured_back_to_back_queue_delay_and_mix", !bad, "%d of 36 cases; the last: %s", bad, msg);
+    /* A step that tells nothing (a busy machine: rank 0's sender lost its core before each of
+     * the two forwards it sent together, so they left 2.7 and 5.4 link times after their sends
+     * began; every other message sent a link time apart): not told, no queue, the delay the
+     * fastest message's. The runtime keeps its last reading then (train --adapt). */
+    timeline tl;
+    timeline_init(&tl, s, NULL, 1);
+    double c = 0.0512, t = 0;
+    push_message(&tl, 0, 0, 0, 2.7 * c), push_message(&tl, 0, 1, 1e-4, 5.4 * c);
+    for (int i = 0; i < 6; i++, t += c + 2e-4) push_message(&tl, 1, i, 2.7 * c + t, 3.7 * c + t);
+    for (int i = 2; i < 8; i++) push_message(&tl, 0, i, 10 * c + (i - 2) * (c + 2e-4), 11 * c + (i - 2) * (c + 2e-4));
+    sim_estimate e;
+    sim_estimate_init(&e, 2, 2);
+    e.directed = true, e.wait_eps = 50e-6;
+    int rc = sim_estimate_timeline(&tl, &healthy, 0, &e);
+    CHECK("estimate_measured_step_that_tells_nothing", !rc && !e.link_told[0] && e.link_busy[0] == 0 &&
+          fabs(e.link_delay[0] - c) < 1e-9, "told %d, delay %g, busy %g", e.link_told[0], e.link_delay[0], e.link_busy[0]);
+    sim_estimate_free(&e);
+    timeline_free(&tl);
+    sim_costs_free(&healthy);
+    sched_free(s);
+}
+
 /* ---- the policy ---- */
 
 static sim_policy_action step_with(sim_policy *pol, const sim_policy_opts *o, double delay, double slow) {
@@ -311,6 +419,7 @@ int main(void) {
     test_bandwidth_adaptive();
     test_estimate();
     test_estimate_bandwidth();
+    test_estimate_measured_queue();
     test_policy();
     test_replay();
     TEST_DONE();

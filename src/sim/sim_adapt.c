@@ -119,12 +119,13 @@ void sim_estimate_init(sim_estimate *e, int n_ranks, int n_stages) {
     e->link_delay = pt_calloc((size_t)(n_ranks > 1 ? n_ranks - 1 : 1), sizeof(double));
     e->link_busy = pt_calloc((size_t)(n_ranks > 1 ? n_ranks - 1 : 1), sizeof(double));
     e->link_dir = pt_calloc((size_t)(n_ranks > 1 ? 2 * (n_ranks - 1) : 1), sizeof(double));
+    e->link_told = pt_calloc((size_t)(n_ranks > 1 ? n_ranks - 1 : 1), sizeof(bool));
     e->stage_slow = pt_malloc(sizeof(double) * (size_t)(n_stages ? n_stages : 1));
     for (int g = 0; g < n_stages; g++) e->stage_slow[g] = 1;
 }
 
 void sim_estimate_free(sim_estimate *e) {
-    free(e->link_delay), free(e->link_busy), free(e->stage_slow), free(e->link_dir);
+    free(e->link_delay), free(e->link_busy), free(e->stage_slow), free(e->link_dir), free(e->link_told);
     memset(e, 0, sizeof *e);
 }
 
@@ -169,6 +170,11 @@ static void estimate_stages(const timeline *tl, const sim_costs *c, int iter, si
  * (thread wake-ups, a sender that lost its core): the queue fit's tolerance for a measured run. */
 #define EST_JITTER 0.05
 
+/* A link's two directions are one slow link, read as one, when the faster one's delay is at least
+ * half the slower one's (a link shaped both ways measures within jitter of equal both ways; one
+ * shaped one way measures the other direction healthy). */
+#define EST_BOTH_WAYS 0.5
+
 /* One message over a link, as the estimate reads it: sent at `post` (the send's end; directed:
  * its start), got at `got` (minus the expected latency), and whether its consumer waited for it
  * (then `got` is when it arrived). */
@@ -184,38 +190,68 @@ static int cmp_post(const void *a, const void *b) {
 }
 
 /* Whether a queue of s per message, the rest of delay D after it, predicts every message of m[n]
- * (by post) arriving no later than it was got (within tol); *explained gets the summed excess
- * over D of the messages waited for that the queue accounts for. */
-static bool queue_fits(const est_msg *m, int n, double D, double s, double tol, double *explained) {
+ * (by post) arriving no later than it was got (within tol); *queued: whether it explains a
+ * message that clearly queued (one waited for that took at least D/4 + tol longer than D, at
+ * least half of that spent in the queue). */
+static bool queue_fits(const est_msg *m, int n, double D, double s, double tol, bool *queued) {
     double q = -INFINITY;
-    *explained = 0;
+    *queued = false;
     for (int i = 0; i < n; i++) {
-        double start = m[i].post > q ? m[i].post : q;
+        double start = m[i].post > q ? m[i].post : q, excess = m[i].got - m[i].post - D;
         q = start + s;
         if (start + D > m[i].got + tol) return false;
-        if (m[i].waited) *explained += start - m[i].post;
+        if (m[i].waited && excess >= 0.25 * D + tol && start - m[i].post >= 0.5 * excess) *queued = true;
     }
     return true;
 }
 
-/* The queue time of one direction's messages m[n] (sorted by post) whose fastest took D: the
- * largest s in 0..D that queue_fits (bisected), when the evidence says the messages queued (one
- * waited for took D/4 more than D, and the queue explains half the excess of those waited for),
- * else 0. */
-static double fit_busy(const est_msg *m, int n, double D, double tol) {
-    double excess = 0, most = 0, explained;
-    for (int i = 0; i < n; i++)
-        if (m[i].waited) excess += m[i].got - m[i].post - D, most = fmax(most, m[i].got - m[i].post - D);
-    if (D <= 0 || most < 0.25 * D + tol || !queue_fits(m, n, D, 0, tol, &explained)) return 0;
+/* What one direction's messages say of a queue (fit_busy). */
+typedef struct {
+    double hi;      /* the largest queue time per message in 0..D that fits them (queue_fits) */
+    bool queued;    /* at hi, a message clearly queued: the queue is hi */
+    bool bounded;   /* a queue of D does not fit: messages sent closer together than D arrived
+                     * sooner than it would have let them (none queued: a delay) */
+} est_fit;
+
+/* One direction's messages m[n] (sorted by post) whose fastest took D: hi bisected (the predicted
+ * arrivals only grow with s), and what the messages say. Neither queued nor bounded: they say
+ * nothing (all sent a link time apart or more, as a direction paced by the replies of the other;
+ * or late for another reason: a consumer that looked late, a sender or delivery that lost its
+ * core on a busy machine, which the queue does not explain). */
+static est_fit fit_busy(const est_msg *m, int n, double D, double tol) {
+    est_fit f = { 0, false, false };
+    if (D <= 0 || !queue_fits(m, n, D, 0, tol, &f.queued)) return f;   /* one faster than D: no fit */
     double lo = 0, hi = D;
-    if (queue_fits(m, n, D, hi, tol, &explained)) lo = hi;
+    if (queue_fits(m, n, D, hi, tol, &f.queued)) lo = hi;
+    else f.bounded = true;
     for (int it = 0; it < 60 && hi - lo > 1e-12 * (1 + D); it++) {
         double mid = (lo + hi) / 2;
-        if (queue_fits(m, n, D, mid, tol, &explained)) lo = mid;
+        if (queue_fits(m, n, D, mid, tol, &f.queued)) lo = mid;
         else hi = mid;
     }
-    queue_fits(m, n, D, lo, tol, &explained);
-    return explained >= 0.5 * excess ? lo : 0;
+    f.hi = lo;
+    queue_fits(m, n, D, lo, tol, &f.queued);
+    return f;
+}
+
+/* Link r's queue time from its directions' fits f[2r], f[2r+1] and delays low[] into e: a queue
+ * when a direction read says one queued (the smallest hi of those read: each bounds it from
+ * above), else 0 (a delay); e->link_told[r]: whether a direction read said either. Directed,
+ * the slower direction is read, and the other too when it is at least EST_BOTH_WAYS as slow (a
+ * link shaped both ways is equally slow in both, which one measures a hair slower is chance, and
+ * one direction's messages may be paced by the other's and say nothing; a healthy direction
+ * says nothing of the slow one); the simulator's, both. */
+static void link_queue(const est_fit *f, const double *low, int r, sim_estimate *e) {
+    int slow = low[2 * r] > low[2 * r + 1] ? 2 * r : 2 * r + 1, read[2] = { slow, slow ^ 1 };
+    bool both = !e->directed || low[slow ^ 1] >= EST_BOTH_WAYS * low[slow], queued = false, bounded = false;
+    double q = INFINITY;
+    for (int k = 0; k < (both ? 2 : 1); k++) {
+        const est_fit *x = &f[read[k]];
+        if (x->queued || x->bounded) q = fmin(q, x->hi);
+        queued |= x->queued, bounded |= x->bounded;
+    }
+    e->link_told[r] = queued || bounded;
+    e->link_busy[r] = queued ? fmin(q, e->link_delay[r]) : 0;
 }
 
 /* The messages of iteration iter between neighbouring ranks into m (allocated; *n of them), with
@@ -246,7 +282,8 @@ static est_msg *link_messages(const timeline *tl, const sim_costs *c, int iter, 
  * direction is the link's. */
 static void estimate_links(const timeline *tl, const sim_costs *c, int iter, sim_estimate *e) {
     int L = e->n_ranks - 1, n;
-    double *low = e->link_dir, *busy = pt_calloc((size_t)(2 * L + 1), sizeof(double));
+    double *low = e->link_dir;
+    est_fit *fit = pt_calloc((size_t)(2 * L + 1), sizeof *fit);
     for (int i = 0; i < 2 * L; i++) low[i] = INFINITY;
     est_msg *m = link_messages(tl, c, iter, e, &n);
     for (int i = 0; i < n; i++)
@@ -255,16 +292,15 @@ static void estimate_links(const timeline *tl, const sim_costs *c, int iter, sim
     for (int i = 0, j = 0; i < n; i = j) {   /* each direction's run of messages, by post */
         while (j < n && m[j].dir == m[i].dir) j++;
         double D = low[m[i].dir];
-        busy[m[i].dir] = fit_busy(m + i, j - i, D, e->directed ? fmax(e->wait_eps, EST_JITTER * D) : 1e-9 * (1 + D));
+        fit[m[i].dir] = fit_busy(m + i, j - i, D, e->directed ? fmax(e->wait_eps, EST_JITTER * D) : 1e-9 * (1 + D));
     }
     for (int r = 0; r < L; r++) {           /* symmetric: both bounds hold the one delay, the smaller is tighter */
         double a = low[2 * r], b = low[2 * r + 1];
         e->link_delay[r] = e->directed ? (a > b ? a : b) : (a < b ? a : b);
-        double q = e->directed ? busy[a > b ? 2 * r : 2 * r + 1] : fmax(busy[2 * r], busy[2 * r + 1]);
-        e->link_busy[r] = fmin(q, e->link_delay[r]);
+        link_queue(fit, low, r, e);
         if (!e->directed) low[2 * r] = low[2 * r + 1] = e->link_delay[r];
     }
-    free(m), free(busy);
+    free(m), free(fit);
 }
 
 void sim_estimate_directions(const sim_estimate *e, double *out) {

@@ -53,6 +53,9 @@ typedef struct {
     double *link_busy;      /* [P-1] the part of link_delay a message holds the link for, when the
                              * link is slow in bandwidth (messages sent closer together than this
                              * queued behind each other: sim_link.rate); 0: a pure delay */
+    bool *link_told;        /* [P-1] whether the messages told a queue from a delay (else
+                             * link_busy is 0 for want of a sign of a queue: a caller that
+                             * knows the link from before may keep what it knew) */
     double *stage_slow;     /* [S] measured / expected compute time of stage g (median over its
                              * actions; 1 where it ran nothing) */
     /* How links are read (sim_estimate_init: false, 0): the simulator's links are equally slow
@@ -82,11 +85,16 @@ void sim_estimate_free(sim_estimate *e);
  * Queueing: per direction, with the messages in the order they were sent, the delay is fitted as
  * a queue (each message holds the link s after the one before it left, then takes the rest of the
  * delay): s is the largest that keeps every message's predicted arrival at or before when it was
- * got. It is the link's link_busy when some message whose consumer waited for it took at least a
- * quarter of the delay longer than the fastest and the queue explains at least half of that
- * excess over the messages waited for; else 0 (a pure delay: the messages did not bunch, or a
- * late consumer, not the link, made them late). In the simulator it is exact once two messages
- * queued and the second was waited for.
+ * got. A direction says the link queues when at that s some message whose consumer waited for it
+ * took at least a quarter of the delay longer than the fastest and spent at least half of that
+ * in the queue; that it is a delay when a queue of the whole delay does not fit (messages sent
+ * closer together arrived sooner than it would have let them) and none queued; else nothing
+ * (messages sent a link time apart, or late for other reasons). link_busy is s when a direction
+ * read says the link queues (the smallest s of those read), else 0; link_told whether a
+ * direction read said either. The simulator reads both directions; directed, the slower one, and
+ * the other too when it is at least half as slow (one link shaped both ways: which measures a
+ * hair slower is chance, and one direction may be paced by the other's replies). In the
+ * simulator it is exact once two messages queued and the second was waited for.
  * A stage's slowdown is the median of measured / expected over its compute actions. Returns 0, or
  * -1 when tl does not match e's shape. */
 int sim_estimate_timeline(const timeline *tl, const sim_costs *expected, int iter, sim_estimate *e);

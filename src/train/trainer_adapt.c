@@ -5,7 +5,8 @@
  * its hysteresis (sim_policy_step), and switches the engine to the adaptive schedule built for the
  * estimate under the memory limit (sim_adaptive_schedule), or back to the starting schedule when
  * the straggler clears. Each switch is a log line and an "adapt" event. Only the order of work
- * changes: parameters, moments and the split stay. Not here: the estimate, the policy and the
+ * changes: parameters, moments and the split stay. A slow link between replicas (their gradient
+ * reductions wait) is said at onset and recovery, never adapted to. Not here: the estimate, the policy and the
  * generator (sim/sim_adapt.h, sched/), switching (run_job_replan).
  * Legend: P ranks, S stages (one per rank), M microbatches, D replicas. */
 #include "train/trainer_int.h"
@@ -13,6 +14,7 @@
 #include "sim/sim_adapt.h"
 #include "util/pt.h"
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,16 @@
 
 typedef struct train_adapt train_adapt;
 
+/* Links between replicas, read from each step's gradient reductions: per pipeline rank p, how long
+ * the reduction over the replicas took from the last member's post to the first member seeing it
+ * complete (the wait), against the same over recent healthy steps. */
+typedef struct {
+    double *base;                   /* [ADAPT_BASELINE][P] healthy steps' waits */
+    int n_base, next_base;
+    double *prev;                   /* [P] the last step's excess over the baseline (unfiltered) */
+    int *slow;                      /* [P] reported slow (said once per onset and recovery) */
+} replica_links;
+
 struct train_adapt {
     int P, S, M, D, mem_limit;
     int overlap;                    /* reductions overlapped (the simulator is told so) */
@@ -58,6 +70,7 @@ struct train_adapt {
                                      * block, a head (gpt_layer_ops' cost): [kind][F, B, W] */
     int said_keep;                  /* a straggler was reported without a switch (since the last
                                      * switch or revert) */
+    replica_links rl;               /* links between replicas (D >= 2): seen, said, not adapted to */
 };
 
 /* ---- measuring ---------------------------------------------------------------------------- */
@@ -156,6 +169,7 @@ static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, con
         for (int r = 0; r + 1 < A->P && rc == 0; r++) {
             est->link_delay[r] = fmax(est->link_delay[r], one.link_delay[r]);
             est->link_busy[r] = fmax(est->link_busy[r], one.link_busy[r]);
+            est->link_told[r] |= one.link_told[r];
         }
         for (int g = 0; g < A->S && rc == 0; g++) est->stage_slow[g] = fmax(est->stage_slow[g], one.stage_slow[g]);
     }
@@ -466,6 +480,146 @@ static int adapt_revert(train_ctx *t, train_adapt *A, long step, sim_costs *heal
     return 0;
 }
 
+/* ---- links between replicas ------------------------------------------------------------- */
+
+/* A reduction between replicas is slow once it waits this much longer than when healthy, two
+ * steps running (as a pipeline link: the link floor or link_on x mean F, whichever is larger),
+ * and healthy again below half of it (hysteresis). */
+static double replica_on(const train_adapt *A, double mf) { return fmax(ADAPT_LINK_FLOOR, A->po.link_on * mf); }
+
+static void replica_init(train_adapt *A) {
+    replica_links *L = &A->rl;
+    L->base = pt_calloc((size_t)ADAPT_BASELINE * (size_t)A->P, sizeof *L->base);
+    L->prev = pt_calloc((size_t)A->P, sizeof *L->prev);
+    L->slow = pt_calloc((size_t)A->P, sizeof *L->slow);
+}
+
+static void replica_free(train_adapt *A) {
+    free(A->rl.base), free(A->rl.prev), free(A->rl.slow);
+}
+
+/* Per pipeline rank p, this step's wait of the gradient reduction over the replicas into w[P]:
+ * the first member's end of its REDUCE_GRAD event minus the last member's start (-1: none ran).
+ * An overlapped reduction's event runs from its post (the stage's last W) to when the rank saw it
+ * complete; --no-overlap's from the rank's last REDUCE_GRAD (where it posts) to its wait's end. */
+static void replica_waits(const train_adapt *A, const timeline *tl, double *w) {
+    for (int p = 0; p < A->P; p++) {
+        double last_post = -INFINITY, first_done = INFINITY;
+        for (int i = 0; i < tl->n; i++) {
+            const tl_event *x = &tl->ev[i];
+            if (x->act.kind != ACT_REDUCE_GRAD || x->rank % A->P != p) continue;
+            last_post = fmax(last_post, x->start), first_done = fmin(first_done, x->end);
+        }
+        w[p] = isfinite(last_post) && isfinite(first_done) ? fmax(0, first_done - last_post) : -1;
+    }
+}
+
+/* The median wait of pipeline rank p over the baseline steps (-1 when none has it). */
+static double replica_base(const train_adapt *A, int p) {
+    double x[ADAPT_BASELINE];
+    int n = 0;
+    for (int i = 0; i < A->rl.n_base; i++) {
+        double y = A->rl.base[(size_t)i * A->P + (size_t)p];
+        if (y >= 0) x[n++] = y;
+    }
+    return n ? pt_median(x, n) : -1;
+}
+
+/* Appends printf-style text to buf[n] at *at, cutting it at the end of buf (*at stays below n). */
+static void line_add(char *buf, size_t n, size_t *at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void line_add(char *buf, size_t n, size_t *at, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = *at < n ? vsnprintf(buf + *at, n - *at, fmt, ap) : 0;
+    va_end(ap);
+    *at = k > 0 && *at + (size_t)k < n ? *at + (size_t)k : n - 1;
+}
+
+/* "link between replicas 0-1 (ranks 0-2)", or with D > 2 "link between replicas of pipeline rank
+ * 0 (ranks 0,2,4)" (the wait does not say which pair), appended to buf[n] at *at. */
+static void replica_name(const train_adapt *A, int p, char *buf, size_t n, size_t *at) {
+    if (A->D == 2) {
+        line_add(buf, n, at, "link between replicas 0-1 (ranks %d-%d)", p, A->P + p);
+        return;
+    }
+    line_add(buf, n, at, "link between replicas of pipeline rank %d (ranks ", p);
+    for (int d = 0; d < A->D; d++) line_add(buf, n, at, "%s%d", d ? "," : "", d * A->P + p);
+    line_add(buf, n, at, ")");
+}
+
+/* The adapt event of the pipeline ranks whose reduction between replicas changed (`change` +1: turned
+ * slow, -1: healthy again): the estimate's fields and, per rank, its replicas, world ranks and
+ * the reduction's wait beyond its healthy one (replica_links). */
+static cJSON *replica_fields(const train_adapt *A, const sim_estimate *est, const char *action, const char *schedule,
+                             const int *change, int sign, const double *excess) {
+    cJSON *o = adapt_fields(A, est, action, schedule, -1, -1), *arr = cJSON_CreateArray();
+    for (int p = 0; p < A->P; p++) {
+        if (change[p] != sign) continue;
+        cJSON *l = cJSON_CreateObject(), *reps = cJSON_CreateArray(), *ranks = cJSON_CreateArray();
+        cJSON_AddNumberToObject(l, "pipeline_rank", p);
+        for (int d = 0; d < A->D; d++) cJSON_AddItemToArray(reps, cJSON_CreateNumber(d));
+        for (int d = 0; d < A->D; d++) cJSON_AddItemToArray(ranks, cJSON_CreateNumber(d * A->P + p));
+        cJSON_AddItemToObject(l, "replicas", reps);
+        cJSON_AddItemToObject(l, "ranks", ranks);
+        cJSON_AddNumberToObject(l, "wait_s", excess[p]);
+        cJSON_AddItemToArray(arr, l);
+    }
+    cJSON_AddItemToObject(o, "replica_links", arr);
+    return o;
+}
+
+/* Says the pipeline ranks of `change` equal to sign in one line and event: turned slow (+1, with
+ * each one's wait beyond its healthy one) or healthy again (-1). */
+static void replica_say(train_ctx *t, train_adapt *A, long step, const sim_estimate *est, const int *change,
+                        int sign, const double *excess) {
+    const char *name = t->e->vt->schedule(t->e)->name;
+    char line[1024] = "";
+    size_t at = 0, n = sizeof line;
+    int first = 0, last = 0;
+    for (int p = 0; p < A->P; p++) {
+        if (change[p] != sign) continue;
+        first |= p == 0, last |= p == A->P - 1;
+        if (at) line_add(line, n, &at, "; ");
+        replica_name(A, p, line, n, &at);
+        if (sign > 0) line_add(line, n, &at, " +%.0f ms per reduction", excess[p] * 1e3);
+        else line_add(line, n, &at, " healthy again");
+    }
+    if (first && last && t->m.n_ties > 0)   /* the tied embedding is one group over both ends */
+        line_add(line, n, &at, " (pipeline ranks 0 and %d share the tied embedding's reduction: a slow link at "
+                 "either shows at both)", A->P - 1);
+    if (sign > 0) line_add(line, n, &at, "; no schedule change helps a gradient reduction: keeping %s", name);
+    say(t, step, line, replica_fields(A, est, sign > 0 ? "replica_slow" : "replica_healthy", name, change, sign, excess));
+}
+
+/* The step's reductions between replicas against their healthy waits: the pipeline ranks whose
+ * reduction turned slow (replica_on, two steps running: the smaller of this step's excess and the
+ * last's) or healthy again (under half of it), each said once per onset and recovery. The
+ * schedule stays: no order of one pipeline's work changes what a reduction waits for. A step with
+ * no rank over half of replica_on joins the baseline. */
+static void adapt_replicas(train_ctx *t, train_adapt *A, long step, const timeline *tl, const sim_estimate *est,
+                           double mf) {
+    replica_links *L = &A->rl;
+    double *w = pt_malloc(sizeof *w * (size_t)A->P * 2), *excess = w + A->P, on = replica_on(A, mf);
+    int *change = pt_calloc((size_t)A->P, sizeof *change), quiet = 1, any_on = 0, any_off = 0;
+    replica_waits(A, tl, w);
+    for (int p = 0; p < A->P; p++) {
+        double b = replica_base(A, p), now = w[p] >= 0 && b >= 0 ? fmax(0, w[p] - b) : 0;
+        excess[p] = fmin(now, L->prev[p]);
+        L->prev[p] = now;
+        quiet &= now < on / 2;
+        if (!L->slow[p] && excess[p] >= on) L->slow[p] = 1, change[p] = 1, any_on = 1;
+        else if (L->slow[p] && now < on / 2) L->slow[p] = 0, change[p] = -1, any_off = 1, excess[p] = now;
+    }
+    if (quiet) {
+        memcpy(L->base + (size_t)L->next_base * A->P, w, sizeof *w * (size_t)A->P);
+        L->next_base = (L->next_base + 1) % ADAPT_BASELINE;
+        if (L->n_base < ADAPT_BASELINE) L->n_base++;
+    }
+    if (any_on) replica_say(t, A, step, est, change, 1, excess);
+    if (any_off) replica_say(t, A, step, est, change, -1, excess);
+    free(w), free(change);
+}
+
 /* ---- the hook ----------------------------------------------------------------------------- */
 
 int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *user) {
@@ -487,13 +641,16 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     base_costs(A, &healthy);
     sim_estimate_init(&est, A->P, A->S);
     int rc = step_estimate(A, tl, e->vt->schedule(e), &healthy, &est);
-    for (int r = 0; r + 1 < A->P; r++) {   /* jitter is no slow link; nor is one slow step (nor queue) */
-        double d = est.link_delay[r] >= ADAPT_LINK_FLOOR ? est.link_delay[r] : 0, q = d > 0 ? est.link_busy[r] : 0;
+    for (int r = 0; r + 1 < A->P; r++) {   /* jitter is no slow link; nor is one slow step (nor queue); a
+                                            * step whose messages told no queue from a delay keeps the last */
+        double d = est.link_delay[r] >= ADAPT_LINK_FLOOR ? est.link_delay[r] : 0;
+        double q = d <= 0 ? 0 : est.link_told[r] ? est.link_busy[r] : A->prev_busy[r];
         est.link_delay[r] = fmin(d, A->prev_link[r]);
         est.link_busy[r] = fmin(fmin(q, A->prev_busy[r]), est.link_delay[r]);
         A->prev_link[r] = d, A->prev_busy[r] = q;
     }
     if (rc < 0 || step == A->first_step) goto free_all;             /* the warm-up: first touches, caches */
+    if (A->D > 1) adapt_replicas(t, A, step, tl, &est, mean_f(&healthy));
     if (A->n_base == 0) { base_add(A, now); goto free_all; }       /* the first measured step sets the costs */
     double mf = mean_f(&healthy);
     sim_policy_action act = sim_policy_step(&A->pol, &A->po, &est, mf);
@@ -536,6 +693,7 @@ int train_adapt_init(train_ctx *t) {
     A->po = sim_policy_defaults();
     A->po.stage_on = ADAPT_STAGE_ON, A->po.stage_off = ADAPT_STAGE_OFF;
     sim_policy_init(&A->pol, A->P, A->S);
+    if (A->D > 1) replica_init(A);
     A->nv = A->S * K_KINDS;
     A->base = pt_calloc((size_t)ADAPT_BASELINE * A->nv, sizeof *A->base);
     A->prev_slow = pt_malloc(sizeof *A->prev_slow * (size_t)A->S);
@@ -558,6 +716,7 @@ void train_adapt_free(train_ctx *t) {
     if (!A) return;
     sched_free(A->start);
     sim_policy_free(&A->pol);
+    replica_free(A);
     free(A->base);
     free(A->prev_slow);
     free(A->prev_link);
