@@ -116,17 +116,25 @@ static void base_costs(const train_adapt *A, sim_costs *c) {
     }
 }
 
-/* Replica d's events as a timeline of P ranks (world ranks d*P + p -> p), links kept. */
-static void replica_timeline(const timeline *tl, const sched *s, int d, int P, timeline *out) {
+/* The events of one lane, replica d's TP rank t (its pipeline ranks exchange the stream's
+ * messages among themselves), as a timeline of P ranks (world rank of (d, p, t) -> p), links
+ * kept. */
+static void lane_timeline(const timeline *tl, const sched *s, const run_layout *lo, int d, int t,
+                          timeline *out) {
     int *idx = pt_malloc(sizeof *idx * (size_t)(tl->n + 1));
     timeline_init(out, s, NULL, 1);
     for (int i = 0; i < tl->n; i++) {
         const tl_event *x = &tl->ev[i];
+        int xd, xp, xt, pd, pp, pt;
         idx[i] = -1;
-        if (x->rank / P != d) continue;
+        run_layout_coords(lo, x->rank, &xd, &xp, &xt);
+        if (xd != d || xt != t) continue;
         tl_event y = *x;
-        y.rank = x->rank % P;
-        if (y.peer >= 0) y.peer %= P;
+        y.rank = xp;
+        if (y.peer >= 0) {
+            run_layout_coords(lo, y.peer, &pd, &pp, &pt);
+            y.peer = pp;
+        }
         idx[i] = timeline_push(out, &y);
     }
     for (int i = 0; i < out->n; i++)
@@ -134,13 +142,13 @@ static void replica_timeline(const timeline *tl, const sched *s, int d, int P, t
     free(idx);
 }
 
-/* The estimate of the step against the healthy costs: per replica (each link's slower direction,
- * from the messages a receiver waited for), then the largest delay and slowdown of each link and
- * stage over the replicas (every replica runs the one schedule). Stage
+/* The estimate of the step against the healthy costs: per lane, each replica's TP rank (each
+ * link's slower direction, from the messages a receiver waited for), then the largest delay and
+ * slowdown of each link and stage over the lanes (every lane runs the one schedule). Stage
  * slowdowns are taken relative to the fastest stage, so a machine-wide slowdown (other jobs on
  * the cores) is no straggler. */
-static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, const sim_costs *healthy,
-                         sim_estimate *est) {
+static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, const run_layout *layout,
+                         const sim_costs *healthy, sim_estimate *est) {
     sim_estimate one;
     sim_estimate_init(&one, A->P, A->S);
     one.directed = true;   /* a measured link may be slow one way (tc shapes a host's egress) */
@@ -148,9 +156,9 @@ static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, con
     for (int r = 0; r + 1 < A->P; r++) est->link_delay[r] = est->link_busy[r] = 0;
     for (int g = 0; g < A->S; g++) est->stage_slow[g] = 0;
     int rc = 0;
-    for (int d = 0; d < A->D && rc == 0; d++) {
+    for (int lane = 0; lane < A->D * layout->tp && rc == 0; lane++) {
         timeline sub;
-        replica_timeline(tl, s, d, A->P, &sub);
+        lane_timeline(tl, s, layout, lane / layout->tp, lane % layout->tp, &sub);
         rc = sim_estimate_timeline(&sub, healthy, 0, &one);
         timeline_free(&sub);
         for (int r = 0; r + 1 < A->P && rc == 0; r++) {
@@ -486,7 +494,7 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     sim_estimate est;
     base_costs(A, &healthy);
     sim_estimate_init(&est, A->P, A->S);
-    int rc = step_estimate(A, tl, e->vt->schedule(e), &healthy, &est);
+    int rc = step_estimate(A, tl, e->vt->schedule(e), &train_engine_plan(e)->lo, &healthy, &est);
     for (int r = 0; r + 1 < A->P; r++) {   /* jitter is no slow link; nor is one slow step (nor queue) */
         double d = est.link_delay[r] >= ADAPT_LINK_FLOOR ? est.link_delay[r] : 0, q = d > 0 ? est.link_busy[r] : 0;
         est.link_delay[r] = fmin(d, A->prev_link[r]);
