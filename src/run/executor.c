@@ -248,6 +248,8 @@ const gpt_model *run_exec_stage_model(const run_exec *e, int g) {
     return g >= 0 && g < e->c.s->n_stages && e->loc[g] >= 0 ? &e->st[e->loc[g]].m : NULL;
 }
 
+const gpt_model *run_exec_first_model(const run_exec *e) { return &e->st[0].m; }
+
 int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g) {
     const run_stage *st = &e->st[e->loc[g]];
     if (!e->c.zero && !st->opt.m)   /* the holder in pipe 0 is its chunk's home: a bug otherwise */

@@ -136,6 +136,8 @@ int run_exec_replan(run_exec *e, const sched *s);
 void run_exec_set_slowdown(run_exec *e, int g, double k);
 /* Stage g's model on this rank (its layers' parameters and gradients), or NULL. */
 const gpt_model *run_exec_stage_model(const run_exec *e, int g);
+/* The model of this rank's first stage (every rank holds one): the config and tensor table. */
+const gpt_model *run_exec_first_model(const run_exec *e);
 /* Checkpoint writes (ckpt/checkpoint.h) into tmpdir: stage g's chunk file (parameters, and with
  * --zero 0 its moments); and with --zero 1 this rank's file of moment shards. Read the state
  * only: any rank may write while the others do. */

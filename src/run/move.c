@@ -167,13 +167,11 @@ int run_move(const run_exec *old, const run_source_reqs *want, comm *world, cons
     move_view v;
     move_xfer *xs = NULL;
     int n_xs = 0, n_pc = run_exec_pieces(old, &pc);
-    const gpt_model *m = NULL;   /* for tensor names */
-    for (int g = 0; !m; g++) m = run_exec_stage_model(old, g);
     memset(&v, 0, sizeof v);
     int rc = move_share(pc, n_pc, want, world, &v);
     if (rc == 0) {
         move_index(&v);
-        rc = move_plan(&v, lo, m, &xs, &n_xs);
+        rc = move_plan(&v, lo, run_exec_first_model(old), &xs, &n_xs);
     }
     if (rc == 0) rc = move_run(xs, n_xs, pc, want, world, timeout);
     free(xs);

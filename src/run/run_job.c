@@ -202,20 +202,13 @@ static int job_move_rank(run_job *j, int r) {
     return run_move(j->move_from->ex[r], &j->move_want[r], j->comms[r], &j->pl->lo, j->pl->o.timeout);
 }
 
-/* The model's config (any stage of the job holds it). */
-static const gpt_config *job_cfg(const run_job *j) {
-    const gpt_model *m = NULL;
-    for (int g = 0; !m; g++) m = run_exec_stage_model(j->ex[0], g);
-    return &m->cfg;
-}
-
 int run_job_resplit(run_job **jp, const run_plan *pl) {
     run_job *old = *jp, *j = NULL;
     run_source *src = pt_calloc((size_t)old->n_local, sizeof *src);
     const run_source **each = pt_calloc((size_t)old->n_local, sizeof *each);
     run_source_reqs *want = pt_calloc((size_t)old->n_local, sizeof *want);
     for (int r = 0; r < old->n_local; r++) {
-        run_source_defer(&src[r], job_cfg(old), &want[r]);
+        run_source_defer(&src[r], &run_exec_first_model(old->ex[0])->cfg, &want[r]);
         each[r] = &src[r];
     }
     int rc = job_start(&j, pl, each, old->world);

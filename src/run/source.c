@@ -1,6 +1,6 @@
 /* The starting points of a pipelined job (run/source.h): a whole model in memory, a weights file
- * or the seeded init, a checkpoint, requests kept for later. Each fills a partial model's layers and reads slices of
- * single tensors, so a rank loads only what it holds. A tensor-parallel shard (a model of
+ * or the seeded init, a checkpoint, requests kept for later. Each fills a partial model's layers
+ * and reads slices of single tensors, so a rank loads only what it holds. A tensor-parallel shard (a model of
  * gpt_init_layers_tp) is cut from its whole tensor, read one tensor at a time. */
 #include "run/source.h"
 #include "io/safetensors.h"
@@ -223,11 +223,12 @@ static int defer_fill(const run_source *s, gpt_model *m) {
     return 0;
 }
 
+/* start and n index the requester's TP shard: its holders are of the same TP rank (run/move.h). */
 static int defer_read(const run_source *s, const gpt_model *m, int param, size_t start, size_t n,
                       float *w, float *mm, float *vv) {
-    (void)m;   /* the shard's indices are the requester's; the holder's are the same (one TP rank) */
     if (w) defer_add(s, (run_source_req){ .param = param, .start = start, .n = n, .w = w });
-    if (mm) defer_add(s, (run_source_req){ .param = param, .moments = 1, .start = start, .n = n, .m = mm, .v = vv });
+    if (mm)
+        defer_add(s, (run_source_req){ .param = param, .moments = 1, .start = start, .n = n, .m = mm, .v = vv });
     return 0;
 }
 
