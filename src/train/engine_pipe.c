@@ -302,7 +302,7 @@ static run_job *pipe_job(train_engine *e) { return ((pipe_engine *)e)->job; }
 static const run_plan *pipe_plan(const train_engine *e) { return ((const pipe_engine *)e)->pl; }
 /* A new split, the job's state moved rank to rank (run_job_resplit: no file); the schedule in
  * force is kept. The numbers are the same: parameters and moments move as they are. */
-static int pipe_resplit(train_engine *e, const int *split, int n, long t) {
+static int pipe_resplit(train_engine *e, const int *split, int n) {
     pipe_engine *p = (pipe_engine *)e;
     run_plan *next = pt_calloc(1, sizeof *next);
     sched *cur = sched_copy(run_job_schedule(p->job));
@@ -319,7 +319,7 @@ static int pipe_resplit(train_engine *e, const int *split, int n, long t) {
     if (next && next->s) run_plan_free(next);
     free(next);
     sched_free(cur);
-    return rc < 0 ? pt_adderr("step %ld: re-split to %d chunks: ", t, n) : 0;
+    return rc < 0 ? pt_adderr("re-split to %d chunks: ", n) : 0;
 }
 
 static const timeline *pipe_timeline(train_engine *e) { return run_job_timeline(((pipe_engine *)e)->job); }

@@ -368,7 +368,7 @@ static void rescale_base(train_adapt *A, const int *from, const int *to) {
 /* Moves to split `to` (the engine's resplit) and rescales the expected costs; the next step is
  * not measured (a new job's first touches). */
 static int move_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const int *to) {
-    if (t->e->vt->resplit(t->e, to, A->S, step) < 0) return pt_adderr("step %ld: --adapt: ", step);
+    if (t->e->vt->resplit(t->e, to, A->S) < 0) return pt_adderr("step %ld: --adapt: ", step);
     rescale_costs(A, healthy, A->split_now, to);
     rescale_base(A, A->split_now, to);
     memcpy(A->split_now, to, sizeof *to * (size_t)A->S);
