@@ -17,9 +17,11 @@ grad() { "$P" grad --config "$D/cfg.json" --tokens "$D/text.txt" --batch 8 --seq
 train() { "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --lr 3e-3 "$@"; }
 # Under SAN=1 Open MPI leaks at MPI_Finalize (inside plugins: not ours; tests/test_comm_mpi.sh);
 # under TSAN=1 its own internals are suppressed (tests/openmpi.tsan.supp), ours are not.
-mpi() { local n=$1; shift; ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+# MPI_X: "NAME=value ..." set in the ranks only (not in mpirun: its own session folder needs TMPDIR).
+mpi() { local n=$1 v x=(); shift; for v in ${MPI_X:-}; do x+=(-x "$v"); done
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
   TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp" \
-  timeout 120 mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS -np "$n" "$P" "$@" < /dev/null; }
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS "${x[@]}" -np "$n" "$P" "$@" < /dev/null; }
 same() { cmp -s "$1" "$2"; }
 # Under TSAN=1 the steps run 5-20x slower and a thread wakes milliseconds late, so the adaptation
 # sees slow links at other steps than on this machine's normal build (a noisy step 2 makes the
@@ -124,11 +126,12 @@ if mpi 2 train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --
      && [ "$(numbers "$D/s0/metrics.jsonl")" = "$(numbers "$D/mm.jsonl")" ]; then
   ok "adapt: MPI: every rank switches at the same steps (no coordinator); the same numbers as threads"
 else fail "adapt: MPI" "$(schedules "$D/mm.jsonl"); $(grep -E '^step [0-9]+:|error|failed' "$D/am.out" | head -5)"; fi
-# a slow stage: its layers move by measured speed (through a checkpoint in a temporary folder),
-# and back when it clears; with no clipping the numbers are bitwise (a new split only changes
+# a slow stage: its layers move by measured speed (rank to rank: no file; TMPDIR is a plain file
+# here, so anything written under it fails), and back when it clears; with no clipping the numbers are bitwise (a new split only changes
 # the order the gradient norm is summed in).
 echo '{"n_layer": 4, "n_head": 2, "n_embd": 64, "vocab_size": 256, "n_positions": 32}' > "$D/c64.json"
-t64() { train --steps 14 $pipe --grad-clip 0 --config "$D/c64.json" --seq 32 "$@"; }   # 8 steps to see the recovery
+: > "$D/notadir"
+t64() { TMPDIR="$D/notadir" train --steps 14 $pipe --grad-clip 0 --config "$D/c64.json" --seq 32 "$@"; }   # 8 steps to see the recovery
 splits() { grep -o '"split":"[0-9,]*"' "$1" | sed 's/.*:"\(.*\)"/\1/' | tr '\n' ' '; }
 # the layers of each chunk of checkpoint folder $1 (the split it was saved with: a re-split at the
 # last step moves them after that step's metrics line)
@@ -153,13 +156,55 @@ else
     && ok "adapt: re-split (not back by step 14 on this loaded machine): every loss and norm bitwise" \
     || fail "adapt: re-split keeps the numbers" "$(numbers "$D/r1/metrics.jsonl" | tr '\n' ' ')"
 fi
+export MPI_X="TMPDIR=$D/notadir"
 if mpi 2 train --config "$D/c64.json" --data "$D/text.txt" --batch 8 --seq 32 --lr 3e-3 --steps 14 $pipe --grad-clip 0 \
      --adapt --slow-stage 1:$slow@3-6 --transport mpi --metrics "$D/rm.jsonl" > "$D/rm.out" 2>&1 \
      && [[ "$(splits "$D/rm.jsonl")" == *"3,1"* ]] && [ "$(numbers "$D/r0/metrics.jsonl")" = "$(numbers "$D/rm.jsonl")" ]; then
-  ok "adapt: MPI re-split (each rank reads the layers it holds now); the same numbers"
+  ok "adapt: MPI re-split (each layer that moves sent by its old rank to its new one); the same numbers"
 else fail "adapt: MPI re-split" "$(splits "$D/rm.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/rm.out" | head -4)"; fi
-ls /tmp | grep -q '^pipetrain-resplit-' && fail "adapt: re-split leaves no folder behind" "$(ls /tmp | grep pipetrain-resplit)" \
-  || ok "adapt: re-split leaves no folder behind"
+# dp 2 with --zero 1: each replica moves its own layers, the moment shards go to the ranks that
+# update them under the new split; threads, and MPI on 4 processes, the same numbers
+dz="--dp 2 --microbatches 2 --zero 1"
+t64 $dz --save "$D/z0" > /dev/null 2>&1
+if t64 $dz --adapt --slow-stage 1:$slow@3-6 --metrics "$D/z1.jsonl" > "$D/z1.out" 2>&1 && [[ "$(splits "$D/z1.jsonl")" == *"3,1"* ]] \
+   && [ "$(numbers "$D/z0/metrics.jsonl")" = "$(numbers "$D/z1.jsonl")" ]; then
+  ok "adapt: dp 2, --zero 1: re-split with sharded moments; the same numbers"
+else fail "adapt: dp 2 --zero 1 re-split" "$(splits "$D/z1.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/z1.out" | head -4)"; fi
+if mpi 4 train --config "$D/c64.json" --data "$D/text.txt" --batch 8 --seq 32 --lr 3e-3 --steps 14 $pipe $dz --grad-clip 0 \
+     --adapt --slow-stage 1:$slow@3-6 --transport mpi --metrics "$D/zm.jsonl" > "$D/zm.out" 2>&1 \
+     && [[ "$(splits "$D/zm.jsonl")" == *"3,1"* ]] && [ "$(numbers "$D/z0/metrics.jsonl")" = "$(numbers "$D/zm.jsonl")" ]; then
+  ok "adapt: MPI, 4 processes, dp 2, --zero 1: re-split rank to rank, nothing under TMPDIR; the same numbers"
+else fail "adapt: MPI dp 2 re-split" "$(splits "$D/zm.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/zm.out" | head -4)"; fi
+unset MPI_X
+# tensor parallelism (--tp 2: world ranks (p, t) -> 2p + t, so 0-2 is TP rank 0's link between
+# the stages): the policy reads each lane (a replica's TP rank) as a pipeline, switches every
+# rank's schedule and back, and a re-split moves each TP rank's shards. 4 rank threads share 2
+# cores here: the switch back is wanted at any step after the fault (14 steps give a loaded
+# machine room), and no clipping keeps the numbers bitwise if noise re-splits meanwhile.
+tp="--tp 2 --config $D/c64.json --seq 32 --grad-clip 0"
+there_and_back() { [[ "$(schedules "$1")" == "$(lead zb-h1)"*adaptive*zb-h1* ]]; }
+train --steps 14 $pipe $tp --save "$D/t0" > /dev/null 2>&1
+if train --steps 14 $pipe $tp --adapt --mem-limit 4 --slow-link 0-2:0.02@3-5 --save "$D/t1" > "$D/t1.out" 2>&1 \
+   && there_and_back "$D/t1/metrics.jsonl" && [ "$(numbers "$D/t0/metrics.jsonl")" = "$(numbers "$D/t1/metrics.jsonl")" ]; then
+  ok "adapt: --tp 2, a slow link: adaptive and back; the same numbers"
+else fail "adapt: --tp 2 slow link" "$(schedules "$D/t1/metrics.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/t1.out" | head -4)"; fi
+# (a noisy stage may have moved layers by the end: then the files are cut otherwise)
+{ [ "$(chunks "$D/t0/ckpt-14")" != "$(chunks "$D/t1/ckpt-14")" ] || { same "$D/t0/ckpt-14/chunk-0.safetensors" \
+  "$D/t1/ckpt-14/chunk-0.safetensors" && same "$D/t0/ckpt-14/chunk-1.safetensors" "$D/t1/ckpt-14/chunk-1.safetensors"; }; } \
+  && ok "adapt: --tp 2: parameters and moments bitwise those of the run without faults" \
+  || fail "adapt: --tp 2 parameters" "the checkpoints of step 14 differ"
+if mpi 4 train --data "$D/text.txt" --batch 8 --lr 3e-3 --steps 14 $pipe $tp --adapt --mem-limit 4 --slow-link 0-2:0.02@3-5 \
+     --transport mpi --metrics "$D/tm.jsonl" > "$D/tm.out" 2>&1 && adapted "$D/tm.jsonl" \
+     && [ "$(numbers "$D/t0/metrics.jsonl")" = "$(numbers "$D/tm.jsonl")" ]; then
+  ok "adapt: --tp 2, MPI: every rank switches at the same steps; the same numbers"
+else fail "adapt: --tp 2 MPI" "$(schedules "$D/tm.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/tm.out" | head -4)"; fi
+# (a stage's time there includes its waits in the TP all-reduces, which a slow stage does not
+# stretch: twice the factor makes it as clearly slow as at tp 1)
+t64 --tp 2 --save "$D/u0" > /dev/null 2>&1
+if t64 --tp 2 --adapt --slow-stage 1:$((2 * slow))@3-6 --metrics "$D/u1.jsonl" > "$D/u1.out" 2>&1 && [[ "$(splits "$D/u1.jsonl")" == *"3,1"* ]] \
+   && [ "$(numbers "$D/u0/metrics.jsonl")" = "$(numbers "$D/u1.jsonl")" ]; then
+  ok "adapt: --tp 2, a slow stage: layers re-split with their TP shards; the same numbers"
+else fail "adapt: --tp 2 re-split" "$(splits "$D/u1.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/u1.out" | head -4)"; fi
 expect_error "adapt: needs a pipelined run" "--adapt( switches the schedule of a pipelined run|: --stages 1 has no link or stage to adapt to)" train --steps 2 --adapt
 expect_error "adapt: one stage per rank" "--adapt switches between schedules of one stage per rank; interleaved-1f1b has several" \
   train --steps 2 --stages 2 --schedule interleaved-1f1b --microbatches 4 --adapt

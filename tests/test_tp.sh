@@ -114,7 +114,6 @@ expect_error "--tp 0 is an error" "--tp must be >= 1 \(got 0\)" "$P" grad $gargs
 expect_error "--tp 3 does not divide n_head 4" "--tp 3: .*3.*4|--tp 3: .*4.*3" "$P" grad $gargs --out "$D/x.st" --tp 3
 expect_error "--tp with --eval-data is refused" "--eval-data with --tp 2 is not supported" \
   "$P" train $targs --steps 1 --tp 2 --eval-data "$D/text.txt"
-expect_error "--tp with --adapt is refused" "--adapt with --tp 2 is not supported" "$P" train $targs --steps 1 --stages 2 --tp 2 --adapt
 expect_error "--tp with a side task is refused" "--side-task with --tp 2 is not supported" \
   "$P" train $targs --steps 1 --stages 2 --tp 2 --side-task busy:100
 expect_error "--slow-link between two TP ranks is refused, naming them" "ranks 0 and 5 are TP ranks 0 and 1.*e\.g\. 0-4" \

@@ -136,11 +136,13 @@ static void exec_backward_weight(run_exec *e, run_stage *st, int mb) {
                                   e->c.mb_rows, e->c.T);
 }
 
-/* A slow stage (--slow-stage): the action that started at t0 takes st->slow times its compute
- * time; the rank sleeps out the rest (it computes nothing meanwhile, as a slower device would). */
-static void exec_stretch(const run_stage *st, double t0) {
+/* A slow stage (--slow-stage): the action that started at t0 (e->tps.seconds then tp0) takes
+ * st->slow times its compute time; the rank sleeps out the rest (it computes nothing meanwhile,
+ * as a slower device would). Its time inside TP collectives is no compute: it holds the wait for
+ * the other TP ranks' stretch, and stretching it too would compound from action to action. */
+static void exec_stretch(const run_exec *e, const run_stage *st, double t0, double tp0) {
     if (st->slow <= 1) return;
-    double extra = (st->slow - 1) * (pt_now() - t0);
+    double extra = (st->slow - 1) * (pt_now() - t0 - (e->tps.seconds - tp0));
     struct timespec t = { (time_t)extra, (long)((extra - (double)(time_t)extra) * 1e9) };
     nanosleep(&t, NULL);
 }
@@ -148,12 +150,12 @@ static void exec_stretch(const run_stage *st, double t0) {
 /* The F action: activations kept for the backward, or (recomputing) dropped at once, or
  * (--tp-recompute) each layer's kept prefix only. */
 int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, const int *tgt) {
-    double t0 = pt_now();
+    double t0 = pt_now(), tp0 = e->tps.seconds;
     if (st->rebuild) exec_take(st->keep_of, st->keep_mb, st->n_keep, mb, 0);
     else exec_acquire(st, mb, e->c.recompute);
     int rc = exec_forward(e, st, mb, tok, tgt, 0);
     if (e->c.recompute) exec_release(st, mb);
-    exec_stretch(st, t0);
+    exec_stretch(e, st, t0, tp0);
     return rc;
 }
 
@@ -161,7 +163,7 @@ int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, cons
  * when a tensor-parallel collective failed (another rank stopped the job). */
 int exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, const int *tok,
                   const int *tgt) {
-    double t0 = pt_now();
+    double t0 = pt_now(), tp0 = e->tps.seconds;
     int fused = st->rebuild && input && weight;   /* no set: each layer in the work buffer */
     if (input && (e->c.recompute || (st->rebuild && !weight))) exec_acquire(st, mb, 0);
     if (input && e->c.recompute && exec_forward(e, st, mb, tok, tgt, 1) < 0) return -1;
@@ -171,6 +173,6 @@ int exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, con
         exec_backward_weight(e, st, mb);
         exec_release(st, mb);
     }
-    exec_stretch(st, t0);
+    exec_stretch(e, st, t0, tp0);
     return 0;
 }

@@ -248,6 +248,8 @@ const gpt_model *run_exec_stage_model(const run_exec *e, int g) {
     return g >= 0 && g < e->c.s->n_stages && e->loc[g] >= 0 ? &e->st[e->loc[g]].m : NULL;
 }
 
+const gpt_model *run_exec_first_model(const run_exec *e) { return &e->st[0].m; }
+
 int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g) {
     const run_stage *st = &e->st[e->loc[g]];
     if (!e->c.zero && !st->opt.m)   /* the holder in pipe 0 is its chunk's home: a bug otherwise */
@@ -256,9 +258,8 @@ int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g) {
                             e->c.zero ? NULL : &st->opt);
 }
 
-/* Appends the slices of group gr's moments this rank holds (bucket slice by tensor) to sl. */
-static int exec_group_slices(const run_exec *e, const exec_group *gr, ckpt_slice *sl, int n) {
-    const gpt_model *m = &e->st[gr->copy_stage[0]].m;
+/* Appends the moments of group gr this rank holds (bucket slice by tensor) to out. */
+static int exec_group_pieces(const exec_group *gr, run_piece *out, int n) {
     for (int k = 0; k < gr->n_bk; k++) {
         const exec_bucket *b = &gr->bk[k];
         size_t lo = b->off + b->lo, hi = b->off + b->hi;
@@ -266,15 +267,24 @@ static int exec_group_slices(const run_exec *e, const exec_group *gr, ckpt_slice
             const exec_span *ts = &gr->ts[i];
             size_t a = ts->off > lo ? ts->off : lo, z = ts->off + ts->n < hi ? ts->off + ts->n : hi;
             if (a < z)
-                sl[n++] = (ckpt_slice){ gpt_param_info_at(m, ts->param)->name, a - ts->off, z - a,
-                                        b->mm + (a - lo), b->vv + (a - lo) };
+                out[n++] = (run_piece){ ts->param, 1, a - ts->off, z - a, NULL, b->mm + (a - lo), b->vv + (a - lo) };
         }
     }
     return n;
 }
 
+/* Room for every group's moment pieces and `extra` more in *out; returns the moment pieces'
+ * count (they come first). */
+static int exec_moment_pieces(const run_exec *e, run_piece **out, int extra) {
+    int cap = extra, n = 0;
+    for (int k = 0; k < e->n_grp; k++) cap += e->grp[k].n_bk * (e->grp[k].n_ts + 1);
+    *out = pt_malloc(sizeof **out * (size_t)(cap + 1));
+    for (int k = 0; k < e->n_grp; k++) n = exec_group_pieces(&e->grp[k], *out, n);
+    return n;
+}
+
 int run_exec_moment_slices(const run_exec *e, int g, ckpt_slice **out) {
-    int cap = 0, n = 0;
+    int n = 0;
     if (g >= 0) {   /* --zero 0: stage g's moments, laid out like its model */
         const run_stage *st = &e->st[e->loc[g]];
         if (!st->opt.m)
@@ -287,9 +297,28 @@ int run_exec_moment_slices(const run_exec *e, int g, ckpt_slice **out) {
         }
         return n;
     }
-    for (int k = 0; k < e->n_grp; k++) cap += e->grp[k].n_bk * (e->grp[k].n_ts + 1);
-    *out = pt_malloc(sizeof **out * (size_t)(cap + 1));
-    for (int k = 0; k < e->n_grp; k++) n = exec_group_slices(e, &e->grp[k], *out, n);
+    run_piece *pc;
+    n = exec_moment_pieces(e, &pc, 0);
+    *out = pt_malloc(sizeof **out * (size_t)(n + 1));
+    for (int i = 0; i < n; i++)
+        (*out)[i] = (ckpt_slice){ gpt_param_info_at(&e->st[0].m, pc[i].param)->name, pc[i].start, pc[i].n,
+                                  pc[i].m, pc[i].v };
+    free(pc);
+    return n;
+}
+
+int run_exec_pieces(const run_exec *e, run_piece **out) {
+    int extra = 0;
+    for (int i = 0; i < e->n_stages; i++) extra += gpt_param_count(&e->st[i].m);
+    int n = exec_moment_pieces(e, out, extra);
+    for (int i = 0; i < e->n_stages; i++) {
+        const gpt_model *m = &e->st[i].m;
+        for (int k = 0; k < gpt_param_count(m); k++) {
+            const gpt_param_info *pi = gpt_param_info_at(m, k);
+            if (gpt_holds_layer(m, pi->layer))
+                (*out)[n++] = (run_piece){ k, 0, 0, pi->count, m->params + pi->offset, NULL, NULL };
+        }
+    }
     return n;
 }
 

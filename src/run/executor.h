@@ -136,6 +136,8 @@ int run_exec_replan(run_exec *e, const sched *s);
 void run_exec_set_slowdown(run_exec *e, int g, double k);
 /* Stage g's model on this rank (its layers' parameters and gradients), or NULL. */
 const gpt_model *run_exec_stage_model(const run_exec *e, int g);
+/* The model of this rank's first stage (every rank holds one): the config and tensor table. */
+const gpt_model *run_exec_first_model(const run_exec *e);
 /* Checkpoint writes (ckpt/checkpoint.h) into tmpdir: stage g's chunk file (parameters, and with
  * --zero 0 its moments); and with --zero 1 this rank's file of moment shards. Read the state
  * only: any rank may write while the others do. */
@@ -147,6 +149,18 @@ int run_exec_write_shards(const run_exec *e, const char *tmpdir);
  * updates, of every reduction group. *out (malloc'd, the caller frees) points into the state:
  * read it before the next iteration. Returns the count, or -1 (a stage without its moments). */
 int run_exec_moment_slices(const run_exec *e, int g, ckpt_slice **out);
+/* A piece of a rank's state: n floats of tensor `param` from element `start` (indices of its TP
+ * shard), its parameters w, or (moments) its AdamW moments m and v. Points into the state. */
+typedef struct {
+    int param, moments;
+    size_t start, n;
+    const float *w, *m, *v;
+} run_piece;
+/* What a job of another layer split starts from on this rank (run/move.h): every moment slice
+ * it updates, of every reduction group (with --zero 0 the groups' whole moments), then each of
+ * its stages' tensors' parameters. *out (malloc'd, the caller frees) points into the state:
+ * read it before the next iteration. Returns the count. */
+int run_exec_pieces(const run_exec *e, run_piece **out);
 /* Tensor parallelism, for a file of whole tensors (the gradient file; checkpoints write shards
  * in place instead): stage g's layers whole on TP rank 0 of this rank's TP group, from every TP
  * rank's shards (gathered tensor by tensor: no rank holds more than one whole tensor besides

@@ -116,6 +116,16 @@ int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, c
 int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
                  const adamw_state *init_opt, comm *world);
 void run_job_free(run_job *j);
+/* *j under plan pl, another layer split of its plan (run_plan_resplit: the same ranks, transport
+ * and faults): a new job whose ranks take their layers' parameters and AdamW moments (their
+ * shards with --zero 1 or tensor parallelism) from the old job's ranks, rank to rank
+ * (run/move.h: a rank copies what it keeps; a layer that changes rank is sent by an old holder
+ * in the same replica and TP rank), no file; then the old job is freed and *j is the new one.
+ * The values move as they are (bitwise); the schedule is pl's; the measured profile and
+ * timeline start again. Both jobs' state is held while it runs. pl must outlive the new job,
+ * the old plan this call. Collective in MPI mode (every rank, between iterations). 0, or -1
+ * with *j unchanged (the old job as it was). */
+int run_job_resplit(run_job **j, const run_plan *pl);
 /* One iteration on batch (tokens, targets) (B,T) (every rank passes the whole batch): zeroes the
  * gradients, runs the schedule, reduces gradients, and when oc != NULL applies clipping and AdamW
  * step t (1-based; LR schedule as src/train/train.c). Asynchronous schedules (pipedream) update

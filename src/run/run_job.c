@@ -8,6 +8,7 @@
  * (each rank computes on one core); MPI mode sets it to 1 per process too (the CLI's --threads
  * raises it there). */
 #include "run/executor.h"
+#include "run/move.h"
 #include "run/run.h"
 #include "util/pt.h"
 #include <cblas.h>
@@ -32,7 +33,8 @@ struct run_job {
     int share_tl;                    /* every rank gets the merged timeline (run_job_share_timeline) */
     int R, n_local, mpi;             /* world size, ranks in this process, MPI mode */
     int wrapped;                     /* MPI: comms[0] is a faulty wrapper of the caller's world */
-    const run_source *src;           /* during init only */
+    comm *world;                     /* MPI: the caller's world (not owned); NULL: threads */
+    const run_source *const *src;    /* [n_local] each rank's source, during init only */
     run_mem *mem;                    /* [R] what each world rank holds */
     comm **comms;                    /* [n_local]; MPI: the caller's world (not owned) */
     run_exec **ex;                   /* [n_local] */
@@ -50,6 +52,8 @@ struct run_job {
     const optim_config *oc;
     int t;
     gpt_model *gather_out;           /* run_job_gather under tensor parallelism (root) */
+    const run_job *move_from;        /* run_job_resplit: the job moved from, */
+    const run_source_reqs *move_want;   /* and each local rank's requests */
     const char *save_tmp;            /* run_job_save under tensor parallelism: the folder, */
     const ckpt_manifest *save_man;   /* and its layout */
 };
@@ -105,7 +109,7 @@ static int job_exec_init(run_job *j, int r) {
     const run_plan *pl = j->pl;
     int w = job_world_rank(j, r);
     run_exec_cfg c = { .s = j->s, .lo = &pl->lo, .world_rank = w, .world = j->comms[r],
-                       .src = j->src, .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows,
+                       .src = j->src[r], .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows,
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
                        .tp_overlap = pl->o.tp_overlap, .tp_recompute = pl->o.tp_recompute, .tp_sp = pl->o.tp_sp,
                        .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket,
@@ -143,7 +147,8 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
     return run_job_init_src(out, pl, &src, world);
 }
 
-int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, comm *world) {
+/* Starts a job (run_job_init_src) whose local rank r fills from src[r]. */
+static int job_start(run_job **out, const run_plan *pl, const run_source *const *src, comm *world) {
     run_job *j = pt_calloc(1, sizeof *j);
     *out = j;
     j->pl = pl;
@@ -151,6 +156,7 @@ int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, c
     j->src = src;
     j->R = run_layout_ranks(&pl->lo);
     j->mpi = world != NULL;
+    j->world = world;
     if (j->mpi && world->size != j->R)
         return pt_seterr("the MPI world has %d processes, but --dp %d x --stages %d x --tp %d needs %d "
                          "(mpirun -np %d)", world->size, pl->o.D, pl->o.P, pl->lo.tp, j->R, j->R);
@@ -180,6 +186,50 @@ int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, c
     int rc = job_run_all(j, job_exec_init);
     j->src = NULL;
     return rc < 0 ? -1 : job_measure(j);
+}
+
+int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, comm *world) {
+    int n = world ? 1 : run_layout_ranks(&pl->lo);
+    const run_source **each = pt_malloc(sizeof *each * (size_t)n);
+    for (int r = 0; r < n; r++) each[r] = src;
+    int rc = job_start(out, pl, each, world);
+    free(each);
+    return rc;
+}
+
+/* Rank r's part of a re-split: its requests in the new job served from the old one's ranks. */
+static int job_move_rank(run_job *j, int r) {
+    return run_move(j->move_from->ex[r], &j->move_want[r], j->comms[r], &j->pl->lo, j->pl->o.timeout);
+}
+
+int run_job_resplit(run_job **jp, const run_plan *pl) {
+    run_job *old = *jp, *j = NULL;
+    run_source *src = pt_calloc((size_t)old->n_local, sizeof *src);
+    const run_source **each = pt_calloc((size_t)old->n_local, sizeof *each);
+    run_source_reqs *want = pt_calloc((size_t)old->n_local, sizeof *want);
+    for (int r = 0; r < old->n_local; r++) {
+        run_source_defer(&src[r], &run_exec_first_model(old->ex[0])->cfg, &want[r]);
+        each[r] = &src[r];
+    }
+    int rc = job_start(&j, pl, each, old->world);
+    if (rc == 0) {
+        j->move_from = old;
+        j->move_want = want;
+        rc = job_run_all(j, job_move_rank);
+        j->move_from = NULL;
+        j->move_want = NULL;
+    }
+    for (int r = 0; r < old->n_local; r++) free(want[r].v);
+    free(want);
+    free(each);
+    free(src);
+    if (rc < 0) {
+        run_job_free(j);
+        return pt_adderr("re-split: ");
+    }
+    run_job_free(old);
+    *jp = j;
+    return 0;
 }
 
 void run_job_free(run_job *j) {

@@ -1,6 +1,6 @@
 /* The starting points of a pipelined job (run/source.h): a whole model in memory, a weights file
- * or the seeded init, a checkpoint. Each fills a partial model's layers and reads slices of
- * single tensors, so a rank loads only what it holds. A tensor-parallel shard (a model of
+ * or the seeded init, a checkpoint, requests kept for later. Each fills a partial model's layers
+ * and reads slices of single tensors, so a rank loads only what it holds. A tensor-parallel shard (a model of
  * gpt_init_layers_tp) is cut from its whole tensor, read one tensor at a time. */
 #include "run/source.h"
 #include "io/safetensors.h"
@@ -198,6 +198,47 @@ int run_source_checkpoint(run_source *s, const char *dir, const ckpt_manifest *m
     s->cfg = man->cfg;
     s->has_moments = man->has_optim;
     return ckpt_reader_open(&s->ckpt, dir, man);
+}
+
+/* ---- requests kept for later ------------------------------------------------------------- */
+
+static void defer_add(const run_source *s, run_source_req r) {
+    run_source_reqs *q = s->reqs;
+    if (q->n == q->cap) {
+        q->cap = q->cap ? 2 * q->cap : 64;
+        run_source_req *v = pt_malloc(sizeof *v * (size_t)q->cap);
+        if (q->n) memcpy(v, q->v, sizeof *v * (size_t)q->n);
+        free(q->v);
+        q->v = v;
+    }
+    q->v[q->n++] = r;
+}
+
+static int defer_fill(const run_source *s, gpt_model *m) {
+    for (int i = 0; i < gpt_param_count(m); i++) {
+        const gpt_param_info *pi = gpt_param_info_at(m, i);
+        if (gpt_holds_layer(m, pi->layer))
+            defer_add(s, (run_source_req){ .param = i, .n = pi->count, .w = m->params + pi->offset });
+    }
+    return 0;
+}
+
+/* start and n index the requester's TP shard: its holders are of the same TP rank (run/move.h). */
+static int defer_read(const run_source *s, const gpt_model *m, int param, size_t start, size_t n,
+                      float *w, float *mm, float *vv) {
+    if (w) defer_add(s, (run_source_req){ .param = param, .start = start, .n = n, .w = w });
+    if (mm)
+        defer_add(s, (run_source_req){ .param = param, .moments = 1, .start = start, .n = n, .m = mm, .v = vv });
+    return 0;
+}
+
+void run_source_defer(run_source *s, const gpt_config *cfg, run_source_reqs *reqs) {
+    memset(s, 0, sizeof *s);
+    s->fill = defer_fill;
+    s->read = defer_read;
+    s->cfg = *cfg;
+    s->has_moments = 1;
+    s->reqs = reqs;
 }
 
 void run_source_free(run_source *s) {

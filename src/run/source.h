@@ -1,5 +1,6 @@
 /* Where a pipelined job's parameters and AdamW moments start: a whole model in memory, a weights
- * file or the seeded GPT-2 init, or a checkpoint. Each rank reads only what it holds: its stages'
+ * file or the seeded GPT-2 init, a checkpoint, or requests kept for later (a job moved from
+ * another job's ranks: run_job_resplit). Each rank reads only what it holds: its stages'
  * layers (fill) and any slice of a tensor (read: a tied copy, a shard of the moments), so no rank
  * ever needs the whole model. Reads may run on several rank threads at once.
  * Not here: what a rank holds (the executor decides), writing checkpoints (ckpt/). */
@@ -10,6 +11,16 @@
 #include "optim/optim.h"
 
 typedef struct run_source run_source;
+
+/* A read a deferred source (run_source_defer) kept instead of doing: n floats of tensor `param`
+ * from element `start` (indices of the requesting model's TP shard), into w (parameters) or
+ * into m and v (AdamW moments). The pointers are the job's own buffers. */
+typedef struct {
+    int param, moments;
+    size_t start, n;
+    float *w, *m, *v;
+} run_source_req;
+typedef struct { run_source_req *v; int n, cap; } run_source_reqs;
 
 struct run_source {
     /* The parameters of every layer m holds (m: a model, whole or partial, of the source's
@@ -28,6 +39,7 @@ struct run_source {
     const char *init;           /* run_source_init: a weights file, or NULL: seeded */
     uint64_t seed;
     ckpt_reader *ckpt;          /* run_source_checkpoint: owned */
+    run_source_reqs *reqs;      /* run_source_defer: where the reads go (not owned) */
 };
 
 /* A whole model (and its moments, laid out like its params; NULL: zeros), borrowed. */
@@ -39,6 +51,10 @@ void run_source_init(run_source *s, const gpt_config *cfg, const char *init, uin
 /* The checkpoint dir (its manifest read and checked by ckpt_read_manifest): weights and moments,
  * whatever layout it was saved under. -1 naming a file that cannot be opened. */
 int run_source_checkpoint(run_source *s, const char *dir, const ckpt_manifest *man);
+/* Reads that only record themselves into reqs (appended; the caller frees reqs->v), leaving
+ * the buffers as allocated, to be filled by whoever holds the values (run/move.h). Has moments.
+ * One rank's: fill and read are not safe from several threads at once. */
+void run_source_defer(run_source *s, const gpt_config *cfg, run_source_reqs *reqs);
 void run_source_free(run_source *s);
 
 #endif

@@ -63,10 +63,10 @@ typedef struct {
     const sched *(*schedule)(const train_engine *e);
     int (*replan)(train_engine *e, const sched *s);
     /* Another layer split (blocks per chunk, split[n]) from the next step on, with the schedule
-     * in force: parameters and AdamW moments move to the stages that hold their layers now (t:
-     * the step just done, AdamW's count). Collective under MPI. 0, or -1 with the error: the
-     * engine may then be unusable (stop the run). */
-    int (*resplit)(train_engine *e, const int *split, int n, long t);
+     * in force: parameters and AdamW moments move to the stages that hold their layers now.
+     * Collective under MPI. 0, or -1 with the error: the engine may then be unusable (stop the
+     * run). */
+    int (*resplit)(train_engine *e, const int *split, int n);
     void (*free)(train_engine *e);
     /* The pipelined job and its plan (for side work in its bubbles: src/harvest). NULL: the
      * engine has no job (one process). */

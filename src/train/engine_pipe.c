@@ -11,12 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 typedef struct {
     train_engine base;
     train_pipe_opts o;
-    run_plan pl;
+    run_plan *pl;               /* the plan in force (a re-split replaces it) */
     run_job *job;
     gpt_config cfg;             /* the model's (a re-split plans with it) */
     int share_tl;               /* the job shares each step's timeline (adapt) */
@@ -49,7 +48,7 @@ static void pipe_record(pipe_engine *p, double iter_time, double bubble) {
 
 /* Transformer blocks per chunk (the embedding and head aside), "2,2", into buf. */
 static void pipe_split_text(const pipe_engine *p, char *buf, size_t n) {
-    const run_layout *lo = &p->pl.lo;
+    const run_layout *lo = &p->pl->lo;
     size_t at = 0;
     buf[0] = 0;
     for (int c = 0; c < lo->K && at < n; c++)
@@ -88,7 +87,7 @@ static int pipe_save(train_engine *e, const char *dir, const ckpt_manifest *man)
 /* "memory per rank (MB, params/grads/optimizer/activations): r0 ..., r1 ..." (the busiest rank
  * of each kind beyond MEM_LINE_RANKS ranks). */
 static void pipe_print_memory(const pipe_engine *p) {
-    int R = run_layout_ranks(&p->pl.lo);
+    int R = run_layout_ranks(&p->pl->lo);
     run_mem m, mx = { 0, 0, 0, 0 };
     printf("memory per rank (MB, params/grads/optimizer/activations):");
     for (int w = 0; w < R; w++) {
@@ -103,26 +102,26 @@ static void pipe_print_memory(const pipe_engine *p) {
     if (R > MEM_LINE_RANKS)
         printf(" the largest of %d ranks %.1f/%.1f/%.1f/%.1f", R, mx.params / 1e6, mx.grads / 1e6,
                mx.optim / 1e6, mx.acts / 1e6);
-    printf("%s\n", p->pl.o.zero ? " (--zero 1: moments sharded)" : "");
+    printf("%s\n", p->pl->o.zero ? " (--zero 1: moments sharded)" : "");
 }
 
 /* "pipeline: <schedule>, P stages x D replicas, ..." and the memory line (the run header's). */
 static void pipe_describe(const train_engine *e) {
     const pipe_engine *p = (const pipe_engine *)e;
     printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences, %s transport; "
-           "activations %.2f MB on the busiest rank%s%s%s%s%s\n", p->pl.s->name, p->pl.o.P, p->pl.o.D,
-           p->pl.lo.tp, p->pl.s->n_mb, p->pl.mb_rows, p->o.world ? "mpi" : "threads",
+           "activations %.2f MB on the busiest rank%s%s%s%s%s\n", p->pl->s->name, p->pl->o.P, p->pl->o.D,
+           p->pl->lo.tp, p->pl->s->n_mb, p->pl->mb_rows, p->o.world ? "mpi" : "threads",
            run_job_act_bytes(p->job) / 1e6, p->o.ro.recompute ? " (recomputing)" : "",
-           !p->pl.o.tp_recompute ? "" : p->pl.o.tp_sp ? " (blocks keep their rows of x and res2, rebuilt before B "
+           !p->pl->o.tp_recompute ? "" : p->pl->o.tp_sp ? " (blocks keep their rows of x and res2, rebuilt before B "
            "with two all-gathers)" : " (blocks keep x and res2, rebuilt before B without all-reduces)",
-           p->pl.o.tp_overlap ? "; TP all-reduces overlapped (two halves per microbatch)" : "",
-           p->pl.o.tp_sp ? "; sequence parallel (each TP rank holds 1/tp of the rows between layers and stages)" : "",
-           p->pl.o.no_overlap ? "; reduction after each rank's schedule" : "");
+           p->pl->o.tp_overlap ? "; TP all-reduces overlapped (two halves per microbatch)" : "",
+           p->pl->o.tp_sp ? "; sequence parallel (each TP rank holds 1/tp of the rows between layers and stages)" : "",
+           p->pl->o.no_overlap ? "; reduction after each rank's schedule" : "");
     pipe_print_memory(p);
-    if (p->pl.o.tp_overlap && p->pl.mb_rows < 2)
+    if (p->pl->o.tp_overlap && p->pl->mb_rows < 2)
         printf("note: --tp-overlap splits a microbatch into two halves of sequences; microbatches of "
                "1 sequence run without it (use fewer microbatches or a larger batch)\n");
-    if (p->pl.o.zero && p->pl.o.D == 1)
+    if (p->pl->o.zero && p->pl->o.D == 1)
         printf("note: --zero 1 with --dp 1 shards only what several ranks hold: a tied tensor (wte, "
                "on the embedding's and the head's ranks) and, with two pipes, each chunk; a chunk "
                "on one rank keeps all its moments\n");
@@ -131,9 +130,9 @@ static void pipe_describe(const train_engine *e) {
 /* The injected slow links of the last step (replica 0's) into c: the simulator then predicts
  * what that step ran under. (A slow stage is in the profiled costs already: they are measured.) */
 static void pipe_last_faults(const pipe_engine *p, sim_costs *c) {
-    for (int r = 0; r + 1 < p->pl.o.P; r++) {   /* world ranks of replica 0, TP rank 0 */
-        int a = run_layout_world_rank(&p->pl.lo, 0, r, 0), b = run_layout_world_rank(&p->pl.lo, 0, r + 1, 0);
-        double d = run_plan_link_delay(&p->pl, a, b, p->last_step);
+    for (int r = 0; r + 1 < p->pl->o.P; r++) {   /* world ranks of replica 0, TP rank 0 */
+        int a = run_layout_world_rank(&p->pl->lo, 0, r, 0), b = run_layout_world_rank(&p->pl->lo, 0, r + 1, 0);
+        double d = run_plan_link_delay(p->pl, a, b, p->last_step);
         if (d > 0) sim_costs_set_link(c, r, r + 1, -1, -1, d);
     }
 }
@@ -147,7 +146,7 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     sim_opts so = { .iterations = 1 };
     sim_costs_init(&c, s->n_stages, 0, 0, 0);
     run_job_profile(p->job, &c);
-    c.reduce_overlap = !p->pl.o.no_overlap;   /* the reduction as the runtime ran it */
+    c.reduce_overlap = !p->pl->o.no_overlap;   /* the reduction as the runtime ran it */
     pipe_last_faults(p, &c);
     int rc = sim_run(s, &c, &so, &res);
     sim_costs_free(&c);
@@ -156,26 +155,26 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     p->sim_it = rc < 0 ? -1 : res.iteration_time;
     p->sim_bub = rc < 0 ? -1 : res.bubble_fraction;
     printf("measured:  iteration %.3f ms, bubble %.1f%% (%s, P=%d, D=%d, tp=%d, M=%d; median of steps)\n",
-           it * 1e3, bub * 100, s->name, p->pl.o.P, p->pl.o.D, p->pl.lo.tp, s->n_mb);
+           it * 1e3, bub * 100, s->name, p->pl->o.P, p->pl->o.D, p->pl->lo.tp, s->n_mb);
     if (rc < 0) {
         printf("simulated: not available: %s\n", pt_err());
         return;
     }
     printf("simulated: iteration %.3f ms, bubble %.1f%% (%s, from F/B/W costs profiled in this run%s; "
            "measured/simulated %.2f)\n", res.iteration_time * 1e3, res.bubble_fraction * 100, s->name,
-           p->pl.n_faults ? " and the last step's slow links" : "", res.iteration_time > 0 ? it / res.iteration_time : 0);
+           p->pl->n_faults ? " and the last step's slow links" : "", res.iteration_time > 0 ? it / res.iteration_time : 0);
     sim_result_free(&res);
 }
 
 /* The last step's events as a Chrome trace and an SVG timeline, when asked. */
 static int pipe_write_pictures(pipe_engine *p, double last_it, double last_bub) {
     const timeline *tl = run_job_timeline(p->job);
-    const sched *s = p->pl.s;
+    const sched *s = p->pl->s;
     if (p->o.trace && trace_write(tl, p->o.trace) < 0) return -1;
     if (!p->o.svg) return 0;
     char title[96], sub[96];
-    snprintf(title, sizeof title, "%s  P=%d  D=%d  tp=%d  M=%d  (measured)", s->name, p->pl.o.P,
-             p->pl.o.D, p->pl.lo.tp, s->n_mb);
+    snprintf(title, sizeof title, "%s  P=%d  D=%d  tp=%d  M=%d  (measured)", s->name, p->pl->o.P,
+             p->pl->o.D, p->pl->lo.tp, s->n_mb);
     snprintf(sub, sizeof sub, "last step  %.2f ms  bubble %.1f%%", last_it * 1e3, last_bub * 100);
     svg_opts so = { title, sub, 0 };
     return svg_write(tl, &so, p->o.svg);
@@ -184,7 +183,7 @@ static int pipe_write_pictures(pipe_engine *p, double last_it, double last_bub) 
 /* "peak RSS per process (MB): r0 ..., r1 ..." (MPI: every process's, gathered; threads: the
  * one process's). */
 static void pipe_print_rss(const pipe_engine *p) {
-    int n = p->o.world ? run_layout_ranks(&p->pl.lo) : 1;
+    int n = p->o.world ? run_layout_ranks(&p->pl->lo) : 1;
     if (n == 1) {
         printf("peak RSS: %.1f MB (the whole process%s)\n", p->rss[0] / 1e6, p->o.world ? "" : ", every rank thread");
         return;
@@ -199,12 +198,12 @@ static void pipe_print_rss(const pipe_engine *p) {
 static void pipe_print_tp(const pipe_engine *p, double it) {
     run_tp_stats s;
     int ranks;
-    if (p->pl.lo.tp <= 1 || p->n == 0) return;
+    if (p->pl->lo.tp <= 1 || p->n == 0) return;
     run_job_tp_stats(p->job, &s, &ranks);
     double per = 1.0 / ((double)ranks * p->n), ms = s.seconds * per * 1e3;
     printf("tensor parallel, per rank and step: %.0f %s of %.2f MB in all, %.2f ms inside "
            "them (%.1f%% of the median iteration)\n", (double)s.calls * per,
-           p->pl.o.tp_sp ? "collectives (all-reduces, reduce-scatters, all-gathers)" : "all-reduces",
+           p->pl->o.tp_sp ? "collectives (all-reduces, reduce-scatters, all-gathers)" : "all-reduces",
            s.floats * 4 * per / 1e6,
            ms, it > 0 ? ms / 1e3 / it * 100 : 0);
 }
@@ -227,7 +226,7 @@ static int pipe_report(train_engine *e) {
 
 /* {"params":[per world rank],"grads":[..],"optimizer":[..],"activations":[..]} */
 static cJSON *pipe_memory_json(const pipe_engine *p) {
-    int R = run_layout_ranks(&p->pl.lo);
+    int R = run_layout_ranks(&p->pl->lo);
     const char *keys[4] = { "params", "grads", "optimizer", "activations" };
     cJSON *o = cJSON_CreateObject();
     for (int k = 0; k < 4; k++) {
@@ -244,26 +243,26 @@ static cJSON *pipe_memory_json(const pipe_engine *p) {
 
 static cJSON *pipe_layout(const train_engine *e) {
     const pipe_engine *p = (const pipe_engine *)e;
-    const run_layout *lo = &p->pl.lo;
+    const run_layout *lo = &p->pl->lo;
     cJSON *o = cJSON_CreateObject(), *split = cJSON_CreateArray();
     cJSON_AddStringToObject(o, "engine", "pipelined");
-    cJSON_AddNumberToObject(o, "stages", p->pl.o.P);
-    cJSON_AddNumberToObject(o, "dp", p->pl.o.D);
-    cJSON_AddNumberToObject(o, "tp", p->pl.lo.tp);
-    cJSON_AddStringToObject(o, "schedule", p->pl.s->name);
-    cJSON_AddNumberToObject(o, "microbatches", p->pl.s->n_mb);
-    cJSON_AddNumberToObject(o, "microbatch_rows", p->pl.mb_rows);
+    cJSON_AddNumberToObject(o, "stages", p->pl->o.P);
+    cJSON_AddNumberToObject(o, "dp", p->pl->o.D);
+    cJSON_AddNumberToObject(o, "tp", p->pl->lo.tp);
+    cJSON_AddStringToObject(o, "schedule", p->pl->s->name);
+    cJSON_AddNumberToObject(o, "microbatches", p->pl->s->n_mb);
+    cJSON_AddNumberToObject(o, "microbatch_rows", p->pl->mb_rows);
     for (int c = 0; c < lo->K; c++)   /* transformer blocks per chunk (the embedding and head aside) */
         cJSON_AddItemToArray(split, cJSON_CreateNumber(lo->chunk_first[c + 1] - lo->chunk_first[c]
                                                        - (c == 0) - (c == lo->K - 1)));
     cJSON_AddItemToObject(o, "split", split);
     cJSON_AddStringToObject(o, "transport", p->o.world ? "mpi" : "threads");
-    if (p->pl.o.recompute) cJSON_AddTrueToObject(o, "recompute");
-    if (p->pl.o.tp_overlap) cJSON_AddTrueToObject(o, "tp_overlap");
-    if (p->pl.o.tp_recompute) cJSON_AddTrueToObject(o, "tp_recompute");
-    if (p->pl.o.tp_sp) cJSON_AddTrueToObject(o, "sp");
-    cJSON_AddNumberToObject(o, "zero", p->pl.o.zero);
-    cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl.o.no_overlap);
+    if (p->pl->o.recompute) cJSON_AddTrueToObject(o, "recompute");
+    if (p->pl->o.tp_overlap) cJSON_AddTrueToObject(o, "tp_overlap");
+    if (p->pl->o.tp_recompute) cJSON_AddTrueToObject(o, "tp_recompute");
+    if (p->pl->o.tp_sp) cJSON_AddTrueToObject(o, "sp");
+    cJSON_AddNumberToObject(o, "zero", p->pl->o.zero);
+    cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl->o.no_overlap);
     cJSON_AddItemToObject(o, "memory_bytes", pipe_memory_json(p));
     return o;
 }
@@ -281,7 +280,7 @@ static cJSON *pipe_summary(const train_engine *e) {
     if (p->o.svg) cJSON_AddStringToObject(o, "svg", p->o.svg);
     if (p->rss) {
         cJSON *a = cJSON_AddArrayToObject(o, "peak_rss_bytes");
-        for (int w = 0; w < (p->o.world ? run_layout_ranks(&p->pl.lo) : 1); w++)
+        for (int w = 0; w < (p->o.world ? run_layout_ranks(&p->pl->lo) : 1); w++)
             cJSON_AddItemToArray(a, cJSON_CreateNumber(p->rss[w]));
     }
     return o;
@@ -291,7 +290,8 @@ static cJSON *pipe_summary(const train_engine *e) {
 static void pipe_free(train_engine *e) {
     pipe_engine *p = (pipe_engine *)e;
     run_job_free(p->job);
-    if (p->pl.s) run_plan_free(&p->pl);
+    if (p->pl && p->pl->s) run_plan_free(p->pl);
+    free(p->pl);
     free(p->iter_t);
     free(p->bubble);
     free(p->rss);
@@ -299,51 +299,26 @@ static void pipe_free(train_engine *e) {
 }
 
 static run_job *pipe_job(train_engine *e) { return ((pipe_engine *)e)->job; }
-static const run_plan *pipe_plan(const train_engine *e) { return &((const pipe_engine *)e)->pl; }
-/* The folder a re-split goes through: $TMPDIR (or /tmp)/pipetrain-resplit-<root's pid>-<step>,
- * the same name on every rank (MPI: the root's pid shared by a sum). */
-static int pipe_resplit_dir(pipe_engine *p, long t, char *dir, size_t n) {
-    double pid = p->base.root ? (double)getpid() : 0;
-    if (p->o.world && comm_allreduce_f64(p->o.world, &pid, 1) < 0) return -1;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, n, "%s/pipetrain-resplit-%.0f-%ld", tmp && *tmp ? tmp : "/tmp", pid, t);
-    return 0;
-}
-
-/* A new split through a checkpoint in a temporary folder (every rank must see it: one host, or
- * a shared filesystem): the job saves its chunks and moments, a plan with the new split starts
- * a job from them (each rank reading the layers it holds now), the schedule in force is kept,
- * and the folder goes. The numbers are the same: parameters and moments are written and read
- * as they are. */
-static int pipe_resplit(train_engine *e, const int *split, int n, long t) {
+static const run_plan *pipe_plan(const train_engine *e) { return ((const pipe_engine *)e)->pl; }
+/* A new split, the job's state moved rank to rank (run_job_resplit: no file); the schedule in
+ * force is kept. The numbers are the same: parameters and moments move as they are. */
+static int pipe_resplit(train_engine *e, const int *split, int n) {
     pipe_engine *p = (pipe_engine *)e;
-    char dir[1200];
-    ckpt_manifest *man = pt_calloc(1, sizeof *man);   /* large: kept off the stack */
-    *man = (ckpt_manifest){ .cfg = p->cfg, .step = t, .adam_t = (int)t, .batch = p->pl.B, .seq = p->pl.T };
-    snprintf(man->data_path, sizeof man->data_path, "re-split");
+    run_plan *next = pt_calloc(1, sizeof *next);
     sched *cur = sched_copy(run_job_schedule(p->job));
-    run_plan next;
-    run_source src;
-    memset(&src, 0, sizeof src);
-    int rc = pipe_resplit_dir(p, t, dir, sizeof dir);
-    if (rc == 0) rc = run_plan_resplit(&next, &p->pl, &p->cfg, split, n);
-    if (rc == 0) {
-        rc = run_job_save(p->job, dir, man);
-        if (rc == 0) rc = ckpt_read_manifest(man, dir);
-        if (rc == 0) rc = run_source_checkpoint(&src, dir, man);
-        run_job_free(p->job);
-        p->job = NULL;
-        run_plan_free(&p->pl);
+    int rc = run_plan_resplit(next, p->pl, &p->cfg, split, n);
+    if (rc == 0) rc = run_job_resplit(&p->job, next);
+    if (rc == 0) {   /* the old job is gone: its plan goes too */
+        run_plan_free(p->pl);
+        free(p->pl);
         p->pl = next;
+        next = NULL;
     }
-    if (rc == 0) rc = run_job_init_src(&p->job, &p->pl, &src, p->o.world);
-    if (rc == 0 && strcmp(cur->name, p->pl.s->name)) rc = run_job_replan(p->job, cur);
+    if (rc == 0 && strcmp(cur->name, p->pl->s->name)) rc = run_job_replan(p->job, cur);
     if (rc == 0) run_job_share_timeline(p->job, p->share_tl);
-    run_source_free(&src);
-    if (p->o.world) comm_barrier(p->o.world);   /* every rank has read its layers */
-    if (p->base.root) ckpt_abandon(dir);
+    if (next && next->s) run_plan_free(next);
+    free(next);
     sched_free(cur);
-    free(man);
     return rc < 0 ? pt_adderr("re-split to %d chunks: ", n) : 0;
 }
 
@@ -367,9 +342,10 @@ int train_engine_pipe_init(train_engine **out, const train_pipe_opts *o, const r
     p->o = *o;
     p->o.ro.split = NULL;          /* read by run_plan_init only; not kept past it */
     *out = NULL;
-    if (run_plan_init(&p->pl, &o->ro, &src->cfg, B, T) < 0) goto free_engine;
-    if (o->last_step > 0 && run_plan_check_fault_steps(&p->pl, o->last_step) < 0) goto free_engine;
-    if (run_job_init_src(&p->job, &p->pl, src, o->world) < 0) goto free_engine;
+    p->pl = pt_calloc(1, sizeof *p->pl);
+    if (run_plan_init(p->pl, &o->ro, &src->cfg, B, T) < 0) goto free_engine;
+    if (o->last_step > 0 && run_plan_check_fault_steps(p->pl, o->last_step) < 0) goto free_engine;
+    if (run_job_init_src(&p->job, p->pl, src, o->world) < 0) goto free_engine;
     p->base.root = run_job_is_root(p->job);
     p->cfg = src->cfg;
     p->share_tl = o->adapt;

@@ -12,15 +12,14 @@
 
 /* What tensor parallelism cannot run yet, refused rather than computed wrong: side work in the
  * bubbles (its tasks see one rank per pipeline rank, evaluation and side training read whole
- * layers) and --adapt (its policy and re-split know no TP ranks). */
+ * layers). */
 static int check_tp(const train_opts *o) {
     if (o->ro.tp <= 1) return 0;
     const char *what = o->eval_data ? "--eval-data" : o->n_side_commands ? "--side-command"
-                     : o->n_side_tasks ? "--side-task" : o->side_train ? "--side-train"
-                     : o->adapt ? "--adapt" : NULL;
+                     : o->n_side_tasks ? "--side-task" : o->side_train ? "--side-train" : NULL;
     if (!what) return 0;
-    return pt_seterr("%s with --tp %d is not supported yet (side work and adaptation need whole layers "
-                     "on one rank); drop it or run with --tp 1", what, o->ro.tp);
+    return pt_seterr("%s with --tp %d is not supported yet (side work needs whole layers on one "
+                     "rank); drop it or run with --tp 1", what, o->ro.tp);
 }
 
 /* The options a flag parser may have let through, in the order they are reported. */

@@ -129,17 +129,25 @@ static void base_costs(const train_adapt *A, sim_costs *c) {
     }
 }
 
-/* Replica d's events as a timeline of P ranks (world ranks d*P + p -> p), links kept. */
-static void replica_timeline(const timeline *tl, const sched *s, int d, int P, timeline *out) {
+/* The events of one lane, replica d's TP rank t (its pipeline ranks exchange the stream's
+ * messages among themselves), as a timeline of P ranks (world rank of (d, p, t) -> p), links
+ * kept. */
+static void lane_timeline(const timeline *tl, const sched *s, const run_layout *lo, int d, int t,
+                          timeline *out) {
     int *idx = pt_malloc(sizeof *idx * (size_t)(tl->n + 1));
     timeline_init(out, s, NULL, 1);
     for (int i = 0; i < tl->n; i++) {
         const tl_event *x = &tl->ev[i];
+        int xd, xp, xt, pd, pp, pt;
         idx[i] = -1;
-        if (x->rank / P != d) continue;
+        run_layout_coords(lo, x->rank, &xd, &xp, &xt);
+        if (xd != d || xt != t) continue;
         tl_event y = *x;
-        y.rank = x->rank % P;
-        if (y.peer >= 0) y.peer %= P;
+        y.rank = xp;
+        if (y.peer >= 0) {
+            run_layout_coords(lo, y.peer, &pd, &pp, &pt);
+            y.peer = pp;
+        }
         idx[i] = timeline_push(out, &y);
     }
     for (int i = 0; i < out->n; i++)
@@ -147,13 +155,13 @@ static void replica_timeline(const timeline *tl, const sched *s, int d, int P, t
     free(idx);
 }
 
-/* The estimate of the step against the healthy costs: per replica (each link's slower direction,
- * from the messages a receiver waited for), then the largest delay and slowdown of each link and
- * stage over the replicas (every replica runs the one schedule). Stage
+/* The estimate of the step against the healthy costs: per lane, each replica's TP rank (each
+ * link's slower direction, from the messages a receiver waited for), then the largest delay and
+ * slowdown of each link and stage over the lanes (every lane runs the one schedule). Stage
  * slowdowns are taken relative to the fastest stage, so a machine-wide slowdown (other jobs on
  * the cores) is no straggler. */
-static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, const sim_costs *healthy,
-                         sim_estimate *est) {
+static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, const run_layout *layout,
+                         const sim_costs *healthy, sim_estimate *est) {
     sim_estimate one;
     sim_estimate_init(&one, A->P, A->S);
     one.directed = true;   /* a measured link may be slow one way (tc shapes a host's egress) */
@@ -161,9 +169,9 @@ static int step_estimate(train_adapt *A, const timeline *tl, const sched *s, con
     for (int r = 0; r + 1 < A->P; r++) est->link_delay[r] = est->link_busy[r] = 0;
     for (int g = 0; g < A->S; g++) est->stage_slow[g] = 0;
     int rc = 0;
-    for (int d = 0; d < A->D && rc == 0; d++) {
+    for (int lane = 0; lane < A->D * layout->tp && rc == 0; lane++) {
         timeline sub;
-        replica_timeline(tl, s, d, A->P, &sub);
+        lane_timeline(tl, s, layout, lane / layout->tp, lane % layout->tp, &sub);
         rc = sim_estimate_timeline(&sub, healthy, 0, &one);
         timeline_free(&sub);
         for (int r = 0; r + 1 < A->P && rc == 0; r++) {
@@ -374,7 +382,7 @@ static void rescale_base(train_adapt *A, const int *from, const int *to) {
 /* Moves to split `to` (the engine's resplit) and rescales the expected costs; the next step is
  * not measured (a new job's first touches). */
 static int move_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const int *to) {
-    if (t->e->vt->resplit(t->e, to, A->S, step) < 0) return pt_adderr("step %ld: --adapt: ", step);
+    if (t->e->vt->resplit(t->e, to, A->S) < 0) return pt_adderr("step %ld: --adapt: ", step);
     rescale_costs(A, healthy, A->split_now, to);
     rescale_base(A, A->split_now, to);
     memcpy(A->split_now, to, sizeof *to * (size_t)A->S);
@@ -502,12 +510,14 @@ static void replica_free(train_adapt *A) {
  * the first member's end of its REDUCE_GRAD event minus the last member's start (-1: none ran).
  * An overlapped reduction's event runs from its post (the stage's last W) to when the rank saw it
  * complete; --no-overlap's from the rank's last REDUCE_GRAD (where it posts) to its wait's end. */
-static void replica_waits(const train_adapt *A, const timeline *tl, double *w) {
+static void replica_waits(const train_adapt *A, const timeline *tl, const run_layout *lo, double *w) {
     for (int p = 0; p < A->P; p++) {
         double last_post = -INFINITY, first_done = INFINITY;
         for (int i = 0; i < tl->n; i++) {
             const tl_event *x = &tl->ev[i];
-            if (x->act.kind != ACT_REDUCE_GRAD || x->rank % A->P != p) continue;
+            int xd, xp, xt;
+            run_layout_coords(lo, x->rank, &xd, &xp, &xt);
+            if (x->act.kind != ACT_REDUCE_GRAD || xp != p) continue;
             last_post = fmax(last_post, x->start), first_done = fmin(first_done, x->end);
         }
         w[p] = isfinite(last_post) && isfinite(first_done) ? fmax(0, first_done - last_post) : -1;
@@ -537,28 +547,29 @@ static void line_add(char *buf, size_t n, size_t *at, const char *fmt, ...) {
 
 /* "link between replicas 0-1 (ranks 0-2)", or with D > 2 "link between replicas of pipeline rank
  * 0 (ranks 0,2,4)" (the wait does not say which pair), appended to buf[n] at *at. */
-static void replica_name(const train_adapt *A, int p, char *buf, size_t n, size_t *at) {
+static void replica_name(const train_adapt *A, const run_layout *lo, int p, char *buf, size_t n, size_t *at) {
     if (A->D == 2) {
-        line_add(buf, n, at, "link between replicas 0-1 (ranks %d-%d)", p, A->P + p);
+        line_add(buf, n, at, "link between replicas 0-1 (ranks %d-%d)", run_layout_world_rank(lo, 0, p, 0),
+                 run_layout_world_rank(lo, 1, p, 0));
         return;
     }
     line_add(buf, n, at, "link between replicas of pipeline rank %d (ranks ", p);
-    for (int d = 0; d < A->D; d++) line_add(buf, n, at, "%s%d", d ? "," : "", d * A->P + p);
+    for (int d = 0; d < A->D; d++) line_add(buf, n, at, "%s%d", d ? "," : "", run_layout_world_rank(lo, d, p, 0));
     line_add(buf, n, at, ")");
 }
 
 /* The adapt event of the pipeline ranks whose reduction between replicas changed (`change` +1: turned
  * slow, -1: healthy again): the estimate's fields and, per rank, its replicas, world ranks and
  * the reduction's wait beyond its healthy one (replica_links). */
-static cJSON *replica_fields(const train_adapt *A, const sim_estimate *est, const char *action, const char *schedule,
-                             const int *change, int sign, const double *excess) {
+static cJSON *replica_fields(const train_adapt *A, const run_layout *lo, const sim_estimate *est, const char *action,
+                             const char *schedule, const int *change, int sign, const double *excess) {
     cJSON *o = adapt_fields(A, est, action, schedule, -1, -1), *arr = cJSON_CreateArray();
     for (int p = 0; p < A->P; p++) {
         if (change[p] != sign) continue;
         cJSON *l = cJSON_CreateObject(), *reps = cJSON_CreateArray(), *ranks = cJSON_CreateArray();
         cJSON_AddNumberToObject(l, "pipeline_rank", p);
         for (int d = 0; d < A->D; d++) cJSON_AddItemToArray(reps, cJSON_CreateNumber(d));
-        for (int d = 0; d < A->D; d++) cJSON_AddItemToArray(ranks, cJSON_CreateNumber(d * A->P + p));
+        for (int d = 0; d < A->D; d++) cJSON_AddItemToArray(ranks, cJSON_CreateNumber(run_layout_world_rank(lo, d, p, 0)));
         cJSON_AddItemToObject(l, "replicas", reps);
         cJSON_AddItemToObject(l, "ranks", ranks);
         cJSON_AddNumberToObject(l, "wait_s", excess[p]);
@@ -573,6 +584,7 @@ static cJSON *replica_fields(const train_adapt *A, const sim_estimate *est, cons
 static void replica_say(train_ctx *t, train_adapt *A, long step, const sim_estimate *est, const int *change,
                         int sign, const double *excess) {
     const char *name = t->e->vt->schedule(t->e)->name;
+    const run_layout *lo = &train_engine_plan(t->e)->lo;   /* world ranks named: TP rank 0's */
     char line[1024] = "";
     size_t at = 0, n = sizeof line;
     int first = 0, last = 0;
@@ -580,7 +592,7 @@ static void replica_say(train_ctx *t, train_adapt *A, long step, const sim_estim
         if (change[p] != sign) continue;
         first |= p == 0, last |= p == A->P - 1;
         if (at) line_add(line, n, &at, "; ");
-        replica_name(A, p, line, n, &at);
+        replica_name(A, lo, p, line, n, &at);
         if (sign > 0) line_add(line, n, &at, " +%.0f ms per reduction", excess[p] * 1e3);
         else line_add(line, n, &at, " healthy again");
     }
@@ -588,7 +600,7 @@ static void replica_say(train_ctx *t, train_adapt *A, long step, const sim_estim
         line_add(line, n, &at, " (pipeline ranks 0 and %d share the tied embedding's reduction: a slow link at "
                  "either shows at both)", A->P - 1);
     if (sign > 0) line_add(line, n, &at, "; no schedule change helps a gradient reduction: keeping %s", name);
-    say(t, step, line, replica_fields(A, est, sign > 0 ? "replica_slow" : "replica_healthy", name, change, sign, excess));
+    say(t, step, line, replica_fields(A, lo, est, sign > 0 ? "replica_slow" : "replica_healthy", name, change, sign, excess));
 }
 
 /* The step's reductions between replicas against their healthy waits: the pipeline ranks whose
@@ -601,7 +613,7 @@ static void adapt_replicas(train_ctx *t, train_adapt *A, long step, const timeli
     replica_links *L = &A->rl;
     double *w = pt_malloc(sizeof *w * (size_t)A->P * 2), *excess = w + A->P, on = replica_on(A, mf);
     int *change = pt_calloc((size_t)A->P, sizeof *change), quiet = 1, any_on = 0, any_off = 0;
-    replica_waits(A, tl, w);
+    replica_waits(A, tl, &train_engine_plan(t->e)->lo, w);
     for (int p = 0; p < A->P; p++) {
         double b = replica_base(A, p), now = w[p] >= 0 && b >= 0 ? fmax(0, w[p] - b) : 0;
         excess[p] = fmin(now, L->prev[p]);
@@ -640,7 +652,7 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     sim_estimate est;
     base_costs(A, &healthy);
     sim_estimate_init(&est, A->P, A->S);
-    int rc = step_estimate(A, tl, e->vt->schedule(e), &healthy, &est);
+    int rc = step_estimate(A, tl, e->vt->schedule(e), &train_engine_plan(e)->lo, &healthy, &est);
     for (int r = 0; r + 1 < A->P; r++) {   /* jitter is no slow link; nor is one slow step (nor queue); a
                                             * step whose messages told no queue from a delay keeps the last */
         double d = est.link_delay[r] >= ADAPT_LINK_FLOOR ? est.link_delay[r] : 0;
