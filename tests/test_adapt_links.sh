@@ -88,5 +88,12 @@ else fail "adapt links: the schedule is kept" "$(schedules "$D/d1.jsonl")"; fi
 [ -s "$D/d1.jsonl" ] && [ "$(numbers "$D/d0.jsonl")" = "$(numbers "$D/d1.jsonl")" ] \
   && ok "adapt links: every loss and norm bitwise those without the slow link" \
   || fail "adapt links: the same numbers" "$(numbers "$D/d1.jsonl" | tr '\n' ' ')"
+# --- the same at --tp 2: world ranks are (replica x P + pipeline rank) x tp + TP rank, so
+# pipeline rank 0's TP rank 0 is rank 0 in replica 0 and rank 4 in replica 1; the line names them
+if train --steps 8 --stages 2 --dp 2 --tp 2 --microbatches 2 --schedule zb-h1 --adapt --mem-limit 2 \
+     --slow-link 0-4:0.02@3-5 --metrics "$D/t1.jsonl" > "$D/t1.out" 2>&1 &&
+   grep -Eq '^step [0-9]+: link between replicas 0-1 \(ranks 0-4\) \+[0-9]+ ms per reduction' "$D/t1.out"; then
+  ok "adapt links: --tp 2: the slow replica link named by its world ranks ($(grep -o '^step [0-9]*: link between replicas 0-1 (ranks 0-4) +[0-9]* ms' "$D/t1.out"))"
+else fail "adapt links: --tp 2 replica link named" "$(grep '^step [0-9]*:' "$D/t1.out"; tail -2 "$D/t1.out")"; fi
 rm -rf "$D"
 done_tests

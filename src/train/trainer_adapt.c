@@ -507,21 +507,29 @@ static void replica_free(train_adapt *A) {
 }
 
 /* Per pipeline rank p, this step's wait of the gradient reduction over the replicas into w[P]:
- * the first member's end of its REDUCE_GRAD event minus the last member's start (-1: none ran).
+ * per TP rank (each reduces over its own group of replicas), the first member's end of its
+ * REDUCE_GRAD event minus the last member's start; the largest over the TP ranks (-1: none ran).
  * An overlapped reduction's event runs from its post (the stage's last W) to when the rank saw it
  * complete; --no-overlap's from the rank's last REDUCE_GRAD (where it posts) to its wait's end. */
 static void replica_waits(const train_adapt *A, const timeline *tl, const run_layout *lo, double *w) {
-    for (int p = 0; p < A->P; p++) {
-        double last_post = -INFINITY, first_done = INFINITY;
-        for (int i = 0; i < tl->n; i++) {
-            const tl_event *x = &tl->ev[i];
-            int xd, xp, xt;
-            run_layout_coords(lo, x->rank, &xd, &xp, &xt);
-            if (x->act.kind != ACT_REDUCE_GRAD || xp != p) continue;
-            last_post = fmax(last_post, x->start), first_done = fmin(first_done, x->end);
-        }
-        w[p] = isfinite(last_post) && isfinite(first_done) ? fmax(0, first_done - last_post) : -1;
+    int T = lo->tp;
+    double *post = pt_malloc(sizeof *post * (size_t)(2 * A->P * T)), *done = post + A->P * T;
+    for (int g = 0; g < A->P * T; g++) post[g] = -INFINITY, done[g] = INFINITY;
+    for (int i = 0; i < tl->n; i++) {
+        const tl_event *x = &tl->ev[i];
+        int xd, xp, xt;
+        if (x->act.kind != ACT_REDUCE_GRAD) continue;
+        run_layout_coords(lo, x->rank, &xd, &xp, &xt);
+        post[xp * T + xt] = fmax(post[xp * T + xt], x->start), done[xp * T + xt] = fmin(done[xp * T + xt], x->end);
     }
+    for (int p = 0; p < A->P; p++) {
+        w[p] = -1;
+        for (int t = 0; t < T; t++) {
+            double a = post[p * T + t], b = done[p * T + t];
+            if (isfinite(a) && isfinite(b)) w[p] = fmax(w[p], fmax(0, b - a));
+        }
+    }
+    free(post);
 }
 
 /* The median wait of pipeline rank p over the baseline steps (-1 when none has it). */
