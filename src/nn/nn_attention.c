@@ -1,9 +1,9 @@
 /* Causal multi-head self-attention on HF's fused qkv layout, one (batch, head) at a time, by
  * register-tiled products in plain C that gcc vectorises, not BLAS: at T 256 and head size 64
- * OpenBLAS's small calls spent nearly a third of their time packing and dispatching, and its kernels are
- * AVX2 ones even on AVX-512, where our tiles use the 32 registers. Every product stops at the
- * diagonal, to tile grain. Not flash attention: the probabilities are stored, for the backward.
- * No masking buffer, no state. */
+ * OpenBLAS's small calls spent 30% of their time packing and zeroing, and an AVX-512 build's
+ * tiles use its 32 registers (OpenBLAS may run AVX2 kernels: OPENBLAS_CORETYPE=Haswell here).
+ * Every product stops at the diagonal, to tile grain. Not flash attention: the probabilities are
+ * stored, for the backward. No masking buffer, no state. */
 #include "nn/nn.h"
 #include "nn/nn_math.h"
 #include <math.h>
