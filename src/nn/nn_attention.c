@@ -96,8 +96,8 @@ static void att_scores(float *s, const float *x, int ldx, const float *y, int ld
         int dn = imin(ATT_PACK_DEPTH, hs - d0);
         for (int j0 = 0; j0 < T; j0 += ATT_PACK_KEYS) {
             int jn = imin(ATT_PACK_KEYS, T - j0);
-            for (int j = 0; j < jn; j++)
-                for (int d = 0; d < dn; d++)
+            for (int d = 0; d < dn; d++)
+                for (int j = 0; j < jn; j++)
                     pack[d * ATT_PACK_KEYS + j] = scale * y[(size_t)(j0 + j) * ldy + d0 + d];
             for (int i = j0; i < T; i += ATT_MR) {
                 int nr = imin(ATT_MR, T - i);
