@@ -10,14 +10,6 @@
 #include <stddef.h>
 #include <string.h>
 
-/* One fused multiply-add where the target has it (x86-64-v3 and up, arm64): gcc vectorises
- * fmaf there; elsewhere fmaf is a libm call, so a product and a sum. */
-#if defined(__FMA__) || defined(__aarch64__)
-#define ATT_FMA(a, b, c) fmaf((a), (b), (c))
-#else
-#define ATT_FMA(a, b, c) ((a) * (b) + (c))
-#endif
-
 /* The register tile: ATT_MR rows by ATT_NR columns (two vectors), so each step of a product loads
  * two vectors and ATT_MR broadcasts for 2 * ATT_MR multiply-adds, and the accumulators fill most
  * of the vector registers without spilling: 8 x 32 on AVX-512 (16 of 32 registers), 6 x 16 on
@@ -57,7 +49,7 @@ static void att_tile(float *c, int ldc, const float *a, size_t ars, size_t aks, 
                 /* no unroll before vectorising: gcc would unroll 16 columns into scalars and
                    lose the accumulators to memory (10x slower on AVX2) */
 #pragma GCC unroll 1
-                for (int j = 0; j < ATT_NR; j++) acc[r][j] = ATT_FMA(ar, bk[j], acc[r][j]);   /* vec */
+                for (int j = 0; j < ATT_NR; j++) acc[r][j] = NN_FMA(ar, bk[j], acc[r][j]);   /* vec */
             }
         }
         for (int r = 0; r < nr; r++) memcpy(c + (size_t)r * ldc, acc[r], sizeof acc[r]);
@@ -66,7 +58,7 @@ static void att_tile(float *c, int ldc, const float *a, size_t ars, size_t aks, 
     for (int r = 0; r < nr; r++)
         for (int j = 0; j < nc; j++) {
             float s = add ? c[(size_t)r * ldc + j] : 0.0f;
-            for (int k = 0; k < K; k++) s = ATT_FMA(a[r * ars + k * aks], b[(size_t)k * ldb + j], s);
+            for (int k = 0; k < K; k++) s = NN_FMA(a[r * ars + k * aks], b[(size_t)k * ldb + j], s);
             c[(size_t)r * ldc + j] = s;
         }
 }
