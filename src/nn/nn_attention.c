@@ -13,7 +13,7 @@
 /* The register tile: ATT_MR rows by ATT_NR columns (two vectors), so each step of a product loads
  * two vectors and ATT_MR broadcasts for 2 * ATT_MR multiply-adds, and the accumulators fill most
  * of the vector registers without spilling: 8 x 32 on AVX-512 (16 of 32 registers), 6 x 16 on
- * AVX2 and NEON (12 of 16 or 24 of 32), 4 x 8 with 4-wide SSE (8 of 16). Measured at the
+ * AVX(2) and NEON (12 of 16 or 24 of 32), 4 x 8 with 4-wide SSE (8 of 16). Measured at the
  * reference shape: 4 x 32 on AVX2 spills, 4 x 16 is slower. */
 #if defined(__AVX512F__)
 #define ATT_MR 8
@@ -41,7 +41,8 @@ static void att_tile(float *c, int ldc, const float *a, size_t ars, size_t aks, 
         for (int r = 0; r < ATT_MR; r++) ra[r] = (size_t)imin(r, nr - 1) * ars;
         float acc[ATT_MR][ATT_NR];
         for (int r = 0; r < ATT_MR; r++)
-            for (int j = 0; j < ATT_NR; j++) acc[r][j] = add ? c[(size_t)imin(r, nr - 1) * ldc + j] : 0.0f;
+            for (int j = 0; j < ATT_NR; j++)
+                acc[r][j] = add ? c[(size_t)imin(r, nr - 1) * ldc + j] : 0.0f;
         for (int k = 0; k < K; k++) {
             const float *bk = b + (size_t)k * ldb;
             for (int r = 0; r < ATT_MR; r++) {
