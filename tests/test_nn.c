@@ -1,6 +1,7 @@
 /* Every kernel's backward against central finite differences of its forward (float forward,
  * double accumulation of the objective J = sum(out * R) with a fixed random R), on small odd
- * shapes; plus the = / += conventions and attention against a naive double reference.
+ * shapes; plus the = / += conventions and attention (forward and backward) against naive double
+ * references on bigger shapes.
  * Every backward_input writes into a buffer prefilled with garbage (rand_buf(..., 5)), so its
  * match with finite differences also proves it overwrites (=); backward_weight is checked to
  * add (+=) onto a prefilled buffer. */
@@ -222,9 +223,76 @@ static void test_attention_shape(const char *tag, int b, int t, int c, int nh) {
     free(at.qkv); free(at.out); free(at.att); free(at.R); free(dqkv); free(scratch);
 }
 
+/* dqkv (B,T,3C) = the gradient of qkv given dout, by the textbook formulas in double. */
+static double *attention_ref_backward(const float *qkv, const float *dout, int b_, int t_, int c_, int nh) {
+    int hs = c_ / nh, c3 = 3 * c_;
+    double *dqkv = pt_calloc((size_t)b_ * t_ * c3, sizeof *dqkv), *p = pt_calloc((size_t)t_, sizeof *p);
+    double *dp = pt_calloc((size_t)t_, sizeof *dp), scale = 1 / sqrt((double)hs);
+    for (int b = 0; b < b_; b++)
+        for (int h = 0; h < nh; h++)
+            for (int t = 0; t < t_; t++) {
+                size_t qt = ((size_t)b * t_ + t) * c3 + h * hs;
+                const float *q = qkv + qt, *d = dout + ((size_t)b * t_ + t) * c_ + h * hs;
+                double mx = -1e300, sum = 0, pdp = 0;
+                for (int j = 0; j <= t; j++) {
+                    const float *k = qkv + ((size_t)b * t_ + j) * c3 + c_ + h * hs;
+                    p[j] = 0;
+                    for (int i = 0; i < hs; i++) p[j] += (double)q[i] * k[i] * scale;
+                    if (p[j] > mx) mx = p[j];
+                }
+                for (int j = 0; j <= t; j++) { p[j] = exp(p[j] - mx); sum += p[j]; }
+                for (int j = 0; j <= t; j++) {
+                    const float *v = qkv + ((size_t)b * t_ + j) * c3 + 2 * c_ + h * hs;
+                    p[j] /= sum;
+                    dp[j] = 0;
+                    for (int i = 0; i < hs; i++) dp[j] += (double)d[i] * v[i];
+                    pdp += p[j] * dp[j];
+                }
+                for (int j = 0; j <= t; j++) {
+                    size_t kj = ((size_t)b * t_ + j) * c3 + c_ + h * hs;
+                    double ds = p[j] * (dp[j] - pdp) * scale;
+                    for (int i = 0; i < hs; i++) {
+                        dqkv[qt + i] += ds * qkv[kj + i];
+                        dqkv[kj + i] += ds * q[i];
+                        dqkv[kj + c_ + i] += p[j] * d[i];
+                    }
+                }
+            }
+    free(p); free(dp);
+    return dqkv;
+}
+
+/* Forward and backward against the double references at a shape too big for finite
+ * differences: T past the kernel's blocks and not a multiple of its tiles, head sizes not a
+ * multiple of a vector (and past its packing depth), several (batch, head) pairs. */
+static void test_attention_reference(const char *tag, int b, int t, int c, int nh) {
+    char name[96];
+    size_t n3 = (size_t)b * t * 3 * c, n = (size_t)b * t * c;
+    float *qkv = rand_buf(n3, 1), *out = pt_falloc(n), *att = pt_falloc((size_t)b * nh * t * t);
+    float *dout = rand_buf(n, 1), *dqkv = rand_buf(n3, 5), *scratch = pt_falloc(ATTENTION_SCRATCH_FLOATS(t));
+    attention_forward(out, att, qkv, b, t, c, nh);
+    double er = attention_ref_relerr(qkv, out, b, t, c, nh);
+    snprintf(name, sizeof name, "attention_forward_matches_reference_%s", tag);
+    CHECK(name, er < EXACT_TOL * 10, "relerr %g", er);
+    attention_backward_input(dqkv, scratch, dout, qkv, att, b, t, c, nh);
+    double *ref = attention_ref_backward(qkv, dout, b, t, c, nh), num = 0, den = 0;
+    for (size_t i = 0; i < n3; i++) {
+        if (fabs(ref[i] - dqkv[i]) > num) num = fabs(ref[i] - dqkv[i]);
+        if (fabs(ref[i]) > den) den = fabs(ref[i]);
+    }
+    snprintf(name, sizeof name, "attention_backward_input_matches_reference_%s", tag);
+    CHECK(name, num / den < EXACT_TOL * 10, "relerr %g", num / den);
+    free(qkv); free(out); free(att); free(dout); free(dqkv); free(scratch); free(ref);
+}
+
 static void test_attention(void) {
     test_attention_shape("B2_T5_C12_NH3", B, T, C, NH);
-    test_attention_shape("B1_T70_C6_NH2", 1, 70, 6, 2);   /* T past one sgemm row block */
+    test_attention_shape("B1_T70_C6_NH2", 1, 70, 6, 2);   /* T past one block of keys */
+    test_attention_reference("B1_T1_C8_NH2", 1, 1, 8, 2);
+    test_attention_reference("B2_T33_C66_NH2", 2, 33, 66, 2);      /* hs 33: odd, T < 64 */
+    test_attention_reference("B2_T70_C30_NH3", 2, 70, 30, 3);      /* hs 10, T past 64 */
+    test_attention_reference("B1_T130_C144_NH2", 1, 130, 144, 2);  /* hs 72: past a pack's depth */
+    test_attention_reference("B2_T256_C256_NH4", 2, 256, 256, 4);  /* the reference shape's heads */
 }
 
 /* ---- tied LM head ---- */

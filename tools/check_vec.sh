@@ -23,11 +23,12 @@ case "$(uname -m)" in
   *)      isas="native:native" ;;
 esac
 
-# gcc places a loop at its condition's comparison (`i < n`: the column of `<`); messages at other
-# columns of the line are about statements or an enclosing loop.
+# gcc places a loop at its condition's comparison (`i < n`: the column of `<`), or at the `for`
+# itself under a `#pragma GCC unroll`; messages at other columns of the line are about statements
+# or an enclosing loop. Prints the two columns as a regex alternative.
 loop_col() {
   awk -v L="${1#*:}" 'NR == L { f = index($0, "for ("); s = f + index(substr($0, f), ";") - 1
-                                if (match(substr($0, s + 1), /[<>!]/)) print s + RSTART; exit }' "${1%%:*}"
+                                if (match(substr($0, s + 1), /[<>!]/)) print "(" s + RSTART "|" f ")"; exit }' "${1%%:*}"
 }
 
 # "file:line" of every marked loop.

@@ -130,7 +130,7 @@ void layernorm_backward_weight(float *dw, float *db, const float *dout, const fl
 void gelu_forward(float *out, const float *inp, int N) {
     for (int i = 0; i < N; i++) {   /* vec */
         float x = inp[i];
-        out[i] = x / (1.0f + nn_expf(x * (GELU_M1 + GELU_M3 * (x * x))));
+        out[i] = x / (1.0f + nn_expf(x * NN_FMA(GELU_M3, x * x, GELU_M1)));
     }
 }
 
@@ -138,9 +138,9 @@ void gelu_forward(float *out, const float *inp, int N) {
 void gelu_backward_input(float *dinp, const float *dout, const float *inp, int N) {
     for (int i = 0; i < N; i++) {   /* vec */
         float x = inp[i], x2 = x * x;
-        float s = nn_sigmoidf(x * (-GELU_M1 - GELU_M3 * x2));
-        float du2 = 2.0f * GELU_K + (6.0f * GELU_K * GELU_A) * x2;
-        dinp[i] = dout[i] * (s + x * s * (1.0f - s) * du2);
+        float s = nn_sigmoidf(x * NN_FMA(-GELU_M3, x2, -GELU_M1));
+        float du2 = NN_FMA(6.0f * GELU_K * GELU_A, x2, 2.0f * GELU_K);
+        dinp[i] = dout[i] * NN_FMA(x * s * (1.0f - s), du2, s);
     }
 }
 
