@@ -207,6 +207,9 @@ typedef struct {
                                * not with tp_across_nodes) */
     bool tp_across_nodes;     /* with tp 0: also TP groups that span nodes (over the network) */
     int zero;                 /* 0, or 1: count AdamW moments / D (ZeRO-1) */
+    bool exhaustive;          /* tests: simulate every candidate (no max_sims, no bound, every move
+                               * of the local search simulated), the reference the pruned search
+                               * must match */
 } plan_opts;
 
 typedef struct {
