@@ -219,6 +219,7 @@ typedef struct {
     double *f, *b, *w;            /* [P*n] item i on rank p at p*n + i: F and B with their TP time, W */
     double *tp_f, *tp_b;          /* [P*n] the TP seconds within f and b (plan_item_tp_time) */
 } item_times;
+
 /* Whether item i's TP collectives are priced as item i-1's (blocks are alike: only the items that
  * hold the embedding or the head differ), so its seconds on a rank are the same. */
 static bool same_tp_item(const plan_items *it, int i) {
@@ -279,8 +280,8 @@ static double *chunk_tp_times(const item_times *t, const plan_ranks *r, const sc
 }
 
 /* The chain of a candidate's split (plan_chain: per chunk its rank's speed, its share of the
- * rank's memory, the microbatches it holds at peak, what it holds besides; the TP seconds), its
- * arrays malloc'd; chain_free frees them. */
+ * rank's memory, the microbatches it holds at peak, what it holds besides; the TP seconds from t,
+ * none when t is NULL: memory alone), its arrays malloc'd; chain_free frees them. */
 static void chain_init(plan_chain *c, const plan_items *it, const plan_ranks *r, const sched *s,
                        const item_times *t) {
     int K = s->n_stages, *peak = pt_malloc(sizeof(int) * (size_t)K), *per_rank = pt_calloc((size_t)r->P, sizeof(int));
@@ -296,7 +297,8 @@ static void chain_init(plan_chain *c, const plan_items *it, const plan_ranks *r,
         extra[k] = it->extra_mid > 0 ? it->extra_mid + (k == 0 ? it->extra_first : 0) + (k == K - 1 ? it->extra_last : 0) : 0;
     }
     *c = (plan_chain){ .n = it->n, .K = K, .work = it->work, .mem_fixed = it->mem_fixed, .mem_act = it->mem_act,
-                       .speed = speed, .cap = cap, .inflight = held, .mem_extra = extra, .extra = chunk_tp_times(t, r, s) };
+                       .speed = speed, .cap = cap, .inflight = held, .mem_extra = extra,
+                       .extra = t ? chunk_tp_times(t, r, s) : NULL };
     free(peak); free(per_rank);
 }
 
@@ -369,17 +371,17 @@ static void score_costs(const plan_cluster *k, const plan_items *it, const plan_
 
 /* ---- lower bounds on a simulated step ---------------------------------------------------------
  * The simulator's step is a longest path through the schedule's actions (sim/sim.c: each rank's
- * compute stream runs its list in order, REDUCE_GRAD and STEP last; a message leaves after the
- * action that makes it and takes latency + bytes / bandwidth). Three kinds of path bound it below
- * for any split, whatever the schedule's order:
+ * compute stream runs its list in order; a message leaves after the action that makes it and
+ * takes latency + bytes / bandwidth). The search's schedules are synchronous, with every chunk's
+ * REDUCE_GRAD and the STEP at the end of its rank's list (sched_append_sync_tail). Two kinds of
+ * path bound the step below for any split, whatever the schedule's order:
  *   - rank p's list: it starts after the first microbatch's F has reached p's earliest chunk g
  *     (H_g: the F of chunks 0..g-1 and the messages between them) and then runs M times F, B, W
  *     of each of its chunks and their reductions, one after another;
  *   - chunk g's last backward: all M F and M B of g come first (after H_g), then that
  *     microbatch's backward through chunks g-1..0 and their messages (T_g), then its W on chunk
  *     0 (when W is apart from B) and chunk 0's reduction;
- *   - (in plan_candidate_bound) the total work spread over all ranks by rate, and one microbatch
- *     through every layer at the quickest rank. */
+ * plan_candidate_bound adds the spread bound (spread_bound). */
 
 /* Whether chunk g runs its backward only as fused BW actions (gpipe, 1f1b, interleaved), else
  * B then W (zero-bubble). */
@@ -537,7 +539,7 @@ static double chunk_bound(const bound_sums *b, const plan_items *it, const plan_
     double h = b->fmin[i] + b->hop[g];
     double own = h + b->M * (f + bb + w) + red;
     double last = h + b->M * (f + bb + (b->fused[g] ? w : 0)) + b->bmin[i] + b->hop[g] + b->tail0;
-    return fmax(own, last);
+    return own > last ? own : last;   /* not fmax: a libm call in the DP's inner loop */
 }
 
 /* Whether chunk g can hold items [i, j) in its share of memory (plan_split's rule). */
@@ -557,8 +559,12 @@ static double split_bound_dp(const bound_sums *b, const plan_chain *c, const pla
         int p = s->stage_rank[g], jlo = g == K - 1 ? n : g + 1, jhi = n - (K - 1 - g);
         for (int j = 0; j <= n; j++) cur[j] = INFINITY;
         for (int j = jlo; j <= jhi; j++)
-            for (int i = j - 1; i >= g && chunk_fits(b, c, g, i, j); i--)   /* memory grows with the range */
-                if (prev[i] < INFINITY) cur[j] = fmin(cur[j], fmax(prev[i], chunk_bound(b, it, r, g, p, i, j)));
+            for (int i = j - 1; i >= g && chunk_fits(b, c, g, i, j); i--) {   /* memory grows with the range */
+                if (!(prev[i] < cur[j])) continue;   /* the max cannot come under cur[j] */
+                double v = chunk_bound(b, it, r, g, p, i, j);
+                v = v > prev[i] ? v : prev[i];
+                if (v < cur[j]) cur[j] = v;
+            }
         double *x = prev; prev = cur; cur = x;
     }
     double v = prev[n];
@@ -568,13 +574,17 @@ static double split_bound_dp(const bound_sums *b, const plan_chain *c, const pla
 
 double plan_candidate_bound(const plan_cluster *k, const plan_items *it, const plan_ranks *r, const sched *s,
                             double p2p) {
-    item_times t;
     plan_chain c;
+    chain_init(&c, it, r, s, NULL);   /* the dynamic program reads memory from it */
+    if (!plan_split_fits(&c)) {       /* most candidates: found in O(K n) before pricing anything */
+        chain_free(&c);
+        return -1;
+    }
+    item_times t;
     bound_sums b;
     bool *fused = pt_malloc(sizeof(bool) * (size_t)s->n_stages);
     fused_stages(s, fused);
     item_times_init(&t, it, r);
-    chain_init(&c, it, r, s, &t);
     bound_sums_init(&b, k, it, r, s, &t, fused, p2p);
     double dp = split_bound_dp(&b, &c, it, r, s);
     double lb = dp < INFINITY ? fmax(dp, spread_bound(it, r, &t, s->n_mb)) : -1;
@@ -857,7 +867,7 @@ static bool crit_rules_out(const gpt_config *cfg, const plan_cluster *k, const p
     bool *fused = pt_malloc(sizeof(bool) * (size_t)s->n_stages);
     fused_stages(s, fused);
     item_times_init(&t, it, r);
-    chain_init(&c, it, r, s, &t);
+    chain_init(&c, it, r, s, NULL);
     bound_sums_init(&b, k, it, r, s, &t, fused, plan_p2p_bytes(cfg, p->mb_size, p->T));
     double lb = crit_bound_dp(&b, &c, it, r, s, cc, base);
     bound_sums_free(&b);
