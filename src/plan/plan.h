@@ -143,6 +143,8 @@ typedef struct {
  * first[K+1] gets the item ranges; *bottleneck the optimum. Returns 0, or -1 when nothing fits
  * (no error set: the caller words it). */
 int plan_split(const plan_chain *c, int *first, double *bottleneck);
+/* Whether any split fits the memory caps (plan_split's test at no time limit, O(K n)): 1 or 0. */
+int plan_split_fits(const plan_chain *c);
 /* The same by dynamic programming, O(K n^2): the reference the tests compare plan_split with. */
 int plan_split_dp(const plan_chain *c, int *first, double *bottleneck);
 /* Among the splits whose stages all take <= X (pass plan_split's bottleneck): the one with the
@@ -207,6 +209,9 @@ typedef struct {
                                * not with tp_across_nodes) */
     bool tp_across_nodes;     /* with tp 0: also TP groups that span nodes (over the network) */
     int zero;                 /* 0, or 1: count AdamW moments / D (ZeRO-1) */
+    bool exhaustive;          /* tests: simulate every candidate (no max_sims, no bound, every move
+                               * of the local search simulated), the reference the pruned search
+                               * must match */
 } plan_opts;
 
 typedef struct {

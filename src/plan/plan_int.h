@@ -88,6 +88,15 @@ sched *plan_make_sched(const char *name, int P, int M, int v);
 int plan_split_candidate(const plan_items *it, const plan_ranks *r, const sched *s, bool refine, int *first,
                          double *bottleneck);
 
+/* A lower bound on the simulated step of every split of the candidate (items it on ranks r,
+ * schedule s, messages of p2p bytes between chunks: plan_p2p_bytes) that fits, so also on what
+ * plan_score_polish finds: the path bounds of plan_eval.c ("lower bounds on a simulated step")
+ * minimised over the splits that fit by dynamic programming, the items before a chunk priced on
+ * the rank where they are quickest, and the total work spread over the ranks by rate. Returns it,
+ * or -1 when no split fits in memory. */
+double plan_candidate_bound(const plan_cluster *k, const plan_items *it, const plan_ranks *r, const sched *s,
+                            double p2p);
+
 /* Simulates the split and fills p's predictions (step_time, bubble, stage_*) and split (in place
  * when p->split is given, K entries; else allocated). */
 int plan_score(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
@@ -96,14 +105,22 @@ int plan_score(const gpt_config *cfg, const plan_cluster *k, const plan_items *i
 /* Simulated times that differ by less than this fraction are a tie (rounding, not a gain). */
 #define PLAN_TIE_REL 1e-9
 
-/* Local search judged by the simulator from the split first[] (already scored into p): moves one
- * block from a chunk to another (any pair for K <= 8 chunks, else neighbours and chunks on one
- * rank) while the simulated step improves and memory fits, at most `budget` simulations. Keeps
- * first[] and p at the best found. Returns the simulations spent. The min-max split balances the
- * chunks; with several chunks per rank (interleaved, zb-v) the rank totals and the fill and drain
- * matter too, which only the simulator sees. */
-int plan_polish(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
-                const sched *s, int *first, long global_batch, plan_layout *p, int budget);
+/* Scores the split first[] into p (plan_score), then searches locally, judged by the simulator:
+ * moves one block from a chunk to another (any pair for K <= 8 chunks, else neighbours and chunks
+ * on one rank) while the simulated step improves and memory fits, at most `budget` moves tried.
+ * Keeps first[] and p at the best found. The min-max split balances the chunks; with several
+ * chunks per rank (interleaved, zb-v) the rank totals and the fill and drain matter too, which
+ * only the simulator sees.
+ * prune: nothing it returns changes, only simulations are saved (docs/planner.md "Search time"):
+ * a move is not simulated when a lower bound on its step (the path bounds of
+ * plan_candidate_bound for that split; the current split's critical path priced with the move)
+ * is no better than the step so far, as it could not be taken; and the search gives up (returns
+ * 1, p freed of nothing it needs: the caller frees it) when the critical path of first[], priced
+ * for every split that fits, cannot come under give_up (INFINITY: never).
+ * Returns 0, 1 (given up) or -1 (the simulator's error); *runs += simulations run. */
+int plan_score_polish(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
+                      const sched *s, int *first, long global_batch, plan_layout *p, int budget, bool prune,
+                      double give_up, long *runs);
 
 /* Bytes a rank of the placement needs at peak for chunk layout first[] (max over ranks) and the
  * rank's cap; used for infeasibility advice. */

@@ -1,10 +1,13 @@
 /* The planner's search: every tensor-parallel degree tp (a divisor of n_head and of the devices,
  * its groups inside nodes unless allowed across), data-parallel degree D dividing the devices / tp
  * (P = devices / (tp D)), device placement, power-of-two microbatch size, schedule,
- * recomputation (none, whole-stage, communication-free), TP overlap and sequence parallelism; the exact split of each; an analytic lower bound per candidate; then the
- * simulator on candidates in bound order until the bound passes the N-th best simulated time (so
- * the pruning loses nothing), at most max_sims. Not here: the split itself (plan_split.c) and
- * scoring (plan_eval.c). */
+ * recomputation (none, whole-stage, communication-free), TP overlap and sequence parallelism; a
+ * lower bound per candidate that holds for each of its splits that fits (plan_candidate_bound);
+ * then the simulator on candidates in bound order until the bound passes the N-th best simulated
+ * time, at most max_sims, each candidate given up as soon as its bounds show it cannot enter the
+ * top N (so the pruning loses nothing: tests/test_plan_prune.c checks it against
+ * plan_opts.exhaustive). Not here: the split itself (plan_split.c), bounds and scoring
+ * (plan_eval.c). */
 #include "plan/plan_int.h"
 #include "util/pt.h"
 #include <math.h>
@@ -88,37 +91,6 @@ done:
     return rc;
 }
 
-/* Item i's TP all-reduce seconds in F and B on the rank where they are quickest. */
-static double least_tp_time(const plan_items *it, const plan_ranks *r, int i) {
-    double t = INFINITY;
-    for (int p = 0; p < r->P; p++)
-        t = fmin(t, plan_item_tp_time(it, r, p, i, PLAN_F) + plan_item_tp_time(it, r, p, i, PLAN_B));
-    return t;
-}
-
-/* Analytic lower bound on the step that holds for every split of the candidate that fits (so
- * also for what the local search finds): every microbatch's F, B and W run somewhere, at best
- * spread over all ranks in proportion to their rates, and their TP all-reduces (at least the
- * quickest rank's) keep ranks of at least the slowest rate busy too (sum over ranks of busy x
- * rate <= step x sum of rates); the first microbatch goes forward through every layer and back,
- * one after another, at best at the fastest rank's rate and TP link; with one chunk per rank, M
- * microbatches pass the slowest stage, which takes at least the optimal bottleneck. */
-static double lower_bound(const plan_items *it, const plan_ranks *r, int v, double bottleneck, int M) {
-    double work = 0, fb = 0, comm = 0, rates = 0, fastest = 0, slowest = INFINITY;
-    for (int i = 0; i < it->n; i++) {
-        work += it->work[i];
-        fb += it->ph[PLAN_F][i] + it->ph[PLAN_B][i];
-        if (r->tp > 1) comm += least_tp_time(it, r, i);
-    }
-    for (int p = 0; p < r->P; p++) {
-        rates += r->rate[p];
-        fastest = fmax(fastest, r->rate[p]);
-        slowest = fmin(slowest, r->rate[p]);
-    }
-    double lb = fmax(M * (work + slowest * comm) / rates, fb / fastest + comm);
-    return v == 1 ? fmax(lb, M * bottleneck) : lb;
-}
-
 /* Leanest-shortfall bookkeeping for the advice when nothing fits. */
 static void note_shortfall(search *S, const plan_items *it, const plan_ranks *r, const sched *s) {
     int K = s->n_stages, *first = pt_malloc(sizeof(int) * (size_t)(K + 1)), rank = 0;
@@ -136,19 +108,19 @@ static int first_single(const search *S) {
     return 0;
 }
 
-/* One candidate: the exact split of schedule s (si) in activation mode md, and its bound. */
+/* One candidate: schedule s (si) in activation mode md, kept with its lower bound when a split of
+ * it fits (plan_candidate_bound; the split itself is made when it is simulated). */
 static void consider(search *S, const plan_items *it, const plan_ranks *r, const sched *s, int si, int pl, int B,
                      int M, act_mode md) {
-    candidate c = { r->P, r->D, r->tp, B, M, S->sc[si].v, si, pl, md, pt_malloc(sizeof(int) * (size_t)(s->n_stages + 1)), 0 };
-    double bott;
     S->res->considered++;
-    if (plan_split_candidate(it, r, s, false, c.first, &bott) < 0) {
+    double bound = plan_candidate_bound(S->k, it, r, s, plan_p2p_bytes(S->cfg, B, S->o->T));
+    if (bound < 0) {
         S->res->infeasible++;
         note_shortfall(S, it, r, s);
-        free(c.first);
         return;
     }
-    c.bound = lower_bound(it, r, S->sc[si].v, bott, M);
+    candidate c = { r->P, r->D, r->tp, B, M, S->sc[si].v, si, pl, md, pt_malloc(sizeof(int) * (size_t)(s->n_stages + 1)),
+                    bound };
     push_candidate(S, &c);
 }
 
@@ -252,8 +224,9 @@ static int *placement_copy(const search *S, const candidate *c) {
     return d;
 }
 
-/* Simulates candidate c into a fresh layout. */
-static int simulate(search *S, const candidate *c, plan_layout *p) {
+/* Simulates candidate c into a fresh layout (its split refined, then polished); give_up as
+ * plan_score_polish. Returns 0, or non-zero with nothing kept in p. */
+static int simulate(search *S, const candidate *c, plan_layout *p, double give_up) {
     memset(p, 0, sizeof *p);
     p->P = c->P; p->D = c->D; p->tp = c->tp; p->zero = S->o->zero; p->M = c->M; p->mb_size = c->B; p->T = S->o->T;
     p->chunks = c->v; p->recompute = c->mode.recompute; p->bound = c->bound;
@@ -270,13 +243,13 @@ static int simulate(search *S, const candidate *c, plan_layout *p) {
     sched *s = plan_make_sched(p->schedule, c->P, c->M, c->v);
     double bott;
     int rc = s ? plan_split_candidate(&it, &r, s, true, c->first, &bott) : -1;
-    if (rc == 0) rc = plan_score(S->cfg, S->k, &it, &r, s, c->first, S->o->global_batch, p);
-    if (rc == 0) S->res->simulated += plan_polish(S->cfg, S->k, &it, &r, s, c->first, S->o->global_batch, p,
-                                                  POLISH_BUDGET(s->n_stages));
+    if (rc == 0)
+        rc = plan_score_polish(S->cfg, S->k, &it, &r, s, c->first, S->o->global_batch, p, POLISH_BUDGET(s->n_stages),
+                               !S->o->exhaustive, give_up, &S->res->simulated);
     sched_free(s);
     plan_items_free(&it);
     plan_ranks_free(&r);
-    if (rc < 0) plan_layout_free(p);
+    if (rc != 0) plan_layout_free(p);
     return rc;
 }
 
@@ -304,16 +277,19 @@ static void keep_best(plan_result *res, int top, plan_layout *p) {
     res->best[i] = *p;
 }
 
+/* Simulates candidates in bound order until the next bound passes the N-th best time (nothing
+ * after it can enter the top N), at most max_sims; exhaustive: every candidate. */
 static void judge(search *S) {
     int top = S->o->top, max_sims = S->o->max_sims > 0 ? S->o->max_sims : DEFAULT_MAX_SIMS;
     if (S->n_cand) qsort(S->cand, (size_t)S->n_cand, sizeof *S->cand, cmp_bound);
     S->res->best = pt_calloc((size_t)top, sizeof(plan_layout));
-    for (long i = 0; i < S->n_cand && i < max_sims; i++) {
-        if (S->res->n_best == top && S->cand[i].bound > S->res->best[top - 1].step_time * (1 + TIE_REL)) break;
+    for (long i = 0; i < S->n_cand && (S->o->exhaustive || i < max_sims); i++) {
+        /* what the N-th best so far beats: nothing at or above it can enter the top N */
+        double give_up = S->res->n_best == top ? S->res->best[top - 1].step_time * (1 + TIE_REL) : INFINITY;
+        if (!S->o->exhaustive && S->cand[i].bound > give_up) break;
         plan_layout p;
-        S->res->simulated++;
         S->res->candidates_simulated++;
-        if (simulate(S, &S->cand[i], &p) == 0) keep_best(S->res, top, &p);
+        if (simulate(S, &S->cand[i], &p, give_up) == 0) keep_best(S->res, top, &p);
     }
 }
 

@@ -120,6 +120,18 @@ free_buffers:
     return rc;
 }
 
+int plan_split_fits(const plan_chain *c) {
+    if (c->K < 1 || c->n < c->K) return 0;
+    chain_sums s;
+    sums_init(&s, c);
+    unsigned char *reach = pt_malloc((size_t)(c->K + 1) * (c->n + 1));
+    int *cnt = pt_malloc(sizeof(int) * (size_t)c->K * (c->n + 2)), *first = pt_malloc(sizeof(int) * (size_t)(c->K + 1));
+    int fits = feasible(&s, INFINITY, first, reach, cnt) >= 0;
+    free(reach); free(cnt); free(first);
+    sums_free(&s);
+    return fits;
+}
+
 /* first[0..K] from a dynamic program's cut table: from[k][j] is where stage k starts when it
  * ends before item j (K by n+1). */
 static void cuts_from_table(const int *from, int K, int n, int *first) {
