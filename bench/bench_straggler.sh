@@ -10,7 +10,7 @@
 # not next to the slow link is seen to lose only what the schedule's dependencies force
 # (communication off the compute path). Steps/s is the median over steps 7..12 (the switch and
 # its first allocations settled), then the median of the rounds (the runs alternate; this
-# machine is shared).  Usage: bench/bench_straggler.sh [ROUNDS]   (default 3; about 4 minutes)
+# machine is shared); the 3x F case again at M=16.  Usage: bench/bench_straggler.sh [ROUNDS]   (default 3; about 7 minutes)
 set -u
 cd "$(dirname "$0")/.."
 P=$(realpath "${PIPETRAIN:-build/pipetrain}")
@@ -51,7 +51,7 @@ echo "in the same run, with the delay; act = activations of the busiest rank (pe
 
 run_one() {   # run_one TAG DELAY_S ARGS... -> "steps/s sim_steps/s actMB" and the log in $D/TAG.out
   local tag=$1 d=$2; shift 2
-  $P $base "$@" --slow-link "0-1:$d@$ONSET-" --metrics "$D/$tag.jsonl" > "$D/$tag.out" 2>&1 || { echo "0 0 0"; return; }
+  $P $run_base "$@" --slow-link "0-1:$d@$ONSET-" --metrics "$D/$tag.jsonl" > "$D/$tag.out" 2>&1 || { echo "0 0 0"; return; }
   local ms sim
   ms=$(step_ms "$D/$tag.jsonl")
   sim=$(awk '/^simulated:/ { print $3 }' "$D/$tag.out")
@@ -59,6 +59,7 @@ run_one() {   # run_one TAG DELAY_S ARGS... -> "steps/s sim_steps/s actMB" and t
 }
 
 RUNS="1f1b zb-h1 zb-h2 adaptive/3 adaptive/4"
+run_base=$base
 args_of() { case $1 in adaptive/*) echo "--schedule zb-h1 --adapt --mem-limit ${1#adaptive/}";; *) echo "--schedule $1";; esac; }
 peak_of() { case $1 in adaptive/*) echo "${1#adaptive/}";; zb-h2) echo 3;; *) echo 2;; esac; }
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -87,6 +88,27 @@ for mult in 1 3; do
   unset sps
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# The same at 3x F with M=16 (batch 128: microbatches of the same 8 sequences, so the same F and
+# delay): at M=8 the bound at 2P memory is about 1.5x zb-h1 (the exact search of
+# tests/test_sched_exact.c: the adaptive schedule is the best there is), a deeper pipeline of
+# microbatches hides more of the delay
+run_base="${base/--batch 64/--batch 128}"; run_base="${run_base/--microbatches 8/--microbatches 16}"
+d=$(awk -v f="$F" 'BEGIN { printf "%.4f", f * 3 / 1e3 }')
+for ((round = 1; round <= ROUNDS; round++)); do
+  for r in $RUNS; do run_one "m16${r//\//_}" "$d" $(args_of "$r") >> "$D/m16${r//\//_}.rounds"; done
+done
+declare -A sps
+for r in $RUNS; do
+  f="$D/m16${r//\//_}.rounds"; sps[$r]=$(col "$f" 1); sim=$(col "$f" 2)
+  printf '%-6s %-12s %9.3f %9.3f %9s %8s (%s)\n' "3x F" "$r M16" "${sps[$r]}" "$sim" \
+    "$(awk -v a="${sps[$r]}" -v b="$sim" 'BEGIN { printf "%.2f", (a > 0 ? b / a : 0) }')" "$(col "$f" 3)" "$(peak_of "$r")"
+done
+awk -v a="${sps[adaptive/4]}" -v b="${sps[1f1b]}" -v c="${sps[zb-h1]}" -v e="${sps[zb-h2]}" -v f="${sps[adaptive/3]}" \
+    'BEGIN { printf "       3x F, M=16 (batch 128): adaptive (2P) / 1f1b %.2f, / zb-h1 %.2f; adaptive at zb-h2'"'"'s memory / zb-h2 %.2f\n",
+    a / b, a / c, f / e }'
+unset sps
+echo "load average after M=16: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # a slow stage: stage 1 twice as slow from step ONSET on, zb-h1 without and with --adapt (its
 # layers re-split by measured speed), alternating rounds
