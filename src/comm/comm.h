@@ -35,6 +35,15 @@
 #define PT_COMM_H
 #include <stddef.h>
 
+/* Every message tag the project uses, in one list (MPI guarantees tags up to 32767): the
+ * executor's per-message tags stay below COMM_TAG_EXEC_LIMIT (run_plan.c refuses a schedule that
+ * would need more); each other use has its own tags above it. */
+#define COMM_TAG_EXEC_LIMIT 32000
+#define COMM_TAG_ARRIVAL 32050    /* run/exec_reduce.c: "arrived" messages offered to side work */
+#define COMM_TAG_GATHER 32100     /* run/run_job.c: timelines (+0, +1) and tensors (+2, +3) to rank 0 */
+#define COMM_TAG_MOVE 32110       /* run/move.c: a re-split's parameters and moments */
+#define COMM_TAG_CLOCK 32200      /* comm_clock.c: clock offsets' pings (+0) and pongs (+1) */
+
 typedef struct comm comm;
 typedef struct comm_req comm_req;
 
@@ -143,10 +152,9 @@ int comm_faulty_set_rate(comm *c, int peer, double bytes_per_s, int reductions);
  * gets the whole array offsets[c->size] (offsets[0] = 0), and bounds[c->size] (NULL: not
  * wanted), each offset's error bound (half its best round trip). A one-clock communicator
  * (threads) gives zeros without a message. Each wait is bounded by timeout seconds (<= 0: none).
- * Uses tags COMM_CLOCK_TAG and COMM_CLOCK_TAG + 1 on c while it runs. -1 on a bad argument (on
+ * Uses tags COMM_TAG_CLOCK and COMM_TAG_CLOCK + 1 on c while it runs. -1 on a bad argument (on
  * every rank alike), or when a message failed, naming the rank and round: then it has aborted c
  * (the other ranks would wait for this one). */
-#define COMM_CLOCK_TAG 32200
 #define COMM_CLOCK_MAX_ROUNDS 1000
 int comm_clock_offsets(comm *c, int rounds, double timeout, double *offsets, double *bounds);
 

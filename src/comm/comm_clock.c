@@ -12,8 +12,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define TAG_PING COMM_CLOCK_TAG
-#define TAG_PONG (COMM_CLOCK_TAG + 1)
+#define TAG_PING COMM_TAG_CLOCK
+#define TAG_PONG (COMM_TAG_CLOCK + 1)
 
 /* The messages' buffers: on the heap, so that a failed wait (its request still pending) can be
  * followed by comm_abort before they are freed. */

@@ -86,10 +86,6 @@ int exec_wait_group(run_exec *e, exec_group *gr) {
 
 /* ---- waits offered to side work --------------------------------------------------------------- */
 
-/* The arrival messages' tag: above the executor's (< 32000, run_plan.c), below the job's
- * gathers (32100 on, run_job.c). */
-#define EXEC_TAG_ARRIVAL 32050
-
 int exec_groups_arrived(run_wait *w) {
     exec_waiting *x = w->priv;
     run_exec *e = x->e;
@@ -134,8 +130,8 @@ static int exec_world_arrival(run_exec *e) {
     comm_req **req = pt_calloc(2 * (size_t)R, sizeof *req), **sent = req + R;
     for (int r = 0; r < R && rc == 0; r++) {
         if (r == me) continue;
-        rc = comm_irecv(e->c.world, r, EXEC_TAG_ARRIVAL, &got[r], 1, &req[n]);
-        if (rc == 0) rc = comm_isend(e->c.world, r, EXEC_TAG_ARRIVAL, &one, 1, &sent[n]);
+        rc = comm_irecv(e->c.world, r, COMM_TAG_ARRIVAL, &got[r], 1, &req[n]);
+        if (rc == 0) rc = comm_isend(e->c.world, r, COMM_TAG_ARRIVAL, &one, 1, &sent[n]);
         n++;
     }
     int i = exec_step_index(e);

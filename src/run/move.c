@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MOVE_TAG 32110      /* above the executor's tags (< 32000), beside run_job.c's gather's */
 #define MOVE_FIELDS 4       /* an entry as doubles: moments, param, start, n */
 
 /* A piece (have) or a request (want) of world rank `rank`: its idx-th in that rank's list. */
@@ -150,8 +149,8 @@ static int move_run(const move_xfer *xs, int n, const run_piece *pc, const run_s
         size_t bytes = x->n * sizeof(float);
         for (int k = 0; k < 1 + x->moments && rc == 0; k++) {
             if (h && q) memcpy(to[k] + x->dst_off, from[k] + x->src_off, bytes);
-            else if (h) rc = comm_isend(w, x->dst, MOVE_TAG, from[k] + x->src_off, bytes, &rq[n_rq++]);
-            else rc = comm_irecv(w, x->src, MOVE_TAG, to[k] + x->dst_off, bytes, &rq[n_rq++]);
+            else if (h) rc = comm_isend(w, x->dst, COMM_TAG_MOVE, from[k] + x->src_off, bytes, &rq[n_rq++]);
+            else rc = comm_irecv(w, x->src, COMM_TAG_MOVE, to[k] + x->dst_off, bytes, &rq[n_rq++]);
         }
     }
     if (rc < 0) n_rq--;   /* the failed post set no request */

@@ -20,7 +20,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define TAG_GATHER 32100        /* above the executor's tags (run_plan.c keeps those < 32000) */
 #define JOB_CLOCK_ROUNDS 16     /* pings per rank for its clock offset: the best of 16 (docs/comm.md) */
 
 typedef struct { int iter; double dur; } job_sample;
@@ -302,8 +301,8 @@ static int job_gather_events(run_job *j) {
     if (w->rank != 0) {
         int n = mine->n;
         comm_req *r1, *r2;
-        if (comm_isend(w, 0, TAG_GATHER, &n, sizeof n, &r1) < 0 ||
-            comm_isend(w, 0, TAG_GATHER + 1, mine->ev, sizeof(tl_event) * (size_t)n, &r2) < 0 ||
+        if (comm_isend(w, 0, COMM_TAG_GATHER, &n, sizeof n, &r1) < 0 ||
+            comm_isend(w, 0, COMM_TAG_GATHER + 1, mine->ev, sizeof(tl_event) * (size_t)n, &r2) < 0 ||
             comm_wait(w, r1, j->pl->o.timeout) < 0 || comm_wait(w, r2, j->pl->o.timeout) < 0)
             return -1;
         return 0;
@@ -312,10 +311,10 @@ static int job_gather_events(run_job *j) {
     for (int src = 1; src < w->size; src++) {
         int n = 0;
         comm_req *rq;
-        if (comm_irecv(w, src, TAG_GATHER, &n, sizeof n, &rq) < 0 || comm_wait(w, rq, j->pl->o.timeout) < 0)
+        if (comm_irecv(w, src, COMM_TAG_GATHER, &n, sizeof n, &rq) < 0 || comm_wait(w, rq, j->pl->o.timeout) < 0)
             return -1;
         timeline_reserve(&j->tl, j->tl.n + n);
-        if (comm_irecv(w, src, TAG_GATHER + 1, j->tl.ev + j->tl.n, sizeof(tl_event) * (size_t)n, &rq) < 0 ||
+        if (comm_irecv(w, src, COMM_TAG_GATHER + 1, j->tl.ev + j->tl.n, sizeof(tl_event) * (size_t)n, &rq) < 0 ||
             comm_wait(w, rq, j->pl->o.timeout) < 0)
             return -1;
         j->tl.n += n;
@@ -649,10 +648,10 @@ static int job_gather_chunk(run_job *j, int c, gpt_model *out) {
         comm_req *rq;
         if (out && m) memcpy(dst[k], src[k], n * sizeof(float));
         else if (out) {
-            if (comm_irecv(w, holder, TAG_GATHER + 2 + k, dst[k], n * sizeof(float), &rq) < 0 ||
+            if (comm_irecv(w, holder, COMM_TAG_GATHER + 2 + k, dst[k], n * sizeof(float), &rq) < 0 ||
                 comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
         } else if (m && me == holder) {
-            if (comm_isend(w, 0, TAG_GATHER + 2 + k, src[k], sn * sizeof(float), &rq) < 0 ||
+            if (comm_isend(w, 0, COMM_TAG_GATHER + 2 + k, src[k], sn * sizeof(float), &rq) < 0 ||
                 comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
         }
     }
@@ -670,7 +669,7 @@ static int job_put_chunk(run_job *j, int r, const gpt_model *whole) {
         if (job_world_rank(j, r) == 0) {
             gpt_layers_param_span(j->gather_out, whole->first_layer, whole->end_layer, &off, &n);
             memcpy((k ? j->gather_out->grads : j->gather_out->params) + off, src[k], n * sizeof(float));
-        } else if (comm_isend(w, 0, TAG_GATHER + 2 + k, src[k], n * sizeof(float), &rq) < 0 ||
+        } else if (comm_isend(w, 0, COMM_TAG_GATHER + 2 + k, src[k], n * sizeof(float), &rq) < 0 ||
                    comm_wait(w, rq, j->pl->o.timeout) < 0)
             return -1;
     }
@@ -684,7 +683,7 @@ static int job_take_chunk(run_job *j, int r, int from, int first, int end) {
     gpt_layers_param_span(j->gather_out, first, end, &off, &n);
     for (int k = 0; k < 2; k++) {
         comm_req *rq;
-        if (comm_irecv(w, from, TAG_GATHER + 2 + k, (k ? j->gather_out->grads : j->gather_out->params) + off,
+        if (comm_irecv(w, from, COMM_TAG_GATHER + 2 + k, (k ? j->gather_out->grads : j->gather_out->params) + off,
                        n * sizeof(float), &rq) < 0 || comm_wait(w, rq, j->pl->o.timeout) < 0)
             return -1;
     }

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RUN_TAG_LIMIT 32000     /* MPI guarantees tags up to 32767; the rest is for gathers */
 #define RUN_DEFAULT_TIMEOUT 60.0
 #define RUN_MAX_RANKS 65536     /* world ranks a job may have (P x D stays an int with room) */
 
@@ -52,9 +51,9 @@ static int run_plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     long long dm = (long long)o->D * s->n_mb;     /* in 64 bits: --dp 65536 x 65536 overflows int */
     if (dm > B || B % dm)
         return pt_seterr("--batch %d is not divisible by dp x microbatches = %d x %d", B, o->D, s->n_mb);
-    if ((long)s->n_stages * s->n_mb * 2 >= RUN_TAG_LIMIT)
+    if ((long)s->n_stages * s->n_mb * 2 >= COMM_TAG_EXEC_LIMIT)
         return pt_seterr("%d stages x %d microbatches is too many messages to tag (limit %d)",
-                         s->n_stages, s->n_mb, RUN_TAG_LIMIT / 2);
+                         s->n_stages, s->n_mb, COMM_TAG_EXEC_LIMIT / 2);
     if (T < 1 || T > cfg->n_positions)
         return pt_seterr("--seq %d must be in 1..n_positions (%d)", T, cfg->n_positions);
     pl->B = B;
