@@ -136,7 +136,7 @@ static void *busy_main(void *arg) {
     return NULL;
 }
 
-/* The cores to keep busy besides the timed one: every other online core, at most MAX_CORES. */
+/* The cores to keep busy besides the timed one: every other online core, MAX_CORES in all at most. */
 static int busy_count(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 2 ? 0 : n > MAX_CORES ? MAX_CORES - 1 : (int)n - 1;
@@ -164,15 +164,15 @@ static double profile_step(gpt_model *m, int repeats) {
     optim_config oc = optim_config_default();
     size_t n = m->n_held;
     float *mo = pt_falloc(n), *v = pt_falloc(n);
-    double *t = pt_malloc(sizeof(double) * (size_t)repeats), sink = 0;
+    double *t = pt_malloc(sizeof(double) * (size_t)repeats);
     for (int r = -1; r < repeats; r++) {   /* r = -1: warm-up */
         double t0 = pt_now();
-        sink += optim_sumsq(m->grads, n);
+        (void)optim_sumsq(m->grads, n);   /* another file's function: the call is kept */
         adamw_update(m->params, mo, v, m->grads, n, oc.lr, 1.0, true, r + 2, &oc);
         memset(m->grads, 0, n * sizeof(float));
         if (r >= 0) t[r] = (pt_now() - t0) / (double)n;
     }
-    double sec = sink >= 0 ? pt_median(t, repeats) : 0;   /* sink: the norm is used, not optimised away */
+    double sec = pt_median(t, repeats);
     free(mo); free(v); free(t);
     return sec;
 }
