@@ -5,8 +5,8 @@
  * and with tensor parallelism and its modes searched (the default). Accuracy: profiles
  * examples/char-gpt.json on this machine, predicts four layouts (P in {1,2}, three schedules) with
  * plan_evaluate on examples/cluster-local.json, and runs each with `pipetrain train` ($PIPETRAIN,
- * default build/pipetrain), side by side; the goal is within 15%. Not a test. Run from the repo
- * root. */
+ * default build/pipetrain) ROUNDS times, the layouts alternating, medians; the goal is within 15%.
+ * Not a test. Run from the repo root. */
 #include "io/io.h"
 #include "plan/plan.h"
 #include "bench_util.h"
@@ -16,6 +16,8 @@
 #include <string.h>
 
 #define GOAL_S 10.0   /* issue 5: planning 96 layers on 1024 devices */
+#define ROUNDS 3      /* runs of each layout: the machine is shared, one run is noise */
+#define N_LAYOUTS 4
 
 /* tp: only that TP degree (1: pipelines and data parallelism alone, as the goal was set); 0: the
  * whole search (tp x dp x stages x schedule x recompute modes x overlap x sp). */
@@ -75,12 +77,12 @@ static void bench_split(int n, int K) {
 
 /* Runs `pipetrain train` on one layout; returns the measured iteration in seconds (the runtime's
  * median over steps), or -1. */
-static double measure(const char *sched, int P, int M, int B, int T) {
+static double measure(const char *sname, int P, int M, int B, int T) {
     const char *bin = getenv("PIPETRAIN") ? getenv("PIPETRAIN") : "build/pipetrain";
     char cmd[1024], line[512];
     snprintf(cmd, sizeof cmd, "%s train --config examples/char-gpt.json --data docs/simulator.md --batch %d "
              "--seq %d --steps 8 --threads 1 --stages %d --schedule %s --microbatches %d 2>&1", bin, B * M, T, P,
-             sched, M);
+             sname, M);
     FILE *f = popen(cmd, "r");
     double ms = -1;
     if (!f) return -1;
@@ -91,25 +93,32 @@ static double measure(const char *sched, int P, int M, int B, int T) {
 }
 
 static void bench_accuracy(void) {
-    const char *sched[] = { "1f1b", "1f1b", "gpipe", "zb-h1" };
-    const int P[] = { 1, 2, 2, 2 }, M = 4, B = 2, T = 128, sizes[] = { 2 };
+    const char *sname[N_LAYOUTS] = { "1f1b", "1f1b", "gpipe", "zb-h1" };
+    const int P[N_LAYOUTS] = { 1, 2, 2, 2 }, M = 4, B = 2, T = 128, sizes[] = { 2 };
     gpt_config cfg;
     plan_cluster k;
     plan_costs c;
+    double load[3] = { -1, -1, -1 }, got[N_LAYOUTS][ROUNDS];
     if (config_load_json(&cfg, "examples/char-gpt.json") || plan_cluster_load(&k, "examples/cluster-local.json") ||
         plan_profile_run(&c, &cfg, sizes, 1, T, 9)) { fprintf(stderr, "bench_plan: %s\n", pt_err()); return; }
     printf("predicted vs measured, examples/char-gpt.json, microbatches %d x %d, seq %d, one BLAS thread per rank\n", M, B, T);
+    printf("  profile: %d other cores busy, optimizer step %.2f ns per parameter\n", c.busy_cores, 1e9 * c.step_per_param);
+    if (getloadavg(load, 3) < 0) load[0] = -1;
+    for (int r = 0; r < ROUNDS; r++)
+        for (int i = 0; i < N_LAYOUTS; i++) got[i][r] = measure(sname[i], P[i], M, B, T);
+    printf("  load average before the runs %.2f; measured: median of %d runs, the layouts alternating\n", load[0], ROUNDS);
     printf("  layout            predicted   measured   measured/predicted\n");
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < N_LAYOUTS; i++) {
         int split[2] = { P[i] == 1 ? cfg.n_layer : cfg.n_layer / 2, cfg.n_layer - cfg.n_layer / 2 };
         plan_layout p = { .P = P[i], .D = 1, .M = M, .mb_size = B, .T = T, .chunks = 1, .split = split };
-        snprintf(p.schedule, sizeof p.schedule, "%s", sched[i]);
-        int rc = plan_evaluate(&cfg, &k, &c, &p);
-        double got = measure(sched[i], P[i], M, B, T);
-        if (rc == 0 && got > 0)
-            printf("  P=%d %-12s %8.1f ms %8.1f ms   %.2f\n", P[i], sched[i], 1e3 * p.step_time, 1e3 * got, got / p.step_time);
+        snprintf(p.schedule, sizeof p.schedule, "%s", sname[i]);
+        int rc = plan_evaluate(&cfg, &k, &c, &p), ok = 0;
+        for (int r = 0; r < ROUNDS; r++) ok += got[i][r] > 0;
+        double med = ok == ROUNDS ? pt_median(got[i], ROUNDS) : -1;
+        if (rc == 0 && med > 0)
+            printf("  P=%d %-12s %8.1f ms %8.1f ms   %.2f\n", P[i], sname[i], 1e3 * p.step_time, 1e3 * med, med / p.step_time);
         else
-            printf("  P=%d %-12s failed: %s\n", P[i], sched[i], rc ? pt_err() : "no 'measured:' line from pipetrain train");
+            printf("  P=%d %-12s failed: %s\n", P[i], sname[i], rc ? pt_err() : "no 'measured:' line from pipetrain train");
         p.split = NULL;
         plan_layout_free(&p);
     }

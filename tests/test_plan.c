@@ -351,6 +351,67 @@ static void test_costs_errors(const char *dir) {
         "batches[0].layers.head must be an object");
     expect_costs_error("plan_costs_bad_config", path,
         "{\"config\":{\"n_layer\":2},\"seq\":8,\"batches\":[]}", "config");
+    expect_costs_error("plan_costs_bad_step", path,
+        "{"CFG",\"seq\":8,\"step_per_param\":-1,\"batches\":[{\"batch\":1,\"layers\":{\"embedding\":"LAYER",\"block\":"LAYER",\"head\":"LAYER"}}]}",
+        "step_per_param must be a number of seconds per parameter in [0, 1]");
+    /* a file from before the step was profiled: no step term */
+    plan_costs c;
+    write_text(path, "{"CFG",\"seq\":8,\"batches\":[{\"batch\":1,\"layers\":{\"embedding\":"LAYER",\"block\":"LAYER",\"head\":"LAYER"}}]}");
+    int rc = plan_costs_load(&c, path);
+    CHECK("plan_costs_step_optional", rc == 0 && c.step_per_param == 0 && c.busy_cores == 0, "rc %d (%s), step %g, busy %d",
+          rc, pt_err(), c.step_per_param, c.busy_cores);
+}
+
+/* ---- the optimizer step ----------------------------------------------------------------------- */
+/* Costs of cfg at microbatch size B, sequence T: every layer's F, B, W 1 ms, the step per
+ * parameter as given. */
+static plan_costs flat_costs(const gpt_config *cfg, int B, int T, double step_per_param) {
+    plan_costs c;
+    memset(&c, 0, sizeof c);
+    c.cfg = *cfg, c.T = T, c.repeats = 1, c.n_batch = 1, c.batch[0] = B, c.step_per_param = step_per_param;
+    for (int k = 0; k < PLAN_N_KINDS; k++)
+        for (int ph = 0; ph < PLAN_N_PHASES; ph++) c.sec[0][k][ph] = 1e-3;
+    return c;
+}
+
+/* The step adds each rank's parameters times the profiled seconds per parameter after its last
+ * backward: on one rank, exactly all of them; and the pruned search still finds what the
+ * exhaustive one does with the term in its bounds. */
+static void test_step_term(void) {
+    gpt_config cfg = small_cfg(6, 64, 4, 128, 32);
+    plan_cluster k;
+    if (plan_cluster_parse(&k, HOMO4, "homo4") < 0) { CHECK("plan_step_term", 0, "cluster: %s", pt_err()); return; }
+    const double per = 1e-8;   /* seconds per parameter: a visible share of a 1 ms-per-layer step */
+    plan_costs none = flat_costs(&cfg, 2, 16, 0), step = flat_costs(&cfg, 2, 16, per);
+    plan_layout p = { .P = 1, .D = 1, .M = 4, .mb_size = 2, .T = 16, .chunks = 1 };
+    int split[1] = { cfg.n_layer };
+    p.split = split;
+    snprintf(p.schedule, sizeof p.schedule, "1f1b");
+    int rc = plan_evaluate(&cfg, &k, &none, &p);
+    double t0 = p.step_time;
+    rc |= plan_evaluate(&cfg, &k, &step, &p);
+    double params = 0;
+    for (int kind = 0; kind < PLAN_N_KINDS; kind++) {
+        plan_layer_cost lc;
+        plan_layer_model(&cfg, kind, 2, 16, 1, &lc);
+        params += lc.param_bytes / 4 * (kind == PLAN_BLOCK ? cfg.n_layer : 1);
+    }
+    CHECK("plan_step_term_one_rank", rc == 0 && test_relerr(p.step_time - t0, params * per, 1e-30) < SAME_TIME,
+          "rc %d: step %.9g s without, %.9g s with, want %.9g s more", rc, t0, p.step_time, params * per);
+    p.split = NULL;
+    plan_layout_free(&p);
+    plan_result pr, ex;
+    plan_opts o = { .global_batch = 8, .T = 16, .top = 3, .costs = &step };
+    rc = plan_search(&cfg, &k, &o, &pr);
+    o.exhaustive = true;
+    rc |= plan_search(&cfg, &k, &o, &ex);
+    bool same = rc == 0 && pr.n_best == ex.n_best;
+    for (int i = 0; same && i < pr.n_best; i++) same = pr.best[i].step_time == ex.best[i].step_time;
+    CHECK("plan_step_term_pruned_as_exhaustive", same, "rc %d, %d vs %d layouts, best %.9g vs %.9g s", rc, pr.n_best,
+          ex.n_best, pr.n_best ? pr.best[0].step_time : 0, ex.n_best ? ex.best[0].step_time : 0);
+    plan_result_free(&pr);
+    plan_result_free(&ex);
+    plan_cluster_free(&k);
 }
 
 static void test_plan_file(const char *dir) {
@@ -394,6 +455,10 @@ static void test_profile(const char *dir) {
           "rc %d, %d sizes, batch[1] %d, T %d, W %.17g vs %.17g, C %d", rc, d.n_batch, d.batch[1], d.T,
           d.sec[1][PLAN_BLOCK][PLAN_W], c.sec[1][PLAN_BLOCK][PLAN_W], d.cfg.n_embd);
     CHECK("plan_profile_rate", rc == 0 && plan_costs_rate(&d, PLAN_BLOCK, PLAN_F, 2) > 0, "no rate");
+    CHECK("plan_profile_step", rc == 0 && c.step_per_param > 0 && test_relerr(d.step_per_param, c.step_per_param, 1e-30) < JSON_DIGITS &&
+          d.busy_cores == c.busy_cores && (sysconf(_SC_NPROCESSORS_ONLN) < 2 || c.busy_cores >= 1),
+          "step %g s per parameter (read back %g), %d busy cores (read back %d), %ld online", c.step_per_param,
+          d.step_per_param, c.busy_cores, d.busy_cores, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 int main(void) {
@@ -409,6 +474,7 @@ int main(void) {
     test_cluster_errors();
     test_examples();
     test_costs_errors(dir);
+    test_step_term();
     test_plan_file(dir);
     test_profile(dir);
     char cmd[600];

@@ -75,12 +75,16 @@ typedef struct {
     int n_batch;                              /* microbatch sizes measured */
     int batch[PLAN_MAX_BATCHES];
     double sec[PLAN_MAX_BATCHES][PLAN_N_KINDS][PLAN_N_PHASES];   /* median seconds */
+    double step_per_param;                    /* seconds per parameter of the optimizer step (the
+                                               * gradient norm, AdamW, zeroing); 0: not measured */
+    int busy_cores;                           /* other cores running the same layer meanwhile */
 } plan_costs;
 
 /* Measures F, B, W of the embedding, one block and the head for each microbatch size in
- * batch[n_batch] at sequence T: `repeats` timed runs after one warm-up, medians, one BLAS thread
- * (restored after). Allocates a one-block model of cfg (blocks are identical). Returns 0, or -1
- * with an error. */
+ * batch[n_batch] at sequence T, and the optimizer step per parameter: `repeats` timed runs after
+ * one warm-up, medians, one BLAS thread (restored after), every other online core running the
+ * same layer meanwhile (busy_cores of them; each its own copy). Allocates a one-block model of cfg
+ * (blocks are identical) per core. Returns 0, or -1 with an error. */
 int plan_profile_run(plan_costs *out, const gpt_config *cfg, const int *batch, int n_batch, int T,
                      int repeats);
 /* Writes / reads the costs JSON (docs/planner.md). Errors name the file and field. */

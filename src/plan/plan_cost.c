@@ -125,6 +125,8 @@ char *plan_costs_to_json(const plan_costs *c) {
     cJSON_AddNumberToObject(root, "seq", c->T);
     cJSON_AddNumberToObject(root, "repeats", c->repeats);
     cJSON_AddNumberToObject(root, "blas_threads", 1);
+    cJSON_AddNumberToObject(root, "busy_cores", c->busy_cores);
+    cJSON_AddNumberToObject(root, "step_per_param", c->step_per_param);
     cJSON *arr = cJSON_AddArrayToObject(root, "batches");
     for (int i = 0; i < c->n_batch; i++) {
         cJSON *b = cJSON_CreateObject(), *layers = cJSON_CreateObject();
@@ -228,6 +230,13 @@ int plan_costs_load(plan_costs *c, const char *path) {
     if (get_count(root, "seq", IO_JSON_REQUIRED, path, "seq", &c->T) < 0) goto done;
     c->repeats = 1;
     if (get_count(root, "repeats", IO_JSON_OPTIONAL, path, "repeats", &c->repeats) < 0) goto done;
+    /* files from before the step was measured: no step term */
+    if (io_json_num(&c->step_per_param, root, "step_per_param", IO_JSON_OPTIONAL, 0, 1,
+                    "%s: step_per_param must be a number of seconds per parameter in [0, 1]", path) < 0)
+        goto done;
+    if (io_json_int(&c->busy_cores, root, "busy_cores", IO_JSON_OPTIONAL, 0, INT_MAX,
+                    "%s: busy_cores must be a whole number >= 0", path) < 0)
+        goto done;
     rc = load_batches(c, cJSON_GetObjectItemCaseSensitive(root, "batches"), path);
 done:
     cJSON_Delete(root);

@@ -13,6 +13,7 @@ void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster 
     for (int a = 0; a < PLAN_N_KINDS; a++)
         for (int b = 0; b < PLAN_N_PHASES; b++) s->eff[a][b] = 1;
     s->ref_rate = k->reference_flops;
+    s->step_flops = 0;
     if (!costs) return;
     /* the profiled block's overall rate is the reference; other kinds and phases relative to it */
     plan_layer_cost blk;
@@ -24,6 +25,7 @@ void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster 
     }
     if (!(sec > 0)) return;
     s->ref_rate = fl / sec;
+    s->step_flops = costs->step_per_param * s->ref_rate;
     for (int a = 0; a < PLAN_N_KINDS; a++)
         for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
             double r = plan_costs_rate(costs, a, ph, B);
@@ -32,7 +34,7 @@ void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster 
 }
 
 void plan_items_free(plan_items *it) {
-    free(it->work); free(it->mem_fixed); free(it->mem_act); free(it->grad);
+    free(it->work); free(it->mem_fixed); free(it->mem_act); free(it->grad); free(it->opt);
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
         free(it->ph[ph]); free(it->tp_bytes[ph]); free(it->tp_coll[ph]); free(it->sg_bytes[ph]); free(it->sg_coll[ph]);
     }
@@ -45,7 +47,7 @@ void plan_items_free(plan_items *it) {
  * 1/optim_div of the AdamW moments. A block's all-reduces under overlap are priced per rank
  * (plan_item_tp_time), not here. pt: the row's collectives per phase by kind (plan_tp_parts_of). */
 static void items_add(plan_items *it, int i, const plan_layer_cost *c, const plan_tp_parts *pt, const double *eff,
-                      const plan_item_shape *sh, bool block) {
+                      double step_flops, const plan_item_shape *sh, bool block) {
     bool rc = sh->recompute, keep = sh->tp_recompute && block;
     double f = c->flops[PLAN_F] / eff[PLAN_F];
     it->ph[PLAN_F][i] += f;
@@ -54,6 +56,7 @@ static void items_add(plan_items *it, int i, const plan_layer_cost *c, const pla
     it->mem_fixed[i] += c->param_bytes + c->grad_bytes + c->optim_bytes / sh->optim_div;
     it->mem_act[i] += rc ? c->input_bytes : keep ? c->keep_bytes : c->act_bytes;
     it->grad[i] += c->grad_bytes;
+    it->opt[i] += c->param_bytes / sizeof(float) * step_flops;
     if (block && it->overlap) return;
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
         bool again = rc && ph == PLAN_B, rebuild = keep && ph == PLAN_B;
@@ -97,7 +100,7 @@ void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s,
     memset(it, 0, sizeof *it);
     it->n = L;
     it->tp = sh->tp;
-    it->work = zeros(L), it->mem_fixed = zeros(L), it->mem_act = zeros(L), it->grad = zeros(L);
+    it->work = zeros(L), it->mem_fixed = zeros(L), it->mem_act = zeros(L), it->grad = zeros(L), it->opt = zeros(L);
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
         it->ph[ph] = zeros(L), it->tp_bytes[ph] = zeros(L), it->tp_coll[ph] = zeros(L);
         it->sg_bytes[ph] = zeros(L), it->sg_coll[ph] = zeros(L);
@@ -111,9 +114,9 @@ void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s,
         for (int ph = 0; ph < PLAN_N_PHASES; ph++) plan_tp_parts_of(cfg, k, sh->B, sh->T, sh->tp, it->sp, ph, &pt[k][ph]);
     }
     items_overlap(it, &c[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh);
-    for (int i = 0; i < L; i++) items_add(it, i, &c[PLAN_BLOCK], pt[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh, true);
-    items_add(it, 0, &c[PLAN_EMBED], pt[PLAN_EMBED], s->eff[PLAN_EMBED], sh, false);
-    items_add(it, L - 1, &c[PLAN_HEAD], pt[PLAN_HEAD], s->eff[PLAN_HEAD], sh, false);
+    for (int i = 0; i < L; i++) items_add(it, i, &c[PLAN_BLOCK], pt[PLAN_BLOCK], s->eff[PLAN_BLOCK], s->step_flops, sh, true);
+    items_add(it, 0, &c[PLAN_EMBED], pt[PLAN_EMBED], s->eff[PLAN_EMBED], s->step_flops, sh, false);
+    items_add(it, L - 1, &c[PLAN_HEAD], pt[PLAN_HEAD], s->eff[PLAN_HEAD], s->step_flops, sh, false);
     for (int i = 0; i < L; i++) it->work[i] = it->ph[PLAN_F][i] + it->ph[PLAN_B][i] + it->ph[PLAN_W][i];
     items_extra(it, c, sh);
 }
@@ -335,8 +338,10 @@ double plan_peak_need(const plan_items *it, const sched *s, const int *first, in
  * they block the compute stream; W has none), messages of B*T*C floats (each TP rank sends its
  * whole copy to its counterpart, in parallel; under sp its N/tp rows, p2p / tp), the
  * data-parallel gradient ring as REDUCE_GRAD (under sp after the chunk's one all-reduce of its
- * blocks' layer-norm gradients over the TP group, as the runtime sums them before the ring),
- * links between the ranks of consecutive chunks. */
+ * blocks' layer-norm gradients over the TP group, as the runtime sums them before the ring)
+ * followed by the chunk's optimizer step (it->opt: the runtime's STEP updates the rank's chunks on
+ * its compute stream after their reductions; priced per chunk here rather than as the simulator's
+ * one STEP time, since it moves with the split), links between the ranks of consecutive chunks. */
 static void score_costs(const plan_cluster *k, const plan_items *it, const plan_ranks *r, const sched *s,
                         const int *first, double p2p, sim_costs *c) {
     int K = s->n_stages, D = r->D;
@@ -346,7 +351,7 @@ static void score_costs(const plan_cluster *k, const plan_items *it, const plan_
     c->tp = r->tp;
     for (int g = 0; g < K; g++) {
         int p = s->stage_rank[g];
-        double rate = r->rate[p], grad = 0, ln = 0;
+        double rate = r->rate[p], grad = 0, ln = 0, opt = 0;
         for (int i = first[g]; i < first[g + 1]; i++) {
             c->tp_f[g] += plan_item_tp_time(it, r, p, i, PLAN_F);
             c->tp_b[g] += plan_item_tp_time(it, r, p, i, PLAN_B);
@@ -355,12 +360,13 @@ static void score_costs(const plan_cluster *k, const plan_items *it, const plan_
             c->w[g] += it->ph[PLAN_W][i] / rate;
             grad += it->grad[i];
             ln += it->ln_bytes;
+            opt += it->opt[i];
         }
         c->f[g] += c->tp_f[g];
         c->b[g] += c->tp_b[g];
         c->act_bytes[g] = it->sp ? p2p / r->tp : p2p;
         c->reduce[g] = sim_allreduce_time(D, grad, 1, r->reduce_bw, r->reduce_lat) +
-                       sim_allreduce_time(r->tp, ln, ln > 0, r->tp_bw[p], r->tp_lat[p]);
+                       sim_allreduce_time(r->tp, ln, ln > 0, r->tp_bw[p], r->tp_lat[p]) + opt / rate;
         if (g + 1 < K && s->stage_rank[g] != s->stage_rank[g + 1]) {
             double bw, lat;
             plan_ranks_link(r, k, s->stage_rank[g], s->stage_rank[g + 1], &bw, &lat);
@@ -480,6 +486,7 @@ typedef struct {
     double *fmin, *bmin;      /* [n+1] items [0, i) each at its quickest rank (B with W when every
                                * chunk fuses them) */
     double *grad, *mf, *ma;   /* [n+1] gradient bytes, fixed and per-microbatch memory */
+    double *opt;              /* [n+1] optimizer step reference FLOPs */
     double *hop;              /* [K] messages before chunk g */
     double tail0;             /* chunk 0's end of any backward path: item 0's W (unless fused) and its
                                * reduction */
@@ -510,24 +517,29 @@ static void bound_sums_init(bound_sums *b, const plan_cluster *k, const plan_ite
     }
     b->fmin = pt_malloc(sizeof(double) * n1), b->bmin = pt_malloc(sizeof(double) * n1);
     b->grad = pt_malloc(sizeof(double) * n1), b->mf = pt_malloc(sizeof(double) * n1), b->ma = pt_malloc(sizeof(double) * n1);
+    b->opt = pt_malloc(sizeof(double) * n1);
     prefix(fm, n, b->fmin); prefix(bm, n, b->bmin);
     prefix(it->grad, n, b->grad); prefix(it->mem_fixed, n, b->mf); prefix(it->mem_act, n, b->ma);
+    prefix(it->opt, n, b->opt);
     free(fm); free(bm);
     b->hop = pt_malloc(sizeof(double) * (size_t)K);
     hop_prefix(k, r, s, it->sp ? bytes / r->tp : bytes, b->hop);
     int p0 = s->stage_rank[0];
     b->tail0 = (fused[0] ? 0 : t->w[(size_t)p0 * n]) + sim_allreduce_time(r->D, it->grad[0], 1, r->reduce_bw, r->reduce_lat) +
-               sim_allreduce_time(r->tp, it->ln_bytes, it->ln_bytes > 0, r->tp_bw[p0], r->tp_lat[p0]);
+               sim_allreduce_time(r->tp, it->ln_bytes, it->ln_bytes > 0, r->tp_bw[p0], r->tp_lat[p0]) +
+               it->opt[0] / r->rate[p0];
 }
 
 static void bound_sums_free(bound_sums *b) {
-    free(b->F); free(b->B); free(b->W); free(b->fmin); free(b->bmin); free(b->grad); free(b->mf); free(b->ma); free(b->hop);
+    free(b->F); free(b->B); free(b->W); free(b->fmin); free(b->bmin); free(b->grad); free(b->mf); free(b->ma); free(b->opt); free(b->hop);
 }
 
-/* Seconds of the reductions of a chunk holding items [i, j) on rank p, as score_costs prices them. */
+/* Seconds of the reductions (and optimizer step) of a chunk holding items [i, j) on rank p, as
+ * score_costs prices them. */
 static double chunk_reduce(const bound_sums *b, const plan_items *it, const plan_ranks *r, int p, int i, int j) {
     return sim_allreduce_time(r->D, b->grad[j] - b->grad[i], 1, r->reduce_bw, r->reduce_lat) +
-           sim_allreduce_time(r->tp, it->ln_bytes * (j - i), it->ln_bytes > 0, r->tp_bw[p], r->tp_lat[p]);
+           sim_allreduce_time(r->tp, it->ln_bytes * (j - i), it->ln_bytes > 0, r->tp_bw[p], r->tp_lat[p]) +
+           (b->opt[j] - b->opt[i]) / r->rate[p];
 }
 
 /* The path bounds of chunk g holding items [i, j) on rank p, the items before it priced at

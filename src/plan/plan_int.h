@@ -15,6 +15,8 @@ typedef struct {
     double *mem_act;              /* [L] bytes per microbatch in flight */
     double *ph[PLAN_N_PHASES];    /* [L] reference FLOPs of F, B (with recompute's F), W */
     double *grad;                 /* [L] gradient bytes (what data parallelism reduces) */
+    double *opt;                  /* [L] reference FLOPs of the optimizer step's share of the item
+                                   * (profiled seconds per parameter; 0 without costs) */
     double *tp_bytes[PLAN_N_PHASES];  /* [L] bytes one rank all-reduces over its TP group per
                                        * microbatch in F, B (with recompute's F), W (always 0) */
     double *tp_coll[PLAN_N_PHASES];   /* [L] how many all-reduces those are */
@@ -60,6 +62,7 @@ typedef struct {
 typedef struct {
     double eff[PLAN_N_KINDS][PLAN_N_PHASES];
     double ref_rate;
+    double step_flops;            /* reference FLOPs per parameter of the optimizer step */
 } plan_scale;
 
 void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster *k, int B);
