@@ -46,8 +46,9 @@ static void att_tile_edge(float *c, int ldc, const float *a, size_t ars, size_t 
  * stored. Inlined with nr == ATT_MR and ars or aks the constant 1 (A's rows, or A^T's), so gcc
  * specialises the full tiles' addressing: with a runtime pair of strides it kept the six row
  * offsets on the stack and reloaded them every k (AVX2 runs out of its 16 general registers). */
-static inline __attribute__((always_inline)) void att_tile_rows(float *c, int ldc, const float *a, size_t ars, size_t aks,
-                                 const float *b, int ldb, int K, int nr, int add) {
+static inline __attribute__((always_inline)) void
+att_tile_rows(float *c, int ldc, const float *a, size_t ars, size_t aks, const float *b, int ldb,
+              int K, int nr, int add) {
     /* k = 0 starts the sums from c (or from zeros) in the loop's own vectors: gcc stored
        `add ? c : 0`, a memset or a memcpy into acc in other widths than the loop's loads of
        it, which then waited on those stores (a sixth of att_scores' time on AVX2) */
@@ -61,7 +62,7 @@ static inline __attribute__((always_inline)) void att_tile_rows(float *c, int ld
 #pragma GCC unroll 1
         for (int j = 0; j < ATT_NR; j++) acc[r][j] = NN_FMA(ar, b[j], c0[ra[r] * ldc0 + j]);   /* vec */
     }
-    /* two k a round: AVX2 3-5% faster (the loop's own adds and branch halved), AVX-512 even */
+    /* two k a round: AVX2 attention 2-4% faster, AVX-512 the same (four: no better) */
 #pragma GCC unroll 2
     for (int k = 1; k < K; k++) {
         const float *bk = b + (size_t)k * ldb;
