@@ -25,6 +25,13 @@ static float *rand_buf(size_t n, double scale) {
     return p;
 }
 
+/* n floats of NaN: a buffer whose every unwritten entry that a kernel reads shows in its output. */
+static float *nan_buf(size_t n) {
+    float *p = pt_falloc(n);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
 static double dot(const float *a, const float *b, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
@@ -268,8 +275,9 @@ static double *attention_ref_backward(const float *qkv, const float *dout, int b
 static void test_attention_reference(const char *tag, int b, int t, int c, int nh) {
     char name[96];
     size_t n3 = (size_t)b * t * 3 * c, n = (size_t)b * t * c;
-    float *qkv = rand_buf(n3, 1), *out = pt_falloc(n), *att = pt_falloc((size_t)b * nh * t * t);
-    float *dout = rand_buf(n, 1), *dqkv = rand_buf(n3, 5), *scratch = pt_falloc(ATTENTION_SCRATCH_FLOATS(t));
+    /* att and scratch NaN: attention must not read past the diagonal what it did not write */
+    float *qkv = rand_buf(n3, 1), *out = pt_falloc(n), *att = nan_buf((size_t)b * nh * t * t);
+    float *dout = rand_buf(n, 1), *dqkv = rand_buf(n3, 5), *scratch = nan_buf(ATTENTION_SCRATCH_FLOATS(t));
     attention_forward(out, att, qkv, b, t, c, nh);
     double er = attention_ref_relerr(qkv, out, b, t, c, nh);
     snprintf(name, sizeof name, "attention_forward_matches_reference_%s", tag);

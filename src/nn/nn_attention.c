@@ -30,38 +30,67 @@
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
-/* c[i][j] (= or +=) sum over k < K of a[i*ars + k*aks] * b[k*ldb + j], for i < nr <= ATT_MR,
- * j < nc <= ATT_NR. a's two strides let one tile read A or A^T. Every element is the same
- * chain of multiply-adds in k order on both paths, so a result does not depend on where its
- * tile fell. */
-static void att_tile(float *c, int ldc, const float *a, size_t ars, size_t aks, const float *b,
-                     int ldb, int K, int nr, int nc, int add) {
-    if (nc == ATT_NR) {   /* short of rows: the last row is read again, its copies not stored */
-        size_t ra[ATT_MR];
-        for (int r = 0; r < ATT_MR; r++) ra[r] = (size_t)imin(r, nr - 1) * ars;
-        float acc[ATT_MR][ATT_NR];
-        for (int r = 0; r < ATT_MR; r++)
-            for (int j = 0; j < ATT_NR; j++)
-                acc[r][j] = add ? c[(size_t)imin(r, nr - 1) * ldc + j] : 0.0f;
-        for (int k = 0; k < K; k++) {
-            const float *bk = b + (size_t)k * ldb;
-            for (int r = 0; r < ATT_MR; r++) {
-                float ar = a[ra[r] + k * aks];
-                /* no unroll before vectorising: gcc would unroll 16 columns into scalars and
-                   lose the accumulators to memory (10x slower on AVX2) */
-#pragma GCC unroll 1
-                for (int j = 0; j < ATT_NR; j++) acc[r][j] = NN_FMA(ar, bk[j], acc[r][j]);   /* vec */
-            }
-        }
-        for (int r = 0; r < nr; r++) memcpy(c + (size_t)r * ldc, acc[r], sizeof acc[r]);
-        return;
-    }
+/* att_tile for a tile short of columns (the last of a head size or of a block of keys that is
+ * no multiple of ATT_NR): one scalar chain per element. */
+static void att_tile_edge(float *c, int ldc, const float *a, size_t ars, size_t aks,
+                          const float *b, int ldb, int K, int nr, int nc, int add) {
     for (int r = 0; r < nr; r++)
         for (int j = 0; j < nc; j++) {
             float s = add ? c[(size_t)r * ldc + j] : 0.0f;
             for (int k = 0; k < K; k++) s = NN_FMA(a[r * ars + k * aks], b[(size_t)k * ldb + j], s);
             c[(size_t)r * ldc + j] = s;
         }
+}
+
+/* att_tile for nc == ATT_NR: rows past nr (a short tile) read row nr - 1 again and are not
+ * stored. Inlined with nr == ATT_MR and ars or aks the constant 1 (A's rows, or A^T's), so gcc
+ * specialises the full tiles' addressing: with a runtime pair of strides it kept the six row
+ * offsets on the stack and reloaded them every k (AVX2 runs out of its 16 general registers). */
+static inline __attribute__((always_inline)) void
+att_tile_rows(float *c, int ldc, const float *a, size_t ars, size_t aks, const float *b, int ldb,
+              int K, int nr, int add) {
+    /* k = 0 starts the sums from c (or from zeros) in the loop's own vectors: gcc stored
+       `add ? c : 0`, a memset or a memcpy into acc in other widths than the loop's loads of
+       it, which then waited on those stores (a sixth of att_scores' time on AVX2) */
+    static const float zeros[ATT_NR];
+    const float *c0 = add ? c : zeros;
+    size_t ldc0 = add ? (size_t)ldc : 0, ra[ATT_MR];
+    float acc[ATT_MR][ATT_NR];
+    for (int r = 0; r < ATT_MR; r++) {
+        ra[r] = (size_t)imin(r, nr - 1);
+        float ar = a[ra[r] * ars];
+#pragma GCC unroll 1
+        for (int j = 0; j < ATT_NR; j++) acc[r][j] = NN_FMA(ar, b[j], c0[ra[r] * ldc0 + j]);   /* vec */
+    }
+    /* two k a round: AVX2 attention 2-4% faster, AVX-512 the same (four: no better) */
+#pragma GCC unroll 2
+    for (int k = 1; k < K; k++) {
+        const float *bk = b + (size_t)k * ldb;
+        for (int r = 0; r < ATT_MR; r++) {
+            float ar = a[ra[r] * ars + k * aks];
+            /* no unroll before vectorising: gcc would unroll 16 columns into scalars and
+               lose the accumulators to memory (10x slower on AVX2) */
+#pragma GCC unroll 1
+            for (int j = 0; j < ATT_NR; j++) acc[r][j] = NN_FMA(ar, bk[j], acc[r][j]);   /* vec */
+        }
+    }
+    for (int r = 0; r < nr; r++) memcpy(c + (size_t)r * ldc, acc[r], sizeof acc[r]);
+}
+
+/* c[i][j] (= or +=) sum over k < K of a[i*ars + k*aks] * b[k*ldb + j], for i < nr <= ATT_MR,
+ * j < nc <= ATT_NR, K >= 1. a's two strides let one tile read A or A^T; one of them is 1.
+ * Every element is the same chain of multiply-adds in k order on all paths, so a result does
+ * not depend on where its tile fell. */
+static void att_tile(float *c, int ldc, const float *a, size_t ars, size_t aks, const float *b,
+                     int ldb, int K, int nr, int nc, int add) {
+    if (nc == ATT_NR && nr == ATT_MR && aks == 1)
+        att_tile_rows(c, ldc, a, ars, 1, b, ldb, K, ATT_MR, add);
+    else if (nc == ATT_NR && nr == ATT_MR)
+        att_tile_rows(c, ldc, a, 1, aks, b, ldb, K, ATT_MR, add);
+    else if (nc == ATT_NR)
+        att_tile_rows(c, ldc, a, ars, aks, b, ldb, K, nr, add);
+    else
+        att_tile_edge(c, ldc, a, ars, aks, b, ldb, K, nr, nc, add);
 }
 
 /* c (n,m) = A B for a triangular A (n,n), A(i,k) = a[i*ars + k*aks], zero past the diagonal:
