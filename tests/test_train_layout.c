@@ -23,7 +23,7 @@ int main(void) {
     if (gpt_init(&m, &cfg) < 0) { printf("FAIL gpt_init: %s\n", pt_err()); return 1; }
     char why[320];
     run_opts ro = choose(8, 2, 16e9, why, sizeof why);
-    CHECK("two cores, batch 8: dp 2 over threads, moments split (--zero 1)", ro.P == 1 && ro.D == 2 && ro.M == 1 && ro.zero == 1 && ro.schedule &&
+    CHECK("two cores, batch 8: dp 2 over threads", ro.P == 1 && ro.D == 2 && ro.M == 1 && ro.schedule &&
           !strcmp(ro.schedule, "1f1b") && strstr(why, "data parallel over 2 threads"), "P %d D %d: %s", ro.P, ro.D, why);
     ro = choose(12, 8, 16e9, why, sizeof why);
     CHECK("eight cores, batch 12: dp 6 (the largest divisor that fits the cores)", ro.P == 1 && ro.D == 6,

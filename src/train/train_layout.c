@@ -23,7 +23,7 @@ static int dp_degree(int batch, int cores) {
 
 void train_layout_choose(run_opts *ro, const gpt_model *m, int batch, int seq, int cores,
                          double mem_bytes, char *why, size_t n) {
-    ro->P = ro->D = ro->M = ro->zero = 0;   /* one process unless data parallelism wins below */
+    ro->P = ro->D = ro->M = 0;   /* one process unless data parallelism wins below */
     if (cores < 2) {
         snprintf(why, n, "one process (one core)");
         return;
@@ -45,12 +45,8 @@ void train_layout_choose(run_opts *ro, const gpt_model *m, int batch, int seq, i
     ro->P = 1;
     ro->D = d;
     ro->M = 1;
-    ro->zero = 1;   /* each replica updates 1/d of the parameters and keeps 1/d of the moments:
-                     * GPT-2 124M on 2 cores, 5 rounds paired with --zero 0, tokens/s 0 to +19%,
-                     * median +2.5% (docs/perf.md); bitwise --zero 0's numbers (docs/runtime.md) */
     ro->schedule = "1f1b";
-    snprintf(why, n, "data parallel over %d threads, batch %d = %d x %d, AdamW moments and update "
-             "split over the replicas (--zero 1) (%d cores: a replica per core runs the whole step, "
-             "not only its matmuls, in parallel; same math as one process up to float summation "
-             "order; --threads N: one process)", d, batch, d, batch / d, cores);
+    snprintf(why, n, "data parallel over %d threads, batch %d = %d x %d (%d cores: a replica per "
+             "core runs the whole step, not only its matmuls, in parallel; same math as one process "
+             "up to float summation order; --threads N: one process)", d, batch, d, batch / d, cores);
 }
