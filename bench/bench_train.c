@@ -6,9 +6,11 @@
  * tokens/s, model GFLOP/s and its ratio to sgemm, PyTorch's step and the tokens/s ratio, peak
  * RSS after a step (ours and PyTorch's) and page faults per steady step. Not a test.
  * Usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch] | --machine
+ *        | --attention   (one layer's attention forward and backward alone, CPU ms, best of 31)
  *        (default: all shapes; 7 repeats for ref, 3 for gpt2; 1 thread) */
 #include "bench_util.h"
 #include "model/gpt.h"
+#include <math.h>
 
 void openblas_set_num_threads(int num_threads);
 
@@ -188,6 +190,34 @@ static void bench_shape_print(const bench_shape *s, int repeats, int threads, co
         printf("  PyTorch: skipped (%s)\n", o->torch_why ? o->torch_why : "it stopped answering");
 }
 
+/* One layer's attention of the reference shape alone (docs/perf.md "Attention's own products"):
+ * forward and backward-input, the CPU time of the fastest of 31 calls each. */
+static void bench_attention(void) {
+    const bench_shape *s = &SHAPES[0];
+    int B = s->B, T = s->T, C = s->cfg.n_embd, NH = s->cfg.n_head;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = pt_malloc(nq * sizeof(float)), *dqkv = pt_malloc(nq * sizeof(float));
+    float *out = pt_malloc(no * sizeof(float)), *dout = pt_malloc(no * sizeof(float));
+    float *att = pt_malloc(na * sizeof(float)), *scratch = pt_malloc(ATTENTION_SCRATCH_FLOATS(T) * sizeof(float));
+    for (size_t i = 0; i < nq; i++) qkv[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (size_t i = 0; i < no; i++) dout[i] = (float)((i * 40503u) % 1000) / 1000.0f - 0.5f;
+    double best_f = INFINITY, best_b = INFINITY;
+    for (int r = 0; r < 31; r++) {
+        double t0 = bench_cpu_now();
+        attention_forward(out, att, qkv, B, T, C, NH);
+        double t1 = bench_cpu_now();
+        attention_backward_input(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+        double t2 = bench_cpu_now();
+        best_f = fmin(best_f, t1 - t0), best_b = fmin(best_b, t2 - t1);
+    }
+    char mach[384];
+    bench_machine_line(mach, sizeof mach);
+    printf("bench_train --attention: one layer of %s (B %d, T %d, C %d, %d heads), CPU ms, fastest of 31\n"
+           "  machine: %s\n  forward %.2f ms, backward (input) %.2f ms\n", s->what, B, T, C, NH, mach,
+           best_f * 1e3, best_b * 1e3);
+    free(qkv), free(dqkv), free(out), free(dout), free(att), free(scratch);
+}
+
 int main(int argc, char **argv) {
     const char *shape = "all";
     int repeats = 0, threads = 1, want_torch = 1;
@@ -196,6 +226,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-torch")) want_torch = 0;
+        else if (!strcmp(argv[i], "--attention")) {
+            openblas_set_num_threads(1);
+            bench_attention();
+            return 0;
+        }
         else if (!strcmp(argv[i], "--machine")) {   /* the machine line alone, for scripts */
             char mach[384];
             bench_machine_line(mach, sizeof mach);
@@ -204,7 +239,7 @@ int main(int argc, char **argv) {
         }
         else if (atoi(argv[i]) > 0) repeats = atoi(argv[i]);   /* the old form: bench_train N */
         else {
-            fprintf(stderr, "usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch]\n");
+            fprintf(stderr, "usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch] | --machine | --attention\n");
             return 2;
         }
     }

@@ -14,24 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* One node of `n` devices of 1 TFLOP/s (efficiency 1) and `mem` bytes on a link of bw, lat. */
-static int make_cluster(plan_cluster *k, int n, double mem, double bw, double lat) {
-    char text[768];
-    snprintf(text, sizeof text,
-             "{\"nodes\":[{\"devices\":{\"count\":%d,\"flops\":1e12,\"efficiency\":1,\"memory\":%.17g},"
-             "\"link\":{\"bandwidth\":%.17g,\"latency\":%.17g}}],\"network\":{\"bandwidth\":%.17g,\"latency\":%.17g}}",
-             n, mem, bw, lat, bw, lat);
-    if (plan_cluster_parse(k, text, "oases-cluster") == 0) return 0;
-    printf("# cluster: %s\n", pt_err());
-    return -1;
-}
-
-static plan_layout layout(int P, int tp, int M, int B, int T, int *split) {
-    plan_layout p = { .P = P, .D = 1, .tp = tp, .M = M, .mb_size = B, .T = T, .chunks = 1, .K = P, .split = split };
-    snprintf(p.schedule, sizeof p.schedule, "1f1b");
-    return p;
-}
-
 /* ---- the ping-pong's event order --------------------------------------------------------------- */
 /* The order of docs/tensor-parallel.md "Overlap", step by step: compute A0 B0 A1 B1 A2 B2 on one
  * stream (X0 takes c0, X1 c1, X2 nothing), the half-sums AR1(A) AR1(B) AR2(A) AR2(B) one after
@@ -70,9 +52,9 @@ static void test_exposed_formula(void) {
 static void block_costs(const gpt_config *cfg, double bw, int B, bool overlap, bool tp_rc, bool rc, sim_costs *c, int *ok) {
     plan_cluster k;
     *ok = 0;
-    if (make_cluster(&k, 8, BIG_MEMORY, bw, 0) < 0) return;
+    if (node_cluster(&k, 8, BIG_MEMORY, bw, 0) < 0) return;
     int split[3] = { 1, 1, 1 };
-    plan_layout p = layout(3, 2, 4, B, 32, split);
+    plan_layout p = tp_layout(3, 2, 4, B, 32, split);
     p.tp_overlap = overlap; p.tp_recompute = tp_rc; p.recompute = rc;
     sched *s = NULL;
     if (plan_sim_costs(cfg, &k, NULL, &p, c, &s) == 0) { *ok = 1; sched_free(s); }
@@ -151,12 +133,12 @@ static void test_memory_124m(void) {
           blk.keep_bytes, blk.input_bytes);
     /* 1f1b on 3 ranks, split 1,10,1: rank 1 holds 2 microbatches of 10 blocks */
     plan_cluster k;
-    if (make_cluster(&k, 8, BIG_MEMORY, 1e11, 1e-6) < 0) return;
+    if (node_cluster(&k, 8, BIG_MEMORY, 1e11, 1e-6) < 0) return;
     double mem[3] = { 0, 0, 0 };
     int held[3] = { 0, 0, 0 };
     for (int m = 0; m < 3; m++) {
         int split[3] = { 1, 10, 1 };
-        plan_layout p = layout(3, 2, 4, B, T, split);
+        plan_layout p = tp_layout(3, 2, 4, B, T, split);
         p.tp_recompute = m == 1; p.recompute = m == 2;
         if (plan_evaluate(&cfg, &k, NULL, &p) == 0) { mem[m] = p.stage_mem[1]; held[m] = p.stage_inflight[1]; }
         p.split = NULL;
@@ -178,9 +160,9 @@ static void test_memory_124m(void) {
  * full activations and with the keeps decide the caps. */
 static double need_b1(const gpt_config *cfg, bool tp_rc) {
     plan_cluster k;
-    if (make_cluster(&k, 2, BIG_MEMORY, 1e11, 1e-6) < 0) return 0;
+    if (node_cluster(&k, 2, BIG_MEMORY, 1e11, 1e-6) < 0) return 0;
     int split[1] = { cfg->n_layer };
-    plan_layout p = layout(1, 2, 4, 1, 16, split);
+    plan_layout p = tp_layout(1, 2, 4, 1, 16, split);
     p.tp_recompute = tp_rc;
     double m = plan_evaluate(cfg, &k, NULL, &p) == 0 ? p.stage_mem[0] : 0;
     p.split = NULL;
@@ -191,7 +173,7 @@ static double need_b1(const gpt_config *cfg, bool tp_rc) {
 
 static int search_at(const gpt_config *cfg, double mem, plan_result *r) {
     plan_cluster k;
-    if (make_cluster(&k, 2, mem, 1e11, 1e-6) < 0) return -1;
+    if (node_cluster(&k, 2, mem, 1e11, 1e-6) < 0) return -1;
     plan_opts o = { .global_batch = 4, .T = 16, .top = 1, .tp = 2 };
     int rc = plan_search(cfg, &k, &o, r);
     plan_cluster_free(&k);
@@ -220,7 +202,7 @@ static void test_plan_file(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/plan.json", dir);
     int split[2] = { 1, 3 };
-    plan_layout p = layout(2, 2, 4, 2, 16, split), q;
+    plan_layout p = tp_layout(2, 2, 4, 2, 16, split), q;
     p.tp_overlap = p.tp_recompute = true;
     snprintf(p.placement, sizeof p.placement, "node");
     int rc = plan_write(&p, path) | plan_read(path, &q);
@@ -239,9 +221,9 @@ static void test_plan_file(const char *dir) {
     /* the layouts the runtime refuses */
     gpt_config cfg = small_cfg(4, 64, 4, 128, 16);
     plan_cluster k;
-    if (make_cluster(&k, 4, BIG_MEMORY, 1e11, 1e-6) < 0) return;
+    if (node_cluster(&k, 4, BIG_MEMORY, 1e11, 1e-6) < 0) return;
     int s2[2] = { 2, 2 };
-    plan_layout one = layout(2, 1, 4, 2, 16, s2), both = layout(2, 2, 4, 2, 16, s2);
+    plan_layout one = tp_layout(2, 1, 4, 2, 16, s2), both = tp_layout(2, 2, 4, 2, 16, s2);
     one.tp_overlap = true;
     both.tp_recompute = both.recompute = true;
     rc = plan_evaluate(&cfg, &k, NULL, &one);

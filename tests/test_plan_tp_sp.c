@@ -16,24 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* One node of `n` devices of 1 TFLOP/s (efficiency 1) and `mem` bytes on a link of bw, lat. */
-static int make_cluster(plan_cluster *k, int n, double mem, double bw, double lat) {
-    char text[768];
-    snprintf(text, sizeof text,
-             "{\"nodes\":[{\"devices\":{\"count\":%d,\"flops\":1e12,\"efficiency\":1,\"memory\":%.17g},"
-             "\"link\":{\"bandwidth\":%.17g,\"latency\":%.17g}}],\"network\":{\"bandwidth\":%.17g,\"latency\":%.17g}}",
-             n, mem, bw, lat, bw, lat);
-    if (plan_cluster_parse(k, text, "sp-cluster") == 0) return 0;
-    printf("# cluster: %s\n", pt_err());
-    return -1;
-}
-
-static plan_layout layout(int P, int tp, int M, int B, int T, int *split) {
-    plan_layout p = { .P = P, .D = 1, .tp = tp, .M = M, .mb_size = B, .T = T, .chunks = 1, .K = P, .split = split };
-    snprintf(p.schedule, sizeof p.schedule, "1f1b");
-    return p;
-}
-
 /* ---- a block's memory at tp 2 -------------------------------------------------------------------- */
 static int no_call(void *ctx, float *buf, size_t n) { (void)ctx; (void)buf; (void)n; return -1; }
 
@@ -69,18 +51,18 @@ static void test_block_memory(void) {
     /* a stage of the 4 blocks (and the embedding and head, whose act sp leaves alone) holding one
      * microbatch: exactly 4 blocks' difference; its messages carry N/tp rows */
     plan_cluster k;
-    if (make_cluster(&k, 4, BIG_MEMORY, 1e11, 1e-6) < 0) return;
+    if (node_cluster(&k, 4, BIG_MEMORY, 1e11, 1e-6) < 0) return;
     double mem[2] = { 0, 0 }, msg[2] = { 0, 0 };
     for (int s = 0; s < 2; s++) {
         int split[1] = { 4 };
-        plan_layout p = layout(1, t, 1, B, T, split);
+        plan_layout p = tp_layout(1, t, 1, B, T, split);
         p.sp = s == 1;
         if (plan_evaluate(&cfg, &k, NULL, &p) == 0) mem[s] = p.stage_mem[0];
         else printf("# evaluate: %s\n", pt_err());
         p.split = NULL;
         plan_layout_free(&p);
         int split2[2] = { 2, 2 };
-        plan_layout q = layout(2, t, 2, B, T, split2);
+        plan_layout q = tp_layout(2, t, 2, B, T, split2);
         q.sp = s == 1;
         sim_costs c;
         sched *sc = NULL;
@@ -134,12 +116,12 @@ static void test_link_time(void) {
      * of ln1 and ln2; the step adds one all-reduce of the 4 blocks' layer-norm gradients (16C
      * bytes each) */
     plan_cluster k;
-    if (make_cluster(&k, 2, BIG_MEMORY, bw, lat) < 0) return;
+    if (node_cluster(&k, 2, BIG_MEMORY, bw, lat) < 0) return;
     sim_costs c[2];
     int ok = 0;
     for (int s = 0; s < 2; s++) {
         int split[1] = { 4 };
-        plan_layout p = layout(1, 2, 1, 2, 32, split);
+        plan_layout p = tp_layout(1, 2, 1, 2, 32, split);
         p.sp = s == 1;
         sched *sc = NULL;
         if (plan_sim_costs(&cfg, &k, NULL, &p, &c[s], &sc) == 0) { ok++; sched_free(sc); }
@@ -163,9 +145,9 @@ static void test_link_time(void) {
 /* tp 2 on 2 devices, one rank, 4 sequences of 16: what microbatch size 1 needs with and without sp. */
 static double need_b1(const gpt_config *cfg, bool sp) {
     plan_cluster k;
-    if (make_cluster(&k, 2, BIG_MEMORY, 1e13, 1e-9) < 0) return 0;
+    if (node_cluster(&k, 2, BIG_MEMORY, 1e13, 1e-9) < 0) return 0;
     int split[1] = { cfg->n_layer };
-    plan_layout p = layout(1, 2, 4, 1, 16, split);
+    plan_layout p = tp_layout(1, 2, 4, 1, 16, split);
     p.sp = sp;
     double m = plan_evaluate(cfg, &k, NULL, &p) == 0 ? p.stage_mem[0] : 0;
     p.split = NULL;
@@ -176,7 +158,7 @@ static double need_b1(const gpt_config *cfg, bool sp) {
 
 static int search_at(const gpt_config *cfg, double mem, bool no_sp, plan_result *r) {
     plan_cluster k;
-    if (make_cluster(&k, 2, mem, 1e13, 1e-9) < 0) return -1;
+    if (node_cluster(&k, 2, mem, 1e13, 1e-9) < 0) return -1;
     plan_opts o = { .global_batch = 4, .T = 16, .top = 1, .tp = 2, .no_sp = no_sp };
     int rc = plan_search(cfg, &k, &o, r);
     plan_cluster_free(&k);
@@ -209,7 +191,7 @@ static void test_plan_file(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/plan.json", dir);
     int split[2] = { 1, 3 };
-    plan_layout p = layout(2, 2, 4, 2, 16, split), q;
+    plan_layout p = tp_layout(2, 2, 4, 2, 16, split), q;
     p.sp = p.tp_recompute = true;
     snprintf(p.placement, sizeof p.placement, "node");
     int rc = plan_write(&p, path) | plan_read(path, &q);
@@ -232,9 +214,9 @@ static void test_plan_file(const char *dir) {
 
     gpt_config cfg = small_cfg(4, 64, 4, 128, 16);
     plan_cluster k;
-    if (make_cluster(&k, 8, BIG_MEMORY, 1e11, 1e-6) < 0) return;
+    if (node_cluster(&k, 8, BIG_MEMORY, 1e11, 1e-6) < 0) return;
     int s2[2] = { 2, 2 };
-    plan_layout one = layout(2, 1, 4, 2, 16, s2), ov = layout(2, 2, 4, 2, 16, s2), odd = layout(2, 4, 4, 1, 15, s2);
+    plan_layout one = tp_layout(2, 1, 4, 2, 16, s2), ov = tp_layout(2, 2, 4, 2, 16, s2), odd = tp_layout(2, 4, 4, 1, 15, s2);
     one.sp = ov.sp = odd.sp = true;
     ov.tp_overlap = true;
     rc = plan_evaluate(&cfg, &k, NULL, &one);

@@ -39,12 +39,17 @@
 
 typedef struct train_adapt train_adapt;
 
+/* The last ADAPT_BASELINE healthy steps' measurements, `width` values a step (a ring). */
+typedef struct {
+    double *v;                      /* [ADAPT_BASELINE][width] */
+    int width, n, next;
+} adapt_ring;
+
 /* Links between replicas, read from each step's gradient reductions: per pipeline rank p, how long
  * the reduction over the replicas took from the last member's post to the first member seeing it
  * complete (the wait), against the same over recent healthy steps. */
 typedef struct {
-    double *base;                   /* [ADAPT_BASELINE][P] healthy steps' waits */
-    int n_base, next_base;
+    adapt_ring base;                /* healthy steps' waits, P a step */
     double *prev;                   /* [P] the last step's excess over the baseline (unfiltered) */
     int *slow;                      /* [P] reported slow (said once per onset and recovery) */
 } replica_links;
@@ -56,9 +61,7 @@ struct train_adapt {
     int switched;                   /* an adaptive schedule is in force */
     sim_policy pol;
     sim_policy_opts po;
-    int nv;                         /* values a step is measured by: S * K_KINDS stage medians */
-    double *base;                   /* [ADAPT_BASELINE][nv] healthy steps' values */
-    int n_base, next_base;
+    adapt_ring base;                /* healthy steps' values: S * K_KINDS stage medians a step */
     double *prev_slow;              /* [S] the last step's relative stage slowdowns (unfiltered) */
     double *prev_link;              /* [P-1] the last step's link delays (unfiltered) */
     double *prev_busy;              /* [P-1] and the part of them that queued (a link slow in bandwidth) */
@@ -95,18 +98,23 @@ static void step_medians(const timeline *tl, int S, double *v) {
     free(d);
 }
 
-static void base_add(train_adapt *A, const double *v) {
-    memcpy(A->base + (size_t)A->next_base * A->nv, v, sizeof *v * (size_t)A->nv);
-    A->next_base = (A->next_base + 1) % ADAPT_BASELINE;
-    if (A->n_base < ADAPT_BASELINE) A->n_base++;
+static void ring_init(adapt_ring *r, int width) {
+    r->v = pt_calloc((size_t)ADAPT_BASELINE * (size_t)width, sizeof *r->v);
+    r->width = width, r->n = r->next = 0;
 }
 
-/* The median over the baseline steps of value v (-1 when none has it). */
-static double base_median(const train_adapt *A, int v) {
+static void ring_add(adapt_ring *r, const double *v) {
+    memcpy(r->v + (size_t)r->next * (size_t)r->width, v, sizeof *v * (size_t)r->width);
+    r->next = (r->next + 1) % ADAPT_BASELINE;
+    if (r->n < ADAPT_BASELINE) r->n++;
+}
+
+/* The median over the ring's steps of value k (-1 when none has it: values < 0 are missing). */
+static double ring_median(const adapt_ring *r, int k) {
     double x[ADAPT_BASELINE];
     int n = 0;
-    for (int i = 0; i < A->n_base; i++) {
-        double y = A->base[(size_t)i * A->nv + (size_t)v];
+    for (int i = 0; i < r->n; i++) {
+        double y = r->v[(size_t)i * (size_t)r->width + (size_t)k];
         if (y >= 0) x[n++] = y;
     }
     return n ? pt_median(x, n) : -1;
@@ -120,7 +128,7 @@ static void base_costs(const train_adapt *A, sim_costs *c) {
     c->reduce_overlap = A->overlap;
     for (int g = 0; g < A->S; g++) c->act_bytes[g] = A->act_bytes;
     for (int g = 0; g < A->S; g++) {
-        for (int k = 0; k < K_KINDS; k++) m[k] = base_median(A, g * K_KINDS + k);
+        for (int k = 0; k < K_KINDS; k++) m[k] = ring_median(&A->base, g * K_KINDS + k);
         c->f[g] = m[0] > 0 ? m[0] : 0;
         c->b[g] = m[1] >= 0 ? m[1] : m[3] > 0 ? m[3] / 2 : 0;
         c->w[g] = m[2] >= 0 ? m[2] : m[3] > 0 ? m[3] / 2 : 0;
@@ -371,10 +379,10 @@ static void rescale_costs(const train_adapt *A, sim_costs *c, const int *from, c
 
 /* The same for the baseline's steps, so they stay comparable with the steps to come. */
 static void rescale_base(train_adapt *A, const int *from, const int *to) {
-    for (int i = 0; i < A->n_base; i++)
+    for (int i = 0; i < A->base.n; i++)
         for (int g = 0; g < A->S; g++)
             for (int kind = 0; kind < 4; kind++) {
-                double *v = &A->base[(size_t)i * A->nv + (size_t)g * K_KINDS + (size_t)kind];
+                double *v = &A->base.v[(size_t)i * (size_t)A->base.width + (size_t)g * K_KINDS + (size_t)kind];
                 if (*v > 0) *v *= stage_factor(A, g, from, to, kind);
             }
 }
@@ -497,13 +505,13 @@ static double replica_on(const train_adapt *A, double mf) { return fmax(ADAPT_LI
 
 static void replica_init(train_adapt *A) {
     replica_links *L = &A->rl;
-    L->base = pt_calloc((size_t)ADAPT_BASELINE * (size_t)A->P, sizeof *L->base);
+    ring_init(&L->base, A->P);
     L->prev = pt_calloc((size_t)A->P, sizeof *L->prev);
     L->slow = pt_calloc((size_t)A->P, sizeof *L->slow);
 }
 
 static void replica_free(train_adapt *A) {
-    free(A->rl.base), free(A->rl.prev), free(A->rl.slow);
+    free(A->rl.base.v), free(A->rl.prev), free(A->rl.slow);
 }
 
 /* Per pipeline rank p, this step's wait of the gradient reduction over the replicas into w[P]:
@@ -530,17 +538,6 @@ static void replica_waits(const train_adapt *A, const timeline *tl, const run_la
         }
     }
     free(post);
-}
-
-/* The median wait of pipeline rank p over the baseline steps (-1 when none has it). */
-static double replica_base(const train_adapt *A, int p) {
-    double x[ADAPT_BASELINE];
-    int n = 0;
-    for (int i = 0; i < A->rl.n_base; i++) {
-        double y = A->rl.base[(size_t)i * A->P + (size_t)p];
-        if (y >= 0) x[n++] = y;
-    }
-    return n ? pt_median(x, n) : -1;
 }
 
 /* Appends printf-style text to buf[n] at *at, cutting it at the end of buf (*at stays below n). */
@@ -623,18 +620,14 @@ static void adapt_replicas(train_ctx *t, train_adapt *A, long step, const timeli
     int *change = pt_calloc((size_t)A->P, sizeof *change), quiet = 1, any_on = 0, any_off = 0;
     replica_waits(A, tl, &train_engine_plan(t->e)->lo, w);
     for (int p = 0; p < A->P; p++) {
-        double b = replica_base(A, p), now = w[p] >= 0 && b >= 0 ? fmax(0, w[p] - b) : 0;
+        double b = ring_median(&L->base, p), now = w[p] >= 0 && b >= 0 ? fmax(0, w[p] - b) : 0;
         excess[p] = fmin(now, L->prev[p]);
         L->prev[p] = now;
         quiet &= now < on / 2;
         if (!L->slow[p] && excess[p] >= on) L->slow[p] = 1, change[p] = 1, any_on = 1;
         else if (L->slow[p] && now < on / 2) L->slow[p] = 0, change[p] = -1, any_off = 1, excess[p] = now;
     }
-    if (quiet) {
-        memcpy(L->base + (size_t)L->next_base * A->P, w, sizeof *w * (size_t)A->P);
-        L->next_base = (L->next_base + 1) % ADAPT_BASELINE;
-        if (L->n_base < ADAPT_BASELINE) L->n_base++;
-    }
+    if (quiet) ring_add(&L->base, w);
     if (any_on) replica_say(t, A, step, est, change, 1, excess);
     if (any_off) replica_say(t, A, step, est, change, -1, excess);
     free(w), free(change);
@@ -654,7 +647,7 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
             return pt_seterr("step %ld: --adapt: the split '%s' has not %d stages", step, st->split, A->S);
         memcpy(A->split_now, A->split_start, sizeof *A->split_now * (size_t)A->S);
     }
-    double *now = pt_malloc(sizeof *now * (size_t)A->nv);
+    double *now = pt_malloc(sizeof *now * (size_t)A->base.width);
     step_medians(tl, A->S, now);
     sim_costs healthy;
     sim_estimate est;
@@ -671,10 +664,10 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     }
     if (rc < 0 || step == A->first_step) goto free_all;             /* the warm-up: first touches, caches */
     if (A->D > 1) adapt_replicas(t, A, step, tl, &est, mean_f(&healthy));
-    if (A->n_base == 0) { base_add(A, now); goto free_all; }       /* the first measured step sets the costs */
+    if (A->base.n == 0) { ring_add(&A->base, now); goto free_all; }       /* the first measured step sets the costs */
     double mf = mean_f(&healthy);
     sim_policy_action act = sim_policy_step(&A->pol, &A->po, &est, mf);
-    if (!A->pol.adapted && act == SIM_POLICY_KEEP && estimate_healthy(A, &est, mf)) base_add(A, now);
+    if (!A->pol.adapted && act == SIM_POLICY_KEEP && estimate_healthy(A, &est, mf)) ring_add(&A->base, now);
     if (act == SIM_POLICY_ADAPT) rc = adapt_switch(t, A, step, &healthy, &est, mf);
     if (act == SIM_POLICY_REVERT) rc = adapt_revert(t, A, step, &healthy, &est);
 free_all:
@@ -714,8 +707,7 @@ int train_adapt_init(train_ctx *t) {
     A->po.stage_on = ADAPT_STAGE_ON, A->po.stage_off = ADAPT_STAGE_OFF;
     sim_policy_init(&A->pol, A->P, A->S);
     if (A->D > 1) replica_init(A);
-    A->nv = A->S * K_KINDS;
-    A->base = pt_calloc((size_t)ADAPT_BASELINE * A->nv, sizeof *A->base);
+    ring_init(&A->base, A->S * K_KINDS);
     A->prev_slow = pt_malloc(sizeof *A->prev_slow * (size_t)A->S);
     A->prev_link = pt_calloc((size_t)A->P, sizeof *A->prev_link);
     A->prev_busy = pt_calloc((size_t)A->P, sizeof *A->prev_busy);
@@ -737,7 +729,7 @@ void train_adapt_free(train_ctx *t) {
     sched_free(A->start);
     sim_policy_free(&A->pol);
     replica_free(A);
-    free(A->base);
+    free(A->base.v);
     free(A->prev_slow);
     free(A->prev_link);
     free(A->prev_busy);
