@@ -8,6 +8,7 @@
 #include "harvest/harvest.h"
 #include "plan/plan.h"
 #include "train/trainer.h"
+#include "util/killat.h"
 #include "util/pt.h"
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +28,8 @@ typedef struct {
     int keep;                    /* --keep (-1: not given) */
     const char *side_mem;        /* --side-mem as given */
     const char **side_cmds, **side_tasks;   /* the repeatable flags' values (owned arrays) */
+    const char **kill_at;        /* --kill-at values (owned array) */
+    int n_kill_at;
 } train_args;
 
 /* Takes every "FLAG VALUE" / "FLAG=VALUE" out of argv (cli_parse knows no repeatable flags) into
@@ -173,7 +176,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 40 };
+    enum { N_TRAIN_OPTS = 43 };
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -216,6 +219,12 @@ int cli_train(int argc, char **argv) {
         {"--side-steps", OPT_LONG, &o->side_steps, "its optimizer steps (default: as long as this run)"},
         {"--adapt", OPT_FLAG, &o->adapt, "pipelined: switch to the adaptive schedule while a link is measured slow, back "
                                          "when it clears (docs/stragglers.md)"},
+        {"--snapshot-every", OPT_INT, &o->snapshot_every, "K: every rank's state into --snapshot-dir every K steps, "
+                                                            "written off the compute path (docs/recovery.md)"},
+        {"--snapshot-dir", OPT_STR, &o->snapshot_dir, "memory that outlives the process for snapshots and heartbeats "
+                                                      "(e.g. /dev/shm/NAME; pipetrain launch gives one)"},
+        {"--kill-at", OPT_STR, &repeated_help, "testing: RANK@STEP[:PHASE] that rank kills itself (SIGKILL) at the first "
+                                               "forward | reduce | save of that step (repeatable; default forward)"},
         {"--mem-limit", OPT_INT, &o->mem_limit, "--adapt: microbatches of activations a stage may hold (default: the "
                                                 "starting schedule's peak)"},
     };
@@ -223,8 +232,9 @@ int cli_train(int argc, char **argv) {
     cli_layout_init(&o->ro);
     if (cli_layout_take_faults(&argc, argv, &o->ro) < 0) return cli_fail("train") + 1;
     if (take_repeated(&argc, argv, "--side-command", &a.side_cmds, &o->n_side_commands) < 0 ||
-        take_repeated(&argc, argv, "--side-task", &a.side_tasks, &o->n_side_tasks) < 0) {
-        free(a.side_cmds); free(a.side_tasks);
+        take_repeated(&argc, argv, "--side-task", &a.side_tasks, &o->n_side_tasks) < 0 ||
+        take_repeated(&argc, argv, "--kill-at", &a.kill_at, &a.n_kill_at) < 0) {
+        free(a.side_cmds); free(a.side_tasks); free(a.kill_at);
         cli_layout_faults_free(&o->ro);
         return cli_fail("train") + 1;
     }
@@ -234,13 +244,15 @@ int cli_train(int argc, char **argv) {
                        "--lr X [flags]", opts, sizeof opts / sizeof *opts);
     if (rc) {
         if (rc > 0) harvest_print_kinds(stdout);   /* --help: the side-task registry too */
-        free(a.side_cmds); free(a.side_tasks);
+        free(a.side_cmds); free(a.side_tasks); free(a.kill_at);
         cli_layout_faults_free(&o->ro);
         return rc < 0 ? 2 : 0;
     }
     a.transport = cli_layout_transport(a.transport);
-    if (keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
-        free(a.side_cmds); free(a.side_tasks);
+    for (int i = 0; i < a.n_kill_at && rc == 0; i++)
+        if (pt_killat_add(a.kill_at[i]) < 0) rc = -1;
+    if (rc < 0 || keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
+        free(a.side_cmds); free(a.side_tasks); free(a.kill_at);
         cli_layout_faults_free(&o->ro);
         return cli_fail("train");
     }
@@ -257,6 +269,7 @@ int cli_train(int argc, char **argv) {
     free(a.split);
     free(a.side_cmds);
     free(a.side_tasks);
+    free(a.kill_at);
     cli_layout_faults_free(&o->ro);
     return rc;
 }

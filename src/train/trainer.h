@@ -57,6 +57,11 @@ typedef struct {
     /* straggler adaptation (docs/stragglers.md): an ADAPT hook that measures each step, and
      * switches to the adaptive schedule while a link is slow and back when it clears */
     bool adapt;             /* --adapt (pipelined, one stage per rank) */
+    /* recovery (docs/recovery.md) */
+    int snapshot_every;     /* --snapshot-every K: each rank's state into snapshot_dir every K
+                             * steps (and at the last), written off the compute path; 0: none */
+    const char *snapshot_dir;   /* --snapshot-dir: memory that outlives the process (/dev/shm/..);
+                             * with it every rank also beats a heartbeat there each step */
     int mem_limit;          /* --mem-limit: activations per stage the adaptive schedules may hold
                              * (0: the starting schedule's peak) */
 } train_opts;
