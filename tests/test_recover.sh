@@ -22,7 +22,7 @@ last_loss() { tail -1 "$1" | sed 's/.*"loss":\([0-9.]*\).*/\1/'; }
 max_lost() { grep '"recovered"' "$1" | sed 's/.*"steps_lost":\([0-9]*\).*/\1/' | sort -n | tail -1 | grep . || echo -1; }
 
 # --- --kill-at alone: the process dies by SIGKILL at that step and phase, saying so
-timeout 60 "$P" train $base $lay --kill-at 1@3:reduce > "$D/k.out" 2>&1
+(timeout 60 "$P" train $base $lay --kill-at 1@3:reduce > "$D/k.out" 2>&1) 2>/dev/null
 rc=$?
 [ $rc = 137 ] && grep -q "kill-at: rank 1, step 3, reduce: SIGKILL" "$D/k.out" && ok "--kill-at 1@3:reduce: SIGKILL at step 3" \
   || fail "--kill-at 1@3:reduce: SIGKILL at step 3" "rc $rc: $(tail -2 "$D/k.out")"

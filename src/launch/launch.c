@@ -34,6 +34,8 @@ typedef struct {
     long reached;               /* the newest step a heartbeat showed */
     long kill_upto;             /* --kill-at steps up to this one have fired: dropped on restart */
     double noticed_at;          /* when the last failure was noticed (recovery pending), or 0 */
+    double ended_s, restart_at; /* of the pending recovery: seconds to end the old job; when the
+                                 * new one was started */
     long lost_steps;            /* of the pending recovery */
     char from[64];              /* snapshot | checkpoint | the start */
     launch_result res;
@@ -170,6 +172,9 @@ static void check_recovered(launch_state *s) {
     cJSON_AddNumberToObject(f, "from_step", (double)s->restored);
     cJSON_AddNumberToObject(f, "steps_lost", (double)s->lost_steps);
     cJSON_AddNumberToObject(f, "seconds_lost", sec);
+    cJSON_AddNumberToObject(f, "end_s", s->ended_s);   /* where they went: ending the old job, */
+    cJSON_AddNumberToObject(f, "restore_s", s->restart_at - s->noticed_at - s->ended_s);   /* restoring, */
+    cJSON_AddNumberToObject(f, "start_s", wall_now() - s->restart_at);   /* starting to the first step */
     char msg[300];
     snprintf(msg, sizeof msg, "%s from %s at step %ld, %ld step%s repeated, %.2f s from noticing to this step", lay,
              s->from, s->restored, s->lost_steps, s->lost_steps == 1 ? "" : "s", sec);
@@ -235,7 +240,7 @@ static void end_attempt(launch_state *s, pid_t pid, const launch_watch *w) {
     int sent_term = 0;
     while (waitpid(pid, &st, WNOHANG) == 0) {
         double el = wall_now() - t0;
-        if (el > 0.5 && !sent_term) { kill(pid, SIGTERM); sent_term = 1; }
+        if (el > 0.1 && !sent_term) { kill(pid, SIGTERM); sent_term = 1; }   /* mpirun: end the daemons */
         if (el > LAUNCH_GRACE_S) { kill(-pid, SIGKILL); kill(pid, SIGKILL); waitpid(pid, &st, 0); return; }
         struct timespec ts = { 0, 20 * 1000 * 1000 };
         nanosleep(&ts, NULL);
@@ -369,6 +374,7 @@ int launch_run(const launch_opts *o, launch_result *res) {
     if (rc == 0) ckpt_snap_reset(s->snapdir, 0);   /* another job's heartbeats and generations */
     while (rc == 0) {
         long before = s->reached;
+        s->restart_at = wall_now();
         pid_t pid = attempt_start(s);
         if (pid < 0) { rc = -1; break; }
         watch(s, pid, w);
@@ -378,7 +384,9 @@ int launch_run(const launch_opts *o, launch_result *res) {
                 s->res.restarts == 1 ? "" : "s");
             break;
         }
+        s->noticed_at = wall_now();
         end_attempt(s, pid, w);
+        s->ended_s = wall_now() - s->noticed_at;
         s->res.failures++;
         log_failure(s, w);
         if (refused(s, w, before)) rc = pt_seterr("launch: the job stopped before its first step (%s): see its error above", w->who);
@@ -386,7 +394,6 @@ int launch_run(const launch_opts *o, launch_result *res) {
             rc = pt_seterr("launch: %s failed after %d restart%s (--max-restarts %d)", w->who, s->res.restarts,
                            s->res.restarts == 1 ? "" : "s", o->max_restarts);
         if (rc < 0) break;
-        s->noticed_at = wall_now();
         if (replan(s, skip, &n_skip) < 0 || restore(s, skip, n_skip) < 0) { rc = -1; break; }
         s->res.restarts++;
         say(s, "restart %d from %s (step %ld)", s->res.restarts, s->from, s->restored);
