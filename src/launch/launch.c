@@ -20,6 +20,8 @@
 
 #define LAUNCH_POLL_S 0.02      /* how often the watch looks */
 #define LAUNCH_MAX_RANKS 1024
+#define LAUNCH_START_S 120.0    /* the least a job may take to its first heartbeat (MPI start-up
+                                 * and model init on a loaded machine), whatever --timeout */
 #define LAUNCH_GRACE_S 5.0      /* a launcher that does not end by itself this long after a rank
                                  * died is ended */
 
@@ -218,7 +220,8 @@ static void watch(launch_state *s, pid_t pid, launch_watch *w) {
             w->noticed = "exit";
             return;
         }
-        if (wall_now() - last_adv > s->o->timeout) {
+        double limit = newest > 0 ? s->o->timeout : s->o->timeout > LAUNCH_START_S ? s->o->timeout : LAUNCH_START_S;
+        if (wall_now() - last_adv > limit) {
             w->noticed = oldest_r >= 0 && newest - oldest_t > s->o->timeout ? "heartbeat" : "timeout";
             if (oldest_r >= 0) snprintf(w->who, sizeof w->who, "rank %d", oldest_r);
             else snprintf(w->who, sizeof w->who, "the job (no rank reached a step)");
