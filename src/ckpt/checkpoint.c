@@ -139,8 +139,9 @@ int ckpt_manifest_set_shards(ckpt_manifest *man, int n_ranks) {
     return 0;
 }
 
-/* Chunk ranges must tile layers [0, n_layers) in order, each non-empty. `where` names the source. */
-static int check_tiling(const ckpt_manifest *man, int n_layers, const char *where) {
+/* Chunk ranges must tile the model's layers in order, each non-empty. `where` names the source. */
+static int check_tiling(const ckpt_manifest *man, const char *where) {
+    int n_layers = gpt_config_num_layers(&man->cfg);
     if (man->n_chunks < 1 || man->n_chunks > CKPT_MAX_CHUNKS)
         return pt_seterr("%s: %d chunks, must be 1..%d", where, man->n_chunks, CKPT_MAX_CHUNKS);
     int next = 0;
@@ -154,7 +155,7 @@ static int check_tiling(const ckpt_manifest *man, int n_layers, const char *wher
     }
     if (next != n_layers)
         return pt_seterr("%s: chunks cover layers [0, %d), the model has %d layers (embedding, "
-                         "%d blocks, head)", where, next, n_layers, n_layers - 2);
+                         "%d blocks, head)", where, next, n_layers, man->cfg.n_layer);
     return 0;
 }
 
@@ -583,7 +584,7 @@ static int check_layout_fields(ckpt_manifest *w, const char *tmpdir) {
     if (w->zero && (w->n_shards < 1 || w->n_shards > CKPT_MAX_SHARDS))
         return pt_seterr("%s: sharded moments need 1..%d shard files, got %d", tmpdir, CKPT_MAX_SHARDS,
                          w->n_shards);
-    return check_tiling(w, w->cfg.n_layer + 2, tmpdir);
+    return check_tiling(w, tmpdir);
 }
 
 int ckpt_commit(const char *dir_in, const char *tmpdir, const ckpt_manifest *man) {
@@ -771,7 +772,7 @@ static int manifest_layout(ckpt_manifest *man, const cJSON *root, const char *mp
         man->n_chunks++;
     }
     if (version >= 3 && manifest_shards(man, lo, mpath) < 0) return -1;
-    return check_tiling(man, man->cfg.n_layer + 2, mpath);
+    return check_tiling(man, mpath);
 }
 
 static int manifest_header(const cJSON *root, const char *mpath, long *version) {
@@ -919,15 +920,6 @@ int ckpt_load_layers(const char *dir, const ckpt_manifest *man, gpt_model *m, ad
     return load_range(dir, man, m, m->params, opt, first_layer, end_layer);
 }
 
-/* Layer of an HF parameter name: 0 for wte/wpe, i+1 for h.i.*, L+1 for ln_f.*; -1 if unknown. */
-static int layer_of_name(const char *name, int n_layer) {
-    int i;
-    if (!strncmp(name, "wte.", 4) || !strncmp(name, "wpe.", 4)) return 0;
-    if (!strncmp(name, "ln_f.", 5)) return n_layer + 1;
-    if (sscanf(name, "h.%d.", &i) == 1 && i >= 0 && i < n_layer) return i + 1;
-    return -1;
-}
-
 /* Copies tensor prefix+name of f (count floats) into dst. */
 static int read_named(const st_file *f, const char *prefix, const char *name, size_t count, float *dst) {
     char full[200];
@@ -941,7 +933,7 @@ static int read_named(const st_file *f, const char *prefix, const char *name, si
 
 int ckpt_load_tensor(const char *dir, const ckpt_manifest *man, const char *name, size_t count,
                      float *param, float *mom_m, float *mom_v) {
-    int layer = layer_of_name(name, man->cfg.n_layer), c = chunk_of_layer(man, layer);
+    int layer = gpt_config_param_layer(&man->cfg, name), c = chunk_of_layer(man, layer);
     if (layer < 0 || c < 0) return pt_seterr("%s: no parameter '%s' in this checkpoint", dir, name);
     if ((mom_m || mom_v) && !man->has_optim)
         return pt_seterr("%s: checkpoint holds no optimizer state", dir);
@@ -1069,7 +1061,7 @@ static int read_slice(const st_file *f, const char *prefix, const char *name, si
 
 int ckpt_reader_read(const ckpt_reader *r, const char *name, size_t start, size_t n, float *w,
                      float *mm, float *vv) {
-    int layer = layer_of_name(name, r->man.cfg.n_layer), c = chunk_of_layer(&r->man, layer);
+    int layer = gpt_config_param_layer(&r->man.cfg, name), c = chunk_of_layer(&r->man, layer);
     if (layer < 0 || c < 0) return pt_seterr("%s: no parameter '%s' in this checkpoint", r->dir, name);
     if ((mm || vv) && !r->man.has_optim) return pt_seterr("%s: checkpoint holds no optimizer state", r->dir);
     const st_file *f = r->chunk[c];

@@ -5,6 +5,7 @@
 #include "model/gpt.h"
 #include "nn/nn.h"
 #include "util/pt.h"
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -166,6 +167,7 @@ static size_t head_act_floats(const gpt_model *m, int B, int T) { return head_ac
 static size_t embed_keep_floats(const gpt_model *m, int B, int T) { return embed_act_view(m, NULL, B, T).saved; }
 static size_t block_keep_floats(const gpt_model *m, int B, int T) { return block_act_view(m, NULL, B, T).keep; }
 static size_t head_keep_floats(const gpt_model *m, int B, int T) { return head_act_view(m, NULL, B, T).saved; }
+static size_t block_saved_floats(const gpt_model *m, int B, int T) { return block_act_view(m, NULL, B, T).saved; }
 
 /* The recompute of a kind that keeps its whole F part: nothing to rebuild. */
 static int keep_all_recompute(const gpt_model *m, int l, const gpt_tied *tied, float *act,
@@ -178,11 +180,7 @@ size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
 }
 
 size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T) {
-    switch (gpt_layer_kind_of(m, layer)) {
-    case GPT_LAYER_EMBED: return embed_act_view(m, NULL, B, T).saved;
-    case GPT_LAYER_BLOCK: return block_act_view(m, NULL, B, T).saved;
-    default:              return head_act_view(m, NULL, B, T).saved;
-    }
+    return gpt_layer_ops_of(m, layer)->saved_floats(m, B, T);
 }
 
 size_t gpt_layer_keep_floats(const gpt_model *m, int layer, int B, int T) {
@@ -641,7 +639,7 @@ static int block_rows_init(block_rows *r, const gpt_model *m, int l, float *act,
         int nb = parts == 1 ? B : i == 0 ? B / 2 : B - B / 2;
         size_t n0 = (size_t)b0 * T;
         block_rows *p = &r[i];
-        *p = (block_rows){ .m = m, .w = &m->w.h[l - 1], .g = &m->g.h[l - 1], .a = block_act_rows(m, act, B, T, n0),
+        *p = (block_rows){ .m = m, .w = &m->w.h[gpt_config_block_of(&m->cfg, l)], .g = &m->g.h[gpt_config_block_of(&m->cfg, l)], .a = block_act_rows(m, act, B, T, n0),
                            .out = out ? out + n0 * C : NULL, .dout = dout ? dout + n0 * C : NULL,
                            .s = scratch ? scratch + n0 * sw : NULL,
                            .satt = scratch ? scratch + N * sw : NULL, .B = nb, .T = T,
@@ -736,7 +734,7 @@ static int block_recompute(const gpt_model *m, int l, const gpt_tied *tied, floa
  * matmuls' from all rows, without sp (under sp B added them: block_b_sp). */
 static int block_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
                                  float *scratch, int B, int T) {
-    const gpt_block_tensors *g = &m->g.h[l - 1];
+    const gpt_block_tensors *g = &m->g.h[gpt_config_block_of(&m->cfg, l)];
     block_dims d = block_dims_of(m);
     int C = d.C, Cl = d.Cl, N = B * T, Ns = (int)sp_rows(m, (size_t)N);
     block_act a = block_act_view(m, (float *)act, B, T);   /* read only below */
@@ -939,19 +937,38 @@ static void embed_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost
 static void embed_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { embed_cost_at(g, B, T, tp, 1, o); }
 
 /* ---- the table ---------------------------------------------------------------------------- */
-static const gpt_layer_ops layer_kinds[GPT_N_LAYER_KINDS] = {
-    [GPT_LAYER_EMBED] = { "embedding", GPT_IO_TOKENS, embed_act_floats, embed_forward,
-                          embed_backward_input, embed_backward_weight, embed_cost, embed_cost_sp,
-                          embed_keep_floats, keep_all_recompute },
-    [GPT_LAYER_BLOCK] = { "block", 0, block_act_floats, block_forward, block_backward_input,
-                          block_backward_weight, block_cost, block_cost_sp, block_keep_floats,
-                          block_recompute },
-    [GPT_LAYER_HEAD]  = { "head", GPT_IO_TARGETS, head_act_floats, head_forward,
-                          head_backward_input, head_backward_weight, head_cost, head_cost_sp,
-                          head_keep_floats, keep_all_recompute },
-};
+static const gpt_layer_ops embed_row = {
+    "embedding", GPT_IO_TOKENS, embed_act_floats, embed_forward, embed_backward_input,
+    embed_backward_weight, embed_cost, embed_cost_sp, embed_keep_floats, keep_all_recompute,
+    embed_keep_floats };
+static const gpt_layer_ops block_row = {
+    "block", 0, block_act_floats, block_forward, block_backward_input, block_backward_weight,
+    block_cost, block_cost_sp, block_keep_floats, block_recompute, block_saved_floats };
+static const gpt_layer_ops head_row = {
+    "head", GPT_IO_TARGETS, head_act_floats, head_forward, head_backward_input,
+    head_backward_weight, head_cost, head_cost_sp, head_keep_floats, keep_all_recompute,
+    head_keep_floats };
 
-const gpt_layer_ops *gpt_kind_ops(gpt_layer_kind kind) { return &layer_kinds[kind]; }
+/* The registry: the built-in rows, then those gpt_kind_register adds. */
+static const gpt_layer_ops *layer_kinds[GPT_MAX_KINDS] = {
+    [GPT_LAYER_EMBED] = &embed_row, [GPT_LAYER_BLOCK] = &block_row, [GPT_LAYER_HEAD] = &head_row,
+};
+static int n_layer_kinds = GPT_N_LAYER_KINDS;
+
+int gpt_kind_register(const gpt_layer_ops *ops) {
+    if (n_layer_kinds == GPT_MAX_KINDS)
+        return pt_seterr("layer kind '%s': the registry holds %d kinds already (GPT_MAX_KINDS)",
+                         ops->name, GPT_MAX_KINDS);
+    layer_kinds[n_layer_kinds] = ops;
+    return n_layer_kinds++;
+}
+
+int gpt_kind_count(void) { return n_layer_kinds; }
+
+const gpt_layer_ops *gpt_kind_ops(gpt_layer_kind kind) {
+    assert((int)kind >= 0 && (int)kind < n_layer_kinds && "gpt_kind_ops: kind not registered");
+    return layer_kinds[kind];
+}
 
 void gpt_kind_cost(gpt_layer_kind kind, const gpt_config *cfg, int B, int T, int tp, int sp,
                    gpt_layer_cost *out) {
@@ -960,7 +977,7 @@ void gpt_kind_cost(gpt_layer_kind kind, const gpt_config *cfg, int B, int T, int
 }
 
 const gpt_layer_ops *gpt_layer_ops_of(const gpt_model *m, int layer) {
-    return &layer_kinds[gpt_layer_kind_of(m, layer)];
+    return gpt_kind_ops(gpt_layer_kind_of(m, layer));
 }
 
 /* ---- dispatch ----------------------------------------------------------------------------- */

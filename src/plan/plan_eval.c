@@ -82,21 +82,48 @@ static void items_overlap(plan_items *it, const plan_layer_cost *blk, const doub
 }
 
 /* What a stage holds besides its microbatches in flight while one is in its backward: whole-stage
- * recomputation rebuilds one microbatch's activations (a block's, and the embedding's or the
- * head's on the first and last chunk); communication-free recomputation one layer's act as the
- * rank's work buffer (the embedding and head keep their whole act per microbatch anyway). */
-static void items_extra(plan_items *it, const plan_layer_cost *c, const plan_item_shape *sh) {
-    if (sh->recompute) {
-        it->extra_mid = c[PLAN_BLOCK].act_bytes;
-        it->extra_first = c[PLAN_EMBED].act_bytes;
-        it->extra_last = c[PLAN_HEAD].act_bytes;
-    } else if (sh->tp_recompute) {
-        it->extra_mid = c[PLAN_BLOCK].act_bytes;
+ * recomputation rebuilds one microbatch's activations (a block's, and those of the other layers
+ * that travel with the chunk's blocks: the embedding's on the first chunk, the head's on the
+ * last); communication-free recomputation one layer's act as the rank's work buffer (the
+ * embedding and head keep their whole act per microbatch anyway). */
+static void items_extra(plan_items *it, const gpt_config *cfg, const plan_layer_cost *c, const plan_item_shape *sh) {
+    it->n_extra = 0;
+    if (sh->recompute || sh->tp_recompute) it->extra_mid = c[PLAN_BLOCK].act_bytes;
+    if (!sh->recompute) return;
+    for (int l = 0; l < gpt_config_num_layers(cfg); l++) {
+        int k = gpt_config_layer_kind(cfg, l);
+        if (k == GPT_LAYER_BLOCK) continue;
+        it->extra_item[it->n_extra] = gpt_config_layer_item(cfg, l);
+        it->extra_bytes[it->n_extra++] = c[k].act_bytes;
     }
 }
 
+/* The extra of a chunk holding items [first, end) (0 when nothing is rebuilt), in layer order. */
+static double chunk_extra(const plan_items *it, int first, int end) {
+    if (!(it->extra_mid > 0)) return 0;
+    double x = it->extra_mid;
+    for (int j = 0; j < it->n_extra; j++)
+        if (it->extra_item[j] >= first && it->extra_item[j] < end) x += it->extra_bytes[j];
+    return x;
+}
+
+/* chunk_extra of chunk k of K before the split is known: the layers that travel with the first
+ * block (item 0) are always chunk 0's, those with the last block the last chunk's; those with a
+ * block in between are left out (the split decides their chunk). */
+static double chunk_extra_any_split(const plan_items *it, int k, int K) {
+    if (K == 1) return chunk_extra(it, 0, it->n);
+    if (k == 0) return chunk_extra(it, 0, 1);
+    return chunk_extra(it, k == K - 1 ? it->n - 1 : 0, k == K - 1 ? it->n : 0);
+}
+
+/* A kind's efficiencies: the profiled ones of the built-in kinds, 1 for a registered kind. */
+static const double *kind_eff(const plan_scale *s, int k) {
+    static const double one[PLAN_N_PHASES] = { 1, 1, 1 };
+    return k < PLAN_N_KINDS ? s->eff[k] : one;
+}
+
 void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s, const plan_item_shape *sh) {
-    int L = cfg->n_layer;
+    int L = cfg->n_layer, nk = gpt_kind_count();
     memset(it, 0, sizeof *it);
     it->n = L;
     it->tp = sh->tp;
@@ -107,18 +134,21 @@ void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s,
     }
     it->sp = sh->sp && sh->tp > 1;
     it->ln_bytes = plan_sp_ln_bytes(cfg, sh->tp, it->sp);
-    plan_layer_cost c[PLAN_N_KINDS];
-    plan_tp_parts pt[PLAN_N_KINDS][PLAN_N_PHASES];
-    for (int k = 0; k < PLAN_N_KINDS; k++) {
+    plan_layer_cost c[GPT_MAX_KINDS];
+    plan_tp_parts pt[GPT_MAX_KINDS][PLAN_N_PHASES];
+    for (int k = 0; k < nk; k++) {
         plan_layer_model_sp(cfg, k, sh->B, sh->T, sh->tp, it->sp, &c[k]);
         for (int ph = 0; ph < PLAN_N_PHASES; ph++) plan_tp_parts_of(cfg, k, sh->B, sh->T, sh->tp, it->sp, ph, &pt[k][ph]);
     }
     items_overlap(it, &c[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh);
     for (int i = 0; i < L; i++) items_add(it, i, &c[PLAN_BLOCK], pt[PLAN_BLOCK], s->eff[PLAN_BLOCK], s->step_flops, sh, true);
-    items_add(it, 0, &c[PLAN_EMBED], pt[PLAN_EMBED], s->eff[PLAN_EMBED], s->step_flops, sh, false);
-    items_add(it, L - 1, &c[PLAN_HEAD], pt[PLAN_HEAD], s->eff[PLAN_HEAD], s->step_flops, sh, false);
+    for (int l = 0; l < gpt_config_num_layers(cfg); l++) {   /* the other layers, with their blocks */
+        int k = gpt_config_layer_kind(cfg, l);
+        if (k != GPT_LAYER_BLOCK)
+            items_add(it, gpt_config_layer_item(cfg, l), &c[k], pt[k], kind_eff(s, k), s->step_flops, sh, false);
+    }
     for (int i = 0; i < L; i++) it->work[i] = it->ph[PLAN_F][i] + it->ph[PLAN_B][i] + it->ph[PLAN_W][i];
-    items_extra(it, c, sh);
+    items_extra(it, cfg, c, sh);
 }
 
 static double device_rate(const plan_device *d, const plan_scale *s) {
@@ -211,8 +241,7 @@ sched *plan_make_sched(const char *name, int P, int M, int v) {
 static double chunk_mem(const plan_items *it, int K, const int *first, int k, int held) {
     double m = 0, a = 0;
     for (int i = first[k]; i < first[k + 1]; i++) { m += it->mem_fixed[i]; a += it->mem_act[i]; }
-    double extra = it->extra_mid + (k == 0 ? it->extra_first : 0) + (k == K - 1 ? it->extra_last : 0);
-    return m + held * a + (it->extra_mid > 0 ? extra : 0);
+    return m + held * a + chunk_extra(it, first[k], first[k + 1]);
 }
 
 /* Seconds of every item on every rank of a placement, the TP collectives apart (alike blocks and
@@ -297,7 +326,7 @@ static void chain_init(plan_chain *c, const plan_items *it, const plan_ranks *r,
         speed[k] = r->rate[rk];
         cap[k] = r->cap[rk] / per_rank[rk];   /* a rank's chunks share its memory evenly */
         held[k] = peak[k];
-        extra[k] = it->extra_mid > 0 ? it->extra_mid + (k == 0 ? it->extra_first : 0) + (k == K - 1 ? it->extra_last : 0) : 0;
+        extra[k] = chunk_extra_any_split(it, k, K);
     }
     *c = (plan_chain){ .n = it->n, .K = K, .work = it->work, .mem_fixed = it->mem_fixed, .mem_act = it->mem_act,
                        .speed = speed, .cap = cap, .inflight = held, .mem_extra = extra,

@@ -6,8 +6,9 @@
 #include "plan/plan.h"
 #include "sched/sched.h"
 
-/* Per-layer numbers of one microbatch size, in chain items (blocks; the embedding folded into
- * item 0, the head into item L-1). work is in "reference FLOPs": time = work / rank rate. */
+/* Per-layer numbers of one microbatch size, in chain items (blocks; every other layer folded
+ * into the item of the block it travels with, gpt_config_layer_item: the embedding item 0, the
+ * head item L-1). work is in "reference FLOPs": time = work / rank rate. */
 typedef struct {
     int n;                        /* L */
     int tp;                       /* TP ranks: every number here is one rank's share */
@@ -27,7 +28,12 @@ typedef struct {
     bool sp;
     double ln_bytes;              /* per block: the layer-norm gradients all-reduced once per step
                                    * over the TP group under sp (plan_sp_ln_bytes) */
-    double extra_first, extra_last, extra_mid;   /* mem_extra of the first, last, other chunks */
+    /* mem_extra under recomputation: a block's act (0: nothing rebuilt), and the act of each
+     * other layer (n_extra of them, layer order) with the item (block) it travels with */
+    double extra_mid;
+    int n_extra;
+    int extra_item[GPT_MAX_INSERTS + 2];
+    double extra_bytes[GPT_MAX_INSERTS + 2];
     /* Overlap (plan_tp_pingpong): when on (tp >= 2, B >= 2), the blocks' all-reduces are not in
      * tp_bytes / tp_coll above; each item's one block adds its ping-pong's exposed time, computed
      * per rank from these (B also F's again under recompute). */

@@ -69,8 +69,9 @@ struct train_adapt {
     long first_step;                /* a step not measured: the run's first (a warm-up), or the
                                      * first after a re-split (a new job's first touches) */
     int *split_start, *split_now;   /* [S] blocks per stage: at the start, in force */
-    double fl[3][3];                /* analytic flops of one microbatch through an embedding, a
-                                     * block, a head (gpt_layer_ops' cost): [kind][F, B, W] */
+    double fl[GPT_MAX_KINDS][3];    /* analytic flops of one microbatch through a layer of each
+                                     * kind (gpt_layer_ops' cost): [kind][F, B, W] */
+    gpt_config cfg;                 /* the model: which layers a stage holds (gpt_config_*) */
     int said_keep;                  /* a straggler was reported without a switch (since the last
                                      * switch or revert) */
     replica_links rl;               /* links between replicas (D >= 2): seen, said, not adapted to */
@@ -331,8 +332,11 @@ static void split_text(const int *v, int S, char *buf, size_t n) {
 /* Analytic flops of stage g under split v (blocks per stage) in phase ph (0 F, 1 B, 2 W): its
  * blocks, and the embedding on the first stage, the head on the last. */
 static double stage_flops(const train_adapt *A, int g, const int *v, int ph) {
-    return (g == 0 ? A->fl[GPT_LAYER_EMBED][ph] : 0) + v[g] * A->fl[GPT_LAYER_BLOCK][ph] +
-           (g == A->S - 1 ? A->fl[GPT_LAYER_HEAD][ph] : 0);
+    int count[GPT_MAX_KINDS];
+    double f = 0;
+    gpt_config_chunk_kinds(&A->cfg, A->S, v, g, count);
+    for (int k = 0; k < GPT_MAX_KINDS; k++) f += count[k] * A->fl[k][ph];
+    return f;
 }
 
 /* The factor stage g's kind k (F, B, W, BW) scales by from split `from` to `to`. */
@@ -352,10 +356,15 @@ static int speed_split(const train_adapt *A, const sim_estimate *est, int *out) 
     double *work = pt_calloc((size_t)L, sizeof *work), *zero = pt_calloc((size_t)L + (size_t)S, sizeof *zero);
     double *speed = pt_malloc(sizeof *speed * (size_t)S);
     int *first = pt_malloc(sizeof *first * (size_t)(S + 1));
-    for (int i = 0; i < L; i++)
-        for (int ph = 0; ph < 3; ph++)
-            work[i] += A->fl[GPT_LAYER_BLOCK][ph] + (i == 0 ? A->fl[GPT_LAYER_EMBED][ph] : 0) +
-                       (i == L - 1 ? A->fl[GPT_LAYER_HEAD][ph] : 0);
+    for (int i = 0; i < L; i++) {
+        int count[GPT_MAX_KINDS];
+        gpt_config_item_kinds(&A->cfg, i, count);
+        for (int ph = 0; ph < 3; ph++) {
+            double f = 0;
+            for (int k = 0; k < GPT_MAX_KINDS; k++) f += count[k] * A->fl[k][ph];
+            work[i] += f;
+        }
+    }
     for (int g = 0; g < S; g++) speed[g] = 1 / (est->stage_slow[g] > 0 ? est->stage_slow[g] : 1);
     plan_chain c = { .n = L, .K = S, .work = work, .mem_fixed = zero, .mem_act = zero, .speed = speed,
                      .cap = zero, .inflight = zero };
@@ -715,7 +724,8 @@ int train_adapt_init(train_ctx *t) {
     A->first_step = t->step0 + 1;
     int rows = o->batch / (A->D * A->M);   /* a microbatch: rows x seq tokens */
     A->act_bytes = (double)(rows > 0 ? rows : 1) * o->seq * t->m.cfg.n_embd * sizeof(float);
-    for (int k = 0; k < 3; k++) {
+    A->cfg = t->m.cfg;
+    for (int k = 0; k < gpt_kind_count(); k++) {
         gpt_layer_cost c;
         gpt_kind_ops((gpt_layer_kind)k)->cost(&t->m.cfg, rows > 0 ? rows : 1, o->seq, 1, &c);
         for (int ph = 0; ph < 3; ph++) A->fl[k][ph] = c.flops[ph];
