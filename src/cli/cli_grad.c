@@ -162,7 +162,7 @@ int cli_grad(int argc, char **argv) {
         if (world) pt_adderr("rank %d: ", world->rank);
         rc = cli_fail("grad");
     } else rc = 0;
-    if (world) { comm_free(world); comm_mpi_finalize(); }
+    cli_layout_stop(a.transport, world);
     free(split);
     cli_layout_faults_free(&a.ro);
     return rc;

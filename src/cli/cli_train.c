@@ -124,7 +124,7 @@ static int train_main(const train_opts *o) {
 /* Everything a train_args owns, freed on every path (NULL fields are fine); ends MPI when it
  * was started. */
 static void train_args_free(train_args *a) {
-    if (a->o.world) { comm_free(a->o.world); comm_mpi_finalize(); }
+    cli_layout_stop(a->transport, a->o.world);
     free(a->split);
     train_plan_hold_free(&a->plan_hold);
     free(a->side_cmds);

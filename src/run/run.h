@@ -46,6 +46,8 @@ typedef struct {
                                  * each stage's last W (the same numbers) */
     size_t bucket;              /* floats per gradient-reduction bucket (0: the default) */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
+    const char *transport;      /* threads mode: the in-process transport of the job's endpoints,
+                                 * a name of the registry (comm_transport_find; NULL: threads) */
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),
      * through comm_faulty_wrap. */
     int fail_rank, fail_after;

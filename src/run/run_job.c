@@ -135,7 +135,12 @@ static int job_start(run_job **out, const run_plan *pl, const run_source *const 
         j->clock = pt_calloc((size_t)j->R, sizeof *j->clock);   /* hosts' clocks differ */
         if (comm_clock_offsets(world, JOB_CLOCK_ROUNDS, pl->o.timeout, j->clock, NULL) < 0) return -1;
     } else {
-        if (comm_threads_create(j->R, j->comms) < 0) return -1;
+        const comm_transport *t = comm_transport_find(pl->o.transport);
+        if (!t) return -1;
+        if (!t->create)
+            return pt_seterr("--transport %s joins a world of processes: start the job with one "
+                             "(run_job_init's world), not as threads", t->name);
+        if (t->create(j->R, j->comms) < 0) return -1;
         int fr = pl->o.fail_rank, fail = pl->o.fail_after > 0 && fr >= 0 && fr < j->R;
         for (int r = 0; r < j->R; r++)   /* faults: every rank's endpoint; the test hook: its rank's */
             if ((pl->n_faults || (fail && r == fr)) &&
