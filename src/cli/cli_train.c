@@ -26,6 +26,7 @@ typedef struct {
     char pipeline_schedule[32];  /* o.ro.schedule under --plan */
     int keep;                    /* --keep (-1: not given) */
     const char *side_mem;        /* --side-mem as given */
+    const char *mem_limit;       /* --mem-limit as given (N or schedule) */
     const char **side_cmds, **side_tasks;   /* the repeatable flags' values (owned arrays) */
 } train_args;
 
@@ -216,8 +217,8 @@ int cli_train(int argc, char **argv) {
         {"--side-steps", OPT_LONG, &o->side_steps, "its optimizer steps (default: as long as this run)"},
         {"--adapt", OPT_FLAG, &o->adapt, "pipelined: switch to the adaptive schedule while a link is measured slow, back "
                                          "when it clears (docs/stragglers.md)"},
-        {"--mem-limit", OPT_INT, &o->mem_limit, "--adapt: microbatches of activations a stage may hold (default: the "
-                                                "starting schedule's peak)"},
+        {"--mem-limit", OPT_STR, &a.mem_limit, "--adapt: microbatches of activations a stage may hold: N, or schedule "
+                                               "(the starting schedule's peak); default: what the ranks' memory holds"},
     };
     cli_layout_opts(opts + N_TRAIN_OPTS, &o->ro, &a.transport, &a.split_text);
     cli_layout_init(&o->ro);
@@ -239,7 +240,8 @@ int cli_train(int argc, char **argv) {
         return rc < 0 ? 2 : 0;
     }
     a.transport = cli_layout_transport(a.transport);
-    if (keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
+    if (keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || (a.mem_limit && train_parse_mem_limit(a.mem_limit, &o->mem_limit) < 0) ||
+        cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
         free(a.side_cmds); free(a.side_tasks);
         cli_layout_faults_free(&o->ro);
         return cli_fail("train");
