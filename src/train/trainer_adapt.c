@@ -142,7 +142,8 @@ int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *
     double mf = adapt_mean_f(&healthy);
     sim_policy_action act = sim_policy_step(&A->pol, &A->po, &est, mf);
     if (!A->pol.adapted && act == SIM_POLICY_KEEP && adapt_estimate_healthy(A, &est, mf)) adapt_ring_add(&A->base, now);
-    if (act == SIM_POLICY_ADAPT) rc = adapt_switch(t, A, step, &healthy, &est, mf);
+    if (act == SIM_POLICY_ADAPT || (act == SIM_POLICY_KEEP && A->pol.adapted && !A->switched && adapt_pay_retry(A, step)))
+        rc = adapt_switch(t, A, step, &healthy, &est, mf);   /* a hold-off's end tries again */
     if (act == SIM_POLICY_REVERT) rc = adapt_revert(t, A, step, &healthy, &est);
 free_all:
     sim_estimate_free(&est);

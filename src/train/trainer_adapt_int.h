@@ -34,6 +34,7 @@
 #define ADAPT_PAY_BEFORE 2    /* the steps that saw the straggler (the policy's two) */
 #define ADAPT_PAY_SKIP 1      /* steps after a switch not judged (the new schedule's first allocations) */
 #define ADAPT_PAY_STEPS 3     /* steps judged (their median) */
+#define ADAPT_PAY_HOLD 8      /* steps an undone switch is held off (doubled at each undo of one straggler) */
 
 typedef struct train_adapt train_adapt;
 
@@ -46,7 +47,9 @@ typedef struct {
     double after[ADAPT_PAY_STEPS];
     int n;
     double trust;                      /* share of a predicted gain believed (1; after an undone
-                                        * switch, the share it delivered, until the straggler clears) */
+                                        * switch, the share it delivered, for the hold-off) */
+    long hold_until;                   /* after an undone switch: the step the hold-off ends (0: none) */
+    int undone;                        /* switches undone for this straggler */
 } adapt_pay;
 
 /* The last ADAPT_BASELINE healthy steps' measurements, `width` values a step (a ring). */
@@ -147,8 +150,10 @@ void adapt_pay_note(train_adapt *A, double iter_time);
 double adapt_pay_predicted(const train_adapt *A, double predicted);
 /* A switch at `step` predicted to take `predicted` s/step instead of `was`: on trial from now. */
 void adapt_pay_start(train_adapt *A, long step, double predicted, double was);
-/* The straggler cleared: no trial, full trust. */
+/* The straggler cleared: no trial, full trust, no hold-off. */
 void adapt_pay_reset(train_adapt *A);
+/* 1 when a hold-off ends at this step (full trust again: the caller may try the switch again). */
+int adapt_pay_retry(train_adapt *A, long step);
 /* A step of the trial: after ADAPT_PAY_STEPS steps, a switch that gained less than half of its
  * predicted gain is undone and said. 1 when undone, 0 when not, -1 on an error. */
 int adapt_pay_judge(train_ctx *t, train_adapt *A, long step, double iter_time, const sim_estimate *est);

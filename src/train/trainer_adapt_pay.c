@@ -2,9 +2,11 @@
  * the straggler before a switch against the steps after it (medians of measured iteration
  * times, the same numbers on every rank), as a fraction of the gain the simulator predicted. A
  * switch that gained less than half of it is undone (back to the starting schedule: a line and an
- * "adapt_revert" event), and later predictions for the same straggler count only the share of
- * their gain the undone switch delivered (`trust`, 1 again once the straggler clears), so it is
- * not tried again at once. Not here: deciding to switch (trainer_adapt.c). */
+ * "adapt_revert" event), and for a hold-off (ADAPT_PAY_HOLD steps, doubled at each undo of the
+ * same straggler) predictions count only the share of their gain the undone switch delivered
+ * (`trust`), so it is not tried again at once; after it, full trust and one more try (a switch
+ * undone by a noisy measurement is not lost for good). Not here: deciding to switch
+ * (trainer_adapt.c). */
 #include "train/trainer_adapt_int.h"
 #include "util/pt.h"
 #include <math.h>
@@ -40,6 +42,15 @@ void adapt_pay_start(train_adapt *A, long step, double predicted, double was) {
 void adapt_pay_reset(train_adapt *A) {
     A->pay.on = 0;
     A->pay.trust = 1;
+    A->pay.hold_until = 0;
+    A->pay.undone = 0;
+}
+
+int adapt_pay_retry(train_adapt *A, long step) {
+    if (!A->pay.hold_until || step < A->pay.hold_until) return 0;
+    A->pay.hold_until = 0;
+    A->pay.trust = 1;
+    return 1;
 }
 
 /* The undone switch's line and event. */
@@ -48,9 +59,9 @@ static void say_undo(train_ctx *t, train_adapt *A, long step, const sim_estimate
     adapt_pay *p = &A->pay;
     char line[512];
     snprintf(line, sizeof line, "the switch at step %ld did not pay: %.3g s/step measured against %.3g before "
-             "(%+.0f%%), predicted %.3g from %.3g (%+.0f%%); back to %s, and a switch for this straggler now counts "
-             "%.0f%% of its predicted gain", p->at, after, p->before, -100 * gm, p->predicted, p->was, -100 * gp,
-             A->start->name, 100 * A->pay.trust);
+             "(%+.0f%%), predicted %.3g from %.3g (%+.0f%%); back to %s; until step %ld a switch counts %.0f%% of its "
+             "predicted gain", p->at, after, p->before, -100 * gm, p->predicted, p->was, -100 * gp, A->start->name,
+             A->pay.hold_until, 100 * A->pay.trust);
     if (t->root) {
         printf("step %ld: %s\n", step, line);
         fflush(stdout);
@@ -81,6 +92,8 @@ int adapt_pay_judge(train_ctx *t, train_adapt *A, long step, double iter_time, c
     A->switched = 0;
     A->said_keep = 1;   /* the policy still sees the straggler: keeping is not said again */
     A->pay.trust = gp > 0 ? fmin(1, fmax(0, gm / gp)) : 0;
+    A->pay.hold_until = step + ((long)ADAPT_PAY_HOLD << (A->pay.undone < 4 ? A->pay.undone : 4));
+    A->pay.undone++;
     say_undo(t, A, step, est, after, gm, gp);
     return 1;
 }
