@@ -58,10 +58,23 @@ if [ "${ac:-0}" = 2 ] && PIPETRAIN_MEMINFO="$D/mid" train $pipe $slow --adapt --
   ok "adapt policy: MemAvailable for 3.5 microbatches on the tightest rank: limit 3 (plan_mem_held_max)"
 else fail "adapt policy: limit 3 from memory" "kb=$kb ranks=$ac $(lines "$D/c.out"; grep -o '"mem_limit[^,]*,"mem_limit_from":"[^"]*"' "$D/c.events.jsonl" | head -1)"; fi
 
+# --cluster: each rank's device memory instead (a device each: not shared), the same arithmetic
+cluster() { printf '{"name": "t", "nodes": [{"devices": {"count": 2, "name": "d", "speed": 1.0, "memory": %s},
+  "link": {"bandwidth": 5e9, "latency": 5e-6}}], "reference_flops": 3e10}\n' "$1" > "$2"; }
+cluster "$(awk -v m="$fx" 'BEGIN { printf "%d", m }')" "$D/k3.json"
+if [ "${ac:-0}" = 2 ] && train $pipe $slow --adapt --cluster "$D/k3.json" --metrics "$D/k.jsonl" > "$D/k.out" 2>&1 &&
+   grep -q '"event":"adapt".*"mem_limit":3,"mem_limit_from":"cluster [^"]*k3.json: [0-9.]* MiB device memory / 1 node x 2 ranks, a device each"' "$D/k.events.jsonl"; then
+  ok "adapt policy: --cluster: device memory for 3.5 microbatches on the tightest rank: limit 3, said"
+else fail "adapt policy: --cluster" "$(lines "$D/k.out"; tail -1 "$D/k.out"; grep -o '"mem_limit[^,]*,"mem_limit_from":"[^"]*"' "$D/k.events.jsonl" | head -1)"; fi
+expect_error "adapt policy: --cluster with fewer devices than ranks" "--cluster .*k3.json: 2 devices for the run's 4 ranks" \
+  train --steps 2 --stages 4 --adapt --cluster "$D/k3.json"
+expect_error "adapt policy: --cluster without --adapt" "--cluster .* gives --adapt's memory limit: give --adapt and no --mem-limit" \
+  train --steps 2 --stages 2 --cluster "$D/k3.json"
+
 # too little memory for even the starting schedule: its peak, and why
 meminfo 1000 "$D/tiny"
 if PIPETRAIN_MEMINFO="$D/tiny" train $pipe $slow --adapt --metrics "$D/d.jsonl" > "$D/d.out" 2>&1 &&
-   grep -q '"mem_limit":2,"mem_limit_from":"memory: 0.0 GiB available / 1 host x 2 ranks, 0 microbatches: less than the starting schedule holds, so its peak"' "$D/d.events.jsonl"; then
+   grep -q '"mem_limit":2,"mem_limit_from":"memory: 1.0 MiB available / 1 host x 2 ranks, 0 microbatches: less than the starting schedule holds, so its peak"' "$D/d.events.jsonl"; then
   ok "adapt policy: less memory than the run holds already: the starting schedule's peak, said"
 else fail "adapt policy: tiny memory" "$(lines "$D/d.out"; grep -o '"mem_limit_from":"[^"]*"' "$D/d.events.jsonl" | head -1)"; fi
 

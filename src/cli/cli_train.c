@@ -153,6 +153,9 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
     if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || (a->mem_limit && train_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
         cli_layout_split(a->split_text, &a->split, &o->ro.n_split) < 0)
         return cli_fail("train");
+    if (o->cluster && (!o->adapt || o->mem_limit))
+        return pt_seterr("--cluster %s gives --adapt's memory limit: give --adapt and no --mem-limit", o->cluster),
+               cli_fail("train");
     o->ro.split = a->split;
     /* no layout asked for (no layout flag, --plan or --threads): the trainer picks this machine's */
     o->auto_layout = !a->plan && !cli_layout_given(&o->ro, a->transport) && o->threads == 0;
@@ -175,7 +178,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 40 };
+    enum { N_TRAIN_OPTS = 41 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -218,6 +221,8 @@ int cli_train(int argc, char **argv) {
         {"--side-steps", OPT_LONG, &o->side_steps, "its optimizer steps (default: as long as this run)"},
         {"--adapt", OPT_FLAG, &o->adapt, "pipelined: switch to the adaptive schedule while a link is measured slow, back "
                                          "when it clears (docs/stragglers.md)"},
+        {"--cluster", OPT_STR, &o->cluster, "--adapt: the memory limit from this cluster file's device memory "
+                                            "(world rank w on device w) instead of this machine's"},
         {"--mem-limit", OPT_STR, &a.mem_limit, "--adapt: microbatches of activations a stage may hold: N, or schedule "
                                                "(the starting schedule's peak); default: what the ranks' memory holds"},
     };

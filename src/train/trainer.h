@@ -60,6 +60,8 @@ typedef struct {
     int mem_limit;          /* --mem-limit: microbatches of activations per stage the adaptive
                              * schedules may hold (N >= 1); 0: what memory holds (the default);
                              * TRAIN_MEM_LIMIT_SCHEDULE: the starting schedule's peak */
+    const char *cluster;    /* --cluster K.json: with mem_limit 0, each rank's memory is device w's
+                             * of this cluster file (world rank w, file order), not this machine's */
 } train_opts;
 
 #define TRAIN_MEM_LIMIT_SCHEDULE (-1)   /* --mem-limit schedule */

@@ -2,7 +2,8 @@
  * a stage may hold under the adaptive schedules. --mem-limit N is N; --mem-limit schedule the
  * starting schedule's peak; by default what the ranks can hold: each host's available memory
  * (/proc/meminfo MemAvailable) shared by the ranks on it (threads of one process share it; MPI
- * ranks on one host by hostname), less each rank's own state (run_job_mem: parameters,
+ * ranks on one host by hostname), or with --cluster each rank's device memory (world rank w on
+ * the file's device w), less each rank's own state (run_job_mem: parameters,
  * gradients, AdamW moments, buffers), in microbatches of that rank's activations, through the
  * planner's memory model (plan_mem_held_max), the smallest over the ranks, at most M (no stage
  * holds more) and at least the starting schedule's peak (it runs already). Every rank computes
@@ -17,6 +18,13 @@
 #include <unistd.h>
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* "21.3 GiB", or under 1 GiB "45.0 MiB", into buf. Returns buf. */
+static char *mem_text(double bytes, char *buf, size_t n) {
+    if (bytes >= GIB) snprintf(buf, n, "%.1f GiB", bytes / GIB);
+    else snprintf(buf, n, "%.1f MiB", bytes / (1024.0 * 1024.0));
+    return buf;
+}
 
 int train_parse_mem_limit(const char *text, int *out) {
     if (!strcmp(text, "schedule")) return *out = TRAIN_MEM_LIMIT_SCHEDULE, 0;
@@ -70,12 +78,41 @@ static int hosts_read(const train_ctx *t, int R, double *have, double *host) {
     return rc < 0 ? pt_adderr("--adapt: sharing each host's memory: ") : 0;
 }
 
+/* --cluster: per world rank w, device w's memory (file order) into have[R] (each rank its own
+ * device: host[w] is its node, and the caller divides by 1); the cluster's line into why. 0, or
+ * -1 naming the file. */
+static int cluster_read(const char *path, int R, double *have, double *host, char *why, size_t n) {
+    plan_cluster k;
+    if (plan_cluster_load(&k, path) < 0) return pt_adderr("--cluster: ");
+    if (k.n_devices < R) {
+        pt_seterr("--cluster %s: %d devices for the run's %d ranks (world rank w is device w, in the file's order)",
+                  path, k.n_devices, R);
+        plan_cluster_free(&k);
+        return -1;
+    }
+    double least = INFINITY;
+    int nodes = 0;
+    for (int w = 0; w < R; w++) {
+        have[w] = k.dev[w].memory, host[w] = w, least = fmin(least, have[w]);
+        nodes += w == 0 || k.dev[w].node != k.dev[w - 1].node;
+    }
+    char m[32];
+    snprintf(why, n, "cluster %s: %s device memory / %d node%s x %d rank%s, a device each", path,
+             mem_text(least, m, sizeof m), nodes, nodes == 1 ? "" : "s", R, R == 1 ? "" : "s");
+    plan_cluster_free(&k);
+    return 0;
+}
+
 /* The limit from memory into A (mem_limit, mem_why); peak: the starting schedule's. */
 static int limit_from_memory(train_ctx *t, train_adapt *A, int peak) {
     run_job *job = train_engine_job(t->e);
     int R = run_layout_ranks(&train_engine_plan(t->e)->lo), lim = A->M, hosts = 0, most = 0, unknown = 0;
     double *have = pt_malloc(sizeof *have * (size_t)(2 * R)), *host = have + R, least = INFINITY;
-    if (hosts_read(t, R, have, host) < 0) { free(have); return -1; }
+    char cl[sizeof A->mem_why] = "", mt[32];
+    if (t->o.cluster ? cluster_read(t->o.cluster, R, have, host, cl, sizeof cl) < 0 : hosts_read(t, R, have, host) < 0) {
+        free(have);
+        return -1;
+    }
     A->mem_R = R;
     A->mem_fixed = pt_malloc(sizeof *A->mem_fixed * (size_t)(3 * R));
     A->mem_act = A->mem_fixed + R, A->mem_have = A->mem_fixed + 2 * R;
@@ -98,8 +135,10 @@ static int limit_from_memory(train_ctx *t, train_adapt *A, int peak) {
         snprintf(A->mem_why, sizeof A->mem_why, "the starting schedule's peak: this machine says no MemAvailable");
         return 0;
     }
-    size_t at = (size_t)snprintf(A->mem_why, sizeof A->mem_why, "memory: %.1f GiB available / %d host%s x %d rank%s",
-                                 least / GIB, hosts, hosts == 1 ? "" : "s", most, most == 1 ? "" : "s");
+    size_t at = cl[0] ? (size_t)snprintf(A->mem_why, sizeof A->mem_why, "%s", cl)
+              : (size_t)snprintf(A->mem_why, sizeof A->mem_why, "memory: %s available / %d host%s x %d rank%s",
+                                 mem_text(least, mt, sizeof mt), hosts, hosts == 1 ? "" : "s", most, most == 1 ? "" : "s");
+    at = at < sizeof A->mem_why ? at : sizeof A->mem_why - 1;
     if (lim < peak)
         snprintf(A->mem_why + at, sizeof A->mem_why - at, ", %d microbatches: less than the starting schedule "
                  "holds, so its peak", lim < 0 ? 0 : lim);
