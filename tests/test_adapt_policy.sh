@@ -58,6 +58,16 @@ if [ "${ac:-0}" = 2 ] && PIPETRAIN_MEMINFO="$D/mid" train $pipe $slow --adapt --
   ok "adapt policy: MemAvailable for 3.5 microbatches on the tightest rank: limit 3 (plan_mem_held_max)"
 else fail "adapt policy: limit 3 from memory" "kb=$kb ranks=$ac $(lines "$D/c.out"; grep -o '"mem_limit[^,]*,"mem_limit_from":"[^"]*"' "$D/c.events.jsonl" | head -1)"; fi
 
+# MPI: the ranks of one host found by hostname (one all-reduce); every rank computes the same
+# limit (a switch needs every rank's same schedule, or the run stops with an error)
+mpi_env 120
+if MPI_X="PIPETRAIN_MEMINFO=$D/big OPENBLAS_NUM_THREADS=1" mpi 2 train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 \
+     --seq 16 --lr 3e-3 $pipe $slow --adapt --transport mpi --metrics "$D/mp.jsonl" > "$D/mp.out" 2>&1 &&
+   grep -q '"event":"adapt".*"mem_limit":4,"mem_limit_from":"memory: 64.0 GiB available / 1 host x 2 ranks, capped at M = 4"' "$D/mp.events.jsonl" &&
+   [ "$(numbers "$D/m0.jsonl")" = "$(numbers "$D/mp.jsonl")" ]; then
+  ok "adapt policy: MPI: 2 ranks on 1 host (by hostname), the same limit on every rank; the same numbers"
+else fail "adapt policy: MPI default limit" "$(lines "$D/mp.out"; tail -2 "$D/mp.out")"; fi
+
 # --cluster: each rank's device memory instead (a device each: not shared), the same arithmetic
 cluster() { printf '{"name": "t", "nodes": [{"devices": {"count": 2, "name": "d", "speed": 1.0, "memory": %s},
   "link": {"bandwidth": 5e9, "latency": 5e-6}}], "reference_flops": 3e10}\n' "$1" > "$2"; }
