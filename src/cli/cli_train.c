@@ -10,6 +10,7 @@
 #include "train/train_plan.h"
 #include "train/trainer.h"
 #include "util/pt.h"
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,6 +227,8 @@ int cli_train(int argc, char **argv) {
         {"--mem-limit", OPT_STR, &a.mem_limit, "--adapt: microbatches of activations a stage may hold: N, or schedule "
                                                "(the starting schedule's peak); default: what the ranks' memory holds"},
     };
+    /* N_TRAIN_OPTS must count the rows above (a merge that adds a row must raise it) */
+    assert(opts[N_TRAIN_OPTS - 1].name && !opts[N_TRAIN_OPTS].name);
     cli_layout_opts(opts + N_TRAIN_OPTS, &o->ro, &a.transport, &a.split_text);
     cli_layout_init(&o->ro);
     int rc = parse_args(&a, &argc, argv, opts, (int)(sizeof opts / sizeof *opts));
