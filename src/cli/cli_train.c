@@ -26,6 +26,7 @@ typedef struct {
     char pipeline_schedule[32];  /* o.ro.schedule under --plan */
     int keep;                    /* --keep (-1: not given) */
     const char *side_mem;        /* --side-mem as given */
+    const char *wire;            /* --wire as given */
     const char **side_cmds, **side_tasks;   /* the repeatable flags' values (owned arrays) */
 } train_args;
 
@@ -61,6 +62,16 @@ static int side_mem_flag(train_args *a) {
         return pt_seterr("--side-mem '%s': give bytes, optionally with K, M or G (e.g. 512M)", a->side_mem);
     a->o.side_mem = v * mul;
     return 0;
+}
+
+/* --wire fp32 | bf16 | fp16 into the layout (util/half.h's pt_wire). */
+static int wire_flag(train_args *a) {
+    static const char *names[] = { "fp32", "bf16", "fp16" };
+    for (int w = 0; w < 3 && a->wire; w++)
+        if (!strcmp(a->wire, names[w])) { a->o.ro.wire = w; return 0; }
+    if (!a->wire) return 0;
+    return pt_seterr("--wire '%s': give fp32 (the default: messages as computed), bf16 or fp16 "
+                     "(activations and gradients between stages in 16 bits: lossy)", a->wire);
 }
 
 /* --lr-schedule and its numbers into the optimizer config (the trainer checks the ranges). */
@@ -173,7 +184,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 40 };
+    enum { N_TRAIN_OPTS = 41 };
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -216,6 +227,8 @@ int cli_train(int argc, char **argv) {
         {"--side-steps", OPT_LONG, &o->side_steps, "its optimizer steps (default: as long as this run)"},
         {"--adapt", OPT_FLAG, &o->adapt, "pipelined: switch to the adaptive schedule while a link is measured slow, back "
                                          "when it clears (docs/stragglers.md)"},
+        {"--wire", OPT_STR, &a.wire, "pipelined: fp32 | bf16 | fp16: how activations and gradients cross stage "
+                                     "boundaries (default fp32; 16 bits halve the bytes, lossy: docs/comm.md)"},
         {"--mem-limit", OPT_INT, &o->mem_limit, "--adapt: microbatches of activations a stage may hold (default: the "
                                                 "starting schedule's peak)"},
     };
@@ -239,7 +252,7 @@ int cli_train(int argc, char **argv) {
         return rc < 0 ? 2 : 0;
     }
     a.transport = cli_layout_transport(a.transport);
-    if (keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
+    if (keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || wire_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
         free(a.side_cmds); free(a.side_tasks);
         cli_layout_faults_free(&o->ro);
         return cli_fail("train");

@@ -45,6 +45,9 @@ typedef struct {
     bool no_overlap;            /* --no-overlap: reduce at the rank's last REDUCE_GRAD, not at
                                  * each stage's last W (the same numbers) */
     size_t bucket;              /* floats per gradient-reduction bucket (0: the default) */
+    int wire;                   /* --wire: how activations and gradients cross stage boundaries
+                                 * (pt_wire of util/half.h: 0 fp32, 1 bf16, 2 fp16; lossy when
+                                 * not 0, compute stays fp32) */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),
      * through comm_faulty_wrap. */
