@@ -184,7 +184,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 41 };
+    enum { N_TRAIN_OPTS = 42 };
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -229,6 +229,8 @@ int cli_train(int argc, char **argv) {
                                          "when it clears (docs/stragglers.md)"},
         {"--wire", OPT_STR, &a.wire, "pipelined: fp32 | bf16 | fp16: how activations and gradients cross stage "
                                      "boundaries (default fp32; 16 bits halve the bytes, lossy: docs/comm.md)"},
+        {"--adapt-wire", OPT_FLAG, &o->adapt_wire, "--adapt: turn on --wire bf16 when the measured links make the "
+                                                   "step link-bound (lossy: docs/comm.md)"},
         {"--mem-limit", OPT_INT, &o->mem_limit, "--adapt: microbatches of activations a stage may hold (default: the "
                                                 "starting schedule's peak)"},
     };

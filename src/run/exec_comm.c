@@ -33,6 +33,8 @@ void exec_wire_free(run_exec *e) {
 
 void run_exec_set_wire(run_exec *e, int wire) { e->c.wire = wire; }
 
+size_t run_exec_msg_bytes(const run_exec *e) { return exec_msg_bytes(e); }
+
 /* Where a receive lands: the fp32 buffer itself, or (--wire) its 16-bit copy. */
 static void *exec_recv_buf(run_exec *e, const run_stage *st, int mb, int grad) {
     if (e->c.wire == PT_WIRE_F32) return grad ? st->dyin[mb] : st->xin[mb];

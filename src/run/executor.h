@@ -137,6 +137,8 @@ int run_exec_replan(run_exec *e, const sched *s);
  * 2 fp16). Every rank of the job must switch at the same step boundary (a receiver reads the
  * sender's format). Between iterations only. */
 void run_exec_set_wire(run_exec *e, int wire);
+/* Bytes of one message between stages as sent now (the stream of a microbatch, 4 or 2 per element). */
+size_t run_exec_msg_bytes(const run_exec *e);
 /* Fault injection (--slow-stage): from the next action on, each compute action of stage g (if
  * this rank runs it) takes k times as long (k >= 1; the rank sleeps out the extra after the
  * compute, so the numbers are the same). */

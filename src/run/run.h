@@ -19,6 +19,7 @@
 #include "ckpt/checkpoint.h"
 #include "optim/optim.h"
 #include "run/executor.h"
+#include "run/run_link.h"
 
 typedef struct {
     int P, D;                   /* --stages, --dp */
@@ -187,5 +188,15 @@ int run_job_replan(run_job *j, const sched *s);
  * stage F, B, W (B and W from a fused BW split in half when only BW ran), BW, REDUCE_GRAD, and
  * STEP; links free. Root only (elsewhere c is left as it is). */
 void run_job_profile(run_job *j, sim_costs *c);
+/* The pipeline links as measured (run/run_link.h): the start probe's numbers on every rank, the
+ * run's own messages timed on the root (every rank after run_job_share_timeline), updated after
+ * each iteration. Owned by the job. */
+const run_links *run_job_links(const run_job *j);
+/* Bytes of one message between stages as the job sends it now (--wire: 2 per element). */
+size_t run_job_msg_bytes(const run_job *j);
+/* From the next iteration on, messages between stages in pt_wire format `wire` (util/half.h: 0
+ * fp32, 1 bf16, 2 fp16) on this process's ranks. Every rank of the job must switch at the same
+ * step boundary (MPI: each process calls it with the same value). */
+void run_job_set_wire(run_job *j, int wire);
 
 #endif

@@ -140,8 +140,31 @@ static void pipe_last_faults(const pipe_engine *p, sim_costs *c) {
     }
 }
 
+/* The links as the run measured them (run/run_link.h) into c, except a link the last step
+ * delayed on purpose (--slow-link SECONDS: pipe_last_faults models that one as injected, and its
+ * measured times would count the delay as bandwidth). Returns how many links went in. */
+static int pipe_measured_links(pipe_engine *p, sim_costs *c) {
+    const run_links *L = run_job_links(p->job);
+    int n = 0;
+    for (int r = 0; r + 1 < p->pl->o.P; r++) {
+        int a = run_layout_world_rank(&p->pl->lo, 0, r, 0), b = run_layout_world_rank(&p->pl->lo, 0, r + 1, 0);
+        if (run_plan_link_delay(p->pl, a, b, p->last_step) > 0 || run_links_message_time(L, r, 1) <= 0) continue;
+        run_links_apply(L, c, r, (double)run_job_msg_bytes(p->job));
+        n++;
+    }
+    return n;
+}
+
+/* "links: link 0-1: ..." (the measured links of replica 0), when the job has any. */
+static void pipe_print_links(pipe_engine *p) {
+    char buf[512];
+    if (p->pl->o.P < 2) return;
+    printf("links: %s\n", run_links_describe(run_job_links(p->job), buf, sizeof buf));
+}
+
 /* The simulator's iteration for the schedule in force, from the F/B/W costs profiled in this
- * run and the last step's injected faults, next to the measured medians it and bub. */
+ * run, the links as measured and the last step's injected faults, next to the measured medians
+ * it and bub. */
 static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     const sched *s = run_job_schedule(p->job);   /* the one in force at the end */
     sim_costs c;
@@ -150,6 +173,7 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     sim_costs_init(&c, s->n_stages, 0, 0, 0);
     run_job_profile(p->job, &c);
     c.reduce_overlap = !p->pl->o.no_overlap;   /* the reduction as the runtime ran it */
+    int n_links = pipe_measured_links(p, &c);
     pipe_last_faults(p, &c);
     int rc = sim_run(s, &c, &so, &res);
     sim_costs_free(&c);
@@ -163,8 +187,9 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
         printf("simulated: not available: %s\n", pt_err());
         return;
     }
-    printf("simulated: iteration %.3f ms, bubble %.1f%% (%s, from F/B/W costs profiled in this run%s; "
+    printf("simulated: iteration %.3f ms, bubble %.1f%% (%s, from F/B/W costs profiled in this run%s%s; "
            "measured/simulated %.2f)\n", res.iteration_time * 1e3, res.bubble_fraction * 100, s->name,
+           n_links ? " and the links as measured" : "",
            p->pl->n_faults ? " and the last step's slow links" : "", res.iteration_time > 0 ? it / res.iteration_time : 0);
     sim_result_free(&res);
 }
@@ -222,6 +247,7 @@ static int pipe_report(train_engine *e) {
     int skip = p->n > 1;
     double it = pt_median(p->iter_t + skip, p->n - skip);      /* sorts the records: done last */
     double bub = pt_median(p->bubble + skip, p->n - skip);
+    pipe_print_links(p);
     pipe_print_simulated(p, it, bub);
     pipe_print_tp(p, it);
     return pipe_write_pictures(p, last_it, last_bub);

@@ -57,6 +57,8 @@ typedef struct {
     /* straggler adaptation (docs/stragglers.md): an ADAPT hook that measures each step, and
      * switches to the adaptive schedule while a link is slow and back when it clears */
     bool adapt;             /* --adapt (pipelined, one stage per rank) */
+    bool adapt_wire;        /* --adapt-wire (with adapt): bf16 on the wire once the measured links
+                             * make the step link-bound (trainer_wire.c) */
     int mem_limit;          /* --mem-limit: activations per stage the adaptive schedules may hold
                              * (0: the starting schedule's peak) */
 } train_opts;
