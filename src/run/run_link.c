@@ -72,9 +72,10 @@ static void dir_add(run_link_dir *x, double bw) {
     x->ring[x->n % RUN_LINK_RING] = bw;
     x->n++;
     int k = x->n < RUN_LINK_RING ? x->n : RUN_LINK_RING;
-    double v[RUN_LINK_RING];
-    memcpy(v, x->ring, sizeof(double) * (size_t)k);
-    x->bandwidth = pt_median(v, k);
+    double inv = 0;   /* the mean time a message held the link, not the median: a step pays the
+                       * slow ones (sent while the other direction was busy) as they come */
+    for (int i = 0; i < k; i++) inv += 1 / x->ring[i];
+    x->bandwidth = k / inv;
 }
 
 /* The messages m[0..n) of one direction, in the order sent: a queue (docs/comm.md). */

@@ -16,7 +16,7 @@
 #include "sim/sim.h"
 #include "trace/timeline.h"
 
-#define RUN_LINK_RING 32          /* a direction's bandwidth: the median of its last 32 messages */
+#define RUN_LINK_RING 32          /* a direction's bandwidth: from its last 32 timed messages */
 #define RUN_LINK_PROBE_ROUNDS 3   /* the start probe: 3 pings, 3 pairs of messages each way */
 #define RUN_LINK_PROBE_MAX ((size_t)1 << 22)   /* probe messages of the run's size, at most 4 MB */
 /* A receive that waited less than this (seconds) says nothing of when its message arrived (it
@@ -26,8 +26,9 @@
 typedef struct {
     double latency;             /* seconds one way of a small message (the probe's; 0: not probed) */
     double probe_bw;            /* bytes/s the probe measured (0: not probed) */
-    double bandwidth;           /* bytes/s a message holds the link: the median of the run's
-                                 * timed messages, or probe_bw before any (0: unknown) */
+    double bandwidth;           /* bytes/s a message holds the link: bytes over the mean time
+                                 * the run's last timed messages held it (their harmonic mean),
+                                 * or probe_bw before any (0: unknown) */
     int n;                      /* timed messages so far (0: bandwidth is the probe's) */
     double ring[RUN_LINK_RING]; /* the last timed messages' bytes/s */
 } run_link_dir;
