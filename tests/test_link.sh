@@ -22,7 +22,7 @@ for tr in threads mpi; do
   run --slow-link 0-1:1MB/s > "$D/rate_$tr.log" 2>&1
   read -r f b lat pf pb <<< "$(links "$D/rate_$tr.log")"
   if [ -n "${pb:-}" ] && within "$pf" 0.8 1.2 && within "$pb" 0.8 1.2 && within "$f" 0.5 1.2 && within "$b" 0.5 1.2; then
-    ok "link: $tr: a link slow in bandwidth (--slow-link 0-1:1MB/s) is measured at 1 MB/s +-20% by the probe ($pf/$pb), 0.5-1.2 MB/s by the run's messages ($f/$b)"
+    ok "link: $tr: a link slow in bandwidth (--slow-link 0-1:1MB/s) is measured at 1 MB/s +-20% by the probe ($pf/$pb), 0.5-1.2 MB/s in the end ($f/$b; MPI: from the run's messages)"
   else fail "link: $tr: 1 MB/s measured" "$(grep -E '^links|rror' "$D/rate_$tr.log" | head -3)"; fi
   grep -q "^simulated: .*and the links as measured" "$D/rate_$tr.log" \
     && ok "link: $tr: the end-of-run prediction uses the measured links" \

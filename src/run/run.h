@@ -190,7 +190,8 @@ int run_job_replan(run_job *j, const sched *s);
 void run_job_profile(run_job *j, sim_costs *c);
 /* The pipeline links as measured (run/run_link.h): the start probe's numbers on every rank, the
  * run's own messages timed on the root (every rank after run_job_share_timeline), updated after
- * each iteration. Owned by the job. */
+ * each iteration; MPI only (threads: a message is a copy in memory, and one that came late came
+ * late for want of a core: the probe's numbers stand). Owned by the job. */
 const run_links *run_job_links(const run_job *j);
 /* Bytes of one message between stages as the job sends it now (--wire: 2 per element). */
 size_t run_job_msg_bytes(const run_job *j);

@@ -519,7 +519,9 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
     }
     if (run_job_is_root(j) || j->share_tl) {   /* the same numbers on every rank */
         job_analyse(j, st);
-        run_links_observe(&j->links, run_job_timeline(j), &j->pl->lo, (double)run_exec_msg_bytes(j->ex[0]));
+        /* threads: a message is a copy in memory; one got late was late for want of a core,
+         * which is no link (the probe's numbers stand) */
+        if (j->mpi) run_links_observe(&j->links, run_job_timeline(j), &j->pl->lo, (double)run_exec_msg_bytes(j->ex[0]));
     }
     if (j->mpi && !j->share_tl) {   /* every rank reports the root's measurement */
         double v[2] = { st->iter_time, st->bubble };

@@ -307,6 +307,20 @@ static cJSON *pipe_summary(const train_engine *e) {
         cJSON_AddNumberToObject(o, "simulated_ms", p->sim_it * 1e3);
         cJSON_AddNumberToObject(o, "simulated_bubble", p->sim_bub);
     }
+    if (p->pl->o.P > 1) {   /* replica 0's links as measured, the prediction's */
+        const run_links *L = run_job_links(p->job);
+        cJSON *arr = cJSON_AddArrayToObject(o, "links");
+        for (int r = 0; r + 1 < p->pl->o.P; r++) {
+            const run_link_dir *f = run_links_at(L, 0, 0, r, 0), *b = run_links_at(L, 0, 0, r, 1);
+            cJSON *l = cJSON_CreateObject();
+            cJSON_AddItemToObject(l, "ranks", cJSON_CreateIntArray((int[]){ r, r + 1 }, 2));
+            cJSON_AddNumberToObject(l, "latency_s", f->latency);
+            cJSON_AddItemToObject(l, "bandwidth_Bps", cJSON_CreateDoubleArray((double[]){ f->bandwidth, b->bandwidth }, 2));
+            cJSON_AddItemToObject(l, "probe_Bps", cJSON_CreateDoubleArray((double[]){ f->probe_bw, b->probe_bw }, 2));
+            cJSON_AddItemToObject(l, "timed", cJSON_CreateIntArray((int[]){ f->n, b->n }, 2));
+            cJSON_AddItemToArray(arr, l);
+        }
+    }
     if (p->o.svg) cJSON_AddStringToObject(o, "svg", p->o.svg);
     if (p->rss) {
         cJSON *a = cJSON_AddArrayToObject(o, "peak_rss_bytes");

@@ -30,9 +30,9 @@ int train_wire_decide(const sched *s, const sim_costs *profile, const run_links 
                       double *t_now, double *t_bf16) {
     *t_now = *t_bf16 = -1;
     if (wire_now != PT_WIRE_F32 || L->P < 2) return wire_now;
-    for (int r = 0; r + 1 < L->P; r++)   /* only links the run's messages have timed */
+    for (int r = 0; r + 1 < L->P; r++)   /* only links measured */
         for (int k = 0; k < 2; k++)
-            if (run_links_at(L, 0, 0, r, k)->n == 0) return wire_now;
+            if (run_links_at(L, 0, 0, r, k)->bandwidth <= 0) return wire_now;
     *t_now = wire_predict(s, profile, L, bytes);
     *t_bf16 = wire_predict(s, profile, L, bytes / 2);
     if (*t_now <= 0 || *t_bf16 <= 0) return wire_now;
