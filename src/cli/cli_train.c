@@ -29,6 +29,7 @@ typedef struct {
     int keep;                    /* --keep (-1: not given) */
     const char *side_mem;        /* --side-mem as given */
     const char *mem_limit;       /* --mem-limit as given (N or schedule) */
+    const char *wire;            /* --wire as given */
     const char **side_cmds, **side_tasks;   /* the repeatable flags' values (owned arrays) */
 } train_args;
 
@@ -64,6 +65,16 @@ static int side_mem_flag(train_args *a) {
         return pt_seterr("--side-mem '%s': give bytes, optionally with K, M or G (e.g. 512M)", a->side_mem);
     a->o.side_mem = v * mul;
     return 0;
+}
+
+/* --wire fp32 | bf16 | fp16 into the layout (util/half.h's pt_wire). */
+static int wire_flag(train_args *a) {
+    static const char *names[] = { "fp32", "bf16", "fp16" };
+    for (int w = 0; w < 3 && a->wire; w++)
+        if (!strcmp(a->wire, names[w])) { a->o.ro.wire = w; return 0; }
+    if (!a->wire) return 0;
+    return pt_seterr("--wire '%s': give fp32 (the default: messages as computed), bf16 or fp16 "
+                     "(activations and gradients between stages in 16 bits: lossy)", a->wire);
 }
 
 /* --lr-schedule and its numbers into the optimizer config (the trainer checks the ranges). */
@@ -151,7 +162,8 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
         return rc < 0 ? 2 : 0;
     }
     a->transport = cli_layout_transport(a->transport);
-    if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || (a->mem_limit && train_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
+    if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || wire_flag(a) < 0 ||
+        (a->mem_limit && train_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
         cli_layout_split(a->split_text, &a->split, &o->ro.n_split) < 0)
         return cli_fail("train");
     if (o->cluster && (!o->adapt || o->mem_limit))
@@ -179,7 +191,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 41 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 43 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -226,6 +238,10 @@ int cli_train(int argc, char **argv) {
                                             "(world rank w on device w) instead of this machine's"},
         {"--mem-limit", OPT_STR, &a.mem_limit, "--adapt: microbatches of activations a stage may hold: N, or schedule "
                                                "(the starting schedule's peak); default: what the ranks' memory holds"},
+        {"--wire", OPT_STR, &a.wire, "pipelined: fp32 | bf16 | fp16: how activations and gradients cross stage "
+                                     "boundaries (default fp32; 16 bits halve the bytes, lossy: docs/comm.md)"},
+        {"--adapt-wire", OPT_FLAG, &o->adapt_wire, "--adapt: turn on --wire bf16 when the measured links make the "
+                                                   "step link-bound (lossy: docs/comm.md)"},
     };
     /* N_TRAIN_OPTS must count the rows above (a merge that adds a row must raise it) */
     assert(opts[N_TRAIN_OPTS - 1].name && !opts[N_TRAIN_OPTS].name);

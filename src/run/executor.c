@@ -26,6 +26,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
 void run_exec_free(run_exec *e) {
     if (!e) return;
     exec_groups_free(e);
+    exec_wire_free(e);
     exec_state_free(e);
     free(e);
 }

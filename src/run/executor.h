@@ -71,6 +71,9 @@ typedef struct {
     int overlap;               /* a stage's reduction starts at its last W (else at the rank's
                                 * last REDUCE_GRAD): the same numbers either way */
     size_t bucket;             /* floats per reduction bucket (0: RUN_BUCKET_DEFAULT) */
+    int wire;                  /* messages between stages in pt_wire format w (0: fp32 as
+                                * computed; bf16 or fp16: packed at the send, unpacked at the
+                                * receive, round to nearest even) */
     run_wait_fn on_wait;       /* side work in this rank's waits (NULL: it just waits) */
     void *wait_user;           /* on_wait's first argument */
 } run_exec_cfg;
@@ -132,6 +135,12 @@ void run_exec_mem(const run_exec *e, run_mem *out);
  * activation sets follow its peaks; parameters, moments and gradient groups stay. Between
  * iterations only. Returns 0. */
 int run_exec_replan(run_exec *e, const sched *s);
+/* From the next iteration on, messages between stages go in pt_wire format `wire` (0 fp32, 1 bf16,
+ * 2 fp16). Every rank of the job must switch at the same step boundary (a receiver reads the
+ * sender's format). Between iterations only. */
+void run_exec_set_wire(run_exec *e, int wire);
+/* Bytes of one message between stages as sent now (the stream of a microbatch, 4 or 2 per element). */
+size_t run_exec_msg_bytes(const run_exec *e);
 /* Fault injection (--slow-stage): from the next action on, each compute action of stage g (if
  * this rank runs it) takes k times as long (k >= 1; the rank sleeps out the extra after the
  * compute, so the numbers are the same). */

@@ -116,6 +116,9 @@ int train_init(train_ctx **out, const train_opts *o) {
     if (t->rep.on) train_add_hook(t, TRAIN_HOOK_LOG, train_hook_report, NULL);
     if (o->adapt && (train_adapt_init(t) < 0 || train_add_hook(t, TRAIN_HOOK_ADAPT, train_hook_adapt, t->adapt) < 0))
         goto free_ctx;
+    if (o->adapt_wire && (train_wire_init(t) < 0 ||
+                          train_add_hook(t, TRAIN_HOOK_ADAPT, train_hook_wire, &t->wire_state) < 0))
+        goto free_ctx;
     *out = t;
     return 0;
 free_ctx:

@@ -62,6 +62,8 @@ typedef struct {
                              * TRAIN_MEM_LIMIT_SCHEDULE: the starting schedule's peak */
     const char *cluster;    /* --cluster K.json: with mem_limit 0, each rank's memory is device w's
                              * of this cluster file (world rank w, file order), not this machine's */
+    bool adapt_wire;        /* --adapt-wire (with adapt): bf16 on the wire once the measured links
+                             * make the step link-bound (trainer_wire.c) */
 } train_opts;
 
 #define TRAIN_MEM_LIMIT_SCHEDULE (-1)   /* --mem-limit schedule */
