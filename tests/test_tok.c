@@ -87,6 +87,12 @@ static void test_known(const tok *t, tok_enc *e) {
     CHECK("ids of two special tokens", ids_are(e, "<|endoftext|><|endoftext|>", (int[]){50256, 50256}, 2),
           "wrong ids");
     CHECK("ids of an empty text", ids_are(e, "", NULL, 0), "not empty");
+    /* where the npm package differs (JavaScript's \s has U+FEFF, not U+0085): encoder.py's ids,
+     * from tools/tok_reference.py */
+    CHECK("ids of U+0085 after a space (encoder.py's)", ids_are(e, " \xc2\x85" "b", (int[]){220, 126, 227, 65}, 4),
+          "wrong ids");
+    CHECK("ids of U+FEFF after a space (encoder.py's)", ids_are(e, " \xef\xbb\xbf" "a", (int[]){27332, 119, 123, 64}, 4),
+          "wrong ids");
 }
 
 static char *slurp(const char *path, size_t *n) {
