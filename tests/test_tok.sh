@@ -67,6 +67,11 @@ if timeout 120 $P train --config "$D/cfg.json" --data "$D/train.txt" --tokenizer
 else fail "train --tokenizer gpt2" "$(tail -3 "$D/train.out")"; fi
 timeout 60 $P eval --checkpoint "$D/run" --data "$D/train.txt" --tokenizer gpt2 --batch 4 --seq 16 --batches 2 > "$D/eval.out" 2>&1 &&
   grep -q "^eval_loss" "$D/eval.out" && ok "eval --tokenizer gpt2" || fail "eval --tokenizer" "$(tail -2 "$D/eval.out")"
+timeout 60 $P sample --checkpoint "$D/run" --tokenizer gpt2 --prompt "Hello, it's" --length 5 > "$D/sample.out" 2>&1 &&
+  grep -q "^Hello, it's" "$D/sample.out" && ok "sample --tokenizer gpt2 prints the prompt's text and more" ||
+  fail "sample --tokenizer" "$(head -2 "$D/sample.out")"
+expect_error "sample --tokenizer with --prompt-tokens" "takes the prompt as text" \
+  $P sample --checkpoint "$D/run" --tokenizer gpt2 --prompt-tokens 1,2
 expect_error "train --tokenizer with a model vocabulary too small" "has 50257 tokens, more than the model's vocab_size 256" \
   $P train --config examples/char-gpt.json --data "$D/train.txt" --tokenizer gpt2 --batch 2 --seq 8 --steps 1
 done_tests

@@ -59,6 +59,11 @@ size_t tok_encode(tok_enc *e, const char *text, size_t n, int *out);
  * the rescanning form (default 64); both give the same ids. */
 void tok_enc_set_heap_min(tok_enc *e, size_t n);
 
+/* The ids of text as "15496,995" (malloc'd; free it), for options that take ids (sample's
+ * --prompt-tokens). An empty text gives "<|endoftext|>"'s id (a document's start), or "" when
+ * the vocabulary has none. */
+char *tok_encode_csv(const tok *t, const char *text);
+
 /* Decodes ids[0..n) into buf (cap bytes). Returns the bytes needed (write nothing past cap), or
  * -1 with an error naming the position of an id outside the vocabulary. */
 long tok_decode(const tok *t, const int *ids, size_t n, char *buf, size_t cap);

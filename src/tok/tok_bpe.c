@@ -9,6 +9,7 @@
 #include "tok/tok_unicode.h"
 #include "util/pt.h"
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -254,4 +255,19 @@ size_t tok_encode(tok_enc *e, const char *text, size_t n, int *out) {
     }
     if (next != stack_next) free(next);
     return k;
+}
+
+char *tok_encode_csv(const tok *t, const char *text) {
+    if (!text[0] && t->eot >= 0) text = "<|endoftext|>";
+    size_t n = strlen(text);
+    int *ids = pt_malloc((n + 1) * sizeof *ids);
+    tok_enc *e = tok_enc_new(t);
+    size_t k = tok_encode(e, text, n, ids);
+    tok_enc_free(e);
+    char *csv = pt_malloc(k * 12 + 1);
+    size_t at = 0;
+    csv[0] = 0;
+    for (size_t i = 0; i < k; i++) at += (size_t)sprintf(csv + at, "%s%d", i ? "," : "", ids[i]);
+    free(ids);
+    return csv;
 }
