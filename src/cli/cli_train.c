@@ -191,12 +191,13 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 43 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 44 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
         {"--init", OPT_STR, &o->init, "initial weights (safetensors); default: GPT-2 init from --seed"},
         {"--data", OPT_STR, &o->data, "training data: raw text (bytes) or an llm.c token file"},
+        {"--tokenizer", OPT_STR, &o->tokenizer, "gpt2 | DIR: tokenise the --data text with it on the fly (src/tok)"},
         {"--batch", OPT_INT, &o->batch, "B, sequences per step"},
         {"--seq", OPT_INT, &o->seq, "T, tokens per sequence"},
         {"--steps", OPT_INT, &o->steps, "K, optimizer steps in all (default 100)"},

@@ -24,6 +24,7 @@ typedef struct {
                              * a --save folder: its newest complete checkpoint; or NULL */
     /* data and optimization */
     const char *data;       /* raw text (bytes) or an llm.c token file; required */
+    const char *tokenizer;  /* NULL, or tok_load's spec ("gpt2", DIR): data is text tokenised by it */
     int batch, seq;         /* B, T (> 0); a resumed run must keep the checkpoint's */
     long shuffle;           /* batch-order seed (0: sequential); a resumed run keeps it too */
     int steps;              /* the run ends after optimizer step `steps` (counting resumed ones) */
