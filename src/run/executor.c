@@ -3,6 +3,7 @@
  * What an action does lives in the exec_*.c file of its concern (run/exec_int.h lists them).
  * Not here: thread or process start-up, data, logging (run_job.c and the trainer). */
 #include "run/exec_int.h"
+#include "util/killat.h"
 #include "util/pt.h"
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,8 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
     double t0 = pt_now();
     int peer = -1, rc = 0;
     tl_stream sm = TL_COMPUTE;
+    if (a.kind == ACT_F || a.kind == ACT_REDUCE_GRAD)   /* --kill-at (util/killat.h) */
+        pt_killat_point(e->c.world_rank, t, a.kind == ACT_F ? PT_KILL_FORWARD : PT_KILL_REDUCE);
     switch (a.kind) {
     case ACT_F:
         if (e->async) exec_stash(e, st, a.mb);
@@ -255,6 +258,20 @@ const gpt_model *run_exec_stage_model(const run_exec *e, int g) {
 }
 
 const gpt_model *run_exec_first_model(const run_exec *e) { return &e->st[0].m; }
+
+int run_exec_world_rank(const run_exec *e) { return e->c.world_rank; }
+
+int run_exec_stage_state(const run_exec *e, int g, const gpt_model **m, const adamw_state **opt,
+                         int *chunk, int *first, int *end) {
+    if (g < 0 || g >= e->c.s->n_stages || e->loc[g] < 0) return -1;
+    const run_stage *st = &e->st[e->loc[g]];
+    *m = &st->m;
+    *opt = st->opt.m ? &st->opt : NULL;
+    *chunk = st->chunk;
+    *first = st->first;
+    *end = st->end;
+    return 0;
+}
 
 int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g) {
     const run_stage *st = &e->st[e->loc[g]];

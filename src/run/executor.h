@@ -149,6 +149,13 @@ void run_exec_set_slowdown(run_exec *e, int g, double k);
 const gpt_model *run_exec_stage_model(const run_exec *e, int g);
 /* The model of this rank's first stage (every rank holds one): the config and tensor table. */
 const gpt_model *run_exec_first_model(const run_exec *e);
+/* The world rank this executor runs. */
+int run_exec_world_rank(const run_exec *e);
+/* Stage g's state as it is between iterations, for a copy (snapshots): its model, its AdamW
+ * state laid out like the model's parameters (NULL when the rank holds none whole: --zero 1),
+ * its chunk and layer range [first, end). -1 when stage g is not on this rank. */
+int run_exec_stage_state(const run_exec *e, int g, const gpt_model **m, const adamw_state **opt,
+                         int *chunk, int *first, int *end);
 /* Checkpoint writes (ckpt/checkpoint.h) into tmpdir: stage g's chunk file (parameters, and with
  * --zero 0 its moments); and with --zero 1 this rank's file of moment shards. Read the state
  * only: any rank may write while the others do. */

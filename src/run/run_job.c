@@ -296,6 +296,9 @@ void run_job_tp_stats(const run_job *j, run_tp_stats *out, int *ranks) {
     *ranks = j->n_local;
 }
 
+int run_job_local_count(const run_job *j) { return j->n_local; }
+run_exec *run_job_local_exec(run_job *j, int r) { return r >= 0 && r < j->n_local ? j->ex[r] : NULL; }
+
 int run_job_is_root(const run_job *j) { return !j->mpi || j->comms[0]->rank == 0; }
 
 /* ---- iteration ---------------------------------------------------------------------------- */

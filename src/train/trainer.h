@@ -65,6 +65,11 @@ typedef struct {
                              * of this cluster file (world rank w, file order), not this machine's */
     bool adapt_wire;        /* --adapt-wire (with adapt): bf16 on the wire once the measured links
                              * make the step link-bound (trainer_wire.c) */
+    /* recovery (docs/recovery.md) */
+    int snapshot_every;     /* --snapshot-every K: each rank's state into snapshot_dir every K
+                             * steps (and at the last), written off the compute path; 0: none */
+    const char *snapshot_dir;   /* --snapshot-dir: memory that outlives the process (/dev/shm/..);
+                             * with it every rank also beats a heartbeat there each step */
 } train_opts;
 
 #define TRAIN_MEM_LIMIT_SCHEDULE (-1)   /* --mem-limit schedule */

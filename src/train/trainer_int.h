@@ -59,6 +59,7 @@ struct train_ctx {
     char extra[1024];       /* this step's metrics keys added by hooks (",\"key\":value..."), or "" */
     struct train_adapt *adapt;  /* --adapt's state (trainer_adapt.c), or NULL */
     int wire_state;         /* --adapt-wire: the wire format in force (trainer_wire.c) */
+    struct train_recover *recover;  /* snapshots and heartbeats (trainer_recover.c), or NULL */
 };
 
 /* For hooks before LOG: adds "key":value to this step's metrics line (trainer_hooks.c). */
@@ -121,5 +122,14 @@ void train_report_end(train_ctx *t, long step);
 void train_report_error(train_ctx *t, long step);
 /* An "adapt" event (root, with a report): message, plus fields (taken over; may be NULL). */
 void train_report_adapt(train_ctx *t, long step, const char *message, cJSON *fields);
+
+/* Recovery (trainer_recover.c): init checks --kill-at against the layout and, with a snapshot
+ * folder, opens a snapshot per local rank into t->recover (-1 naming the flag); the SAVE hook
+ * (added by train_init when t->recover is set) beats the heartbeats and takes the snapshots; at
+ * the end the snapshots' costs (root prints); free waits for the writers (NULL state is fine). */
+int train_recover_init(train_ctx *t);
+int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, void *user);
+void train_recover_end(train_ctx *t);
+void train_recover_free(train_ctx *t);
 
 #endif
