@@ -27,6 +27,7 @@ typedef struct {
     int keep;                    /* --keep (-1: not given) */
     const char *side_mem;        /* --side-mem as given */
     const char **side_cmds, **side_tasks;   /* the repeatable flags' values (owned arrays) */
+    const char *precision;       /* --precision fp32 | bf16 */
 } train_args;
 
 /* Takes every "FLAG VALUE" / "FLAG=VALUE" out of argv (cli_parse knows no repeatable flags) into
@@ -173,7 +174,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 40 };
+    enum { N_TRAIN_OPTS = 41 };
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -218,6 +219,7 @@ int cli_train(int argc, char **argv) {
                                          "when it clears (docs/stragglers.md)"},
         {"--mem-limit", OPT_INT, &o->mem_limit, "--adapt: microbatches of activations a stage may hold (default: the "
                                                 "starting schedule's peak)"},
+        cli_precision_opt(&a.precision),
     };
     cli_layout_opts(opts + N_TRAIN_OPTS, &o->ro, &a.transport, &a.split_text);
     cli_layout_init(&o->ro);
@@ -239,7 +241,8 @@ int cli_train(int argc, char **argv) {
         return rc < 0 ? 2 : 0;
     }
     a.transport = cli_layout_transport(a.transport);
-    if (keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
+    if (keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || cli_precision_apply(a.precision, stdout) < 0 ||
+        cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
         free(a.side_cmds); free(a.side_tasks);
         cli_layout_faults_free(&o->ro);
         return cli_fail("train");
