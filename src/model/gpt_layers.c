@@ -3,6 +3,7 @@
  * caller-owned act storage laid out here, and the analytic cost of each. Not here: buffer
  * ownership, scheduling, the parameter table (gpt.c). */
 #include "model/gpt.h"
+#include "model/gpt_act16.h"
 #include "nn/nn.h"
 #include "util/pt.h"
 #include <stdio.h>
@@ -173,16 +174,62 @@ static int keep_all_recompute(const gpt_model *m, int l, const gpt_tied *tied, f
     return 0;
 }
 
-size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
+/* The fp32 act's size and F part (a layer stores them so but at bf16: gpt_act16.h). */
+static size_t act32_floats(const gpt_model *m, int layer, int B, int T) {
     return gpt_layer_ops_of(m, layer)->act_floats(m, B, T);
 }
 
-size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T) {
+static size_t saved32_floats(const gpt_model *m, int layer, int B, int T) {
     switch (gpt_layer_kind_of(m, layer)) {
     case GPT_LAYER_EMBED: return embed_act_view(m, NULL, B, T).saved;
     case GPT_LAYER_BLOCK: return block_act_view(m, NULL, B, T).saved;
     default:              return head_act_view(m, NULL, B, T).saved;
     }
+}
+
+size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
+    size_t n = act32_floats(m, layer, B, T);
+    return gpt_act16_on(m, layer, B, T) ? gpt_act16_floats(m, layer, B, T, n) : n;
+}
+
+size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T) {
+    size_t n = saved32_floats(m, layer, B, T);
+    return gpt_act16_on(m, layer, B, T) ? gpt_act16_floats(m, layer, B, T, n) : n;
+}
+
+/* ---- bf16 storage: each kind's regions (gpt_act16.h) ---------------------------------------
+ * fp32 stay the residual stream (x, res2, the head's input), the layer norms' statistics, the
+ * token ids and the head's probabilities (softmax and loss in fp32; B turns them into dlogits);
+ * everything else is a matmul's input or output, stored in bf16. The offsets come from views
+ * over a stand-in base, of which only differences are used. */
+static int spans_of(gpt_act_span *s, float *const *p, const unsigned *f, int n, const float *base,
+                    size_t size) {
+    for (int i = 0; i < n; i++) s[i] = (gpt_act_span){ (size_t)(p[i] - base), 0, f[i] };
+    for (int i = 0; i < n; i++) s[i].n = (i + 1 < n ? s[i + 1].off : size) - s[i].off;
+    return n;
+}
+
+int gpt_layer_act_spans(const gpt_model *m, int layer, int B, int T, gpt_act_span *s) {
+    static float base[1];
+    enum { E = ACT16_EXACT, NW = ACT16_NO_W };
+    if (gpt_layer_kind_of(m, layer) == GPT_LAYER_BLOCK) {
+        block_act v = block_act_view(m, base, B, T);
+        unsigned nb = m->tp_sp ? 0 : ACT16_NO_B;   /* under sp B computes the weight gradients */
+        float *p[] = { v.x, v.res2, v.ln1, v.ln1m, v.ln1r, v.qkv, v.atty, v.att, v.ln2, v.ln2m,
+                       v.ln2r, v.fch, v.fchg, v.dres3, v.dfch, v.dln2, v.dres2, v.dqkv, v.dln1 };
+        unsigned f[] = { E, E, nb, E, E, NW, nb, NW, nb, E, E, NW, nb, 0, 0, 0, 0, 0, 0 };
+        return spans_of(s, p, f, 19, base, v.size);
+    }
+    if (gpt_layer_kind_of(m, layer) == GPT_LAYER_HEAD) {
+        head_act v = head_act_view(m, base, B, T);
+        float *p[] = { v.x, v.lnf, v.lnfm, v.lnfr, (float *)v.targets, v.probs, v.dlnf };
+        unsigned f[] = { E, ACT16_NO_B, E, E, E, E | ACT16_B_WRITES, 0 };
+        return spans_of(s, p, f, 7, base, v.size);
+    }
+    embed_act v = embed_act_view(m, base, B, T);
+    float *p[] = { (float *)v.tokens, v.dout };
+    unsigned f[] = { E, 0 };
+    return spans_of(s, p, f, 2, base, v.size);
 }
 
 size_t gpt_layer_keep_floats(const gpt_model *m, int layer, int B, int T) {
@@ -196,10 +243,15 @@ size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T) {
 /* Scratch of the kinds: a block's B needs (N,4C/tp) (under sp at least (N,C), also in F) and
  * the attention's; a sharded head's F the per-token exchange (head_tp_forward), N*(tp + 3); the
  * embedding none, or under sp its (N,C) output before the reduce-scatter (within the block's). */
-size_t gpt_scratch_floats(const gpt_model *m, int B, int T) {
+static size_t kinds_scratch_floats(const gpt_model *m, int B, int T) {
     size_t N = (size_t)B * T, block = N * block_scratch_width(m) + ATTENTION_SCRATCH_FLOATS(T);
     size_t head = m->tp_size > 1 ? N * ((size_t)m->tp_size + 3) : 0;
     return block > head ? block : head;
+}
+
+/* At bf16 the work area follows (gpt_act16.h). */
+size_t gpt_scratch_floats(const gpt_model *m, int B, int T) {
+    return kinds_scratch_floats(m, B, T) + gpt_act16_work_floats(m, B, T);
 }
 
 /* Checks ids are in [0,V): -1 naming the first bad one, its (b,t) and what it was for. */
@@ -963,7 +1015,14 @@ const gpt_layer_ops *gpt_layer_ops_of(const gpt_model *m, int layer) {
     return &layer_kinds[gpt_layer_kind_of(m, layer)];
 }
 
-/* ---- dispatch ----------------------------------------------------------------------------- */
+/* ---- dispatch -----------------------------------------------------------------------------
+ * At bf16 a layer whose act is stored so (gpt_act16_on) runs on the fp32 work area after the
+ * kinds' scratch: F packs its F part into act; B unpacks the F part it reads, packs its B part
+ * and what it overwrote; W unpacks what it reads; the recompute starts from the keep prefix. */
+static float *act16_work(const gpt_model *m, int layer, float *scratch, int B, int T) {
+    return gpt_act16_on(m, layer, B, T) ? scratch + kinds_scratch_floats(m, B, T) : NULL;
+}
+
 int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                       float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
     if (T < 1 || T > m->cfg.n_positions || B < 1)
@@ -971,21 +1030,32 @@ int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float
                          layer, T, m->cfg.n_positions, B);
     if (m->tp_sp && gpt_sp_check_rows(B, T, m->tp_size) < 0)
         return pt_adderr("layer %d forward: ", layer);
-    if (gpt_layer_ops_of(m, layer)->forward(m, layer, tied, act, scratch, out, x, tokens, B, T) < 0)
+    float *work = act16_work(m, layer, scratch, B, T);
+    if (gpt_layer_ops_of(m, layer)->forward(m, layer, tied, work ? work : act, scratch, out, x, tokens, B, T) < 0)
         return pt_adderr("layer %d forward: ", layer);
+    if (work) gpt_act16_pack(m, layer, B, T, act, work, 0, saved32_floats(m, layer, B, T), 0);
     return 0;
 }
 
 int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                              float *scratch, float *dx, const float *dout, int B, int T) {
-    if (gpt_layer_ops_of(m, layer)->backward_input(m, layer, tied, act, scratch, dx, dout, B, T) < 0)
+    float *work = act16_work(m, layer, scratch, B, T);
+    size_t saved = saved32_floats(m, layer, B, T);
+    if (work) gpt_act16_unpack(m, layer, B, T, work, act, 0, saved, ACT16_NO_B);
+    if (gpt_layer_ops_of(m, layer)->backward_input(m, layer, tied, work ? work : act, scratch, dx, dout, B, T) < 0)
         return pt_adderr("layer %d backward: ", layer);
+    if (work) {
+        gpt_act16_pack(m, layer, B, T, act, work, saved, act32_floats(m, layer, B, T), 0);
+        gpt_act16_pack(m, layer, B, T, act, work, 0, saved, ACT16_B_WRITES);
+    }
     return 0;
 }
 
 int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
                               const float *act, float *scratch, int B, int T) {
-    return gpt_layer_ops_of(m, layer)->backward_weight(m, layer, tied, act, scratch, B, T);
+    float *work = act16_work(m, layer, scratch, B, T);
+    if (work) gpt_act16_unpack(m, layer, B, T, work, act, 0, act32_floats(m, layer, B, T), ACT16_NO_W);
+    return gpt_layer_ops_of(m, layer)->backward_weight(m, layer, tied, work ? work : act, scratch, B, T);
 }
 
 int gpt_layer_recompute(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
@@ -995,7 +1065,11 @@ int gpt_layer_recompute(const gpt_model *m, int layer, const gpt_tied *tied, flo
                          "and batch %d >= 1", layer, T, m->cfg.n_positions, B);
     if (m->tp_sp && gpt_sp_check_rows(B, T, m->tp_size) < 0)
         return pt_adderr("layer %d recompute: ", layer);
-    if (gpt_layer_ops_of(m, layer)->recompute(m, layer, tied, act, scratch, B, T) < 0)
+    const gpt_layer_ops *k = gpt_layer_ops_of(m, layer);
+    float *work = k->recompute == keep_all_recompute ? NULL : act16_work(m, layer, scratch, B, T);
+    if (work) memcpy(work, act, k->keep_floats(m, B, T) * sizeof *work);   /* stored fp32 as is */
+    if (k->recompute(m, layer, tied, work ? work : act, scratch, B, T) < 0)
         return pt_adderr("layer %d recompute: ", layer);
+    if (work) gpt_act16_pack(m, layer, B, T, act, work, 0, saved32_floats(m, layer, B, T), 0);
     return 0;
 }
