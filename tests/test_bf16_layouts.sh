@@ -24,6 +24,12 @@ else ok "grad bf16: not fp32's numbers"; fi
 "$P" grad $gargs --precision bf16 --out "$D/b.st" 2>&1 >/dev/null | grep -q '^precision: bf16 matmuls' \
   && ok "grad bf16: says its kernel" || fail "grad bf16: says its kernel" "no 'precision: bf16' line"
 
+# the emulation (what a CPU without AVX512_BF16 runs) sums as vdpbf16ps does: the same file
+if PIPETRAIN_BF16_EMULATE=1 "$P" grad $gargs --precision bf16 --out "$D/e.st" 2> "$D/err" > /dev/null &&
+   grep -q 'kernel: emulated' "$D/err"; then
+  check "grad bf16 emulated: the AVX512_BF16 file bitwise" "$CMP" "$D/e.st" "$D/b.st" 0
+else fail "grad bf16 emulated" "$(tail -2 "$D/err")"; fi
+
 layout() {   # name, tolerance against the single-process bf16 file, flags
   local n=$1 tol=$2; shift 2
   if ! "$P" grad $gargs --precision bf16 --out "$D/l.st" "$@" > "$D/out" 2>&1; then

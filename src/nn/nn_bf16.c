@@ -89,6 +89,8 @@ static const bf_impl bf_impl_emulated = { emu_pack_a, emu_pack_b, emu_kernel };
 
 /* ---- the choice --------------------------------------------------------------------------- */
 int nn_bf16_native(void) {
+    const char *emulate = getenv("PIPETRAIN_BF16_EMULATE");   /* tests: the other path here */
+    if (emulate && *emulate && strcmp(emulate, "0")) return 0;
 #if defined(__x86_64__) && defined(__GNUC__)
     return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl");

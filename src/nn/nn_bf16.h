@@ -58,7 +58,8 @@ void nn_gemm_bf16(int M, int N, int K, nn_operand A, nn_operand B, float beta, f
 void nn_gemm_bf16_emulated(int M, int N, int K, nn_operand A, nn_operand B, float beta,
                            float *C, int ldc);
 
-/* 1 when this CPU runs the AVX512_BF16 kernels, else 0. */
+/* 1 when this CPU runs the AVX512_BF16 kernels, else 0 (also 0 when the environment sets
+ * PIPETRAIN_BF16_EMULATE to anything but 0: the tests run the emulation that way). */
 int nn_bf16_native(void);
 /* What nn_gemm_bf16 runs: "AVX512_BF16 (vdpbf16ps)" or a sentence saying it emulates, slower. */
 const char *nn_bf16_kernel(void);
