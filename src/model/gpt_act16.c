@@ -1,6 +1,7 @@
-/* Activations stored in bf16 at --precision bf16: sizes, and packing between a layer's fp32
- * work area and its stored act (the scheme: gpt_act16.h). Not here: which regions a kind has
- * and which stay fp32 (gpt_layers.c, gpt_layer_act_spans). */
+/* Activations stored in bf16 at --precision bf16: sizes of a stored act, and packing between
+ * a layer's fp32 work area and its stored act, over the spans a layer kind lists (the scheme:
+ * gpt_act16.h). Not here: which regions a kind has, which stay fp32, when a layer packs
+ * (gpt_layers.c). */
 #include "model/gpt_act16.h"
 #include "nn/nn_bf16.h"
 #include <string.h>
@@ -9,28 +10,7 @@ static size_t stored_floats(const gpt_act_span *s) {
     return s->flags & ACT16_EXACT ? s->n : (s->n + 1) / 2;
 }
 
-static size_t act32_floats(const gpt_model *m, int layer, int B, int T) {
-    return gpt_layer_ops_of(m, layer)->act_floats(m, B, T);
-}
-
-size_t gpt_act16_work_floats(const gpt_model *m, int B, int T) {
-    if (m->precision != NN_BF16) return 0;
-    gpt_act_span s[GPT_ACT16_MAX_SPANS];
-    for (int l = 0; l < gpt_num_layers(m); l++)   /* every block's act is the same size */
-        if (gpt_layer_kind_of(m, l) == GPT_LAYER_BLOCK && gpt_layer_act_spans(m, l, B, T, s) > 0)
-            return act32_floats(m, l, B, T);
-    return 0;
-}
-
-int gpt_act16_on(const gpt_model *m, int layer, int B, int T) {
-    gpt_act_span s[GPT_ACT16_MAX_SPANS];
-    return m->precision == NN_BF16 && gpt_layer_act_spans(m, layer, B, T, s) > 0 &&
-           act32_floats(m, layer, B, T) <= gpt_act16_work_floats(m, B, T);
-}
-
-size_t gpt_act16_floats(const gpt_model *m, int layer, int B, int T, size_t end) {
-    gpt_act_span s[GPT_ACT16_MAX_SPANS];
-    int n = gpt_layer_act_spans(m, layer, B, T, s);
+size_t gpt_act16_floats(const gpt_act_span *s, int n, size_t end) {
     size_t at = 0;
     for (int i = 0; i < n && s[i].off < end; i++) at += stored_floats(&s[i]);
     return at;
@@ -39,10 +19,8 @@ size_t gpt_act16_floats(const gpt_model *m, int layer, int B, int T, size_t end)
 /* Calls f on each span in [lo, hi) whose flags pass, with its place in the stored act. */
 typedef void (*span_fn)(const gpt_act_span *s, float *stored, float *fp32);
 
-static void each_span(const gpt_model *m, int layer, int B, int T, float *act, float *work,
-                      size_t lo, size_t hi, unsigned only, unsigned skip, span_fn f) {
-    gpt_act_span s[GPT_ACT16_MAX_SPANS];
-    int n = gpt_layer_act_spans(m, layer, B, T, s);
+static void each_span(const gpt_act_span *s, int n, float *act, float *work, size_t lo, size_t hi,
+                      unsigned only, unsigned skip, span_fn f) {
     size_t at = 0;
     for (int i = 0; i < n; at += stored_floats(&s[i]), i++)
         if (s[i].off >= lo && s[i].off < hi && (!only || (s[i].flags & only)) && !(s[i].flags & skip))
@@ -59,12 +37,12 @@ static void unpack_span(const gpt_act_span *s, float *stored, float *fp32) {
     else nn_bf16_to_f32(fp32, (const uint16_t *)stored, s->n);
 }
 
-void gpt_act16_pack(const gpt_model *m, int layer, int B, int T, float *act, const float *work,
-                    size_t lo, size_t hi, unsigned only) {
-    each_span(m, layer, B, T, act, (float *)work, lo, hi, only, 0, pack_span);   /* work only read */
+void gpt_act16_pack(const gpt_act_span *s, int n, float *act, const float *work, size_t lo,
+                    size_t hi, unsigned only) {
+    each_span(s, n, act, (float *)work, lo, hi, only, 0, pack_span);   /* work only read */
 }
 
-void gpt_act16_unpack(const gpt_model *m, int layer, int B, int T, float *work, const float *act,
-                      size_t lo, size_t hi, unsigned skip) {
-    each_span(m, layer, B, T, (float *)act, work, lo, hi, 0, skip, unpack_span);   /* act only read */
+void gpt_act16_unpack(const gpt_act_span *s, int n, float *work, const float *act, size_t lo,
+                      size_t hi, unsigned skip) {
+    each_span(s, n, (float *)act, work, lo, hi, 0, skip, unpack_span);   /* act only read */
 }

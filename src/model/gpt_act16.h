@@ -4,11 +4,13 @@
  * (rounded up). The layer itself runs on an fp32 copy in the scratch (its work area), packed
  * into the stored act after F and B and unpacked before B and W, so the layers' code does not
  * know: storage changes, the arithmetic does not (but for the rounding of what is stored).
+ * gpt_layers.c lists the spans (act_spans there) and decides when to pack; here are
+ * the sizes and the packing over a list.
  * Exact regions come first in a kind's list where its keep prefix is (gpt_layer_keep_floats:
  * a block's x and res2), so that prefix reads the same in both forms. Not for other modules. */
 #ifndef PT_GPT_ACT16_H
 #define PT_GPT_ACT16_H
-#include "model/gpt.h"
+#include <stddef.h>
 
 enum {
     ACT16_EXACT = 1u,       /* stored fp32: the residual stream, statistics, token ids, probs */
@@ -24,23 +26,14 @@ typedef struct {
 
 #define GPT_ACT16_MAX_SPANS 24
 
-/* The spans of layer kind `kind`'s act of (B,T) in order, covering it; their count, 0 for a
- * kind stored fp32. (gpt_layers.c) */
-int gpt_layer_act_spans(const gpt_model *m, int layer, int B, int T, gpt_act_span *s);
-
-/* 1 when layer's act is stored in bf16: m at NN_BF16, the kind lists spans and its fp32 act
- * fits the work area (the largest block's: a head whose logits outgrow it stays fp32). */
-int gpt_act16_on(const gpt_model *m, int layer, int B, int T);
-/* Floats of the work area the scratch carries at NN_BF16 (0 at fp32). */
-size_t gpt_act16_work_floats(const gpt_model *m, int B, int T);
-/* Stored floats of the fp32 act's floats [0, end) (end at a span boundary). */
-size_t gpt_act16_floats(const gpt_model *m, int layer, int B, int T, size_t end);
+/* Stored floats of the fp32 act's floats [0, end) (end at a span boundary), over the n spans. */
+size_t gpt_act16_floats(const gpt_act_span *s, int n, size_t end);
 /* The spans in [lo, hi) of the fp32 act (whole spans) flagged `only` (0: all of them), from
  * work (fp32) into act (stored). */
-void gpt_act16_pack(const gpt_model *m, int layer, int B, int T, float *act, const float *work,
-                    size_t lo, size_t hi, unsigned only);
+void gpt_act16_pack(const gpt_act_span *s, int n, float *act, const float *work, size_t lo,
+                    size_t hi, unsigned only);
 /* The spans in [lo, hi) from act (stored) into work (fp32), but those flagged `skip`. */
-void gpt_act16_unpack(const gpt_model *m, int layer, int B, int T, float *work, const float *act,
-                      size_t lo, size_t hi, unsigned skip);
+void gpt_act16_unpack(const gpt_act_span *s, int n, float *work, const float *act, size_t lo,
+                      size_t hi, unsigned skip);
 
 #endif

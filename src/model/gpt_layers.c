@@ -187,14 +187,31 @@ static size_t saved32_floats(const gpt_model *m, int layer, int B, int T) {
     }
 }
 
+static int act_spans(const gpt_model *m, int layer, int B, int T, gpt_act_span *s);
+
+/* At bf16 the scratch carries a work area of one block's fp32 act (0 floats at fp32), and a
+ * layer stores its act in bf16 when its fp32 act fits it (a head whose logits outgrow a block's
+ * act stays fp32). */
+static size_t act16_work_floats(const gpt_model *m, int B, int T) {
+    return m->precision == NN_BF16 ? block_act_floats(m, B, T) : 0;
+}
+
+static int act16_on(const gpt_model *m, int layer, int B, int T) {
+    return m->precision == NN_BF16 && act32_floats(m, layer, B, T) <= act16_work_floats(m, B, T);
+}
+
+/* Stored floats of the fp32 act's [0, end). */
+static size_t stored_floats(const gpt_model *m, int layer, int B, int T, size_t end) {
+    gpt_act_span s[GPT_ACT16_MAX_SPANS];
+    return act16_on(m, layer, B, T) ? gpt_act16_floats(s, act_spans(m, layer, B, T, s), end) : end;
+}
+
 size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
-    size_t n = act32_floats(m, layer, B, T);
-    return gpt_act16_on(m, layer, B, T) ? gpt_act16_floats(m, layer, B, T, n) : n;
+    return stored_floats(m, layer, B, T, act32_floats(m, layer, B, T));
 }
 
 size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T) {
-    size_t n = saved32_floats(m, layer, B, T);
-    return gpt_act16_on(m, layer, B, T) ? gpt_act16_floats(m, layer, B, T, n) : n;
+    return stored_floats(m, layer, B, T, saved32_floats(m, layer, B, T));
 }
 
 /* ---- bf16 storage: each kind's regions (gpt_act16.h) ---------------------------------------
@@ -209,7 +226,7 @@ static int spans_of(gpt_act_span *s, float *const *p, const unsigned *f, int n, 
     return n;
 }
 
-int gpt_layer_act_spans(const gpt_model *m, int layer, int B, int T, gpt_act_span *s) {
+static int act_spans(const gpt_model *m, int layer, int B, int T, gpt_act_span *s) {
     static float base[1];
     enum { E = ACT16_EXACT, NW = ACT16_NO_W };
     if (gpt_layer_kind_of(m, layer) == GPT_LAYER_BLOCK) {
@@ -251,7 +268,7 @@ static size_t kinds_scratch_floats(const gpt_model *m, int B, int T) {
 
 /* At bf16 the work area follows (gpt_act16.h). */
 size_t gpt_scratch_floats(const gpt_model *m, int B, int T) {
-    return kinds_scratch_floats(m, B, T) + gpt_act16_work_floats(m, B, T);
+    return kinds_scratch_floats(m, B, T) + act16_work_floats(m, B, T);
 }
 
 /* Checks ids are in [0,V): -1 naming the first bad one, its (b,t) and what it was for. */
@@ -1020,7 +1037,20 @@ const gpt_layer_ops *gpt_layer_ops_of(const gpt_model *m, int layer) {
  * kinds' scratch: F packs its F part into act; B unpacks the F part it reads, packs its B part
  * and what it overwrote; W unpacks what it reads; the recompute starts from the keep prefix. */
 static float *act16_work(const gpt_model *m, int layer, float *scratch, int B, int T) {
-    return gpt_act16_on(m, layer, B, T) ? scratch + kinds_scratch_floats(m, B, T) : NULL;
+    return act16_on(m, layer, B, T) ? scratch + kinds_scratch_floats(m, B, T) : NULL;
+}
+
+/* Packs or unpacks [lo, hi) of layer's act (gpt_act16_pack / _unpack). */
+static void act16_pack(const gpt_model *m, int layer, int B, int T, float *act, const float *work,
+                       size_t lo, size_t hi, unsigned only) {
+    gpt_act_span s[GPT_ACT16_MAX_SPANS];
+    gpt_act16_pack(s, act_spans(m, layer, B, T, s), act, work, lo, hi, only);
+}
+
+static void act16_unpack(const gpt_model *m, int layer, int B, int T, float *work, const float *act,
+                         size_t lo, size_t hi, unsigned skip) {
+    gpt_act_span s[GPT_ACT16_MAX_SPANS];
+    gpt_act16_unpack(s, act_spans(m, layer, B, T, s), work, act, lo, hi, skip);
 }
 
 int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
@@ -1033,7 +1063,7 @@ int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float
     float *work = act16_work(m, layer, scratch, B, T);
     if (gpt_layer_ops_of(m, layer)->forward(m, layer, tied, work ? work : act, scratch, out, x, tokens, B, T) < 0)
         return pt_adderr("layer %d forward: ", layer);
-    if (work) gpt_act16_pack(m, layer, B, T, act, work, 0, saved32_floats(m, layer, B, T), 0);
+    if (work) act16_pack(m, layer, B, T, act, work, 0, saved32_floats(m, layer, B, T), 0);
     return 0;
 }
 
@@ -1041,12 +1071,12 @@ int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied
                              float *scratch, float *dx, const float *dout, int B, int T) {
     float *work = act16_work(m, layer, scratch, B, T);
     size_t saved = saved32_floats(m, layer, B, T);
-    if (work) gpt_act16_unpack(m, layer, B, T, work, act, 0, saved, ACT16_NO_B);
+    if (work) act16_unpack(m, layer, B, T, work, act, 0, saved, ACT16_NO_B);
     if (gpt_layer_ops_of(m, layer)->backward_input(m, layer, tied, work ? work : act, scratch, dx, dout, B, T) < 0)
         return pt_adderr("layer %d backward: ", layer);
     if (work) {
-        gpt_act16_pack(m, layer, B, T, act, work, saved, act32_floats(m, layer, B, T), 0);
-        gpt_act16_pack(m, layer, B, T, act, work, 0, saved, ACT16_B_WRITES);
+        act16_pack(m, layer, B, T, act, work, saved, act32_floats(m, layer, B, T), 0);
+        act16_pack(m, layer, B, T, act, work, 0, saved, ACT16_B_WRITES);
     }
     return 0;
 }
@@ -1054,7 +1084,7 @@ int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied
 int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
                               const float *act, float *scratch, int B, int T) {
     float *work = act16_work(m, layer, scratch, B, T);
-    if (work) gpt_act16_unpack(m, layer, B, T, work, act, 0, act32_floats(m, layer, B, T), ACT16_NO_W);
+    if (work) act16_unpack(m, layer, B, T, work, act, 0, act32_floats(m, layer, B, T), ACT16_NO_W);
     return gpt_layer_ops_of(m, layer)->backward_weight(m, layer, tied, work ? work : act, scratch, B, T);
 }
 
@@ -1070,6 +1100,6 @@ int gpt_layer_recompute(const gpt_model *m, int layer, const gpt_tied *tied, flo
     if (work) memcpy(work, act, k->keep_floats(m, B, T) * sizeof *work);   /* stored fp32 as is */
     if (k->recompute(m, layer, tied, work ? work : act, scratch, B, T) < 0)
         return pt_adderr("layer %d recompute: ", layer);
-    if (work) gpt_act16_pack(m, layer, B, T, act, work, 0, saved32_floats(m, layer, B, T), 0);
+    if (work) act16_pack(m, layer, B, T, act, work, 0, saved32_floats(m, layer, B, T), 0);
     return 0;
 }
