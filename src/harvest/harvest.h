@@ -34,11 +34,18 @@ typedef struct harvest_task harvest_task;
 
 /* A step's window, for tasks that run until told (process tasks, vt.until_deadline): return
  * by `deadline` (pt_now() time), and as soon as arrived(arg) says non-zero (1: the main job
- * needs the rank back; -1: the job failed). Iterative tasks may ignore it. */
+ * needs the rank back; -1: the job failed). block(arg, deadline), when set, sleeps until the
+ * arrival or the deadline (1, 0, -1 alike): a process task resumes its program, blocks there
+ * (the rank leaves its core), and stops the program when it returns. Iterative tasks may
+ * ignore all three. cpu_s: a task whose work runs outside the rank's thread (a process)
+ * stores the CPU seconds that work received during the step there; for the others the
+ * harvester reads the rank thread's CPU clock around the step. */
 typedef struct {
     double deadline;
     int (*arrived)(void *arg);
+    int (*block)(void *arg, double deadline);
     void *arg;
+    double *cpu_s;
 } harvest_slot;
 
 typedef struct {
@@ -126,8 +133,13 @@ const char *harvest_lost_name(int k);
 /* Numbers of the last training step, from its merged timeline (root). */
 typedef struct {
     double side_s;          /* rank-seconds of side steps (each started inside a bubble) */
-    double overrun_s;       /* the part of them past the awaited message's arrival: time a
-                             * main-job action started later than it could have */
+    double side_cpu_s;      /* CPU seconds those steps received: the rank threads' CPU clocks
+                             * (C tasks), the programs' processes' (process tasks): the work
+                             * side tasks got, against bubble_s the fraction harvested */
+    double overrun_s;       /* the part of them past the awaited message's arrival (for a
+                             * program's slot, past when the arrival woke the sleeping rank:
+                             * the stop's cost): time a main-job action started later than
+                             * it could have */
     double sync_s;          /* side work run at the step boundary (first steps, to measure them) */
     int steps;              /* side steps run */
     int offered;            /* waits offered to side work, and of them with steps run: */
@@ -205,6 +217,8 @@ int harvest_task_roams(const harvest *h, int i);
 void harvest_run_totals(const harvest *h, harvest_stats *out);
 /* Over the run, per task: steps, seconds of steps, median step seconds (kind 0; -1: none). */
 void harvest_task_totals(const harvest *h, int i, long *steps, double *secs, double *median);
+/* Over the run, per task: the CPU seconds its steps received (slot.cpu_s or the thread's). */
+double harvest_task_cpu(const harvest *h, int i);
 /* Frees every task (killing their processes) and the harvester. NULL is fine. */
 void harvest_free(harvest *h);
 

@@ -34,8 +34,12 @@
 #define HV_STOP_MARGIN_S 150e-6
 /* The shortest bubble a process is resumed for: its stop margin and a slice worth the switch. */
 #define HV_MIN_SLOT_S 400e-6
+/* A process's slot under the conditional rule lasts until the arrival, re-decided after this
+ * long (a bound: the transport's wait wakes the rank at the arrival). */
+#define HV_SLOT_MAX_S 0.25
 /* A roaming task held by another rank (its wait just ended: it is giving the task back) is
- * looked for again every HV_HELD_POLL_S, for at most HV_HELD_MAX_S of a wait. */
+ * looked for again every HV_HELD_POLL_S (asleep in the transport's wait meanwhile: the arrival
+ * wakes the rank), for at most HV_HELD_MAX_S of a wait. */
 #define HV_HELD_POLL_S 20e-6
 #define HV_HELD_MAX_S 1e-3
 
@@ -69,8 +73,8 @@ typedef struct {
     double med[HARVEST_KINDS];  /* their median; -1: none yet */
     double need[HARVEST_KINDS]; /* their policy.step_q quantile: what the next step is taken to
                                  * need; -1: none yet */
-    long steps;                 /* over the run: steps that did work, their seconds */
-    double secs;
+    long steps;                 /* over the run: steps that did work, their seconds, */
+    double secs, cpu;           /* and the CPU seconds they received */
 } hv_task;
 
 struct harvest {

@@ -114,8 +114,9 @@ static void hv_side_of(const timeline *tl, int w, int k0, int k1, double r0, dou
         const tl_event *s = &tl->ev[k];
         if (s->rank != w || s->stream != TL_SIDE) continue;
         *secs += s->end - s->start;
+        out->side_cpu_s += s->cpu;
         *inside += fmax(0, fmin(s->end, av) - fmax(s->start, r0));
-        *over += fmax(0, s->end - fmax(s->start, av));
+        *over += fmax(0, s->end - fmax(fmax(s->start, av), s->woke));   /* woken: the stop's cost */
         out->steps++;
     }
     out->side_s += *secs;

@@ -32,7 +32,7 @@ typedef struct {
 typedef struct {
     harvest *h;             /* NULL: no side work */
     harvest_eval *ev;       /* --eval-data, or NULL */
-    double bubble_s, side_s, overrun_s, sync_s, step_s, eval_sync_s;   /* sums over logged steps */
+    double bubble_s, side_s, side_cpu_s, overrun_s, sync_s, step_s, eval_sync_s;   /* sums over logged steps */
     long steps, offered, used, n_steps;
 } train_side;
 
