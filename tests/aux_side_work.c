@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,19 +44,24 @@ static uint64_t unit(uint64_t x) {
 }
 
 static counter *map_file(const char *path, int create) {
-    int fd = open(path, create ? O_RDWR | O_CREAT | O_TRUNC : O_RDONLY, 0644);
-    if (fd < 0) { perror(path); exit(1); }
+    int fd = open(path, create ? O_RDWR | O_CREAT : O_RDONLY, 0644);   /* never shorter than a
+                                                                         * counter: readers map it */
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) { perror(path); exit(1); }
     if (create && ftruncate(fd, sizeof(counter)) < 0) { perror(path); exit(1); }
+    if (!create && st.st_size < (off_t)sizeof(counter)) { fprintf(stderr, "%s: not a counter\n", path); exit(1); }
     void *p = mmap(NULL, sizeof(counter), create ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) { perror(path); exit(1); }
     return p;
 }
 
+static volatile uint64_t sink;
+
 static _Noreturn void count_into(const char *path) {
     counter *c = map_file(path, 1);
-    volatile uint64_t sink = 0;
     uint64_t x = 1;
+    memset(c->rec, 0, sizeof c->rec);
     for (uint64_t n = 1;; n++) {
         x = unit(x);
         sink = x;
@@ -75,10 +81,8 @@ static int read_file(const char *path) {
 
 static int calibrate(double secs) {
     uint64_t t0 = cpu_ns(), n = 0, x = 1;
-    volatile uint64_t sink;
     while (cpu_ns() - t0 < (uint64_t)(secs * 1e9)) { x = unit(x); n++; }
     sink = x;
-    (void)sink;
     printf("units_per_s %.1f\n", n / ((cpu_ns() - t0) / 1e9));
     return 0;
 }

@@ -11,10 +11,10 @@
  * back to it); so do SIGINT, SIGTERM, SIGHUP and SIGQUIT to this process (handlers installed while
  * commands live, when nothing else handles them), and the shell dies with its parent
  * (PR_SET_PDEATHSIG). A process that leaves the group (setsid) is beyond reach. Not here: when bubbles are (harvest.c). Linux only (/proc, prctl). */
+#include "harvest/cmd_group.h"
 #include "harvest/harvest.h"
 #include "util/pt.h"
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
@@ -31,7 +31,6 @@
 #define CMD_MEM_EVERY_S 0.02      /* resident memory is read at most this often (at boundaries) */
 #define CMD_MAX_LIVE 64           /* process groups the signal handlers know of */
 #define CMD_NICE 19               /* the lowest priority: the main job's threads come first */
-#define CMD_MAX_PROCS 32          /* processes of a group whose CPU is counted, threads placed */
 
 typedef struct {
     char *cmd;                    /* owned */
@@ -41,16 +40,7 @@ typedef struct {
     int slot;                     /* its entry in cmd_live, -1: none */
     double mem_cap;               /* bytes (0: none) */
     double last_check, peak_rss;
-    /* The group as last seen between steps (main thread; the rank's thread reads it in steps):
-     * its processes (CPU clocks) and their threads (placed on the rank's core). */
-    pid_t procs[CMD_MAX_PROCS], tids[CMD_MAX_PROCS];
-    int n_procs, n_tids;
-    double cpu0[CMD_MAX_PROCS];   /* each process's CPU clock at the slot's resume (-1: unread) */
-    double reaped_s, carry_s;     /* the leader's children's CPU (ended, reaped) seen so far; the
-                                   * part not yet counted in a step */
-    int pin;                      /* place the group on the rank's core (PT_SIDE_PIN=0: no) */
-    int placed;                   /* the core it was placed on, -1: none */
-    cpu_set_t allowed;            /* this process's cores when the task started */
+    cmd_group g;                  /* its processes' CPU and placement (cmd_group.h) */
 } cmd_task;
 
 /* ---- killing what is left when this process dies ------------------------------------------- */
@@ -178,8 +168,7 @@ static int cmd_init(harvest_task *t) {
     setpgid(pid, pid);
     c->pid = pid;
     c->alive = 1;
-    c->procs[0] = c->tids[0] = pid;
-    c->n_procs = c->n_tids = 1;
+    cmd_group_init(&c->g, pid);
     c->slot = cmd_register(pid);
     int st;
     if (waitpid(pid, &st, WUNTRACED) != pid || !WIFSTOPPED(st)) {
@@ -187,93 +176,6 @@ static int cmd_init(harvest_task *t) {
         return pt_seterr("--side-command '%s': the process did not start", c->cmd);
     }
     return 0;
-}
-
-/* ---- the group's CPU and placement ----------------------------------------------------------- */
-
-/* A process's CPU clock (all its threads), seconds; -1 when it is gone. */
-static double cmd_proc_cpu(pid_t pid) {
-    clockid_t id;
-    struct timespec ts;
-    if (clock_getcpuclockid(pid, &id) != 0 || clock_gettime(id, &ts) != 0) return -1;
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The CPU the group received since cmd_cpu_mark: the increase of each process's clock (a
- * process gone meanwhile counts up to its last reading: nothing). */
-static void cmd_cpu_mark(cmd_task *c) {
-    for (int k = 0; k < c->n_procs; k++) c->cpu0[k] = cmd_proc_cpu(c->procs[k]);
-}
-
-static double cmd_cpu_since(const cmd_task *c) {
-    double s = 0;
-    for (int k = 0; k < c->n_procs; k++) {
-        double now = c->cpu0[k] >= 0 ? cmd_proc_cpu(c->procs[k]) : -1;
-        if (now > c->cpu0[k]) s += now - c->cpu0[k];
-    }
-    return s;
-}
-
-/* The group on the core this thread runs on, when it was elsewhere: the core the rank is about
- * to leave idle, so the program runs there and not queued behind the other rank (a task at
- * SCHED_IDLE waits for a core nothing else wants; the scheduler rarely moves it to the one that
- * just fell idle). Once per change of core (the threads keep it while stopped). */
-static void cmd_place(cmd_task *c) {
-    int cpu = sched_getcpu();
-    if (!c->pin || cpu < 0 || cpu == c->placed || !CPU_ISSET(cpu, &c->allowed)) return;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    for (int k = 0; k < c->n_tids; k++) sched_setaffinity(c->tids[k], sizeof one, &one);
-    c->placed = cpu;
-}
-
-/* The threads of process pid into c->tids (/proc/PID/task). */
-static void cmd_list_threads(cmd_task *c, pid_t pid) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    struct dirent *de;
-    while (d && (de = readdir(d)) && c->n_tids < CMD_MAX_PROCS)
-        if (de->d_name[0] != '.') c->tids[c->n_tids++] = (pid_t)atoi(de->d_name);
-    if (d) closedir(d);
-}
-
-/* The group as it is now: pid and its descendants (/proc children lists), their threads; the
- * threads placed again at the next step when they changed. Main thread, between steps. */
-static void cmd_list_group(cmd_task *c) {
-    pid_t old[CMD_MAX_PROCS];
-    int n_old = c->n_tids;
-    memcpy(old, c->tids, sizeof old);
-    c->n_procs = c->n_tids = 0;
-    c->procs[c->n_procs++] = c->pid;
-    for (int k = 0; k < c->n_procs; k++) {
-        char path[96];
-        snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)c->procs[k], (int)c->procs[k]);
-        FILE *f = fopen(path, "r");
-        int child;
-        while (f && c->n_procs < CMD_MAX_PROCS && fscanf(f, "%d", &child) == 1) c->procs[c->n_procs++] = child;
-        if (f) fclose(f);
-        cmd_list_threads(c, c->procs[k]);
-    }
-    if (n_old != c->n_tids || memcmp(old, c->tids, sizeof(pid_t) * (size_t)n_old)) c->placed = -1;
-}
-
-/* The leader's children that ended (reaped by it): their CPU, from /proc/PID/stat's cutime and
- * cstime (clock ticks), added to the next step's count. */
-static void cmd_reaped(cmd_task *c) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)c->pid);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    unsigned long long cut = 0, cst = 0;
-    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %llu %llu", &cut, &cst) != 2)
-        return;
-    double s = (double)(cut + cst) / (double)sysconf(_SC_CLK_TCK);
-    if (s > c->reaped_s) c->carry_s += s - c->reaped_s, c->reaped_s = s;
 }
 
 /* Until the deadline or the arrival, for a caller without slot.block: short naps. */
@@ -291,14 +193,13 @@ static void cmd_nap_until(const harvest_slot *sl) {
 static int cmd_step(harvest_task *t, const harvest_slot *sl) {
     cmd_task *c = t->self;
     if (!c->alive) return HARVEST_IDLE;
-    cmd_place(c);
-    cmd_cpu_mark(c);
+    cmd_group_place(&c->g);
+    cmd_group_mark(&c->g);
     kill(-c->pid, SIGCONT);
     if (sl->block) sl->block(sl->arg, sl->deadline);   /* its failure: the harvester's to see */
     else cmd_nap_until(sl);
     kill(-c->pid, SIGSTOP);
-    double cpu = cmd_cpu_since(c) + c->carry_s;
-    c->carry_s = 0;
+    double cpu = cmd_group_take(&c->g);
     if (sl->cpu_s) *sl->cpu_s = cpu;
     return HARVEST_MORE;
 }
@@ -336,10 +237,7 @@ static int cmd_done(harvest_task *t) {
     cmd_task *c = t->self;
     int st;
     if (!c->alive) return 1;
-    if (c->execd || (c->execd = cmd_execd(c->pid))) {
-        cmd_list_group(c);
-        cmd_reaped(c);
-    }
+    if (c->execd || (c->execd = cmd_execd(c->pid))) cmd_group_refresh(&c->g);
     if (waitpid(c->pid, &st, WNOHANG) == c->pid) {
         c->alive = 0;
         kill(-c->pid, SIGKILL);          /* what it left behind in its group */
@@ -397,10 +295,6 @@ int harvest_command_create(harvest_task **out, const char *args, const harvest_e
     c->cmd = pt_strdup(args);
     c->slot = -1;
     c->mem_cap = env->mem_cap;
-    c->placed = -1;
-    const char *pin = getenv("PT_SIDE_PIN");
-    c->pin = !(pin && !strcmp(pin, "0"));
-    if (sched_getaffinity(0, sizeof c->allowed, &c->allowed) != 0 || CPU_COUNT(&c->allowed) < 2) c->pin = 0;
     t->vt = &cmd_vt;
     t->self = c;
     t->rank = rank;
