@@ -81,7 +81,7 @@ test: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN)
 demo: $(BUILD)/pipetrain
 	@tools/demo.sh $(BUILD)/pipetrain
 
-bench: $(BUILD)/pipetrain $(BENCH_BIN)
+bench: $(BUILD)/pipetrain $(BENCH_BIN) $(BUILD)/tests/aux_side_work
 	@BUILD=$(BUILD) bench/run.sh
 
 vec-check:
