@@ -22,7 +22,8 @@
 
 harvest_policy harvest_policy_default(void) {
     return (harvest_policy){ .conditional = 1, .wait_q = 0.25, .survive = HV_SURVIVE,
-                             .overrun_target = HV_OVERRUN_TARGET, .step_q = HV_STEP_Q, .roam = true };
+                             .overrun_target = HV_OVERRUN_TARGET, .step_q = HV_STEP_Q, .roam = true,
+                             .backoff = true };
 }
 
 harvest_policy harvest_policy_fixed(void) {
@@ -35,6 +36,8 @@ void harvest_create(harvest **out) {
     h->pol = harvest_policy_default();
     h->survive = h->pol.survive;
     h->ema_over = -1;
+    h->bo_duty = 1;
+    h->bo_slow = NAN;
     *out = h;
 }
 
@@ -281,6 +284,8 @@ static double hv_deadline(const harvest *h, const hv_wait *v) {
 
 void harvest_pause(harvest *h, int paused) { h->paused = paused; }
 
+int harvest_resting(const harvest *h) { return h->resting; }
+
 void harvest_set_log(harvest *h, FILE *f) { h->log = f; }
 
 void harvest_set_policy(harvest *h, const harvest_policy *p) { h->pol = *p; }
@@ -293,7 +298,8 @@ int harvest_on_wait(void *user, run_wait *w) {
     hv_offer *o = &h->offers[wj];
     hv_wait v = { w->since, w->since + h->pred[wj], h->samp + wj * HV_HISTORY };
     *o = (hv_offer){ .since = w->since, .stop = w->since, .pred = h->pred[wj], .why = HV_WHY_NOTASK };
-    if (h->paused || h->n_rank_tasks[r] == 0) return 0;
+    if (h->resting) o->why = HV_WHY_REST;
+    if (h->paused || h->resting || h->n_rank_tasks[r] == 0) return 0;
     char idle[HV_MAX_RANK_TASKS] = { 0 };
     hv_arrival arr = { w, 0, 0 };
     h->offered[r]++;
@@ -382,10 +388,14 @@ int harvest_after_step(harvest *h, const timeline *tl, comm *world, harvest_stat
     memset(out, 0, sizeof *out);
     h->sync_s = 0;
     if (h->s) {
+        out->rested = h->resting;
         if (tl) {
             double iter_s = hv_measure(h, tl, out);
-            if (!h->paused) hv_control(h, iter_s);
+            if (!h->paused && !h->resting) hv_control(h, iter_s);
+            hv_backoff_step(h, tl, out->steps > 0);
+            h->resting = hv_backoff_rest(h);
         }
+        out->slow = h->bo_slow;
         hv_offers_reset(h);
         if (hv_predict(h, tl != NULL, world) < 0) return -1;
         for (int r = h->lo; r < h->hi; r++) {

@@ -125,6 +125,7 @@ enum {
     HARVEST_LOST_GRAIN,       /* the rest after the last step that fitted: less than a step */
     HARVEST_LOST_IDLE,        /* the tasks had nothing to do */
     HARVEST_LOST_OVERHEAD,    /* between steps: the offer, arrival checks, signals, wake-ups */
+    HARVEST_LOST_REST,        /* the step rested: the main job first (harvest_policy.backoff) */
     HARVEST_LOST_N
 };
 /* "unoffered", "no task", ...: for tables. */
@@ -142,6 +143,9 @@ typedef struct {
                              * it could have */
     double sync_s;          /* side work run at the step boundary (first steps, to measure them) */
     int steps;              /* side steps run */
+    int rested;             /* 1: the step ran without side work (the main job first) */
+    double slow;            /* the estimated cost of side work to a step's compute (0.03: 3%
+                             * slower), NaN before there is one (harvest_policy.backoff) */
     int offered;            /* waits offered to side work, and of them with steps run: */
     int used;
     /* The waits' idle rank-seconds (from reaching the waiting action to when what it waited for
@@ -170,6 +174,11 @@ typedef struct {
     double step_q;          /* a step's need: this quantile of its kind's last 32 durations */
     bool roam;              /* a task added without a rank runs in the waits of any rank of its
                              * process, one rank at a time (else: of the rank it was given) */
+    /* The main job first: when the ranks' compute in steps with side work is more than 2%
+     * slower than in steps without (medians of the last 16 of each), side work runs in only
+     * a fraction 2% / that cost of the steps; one step in 10 runs without, to keep the
+     * baseline (unless the caller pauses some: harvest_pause). */
+    bool backoff;
 } harvest_policy;
 harvest_policy harvest_policy_default(void);
 /* The policy up to this change: fixed rule at wait_q 0.25, the median step, no roaming. */
@@ -195,6 +204,9 @@ void harvest_bind(harvest *h, const sched *s, int P);
 /* Paused (1): waits are not used until resumed (0); a process task stays stopped. Between
  * iterations only (bench/bench_harvest.c alternates iterations with and without side work). */
 void harvest_pause(harvest *h, int paused);
+/* Whether the next iteration runs without side work: the main job first (policy.backoff: a
+ * baseline step, or backed off). Between iterations. */
+int harvest_resting(const harvest *h);
 /* The executor's wait hook: pass harvest_on_wait and h as run_opts.on_wait / wait_user. */
 int harvest_on_wait(void *user, run_wait *w);
 /* After each training step, on every process (collective over world when non-NULL, MPI): root

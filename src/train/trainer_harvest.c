@@ -136,6 +136,8 @@ int train_hook_side(train_ctx *t, long step, const train_step_stats *st, void *u
     sd->offered += hs.offered;
     sd->used += hs.used;
     sd->n_steps++;
+    sd->rested += hs.rested;
+    sd->slow = hs.slow;
     if (job) {
         train_metric(t, "bubble_s", bubble);
         train_metric(t, "side_s", hs.side_s);
@@ -305,6 +307,12 @@ void train_side_end(train_ctx *t) {
                100 * frac, sd->side_s, tot.used_s, tot.idle_s, lost[0] ? lost : "none", sd->steps,
                sd->used, sd->offered, sd->overrun_s, sd->sync_s + sd->eval_sync_s, 100 * delay,
                sd->step_s);
+    if (train_engine_job(t->e) && sd->rested > 0) {
+        char cost[64] = "not measured yet";
+        if (sd->slow == sd->slow) snprintf(cost, sizeof cost, "%+.1f%%", 100 * sd->slow);
+        printf("  the main job first: %ld of %ld steps ran without side work (the baseline, or backed off; "
+               "side work's cost to a step's compute: %s)\n", sd->rested, sd->n_steps, cost);
+    }
     for (int i = 0; i < harvest_count(sd->h) && train_engine_job(t->e); i++) side_task_line(t, i, wall);
     cJSON *o = cJSON_CreateObject();
     char msg[240];
