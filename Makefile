@@ -1,6 +1,7 @@
 # pipetrain — plain Makefile.
 #   make          build build/pipetrain (installs missing Debian packages first)
 #   make test     build and run the test suite; last line "N passed, N failed"
+#   make test-repeat N  the suite N times in a row (default 5), stopping at the first red run
 #   make demo     train a small character-level GPT on a real text corpus
 #   make bench    benchmarks (ratios measured side by side)
 #   make vec-check  which hot loops of the kernels do not vectorise, for AVX2 and AVX-512
@@ -46,7 +47,7 @@ AUX_BIN  := $(AUX_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all deps test demo bench vec-check clean
+.PHONY: all deps test test-repeat demo bench vec-check clean
 all: $(BUILD)/pipetrain
 
 deps: $(DEPS_OK)
@@ -77,6 +78,15 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpipetrain.a
 
 test: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN)
 	@BUILD=$(BUILD) tests/run.sh
+
+# `make test-repeat 5` (or N=5): the count is the goal after test-repeat, made a no-op target here.
+ifneq ($(filter test-repeat,$(MAKECMDGOALS)),)
+REPEAT_N := $(or $(filter-out test-repeat,$(MAKECMDGOALS)),$(N),5)
+$(filter-out test-repeat,$(MAKECMDGOALS)):
+	@:
+endif
+test-repeat: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN)
+	@BUILD=$(BUILD) tests/repeat.sh $(REPEAT_N)
 
 demo: $(BUILD)/pipetrain
 	@tools/demo.sh $(BUILD)/pipetrain

@@ -3,7 +3,7 @@
  * same arithmetic train --eval-data does in the pipeline's bubbles, so the two agree bitwise on
  * the same weights. Flags only; the evaluation is the library's. */
 #include "cli/cli.h"
-#include "cli/cli_model.h"
+#include "ckpt/ckpt_model.h"
 #include "ckpt/checkpoint.h"
 #include "harvest/eval.h"
 #include "util/pt.h"
@@ -33,7 +33,7 @@ int cli_eval(int argc, char **argv) {
     gpt_model m;
     eval_set *set = NULL;
     double loss = 0;
-    if (ckpt_resolve(checkpoint, dir, sizeof dir) < 0 || cli_model_from_checkpoint(&m, dir) < 0)
+    if (ckpt_model_load(&m, checkpoint, dir, sizeof dir) < 0)
         return cli_fail("eval");
     ckpt_manifest man;
     rc = ckpt_read_manifest(&man, dir);

@@ -6,7 +6,6 @@
  * here (there is no optimizer state to shard). */
 #include "cli/cli.h"
 #include "cli/cli_layout.h"
-#include "cli/cli_model.h"
 #include "io/data.h"
 #include "io/safetensors.h"
 #include "model/config.h"

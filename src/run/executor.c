@@ -230,6 +230,11 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
     out->params = out->grads = w * f;
     out->optim = opt * f;
     out->acts = (double)run_exec_act_bytes(e) + bufs * f;
+    out->act_sets = (double)(run_exec_act_bytes(e) - e->work_n * sizeof(float));
+    out->act_mb = 0;
+    for (int i = 0; i < e->n_stages; i++)
+        for (int l = e->st[i].first; l < e->st[i].end; l++)
+            out->act_mb += (double)gpt_layer_act_floats(&e->st[i].m, l, e->c.mb_rows, e->c.T) * f;
 }
 
 int run_exec_replan(run_exec *e, const sched *s) { return exec_state_replan(e, s); }

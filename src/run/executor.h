@@ -88,6 +88,8 @@ typedef struct {
     double grads;              /* their gradients */
     double optim;              /* AdamW moments (its shards with --zero 1) */
     double acts;               /* activation sets, boundary buffers, scratch, weight stashes */
+    double act_sets;           /* the activation sets within acts (the schedule's peak in flight) */
+    double act_mb;             /* one microbatch's activation set (what one more in flight costs) */
 } run_mem;
 
 /* A rank's tensor-parallel collectives (the ones its layers call through gpt_tp: all-reduces,

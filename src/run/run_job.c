@@ -119,21 +119,23 @@ static int job_exec_init(run_job *j, int r) {
 /* What every rank holds, and the busiest rank's activation sets (MPI: every rank's numbers in
  * its own slots, summed). */
 static int job_measure(run_job *j) {
-    double *v = pt_calloc((size_t)j->R * 5, sizeof *v);
+    enum { NV = 7 };   /* run_mem's six numbers and run_exec_act_bytes */
+    double *v = pt_calloc((size_t)j->R * NV, sizeof *v);
     for (int r = 0; r < j->n_local; r++) {
         int w = job_world_rank(j, r);
         run_mem m;
         run_exec_mem(j->ex[r], &m);
-        double x[5] = { m.params, m.grads, m.optim, m.acts, (double)run_exec_act_bytes(j->ex[r]) };
-        memcpy(v + (size_t)w * 5, x, sizeof x);
+        double x[NV] = { m.params, m.grads, m.optim, m.acts, m.act_sets, m.act_mb, (double)run_exec_act_bytes(j->ex[r]) };
+        memcpy(v + (size_t)w * NV, x, sizeof x);
     }
-    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R * 5) : 0;
+    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R * NV) : 0;
     free(j->mem);
     j->mem = pt_calloc((size_t)j->R, sizeof *j->mem);
     j->act_max = 0;
     for (int w = 0; w < j->R; w++) {
-        j->mem[w] = (run_mem){ v[w * 5], v[w * 5 + 1], v[w * 5 + 2], v[w * 5 + 3] };
-        if (v[w * 5 + 4] > j->act_max) j->act_max = (size_t)v[w * 5 + 4];
+        const double *x = v + (size_t)w * NV;
+        j->mem[w] = (run_mem){ x[0], x[1], x[2], x[3], x[4], x[5] };
+        if (x[6] > j->act_max) j->act_max = (size_t)x[6];
     }
     free(v);
     return rc;
