@@ -62,6 +62,18 @@ out=$(train --steps 10 --resume "$D/run/ckpt-20" 2>&1); rc=$?
 # --- sample from the run folder (newest checkpoint) and from config + weights
 "$P" sample --checkpoint "$D/run" --prompt "the " --length 40 --seed 2 > "$D/s.out" 2>&1 \
   && [ "$(wc -c < "$D/s.out")" -ge 44 ] && ok "sample from a run folder" || fail "sample" "$(cat "$D/s.out")"
+# never from an incomplete checkpoint: a newer "ckpt-N" without manifest.json (a save cut short)
+# and a crashed save's temporary folder are skipped for the newest complete one
+newest=$(ls -d "$D"/run/ckpt-* | sort -t- -k2 -n | tail -1)
+cp -r "$D/run" "$D/inc" && mkdir "$D/inc/ckpt-900" && cp "$newest"/*.safetensors "$D/inc/ckpt-900/" \
+  && cp -r "$newest" "$D/inc/ckpt-950.tmp.99999"
+"$P" sample --checkpoint "$newest" --prompt "the " --length 20 --seed 2 > "$D/s_newest.out" 2>&1
+"$P" sample --checkpoint "$D/inc" --prompt "the " --length 20 --seed 2 > "$D/s_inc.out" 2>&1 \
+  && cmp -s "$D/s_newest.out" "$D/s_inc.out" && ok "sample: a newer incomplete checkpoint (no manifest, temporary name) is skipped" \
+  || fail "sample: a newer incomplete checkpoint is skipped" "$(head -3 "$D/s_inc.out")"
+mkdir -p "$D/only_inc/ckpt-5" "$D/only_inc/ckpt-7.tmp.99999" && cp "$newest"/*.safetensors "$D/only_inc/ckpt-5/"
+expect_error "sample: a run folder with only incomplete checkpoints" "only_inc: .*no complete checkpoint folder ckpt-<step>" \
+  "$P" sample --checkpoint "$D/only_inc" --length 5
 "$P" sample --config "$FX/config.json" --init "$FX/model.safetensors" --length 10 > /dev/null 2>&1 \
   && ok "sample from config + weights" || fail "sample from config + weights" "non-zero exit"
 

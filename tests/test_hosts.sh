@@ -41,21 +41,25 @@ if PT_HOSTS_SKEW=1:5.0 $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$AUX" cl
    grep -q "^ok mpi clock offsets: each rank's skew" "$D/clock.log"; then   # the skew, within its bound
   ok "hosts: host 1's clock 5 s ahead is measured across the hosts ($(sed -n 's/^# rank 1: offset //p' "$D/clock.log"))"
 else fail "hosts: host 1's clock 5 s ahead is measured" "$(grep -E '^(FAIL|#)|rror' "$D/clock.log" | head -4)"; fi
-# ... and pipetrain's merged timeline is on rank 0's clock: the measured iteration is
-# milliseconds (unaligned, host 1's events would lie 5 s after host 0's).
+# ... and pipetrain's merged timeline is on rank 0's clock: the measured iteration is well
+# under the skew (tens of ms; unaligned, host 1's events would lie 5 s after host 0's).
 if PT_HOSTS_SKEW=1:5.0 $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$P" $targs --steps 3 > "$D/skew.log" 2>&1 &&
-   it=$(sed -n 's/^measured: *iteration \([0-9.]*\) ms.*/\1/p' "$D/skew.log") && awk -v x="${it:-1e9}" 'BEGIN { exit !(x < 1000) }'; then
+   it=$(sed -n 's/^measured: *iteration \([0-9.]*\) ms.*/\1/p' "$D/skew.log") && awk -v x="${it:-1e9}" 'BEGIN { exit !(x < 2500) }'; then
   ok "hosts: host 1's clock 5 s ahead: the merged timeline is aligned (iteration $it ms)"
 else fail "hosts: host 1's clock 5 s ahead: the merged timeline is aligned" "$(grep -E '^measured|rror' "$D/skew.log" | head -3)"; fi
 
-# A dead rank, then a dead host: the job ends in bounded time, non-zero, naming what died.
-dies() {   # dies NAME LOG KILL-ARGS...: start a long run, kill after 3 s, wait at most 40 s
+# A dead rank, then a dead host, killed while the job trains: the job ends in bounded time,
+# non-zero, naming what died.
+dies() {   # dies NAME LOG KILL-ARGS...: start a long run, kill once it trains (its first step line,
+  # within 60 s), then wait at most 60 s for the job to end
   local name=$1 log=$2; shift 2
   ( $H mpirun -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$P" $targs --steps 100000 --timeout 10 > "$log" 2>&1; echo "rc=$?" >> "$log" ) &
   local bg=$! t=0
-  sleep 3; $H kill "$@"
-  while ! grep -q '^rc=' "$log" 2>/dev/null && [ $t -lt 40 ]; do sleep 1; t=$((t + 1)); done
-  if ! grep -q '^rc=' "$log"; then fail "$name" "still running 40 s after the kill"; $H kill 0; wait $bg; return 1; fi
+  while ! grep -q '^step \|^rc=' "$log" 2>/dev/null && [ $t -lt 120 ]; do sleep 0.5; t=$((t + 1)); done
+  if ! grep -q '^step ' "$log"; then fail "$name" "no step within 60 s of the start: $(tail -3 "$log")"; $H kill 0; $H kill 1; wait $bg; return 1; fi
+  $H kill "$@"; t=0
+  while ! grep -q '^rc=' "$log" 2>/dev/null && [ $t -lt 120 ]; do sleep 0.5; t=$((t + 1)); done
+  if ! grep -q '^rc=' "$log"; then fail "$name" "still running 60 s after the kill"; $H kill 0; wait $bg; return 1; fi
   wait $bg
   grep -q '^rc=0$' "$log" && { fail "$name" "exited 0"; return 1; }
   ok "$name"
@@ -65,7 +69,7 @@ dies "hosts: a dead rank ends the job" "$D/dead_rank.log" 1 pipetrain && \
     && ok "hosts: the dead rank is named (host 1, 10.77.0.2)" || fail "hosts: the dead rank is named" "$(grep -v '^step' "$D/dead_rank.log" | tail -4)"; }
 dies "hosts: a dead host ends the job" "$D/dead_host.log" 1 && \
   { grep -q 'host 1 (10.77.0.2) went down' "$D/dead_host.log" && ok "hosts: the dead host is named (10.77.0.2)" \
-    || fail "hosts: the dead host is named" "$(grep -v '^step' "$D/dead_host.log" | tail -4)"; }
+    || fail "hosts: the dead host is named" "$(grep -v "^step" "$D/dead_host.log" | tail -8)"; }
 
 # A hostfile naming a host that is not up: named at once.
 printf '10.77.0.1 slots=1\n10.77.0.9 slots=1\n' > "$D/bad.hostfile"

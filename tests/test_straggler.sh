@@ -23,18 +23,21 @@ mpi() { local n=$1 v x=(); shift; for v in ${MPI_X:-}; do x+=(-x "$v"); done
   TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp" \
   timeout 120 mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS "${x[@]}" -np "$n" "$P" "$@" < /dev/null; }
 same() { cmp -s "$1" "$2"; }
-# Under TSAN=1 the steps run 5-20x slower and a thread wakes milliseconds late, so the adaptation
-# sees slow links at other steps than on this machine's normal build (a noisy step 2 makes the
-# switch come at step 3; a late step 6 the revert later): there the adapt checks want the
-# behaviour (a switch, its line and event, a revert, the same numbers) at any step after the
-# first measured ones. The normal build keeps the step windows.
-if ldd "$P" 2>/dev/null | grep -q libtsan; then TIMING=0; else TIMING=1; fi
-# said STEPS REGEX FILE: FILE has the line "step S: REGEX..." with S in STEPS (under TSan: any S,
-# and the line may name a noisy link or stage first)
-said() { if [ $TIMING = 1 ]; then grep -Eq "^step $1: $2" "$3"; else grep -Eq "^step [0-9]+: (.*; )?$2" "$3"; fi; }
-# lead X: "X X X X ", the steps before any switch can run (the warm-up, the baseline and two slow
-# steps); under TSan "X X X " (a noisy step 2 may be the first slow one)
-lead() { local i; for i in $(seq $((3 + TIMING))); do printf '%s ' "$1"; done; }
+# The policy reads measured times: on a loaded 2-core machine (other processes, 4 rank threads
+# on 2 cores) and under TSAN=1 a step runs 2-20x slower at random and a thread wakes milliseconds
+# late, so the adaptation may see a slow link a step earlier or later than the fault, keep a
+# schedule longer, or see a noisy stage. The checks here want the behaviour, not its step: a
+# switch after the first measured steps, its line and event, a revert where one happened, the
+# same numbers (no clipping: a noisy re-split reorders only the gradient norm's sum). The
+# step-exact policy (seen twice, back when healthy, hysteresis) is tested on given timings in
+# tests/test_sim_adapt.c. The injected faults are large against that noise (50 ms a message,
+# a stage 8 x slower).
+# said REGEX FILE: FILE has a line "step S: REGEX..." at any step S (the line may name a noisy
+# link or stage first)
+said() { grep -Eq "^step [0-9]+: (.*; )?$1" "$2"; }
+# lead X: "X X X ", the steps before any switch can run (the warm-up, the baseline, and the first
+# step that can see a slow link: a noisy step 2 may be the first slow one)
+lead() { printf '%s ' "$1" "$1" "$1"; }
 # the numbers of a metrics file: loss and grad_norm of every step
 numbers() { sed -E 's/.*"loss":([^,]*),"lr":[^,]*,"grad_norm":([^,]*),.*/\1 \2/' "$1"; }
 
@@ -61,63 +64,51 @@ if mpi 2 grad --config "$D/cfg.json" --tokens "$D/text.txt" --batch 8 --seq 16 -
   ok "faults: MPI grad with a slow link and stage equals threads without, bitwise"
 else fail "faults: MPI grad with a slow link and stage" "$(tail -3 "$D/mpi.out")"; fi
 
-# --- train --adapt: a link slow in steps 3..5 is seen in steps 3 and 4 (one slow step could be a
-# sender that lost its core), so the adaptive schedule runs from step 5; step 6 is healthy, so
-# zb-h1 runs again from step 7 (a busy machine may shift either by a step: the checks want zb-h1
-# before the fault, the adaptive schedule by step 6, zb-h1 at the end). The same losses,
-# norms and parameters, bitwise, as a run without faults or adaptation; a log line and an event
-# each time.
+# --- train --adapt: a link slow in steps 3..5 (seen twice: one slow step could be a sender that
+# lost its core) switches to the adaptive schedule, and back once it is healthy. The checks: zb-h1
+# before the fault, then adaptive, with one log line and event per switch; the revert's line and
+# event where one happened (a loaded machine may keep the link or a stage looking slow to the
+# last step); the same losses, norms and parameters, bitwise, as a run without faults or
+# adaptation.
 schedules() { grep -o '"schedule":"[a-z0-9-]*"' "$1" | sed 's/.*:"\(.*\)"/\1/' | tr '\n' ' '; }
-# switched FILE: zb-h1 before the fault, adaptive by step 8, zb-h1 again after it (a loaded
-# machine may add a noisy switch later: the numbers checks below hold whatever the switches)
-switched() { local v; v=$(schedules "$1"); [[ "$v" == "zb-h1 zb-h1 zb-h1 zb-h1 "* ]] \
-  && [[ "$(echo "$v" | cut -d' ' -f5-8)" == *adaptive* ]] && [[ "$(echo "$v" | cut -d' ' -f6-)" == *adaptive\ zb-h1* ]]; }
-# adapted FILE: zb-h1 before the fault and adaptive by step 8 (MPI on two shared cores: whether it
-# is back by step 10 depends on the machine's load; the ranks agree on every switch, or the run
-# stops with an error)
-adapted() { local v; v=$(schedules "$1"); [[ "$v" == "zb-h1 zb-h1 zb-h1 zb-h1 "* ]] \
-  && [[ "$(echo "$v" | cut -d' ' -f5-8)" == *adaptive* ]]; }
-# Under TSan (TIMING=0): steps 1-3 run zb-h1 (the warm-up, the baseline, the first step that can
-# see a slow link), then adaptive, at whatever step. The revert is checked where it happened: a
-# loaded machine under TSan can keep a link or stage looking slow to the last step.
-noisy_resplit=   # under TSan a noisy stage may have moved layers meanwhile, and back with the revert
-if [ $TIMING = 0 ]; then
-  noisy_resplit='(, layers back to [0-9,]+)?'
-  adapted() { local v; v=$(schedules "$1"); [[ "$v" == "$(lead zb-h1)"*adaptive* ]]; }
-  switched() { adapted "$1"; }
-fi
-adapt="--adapt --mem-limit 4 --slow-link 0-1:0.02@3-5"
-train --steps 10 $pipe --save "$D/s0" > /dev/null 2>&1
-if train --steps 10 $pipe $adapt --save "$D/s1" > "$D/a1.out" 2>&1 && switched "$D/s1/metrics.jsonl"; then
-  ok "adapt: switches two steps after the slow link appears (steps 3, 4 seen slow) and back after it clears"
-else fail "adapt: switches after onset and recovery" "$(schedules "$D/s1/metrics.jsonl"); $(grep '^step [0-9]*:' "$D/a1.out")"; fi
-back=1; [ $TIMING = 0 ] && ! grep -q 'healthy again' "$D/a1.out" && back=0   # reverted (always, normally)
-said '[4-7]' 'link 0-1 \+[0-9]+ ms per message; (stage [0-9] x[0-9.]+; )?adaptive warm-up [0-9,]+ \(peak [0-9]+ of limit 4\); predicted [0-9.e-]+ s/step, was [0-9.e-]+$' "$D/a1.out" \
-  && { [ $back = 0 ] || said '([6-9]|10)' "healthy again; back to zb-h1$noisy_resplit\$" "$D/a1.out"; } && ok "adapt: one log line per switch" \
+# adapted FILE: zb-h1 in the lead, then adaptive at some step (under MPI the ranks agree on every
+# switch, or the run stops with an error)
+adapted() { local v; v=$(schedules "$1"); [[ "$v" == "$(lead zb-h1)"*adaptive* ]]; }
+noisy_resplit='(, layers back to [0-9,]+)?'   # a noisy stage may have moved layers meanwhile, and back with the revert
+# same_ckpt A B: the checkpoint folders' files are bitwise equal, where the layers are cut alike
+# (a noisy stage may have moved layers by the end: then the files are cut otherwise)
+chunks() { grep -Eo '"(first|end)_layer":[[:space:]]*[0-9]+' "$1/manifest.json" | tr -d ' \t\n'; }
+same_ckpt() { [ "$(chunks "$1")" != "$(chunks "$2")" ] || { same "$1/chunk-0.safetensors" "$2/chunk-0.safetensors" \
+  && same "$1/chunk-1.safetensors" "$2/chunk-1.safetensors"; }; }
+adapt="--adapt --mem-limit 4 --slow-link 0-1:0.05@3-5 --grad-clip 0"
+train --steps 10 $pipe --grad-clip 0 --save "$D/s0" > /dev/null 2>&1
+if train --steps 10 $pipe $adapt --save "$D/s1" > "$D/a1.out" 2>&1 && adapted "$D/s1/metrics.jsonl"; then
+  ok "adapt: switches to the adaptive schedule once the slow link is seen"
+else fail "adapt: switches after onset" "$(schedules "$D/s1/metrics.jsonl"); $(grep '^step [0-9]*:' "$D/a1.out")"; fi
+back=1; grep -q 'healthy again' "$D/a1.out" || back=0   # reverted (usual; not asserted: see above)
+said 'link 0-1 \+[0-9]+ ms per message; (stage [0-9] x[0-9.]+; )?adaptive warm-up [0-9,]+ \(peak [0-9]+ of limit 4\); predicted [0-9.e-]+ s/step, was [0-9.e-]+$' "$D/a1.out" \
+  && { [ $back = 0 ] || said "healthy again; back to zb-h1$noisy_resplit\$" "$D/a1.out"; } && ok "adapt: one log line per switch" \
   || fail "adapt: one log line per switch" "$(grep '^step [0-9]*:' "$D/a1.out")"
-grep -Eq '"event":"adapt","step":'"$([ $TIMING = 1 ] && echo '[45]' || echo '[0-9]+')"',"action":"adapt","schedule":"adaptive"' "$D/s1/metrics.events.jsonl" && \
+grep -Eq '"event":"adapt","step":''[0-9]+'',"action":"adapt","schedule":"adaptive"' "$D/s1/metrics.events.jsonl" && \
   { [ $back = 0 ] || grep -q '"action":"revert","schedule":"zb-h1"' "$D/s1/metrics.events.jsonl"; } \
   && ok "adapt: adapt events in the run's events file" || fail "adapt: adapt events" "$(grep adapt "$D/s1/metrics.events.jsonl")"
 grep -q "$([ $back = 1 ] && echo 'healthy again; back to zb-h1' || echo 'adaptive warm-up')" "$D/s1/metrics.html" && ok "adapt: the report page marks the switches" \
   || fail "adapt: the report page marks the switches" "no adapt event in $D/s1/metrics.html"
 grep -q '"split":"2,2"' "$D/s1/metrics.jsonl" && ok "adapt: metrics carry the split" || fail "adapt: split key" "$(head -1 "$D/s1/metrics.jsonl")"
-[ "$(numbers "$D/s0/metrics.jsonl")" = "$(numbers "$D/s1/metrics.jsonl")" ] && same "$D/s0/ckpt-10/chunk-0.safetensors" "$D/s1/ckpt-10/chunk-0.safetensors" \
-  && same "$D/s0/ckpt-10/chunk-1.safetensors" "$D/s1/ckpt-10/chunk-1.safetensors" \
+[ "$(numbers "$D/s0/metrics.jsonl")" = "$(numbers "$D/s1/metrics.jsonl")" ] && same_ckpt "$D/s0/ckpt-10" "$D/s1/ckpt-10" \
   && ok "adapt: losses, norms, parameters and moments bitwise those of a run without faults or adaptation" \
   || fail "adapt: the same numbers" "$(numbers "$D/s1/metrics.jsonl" | tr '\n' ' ')"
-if train --steps 14 --stages 4 --microbatches 8 --schedule 1f1b --adapt --mem-limit 8 --slow-link 1-2:0.02@3-5 \
-     --metrics "$D/m4.jsonl" > "$D/a4.out" 2>&1 && said '[4-8]' 'link 1-2 ' "$D/a4.out" \
-     && grep -q '"schedule":"adaptive"' "$D/m4.jsonl" && ! grep -q 'healthy again; still' "$D/a4.out"; then
+if train --steps 14 --stages 4 --microbatches 8 --schedule 1f1b --adapt --mem-limit 8 --slow-link 1-2:0.05@3-5 \
+     --metrics "$D/m4.jsonl" > "$D/a4.out" 2>&1 && said 'link 1-2 ' "$D/a4.out" \
+     && grep -q '"schedule":"adaptive"' "$D/m4.jsonl"; then
   # The switch back is checked at P=2 above: here 4 rank threads share 2 cores, an action of this
   # model takes tens of microseconds, and a rank that shares its core measures 2-6x slower at
   # random, which the policy may answer as slow stages after the link heals.
   ok "adapt: P=4, a slow middle link is found and adapted to"
 else fail "adapt: P=4 middle link" "$(tail -3 "$D/a4.out")"; fi
-# (seen at step 4, or at step 3 when a busy step 2 looked slow too: then the line "keeping zb-h1"
-# is said once, at step 3)
-train --steps 6 --stages 2 --dp 2 --microbatches 2 --metrics "$D/d0.jsonl" > /dev/null 2>&1
-if train --steps 6 --stages 2 --dp 2 --microbatches 2 --schedule zb-h1 --adapt --mem-limit 2 --slow-link 2-3:0.02@3-4 \
-     --metrics "$D/d1.jsonl" > "$D/ad.out" 2>&1 && said '[3-6]' 'link 0-1 ' "$D/ad.out" \
+train --steps 6 --stages 2 --dp 2 --microbatches 2 --grad-clip 0 --metrics "$D/d0.jsonl" > /dev/null 2>&1
+if train --steps 6 --stages 2 --dp 2 --microbatches 2 --grad-clip 0 --schedule zb-h1 --adapt --mem-limit 2 --slow-link 2-3:0.05@3-4 \
+     --metrics "$D/d1.jsonl" > "$D/ad.out" 2>&1 && said 'link 0-1 ' "$D/ad.out" \
      && [ "$(numbers "$D/d0.jsonl")" = "$(numbers "$D/d1.jsonl")" ]; then
   ok "adapt: dp 2, a slow link in replica 1 only is found; the same numbers"
 else fail "adapt: dp 2, replica 1's link" "$(grep '^step [0-9]*:' "$D/ad.out"; tail -2 "$D/ad.out")"; fi
@@ -128,27 +119,26 @@ if mpi 2 train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --
 else fail "adapt: MPI" "$(schedules "$D/mm.jsonl"); $(grep -E '^step [0-9]+:|error|failed' "$D/am.out" | head -5)"; fi
 # a slow stage: its layers move by measured speed (rank to rank: no file; TMPDIR is a plain file
 # here, so anything written under it fails), and back when it clears; with no clipping the numbers are bitwise (a new split only changes
-# the order the gradient norm is summed in).
+# the order the gradient norm is summed in). Under MPI the ranks are processes that poll while
+# they wait, sharing 2 loaded cores: twice the factor keeps the slow stage clear of that noise.
 echo '{"n_layer": 4, "n_head": 2, "n_embd": 64, "vocab_size": 256, "n_positions": 32}' > "$D/c64.json"
 : > "$D/notadir"
 t64() { TMPDIR="$D/notadir" train --steps 14 $pipe --grad-clip 0 --config "$D/c64.json" --seq 32 "$@"; }   # 8 steps to see the recovery
 splits() { grep -o '"split":"[0-9,]*"' "$1" | sed 's/.*:"\(.*\)"/\1/' | tr '\n' ' '; }
-# the layers of each chunk of checkpoint folder $1 (the split it was saved with: a re-split at the
-# last step moves them after that step's metrics line)
-chunks() { grep -Eo '"(first|end)_layer":[[:space:]]*[0-9]+' "$1/manifest.json" | tr -d ' \t\n'; }
-# 4 x slower in steps 3..6; under TSan 8 x (a preempted stage 0 can look 4 x slow there too)
-slow=$([ $TIMING = 1 ] && echo 4 || echo 8)
+# 8 x slower in steps 3..6 (a preempted stage 0 on a loaded machine can look 4 x slow)
+slow=8
 t64 --save "$D/r0" > /dev/null 2>&1
-if t64 --adapt --slow-stage 1:$slow@3-6 --save "$D/r1" > "$D/rs.out" 2>&1 && said '[4-7]' '.*stage 1 x[0-9.]*; layers re-split 2,2 -> 3,1 by measured speed' "$D/rs.out" \
+if t64 --adapt --slow-stage 1:$slow@3-6 --save "$D/r1" > "$D/rs.out" 2>&1 && said 'stage 1 x[0-9.]*; layers re-split 2,2 -> 3,1 by measured speed' "$D/rs.out" \
    && [[ "$(splits "$D/r1/metrics.jsonl")" == "$(lead 2,2)"*"3,1"* ]]; then
   ok "adapt: a stage slow in steps 3..6 gets fewer layers (2,2 -> 3,1) once seen twice"
 else fail "adapt: re-split" "$(splits "$D/r1/metrics.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/rs.out" | head -4)"; fi
 # Back to 2,2 by the end (usual; a loaded machine can keep the stage looking slow, or see it slow
 # again at the last step): then the last checkpoint's files are bitwise those of the run that
 # never moved; either way every loss and norm.
+# (chunks: the layers of each chunk of a checkpoint, the split it was saved with: a re-split at
+# the last step moves them after that step's metrics line)
 if grep -q 'layers back to 2,2' "$D/rs.out" && [ "$(chunks "$D/r0/ckpt-14")" = "$(chunks "$D/r1/ckpt-14")" ]; then
-  [ "$(numbers "$D/r0/metrics.jsonl")" = "$(numbers "$D/r1/metrics.jsonl")" ] && same "$D/r0/ckpt-14/chunk-0.safetensors" "$D/r1/ckpt-14/chunk-0.safetensors" \
-    && same "$D/r0/ckpt-14/chunk-1.safetensors" "$D/r1/ckpt-14/chunk-1.safetensors" \
+  [ "$(numbers "$D/r0/metrics.jsonl")" = "$(numbers "$D/r1/metrics.jsonl")" ] && same_ckpt "$D/r0/ckpt-14" "$D/r1/ckpt-14" \
     && ok "adapt: re-split there and back: losses, parameters and moments bitwise" \
     || fail "adapt: re-split keeps the numbers" "$(numbers "$D/r1/metrics.jsonl" | tr '\n' ' ')"
 else
@@ -158,7 +148,7 @@ else
 fi
 export MPI_X="TMPDIR=$D/notadir"
 if mpi 2 train --config "$D/c64.json" --data "$D/text.txt" --batch 8 --seq 32 --lr 3e-3 --steps 14 $pipe --grad-clip 0 \
-     --adapt --slow-stage 1:$slow@3-6 --transport mpi --metrics "$D/rm.jsonl" > "$D/rm.out" 2>&1 \
+     --adapt --slow-stage 1:$((2 * slow))@3-6 --transport mpi --metrics "$D/rm.jsonl" > "$D/rm.out" 2>&1 \
      && [[ "$(splits "$D/rm.jsonl")" == *"3,1"* ]] && [ "$(numbers "$D/r0/metrics.jsonl")" = "$(numbers "$D/rm.jsonl")" ]; then
   ok "adapt: MPI re-split (each layer that moves sent by its old rank to its new one); the same numbers"
 else fail "adapt: MPI re-split" "$(splits "$D/rm.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/rm.out" | head -4)"; fi
@@ -171,29 +161,27 @@ if t64 $dz --adapt --slow-stage 1:$slow@3-6 --metrics "$D/z1.jsonl" > "$D/z1.out
   ok "adapt: dp 2, --zero 1: re-split with sharded moments; the same numbers"
 else fail "adapt: dp 2 --zero 1 re-split" "$(splits "$D/z1.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/z1.out" | head -4)"; fi
 if mpi 4 train --config "$D/c64.json" --data "$D/text.txt" --batch 8 --seq 32 --lr 3e-3 --steps 14 $pipe $dz --grad-clip 0 \
-     --adapt --slow-stage 1:$slow@3-6 --transport mpi --metrics "$D/zm.jsonl" > "$D/zm.out" 2>&1 \
+     --adapt --slow-stage 1:$((2 * slow))@3-6 --transport mpi --metrics "$D/zm.jsonl" > "$D/zm.out" 2>&1 \
      && [[ "$(splits "$D/zm.jsonl")" == *"3,1"* ]] && [ "$(numbers "$D/z0/metrics.jsonl")" = "$(numbers "$D/zm.jsonl")" ]; then
   ok "adapt: MPI, 4 processes, dp 2, --zero 1: re-split rank to rank, nothing under TMPDIR; the same numbers"
 else fail "adapt: MPI dp 2 re-split" "$(splits "$D/zm.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/zm.out" | head -4)"; fi
 unset MPI_X
 # tensor parallelism (--tp 2: world ranks (p, t) -> 2p + t, so 0-2 is TP rank 0's link between
 # the stages): the policy reads each lane (a replica's TP rank) as a pipeline, switches every
-# rank's schedule and back, and a re-split moves each TP rank's shards. 4 rank threads share 2
-# cores here: the switch back is wanted at any step after the fault (14 steps give a loaded
-# machine room), and no clipping keeps the numbers bitwise if noise re-splits meanwhile.
+# rank's schedule (and back, where the loaded machine lets it: 4 rank threads share 2 cores
+# here), and a re-split moves each TP rank's shards; no clipping keeps the numbers bitwise if
+# noise re-splits meanwhile.
 tp="--tp 2 --config $D/c64.json --seq 32 --grad-clip 0"
-there_and_back() { [[ "$(schedules "$1")" == "$(lead zb-h1)"*adaptive*zb-h1* ]]; }
 train --steps 14 $pipe $tp --save "$D/t0" > /dev/null 2>&1
-if train --steps 14 $pipe $tp --adapt --mem-limit 4 --slow-link 0-2:0.02@3-5 --save "$D/t1" > "$D/t1.out" 2>&1 \
-   && there_and_back "$D/t1/metrics.jsonl" && [ "$(numbers "$D/t0/metrics.jsonl")" = "$(numbers "$D/t1/metrics.jsonl")" ]; then
-  ok "adapt: --tp 2, a slow link: adaptive and back; the same numbers"
+if train --steps 14 $pipe $tp --adapt --mem-limit 4 --slow-link 0-2:0.05@3-5 --save "$D/t1" > "$D/t1.out" 2>&1 \
+   && adapted "$D/t1/metrics.jsonl" && [ "$(numbers "$D/t0/metrics.jsonl")" = "$(numbers "$D/t1/metrics.jsonl")" ] \
+   && { ! grep -q 'healthy again; back to' "$D/t1.out" || [[ "$(schedules "$D/t1/metrics.jsonl")" == *adaptive*zb-h1* ]]; }; then
+  ok "adapt: --tp 2, a slow link: adaptive (and back where it said so); the same numbers"
 else fail "adapt: --tp 2 slow link" "$(schedules "$D/t1/metrics.jsonl"); $(grep -E '^step [0-9]+:|rror' "$D/t1.out" | head -4)"; fi
-# (a noisy stage may have moved layers by the end: then the files are cut otherwise)
-{ [ "$(chunks "$D/t0/ckpt-14")" != "$(chunks "$D/t1/ckpt-14")" ] || { same "$D/t0/ckpt-14/chunk-0.safetensors" \
-  "$D/t1/ckpt-14/chunk-0.safetensors" && same "$D/t0/ckpt-14/chunk-1.safetensors" "$D/t1/ckpt-14/chunk-1.safetensors"; }; } \
+same_ckpt "$D/t0/ckpt-14" "$D/t1/ckpt-14" \
   && ok "adapt: --tp 2: parameters and moments bitwise those of the run without faults" \
   || fail "adapt: --tp 2 parameters" "the checkpoints of step 14 differ"
-if mpi 4 train --data "$D/text.txt" --batch 8 --lr 3e-3 --steps 14 $pipe $tp --adapt --mem-limit 4 --slow-link 0-2:0.02@3-5 \
+if mpi 4 train --data "$D/text.txt" --batch 8 --lr 3e-3 --steps 14 $pipe $tp --adapt --mem-limit 4 --slow-link 0-2:0.05@3-5 \
      --transport mpi --metrics "$D/tm.jsonl" > "$D/tm.out" 2>&1 && adapted "$D/tm.jsonl" \
      && [ "$(numbers "$D/t0/metrics.jsonl")" = "$(numbers "$D/tm.jsonl")" ]; then
   ok "adapt: --tp 2, MPI: every rank switches at the same steps; the same numbers"
@@ -208,7 +196,7 @@ else fail "adapt: --tp 2 re-split" "$(splits "$D/u1.jsonl"); $(grep -E '^step [0
 expect_error "adapt: needs a pipelined run" "--adapt( switches the schedule of a pipelined run|: --stages 1 has no link or stage to adapt to)" train --steps 2 --adapt
 expect_error "adapt: one stage per rank" "--adapt switches between schedules of one stage per rank; interleaved-1f1b has several" \
   train --steps 2 --stages 2 --schedule interleaved-1f1b --microbatches 4 --adapt
-expect_error "adapt: a memory limit >= 0" "--mem-limit must be >= 0" train --steps 2 --stages 2 --adapt --mem-limit -1
+expect_error "adapt: a memory limit >= 1" "--mem-limit '-1': give microbatches" train --steps 2 --stages 2 --adapt --mem-limit -1
 
 # --- bad specs: the flag and the value, what is wrong
 expect_error "faults: a rank outside the pipeline" "--slow-link '0-2:1': rank 2 is not in the pipeline" \

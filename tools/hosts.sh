@@ -100,8 +100,15 @@ cmd_mpirun() {
   done
   # From h0: the daemons of the other hosts start through the agent, inside their namespaces;
   # messages go over TCP on eth0 only; no binding (the hosts share this machine's cores).
+  # Messages up to 1 MB go eagerly (Open MPI's TCP default is 64 kB, then a rendezvous whose
+  # answer queues behind the other direction's data on a slow link: docs/comm.md, "A real slow
+  # link"); OMPI_MCA_btl_tcp_* in the environment still win.
+  local eager=1048576
   timeout "${PT_HOSTS_TIMEOUT:-300}" ip netns exec "$(ns 0)" env OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$P" ${skew0[@]+"${skew0[@]}"} \
+    OMPI_MCA_btl_tcp_eager_limit="${OMPI_MCA_btl_tcp_eager_limit:-$eager}" \
+    OMPI_MCA_btl_tcp_rndv_eager_limit="${OMPI_MCA_btl_tcp_rndv_eager_limit:-$eager}" \
+    OMPI_MCA_btl_tcp_max_send_size="${OMPI_MCA_btl_tcp_max_send_size:-$eager}" \
     mpirun --hostfile "$hf" --mca plm_rsh_agent "$here/hosts_agent.sh" \
       --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
       --bind-to none "$@" &
@@ -114,21 +121,27 @@ cmd_mpirun() {
 }
 
 # While mpirun (pid) runs: the first host other than h0 whose processes all vanished, or whose
-# ranks (pipetrain processes) vanished while its other processes ran, no later than h0's ranks
-# ended: "host K (ADDR) ..." (a dead host or rank, not the job's end; printed only when mpirun
-# fails). Whether each process runs is read every 20 ms from /proc without a fork; the hosts'
-# processes are listed every 0.3 s (ip netns pids), and a verdict waits for a fresh list: at
-# once for a host (a new process may have replaced another), 0.3 s for a rank (the processes
-# of a killed host die one by one on a loaded machine; a dead rank's daemon lives on for
-# seconds). A pid is known with its start tick: a pid reused by another process is not the host's.
-# h0's ranks end a few ms after a peer host dies, often within one look: a host seen gone in
-# the same look is named (a rank of h0 that dies first is named by mpirun itself).
+# ranks (pipetrain processes) vanished while its other processes ran, before h0's ranks ended:
+# "host K (ADDR) ..." (a dead host or rank, not the job's end; printed only when mpirun fails).
+# Whether each process runs is read every 20 ms from /proc without a fork; the hosts' processes
+# are listed every 0.3 s (ip netns pids), and a verdict waits for a fresh list: at once for a
+# host (a new process may have replaced another), 0.3 s for a rank (the processes of a killed
+# host die one by one on a loaded machine; a dead rank's daemon lives on for seconds). A pid is
+# known with its start tick: a pid reused by another process is not the host's.
+# The order is read per process, not per look: h0's ranks end milliseconds after a peer host
+# dies (mpirun aborts them), and a look reads one process after another, so a loaded machine
+# can see h0's rank gone before it sees the killed host gone, in one look or across two. A host
+# counts as dead before h0's ranks ended when it was last read alive before h0's ranks were read
+# gone, and a process that is exiting (PF_EXITING: it has taken its kill, and closes its sockets,
+# which is how its peers learn of it, only after) counts as gone. A rank of h0 that dies first
+# is named by mpirun itself.
 watch_hosts() {
-  local pid=$1 n=$2 k p now next=0 look=0 r0_seen=0 r0_end=-1 seen=() ranks=() verdict="" vk=0 vt=0
+  local pid=$1 n=$2 k p t now next=0 r0_seen=0 r0_end=-1 seen=() ranks=() verdict="" vk=0 vt=0
+  local alive=() ralive=()   # per host: when a process of it, a rank of it, was last read alive
   local -A host=() rank=() start=()
   local ST=()
   while kill -0 "$pid" 2>/dev/null; do
-    look=$((look + 1)); now=${EPOCHREALTIME/./}
+    now=${EPOCHREALTIME/./}
     local fresh=0
     if [ "$now" -ge "$next" ]; then
       for ((k = 0; k < n; k++)); do
@@ -141,25 +154,32 @@ watch_hosts() {
       done
       next=$(( now + 300000 )); fresh=1
     fi
-    local c=() r=()
+    local c=() r=() r0_read=0
     for p in "${!host[@]}"; do
-      proc_stat "$p" && [ "${ST[0]}" != Z ] && [ "${ST[19]}" = "${start[$p]}" ] || continue   # gone, or the pid reused
-      k=${host[$p]}; c[k]=$(( ${c[k]:-0} + 1 )); r[k]=$(( ${r[k]:-0} + ${rank[$p]} ))
+      k=${host[$p]}
+      if ! proc_runs "$p"; then   # gone, dying, or the pid reused
+        [ "$k" = 0 ] && [ "${rank[$p]}" = 1 ] && r0_read=${EPOCHREALTIME/./}
+        continue
+      fi
+      t=${EPOCHREALTIME/./}
+      c[k]=$(( ${c[k]:-0} + 1 )); r[k]=$(( ${r[k]:-0} + ${rank[$p]} ))
+      alive[k]=$t; [ "${rank[$p]}" = 1 ] && ralive[k]=$t
     done
+    now=${EPOCHREALTIME/./}
     if [ -n "$verdict" ] && [ $fresh = 1 ] && [ "$now" -ge "$vt" ]; then   # does it still hold?
       if [ "${c[vk]:-0}" -eq 0 ]; then echo "host $vk ($NET.$((vk + 1))) went down while the job ran"; return
       elif [ "${r[vk]:-0}" -eq 0 ]; then echo "$verdict"; return; fi
       verdict=""
     fi
     [ "${r[0]:-0}" -gt 0 ] && r0_seen=1
-    [ $r0_seen = 1 ] && [ "${r[0]:-0}" -eq 0 ] && [ $r0_end -lt 0 ] && r0_end=$look
+    [ $r0_seen = 1 ] && [ "${r[0]:-0}" -eq 0 ] && [ $r0_end -lt 0 ] && r0_end=$r0_read
     for ((k = 1; k < n; k++)); do
       [ "${c[k]:-0}" -gt 0 ] && seen[k]=1
       [ "${r[k]:-0}" -gt 0 ] && ranks[k]=1
-      [ $r0_seen = 1 ] && { [ $r0_end -lt 0 ] || [ $r0_end = $look ]; } && [ -z "$verdict" ] || continue
-      if [ "${c[k]:-0}" -eq 0 ] && [ "${seen[k]:-0}" = 1 ]; then
+      [ $r0_seen = 1 ] && [ -z "$verdict" ] || continue
+      if [ "${c[k]:-0}" -eq 0 ] && [ "${seen[k]:-0}" = 1 ] && { [ $r0_end -lt 0 ] || [ "${alive[k]}" -lt $r0_end ]; }; then
         verdict="host $k ($NET.$((k + 1))) went down while the job ran"; vk=$k; vt=$now; next=0
-      elif [ "${r[k]:-0}" -eq 0 ] && [ "${ranks[k]:-0}" = 1 ]; then
+      elif [ "${r[k]:-0}" -eq 0 ] && [ "${ranks[k]:-0}" = 1 ] && { [ $r0_end -lt 0 ] || [ "${ralive[k]}" -lt $r0_end ]; }; then
         verdict="host $k ($NET.$((k + 1))): its rank died while the job ran"; vk=$k; vt=$((now + 300000))
       fi
     done
@@ -168,14 +188,21 @@ watch_hosts() {
   [ -n "$verdict" ] && echo "$verdict"   # mpirun ended before the verdict could be confirmed
 }
 
-# ST: the fields of /proc/PID/stat after the command's name (ST[0] the state, ST[19] the start
-# tick, which tells a reused pid), read without a fork; 1 when the process is gone.
+# ST: the fields of /proc/PID/stat after the command's name (ST[0] the state, ST[6] the flags,
+# ST[19] the start tick, which tells a reused pid), read without a fork; 1 when the process is gone.
 proc_stat() {
   local st
   ST=()
   read -r st 2>/dev/null < "/proc/$1/stat" || return 1
   st=${st##*) }
   ST=($st)
+}
+
+# 0 when the process pid known with start tick start[pid] runs: not gone, not a zombie, not
+# exiting (PF_EXITING, 0x4: set as it takes a kill, before it closes its files), not a reused pid.
+proc_runs() {
+  proc_stat "$1" && [ "${ST[0]}" != Z ] && [ "${ST[0]}" != X ] && [ "${ST[19]}" = "${start[$1]}" ] \
+    && (( (ST[6] & 4) == 0 ))
 }
 
 cmd_shape() {

@@ -15,6 +15,7 @@ typedef struct {
     train_grad_opts o;          /* what the library gets; o.ro: the layout flags */
     const char *transport;
     const char *split_text;     /* --split as given; its counts are o.ro.split */
+    const char *precision;      /* --precision fp32 | bf16 */
 } grad_args;
 
 /* The library's run, then its line. */
@@ -33,7 +34,7 @@ static int grad_main(const grad_args *a, comm *world) {
 
 int cli_grad(int argc, char **argv) {
     grad_args a = {.o = {.batch = 0, .seq = 0, .seed = 1337}};
-    cli_opt opts[7 + CLI_LAYOUT_N_OPTS] = {
+    cli_opt opts[8 + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &a.o.config, "model config JSON (Hugging Face GPT-2 keys)"},
         {"--init", OPT_STR, &a.o.init, "weights (safetensors, HF GPT-2 names); default: seeded init"},
         {"--tokens", OPT_STR, &a.o.tokens, "token file (llm.c format) or raw text"},
@@ -41,8 +42,9 @@ int cli_grad(int argc, char **argv) {
         {"--seq", OPT_INT, &a.o.seq, "T, tokens per sequence"},
         {"--out", OPT_STR, &a.o.out, "output safetensors: gradients with the input's names + 'loss'"},
         {"--seed", OPT_LONG, &a.o.seed, "init seed when --init is not given (default 1337)"},
+        cli_precision_opt(&a.precision),
     };
-    cli_layout_opts(opts + 7, &a.o.ro, &a.transport, &a.split_text);
+    cli_layout_opts(opts + 8, &a.o.ro, &a.transport, &a.split_text);
     cli_layout_init(&a.o.ro);
     int rc = cli_layout_take_faults(&argc, argv, &a.o.ro) < 0 ? (cli_fail("grad"), -1)
            : cli_parse(argc, argv, "grad", "--config C.json [--init M.safetensors] --tokens X.bin "
@@ -54,7 +56,7 @@ int cli_grad(int argc, char **argv) {
     }
     comm *world = NULL;
     int *split;
-    if (cli_layout_split(a.split_text, &split, &a.o.ro.n_split) < 0) {
+    if (cli_precision_apply(a.precision, stderr) < 0 || cli_layout_split(a.split_text, &split, &a.o.ro.n_split) < 0) {
         cli_layout_faults_free(&a.o.ro);
         return cli_fail("grad");
     }

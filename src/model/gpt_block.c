@@ -3,6 +3,7 @@
  * communication-free recompute, and its analytic cost, as one row of the kind registry
  * (gpt_layers.c). Not here: the other kinds, buffer ownership, scheduling. */
 #include "model/gpt_layer_int.h"
+#include "model/gpt_act16.h"
 #include "nn/nn.h"
 #include "util/pt.h"
 #include <stdio.h>
@@ -140,8 +141,8 @@ typedef struct {
  * the product: out = res + b + inp @ w (inp holding all the input rows). */
 static void proj_product(const gpt_model *m, float *out, const float *inp, const float *w,
                          const float *b, const float *res, int N, int IN, int OUT) {
-    if (m->tp_size == 1) matmul_residual_forward(out, inp, w, b, res, N, IN, OUT);
-    else matmul_forward(out, inp, w, NULL, N, IN, OUT);
+    if (m->tp_size == 1) matmul_residual_forward_prec(m->precision, out, inp, w, b, res, N, IN, OUT);
+    else matmul_forward_prec(m->precision, out, inp, w, NULL, N, IN, OUT);
 }
 
 static void proj_finish(const gpt_model *m, float *out, const float *res, const float *b, int N, int OUT) {
@@ -172,7 +173,7 @@ static void block_ln1(const block_rows *r) {
 static void block_attn(const block_rows *r, const float *ln1) {
     block_dims d = block_dims_of(r->m);
     int C = d.C, Cl = d.Cl, N = r->B * r->T;
-    matmul_forward(r->a.qkv, ln1, r->w->qkvw, r->w->qkvb, N, C, 3 * Cl);
+    matmul_forward_prec(r->m->precision, r->a.qkv, ln1, r->w->qkvw, r->w->qkvb, N, C, 3 * Cl);
     attention_forward(r->a.atty, r->a.att, r->a.qkv, r->B, r->T, Cl, d.NHl);
 }
 
@@ -185,7 +186,7 @@ static void block_ln2(const block_rows *r) {
 /* ... and c_fc, GELU from ln2 (all rows, as ln1). */
 static void block_mlp(const block_rows *r, const float *ln2) {
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    matmul_forward(r->a.fch, ln2, r->w->fcw, r->w->fcb, N, C, 4 * Cl);
+    matmul_forward_prec(r->m->precision, r->a.fch, ln2, r->w->fcw, r->w->fcb, N, C, 4 * Cl);
     gelu_forward(r->a.fchg, r->a.fch, N * 4 * Cl);
 }
 
@@ -222,7 +223,7 @@ static void block_fs0(const block_rows *r) {
 static void block_fs1(const block_rows *r) {
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl;
     block_attn(r, r->s);
-    matmul_forward(r->s, r->a.atty, r->w->attprojw, NULL, r->B * r->T, Cl, C);
+    matmul_forward_prec(r->m->precision, r->s, r->a.atty, r->w->attprojw, NULL, r->B * r->T, Cl, C);
 }
 
 /* ... res2 of the rank's rows, ln_2 of them (into the scratch to be gathered) ... */
@@ -236,7 +237,7 @@ static void block_fs2(const block_rows *r) {
 static void block_fs3(const block_rows *r) {
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl;
     block_mlp(r, r->s);
-    matmul_forward(r->s, r->a.fchg, r->w->fcprojw, NULL, r->B * r->T, 4 * Cl, C);
+    matmul_forward_prec(r->m->precision, r->s, r->a.fchg, r->w->fcprojw, NULL, r->B * r->T, 4 * Cl, C);
 }
 
 /* ... and the output's rows. */
@@ -252,9 +253,9 @@ static void block_dout(const block_rows *r) {
 static void block_b_mlp(const block_rows *r, float *dln2) {
     const gpt_block_tensors *w = r->w;
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    matmul_backward_input(r->s, r->a.dres3, w->fcprojw, N, 4 * Cl, C);   /* at the GELU output */
+    matmul_backward_input_prec(r->m->precision, r->s, r->a.dres3, w->fcprojw, N, 4 * Cl, C);   /* at the GELU output */
     gelu_backward_input(r->a.dfch, r->s, r->a.fch, N * 4 * Cl);
-    matmul_backward_input(dln2, r->a.dfch, w->fcw, N, C, 4 * Cl);
+    matmul_backward_input_prec(r->m->precision, dln2, r->a.dfch, w->fcw, N, C, 4 * Cl);
 }
 
 /* ln_2's backward on the rank's rows: into its rows of dres2. */
@@ -270,9 +271,9 @@ static void block_b_attn(const block_rows *r, float *dln1) {
     const gpt_block_tensors *w = r->w;
     block_dims d = block_dims_of(r->m);
     int C = d.C, Cl = d.Cl, N = r->B * r->T;
-    matmul_backward_input(r->s, r->a.dres2, w->attprojw, N, Cl, C);      /* at the attention output */
+    matmul_backward_input_prec(r->m->precision, r->s, r->a.dres2, w->attprojw, N, Cl, C);      /* at the attention output */
     attention_backward_input(r->a.dqkv, r->satt, r->s, r->a.qkv, r->a.att, r->B, r->T, Cl, d.NHl);
-    matmul_backward_input(dln1, r->a.dqkv, w->qkvw, N, C, 3 * Cl);
+    matmul_backward_input_prec(r->m->precision, dln1, r->a.dqkv, w->qkvw, N, C, 3 * Cl);
 }
 
 /* ln_1's backward on the rank's rows into dx. */
@@ -299,8 +300,8 @@ static void block_bs0(const block_rows *r) {
 static void block_bs1(const block_rows *r) {
     const block_act *a = &r->a;
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    matmul_backward_weight(r->g->fcprojw, r->g->fcprojb, r->s, a->fchg, N, 4 * Cl, C);
-    matmul_backward_input(a->dfch, r->s, r->w->fcprojw, N, 4 * Cl, C);
+    matmul_backward_weight_prec(r->m->precision, r->g->fcprojw, r->g->fcprojb, r->s, a->fchg, N, 4 * Cl, C);
+    matmul_backward_input_prec(r->m->precision, a->dfch, r->s, r->w->fcprojw, N, 4 * Cl, C);
     gelu_backward_input(a->dfch, a->dfch, a->fch, N * 4 * Cl);
     sp_put_rows(r, a->ln2);
 }
@@ -310,8 +311,8 @@ static void block_bs1(const block_rows *r) {
 static void block_bs2(const block_rows *r) {
     const block_act *a = &r->a;
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    matmul_backward_weight(r->g->fcw, r->g->fcb, a->dfch, r->s, N, C, 4 * Cl);
-    matmul_backward_input(r->s, a->dfch, r->w->fcw, N, C, 4 * Cl);
+    matmul_backward_weight_prec(r->m->precision, r->g->fcw, r->g->fcb, a->dfch, r->s, N, C, 4 * Cl);
+    matmul_backward_input_prec(r->m->precision, r->s, a->dfch, r->w->fcw, N, C, 4 * Cl);
 }
 
 /* ... the rank's rows of the sum kept (for W), ln_2's backward on them, dres2's rows to be
@@ -329,8 +330,8 @@ static void block_bs4(const block_rows *r) {
     const block_act *a = &r->a;
     block_dims d = block_dims_of(r->m);
     int C = d.C, Cl = d.Cl, N = r->B * r->T;
-    matmul_backward_weight(r->g->attprojw, r->g->attprojb, r->s, a->atty, N, Cl, C);
-    matmul_backward_input(a->dfch, r->s, r->w->attprojw, N, Cl, C);
+    matmul_backward_weight_prec(r->m->precision, r->g->attprojw, r->g->attprojb, r->s, a->atty, N, Cl, C);
+    matmul_backward_input_prec(r->m->precision, a->dfch, r->s, r->w->attprojw, N, Cl, C);
     attention_backward_input(a->dqkv, r->satt, a->dfch, a->qkv, a->att, r->B, r->T, Cl, d.NHl);
     sp_put_rows(r, a->ln1);
 }
@@ -340,8 +341,8 @@ static void block_bs4(const block_rows *r) {
 static void block_bs5(const block_rows *r) {
     const block_act *a = &r->a;
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    matmul_backward_weight(r->g->qkvw, r->g->qkvb, a->dqkv, r->s, N, C, 3 * Cl);
-    matmul_backward_input(r->s, a->dqkv, r->w->qkvw, N, C, 3 * Cl);
+    matmul_backward_weight_prec(r->m->precision, r->g->qkvw, r->g->qkvb, a->dqkv, r->s, N, C, 3 * Cl);
+    matmul_backward_input_prec(r->m->precision, r->s, a->dqkv, r->w->qkvw, N, C, 3 * Cl);
 }
 
 /* ... and the rank's rows of the sum kept (for W), ln_1's backward on them into dx. */
@@ -482,13 +483,13 @@ static int block_backward_weight(const gpt_model *m, int l, const gpt_tied *tied
     int C = d.C, Cl = d.Cl, N = B * T, Ns = (int)sp_rows(m, (size_t)N);
     block_act a = block_act_view(m, (float *)act, B, T);   /* read only below */
     if (!m->tp_sp) {
-        matmul_backward_weight(g->fcprojw, g->fcprojb, a.dres3, a.fchg, N, 4 * Cl, C);
-        matmul_backward_weight(g->fcw, g->fcb, a.dfch, a.ln2, N, C, 4 * Cl);
+        matmul_backward_weight_prec(m->precision, g->fcprojw, g->fcprojb, a.dres3, a.fchg, N, 4 * Cl, C);
+        matmul_backward_weight_prec(m->precision, g->fcw, g->fcb, a.dfch, a.ln2, N, C, 4 * Cl);
     }
     layernorm_backward_weight(g->ln2w, g->ln2b, a.dln2, a.res2, a.ln2m, a.ln2r, Ns, C);
     if (!m->tp_sp) {
-        matmul_backward_weight(g->attprojw, g->attprojb, a.dres2, a.atty, N, Cl, C);
-        matmul_backward_weight(g->qkvw, g->qkvb, a.dqkv, a.ln1, N, C, 3 * Cl);
+        matmul_backward_weight_prec(m->precision, g->attprojw, g->attprojb, a.dres2, a.atty, N, Cl, C);
+        matmul_backward_weight_prec(m->precision, g->qkvw, g->qkvb, a.dqkv, a.ln1, N, C, 3 * Cl);
     }
     layernorm_backward_weight(g->ln1w, g->ln1b, a.dln1, a.x, a.ln1m, a.ln1r, Ns, C);
     return 0;
@@ -540,6 +541,19 @@ static void block_cost_at(const gpt_config *g, int B, int T, int tp, int sp, gpt
 static void block_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { block_cost_at(g, B, T, tp, 0, o); }
 static void block_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { block_cost_at(g, B, T, tp, 1, o); }
 
+/* bf16 storage (gpt_act16.h): fp32 stay x, res2 and the layer norms' statistics; everything
+ * else is a matmul's input or output, stored in bf16. */
+static int block_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) {
+    static float base[1];
+    enum { E = ACT16_EXACT, NW = ACT16_NO_W };
+    block_act v = block_act_view(m, base, B, T);
+    unsigned nb = m->tp_sp ? 0 : ACT16_NO_B;   /* under sp B computes the weight gradients */
+    float *p[] = { v.x, v.res2, v.ln1, v.ln1m, v.ln1r, v.qkv, v.atty, v.att, v.ln2, v.ln2m,
+                   v.ln2r, v.fch, v.fchg, v.dres3, v.dfch, v.dln2, v.dres2, v.dqkv, v.dln1 };
+    unsigned f[] = { E, E, nb, E, E, NW, nb, NW, nb, E, E, NW, nb, 0, 0, 0, 0, 0, 0 };
+    return gpt_act16_spans_of(s, p, f, 19, base, v.size);
+}
+
 const gpt_layer_ops gpt_block_row = {
     "block", 0, block_act_floats, block_forward, block_backward_input, block_backward_weight,
-    block_cost, block_cost_sp, block_keep_floats, block_recompute, block_saved_floats };
+    block_cost, block_cost_sp, block_keep_floats, block_recompute, block_saved_floats, block_act16_spans };

@@ -2,6 +2,7 @@
  * over a TP group's vocabulary shards, under sequence parallelism) and analytic cost, as one row
  * of the kind registry (gpt_layers.c). */
 #include "model/gpt_layer_int.h"
+#include "model/gpt_act16.h"
 #include "nn/nn.h"
 #include "util/pt.h"
 #include <stdio.h>
@@ -104,7 +105,16 @@ static void embed_cost_at(const gpt_config *g, int B, int T, int tp, int sp, gpt
 static void embed_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { embed_cost_at(g, B, T, tp, 0, o); }
 static void embed_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { embed_cost_at(g, B, T, tp, 1, o); }
 
+/* bf16 storage (gpt_act16.h): the token ids fp32, the output gradient bf16. */
+static int embed_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) {
+    static float base[1];
+    embed_act v = embed_act_view(m, base, B, T);
+    float *p[] = { (float *)v.tokens, v.dout };
+    unsigned f[] = { ACT16_EXACT, 0 };
+    return gpt_act16_spans_of(s, p, f, 2, base, v.size);
+}
+
 const gpt_layer_ops gpt_embed_row = {
     "embedding", GPT_IO_TOKENS, embed_act_floats, embed_forward, embed_backward_input,
     embed_backward_weight, embed_cost, embed_cost_sp, embed_keep_floats, gpt_keep_all_recompute,
-    embed_keep_floats };
+    embed_keep_floats, embed_act16_spans };

@@ -2,6 +2,7 @@
  * cross-entropy): its act, F, B, W (plain, vocabulary-parallel over a TP group, under sequence
  * parallelism) and analytic cost, as one row of the kind registry (gpt_layers.c). */
 #include "model/gpt_layer_int.h"
+#include "model/gpt_act16.h"
 #include "nn/nn.h"
 #include "util/pt.h"
 #include <stdio.h>
@@ -80,11 +81,11 @@ static int head_forward(const gpt_model *m, int l, const gpt_tied *tied, float *
         return -1;
     layernorm_forward(a.lnf, a.lnfm, a.lnfr, a.x, m->w.lnfw, m->w.lnfb, N, C);
     if (!targets) {
-        lmhead_forward(out, a.lnf, gpt_tied_wte(m, tied), N, C, V);
+        lmhead_forward_prec(m->precision, out, a.lnf, gpt_tied_wte(m, tied), N, C, V);
         return 0;
     }
     memcpy(a.targets, targets, (size_t)N * sizeof *targets);
-    lmhead_forward(a.probs, a.lnf, gpt_tied_wte(m, tied), N, C, V);
+    lmhead_forward_prec(m->precision, a.probs, a.lnf, gpt_tied_wte(m, tied), N, C, V);
     if (m->tp_size > 1) return head_tp_crossentropy(m, &a, scratch, N, out);
     out[0] = crossentropy_forward(a.probs, a.probs, targets, N, V);
     return 0;
@@ -101,7 +102,7 @@ static int head_backward_input(const gpt_model *m, int l, const gpt_tied *tied, 
         crossentropy_shard_backward_input(a.probs, a.probs, a.targets, v0, nv,
                                           dloss ? *dloss : 1.0f, N, V);
     }
-    lmhead_backward_input(a.dlnf, a.probs, gpt_tied_wte(m, tied), N, C, V);
+    lmhead_backward_input_prec(m->precision, a.dlnf, a.probs, gpt_tied_wte(m, tied), N, C, V);
     if (gpt_tp_allreduce(m, a.dlnf, (size_t)N * C, "the head's input gradient") < 0) return -1;
     size_t lo = sp_first(m, (size_t)N);   /* the rank's rows (all without sp) */
     layernorm_backward_input(dx, a.dlnf + lo * C, a.x + lo * C, m->w.lnfw, a.lnfm + lo, a.lnfr + lo,
@@ -113,7 +114,7 @@ static int head_backward_weight(const gpt_model *m, int l, const gpt_tied *tied,
                                 float *scratch, int B, int T) {
     int C = m->cfg.n_embd, V = vocab_local(m), N = B * T;
     head_act a = head_act_view(m, (float *)act, B, T);   /* read only below */
-    lmhead_backward_weight(gpt_tied_dwte(m, tied), a.probs, a.lnf, N, C, V);
+    lmhead_backward_weight_prec(m->precision, gpt_tied_dwte(m, tied), a.probs, a.lnf, N, C, V);
     layernorm_backward_weight(m->g.lnfw, m->g.lnfb, a.dlnf, a.x, a.lnfm, a.lnfr, N, C);
     return 0;
 }
@@ -145,7 +146,18 @@ static void head_cost_at(const gpt_config *g, int B, int T, int tp, int sp, gpt_
 static void head_cost(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { head_cost_at(g, B, T, tp, 0, o); }
 static void head_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_cost *o) { head_cost_at(g, B, T, tp, 1, o); }
 
+/* bf16 storage (gpt_act16.h): fp32 stay the input, ln_f's statistics, the targets and the
+ * probabilities (softmax and loss in fp32; B turns them into dlogits). */
+static int head_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) {
+    static float base[1];
+    enum { E = ACT16_EXACT };
+    head_act v = head_act_view(m, base, B, T);
+    float *p[] = { v.x, v.lnf, v.lnfm, v.lnfr, (float *)v.targets, v.probs, v.dlnf };
+    unsigned f[] = { E, ACT16_NO_B, E, E, E, E | ACT16_B_WRITES, 0 };
+    return gpt_act16_spans_of(s, p, f, 7, base, v.size);
+}
+
 const gpt_layer_ops gpt_head_row = {
     "head", GPT_IO_TARGETS, head_act_floats, head_forward, head_backward_input,
     head_backward_weight, head_cost, head_cost_sp, head_keep_floats, gpt_keep_all_recompute,
-    head_keep_floats };
+    head_keep_floats, head_act16_spans };

@@ -2,6 +2,7 @@
  * collectives with errors that name the rank and what was reduced, the vocabulary shard. Not
  * here: any kind's F, B or W. */
 #include "model/gpt_layer_int.h"
+#include "model/gpt_act16.h"
 #include "nn/nn.h"
 #include "util/pt.h"
 #include <stdio.h>
@@ -98,3 +99,10 @@ int gpt_keep_all_recompute(const gpt_model *m, int l, const gpt_tied *tied, floa
     return 0;
 }
 
+
+int gpt_act16_spans_of(gpt_act_span *s, float *const *p, const unsigned *f, int n, const float *base,
+                       size_t size) {
+    for (int i = 0; i < n; i++) s[i] = (gpt_act_span){ (size_t)(p[i] - base), 0, f[i] };
+    for (int i = 0; i < n; i++) s[i].n = (i + 1 < n ? s[i + 1].off : size) - s[i].off;
+    return n;
+}

@@ -29,9 +29,10 @@ static double chunk_extra_any_split(const plan_items *it, int k, int K) {
 
 /* Memory chunk k needs at peak with `held` microbatches in flight. */
 static double chunk_mem(const plan_items *it, int K, const int *first, int k, int held) {
-    double m = 0, a = 0;
-    for (int i = first[k]; i < first[k + 1]; i++) { m += it->mem_fixed[i]; a += it->mem_act[i]; }
-    return m + held * a + chunk_extra(it, first[k], first[k + 1]);
+    plan_mem_model m = { 0, 0, 0 };
+    for (int i = first[k]; i < first[k + 1]; i++) { m.fixed += it->mem_fixed[i]; m.act += it->mem_act[i]; }
+    m.extra = chunk_extra(it, first[k], first[k + 1]);
+    return plan_mem_need(&m, held);
 }
 
 /* Seconds of every item on every rank of a placement, the TP collectives apart (alike blocks and

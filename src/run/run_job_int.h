@@ -5,6 +5,7 @@
 #define PT_RUN_RUN_JOB_INT_H
 #include "run/executor.h"
 #include "run/run.h"
+#include "run/run_link.h"
 #include <stdatomic.h>
 
 typedef struct { int iter; double dur; } job_sample;
@@ -40,6 +41,8 @@ struct run_job {
     const run_source_reqs *move_want;   /* and each local rank's requests */
     const char *save_tmp;            /* run_job_save under tensor parallelism: the folder, */
     const ckpt_manifest *save_man;   /* and its layout */
+    run_links links;                 /* the pipeline links as measured (run/run_link.h) */
+    int probe_phase;                 /* the start probe's phase the rank threads run */
 };
 
 /* Runs fn(j, r) for every local rank r (threads: one thread each, joined; MPI: this process's
