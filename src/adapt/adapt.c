@@ -53,7 +53,7 @@ static int adapt_switch(adapt_state *A, long step, sim_costs *healthy, const sim
     adapt_warmup_text(s, wu, sizeof wu);
     adapt_queue_text(A, est, mf, queue, sizeof queue);
     if (queue[0] && A->h.root) printf("step %ld: %s\n", step, queue);   /* its own line: the switch's keeps its form */
-    if ((1 - info.score / was) * A->pay.trust < ADAPT_MIN_GAIN) {   /* trust < 1: a switch like it did not pay */
+    if (info.score > was * (1 - ADAPT_MIN_GAIN)) {
         if (!A->said_keep && !A->switched && !moved) {   /* said once; an adaptive one in force stays quietly */
             char hint[160];
             memory_hint(A, healthy, est, was, hint, sizeof hint);
@@ -133,7 +133,9 @@ int adapt_step(adapt_state *A, long step, const char *split, double iter_time) {
     double mf = adapt_mean_f(&healthy);
     sim_policy_action act = sim_policy_step(&A->pol, &A->po, &est, mf);
     if (!A->pol.adapted && act == SIM_POLICY_KEEP && adapt_estimate_healthy(A, &est, mf)) adapt_ring_add(&A->base, now);
-    if (act == SIM_POLICY_ADAPT || (act == SIM_POLICY_KEEP && A->pol.adapted && !A->switched && adapt_pay_retry(A, step)))
+    int held = adapt_pay_held(A, step);   /* an undone switch's hold-off: no switch, whatever the estimate */
+    if ((act == SIM_POLICY_ADAPT && !held) ||
+        (act == SIM_POLICY_KEEP && A->pol.adapted && !A->switched && adapt_pay_retry(A, step)))
         rc = adapt_switch(A, step, &healthy, &est, mf);   /* a hold-off's end tries again */
     if (act == SIM_POLICY_REVERT) rc = adapt_revert(A, step, &healthy, &est);
 free_all:

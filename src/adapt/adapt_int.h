@@ -45,8 +45,6 @@ typedef struct {
     double before, predicted, was;     /* measured before it; the simulator's after and before */
     double after[ADAPT_PAY_STEPS];
     int n;
-    double trust;                      /* share of a predicted gain believed (1; after an undone
-                                        * switch, the share it delivered, for the hold-off) */
     long hold_until;                   /* after an undone switch: the step the hold-off ends (0: none) */
     int undone;                        /* switches undone for this straggler */
 } adapt_pay;
@@ -93,7 +91,7 @@ struct adapt_state {
                                      * block, a head (gpt_layer_ops' cost): [kind][F, B, W] */
     int said_keep;                  /* a straggler was reported without a switch (since the last
                                      * switch or revert) */
-    adapt_pay pay;                  /* the switch on trial, and the trust in predictions */
+    adapt_pay pay;                  /* the switch on trial, the hold-off after an undone one */
     replica_links rl;               /* links between replicas (D >= 2): seen, said, not adapted to */
 };
 
@@ -154,9 +152,11 @@ void adapt_pay_note(adapt_state *A, double iter_time);
 double adapt_pay_predicted(const adapt_state *A, double predicted);
 /* A switch at `step` predicted to take `predicted` s/step instead of `was`: on trial from now. */
 void adapt_pay_start(adapt_state *A, long step, double predicted, double was);
-/* The straggler cleared: no trial, full trust, no hold-off. */
+/* The straggler cleared: no trial, no hold-off. */
 void adapt_pay_reset(adapt_state *A);
-/* 1 when a hold-off ends at this step (full trust again: the caller may try the switch again). */
+/* 1 while an undone switch's hold-off lasts (no switch at this step). */
+int adapt_pay_held(const adapt_state *A, long step);
+/* 1 when a hold-off ends at this step (the caller may try the switch again). */
 int adapt_pay_retry(adapt_state *A, long step);
 /* A step of the trial: after ADAPT_PAY_STEPS steps, a switch that gained less than half of its
  * predicted gain is undone and said. 1 when undone, 0 when not, -1 on an error. */
