@@ -23,6 +23,7 @@ typedef struct {
     int batch, seq;
     long seed;
     run_opts ro;
+    const char *precision;      /* --precision fp32 | bf16 */
 } grad_args;
 
 static int grad_write(const gpt_model *m, int prefixed, float loss, const char *path) {
@@ -129,7 +130,7 @@ free_model:
 
 int cli_grad(int argc, char **argv) {
     grad_args a = {.batch = 0, .seq = 0, .seed = 1337};
-    cli_opt opts[7 + CLI_LAYOUT_N_OPTS] = {
+    cli_opt opts[8 + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &a.config, "model config JSON (Hugging Face GPT-2 keys)"},
         {"--init", OPT_STR, &a.init, "weights (safetensors, HF GPT-2 names); default: seeded init"},
         {"--tokens", OPT_STR, &a.tokens, "token file (llm.c format) or raw text"},
@@ -137,8 +138,9 @@ int cli_grad(int argc, char **argv) {
         {"--seq", OPT_INT, &a.seq, "T, tokens per sequence"},
         {"--out", OPT_STR, &a.out, "output safetensors: gradients with the input's names + 'loss'"},
         {"--seed", OPT_LONG, &a.seed, "init seed when --init is not given (default 1337)"},
+        cli_precision_opt(&a.precision),
     };
-    cli_layout_opts(opts + 7, &a.ro, &a.transport, &a.split_text);
+    cli_layout_opts(opts + 8, &a.ro, &a.transport, &a.split_text);
     cli_layout_init(&a.ro);
     int rc = cli_layout_take_faults(&argc, argv, &a.ro) < 0 ? (cli_fail("grad"), -1)
            : cli_parse(argc, argv, "grad", "--config C.json [--init M.safetensors] --tokens X.bin "
@@ -150,7 +152,7 @@ int cli_grad(int argc, char **argv) {
     }
     comm *world = NULL;
     int *split;
-    if (cli_layout_split(a.split_text, &split, &a.ro.n_split) < 0) {
+    if (cli_precision_apply(a.precision, stderr) < 0 || cli_layout_split(a.split_text, &split, &a.ro.n_split) < 0) {
         cli_layout_faults_free(&a.ro);
         return cli_fail("grad");
     }

@@ -155,9 +155,18 @@ static int check_range(const gpt_config *cfg, int first, int end, int tp_rank, i
     return 0;
 }
 
+/* Written once by the CLI before any model exists (gpt_set_default_precision), read by every
+ * model's init after. */
+static nn_precision default_precision = NN_FP32;
+
+void gpt_set_default_precision(nn_precision p) { default_precision = p; }
+nn_precision gpt_default_precision(void) { return default_precision; }
+void gpt_set_precision(gpt_model *m, nn_precision p) { m->precision = p; }
+
 int gpt_init_layers_tp(gpt_model *m, const gpt_config *cfg, int first, int end, int tp_rank,
                        int tp_size) {
     memset(m, 0, sizeof *m);
+    m->precision = default_precision;
     if (gpt_config_validate(cfg, NULL) < 0 || check_range(cfg, first, end, tp_rank, tp_size) < 0)
         return -1;
     int L = cfg->n_layer, C = cfg->n_embd, tp = tp_size;

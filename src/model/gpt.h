@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "model/config.h"
+#include "nn/nn_bf16.h"
 
 /* Named pointers into one transformer block's span (of params or of grads). */
 typedef struct {
@@ -146,6 +147,7 @@ typedef struct {
     gpt_tp tp;                  /* the group's collective (gpt_set_tp); unused when tp_size 1 */
     int tp_overlap;             /* 1: blocks overlap their all-reduces (gpt_set_tp_overlap) */
     int tp_sp;                  /* 1: sequence parallelism (gpt_set_tp_sp; only when tp_size > 1) */
+    nn_precision precision;     /* the matmuls' number format (gpt_set_precision) */
     /* Private: buffers of gpt_forward_backward / gpt_forward, grown on demand. */
     float *fb_act, *fb_scratch, *fb_x;
     size_t fb_act_cap, fb_scratch_cap, fb_x_cap;
@@ -300,6 +302,14 @@ int gpt_set_tp_overlap(gpt_model *m, int on);
  * collective has no reduce_scatter or allgather, or that overlaps (gpt_set_tp_overlap: not
  * with sp). At tp 1 it is accepted and changes nothing. Every rank of the group the same. */
 int gpt_set_tp_sp(gpt_model *m, int on);
+/* The number format of m's matmuls (`--precision`; nn_bf16.h): NN_FP32, or NN_BF16 (inputs
+ * rounded to bf16, fp32 sums; parameters, gradients, layer norms, softmax and the loss stay
+ * fp32). A model starts with the process's default (gpt_set_default_precision), which the CLI
+ * sets once from `--precision` before any model exists, so that every model of a run (stages,
+ * replicas, TP shards, eval copies) agrees without each layer of the runtime passing it on. */
+void gpt_set_precision(gpt_model *m, nn_precision p);
+void gpt_set_default_precision(nn_precision p);
+nn_precision gpt_default_precision(void);
 /* Rows of the (N,C) activation stream this rank's layers take and give on a microbatch of (B,T)
  * (x, out, dout, dx of gpt_layer_forward and gpt_layer_backward_input): N = B*T, or N/tp under
  * sequence parallelism; 0 when sp is on and tp does not divide N (the layers refuse it). */

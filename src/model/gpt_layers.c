@@ -3,6 +3,7 @@
  * caller-owned act storage laid out here, and the analytic cost of each. Not here: buffer
  * ownership, scheduling, the parameter table (gpt.c). */
 #include "model/gpt.h"
+#include "model/gpt_act16.h"
 #include "nn/nn.h"
 #include "util/pt.h"
 #include <stdio.h>
@@ -173,16 +174,79 @@ static int keep_all_recompute(const gpt_model *m, int l, const gpt_tied *tied, f
     return 0;
 }
 
-size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
+/* The fp32 act's size and F part (a layer stores them so but at bf16: gpt_act16.h). */
+static size_t act32_floats(const gpt_model *m, int layer, int B, int T) {
     return gpt_layer_ops_of(m, layer)->act_floats(m, B, T);
 }
 
-size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T) {
+static size_t saved32_floats(const gpt_model *m, int layer, int B, int T) {
     switch (gpt_layer_kind_of(m, layer)) {
     case GPT_LAYER_EMBED: return embed_act_view(m, NULL, B, T).saved;
     case GPT_LAYER_BLOCK: return block_act_view(m, NULL, B, T).saved;
     default:              return head_act_view(m, NULL, B, T).saved;
     }
+}
+
+static int act_spans(const gpt_model *m, int layer, int B, int T, gpt_act_span *s);
+
+/* At bf16 the scratch carries a work area of one block's fp32 act (0 floats at fp32), and a
+ * layer stores its act in bf16 when its fp32 act fits it (a head whose logits outgrow a block's
+ * act stays fp32). */
+static size_t act16_work_floats(const gpt_model *m, int B, int T) {
+    return m->precision == NN_BF16 ? block_act_floats(m, B, T) : 0;
+}
+
+static int act16_on(const gpt_model *m, int layer, int B, int T) {
+    return m->precision == NN_BF16 && act32_floats(m, layer, B, T) <= act16_work_floats(m, B, T);
+}
+
+/* Stored floats of the fp32 act's [0, end). */
+static size_t stored_floats(const gpt_model *m, int layer, int B, int T, size_t end) {
+    gpt_act_span s[GPT_ACT16_MAX_SPANS];
+    return act16_on(m, layer, B, T) ? gpt_act16_floats(s, act_spans(m, layer, B, T, s), end) : end;
+}
+
+size_t gpt_layer_act_floats(const gpt_model *m, int layer, int B, int T) {
+    return stored_floats(m, layer, B, T, act32_floats(m, layer, B, T));
+}
+
+size_t gpt_layer_act_saved_floats(const gpt_model *m, int layer, int B, int T) {
+    return stored_floats(m, layer, B, T, saved32_floats(m, layer, B, T));
+}
+
+/* ---- bf16 storage: each kind's regions (gpt_act16.h) ---------------------------------------
+ * fp32 stay the residual stream (x, res2, the head's input), the layer norms' statistics, the
+ * token ids and the head's probabilities (softmax and loss in fp32; B turns them into dlogits);
+ * everything else is a matmul's input or output, stored in bf16. The offsets come from views
+ * over a stand-in base, of which only differences are used. */
+static int spans_of(gpt_act_span *s, float *const *p, const unsigned *f, int n, const float *base,
+                    size_t size) {
+    for (int i = 0; i < n; i++) s[i] = (gpt_act_span){ (size_t)(p[i] - base), 0, f[i] };
+    for (int i = 0; i < n; i++) s[i].n = (i + 1 < n ? s[i + 1].off : size) - s[i].off;
+    return n;
+}
+
+static int act_spans(const gpt_model *m, int layer, int B, int T, gpt_act_span *s) {
+    static float base[1];
+    enum { E = ACT16_EXACT, NW = ACT16_NO_W };
+    if (gpt_layer_kind_of(m, layer) == GPT_LAYER_BLOCK) {
+        block_act v = block_act_view(m, base, B, T);
+        unsigned nb = m->tp_sp ? 0 : ACT16_NO_B;   /* under sp B computes the weight gradients */
+        float *p[] = { v.x, v.res2, v.ln1, v.ln1m, v.ln1r, v.qkv, v.atty, v.att, v.ln2, v.ln2m,
+                       v.ln2r, v.fch, v.fchg, v.dres3, v.dfch, v.dln2, v.dres2, v.dqkv, v.dln1 };
+        unsigned f[] = { E, E, nb, E, E, NW, nb, NW, nb, E, E, NW, nb, 0, 0, 0, 0, 0, 0 };
+        return spans_of(s, p, f, 19, base, v.size);
+    }
+    if (gpt_layer_kind_of(m, layer) == GPT_LAYER_HEAD) {
+        head_act v = head_act_view(m, base, B, T);
+        float *p[] = { v.x, v.lnf, v.lnfm, v.lnfr, (float *)v.targets, v.probs, v.dlnf };
+        unsigned f[] = { E, ACT16_NO_B, E, E, E, E | ACT16_B_WRITES, 0 };
+        return spans_of(s, p, f, 7, base, v.size);
+    }
+    embed_act v = embed_act_view(m, base, B, T);
+    float *p[] = { (float *)v.tokens, v.dout };
+    unsigned f[] = { E, 0 };
+    return spans_of(s, p, f, 2, base, v.size);
 }
 
 size_t gpt_layer_keep_floats(const gpt_model *m, int layer, int B, int T) {
@@ -196,10 +260,15 @@ size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T) {
 /* Scratch of the kinds: a block's B needs (N,4C/tp) (under sp at least (N,C), also in F) and
  * the attention's; a sharded head's F the per-token exchange (head_tp_forward), N*(tp + 3); the
  * embedding none, or under sp its (N,C) output before the reduce-scatter (within the block's). */
-size_t gpt_scratch_floats(const gpt_model *m, int B, int T) {
+static size_t kinds_scratch_floats(const gpt_model *m, int B, int T) {
     size_t N = (size_t)B * T, block = N * block_scratch_width(m) + ATTENTION_SCRATCH_FLOATS(T);
     size_t head = m->tp_size > 1 ? N * ((size_t)m->tp_size + 3) : 0;
     return block > head ? block : head;
+}
+
+/* At bf16 the work area follows (gpt_act16.h). */
+size_t gpt_scratch_floats(const gpt_model *m, int B, int T) {
+    return kinds_scratch_floats(m, B, T) + act16_work_floats(m, B, T);
 }
 
 /* Checks ids are in [0,V): -1 naming the first bad one, its (b,t) and what it was for. */
@@ -399,8 +468,8 @@ typedef struct {
  * the product: out = res + b + inp @ w (inp holding all the input rows). */
 static void proj_product(const gpt_model *m, float *out, const float *inp, const float *w,
                          const float *b, const float *res, int N, int IN, int OUT) {
-    if (m->tp_size == 1) matmul_residual_forward(out, inp, w, b, res, N, IN, OUT);
-    else matmul_forward(out, inp, w, NULL, N, IN, OUT);
+    if (m->tp_size == 1) matmul_residual_forward_prec(m->precision, out, inp, w, b, res, N, IN, OUT);
+    else matmul_forward_prec(m->precision, out, inp, w, NULL, N, IN, OUT);
 }
 
 static void proj_finish(const gpt_model *m, float *out, const float *res, const float *b, int N, int OUT) {
@@ -431,7 +500,7 @@ static void block_ln1(const block_rows *r) {
 static void block_attn(const block_rows *r, const float *ln1) {
     block_dims d = block_dims_of(r->m);
     int C = d.C, Cl = d.Cl, N = r->B * r->T;
-    matmul_forward(r->a.qkv, ln1, r->w->qkvw, r->w->qkvb, N, C, 3 * Cl);
+    matmul_forward_prec(r->m->precision, r->a.qkv, ln1, r->w->qkvw, r->w->qkvb, N, C, 3 * Cl);
     attention_forward(r->a.atty, r->a.att, r->a.qkv, r->B, r->T, Cl, d.NHl);
 }
 
@@ -444,7 +513,7 @@ static void block_ln2(const block_rows *r) {
 /* ... and c_fc, GELU from ln2 (all rows, as ln1). */
 static void block_mlp(const block_rows *r, const float *ln2) {
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    matmul_forward(r->a.fch, ln2, r->w->fcw, r->w->fcb, N, C, 4 * Cl);
+    matmul_forward_prec(r->m->precision, r->a.fch, ln2, r->w->fcw, r->w->fcb, N, C, 4 * Cl);
     gelu_forward(r->a.fchg, r->a.fch, N * 4 * Cl);
 }
 
@@ -481,7 +550,7 @@ static void block_fs0(const block_rows *r) {
 static void block_fs1(const block_rows *r) {
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl;
     block_attn(r, r->s);
-    matmul_forward(r->s, r->a.atty, r->w->attprojw, NULL, r->B * r->T, Cl, C);
+    matmul_forward_prec(r->m->precision, r->s, r->a.atty, r->w->attprojw, NULL, r->B * r->T, Cl, C);
 }
 
 /* ... res2 of the rank's rows, ln_2 of them (into the scratch to be gathered) ... */
@@ -495,7 +564,7 @@ static void block_fs2(const block_rows *r) {
 static void block_fs3(const block_rows *r) {
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl;
     block_mlp(r, r->s);
-    matmul_forward(r->s, r->a.fchg, r->w->fcprojw, NULL, r->B * r->T, 4 * Cl, C);
+    matmul_forward_prec(r->m->precision, r->s, r->a.fchg, r->w->fcprojw, NULL, r->B * r->T, 4 * Cl, C);
 }
 
 /* ... and the output's rows. */
@@ -511,9 +580,9 @@ static void block_dout(const block_rows *r) {
 static void block_b_mlp(const block_rows *r, float *dln2) {
     const gpt_block_tensors *w = r->w;
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    matmul_backward_input(r->s, r->a.dres3, w->fcprojw, N, 4 * Cl, C);   /* at the GELU output */
+    matmul_backward_input_prec(r->m->precision, r->s, r->a.dres3, w->fcprojw, N, 4 * Cl, C);   /* at the GELU output */
     gelu_backward_input(r->a.dfch, r->s, r->a.fch, N * 4 * Cl);
-    matmul_backward_input(dln2, r->a.dfch, w->fcw, N, C, 4 * Cl);
+    matmul_backward_input_prec(r->m->precision, dln2, r->a.dfch, w->fcw, N, C, 4 * Cl);
 }
 
 /* ln_2's backward on the rank's rows: into its rows of dres2. */
@@ -529,9 +598,9 @@ static void block_b_attn(const block_rows *r, float *dln1) {
     const gpt_block_tensors *w = r->w;
     block_dims d = block_dims_of(r->m);
     int C = d.C, Cl = d.Cl, N = r->B * r->T;
-    matmul_backward_input(r->s, r->a.dres2, w->attprojw, N, Cl, C);      /* at the attention output */
+    matmul_backward_input_prec(r->m->precision, r->s, r->a.dres2, w->attprojw, N, Cl, C);      /* at the attention output */
     attention_backward_input(r->a.dqkv, r->satt, r->s, r->a.qkv, r->a.att, r->B, r->T, Cl, d.NHl);
-    matmul_backward_input(dln1, r->a.dqkv, w->qkvw, N, C, 3 * Cl);
+    matmul_backward_input_prec(r->m->precision, dln1, r->a.dqkv, w->qkvw, N, C, 3 * Cl);
 }
 
 /* ln_1's backward on the rank's rows into dx. */
@@ -558,8 +627,8 @@ static void block_bs0(const block_rows *r) {
 static void block_bs1(const block_rows *r) {
     const block_act *a = &r->a;
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    matmul_backward_weight(r->g->fcprojw, r->g->fcprojb, r->s, a->fchg, N, 4 * Cl, C);
-    matmul_backward_input(a->dfch, r->s, r->w->fcprojw, N, 4 * Cl, C);
+    matmul_backward_weight_prec(r->m->precision, r->g->fcprojw, r->g->fcprojb, r->s, a->fchg, N, 4 * Cl, C);
+    matmul_backward_input_prec(r->m->precision, a->dfch, r->s, r->w->fcprojw, N, 4 * Cl, C);
     gelu_backward_input(a->dfch, a->dfch, a->fch, N * 4 * Cl);
     sp_put_rows(r, a->ln2);
 }
@@ -569,8 +638,8 @@ static void block_bs1(const block_rows *r) {
 static void block_bs2(const block_rows *r) {
     const block_act *a = &r->a;
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    matmul_backward_weight(r->g->fcw, r->g->fcb, a->dfch, r->s, N, C, 4 * Cl);
-    matmul_backward_input(r->s, a->dfch, r->w->fcw, N, C, 4 * Cl);
+    matmul_backward_weight_prec(r->m->precision, r->g->fcw, r->g->fcb, a->dfch, r->s, N, C, 4 * Cl);
+    matmul_backward_input_prec(r->m->precision, r->s, a->dfch, r->w->fcw, N, C, 4 * Cl);
 }
 
 /* ... the rank's rows of the sum kept (for W), ln_2's backward on them, dres2's rows to be
@@ -588,8 +657,8 @@ static void block_bs4(const block_rows *r) {
     const block_act *a = &r->a;
     block_dims d = block_dims_of(r->m);
     int C = d.C, Cl = d.Cl, N = r->B * r->T;
-    matmul_backward_weight(r->g->attprojw, r->g->attprojb, r->s, a->atty, N, Cl, C);
-    matmul_backward_input(a->dfch, r->s, r->w->attprojw, N, Cl, C);
+    matmul_backward_weight_prec(r->m->precision, r->g->attprojw, r->g->attprojb, r->s, a->atty, N, Cl, C);
+    matmul_backward_input_prec(r->m->precision, a->dfch, r->s, r->w->attprojw, N, Cl, C);
     attention_backward_input(a->dqkv, r->satt, a->dfch, a->qkv, a->att, r->B, r->T, Cl, d.NHl);
     sp_put_rows(r, a->ln1);
 }
@@ -599,8 +668,8 @@ static void block_bs4(const block_rows *r) {
 static void block_bs5(const block_rows *r) {
     const block_act *a = &r->a;
     int C = r->m->cfg.n_embd, Cl = block_dims_of(r->m).Cl, N = r->B * r->T;
-    matmul_backward_weight(r->g->qkvw, r->g->qkvb, a->dqkv, r->s, N, C, 3 * Cl);
-    matmul_backward_input(r->s, a->dqkv, r->w->qkvw, N, C, 3 * Cl);
+    matmul_backward_weight_prec(r->m->precision, r->g->qkvw, r->g->qkvb, a->dqkv, r->s, N, C, 3 * Cl);
+    matmul_backward_input_prec(r->m->precision, r->s, a->dqkv, r->w->qkvw, N, C, 3 * Cl);
 }
 
 /* ... and the rank's rows of the sum kept (for W), ln_1's backward on them into dx. */
@@ -741,13 +810,13 @@ static int block_backward_weight(const gpt_model *m, int l, const gpt_tied *tied
     int C = d.C, Cl = d.Cl, N = B * T, Ns = (int)sp_rows(m, (size_t)N);
     block_act a = block_act_view(m, (float *)act, B, T);   /* read only below */
     if (!m->tp_sp) {
-        matmul_backward_weight(g->fcprojw, g->fcprojb, a.dres3, a.fchg, N, 4 * Cl, C);
-        matmul_backward_weight(g->fcw, g->fcb, a.dfch, a.ln2, N, C, 4 * Cl);
+        matmul_backward_weight_prec(m->precision, g->fcprojw, g->fcprojb, a.dres3, a.fchg, N, 4 * Cl, C);
+        matmul_backward_weight_prec(m->precision, g->fcw, g->fcb, a.dfch, a.ln2, N, C, 4 * Cl);
     }
     layernorm_backward_weight(g->ln2w, g->ln2b, a.dln2, a.res2, a.ln2m, a.ln2r, Ns, C);
     if (!m->tp_sp) {
-        matmul_backward_weight(g->attprojw, g->attprojb, a.dres2, a.atty, N, Cl, C);
-        matmul_backward_weight(g->qkvw, g->qkvb, a.dqkv, a.ln1, N, C, 3 * Cl);
+        matmul_backward_weight_prec(m->precision, g->attprojw, g->attprojb, a.dres2, a.atty, N, Cl, C);
+        matmul_backward_weight_prec(m->precision, g->qkvw, g->qkvb, a.dqkv, a.ln1, N, C, 3 * Cl);
     }
     layernorm_backward_weight(g->ln1w, g->ln1b, a.dln1, a.x, a.ln1m, a.ln1r, Ns, C);
     return 0;
@@ -797,11 +866,11 @@ static int head_forward(const gpt_model *m, int l, const gpt_tied *tied, float *
         return -1;
     layernorm_forward(a.lnf, a.lnfm, a.lnfr, a.x, m->w.lnfw, m->w.lnfb, N, C);
     if (!targets) {
-        lmhead_forward(out, a.lnf, tied_wte(m, tied), N, C, V);
+        lmhead_forward_prec(m->precision, out, a.lnf, tied_wte(m, tied), N, C, V);
         return 0;
     }
     memcpy(a.targets, targets, (size_t)N * sizeof *targets);
-    lmhead_forward(a.probs, a.lnf, tied_wte(m, tied), N, C, V);
+    lmhead_forward_prec(m->precision, a.probs, a.lnf, tied_wte(m, tied), N, C, V);
     if (m->tp_size > 1) return head_tp_crossentropy(m, &a, scratch, N, out);
     out[0] = crossentropy_forward(a.probs, a.probs, targets, N, V);
     return 0;
@@ -818,7 +887,7 @@ static int head_backward_input(const gpt_model *m, int l, const gpt_tied *tied, 
         crossentropy_shard_backward_input(a.probs, a.probs, a.targets, v0, nv,
                                           dloss ? *dloss : 1.0f, N, V);
     }
-    lmhead_backward_input(a.dlnf, a.probs, tied_wte(m, tied), N, C, V);
+    lmhead_backward_input_prec(m->precision, a.dlnf, a.probs, tied_wte(m, tied), N, C, V);
     if (tp_allreduce(m, a.dlnf, (size_t)N * C, "the head's input gradient") < 0) return -1;
     size_t lo = sp_first(m, (size_t)N);   /* the rank's rows (all without sp) */
     layernorm_backward_input(dx, a.dlnf + lo * C, a.x + lo * C, m->w.lnfw, a.lnfm + lo, a.lnfr + lo,
@@ -830,7 +899,7 @@ static int head_backward_weight(const gpt_model *m, int l, const gpt_tied *tied,
                                 float *scratch, int B, int T) {
     int C = m->cfg.n_embd, V = vocab_local(m), N = B * T;
     head_act a = head_act_view(m, (float *)act, B, T);   /* read only below */
-    lmhead_backward_weight(tied_dwte(m, tied), a.probs, a.lnf, N, C, V);
+    lmhead_backward_weight_prec(m->precision, tied_dwte(m, tied), a.probs, a.lnf, N, C, V);
     layernorm_backward_weight(m->g.lnfw, m->g.lnfb, a.dlnf, a.x, a.lnfm, a.lnfr, N, C);
     return 0;
 }
@@ -963,7 +1032,27 @@ const gpt_layer_ops *gpt_layer_ops_of(const gpt_model *m, int layer) {
     return &layer_kinds[gpt_layer_kind_of(m, layer)];
 }
 
-/* ---- dispatch ----------------------------------------------------------------------------- */
+/* ---- dispatch -----------------------------------------------------------------------------
+ * At bf16 a layer whose act is stored so (gpt_act16_on) runs on the fp32 work area after the
+ * kinds' scratch: F packs its F part into act; B unpacks the F part it reads, packs its B part
+ * and what it overwrote; W unpacks what it reads; the recompute starts from the keep prefix. */
+static float *act16_work(const gpt_model *m, int layer, float *scratch, int B, int T) {
+    return act16_on(m, layer, B, T) ? scratch + kinds_scratch_floats(m, B, T) : NULL;
+}
+
+/* Packs or unpacks [lo, hi) of layer's act (gpt_act16_pack / _unpack). */
+static void act16_pack(const gpt_model *m, int layer, int B, int T, float *act, const float *work,
+                       size_t lo, size_t hi, unsigned only) {
+    gpt_act_span s[GPT_ACT16_MAX_SPANS];
+    gpt_act16_pack(s, act_spans(m, layer, B, T, s), act, work, lo, hi, only);
+}
+
+static void act16_unpack(const gpt_model *m, int layer, int B, int T, float *work, const float *act,
+                         size_t lo, size_t hi, unsigned skip) {
+    gpt_act_span s[GPT_ACT16_MAX_SPANS];
+    gpt_act16_unpack(s, act_spans(m, layer, B, T, s), work, act, lo, hi, skip);
+}
+
 int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                       float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
     if (T < 1 || T > m->cfg.n_positions || B < 1)
@@ -971,21 +1060,32 @@ int gpt_layer_forward(const gpt_model *m, int layer, const gpt_tied *tied, float
                          layer, T, m->cfg.n_positions, B);
     if (m->tp_sp && gpt_sp_check_rows(B, T, m->tp_size) < 0)
         return pt_adderr("layer %d forward: ", layer);
-    if (gpt_layer_ops_of(m, layer)->forward(m, layer, tied, act, scratch, out, x, tokens, B, T) < 0)
+    float *work = act16_work(m, layer, scratch, B, T);
+    if (gpt_layer_ops_of(m, layer)->forward(m, layer, tied, work ? work : act, scratch, out, x, tokens, B, T) < 0)
         return pt_adderr("layer %d forward: ", layer);
+    if (work) act16_pack(m, layer, B, T, act, work, 0, saved32_floats(m, layer, B, T), 0);
     return 0;
 }
 
 int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                              float *scratch, float *dx, const float *dout, int B, int T) {
-    if (gpt_layer_ops_of(m, layer)->backward_input(m, layer, tied, act, scratch, dx, dout, B, T) < 0)
+    float *work = act16_work(m, layer, scratch, B, T);
+    size_t saved = saved32_floats(m, layer, B, T);
+    if (work) act16_unpack(m, layer, B, T, work, act, 0, saved, ACT16_NO_B);
+    if (gpt_layer_ops_of(m, layer)->backward_input(m, layer, tied, work ? work : act, scratch, dx, dout, B, T) < 0)
         return pt_adderr("layer %d backward: ", layer);
+    if (work) {
+        act16_pack(m, layer, B, T, act, work, saved, act32_floats(m, layer, B, T), 0);
+        act16_pack(m, layer, B, T, act, work, 0, saved, ACT16_B_WRITES);
+    }
     return 0;
 }
 
 int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
                               const float *act, float *scratch, int B, int T) {
-    return gpt_layer_ops_of(m, layer)->backward_weight(m, layer, tied, act, scratch, B, T);
+    float *work = act16_work(m, layer, scratch, B, T);
+    if (work) act16_unpack(m, layer, B, T, work, act, 0, act32_floats(m, layer, B, T), ACT16_NO_W);
+    return gpt_layer_ops_of(m, layer)->backward_weight(m, layer, tied, work ? work : act, scratch, B, T);
 }
 
 int gpt_layer_recompute(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
@@ -995,7 +1095,11 @@ int gpt_layer_recompute(const gpt_model *m, int layer, const gpt_tied *tied, flo
                          "and batch %d >= 1", layer, T, m->cfg.n_positions, B);
     if (m->tp_sp && gpt_sp_check_rows(B, T, m->tp_size) < 0)
         return pt_adderr("layer %d recompute: ", layer);
-    if (gpt_layer_ops_of(m, layer)->recompute(m, layer, tied, act, scratch, B, T) < 0)
+    const gpt_layer_ops *k = gpt_layer_ops_of(m, layer);
+    float *work = k->recompute == keep_all_recompute ? NULL : act16_work(m, layer, scratch, B, T);
+    if (work) memcpy(work, act, k->keep_floats(m, B, T) * sizeof *work);   /* stored fp32 as is */
+    if (k->recompute(m, layer, tied, work ? work : act, scratch, B, T) < 0)
         return pt_adderr("layer %d recompute: ", layer);
+    if (work) act16_pack(m, layer, B, T, act, work, 0, saved32_floats(m, layer, B, T), 0);
     return 0;
 }

@@ -101,6 +101,6 @@ int gpt_forward_last(gpt_model *m, float *logits, const int *tokens, int B, int 
     for (int b = 0; b < B; b++)
         memcpy(last + (size_t)b * C, x + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof *x);
     layernorm_forward(ln, mean, rstd, last, m->w.lnfw, m->w.lnfb, B, C);
-    lmhead_forward(logits, ln, m->w.wte, B, C, m->cfg.vocab_size);
+    lmhead_forward_prec(m->precision, logits, ln, m->w.wte, B, C, m->cfg.vocab_size);
     return 0;
 }
