@@ -57,6 +57,9 @@ grep -q "side work: [0-9.]* s of CPU in the ranks' [0-9.]* s of bubble ([0-9.]*%
   && grep -q "of CPU in [0-9.]* s of slots" "$D/out" \
   && ok "harvest cpu: the summary gives the CPU received against the bubble, per program too" \
   || fail "harvest cpu: the summary gives the CPU received against the bubble, per program too" "$(grep side "$D/out" | head -3)"
+grep -q 'bubble harvested (side_cpu_s / bubble_s' "$D/m.html" 2>/dev/null \
+  && ok "harvest cpu: the run's report charts the bubble harvested (side_cpu_s / bubble_s)" \
+  || fail "harvest cpu: the run's report charts the bubble harvested (side_cpu_s / bubble_s)" "no such chart in $D/m.html"
 # the summary's fraction is side_cpu_s / bubble_s
 frac=$(grep -o '"harvested_fraction":[-0-9.e+]*' "$D/m.events.jsonl" 2>/dev/null | cut -d: -f2)
 bub=$(sum "$D/m.jsonl" bubble_s)
