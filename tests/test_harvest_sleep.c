@@ -4,14 +4,20 @@
  * the same training run with a CPU-bound program on each rank against without, and the extra
  * switches per second of the programs' slots must stay far below what a rank polling every
  * 50 us makes (20,000 a second of slot: POLL_RATE). Also: the losses equal the run without side
- * work, bitwise. Counts, not speed: a loaded machine makes fewer polls, never more. */
+ * work, bitwise. Counts, not speed: a loaded machine makes fewer polls, never more. And the
+ * program's placement on the rank's core (cmd_group_place). */
+#include "harvest/cmd_group.h"
 #include "train/trainer.h"
 #include "util/pt.h"
 #include "test.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 enum { STEPS = 16 };
 /* What a poll every 50 us would cost per second of slot, and the bound: a hundredth of it, plus
@@ -76,7 +82,38 @@ static int same_losses(const char *a, const char *b) {
     return same;
 }
 
+/* cmd_group_place puts a stopped program's threads on the core this thread runs on (where
+ * this process may run on two or more); with PT_SIDE_PIN=0 it leaves them. */
+static void test_placement(void) {
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0 || CPU_COUNT(&mine) < 2) {
+        printf("ok harvest sleep: placement (skipped: this process may run on one core only)\n");
+        return;
+    }
+    for (int pin = 1; pin >= 0; pin--) {
+        pid_t pid = fork();
+        if (pid == 0) { raise(SIGSTOP); _exit(0); }
+        waitpid(pid, NULL, WUNTRACED);
+        if (!pin) setenv("PT_SIDE_PIN", "0", 1);
+        cmd_group g;
+        cmd_group_init(&g, pid);
+        unsetenv("PT_SIDE_PIN");
+        int cpu = sched_getcpu();
+        cmd_group_place(&g);
+        cpu_set_t got;
+        sched_getaffinity(pid, sizeof got, &got);
+        int alone = g.placed >= 0 && CPU_COUNT(&got) == 1 && CPU_ISSET(g.placed, &got);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        if (pin) CHECK("harvest sleep: a program is placed on the rank's core", alone && g.placed >= 0,
+                       "placed %d (this thread was on %d), its cores: %d", g.placed, cpu, CPU_COUNT(&got));
+        else CHECK("harvest sleep: PT_SIDE_PIN=0 leaves a program on this process's cores",
+                   g.placed < 0 && CPU_EQUAL(&got, &mine), "placed %d, its cores: %d", g.placed, CPU_COUNT(&got));
+    }
+}
+
 int main(void) {
+    test_placement();
     const char *base = getenv("TEST_TMP") ? getenv("TEST_TMP") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%.40s/hsleepXXXXXX", base);
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
