@@ -196,7 +196,7 @@ else fail "adapt: --tp 2 re-split" "$(splits "$D/u1.jsonl"); $(grep -E '^step [0
 expect_error "adapt: needs a pipelined run" "--adapt( switches the schedule of a pipelined run|: --stages 1 has no link or stage to adapt to)" train --steps 2 --adapt
 expect_error "adapt: one stage per rank" "--adapt switches between schedules of one stage per rank; interleaved-1f1b has several" \
   train --steps 2 --stages 2 --schedule interleaved-1f1b --microbatches 4 --adapt
-expect_error "adapt: a memory limit >= 0" "--mem-limit must be >= 0" train --steps 2 --stages 2 --adapt --mem-limit -1
+expect_error "adapt: a memory limit >= 1" "--mem-limit '-1': give microbatches" train --steps 2 --stages 2 --adapt --mem-limit -1
 
 # --- bad specs: the flag and the value, what is wrong
 expect_error "faults: a rank outside the pipeline" "--slow-link '0-2:1': rank 2 is not in the pipeline" \

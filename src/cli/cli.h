@@ -29,5 +29,7 @@ int cli_simulate(int argc, char **argv);
 int cli_profile(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_report(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+int cli_launch(int argc, char **argv);
 
 #endif

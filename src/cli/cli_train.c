@@ -7,8 +7,11 @@
 #include "cli/cli_layout.h"
 #include "harvest/harvest.h"
 #include "plan/plan.h"
+#include "train/train_plan.h"
 #include "train/trainer.h"
+#include "util/killat.h"
 #include "util/pt.h"
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,10 +26,14 @@ typedef struct {
     const char *split_text;      /* --split as given */
     int *split;                  /* o.ro.split: the counts of --split or of the plan (owned) */
     const char *plan;            /* --plan plan.json: the layout from `pipetrain plan --out` */
-    char pipeline_schedule[32];  /* o.ro.schedule under --plan */
+    train_plan_hold plan_hold;   /* o.ro.schedule and o.ro.split under --plan */
     int keep;                    /* --keep (-1: not given) */
     const char *side_mem;        /* --side-mem as given */
+    const char *mem_limit;       /* --mem-limit as given (N or schedule) */
+    const char *wire;            /* --wire as given */
     const char **side_cmds, **side_tasks;   /* the repeatable flags' values (owned arrays) */
+    const char **kill_at;        /* --kill-at values (owned array) */
+    int n_kill_at;
 } train_args;
 
 /* Takes every "FLAG VALUE" / "FLAG=VALUE" out of argv (cli_parse knows no repeatable flags) into
@@ -63,6 +70,16 @@ static int side_mem_flag(train_args *a) {
     return 0;
 }
 
+/* --wire fp32 | bf16 | fp16 into the layout (util/half.h's pt_wire). */
+static int wire_flag(train_args *a) {
+    static const char *names[] = { "fp32", "bf16", "fp16" };
+    for (int w = 0; w < 3 && a->wire; w++)
+        if (!strcmp(a->wire, names[w])) { a->o.ro.wire = w; return 0; }
+    if (!a->wire) return 0;
+    return pt_seterr("--wire '%s': give fp32 (the default: messages as computed), bf16 or fp16 "
+                     "(activations and gradients between stages in 16 bits: lossy)", a->wire);
+}
+
 /* --lr-schedule and its numbers into the optimizer config (the trainer checks the ranges). */
 static int set_lr_schedule(train_args *a) {
     optim_config *oc = &a->o.oc;
@@ -75,65 +92,16 @@ static int set_lr_schedule(train_args *a) {
     return 0;
 }
 
-/* A plan places world rank w on device devices[w] of the cluster file it was made for (their
- * speeds and memory shaped its split). The runtime pins nothing: say so rather than drop it. */
-static void note_plan_devices(const train_args *a, const plan_layout *pl) {
-    if (!pl->devices) return;
-    char list[128];
-    int n = pl->P * pl->D * (pl->tp > 1 ? pl->tp : 1), at = 0, w = 0;
-    for (; w < n && at < (int)sizeof list - 16; w++)
-        at += snprintf(list + at, sizeof list - (size_t)at, "%s%d", w ? "," : "", pl->devices[w]);
-    if (w < n) snprintf(list + at, sizeof list - (size_t)at, ",...");
-    printf("note: %s was planned for devices %s of its cluster file (world rank order); this run "
-           "does not place ranks on devices: its %d ranks are %s\n", a->plan, list, n,
-           a->transport && !strcmp(a->transport, "mpi") ? "MPI processes wherever mpirun started them"
-                                                        : "threads of this process");
-}
-
-/* --plan: takes P, D, tp, M, schedule, chunks, split, recompute, tp-recompute, tp-overlap and zero
- * from a plan file; the global batch
- * is D * M * microbatch size and T the plan's, unless --batch / --seq say the same. Layout flags
- * next to --plan are an error (which would win is not obvious). */
+/* --plan sets the layout: layout flags next to it are an error (which would win is not obvious);
+ * the merge itself is the library's (train_plan_apply). */
 static int apply_plan(train_args *a) {
     run_opts *o = &a->o.ro;
     if (o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->tp != CLI_UNSET ||
         o->schedule || o->schedule_file || o->split || o->chunks)
         return pt_seterr("--plan sets the layout: drop --stages/--dp/--tp/--schedule/--schedule-file/"
                          "--microbatches/--split/--chunks, or drop --plan");
-    plan_layout pl;
-    if (plan_read(a->plan, &pl) < 0) return -1;
-    int batch = pl.D * pl.M * pl.mb_size, rc = 0;
-    if (a->o.batch && a->o.batch != batch)
-        rc = pt_seterr("%s: the plan is for a global batch of %d sequences (dp %d x %d microbatches "
-                       "x %d), not --batch %d", a->plan, batch, pl.D, pl.M, pl.mb_size, a->o.batch);
-    else if (a->o.seq && a->o.seq != pl.T)
-        rc = pt_seterr("%s: the plan is for --seq %d, not %d", a->plan, pl.T, a->o.seq);
-    if (rc == 0) {
-        a->o.batch = batch;
-        a->o.seq = pl.T;
-        o->P = pl.P; o->D = pl.D; o->M = pl.M; o->chunks = pl.chunks;
-        o->tp = pl.tp > 1 ? pl.tp : 1;
-        o->recompute = o->recompute || pl.recompute;
-        o->zero = o->zero > pl.zero ? o->zero : pl.zero;
-        o->tp_overlap = o->tp_overlap || pl.tp_overlap;
-        o->tp_recompute = o->tp_recompute || pl.tp_recompute;
-        o->tp_sp = o->tp_sp || pl.sp;
-        snprintf(a->pipeline_schedule, sizeof a->pipeline_schedule, "%s", pl.schedule);
-        o->schedule = a->pipeline_schedule;
-        char text[512];
-        printf("plan %s: %d stages x dp %d x tp %d, %s, %d microbatches of %d, split %s%s%s%s%s%s\n",
-               a->plan, pl.P, pl.D, o->tp, pl.schedule, pl.M, pl.mb_size,
-               plan_layout_split_str(&pl, text, sizeof text), pl.recompute ? ", recompute" : "",
-               pl.tp_recompute ? ", tp-recompute" : "", pl.tp_overlap ? ", tp-overlap" : "", pl.sp ? ", sp" : "",
-               pl.zero ? ", zero 1" : "");
-        note_plan_devices(a, &pl);
-        a->split = pl.split;          /* the counts themselves: no text in between */
-        o->split = pl.split;
-        o->n_split = pl.K;
-        pl.split = NULL;
-    }
-    plan_layout_free(&pl);
-    return rc;
+    int mpi = a->transport && !strcmp(a->transport, "mpi");
+    return train_plan_apply(&a->o, a->plan, mpi, &a->plan_hold, stdout);
 }
 
 /* Pipelined when any layout flag is given (then P = D = 1, 1f1b and M = P unless given); the MPI
@@ -169,16 +137,74 @@ static int train_main(const train_opts *o) {
     return rc;
 }
 
+/* Everything a train_args owns, freed on every path (NULL fields are fine); ends MPI when it
+ * was started. */
+static void train_args_free(train_args *a) {
+    if (a->o.world) { comm_free(a->o.world); comm_mpi_finalize(); }
+    free(a->split);
+    train_plan_hold_free(&a->plan_hold);
+    free(a->side_cmds);
+    free(a->side_tasks);
+    free(a->kill_at);
+    cli_layout_faults_free(&a->o.ro);
+}
+
+/* argv into a (the repeatable flags first, then cli_parse, then the flags that need checks).
+ * Returns the exit status to stop with (2 usage, 1 a bad value, 0 after --help), or -1 to go on. */
+static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts, int n_opts) {
+    train_opts *o = &a->o;
+    if (cli_layout_take_faults(argc, argv, &o->ro) < 0 ||
+        take_repeated(argc, argv, "--side-command", &a->side_cmds, &o->n_side_commands) < 0 ||
+        take_repeated(argc, argv, "--side-task", &a->side_tasks, &o->n_side_tasks) < 0 ||
+        take_repeated(argc, argv, "--kill-at", &a->kill_at, &a->n_kill_at) < 0)
+        return cli_fail("train") + 1;
+    o->side_commands = a->side_cmds;
+    o->side_tasks = a->side_tasks;
+    int rc = cli_parse(*argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
+                       "--lr X [flags]", opts, n_opts);
+    if (rc) {
+        if (rc > 0) harvest_print_kinds(stdout);   /* --help: the side-task registry too */
+        return rc < 0 ? 2 : 0;
+    }
+    a->transport = cli_layout_transport(a->transport);
+    for (int i = 0; i < a->n_kill_at; i++)
+        if (pt_killat_add(a->kill_at[i]) < 0) return cli_fail("train");
+    if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || wire_flag(a) < 0 ||
+        (a->mem_limit && train_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
+        cli_layout_split(a->split_text, &a->split, &o->ro.n_split) < 0)
+        return cli_fail("train");
+    if (o->cluster && (!o->adapt || o->mem_limit))
+        return pt_seterr("--cluster %s gives --adapt's memory limit: give --adapt and no --mem-limit", o->cluster),
+               cli_fail("train");
+    o->ro.split = a->split;
+    /* no layout asked for (no layout flag, --plan or --threads): the trainer picks this machine's */
+    o->auto_layout = !a->plan && !cli_layout_given(&o->ro, a->transport) && o->threads == 0;
+    return -1;
+}
+
+/* The layout (--plan, the layout flags, MPI), then the trainer. The exit status. */
+static int run_args(train_args *a, int *argc, char ***argv) {
+    train_opts *o = &a->o;
+    if ((a->plan && apply_plan(a) < 0) || pipe_flags(a, argc, argv, &o->world) < 0)
+        return cli_fail("train");
+    if (set_lr_schedule(a) < 0 || train_main(o) < 0) {
+        if (o->world) pt_adderr("rank %d: ", o->world->rank);
+        return cli_fail("train");
+    }
+    return 0;
+}
+
 int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 40 };
+    enum { N_TRAIN_OPTS = 47 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
         {"--init", OPT_STR, &o->init, "initial weights (safetensors); default: GPT-2 init from --seed"},
         {"--data", OPT_STR, &o->data, "training data: raw text (bytes) or an llm.c token file"},
+        {"--tokenizer", OPT_STR, &o->tokenizer, "gpt2 | DIR: tokenise the --data text with it on the fly (src/tok)"},
         {"--batch", OPT_INT, &o->batch, "B, sequences per step"},
         {"--seq", OPT_INT, &o->seq, "T, tokens per sequence"},
         {"--steps", OPT_INT, &o->steps, "K, optimizer steps in all (default 100)"},
@@ -216,47 +242,27 @@ int cli_train(int argc, char **argv) {
         {"--side-steps", OPT_LONG, &o->side_steps, "its optimizer steps (default: as long as this run)"},
         {"--adapt", OPT_FLAG, &o->adapt, "pipelined: switch to the adaptive schedule while a link is measured slow, back "
                                          "when it clears (docs/stragglers.md)"},
-        {"--mem-limit", OPT_INT, &o->mem_limit, "--adapt: microbatches of activations a stage may hold (default: the "
-                                                "starting schedule's peak)"},
+        {"--cluster", OPT_STR, &o->cluster, "--adapt: the memory limit from this cluster file's device memory "
+                                            "(world rank w on device w) instead of this machine's"},
+        {"--mem-limit", OPT_STR, &a.mem_limit, "--adapt: microbatches of activations a stage may hold: N, or schedule "
+                                               "(the starting schedule's peak); default: what the ranks' memory holds"},
+        {"--wire", OPT_STR, &a.wire, "pipelined: fp32 | bf16 | fp16: how activations and gradients cross stage "
+                                     "boundaries (default fp32; 16 bits halve the bytes, lossy: docs/comm.md)"},
+        {"--adapt-wire", OPT_FLAG, &o->adapt_wire, "--adapt: turn on --wire bf16 when the measured links make the "
+                                                   "step link-bound (lossy: docs/comm.md)"},
+        {"--snapshot-every", OPT_INT, &o->snapshot_every, "K: every rank's state into --snapshot-dir every K steps, "
+                                                            "written off the compute path (docs/recovery.md)"},
+        {"--snapshot-dir", OPT_STR, &o->snapshot_dir, "memory that outlives the process for snapshots and heartbeats "
+                                                      "(e.g. /dev/shm/NAME; pipetrain launch gives one)"},
+        {"--kill-at", OPT_STR, &repeated_help, "testing: RANK@STEP[:PHASE] that rank kills itself (SIGKILL) at the first "
+                                               "forward | reduce | save of that step (repeatable; default forward)"},
     };
+    /* N_TRAIN_OPTS must count the rows above (a merge that adds a row must raise it) */
+    assert(opts[N_TRAIN_OPTS - 1].name && !opts[N_TRAIN_OPTS].name);
     cli_layout_opts(opts + N_TRAIN_OPTS, &o->ro, &a.transport, &a.split_text);
     cli_layout_init(&o->ro);
-    if (cli_layout_take_faults(&argc, argv, &o->ro) < 0) return cli_fail("train") + 1;
-    if (take_repeated(&argc, argv, "--side-command", &a.side_cmds, &o->n_side_commands) < 0 ||
-        take_repeated(&argc, argv, "--side-task", &a.side_tasks, &o->n_side_tasks) < 0) {
-        free(a.side_cmds); free(a.side_tasks);
-        cli_layout_faults_free(&o->ro);
-        return cli_fail("train") + 1;
-    }
-    o->side_commands = a.side_cmds;
-    o->side_tasks = a.side_tasks;
-    int rc = cli_parse(argc, argv, "train", "--config C.json --data FILE --batch B --seq T --steps K "
-                       "--lr X [flags]", opts, sizeof opts / sizeof *opts);
-    if (rc) {
-        if (rc > 0) harvest_print_kinds(stdout);   /* --help: the side-task registry too */
-        free(a.side_cmds); free(a.side_tasks);
-        cli_layout_faults_free(&o->ro);
-        return rc < 0 ? 2 : 0;
-    }
-    a.transport = cli_layout_transport(a.transport);
-    if (keep_flag(&a) < 0 || side_mem_flag(&a) < 0 || cli_layout_split(a.split_text, &a.split, &o->ro.n_split) < 0) {
-        free(a.side_cmds); free(a.side_tasks);
-        cli_layout_faults_free(&o->ro);
-        return cli_fail("train");
-    }
-    o->ro.split = a.split;
-    /* no layout asked for (no layout flag, --plan or --threads): the trainer picks this machine's */
-    o->auto_layout = !a.plan && !cli_layout_given(&o->ro, a.transport) && o->threads == 0;
-    if ((a.plan && apply_plan(&a) < 0) || pipe_flags(&a, &argc, &argv, &o->world) < 0)
-        rc = cli_fail("train");
-    else if (set_lr_schedule(&a) < 0 || train_main(o) < 0) {
-        if (o->world) pt_adderr("rank %d: ", o->world->rank);
-        rc = cli_fail("train");
-    }
-    if (o->world) { comm_free(o->world); comm_mpi_finalize(); }
-    free(a.split);
-    free(a.side_cmds);
-    free(a.side_tasks);
-    cli_layout_faults_free(&o->ro);
+    int rc = parse_args(&a, &argc, argv, opts, (int)(sizeof opts / sizeof *opts));
+    if (rc < 0) rc = run_args(&a, &argc, &argv);
+    train_args_free(&a);
     return rc;
 }

@@ -43,6 +43,7 @@
 #define COMM_TAG_GATHER 32100     /* run/run_job.c: timelines (+0, +1) and tensors (+2, +3) to rank 0 */
 #define COMM_TAG_MOVE 32110       /* run/move.c: a re-split's parameters and moments */
 #define COMM_TAG_CLOCK 32200      /* comm_clock.c: clock offsets' pings (+0) and pongs (+1) */
+#define COMM_TAG_LINK 32300       /* comm_link.c: the link probe's messages (+0 .. +4) */
 
 typedef struct comm comm;
 typedef struct comm_req comm_req;
@@ -157,5 +158,25 @@ int comm_faulty_set_rate(comm *c, int peer, double bytes_per_s, int reductions);
  * (the other ranks would wait for this one). */
 #define COMM_CLOCK_MAX_ROUNDS 1000
 int comm_clock_offsets(comm *c, int rounds, double timeout, double *offsets, double *bounds);
+
+/* Link probe (comm_link.c): what the link between this rank and `peer` of c does, each way,
+ * measured over c itself (its transport, progress and any fault wrapper). Called by exactly
+ * those two ranks, each naming the other (the other ranks are free meanwhile). The lower rank
+ * pings `rounds` times (1..COMM_LINK_MAX_ROUNDS) with small messages: latency = half the best
+ * round trip (both directions alike). Then each direction in turn: `rounds` pairs of messages of
+ * `bytes` posted back to back, each answered by a small message as it lands; the gap between the
+ * two answers is what the second held the link (the first message's latency and a shaper's
+ * burst cancel out), unless a late first answer shortened it: a round reads the smaller of bytes
+ * / gap and 2 x bytes / (time to the second answer less a round trip), and bandwidth is the best
+ * round's (a core busy elsewhere only ever makes a round read low). out[0] is lower -> higher rank,
+ * out[1] the way back; both ranks get both. Allocates 2 x bytes. Waits bounded by timeout.
+ * Uses tags COMM_TAG_LINK .. +4 on c while it runs. -1 on a bad argument or a failed message,
+ * naming both ranks. */
+#define COMM_LINK_MAX_ROUNDS 64
+typedef struct {
+    double latency;     /* seconds one way of a small message */
+    double bandwidth;   /* bytes per second a message of `bytes` holds the link for */
+} comm_link_dir;
+int comm_link_probe(comm *c, int peer, size_t bytes, int rounds, double timeout, comm_link_dir out[2]);
 
 #endif

@@ -12,9 +12,17 @@ struct eval_set {
 
 int eval_set_open(eval_set **out, const char *path, int vocab, int B, int T, int batches,
                   const char *flag) {
-    eval_set *s = pt_calloc(1, sizeof *s);
+    data_set *d = NULL;
     *out = NULL;
-    if (data_open(&s->d, path, vocab) < 0 || data_check_batch(s->d, B, T) < 0) {
+    if (data_open(&d, path, vocab) < 0) return pt_adderr("%s: ", flag);
+    return eval_set_from(out, d, B, T, batches, flag);
+}
+
+int eval_set_from(eval_set **out, data_set *d, int B, int T, int batches, const char *flag) {
+    eval_set *s = pt_calloc(1, sizeof *s);
+    s->d = d;
+    *out = NULL;
+    if (data_check_batch(s->d, B, T) < 0) {
         eval_set_close(s);
         return pt_adderr("%s: ", flag);
     }

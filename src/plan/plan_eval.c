@@ -209,10 +209,11 @@ sched *plan_make_sched(const char *name, int P, int M, int v) {
 
 /* Memory chunk k needs at peak with `held` microbatches in flight. */
 static double chunk_mem(const plan_items *it, int K, const int *first, int k, int held) {
-    double m = 0, a = 0;
-    for (int i = first[k]; i < first[k + 1]; i++) { m += it->mem_fixed[i]; a += it->mem_act[i]; }
+    plan_mem_model m = { 0, 0, 0 };
+    for (int i = first[k]; i < first[k + 1]; i++) { m.fixed += it->mem_fixed[i]; m.act += it->mem_act[i]; }
     double extra = it->extra_mid + (k == 0 ? it->extra_first : 0) + (k == K - 1 ? it->extra_last : 0);
-    return m + held * a + (it->extra_mid > 0 ? extra : 0);
+    m.extra = it->extra_mid > 0 ? extra : 0;
+    return plan_mem_need(&m, held);
 }
 
 /* Seconds of every item on every rank of a placement, the TP collectives apart (alike blocks and

@@ -22,6 +22,7 @@
 #define PT_RUN_EXEC_INT_H
 #include "run/executor.h"
 #include "util/pt.h"
+#include <stdint.h>
 
 /* A private copy of tied tensor `tie` held by a stage without its owner layer. */
 typedef struct {
@@ -148,6 +149,8 @@ struct run_exec {
     comm_req **recv_req;              /* [len] request of each RECV action, posted early */
     comm_req **send_req;              /* [len] pending sends */
     int *pend, n_pend;                /* indices of the pending sends, oldest first */
+    uint16_t **wire_buf;              /* [n_stages*M*4] --wire bf16/fp16: each message's 16-bit
+                                       * copy (send F, send B, receive F, receive B), or NULL */
     int n_reduce, last_reduce;        /* REDUCE_GRAD actions; index of the last */
     double loss_sum, sumsq;
     int stepped;
@@ -198,6 +201,7 @@ int exec_poll_sends(run_exec *e);
 int exec_send(run_exec *e, int i, sched_action a, int *peer);
 int exec_recv(run_exec *e, int i, sched_action a, int *peer);
 int exec_finish_sends(run_exec *e);
+void exec_wire_free(run_exec *e);              /* the 16-bit message copies */
 /* exec_wait.c (exec_groups_arrived: exec_reduce.c) */
 /* Side work in a rank's waits (cfg.on_wait): what one offered wait waits for (run_wait.priv),
  * read by its arrived test. */

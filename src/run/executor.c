@@ -4,6 +4,7 @@
  * what its mode (sync, overlap, async) adds, in the hooks of exec_mode.c, chosen once per job.
  * Not here: thread or process start-up, data, logging (run_job.c and the trainer). */
 #include "run/exec_int.h"
+#include "util/killat.h"
 #include "util/pt.h"
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
 void run_exec_free(run_exec *e) {
     if (!e) return;
     exec_groups_free(e);
+    exec_wire_free(e);
     exec_state_free(e);
     free(e);
 }
@@ -45,6 +47,8 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
     double t0 = pt_now();
     int peer = -1, rc = 0;
     tl_stream sm = TL_COMPUTE;
+    if (a.kind == ACT_F || a.kind == ACT_REDUCE_GRAD)   /* --kill-at (util/killat.h) */
+        pt_killat_point(e->c.world_rank, t, a.kind == ACT_F ? PT_KILL_FORWARD : PT_KILL_REDUCE);
     switch (a.kind) {
     case ACT_F:
         if (md->before_f) md->before_f(e, st, a.mb);
@@ -159,6 +163,11 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
     out->params = out->grads = w * f;
     out->optim = opt * f;
     out->acts = (double)run_exec_act_bytes(e) + bufs * f;
+    out->act_sets = (double)(run_exec_act_bytes(e) - e->work_n * sizeof(float));
+    out->act_mb = 0;
+    for (int i = 0; i < e->n_stages; i++)
+        for (int l = e->st[i].first; l < e->st[i].end; l++)
+            out->act_mb += (double)gpt_layer_act_floats(&e->st[i].m, l, e->c.mb_rows, e->c.T) * f;
 }
 
 int run_exec_replan(run_exec *e, const sched *s) { return exec_state_replan(e, s); }
@@ -178,6 +187,20 @@ const gpt_model *run_exec_stage_model(const run_exec *e, int g) {
 }
 
 const gpt_model *run_exec_first_model(const run_exec *e) { return &e->st[0].m; }
+
+int run_exec_world_rank(const run_exec *e) { return e->c.world_rank; }
+
+int run_exec_stage_state(const run_exec *e, int g, const gpt_model **m, const adamw_state **opt,
+                         int *chunk, int *first, int *end) {
+    if (g < 0 || g >= e->c.s->n_stages || e->loc[g] < 0) return -1;
+    const run_stage *st = &e->st[e->loc[g]];
+    *m = &st->m;
+    *opt = st->opt.m ? &st->opt : NULL;
+    *chunk = st->chunk;
+    *first = st->first;
+    *end = st->end;
+    return 0;
+}
 
 int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g) {
     const run_stage *st = &e->st[e->loc[g]];

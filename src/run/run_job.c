@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include "run/run_link.h"
 
 #define JOB_CLOCK_ROUNDS 16     /* pings per rank for its clock offset: the best of 16 (docs/comm.md) */
 
@@ -55,6 +56,8 @@ struct run_job {
     const run_source_reqs *move_want;   /* and each local rank's requests */
     const char *save_tmp;            /* run_job_save under tensor parallelism: the folder, */
     const ckpt_manifest *save_man;   /* and its layout */
+    run_links links;                 /* the pipeline links as measured (run/run_link.h) */
+    int probe_phase;                 /* the start probe's phase the rank threads run */
 };
 
 /* ---- rank threads ------------------------------------------------------------------------- */
@@ -111,7 +114,7 @@ static int job_exec_init(run_job *j, int r) {
                        .src = j->src[r], .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows,
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
                        .tp_overlap = pl->o.tp_overlap, .tp_recompute = pl->o.tp_recompute, .tp_sp = pl->o.tp_sp,
-                       .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket,
+                       .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket, .wire = pl->o.wire,
                        .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user };
     return run_exec_init(&j->ex[r], &c);
 }
@@ -119,21 +122,23 @@ static int job_exec_init(run_job *j, int r) {
 /* What every rank holds, and the busiest rank's activation sets (MPI: every rank's numbers in
  * its own slots, summed). */
 static int job_measure(run_job *j) {
-    double *v = pt_calloc((size_t)j->R * 5, sizeof *v);
+    enum { NV = 7 };   /* run_mem's six numbers and run_exec_act_bytes */
+    double *v = pt_calloc((size_t)j->R * NV, sizeof *v);
     for (int r = 0; r < j->n_local; r++) {
         int w = job_world_rank(j, r);
         run_mem m;
         run_exec_mem(j->ex[r], &m);
-        double x[5] = { m.params, m.grads, m.optim, m.acts, (double)run_exec_act_bytes(j->ex[r]) };
-        memcpy(v + (size_t)w * 5, x, sizeof x);
+        double x[NV] = { m.params, m.grads, m.optim, m.acts, m.act_sets, m.act_mb, (double)run_exec_act_bytes(j->ex[r]) };
+        memcpy(v + (size_t)w * NV, x, sizeof x);
     }
-    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R * 5) : 0;
+    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R * NV) : 0;
     free(j->mem);
     j->mem = pt_calloc((size_t)j->R, sizeof *j->mem);
     j->act_max = 0;
     for (int w = 0; w < j->R; w++) {
-        j->mem[w] = (run_mem){ v[w * 5], v[w * 5 + 1], v[w * 5 + 2], v[w * 5 + 3] };
-        if (v[w * 5 + 4] > j->act_max) j->act_max = (size_t)v[w * 5 + 4];
+        const double *x = v + (size_t)w * NV;
+        j->mem[w] = (run_mem){ x[0], x[1], x[2], x[3], x[4], x[5] };
+        if (x[6] > j->act_max) j->act_max = (size_t)x[6];
     }
     free(v);
     return rc;
@@ -147,7 +152,24 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
 }
 
 /* Starts a job (run_job_init_src) whose local rank r fills from src[r]. */
-static int job_start(run_job **out, const run_plan *pl, const run_source *const *src, comm *world) {
+static int job_apply_faults(run_job *j, int t);
+
+/* The start probe of rank r's pipeline links, in this phase (run_links_probe). */
+static int job_probe_rank(run_job *j, int r) {
+    return run_links_probe(&j->links, j->comms[r], &j->pl->lo, job_world_rank(j, r), j->probe_phase,
+                           run_exec_msg_bytes(j->ex[r]), j->pl->o.timeout);
+}
+
+/* The links as step 1's faults leave them, probed in two phases (each rank one link at a time),
+ * every rank getting every link's numbers. */
+static int job_probe_links(run_job *j) {
+    if (job_apply_faults(j, 1) < 0) return -1;
+    for (j->probe_phase = 0; j->probe_phase < 2; j->probe_phase++)
+        if (job_run_all(j, job_probe_rank) < 0) return -1;
+    return j->mpi ? run_links_share(&j->links, j->comms[0]) : 0;
+}
+
+static int job_start(run_job **out, const run_plan *pl, const run_source *const *src, comm *world, int probe) {
     run_job *j = pt_calloc(1, sizeof *j);
     *out = j;
     j->pl = pl;
@@ -184,6 +206,8 @@ static int job_start(run_job **out, const run_plan *pl, const run_source *const 
     }
     int rc = job_run_all(j, job_exec_init);
     j->src = NULL;
+    run_links_init(&j->links, &pl->lo);
+    if (rc == 0 && probe) rc = job_probe_links(j);
     return rc < 0 ? -1 : job_measure(j);
 }
 
@@ -191,7 +215,7 @@ int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, c
     int n = world ? 1 : run_layout_ranks(&pl->lo);
     const run_source **each = pt_malloc(sizeof *each * (size_t)n);
     for (int r = 0; r < n; r++) each[r] = src;
-    int rc = job_start(out, pl, each, world);
+    int rc = job_start(out, pl, each, world, 1);
     free(each);
     return rc;
 }
@@ -210,8 +234,9 @@ int run_job_resplit(run_job **jp, const run_plan *pl) {
         run_source_defer(&src[r], &run_exec_first_model(old->ex[0])->cfg, &want[r]);
         each[r] = &src[r];
     }
-    int rc = job_start(&j, pl, each, old->world);
+    int rc = job_start(&j, pl, each, old->world, 0);   /* the links stay what the old job measured */
     if (rc == 0) {
+        memcpy(j->links.dir, old->links.dir, sizeof *j->links.dir * (size_t)(2 * pl->lo.D * j->links.tp * (pl->lo.P - 1)));
         j->move_from = old;
         j->move_want = want;
         rc = job_run_all(j, job_move_rank);
@@ -243,6 +268,7 @@ void run_job_free(run_job *j) {
     free(j->prof);
     free(j->mem); free(j->comms); free(j->ex); free(j->rst); free(j->errs); free(j->clock);
     timeline_free(&j->tl);
+    run_links_free(&j->links);
     sched_free(j->own);
     free(j);
 }
@@ -269,6 +295,9 @@ void run_job_tp_stats(const run_job *j, run_tp_stats *out, int *ranks) {
     }
     *ranks = j->n_local;
 }
+
+int run_job_local_count(const run_job *j) { return j->n_local; }
+run_exec *run_job_local_exec(run_job *j, int r) { return r >= 0 && r < j->n_local ? j->ex[r] : NULL; }
 
 int run_job_is_root(const run_job *j) { return !j->mpi || j->comms[0]->rank == 0; }
 
@@ -493,7 +522,12 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
     } else {
         for (int r = 0; r < j->n_local; r++) job_merge(j, run_exec_timeline(j->ex[r]));
     }
-    if (run_job_is_root(j) || j->share_tl) job_analyse(j, st);   /* the same numbers on every rank */
+    if (run_job_is_root(j) || j->share_tl) {   /* the same numbers on every rank */
+        job_analyse(j, st);
+        /* threads: a message is a copy in memory; one got late was late for want of a core,
+         * which is no link (the probe's numbers stand) */
+        if (j->mpi) run_links_observe(&j->links, run_job_timeline(j), &j->pl->lo, (double)run_exec_msg_bytes(j->ex[0]));
+    }
     if (j->mpi && !j->share_tl) {   /* every rank reports the root's measurement */
         double v[2] = { st->iter_time, st->bubble };
         if (comm_allreduce_f64(j->comms[0], v, 2) < 0) return -1;
@@ -546,6 +580,14 @@ const timeline *run_job_timeline(run_job *j) {
 }
 
 void run_job_share_timeline(run_job *j, int on) { j->share_tl = on != 0; }
+
+const run_links *run_job_links(const run_job *j) { return &j->links; }
+
+size_t run_job_msg_bytes(const run_job *j) { return run_exec_msg_bytes(j->ex[0]); }
+
+void run_job_set_wire(run_job *j, int wire) {
+    for (int r = 0; r < j->n_local; r++) run_exec_set_wire(j->ex[r], wire);
+}
 
 const sched *run_job_schedule(const run_job *j) { return j->s; }
 
