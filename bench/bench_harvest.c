@@ -18,6 +18,7 @@
  * Not a test: nothing asserted. Usage: bench_harvest [iterations per mode, default 20]
  * [--waits FILE: one line per wait of the measured iterations (harvest_set_log)]
  * [--only LAYOUT:VARIANT, e.g. 1f1b:busy]. */
+#include "bench_harvest_programs.h"
 #include "harvest/harvest_tasks.h"
 #include "harvest/task_eval.h"
 #include "run/run.h"
@@ -167,6 +168,8 @@ int main(int argc, char **argv) {
     int iters = 20;
     const char *only = NULL;
     for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--programs")) return bench_programs(argc - a - 1, argv + a + 1);
+        if (!strcmp(argv[a], "--signals")) return bench_signals(argc - a - 1, argv + a + 1);
         if (!strcmp(argv[a], "--waits") && a + 1 < argc) waits_log = fopen(argv[++a], "w");
         else if (!strcmp(argv[a], "--only") && a + 1 < argc) only = argv[++a];
         else iters = atoi(argv[a]);

@@ -34,6 +34,7 @@ typedef struct {
     const char **side_cmds, **side_tasks;   /* the repeatable flags' values (owned arrays) */
     const char **kill_at;        /* --kill-at values (owned array) */
     int n_kill_at;
+    const char *precision;       /* --precision fp32 | bf16 */
 } train_args;
 
 /* Takes every "FLAG VALUE" / "FLAG=VALUE" out of argv (cli_parse knows no repeatable flags) into
@@ -140,7 +141,7 @@ static int train_main(const train_opts *o) {
 /* Everything a train_args owns, freed on every path (NULL fields are fine); ends MPI when it
  * was started. */
 static void train_args_free(train_args *a) {
-    if (a->o.world) { comm_free(a->o.world); comm_mpi_finalize(); }
+    cli_layout_stop(a->transport, a->o.world);
     free(a->split);
     train_plan_hold_free(&a->plan_hold);
     free(a->side_cmds);
@@ -170,6 +171,7 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
     for (int i = 0; i < a->n_kill_at; i++)
         if (pt_killat_add(a->kill_at[i]) < 0) return cli_fail("train");
     if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || wire_flag(a) < 0 ||
+        cli_precision_apply(a->precision, stdout) < 0 ||
         (a->mem_limit && train_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
         cli_layout_split(a->split_text, &a->split, &o->ro.n_split) < 0)
         return cli_fail("train");
@@ -198,7 +200,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 47 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 48 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -256,6 +258,7 @@ int cli_train(int argc, char **argv) {
                                                       "(e.g. /dev/shm/NAME; pipetrain launch gives one)"},
         {"--kill-at", OPT_STR, &repeated_help, "testing: RANK@STEP[:PHASE] that rank kills itself (SIGKILL) at the first "
                                                "forward | reduce | save of that step (repeatable; default forward)"},
+        cli_precision_opt(&a.precision),
     };
     /* N_TRAIN_OPTS must count the rows above (a merge that adds a row must raise it) */
     assert(opts[N_TRAIN_OPTS - 1].name && !opts[N_TRAIN_OPTS].name);

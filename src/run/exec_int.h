@@ -21,8 +21,8 @@
 #ifndef PT_RUN_EXEC_INT_H
 #define PT_RUN_EXEC_INT_H
 #include "run/executor.h"
-#include "util/pt.h"
 #include <stdint.h>
+#include "util/pt.h"
 
 /* A private copy of tied tensor `tie` held by a stage without its owner layer. */
 typedef struct {
@@ -215,9 +215,16 @@ typedef struct {
  * (every group's when NULL) is complete (testing progresses them). 1, 0, or -1 on failure. */
 int exec_reqs_arrived(run_wait *w);
 int exec_groups_arrived(run_wait *w);
+/* The same, asleep in the transport's wait until then or the deadline (pt_now time): 1, 0 (the
+ * deadline passed; requests stay pending), -1 on failure (run_wait.block). */
+int exec_reqs_block(run_wait *w, double deadline);
+int exec_groups_block(run_wait *w, double deadline);
+/* One request: *req completes (set to NULL) by the deadline (1), or not (0), or failed (-1). */
+int exec_req_block(comm *c, comm_req **req, double deadline);
 /* Offers the wait of action i to cfg.on_wait unless arrived(x) says it is over already; side
  * steps go into the rank's timeline. 0, or -1 when the job failed meanwhile. */
-int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), exec_waiting *x);
+int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), int (*block)(run_wait *, double),
+                    exec_waiting *x);
 int exec_drop_requests(run_exec *e);
 
 /* exec_reduce.c */

@@ -29,7 +29,7 @@ static int exec_w_done(run_exec *e, run_stage *st) {
  * REDUCE_GRAD) waits for the step. 1 (recorded here) or -1. */
 static int exec_reduce_overlapped(run_exec *e, int i, sched_action a, run_stage *st, double t0) {
     exec_waiting x = { .e = e, .st = st };
-    if (e->c.on_wait && exec_offer_wait(e, i, exec_groups_arrived, &x) < 0) return -1;
+    if (e->c.on_wait && exec_offer_wait(e, i, exec_groups_arrived, exec_groups_block, &x) < 0) return -1;
     double end = st->w_end > 0 ? st->w_end : t0;
     for (int j = 0; j < st->n_writes; j++) {
         exec_group *gr = &e->grp[st->writes[j]];

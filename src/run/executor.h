@@ -42,9 +42,14 @@ struct run_wait {
     /* 1 when what the action waits for is there, 0 not yet; -1 when the job failed (error set:
      * return -1 at once). Cheap: a comm_test. */
     int (*arrived)(run_wait *w);
-    /* Records side work of task `task` over [t0, t1] (pt_now times) in the rank's timeline, on
-     * its own stream (TL_SIDE). */
-    void (*record)(run_wait *w, int task, double t0, double t1);
+    /* Sleeps until what the action waits for is there or `deadline` (a pt_now() time) passes,
+     * in the transport's own wait (woken by the arrival itself: no spinning, no polling here).
+     * 1 arrived, 0 the deadline passed first, -1 the job failed (error set). */
+    int (*block)(run_wait *w, double deadline);
+    /* Records side work of task `task` over [t0, t1] (pt_now times) that received cpu_s seconds
+     * of CPU, in the rank's timeline, on its own stream (TL_SIDE); woke: when block() returned
+     * with the arrival during it (0: none). */
+    void (*record)(run_wait *w, int task, double t0, double t1, double cpu_s, double woke);
     void *priv;                 /* the executor's */
 };
 /* Returns 0, or -1 when arrived() said -1 (the error stays set). */

@@ -190,7 +190,8 @@ int train_adapt_init(train_ctx *t) {
     adapt_pay_reset(A);
     int rows = o->batch / (A->D * A->M);   /* a microbatch: rows x seq tokens */
     A->act_bytes = (double)(rows > 0 ? rows : 1) * o->seq * t->m.cfg.n_embd * sizeof(float);
-    for (int k = 0; k < 3; k++) {
+    A->cfg = t->m.cfg;
+    for (int k = 0; k < gpt_kind_count(); k++) {
         gpt_layer_cost c;
         gpt_kind_ops((gpt_layer_kind)k)->cost(&t->m.cfg, rows > 0 ? rows : 1, o->seq, 1, &c);
         for (int ph = 0; ph < 3; ph++) A->fl[k][ph] = c.flops[ph];

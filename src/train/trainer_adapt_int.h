@@ -87,8 +87,9 @@ struct train_adapt {
     long first_step;                /* a step not measured: the run's first (a warm-up), or the
                                      * first after a re-split (a new job's first touches) */
     int *split_start, *split_now;   /* [S] blocks per stage: at the start, in force */
-    double fl[3][3];                /* analytic flops of one microbatch through an embedding, a
-                                     * block, a head (gpt_layer_ops' cost): [kind][F, B, W] */
+    double fl[GPT_MAX_KINDS][3];    /* analytic flops of one microbatch through a layer of each
+                                     * kind (gpt_layer_ops' cost): [kind][F, B, W] */
+    gpt_config cfg;                 /* the model: which layers a stage holds (gpt_config_*) */
     int said_keep;                  /* a straggler was reported without a switch (since the last
                                      * switch or revert) */
     adapt_pay pay;                  /* the switch on trial, and the trust in predictions */
