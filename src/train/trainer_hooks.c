@@ -41,7 +41,7 @@ int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *u
 /* {"step":..,"loss":..,"lr":..,"grad_norm":..,"tokens_per_s":..,"step_ms":..[,"bubble_fraction":
  * ..,"act_bytes_max_rank":..][,"schedule":"zb-h1","split":"2,2" (pipelined: the schedule that ran the
  * step and the blocks per chunk, so a run that adapts shows when it switched)][, the keys hooks added with train_metric: side work's "bubble_s",
- * "side_s", "side_overrun_s", "side_steps", "side_sync_s"; "eval_loss", "eval_step"]} */
+ * "side_s", "side_cpu_s", "side_overrun_s", "side_steps", "side_sync_s"; "eval_loss", "eval_step"]} */
 void train_metric(train_ctx *t, const char *key, double value) {
     size_t n = strlen(t->extra);
     snprintf(t->extra + n, sizeof t->extra - n, ",\"%s\":%.9g", key, value);
