@@ -86,12 +86,15 @@ int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, voi
     struct train_recover *rc = t->recover;
     const train_opts *o = &t->o;
     rc->step_s += st->step_time;
+    if (o->snapshot_every > 0 && (step % o->snapshot_every == 0 || step == o->steps)) {
+        ckpt_manifest man;
+        if (snap_manifest(t, step, &man) < 0) return -1;
+        for (int r = 0; r < rc->n; r++)
+            if (snap_take(t, r, &man) < 0) return -1;
+    }
+    /* after the take: a heartbeat of step S says every generation before S is written (the take
+     * waited for them), so a rank that dies in its writer is never more than one step behind */
     for (int r = 0; r < rc->n; r++) ckpt_snap_heartbeat(rc->snap[r], step);
-    if (o->snapshot_every <= 0 || (step % o->snapshot_every && step != o->steps)) return 0;
-    ckpt_manifest man;
-    if (snap_manifest(t, step, &man) < 0) return -1;
-    for (int r = 0; r < rc->n; r++)
-        if (snap_take(t, r, &man) < 0) return -1;
     return 0;
 }
 
