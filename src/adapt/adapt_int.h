@@ -87,15 +87,15 @@ struct adapt_state {
     long first_step;                /* a step not measured: the run's first (a warm-up), or the
                                      * first after a re-split (a new job's first touches) */
     int *split_start, *split_now;   /* [S] blocks per stage: at the start, in force */
-    double fl[3][3];                /* analytic flops of one microbatch through an embedding, a
-                                     * block, a head (gpt_layer_ops' cost): [kind][F, B, W] */
+    double fl[GPT_MAX_KINDS][3];    /* analytic flops of one microbatch through a layer of each
+                                     * kind (gpt_layer_ops' cost): [kind][F, B, W] */
     int said_keep;                  /* a straggler was reported without a switch (since the last
                                      * switch or revert) */
     adapt_pay pay;                  /* the switch on trial, the hold-off after an undone one */
     replica_links rl;               /* links between replicas (D >= 2): seen, said, not adapted to */
 };
 
-/* ---- measuring (trainer_adapt_measure.c) ---- */
+/* ---- measuring (adapt_measure.c) ---- */
 /* This step's median duration of each (stage, kind) over every rank and replica, into v[S * K_KINDS]
  * (-1: none ran); STEP goes to stage 0's slot. */
 void adapt_step_medians(const timeline *tl, int S, double *v);
@@ -129,7 +129,7 @@ void adapt_say(adapt_state *A, long step, const char *line, cJSON *fields);
 /* The schedule in force (the host's). */
 const sched *adapt_schedule(const adapt_state *A);
 
-/* ---- re-splitting (trainer_adapt_split.c) ---- */
+/* ---- re-splitting (adapt_split.c) ---- */
 /* "2,2" into out[S] (blocks per stage); -1 when it does not have S counts. */
 int adapt_parse_split(const char *text, int S, int *out);
 int adapt_same_split(const int *a, const int *b, int S);

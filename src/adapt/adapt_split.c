@@ -32,8 +32,11 @@ void adapt_split_text(const int *v, int S, char *buf, size_t n) {
 /* Analytic flops of stage g under split v (blocks per stage) in phase ph (0 F, 1 B, 2 W): its
  * blocks, and the embedding on the first stage, the head on the last. */
 static double stage_flops(const adapt_state *A, int g, const int *v, int ph) {
-    return (g == 0 ? A->fl[GPT_LAYER_EMBED][ph] : 0) + v[g] * A->fl[GPT_LAYER_BLOCK][ph] +
-           (g == A->S - 1 ? A->fl[GPT_LAYER_HEAD][ph] : 0);
+    int count[GPT_MAX_KINDS];
+    double f = 0;
+    gpt_config_chunk_kinds(&A->cfg, A->S, v, g, count);
+    for (int k = 0; k < GPT_MAX_KINDS; k++) f += count[k] * A->fl[k][ph];
+    return f;
 }
 
 /* The factor stage g's kind k (F, B, W, BW) scales by from split `from` to `to`. */
@@ -53,10 +56,15 @@ static int speed_split(const adapt_state *A, const sim_estimate *est, int *out) 
     double *work = pt_calloc((size_t)L, sizeof *work), *zero = pt_calloc((size_t)L + (size_t)S, sizeof *zero);
     double *speed = pt_malloc(sizeof *speed * (size_t)S);
     int *first = pt_malloc(sizeof *first * (size_t)(S + 1));
-    for (int i = 0; i < L; i++)
-        for (int ph = 0; ph < 3; ph++)
-            work[i] += A->fl[GPT_LAYER_BLOCK][ph] + (i == 0 ? A->fl[GPT_LAYER_EMBED][ph] : 0) +
-                       (i == L - 1 ? A->fl[GPT_LAYER_HEAD][ph] : 0);
+    for (int i = 0; i < L; i++) {
+        int count[GPT_MAX_KINDS];
+        gpt_config_item_kinds(&A->cfg, i, count);
+        for (int ph = 0; ph < 3; ph++) {
+            double f = 0;
+            for (int k = 0; k < GPT_MAX_KINDS; k++) f += count[k] * A->fl[k][ph];
+            work[i] += f;
+        }
+    }
     for (int g = 0; g < S; g++) speed[g] = 1 / (est->stage_slow[g] > 0 ? est->stage_slow[g] : 1);
     plan_chain c = { .n = L, .K = S, .work = work, .mem_fixed = zero, .mem_act = zero, .speed = speed,
                      .cap = zero, .inflight = zero };
