@@ -187,6 +187,8 @@ static size_t saved32_floats(const gpt_model *m, int layer, int B, int T) {
     }
 }
 
+/* The regions of layer's act of (B,T) in order, covering it (at most GPT_ACT16_MAX_SPANS);
+ * their count, 0 for a kind stored fp32. */
 static int act_spans(const gpt_model *m, int layer, int B, int T, gpt_act_span *s);
 
 /* At bf16 the scratch carries a work area of one block's fp32 act (0 floats at fp32), and a
@@ -197,7 +199,9 @@ static size_t act16_work_floats(const gpt_model *m, int B, int T) {
 }
 
 static int act16_on(const gpt_model *m, int layer, int B, int T) {
-    return m->precision == NN_BF16 && act32_floats(m, layer, B, T) <= act16_work_floats(m, B, T);
+    gpt_act_span s[GPT_ACT16_MAX_SPANS];
+    return m->precision == NN_BF16 && act32_floats(m, layer, B, T) <= act16_work_floats(m, B, T) &&
+           act_spans(m, layer, B, T, s) > 0;
 }
 
 /* Stored floats of the fp32 act's [0, end). */
@@ -243,10 +247,13 @@ static int act_spans(const gpt_model *m, int layer, int B, int T, gpt_act_span *
         unsigned f[] = { E, ACT16_NO_B, E, E, E, E | ACT16_B_WRITES, 0 };
         return spans_of(s, p, f, 7, base, v.size);
     }
-    embed_act v = embed_act_view(m, base, B, T);
-    float *p[] = { (float *)v.tokens, v.dout };
-    unsigned f[] = { E, 0 };
-    return spans_of(s, p, f, 2, base, v.size);
+    if (gpt_layer_kind_of(m, layer) == GPT_LAYER_EMBED) {
+        embed_act v = embed_act_view(m, base, B, T);
+        float *p[] = { (float *)v.tokens, v.dout };
+        unsigned f[] = { E, 0 };
+        return spans_of(s, p, f, 2, base, v.size);
+    }
+    return 0;   /* a kind without a list stays fp32 */
 }
 
 size_t gpt_layer_keep_floats(const gpt_model *m, int layer, int B, int T) {
