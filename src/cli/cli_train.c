@@ -3,6 +3,7 @@
  * layout flag, --plan or --threads is given (auto_layout), and runs the library's trainer, which
  * holds the training loop (data, LR schedule, checkpoints, metrics, the measured-vs-simulated
  * report). Not here: any of the loop. */
+#include "adapt/adapt.h"
 #include "cli/cli.h"
 #include "cli/cli_layout.h"
 #include "harvest/harvest.h"
@@ -149,7 +150,7 @@ static int train_main(const train_opts *o) {
 /* Everything a train_args owns, freed on every path (NULL fields are fine); ends MPI when it
  * was started. */
 static void train_args_free(train_args *a) {
-    if (a->o.world) { comm_free(a->o.world); comm_mpi_finalize(); }
+    cli_layout_stop(a->transport, a->o.world);
     free(a->split);
     train_plan_hold_free(&a->plan_hold);
     free(a->side_cmds);
@@ -180,7 +181,7 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
         if (pt_killat_add(a->kill_at[i]) < 0) return cli_fail("train");
     if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || wire_flag(a) < 0 ||
         cli_precision_apply(a->precision, stdout) < 0 || precision_wire(a) < 0 ||
-        (a->mem_limit && train_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
+        (a->mem_limit && adapt_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
         cli_layout_split(a->split_text, &a->split, &o->ro.n_split) < 0)
         return cli_fail("train");
     if (o->cluster && (!o->adapt || o->mem_limit))

@@ -1,10 +1,10 @@
 /* Private to src/model: activations stored in bf16 at --precision bf16 (gpt_act16.c). A
- * layer kind lists the regions of its fp32 act in order (gpt_layers.c); a layer's stored act
+ * layer kind lists the regions of its fp32 act in order (its row's act16_spans); a layer's stored act
  * is then each region in turn, fp32 as it is (ACT16_EXACT) or as bf16 in half the floats
  * (rounded up). The layer itself runs on an fp32 copy in the scratch (its work area), packed
  * into the stored act after F and B and unpacked before B and W, so the layers' code does not
  * know: storage changes, the arithmetic does not (but for the rounding of what is stored).
- * gpt_layers.c lists the spans (act_spans there) and decides when to pack; here are
+ * The kinds list the spans (gpt_layer_ops.act16_spans), gpt_layers.c decides when to pack; here are
  * the sizes and the packing over a list.
  * Exact regions come first in a kind's list where its keep prefix is (gpt_layer_keep_floats:
  * a block's x and res2), so that prefix reads the same in both forms. Not for other modules. */
@@ -19,7 +19,7 @@ enum {
     ACT16_B_WRITES = 8u,    /* in the F part, but B overwrites it (packed again after B) */
 };
 
-typedef struct {
+typedef struct gpt_act_span {   /* named: a layer-kind row lists them (gpt.h) */
     size_t off, n;          /* floats of the fp32 act */
     unsigned flags;         /* ACT16_* */
 } gpt_act_span;
