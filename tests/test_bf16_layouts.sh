@@ -3,7 +3,7 @@
 # force) by bf16 rounding only; every layout (stages, dp, tp, zero, MPI) writes the bf16
 # single-process gradients, bitwise where the summation order is the same (a bf16 product's
 # row sums do not depend on how many rows a microbatch has); activations are stored in about
-# half the bytes; train at bf16 saves fp32
+# half the bytes; train's stages exchange bf16 unless --wire says otherwise; train at bf16 saves fp32
 # checkpoints and resumes to the uninterrupted run's losses; bad values are errors. The
 # kernels themselves: tests/test_bf16.c; against torch.autocast: tests/test_bf16_torch.c.
 . "$(dirname "$0")/lib.sh"
@@ -63,6 +63,11 @@ if "$P" train $targs --steps 3 $pipe --save "$D/ck" > "$D/save.out" 2>&1 &&
    [ "$(tail -3 "$D/full.jsonl" | loss /dev/stdin)" = "$(loss "$D/res.jsonl")" ]; then
   ok "train bf16: resume gives the uninterrupted losses"
 else fail "train bf16: resume" "$(tail -3 "$D/full.jsonl" | loss /dev/stdin | tr '\n' ' ') vs $(loss "$D/res.jsonl" | tr '\n' ' ')"; fi
+grep -q 'wire bf16' "$D/save.out" && ok "train bf16: stages exchange bf16 (--wire bf16 by default)" \
+  || fail "train bf16: --wire bf16 by default" "$(grep pipeline "$D/save.out")"
+"$P" train $targs --steps 1 $pipe --wire fp32 > "$D/w.out" 2>&1
+grep -q '^pipeline:' "$D/w.out" && ! grep -q 'wire bf16' "$D/w.out" && ok "train bf16 --wire fp32: fp32 messages" \
+  || fail "train bf16 --wire fp32" "$(grep pipeline "$D/w.out")"
 if grep -q '"dtype":"F32"' "$D"/ck/ckpt-3/*.safetensors && ! grep -q '"dtype":"BF16"' "$D"/ck/ckpt-3/*.safetensors; then
   ok "train bf16: checkpoints are fp32"; else fail "train bf16: checkpoints are fp32" "a BF16 tensor or no F32 one"; fi
 "$P" train $targs --steps 4 --dp 2 --precision bf16 --metrics "$D/z0.jsonl" > /dev/null 2>&1

@@ -3,9 +3,11 @@
  * layout flag, --plan or --threads is given (auto_layout), and runs the library's trainer, which
  * holds the training loop (data, LR schedule, checkpoints, metrics, the measured-vs-simulated
  * report). Not here: any of the loop. */
+#include "adapt/adapt.h"
 #include "cli/cli.h"
 #include "cli/cli_layout.h"
 #include "harvest/harvest.h"
+#include "model/gpt.h"
 #include "plan/plan.h"
 #include "train/train_plan.h"
 #include "train/trainer.h"
@@ -68,6 +70,13 @@ static int side_mem_flag(train_args *a) {
     if (end == a->side_mem || *end || !(v > 0))
         return pt_seterr("--side-mem '%s': give bytes, optionally with K, M or G (e.g. 512M)", a->side_mem);
     a->o.side_mem = v * mul;
+    return 0;
+}
+
+/* --precision bf16 without --wire: activations and gradients cross stage boundaries in bf16
+ * too (--wire bf16), as the matmuls take them; --wire fp32 keeps fp32 messages. */
+static int precision_wire(train_args *a) {
+    if (!a->wire && gpt_default_precision() == NN_BF16) a->o.ro.wire = 1;   /* PT_WIRE_BF16 */
     return 0;
 }
 
@@ -171,8 +180,8 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
     for (int i = 0; i < a->n_kill_at; i++)
         if (pt_killat_add(a->kill_at[i]) < 0) return cli_fail("train");
     if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || wire_flag(a) < 0 ||
-        cli_precision_apply(a->precision, stdout) < 0 ||
-        (a->mem_limit && train_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
+        cli_precision_apply(a->precision, stdout) < 0 || precision_wire(a) < 0 ||
+        (a->mem_limit && adapt_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
         cli_layout_split(a->split_text, &a->split, &o->ro.n_split) < 0)
         return cli_fail("train");
     if (o->cluster && (!o->adapt || o->mem_limit))

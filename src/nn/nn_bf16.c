@@ -101,7 +101,7 @@ int nn_bf16_native(void) {
 
 const char *nn_bf16_kernel(void) {
     return nn_bf16_native() ? "AVX512_BF16 (vdpbf16ps)"
-                            : "emulated in plain C (this CPU has no AVX512_BF16: slower than fp32)";
+                            : "emulated in plain C (no AVX512_BF16 here, or PIPETRAIN_BF16_EMULATE: slower than fp32)";
 }
 
 /* ---- packing buffers, one pair per thread ------------------------------------------------- */

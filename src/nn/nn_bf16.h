@@ -7,7 +7,7 @@
  *
  * The kernel is chosen once, from what the CPU reports (cpuid): AVX512_BF16 micro-kernels
  * (vdpbf16ps on panels packed in its pair layout), or on a CPU without them an emulation in
- * plain C with the same packed layout and the same sums, several times slower than fp32
+ * plain C with the same packed layout and the same sums, slower than fp32
  * sgemm (nn_bf16_kernel says which; the CLI prints it). Legend as nn.h. */
 #ifndef PT_NN_BF16_H
 #define PT_NN_BF16_H

@@ -46,15 +46,20 @@ void matmul_backward_input(float *dinp, const float *dout, const float *w, int N
                 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN);
 }
 
-void matmul_backward_weight(float *dw, float *db, const float *dout, const float *inp,
-                            int N, int IN, int OUT) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IN, OUT, N,
-                1.0f, inp, IN, dout, OUT, 1.0f, dw, OUT);
+/* db (OUT) += column sums of dout (N,OUT); nothing when db is NULL. */
+static void bias_grad(float *db, const float *dout, int N, int OUT) {
     if (!db) return;
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * OUT;
         for (int o = 0; o < OUT; o++) db[o] += d[o];   /* vec */
     }
+}
+
+void matmul_backward_weight(float *dw, float *db, const float *dout, const float *inp,
+                            int N, int IN, int OUT) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IN, OUT, N,
+                1.0f, inp, IN, dout, OUT, 1.0f, dw, OUT);
+    bias_grad(db, dout, N, OUT);
 }
 
 void lmhead_forward(float *logits, const float *inp, const float *wte, int N, int C, int V) {
@@ -102,11 +107,7 @@ void matmul_backward_weight_prec(nn_precision p, float *dw, float *db, const flo
         return;
     }
     nn_gemm_bf16(IN, OUT, N, cols_of(inp, IN), rows_of(dout, OUT), 1.0f, dw, OUT);
-    if (!db) return;
-    for (int n = 0; n < N; n++) {
-        const float *d = dout + (size_t)n * OUT;
-        for (int o = 0; o < OUT; o++) db[o] += d[o];   /* vec */
-    }
+    bias_grad(db, dout, N, OUT);
 }
 
 void lmhead_forward_prec(nn_precision p, float *logits, const float *inp, const float *wte,

@@ -60,7 +60,8 @@ typedef struct {
     bool adapt;             /* --adapt (pipelined, one stage per rank) */
     int mem_limit;          /* --mem-limit: microbatches of activations per stage the adaptive
                              * schedules may hold (N >= 1); 0: what memory holds (the default);
-                             * TRAIN_MEM_LIMIT_SCHEDULE: the starting schedule's peak */
+                             * ADAPT_MEM_LIMIT_SCHEDULE (adapt/adapt.h): the starting
+                             * schedule's peak */
     const char *cluster;    /* --cluster K.json: with mem_limit 0, each rank's memory is device w's
                              * of this cluster file (world rank w, file order), not this machine's */
     bool adapt_wire;        /* --adapt-wire (with adapt): bf16 on the wire once the measured links
@@ -72,10 +73,6 @@ typedef struct {
                              * with it every rank also beats a heartbeat there each step */
 } train_opts;
 
-#define TRAIN_MEM_LIMIT_SCHEDULE (-1)   /* --mem-limit schedule */
-/* --mem-limit's value: "N" (>= 1) or "schedule" into *out. 0, or -1 with an error that says
- * what it takes. */
-int train_parse_mem_limit(const char *text, int *out);
 
 typedef struct train_ctx train_ctx;
 

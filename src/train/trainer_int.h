@@ -3,6 +3,7 @@
  * hooks). Not an API: code outside src/train uses trainer.h. */
 #ifndef PT_TRAIN_TRAINER_INT_H
 #define PT_TRAIN_TRAINER_INT_H
+#include "adapt/adapt.h"
 #include "io/data.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -58,7 +59,7 @@ struct train_ctx {
     int n_hooks[TRAIN_HOOK_SLOTS];
     train_side side;
     char extra[1024];       /* this step's metrics keys added by hooks (",\"key\":value..."), or "" */
-    struct train_adapt *adapt;  /* --adapt's state (trainer_adapt.c), or NULL */
+    adapt_state *adapt;     /* --adapt's state (adapt/adapt.h, through trainer_adapt.c), or NULL */
     int wire_state;         /* --adapt-wire: the wire format in force (trainer_wire.c) */
     struct train_recover *recover;  /* snapshots and heartbeats (trainer_recover.c), or NULL */
 };
