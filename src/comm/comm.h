@@ -109,6 +109,37 @@ static inline void comm_slice(size_t n, int r, int size, size_t *lo, size_t *hi)
     *hi = n * (size_t)(r + 1) / (size_t)size;
 }
 
+/* ---- transports: one file each plus one row of the registry (comm_transport.c) -------------
+ * A transport either makes the endpoints of a whole job for threads of this process (create:
+ * threads, or a wrapper of it) or joins a world of processes started by a launcher (init and
+ * finalize: mpi). Everyone picks one by name here: --transport, the job's endpoints
+ * (run_opts.transport), the end of the process's world. */
+typedef struct {
+    const char *name;       /* --transport NAME */
+    const char *help;       /* one line for --help */
+    /* In-process: `size` connected endpoints for `size` threads (out[size]); free each with
+     * comm_free. NULL for a world transport. */
+    int (*create)(int size, comm **out);
+    /* World: this process's endpoint of the launcher's world (*out); NULL for in-process. */
+    int (*init)(int *argc, char ***argv, comm **out);
+    void (*finalize)(void); /* after the last endpoint of init's world is freed; NULL: nothing */
+    int (*available)(void); /* 0 when this build lacks it; NULL: always there */
+} comm_transport;
+
+/* Adds a transport (its row is borrowed: keep it alive) before any lookup uses it, from one
+ * thread. -1 when the registry is full or the row gives both or neither of create and init. */
+int comm_transport_register(const comm_transport *t);
+/* The transport named `name` (NULL: "threads"), or NULL with "--transport must be threads or
+ * mpi, got 'x'" (every registered name). */
+const comm_transport *comm_transport_find(const char *name);
+int comm_transport_count(void);
+const comm_transport *comm_transport_at(int i);
+/* A world transport's start: checks it is available and joins the world (*world); an in-process
+ * one: *world = NULL, nothing to do (the job creates its endpoints). 0, or -1 naming it. */
+int comm_transport_start(const comm_transport *t, int *argc, char ***argv, comm **world);
+/* Frees world (NULL: nothing) and ends t's world (its finalize). */
+void comm_transport_stop(const comm_transport *t, comm *world);
+
 /* Threads transport: creates `size` connected endpoints for `size` threads of this process
  * (out[r] is rank r's; each used by one thread only). Free each with comm_free. */
 int comm_threads_create(int size, comm **out);

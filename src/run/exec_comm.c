@@ -99,7 +99,7 @@ int exec_recv(run_exec *e, int i, sched_action a, int *peer) {
     *peer = a.kind == ACT_RECV_F ? st->prev_rank : st->next_rank;
     if (!e->recv_req[i]) return pt_seterr("RECV without a posted receive");
     exec_waiting x = { .e = e, .req = &e->recv_req[i], .n = 1 };
-    if (e->c.on_wait && exec_offer_wait(e, i, exec_reqs_arrived, &x) < 0) return -1;
+    if (e->c.on_wait && exec_offer_wait(e, i, exec_reqs_arrived, exec_reqs_block, &x) < 0) return -1;
     comm_req *r = e->recv_req[i];
     e->recv_req[i] = NULL;
     if (r && comm_wait(e->c.world, r, e->c.timeout) < 0) return -1;   /* NULL: it arrived during the offer */

@@ -42,9 +42,14 @@ struct run_wait {
     /* 1 when what the action waits for is there, 0 not yet; -1 when the job failed (error set:
      * return -1 at once). Cheap: a comm_test. */
     int (*arrived)(run_wait *w);
-    /* Records side work of task `task` over [t0, t1] (pt_now times) in the rank's timeline, on
-     * its own stream (TL_SIDE). */
-    void (*record)(run_wait *w, int task, double t0, double t1);
+    /* Sleeps until what the action waits for is there or `deadline` (a pt_now() time) passes,
+     * in the transport's own wait (woken by the arrival itself: no spinning, no polling here).
+     * 1 arrived, 0 the deadline passed first, -1 the job failed (error set). */
+    int (*block)(run_wait *w, double deadline);
+    /* Records side work of task `task` over [t0, t1] (pt_now times) that received cpu_s seconds
+     * of CPU, in the rank's timeline, on its own stream (TL_SIDE); woke: when block() returned
+     * with the arrival during it (0: none). */
+    void (*record)(run_wait *w, int task, double t0, double t1, double cpu_s, double woke);
     void *priv;                 /* the executor's */
 };
 /* Returns 0, or -1 when arrived() said -1 (the error stays set). */
@@ -86,6 +91,8 @@ typedef struct {
     double grads;              /* their gradients */
     double optim;              /* AdamW moments (its shards with --zero 1) */
     double acts;               /* activation sets, boundary buffers, scratch, weight stashes */
+    double act_sets;           /* the activation sets within acts (the schedule's peak in flight) */
+    double act_mb;             /* one microbatch's activation set (what one more in flight costs) */
 } run_mem;
 
 /* A rank's tensor-parallel collectives (the ones its layers call through gpt_tp: all-reduces,
@@ -147,6 +154,13 @@ void run_exec_set_slowdown(run_exec *e, int g, double k);
 const gpt_model *run_exec_stage_model(const run_exec *e, int g);
 /* The model of this rank's first stage (every rank holds one): the config and tensor table. */
 const gpt_model *run_exec_first_model(const run_exec *e);
+/* The world rank this executor runs. */
+int run_exec_world_rank(const run_exec *e);
+/* Stage g's state as it is between iterations, for a copy (snapshots): its model, its AdamW
+ * state laid out like the model's parameters (NULL when the rank holds none whole: --zero 1),
+ * its chunk and layer range [first, end). -1 when stage g is not on this rank. */
+int run_exec_stage_state(const run_exec *e, int g, const gpt_model **m, const adamw_state **opt,
+                         int *chunk, int *first, int *end);
 /* Checkpoint writes (ckpt/checkpoint.h) into tmpdir: stage g's chunk file (parameters, and with
  * --zero 0 its moments); and with --zero 1 this rank's file of moment shards. Read the state
  * only: any rank may write while the others do. */

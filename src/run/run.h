@@ -50,6 +50,8 @@ typedef struct {
                                  * (pt_wire of util/half.h: 0 fp32, 1 bf16, 2 fp16; lossy when
                                  * not 0, compute stays fp32) */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
+    const char *transport;      /* threads mode: the in-process transport of the job's endpoints,
+                                 * a name of the registry (comm_transport_find; NULL: threads) */
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),
      * through comm_faulty_wrap. */
     int fail_rank, fail_after;
@@ -164,6 +166,11 @@ void run_job_tp_stats(const run_job *j, run_tp_stats *out, int *ranks);
 /* Peak resident set size so far (getrusage), bytes: *out (malloc'd, the caller frees) gets one
  * entry per process: MPI, every world rank's (collective); threads, the one process's. */
 int run_job_peak_rss(run_job *j, double **out);
+/* This process's ranks (threads: every rank of the job; MPI: one) and local rank r's executor
+ * (NULL when r is out of range), for step-boundary work that reads each rank's state between
+ * iterations (snapshots: run_exec_stage_state). */
+int run_job_local_count(const run_job *j);
+run_exec *run_job_local_exec(run_job *j, int r);
 /* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
 int run_job_is_root(const run_job *j);
 /* The last iteration's events of every rank, merged (root only, NULL elsewhere; every rank after

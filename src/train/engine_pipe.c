@@ -88,7 +88,7 @@ static int pipe_save(train_engine *e, const char *dir, const ckpt_manifest *man)
  * of each kind beyond MEM_LINE_RANKS ranks). */
 static void pipe_print_memory(const pipe_engine *p) {
     int R = run_layout_ranks(&p->pl->lo);
-    run_mem m, mx = { 0, 0, 0, 0 };
+    run_mem m, mx = { 0, 0, 0, 0, 0, 0 };
     printf("memory per rank (MB, params/grads/optimizer/activations):");
     for (int w = 0; w < R; w++) {
         run_job_mem(p->job, w, &m);

@@ -3,6 +3,7 @@
  * hooks). Not an API: code outside src/train uses trainer.h. */
 #ifndef PT_TRAIN_TRAINER_INT_H
 #define PT_TRAIN_TRAINER_INT_H
+#include "adapt/adapt.h"
 #include "io/data.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -32,8 +33,9 @@ typedef struct {
 typedef struct {
     harvest *h;             /* NULL: no side work */
     harvest_eval *ev;       /* --eval-data, or NULL */
-    double bubble_s, side_s, overrun_s, sync_s, step_s, eval_sync_s;   /* sums over logged steps */
-    long steps, offered, used, n_steps;
+    double bubble_s, side_s, side_cpu_s, overrun_s, sync_s, step_s, eval_sync_s;   /* sums over logged steps */
+    long steps, offered, used, n_steps, rested;
+    double slow;        /* the harvester's last estimate of side work's cost to a step (NaN: none) */
 } train_side;
 
 struct train_ctx {
@@ -57,8 +59,9 @@ struct train_ctx {
     int n_hooks[TRAIN_HOOK_SLOTS];
     train_side side;
     char extra[1024];       /* this step's metrics keys added by hooks (",\"key\":value..."), or "" */
-    struct train_adapt *adapt;  /* --adapt's state (trainer_adapt.c), or NULL */
+    adapt_state *adapt;     /* --adapt's state (adapt/adapt.h, through trainer_adapt.c), or NULL */
     int wire_state;         /* --adapt-wire: the wire format in force (trainer_wire.c) */
+    struct train_recover *recover;  /* snapshots and heartbeats (trainer_recover.c), or NULL */
 };
 
 /* For hooks before LOG: adds "key":value to this step's metrics line (trainer_hooks.c). */
@@ -121,5 +124,14 @@ void train_report_end(train_ctx *t, long step);
 void train_report_error(train_ctx *t, long step);
 /* An "adapt" event (root, with a report): message, plus fields (taken over; may be NULL). */
 void train_report_adapt(train_ctx *t, long step, const char *message, cJSON *fields);
+
+/* Recovery (trainer_recover.c): init checks --kill-at against the layout and, with a snapshot
+ * folder, opens a snapshot per local rank into t->recover (-1 naming the flag); the SAVE hook
+ * (added by train_init when t->recover is set) beats the heartbeats and takes the snapshots; at
+ * the end the snapshots' costs (root prints); free waits for the writers (NULL state is fine). */
+int train_recover_init(train_ctx *t);
+int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, void *user);
+void train_recover_end(train_ctx *t);
+void train_recover_free(train_ctx *t);
 
 #endif
