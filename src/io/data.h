@@ -24,6 +24,10 @@ typedef struct data_set data_set;
  * the file and what is wrong: "x.bin: token 70000 at position 1234 is out of the vocabulary
  * (vocab_size 50257)". An empty file is an error. */
 int data_open(data_set **out, const char *path, int vocab_size);
+/* A data set over ids already in memory (a tokenizer's output for the text file `name`, which
+ * errors name): the ids are copied as uint16; each must be in 0..min(vocab_size, 65536)-1. An
+ * empty list is an error, as an empty file is. */
+int data_from_ids(data_set **out, const char *name, const int *ids, size_t n, int vocab_size);
 /* Unmaps and frees; NULL is fine. */
 void data_close(data_set *d);
 

@@ -31,6 +31,8 @@ static const char *event_colour(const char *kind) {
     if (!strcmp(kind, "adapt") || !strcmp(kind, "adapt_revert")) return "#9467bd";
     if (!strcmp(kind, "side_task")) return "#17becf";
     if (!strcmp(kind, "error") || !strcmp(kind, "nan")) return "#d62728";
+    if (!strcmp(kind, "failure")) return "#ff7f0e";     /* a rank or host lost (pipetrain launch) */
+    if (!strcmp(kind, "recovered")) return "#8c564b";   /* the job going on after it */
     return "#bcbd22";
 }
 

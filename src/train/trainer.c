@@ -1,6 +1,7 @@
 /* The training loop (trainer.h): setup of a run, the loop over steps for every engine, and the
  * step-boundary hooks. Not here: the model a run starts from (trainer_model.c), the built-in
  * save and log hooks (trainer_hooks.c), how a step is computed (engine_single.c, engine_pipe.c). */
+#include "tok/tok.h"
 #include "train/trainer_int.h"
 #include "util/pt.h"
 #include <cblas.h>
@@ -89,7 +90,8 @@ static int setup_run(train_ctx *t) {
     if (check_opts(o) < 0 || train_setup_model(t) < 0) return -1;
     if (o->seq > t->m.cfg.n_positions)
         return pt_seterr("--seq %d exceeds the model's n_positions %d", o->seq, t->m.cfg.n_positions);
-    if (data_open(&t->d, o->data, t->m.cfg.vocab_size) < 0 || data_check_batch(t->d, o->batch, o->seq) < 0)
+    if (tok_data_open(&t->d, o->data, o->tokenizer, t->m.cfg.vocab_size) < 0 ||
+        data_check_batch(t->d, o->batch, o->seq) < 0)
         return -1;
     if (train_report_paths(t) < 0 || train_side_setup(t) < 0 || start_engine(t) < 0) return -1;
     t->root = t->e->root;
@@ -115,6 +117,11 @@ int train_init(train_ctx **out, const train_opts *o) {
     train_add_hook(t, TRAIN_HOOK_LOG, train_hook_log, NULL);
     if (t->rep.on) train_add_hook(t, TRAIN_HOOK_LOG, train_hook_report, NULL);
     if (o->adapt && (train_adapt_init(t) < 0 || train_add_hook(t, TRAIN_HOOK_ADAPT, train_hook_adapt, t->adapt) < 0))
+        goto free_ctx;
+    if (o->adapt_wire && (train_wire_init(t) < 0 ||
+                          train_add_hook(t, TRAIN_HOOK_ADAPT, train_hook_wire, &t->wire_state) < 0))
+        goto free_ctx;
+    if (train_recover_init(t) < 0 || (t->recover && train_add_hook(t, TRAIN_HOOK_SAVE, train_hook_snapshot, NULL) < 0))
         goto free_ctx;
     *out = t;
     return 0;
@@ -188,6 +195,7 @@ int train_run(train_ctx *t) {
         }
     if (train_engine_report(t->e) < 0) return -1;
     train_side_end(t);
+    train_recover_end(t);
     train_report_end(t, o->steps);
     return 0;
 }
@@ -195,6 +203,7 @@ int train_run(train_ctx *t) {
 void train_free(train_ctx *t) {
     if (!t) return;
     train_side_free(t);              /* first: side processes die now */
+    train_recover_free(t);
     train_adapt_free(t);
     train_engine_free(t->e);
     if (t->metrics) fclose(t->metrics);

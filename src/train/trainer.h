@@ -24,6 +24,7 @@ typedef struct {
                              * a --save folder: its newest complete checkpoint; or NULL */
     /* data and optimization */
     const char *data;       /* raw text (bytes) or an llm.c token file; required */
+    const char *tokenizer;  /* NULL, or tok_load's spec ("gpt2", DIR): data is text tokenised by it */
     int batch, seq;         /* B, T (> 0); a resumed run must keep the checkpoint's */
     long shuffle;           /* batch-order seed (0: sequential); a resumed run keeps it too */
     int steps;              /* the run ends after optimizer step `steps` (counting resumed ones) */
@@ -59,15 +60,19 @@ typedef struct {
     bool adapt;             /* --adapt (pipelined, one stage per rank) */
     int mem_limit;          /* --mem-limit: microbatches of activations per stage the adaptive
                              * schedules may hold (N >= 1); 0: what memory holds (the default);
-                             * TRAIN_MEM_LIMIT_SCHEDULE: the starting schedule's peak */
+                             * ADAPT_MEM_LIMIT_SCHEDULE (adapt/adapt.h): the starting
+                             * schedule's peak */
     const char *cluster;    /* --cluster K.json: with mem_limit 0, each rank's memory is device w's
                              * of this cluster file (world rank w, file order), not this machine's */
+    bool adapt_wire;        /* --adapt-wire (with adapt): bf16 on the wire once the measured links
+                             * make the step link-bound (trainer_wire.c) */
+    /* recovery (docs/recovery.md) */
+    int snapshot_every;     /* --snapshot-every K: each rank's state into snapshot_dir every K
+                             * steps (and at the last), written off the compute path; 0: none */
+    const char *snapshot_dir;   /* --snapshot-dir: memory that outlives the process (/dev/shm/..);
+                             * with it every rank also beats a heartbeat there each step */
 } train_opts;
 
-#define TRAIN_MEM_LIMIT_SCHEDULE (-1)   /* --mem-limit schedule */
-/* --mem-limit's value: "N" (>= 1) or "schedule" into *out. 0, or -1 with an error that says
- * what it takes. */
-int train_parse_mem_limit(const char *text, int *out);
 
 typedef struct train_ctx train_ctx;
 

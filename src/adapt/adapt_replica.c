@@ -1,7 +1,7 @@
 /* --adapt's links between replicas: each step's gradient-reduction waits against healthy ones,
  * a slow link said at onset and recovery, never adapted to (no order of one pipeline's work
  * changes what a reduction waits for). */
-#include "train/trainer_adapt_int.h"
+#include "adapt/adapt_int.h"
 #include "util/pt.h"
 #include <math.h>
 #include <stdio.h>
@@ -14,16 +14,16 @@
 /* A reduction between replicas is slow once it waits this much longer than when healthy, two
  * steps running (as a pipeline link: the link floor or link_on x mean F, whichever is larger),
  * and healthy again below half of it (hysteresis). */
-static double replica_on(const train_adapt *A, double mf) { return fmax(ADAPT_LINK_FLOOR, A->po.link_on * mf); }
+static double replica_on(const adapt_state *A, double mf) { return fmax(ADAPT_LINK_FLOOR, A->po.link_on * mf); }
 
-void adapt_replica_init(train_adapt *A) {
+void adapt_replica_init(adapt_state *A) {
     replica_links *L = &A->rl;
     adapt_ring_init(&L->base, A->P);
     L->prev = pt_calloc((size_t)A->P, sizeof *L->prev);
     L->slow = pt_calloc((size_t)A->P, sizeof *L->slow);
 }
 
-void adapt_replica_free(train_adapt *A) {
+void adapt_replica_free(adapt_state *A) {
     free(A->rl.base.v), free(A->rl.prev), free(A->rl.slow);
 }
 
@@ -32,7 +32,7 @@ void adapt_replica_free(train_adapt *A) {
  * REDUCE_GRAD event minus the last member's start; the largest over the TP ranks (-1: none ran).
  * An overlapped reduction's event runs from its post (the stage's last W) to when the rank saw it
  * complete; --no-overlap's from the rank's last REDUCE_GRAD (where it posts) to its wait's end. */
-static void replica_waits(const train_adapt *A, const timeline *tl, const run_layout *lo, double *w) {
+static void replica_waits(const adapt_state *A, const timeline *tl, const run_layout *lo, double *w) {
     int T = lo->tp;
     double *post = pt_malloc(sizeof *post * (size_t)(2 * A->P * T)), *done = post + A->P * T;
     for (int g = 0; g < A->P * T; g++) post[g] = -INFINITY, done[g] = INFINITY;
@@ -65,7 +65,7 @@ static void line_add(char *buf, size_t n, size_t *at, const char *fmt, ...) {
 
 /* "link between replicas 0-1 (ranks 0-2)", or with D > 2 "link between replicas of pipeline rank
  * 0 (ranks 0,2,4)" (the wait does not say which pair), appended to buf[n] at *at. */
-static void replica_name(const train_adapt *A, const run_layout *lo, int p, char *buf, size_t n, size_t *at) {
+static void replica_name(const adapt_state *A, const run_layout *lo, int p, char *buf, size_t n, size_t *at) {
     if (A->D == 2) {
         line_add(buf, n, at, "link between replicas 0-1 (ranks %d-%d)", run_layout_world_rank(lo, 0, p, 0),
                  run_layout_world_rank(lo, 1, p, 0));
@@ -79,7 +79,7 @@ static void replica_name(const train_adapt *A, const run_layout *lo, int p, char
 /* The adapt event of the pipeline ranks whose reduction between replicas changed (`change` +1: turned
  * slow, -1: healthy again): the estimate's fields and, per rank, its replicas, world ranks and
  * the reduction's wait beyond its healthy one (replica_links). */
-static cJSON *replica_fields(const train_adapt *A, const run_layout *lo, const sim_estimate *est, const char *action,
+static cJSON *replica_fields(const adapt_state *A, const run_layout *lo, const sim_estimate *est, const char *action,
                              const char *schedule, const int *change, int sign, const double *excess) {
     cJSON *o = adapt_fields(A, est, action, schedule, -1, -1), *arr = cJSON_CreateArray();
     for (int p = 0; p < A->P; p++) {
@@ -99,10 +99,10 @@ static cJSON *replica_fields(const train_adapt *A, const run_layout *lo, const s
 
 /* Says the pipeline ranks of `change` equal to sign in one line and event: turned slow (+1, with
  * each one's wait beyond its healthy one) or healthy again (-1). */
-static void replica_say(train_ctx *t, train_adapt *A, long step, const sim_estimate *est, const int *change,
+static void replica_say(adapt_state *A, long step, const sim_estimate *est, const int *change,
                         int sign, const double *excess) {
-    const char *name = t->e->vt->schedule(t->e)->name;
-    const run_layout *lo = &train_engine_plan(t->e)->lo;   /* world ranks named: TP rank 0's */
+    const char *name = adapt_schedule(A)->name;
+    const run_layout *lo = A->h.layout(A->h.user);   /* world ranks named: TP rank 0's */
     char line[1024] = "";
     size_t at = 0, n = sizeof line;
     int first = 0, last = 0;
@@ -114,11 +114,11 @@ static void replica_say(train_ctx *t, train_adapt *A, long step, const sim_estim
         if (sign > 0) line_add(line, n, &at, " +%.0f ms per reduction", excess[p] * 1e3);
         else line_add(line, n, &at, " healthy again");
     }
-    if (first && last && t->m.n_ties > 0)   /* the tied embedding is one group over both ends */
+    if (first && last && A->o.n_ties > 0)   /* the tied embedding is one group over both ends */
         line_add(line, n, &at, " (pipeline ranks 0 and %d share the tied embedding's reduction: a slow link at "
                  "either shows at both)", A->P - 1);
     if (sign > 0) line_add(line, n, &at, "; no schedule change helps a gradient reduction: keeping %s", name);
-    adapt_say(t, step, line, replica_fields(A, lo, est, sign > 0 ? "replica_slow" : "replica_healthy", name, change, sign, excess));
+    adapt_say(A, step, line, replica_fields(A, lo, est, sign > 0 ? "replica_slow" : "replica_healthy", name, change, sign, excess));
 }
 
 /* The step's reductions between replicas against their healthy waits: the pipeline ranks whose
@@ -126,12 +126,12 @@ static void replica_say(train_ctx *t, train_adapt *A, long step, const sim_estim
  * last's) or healthy again (under half of it), each said once per onset and recovery. The
  * schedule stays: no order of one pipeline's work changes what a reduction waits for. A step with
  * no rank over half of replica_on joins the baseline. */
-void adapt_replicas(train_ctx *t, train_adapt *A, long step, const timeline *tl, const sim_estimate *est,
+void adapt_replicas(adapt_state *A, long step, const timeline *tl, const sim_estimate *est,
                            double mf) {
     replica_links *L = &A->rl;
     double *w = pt_malloc(sizeof *w * (size_t)A->P * 2), *excess = w + A->P, on = replica_on(A, mf);
     int *change = pt_calloc((size_t)A->P, sizeof *change), quiet = 1, any_on = 0, any_off = 0;
-    replica_waits(A, tl, &train_engine_plan(t->e)->lo, w);
+    replica_waits(A, tl, A->h.layout(A->h.user), w);
     for (int p = 0; p < A->P; p++) {
         double b = adapt_ring_median(&L->base, p), now = w[p] >= 0 && b >= 0 ? fmax(0, w[p] - b) : 0;
         excess[p] = fmin(now, L->prev[p]);
@@ -141,7 +141,7 @@ void adapt_replicas(train_ctx *t, train_adapt *A, long step, const timeline *tl,
         else if (L->slow[p] && now < on / 2) L->slow[p] = 0, change[p] = -1, any_off = 1, excess[p] = now;
     }
     if (quiet) adapt_ring_add(&L->base, w);
-    if (any_on) replica_say(t, A, step, est, change, 1, excess);
-    if (any_off) replica_say(t, A, step, est, change, -1, excess);
+    if (any_on) replica_say(A, step, est, change, 1, excess);
+    if (any_off) replica_say(A, step, est, change, -1, excess);
     free(w), free(change);
 }

@@ -1,11 +1,11 @@
 /* --adapt's words: the estimate in a line, the adaptive schedule's warm-up, a link's queue, and
  * the fields of the "adapt" events; each decision said as a line (root) and an event. Not here:
  * deciding (trainer_adapt.c). */
-#include "train/trainer_adapt_int.h"
+#include "adapt/adapt_int.h"
 #include <stdio.h>
 
 /* "link 0-1 +48 ms per message; stage 1 x2.0", or "healthy", into buf. */
-void adapt_describe(const train_adapt *A, const sim_estimate *e, double mf, char *buf, size_t n) {
+void adapt_describe(const adapt_state *A, const sim_estimate *e, double mf, char *buf, size_t n) {
     size_t at = 0;
     buf[0] = 0;
     for (int r = 0; r + 1 < A->P && at < n; r++)
@@ -20,7 +20,7 @@ void adapt_describe(const train_adapt *A, const sim_estimate *e, double mf, char
 
 /* The links of e slow in bandwidth ("link 0-1 slow in bandwidth: each message holds it 40 ms of its
  * 44 (1.2 MB/s), those sent closer together queue"), or "" when none is, into buf. */
-void adapt_queue_text(const train_adapt *A, const sim_estimate *e, double mf, char *buf, size_t n) {
+void adapt_queue_text(const adapt_state *A, const sim_estimate *e, double mf, char *buf, size_t n) {
     size_t at = 0;
     buf[0] = 0;
     for (int r = 0; r + 1 < A->P && at < n; r++)
@@ -46,7 +46,7 @@ void adapt_warmup_text(const sched *s, char *buf, size_t n) {
 }
 
 /* The event's fields: the estimate, what runs now, the predictions (seconds per step). */
-cJSON *adapt_fields(const train_adapt *A, const sim_estimate *e, const char *action, const char *schedule,
+cJSON *adapt_fields(const adapt_state *A, const sim_estimate *e, const char *action, const char *schedule,
                            double predicted, double was) {
     cJSON *o = cJSON_CreateObject(), *links = cJSON_CreateArray(), *stages = cJSON_CreateArray();
     cJSON *busy = cJSON_CreateArray();
@@ -70,10 +70,13 @@ cJSON *adapt_fields(const train_adapt *A, const sim_estimate *e, const char *act
     return o;
 }
 
-void adapt_say(train_ctx *t, long step, const char *line, cJSON *fields) {
-    if (t->root) {
+void adapt_say(adapt_state *A, long step, const char *line, cJSON *fields) {
+    if (A->h.root) {
         printf("step %ld: %s\n", step, line);
         fflush(stdout);
     }
-    train_report_adapt(t, step, line, fields);
+    cJSON_AddStringToObject(fields, "message", line);
+    A->h.event(A->h.user, "adapt", step, fields);
 }
+
+const sched *adapt_schedule(const adapt_state *A) { return A->h.schedule(A->h.user); }

@@ -1,7 +1,7 @@
 /* --adapt's measurements: each step's median costs, the baseline of recent healthy steps (a ring),
  * the healthy cost model from it, and the step's estimate (links and stages) against it, per lane.
  * Not here: deciding (trainer_adapt.c), the estimator itself (sim/sim_adapt.h). */
-#include "train/trainer_adapt_int.h"
+#include "adapt/adapt_int.h"
 #include "util/pt.h"
 #include <math.h>
 #include <stdio.h>
@@ -54,7 +54,7 @@ double adapt_ring_median(const adapt_ring *r, int k) {
 
 /* The healthy costs: medians over the baseline steps (a fused BW's halves stand for B and W),
  * links free, messages of their real size (a link slow in bandwidth is a rate on them). */
-void adapt_base_costs(const train_adapt *A, sim_costs *c) {
+void adapt_base_costs(const adapt_state *A, sim_costs *c) {
     double m[K_KINDS];
     sim_costs_init(c, A->S, 0, 0, 0);
     c->reduce_overlap = A->overlap;
@@ -100,7 +100,7 @@ static void lane_timeline(const timeline *tl, const sched *s, const run_layout *
  * slowdown of each link and stage over the lanes (every lane runs the one schedule). Stage
  * slowdowns are taken relative to the fastest stage, so a machine-wide slowdown (other jobs on
  * the cores) is no straggler. */
-int adapt_step_estimate(train_adapt *A, const timeline *tl, const sched *s, const run_layout *layout,
+int adapt_step_estimate(adapt_state *A, const timeline *tl, const sched *s, const run_layout *layout,
                          const sim_costs *healthy, sim_estimate *est) {
     sim_estimate one;
     sim_estimate_init(&one, A->P, A->S);
@@ -143,7 +143,7 @@ double adapt_mean_f(const sim_costs *c) {
 
 /* Healthy by the `off` thresholds, as this step measured it (prev_*: unfiltered, so the first
  * slow step of a straggler never joins the baseline). */
-int adapt_estimate_healthy(const train_adapt *A, const sim_estimate *e, double mf) {
+int adapt_estimate_healthy(const adapt_state *A, const sim_estimate *e, double mf) {
     for (int r = 0; r + 1 < A->P; r++)
         if (A->prev_link[r] >= A->po.link_off * mf) return 0;
     for (int g = 0; g < A->S; g++)

@@ -2,19 +2,18 @@
  * the straggler before a switch against the steps after it (medians of measured iteration
  * times, the same numbers on every rank), as a fraction of the gain the simulator predicted. A
  * switch that gained less than half of it is undone (back to the starting schedule: a line and an
- * "adapt_revert" event), and for a hold-off (ADAPT_PAY_HOLD steps, doubled at each undo of the
- * same straggler) predictions count only the share of their gain the undone switch delivered
- * (`trust`), so it is not tried again at once; after it, full trust and one more try (a switch
- * undone by a noisy measurement is not lost for good). Not here: deciding to switch
- * (trainer_adapt.c). */
-#include "train/trainer_adapt_int.h"
+ * "adapt_revert" event, with the share of its predicted gain it delivered), and held off: no switch
+ * for ADAPT_PAY_HOLD steps (doubled at each undo of the same straggler), whatever the estimate
+ * says, so it is not tried again at once; then one more try (a switch undone by a noisy
+ * measurement is not lost for good). Not here: deciding to switch (adapt.c). */
+#include "adapt/adapt_int.h"
 #include "util/pt.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-void adapt_pay_note(train_adapt *A, double iter_time) {
+void adapt_pay_note(adapt_state *A, double iter_time) {
     A->pay.recent[A->pay.n_recent++ % ADAPT_PAY_BEFORE] = iter_time;
 }
 
@@ -26,43 +25,43 @@ static double recent_median(const adapt_pay *p) {
     return n ? pt_median(v, n) : -1;
 }
 
-double adapt_pay_predicted(const train_adapt *A, double predicted) {
+double adapt_pay_predicted(const adapt_state *A, double predicted) {
     const char *f = getenv("PIPETRAIN_TEST_PREDICT");   /* test hook: a gain the run cannot deliver */
     double k = f && *f ? atof(f) : 1;
     return k > 0 ? predicted * k : predicted;
 }
 
-void adapt_pay_start(train_adapt *A, long step, double predicted, double was) {
+void adapt_pay_start(adapt_state *A, long step, double predicted, double was) {
     adapt_pay *p = &A->pay;
     p->before = recent_median(p);
     p->on = p->before > 0 && was > 0 && predicted > 0;
     p->at = step, p->predicted = predicted, p->was = was, p->n = 0;
 }
 
-void adapt_pay_reset(train_adapt *A) {
+void adapt_pay_reset(adapt_state *A) {
     A->pay.on = 0;
-    A->pay.trust = 1;
     A->pay.hold_until = 0;
     A->pay.undone = 0;
 }
 
-int adapt_pay_retry(train_adapt *A, long step) {
+int adapt_pay_held(const adapt_state *A, long step) { return A->pay.hold_until && step < A->pay.hold_until; }
+
+int adapt_pay_retry(adapt_state *A, long step) {
     if (!A->pay.hold_until || step < A->pay.hold_until) return 0;
     A->pay.hold_until = 0;
-    A->pay.trust = 1;
     return 1;
 }
 
 /* The undone switch's line and event. */
-static void say_undo(train_ctx *t, train_adapt *A, long step, const sim_estimate *est, double after, double gm,
-                     double gp) {
+static void say_undo(adapt_state *A, long step, const sim_estimate *est, double after, double gm,
+                     double gp, double delivered) {
     adapt_pay *p = &A->pay;
     char line[512];
     snprintf(line, sizeof line, "the switch at step %ld did not pay: %.3g s/step measured against %.3g before "
-             "(%+.0f%%), predicted %.3g from %.3g (%+.0f%%); back to %s; until step %ld a switch counts %.0f%% of its "
-             "predicted gain", p->at, after, p->before, -100 * gm, p->predicted, p->was, -100 * gp, A->start->name,
-             A->pay.hold_until, 100 * A->pay.trust);
-    if (t->root) {
+             "(%+.0f%%), predicted %.3g from %.3g (%+.0f%%): %.0f%% of its gain; back to %s, no switch before step %ld",
+             p->at, after, p->before, -100 * gm, p->predicted, p->was, -100 * gp, 100 * delivered, A->start->name,
+             A->pay.hold_until);
+    if (A->h.root) {
         printf("step %ld: %s\n", step, line);
         fflush(stdout);
     }
@@ -70,12 +69,12 @@ static void say_undo(train_ctx *t, train_adapt *A, long step, const sim_estimate
     cJSON_AddNumberToObject(f, "switched_at", (double)p->at);
     cJSON_AddNumberToObject(f, "before_s", p->before);
     cJSON_AddNumberToObject(f, "measured_s", after);
-    cJSON_AddNumberToObject(f, "trust", A->pay.trust);
+    cJSON_AddNumberToObject(f, "delivered", delivered);
     cJSON_AddStringToObject(f, "message", line);
-    train_report_event(t, "adapt_revert", step, f);
+    A->h.event(A->h.user, "adapt_revert", step, f);
 }
 
-int adapt_pay_judge(train_ctx *t, train_adapt *A, long step, double iter_time, const sim_estimate *est) {
+int adapt_pay_judge(adapt_state *A, long step, double iter_time, const sim_estimate *est) {
     adapt_pay *p = &A->pay;
     if (!p->on || !A->switched || step <= p->at + ADAPT_PAY_SKIP) return 0;
     p->after[p->n++] = iter_time;
@@ -84,16 +83,15 @@ int adapt_pay_judge(train_ctx *t, train_adapt *A, long step, double iter_time, c
     double after = pt_median(p->after, p->n);
     double gp = 1 - p->predicted / p->was, gm = 1 - after / p->before;
     if (gm >= 0.5 * gp) {
-        if (t->root) printf("step %ld: the switch at step %ld paid: %.3g s/step measured against %.3g before (%+.0f%%; "
+        if (A->h.root) printf("step %ld: the switch at step %ld paid: %.3g s/step measured against %.3g before (%+.0f%%; "
                             "predicted %+.0f%%)\n", step, p->at, after, p->before, -100 * gm, -100 * gp);
         return 0;
     }
-    if (t->e->vt->replan(t->e, A->start) < 0) return pt_adderr("step %ld: --adapt: undoing the switch: ", step);
+    if (A->h.replan(A->h.user, A->start) < 0) return pt_adderr("step %ld: --adapt: undoing the switch: ", step);
     A->switched = 0;
     A->said_keep = 1;   /* the policy still sees the straggler: keeping is not said again */
-    A->pay.trust = gp > 0 ? fmin(1, fmax(0, gm / gp)) : 0;
     A->pay.hold_until = step + ((long)ADAPT_PAY_HOLD << (A->pay.undone < 4 ? A->pay.undone : 4));
     A->pay.undone++;
-    say_undo(t, A, step, est, after, gm, gp);
+    say_undo(A, step, est, after, gm, gp, gp > 0 ? fmax(0, gm / gp) : 0);
     return 1;
 }

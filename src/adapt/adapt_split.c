@@ -1,7 +1,7 @@
 /* --adapt's re-split: a slow stage's layers moved to its neighbours by measured speed (the
  * planner's exact split, plan_split), when the simulator predicts the schedule in force faster
  * with it; the expected costs rescaled by analytic flops. Not here: moving the state (run/move.c). */
-#include "train/trainer_adapt_int.h"
+#include "adapt/adapt_int.h"
 #include "util/pt.h"
 #include <math.h>
 #include <stdio.h>
@@ -31,13 +31,16 @@ void adapt_split_text(const int *v, int S, char *buf, size_t n) {
 
 /* Analytic flops of stage g under split v (blocks per stage) in phase ph (0 F, 1 B, 2 W): its
  * blocks, and the embedding on the first stage, the head on the last. */
-static double stage_flops(const train_adapt *A, int g, const int *v, int ph) {
-    return (g == 0 ? A->fl[GPT_LAYER_EMBED][ph] : 0) + v[g] * A->fl[GPT_LAYER_BLOCK][ph] +
-           (g == A->S - 1 ? A->fl[GPT_LAYER_HEAD][ph] : 0);
+static double stage_flops(const adapt_state *A, int g, const int *v, int ph) {
+    int count[GPT_MAX_KINDS];
+    double f = 0;
+    gpt_config_chunk_kinds(&A->cfg, A->S, v, g, count);
+    for (int k = 0; k < GPT_MAX_KINDS; k++) f += count[k] * A->fl[k][ph];
+    return f;
 }
 
 /* The factor stage g's kind k (F, B, W, BW) scales by from split `from` to `to`. */
-static double stage_factor(const train_adapt *A, int g, const int *from, const int *to, int k) {
+static double stage_factor(const adapt_state *A, int g, const int *from, const int *to, int k) {
     double a = 0, b = 0;
     for (int ph = 0; ph < 3; ph++)
         if (ph == k || (k == 3 && ph > 0)) a += stage_flops(A, g, from, ph), b += stage_flops(A, g, to, ph);
@@ -47,16 +50,21 @@ static double stage_factor(const train_adapt *A, int g, const int *from, const i
 /* The planner's exact split of the blocks by measured speed (plan_split): each block costs its
  * analytic F + B + W, the first and last also the embedding's and the head's; stage g's speed is
  * 1 / its slowdown; no memory cap. out[S]. */
-static int speed_split(const train_adapt *A, const sim_estimate *est, int *out) {
+static int speed_split(const adapt_state *A, const sim_estimate *est, int *out) {
     int L = 0, S = A->S, rc;
     for (int g = 0; g < S; g++) L += A->split_now[g];
     double *work = pt_calloc((size_t)L, sizeof *work), *zero = pt_calloc((size_t)L + (size_t)S, sizeof *zero);
     double *speed = pt_malloc(sizeof *speed * (size_t)S);
     int *first = pt_malloc(sizeof *first * (size_t)(S + 1));
-    for (int i = 0; i < L; i++)
-        for (int ph = 0; ph < 3; ph++)
-            work[i] += A->fl[GPT_LAYER_BLOCK][ph] + (i == 0 ? A->fl[GPT_LAYER_EMBED][ph] : 0) +
-                       (i == L - 1 ? A->fl[GPT_LAYER_HEAD][ph] : 0);
+    for (int i = 0; i < L; i++) {
+        int count[GPT_MAX_KINDS];
+        gpt_config_item_kinds(&A->cfg, i, count);
+        for (int ph = 0; ph < 3; ph++) {
+            double f = 0;
+            for (int k = 0; k < GPT_MAX_KINDS; k++) f += count[k] * A->fl[k][ph];
+            work[i] += f;
+        }
+    }
     for (int g = 0; g < S; g++) speed[g] = 1 / (est->stage_slow[g] > 0 ? est->stage_slow[g] : 1);
     plan_chain c = { .n = L, .K = S, .work = work, .mem_fixed = zero, .mem_act = zero, .speed = speed,
                      .cap = zero, .inflight = zero };
@@ -69,7 +77,7 @@ static int speed_split(const train_adapt *A, const sim_estimate *est, int *out) 
 
 /* The costs of each stage under split `to` from those under `from`: each kind scales with the
  * stage's analytic flops of it (the measured time per flop of a stage is kept). */
-static void rescale_costs(const train_adapt *A, sim_costs *c, const int *from, const int *to) {
+static void rescale_costs(const adapt_state *A, sim_costs *c, const int *from, const int *to) {
     for (int g = 0; g < c->n_stages; g++) {
         c->f[g] *= stage_factor(A, g, from, to, 0);
         c->b[g] *= stage_factor(A, g, from, to, 1);
@@ -79,7 +87,7 @@ static void rescale_costs(const train_adapt *A, sim_costs *c, const int *from, c
 }
 
 /* The same for the baseline's steps, so they stay comparable with the steps to come. */
-static void rescale_base(train_adapt *A, const int *from, const int *to) {
+static void rescale_base(adapt_state *A, const int *from, const int *to) {
     for (int i = 0; i < A->base.n; i++)
         for (int g = 0; g < A->S; g++)
             for (int kind = 0; kind < 4; kind++) {
@@ -90,8 +98,8 @@ static void rescale_base(train_adapt *A, const int *from, const int *to) {
 
 /* Moves to split `to` (the engine's resplit) and rescales the expected costs; the next step is
  * not measured (a new job's first touches). */
-int adapt_move_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const int *to) {
-    if (t->e->vt->resplit(t->e, to, A->S) < 0) return pt_adderr("step %ld: --adapt: ", step);
+int adapt_move_split(adapt_state *A, long step, sim_costs *healthy, const int *to) {
+    if (A->h.resplit(A->h.user, to, A->S) < 0) return pt_adderr("step %ld: --adapt: ", step);
     rescale_costs(A, healthy, A->split_now, to);
     rescale_base(A, A->split_now, to);
     memcpy(A->split_now, to, sizeof *to * (size_t)A->S);
@@ -102,15 +110,15 @@ int adapt_move_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy
 /* A slow stage: the split by measured speed when the simulator, under the estimate, predicts the
  * schedule in force faster with it (at least ADAPT_MIN_GAIN); healthy is rescaled to it. 1 when
  * it moved (and said so), 0 when not, -1 on an error. */
-int adapt_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const sim_estimate *est,
+int adapt_split(adapt_state *A, long step, sim_costs *healthy, const sim_estimate *est,
                        double mf) {
     int *want = pt_malloc(sizeof *want * (size_t)A->S), moved = 0, slow = 0;
     for (int g = 0; g < A->S; g++) slow |= est->stage_slow[g] >= A->po.stage_off;
-    if (!slow || !t->e->vt->resplit || speed_split(A, est, want) < 0 || adapt_same_split(want, A->split_now, A->S)) {
+    if (!slow || !A->h.resplit || speed_split(A, est, want) < 0 || adapt_same_split(want, A->split_now, A->S)) {
         free(want);
         return 0;
     }
-    const sched *cur = t->e->vt->schedule(t->e);
+    const sched *cur = adapt_schedule(A);
     sim_costs now, then, h2;
     sim_costs_apply_estimate(healthy, est, &now);
     sim_costs_copy(healthy, &h2);
@@ -124,12 +132,12 @@ int adapt_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, con
         adapt_describe(A, est, mf, what, sizeof what);
         adapt_split_text(A->split_now, A->S, from, sizeof from);
         adapt_split_text(want, A->S, to, sizeof to);
-        if (adapt_move_split(t, A, step, healthy, want) < 0) { free(want); return -1; }
+        if (adapt_move_split(A, step, healthy, want) < 0) { free(want); return -1; }
         snprintf(line, sizeof line, "%s; layers re-split %s -> %s by measured speed; predicted %.3g s/step, was %.3g",
                  what, from, to, will, was);
         cJSON *f = adapt_fields(A, est, "resplit", name, will, was);
         cJSON_AddStringToObject(f, "split", to);
-        adapt_say(t, step, line, f);
+        adapt_say(A, step, line, f);
         moved = 1;
     }
     free(want);

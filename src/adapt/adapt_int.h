@@ -1,14 +1,13 @@
-/* Inside --adapt (src/train/trainer_adapt*.c only; not an API): the state of train --adapt and
- * the functions its files share. trainer_adapt.c: the hook, switching and switching back;
- * trainer_adapt_say.c: the lines and events; trainer_adapt_measure.c: each step's measurements
- * and the estimate against healthy steps; trainer_adapt_split.c: re-splitting a slow stage's
- * layers; trainer_adapt_replica.c: links between replicas (seen and said, not adapted to);
- * trainer_adapt_mem.c: the memory limit; trainer_adapt_pay.c: whether a switch paid (undone when not).
+/* Inside the adapt module (src/adapt/adapt*.c only; not an API: adapt/adapt.h is): the state of a run's
+ * adaptation and the functions its files share. adapt.c: deciding, switching and switching back;
+ * adapt_say.c: the lines and events; adapt_measure.c: each step's measurements and the estimate
+ * against healthy steps; adapt_split.c: re-splitting a slow stage's layers; adapt_replica.c: links
+ * between replicas (seen and said, not adapted to); adapt_mem.c: the memory limit; adapt_pay.c:
+ * whether a switch paid (undone when not).
  * Legend: P ranks, S stages (one per rank), M microbatches, D replicas. */
-#ifndef PT_TRAIN_TRAINER_ADAPT_INT_H
-#define PT_TRAIN_TRAINER_ADAPT_INT_H
-#include "train/trainer_int.h"
-#include "train/engine.h"
+#ifndef PT_ADAPT_ADAPT_INT_H
+#define PT_ADAPT_ADAPT_INT_H
+#include "adapt/adapt.h"
 #include "sim/sim_adapt.h"
 #include <stddef.h>
 
@@ -36,7 +35,7 @@
 #define ADAPT_PAY_STEPS 3     /* steps judged (their median) */
 #define ADAPT_PAY_HOLD 8      /* steps an undone switch is held off (doubled at each undo of one straggler) */
 
-typedef struct train_adapt train_adapt;
+typedef struct adapt_state adapt_state;
 
 typedef struct {
     double recent[ADAPT_PAY_BEFORE];   /* the last steps' measured iteration times (a ring) */
@@ -46,8 +45,6 @@ typedef struct {
     double before, predicted, was;     /* measured before it; the simulator's after and before */
     double after[ADAPT_PAY_STEPS];
     int n;
-    double trust;                      /* share of a predicted gain believed (1; after an undone
-                                        * switch, the share it delivered, for the hold-off) */
     long hold_until;                   /* after an undone switch: the step the hold-off ends (0: none) */
     int undone;                        /* switches undone for this straggler */
 } adapt_pay;
@@ -67,7 +64,10 @@ typedef struct {
     int *slow;                      /* [P] reported slow (said once per onset and recovery) */
 } replica_links;
 
-struct train_adapt {
+struct adapt_state {
+    adapt_host h;                   /* what it drives */
+    adapt_opts o;                   /* as given (o.cfg points at cfg) */
+    gpt_config cfg;
     int P, S, M, D, mem_limit;
     int mem_flag;                   /* mem_limit is --mem-limit N's */
     char mem_why[160];              /* where mem_limit came from ("memory: 21.3 GiB available / ...") */
@@ -87,15 +87,15 @@ struct train_adapt {
     long first_step;                /* a step not measured: the run's first (a warm-up), or the
                                      * first after a re-split (a new job's first touches) */
     int *split_start, *split_now;   /* [S] blocks per stage: at the start, in force */
-    double fl[3][3];                /* analytic flops of one microbatch through an embedding, a
-                                     * block, a head (gpt_layer_ops' cost): [kind][F, B, W] */
+    double fl[GPT_MAX_KINDS][3];    /* analytic flops of one microbatch through a layer of each
+                                     * kind (gpt_layer_ops' cost): [kind][F, B, W] */
     int said_keep;                  /* a straggler was reported without a switch (since the last
                                      * switch or revert) */
-    adapt_pay pay;                  /* the switch on trial, and the trust in predictions */
+    adapt_pay pay;                  /* the switch on trial, the hold-off after an undone one */
     replica_links rl;               /* links between replicas (D >= 2): seen, said, not adapted to */
 };
 
-/* ---- measuring (trainer_adapt_measure.c) ---- */
+/* ---- measuring (adapt_measure.c) ---- */
 /* This step's median duration of each (stage, kind) over every rank and replica, into v[S * K_KINDS]
  * (-1: none ran); STEP goes to stage 0's slot. */
 void adapt_step_medians(const timeline *tl, int S, double *v);
@@ -104,64 +104,68 @@ void adapt_ring_add(adapt_ring *r, const double *v);
 /* The median over the ring's steps of value k (-1 when none has it: values < 0 are missing). */
 double adapt_ring_median(const adapt_ring *r, int k);
 /* The healthy costs (new: free with sim_costs_free): medians over the baseline steps. */
-void adapt_base_costs(const train_adapt *A, sim_costs *c);
+void adapt_base_costs(const adapt_state *A, sim_costs *c);
 /* The estimate of the step against the healthy costs (every lane; stage slowdowns relative to the
  * fastest stage, two steps running). 0, or -1 when the timeline does not match. */
-int adapt_step_estimate(train_adapt *A, const timeline *tl, const sched *s, const run_layout *layout,
+int adapt_step_estimate(adapt_state *A, const timeline *tl, const sched *s, const run_layout *layout,
                         const sim_costs *healthy, sim_estimate *est);
 double adapt_mean_f(const sim_costs *c);
 /* Healthy by the `off` thresholds, as this step measured it. */
-int adapt_estimate_healthy(const train_adapt *A, const sim_estimate *e, double mf);
+int adapt_estimate_healthy(const adapt_state *A, const sim_estimate *e, double mf);
 
 /* ---- saying (trainer_adapt_say.c) ---- */
 /* The links of e slow in bandwidth in words, or "" when none is, into buf. */
-void adapt_queue_text(const train_adapt *A, const sim_estimate *e, double mf, char *buf, size_t n);
+void adapt_queue_text(const adapt_state *A, const sim_estimate *e, double mf, char *buf, size_t n);
 /* Forwards each rank runs before its first backward ("5,4,2,1"), into buf. */
 void adapt_warmup_text(const sched *s, char *buf, size_t n);
 /* "link 0-1 +48 ms per message; stage 1 x2.0", or "healthy", into buf. */
-void adapt_describe(const train_adapt *A, const sim_estimate *e, double mf, char *buf, size_t n);
+void adapt_describe(const adapt_state *A, const sim_estimate *e, double mf, char *buf, size_t n);
 /* The event's fields (a new object): the estimate, what runs now, the predictions (s/step; <= 0:
  * left out), the memory limit and where it came from. */
-cJSON *adapt_fields(const train_adapt *A, const sim_estimate *e, const char *action, const char *schedule,
+cJSON *adapt_fields(const adapt_state *A, const sim_estimate *e, const char *action, const char *schedule,
                     double predicted, double was);
 /* The line on stdout (root) and an "adapt" event with fields (taken over). */
-void adapt_say(train_ctx *t, long step, const char *line, cJSON *fields);
+void adapt_say(adapt_state *A, long step, const char *line, cJSON *fields);
+/* The schedule in force (the host's). */
+const sched *adapt_schedule(const adapt_state *A);
 
-/* ---- re-splitting (trainer_adapt_split.c) ---- */
+/* ---- re-splitting (adapt_split.c) ---- */
 /* "2,2" into out[S] (blocks per stage); -1 when it does not have S counts. */
 int adapt_parse_split(const char *text, int S, int *out);
 int adapt_same_split(const int *a, const int *b, int S);
 void adapt_split_text(const int *v, int S, char *buf, size_t n);
 /* Moves to split `to` (the engine's resplit) and rescales the expected costs. 0 or -1. */
-int adapt_move_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const int *to);
+int adapt_move_split(adapt_state *A, long step, sim_costs *healthy, const int *to);
 /* A slow stage: re-split by measured speed when the simulator predicts it faster. 1 when it
  * moved (and said so), 0 when not, -1 on an error. */
-int adapt_split(train_ctx *t, train_adapt *A, long step, sim_costs *healthy, const sim_estimate *est, double mf);
+int adapt_split(adapt_state *A, long step, sim_costs *healthy, const sim_estimate *est, double mf);
 
 /* ---- the memory limit (trainer_adapt_mem.c) ---- */
-/* A->mem_limit, mem_flag and mem_why from --mem-limit (t->o.mem_limit), or from memory by default;
+/* A->mem_limit, mem_flag and mem_why from --mem-limit (A->o.mem_limit), or from memory by default;
  * peak: the starting schedule's. Collective under MPI. 0, or -1 with the error. */
-int adapt_mem_limit(train_ctx *t, train_adapt *A, int peak);
+int adapt_mem_limit(adapt_state *A, int peak);
 
 /* ---- switches that pay (trainer_adapt_pay.c) ---- */
 /* Notes a step's measured iteration time (every step). */
-void adapt_pay_note(train_adapt *A, double iter_time);
+void adapt_pay_note(adapt_state *A, double iter_time);
 /* The prediction as the policy uses it (the test hook PIPETRAIN_TEST_PREDICT=K scales it by K). */
-double adapt_pay_predicted(const train_adapt *A, double predicted);
+double adapt_pay_predicted(const adapt_state *A, double predicted);
 /* A switch at `step` predicted to take `predicted` s/step instead of `was`: on trial from now. */
-void adapt_pay_start(train_adapt *A, long step, double predicted, double was);
-/* The straggler cleared: no trial, full trust, no hold-off. */
-void adapt_pay_reset(train_adapt *A);
-/* 1 when a hold-off ends at this step (full trust again: the caller may try the switch again). */
-int adapt_pay_retry(train_adapt *A, long step);
+void adapt_pay_start(adapt_state *A, long step, double predicted, double was);
+/* The straggler cleared: no trial, no hold-off. */
+void adapt_pay_reset(adapt_state *A);
+/* 1 while an undone switch's hold-off lasts (no switch at this step). */
+int adapt_pay_held(const adapt_state *A, long step);
+/* 1 when a hold-off ends at this step (the caller may try the switch again). */
+int adapt_pay_retry(adapt_state *A, long step);
 /* A step of the trial: after ADAPT_PAY_STEPS steps, a switch that gained less than half of its
  * predicted gain is undone and said. 1 when undone, 0 when not, -1 on an error. */
-int adapt_pay_judge(train_ctx *t, train_adapt *A, long step, double iter_time, const sim_estimate *est);
+int adapt_pay_judge(adapt_state *A, long step, double iter_time, const sim_estimate *est);
 
 /* ---- links between replicas (trainer_adapt_replica.c) ---- */
-void adapt_replica_init(train_adapt *A);
-void adapt_replica_free(train_adapt *A);
+void adapt_replica_init(adapt_state *A);
+void adapt_replica_free(adapt_state *A);
 /* The step's reductions between replicas against their healthy waits: onset and recovery said. */
-void adapt_replicas(train_ctx *t, train_adapt *A, long step, const timeline *tl, const sim_estimate *est, double mf);
+void adapt_replicas(adapt_state *A, long step, const timeline *tl, const sim_estimate *est, double mf);
 
 #endif

@@ -8,7 +8,7 @@
  * planner's memory model (plan_mem_held_max), the smallest over the ranks, at most M (no stage
  * holds more) and at least the starting schedule's peak (it runs already). Every rank computes
  * the same number (MPI: one all-reduce). Not here: the generator that honours it (sched/). */
-#include "train/trainer_adapt_int.h"
+#include "adapt/adapt_int.h"
 #include "plan/plan.h"
 #include "util/pt.h"
 #include <math.h>
@@ -26,8 +26,8 @@ static char *mem_text(double bytes, char *buf, size_t n) {
     return buf;
 }
 
-int train_parse_mem_limit(const char *text, int *out) {
-    if (!strcmp(text, "schedule")) return *out = TRAIN_MEM_LIMIT_SCHEDULE, 0;
+int adapt_parse_mem_limit(const char *text, int *out) {
+    if (!strcmp(text, "schedule")) return *out = ADAPT_MEM_LIMIT_SCHEDULE, 0;
     char *end;
     long n = strtol(text, &end, 10);
     if (end != text && !*end && n == 0)
@@ -62,10 +62,9 @@ static double host_id(void) {
     return (double)h;
 }
 
-/* Per world rank w: have[w] its host's available bytes, host[w] its host (threads: this process's
- * for all). MPI: each rank fills its slot, one all-reduce. 0, or -1 with the error. */
-static int hosts_read(const train_ctx *t, int R, double *have, double *host) {
-    comm *world = t->o.world;
+/* Per world rank w: have[w] its host's available bytes, host[w] its host (world NULL, threads:
+ * this process's for all). MPI: each rank fills its slot, one all-reduce. 0, or -1 with the error. */
+static int hosts_read(comm *world, int R, double *have, double *host) {
     double a = mem_available(), h = host_id();
     for (int w = 0; w < R; w++) have[w] = world ? 0 : a, host[w] = world ? 0 : h;
     if (!world) return 0;
@@ -104,12 +103,12 @@ static int cluster_read(const char *path, int R, double *have, double *host, cha
 }
 
 /* The limit from memory into A (mem_limit, mem_why); peak: the starting schedule's. */
-static int limit_from_memory(train_ctx *t, train_adapt *A, int peak) {
-    run_job *job = train_engine_job(t->e);
-    int R = run_layout_ranks(&train_engine_plan(t->e)->lo), lim = A->M, hosts = 0, most = 0, unknown = 0;
+static int limit_from_memory(adapt_state *A, int peak) {
+    run_job *job = A->h.job(A->h.user);
+    int R = run_layout_ranks(A->h.layout(A->h.user)), lim = A->M, hosts = 0, most = 0, unknown = 0;
     double *have = pt_malloc(sizeof *have * (size_t)(2 * R)), *host = have + R, least = INFINITY;
     char cl[sizeof A->mem_why] = "", mt[32];
-    if (t->o.cluster ? cluster_read(t->o.cluster, R, have, host, cl, sizeof cl) < 0 : hosts_read(t, R, have, host) < 0) {
+    if (A->o.cluster ? cluster_read(A->o.cluster, R, have, host, cl, sizeof cl) < 0 : hosts_read(A->o.world, R, have, host) < 0) {
         free(have);
         return -1;
     }
@@ -148,19 +147,19 @@ static int limit_from_memory(train_ctx *t, train_adapt *A, int peak) {
     return 0;
 }
 
-int adapt_mem_limit(train_ctx *t, train_adapt *A, int peak) {
-    int o = t->o.mem_limit;
+int adapt_mem_limit(adapt_state *A, int peak) {
+    int o = A->o.mem_limit;
     A->mem_flag = o > 0;
     if (o > 0) {
         A->mem_limit = o;
         snprintf(A->mem_why, sizeof A->mem_why, "--mem-limit %d", o);
         return 0;
     }
-    if (o == TRAIN_MEM_LIMIT_SCHEDULE) {
+    if (o == ADAPT_MEM_LIMIT_SCHEDULE) {
         A->mem_limit = peak;
         snprintf(A->mem_why, sizeof A->mem_why, "--mem-limit schedule: the starting schedule's peak");
         return 0;
     }
     if (o != 0) return pt_seterr("--mem-limit must be >= 1 or 'schedule' (got %d)", o);
-    return limit_from_memory(t, A, peak);
+    return limit_from_memory(A, peak);
 }
