@@ -104,7 +104,7 @@ test-repeat: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN) $(GPT2_VOCAB)
 demo: $(BUILD)/pipetrain
 	@tools/demo.sh $(BUILD)/pipetrain
 
-bench: $(BUILD)/pipetrain $(BENCH_BIN) $(GPT2_VOCAB)
+bench: $(BUILD)/pipetrain $(BENCH_BIN) $(GPT2_VOCAB) $(BUILD)/tests/aux_side_work
 	@BUILD=$(BUILD) bench/run.sh
 
 vec-check:

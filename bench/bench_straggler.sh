@@ -10,7 +10,8 @@
 # not next to the slow link is seen to lose only what the schedule's dependencies force
 # (communication off the compute path). Steps/s is the median over steps 7..12 (the switch and
 # its first allocations settled), then the median of the rounds (the runs alternate; this
-# machine is shared); the 3x F case again at M=16.  Usage: bench/bench_straggler.sh [ROUNDS]   (default 3; about 7 minutes)
+# machine is shared); the 3x F case again at M=16. First, the default-flag case (below).
+# Usage: bench/bench_straggler.sh [ROUNDS] [default]   (default 3 rounds; about 8 minutes; `default`: that case only)
 set -u
 cd "$(dirname "$0")/.."
 P=$(realpath "${PIPETRAIN:-build/pipetrain}")
@@ -48,6 +49,36 @@ echo "P=2 threads, char-gpt (4 x 128), batch 64 x 64, M=8; one stage's F = $F ms
 echo "link 0-1 slow from step $ONSET on; steps/s = 1 / median step time over steps $FROM..$N, median of $ROUNDS rounds"
 echo "(runs alternate); sim = the simulator's prediction for the schedule in force at the end, from costs profiled"
 echo "in the same run, with the delay; act = activations of the busiest rank (peak microbatches a stage holds)"
+
+# Default flags (issue 19): 4 layers x 256 channels, batch 16 x 128, M=8, zb-h1, the link 0-1 slow
+# by 29 ms a message (about 3x a stage's F there) in steps 5..12; fixed zb-h1 against --adapt with
+# no --mem-limit (the limit from the memory there is), alternating rounds; steps/s over steps 7..12
+# (the switch comes after two slow steps), medians of the rounds; the losses of the two compared bitwise.
+default_case() {
+  local b="train --config examples/char-gpt-256.json --data $D/t.txt --batch 16 --seq 128 --lr 1e-3 --stages 2"
+  b="$b --microbatches 8 --steps 14 --schedule zb-h1 --slow-link 0-1:0.029@5-12"
+  local r same=yes
+  window_ms() { awk '{ match($0, /"step":[0-9]+/); s = substr($0, RSTART + 7, RLENGTH - 7) + 0
+    match($0, /"step_ms":[0-9.]+/); if (s >= 7 && s <= 12) print substr($0, RSTART + 10, RLENGTH - 10) }' "$1" | median; }
+  losses() { grep -o '"loss":[^,]*' "$1"; }
+  echo "load average before the default-flag case: $(cut -d' ' -f1-3 /proc/loadavg)"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    $P $b --metrics "$D/df$r.jsonl" > "$D/df$r.out" 2>&1 || echo "bench_straggler: fixed run failed: $(tail -1 "$D/df$r.out")"
+    $P $b --adapt --metrics "$D/da$r.jsonl" > "$D/da$r.out" 2>&1 || echo "bench_straggler: --adapt run failed: $(tail -1 "$D/da$r.out")"
+    window_ms "$D/df$r.jsonl" >> "$D/df.rounds"; window_ms "$D/da$r.jsonl" >> "$D/da.rounds"
+    [ "$(losses "$D/df$r.jsonl")" = "$(losses "$D/da$r.jsonl")" ] || same=no
+  done
+  local f a
+  f=$(median < "$D/df.rounds"); a=$(median < "$D/da.rounds")
+  echo "default flags (4 x 256, batch 16 x 128, M=8, link 0-1 +29 ms in steps 5..12), ms/step over steps 7..12,"
+  echo "  median of $ROUNDS alternating rounds: fixed zb-h1 $f (rounds: $(tr '\n' ' ' < "$D/df.rounds")),"
+  echo "  --adapt with no --mem-limit $a (rounds: $(tr '\n' ' ' < "$D/da.rounds")): $(awk -v f="$f" -v a="$a" 'BEGIN { printf "%.2fx", f / a }');"
+  echo "  losses bitwise equal: $same; the last adaptive run said:"
+  grep -E '^step [0-9]+:' "$D/da$ROUNDS.out" | sed 's/^/    /'
+  echo "load average after the default-flag case: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+default_case
+[ "${2:-}" = default ] && exit 0
 
 run_one() {   # run_one TAG DELAY_S ARGS... -> "steps/s sim_steps/s actMB" and the log in $D/TAG.out
   local tag=$1 d=$2; shift 2

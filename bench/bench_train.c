@@ -5,11 +5,16 @@
  * machine (CPU, its vector ISA, the ISA the kernels were built for, OpenBLAS's kernels): ms/step,
  * tokens/s, model GFLOP/s and its ratio to sgemm, PyTorch's step and the tokens/s ratio, peak
  * RSS after a step (ours and PyTorch's) and page faults per steady step. Not a test.
- * Usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch] | --machine
+ * With --precision bf16 each repeat also times the same step with bf16 matmuls (a second model
+ * with the same weights; the two steps in alternating order) and a bf16 product of the square's
+ * size (nn_gemm_bf16), and prints them next to the fp32 ones.
+ * Usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch]
+ *                    [--precision fp32|bf16] | --machine
  *        | --attention   (one layer's attention forward and backward alone, CPU ms, best of 31)
  *        (default: all shapes; 7 repeats for ref, 3 for gpt2; 1 thread) */
 #include "bench_util.h"
 #include "model/gpt.h"
+#include "nn/nn_bf16.h"
 #include <math.h>
 
 void openblas_set_num_threads(int num_threads);
@@ -36,6 +41,19 @@ static double time_sgemm_square(const float *a, const float *b, float *c, double
     for (int i = 0; i < 5; i++) {
         double t0 = pt_now(), c0 = bench_cpu_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, SQ, SQ, SQ, 1.0f, a, SQ, b, SQ, 0.0f, c, SQ);
+        t[i] = pt_now() - t0;
+        u[i] = bench_cpu_now() - c0;
+    }
+    *cpu = pt_median(u, 5);
+    return pt_median(t, 5);
+}
+
+/* The same for one SQ^3 bf16 product (nn_gemm_bf16: inputs rounded as they are packed). */
+static double time_bf16_square(const float *a, const float *b, float *c, double *cpu) {
+    double t[5], u[5];
+    for (int i = 0; i < 5; i++) {
+        double t0 = pt_now(), c0 = bench_cpu_now();
+        nn_gemm_bf16(SQ, SQ, SQ, (nn_operand){ a, SQ, 0, 0 }, (nn_operand){ b, SQ, 0, 0 }, 0.0f, c, SQ);
         t[i] = pt_now() - t0;
         u[i] = bench_cpu_now() - c0;
     }
@@ -81,18 +99,36 @@ typedef struct {
     double cpu_step, cpu_sq, cpu_mix, cpu_torch;   /* the same in CPU seconds of the thread */
     double mix_flops, flops, rss_mb, faults, torch_rss_mb;
     float loss;
+    /* --precision bf16: the bf16 step and product (medians, seconds; CPU seconds), its loss */
+    double bf_step, bf_sq, cpu_bf_step, cpu_bf_sq;
+    float bf_loss;
     char torch_version[32];
     const char *torch_why;
 } bench_res;
 
 /* Our model, its batch, one warm-up step (whose peak RSS is the step's), then the buffers of the
  * sgemm references and the interleaved repeats. */
-static int bench_shape_run(const bench_shape *s, int repeats, int threads, int want_torch, bench_res *o) {
+/* One timed step of m: wall seconds, CPU seconds in *cpu. */
+static double time_step(gpt_model *m, const int *tok, const int *tgt, int B, int T, float *loss, double *cpu) {
+    double t0 = pt_now(), c0 = bench_cpu_now();
+    gpt_zero_grad(m);
+    gpt_forward_backward(m, tok, tgt, B, T, loss);
+    *cpu = bench_cpu_now() - c0;
+    return pt_now() - t0;
+}
+
+static int bench_shape_run(const bench_shape *s, int repeats, int threads, int want_torch, int bf16,
+                           bench_res *o) {
     int B = s->B, T = s->T, N = B * T;
-    gpt_model m;
+    gpt_model m, mb16;
     memset(o, 0, sizeof *o);
     if (gpt_init(&m, &s->cfg) < 0) return -1;
     gpt_init_random(&m, 1);
+    if (bf16 && gpt_init(&mb16, &s->cfg) < 0) { gpt_free(&m); return -1; }
+    if (bf16) {
+        gpt_init_random(&mb16, 1);
+        gpt_set_precision(&mb16, NN_BF16);
+    }
     int *tok = pt_malloc((size_t)N * sizeof *tok), *tgt = pt_malloc((size_t)N * sizeof *tgt);
     pt_rng r;
     pt_rng_seed(&r, 2);
@@ -103,6 +139,7 @@ static int bench_shape_run(const bench_shape *s, int repeats, int threads, int w
     gpt_zero_grad(&m);
     gpt_forward_backward(&m, tok, tgt, B, T, &o->loss);   /* warm-up: buffers, page faults */
     o->rss_mb = bench_peak_rss_mb();
+    if (bf16) gpt_forward_backward(&mb16, tok, tgt, B, T, &o->bf_loss);
     bench_torch bt = {0};
     char targs[96];
     snprintf(targs, sizeof targs, "--shape %s --threads %d", s->name, threads);
@@ -116,7 +153,8 @@ static int bench_shape_run(const bench_shape *s, int repeats, int threads, int w
     for (size_t i = 0; i < (size_t)SQ * SQ; i++) { a[i] = (float)pt_rng_normal(&r); b[i] = (float)pt_rng_normal(&r); }
     for (size_t i = 0; i < mix_floats_x(&s->cfg, N); i++) mb.x[i] = 0.01f * (float)pt_rng_normal(&r);
     for (size_t i = 0; i < mix_floats_w(&s->cfg); i++) mb.w[i] = 0.01f * (float)pt_rng_normal(&r);
-    double *t = pt_calloc((size_t)repeats * 9, sizeof *t), cpu;
+    double *t = pt_calloc((size_t)repeats * 13, sizeof *t), cpu;
+    double *t_bf = t + 9 * repeats, *c_bf = t + 10 * repeats, *t_bsq = t + 11 * repeats, *c_bsq = t + 12 * repeats;
     double *t_step = t, *t_sq = t + repeats, *t_mix = t + 2 * repeats, *t_pt = t + 3 * repeats;
     double *t_ptmm = t + 4 * repeats, *c_step = t + 5 * repeats, *c_sq = t + 6 * repeats;
     double *c_mix = t + 7 * repeats, *c_pt = t + 8 * repeats;
@@ -125,13 +163,12 @@ static int bench_shape_run(const bench_shape *s, int repeats, int threads, int w
     for (int i = 0; i < repeats; i++) {
         t_sq[i] = time_sgemm_square(a, b, c, &c_sq[i]);
         t_mix[i] = time_sgemm_model_mix(&s->cfg, N, &mb, &o->mix_flops, &c_mix[i]);
+        if (bf16) t_bsq[i] = time_bf16_square(a, b, c, &c_bsq[i]);
+        if (bf16 && i % 2) t_bf[i] = time_step(&mb16, tok, tgt, B, T, &o->bf_loss, &c_bf[i]);
         long f0 = bench_page_faults();
-        double t0 = pt_now(), c0 = bench_cpu_now();
-        gpt_zero_grad(&m);
-        gpt_forward_backward(&m, tok, tgt, B, T, &o->loss);
-        t_step[i] = pt_now() - t0;
-        c_step[i] = bench_cpu_now() - c0;
+        t_step[i] = time_step(&m, tok, tgt, B, T, &o->loss, &c_step[i]);
         faults += bench_page_faults() - f0;
+        if (bf16 && !(i % 2)) t_bf[i] = time_step(&mb16, tok, tgt, B, T, &o->bf_loss, &c_bf[i]);
         t_pt[i] = bench_torch_time(&bt, "step", &c_pt[i]);
         t_ptmm[i] = bench_torch_time(&bt, "mm", NULL);
     }
@@ -145,6 +182,11 @@ static int bench_shape_run(const bench_shape *s, int repeats, int threads, int w
     o->cpu_torch = bt.pid ? pt_median(c_pt, repeats) : 0;
     o->torch_mm = bt.pid ? pt_median(t_ptmm, repeats) : 0;
     o->faults = (double)faults / repeats;
+    if (bf16) {
+        o->bf_step = pt_median(t_bf, repeats), o->cpu_bf_step = pt_median(c_bf, repeats);
+        o->bf_sq = pt_median(t_bsq, repeats), o->cpu_bf_sq = pt_median(c_bsq, repeats);
+        gpt_free(&mb16);
+    }
     o->flops = gpt_flops_per_step(&m, B, T);
     bench_torch_stop(&bt);
     free(t);
@@ -152,6 +194,22 @@ static int bench_shape_run(const bench_shape *s, int repeats, int threads, int w
     free(tok); free(tgt);
     gpt_free(&m);
     return 0;
+}
+
+/* The --precision bf16 lines: the bf16 product's peak next to sgemm's, the bf16 step and its
+ * ratio to the fp32 step (same repeats, alternating order), the model's fraction of the peak. */
+static void bench_bf16_print(const bench_res *o, int N) {
+    double sq = 2.0 * SQ * SQ * SQ, bf_gf = sq / o->bf_sq * 1e-9, sg_gf = sq / o->sq * 1e-9;
+    printf("  bf16 (--precision bf16; kernel %s):\n", nn_bf16_kernel());
+    printf("  bf16 GEMM GFLOP/s  %8.2f   (square %d; %.2fx sgemm's %.2f; by CPU time %.2fx)\n", bf_gf, SQ,
+           bf_gf / sg_gf, sg_gf, o->cpu_sq / o->cpu_bf_sq);
+    printf("  bf16 ms/step       %8.1f   (loss %.4f; fp32 %.4f)\n", o->bf_step * 1e3, o->bf_loss, o->loss);
+    printf("  bf16 tokens/s      %8.0f\n", N / o->bf_step);
+    printf("  bf16 step speed-up %8.3fx  (fp32 ms/step over bf16's, medians; by CPU time %.3fx: %.1f vs %.1f CPU ms)\n",
+           o->step / o->bf_step, o->cpu_step / o->cpu_bf_step, o->cpu_step * 1e3, o->cpu_bf_step * 1e3);
+    printf("  bf16 model/peak    %8.3f   (model GFLOP/s %.2f over the bf16 square's; by CPU time %.3f)\n",
+           o->flops / o->bf_step / (sq / o->bf_sq), o->flops / o->bf_step * 1e-9,
+           o->flops / o->cpu_bf_step / (sq / o->cpu_bf_sq));
 }
 
 static void bench_shape_print(const bench_shape *s, int repeats, int threads, const bench_res *o) {
@@ -188,6 +246,7 @@ static void bench_shape_print(const bench_shape *s, int repeats, int threads, co
                    o->cpu_torch / o->cpu_step, o->cpu_torch * 1e3);
     } else
         printf("  PyTorch: skipped (%s)\n", o->torch_why ? o->torch_why : "it stopped answering");
+    if (o->bf_step > 0) bench_bf16_print(o, N);
 }
 
 /* One layer's attention of the reference shape alone (docs/perf.md "Attention's own products"):
@@ -220,12 +279,20 @@ static void bench_attention(void) {
 
 int main(int argc, char **argv) {
     const char *shape = "all";
-    int repeats = 0, threads = 1, want_torch = 1;
+    int repeats = 0, threads = 1, want_torch = 1, bf16 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-torch")) want_torch = 0;
+        else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
+            nn_precision p;
+            if (nn_precision_parse(argv[++i], &p) < 0) {
+                fprintf(stderr, "bench_train: --precision '%s': expected fp32 or bf16\n", argv[i]);
+                return 2;
+            }
+            bf16 = p == NN_BF16;
+        }
         else if (!strcmp(argv[i], "--attention")) {
             openblas_set_num_threads(1);
             bench_attention();
@@ -239,7 +306,8 @@ int main(int argc, char **argv) {
         }
         else if (atoi(argv[i]) > 0) repeats = atoi(argv[i]);   /* the old form: bench_train N */
         else {
-            fprintf(stderr, "usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch] | --machine | --attention\n");
+            fprintf(stderr, "usage: bench_train [--shape ref|gpt2|all] [--repeats N] [--threads N] [--no-torch] "
+                            "[--precision fp32|bf16] | --machine | --attention\n");
             return 2;
         }
     }
@@ -253,7 +321,7 @@ int main(int argc, char **argv) {
         int n = repeats > 0 ? repeats : s->repeats;
         bench_res o;
         ran++;
-        if (bench_shape_run(s, n, threads, want_torch, &o) < 0) {
+        if (bench_shape_run(s, n, threads, want_torch, bf16, &o) < 0) {
             fprintf(stderr, "bench_train: %s: %s\n", s->name, pt_err());
             status = 1;
             continue;

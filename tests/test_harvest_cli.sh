@@ -25,10 +25,11 @@ J
 big() { "$P" train --config "$D/big.json" --data "$D/text.txt" --batch 32 --seq 32 --lr 3e-3 "$@"; }
 # the pid a side program wrote, "" until it has run
 pid_of() { cat "$1" 2>/dev/null; }
-# 0 when pid is gone or a zombie (killed, not reaped by whoever inherited it), within 2 s
+# 0 when pid is gone or a zombie (killed, not reaped by whoever inherited it), within 10 s (a
+# loaded machine)
 dead() {
   local s i
-  for i in $(seq 1 20); do
+  for i in $(seq 1 100); do
     s=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null); { [ -z "$s" ] || [ "$s" = Z ]; } && return 0; sleep 0.1
   done; return 1
 }
@@ -94,7 +95,7 @@ rm -f "$D"/p*.pid
 "$P" train --config "$D/big.json" --data "$D/text.txt" --batch 32 --seq 32 --steps 5000 --stages 2 \
   --microbatches 2 --side-command "1:echo \$\$ > $D/p0.pid; while :; do :; done" > "$D/out_term" 2>&1 &
 tp=$!
-for i in $(seq 1 100); do [ -s "$D/p0.pid" ] && break; sleep 0.1; done
+for i in $(seq 1 300); do [ -s "$D/p0.pid" ] && break; sleep 0.1; done   # within 30 s
 kill -TERM $tp; wait $tp; rc=$?; kill -9 $tp 2>/dev/null
 p0=$(pid_of "$D/p0.pid")
 [ -n "$p0" ] && [ $rc -ne 0 ] && dead "$p0" && ok "a side program is gone after SIGTERM to the trainer" \

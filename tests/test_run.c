@@ -622,19 +622,19 @@ static void expect_plan_error(const char *nm, run_opts o, int B, const char *pat
  * last chunk; NULL is the even split. */
 static void test_layout_counts(void) {
     run_layout lo;
-    int rc = run_layout_init(&lo, 3, 1, 3, 1, 8, (int[]){1, 2, 5}, 3);
+    int rc = run_layout_init(&lo, 3, 1, 3, 1, &(gpt_config){ .n_layer = 8 }, (int[]){1, 2, 5}, 3);
     CHECK("layout: counts 1,2,5 give chunks [0,2) [2,4) [4,10)", rc == 0 && lo.chunk_first[0] == 0 &&
           lo.chunk_first[1] == 2 && lo.chunk_first[2] == 4 && lo.chunk_first[3] == 10 && lo.n_layers == 10,
           "rc %d: %s", rc, rc ? pt_err() : "wrong chunk_first");
     if (rc == 0) run_layout_free(&lo);
-    rc = run_layout_init(&lo, 3, 1, 3, 1, 8, NULL, 0);
+    rc = run_layout_init(&lo, 3, 1, 3, 1, &(gpt_config){ .n_layer = 8 }, NULL, 0);
     CHECK("layout: NULL is the even split 3,3,2", rc == 0 && lo.chunk_first[1] == 4 &&
           lo.chunk_first[2] == 7 && lo.chunk_first[3] == 10, "rc %d", rc);
     if (rc == 0) run_layout_free(&lo);
-    rc = run_layout_init(&lo, 2, 1, 2, 1, 8, (int[]){3, 4}, 2);
+    rc = run_layout_init(&lo, 2, 1, 2, 1, &(gpt_config){ .n_layer = 8 }, (int[]){3, 4}, 2);
     CHECK("layout: counts that drop a block are an error", rc < 0 &&
           strstr(pt_err(), "--split '3,4' covers 7 blocks, the model has 8"), "rc %d: %s", rc, pt_err());
-    rc = run_layout_init(&lo, 2, 1, 2, 1, 8, (int[]){4, 4}, 1);
+    rc = run_layout_init(&lo, 2, 1, 2, 1, &(gpt_config){ .n_layer = 8 }, (int[]){4, 4}, 1);
     CHECK("layout: fewer counts than chunks are an error", rc < 0 &&
           strstr(pt_err(), "--split '4' lists 1 stages, the layout has 2"), "rc %d: %s", rc, pt_err());
 }

@@ -44,7 +44,7 @@ static void make_data(void) {
 
 static void test_layout(void) {
     run_layout lo;
-    int rc = run_layout_init(&lo, 3, 2, 3, 1, 6, NULL, 0), bad = 0;
+    int rc = run_layout_init(&lo, 3, 2, 3, 1, &(gpt_config){ .n_layer = 6 }, NULL, 0), bad = 0;
     lo.tp = 2;
     for (int w = 0; rc == 0 && w < run_layout_ranks(&lo); w++) {
         int d, p, t;

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 
 # Lowest first. A folder may include itself and any folder to its left.
-LAYERS="util nn io tok model optim ckpt sched trace report sim comm plan run harvest train cli"
+LAYERS="util nn io tok model optim ckpt sched trace report sim comm plan run harvest adapt train launch cli"
 
 rank_of() { local i=0; for l in $LAYERS; do [ "$l" = "$1" ] && { echo $i; return; }; i=$((i + 1)); done; echo -1; }
 

@@ -100,8 +100,15 @@ cmd_mpirun() {
   done
   # From h0: the daemons of the other hosts start through the agent, inside their namespaces;
   # messages go over TCP on eth0 only; no binding (the hosts share this machine's cores).
+  # Messages up to 1 MB go eagerly (Open MPI's TCP default is 64 kB, then a rendezvous whose
+  # answer queues behind the other direction's data on a slow link: docs/comm.md, "A real slow
+  # link"); OMPI_MCA_btl_tcp_* in the environment still win.
+  local eager=1048576
   timeout "${PT_HOSTS_TIMEOUT:-300}" ip netns exec "$(ns 0)" env OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$P" ${skew0[@]+"${skew0[@]}"} \
+    OMPI_MCA_btl_tcp_eager_limit="${OMPI_MCA_btl_tcp_eager_limit:-$eager}" \
+    OMPI_MCA_btl_tcp_rndv_eager_limit="${OMPI_MCA_btl_tcp_rndv_eager_limit:-$eager}" \
+    OMPI_MCA_btl_tcp_max_send_size="${OMPI_MCA_btl_tcp_max_send_size:-$eager}" \
     mpirun --hostfile "$hf" --mca plm_rsh_agent "$here/hosts_agent.sh" \
       --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
       --bind-to none "$@" &

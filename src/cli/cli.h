@@ -20,6 +20,13 @@ int cli_parse(int argc, char **argv, const char *verb, const char *usage, const 
 /* Prints "pipetrain <verb>: <pt_err()>" to stderr and returns 1 (for `return cli_fail(...)`). */
 int cli_fail(const char *verb);
 
+/* The --precision flag (its value into *name), and its effect: the process's default number
+ * format (gpt_set_default_precision); a line on `say` (NULL: none) naming the bf16 kernel.
+ * -1 with an error for a name other than fp32 or bf16 (NULL keeps fp32). */
+#include <stdio.h>
+cli_opt cli_precision_opt(const char **name);
+int cli_precision_apply(const char *name, FILE *say);
+
 int cli_train(int argc, char **argv);
 int cli_grad(int argc, char **argv);
 int cli_sample(int argc, char **argv);
@@ -30,5 +37,6 @@ int cli_profile(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_report(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
+int cli_launch(int argc, char **argv);
 
 #endif

@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 int cli_eval(int argc, char **argv) {
-    const char *checkpoint = NULL, *data = NULL, *tokenizer = NULL;
+    const char *checkpoint = NULL, *data = NULL, *tokenizer = NULL, *precision = NULL;
     int batches = 0, B = 0, T = 0, threads = 1;
     const cli_opt opts[] = {
         {"--checkpoint", OPT_STR, &checkpoint, "checkpoint folder, or a --save folder (its newest)"},
@@ -22,6 +22,7 @@ int cli_eval(int argc, char **argv) {
         {"--batch", OPT_INT, &B, "B, sequences per batch (as the training's, to match its eval_loss)"},
         {"--seq", OPT_INT, &T, "T, tokens per sequence"},
         {"--threads", OPT_INT, &threads, "OpenBLAS threads (default 1, as a rank's)"},
+        cli_precision_opt(&precision),
     };
     int rc = cli_parse(argc, argv, "eval", "--checkpoint DIR --data FILE --batch B --seq T [--batches N]",
                        opts, sizeof opts / sizeof *opts);
@@ -30,6 +31,7 @@ int cli_eval(int argc, char **argv) {
         fprintf(stderr, "pipetrain eval: give --checkpoint DIR, --data FILE, --batch B > 0 and --seq T > 0\n");
         return 2;
     }
+    if (cli_precision_apply(precision, stderr) < 0) return cli_fail("eval");
     if (threads > 0) openblas_set_num_threads(threads);
     char dir[1200];
     gpt_model m;

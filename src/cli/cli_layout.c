@@ -26,7 +26,7 @@ void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const c
         {"--schedule-file", OPT_STR, &ro->schedule_file, "CSV schedule (one row per rank) instead of --schedule"},
         {"--pipes", OPT_INT, &ro->pipes, "pipes of the --schedule-file schedule (2 for a chimera; default 1)"},
         {"--split", OPT_STR, split_text, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
-        {"--transport", OPT_STR, transport, "threads (default) | mpi (run under mpirun)"},
+        {"--transport", OPT_STR, transport, "threads (default) | mpi (run under mpirun) | a registered transport"},
         {"--timeout", OPT_DOUBLE, &ro->timeout, "seconds a rank waits for a message (default 60)"},
         {"--recompute", OPT_FLAG, &ro->recompute, "drop activations after F, recompute them at B (less memory)"},
         {"--tp-overlap", OPT_FLAG, &ro->tp_overlap, "with --tp: each block's all-reduces in flight while the other half of its "
@@ -133,6 +133,10 @@ static int layout_count(int *v, int dflt, const char *flag) {
     return 0;
 }
 
+void cli_layout_stop(const char *transport, comm *world) {
+    if (world) comm_transport_stop(comm_transport_find(transport), world);
+}
+
 int cli_layout_start(run_opts *o, const char *transport, int *argc, char ***argv, comm **world) {
     *world = NULL;
     if (!cli_layout_given(o, transport)) {
@@ -144,8 +148,8 @@ int cli_layout_start(run_opts *o, const char *transport, int *argc, char ***argv
         layout_count(&o->M, o->schedule_file ? 0 : o->P, "--microbatches") < 0)
         return -1;
     if (!o->schedule && !o->schedule_file) o->schedule = "1f1b";
-    if (!transport || !strcmp(transport, "threads")) return 0;
-    if (strcmp(transport, "mpi")) return pt_seterr("--transport must be threads or mpi, got '%s'", transport);
-    if (!comm_mpi_available()) return pt_seterr("--transport mpi: this build has no MPI");
-    return comm_mpi_init(argc, argv, world);
+    const comm_transport *t = comm_transport_find(transport);
+    if (!t) return -1;
+    if (t->create) o->transport = transport;   /* the job makes its endpoints with it */
+    return comm_transport_start(t, argc, argv, world);
 }

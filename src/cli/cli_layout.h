@@ -36,8 +36,13 @@ const char *cli_layout_transport(const char *given);
 int cli_layout_given(const run_opts *ro, const char *transport);
 /* Without layout flags: clears the marks (P = D = M = tp = 0: the single-process path) and
  * returns 0. For a pipelined run: checks the numbers given (>= 1), fills the defaults (P = D =
- * tp = 1, schedule 1f1b, M = P) and, for --transport mpi, initialises MPI and sets *world (NULL for threads).
+ * tp = 1, schedule 1f1b, M = P) and starts the transport (comm_transport_find): a world transport
+ * (mpi) initialises and sets *world; an in-process one (threads, or one registered) is named in
+ * ro->transport for the job and *world is NULL.
  * -1 with an error naming the flag. */
 int cli_layout_start(run_opts *ro, const char *transport, int *argc, char ***argv, comm **world);
+/* The end of a run that cli_layout_start began: frees world (NULL: nothing) and ends its
+ * transport's world (MPI_Finalize). */
+void cli_layout_stop(const char *transport, comm *world);
 
 #endif

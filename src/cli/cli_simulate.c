@@ -12,6 +12,7 @@
 #include "sched/sched.h"
 #include "sim/sim.h"
 #include "sim/sim_adapt.h"
+#include "sim/sim_report.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -248,7 +249,6 @@ static int add_faults(const sim_args *a, sim_costs *c, int n_ranks) {
     return 0;
 }
 
-static cJSON *json_doubles(const double *x, int n);
 
 /* Costs: defaults f=b=w=1, then --costs file, --cost spec, uniform flags, slow links/stages. */
 static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *c) {
@@ -380,61 +380,13 @@ static cJSON *model_json(const model_run *m, const sim_costs *c) {
     cJSON_AddBoolToObject(o, "tp_recompute", p->tp_recompute);
     cJSON_AddBoolToObject(o, "sp", p->sp);
     cJSON_AddStringToObject(o, "split", plan_layout_split_str(p, split, sizeof split));
-    cJSON_AddItemToObject(o, "tp_time_f", json_doubles(c->tp_f, c->n_stages));
-    cJSON_AddItemToObject(o, "tp_time_b", json_doubles(c->tp_b, c->n_stages));
-    cJSON_AddItemToObject(o, "stage_memory", json_doubles(p->stage_mem, p->K));
-    cJSON_AddItemToObject(o, "rank_memory", json_doubles(m->need, p->P));
-    cJSON_AddItemToObject(o, "device_memory", json_doubles(m->have, p->P));
+    cJSON_AddItemToObject(o, "tp_time_f", sim_report_doubles(c->tp_f, c->n_stages));
+    cJSON_AddItemToObject(o, "tp_time_b", sim_report_doubles(c->tp_b, c->n_stages));
+    cJSON_AddItemToObject(o, "stage_memory", sim_report_doubles(p->stage_mem, p->K));
+    cJSON_AddItemToObject(o, "rank_memory", sim_report_doubles(m->need, p->P));
+    cJSON_AddItemToObject(o, "device_memory", sim_report_doubles(m->have, p->P));
     cJSON_AddBoolToObject(o, "fits", m->over == 0);
     return o;
-}
-
-/* --side-step: per rank, the idle time, what side steps of that length fill, in how many waits. */
-static void print_side_human(const sim_side *sd) {
-    printf("side steps of %.6g (--side-step): bubble usable per rank\n", sd->step);
-    printf("  rank        idle      usable   used   steps  waits used\n");
-    for (int p = 0; p < sd->n_ranks; p++)
-        printf("  rank %-4d %10.6g %10.6g %5.1f%% %7ld  %d of %d\n", p, sd->idle[p], sd->usable[p],
-               sd->idle[p] > 0 ? 100 * sd->usable[p] / sd->idle[p] : 0, sd->steps[p], sd->used[p], sd->waits[p]);
-    printf("  all       %10.6g %10.6g %5.1f%%\n", sd->idle_total, sd->usable_total,
-           sd->idle_total > 0 ? 100 * sd->usable_total / sd->idle_total : 0);
-}
-
-static cJSON *json_side(const sim_side *sd) {
-    cJSON *o = cJSON_CreateObject(), *per = cJSON_AddArrayToObject(o, "per_rank");
-    cJSON_AddNumberToObject(o, "step", sd->step);
-    cJSON_AddNumberToObject(o, "idle", sd->idle_total);
-    cJSON_AddNumberToObject(o, "usable", sd->usable_total);
-    cJSON_AddNumberToObject(o, "usable_fraction", sd->idle_total > 0 ? sd->usable_total / sd->idle_total : 0);
-    for (int p = 0; p < sd->n_ranks; p++) {
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddNumberToObject(x, "idle", sd->idle[p]);
-        cJSON_AddNumberToObject(x, "usable", sd->usable[p]);
-        cJSON_AddNumberToObject(x, "steps", (double)sd->steps[p]);
-        cJSON_AddNumberToObject(x, "waits", sd->waits[p]);
-        cJSON_AddNumberToObject(x, "waits_used", sd->used[p]);
-        cJSON_AddItemToArray(per, x);
-    }
-    return o;
-}
-
-static void print_human(const sched *s, const sim_result *r, const sim_args *a) {
-    printf("schedule %s  ranks %d  stages %d  microbatches %d  iterations %d%s\n", s->name, s->n_ranks,
-           s->n_stages, s->n_mb, r->n_iters, a->post_validation ? " (post-validation)" : "");
-    printf("iteration time   %.6g%s\n", r->iteration_time, r->n_iters > 1 ? "  (steady state)" : "");
-    if (r->n_iters > 1) printf("total time       %.6g\n", r->makespan);
-    if (adaptive_info.n_judged)
-        printf("adaptive         %s (best of %d candidates)\n", adaptive_info.winner, adaptive_info.n_judged);
-    printf("ideal time       %.6g  (busiest rank's compute per iteration)\n", r->ideal_time);
-    printf("bubble fraction  %.4f  (%.2f%% of rank time idle)\n", r->bubble_fraction, 100 * r->bubble_fraction);
-    if (r->n_iters > 1) printf("steady bubble    %.4f\n", r->steady_bubble);
-    printf("per rank         busy        idle\n");
-    for (int i = 0; i < r->n_ranks; i++)
-        printf("  rank %-4d  %10.6g  %10.6g\n", i, r->busy[i], r->idle[i]);
-    printf("peak activations per stage (microbatches, bytes)\n");
-    for (int g = 0; g < r->n_stages; g++)
-        printf("  stage %-4d %4d  %.6g\n", g, r->peak_mb[g], r->peak_bytes[g]);
-    if (a->crit) { printf("critical path\n"); sim_print_critical_path(r, stdout); }
 }
 
 /* The run's result with --side-step (json: an object added to o; else the lines), or nothing. */
@@ -442,96 +394,10 @@ static int side_report(const sim_result *r, const sim_args *a, cJSON *o) {
     if (a->side_step == UNSET) return 0;
     sim_side sd;
     if (sim_side_fit(r, a->side_step, &sd) < 0) return -1;
-    if (o) cJSON_AddItemToObject(o, "side_step", json_side(&sd));
-    else print_side_human(&sd);
+    if (o) cJSON_AddItemToObject(o, "side_step", sim_report_side_json(&sd));
+    else sim_report_side_print(stdout, &sd);
     sim_side_free(&sd);
     return 0;
-}
-
-static cJSON *json_doubles(const double *x, int n) {
-    cJSON *arr = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(x[i]));
-    return arr;
-}
-
-static cJSON *json_critical_path(const sim_result *r) {
-    static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv", "side" };
-    cJSON *arr = cJSON_CreateArray();
-    char act[48];
-    for (int i = 0; i < r->n_crit; i++) {
-        const tl_event *e = &r->tl.ev[r->crit[i].ev];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "rank", e->rank);
-        cJSON_AddStringToObject(o, "action", sched_action_str(&e->act, act, sizeof act));
-        cJSON_AddStringToObject(o, "stream", stream[e->stream]);
-        cJSON_AddNumberToObject(o, "iter", e->iter);
-        cJSON_AddNumberToObject(o, "start", e->start);
-        cJSON_AddNumberToObject(o, "end", e->end);
-        cJSON_AddNumberToObject(o, "waited", r->crit[i].waited);
-        cJSON_AddItemToArray(arr, o);
-    }
-    return arr;
-}
-
-static void print_json(const sched *s, const sim_result *r, const sim_args *a, int needed, double unlimited,
-                       const sim_costs *c, const model_run *m) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "schedule", s->name);
-    cJSON_AddNumberToObject(o, "ranks", s->n_ranks);
-    cJSON_AddNumberToObject(o, "tp", c->tp);
-    if (m->on) cJSON_AddItemToObject(o, "model", model_json(m, c));
-    cJSON_AddNumberToObject(o, "stages", s->n_stages);
-    cJSON_AddNumberToObject(o, "microbatches", s->n_mb);
-    cJSON_AddNumberToObject(o, "iterations", r->n_iters);
-    cJSON_AddBoolToObject(o, "post_validation", a->post_validation);
-    cJSON_AddNumberToObject(o, "iteration_time", r->iteration_time);
-    cJSON_AddNumberToObject(o, "makespan", r->makespan);
-    cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble_fraction);
-    cJSON_AddNumberToObject(o, "steady_bubble_fraction", r->steady_bubble);
-    cJSON_AddNumberToObject(o, "ideal_time", r->ideal_time);
-    cJSON_AddItemToObject(o, "iteration_end", json_doubles(r->iter_end, r->n_iters));
-    cJSON *per_it = cJSON_AddArrayToObject(o, "per_iteration");
-    for (int i = 0; i < r->n_iters; i++) {
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddNumberToObject(x, "time", r->iter_end[i] - (i ? r->iter_end[i - 1] : 0));
-        cJSON_AddStringToObject(x, "schedule", s->name);
-        cJSON_AddItemToArray(per_it, x);
-    }
-    if (adaptive_info.n_judged) {
-        cJSON *ad = cJSON_AddObjectToObject(o, "adaptive");
-        cJSON_AddStringToObject(ad, "winner", adaptive_info.winner);
-        cJSON_AddNumberToObject(ad, "candidates", adaptive_info.n_judged);
-        cJSON_AddNumberToObject(ad, "mem_limit", a->mem_limit);
-        if (needed > 0) cJSON_AddNumberToObject(ad, "mem_needed", needed);
-        if (needed > 0) cJSON_AddNumberToObject(ad, "unlimited_time", unlimited);
-    }
-    cJSON_AddItemToObject(o, "peak_activations", cJSON_CreateIntArray(r->peak_mb, r->n_stages));
-    cJSON_AddItemToObject(o, "peak_activation_bytes", json_doubles(r->peak_bytes, r->n_stages));
-    cJSON_AddItemToObject(o, "rank_peak_bytes", json_doubles(r->rank_peak_bytes, r->n_ranks));
-    cJSON *per = cJSON_AddArrayToObject(o, "per_rank");
-    for (int i = 0; i < r->n_ranks; i++) {
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddNumberToObject(x, "busy", r->busy[i]);
-        cJSON_AddNumberToObject(x, "idle", r->idle[i]);
-        cJSON_AddItemToArray(per, x);
-    }
-    cJSON_AddItemToObject(o, "critical_path", json_critical_path(r));
-    side_report(r, a, o);   /* checked before printing */
-    char *text = cJSON_PrintUnformatted(o);
-    printf("%s\n", text);
-    free(text);
-    cJSON_Delete(o);
-}
-
-static void print_events(const timeline *tl) {
-    static const char *stream[TL_N_STREAMS] = { "compute", "send", "recv", "side" };
-    char act[48];
-    printf("rank,stream,action,stage,mb,iter,ready,start,end\n");
-    for (int i = 0; i < tl->n; i++) {
-        const tl_event *e = &tl->ev[i];
-        printf("%d,%s,%s,%d,%d,%d,%.9g,%.9g,%.9g\n", e->rank, stream[e->stream],
-               sched_action_str(&e->act, act, sizeof act), e->act.stage, e->act.mb, e->iter, e->ready, e->start, e->end);
-    }
 }
 
 /* Trace and SVG files of a timeline, when asked for. */
@@ -571,39 +437,6 @@ static int note_mem_needed(const sim_args *a, const sim_costs *c, const sim_resu
 
 /* ---- --adapt: the replay of the straggler policy ---- */
 
-static void print_adapt_human(const sim_adapt_opts *o, const sim_adapt_result *r) {
-    printf("adapt: starting schedule %s  ranks %d  microbatches %d  iterations %d  adaptive under --mem-limit %d\n",
-           o->start, o->shape.ranks, o->shape.microbatches, r->n, r->mem_limit);
-    printf("iteration  %-12s %-10s  after it\n", "time", "schedule");
-    for (int i = 0; i < r->n; i++) printf("  %-8d %-12.6g %-10s  %s\n", i + 1, r->time[i], r->name[i], r->note[i]);
-    printf("total time       %.6g\n", r->total);
-}
-
-static void print_adapt_json(const sim_adapt_opts *o, const sim_adapt_result *r) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "schedule", o->start);
-    cJSON_AddBoolToObject(j, "adapt", true);
-    cJSON_AddNumberToObject(j, "ranks", o->shape.ranks);
-    cJSON_AddNumberToObject(j, "microbatches", o->shape.microbatches);
-    cJSON_AddNumberToObject(j, "iterations", r->n);
-    cJSON_AddNumberToObject(j, "mem_limit", r->mem_limit);
-    cJSON_AddNumberToObject(j, "total_time", r->total);
-    cJSON *per = cJSON_AddArrayToObject(j, "per_iteration");
-    for (int i = 0; i < r->n; i++) {
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddNumberToObject(x, "iteration", i + 1);
-        cJSON_AddNumberToObject(x, "time", r->time[i]);
-        cJSON_AddStringToObject(x, "schedule", r->name[i]);
-        cJSON_AddStringToObject(x, "note", r->note[i]);
-        cJSON_AddItemToArray(per, x);
-    }
-    char *text = cJSON_PrintUnformatted(j);
-    printf("%s\n", text);
-    free(text);
-    cJSON_Delete(j);
-}
-
-static void print_events(const timeline *tl);
 
 /* simulate --adapt: the starting schedule from --schedule, faults by iteration, the policy's
  * defaults (sim_policy_defaults). */
@@ -631,9 +464,9 @@ static int run_adapt(const sim_args *a) {
     snprintf(title, sizeof title, "%s with --adapt | P=%d | M=%d", a->name, a->stages, a->mb);
     snprintf(sub, sizeof sub, "total time %.6g | %d iterations", r.total, r.n);
     rc = write_pictures(&r.tl, title, sub, a);
-    if (rc == 0 && a->json) print_adapt_json(&o, &r);
-    else if (rc == 0 && a->csv) print_events(&r.tl);
-    else if (rc == 0) print_adapt_human(&o, &r);
+    if (rc == 0 && a->json) sim_report_json_print(stdout, sim_report_adapt_json(&o, &r));
+    else if (rc == 0 && a->csv) sim_report_events_csv(stdout, &r.tl);
+    else if (rc == 0) sim_report_adapt_print(stdout, &o, &r);
     sim_adapt_result_free(&r);
     return rc;
 }
@@ -665,10 +498,15 @@ int cli_simulate(int argc, char **argv) {
     sim_opts o = { a.iters, a.post_validation };
     if (sim_run(s, &c, &o, &r) || write_result_pictures(s, &r, &a) || note_mem_needed(&a, &c, &r, &needed, &unlimited))
         goto fail;
-    if (a.json) print_json(s, &r, &a, needed, unlimited, &c, &m);
-    else if (a.csv) print_events(&r.tl);
+    sim_report_opts ro = { .post_validation = a.post_validation, .crit = a.crit, .adaptive = &adaptive_info,
+                           .mem_limit = a.mem_limit, .mem_needed = needed, .unlimited_time = unlimited };
+    if (a.json) {
+        cJSON *obj = sim_report_json(s, &r, &c, &ro, m.on ? model_json(&m, &c) : NULL);
+        side_report(&r, &a, obj);   /* checked before printing */
+        sim_report_json_print(stdout, obj);
+    } else if (a.csv) sim_report_events_csv(stdout, &r.tl);
     else {
-        print_human(s, &r, &a);
+        sim_report_print(stdout, s, &r, &ro);
         if (m.on) model_print_human(&m, &c);
         if (side_report(&r, &a, NULL) < 0) goto fail;
     }

@@ -3,13 +3,17 @@
  * layout flag, --plan or --threads is given (auto_layout), and runs the library's trainer, which
  * holds the training loop (data, LR schedule, checkpoints, metrics, the measured-vs-simulated
  * report). Not here: any of the loop. */
+#include "adapt/adapt.h"
 #include "cli/cli.h"
 #include "cli/cli_layout.h"
 #include "harvest/harvest.h"
+#include "model/gpt.h"
 #include "plan/plan.h"
 #include "train/train_plan.h"
 #include "train/trainer.h"
+#include "util/killat.h"
 #include "util/pt.h"
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +31,12 @@ typedef struct {
     train_plan_hold plan_hold;   /* o.ro.schedule and o.ro.split under --plan */
     int keep;                    /* --keep (-1: not given) */
     const char *side_mem;        /* --side-mem as given */
+    const char *mem_limit;       /* --mem-limit as given (N or schedule) */
+    const char *wire;            /* --wire as given */
     const char **side_cmds, **side_tasks;   /* the repeatable flags' values (owned arrays) */
+    const char **kill_at;        /* --kill-at values (owned array) */
+    int n_kill_at;
+    const char *precision;       /* --precision fp32 | bf16 */
 } train_args;
 
 /* Takes every "FLAG VALUE" / "FLAG=VALUE" out of argv (cli_parse knows no repeatable flags) into
@@ -62,6 +71,23 @@ static int side_mem_flag(train_args *a) {
         return pt_seterr("--side-mem '%s': give bytes, optionally with K, M or G (e.g. 512M)", a->side_mem);
     a->o.side_mem = v * mul;
     return 0;
+}
+
+/* --precision bf16 without --wire: activations and gradients cross stage boundaries in bf16
+ * too (--wire bf16), as the matmuls take them; --wire fp32 keeps fp32 messages. */
+static int precision_wire(train_args *a) {
+    if (!a->wire && gpt_default_precision() == NN_BF16) a->o.ro.wire = 1;   /* PT_WIRE_BF16 */
+    return 0;
+}
+
+/* --wire fp32 | bf16 | fp16 into the layout (util/half.h's pt_wire). */
+static int wire_flag(train_args *a) {
+    static const char *names[] = { "fp32", "bf16", "fp16" };
+    for (int w = 0; w < 3 && a->wire; w++)
+        if (!strcmp(a->wire, names[w])) { a->o.ro.wire = w; return 0; }
+    if (!a->wire) return 0;
+    return pt_seterr("--wire '%s': give fp32 (the default: messages as computed), bf16 or fp16 "
+                     "(activations and gradients between stages in 16 bits: lossy)", a->wire);
 }
 
 /* --lr-schedule and its numbers into the optimizer config (the trainer checks the ranges). */
@@ -124,11 +150,12 @@ static int train_main(const train_opts *o) {
 /* Everything a train_args owns, freed on every path (NULL fields are fine); ends MPI when it
  * was started. */
 static void train_args_free(train_args *a) {
-    if (a->o.world) { comm_free(a->o.world); comm_mpi_finalize(); }
+    cli_layout_stop(a->transport, a->o.world);
     free(a->split);
     train_plan_hold_free(&a->plan_hold);
     free(a->side_cmds);
     free(a->side_tasks);
+    free(a->kill_at);
     cli_layout_faults_free(&a->o.ro);
 }
 
@@ -138,7 +165,8 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
     train_opts *o = &a->o;
     if (cli_layout_take_faults(argc, argv, &o->ro) < 0 ||
         take_repeated(argc, argv, "--side-command", &a->side_cmds, &o->n_side_commands) < 0 ||
-        take_repeated(argc, argv, "--side-task", &a->side_tasks, &o->n_side_tasks) < 0)
+        take_repeated(argc, argv, "--side-task", &a->side_tasks, &o->n_side_tasks) < 0 ||
+        take_repeated(argc, argv, "--kill-at", &a->kill_at, &a->n_kill_at) < 0)
         return cli_fail("train") + 1;
     o->side_commands = a->side_cmds;
     o->side_tasks = a->side_tasks;
@@ -149,8 +177,16 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
         return rc < 0 ? 2 : 0;
     }
     a->transport = cli_layout_transport(a->transport);
-    if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || cli_layout_split(a->split_text, &a->split, &o->ro.n_split) < 0)
+    for (int i = 0; i < a->n_kill_at; i++)
+        if (pt_killat_add(a->kill_at[i]) < 0) return cli_fail("train");
+    if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || wire_flag(a) < 0 ||
+        cli_precision_apply(a->precision, stdout) < 0 || precision_wire(a) < 0 ||
+        (a->mem_limit && adapt_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
+        cli_layout_split(a->split_text, &a->split, &o->ro.n_split) < 0)
         return cli_fail("train");
+    if (o->cluster && (!o->adapt || o->mem_limit))
+        return pt_seterr("--cluster %s gives --adapt's memory limit: give --adapt and no --mem-limit", o->cluster),
+               cli_fail("train");
     o->ro.split = a->split;
     /* no layout asked for (no layout flag, --plan or --threads): the trainer picks this machine's */
     o->auto_layout = !a->plan && !cli_layout_given(&o->ro, a->transport) && o->threads == 0;
@@ -173,7 +209,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 41 };
+    enum { N_TRAIN_OPTS = 48 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -217,9 +253,24 @@ int cli_train(int argc, char **argv) {
         {"--side-steps", OPT_LONG, &o->side_steps, "its optimizer steps (default: as long as this run)"},
         {"--adapt", OPT_FLAG, &o->adapt, "pipelined: switch to the adaptive schedule while a link is measured slow, back "
                                          "when it clears (docs/stragglers.md)"},
-        {"--mem-limit", OPT_INT, &o->mem_limit, "--adapt: microbatches of activations a stage may hold (default: the "
-                                                "starting schedule's peak)"},
+        {"--cluster", OPT_STR, &o->cluster, "--adapt: the memory limit from this cluster file's device memory "
+                                            "(world rank w on device w) instead of this machine's"},
+        {"--mem-limit", OPT_STR, &a.mem_limit, "--adapt: microbatches of activations a stage may hold: N, or schedule "
+                                               "(the starting schedule's peak); default: what the ranks' memory holds"},
+        {"--wire", OPT_STR, &a.wire, "pipelined: fp32 | bf16 | fp16: how activations and gradients cross stage "
+                                     "boundaries (default fp32; 16 bits halve the bytes, lossy: docs/comm.md)"},
+        {"--adapt-wire", OPT_FLAG, &o->adapt_wire, "--adapt: turn on --wire bf16 when the measured links make the "
+                                                   "step link-bound (lossy: docs/comm.md)"},
+        {"--snapshot-every", OPT_INT, &o->snapshot_every, "K: every rank's state into --snapshot-dir every K steps, "
+                                                            "written off the compute path (docs/recovery.md)"},
+        {"--snapshot-dir", OPT_STR, &o->snapshot_dir, "memory that outlives the process for snapshots and heartbeats "
+                                                      "(e.g. /dev/shm/NAME; pipetrain launch gives one)"},
+        {"--kill-at", OPT_STR, &repeated_help, "testing: RANK@STEP[:PHASE] that rank kills itself (SIGKILL) at the first "
+                                               "forward | reduce | save of that step (repeatable; default forward)"},
+        cli_precision_opt(&a.precision),
     };
+    /* N_TRAIN_OPTS must count the rows above (a merge that adds a row must raise it) */
+    assert(opts[N_TRAIN_OPTS - 1].name && !opts[N_TRAIN_OPTS].name);
     cli_layout_opts(opts + N_TRAIN_OPTS, &o->ro, &a.transport, &a.split_text);
     cli_layout_init(&o->ro);
     int rc = parse_args(&a, &argc, argv, opts, (int)(sizeof opts / sizeof *opts));

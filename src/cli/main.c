@@ -13,6 +13,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *wha
     {"profile",  cli_profile,  "measure per-layer F/B/W times and memory on this machine"},
     {"plan",     cli_plan,     "choose the layout (dp x pipeline x microbatches x schedule x split)"},
     {"tokenize", cli_tokenize, "text files to an llm.c token file with GPT-2's tokenizer (--decode: back)"},
+    {"launch",   cli_launch,   "run a training job under a supervisor that restarts it from snapshots when a rank dies"},
     {"report",   cli_report,   "one HTML page of one or several training runs (curves, events, timeline)"},
 };
 

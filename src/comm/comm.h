@@ -43,6 +43,7 @@
 #define COMM_TAG_GATHER 32100     /* run/run_job.c: timelines (+0, +1) and tensors (+2, +3) to rank 0 */
 #define COMM_TAG_MOVE 32110       /* run/move.c: a re-split's parameters and moments */
 #define COMM_TAG_CLOCK 32200      /* comm_clock.c: clock offsets' pings (+0) and pongs (+1) */
+#define COMM_TAG_LINK 32300       /* comm_link.c: the link probe's messages (+0 .. +4) */
 
 typedef struct comm comm;
 typedef struct comm_req comm_req;
@@ -108,6 +109,37 @@ static inline void comm_slice(size_t n, int r, int size, size_t *lo, size_t *hi)
     *hi = n * (size_t)(r + 1) / (size_t)size;
 }
 
+/* ---- transports: one file each plus one row of the registry (comm_transport.c) -------------
+ * A transport either makes the endpoints of a whole job for threads of this process (create:
+ * threads, or a wrapper of it) or joins a world of processes started by a launcher (init and
+ * finalize: mpi). Everyone picks one by name here: --transport, the job's endpoints
+ * (run_opts.transport), the end of the process's world. */
+typedef struct {
+    const char *name;       /* --transport NAME */
+    const char *help;       /* one line for --help */
+    /* In-process: `size` connected endpoints for `size` threads (out[size]); free each with
+     * comm_free. NULL for a world transport. */
+    int (*create)(int size, comm **out);
+    /* World: this process's endpoint of the launcher's world (*out); NULL for in-process. */
+    int (*init)(int *argc, char ***argv, comm **out);
+    void (*finalize)(void); /* after the last endpoint of init's world is freed; NULL: nothing */
+    int (*available)(void); /* 0 when this build lacks it; NULL: always there */
+} comm_transport;
+
+/* Adds a transport (its row is borrowed: keep it alive) before any lookup uses it, from one
+ * thread. -1 when the registry is full or the row gives both or neither of create and init. */
+int comm_transport_register(const comm_transport *t);
+/* The transport named `name` (NULL: "threads"), or NULL with "--transport must be threads or
+ * mpi, got 'x'" (every registered name). */
+const comm_transport *comm_transport_find(const char *name);
+int comm_transport_count(void);
+const comm_transport *comm_transport_at(int i);
+/* A world transport's start: checks it is available and joins the world (*world); an in-process
+ * one: *world = NULL, nothing to do (the job creates its endpoints). 0, or -1 naming it. */
+int comm_transport_start(const comm_transport *t, int *argc, char ***argv, comm **world);
+/* Frees world (NULL: nothing) and ends t's world (its finalize). */
+void comm_transport_stop(const comm_transport *t, comm *world);
+
 /* Threads transport: creates `size` connected endpoints for `size` threads of this process
  * (out[r] is rank r's; each used by one thread only). Free each with comm_free. */
 int comm_threads_create(int size, comm **out);
@@ -157,5 +189,25 @@ int comm_faulty_set_rate(comm *c, int peer, double bytes_per_s, int reductions);
  * (the other ranks would wait for this one). */
 #define COMM_CLOCK_MAX_ROUNDS 1000
 int comm_clock_offsets(comm *c, int rounds, double timeout, double *offsets, double *bounds);
+
+/* Link probe (comm_link.c): what the link between this rank and `peer` of c does, each way,
+ * measured over c itself (its transport, progress and any fault wrapper). Called by exactly
+ * those two ranks, each naming the other (the other ranks are free meanwhile). The lower rank
+ * pings `rounds` times (1..COMM_LINK_MAX_ROUNDS) with small messages: latency = half the best
+ * round trip (both directions alike). Then each direction in turn: `rounds` pairs of messages of
+ * `bytes` posted back to back, each answered by a small message as it lands; the gap between the
+ * two answers is what the second held the link (the first message's latency and a shaper's
+ * burst cancel out), unless a late first answer shortened it: a round reads the smaller of bytes
+ * / gap and 2 x bytes / (time to the second answer less a round trip), and bandwidth is the best
+ * round's (a core busy elsewhere only ever makes a round read low). out[0] is lower -> higher rank,
+ * out[1] the way back; both ranks get both. Allocates 2 x bytes. Waits bounded by timeout.
+ * Uses tags COMM_TAG_LINK .. +4 on c while it runs. -1 on a bad argument or a failed message,
+ * naming both ranks. */
+#define COMM_LINK_MAX_ROUNDS 64
+typedef struct {
+    double latency;     /* seconds one way of a small message */
+    double bandwidth;   /* bytes per second a message of `bytes` holds the link for */
+} comm_link_dir;
+int comm_link_probe(comm *c, int peer, size_t bytes, int rounds, double timeout, comm_link_dir out[2]);
 
 #endif

@@ -72,6 +72,7 @@ void eval_pass_free(eval_pass *p) {
 }
 
 struct eval_worker {
+    const gpt_model *m;                 /* the model it was sized for */
     int T, unit, layer, n_layers;
     float *act, *scratch, *x, *y;       /* act: the largest layer's (1,T); x, y: (T,C) */
     int *tok, *tgt;                     /* (T) */
@@ -81,6 +82,7 @@ struct eval_worker {
 void eval_worker_create(eval_worker **out, const gpt_model *m, int T) {
     eval_worker *w = pt_calloc(1, sizeof *w);
     size_t act = 0, xc = (size_t)T * m->cfg.n_embd;
+    w->m = m;
     w->n_layers = gpt_num_layers(m);
     for (int l = 0; l < w->n_layers; l++) {
         size_t a = gpt_layer_act_floats(m, l, 1, T);
@@ -108,8 +110,7 @@ void eval_worker_free(eval_worker *w) {
 double eval_worker_bytes(const eval_worker *w) { return (double)w->floats * sizeof(float); }
 
 int eval_worker_next_kind(const eval_worker *w) {
-    if (w->unit < 0 || w->layer == 0) return GPT_LAYER_EMBED;
-    return w->layer == w->n_layers - 1 ? GPT_LAYER_HEAD : GPT_LAYER_BLOCK;
+    return gpt_layer_kind_of(w->m, w->unit < 0 ? 0 : w->layer);
 }
 
 /* Claims the next unit of p and reads its tokens; 0 when none is left. */
@@ -129,8 +130,9 @@ int eval_worker_step(eval_worker *w, eval_pass *p) {
     }
     const gpt_model *m = p->m;
     int l = w->layer, T = w->T, rc;
-    if (l == 0) rc = gpt_layer_forward(m, 0, NULL, w->act, w->scratch, w->x, NULL, w->tok, 1, T);
-    else if (l < w->n_layers - 1) {
+    unsigned io = gpt_layer_ops_of(m, l)->io;   /* the embedding reads tokens, the head targets */
+    if (io & GPT_IO_TOKENS) rc = gpt_layer_forward(m, l, NULL, w->act, w->scratch, w->x, NULL, w->tok, 1, T);
+    else if (!(io & GPT_IO_TARGETS)) {
         rc = gpt_layer_forward(m, l, NULL, w->act, w->scratch, w->y, w->x, NULL, 1, T);
         float *t = w->x; w->x = w->y; w->y = t;
     } else {

@@ -22,7 +22,8 @@
 
 harvest_policy harvest_policy_default(void) {
     return (harvest_policy){ .conditional = 1, .wait_q = 0.25, .survive = HV_SURVIVE,
-                             .overrun_target = HV_OVERRUN_TARGET, .step_q = HV_STEP_Q, .roam = true };
+                             .overrun_target = HV_OVERRUN_TARGET, .step_q = HV_STEP_Q, .roam = true,
+                             .backoff = true };
 }
 
 harvest_policy harvest_policy_fixed(void) {
@@ -35,6 +36,8 @@ void harvest_create(harvest **out) {
     h->pol = harvest_policy_default();
     h->survive = h->pol.survive;
     h->ema_over = -1;
+    h->bo_duty = 1;
+    h->bo_slow = NAN;
     *out = h;
 }
 
@@ -168,29 +171,49 @@ static void hv_fail(hv_task *k) {
     snprintf(k->err, sizeof k->err, "%s", pt_err());
 }
 
-/* One step of task k, timed; its duration kept when it did work. Returns the step's result. */
-static int hv_run_step(hv_task *k, const harvest_slot *slot, double step_q, double *t0, double *t1) {
+static double hv_thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One step of task k, timed, with the CPU it received (*cpu: the task's own count through
+ * slot.cpu_s, else this thread's CPU clock around it); its duration kept when it did work.
+ * Returns the step's result. */
+static int hv_run_step(hv_task *k, harvest_slot *slot, double step_q, double *t0, double *t1, double *cpu) {
     int kind = hv_kind(k);
+    double own = -1, c0 = k->t->vt->until_deadline ? 0 : hv_thread_cpu();
+    slot->cpu_s = &own;
     *t0 = pt_now();
     int rc = k->t->vt->step(k->t, slot);
     *t1 = pt_now();
+    *cpu = own >= 0 ? own : k->t->vt->until_deadline ? 0 : hv_thread_cpu() - c0;
     if (rc < 0) hv_fail(k);
     if (rc == HARVEST_MORE) {
         if (!k->t->vt->until_deadline) hv_add_duration(k, kind, *t1 - *t0, step_q);
         k->steps++;
         k->secs += *t1 - *t0;
+        k->cpu += *cpu;
     }
     return rc;
 }
 
 /* ---- the wait hook ---------------------------------------------------------------------------- */
 
-typedef struct { run_wait *w; int failed; } hv_arrival;
+typedef struct { run_wait *w; int failed; double woke; } hv_arrival;
 
 static int hv_arrived(void *arg) {
     hv_arrival *a = arg;
     int r = a->w->arrived(a->w);
     if (r < 0) a->failed = 1;
+    return r;
+}
+
+static int hv_block(void *arg, double deadline) {
+    hv_arrival *a = arg;
+    int r = a->w->block ? a->w->block(a->w, deadline) : a->w->arrived(a->w);
+    if (r < 0) a->failed = 1;
+    if (r > 0) a->woke = pt_now();
     return r;
 }
 
@@ -252,20 +275,16 @@ static int hv_pick(harvest *h, int r, const hv_wait *v, const char *idle, int *w
 }
 
 /* A process task's slot ends: fixed rule, HV_STOP_MARGIN_S before the predicted end;
- * conditional, at the longest past instance of the wait (the arrival stops it before). */
+ * conditional, at the arrival (the rank sleeps until it, and stopping the program then costs
+ * the rank a signal: nothing to gain by stopping earlier), bounded by HV_SLOT_MAX_S. */
 static double hv_deadline(const harvest *h, const hv_wait *v) {
     if (!h->pol.conditional) return v->end - HV_STOP_MARGIN_S;
-    double longest = 0;
-    for (int k = 0; k < HV_HISTORY && !isnan(v->samp[k]); k++) longest = v->samp[k];
-    return v->since + longest;
-}
-
-static void hv_nap(double s) {
-    struct timespec ts = { 0, (long)(s * 1e9) };
-    nanosleep(&ts, NULL);
+    return pt_now() + HV_SLOT_MAX_S;
 }
 
 void harvest_pause(harvest *h, int paused) { h->paused = paused; }
+
+int harvest_resting(const harvest *h) { return h->resting; }
 
 void harvest_set_log(harvest *h, FILE *f) { h->log = f; }
 
@@ -279,28 +298,31 @@ int harvest_on_wait(void *user, run_wait *w) {
     hv_offer *o = &h->offers[wj];
     hv_wait v = { w->since, w->since + h->pred[wj], h->samp + wj * HV_HISTORY };
     *o = (hv_offer){ .since = w->since, .stop = w->since, .pred = h->pred[wj], .why = HV_WHY_NOTASK };
-    if (h->paused || h->n_rank_tasks[r] == 0) return 0;
+    if (h->resting) o->why = HV_WHY_REST;
+    if (h->paused || h->resting || h->n_rank_tasks[r] == 0) return 0;
     char idle[HV_MAX_RANK_TASKS] = { 0 };
-    hv_arrival arr = { w, 0 };
+    hv_arrival arr = { w, 0, 0 };
     h->offered[r]++;
     int at, why;
     double held_until = pt_now() + HV_HELD_MAX_S;
     while ((at = hv_pick(h, r, &v, idle, &why, &o->need)) >= 0 || why == HV_WHY_HELD) {
         if (at < 0) {                     /* only a task another rank is giving back */
-            int got = pt_now() < held_until ? hv_arrived(&arr) : 1;
+            int got = pt_now() < held_until ? hv_block(&arr, pt_now() + HV_HELD_POLL_S) : 1;
+            arr.woke = 0;
             if (got < 0) return -1;
             if (got) { why = HV_WHY_NOTASK; break; }
-            hv_nap(HV_HELD_POLL_S);
             continue;
         }
         int i = h->rank_tasks[r][at];
-        harvest_slot slot = { hv_deadline(h, &v), hv_arrived, &arr };
-        double t0, t1;
-        int rc = hv_run_step(&h->tk[i], &slot, h->pol.step_q, &t0, &t1);
+        harvest_slot slot = { .deadline = hv_deadline(h, &v), .arrived = hv_arrived, .block = hv_block,
+                              .arg = &arr };
+        double t0, t1, cpu;
+        arr.woke = 0;
+        int rc = hv_run_step(&h->tk[i], &slot, h->pol.step_q, &t0, &t1, &cpu);
         atomic_store(&h->tk[i].held, 0);
         if (arr.failed) return -1;
         if (rc == HARVEST_MORE) {
-            w->record(w, i, t0, t1);
+            w->record(w, i, t0, t1, cpu, arr.woke);
             o->steps++;
         } else idle[at] = 1;
         int got = hv_arrived(&arr);
@@ -318,11 +340,11 @@ int harvest_on_wait(void *user, run_wait *w) {
 /* Main thread, at a boundary: an iterative task whose next kind of step has no measured length
  * yet runs steps here until it has (at most HV_PROBE_STEPS of them, HV_PROBE_S of time). */
 static void hv_probe(harvest *h, hv_task *k) {
-    harvest_slot slot = { pt_now() + 1.0, NULL, NULL };
-    double t0, t1, start = pt_now();
+    harvest_slot slot = { .deadline = pt_now() + 1.0 };
+    double t0, t1, cpu, start = pt_now();
     for (int n = 0; n < HV_PROBE_STEPS && k->state == HV_ACTIVE && !k->t->vt->until_deadline &&
                     k->need[hv_kind(k)] < 0 && pt_now() - start < HV_PROBE_S; n++) {
-        if (hv_run_step(k, &slot, h->pol.step_q, &t0, &t1) != HARVEST_MORE) break;
+        if (hv_run_step(k, &slot, h->pol.step_q, &t0, &t1, &cpu) != HARVEST_MORE) break;
         h->sync_s += t1 - t0;
     }
 }
@@ -351,6 +373,7 @@ static void hv_upkeep(harvest *h) {
 
 static void hv_stats_add(harvest_stats *sum, const harvest_stats *x) {
     sum->side_s += x->side_s;
+    sum->side_cpu_s += x->side_cpu_s;
     sum->overrun_s += x->overrun_s;
     sum->sync_s += x->sync_s;
     sum->steps += x->steps;
@@ -365,10 +388,14 @@ int harvest_after_step(harvest *h, const timeline *tl, comm *world, harvest_stat
     memset(out, 0, sizeof *out);
     h->sync_s = 0;
     if (h->s) {
+        out->rested = h->resting;
         if (tl) {
             double iter_s = hv_measure(h, tl, out);
-            if (!h->paused) hv_control(h, iter_s);
+            if (!h->paused && !h->resting) hv_control(h, iter_s);
+            hv_backoff_step(h, tl, out->steps > 0);
+            h->resting = hv_backoff_rest(h);
         }
+        out->slow = h->bo_slow;
         hv_offers_reset(h);
         if (hv_predict(h, tl != NULL, world) < 0) return -1;
         for (int r = h->lo; r < h->hi; r++) {
@@ -395,6 +422,8 @@ void harvest_task_totals(const harvest *h, int i, long *steps, double *secs, dou
     *secs = h->tk[i].secs;
     *median = h->tk[i].med[0];
 }
+
+double harvest_task_cpu(const harvest *h, int i) { return h->tk[i].cpu; }
 
 void harvest_free(harvest *h) {
     if (!h) return;

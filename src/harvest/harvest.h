@@ -34,11 +34,18 @@ typedef struct harvest_task harvest_task;
 
 /* A step's window, for tasks that run until told (process tasks, vt.until_deadline): return
  * by `deadline` (pt_now() time), and as soon as arrived(arg) says non-zero (1: the main job
- * needs the rank back; -1: the job failed). Iterative tasks may ignore it. */
+ * needs the rank back; -1: the job failed). block(arg, deadline), when set, sleeps until the
+ * arrival or the deadline (1, 0, -1 alike): a process task resumes its program, blocks there
+ * (the rank leaves its core), and stops the program when it returns. Iterative tasks may
+ * ignore all three. cpu_s: a task whose work runs outside the rank's thread (a process)
+ * stores the CPU seconds that work received during the step there; for the others the
+ * harvester reads the rank thread's CPU clock around the step. */
 typedef struct {
     double deadline;
     int (*arrived)(void *arg);
+    int (*block)(void *arg, double deadline);
     void *arg;
+    double *cpu_s;
 } harvest_slot;
 
 typedef struct {
@@ -118,6 +125,7 @@ enum {
     HARVEST_LOST_GRAIN,       /* the rest after the last step that fitted: less than a step */
     HARVEST_LOST_IDLE,        /* the tasks had nothing to do */
     HARVEST_LOST_OVERHEAD,    /* between steps: the offer, arrival checks, signals, wake-ups */
+    HARVEST_LOST_REST,        /* the step rested: the main job first (harvest_policy.backoff) */
     HARVEST_LOST_N
 };
 /* "unoffered", "no task", ...: for tables. */
@@ -126,10 +134,18 @@ const char *harvest_lost_name(int k);
 /* Numbers of the last training step, from its merged timeline (root). */
 typedef struct {
     double side_s;          /* rank-seconds of side steps (each started inside a bubble) */
-    double overrun_s;       /* the part of them past the awaited message's arrival: time a
-                             * main-job action started later than it could have */
+    double side_cpu_s;      /* CPU seconds those steps received: the rank threads' CPU clocks
+                             * (C tasks), the programs' processes' (process tasks): the work
+                             * side tasks got, against bubble_s the fraction harvested */
+    double overrun_s;       /* the part of them past the awaited message's arrival (for a
+                             * program's slot, past when the arrival woke the sleeping rank:
+                             * the stop's cost): time a main-job action started later than
+                             * it could have */
     double sync_s;          /* side work run at the step boundary (first steps, to measure them) */
     int steps;              /* side steps run */
+    int rested;             /* 1: the step ran without side work (the main job first) */
+    double slow;            /* the estimated cost of side work to a step's compute (0.03: 3%
+                             * slower), NaN before there is one (harvest_policy.backoff) */
     int offered;            /* waits offered to side work, and of them with steps run: */
     int used;
     /* The waits' idle rank-seconds (from reaching the waiting action to when what it waited for
@@ -158,6 +174,11 @@ typedef struct {
     double step_q;          /* a step's need: this quantile of its kind's last 32 durations */
     bool roam;              /* a task added without a rank runs in the waits of any rank of its
                              * process, one rank at a time (else: of the rank it was given) */
+    /* The main job first: when the ranks' compute in steps with side work is more than 2%
+     * slower than in steps without (medians of the last 16 of each), side work runs in only
+     * a fraction 2% / that cost of the steps; one step in 10 runs without, to keep the
+     * baseline (unless the caller pauses some: harvest_pause). */
+    bool backoff;
 } harvest_policy;
 harvest_policy harvest_policy_default(void);
 /* The policy up to this change: fixed rule at wait_q 0.25, the median step, no roaming. */
@@ -183,6 +204,9 @@ void harvest_bind(harvest *h, const sched *s, int P);
 /* Paused (1): waits are not used until resumed (0); a process task stays stopped. Between
  * iterations only (bench/bench_harvest.c alternates iterations with and without side work). */
 void harvest_pause(harvest *h, int paused);
+/* Whether the next iteration runs without side work: the main job first (policy.backoff: a
+ * baseline step, or backed off). Between iterations. */
+int harvest_resting(const harvest *h);
 /* The executor's wait hook: pass harvest_on_wait and h as run_opts.on_wait / wait_user. */
 int harvest_on_wait(void *user, run_wait *w);
 /* After each training step, on every process (collective over world when non-NULL, MPI): root
@@ -205,6 +229,8 @@ int harvest_task_roams(const harvest *h, int i);
 void harvest_run_totals(const harvest *h, harvest_stats *out);
 /* Over the run, per task: steps, seconds of steps, median step seconds (kind 0; -1: none). */
 void harvest_task_totals(const harvest *h, int i, long *steps, double *secs, double *median);
+/* Over the run, per task: the CPU seconds its steps received (slot.cpu_s or the thread's). */
+double harvest_task_cpu(const harvest *h, int i);
 /* Frees every task (killing their processes) and the harvester. NULL is fine. */
 void harvest_free(harvest *h);
 

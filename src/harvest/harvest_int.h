@@ -32,12 +32,31 @@
 /* A process task is stopped this long before the predicted end of the bubble: the signal's
  * delivery and the rank thread's wake-up (tens of microseconds on Linux) with room to spare. */
 #define HV_STOP_MARGIN_S 150e-6
-/* The shortest bubble a process is resumed for: its stop margin and a slice worth the switch. */
-#define HV_MIN_SLOT_S 400e-6
+/* The shortest bubble a process is resumed for. A round of SIGCONT, sleep, SIGSTOP costs the
+ * program about 20 us of the slot and the rank about 3 us (bench_harvest --signals, docs/
+ * harvesting.md): from 100 us on, the program gets 80% of the slot or more; shorter waits are
+ * left to C tasks (their step lengths decide). */
+#define HV_MIN_SLOT_S 100e-6
+/* A process's slot under the conditional rule lasts until the arrival, re-decided after this
+ * long (a bound: the transport's wait wakes the rank at the arrival). */
+#define HV_SLOT_MAX_S 0.25
 /* A roaming task held by another rank (its wait just ended: it is giving the task back) is
- * looked for again every HV_HELD_POLL_S, for at most HV_HELD_MAX_S of a wait. */
+ * looked for again every HV_HELD_POLL_S (asleep in the transport's wait meanwhile: the arrival
+ * wakes the rank), for at most HV_HELD_MAX_S of a wait. */
 #define HV_HELD_POLL_S 20e-6
 #define HV_HELD_MAX_S 1e-3
+
+/* The main job first (harvest_backoff.c): side work's cost to a step's compute is estimated
+ * from the medians of the last HV_BO_N steps with and without it (once HV_BO_MIN of each);
+ * above HV_SLOW_MAX, it runs in a fraction HV_SLOW_MAX / cost of the steps (at least
+ * HV_DUTY_MIN) when HV_BO_SURE of the pairs (with, without) say with is slower; a step rests
+ * after HV_BO_CONTROL in a row with side work (the baseline). */
+#define HV_BO_N 16
+#define HV_BO_MIN 3
+#define HV_SLOW_MAX 0.02
+#define HV_DUTY_MIN 0.125
+#define HV_BO_CONTROL 10
+#define HV_BO_SURE 0.75
 
 enum { HV_ACTIVE, HV_FINISHED, HV_FAILED, HV_ELSEWHERE };
 
@@ -47,7 +66,8 @@ enum { HV_WHY_HELD = -1,    /* (while picking) a task is held by another rank: l
        HV_WHY_NOTASK,       /* no active task on the rank, or paused */
        HV_WHY_ARRIVED,      /* what it waited for arrived */
        HV_WHY_FIT,          /* no next step fitted in the predicted rest (need: the shortest) */
-       HV_WHY_IDLE };       /* the tasks had nothing to do */
+       HV_WHY_IDLE,         /* the tasks had nothing to do */
+       HV_WHY_REST };       /* the step rests (harvest_backoff.c) */
 
 /* One wait of the last step as the harvester saw it (rank thread writes, main thread reads
  * after the step). */
@@ -69,8 +89,8 @@ typedef struct {
     double med[HARVEST_KINDS];  /* their median; -1: none yet */
     double need[HARVEST_KINDS]; /* their policy.step_q quantile: what the next step is taken to
                                  * need; -1: none yet */
-    long steps;                 /* over the run: steps that did work, their seconds */
-    double secs;
+    long steps;                 /* over the run: steps that did work, their seconds, */
+    double secs, cpu;           /* and the CPU seconds they received */
 } hv_task;
 
 struct harvest {
@@ -78,6 +98,11 @@ struct harvest {
     int n, cap;
     int R, P, lo, hi, started;
     int paused;                 /* harvest_pause */
+    int resting;                /* this step runs without side work (harvest_backoff.c; shared) */
+    double bo_on[HV_BO_N], bo_off[HV_BO_N];   /* root: steps' compute seconds with and without */
+    int bo_n_on, bo_n_off, bo_since_off;
+    double bo_duty, bo_acc, bo_slow;          /* root: the fraction of steps with side work,
+                                               * its accumulator, the estimated cost (NaN: none) */
     harvest_policy pol;         /* harvest_set_policy */
     int **rank_tasks, *n_rank_tasks;   /* [R] each rank's tasks (indices into tk) */
     int *rr;                    /* [R] whose turn it is next on each rank */
@@ -105,6 +130,11 @@ struct harvest {
 /* Queues a note about task `task` (main thread). */
 void hv_note(harvest *h, int task, const char *what, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* harvest_backoff.c: root, after each step's measure (ran: it was offered to side work); whether
+ * the next step rests. */
+void hv_backoff_step(harvest *h, const timeline *tl, int ran);
+int hv_backoff_rest(harvest *h);
 
 /* harvest_predict.c */
 /* Root: the step's waits and side work from its merged timeline into h->hist and *out.

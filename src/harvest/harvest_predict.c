@@ -26,7 +26,7 @@ void harvest_bind(harvest *h, const sched *s, int P) {
     for (int p = 0; p < s->n_ranks; p++)
         if (s->len[p] > h->L) h->L = s->len[p];
     size_t rl = (size_t)h->R * h->L;
-    h->pred = pt_calloc(rl * (1 + HV_HISTORY) + 1, sizeof *h->pred);
+    h->pred = pt_calloc(rl * (1 + HV_HISTORY) + 2, sizeof *h->pred);
     h->samp = h->pred + rl;
     h->hist = pt_malloc(rl * HV_HISTORY * sizeof *h->hist);
     h->offers = pt_calloc(rl, sizeof *h->offers);
@@ -76,12 +76,12 @@ static double hv_step_avail(const timeline *tl) {
 }
 
 static const char *const HV_LOST_NAME[HARVEST_LOST_N] = {
-    "unoffered", "no task", "too short", "prediction", "grain", "tasks idle", "overhead",
+    "unoffered", "no task", "too short", "prediction", "grain", "tasks idle", "overhead", "resting",
 };
 
 const char *harvest_lost_name(int k) { return k >= 0 && k < HARVEST_LOST_N ? HV_LOST_NAME[k] : "?"; }
 
-static const char *const HV_WHY_NAME[] = { "none", "notask", "arrived", "fit", "idle" };
+static const char *const HV_WHY_NAME[] = { "none", "notask", "arrived", "fit", "idle", "rest" };
 
 /* One wait's idle [r0, av] (timeline times) and the side seconds inside it: what went unused,
  * by reason, from the harvester's record of the offer (o; NULL: another process's rank).
@@ -90,8 +90,10 @@ static double hv_account(const hv_offer *o, double r0, double av, double used, h
     double idle = fmax(0, av - r0), rest = fmax(0, idle - used), after = 0;
     out->idle_s += idle;
     out->used_s += idle - rest;
-    if (!o || o->why == HV_WHY_NONE || o->why == HV_WHY_NOTASK) {
-        out->lost_s[o && o->why == HV_WHY_NOTASK ? HARVEST_LOST_NOTASK : HARVEST_LOST_UNOFFERED] += rest;
+    if (!o || o->why == HV_WHY_NONE || o->why == HV_WHY_NOTASK || o->why == HV_WHY_REST) {
+        int k = !o || o->why == HV_WHY_NONE ? HARVEST_LOST_UNOFFERED
+              : o->why == HV_WHY_NOTASK ? HARVEST_LOST_NOTASK : HARVEST_LOST_REST;
+        out->lost_s[k] += rest;
         return rest;
     }
     after = fmin(rest, fmax(0, av - (r0 + (o->stop - o->since))));   /* the offer began at r0 */
@@ -114,8 +116,9 @@ static void hv_side_of(const timeline *tl, int w, int k0, int k1, double r0, dou
         const tl_event *s = &tl->ev[k];
         if (s->rank != w || s->stream != TL_SIDE) continue;
         *secs += s->end - s->start;
+        out->side_cpu_s += s->cpu;
         *inside += fmax(0, fmin(s->end, av) - fmax(s->start, r0));
-        *over += fmax(0, s->end - fmax(s->start, av));
+        *over += fmax(0, s->end - fmax(fmax(s->start, av), s->woke));   /* woken: the stop's cost */
         out->steps++;
     }
     out->side_s += *secs;
@@ -220,13 +223,15 @@ int hv_predict(harvest *h, int root, comm *world) {
         m = h->n_hist ? hv_recent(v, last, HV_HISTORY, samp) : 0;
         for (int k = m; k < HV_HISTORY; k++) samp[k] = NAN;
     }
-    size_t n = rl * (1 + HV_HISTORY) + 1;   /* and the threshold in force, last */
-    h->pred[n - 1] = root ? h->survive : 0;
+    size_t n = rl * (1 + HV_HISTORY) + 2;   /* and the threshold in force, whether the next step rests */
+    h->pred[n - 2] = root ? h->survive : 0;
+    h->pred[n - 1] = root ? h->resting : 0;
     if (world && world->size > 1) {
         if (!root) memset(h->pred, 0, n * sizeof *h->pred);
         if (comm_allreduce_f64(world, h->pred, n) < 0) return -1;   /* the root's, everywhere */
     }
-    h->survive = h->pred[n - 1];
+    h->survive = h->pred[n - 2];
+    h->resting = h->pred[n - 1] > 0;
     return 0;
 }
 

@@ -1,13 +1,17 @@
 /* A program as a side task (train --side-command "[RANK:]CMD"): CMD runs through /bin/sh -c in
- * its own process group at the lowest priority (nice 19), stopped (SIGSTOP) except inside the
- * bubbles of its rank: a step resumes the group (SIGCONT), sleeps in short polls until the slot's
- * deadline or the awaited message, and stops it again. Between training steps: its exit is reaped and reported (exit status or
+ * its own process group at the lowest priority (nice 19, SCHED_IDLE), stopped (SIGSTOP) except
+ * inside the bubbles of its rank: a step places the group on the core the rank's thread runs on
+ * (the core the rank is about to leave idle), resumes it (SIGCONT), sleeps in the transport's
+ * wait until the awaited message (or the slot's deadline), and stops it again; the CPU the
+ * group's processes received in between (their CPU clocks, and what the leader reaped from
+ * children that ended) is the step's cpu_s. Between training steps: its exit is reaped and reported (exit status or
  * signal), and its resident memory (the process and its descendants) is checked against
  * --side-mem: over it, the group stays stopped and the task fails (reported). Freeing the task
  * kills the group (SIGKILL) and reaps it (this process is a child subreaper: CMD's orphans come
  * back to it); so do SIGINT, SIGTERM, SIGHUP and SIGQUIT to this process (handlers installed while
  * commands live, when nothing else handles them), and the shell dies with its parent
  * (PR_SET_PDEATHSIG). A process that leaves the group (setsid) is beyond reach. Not here: when bubbles are (harvest.c). Linux only (/proc, prctl). */
+#include "harvest/cmd_group.h"
 #include "harvest/harvest.h"
 #include "util/pt.h"
 #include <ctype.h>
@@ -36,6 +40,7 @@ typedef struct {
     int slot;                     /* its entry in cmd_live, -1: none */
     double mem_cap;               /* bytes (0: none) */
     double last_check, peak_rss;
+    cmd_group g;                  /* its processes' CPU and placement (cmd_group.h) */
 } cmd_task;
 
 /* ---- killing what is left when this process dies ------------------------------------------- */
@@ -163,6 +168,7 @@ static int cmd_init(harvest_task *t) {
     setpgid(pid, pid);
     c->pid = pid;
     c->alive = 1;
+    cmd_group_init(&c->g, pid);
     c->slot = cmd_register(pid);
     int st;
     if (waitpid(pid, &st, WUNTRACED) != pid || !WIFSTOPPED(st)) {
@@ -172,19 +178,29 @@ static int cmd_init(harvest_task *t) {
     return 0;
 }
 
-static int cmd_step(harvest_task *t, const harvest_slot *sl) {
-    cmd_task *c = t->self;
-    if (!c->alive) return HARVEST_IDLE;
-    prctl(PR_SET_TIMERSLACK, 1000UL);    /* 1 us: the polls below wake when asked */
+/* Until the deadline or the arrival, for a caller without slot.block: short naps. */
+static void cmd_nap_until(const harvest_slot *sl) {
+    prctl(PR_SET_TIMERSLACK, 1000UL);
     struct timespec poll = { 0, (long)(CMD_POLL_S * 1e9) };
-    kill(-c->pid, SIGCONT);
     for (;;) {
         double left = sl->deadline - pt_now();
         if (left <= 0 || (sl->arrived && sl->arrived(sl->arg) != 0)) break;
         if (left < CMD_POLL_S) poll.tv_nsec = (long)(left * 1e9);
         nanosleep(&poll, NULL);
     }
+}
+
+static int cmd_step(harvest_task *t, const harvest_slot *sl) {
+    cmd_task *c = t->self;
+    if (!c->alive) return HARVEST_IDLE;
+    cmd_group_place(&c->g);
+    cmd_group_mark(&c->g);
+    kill(-c->pid, SIGCONT);
+    if (sl->block) sl->block(sl->arg, sl->deadline);   /* its failure: the harvester's to see */
+    else cmd_nap_until(sl);
     kill(-c->pid, SIGSTOP);
+    double cpu = cmd_group_take(&c->g);
+    if (sl->cpu_s) *sl->cpu_s = cpu;
     return HARVEST_MORE;
 }
 
@@ -221,6 +237,7 @@ static int cmd_done(harvest_task *t) {
     cmd_task *c = t->self;
     int st;
     if (!c->alive) return 1;
+    if (c->execd || (c->execd = cmd_execd(c->pid))) cmd_group_refresh(&c->g);
     if (waitpid(c->pid, &st, WNOHANG) == c->pid) {
         c->alive = 0;
         kill(-c->pid, SIGKILL);          /* what it left behind in its group */
@@ -233,7 +250,7 @@ static int cmd_done(harvest_task *t) {
     double now = pt_now();
     if (c->mem_cap <= 0 || now - c->last_check < CMD_MEM_EVERY_S) return 0;
     c->last_check = now;
-    if (!c->execd && !(c->execd = cmd_execd(c->pid))) return 0;
+    if (!c->execd) return 0;
     double rss = cmd_rss(c->pid, 0);
     if (rss > c->peak_rss) c->peak_rss = rss;
     if (rss <= c->mem_cap) return 0;

@@ -28,7 +28,7 @@ typedef struct {
     adamw_state opt;
     optim_config oc;
     data_set *d;
-    int B, T, nl;                  /* nl = L + 2 layers */
+    int B, T, nl;                  /* nl = gpt_num_layers */
     long steps_max, t;             /* finish after steps_max optimizer steps (0: never); done so far */
     int phase, layer;
     float **acts, *act_buf, *scratch, *x, *y;   /* acts[l]: layer l's (B,T); x, y: (N,C) ping-pong */
@@ -58,11 +58,12 @@ static void st_append_line(side_train *s, double norm, double lr) {
 
 static int st_forward(side_train *s) {
     int l = s->layer, rc;
-    if (l == 0) {
+    unsigned io = gpt_layer_ops_of(&s->m, l)->io;   /* the embedding reads tokens, the head targets */
+    if (io & GPT_IO_TOKENS) {
         gpt_zero_grad(&s->m);
         if (data_batch(s->d, s->t, s->B, s->T, s->inp, s->tgt) < 0) return -1;
-        rc = gpt_layer_forward(&s->m, 0, NULL, s->acts[0], s->scratch, s->x, NULL, s->inp, s->B, s->T);
-    } else if (l < s->nl - 1) {
+        rc = gpt_layer_forward(&s->m, l, NULL, s->acts[l], s->scratch, s->x, NULL, s->inp, s->B, s->T);
+    } else if (!(io & GPT_IO_TARGETS)) {
         rc = gpt_layer_forward(&s->m, l, NULL, s->acts[l], s->scratch, s->y, s->x, NULL, s->B, s->T);
         float *t = s->x; s->x = s->y; s->y = t;
     } else {
@@ -77,8 +78,9 @@ static int st_forward(side_train *s) {
 /* Layer l's B then W, as gpt_forward_backward runs them (x: its dx, y: the dout it reads). */
 static int st_backward(side_train *s) {
     int l = s->layer;
-    gpt_layer_backward_input(&s->m, l, NULL, s->acts[l], s->scratch, l ? s->x : NULL,
-                             l == s->nl - 1 ? NULL : s->y, s->B, s->T);
+    unsigned io = gpt_layer_ops_of(&s->m, l)->io;
+    gpt_layer_backward_input(&s->m, l, NULL, s->acts[l], s->scratch, io & GPT_IO_TOKENS ? NULL : s->x,
+                             io & GPT_IO_TARGETS ? NULL : s->y, s->B, s->T);
     gpt_layer_backward_weight(&s->m, l, NULL, s->acts[l], s->scratch, s->B, s->T);
     float *t = s->x; s->x = s->y; s->y = t;
     if (--s->layer < 0) s->phase = PH_UPDATE;
@@ -114,9 +116,10 @@ static int st_step(harvest_task *t, const harvest_slot *sl) {
 static int st_kind(const harvest_task *t) {
     const side_train *s = t->self;
     if (s->phase == PH_UPDATE) return TK_UPDATE;
-    int l = s->layer, head = l == s->nl - 1;
-    if (s->phase == PH_FORWARD) return l == 0 ? TK_EMBED_F : head ? TK_HEAD_F : TK_BLOCK_F;
-    return l == 0 ? TK_EMBED_B : head ? TK_HEAD_B : TK_BLOCK_B;
+    gpt_layer_kind k = gpt_layer_kind_of(&s->m, s->layer);
+    int embed = k == GPT_LAYER_EMBED, head = k == GPT_LAYER_HEAD;
+    if (s->phase == PH_FORWARD) return embed ? TK_EMBED_F : head ? TK_HEAD_F : TK_BLOCK_F;
+    return embed ? TK_EMBED_B : head ? TK_HEAD_B : TK_BLOCK_B;
 }
 
 /* Main thread: the finished steps' lines to the metrics file; done after steps_max steps. */

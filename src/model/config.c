@@ -13,5 +13,13 @@ int gpt_config_validate(const gpt_config *c, const char *where) {
             return pt_seterr("%s%s%s must be a positive integer (got %d)", w, sep, keys[i].key, keys[i].v);
     if (c->n_embd % c->n_head != 0)
         return pt_seterr("%s%sn_embd (%d) is not divisible by n_head (%d)", w, sep, c->n_embd, c->n_head);
+    if (c->n_insert < 0 || c->n_insert > GPT_MAX_INSERTS)
+        return pt_seterr("%s%s%d inserted layers: between 0 and %d", w, sep, c->n_insert, GPT_MAX_INSERTS);
+    for (int i = 0; i < c->n_insert; i++)
+        if (c->insert_after[i] < -1 || c->insert_after[i] >= c->n_layer ||
+            (i > 0 && c->insert_after[i] < c->insert_after[i - 1]))
+            return pt_seterr("%s%sinserted layer %d after block %d: blocks are 0..%d (-1: after the "
+                             "embedding), in non-decreasing order", w, sep, i, c->insert_after[i],
+                             c->n_layer - 1);
     return 0;
 }

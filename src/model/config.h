@@ -10,7 +10,14 @@ typedef struct {
     int n_embd;       /* C: channels; divisible by n_head */
     int vocab_size;   /* V */
     int n_positions;  /* maxT: longest sequence the position embedding covers */
+    /* Extra layers between the blocks, of kinds registered at run time (gpt_kind_register in
+     * model/gpt.h): layer insert_kind[i] right after block insert_after[i] (-1: right after the
+     * embedding), insert_after non-decreasing. Not in the JSON form: 0 for a config read from a
+     * file, so a GPT-2 config is exactly the model it was. */
+    int n_insert;
+    int insert_after[8], insert_kind[8];
 } gpt_config;
+#define GPT_MAX_INSERTS 8
 
 /* Checks sizes are positive and n_embd % n_head == 0. Returns 0, or -1 with an error naming the
  * key (e.g. "n_embd (10) is not divisible by n_head (3)"). `where` prefixes the message (a file

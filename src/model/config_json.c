@@ -46,7 +46,7 @@ static int check_n_inner(const cJSON *obj, const gpt_config *c, const char *wher
 
 int config_from_cjson(gpt_config *out, const cJSON *obj, const char *where) {
     if (!cJSON_IsObject(obj)) return pt_seterr("%s: expected a JSON object", where);
-    gpt_config c;
+    gpt_config c = { 0 };   /* nothing inserted: the JSON form has no insert_* */
     const char *keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions"};
     int *dst[] = {&c.n_layer, &c.n_head, &c.n_embd, &c.vocab_size, &c.n_positions};
     for (int i = 0; i < 5; i++) {

@@ -30,12 +30,13 @@ static size_t block_floats(const gpt_config *c, int tp) {
  * that forgot to ask gpt_holds_layer faults instead of reading another tensor. */
 #define OFF_NONE ((size_t)1 << 60)
 
-/* First float of layer i (0..L+2) in the layout of a model holding every layer (of one of tp
- * ranks' shards). */
+/* First float of layer i (0..layers) in the layout of a model holding every layer (of one of tp
+ * ranks' shards): the embedding's, the blocks' before it, and ln_f's past the head. Inserted
+ * layers have no parameters. */
 static size_t layer_start(const gpt_config *c, int i, int tp) {
     if (i == 0) return 0;
-    size_t off = embed_floats(c, tp) + (size_t)(i - 1 <= c->n_layer ? i - 1 : c->n_layer) * block_floats(c, tp);
-    return i == c->n_layer + 2 ? off + 2 * (size_t)c->n_embd : off;
+    size_t off = embed_floats(c, tp) + (size_t)gpt_config_blocks_before(c, i) * block_floats(c, tp);
+    return i > gpt_config_head_layer(c) ? off + 2 * (size_t)c->n_embd : off;
 }
 
 /* How each tensor is split over a TP group, by the end of its name (the rest: replicated). */
@@ -94,10 +95,11 @@ static void gpt_add_tensor(gpt_model *m, size_t *cur, const char *name, int s0, 
 static void gpt_add_block(gpt_model *m, size_t *cur, int i) {
     int C = m->cfg.n_embd;
     gpt_block_tensors *w = &m->w.h[i], *g = &m->g.h[i];
+    int layer = gpt_config_block_layer(&m->cfg, i);
     char n[48];
 #define ADD(suffix, s0, s1, decay, field) \
     (snprintf(n, sizeof n, "h.%d.%s", i, suffix), \
-     gpt_add_tensor(m, cur, n, s0, s1, i + 1, decay, &w->field, &g->field))
+     gpt_add_tensor(m, cur, n, s0, s1, layer, decay, &w->field, &g->field))
     ADD("ln_1.weight", C, 0, 0, ln1w);
     ADD("ln_1.bias", C, 0, 0, ln1b);
     ADD("attn.c_attn.weight", C, 3 * C, 1, qkvw);
@@ -113,10 +115,12 @@ static void gpt_add_block(gpt_model *m, size_t *cur, int i) {
 #undef ADD
 }
 
-size_t gpt_config_num_params(const gpt_config *cfg) { return layer_start(cfg, cfg->n_layer + 2, 1); }
+size_t gpt_config_num_params(const gpt_config *cfg) {
+    return layer_start(cfg, gpt_config_num_layers(cfg), 1);
+}
 
 int gpt_init(gpt_model *m, const gpt_config *cfg) {
-    return gpt_init_layers(m, cfg, 0, cfg->n_layer + 2);
+    return gpt_init_layers(m, cfg, 0, gpt_config_num_layers(cfg));
 }
 
 int gpt_init_layers(gpt_model *m, const gpt_config *cfg, int first, int end) {
@@ -141,9 +145,9 @@ static int gpt_alloc(gpt_model *m, size_t n) {
 
 /* The arguments of gpt_init_layers_tp: 0, or -1 saying which is wrong. */
 static int check_range(const gpt_config *cfg, int first, int end, int tp_rank, int tp_size) {
-    int L = cfg->n_layer;
-    if (first < 0 || end < first || end > L + 2)
-        return pt_seterr("gpt_init_layers: layers [%d, %d) outside [0, %d)", first, end, L + 2);
+    int nl = gpt_config_num_layers(cfg);
+    if (first < 0 || end < first || end > nl)
+        return pt_seterr("gpt_init_layers: layers [%d, %d) outside [0, %d)", first, end, nl);
     if (tp_size < 1)
         return pt_seterr("tensor parallelism: tp (%d) must be at least 1", tp_size);
     if (cfg->n_head % tp_size != 0)
@@ -155,12 +159,22 @@ static int check_range(const gpt_config *cfg, int first, int end, int tp_rank, i
     return 0;
 }
 
+/* Written once by the CLI before any model exists (gpt_set_default_precision), read by every
+ * model's init after. */
+static nn_precision default_precision = NN_FP32;
+
+void gpt_set_default_precision(nn_precision p) { default_precision = p; }
+nn_precision gpt_default_precision(void) { return default_precision; }
+void gpt_set_precision(gpt_model *m, nn_precision p) { m->precision = p; }
+
 int gpt_init_layers_tp(gpt_model *m, const gpt_config *cfg, int first, int end, int tp_rank,
                        int tp_size) {
     memset(m, 0, sizeof *m);
+    m->precision = default_precision;
     if (gpt_config_validate(cfg, NULL) < 0 || check_range(cfg, first, end, tp_rank, tp_size) < 0)
         return -1;
-    int L = cfg->n_layer, C = cfg->n_embd, tp = tp_size;
+    int L = cfg->n_layer, C = cfg->n_embd, tp = tp_size, nl = gpt_config_num_layers(cfg);
+    int head = gpt_config_head_layer(cfg);
     m->cfg = *cfg;
     m->first_layer = first;
     m->end_layer = end;
@@ -177,17 +191,17 @@ int gpt_init_layers_tp(gpt_model *m, const gpt_config *cfg, int first, int end, 
     m->w.h = pt_calloc((size_t)L, sizeof *m->w.h);
     m->g.h = pt_calloc((size_t)L, sizeof *m->g.h);
     m->info = pt_calloc((size_t)12 * L + 4, sizeof *m->info);
-    m->layer_off = pt_calloc((size_t)L + 3, sizeof *m->layer_off);
-    for (int i = 0; i <= L + 2; i++)
+    m->layer_off = pt_calloc((size_t)nl + 1, sizeof *m->layer_off);
+    for (int i = 0; i <= nl; i++)
         m->layer_off[i] = i >= first && i <= end ?
                           layer_start(cfg, i, tp) - layer_start(cfg, first, tp) : OFF_NONE;
     size_t cur = 0;
     gpt_add_tensor(m, &cur, "wte.weight", cfg->vocab_size, C, 0, 1, &m->w.wte, &m->g.wte);
     gpt_add_tensor(m, &cur, "wpe.weight", cfg->n_positions, C, 0, 1, &m->w.wpe, &m->g.wpe);
     for (int i = 0; i < L; i++) gpt_add_block(m, &cur, i);
-    gpt_add_tensor(m, &cur, "ln_f.weight", C, 0, L + 1, 0, &m->w.lnfw, &m->g.lnfw);
-    gpt_add_tensor(m, &cur, "ln_f.bias", C, 0, L + 1, 0, &m->w.lnfb, &m->g.lnfb);
-    m->ties[m->n_ties++] = (gpt_tie){ .param = 0, .owner = 0, .user = L + 1 };   /* wte = LM head */
+    gpt_add_tensor(m, &cur, "ln_f.weight", C, 0, head, 0, &m->w.lnfw, &m->g.lnfw);
+    gpt_add_tensor(m, &cur, "ln_f.bias", C, 0, head, 0, &m->w.lnfb, &m->g.lnfb);
+    m->ties[m->n_ties++] = (gpt_tie){ .param = 0, .owner = 0, .user = head };   /* wte = LM head */
     return 0;
 }
 
@@ -376,10 +390,10 @@ void gpt_zero_grad(gpt_model *m) {
     if (m->n_held) memset(m->grads, 0, m->n_held * sizeof *m->grads);
 }
 
-int gpt_num_layers(const gpt_model *m) { return m->cfg.n_layer + 2; }
+int gpt_num_layers(const gpt_model *m) { return gpt_config_num_layers(&m->cfg); }
 
 gpt_layer_kind gpt_layer_kind_of(const gpt_model *m, int layer) {
-    return layer == 0 ? GPT_LAYER_EMBED : layer <= m->cfg.n_layer ? GPT_LAYER_BLOCK : GPT_LAYER_HEAD;
+    return gpt_config_layer_kind(&m->cfg, layer);
 }
 
 int gpt_holds_layer(const gpt_model *m, int layer) {
@@ -421,4 +435,12 @@ double gpt_flops_per_step(const gpt_model *m, int B, int T) {
     const gpt_config *c = &m->cfg;
     double N = (double)m->num_params - (double)c->n_positions * c->n_embd;
     return 6.0 * N * B * T + 6.0 * c->n_layer * (double)B * T * T * c->n_embd;
+}
+
+int gpt_config_param_layer(const gpt_config *cfg, const char *name) {
+    int i;
+    if (!strncmp(name, "wte.", 4) || !strncmp(name, "wpe.", 4)) return 0;
+    if (!strncmp(name, "ln_f.", 5)) return gpt_config_head_layer(cfg);
+    if (sscanf(name, "h.%d.", &i) == 1 && i >= 0 && i < cfg->n_layer) return gpt_config_block_layer(cfg, i);
+    return -1;
 }

@@ -1,6 +1,6 @@
 /* The GPT-2 model as an ordered list of layers over one flat parameter buffer and one flat
- * gradient buffer: layer 0 the embedding, layers 1..L the transformer blocks, layer L+1 the final
- * layernorm + tied LM head. Each layer can run forward (F), backward-input (B) and backward-weight
+ * gradient buffer: the embedding, the L transformer blocks, the final layernorm + tied LM head
+ * (and any layers of run-time kinds the config inserts between blocks: the layer sequence below). Each layer can run forward (F), backward-input (B) and backward-weight
  * (W) on its own, on any microbatch, with caller-owned activation storage, so pipeline stages can
  * own any subset of layers. Not here: the optimizer, file I/O, scheduling.
  *
@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "model/config.h"
+#include "nn/nn_bf16.h"
 
 /* Named pointers into one transformer block's span (of params or of grads). */
 typedef struct {
@@ -51,7 +52,7 @@ typedef struct {
     int shape[2];       /* as HF stores it: c_attn.weight is (C,3C) = (in,out); shape[1]=0 if 1-D */
     size_t offset;      /* first float in the flat buffer */
     size_t count;       /* floats */
-    int layer;          /* 0 embedding, 1..L blocks, L+1 head */
+    int layer;          /* the layer whose span holds it (gpt_config_num_layers' order) */
     int decay;          /* 1 if AdamW applies weight decay (2-D weights, embeddings) */
     /* Tensor parallelism (below): how the tensor is split over a TP group. count is the floats
      * this model holds of it (its rank's shard; the whole tensor when tp_size is 1), full the
@@ -125,7 +126,7 @@ typedef struct {
  * pipeline stage's share). Its tables always describe every tensor of the whole model, but
  * offsets (gpt_param_info.offset, layer_off, gpt_layers_param_span) index its own buffers and
  * mean something only for the layers it holds (gpt_holds_layer); the named pointers of a tensor
- * it does not hold are NULL. A whole model is the range [0, L+2). */
+ * it does not hold are NULL. A whole model is the range [0, gpt_num_layers). */
 typedef struct {
     gpt_config cfg;
     size_t num_params;          /* floats in the whole model (every layer, held or not, unsharded) */
@@ -136,7 +137,7 @@ typedef struct {
     float *grads;               /* (n_held) flat, owned */
     gpt_tensors w;              /* named pointers into params */
     gpt_tensors g;              /* named pointers into grads */
-    size_t *layer_off;          /* [L+3]: held layer i spans [layer_off[i], layer_off[i+1]) */
+    size_t *layer_off;          /* [layers+1]: held layer i spans [layer_off[i], layer_off[i+1]) */
     gpt_param_info *info;       /* [n_info] in layout order */
     int n_info;
     gpt_tie ties[GPT_MAX_TIES]; /* [n_ties] tied tensors (gpt_tie_at) */
@@ -146,6 +147,7 @@ typedef struct {
     gpt_tp tp;                  /* the group's collective (gpt_set_tp); unused when tp_size 1 */
     int tp_overlap;             /* 1: blocks overlap their all-reduces (gpt_set_tp_overlap) */
     int tp_sp;                  /* 1: sequence parallelism (gpt_set_tp_sp; only when tp_size > 1) */
+    nn_precision precision;     /* the matmuls' number format (gpt_set_precision) */
     /* Private: buffers of gpt_forward_backward / gpt_forward, grown on demand. */
     float *fb_act, *fb_scratch, *fb_x;
     size_t fb_act_cap, fb_scratch_cap, fb_x_cap;
@@ -160,7 +162,38 @@ typedef struct {
     float *dw;          /* the user's W adds its gradient of the tensor here (same size) */
 } gpt_tied;
 
+/* The built-in kinds; kinds registered at run time (gpt_kind_register) follow them, up to
+ * GPT_MAX_KINDS in all. */
 typedef enum { GPT_LAYER_EMBED, GPT_LAYER_BLOCK, GPT_LAYER_HEAD, GPT_N_LAYER_KINDS } gpt_layer_kind;
+#define GPT_MAX_KINDS 8
+
+/* ---- the layer sequence (gpt_seq.c) ---------------------------------------------------------
+ * A model's layers in order: the embedding (layer 0), the n_layer blocks, each followed by the
+ * layers its config inserts after it (gpt_config.insert_*), and the head (the last layer).
+ * Other modules ask these instead of counting: with nothing inserted, block b is layer b + 1 and
+ * the head layer n_layer + 1, but nothing outside model/ may rely on it. */
+int gpt_config_num_layers(const gpt_config *cfg);           /* n_layer + 2 + n_insert */
+int gpt_config_head_layer(const gpt_config *cfg);           /* the last layer */
+gpt_layer_kind gpt_config_layer_kind(const gpt_config *cfg, int layer);
+/* The block index (0..n_layer-1) of a block layer, -1 for a layer of another kind. */
+int gpt_config_block_of(const gpt_config *cfg, int layer);
+/* The layer of block b (0 <= b < n_layer). */
+int gpt_config_block_layer(const gpt_config *cfg, int b);
+/* How many block layers come before `layer`. */
+int gpt_config_blocks_before(const gpt_config *cfg, int layer);
+/* The block a layer travels with when blocks are split over pipeline chunks: a block itself; a
+ * layer inserted after block b, b; the embedding and what is inserted before block 0, block 0;
+ * the head, the last block. */
+int gpt_config_layer_item(const gpt_config *cfg, int layer);
+/* Layers of K pipeline chunks whose blocks are split as split[K] (blocks per chunk; NULL: even,
+ * the first n_layer % K chunks one more): chunk c holds layers [first[c], first[c+1]) (first:
+ * K + 1 entries), each layer with its block (gpt_config_layer_item). split must sum to n_layer,
+ * each >= 1 (run_layout checks). */
+void gpt_config_chunk_layers(const gpt_config *cfg, int K, const int *split, int *first);
+/* How many layers of each kind (count[GPT_MAX_KINDS], by kind id) chunk c of that split holds,
+ * and travel with block `item` (gpt_config_layer_item). */
+void gpt_config_chunk_kinds(const gpt_config *cfg, int K, const int *split, int c, int *count);
+void gpt_config_item_kinds(const gpt_config *cfg, int item, int *count);
 
 /* ---- layer kinds: the seam a new kind plugs into -------------------------------------------
  * Every layer kind is one row of a table (gpt_layers.c): what it reads from the batch, its
@@ -205,6 +238,8 @@ typedef struct {
     int recompute_tp_collectives;
 } gpt_layer_cost;
 
+struct gpt_act_span;        /* bf16 storage of an act (model/gpt_act16.h, private to model/) */
+
 typedef struct {
     const char *name;       /* "embedding", "block", "head": the costs file's keys */
     unsigned io;            /* GPT_IO_* flags */
@@ -224,8 +259,22 @@ typedef struct {
     size_t (*keep_floats)(const gpt_model *m, int B, int T);
     int (*recompute)(const gpt_model *m, int layer, const gpt_tied *tied, float *act,
                      float *scratch, int B, int T);
+    /* gpt_layer_act_saved_floats for this kind. */
+    size_t (*saved_floats)(const gpt_model *m, int B, int T);
+    /* At --precision bf16: the regions of its fp32 act in order, with how each is stored
+     * (gpt_act16.h, private to model/), into s; returns how many. NULL: the act stays fp32. */
+    int (*act16_spans)(const gpt_model *m, int B, int T, struct gpt_act_span *s);
 } gpt_layer_ops;
 
+/* Registers a new layer kind (its row is borrowed: keep it alive) and returns its id, for
+ * gpt_config.insert_kind; -1 when GPT_MAX_KINDS kinds exist. Call before any model uses it,
+ * from one thread. A registered kind has no parameters (its layers add no tensors to the
+ * parameter table), and reads the activation stream: io 0 (GPT_IO_* belong to the built-in
+ * embedding and head). Its F, B and W get the whole (N,C) stream (N = B*T; under sequence
+ * parallelism the rank's rows, gpt_stream_rows); W may do nothing. */
+int gpt_kind_register(const gpt_layer_ops *ops);
+/* Kinds registered so far (ids 0 .. gpt_kind_count() - 1; the built-ins first). */
+int gpt_kind_count(void);
 /* The row of a kind, and of a layer of m. */
 const gpt_layer_ops *gpt_kind_ops(gpt_layer_kind kind);
 const gpt_layer_ops *gpt_layer_ops_of(const gpt_model *m, int layer);
@@ -300,6 +349,14 @@ int gpt_set_tp_overlap(gpt_model *m, int on);
  * collective has no reduce_scatter or allgather, or that overlaps (gpt_set_tp_overlap: not
  * with sp). At tp 1 it is accepted and changes nothing. Every rank of the group the same. */
 int gpt_set_tp_sp(gpt_model *m, int on);
+/* The number format of m's matmuls (`--precision`; nn_bf16.h): NN_FP32, or NN_BF16 (inputs
+ * rounded to bf16, fp32 sums; parameters, gradients, layer norms, softmax and the loss stay
+ * fp32). A model starts with the process's default (gpt_set_default_precision), which the CLI
+ * sets once from `--precision` before any model exists, so that every model of a run (stages,
+ * replicas, TP shards, eval copies) agrees without each layer of the runtime passing it on. */
+void gpt_set_precision(gpt_model *m, nn_precision p);
+void gpt_set_default_precision(nn_precision p);
+nn_precision gpt_default_precision(void);
 /* Rows of the (N,C) activation stream this rank's layers take and give on a microbatch of (B,T)
  * (x, out, dout, dx of gpt_layer_forward and gpt_layer_backward_input): N = B*T, or N/tp under
  * sequence parallelism; 0 when sp is on and tp does not divide N (the layers refuse it). */
@@ -324,6 +381,9 @@ void gpt_shard_place(const gpt_config *cfg, const gpt_param_info *pi, int rank, 
  * the whole tensor (checkpoint files filled in place). */
 #define GPT_SHARD_PAD ((size_t)-1)
 size_t gpt_shard_run(const gpt_param_info *pi, int rank, int size, size_t k, size_t *whole_at);
+/* The layer holding a parameter of a config's model, by its Hugging Face name without
+ * "transformer." (wte, wpe: the embedding; h.i.*: block i's layer; ln_f.*: the head), or -1. */
+int gpt_config_param_layer(const gpt_config *cfg, const char *name);
 /* Floats of every parameter of a config's model (what gpt_init's num_params will be). */
 size_t gpt_config_num_params(const gpt_config *cfg);
 /* GPT-2 initialisation from pt_rng(seed): weights and embeddings normal(0, 0.02), residual
@@ -343,7 +403,7 @@ void gpt_init_random_slice(const gpt_model *m, uint64_t seed, int param, size_t 
 void gpt_zero_grad(gpt_model *m);
 
 /* ---- layers ------------------------------------------------------------------------------ */
-int gpt_num_layers(const gpt_model *m);                     /* L + 2 */
+int gpt_num_layers(const gpt_model *m);                     /* gpt_config_num_layers */
 gpt_layer_kind gpt_layer_kind_of(const gpt_model *m, int layer);
 /* 1 when m holds layer's parameters (a whole model holds every layer). */
 int gpt_holds_layer(const gpt_model *m, int layer);

@@ -38,12 +38,12 @@ static void gpt_fb_buffers(gpt_model *m, int B, int T, float **acts) {
     gpt_grow(&m->fb_x, &m->fb_x_cap, 2 * N * (size_t)m->cfg.n_embd);   /* ping-pong x / dx */
 }
 
-/* Forward through layers 0..L; leaves the last block's output in the returned buffer. */
+/* Forward through every layer but the head; leaves its input in the returned buffer. */
 static float *gpt_fb_forward_body(gpt_model *m, float **acts, const int *tokens, int B, int T) {
     size_t xn = (size_t)B * T * m->cfg.n_embd;
     float *x = m->fb_x, *y = m->fb_x + xn;
     if (gpt_layer_forward(m, 0, NULL, acts[0], m->fb_scratch, x, NULL, tokens, B, T) < 0) return NULL;
-    for (int l = 1; l <= m->cfg.n_layer; l++) {
+    for (int l = 1; l < gpt_num_layers(m) - 1; l++) {
         if (gpt_layer_forward(m, l, NULL, acts[l], m->fb_scratch, y, x, NULL, B, T) < 0) return NULL;
         float *t = x; x = y; y = t;
     }
@@ -101,6 +101,6 @@ int gpt_forward_last(gpt_model *m, float *logits, const int *tokens, int B, int 
     for (int b = 0; b < B; b++)
         memcpy(last + (size_t)b * C, x + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof *x);
     layernorm_forward(ln, mean, rstd, last, m->w.lnfw, m->w.lnfb, B, C);
-    lmhead_forward(logits, ln, m->w.wte, B, C, m->cfg.vocab_size);
+    lmhead_forward_prec(m->precision, logits, ln, m->w.wte, B, C, m->cfg.vocab_size);
     return 0;
 }

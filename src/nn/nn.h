@@ -17,6 +17,7 @@
  */
 #ifndef PT_NN_H
 #define PT_NN_H
+#include "nn/nn_bf16.h"   /* nn_precision */
 
 /* ---- embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] ------------------------------- */
 /* out (B,T,C); tokens (B,T), each in [0,V) (callers validate); wte (V,C); wpe (maxT,C), T<=maxT. */
@@ -67,6 +68,25 @@ void matmul_backward_input(float *dinp, const float *dout, const float *w, int N
 /* dw (IN,OUT) += inp^T @ dout; db (OUT) += column sums of dout (db may be NULL). */
 void matmul_backward_weight(float *dw, float *db, const float *dout, const float *inp,
                             int N, int IN, int OUT);
+
+/* The matmuls above and the LM head's below in a number format (`--precision`): NN_FP32 is
+ * the function without the suffix (cblas_sgemm); NN_BF16 rounds both inputs (activations and
+ * weights) to bf16 and sums the products in fp32 (nn_gemm_bf16), bias, residual and db in fp32.
+ * Same contracts otherwise. */
+void matmul_forward_prec(nn_precision p, float *out, const float *inp, const float *w,
+                         const float *b, int N, int IN, int OUT);
+void matmul_residual_forward_prec(nn_precision p, float *out, const float *inp, const float *w,
+                                  const float *b, const float *res, int N, int IN, int OUT);
+void matmul_backward_input_prec(nn_precision p, float *dinp, const float *dout, const float *w,
+                                int N, int IN, int OUT);
+void matmul_backward_weight_prec(nn_precision p, float *dw, float *db, const float *dout,
+                                 const float *inp, int N, int IN, int OUT);
+void lmhead_forward_prec(nn_precision p, float *logits, const float *inp, const float *wte,
+                         int N, int C, int V);
+void lmhead_backward_input_prec(nn_precision p, float *dinp, const float *dlogits,
+                                const float *wte, int N, int C, int V);
+void lmhead_backward_weight_prec(nn_precision p, float *dwte, const float *dlogits,
+                                 const float *inp, int N, int C, int V);
 
 /* ---- causal multi-head self-attention ------------------------------------------------------ */
 /* qkv (B,T,3C) as HF's c_attn output: q = qkv[..., 0:C], k = [C:2C], v = [2C:3C], head h owns

@@ -95,6 +95,19 @@ int plan_costs_load(plan_costs *c, const char *path);
 /* Achieved FLOP/s of (kind, phase) at the measured size nearest to B (0 when not measured). */
 double plan_costs_rate(const plan_costs *c, plan_kind kind, plan_phase ph, int B);
 
+/* ---- a rank's memory ------------------------------------------------------------------------ */
+/* One pipeline rank's memory, the planner's and train --adapt's model (bytes). */
+typedef struct {
+    double fixed;   /* held whatever the schedule: parameters, gradients, AdamW moments, buffers */
+    double act;     /* one microbatch's activations, held from its F to its last backward */
+    double extra;   /* held besides while a microbatch is in its backward (recomputation) */
+} plan_mem_model;
+/* Bytes a rank of model m needs holding `held` microbatches: fixed + held * act + extra. */
+double plan_mem_need(const plan_mem_model *m, double held);
+/* The most microbatches (0..cap) a rank of model m can hold in `have` bytes (plan_mem_need <=
+ * have; cap when act is 0), or -1 when not even its fixed part fits. */
+int plan_mem_held_max(const plan_mem_model *m, double have, int cap);
+
 /* ---- cluster --------------------------------------------------------------------------------- */
 typedef struct {
     char name[32];

@@ -18,7 +18,7 @@
 
 static const char *const PHASE_NAME[PLAN_N_PHASES] = { "f", "b", "w" };
 
-/* The analytic cost of a layer kind is the model's (its kind table: model/gpt_layers.c). */
+/* The analytic cost of a layer kind is the model's (its row of the kind registry: model/gpt_layers.c). */
 void plan_layer_model(const gpt_config *cfg, plan_kind kind, int B, int T, int tp, plan_layer_cost *out) {
     memset(out, 0, sizeof *out);
     gpt_kind_ops((gpt_layer_kind)kind)->cost(cfg, B, T, tp, out);

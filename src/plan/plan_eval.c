@@ -1,218 +1,38 @@
-/* One candidate layout, from costs to a simulated step: per-layer reference FLOPs and bytes
- * (chain items, one TP rank's share), ranks' speeds, caps and links (pipeline, data-parallel and
- * tensor-parallel) for a device placement, the exact split for a schedule, and scoring with the
- * simulator. Not the search over candidates (plan_search.c). */
+/* One candidate's splits, from its items to a simulated step: the exact split for a schedule,
+ * the simulator's costs of a split and its score, lower bounds on the step of any split, and
+ * the local search that polishes a split (plan_score_polish). Not the items and ranks
+ * (plan_items.c), one plan file's layout (plan_layout_eval.c), or the search over candidates
+ * (plan_search.c). */
 #include "plan/plan_int.h"
-#include "sim/sim.h"
 #include "util/pt.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster *k, int B) {
-    for (int a = 0; a < PLAN_N_KINDS; a++)
-        for (int b = 0; b < PLAN_N_PHASES; b++) s->eff[a][b] = 1;
-    s->ref_rate = k->reference_flops;
-    s->step_flops = 0;
-    if (!costs) return;
-    /* the profiled block's overall rate is the reference; other kinds and phases relative to it */
-    plan_layer_cost blk;
-    plan_layer_model(&costs->cfg, PLAN_BLOCK, B, costs->T, 1, &blk);
-    double fl = 0, sec = 0;
-    for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
-        double r = plan_costs_rate(costs, PLAN_BLOCK, ph, B);
-        if (r > 0) { fl += blk.flops[ph]; sec += blk.flops[ph] / r; }
-    }
-    if (!(sec > 0)) return;
-    s->ref_rate = fl / sec;
-    s->step_flops = costs->step_per_param * s->ref_rate;
-    for (int a = 0; a < PLAN_N_KINDS; a++)
-        for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
-            double r = plan_costs_rate(costs, a, ph, B);
-            if (r > 0) s->eff[a][ph] = r / s->ref_rate;
-        }
+/* The extra of a chunk holding items [first, end) (0 when nothing is rebuilt), in layer order. */
+static double chunk_extra(const plan_items *it, int first, int end) {
+    if (!(it->extra_mid > 0)) return 0;
+    double x = it->extra_mid;
+    for (int j = 0; j < it->n_extra; j++)
+        if (it->extra_item[j] >= first && it->extra_item[j] < end) x += it->extra_bytes[j];
+    return x;
 }
 
-void plan_items_free(plan_items *it) {
-    free(it->work); free(it->mem_fixed); free(it->mem_act); free(it->grad); free(it->opt);
-    for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
-        free(it->ph[ph]); free(it->tp_bytes[ph]); free(it->tp_coll[ph]); free(it->sg_bytes[ph]); free(it->sg_coll[ph]);
-    }
-    memset(it, 0, sizeof *it);
-}
-
-/* Adds one layer's costs to item i. Recomputation redoes F before B, its all-reduces included;
- * communication-free recomputation (a block) keeps keep_bytes and redoes recompute_flops before
- * B with no collective (under sp: the all-gathers of recompute_tp_bytes); ZeRO-1 keeps
- * 1/optim_div of the AdamW moments. A block's all-reduces under overlap are priced per rank
- * (plan_item_tp_time), not here. pt: the row's collectives per phase by kind (plan_tp_parts_of). */
-static void items_add(plan_items *it, int i, const plan_layer_cost *c, const plan_tp_parts *pt, const double *eff,
-                      double step_flops, const plan_item_shape *sh, bool block) {
-    bool rc = sh->recompute, keep = sh->tp_recompute && block;
-    double f = c->flops[PLAN_F] / eff[PLAN_F];
-    it->ph[PLAN_F][i] += f;
-    it->ph[PLAN_B][i] += c->flops[PLAN_B] / eff[PLAN_B] + (rc ? f : 0) + (keep ? c->recompute_flops / eff[PLAN_F] : 0);
-    it->ph[PLAN_W][i] += c->flops[PLAN_W] / eff[PLAN_W];
-    it->mem_fixed[i] += c->param_bytes + c->grad_bytes + c->optim_bytes / sh->optim_div;
-    it->mem_act[i] += rc ? c->input_bytes : keep ? c->keep_bytes : c->act_bytes;
-    it->grad[i] += c->grad_bytes;
-    it->opt[i] += c->param_bytes / sizeof(float) * step_flops;
-    if (block && it->overlap) return;
-    for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
-        bool again = rc && ph == PLAN_B, rebuild = keep && ph == PLAN_B;
-        it->tp_bytes[ph][i] += pt[ph].ar_bytes + (again ? pt[PLAN_F].ar_bytes : 0);
-        it->tp_coll[ph][i] += pt[ph].ar_coll + (again ? pt[PLAN_F].ar_coll : 0);
-        it->sg_bytes[ph][i] += pt[ph].sg_bytes + (again ? pt[PLAN_F].sg_bytes : 0) + (rebuild ? c->recompute_tp_bytes : 0);
-        it->sg_coll[ph][i] += pt[ph].sg_coll + (again ? pt[PLAN_F].sg_coll : 0) + (rebuild ? c->recompute_tp_collectives : 0);
-    }
-}
-
-static double *zeros(int n) { return pt_calloc((size_t)n, sizeof(double)); }
-
-/* The block's numbers the per-rank overlap price needs (plan_item_tp_time). */
-static void items_overlap(plan_items *it, const plan_layer_cost *blk, const double *eff, const plan_item_shape *sh) {
-    it->overlap = sh->tp_overlap && sh->tp > 1 && sh->B > 1;
-    it->recompute = sh->recompute;
-    for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
-        plan_tp_block_pieces(blk, ph, it->blk_piece[ph]);
-        for (int h = 0; h < 2; h++) it->blk_piece[ph][h] /= eff[ph];
-        it->blk_tp_bytes[ph] = blk->tp_bytes[ph];
-        it->blk_tp_coll[ph] = blk->tp_collectives[ph];
-    }
-}
-
-/* What a stage holds besides its microbatches in flight while one is in its backward: whole-stage
- * recomputation rebuilds one microbatch's activations (a block's, and the embedding's or the
- * head's on the first and last chunk); communication-free recomputation one layer's act as the
- * rank's work buffer (the embedding and head keep their whole act per microbatch anyway). */
-static void items_extra(plan_items *it, const plan_layer_cost *c, const plan_item_shape *sh) {
-    if (sh->recompute) {
-        it->extra_mid = c[PLAN_BLOCK].act_bytes;
-        it->extra_first = c[PLAN_EMBED].act_bytes;
-        it->extra_last = c[PLAN_HEAD].act_bytes;
-    } else if (sh->tp_recompute) {
-        it->extra_mid = c[PLAN_BLOCK].act_bytes;
-    }
-}
-
-void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s, const plan_item_shape *sh) {
-    int L = cfg->n_layer;
-    memset(it, 0, sizeof *it);
-    it->n = L;
-    it->tp = sh->tp;
-    it->work = zeros(L), it->mem_fixed = zeros(L), it->mem_act = zeros(L), it->grad = zeros(L), it->opt = zeros(L);
-    for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
-        it->ph[ph] = zeros(L), it->tp_bytes[ph] = zeros(L), it->tp_coll[ph] = zeros(L);
-        it->sg_bytes[ph] = zeros(L), it->sg_coll[ph] = zeros(L);
-    }
-    it->sp = sh->sp && sh->tp > 1;
-    it->ln_bytes = plan_sp_ln_bytes(cfg, sh->tp, it->sp);
-    plan_layer_cost c[PLAN_N_KINDS];
-    plan_tp_parts pt[PLAN_N_KINDS][PLAN_N_PHASES];
-    for (int k = 0; k < PLAN_N_KINDS; k++) {
-        plan_layer_model_sp(cfg, k, sh->B, sh->T, sh->tp, it->sp, &c[k]);
-        for (int ph = 0; ph < PLAN_N_PHASES; ph++) plan_tp_parts_of(cfg, k, sh->B, sh->T, sh->tp, it->sp, ph, &pt[k][ph]);
-    }
-    items_overlap(it, &c[PLAN_BLOCK], s->eff[PLAN_BLOCK], sh);
-    for (int i = 0; i < L; i++) items_add(it, i, &c[PLAN_BLOCK], pt[PLAN_BLOCK], s->eff[PLAN_BLOCK], s->step_flops, sh, true);
-    items_add(it, 0, &c[PLAN_EMBED], pt[PLAN_EMBED], s->eff[PLAN_EMBED], s->step_flops, sh, false);
-    items_add(it, L - 1, &c[PLAN_HEAD], pt[PLAN_HEAD], s->eff[PLAN_HEAD], s->step_flops, sh, false);
-    for (int i = 0; i < L; i++) it->work[i] = it->ph[PLAN_F][i] + it->ph[PLAN_B][i] + it->ph[PLAN_W][i];
-    items_extra(it, c, sh);
-}
-
-static double device_rate(const plan_device *d, const plan_scale *s) {
-    return d->rate > 0 ? d->rate : d->speed * s->ref_rate;
-}
-
-/* Cluster device of replica d, pipeline rank p, TP rank t. */
-static int dev_at(const plan_ranks *r, int d, int p, int t) {
-    int i = (d * r->P + p) * r->tp + t;
-    return r->devices ? r->devices[i] : i;
-}
-
-/* Slowest bandwidth and latency seen so far, with the link (bw, lat) added. */
-static void worst_link(double *bw, double *lat, double b, double l) {
-    if (b < *bw) *bw = b;
-    if (l > *lat) *lat = l;
-}
-
-/* Rank p's rate, memory and TP link (slowest over replicas and TP ranks); the data-parallel ring
- * of each of its TP ranks joins the replicas' devices. */
-static void rank_init(plan_ranks *r, const plan_cluster *k, const plan_scale *s, int p, int *group) {
-    r->rate[p] = INFINITY, r->cap[p] = INFINITY, r->tp_bw[p] = INFINITY, r->tp_lat[p] = 0;
-    double bw, lat;
-    for (int d = 0; d < r->D; d++) {
-        for (int t = 0; t < r->tp; t++) {
-            const plan_device *dv = &k->dev[group[t] = dev_at(r, d, p, t)];
-            r->rate[p] = fmin(r->rate[p], device_rate(dv, s));
-            r->cap[p] = fmin(r->cap[p], dv->memory);
-        }
-        plan_cluster_group_link(k, group, r->tp, &bw, &lat);
-        worst_link(&r->tp_bw[p], &r->tp_lat[p], bw, lat);
-    }
-    for (int t = 0; t < r->tp; t++) {
-        for (int d = 0; d < r->D; d++) group[d] = dev_at(r, d, p, t);
-        plan_cluster_group_link(k, group, r->D, &bw, &lat);
-        worst_link(&r->reduce_bw, &r->reduce_lat, bw, lat);
-    }
-}
-
-void plan_ranks_init(plan_ranks *r, const plan_cluster *k, const plan_scale *s, int P, int D, int tp,
-                     const int *devices) {
-    memset(r, 0, sizeof *r);
-    r->P = P; r->D = D; r->tp = tp > 0 ? tp : 1; r->devices = devices;
-    r->rate = pt_malloc(sizeof(double) * (size_t)P);
-    r->cap = pt_malloc(sizeof(double) * (size_t)P);
-    r->tp_bw = pt_malloc(sizeof(double) * (size_t)P);
-    r->tp_lat = pt_malloc(sizeof(double) * (size_t)P);
-    r->reduce_bw = INFINITY;
-    int *group = pt_malloc(sizeof(int) * (size_t)(D > r->tp ? D : r->tp));
-    for (int p = 0; p < P; p++) rank_init(r, k, s, p, group);
-    free(group);
-}
-
-void plan_ranks_free(plan_ranks *r) {
-    free(r->rate); free(r->cap); free(r->tp_bw); free(r->tp_lat);
-    memset(r, 0, sizeof *r);
-}
-
-void plan_ranks_link(const plan_ranks *r, const plan_cluster *k, int a, int b, double *bw, double *lat) {
-    *bw = INFINITY; *lat = 0;
-    for (int d = 0; d < r->D; d++)
-        for (int t = 0; t < r->tp; t++) {
-            int pair[2] = { dev_at(r, d, a, t), dev_at(r, d, b, t) };
-            double w, l;
-            plan_cluster_group_link(k, pair, 2, &w, &l);
-            worst_link(bw, lat, w, l);
-        }
-}
-
-/* Exposed seconds of one block's ping-pong in phase ph on rank p. */
-static double block_pingpong(const plan_items *it, const plan_ranks *r, int p, int ph) {
-    return plan_tp_pingpong(r->tp, it->blk_tp_bytes[ph], it->blk_tp_coll[ph], it->blk_piece[ph], r->rate[p],
-                            r->tp_bw[p], r->tp_lat[p]);
-}
-
-double plan_item_tp_time(const plan_items *it, const plan_ranks *r, int p, int i, int ph) {
-    double t = sim_allreduce_time(r->tp, it->tp_bytes[ph][i], (int)it->tp_coll[ph][i], r->tp_bw[p], r->tp_lat[p]) +
-               sim_rsag_time(r->tp, it->sg_bytes[ph][i], (int)it->sg_coll[ph][i], r->tp_bw[p], r->tp_lat[p]);
-    if (!it->overlap || ph == PLAN_W) return t;
-    t += block_pingpong(it, r, p, ph);
-    return ph == PLAN_B && it->recompute ? t + block_pingpong(it, r, p, PLAN_F) : t;
-}
-
-sched *plan_make_sched(const char *name, int P, int M, int v) {
-    sched_params sp = { .ranks = P, .microbatches = M, .chunks = v, .cost_f = 1, .cost_b = 1, .cost_w = 1 };
-    return sched_generate(name, &sp);
+/* chunk_extra of chunk k of K before the split is known: the layers that travel with the first
+ * block (item 0) are always chunk 0's, those with the last block the last chunk's; those with a
+ * block in between are left out (the split decides their chunk). */
+static double chunk_extra_any_split(const plan_items *it, int k, int K) {
+    if (K == 1) return chunk_extra(it, 0, it->n);
+    if (k == 0) return chunk_extra(it, 0, 1);
+    return chunk_extra(it, k == K - 1 ? it->n - 1 : 0, k == K - 1 ? it->n : 0);
 }
 
 /* Memory chunk k needs at peak with `held` microbatches in flight. */
 static double chunk_mem(const plan_items *it, int K, const int *first, int k, int held) {
-    double m = 0, a = 0;
-    for (int i = first[k]; i < first[k + 1]; i++) { m += it->mem_fixed[i]; a += it->mem_act[i]; }
-    double extra = it->extra_mid + (k == 0 ? it->extra_first : 0) + (k == K - 1 ? it->extra_last : 0);
-    return m + held * a + (it->extra_mid > 0 ? extra : 0);
+    plan_mem_model m = { 0, 0, 0 };
+    for (int i = first[k]; i < first[k + 1]; i++) { m.fixed += it->mem_fixed[i]; m.act += it->mem_act[i]; }
+    m.extra = chunk_extra(it, first[k], first[k + 1]);
+    return plan_mem_need(&m, held);
 }
 
 /* Seconds of every item on every rank of a placement, the TP collectives apart (alike blocks and
@@ -297,7 +117,7 @@ static void chain_init(plan_chain *c, const plan_items *it, const plan_ranks *r,
         speed[k] = r->rate[rk];
         cap[k] = r->cap[rk] / per_rank[rk];   /* a rank's chunks share its memory evenly */
         held[k] = peak[k];
-        extra[k] = it->extra_mid > 0 ? it->extra_mid + (k == 0 ? it->extra_first : 0) + (k == K - 1 ? it->extra_last : 0) : 0;
+        extra[k] = chunk_extra_any_split(it, k, K);
     }
     *c = (plan_chain){ .n = it->n, .K = K, .work = it->work, .mem_fixed = it->mem_fixed, .mem_act = it->mem_act,
                        .speed = speed, .cap = cap, .inflight = held, .mem_extra = extra,
@@ -342,8 +162,8 @@ double plan_peak_need(const plan_items *it, const sched *s, const int *first, in
  * followed by the chunk's optimizer step (it->opt: the runtime's STEP updates the rank's chunks on
  * its compute stream after their reductions; priced per chunk here rather than as the simulator's
  * one STEP time, since it moves with the split), links between the ranks of consecutive chunks. */
-static void score_costs(const plan_cluster *k, const plan_items *it, const plan_ranks *r, const sched *s,
-                        const int *first, double p2p, sim_costs *c) {
+void plan_score_costs(const plan_cluster *k, const plan_items *it, const plan_ranks *r, const sched *s,
+                      const int *first, double p2p, sim_costs *c) {
     int K = s->n_stages, D = r->D;
     sim_costs_init(c, K, 0, 0, 0);
     c->latency = k->inter_lat;
@@ -689,123 +509,10 @@ static int score_sim(const plan_items *it, const sched *s, const sim_costs *c, c
 int plan_score(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
                const sched *s, const int *first, long global_batch, plan_layout *p) {
     sim_costs c;
-    score_costs(k, it, r, s, first, plan_p2p_bytes(cfg, p->mb_size, p->T), &c);
+    plan_score_costs(k, it, r, s, first, plan_p2p_bytes(cfg, p->mb_size, p->T), &c);
     int rc = score_sim(it, s, &c, first, global_batch, p, NULL);
     sim_costs_free(&c);
     return rc;
-}
-
-/* The numbers of a layout the cluster and the model can hold, or -1 with an error naming them. */
-static int layout_check(const gpt_config *cfg, const plan_cluster *k, const plan_layout *p, int tp) {
-    if (p->P < 1 || p->D < 1 || p->M < 1 || p->mb_size < 1 || p->T < 1 || tp < 1)
-        return pt_seterr("plan: stages %d, dp %d, tp %d, microbatches %d, microbatch size %d and seq %d must all "
-                         "be >= 1", p->P, p->D, tp, p->M, p->mb_size, p->T);
-    if (p->T > cfg->n_positions) return pt_seterr("plan: seq %d is more than n_positions %d", p->T, cfg->n_positions);
-    if (cfg->n_head % tp)
-        return pt_seterr("plan: tp %d does not divide n_head %d (each TP rank holds n_head / tp heads)", tp,
-                         cfg->n_head);
-    if (p->zero != 0 && p->zero != 1) return pt_seterr("plan: zero is %d; it must be 0 or 1", p->zero);
-    if ((p->tp_overlap || p->tp_recompute) && tp < 2)
-        return pt_seterr("plan: %s needs tp >= 2 (it works on a TP group's all-reduces); tp is %d",
-                         p->tp_overlap ? "tp_overlap" : "tp_recompute", tp);
-    if (p->tp_recompute && p->recompute)
-        return pt_seterr("plan: tp_recompute and recompute are two ways of recomputing: keep one");
-    if (p->sp && tp < 2)
-        return pt_seterr("plan: sp needs tp >= 2 (sequence parallelism splits the activation stream over the ranks "
-                         "of a TP group); tp is %d", tp);
-    if (p->sp && p->tp_overlap)
-        return pt_seterr("plan: sp and tp_overlap cannot be combined (under sp a block reduce-scatters and "
-                         "all-gathers; tp_overlap overlaps all-reduces only): keep one");
-    if (p->sp && gpt_sp_check_rows(p->mb_size, p->T, tp) < 0) return pt_adderr("plan: ");
-    long n = (long)p->P * p->D * tp;
-    if (n > k->n_devices)
-        return pt_seterr("plan: tp %d x dp %d x stages %d = %ld devices, the cluster has %d", tp, p->D, p->P, n,
-                         k->n_devices);
-    for (long i = 0; p->devices && i < n; i++)
-        if (p->devices[i] < 0 || p->devices[i] >= k->n_devices)
-            return pt_seterr("plan: devices[%ld] = %d is not a device of the cluster (0..%d)", i, p->devices[i],
-                             k->n_devices - 1);
-    return 0;
-}
-
-/* One layout ready to score: its schedule, chunk boundaries, items and ranks. */
-typedef struct {
-    sched *s;
-    int *first;              /* [K+1] */
-    plan_items it;
-    plan_ranks r;
-    bool ready;              /* it and r are built */
-} layout_ctx;
-
-static void ctx_close(layout_ctx *x) {
-    if (x->ready) { plan_items_free(&x->it); plan_ranks_free(&x->r); }
-    free(x->first);
-    sched_free(x->s);
-    memset(x, 0, sizeof *x);
-}
-
-static int ctx_open(layout_ctx *x, const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs,
-                    const plan_layout *p) {
-    memset(x, 0, sizeof *x);
-    int tp = p->tp > 0 ? p->tp : 1;
-    if (layout_check(cfg, k, p, tp) < 0) return -1;
-    sched *s = plan_make_sched(p->schedule, p->P, p->M, p->chunks);
-    if (!s) return -1;
-    int K = s->n_stages;
-    x->first = pt_malloc(sizeof(int) * (size_t)(K + 1));
-    x->first[0] = 0;
-    for (int g = 0; g < K; g++) x->first[g + 1] = x->first[g] + (p->split ? p->split[g] : 0);
-    if (s->n_pipes != 1 || !p->split || x->first[K] != cfg->n_layer) {
-        pt_seterr("plan: the split must give all %d blocks to the %d chunks of one pipe", cfg->n_layer, K);
-        sched_free(s);
-        ctx_close(x);
-        return -1;
-    }
-    x->s = s;
-    x->ready = true;
-    plan_scale sc;
-    plan_scale_init(&sc, costs, k, p->mb_size);
-    plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute, p->tp_overlap, p->tp_recompute, p->sp };
-    plan_items_init(&x->it, cfg, &sc, &sh);
-    plan_ranks_init(&x->r, k, &sc, p->P, p->D, tp, p->devices);
-    return 0;
-}
-
-int plan_evaluate(const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs, plan_layout *p) {
-    layout_ctx x;
-    if (ctx_open(&x, cfg, k, costs, p) < 0) return -1;
-    int rc = plan_score(cfg, k, &x.it, &x.r, x.s, x.first, (long)p->D * p->M * p->mb_size, p);
-    ctx_close(&x);
-    return rc;
-}
-
-int plan_sim_costs(const gpt_config *cfg, const plan_cluster *k, const plan_costs *costs, const plan_layout *p,
-                   sim_costs *out, sched **s) {
-    layout_ctx x;
-    if (ctx_open(&x, cfg, k, costs, p) < 0) return -1;
-    score_costs(k, &x.it, &x.r, x.s, x.first, plan_p2p_bytes(cfg, p->mb_size, p->T), out);
-    *s = x.s;
-    x.s = NULL;   /* the caller's now */
-    ctx_close(&x);
-    return 0;
-}
-
-int plan_rank_memory(const plan_cluster *k, const plan_layout *p, double *need, double *have) {
-    sched *s = plan_make_sched(p->schedule, p->P, p->M, p->chunks);
-    if (!s) return -1;
-    int tp = p->tp > 0 ? p->tp : 1, over = 0;
-    for (int r = 0; r < p->P; r++) {
-        need[r] = 0, have[r] = INFINITY;
-        for (int d = 0; d < p->D; d++)
-            for (int t = 0; t < tp; t++) {
-                int i = (d * p->P + r) * tp + t;
-                have[r] = fmin(have[r], k->dev[p->devices ? p->devices[i] : i].memory);
-            }
-    }
-    for (int g = 0; g < s->n_stages && g < p->K; g++) need[s->stage_rank[g]] += p->stage_mem[g];
-    for (int r = 0; r < p->P; r++) over += need[r] > have[r];
-    sched_free(s);
-    return over;
 }
 
 /* True when every chunk of first[] fits its share of its rank's memory (the split's own rule). */
@@ -892,15 +599,52 @@ static bool crit_rules_out(const gpt_config *cfg, const plan_cluster *k, const p
 static void swap_costs(sim_costs *a, sim_costs *b) { sim_costs x = *a; *a = *b; *b = x; }
 static void swap_crit(crit_counts *a, crit_counts *b) { crit_counts x = *a; *a = *b; *b = x; }
 
-/* The local search of plan_score_polish from first[] (scored into p, its costs base and critical
- * path cc); runs counts the simulations. */
-static void polish(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
-                   const sched *s, int *first, long global_batch, plan_layout *p, int budget, bool prune,
-                   sim_costs *base, crit_counts *cc, long *runs) {
+/* The local search of plan_score_polish from first[] (scored into p); base and cc: the costs and
+ * critical path of the split in p, kept up to date as moves are taken; runs counts the
+ * simulations. */
+typedef struct {
+    sim_costs base;
+    crit_counts cc;
+} polish_state;
+
+/* Tries the split trial[] (first[] with one block moved; it fits): returns true and takes it
+ * (first, p, st) when its simulated step improves on p's; *runs counts the simulation. tc: the
+ * critical path's counts of the trial (scratch). */
+static bool polish_try(const plan_candidate *c, int *first, const int *trial, plan_layout *p, bool prune,
+                       const bool *fused, polish_state *st, crit_counts *tc, long *runs) {
+    const plan_items *it = c->it;
+    const sched *s = c->s;
+    plan_layout q = *p;
+    q.split = NULL; q.stage_mem = NULL; q.stage_time = NULL; q.stage_inflight = NULL; q.devices = NULL;
+    sim_costs sc;
+    plan_score_costs(c->k, it, c->r, s, trial, plan_p2p_bytes(c->cfg, p->mb_size, p->T), &sc);
+    /* a move whose step is bounded at or above the step so far would not be taken */
+    double lb = prune ? fmax(split_bound(s, &sc, fused), crit_length(&st->cc, &st->base, &sc)) : 0;
+    bool hopeless = prune && lb * (1 - BOUND_SLACK) >= p->step_time * (1 - PLAN_TIE_REL), took = false;
+    *runs += !hopeless;
+    if (!hopeless && score_sim(it, s, &sc, trial, c->global_batch, &q, tc) == 0 &&
+        q.step_time < p->step_time * (1 - PLAN_TIE_REL)) {
+        memcpy(first, trial, sizeof(int) * (size_t)(s->n_stages + 1));
+        q.devices = p->devices;
+        p->devices = NULL;
+        plan_layout_free(p);
+        *p = q;
+        swap_costs(&st->base, &sc);
+        swap_crit(&st->cc, tc);
+        took = true;
+    } else {
+        plan_layout_free(&q);
+    }
+    sim_costs_free(&sc);
+    return took;
+}
+
+static void polish(const plan_candidate *c, int *first, plan_layout *p, int budget, bool prune,
+                   polish_state *st, long *runs) {
+    const sched *s = c->s;
     int K = s->n_stages, sims = 0, *peak = pt_malloc(sizeof(int) * (size_t)K);
     int *trial = pt_malloc(sizeof(int) * (size_t)(K + 1));
     bool *fused = pt_malloc(sizeof(bool) * (size_t)K);
-    double p2p = plan_p2p_bytes(cfg, p->mb_size, p->T);
     crit_counts tc;
     crit_counts_init(&tc, K);
     sched_peak_activations(s, peak);
@@ -913,48 +657,25 @@ static void polish(const gpt_config *cfg, const plan_cluster *k, const plan_item
                 if (a == b || first[a + 1] - first[a] < 2 || !move_allowed(s, a, b)) continue;
                 memcpy(trial, first, sizeof(int) * (size_t)(K + 1));
                 move_block(trial, a, b);
-                if (!split_fits(it, r, s, peak, trial)) continue;
-                plan_layout q = *p;
-                q.split = NULL; q.stage_mem = NULL; q.stage_time = NULL; q.stage_inflight = NULL; q.devices = NULL;
+                if (!split_fits(c->it, c->r, s, peak, trial)) continue;
                 sims++;   /* the budget counts moves tried, simulated or not, so pruning keeps the path */
-                sim_costs c;
-                score_costs(k, it, r, s, trial, p2p, &c);
-                /* a move whose step is bounded at or above the step so far would not be taken */
-                double lb = prune ? fmax(split_bound(s, &c, fused), crit_length(cc, base, &c)) : 0;
-                bool hopeless = prune && lb * (1 - BOUND_SLACK) >= p->step_time * (1 - PLAN_TIE_REL);
-                *runs += !hopeless;
-                if (!hopeless && score_sim(it, s, &c, trial, global_batch, &q, &tc) == 0 &&
-                    q.step_time < p->step_time * (1 - PLAN_TIE_REL)) {
-                    memcpy(first, trial, sizeof(int) * (size_t)(K + 1));
-                    q.devices = p->devices;
-                    p->devices = NULL;
-                    plan_layout_free(p);
-                    *p = q;
-                    swap_costs(base, &c);
-                    swap_crit(cc, &tc);
-                    improved = true;
-                } else {
-                    plan_layout_free(&q);
-                }
-                sim_costs_free(&c);
+                improved = polish_try(c, first, trial, p, prune, fused, st, &tc, runs);
             }
     }
     crit_counts_free(&tc);
     free(peak); free(trial); free(fused);
 }
 
-int plan_score_polish(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
-                      const sched *s, int *first, long global_batch, plan_layout *p, int budget, bool prune,
-                      double give_up, long *runs) {
-    sim_costs base;
-    crit_counts cc;
-    score_costs(k, it, r, s, first, plan_p2p_bytes(cfg, p->mb_size, p->T), &base);
-    crit_counts_init(&cc, s->n_stages);
+int plan_score_polish(const plan_candidate *c, int *first, plan_layout *p, const plan_polish_opts *o, long *runs) {
+    polish_state st;
+    plan_score_costs(c->k, c->it, c->r, c->s, first, plan_p2p_bytes(c->cfg, p->mb_size, p->T), &st.base);
+    crit_counts_init(&st.cc, c->s->n_stages);
     (*runs)++;
-    int rc = score_sim(it, s, &base, first, global_batch, p, &cc);
-    if (rc == 0 && prune && crit_rules_out(cfg, k, it, r, s, p, &cc, &base, give_up)) rc = 1;
-    if (rc == 0) polish(cfg, k, it, r, s, first, global_batch, p, budget, prune, &base, &cc, runs);
-    crit_counts_free(&cc);
-    sim_costs_free(&base);
+    int rc = score_sim(c->it, c->s, &st.base, first, c->global_batch, p, &st.cc);
+    if (rc == 0 && o->prune && crit_rules_out(c->cfg, c->k, c->it, c->r, c->s, p, &st.cc, &st.base, o->give_up)) rc = 1;
+    if (rc == 0) polish(c, first, p, o->budget, o->prune, &st, runs);
+    crit_counts_free(&st.cc);
+    sim_costs_free(&st.base);
     return rc;
 }
+

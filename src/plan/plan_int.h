@@ -6,8 +6,9 @@
 #include "plan/plan.h"
 #include "sched/sched.h"
 
-/* Per-layer numbers of one microbatch size, in chain items (blocks; the embedding folded into
- * item 0, the head into item L-1). work is in "reference FLOPs": time = work / rank rate. */
+/* Per-layer numbers of one microbatch size, in chain items (blocks; every other layer folded
+ * into the item of the block it travels with, gpt_config_layer_item: the embedding item 0, the
+ * head item L-1). work is in "reference FLOPs": time = work / rank rate. */
 typedef struct {
     int n;                        /* L */
     int tp;                       /* TP ranks: every number here is one rank's share */
@@ -27,7 +28,12 @@ typedef struct {
     bool sp;
     double ln_bytes;              /* per block: the layer-norm gradients all-reduced once per step
                                    * over the TP group under sp (plan_sp_ln_bytes) */
-    double extra_first, extra_last, extra_mid;   /* mem_extra of the first, last, other chunks */
+    /* mem_extra under recomputation: a block's act (0: nothing rebuilt), and the act of each
+     * other layer (n_extra of them, layer order) with the item (block) it travels with */
+    double extra_mid;
+    int n_extra;
+    int extra_item[GPT_MAX_INSERTS + 2];
+    double extra_bytes[GPT_MAX_INSERTS + 2];
     /* Overlap (plan_tp_pingpong): when on (tp >= 2, B >= 2), the blocks' all-reduces are not in
      * tp_bytes / tp_coll above; each item's one block adds its ping-pong's exposed time, computed
      * per rank from these (B also F's again under recompute). */
@@ -100,6 +106,12 @@ int plan_split_candidate(const plan_items *it, const plan_ranks *r, const sched 
 double plan_candidate_bound(const plan_cluster *k, const plan_items *it, const plan_ranks *r, const sched *s,
                             double p2p);
 
+/* Simulator costs of split first[] (K + 1 entries) of a candidate, with messages of p2p bytes
+ * between chunks (plan_p2p_bytes): per-chunk F, B, W with their TP collectives, messages, links,
+ * the data-parallel reduction and the chunk's optimizer step. Free with sim_costs_free. */
+void plan_score_costs(const plan_cluster *k, const plan_items *it, const plan_ranks *r, const sched *s,
+                      const int *first, double p2p, sim_costs *c);
+
 /* Simulates the split and fills p's predictions (step_time, bubble, stage_*) and split (in place
  * when p->split is given, K entries; else allocated). */
 int plan_score(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
@@ -121,9 +133,25 @@ int plan_score(const gpt_config *cfg, const plan_cluster *k, const plan_items *i
  * 1, p freed of nothing it needs: the caller frees it) when the critical path of first[], priced
  * for every split that fits, cannot come under give_up (INFINITY: never).
  * Returns 0, 1 (given up) or -1 (the simulator's error); *runs += simulations run. */
-int plan_score_polish(const gpt_config *cfg, const plan_cluster *k, const plan_items *it, const plan_ranks *r,
-                      const sched *s, int *first, long global_batch, plan_layout *p, int budget, bool prune,
-                      double give_up, long *runs);
+/* One candidate's context for scoring splits: the model, the cluster, the items on the ranks,
+ * the schedule, and the global batch (sequences per step, for tokens/s). All borrowed. */
+typedef struct {
+    const gpt_config *cfg;
+    const plan_cluster *k;
+    const plan_items *it;
+    const plan_ranks *r;
+    const sched *s;
+    long global_batch;
+} plan_candidate;
+
+/* How plan_score_polish searches: at most budget moves tried; prune and give_up as above. */
+typedef struct {
+    int budget;
+    bool prune;
+    double give_up;
+} plan_polish_opts;
+
+int plan_score_polish(const plan_candidate *c, int *first, plan_layout *p, const plan_polish_opts *o, long *runs);
 
 /* Bytes a rank of the placement needs at peak for chunk layout first[] (max over ranks) and the
  * rank's cap; used for infeasibility advice. */

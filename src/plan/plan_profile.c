@@ -186,6 +186,7 @@ int plan_profile_run(plan_costs *out, const gpt_config *cfg, const int *batch, i
     gpt_model m;
     gpt_config one = *cfg;
     one.n_layer = 1;   /* blocks are identical: the embedding, one block and the head are enough */
+    one.n_insert = 0;  /* the built-in kinds only: the costs file has a row of each */
     memset(&m, 0, sizeof m);
     if (gpt_init(&m, &one) < 0) return -1;
     gpt_init_random(&m, 42);
@@ -193,18 +194,17 @@ int plan_profile_run(plan_costs *out, const gpt_config *cfg, const int *batch, i
     out->cfg = *cfg; out->T = T; out->repeats = repeats; out->n_batch = n_batch;
     int threads = openblas_get_num_threads(), rc = 0;
     openblas_set_num_threads(1);   /* one device = one core; restored below */
-    const int layer[PLAN_N_KINDS] = { 0, 1, 2 };
     busy_ctl ctl;
     pthread_t th[MAX_CORES];
     int busy = busy_start(&ctl, th, busy_count(), &one, batch[0], T);
     for (int i = 0; i < n_batch && rc == 0; i++) {
         out->batch[i] = batch[i];
-        for (int k = 0; k < PLAN_N_KINDS && rc == 0; k++) {
-            busy_set(&ctl, layer[k], batch[i], T);
-            rc = profile_layer(&m, layer[k], batch[i], T, repeats, out->sec[i][k]);
+        for (int l = 0; l < gpt_num_layers(&m) && rc == 0; l++) {   /* one layer of each kind */
+            busy_set(&ctl, l, batch[i], T);
+            rc = profile_layer(&m, l, batch[i], T, repeats, out->sec[i][gpt_layer_kind_of(&m, l)]);
         }
     }
-    busy_set(&ctl, 1, batch[0], T);   /* the step's neighbours: ranks still computing */
+    busy_set(&ctl, gpt_config_block_layer(&one, 0), batch[0], T);   /* the step's neighbours: ranks still computing */
     if (rc == 0) out->step_per_param = profile_step(&m, repeats);
     busy_stop(&ctl, th, busy);
     out->busy_cores = busy;

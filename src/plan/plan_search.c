@@ -244,8 +244,11 @@ static int simulate(search *S, const candidate *c, plan_layout *p, double give_u
     double bott;
     int rc = s ? plan_split_candidate(&it, &r, s, true, c->first, &bott) : -1;
     if (rc == 0)
-        rc = plan_score_polish(S->cfg, S->k, &it, &r, s, c->first, S->o->global_batch, p, POLISH_BUDGET(s->n_stages),
-                               !S->o->exhaustive, give_up, &S->res->simulated);
+    {
+        plan_candidate pc = { S->cfg, S->k, &it, &r, s, S->o->global_batch };
+        plan_polish_opts po = { POLISH_BUDGET(s->n_stages), !S->o->exhaustive, give_up };
+        rc = plan_score_polish(&pc, c->first, p, &po, &S->res->simulated);
+    }
     sched_free(s);
     plan_items_free(&it);
     plan_ranks_free(&r);

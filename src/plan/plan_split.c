@@ -49,8 +49,9 @@ static double seg_time(const chain_sums *s, int k, int i, int j) {
 static bool seg_fits(const chain_sums *s, int k, int i, int j) {
     const plan_chain *c = s->c;
     if (c->cap[k] <= 0) return true;
-    double m = s->MF[j] - s->MF[i] + c->inflight[k] * (s->MA[j] - s->MA[i]) + (c->mem_extra ? c->mem_extra[k] : 0);
-    return m <= c->cap[k];
+    plan_mem_model m = { .fixed = s->MF[j] - s->MF[i], .act = s->MA[j] - s->MA[i],
+                         .extra = c->mem_extra ? c->mem_extra[k] : 0 };
+    return plan_mem_need(&m, c->inflight[k]) <= c->cap[k];
 }
 
 /* Feasibility at bottleneck X by reachability: reach[k][j] says items [0, j) fit on stages 0..k-1

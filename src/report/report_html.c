@@ -15,6 +15,7 @@ static const char *const SERIES_TITLE[REP_N_SERIES] = {
     "training loss (cross-entropy, nats per token)", "evaluation loss (nats per token)",
     "learning rate", "gradient norm (global L2, before clipping)", "throughput (tokens/s)",
     "step time (ms)", "pipeline bubble (idle fraction of the step, all ranks)",
+    "bubble harvested (side_cpu_s / bubble_s: CPU side work received over the ranks' idle seconds)",
 };
 
 /* CSS: no '<' or '&', so the page stays XML-clean. */
@@ -185,7 +186,8 @@ static void page(FILE *f, const report_run *runs, int n, const char *title) {
     fputs("</h1>\n", f);
     summary_table(f, runs, n);
     fputs("<h2>Curves</h2>\n<p class=\"muted\">Dashed lines mark events (hover for what): saves grey, "
-          "resumes green, adaptations purple, side tasks cyan, errors and non-finite losses red.</p>\n", f);
+          "resumes green, adaptations purple, side tasks cyan, errors and non-finite losses red, "
+          "failures orange and recoveries brown (pipetrain launch).</p>\n", f);
     for (int k = 0; k < REP_N_SERIES; k++)
         if (report_series_present(runs, n, (report_series)k))
             report_chart(f, runs, n, (report_series)k, SERIES_TITLE[k]);

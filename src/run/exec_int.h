@@ -7,6 +7,7 @@
  *   exec_stash.c    weight stashing for asynchronous schedules
  *   exec_comm.c     posting, completing and dropping sends and receives
  *   exec_reduce.c   gradient reduction (posting, completing), the norm, AdamW (ZeRO), zeroing
+ *   exec_mode.c     the modes (sync, overlap, async): hooks the walk calls, chosen once per job
  *   exec_tp.c       tensor parallelism: the TP group's collective for the stage models, and
  *                   whole tensors from a TP group's shards (checkpoints, the gradient file)
  *   executor.c      the walk over the action list, the timeline, the public calls
@@ -20,6 +21,8 @@
 #ifndef PT_RUN_EXEC_INT_H
 #define PT_RUN_EXEC_INT_H
 #include "run/executor.h"
+#include <stdint.h>
+#include "util/pt.h"
 
 /* A private copy of tied tensor `tie` held by a stage without its owner layer. */
 typedef struct {
@@ -106,8 +109,24 @@ typedef struct {
     double post_t, done_t;            /* when it was posted, seen complete */
 } exec_group;
 
+/* exec_mode.c: what differs between the executor's modes (sync, overlap, async), chosen once
+ * per job. The walk calls each hook at its action; a hook's status: 0, 1 when it recorded the
+ * action in the timeline itself, or -1. */
+typedef struct exec_mode {
+    const char *name;
+    void (*before_f)(run_exec *e, run_stage *st, int mb);   /* before an F; NULL: nothing */
+    void (*before_b)(run_exec *e, run_stage *st, int mb);   /* before a B, W, BW; NULL: nothing */
+    int (*after_b)(run_exec *e, int i, sched_action a, run_stage *st, double t0);   /* after one */
+    int (*reduce)(run_exec *e, int i, sched_action a, run_stage *st, double t0);    /* REDUCE_GRAD */
+    int (*step)(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs);    /* STEP */
+    int (*finish)(run_exec *e, run_exec_stats *rs);     /* the walk ended without a STEP */
+    int (*poll)(run_exec *e);                            /* after each action until the STEP; NULL */
+} exec_mode;
+const exec_mode *exec_mode_of(const run_exec *e);
+
 struct run_exec {
     run_exec_cfg c;
+    const exec_mode *mode;            /* exec_mode_of(this), set once by run_exec_init */
     int d, p, t, M, N, C, n_stages;   /* replica, pipeline rank, TP rank, sizes */
     int Ns;                           /* rows of the stream a stage takes and gives per
                                        * microbatch: N, or N/tp under --sp (gpt_stream_rows; set
@@ -130,6 +149,8 @@ struct run_exec {
     comm_req **recv_req;              /* [len] request of each RECV action, posted early */
     comm_req **send_req;              /* [len] pending sends */
     int *pend, n_pend;                /* indices of the pending sends, oldest first */
+    uint16_t **wire_buf;              /* [n_stages*M*4] --wire bf16/fp16: each message's 16-bit
+                                       * copy (send F, send B, receive F, receive B), or NULL */
     int n_reduce, last_reduce;        /* REDUCE_GRAD actions; index of the last */
     double loss_sum, sumsq;
     int stepped;
@@ -139,6 +160,14 @@ struct run_exec {
     int stash_checked, stash_bad, stash_stale;   /* run_exec_stash_stats */
     timeline tl;
 };
+
+/* Action a on stream sm, begun at t0 (ready then), ending now, into the rank's timeline (the
+ * walk's and the modes' record: inline, so that neither file calls the other). */
+static inline void exec_record(run_exec *e, sched_action a, tl_stream sm, int peer, double ready, double t0) {
+    tl_event ev = { .act = a, .rank = e->c.world_rank, .iter = 0, .stream = sm, .peer = peer,
+                    .link = -1, .ready = ready, .start = t0, .end = pt_now() };
+    timeline_push(&e->tl, &ev);
+}
 
 /* exec_state.c */
 int exec_state_init(run_exec *e);              /* stages, buffers, copies, comms; collective */
@@ -172,6 +201,7 @@ int exec_poll_sends(run_exec *e);
 int exec_send(run_exec *e, int i, sched_action a, int *peer);
 int exec_recv(run_exec *e, int i, sched_action a, int *peer);
 int exec_finish_sends(run_exec *e);
+void exec_wire_free(run_exec *e);              /* the 16-bit message copies */
 /* exec_wait.c (exec_groups_arrived: exec_reduce.c) */
 /* Side work in a rank's waits (cfg.on_wait): what one offered wait waits for (run_wait.priv),
  * read by its arrived test. */
@@ -185,9 +215,16 @@ typedef struct {
  * (every group's when NULL) is complete (testing progresses them). 1, 0, or -1 on failure. */
 int exec_reqs_arrived(run_wait *w);
 int exec_groups_arrived(run_wait *w);
+/* The same, asleep in the transport's wait until then or the deadline (pt_now time): 1, 0 (the
+ * deadline passed; requests stay pending), -1 on failure (run_wait.block). */
+int exec_reqs_block(run_wait *w, double deadline);
+int exec_groups_block(run_wait *w, double deadline);
+/* One request: *req completes (set to NULL) by the deadline (1), or not (0), or failed (-1). */
+int exec_req_block(comm *c, comm_req **req, double deadline);
 /* Offers the wait of action i to cfg.on_wait unless arrived(x) says it is over already; side
  * steps go into the rank's timeline. 0, or -1 when the job failed meanwhile. */
-int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), exec_waiting *x);
+int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), int (*block)(run_wait *, double),
+                    exec_waiting *x);
 int exec_drop_requests(run_exec *e);
 
 /* exec_reduce.c */

@@ -98,6 +98,25 @@ int exec_groups_arrived(run_wait *w) {
     return 1;
 }
 
+/* Asleep in the transport's wait on the bucket in flight of the first group not yet complete,
+ * then the next, until all are (posting each next bucket as its last one completes). */
+int exec_groups_block(run_wait *w, double deadline) {
+    exec_waiting *x = w->priv;
+    run_exec *e = x->e;
+    for (;;) {
+        int got = exec_groups_arrived(w), n = x->st ? x->st->n_writes : e->n_grp;
+        if (got != 0) return got;
+        exec_group *gr = NULL;
+        for (int j = 0; j < n && !gr; j++) {
+            exec_group *g = &e->grp[x->st ? x->st->writes[j] : j];
+            if (g->posted && g->done_t == 0 && g->next_bk > 0 && g->bk[g->next_bk - 1].req) gr = g;
+        }
+        if (!gr) return 0;          /* nothing in flight to sleep on (not expected) */
+        got = exec_req_block(gr->cm, &gr->bk[gr->next_bk - 1].req, deadline);
+        if (got <= 0) return got < 0 ? pt_adderr("rank %d: gradient reduction: ", e->c.world_rank) : 0;
+    }
+}
+
 /* Index of the rank's STEP action, or -1 (a list without one reduces at its end). */
 static int exec_step_index(const run_exec *e) {
     for (int i = e->c.s->len[e->p] - 1; i >= 0; i--)
@@ -136,7 +155,7 @@ static int exec_world_arrival(run_exec *e) {
     }
     int i = exec_step_index(e);
     exec_waiting x = { .e = e, .req = req, .n = n };
-    if (rc == 0 && i >= 0) rc = exec_offer_wait(e, i, exec_reqs_arrived, &x);
+    if (rc == 0 && i >= 0) rc = exec_offer_wait(e, i, exec_reqs_arrived, exec_reqs_block, &x);
     rc = exec_finish_reqs(e, req, n, rc < 0);
     if (exec_finish_reqs(e, sent, n, rc < 0) < 0) rc = -1;
     free(req);
@@ -150,7 +169,7 @@ int exec_wait_all(run_exec *e) {
     int i = e->last_reduce;
     exec_waiting x = { .e = e };   /* every group */
     if (e->c.on_wait && !e->c.overlap && !e->stepped && !e->async && i >= 0 &&
-        exec_offer_wait(e, i, exec_groups_arrived, &x) < 0)
+        exec_offer_wait(e, i, exec_groups_arrived, exec_groups_block, &x) < 0)
         return -1;
     for (int k = 0; k < e->n_grp; k++)
         if (exec_wait_group(e, &e->grp[k]) < 0) return -1;

@@ -1,8 +1,10 @@
 /* One rank's executor: the walk over its lowered action list, one action at a time (compute,
  * sends and receives, reduction, the optimizer step), each recorded in the rank's timeline.
- * What an action does lives in the exec_*.c file of its concern (run/exec_int.h lists them).
+ * What an action does lives in the exec_*.c file of its concern (run/exec_int.h lists them);
+ * what its mode (sync, overlap, async) adds, in the hooks of exec_mode.c, chosen once per job.
  * Not here: thread or process start-up, data, logging (run_job.c and the trainer). */
 #include "run/exec_int.h"
+#include "util/killat.h"
 #include "util/pt.h"
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->tp = cfg->lo->tp;
     e->M = cfg->s->n_mb;
     e->async = cfg->s->async;
+    e->mode = exec_mode_of(e);   /* reads async and c.overlap, fixed for the job */
     e->N = cfg->mb_rows * cfg->T;
     e->Ns = e->N;   /* the stages' models say otherwise under --sp (exec_tp_set) */
     e->C = cfg->src->cfg.n_embd;
@@ -26,6 +29,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
 void run_exec_free(run_exec *e) {
     if (!e) return;
     exec_groups_free(e);
+    exec_wire_free(e);
     exec_state_free(e);
     free(e);
 }
@@ -34,99 +38,31 @@ const timeline *run_exec_timeline(const run_exec *e) { return &e->tl; }
 
 /* ---- the walk ----------------------------------------------------------------------------- */
 
-static void exec_record(run_exec *e, sched_action a, tl_stream sm, int peer, double ready, double t0) {
-    tl_event ev = { .act = a, .rank = e->c.world_rank, .iter = 0, .stream = sm, .peer = peer,
-                    .link = -1, .ready = ready, .start = t0, .end = pt_now() };
-    timeline_push(&e->tl, &ev);
-}
-
-/* After stage st's last W of the iteration: each group it adds to whose local writers are all
- * done starts its reduction now (overlapped with the rank's remaining work). */
-static int exec_w_done(run_exec *e, run_stage *st) {
-    st->w_end = pt_now();
-    for (int j = 0; j < st->n_writes; j++) {
-        exec_group *gr = &e->grp[st->writes[j]];
-        if (--gr->n_left == 0 && exec_post_group(e, gr) < 0) return -1;
-    }
-    return 0;
-}
-
-/* An overlapped REDUCE_GRAD of stage st: its posted groups complete; the event spans the
- * reduction, from the stage's last W to when it was seen complete, on the communication stream
- * (the rank computed meanwhile). A group not yet posted (a schedule file with an early
- * REDUCE_GRAD) waits for the step. */
-static int exec_reduce_overlapped(run_exec *e, int i, sched_action a, run_stage *st, double t0) {
-    exec_waiting x = { .e = e, .st = st };
-    if (e->c.on_wait && exec_offer_wait(e, i, exec_groups_arrived, &x) < 0) return -1;
-    double end = st->w_end > 0 ? st->w_end : t0;
-    for (int j = 0; j < st->n_writes; j++) {
-        exec_group *gr = &e->grp[st->writes[j]];
-        if (!gr->posted) continue;
-        if (exec_wait_group(e, gr) < 0) return -1;
-        if (gr->done_t > end) end = gr->done_t;
-    }
-    double start = st->w_end > 0 ? st->w_end : t0;
-    tl_event ev = { .act = a, .rank = e->c.world_rank, .iter = 0, .stream = TL_SEND, .peer = -1,
-                    .link = -1, .ready = start, .start = start, .end = end > start ? end : start };
-    timeline_push(&e->tl, &ev);
-    return 1;
-}
-
-/* STEP of a synchronous schedule: every reduction complete, the norm over the world, clipping,
- * AdamW (when oc). */
-static int exec_step(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs) {
-    if (exec_post_all(e) < 0 || exec_wait_all(e) < 0 || exec_norm(e) < 0 || exec_reduce_world(e, rs) < 0)
-        return -1;
-    e->stepped = 1;
-    if (!oc) return 0;
-    rs->clip_scale = optim_clip_scale(rs->grad_norm, oc->grad_clip);
-    rs->lr = optim_lr_at(oc, t);
-    return exec_update(e, oc, t, rs->lr, rs->clip_scale);
-}
-
-/* One action. ready: when the rank reached it. */
+/* One action: its compute or message here, what its mode adds through the mode's hooks. */
 static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const optim_config *oc,
                        int t, run_exec_stats *rs) {
+    const exec_mode *md = e->mode;
     sched_action a = e->c.s->acts[e->p][i];
     run_stage *st = a.stage >= 0 ? &e->st[e->loc[a.stage]] : NULL;
     double t0 = pt_now();
     int peer = -1, rc = 0;
     tl_stream sm = TL_COMPUTE;
+    if (a.kind == ACT_F || a.kind == ACT_REDUCE_GRAD)   /* --kill-at (util/killat.h) */
+        pt_killat_point(e->c.world_rank, t, a.kind == ACT_F ? PT_KILL_FORWARD : PT_KILL_REDUCE);
     switch (a.kind) {
     case ACT_F:
-        if (e->async) exec_stash(e, st, a.mb);
+        if (md->before_f) md->before_f(e, st, a.mb);
         rc = exec_forward_action(e, st, a.mb, tok, tgt);
         break;
     case ACT_B: case ACT_W: case ACT_BW:
-        if (e->async) exec_unstash(e, st, a.mb);   /* on the weights its F used */
+        if (md->before_b) md->before_b(e, st, a.mb);
         rc = exec_backward(e, st, a.mb, a.kind != ACT_W, a.kind != ACT_B, tok, tgt);
-        if (rc < 0) break;
-        if (e->async) exec_restash(e, st);
-        else if (a.kind != ACT_B && i == st->last_w) {
-            if ((rc = exec_tp_sum_grads(e, st)) < 0 || !e->c.overlap) break;
-            exec_record(e, a, sm, peer, t0, t0);
-            return exec_w_done(e, st) < 0 ? pt_adderr("rank %d, action %d: ", e->c.world_rank, i) : 0;
-        }
+        if (rc == 0) rc = md->after_b(e, i, a, st, t0);
         break;
     case ACT_SEND_F: case ACT_SEND_B: sm = TL_SEND; rc = exec_send(e, i, a, &peer); break;
     case ACT_RECV_F: case ACT_RECV_B: sm = TL_RECV; rc = exec_recv(e, i, a, &peer); break;
-    case ACT_REDUCE_GRAD:
-        if (e->async) rc = exec_tp_sum_grads(e, st) < 0 ? -1 : exec_reduce_stage(e, st);
-        else if (e->c.overlap && (rc = exec_reduce_overlapped(e, i, a, st, t0)) > 0) return 0;
-        else if (i == e->last_reduce && rc == 0) rc = exec_post_all(e) < 0 ? -1 : exec_wait_all(e);
-        break;
-    case ACT_STEP:
-        if (!e->async) {
-            rc = exec_step(e, oc, t, rs);
-            break;
-        }
-        if (oc) {
-            rs->lr = optim_lr_at(oc, t);
-            /* update number from the step alone, so a resumed run counts the same */
-            rc = exec_update(e, oc, (t - 1) * e->n_step_acts + ++e->step_idx, rs->lr, 1.0);
-        }
-        exec_zero_grads(e);
-        break;
+    case ACT_REDUCE_GRAD: rc = md->reduce(e, i, a, st, t0); break;
+    case ACT_STEP: rc = md->step(e, oc, t, rs); break;
     default: break;
     }
     if (rc < 0) {
@@ -134,7 +70,7 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
         return pt_adderr("rank %d, action %d (%s): ", e->c.world_rank, i,
                          sched_action_str(&a, buf, sizeof buf));
     }
-    exec_record(e, a, sm, peer, t0, t0);
+    if (rc == 0) exec_record(e, a, sm, peer, t0, t0);   /* 1: the mode recorded it */
     return 0;
 }
 
@@ -146,12 +82,9 @@ static int exec_walk(run_exec *e, const int *tokens, const int *targets, const o
         if (exec_action(e, i, tokens, targets, oc, t, st) < 0) return -1;
         if (e->send_req[i]) e->pend[e->n_pend++] = i;
         if (e->n_pend && exec_poll_sends(e) < 0) return pt_adderr("rank %d: ", e->c.world_rank);
-        if (e->c.overlap && !e->stepped && exec_poll_groups(e) < 0) return -1;
+        if (e->mode->poll && !e->stepped && e->mode->poll(e) < 0) return -1;
     }
-    if (!e->stepped) {
-        if (!e->async && (exec_post_all(e) < 0 || exec_wait_all(e) < 0 || exec_norm(e) < 0)) return -1;
-        if (exec_reduce_world(e, st) < 0) return -1;
-    }
+    if (!e->stepped && e->mode->finish(e, st) < 0) return -1;
     return exec_finish_sends(e);
 }
 
@@ -230,6 +163,11 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
     out->params = out->grads = w * f;
     out->optim = opt * f;
     out->acts = (double)run_exec_act_bytes(e) + bufs * f;
+    out->act_sets = (double)(run_exec_act_bytes(e) - e->work_n * sizeof(float));
+    out->act_mb = 0;
+    for (int i = 0; i < e->n_stages; i++)
+        for (int l = e->st[i].first; l < e->st[i].end; l++)
+            out->act_mb += (double)gpt_layer_act_floats(&e->st[i].m, l, e->c.mb_rows, e->c.T) * f;
 }
 
 int run_exec_replan(run_exec *e, const sched *s) { return exec_state_replan(e, s); }
@@ -249,6 +187,20 @@ const gpt_model *run_exec_stage_model(const run_exec *e, int g) {
 }
 
 const gpt_model *run_exec_first_model(const run_exec *e) { return &e->st[0].m; }
+
+int run_exec_world_rank(const run_exec *e) { return e->c.world_rank; }
+
+int run_exec_stage_state(const run_exec *e, int g, const gpt_model **m, const adamw_state **opt,
+                         int *chunk, int *first, int *end) {
+    if (g < 0 || g >= e->c.s->n_stages || e->loc[g] < 0) return -1;
+    const run_stage *st = &e->st[e->loc[g]];
+    *m = &st->m;
+    *opt = st->opt.m ? &st->opt : NULL;
+    *chunk = st->chunk;
+    *first = st->first;
+    *end = st->end;
+    return 0;
+}
 
 int run_exec_write_chunk(const run_exec *e, const char *tmpdir, int g) {
     const run_stage *st = &e->st[e->loc[g]];

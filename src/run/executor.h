@@ -42,9 +42,14 @@ struct run_wait {
     /* 1 when what the action waits for is there, 0 not yet; -1 when the job failed (error set:
      * return -1 at once). Cheap: a comm_test. */
     int (*arrived)(run_wait *w);
-    /* Records side work of task `task` over [t0, t1] (pt_now times) in the rank's timeline, on
-     * its own stream (TL_SIDE). */
-    void (*record)(run_wait *w, int task, double t0, double t1);
+    /* Sleeps until what the action waits for is there or `deadline` (a pt_now() time) passes,
+     * in the transport's own wait (woken by the arrival itself: no spinning, no polling here).
+     * 1 arrived, 0 the deadline passed first, -1 the job failed (error set). */
+    int (*block)(run_wait *w, double deadline);
+    /* Records side work of task `task` over [t0, t1] (pt_now times) that received cpu_s seconds
+     * of CPU, in the rank's timeline, on its own stream (TL_SIDE); woke: when block() returned
+     * with the arrival during it (0: none). */
+    void (*record)(run_wait *w, int task, double t0, double t1, double cpu_s, double woke);
     void *priv;                 /* the executor's */
 };
 /* Returns 0, or -1 when arrived() said -1 (the error stays set). */
@@ -71,6 +76,9 @@ typedef struct {
     int overlap;               /* a stage's reduction starts at its last W (else at the rank's
                                 * last REDUCE_GRAD): the same numbers either way */
     size_t bucket;             /* floats per reduction bucket (0: RUN_BUCKET_DEFAULT) */
+    int wire;                  /* messages between stages in pt_wire format w (0: fp32 as
+                                * computed; bf16 or fp16: packed at the send, unpacked at the
+                                * receive, round to nearest even) */
     run_wait_fn on_wait;       /* side work in this rank's waits (NULL: it just waits) */
     void *wait_user;           /* on_wait's first argument */
 } run_exec_cfg;
@@ -83,6 +91,8 @@ typedef struct {
     double grads;              /* their gradients */
     double optim;              /* AdamW moments (its shards with --zero 1) */
     double acts;               /* activation sets, boundary buffers, scratch, weight stashes */
+    double act_sets;           /* the activation sets within acts (the schedule's peak in flight) */
+    double act_mb;             /* one microbatch's activation set (what one more in flight costs) */
 } run_mem;
 
 /* A rank's tensor-parallel collectives (the ones its layers call through gpt_tp: all-reduces,
@@ -130,6 +140,12 @@ void run_exec_mem(const run_exec *e, run_mem *out);
  * activation sets follow its peaks; parameters, moments and gradient groups stay. Between
  * iterations only. Returns 0. */
 int run_exec_replan(run_exec *e, const sched *s);
+/* From the next iteration on, messages between stages go in pt_wire format `wire` (0 fp32, 1 bf16,
+ * 2 fp16). Every rank of the job must switch at the same step boundary (a receiver reads the
+ * sender's format). Between iterations only. */
+void run_exec_set_wire(run_exec *e, int wire);
+/* Bytes of one message between stages as sent now (the stream of a microbatch, 4 or 2 per element). */
+size_t run_exec_msg_bytes(const run_exec *e);
 /* Fault injection (--slow-stage): from the next action on, each compute action of stage g (if
  * this rank runs it) takes k times as long (k >= 1; the rank sleeps out the extra after the
  * compute, so the numbers are the same). */
@@ -138,6 +154,13 @@ void run_exec_set_slowdown(run_exec *e, int g, double k);
 const gpt_model *run_exec_stage_model(const run_exec *e, int g);
 /* The model of this rank's first stage (every rank holds one): the config and tensor table. */
 const gpt_model *run_exec_first_model(const run_exec *e);
+/* The world rank this executor runs. */
+int run_exec_world_rank(const run_exec *e);
+/* Stage g's state as it is between iterations, for a copy (snapshots): its model, its AdamW
+ * state laid out like the model's parameters (NULL when the rank holds none whole: --zero 1),
+ * its chunk and layer range [first, end). -1 when stage g is not on this rank. */
+int run_exec_stage_state(const run_exec *e, int g, const gpt_model **m, const adamw_state **opt,
+                         int *chunk, int *first, int *end);
 /* Checkpoint writes (ckpt/checkpoint.h) into tmpdir: stage g's chunk file (parameters, and with
  * --zero 0 its moments); and with --zero 1 this rank's file of moment shards. Read the state
  * only: any rank may write while the others do. */

@@ -33,8 +33,9 @@ static int check_split(const int *split, int n, int K, int n_blocks) {
     return 0;
 }
 
-int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_blocks,
+int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, const gpt_config *cfg,
                     const int *split, int n_split) {
+    int n_blocks = cfg->n_layer;
     memset(lo, 0, sizeof *lo);
     if (P < 1 || D < 1 || K < 1 || n_pipes < 1)
         return pt_seterr("layout: stages, dp and chunks must be >= 1 (got P=%d D=%d K=%d)", P, D, K);
@@ -42,14 +43,10 @@ int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, int n_bloc
         return pt_seterr("layout: %d model chunks but the model has only %d transformer blocks "
                          "(n_layer); use fewer stages or chunks", K, n_blocks);
     if (split && check_split(split, n_split, K, n_blocks) < 0) return -1;
-    lo->P = P; lo->D = D; lo->tp = 1; lo->K = K; lo->n_pipes = n_pipes; lo->n_layers = n_blocks + 2;
+    lo->P = P; lo->D = D; lo->tp = 1; lo->K = K; lo->n_pipes = n_pipes;
+    lo->n_layers = gpt_config_num_layers(cfg);
     lo->chunk_first = pt_calloc((size_t)K + 1, sizeof *lo->chunk_first);
-    int layer = 1;                         /* block b is layer b; the embedding joins chunk 0 */
-    for (int c = 0; c < K; c++) {
-        lo->chunk_first[c] = c == 0 ? 0 : layer;
-        layer += split ? split[c] : n_blocks / K + (c < n_blocks % K);
-    }
-    lo->chunk_first[K] = n_blocks + 2;     /* the head joins the last chunk */
+    gpt_config_chunk_layers(cfg, K, split, lo->chunk_first);
     return 0;
 }
 

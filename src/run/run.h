@@ -19,6 +19,7 @@
 #include "ckpt/checkpoint.h"
 #include "optim/optim.h"
 #include "run/executor.h"
+#include "run/run_link.h"
 
 typedef struct {
     int P, D;                   /* --stages, --dp */
@@ -45,7 +46,12 @@ typedef struct {
     bool no_overlap;            /* --no-overlap: reduce at the rank's last REDUCE_GRAD, not at
                                  * each stage's last W (the same numbers) */
     size_t bucket;              /* floats per gradient-reduction bucket (0: the default) */
+    int wire;                   /* --wire: how activations and gradients cross stage boundaries
+                                 * (pt_wire of util/half.h: 0 fp32, 1 bf16, 2 fp16; lossy when
+                                 * not 0, compute stays fp32) */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
+    const char *transport;      /* threads mode: the in-process transport of the job's endpoints,
+                                 * a name of the registry (comm_transport_find; NULL: threads) */
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),
      * through comm_faulty_wrap. */
     int fail_rank, fail_after;
@@ -160,6 +166,11 @@ void run_job_tp_stats(const run_job *j, run_tp_stats *out, int *ranks);
 /* Peak resident set size so far (getrusage), bytes: *out (malloc'd, the caller frees) gets one
  * entry per process: MPI, every world rank's (collective); threads, the one process's. */
 int run_job_peak_rss(run_job *j, double **out);
+/* This process's ranks (threads: every rank of the job; MPI: one) and local rank r's executor
+ * (NULL when r is out of range), for step-boundary work that reads each rank's state between
+ * iterations (snapshots: run_exec_stage_state). */
+int run_job_local_count(const run_job *j);
+run_exec *run_job_local_exec(run_job *j, int r);
 /* 1 on the rank that prints and writes files (always in threads mode, MPI world rank 0). */
 int run_job_is_root(const run_job *j);
 /* The last iteration's events of every rank, merged (root only, NULL elsewhere; every rank after
@@ -184,5 +195,19 @@ int run_job_replan(run_job *j, const sched *s);
  * stage F, B, W (B and W from a fused BW split in half when only BW ran), BW, REDUCE_GRAD, and
  * STEP; links free. Root only (elsewhere c is left as it is). */
 void run_job_profile(run_job *j, sim_costs *c);
+/* The same with means instead of medians: what a step pays on average (on a machine shared
+ * with other work a compute action has a long tail of preemptions that a median drops). */
+void run_job_profile_mean(run_job *j, sim_costs *c);
+/* The pipeline links as measured (run/run_link.h): the start probe's numbers on every rank, the
+ * run's own messages timed on the root (every rank after run_job_share_timeline), updated after
+ * each iteration; MPI only (threads: a message is a copy in memory, and one that came late came
+ * late for want of a core: the probe's numbers stand). Owned by the job. */
+const run_links *run_job_links(const run_job *j);
+/* Bytes of one message between stages as the job sends it now (--wire: 2 per element). */
+size_t run_job_msg_bytes(const run_job *j);
+/* From the next iteration on, messages between stages in pt_wire format `wire` (util/half.h: 0
+ * fp32, 1 bf16, 2 fp16) on this process's ranks. Every rank of the job must switch at the same
+ * step boundary (MPI: each process calls it with the same value). */
+void run_job_set_wire(run_job *j, int wire);
 
 #endif

@@ -7,9 +7,8 @@
  * OpenBLAS's thread count is process-wide, so it is set to 1 once before the rank threads start
  * (each rank computes on one core); MPI mode sets it to 1 per process too (the CLI's --threads
  * raises it there). */
-#include "run/executor.h"
+#include "run/run_job_int.h"
 #include "run/move.h"
-#include "run/run.h"
 #include "util/pt.h"
 #include <cblas.h>
 #include <pthread.h>
@@ -22,45 +21,9 @@
 
 #define JOB_CLOCK_ROUNDS 16     /* pings per rank for its clock offset: the best of 16 (docs/comm.md) */
 
-typedef struct { int iter; double dur; } job_sample;
-typedef struct { job_sample *v; int n, cap; } job_samples;
-
-struct run_job {
-    const run_plan *pl;
-    const sched *s;                  /* the schedule in force: pl->s, or own after a replan */
-    sched *own;                      /* the schedule run_job_replan switched to (owned), or NULL */
-    int share_tl;                    /* every rank gets the merged timeline (run_job_share_timeline) */
-    int R, n_local, mpi;             /* world size, ranks in this process, MPI mode */
-    int wrapped;                     /* MPI: comms[0] is a faulty wrapper of the caller's world */
-    comm *world;                     /* MPI: the caller's world (not owned); NULL: threads */
-    const run_source *const *src;    /* [n_local] each rank's source, during init only */
-    run_mem *mem;                    /* [R] what each world rank holds */
-    comm **comms;                    /* [n_local]; MPI: the caller's world (not owned) */
-    run_exec **ex;                   /* [n_local] */
-    run_exec_stats *rst;             /* [n_local] */
-    char **errs;                     /* [n_local] error of each rank thread */
-    atomic_int first_fail;
-    timeline tl;                     /* merged events of the last iteration (root) */
-    double *clock;                   /* [R] MPI: each world rank's clock ahead of rank 0's, seconds
-                                      * (comm_clock_offsets at init); NULL: one clock (threads) */
-    int tl_linked, n_iters;
-    size_t act_max;                  /* largest activation storage of any rank, bytes */
-    job_samples *prof;               /* [S*5 + 1] F, B, W, BW, REDUCE per stage; STEP (root) */
-    /* arguments of the call the rank threads run */
-    const int *tok, *tgt;
-    const optim_config *oc;
-    int t;
-    gpt_model *gather_out;           /* run_job_gather under tensor parallelism (root) */
-    const run_job *move_from;        /* run_job_resplit: the job moved from, */
-    const run_source_reqs *move_want;   /* and each local rank's requests */
-    const char *save_tmp;            /* run_job_save under tensor parallelism: the folder, */
-    const ckpt_manifest *save_man;   /* and its layout */
-};
-
 /* ---- rank threads ------------------------------------------------------------------------- */
 
-typedef int (*job_fn)(run_job *j, int r);
-typedef struct { run_job *j; int r; job_fn fn; } job_arg;
+typedef struct { run_job *j; int r; run_job_fn fn; } job_arg;
 
 /* Rank r's failure: keeps its message, tells the others to stop. */
 static void job_fail(run_job *j, int r) {
@@ -78,7 +41,7 @@ static void *job_thread(void *p) {
 }
 
 /* Runs fn on every local rank (threads, or inline for MPI); -1 with the first failure's error. */
-static int job_run_all(run_job *j, job_fn fn) {
+int run_job_run_all(run_job *j, run_job_fn fn) {
     atomic_store(&j->first_fail, -1);
     if (j->n_local == 1) {
         if (fn(j, 0) == 0) return 0;
@@ -102,16 +65,16 @@ static int job_run_all(run_job *j, job_fn fn) {
 
 /* ---- set-up ------------------------------------------------------------------------------- */
 
-static int job_world_rank(const run_job *j, int r) { return j->mpi ? j->comms[0]->rank : r; }
+int run_job_world_rank(const run_job *j, int r) { return j->mpi ? j->comms[0]->rank : r; }
 
 static int job_exec_init(run_job *j, int r) {
     const run_plan *pl = j->pl;
-    int w = job_world_rank(j, r);
+    int w = run_job_world_rank(j, r);
     run_exec_cfg c = { .s = j->s, .lo = &pl->lo, .world_rank = w, .world = j->comms[r],
                        .src = j->src[r], .B = pl->B, .T = pl->T, .mb_rows = pl->mb_rows,
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
                        .tp_overlap = pl->o.tp_overlap, .tp_recompute = pl->o.tp_recompute, .tp_sp = pl->o.tp_sp,
-                       .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket,
+                       .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket, .wire = pl->o.wire,
                        .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user };
     return run_exec_init(&j->ex[r], &c);
 }
@@ -119,21 +82,23 @@ static int job_exec_init(run_job *j, int r) {
 /* What every rank holds, and the busiest rank's activation sets (MPI: every rank's numbers in
  * its own slots, summed). */
 static int job_measure(run_job *j) {
-    double *v = pt_calloc((size_t)j->R * 5, sizeof *v);
+    enum { NV = 7 };   /* run_mem's six numbers and run_exec_act_bytes */
+    double *v = pt_calloc((size_t)j->R * NV, sizeof *v);
     for (int r = 0; r < j->n_local; r++) {
-        int w = job_world_rank(j, r);
+        int w = run_job_world_rank(j, r);
         run_mem m;
         run_exec_mem(j->ex[r], &m);
-        double x[5] = { m.params, m.grads, m.optim, m.acts, (double)run_exec_act_bytes(j->ex[r]) };
-        memcpy(v + (size_t)w * 5, x, sizeof x);
+        double x[NV] = { m.params, m.grads, m.optim, m.acts, m.act_sets, m.act_mb, (double)run_exec_act_bytes(j->ex[r]) };
+        memcpy(v + (size_t)w * NV, x, sizeof x);
     }
-    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R * 5) : 0;
+    int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R * NV) : 0;
     free(j->mem);
     j->mem = pt_calloc((size_t)j->R, sizeof *j->mem);
     j->act_max = 0;
     for (int w = 0; w < j->R; w++) {
-        j->mem[w] = (run_mem){ v[w * 5], v[w * 5 + 1], v[w * 5 + 2], v[w * 5 + 3] };
-        if (v[w * 5 + 4] > j->act_max) j->act_max = (size_t)v[w * 5 + 4];
+        const double *x = v + (size_t)w * NV;
+        j->mem[w] = (run_mem){ x[0], x[1], x[2], x[3], x[4], x[5] };
+        if (x[6] > j->act_max) j->act_max = (size_t)x[6];
     }
     free(v);
     return rc;
@@ -147,7 +112,24 @@ int run_job_init(run_job **out, const run_plan *pl, const gpt_model *init,
 }
 
 /* Starts a job (run_job_init_src) whose local rank r fills from src[r]. */
-static int job_start(run_job **out, const run_plan *pl, const run_source *const *src, comm *world) {
+static int job_apply_faults(run_job *j, int t);
+
+/* The start probe of rank r's pipeline links, in this phase (run_links_probe). */
+static int job_probe_rank(run_job *j, int r) {
+    return run_links_probe(&j->links, j->comms[r], &j->pl->lo, run_job_world_rank(j, r), j->probe_phase,
+                           run_exec_msg_bytes(j->ex[r]), j->pl->o.timeout);
+}
+
+/* The links as step 1's faults leave them, probed in two phases (each rank one link at a time),
+ * every rank getting every link's numbers. */
+static int job_probe_links(run_job *j) {
+    if (job_apply_faults(j, 1) < 0) return -1;
+    for (j->probe_phase = 0; j->probe_phase < 2; j->probe_phase++)
+        if (run_job_run_all(j, job_probe_rank) < 0) return -1;
+    return j->mpi ? run_links_share(&j->links, j->comms[0]) : 0;
+}
+
+static int job_start(run_job **out, const run_plan *pl, const run_source *const *src, comm *world, int probe) {
     run_job *j = pt_calloc(1, sizeof *j);
     *out = j;
     j->pl = pl;
@@ -175,15 +157,22 @@ static int job_start(run_job **out, const run_plan *pl, const run_source *const 
         j->clock = pt_calloc((size_t)j->R, sizeof *j->clock);   /* hosts' clocks differ */
         if (comm_clock_offsets(world, JOB_CLOCK_ROUNDS, pl->o.timeout, j->clock, NULL) < 0) return -1;
     } else {
-        if (comm_threads_create(j->R, j->comms) < 0) return -1;
+        const comm_transport *t = comm_transport_find(pl->o.transport);
+        if (!t) return -1;
+        if (!t->create)
+            return pt_seterr("--transport %s joins a world of processes: start the job with one "
+                             "(run_job_init's world), not as threads", t->name);
+        if (t->create(j->R, j->comms) < 0) return -1;
         int fr = pl->o.fail_rank, fail = pl->o.fail_after > 0 && fr >= 0 && fr < j->R;
         for (int r = 0; r < j->R; r++)   /* faults: every rank's endpoint; the test hook: its rank's */
             if ((pl->n_faults || (fail && r == fr)) &&
                 comm_faulty_wrap(j->comms[r], -1, 0, fail && r == fr ? pl->o.fail_after : -1, &j->comms[r]) < 0)
                 return -1;
     }
-    int rc = job_run_all(j, job_exec_init);
+    int rc = run_job_run_all(j, job_exec_init);
     j->src = NULL;
+    run_links_init(&j->links, &pl->lo);
+    if (rc == 0 && probe) rc = job_probe_links(j);
     return rc < 0 ? -1 : job_measure(j);
 }
 
@@ -191,7 +180,7 @@ int run_job_init_src(run_job **out, const run_plan *pl, const run_source *src, c
     int n = world ? 1 : run_layout_ranks(&pl->lo);
     const run_source **each = pt_malloc(sizeof *each * (size_t)n);
     for (int r = 0; r < n; r++) each[r] = src;
-    int rc = job_start(out, pl, each, world);
+    int rc = job_start(out, pl, each, world, 1);
     free(each);
     return rc;
 }
@@ -210,11 +199,12 @@ int run_job_resplit(run_job **jp, const run_plan *pl) {
         run_source_defer(&src[r], &run_exec_first_model(old->ex[0])->cfg, &want[r]);
         each[r] = &src[r];
     }
-    int rc = job_start(&j, pl, each, old->world);
+    int rc = job_start(&j, pl, each, old->world, 0);   /* the links stay what the old job measured */
     if (rc == 0) {
+        memcpy(j->links.dir, old->links.dir, sizeof *j->links.dir * (size_t)(2 * pl->lo.D * j->links.tp * (pl->lo.P - 1)));
         j->move_from = old;
         j->move_want = want;
-        rc = job_run_all(j, job_move_rank);
+        rc = run_job_run_all(j, job_move_rank);
         j->move_from = NULL;
         j->move_want = NULL;
     }
@@ -243,6 +233,7 @@ void run_job_free(run_job *j) {
     free(j->prof);
     free(j->mem); free(j->comms); free(j->ex); free(j->rst); free(j->errs); free(j->clock);
     timeline_free(&j->tl);
+    run_links_free(&j->links);
     sched_free(j->own);
     free(j);
 }
@@ -269,6 +260,9 @@ void run_job_tp_stats(const run_job *j, run_tp_stats *out, int *ranks) {
     }
     *ranks = j->n_local;
 }
+
+int run_job_local_count(const run_job *j) { return j->n_local; }
+run_exec *run_job_local_exec(run_job *j, int r) { return r >= 0 && r < j->n_local ? j->ex[r] : NULL; }
 
 int run_job_is_root(const run_job *j) { return !j->mpi || j->comms[0]->rank == 0; }
 
@@ -460,7 +454,7 @@ static void job_analyse(run_job *j, run_stats *st) {
 static int job_apply_faults(run_job *j, int t) {
     const run_plan *pl = j->pl;
     for (int r = 0; r < j->n_local && pl->n_faults; r++) {
-        int w = job_world_rank(j, r);
+        int w = run_job_world_rank(j, r);
         for (int i = 0; i < pl->n_faults; i++) {
             const sim_fault *x = &pl->faults[i];
             if (!x->link || (x->a != w && x->b != w)) continue;
@@ -484,7 +478,7 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
         return pt_seterr("schedule %s updates the weights after every microbatch; the gradient of "
                          "a whole batch needs a synchronous schedule", j->s->name);
     j->tok = tokens; j->tgt = targets; j->oc = oc; j->t = t;
-    if (job_apply_faults(j, t) < 0 || job_run_all(j, job_iter_rank) < 0) return -1;
+    if (job_apply_faults(j, t) < 0 || run_job_run_all(j, job_iter_rank) < 0) return -1;
     j->tl.n = 0;
     j->tl_linked = 0;
     if (j->mpi) {
@@ -493,7 +487,12 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
     } else {
         for (int r = 0; r < j->n_local; r++) job_merge(j, run_exec_timeline(j->ex[r]));
     }
-    if (run_job_is_root(j) || j->share_tl) job_analyse(j, st);   /* the same numbers on every rank */
+    if (run_job_is_root(j) || j->share_tl) {   /* the same numbers on every rank */
+        job_analyse(j, st);
+        /* threads: a message is a copy in memory; one got late was late for want of a core,
+         * which is no link (the probe's numbers stand) */
+        if (j->mpi) run_links_observe(&j->links, run_job_timeline(j), &j->pl->lo, (double)run_exec_msg_bytes(j->ex[0]));
+    }
     if (j->mpi && !j->share_tl) {   /* every rank reports the root's measurement */
         double v[2] = { st->iter_time, st->bubble };
         if (comm_allreduce_f64(j->comms[0], v, 2) < 0) return -1;
@@ -547,6 +546,14 @@ const timeline *run_job_timeline(run_job *j) {
 
 void run_job_share_timeline(run_job *j, int on) { j->share_tl = on != 0; }
 
+const run_links *run_job_links(const run_job *j) { return &j->links; }
+
+size_t run_job_msg_bytes(const run_job *j) { return run_exec_msg_bytes(j->ex[0]); }
+
+void run_job_set_wire(run_job *j, int wire) {
+    for (int r = 0; r < j->n_local; r++) run_exec_set_wire(j->ex[r], wire);
+}
+
 const sched *run_job_schedule(const run_job *j) { return j->s; }
 
 /* s has the shape of the schedule in force: the same stages on the same ranks, microbatches,
@@ -599,268 +606,34 @@ int run_job_replan(run_job *j, const sched *s_in) {
     return job_measure(j);
 }
 
-/* Median of the samples after the first iteration (all of them when only one ran); -1 if none. */
-static double samples_median(const job_samples *s, int n_iters) {
-    double *v = pt_malloc(sizeof *v * (size_t)(s->n + 1));
+/* Median (mean = 0) or mean of the samples after the first iteration (all of them when only one
+ * ran); -1 if none. */
+static double samples_stat(const job_samples *s, int n_iters, int mean) {
+    double *v = pt_malloc(sizeof *v * (size_t)(s->n + 1)), sum = 0;
     int n = 0;
     for (int i = 0; i < s->n; i++)
-        if (n_iters < 2 || s->v[i].iter > 0) v[n++] = s->v[i].dur;
-    double m = n ? pt_median(v, n) : -1;
+        if (n_iters < 2 || s->v[i].iter > 0) sum += v[n++] = s->v[i].dur;
+    double m = !n ? -1 : mean ? sum / n : pt_median(v, n);
     free(v);
     return m;
 }
 
-void run_job_profile(run_job *j, sim_costs *c) {
+static void job_profile(run_job *j, sim_costs *c, int mean) {
     if (!run_job_is_root(j)) return;
     int S = j->pl->s->n_stages;
     for (int g = 0; g < S; g++) {
         double v[5];
-        for (int k = 0; k < 5; k++) v[k] = samples_median(&j->prof[g * 5 + k], j->n_iters);
+        for (int k = 0; k < 5; k++) v[k] = samples_stat(&j->prof[g * 5 + k], j->n_iters, mean);
         c->f[g] = v[0] > 0 ? v[0] : 0;
         c->b[g] = v[1] >= 0 ? v[1] : v[3] > 0 ? v[3] / 2 : 0;
         c->w[g] = v[2] >= 0 ? v[2] : v[3] > 0 ? v[3] / 2 : 0;
         c->bw[g] = v[3] >= 0 ? v[3] : -1;
         c->reduce[g] = v[4] > 0 ? v[4] : 0;
     }
-    double st = samples_median(&j->prof[S * 5], j->n_iters);
+    double st = samples_stat(&j->prof[S * 5], j->n_iters, mean);
     c->step = st > 0 ? st : 0;
 }
 
-/* The local index of world rank w's executor, or -1 (another process). */
-static int job_local(const run_job *j, int w) {
-    if (!j->mpi) return w;
-    return j->comms[0]->rank == w ? 0 : -1;
-}
+void run_job_profile(run_job *j, sim_costs *c) { job_profile(j, c, 0); }
 
-/* Chunk c's holder in replica 0, pipe 0 sends its parameters and gradients to the root; root
- * (out != NULL) puts them at the chunk's span of out. */
-static int job_gather_chunk(run_job *j, int c, gpt_model *out) {
-    comm *w = j->comms[0];
-    int holder = j->pl->s->stage_rank[c], me = j->mpi ? w->rank : 0, r = job_local(j, holder);
-    int first = j->pl->lo.chunk_first[c], end = j->pl->lo.chunk_first[c + 1];
-    size_t off = 0, n = 0, soff = 0, sn = 0;
-    if (out) gpt_layers_param_span(out, first, end, &off, &n);
-    const gpt_model *m = r >= 0 ? run_exec_stage_model(j->ex[r], c) : NULL;
-    if (m) gpt_layers_param_span(m, first, end, &soff, &sn);
-    const float *src[2] = { m ? m->params + soff : NULL, m ? m->grads + soff : NULL };
-    float *dst[2] = { out ? out->params + off : NULL, out ? out->grads + off : NULL };
-    for (int k = 0; k < 2; k++) {
-        comm_req *rq;
-        if (out && m) memcpy(dst[k], src[k], n * sizeof(float));
-        else if (out) {
-            if (comm_irecv(w, holder, COMM_TAG_GATHER + 2 + k, dst[k], n * sizeof(float), &rq) < 0 ||
-                comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
-        } else if (m && me == holder) {
-            if (comm_isend(w, 0, COMM_TAG_GATHER + 2 + k, src[k], sn * sizeof(float), &rq) < 0 ||
-                comm_wait(w, rq, j->pl->o.timeout) < 0) return -1;
-        }
-    }
-    return 0;
-}
-
-/* Tensor parallelism: chunk c whole (params and grads, whole: a model of its layers) from its
- * TP rank 0 to the root: copied when it is the root, else sent. */
-static int job_put_chunk(run_job *j, int r, const gpt_model *whole) {
-    comm *w = j->comms[r];
-    const float *src[2] = { whole->params, whole->grads };
-    size_t off = 0, n = whole->n_held;
-    for (int k = 0; k < 2; k++) {
-        comm_req *rq;
-        if (job_world_rank(j, r) == 0) {
-            gpt_layers_param_span(j->gather_out, whole->first_layer, whole->end_layer, &off, &n);
-            memcpy((k ? j->gather_out->grads : j->gather_out->params) + off, src[k], n * sizeof(float));
-        } else if (comm_isend(w, 0, COMM_TAG_GATHER + 2 + k, src[k], n * sizeof(float), &rq) < 0 ||
-                   comm_wait(w, rq, j->pl->o.timeout) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* The root's receive of chunk c (layers [first, end)) from world rank `from`. */
-static int job_take_chunk(run_job *j, int r, int from, int first, int end) {
-    comm *w = j->comms[r];
-    size_t off, n;
-    gpt_layers_param_span(j->gather_out, first, end, &off, &n);
-    for (int k = 0; k < 2; k++) {
-        comm_req *rq;
-        if (comm_irecv(w, from, COMM_TAG_GATHER + 2 + k, (k ? j->gather_out->grads : j->gather_out->params) + off,
-                       n * sizeof(float), &rq) < 0 || comm_wait(w, rq, j->pl->o.timeout) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* Tensor parallelism, rank r: for each chunk, its holder's TP group (replica 0, pipe 0) makes it
- * whole on TP rank 0 (run_exec_gather_stage), which gives it to the root; the root takes the
- * chunks others made. One chunk at a time: TP rank 0 holds one whole chunk besides its own. */
-static int job_gather_rank(run_job *j, int r) {
-    const run_plan *pl = j->pl;
-    int d, p, t, w = job_world_rank(j, r), rc = 0;
-    run_exec_coords(j->ex[r], &d, &p, &t);
-    for (int c = 0; c < pl->s->stages_per_pipe && rc == 0; c++) {
-        int first = pl->lo.chunk_first[c], end = pl->lo.chunk_first[c + 1], holder = pl->s->stage_rank[c];
-        const gpt_model *m = d == 0 ? run_exec_stage_model(j->ex[r], c) : NULL;
-        if (!m) {
-            if (w == 0) rc = job_take_chunk(j, r, run_layout_world_rank(&pl->lo, 0, holder, 0), first, end);
-            continue;
-        }
-        gpt_model whole;
-        memset(&whole, 0, sizeof whole);
-        if (t == 0 && gpt_init_layers(&whole, &m->cfg, first, end) < 0) return -1;
-        rc = run_exec_gather_stage(j->ex[r], c, 1, t == 0 ? &whole : NULL);
-        if (rc == 0 && t == 0) rc = job_put_chunk(j, r, &whole);
-        gpt_free(&whole);
-    }
-    return rc;
-}
-
-int run_job_gather(run_job *j, gpt_model *out) {
-    gpt_model *dst = run_job_is_root(j) ? out : NULL;
-    if (j->pl->lo.tp > 1) {
-        j->gather_out = dst;
-        int rc = job_run_all(j, job_gather_rank);
-        j->gather_out = NULL;
-        return rc;
-    }
-    for (int c = 0; c < j->pl->s->stages_per_pipe; c++)
-        if (job_gather_chunk(j, c, dst) < 0) return -1;
-    return 0;
-}
-
-void run_job_mem(const run_job *j, int w, run_mem *out) { *out = j->mem[w]; }
-
-int run_job_peak_rss(run_job *j, double **out) {
-    struct rusage ru;
-    int n = j->mpi ? j->R : 1;
-    double *v = pt_calloc((size_t)n, sizeof *v);
-    getrusage(RUSAGE_SELF, &ru);
-    v[j->mpi ? j->comms[0]->rank : 0] = (double)ru.ru_maxrss * 1024.0;   /* Linux: kilobytes */
-    free(*out);
-    *out = v;
-    return j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)n) : 0;
-}
-
-/* ---- checkpoints -------------------------------------------------------------------------- *
- * Nothing is gathered: each chunk's holder in replica 0, pipe 0 writes its chunk file (with
- * --zero 0 its moments too), and with --zero 1 every rank writes its moment shards. Under tensor
- * parallelism the files still hold whole tensors, filled in place: the holder's TP rank 0
- * creates each chunk file (header, size), and after a barrier every rank pwrites its own
- * elements there (ckpt_placer): the holder's TP ranks their shards of the parameters (and with
- * --zero 0 of the moments), with --zero 1 every rank its slices of the moments. No rank holds
- * more than its own state. */
-
-/* MPI: sum of v over ranks (v[0..n)), the way to share one rank's number or count failures. */
-static int job_sum(run_job *j, double *v, int n) {
-    return j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)n) : 0;
-}
-
-/* Tensor parallelism, rank r, before anyone writes: the files of the chunks it holds in
- * replica 0, pipe 0 at TP rank 0, with their headers and final sizes. */
-static int job_save_create(run_job *j, int r) {
-    const run_plan *pl = j->pl;
-    int d, p, t;
-    run_exec_coords(j->ex[r], &d, &p, &t);
-    for (int c = 0; c < pl->s->stages_per_pipe && d == 0 && t == 0; c++) {
-        const gpt_model *m = run_exec_stage_model(j->ex[r], c);
-        if (m && ckpt_chunk_create(j->save_tmp, c, pl->lo.chunk_first[c], pl->lo.chunk_first[c + 1], m, 1) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* Puts moment slices sl[0..n) (freed here) of TP rank t; n < 0: the error of getting them. */
-static int job_place_slices(ckpt_placer *pc, ckpt_slice *sl, int n, int t, int tp) {
-    int rc = n < 0 ? -1 : 0;
-    for (int i = 0; i < n && rc == 0; i++) rc = ckpt_placer_put_slice(pc, &sl[i], t, tp);
-    if (n >= 0) free(sl);
-    return rc;
-}
-
-/* Tensor parallelism, rank r, once every file exists: its own elements into them. PT_CKPT_DEBUG
- * set: prints what it wrote and the largest buffer the placing allocated. */
-static int job_save_place(run_job *j, int r) {
-    const run_plan *pl = j->pl;
-    int d, p, t, tp = pl->lo.tp, rc = 0;
-    const gpt_model *any = NULL;
-    ckpt_placer *pc;
-    ckpt_slice *sl = NULL;
-    ckpt_place_stats ps;
-    run_exec_coords(j->ex[r], &d, &p, &t);
-    for (int g = 0; g < pl->s->n_stages && !any; g++) any = run_exec_stage_model(j->ex[r], g);
-    if (!any || ckpt_placer_open(&pc, j->save_tmp, j->save_man, any, 1) < 0) return any ? -1 : 0;
-    for (int c = 0; c < pl->s->stages_per_pipe && rc == 0 && d == 0; c++) {   /* holders */
-        const gpt_model *m = run_exec_stage_model(j->ex[r], c);
-        for (int i = 0; m && i < gpt_param_count(m) && rc == 0; i++) {
-            const gpt_param_info *pi = gpt_param_info_at(m, i);
-            if (gpt_holds_layer(m, pi->layer))
-                rc = ckpt_placer_put(pc, 0, i, t, tp, 0, pi->count, m->params + pi->offset);
-        }
-        if (m && rc == 0 && !pl->o.zero) rc = job_place_slices(pc, sl, run_exec_moment_slices(j->ex[r], c, &sl), t, tp);
-    }
-    if (rc == 0 && pl->o.zero) rc = job_place_slices(pc, sl, run_exec_moment_slices(j->ex[r], -1, &sl), t, tp);
-    if (ckpt_placer_close(pc, &ps) < 0) rc = -1;
-    if (rc == 0 && getenv("PT_CKPT_DEBUG"))
-        fprintf(stderr, "ckpt: rank %d wrote %zu bytes in %zu writes into %d files; largest save "
-                "buffer %zu bytes\n", job_world_rank(j, r), ps.bytes, ps.writes, ps.files, ps.max_alloc);
-    return rc;
-}
-
-/* Tensor parallelism: the files created, a barrier, every rank's elements placed. */
-static int job_save_tp(run_job *j, const char *tmp, const ckpt_manifest *man) {
-    char err[512];
-    j->save_tmp = tmp;
-    j->save_man = man;
-    double fail = job_run_all(j, job_save_create) < 0;
-    snprintf(err, sizeof err, "%s", fail > 0 ? pt_err() : "");
-    int rc = job_sum(j, &fail, 1);   /* the barrier: no rank writes into a file not made yet */
-    if (rc == 0 && fail > 0) rc = pt_seterr("%s", err[0] ? err : "checkpoint: another rank could not create its chunk file");
-    if (rc == 0) rc = job_run_all(j, job_save_place);
-    j->save_tmp = NULL;
-    j->save_man = NULL;
-    return rc;
-}
-
-/* Every chunk file (and with --zero 1 at tp 1, every rank's moment shards) into tmp. 0, or -1. */
-static int job_write_files(run_job *j, const char *tmp, const ckpt_manifest *man) {
-    const run_plan *pl = j->pl;
-    if (pl->lo.tp > 1) return job_save_tp(j, tmp, man);
-    for (int c = 0; c < pl->s->stages_per_pipe; c++) {   /* holders in replica 0, pipe 0 */
-        int r = job_local(j, pl->s->stage_rank[c]);
-        if (r >= 0 && run_exec_write_chunk(j->ex[r], tmp, c) < 0) return -1;
-    }
-    for (int r = 0; r < j->n_local && pl->o.zero; r++)   /* every rank its moments */
-        if (run_exec_write_shards(j->ex[r], tmp) < 0) return -1;
-    return 0;
-}
-
-int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
-    const run_plan *pl = j->pl;
-    ckpt_manifest man = *man0;
-    char tmp[1200];
-    int root = run_job_is_root(j);
-    if (ckpt_manifest_set_layout(&man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
-                                 pl->s->name, pl->lo.chunk_first) < 0 ||
-        (pl->o.zero && pl->lo.tp == 1 && ckpt_manifest_set_shards(&man, j->R) < 0)) return -1;
-    man.tp = pl->lo.tp;
-    double v[2] = { 0, 0 };            /* root's pid, failures */
-    if (root) {
-        if (ckpt_begin(dir, tmp, sizeof tmp) < 0) v[1] = 1;
-        v[0] = (double)getpid();
-    }
-    if (job_sum(j, v, 2) < 0) return -1;
-    if (v[1] > 0) return root ? -1 : pt_seterr("checkpoint %s: rank 0 could not start it", dir);
-    if (!root && ckpt_tmpdir_name(dir, (long)v[0], tmp, sizeof tmp) < 0) return -1;
-    double fail = job_write_files(j, tmp, &man) < 0;
-    char err[512];
-    snprintf(err, sizeof err, "%s", pt_err());
-    if (job_sum(j, &fail, 1) < 0) return -1;
-    if (fail > 0) {
-        if (root) ckpt_abandon(tmp);
-        return pt_seterr("%s", err[0] ? err : "checkpoint: another rank failed to write its chunk");
-    }
-    double ok = root ? (ckpt_commit(dir, tmp, &man) < 0) : 0;
-    snprintf(err, sizeof err, "%s", pt_err());
-    if (job_sum(j, &ok, 1) < 0) return -1;
-    if (ok > 0) return pt_seterr("%s", root ? err : "checkpoint: rank 0 could not commit it");
-    return 0;
-}
+void run_job_profile_mean(run_job *j, sim_costs *c) { job_profile(j, c, 1); }

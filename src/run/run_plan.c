@@ -62,7 +62,7 @@ static int run_plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     if (o->tp_sp && gpt_sp_check_rows(pl->mb_rows, T, o->tp) < 0)   /* B*T of a microbatch */
         return pt_adderr("--sp with --batch %d over dp x microbatches = %d x %d (microbatches of %d "
                          "sequences) and --seq %d: ", B, o->D, s->n_mb, pl->mb_rows, T);
-    if (run_layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg->n_layer, o->split, o->n_split) < 0)
+    if (run_layout_init(&pl->lo, o->P, o->D, s->stages_per_pipe, s->n_pipes, cfg, o->split, o->n_split) < 0)
         return -1;
     pl->lo.tp = o->tp;
     return 0;

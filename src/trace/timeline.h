@@ -19,6 +19,10 @@ typedef struct {
     int link;           /* SEND: index of the event that consumed the data (RECV or compute), or -1 */
     double ready;       /* when the rank reached the action (start - ready = time it waited) */
     double start, end;  /* seconds */
+    double cpu;         /* TL_SIDE: CPU seconds the side work received in [start, end]; else 0 */
+    double woke;        /* TL_SIDE: when the rank's thread, asleep in its wait while a side program
+                         * ran, was woken by the arrival (the rank could not have gone on before
+                         * that, side work or not); 0: the side work ran on the rank's thread */
 } tl_event;
 
 typedef struct {

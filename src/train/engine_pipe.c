@@ -88,7 +88,7 @@ static int pipe_save(train_engine *e, const char *dir, const ckpt_manifest *man)
  * of each kind beyond MEM_LINE_RANKS ranks). */
 static void pipe_print_memory(const pipe_engine *p) {
     int R = run_layout_ranks(&p->pl->lo);
-    run_mem m, mx = { 0, 0, 0, 0 };
+    run_mem m, mx = { 0, 0, 0, 0, 0, 0 };
     printf("memory per rank (MB, params/grads/optimizer/activations):");
     for (int w = 0; w < R; w++) {
         run_job_mem(p->job, w, &m);
@@ -108,15 +108,18 @@ static void pipe_print_memory(const pipe_engine *p) {
 /* "pipeline: <schedule>, P stages x D replicas, ..." and the memory line (the run header's). */
 static void pipe_describe(const train_engine *e) {
     const pipe_engine *p = (const pipe_engine *)e;
+    static const char *wire[3] = { "", "; wire bf16 (messages between stages in 16 bits: lossy)",
+                                   "; wire fp16 (messages between stages in 16 bits: lossy)" };
     printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences, %s transport; "
-           "activations %.2f MB on the busiest rank%s%s%s%s%s\n", p->pl->s->name, p->pl->o.P, p->pl->o.D,
+           "activations %.2f MB on the busiest rank%s%s%s%s%s%s\n", p->pl->s->name, p->pl->o.P, p->pl->o.D,
            p->pl->lo.tp, p->pl->s->n_mb, p->pl->mb_rows, p->o.world ? "mpi" : "threads",
            run_job_act_bytes(p->job) / 1e6, p->o.ro.recompute ? " (recomputing)" : "",
            !p->pl->o.tp_recompute ? "" : p->pl->o.tp_sp ? " (blocks keep their rows of x and res2, rebuilt before B "
            "with two all-gathers)" : " (blocks keep x and res2, rebuilt before B without all-reduces)",
            p->pl->o.tp_overlap ? "; TP all-reduces overlapped (two halves per microbatch)" : "",
            p->pl->o.tp_sp ? "; sequence parallel (each TP rank holds 1/tp of the rows between layers and stages)" : "",
-           p->pl->o.no_overlap ? "; reduction after each rank's schedule" : "");
+           p->pl->o.no_overlap ? "; reduction after each rank's schedule" : "",
+           wire[p->pl->o.wire >= 0 && p->pl->o.wire < 3 ? p->pl->o.wire : 0]);
     pipe_print_memory(p);
     if (p->pl->o.tp_overlap && p->pl->mb_rows < 2)
         printf("note: --tp-overlap splits a microbatch into two halves of sequences; microbatches of "
@@ -137,16 +140,40 @@ static void pipe_last_faults(const pipe_engine *p, sim_costs *c) {
     }
 }
 
-/* The simulator's iteration for the schedule in force, from the F/B/W costs profiled in this
- * run and the last step's injected faults, next to the measured medians it and bub. */
+/* The links as the run measured them (run/run_link.h) into c, except a link the last step
+ * delayed on purpose (--slow-link SECONDS: pipe_last_faults models that one as injected, and its
+ * measured times would count the delay as bandwidth). Returns how many links went in. */
+static int pipe_measured_links(pipe_engine *p, sim_costs *c) {
+    const run_links *L = run_job_links(p->job);
+    int n = 0;
+    for (int r = 0; r + 1 < p->pl->o.P; r++) {
+        int a = run_layout_world_rank(&p->pl->lo, 0, r, 0), b = run_layout_world_rank(&p->pl->lo, 0, r + 1, 0);
+        if (run_plan_link_delay(p->pl, a, b, p->last_step) > 0 || run_links_message_time(L, r, 1) <= 0) continue;
+        run_links_apply(L, c, r, (double)run_job_msg_bytes(p->job));
+        n++;
+    }
+    return n;
+}
+
+/* "links: link 0-1: ..." (the measured links of replica 0), when the job has any. */
+static void pipe_print_links(pipe_engine *p) {
+    char buf[512];
+    if (p->pl->o.P < 2) return;
+    printf("links: %s\n", run_links_describe(run_job_links(p->job), buf, sizeof buf));
+}
+
+/* The simulator's iteration for the schedule in force, from the mean F/B/W costs profiled in this
+ * run, the links as measured and the last step's injected faults, next to the measured medians
+ * it and bub. */
 static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     const sched *s = run_job_schedule(p->job);   /* the one in force at the end */
     sim_costs c;
     sim_result res;
     sim_opts so = { .iterations = 1 };
     sim_costs_init(&c, s->n_stages, 0, 0, 0);
-    run_job_profile(p->job, &c);
+    run_job_profile_mean(p->job, &c);
     c.reduce_overlap = !p->pl->o.no_overlap;   /* the reduction as the runtime ran it */
+    int n_links = pipe_measured_links(p, &c);
     pipe_last_faults(p, &c);
     int rc = sim_run(s, &c, &so, &res);
     sim_costs_free(&c);
@@ -160,8 +187,9 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
         printf("simulated: not available: %s\n", pt_err());
         return;
     }
-    printf("simulated: iteration %.3f ms, bubble %.1f%% (%s, from F/B/W costs profiled in this run%s; "
+    printf("simulated: iteration %.3f ms, bubble %.1f%% (%s, from the mean F/B/W costs profiled in this run%s%s; "
            "measured/simulated %.2f)\n", res.iteration_time * 1e3, res.bubble_fraction * 100, s->name,
+           n_links ? " and the links as measured" : "",
            p->pl->n_faults ? " and the last step's slow links" : "", res.iteration_time > 0 ? it / res.iteration_time : 0);
     sim_result_free(&res);
 }
@@ -219,6 +247,7 @@ static int pipe_report(train_engine *e) {
     int skip = p->n > 1;
     double it = pt_median(p->iter_t + skip, p->n - skip);      /* sorts the records: done last */
     double bub = pt_median(p->bubble + skip, p->n - skip);
+    pipe_print_links(p);
     pipe_print_simulated(p, it, bub);
     pipe_print_tp(p, it);
     return pipe_write_pictures(p, last_it, last_bub);
@@ -263,6 +292,7 @@ static cJSON *pipe_layout(const train_engine *e) {
     if (p->pl->o.tp_sp) cJSON_AddTrueToObject(o, "sp");
     cJSON_AddNumberToObject(o, "zero", p->pl->o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl->o.no_overlap);
+    cJSON_AddStringToObject(o, "wire", p->pl->o.wire == 1 ? "bf16" : p->pl->o.wire == 2 ? "fp16" : "fp32");
     cJSON_AddItemToObject(o, "memory_bytes", pipe_memory_json(p));
     return o;
 }
@@ -276,6 +306,20 @@ static cJSON *pipe_summary(const train_engine *e) {
     if (p->sim_it > 0) {
         cJSON_AddNumberToObject(o, "simulated_ms", p->sim_it * 1e3);
         cJSON_AddNumberToObject(o, "simulated_bubble", p->sim_bub);
+    }
+    if (p->pl->o.P > 1) {   /* replica 0's links as measured, the prediction's */
+        const run_links *L = run_job_links(p->job);
+        cJSON *arr = cJSON_AddArrayToObject(o, "links");
+        for (int r = 0; r + 1 < p->pl->o.P; r++) {
+            const run_link_dir *f = run_links_at(L, 0, 0, r, 0), *b = run_links_at(L, 0, 0, r, 1);
+            cJSON *l = cJSON_CreateObject();
+            cJSON_AddItemToObject(l, "ranks", cJSON_CreateIntArray((int[]){ r, r + 1 }, 2));
+            cJSON_AddNumberToObject(l, "latency_s", f->latency);
+            cJSON_AddItemToObject(l, "bandwidth_Bps", cJSON_CreateDoubleArray((double[]){ f->bandwidth, b->bandwidth }, 2));
+            cJSON_AddItemToObject(l, "probe_Bps", cJSON_CreateDoubleArray((double[]){ f->probe_bw, b->probe_bw }, 2));
+            cJSON_AddItemToObject(l, "timed", cJSON_CreateIntArray((int[]){ f->n, b->n }, 2));
+            cJSON_AddItemToArray(arr, l);
+        }
     }
     if (p->o.svg) cJSON_AddStringToObject(o, "svg", p->o.svg);
     if (p->rss) {

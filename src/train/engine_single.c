@@ -2,6 +2,7 @@
  * OpenBLAS threads the process has; checkpoints are one chunk. Not the pipelined executor: one
  * process never pays for a schedule, a plan or a timeline. */
 #include "train/engine.h"
+#include "util/killat.h"
 #include "util/pt.h"
 #include <cblas.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@ static int single_step(train_engine *e, const int *tokens, const int *targets,
                        const optim_config *oc, long t, train_step_stats *st) {
     single_engine *s = (single_engine *)e;
     double t0 = pt_now();
+    pt_killat_point(0, t, PT_KILL_FORWARD);   /* --kill-at: the one rank's forward */
     if (train_step(s->m, s->opt, oc, (int)t, tokens, targets, s->B, s->T, &st->opt) < 0) return -1;
     st->iter_time = pt_now() - t0;
     st->bubble = -1;

@@ -118,6 +118,11 @@ int train_init(train_ctx **out, const train_opts *o) {
     if (t->rep.on) train_add_hook(t, TRAIN_HOOK_LOG, train_hook_report, NULL);
     if (o->adapt && (train_adapt_init(t) < 0 || train_add_hook(t, TRAIN_HOOK_ADAPT, train_hook_adapt, t->adapt) < 0))
         goto free_ctx;
+    if (o->adapt_wire && (train_wire_init(t) < 0 ||
+                          train_add_hook(t, TRAIN_HOOK_ADAPT, train_hook_wire, &t->wire_state) < 0))
+        goto free_ctx;
+    if (train_recover_init(t) < 0 || (t->recover && train_add_hook(t, TRAIN_HOOK_SAVE, train_hook_snapshot, NULL) < 0))
+        goto free_ctx;
     *out = t;
     return 0;
 free_ctx:
@@ -190,6 +195,7 @@ int train_run(train_ctx *t) {
         }
     if (train_engine_report(t->e) < 0) return -1;
     train_side_end(t);
+    train_recover_end(t);
     train_report_end(t, o->steps);
     return 0;
 }
@@ -197,6 +203,7 @@ int train_run(train_ctx *t) {
 void train_free(train_ctx *t) {
     if (!t) return;
     train_side_free(t);              /* first: side processes die now */
+    train_recover_free(t);
     train_adapt_free(t);
     train_engine_free(t->e);
     if (t->metrics) fclose(t->metrics);

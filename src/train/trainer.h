@@ -58,9 +58,21 @@ typedef struct {
     /* straggler adaptation (docs/stragglers.md): an ADAPT hook that measures each step, and
      * switches to the adaptive schedule while a link is slow and back when it clears */
     bool adapt;             /* --adapt (pipelined, one stage per rank) */
-    int mem_limit;          /* --mem-limit: activations per stage the adaptive schedules may hold
-                             * (0: the starting schedule's peak) */
+    int mem_limit;          /* --mem-limit: microbatches of activations per stage the adaptive
+                             * schedules may hold (N >= 1); 0: what memory holds (the default);
+                             * ADAPT_MEM_LIMIT_SCHEDULE (adapt/adapt.h): the starting
+                             * schedule's peak */
+    const char *cluster;    /* --cluster K.json: with mem_limit 0, each rank's memory is device w's
+                             * of this cluster file (world rank w, file order), not this machine's */
+    bool adapt_wire;        /* --adapt-wire (with adapt): bf16 on the wire once the measured links
+                             * make the step link-bound (trainer_wire.c) */
+    /* recovery (docs/recovery.md) */
+    int snapshot_every;     /* --snapshot-every K: each rank's state into snapshot_dir every K
+                             * steps (and at the last), written off the compute path; 0: none */
+    const char *snapshot_dir;   /* --snapshot-dir: memory that outlives the process (/dev/shm/..);
+                             * with it every rank also beats a heartbeat there each step */
 } train_opts;
+
 
 typedef struct train_ctx train_ctx;
 

@@ -1,7 +1,7 @@
 /* The trainer's side work (src/harvest, docs/harvesting.md): the harvester and its tasks made
  * from the options and checked before the engine starts (its wait hook goes into the job's
  * options), the HARVEST hook (the step's side work measured, predictions updated, the metrics
- * keys bubble_s, side_s, side_overrun_s, side_steps, side_sync_s, the tasks' notes as
+ * keys bubble_s, side_s, side_cpu_s, side_overrun_s, side_steps, side_sync_s, the tasks' notes as
  * "side_task" events), the EVALUATE hook (held-out loss of every K-th step's weights: a
  * snapshot evaluated in later bubbles, reported as eval_loss with eval_step), and the end's
  * summary. Not here: the policy and the tasks (harvest/), the loop (trainer.c). */
@@ -128,6 +128,7 @@ int train_hook_side(train_ctx *t, long step, const train_step_stats *st, void *u
     double bubble = st->bubble > 0 ? st->bubble * t->o.ro.P * t->o.ro.D * st->iter_time : 0;
     sd->bubble_s += bubble;
     sd->side_s += hs.side_s;
+    sd->side_cpu_s += hs.side_cpu_s;
     sd->overrun_s += hs.overrun_s;
     sd->sync_s += hs.sync_s;
     sd->step_s += st->step_time;
@@ -135,9 +136,12 @@ int train_hook_side(train_ctx *t, long step, const train_step_stats *st, void *u
     sd->offered += hs.offered;
     sd->used += hs.used;
     sd->n_steps++;
+    sd->rested += hs.rested;
+    sd->slow = hs.slow;
     if (job) {
         train_metric(t, "bubble_s", bubble);
         train_metric(t, "side_s", hs.side_s);
+        train_metric(t, "side_cpu_s", hs.side_cpu_s);
         train_metric(t, "side_overrun_s", hs.overrun_s);
         train_metric(t, "side_steps", hs.steps);
         train_metric(t, "side_sync_s", hs.sync_s);
@@ -263,9 +267,11 @@ static void side_task_line(const train_ctx *t, int i, double wall) {
     char where[48];
     if (harvest_task_roams(t->side.h, i)) snprintf(where, sizeof where, "on any rank");
     else snprintf(where, sizeof where, "on rank %d", k->rank);
+    double cpu = harvest_task_cpu(t->side.h, i);
     if (!strcmp(k->vt->kind, "command"))
-        printf("  %s %s: ran %.3f s in bubbles, %.1f%% of a core over the run's %.2f s "
-               "(alone: 100%%)\n", k->name, where, secs, wall > 0 ? 100 * secs / wall : 0, wall);
+        printf("  %s %s: %.3f s of CPU in %.3f s of slots (%.1f%%), %.1f%% of a core over the run's "
+               "%.2f s (alone: 100%%)\n", k->name, where, cpu, secs, secs > 0 ? 100 * cpu / secs : 0,
+               wall > 0 ? 100 * cpu / wall : 0, wall);
     else if (n > 0)   /* alone, back to back: a step per mean step time */
         printf("  %s %s: %ld steps, %.3f s: %.1f steps/s over the run against %.1f alone "
                "(mean step %.1f us): %.1f%%\n", k->name, where, n, secs, wall > 0 ? n / wall : 0,
@@ -289,26 +295,34 @@ void train_side_end(train_ctx *t) {
     if (!sd->h || !t->root || sd->n_steps == 0) return;
     harvest_stats tot;
     harvest_run_totals(sd->h, &tot);
-    double wall = pt_now() - t->t_start, frac = tot.idle_s > 0 ? tot.used_s / tot.idle_s : 0;
+    double wall = pt_now() - t->t_start, frac = sd->bubble_s > 0 ? sd->side_cpu_s / sd->bubble_s : 0;
     double delay = sd->step_s > 0 ? (sd->overrun_s + sd->sync_s + sd->eval_sync_s) / sd->step_s : 0;
     char lost[400];
     side_lost_line(&tot, lost, sizeof lost);
     if (train_engine_job(t->e))
-        printf("side work: %.3f s in bubbles, %.3f s of it inside the ranks' %.3f s of waiting (%.1f%% "
-               "harvested; unused: %s) in %ld steps (%ld of %ld waits used); overrun %.4f s, at step "
-               "boundaries %.4f s: the main job waited about %.2f%% of its %.2f s of steps for side "
-               "work\n", sd->side_s, tot.used_s, tot.idle_s, 100 * frac, lost[0] ? lost : "none",
-               sd->steps, sd->used, sd->offered, sd->overrun_s, sd->sync_s + sd->eval_sync_s,
-               100 * delay, sd->step_s);
+        printf("side work: %.3f s of CPU in the ranks' %.3f s of bubble (%.1f%% harvested; unused by "
+               "its %.3f s of steps, %.3f s inside the waits' %.3f s idle: %s) in %ld steps (%ld of %ld "
+               "waits used); overrun %.4f s, at step boundaries %.4f s: the main job waited about "
+               "%.2f%% of its %.2f s of steps for side work\n", sd->side_cpu_s, sd->bubble_s,
+               100 * frac, sd->side_s, tot.used_s, tot.idle_s, lost[0] ? lost : "none", sd->steps,
+               sd->used, sd->offered, sd->overrun_s, sd->sync_s + sd->eval_sync_s, 100 * delay,
+               sd->step_s);
+    if (train_engine_job(t->e) && sd->rested > 0) {
+        char cost[64] = "not measured yet";
+        if (sd->slow == sd->slow) snprintf(cost, sizeof cost, "%+.1f%%", 100 * sd->slow);
+        printf("  the main job first: %ld of %ld steps ran without side work (the baseline, or backed off; "
+               "side work's cost to a step's compute: %s)\n", sd->rested, sd->n_steps, cost);
+    }
     for (int i = 0; i < harvest_count(sd->h) && train_engine_job(t->e); i++) side_task_line(t, i, wall);
     cJSON *o = cJSON_CreateObject();
     char msg[240];
-    snprintf(msg, sizeof msg, "side work: %.1f%% of the %.3f s the ranks waited harvested, main job "
-             "waited %.2f%%", 100 * frac, tot.idle_s, 100 * delay);
+    snprintf(msg, sizeof msg, "side work: %.1f%% of the ranks' %.3f s of bubble harvested (CPU "
+             "received), main job waited %.2f%%", 100 * frac, sd->bubble_s, 100 * delay);
     cJSON_AddStringToObject(o, "message", msg);
     cJSON_AddStringToObject(o, "what", "summary");
     cJSON_AddNumberToObject(o, "bubble_s", sd->bubble_s);
     cJSON_AddNumberToObject(o, "side_s", sd->side_s);
+    cJSON_AddNumberToObject(o, "side_cpu_s", sd->side_cpu_s);
     cJSON_AddNumberToObject(o, "side_overrun_s", sd->overrun_s);
     cJSON_AddNumberToObject(o, "side_sync_s", sd->sync_s + sd->eval_sync_s);
     cJSON_AddNumberToObject(o, "wait_idle_s", tot.idle_s);

@@ -4,9 +4,22 @@
  * (the engine, ckpt/), when hooks run (trainer.c). */
 #include "train/trainer_int.h"
 #include "ckpt/checkpoint.h"
+#include "run/executor.h"
+#include "util/killat.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <string.h>
+
+/* --kill-at R@S:save: every rank of this process whose kill is due dies at its save. */
+static void kill_point_save(train_ctx *t, long step) {
+    run_job *j = train_engine_job(t->e);
+    if (!j) {
+        pt_killat_point(0, step, PT_KILL_SAVE);
+        return;
+    }
+    for (int r = 0; r < run_job_local_count(j); r++)
+        pt_killat_point(run_exec_world_rank(run_job_local_exec(j, r)), step, PT_KILL_SAVE);
+}
 
 int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *user) {
     const train_opts *o = &t->o;
@@ -16,6 +29,7 @@ int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *u
                          .shuffle_seed = (uint64_t)o->shuffle, .init_seed = (uint64_t)o->seed};
     snprintf(man.data_path, sizeof man.data_path, "%s", o->data);
     snprintf(dir, sizeof dir, "%s/ckpt-%ld", o->save, step);
+    kill_point_save(t, step);   /* --kill-at R@S:save */
     if (train_engine_save(t->e, dir, &man) < 0) return -1;
     if (t->root) printf("saved %s\n", dir);
     train_report_saved(t, step, dir);
@@ -27,7 +41,7 @@ int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *u
 /* {"step":..,"loss":..,"lr":..,"grad_norm":..,"tokens_per_s":..,"step_ms":..[,"bubble_fraction":
  * ..,"act_bytes_max_rank":..][,"schedule":"zb-h1","split":"2,2" (pipelined: the schedule that ran the
  * step and the blocks per chunk, so a run that adapts shows when it switched)][, the keys hooks added with train_metric: side work's "bubble_s",
- * "side_s", "side_overrun_s", "side_steps", "side_sync_s"; "eval_loss", "eval_step"]} */
+ * "side_s", "side_cpu_s", "side_overrun_s", "side_steps", "side_sync_s"; "eval_loss", "eval_step"]} */
 void train_metric(train_ctx *t, const char *key, double value) {
     size_t n = strlen(t->extra);
     snprintf(t->extra + n, sizeof t->extra - n, ",\"%s\":%.9g", key, value);

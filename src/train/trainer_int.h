@@ -3,6 +3,7 @@
  * hooks). Not an API: code outside src/train uses trainer.h. */
 #ifndef PT_TRAIN_TRAINER_INT_H
 #define PT_TRAIN_TRAINER_INT_H
+#include "adapt/adapt.h"
 #include "io/data.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -32,8 +33,9 @@ typedef struct {
 typedef struct {
     harvest *h;             /* NULL: no side work */
     harvest_eval *ev;       /* --eval-data, or NULL */
-    double bubble_s, side_s, overrun_s, sync_s, step_s, eval_sync_s;   /* sums over logged steps */
-    long steps, offered, used, n_steps;
+    double bubble_s, side_s, side_cpu_s, overrun_s, sync_s, step_s, eval_sync_s;   /* sums over logged steps */
+    long steps, offered, used, n_steps, rested;
+    double slow;        /* the harvester's last estimate of side work's cost to a step (NaN: none) */
 } train_side;
 
 struct train_ctx {
@@ -57,7 +59,9 @@ struct train_ctx {
     int n_hooks[TRAIN_HOOK_SLOTS];
     train_side side;
     char extra[1024];       /* this step's metrics keys added by hooks (",\"key\":value..."), or "" */
-    struct train_adapt *adapt;  /* --adapt's state (trainer_adapt.c), or NULL */
+    adapt_state *adapt;     /* --adapt's state (adapt/adapt.h, through trainer_adapt.c), or NULL */
+    int wire_state;         /* --adapt-wire: the wire format in force (trainer_wire.c) */
+    struct train_recover *recover;  /* snapshots and heartbeats (trainer_recover.c), or NULL */
 };
 
 /* For hooks before LOG: adds "key":value to this step's metrics line (trainer_hooks.c). */
@@ -95,6 +99,18 @@ int train_adapt_init(train_ctx *t);
 int train_hook_adapt(train_ctx *t, long step, const train_step_stats *st, void *user);
 void train_adapt_free(train_ctx *t);
 
+/* --adapt-wire (trainer_wire.c): init checks --adapt and the pipeline (train_init then adds the
+ * ADAPT hook train_hook_wire, user = &t->wire_state, after --adapt's), which turns bf16 on once the links as measured make the step
+ * link-bound. train_wire_decide is the rule, for any policy: under the profile (per-stage costs,
+ * no links) with every pipeline link of L carrying messages of `bytes` (*t_now) and of bytes / 2
+ * (*t_bf16), the schedule s simulated; PT_WIRE_BF16 when the second is at least 10% shorter and
+ * every link of replica 0 is measured, else wire_now (also when wire_now is
+ * not fp32). Pure: no I/O. */
+int train_wire_init(train_ctx *t);
+int train_hook_wire(train_ctx *t, long step, const train_step_stats *st, void *user);
+int train_wire_decide(const sched *s, const sim_costs *profile, const run_links *L, double bytes, int wire_now,
+                      double *t_now, double *t_bf16);
+
 /* The run report (trainer_report.c; root only, each a no-op without --metrics or --save): its
  * paths (before the engine and the metrics file); the start (and resume) event after the header;
  * a save event; a LOG hook that rewrites the page after a checkpoint's step is logged; the end
@@ -108,5 +124,14 @@ void train_report_end(train_ctx *t, long step);
 void train_report_error(train_ctx *t, long step);
 /* An "adapt" event (root, with a report): message, plus fields (taken over; may be NULL). */
 void train_report_adapt(train_ctx *t, long step, const char *message, cJSON *fields);
+
+/* Recovery (trainer_recover.c): init checks --kill-at against the layout and, with a snapshot
+ * folder, opens a snapshot per local rank into t->recover (-1 naming the flag); the SAVE hook
+ * (added by train_init when t->recover is set) beats the heartbeats and takes the snapshots; at
+ * the end the snapshots' costs (root prints); free waits for the writers (NULL state is fine). */
+int train_recover_init(train_ctx *t);
+int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, void *user);
+void train_recover_end(train_ctx *t);
+void train_recover_free(train_ctx *t);
 
 #endif

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The cost of --snapshot-every 1 on the compute path (docs/recovery.md): the demo model
+# (examples/char-gpt.json, batch 32 x 64 tokens) trained with and without a snapshot every step,
+# alternating rounds, each run's median step time (its metrics' step_ms, the first step left
+# out); per layout the median over rounds of the with/without ratio, next to the snapshots' own
+# account (copies and waits on the compute path, the writer's time per generation) and the load.
+# Layouts: one process (--threads 2) and 2 stages x 2 replicas on rank threads.
+# Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 5 rounds of 30 steps)
+set -u
+cd "$(dirname "$0")/.."
+P=${PIPETRAIN:-build/pipetrain}
+ROUNDS=${1:-5}; STEPS=${2:-30}
+D=$(mktemp -d)
+SNAP=/dev/shm/pt-bench-snapshot-$$
+trap 'rm -rf "$D" "$SNAP"' EXIT
+for i in $(seq 1 3000); do echo "the quick brown fox jumps over the lazy dog, line $i of the bench corpus"; done > "$D/t.txt"
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+isa=$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo other))
+echo "machine: $cpu, $isa, $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+base="--config examples/char-gpt.json --data $D/t.txt --batch 32 --seq 64 --lr 1e-3 --steps $STEPS"
+median() { sort -g | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+step_ms() { sed -n '2,$p' "$1" | sed 's/.*"step_ms":\([0-9.]*\).*/\1/' | median; }
+for lay in "one process:--threads 2" "2 stages x 2 replicas:--stages 2 --dp 2 --microbatches 4"; do
+  name=${lay%%:*}; flags=${lay#*:}
+  : > "$D/ratio"; : > "$D/plain"; : > "$D/snap"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    rm -f "$D/a.jsonl" "$D/b.jsonl"; rm -rf "$SNAP"
+    "$P" train $base $flags --metrics "$D/a.jsonl" > /dev/null 2>&1
+    "$P" train $base $flags --metrics "$D/b.jsonl" --snapshot-every 1 --snapshot-dir "$SNAP" > "$D/b.out" 2>&1
+    a=$(step_ms "$D/a.jsonl"); b=$(step_ms "$D/b.jsonl")
+    echo "$a" >> "$D/plain"; echo "$b" >> "$D/snap"
+    awk -v a="$a" -v b="$b" 'BEGIN {print b / a}' >> "$D/ratio"
+  done
+  echo "$name: step $(median < "$D/plain") ms without, $(median < "$D/snap") ms with a snapshot every step" \
+       "(medians of $ROUNDS alternating rounds); with/without $(median < "$D/ratio")" \
+       "(rounds: $(tr '\n' ' ' < "$D/ratio" | xargs printf '%.3f '))"
+  grep '^snapshots' "$D/b.out" | sed 's/^/  last round: /'
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

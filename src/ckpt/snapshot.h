@@ -1,0 +1,92 @@
+/* Snapshots: checkpoints kept in memory that outlives the process (a folder under /dev/shm), one
+ * per rank, taken at a step boundary and written by a helper thread, so a job that loses a rank
+ * restarts from at most a step or two back. A snapshot is the checkpoint format of checkpoint.h:
+ * each rank's generation folder holds the chunk files of the chunks it holds (parameters and
+ * AdamW moments, Hugging Face names) and a snap.json naming its step, layout and each file's
+ * bytes and FNV-1a checksum. ckpt_snap_restore puts together, from every rank's folders, a
+ * checkpoint folder (manifest.json and chunk files) of the newest step that every chunk can be
+ * found at, which `train --resume` loads under any layout.
+ * Not here: when to take one and what ranks hold (src/train), who restarts (src/launch).
+ *
+ *   ROOT/rank-<w>/gen-<step>/chunk-<c>.safetensors   the chunks rank w holds at that step
+ *   ROOT/rank-<w>/gen-<step>/snap.json               {"format":"pipetrain-snapshot", ...}
+ *   ROOT/rank-<w>/heartbeat                          "<step> <pid> <unix time> <host>", each step
+ *
+ * A generation is written under "gen-<step>.tmp.<pid>" and renamed when complete (with its
+ * checksums inside): under its real name it is whole, and a checksum mismatch (memory or a file
+ * changed since) makes the restore skip it. Each rank keeps its newest `keep` generations. */
+#ifndef PT_CKPT_SNAPSHOT_H
+#define PT_CKPT_SNAPSHOT_H
+#include "ckpt/checkpoint.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+
+#define CKPT_SNAP_PIECES 8      /* chunks one rank may hold (interleaved and two-pipe layouts) */
+
+typedef struct ckpt_snap ckpt_snap;
+
+/* What a rank's snapshots cost and did so far. */
+typedef struct {
+    long taken;             /* generations handed to the writer */
+    long waits;             /* boundaries at which the compute path waited for the writer */
+    double wait_s;          /* seconds it waited there */
+    long written;           /* generations renamed into place */
+    double copy_s;          /* seconds on the compute path (the copies into the buffers) */
+    double write_s;         /* seconds in the writer thread */
+    long last_step;         /* the newest generation written (0: none) */
+} ckpt_snap_stats;
+
+/* Opens world rank `rank`'s snapshots under root (created; a crashed writer's "gen-*.tmp.*"
+ * folders removed) keeping the newest `keep` (>= 1) generations, and starts its writer thread.
+ * 0, or -1 naming the folder. */
+int ckpt_snap_open(ckpt_snap **out, const char *root, int rank, int keep);
+/* At a step boundary, on the compute thread, before staging a generation: waits while the writer
+ * is still at the previous one (time counted in stats.wait_s), so that when this one is handed
+ * over, every earlier one is written: a failure during the next step then loses at most the
+ * snapshot interval. A writer faster than the interval never makes a step wait. Returns 1. */
+int ckpt_snap_ready(ckpt_snap *s);
+/* After ckpt_snap_ready: copies chunk `chunk` (layers [first, end)) of m's parameters and
+ * opt's moments (laid out like m->params; opt->n == m->n_held) into the snapshot's buffers (kept
+ * and reused). m's tables are copied too: m may change or go once this returns. Up to
+ * CKPT_SNAP_PIECES chunks per generation. 0, or -1 naming what does not fit. */
+int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
+                    const adamw_state *opt);
+/* Hands the staged chunks to the writer as generation man->step (man: config, step, adam_t,
+ * batch, seq, seeds, data, layout with chunk ranges: ckpt_manifest_set_layout's): written now
+ * when the writer is idle, else when it is done (unless replaced). Returns at once. */
+void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man);
+/* Writes "<step> <pid> <unix time> <host name>" into the rank's heartbeat file (in place, a few bytes): the
+ * supervisor's sign that the rank goes on. */
+void ckpt_snap_heartbeat(ckpt_snap *s, long step);
+void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out);
+/* Waits for the generation being written and the pending one, stops the writer, frees s (NULL is fine). Returns 0, or
+ * -1 with the writer's first error (a failed generation is left as a temporary folder). */
+int ckpt_snap_close(ckpt_snap *s);
+
+/* ---- restore ---------------------------------------------------------------------------- */
+
+/* What ckpt_snap_restore found. */
+typedef struct {
+    long step;              /* the step restored (0: none complete) */
+    int from_rank[CKPT_MAX_CHUNKS];   /* chunk c came from rank from_rank[c]'s folder */
+    int n_chunks;
+    int n_bad;              /* generations skipped as damaged (checksum, size, unreadable) */
+} ckpt_snap_found;
+
+/* Looks through root/rank-* for the newest step at which every chunk of the model (one layout's
+ * chunk ranges, tiling all layers) is in some rank's generation with a good checksum, and writes
+ * the checkpoint folder `dir` from those files (copied; manifest.json as ckpt_commit writes it;
+ * an existing dir replaced). Ranks listed in skip[0..n_skip) are not used (a host that died
+ * took its memory with it). Returns 1 with *found filled, 0 when no step is complete (dir not
+ * touched), -1 naming the file or folder on failure. */
+int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char *dir,
+                      ckpt_snap_found *found);
+/* The heartbeat of rank `rank` under root: its step, pid, unix time and host name (host: at
+ * least 64 bytes, may be NULL). 0, or -1 when absent or unreadable. */
+int ckpt_snap_read_heartbeat(const char *root, int rank, long *step, long *pid, double *when, char *host);
+/* Before a restart from step `step`: removes every rank's heartbeat under root, and the
+ * generations after `step` (a future the restarted run computes again, maybe under another
+ * layout: never to be mixed with its own). */
+void ckpt_snap_reset(const char *root, long step);
+
+#endif

@@ -1,0 +1,110 @@
+/* Snapshots' folder and file helpers (snapshot_int.h): generations listed, removed, checksummed;
+ * the heartbeat read back (snapshot.h). */
+#include "ckpt/snapshot.h"
+#include "ckpt/snapshot_int.h"
+#include "util/pt.h"
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void snap_remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[1400];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+void snap_clean_tmp(const char *rank_dir) {
+    DIR *d = opendir(rank_dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[1400];
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "gen-", 4) && strstr(e->d_name, ".tmp.")) {
+            snprintf(p, sizeof p, "%s/%s", rank_dir, e->d_name);
+            snap_remove_dir(p);
+        }
+    closedir(d);
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x < y) - (x > y);
+}
+
+int snap_list_gens(const char *rank_dir, long *steps, int max) {
+    DIR *d = opendir(rank_dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)) && n < max) {
+        char *end;
+        if (strncmp(e->d_name, "gen-", 4)) continue;
+        long s = strtol(e->d_name + 4, &end, 10);
+        if (end != e->d_name + 4 && !*end && s > 0) steps[n++] = s;
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
+    return n;
+}
+
+int snap_file_fnv(const char *path, uint64_t *hash, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pt_seterr("%s: cannot open: %s", path, strerror(errno));
+    enum { BUF = 1 << 20 };
+    unsigned char *buf = pt_malloc(BUF);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t got, total = 0;
+    while ((got = fread(buf, 1, BUF, f)) > 0) {
+        for (size_t i = 0; i < got; i++) h = (h ^ buf[i]) * 0x100000001b3ULL;
+        total += got;
+    }
+    int rc = ferror(f) ? pt_seterr("%s: read error", path) : 0;
+    fclose(f);
+    free(buf);
+    *hash = h;
+    *len = total;
+    return rc;
+}
+
+int ckpt_snap_read_heartbeat(const char *root, int rank, long *step, long *pid, double *when, char *host) {
+    char p[1100], line[200] = "", h[65] = "";
+    snprintf(p, sizeof p, "%s/rank-%d/heartbeat", root, rank);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    int ok = fgets(line, sizeof line, f) && sscanf(line, "%ld %ld %lf %64s", step, pid, when, h) >= 3;
+    fclose(f);
+    if (host) snprintf(host, 65, "%s", h);
+    return ok ? 0 : -1;
+}
+
+void ckpt_snap_reset(const char *root, long step) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "rank-", 5)) continue;
+        char rd[1000], p[1100];
+        long steps[256];
+        snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
+        snprintf(p, sizeof p, "%s/heartbeat", rd);
+        unlink(p);
+        int n = snap_list_gens(rd, steps, 256);
+        for (int i = 0; i < n; i++)
+            if (steps[i] > step) {
+                snprintf(p, sizeof p, "%s/gen-%ld", rd, steps[i]);
+                snap_remove_dir(p);
+            }
+    }
+    closedir(d);
+}

@@ -1,0 +1,17 @@
+/* Inside the snapshots (src/ckpt/snapshot*.c only): folder and file helpers of snapshot_fs.c. */
+#ifndef PT_CKPT_SNAPSHOT_INT_H
+#define PT_CKPT_SNAPSHOT_INT_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Removes folder dir and the files in it (one level: a generation); absent is fine. */
+void snap_remove_dir(const char *dir);
+/* Removes the "gen-*.tmp.*" folders of a rank folder (a writer that died mid-generation). */
+void snap_clean_tmp(const char *rank_dir);
+/* The steps of the complete generations "gen-<step>" of a rank folder, newest first, up to max;
+ * returns how many (0 when the folder is absent). */
+int snap_list_gens(const char *rank_dir, long *steps, int max);
+/* FNV-1a 64 of a whole file (the checkpoint manifest's checksum) and its size; -1 naming it. */
+int snap_file_fnv(const char *path, uint64_t *hash, size_t *len);
+
+#endif

@@ -1,0 +1,221 @@
+/* Snapshots (snapshot.h): the restore. Reads every rank's generations (snap.json), finds the
+ * newest step whose chunks can all be found with good checksums, and writes them as a checkpoint
+ * folder (ckpt_begin / ckpt_commit: the manifest and the atomic rename of checkpoint.c). Not
+ * here: the writer (snapshot.c). */
+#include "ckpt/snapshot.h"
+#include "ckpt/snapshot_int.h"
+#include "model/config.h"
+#include "util/pt.h"
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SNAP_MAX_GENS 4096     /* generations looked at (ranks x kept generations) */
+
+/* One generation of one rank, as its snap.json says. */
+typedef struct {
+    char dir[1100];
+    int rank;
+    long step;
+    int K;                              /* chunks of its layout */
+    int chunk_first[CKPT_MAX_CHUNKS + 1];
+    cJSON *j;                           /* snap.json, owned */
+    int checked[CKPT_SNAP_PIECES];      /* per piece: 0 not yet, 1 good, -1 bad */
+} snap_gen;
+
+static int in_list(int v, const int *list, int n) {
+    for (int i = 0; i < n; i++)
+        if (list[i] == v) return 1;
+    return 0;
+}
+
+static int num(const cJSON *o, const char *k, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(x)) return -1;
+    *v = x->valuedouble;
+    return 0;
+}
+
+/* g's snap.json read and its layout checked; -1 when it is not a usable generation. */
+static int gen_load(snap_gen *g) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/snap.json", g->dir);
+    FILE *f = fopen(p, "rb");
+    if (!f) return -1;
+    char *text = pt_malloc(1 << 20);
+    size_t n = fread(text, 1, (1 << 20) - 1, f);
+    fclose(f);
+    text[n] = 0;
+    g->j = cJSON_Parse(text);
+    free(text);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(g->j, "format");
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(g->j, "layout");
+    const cJSON *cf = cJSON_GetObjectItemCaseSensitive(lay, "chunk_first");
+    double step;
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pipetrain-snapshot") || num(g->j, "step", &step) < 0 ||
+        step != g->step || !cJSON_IsArray(cf) || cJSON_GetArraySize(cf) < 2 ||
+        cJSON_GetArraySize(cf) > CKPT_MAX_CHUNKS + 1) return -1;
+    g->K = cJSON_GetArraySize(cf) - 1;
+    for (int c = 0; c <= g->K; c++) {
+        const cJSON *x = cJSON_GetArrayItem(cf, c);
+        if (!cJSON_IsNumber(x)) return -1;
+        g->chunk_first[c] = x->valueint;
+    }
+    return 0;
+}
+
+/* Every generation under root/rank-* (ranks in skip left out) into gens; returns how many. */
+static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen *gens) {
+    DIR *d = opendir(root);
+    if (!d) return 0;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        char *end;
+        if (strncmp(e->d_name, "rank-", 5)) continue;
+        long w = strtol(e->d_name + 5, &end, 10);
+        if (end == e->d_name + 5 || *end || in_list((int)w, skip, n_skip)) continue;
+        char rd[1000];
+        long steps[64];
+        snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
+        int k = snap_list_gens(rd, steps, 64);
+        for (int i = 0; i < k && n < SNAP_MAX_GENS; i++) {
+            snap_gen *g = &gens[n];
+            memset(g, 0, sizeof *g);
+            snprintf(g->dir, sizeof g->dir, "%s/gen-%ld", rd, steps[i]);
+            g->rank = (int)w;
+            g->step = steps[i];
+            if (gen_load(g) == 0) n++;
+            else cJSON_Delete(g->j);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* The piece of g holding chunk c, its file checked against its size and checksum (once); its
+ * index, or -1 when g has none or it is damaged (*bad counts those). */
+static int gen_piece(snap_gen *g, int c, int *bad) {
+    const cJSON *ch = cJSON_GetObjectItemCaseSensitive(g->j, "chunks");
+    for (int i = 0; i < cJSON_GetArraySize(ch) && i < CKPT_SNAP_PIECES; i++) {
+        const cJSON *e = cJSON_GetArrayItem(ch, i);
+        double cc, bytes;
+        const cJSON *sum = cJSON_GetObjectItemCaseSensitive(e, "fnv1a64");
+        if (num(e, "chunk", &cc) < 0 || (int)cc != c) continue;
+        if (g->checked[i] == 0) {
+            char p[1200];
+            uint64_t h;
+            size_t len;
+            snprintf(p, sizeof p, "%s/chunk-%d.safetensors", g->dir, c);
+            int ok = num(e, "bytes", &bytes) == 0 && cJSON_IsString(sum) && snap_file_fnv(p, &h, &len) == 0 &&
+                     (double)len == bytes && strtoull(sum->valuestring, NULL, 16) == h;
+            g->checked[i] = ok ? 1 : -1;
+            if (!ok) (*bad)++;
+        }
+        return g->checked[i] > 0 ? i : -1;
+    }
+    return -1;
+}
+
+static int same_layout(const snap_gen *a, const snap_gen *b) {
+    return a->K == b->K && !memcmp(a->chunk_first, b->chunk_first, sizeof(int) * (size_t)(a->K + 1));
+}
+
+/* For step `step` with ref's layout: src[c] = the generation holding a good copy of chunk c.
+ * 1 when every chunk was found. */
+static int step_complete(snap_gen *gens, int n, const snap_gen *ref, snap_gen **src, int *bad) {
+    for (int c = 0; c < ref->K; c++) {
+        src[c] = NULL;
+        for (int i = 0; i < n && !src[c]; i++)
+            if (gens[i].step == ref->step && same_layout(&gens[i], ref) && gen_piece(&gens[i], c, bad) >= 0)
+                src[c] = &gens[i];
+        if (!src[c]) return 0;
+    }
+    return 1;
+}
+
+static int copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = a ? fopen(to, "wb") : NULL;
+    if (!a || !b) {
+        if (a) fclose(a);
+        return pt_seterr("snapshot restore: cannot copy %s to %s: %s", from, to, strerror(errno));
+    }
+    char *buf = pt_malloc(1 << 20);
+    size_t got;
+    int rc = 0;
+    while (rc == 0 && (got = fread(buf, 1, 1 << 20, a)) > 0)
+        if (fwrite(buf, 1, got, b) != got) rc = pt_seterr("snapshot restore: writing %s failed", to);
+    free(buf);
+    fclose(a);
+    if (fclose(b) != 0 && rc == 0) rc = pt_seterr("snapshot restore: writing %s failed", to);
+    return rc;
+}
+
+/* The manifest of ref's generation (config, progress, seeds, data, layout). */
+static int gen_manifest(const snap_gen *ref, ckpt_manifest *man) {
+    const cJSON *j = ref->j, *lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shuffle_seed");
+    const cJSON *is = cJSON_GetObjectItemCaseSensitive(j, "init_seed");
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
+    const cJSON *sched = cJSON_GetObjectItemCaseSensitive(lay, "schedule");
+    double at, b, t, P, D, pipes;
+    memset(man, 0, sizeof *man);
+    if (config_from_cjson(&man->cfg, cJSON_GetObjectItemCaseSensitive(j, "config"), ref->dir) < 0) return -1;
+    if (num(j, "adam_t", &at) < 0 || num(j, "batch", &b) < 0 || num(j, "seq", &t) < 0 || !cJSON_IsString(sh) ||
+        !cJSON_IsString(is) || !cJSON_IsString(data) || num(lay, "P", &P) < 0 || num(lay, "D", &D) < 0 ||
+        num(lay, "pipes", &pipes) < 0)
+        return pt_seterr("%s/snap.json: a field is missing or not of its type", ref->dir);
+    man->step = ref->step;
+    man->adam_t = (int)at;
+    man->batch = (int)b;
+    man->seq = (int)t;
+    man->shuffle_seed = strtoull(sh->valuestring, NULL, 10);
+    man->init_seed = strtoull(is->valuestring, NULL, 10);
+    snprintf(man->data_path, sizeof man->data_path, "%s", data->valuestring);
+    return ckpt_manifest_set_layout(man, (int)P, (int)D, ref->K, (int)pipes,
+                                    cJSON_IsString(sched) ? sched->valuestring : "", ref->chunk_first);
+}
+
+/* The checkpoint folder dir from the chunk files of src[0..K). */
+static int assemble(const snap_gen *ref, snap_gen **src, const char *dir) {
+    ckpt_manifest man;
+    char tmp[1200], from[1200], to[1300];
+    if (gen_manifest(ref, &man) < 0 || ckpt_begin(dir, tmp, sizeof tmp) < 0) return -1;
+    for (int c = 0; c < ref->K; c++) {
+        snprintf(from, sizeof from, "%s/chunk-%d.safetensors", src[c]->dir, c);
+        snprintf(to, sizeof to, "%s/chunk-%d.safetensors", tmp, c);
+        if (copy_file(from, to) < 0) {
+            ckpt_abandon(tmp);
+            return -1;
+        }
+    }
+    return ckpt_commit(dir, tmp, &man);
+}
+
+int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char *dir,
+                      ckpt_snap_found *found) {
+    snap_gen *gens = pt_calloc(SNAP_MAX_GENS, sizeof *gens);
+    snap_gen *src[CKPT_MAX_CHUNKS];
+    int n = gens_collect(root, skip, n_skip, gens), rc = 0;
+    memset(found, 0, sizeof *found);
+    snap_gen *best = NULL;
+    for (int i = 0; i < n; i++) {       /* candidates newest first; ties: any */
+        snap_gen *g = &gens[i];
+        if (best && g->step <= best->step) continue;
+        if (step_complete(gens, n, g, src, &found->n_bad)) best = g;
+    }
+    if (best) {
+        step_complete(gens, n, best, src, &found->n_bad);
+        rc = assemble(best, src, dir) < 0 ? -1 : 1;
+        found->step = best->step;
+        found->n_chunks = best->K;
+        for (int c = 0; c < best->K; c++) found->from_rank[c] = src[c]->rank;
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(gens[i].j);
+    free(gens);
+    return rc;
+}

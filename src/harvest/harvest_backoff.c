@@ -1,0 +1,68 @@
+/* The main job first: side work backs off when it slows the ranks' own actions down. After each
+ * step the root sums the step's compute (every F, B, W and BW of every rank, from the merged
+ * timeline: the same work each step) into one of two rings, steps in which side work ran and
+ * steps without (paused, resting: below, or none fitted). The ratio of their medians, less one, is what side work
+ * costs a step with it (contention for caches, memory, the core's clock; not the overrun, which
+ * delays an action's start, not its length, and has its own control: hv_control). When it is
+ * above HV_SLOW_MAX, side work runs in a fraction HV_SLOW_MAX / cost of the steps (at least
+ * HV_DUTY_MIN), so the main job loses about HV_SLOW_MAX on average, provided at least
+ * HV_BO_SURE of the pairs (a step with, a step without) agree that with is slower (a noisy
+ * machine's spread alone gives about half); the other steps rest (no
+ * side work), and so does one step after HV_BO_CONTROL steps in a row with side work, to keep
+ * the baseline current. Which steps rest is the root's decision, shared with the predictions
+ * (hv_predict). Not here: what a step with side work does (harvest.c). */
+#include "harvest/harvest_int.h"
+#include "util/pt.h"
+#include <math.h>
+#include <string.h>
+
+/* The step's compute seconds, summed over ranks. */
+static double hv_compute_s(const timeline *tl) {
+    double s = 0;
+    for (int i = 0; i < tl->n; i++) {
+        const tl_event *e = &tl->ev[i];
+        sched_kind k = e->act.kind;
+        if (e->stream == TL_COMPUTE && (k == ACT_F || k == ACT_B || k == ACT_W || k == ACT_BW)) s += e->end - e->start;
+    }
+    return s;
+}
+
+static double hv_ring_median(const double *v, int n) {
+    double tmp[HV_BO_N];
+    int m = n < HV_BO_N ? n : HV_BO_N;
+    memcpy(tmp, v, sizeof(double) * (size_t)m);
+    return pt_median(tmp, m);
+}
+
+/* Of all pairs (a step with side work, a step without), the fraction where the first was
+ * slower: about 1/2 when side work changes nothing (the machine's noise alike on both). */
+static double hv_pairs_slower(const harvest *h) {
+    int n_on = h->bo_n_on < HV_BO_N ? h->bo_n_on : HV_BO_N, n_off = h->bo_n_off < HV_BO_N ? h->bo_n_off : HV_BO_N;
+    double slower = 0;
+    for (int i = 0; i < n_on; i++)
+        for (int j = 0; j < n_off; j++) slower += h->bo_on[i] > h->bo_off[j] ? 1 : h->bo_on[i] == h->bo_off[j] ? 0.5 : 0;
+    return slower / (n_on * n_off);
+}
+
+void hv_backoff_step(harvest *h, const timeline *tl, int ran) {
+    double cs = hv_compute_s(tl);
+    if (cs > 0 && ran) h->bo_on[h->bo_n_on++ % HV_BO_N] = cs;
+    else if (cs > 0) h->bo_off[h->bo_n_off++ % HV_BO_N] = cs;
+    h->bo_since_off = ran ? h->bo_since_off + 1 : 0;
+    if (h->bo_n_on >= HV_BO_MIN && h->bo_n_off >= HV_BO_MIN) {
+        h->bo_slow = hv_ring_median(h->bo_on, h->bo_n_on) / hv_ring_median(h->bo_off, h->bo_n_off) - 1;
+        int sure = hv_pairs_slower(h) >= HV_BO_SURE;     /* not the noise of a shared machine */
+        h->bo_duty = sure && h->bo_slow > HV_SLOW_MAX ? fmax(HV_DUTY_MIN, HV_SLOW_MAX / h->bo_slow) : 1;
+    }
+}
+
+int hv_backoff_rest(harvest *h) {
+    if (!h->pol.backoff) return 0;
+    if (h->bo_since_off >= HV_BO_CONTROL) return 1;     /* a control step */
+    h->bo_acc += h->bo_duty;
+    if (h->bo_acc >= 1) {
+        h->bo_acc -= 1;
+        return 0;
+    }
+    return 1;
+}

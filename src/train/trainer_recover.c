@@ -1,0 +1,154 @@
+/* The trainer's side of recovery (docs/recovery.md): --kill-at checked against the layout, the
+ * "save" kill point of a checkpoint, and the snapshot hook: each step a heartbeat per rank and,
+ * every --snapshot-every steps, each rank's chunks copied into its snapshot's buffers (the only
+ * cost on the compute path) and handed to its writer thread (ckpt/snapshot.h). Not here: the
+ * writer and the restore (src/ckpt/snapshot*.c), the supervisor that restarts (src/launch). */
+#include "train/trainer_int.h"
+#include "ckpt/snapshot.h"
+#include "run/executor.h"
+#include "util/killat.h"
+#include "util/pt.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Generations each rank keeps: the newest may be half a step ahead of another rank's, and one of
+ * those may be damaged; three leave a step every rank has in both cases. */
+#define SNAP_KEEP 3
+
+struct train_recover {
+    ckpt_snap **snap;       /* [n] one per local rank */
+    run_exec **ex;          /* [n] pipelined: the local ranks' executors; NULL: one process */
+    int n;
+    double step_s;          /* seconds of the steps run (the overhead's denominator) */
+};
+
+/* World ranks of the job (1: one process). */
+static int job_ranks(train_ctx *t) {
+    const run_plan *pl = train_engine_plan(t->e);
+    return pl ? run_layout_ranks(&pl->lo) : 1;
+}
+
+/* --kill-at against the layout: a rank that exists, a reduction only where there is one. */
+static int check_kill_at(train_ctx *t) {
+    int max_rank;
+    long max_step;
+    if (pt_killat_count(&max_rank, &max_step) == 0) return 0;
+    int R = job_ranks(t);
+    if (max_rank >= R)
+        return pt_seterr("--kill-at: rank %d does not exist: the job has %d rank%s (0..%d)", max_rank, R,
+                         R == 1 ? "" : "s", R - 1);
+    if (!train_engine_job(t->e) && pt_killat_has_phase(PT_KILL_REDUCE))
+        return pt_seterr("--kill-at ...:reduce: one process has no reduction; give a pipelined layout "
+                         "(--stages, --dp) or another phase (forward, save)");
+    return 0;
+}
+
+/* The manifest fields a generation carries: the run's, the step, AdamW's count, the layout. */
+static int snap_manifest(train_ctx *t, long step, ckpt_manifest *man) {
+    const train_opts *o = &t->o;
+    const run_plan *pl = train_engine_plan(t->e);
+    *man = (ckpt_manifest){ .cfg = t->m.cfg, .step = step, .batch = o->batch, .seq = o->seq,
+                            .shuffle_seed = (uint64_t)o->shuffle, .init_seed = (uint64_t)o->seed };
+    snprintf(man->data_path, sizeof man->data_path, "%s", o->data);
+    if (!pl) {
+        int cf[2] = { 0, gpt_num_layers(&t->m) };
+        man->adam_t = t->opt.t;
+        return ckpt_manifest_set_layout(man, 1, 1, 1, 1, NULL, cf);
+    }
+    man->adam_t = (int)step;   /* as the pipelined engine's save: one AdamW step per step */
+    return ckpt_manifest_set_layout(man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
+                                    pl->s->name, pl->lo.chunk_first);
+}
+
+/* Local rank r's chunks into its snapshot (when its writer is idle), handed over as `step`. */
+static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
+    struct train_recover *rc = t->recover;
+    ckpt_snap_ready(rc->snap[r]);
+    int rcode = 0;
+    if (!rc->ex) {
+        rcode = ckpt_snap_stage(rc->snap[r], 0, 0, gpt_num_layers(&t->m), &t->m, &t->opt);
+    } else {
+        const run_plan *pl = train_engine_plan(t->e);
+        for (int g = 0; g < pl->s->n_stages && rcode == 0; g++) {
+            const gpt_model *m;
+            const adamw_state *opt;
+            int c, first, end;
+            if (run_exec_stage_state(rc->ex[r], g, &m, &opt, &c, &first, &end) == 0)
+                rcode = ckpt_snap_stage(rc->snap[r], c, first, end, m, opt);
+        }
+    }
+    if (rcode == 0) ckpt_snap_commit(rc->snap[r], man);
+    return rcode;
+}
+
+int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, void *user) {
+    struct train_recover *rc = t->recover;
+    const train_opts *o = &t->o;
+    rc->step_s += st->step_time;
+    for (int r = 0; r < rc->n; r++) ckpt_snap_heartbeat(rc->snap[r], step);
+    if (o->snapshot_every <= 0 || (step % o->snapshot_every && step != o->steps)) return 0;
+    ckpt_manifest man;
+    if (snap_manifest(t, step, &man) < 0) return -1;
+    for (int r = 0; r < rc->n; r++)
+        if (snap_take(t, r, &man) < 0) return -1;
+    return 0;
+}
+
+/* What snapshots cannot hold yet, refused before the first step. */
+static int check_snapshot(train_ctx *t) {
+    const run_plan *pl = train_engine_plan(t->e);
+    if (t->o.snapshot_every < 0) return pt_seterr("--snapshot-every %d: give K >= 1 (a snapshot every K steps)",
+                                                  t->o.snapshot_every);
+    if (pl && pl->lo.tp > 1) return pt_seterr("--snapshot-every with --tp %d: TP shards are not snapshotted "
+                                              "yet; use --save checkpoints", pl->lo.tp);
+    if (pl && pl->o.zero) return pt_seterr("--snapshot-every with --zero 1: sharded moments are not "
+                                           "snapshotted yet; use --zero 0");
+    return 0;
+}
+
+int train_recover_init(train_ctx *t) {
+    const train_opts *o = &t->o;
+    if (check_kill_at(t) < 0) return -1;
+    if (o->snapshot_every && !o->snapshot_dir)
+        return pt_seterr("--snapshot-every needs --snapshot-dir DIR (memory that outlives the process, "
+                         "e.g. /dev/shm/NAME; `pipetrain launch` gives one)");
+    if (!o->snapshot_dir) return 0;
+    if (check_snapshot(t) < 0) return -1;
+    struct train_recover *rc = pt_calloc(1, sizeof *rc);
+    t->recover = rc;
+    run_job *j = train_engine_job(t->e);
+    rc->n = j ? run_job_local_count(j) : 1;
+    rc->snap = pt_calloc((size_t)rc->n, sizeof *rc->snap);
+    if (j) rc->ex = pt_calloc((size_t)rc->n, sizeof *rc->ex);
+    for (int r = 0; r < rc->n; r++) {
+        if (j) rc->ex[r] = run_job_local_exec(j, r);
+        if (ckpt_snap_open(&rc->snap[r], o->snapshot_dir, j ? run_exec_world_rank(rc->ex[r]) : 0, SNAP_KEEP) < 0) return -1;
+    }
+    return 0;
+}
+
+void train_recover_end(train_ctx *t) {
+    struct train_recover *rc = t->recover;
+    if (!rc || !t->o.snapshot_every) return;
+    ckpt_snap_stats s;
+    ckpt_snap_get_stats(rc->snap[0], &s);
+    if (t->root)
+        printf("snapshots (rank %d of %d here): %ld taken, copies %.2f ms each, %ld waits for the writer "
+               "(%.1f ms in all): %.2f%% of the steps' time; writer %.1f ms per generation (off the compute path)\n",
+               rc->ex ? run_exec_world_rank(rc->ex[0]) : 0, rc->n, s.taken,
+               s.taken ? s.copy_s / (double)s.taken * 1e3 : 0, s.waits, s.wait_s * 1e3,
+               rc->step_s > 0 ? (s.copy_s + s.wait_s) / rc->step_s * 100 : 0,
+               s.written ? s.write_s / (double)s.written * 1e3 : 0);
+}
+
+void train_recover_free(train_ctx *t) {
+    struct train_recover *rc = t->recover;
+    if (!rc) return;
+    for (int r = 0; r < rc->n; r++)
+        if (ckpt_snap_close(rc->snap[r]) < 0) fprintf(stderr, "warning: snapshot: %s\n", pt_err());
+    free(rc->snap);
+    free(rc->ex);
+    free(rc);
+    t->recover = NULL;
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Recovery on the threads transport (docs/recovery.md): --kill-at kills the process at the step and
+# phase asked; `pipetrain launch` restarts it from the ranks' snapshots by itself and the run ends
+# with the losses of an uninterrupted run, bitwise (the same layout), having repeated at most one
+# step per failure, with failure and recovered events in the events file; one process too; a few
+# rounds of the chaos loop (kill -9 from outside at random times); bad flags get clear errors.
+# MPI: tests/test_recover_mpi.sh; a lost host: tests/test_recover_hosts.sh.
+. tests/lib.sh
+P=$PIPETRAIN
+D=$TEST_TMP/recover
+SNAP=/dev/shm/pt-test-recover-$$
+mkdir -p "$D"
+trap 'rm -rf "$SNAP"*' EXIT
+cat > "$D/cfg.json" <<'J'
+{"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}
+J
+for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
+base="--config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3 --grad-clip 0.5 --steps 12"
+lay="--stages 2 --dp 2 --microbatches 2"
+last_loss() { tail -1 "$1" | sed 's/.*"loss":\([0-9.]*\).*/\1/'; }
+# max_lost EVENTS: the most steps any recovery repeated (-1: no recovered event)
+max_lost() { grep '"recovered"' "$1" | sed 's/.*"steps_lost":\([0-9]*\).*/\1/' | sort -n | tail -1 | grep . || echo -1; }
+
+# --- --kill-at alone: the process dies by SIGKILL at that step and phase, saying so
+rc=$( (timeout 60 "$P" train $base $lay --kill-at 1@3:reduce > "$D/k.out" 2>&1; echo $?) 2>/dev/null )
+[ $rc = 137 ] && grep -q "kill-at: rank 1, step 3, reduce: SIGKILL" "$D/k.out" && ok "--kill-at 1@3:reduce: SIGKILL at step 3" \
+  || fail "--kill-at 1@3:reduce: SIGKILL at step 3" "rc $rc: $(tail -2 "$D/k.out")"
+
+# --- the reference: no failure
+timeout 120 "$P" train $base $lay --metrics "$D/ref.jsonl" > /dev/null 2>&1 || fail "reference run" "exited $?"
+ref=$(last_loss "$D/ref.jsonl")
+
+# --- launch: a kill at each phase (two in one run), the same final loss bitwise
+for ph in forward reduce save; do
+  rm -f "$D/l.jsonl" "$D/l.events.jsonl"
+  timeout 120 "$P" launch --snapshot-dir "$SNAP" -- train $base $lay --snapshot-every 1 \
+    --kill-at "0@7:$ph" --kill-at 3@10 --metrics "$D/l.jsonl" > "$D/l.out" 2>&1
+  rc=$?
+  n_fail=$(grep -c '"event":"failure"' "$D/l.events.jsonl" 2>/dev/null)
+  n_rec=$(grep -c '"event":"recovered"' "$D/l.events.jsonl" 2>/dev/null)
+  lost=$(max_lost "$D/l.events.jsonl")
+  if [ $rc = 0 ] && [ "$(tail -1 "$D/l.jsonl" | sed 's/{"step":\([0-9]*\).*/\1/')" = 12 ] && [ "$n_fail" = 2 ] && [ "$n_rec" = 2 ] \
+     && [ "$lost" -ge 0 ] && [ "$lost" -le 1 ]; then
+    ok "launch, kills at 0@7:$ph and 3@10: reaches step 12 by itself, 2 failures, 2 recoveries, <= 1 step repeated each"
+  else
+    fail "launch, kills at 0@7:$ph and 3@10" "rc $rc, $n_fail failures, $n_rec recoveries, lost $lost: $(grep launch "$D/l.out" | tail -3)"
+  fi
+  [ "$(last_loss "$D/l.jsonl")" = "$ref" ] && ok "launch, kills at $ph: the final loss equals the uninterrupted run bitwise" \
+    || fail "launch, kills at $ph: the final loss equals the uninterrupted run bitwise" "$(last_loss "$D/l.jsonl") vs $ref"
+done
+
+# --- one process (no pipeline): the same
+timeout 60 "$P" train $base --threads 1 --metrics "$D/ref1.jsonl" > /dev/null 2>&1
+rm -f "$D/l1.jsonl" "$D/l1.events.jsonl"
+timeout 60 "$P" launch --snapshot-dir "$SNAP" -- train $base --threads 1 --snapshot-every 1 --kill-at 0@5 \
+  --metrics "$D/l1.jsonl" > "$D/l1.out" 2>&1
+[ $? = 0 ] && [ "$(last_loss "$D/l1.jsonl")" = "$(last_loss "$D/ref1.jsonl")" ] && [ "$(max_lost "$D/l1.events.jsonl")" -le 1 ] \
+  && ok "launch, one process killed at step 5: recovers, the same final loss bitwise" \
+  || fail "launch, one process killed at step 5" "$(last_loss "$D/l1.jsonl") vs $(last_loss "$D/ref1.jsonl"); $(tail -2 "$D/l1.out")"
+
+# --- no snapshots: back to the newest --save checkpoint
+rm -rf "$D/ck" "$D/l2.jsonl" "$D/l2.events.jsonl"
+timeout 120 "$P" launch --snapshot-dir "$SNAP" -- train $base $lay --save "$D/ck" --save-every 3 --kill-at 1@8 \
+  --metrics "$D/l2.jsonl" > "$D/l2.out" 2>&1
+[ $? = 0 ] && [ "$(last_loss "$D/l2.jsonl")" = "$ref" ] && grep -q '"from":"checkpoint","from_step":6' "$D/l2.events.jsonl" \
+  && ok "launch without snapshots: restarts from the --save checkpoint of step 6, the same final loss bitwise" \
+  || fail "launch without snapshots: restarts from the --save checkpoint" "$(grep launch "$D/l2.out" | tail -3)"
+
+# --- the report marks the events
+"$P" report "$D/l.jsonl" --out "$D/l.html" > /dev/null 2>&1
+grep -q "recovered" "$D/l.html" && grep -q "failure" "$D/l.html" && ok "the report marks failure and recovered events" \
+  || fail "the report marks failure and recovered events" "not in $D/l.html"
+
+# --- a few rounds of the chaos loop (kill -9 from outside at random steps)
+bash tests/chaos_recover.sh 2 > "$D/chaos.out" 2>&1 && ok "chaos loop, 2 rounds: every run recovered with the uninterrupted loss" \
+  || fail "chaos loop, 2 rounds" "$(tail -3 "$D/chaos.out")"
+
+# --- bad flags
+expect_error "--kill-at without @" "--kill-at 'x7': bad rank" "$P" train $base --kill-at x7
+expect_error "--kill-at step 0" "bad step" "$P" train $base --kill-at 0@0
+expect_error "--kill-at unknown phase" "unknown phase 'backward'" "$P" train $base --kill-at 0@3:backward
+expect_error "--kill-at a rank the job lacks" "rank 7 does not exist: the job has 4 ranks" "$P" train $base $lay --kill-at 7@2
+expect_error "--kill-at reduce in one process" "one process has no reduction" "$P" train $base --threads 1 --kill-at 0@2:reduce
+expect_error "--snapshot-every without a folder" "--snapshot-every needs --snapshot-dir" "$P" train $base --snapshot-every 1
+expect_error "--snapshot-every with --zero 1" "--zero 1: sharded moments are not snapshotted" "$P" train $base $lay --zero 1 \
+  --snapshot-every 1 --snapshot-dir "$SNAP.z"
+expect_error "launch without --" "no \"--\"" "$P" launch --np 2 train $base
+expect_error "launch: not train after --" "after \"--\" comes the job: train" "$P" launch -- sample
+expect_error "launch: mpirun flags without --np" "'--bind-to' is not a launch flag" "$P" launch --bind-to none -- train $base
+expect_error "launch: --spares without --hostfile" "--spares 1 needs --hostfile" "$P" launch --np 2 --spares 1 -- train $base
+expect_error "launch: --np 0" "--np needs a whole number >= 1" "$P" launch --np 0 -- train $base
+expect_error "launch: --timeout x" "--timeout needs seconds > 0" "$P" launch --timeout x -- train $base
+expect_error "launch: a job that refuses its flags is not restarted" "stopped before its first step" \
+  "$P" launch --snapshot-dir "$SNAP" -- train $base --stages 0
+done_tests

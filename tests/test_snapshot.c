@@ -1,0 +1,122 @@
+/* Snapshots (ckpt/snapshot.h): two ranks' chunks written by their writer threads, restored into a
+ * checkpoint folder that loads bitwise; the newest step every chunk has is chosen (a rank one
+ * generation behind holds the others back); a damaged generation (one flipped byte) and a half
+ * written one (a temporary folder) are never used; a lost rank's folder is skipped; only `keep`
+ * generations stay; reset removes heartbeats and the generations after a step. */
+#include "test.h"
+#include "ckpt/snapshot.h"
+#include "util/pt.h"
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const gpt_config CFG = {.n_layer = 4, .n_head = 2, .n_embd = 16, .vocab_size = 64, .n_positions = 16};
+static char root[128], out[160];
+
+typedef struct { gpt_model m; adamw_state opt; } state;
+
+/* A whole model with parameters and moments that depend on seed (so each step's differ). */
+static void state_fill(state *s, uint64_t seed) {
+    gpt_init_random(&s->m, seed);
+    for (size_t i = 0; i < s->opt.n; i++) {
+        s->opt.m[i] = (float)i * 1e-3f + (float)seed;
+        s->opt.v[i] = (float)seed * 0.5f + 1.0f;
+    }
+    s->opt.t = (int)seed;
+}
+
+/* Rank r (of 2, chunk r: layers [0,3) or [3,6)) snapshots state s as step `step`. */
+static void take(ckpt_snap *sn, int r, const state *s, long step) {
+    static const int cf[3] = { 0, 3, 6 };
+    ckpt_manifest man = { .cfg = CFG, .step = step, .adam_t = (int)step, .batch = 4, .seq = 8 };
+    snprintf(man.data_path, sizeof man.data_path, "data.txt");
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", cf);
+    ckpt_snap_ready(sn);
+    ckpt_snap_stage(sn, r, cf[r], cf[r + 1], &s->m, &s->opt);
+    ckpt_snap_commit(sn, &man);
+}
+
+/* Loads the restored folder and compares it with s. */
+static int restored_equals(const state *s) {
+    ckpt_manifest man;
+    state l;
+    if (ckpt_read_manifest(&man, out) < 0) return 0;
+    gpt_init(&l.m, &CFG);
+    adamw_init(&l.opt, l.m.num_params);
+    int ok = ckpt_load_layers(out, &man, &l.m, &l.opt, 0, 6) == 0 &&
+             !memcmp(l.m.params, s->m.params, sizeof(float) * s->m.num_params) &&
+             !memcmp(l.opt.m, s->opt.m, sizeof(float) * s->opt.n) && !memcmp(l.opt.v, s->opt.v, sizeof(float) * s->opt.n);
+    gpt_free(&l.m);
+    adamw_free(&l.opt);
+    return ok;
+}
+
+static void flip_byte(const char *path) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return;
+    fseek(f, -5, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -5, SEEK_END);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+}
+
+int main(void) {
+    snprintf(root, sizeof root, "/tmp/pt_snapXXXXXX");
+    if (!mkdtemp(root)) return 2;
+    snprintf(out, sizeof out, "%s/restore", root);
+    state s[5];
+    for (int k = 0; k < 5; k++) {
+        gpt_init(&s[k].m, &CFG);
+        adamw_init(&s[k].opt, s[k].m.num_params);
+        state_fill(&s[k], (uint64_t)k + 1);
+    }
+    ckpt_snap *a, *b;
+    CHECK("open two ranks' snapshots", ckpt_snap_open(&a, root, 0, 3) == 0 && ckpt_snap_open(&b, root, 1, 3) == 0, "%s", pt_err());
+    for (int step = 1; step <= 4; step++) {   /* steps 1..4 on rank 0, 1..3 on rank 1 */
+        take(a, 0, &s[step], step);
+        ckpt_snap_heartbeat(a, step);
+        if (step < 4) take(b, 1, &s[step], step);
+        ckpt_snap_close(a);   /* waits for the writer: each step written, none replaced */
+        ckpt_snap_open(&a, root, 0, 3);
+        ckpt_snap_close(b);
+        ckpt_snap_open(&b, root, 1, 3);
+    }
+    long st, pid;
+    double when;
+    char host[65];
+    CHECK("heartbeat read back", ckpt_snap_read_heartbeat(root, 0, &st, &pid, &when, host) == 0 && st == 4 &&
+          pid == getpid(), "step %ld pid %ld", st, pid);
+    char p[400];
+    snprintf(p, sizeof p, "%s/rank-0/gen-1", root);
+    CHECK("only the newest 3 generations kept", access(p, F_OK) != 0, "%s still there", p);
+    ckpt_snap_found f;
+    int rc = ckpt_snap_restore(root, NULL, 0, out, &f);
+    CHECK("restore: step 3, the newest every chunk has (rank 1 is behind)", rc == 1 && f.step == 3 &&
+          f.from_rank[0] == 0 && f.from_rank[1] == 1, "rc %d step %ld: %s", rc, f.step, pt_err());
+    CHECK("the restored checkpoint loads bitwise the state of step 3", restored_equals(&s[3]), "differs");
+    snprintf(p, sizeof p, "%s/rank-1/gen-3/chunk-1.safetensors", root);
+    flip_byte(p);
+    rc = ckpt_snap_restore(root, NULL, 0, out, &f);
+    CHECK("a flipped byte: that generation skipped, step 2 restored", rc == 1 && f.step == 2 && f.n_bad == 1 &&
+          restored_equals(&s[2]), "rc %d step %ld bad %d", rc, f.step, f.n_bad);
+    snprintf(p, sizeof p, "%s/rank-1/gen-9.tmp.123", root);
+    mkdir(p, 0755);
+    rc = ckpt_snap_restore(root, NULL, 0, out, &f);
+    CHECK("a half-written generation is not one", rc == 1 && f.step == 2, "step %ld", f.step);
+    int skip[1] = { 1 };
+    rc = ckpt_snap_restore(root, skip, 1, out, &f);
+    CHECK("rank 1 lost: no step is complete, nothing restored", rc == 0 && f.step == 0, "rc %d step %ld", rc, f.step);
+    ckpt_snap_reset(root, 2);
+    snprintf(p, sizeof p, "%s/rank-0/gen-3", root);
+    CHECK("reset to step 2: later generations and heartbeats gone", access(p, F_OK) != 0 &&
+          ckpt_snap_read_heartbeat(root, 0, &st, &pid, &when, host) < 0, "%s", p);
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (system(cmd) != 0) return 2;
+    TEST_DONE();
+}
