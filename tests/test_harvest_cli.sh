@@ -91,8 +91,8 @@ else
     || fail "trace, svg: a last step without side steps" "$D/side.json, $D/side.svg"
 fi
 rm -f "$D"/p*.pid
-# (the rank dies after 80 sends, 2 a step: at step 40, room for the programs to start on a loaded
-# machine)
+# (the rank dies after 80 sends, 4 a step: at step 21, twice the room there was for the programs
+# to start on a loaded machine)
 big --steps 60 --stages 2 --microbatches 2 --timeout 5 --fail-rank 1 --fail-after 80 \
   --side-command "1:echo \$\$ > $D/p0.pid; while :; do :; done" \
   --side-command "1:sleep 1000 & echo \$! > $D/p1.pid; wait" > "$D/out_die" 2>&1
