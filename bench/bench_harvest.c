@@ -8,16 +8,20 @@
  * under the default policy, so the shared machine's slow spells hit all three; the first
  * iterations warm up and measure the tasks.
  *   slowdown     median iteration of the mode / median without side work - 1
- *   used         side seconds inside the waits' idle / the waits' idle (harvest_stats: every
- *                wait of the schedule, from reaching the action to its input's arrival)
+ *   harvested    CPU seconds side work received (side_cpu_s) / the ranks' bubble seconds
+ *                (run_stats.bubble x P x iteration)
+ *   slots        side seconds inside the waits' idle / the waits' idle (harvest_stats: every
+ *                wait of the schedule, from reaching the action to its input's arrival): the
+ *                time side work was allowed (a program's slots), not what it got
  *   overrun      side seconds past the awaited input's arrival / iteration seconds
- *   side rate    side seconds per second of those iterations: the fraction of the task run alone
- *                on one core that it got (for a program: its slots, at most what it ran)
+ *   side CPU     side_cpu_s per second of those iterations: the fraction of a core it got
  *   unused by reason  harvest_stats.lost_s over the waits' idle (harvest.h)
  * Goal (issue 10): slowdown <= 2%, >= 60% of the bubble used, overrun <= 1% of step time.
  * Not a test: nothing asserted. Usage: bench_harvest [iterations per mode, default 20]
  * [--waits FILE: one line per wait of the measured iterations (harvest_set_log)]
- * [--only LAYOUT:VARIANT, e.g. 1f1b:busy]. */
+ * [--only LAYOUT:VARIANT, e.g. 1f1b:busy]; bench_harvest --programs [ROUNDS [ITERATIONS]]:
+ * issue 20's case and goal; bench_harvest --signals [ROUNDS]: what a SIGCONT/SIGSTOP round
+ * costs (bench_harvest_programs.h). */
 #include "bench_harvest_programs.h"
 #include "harvest/harvest_tasks.h"
 #include "harvest/task_eval.h"
@@ -40,7 +44,7 @@ static FILE *waits_log;
 typedef struct {
     double *iter;               /* [iters] iteration seconds */
     int n;
-    double t, side, over, idle, used, lost[HARVEST_LOST_N];
+    double t, side, over, idle, used, lost[HARVEST_LOST_N], cpu, bubble;
 } bench_mode;
 
 /* The task of a variant, added to h; *ev set for the evaluation. */
@@ -80,6 +84,8 @@ static void mode_add(bench_mode *m, const run_stats *st, const harvest_stats *hs
     m->iter[m->n++] = st->iter_time;
     m->t += st->iter_time;
     m->side += hs->side_s;
+    m->cpu += hs->side_cpu_s;
+    m->bubble += st->bubble * 2 * st->iter_time;
     m->over += hs->overrun_s;
     m->idle += hs->idle_s;
     m->used += hs->used_s;
@@ -134,10 +140,11 @@ static void print_job(const char *variant, bench_mode *m) {
     for (int k = FIXED; k < MODES; k++) {
         const bench_mode *x = &m[k];
         double med = median_of(m[k].iter, m[k].n);
-        printf("  %-8s %-8s %+7.1f%%  %6.1f%%  %7.2f%%  %6.1f%%  (%.2f ms alone, waits idle %.1f%%, load %.2f)\n",
+        printf("  %-8s %-8s %+7.1f%%  %8.1f%%  %6.1f%%  %7.2f%%  %6.1f%%  (%.2f ms alone, waits idle %.1f%%, load %.2f)\n",
                k == FIXED ? variant : "", MODE_NAME[k], off > 0 ? 100 * (med / off - 1) : 0,
-               x->idle > 0 ? 100 * x->used / x->idle : 0, x->t > 0 ? 100 * x->over / x->t : 0,
-               x->t > 0 ? 100 * x->side / x->t : 0, off * 1e3, x->t > 0 ? 100 * x->idle / (2 * x->t) : 0, load[0]);
+               x->bubble > 0 ? 100 * x->cpu / x->bubble : 0, x->idle > 0 ? 100 * x->used / x->idle : 0,
+               x->t > 0 ? 100 * x->over / x->t : 0, x->t > 0 ? 100 * x->cpu / x->t : 0, off * 1e3,
+               x->t > 0 ? 100 * x->idle / (2 * x->t) : 0, load[0]);
         printf("  %-17s unused:", "");
         for (int r = 0; r < HARVEST_LOST_N; r++)
             if (x->idle > 0 && x->lost[r] / x->idle >= 0.0005) printf(" %s %.1f%%", harvest_lost_name(r), 100 * x->lost[r] / x->idle);
@@ -198,7 +205,7 @@ int main(int argc, char **argv) {
     const char *variants[] = { "program", "train", "eval", "busy" };
     int status = 0;
     for (int l = 0; l < 2; l++) {
-        printf("%-5s M=%s variant policy  slowdown   used  overrun  side rate\n", layouts[l][0], layouts[l][1]);
+        printf("%-5s M=%s variant policy  slowdown  harvested   slots  overrun  side CPU\n", layouts[l][0], layouts[l][1]);
         for (int v = 0; v < 4; v++) {
             char name[64];
             snprintf(name, sizeof name, "%s:%s", layouts[l][0], variants[v]);

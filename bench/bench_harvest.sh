@@ -6,9 +6,10 @@
 # evaluation every 5 steps (--eval-data). Variants alternate within each round, so a slow spell
 # of the shared machine hits all of them; each number is the median over rounds of a run's
 # median step time (steps after the first 5) and of its sums.
-# Columns: slowdown = median step with side work / median step alone - 1; bubble used = (side_s -
+# Columns: slowdown = median step with side work / median step alone - 1; harvested = side_cpu_s /
+# bubble_s (the CPU seconds side work received over the ranks' bubble seconds); slots = (side_s -
 # side_overrun_s) / wait_idle_s (the side seconds inside the ranks' waits over those waits' idle
-# seconds: every RECV, REDUCE_GRAD and STEP wait); overrun = side_overrun_s / step time; side
+# seconds: the time side work was allowed, not what it got); overrun = side_overrun_s / step time; side
 # rate against the task alone (a: the CPU
 # the program got per second of run, alone 1 core; b: side steps per second against the side
 # model trained alone; c: evaluations done per second against pipetrain eval alone).
@@ -49,26 +50,27 @@ run() {
 # field FILE KEY: the key's values, one per line
 field() { grep -o "\"$2\":[-0-9.e+]*" "$1" | cut -d: -f2; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# stats NAME: "median_step_ms sum_wait_idle_s sum_side_s sum_overrun_s sum_step_s" over steps > 5
-# (a run without side work has no wait_idle_s: bubble_fraction x 2 ranks x step time instead)
+# stats NAME: "median_step_ms sum_wait_idle_s sum_side_s sum_overrun_s sum_step_s sum_side_cpu_s
+# sum_bubble_s" over steps > 5 (a run without side work has no wait_idle_s: bubble_fraction x 2
+# ranks x step time instead)
 stats() {
   local f="$T/$1.jsonl"
   if grep -q '"wait_idle_s"' "$f"; then
     paste -d' ' <(field "$f" step) <(field "$f" step_ms) <(field "$f" wait_idle_s) <(field "$f" side_s) \
-      <(field "$f" side_overrun_s)
+      <(field "$f" side_overrun_s) <(field "$f" side_cpu_s) <(field "$f" bubble_s)
   else
     paste -d' ' <(field "$f" step) <(field "$f" step_ms) <(field "$f" bubble_fraction) |
-      awk '{ print $1, $2, $3 * 2 * $2 / 1e3, 0, 0 }'
+      awk '{ print $1, $2, $3 * 2 * $2 / 1e3, 0, 0, 0, $3 * 2 * $2 / 1e3 }'
   fi | awk '$1 > 5 { print }' > "$T/$1.cols"
   local med; med=$(awk '{ print $2 }' "$T/$1.cols" | median)
-  awk -v m="$med" '{ b += $3; s += $4; o += $5; t += $2 / 1e3 } END { printf "%s %.6f %.6f %.6f %.6f\n", m, b, s, o, t }' "$T/$1.cols"
+  awk -v m="$med" '{ b += $3; s += $4; o += $5; t += $2 / 1e3; c += $6; u += $7 } END { printf "%s %.6f %.6f %.6f %.6f %.6f %.6f\n", m, b, s, o, t, c, u }' "$T/$1.cols"
 }
 # the side rate of a run against the task alone (see the header), or "-"
 rate() {
   local name=$1 kind=$2 wall
   wall=$(awk '{ t += $2 / 1e3 } END { print t }' <(paste -d' ' <(field "$T/$name.jsonl" step) <(field "$T/$name.jsonl" step_ms)))
   case $kind in
-    cmd) grep -o 'ran [0-9.]* s in bubbles, [0-9.]*% of a core' "$T/$name.out" | awk '{ sub("%", "", $6); printf "%.3f", $6 / 100 }' ;;
+    cmd) grep -o '[0-9.]*% of a core over' "$T/$name.out" | awk '{ sub("%", "", $1); printf "%.3f", $1 / 100 }' ;;
     train) local n=0; [ -f "$T/$name.side.jsonl" ] && n=$(wc -l < "$T/$name.side.jsonl")
            awk -v n="$n" -v w="$wall" -v a="$ALONE_TRAIN" 'BEGIN { printf "%.3f", n / w / a }' ;;
     eval) local n; n=$(grep -c '"eval_loss"' "$T/$name.jsonl")
@@ -106,18 +108,18 @@ for layout in "1f1b:--stages 2 --schedule 1f1b --microbatches 2" "zb-h2:--stages
       echo "$(stats "$lname-$v-$r") $(rate "$lname-$v-$r" "$v")" > "$T/$lname-$v-$r.res"
     done
   done
-  echo "$lname (P=2, load average now $(load)): variant   slowdown  bubble used  overrun/step  side rate vs alone   (median step alone, bubble)"
+  echo "$lname (P=2, load average now $(load)): variant   slowdown  harvested  slots  overrun/step  side rate vs alone   (median step alone, bubble)"
   for v in $VARIANTS; do
     for r in $(seq 1 "$ROUNDS"); do
-      read -r m b s o t rt < "$T/$lname-$v-$r.res"
+      read -r m b s o t c u rt < "$T/$lname-$v-$r.res"
       read -r m0 b0 _ < "$T/$lname-alone-$r.res"
-      awk -v m="$m" -v m0="$m0" -v b="$b" -v s="$s" -v o="$o" -v t="$t" -v rt="$rt" -v b0="$b0" \
-        'BEGIN { printf "%.4f %.4f %.5f %s %.3f %.4f\n", m / m0 - 1, (b > 0 ? (s - o) / b : 0), (t > 0 ? o / t : 0), rt, m0, b0 }'
+      awk -v m="$m" -v m0="$m0" -v b="$b" -v s="$s" -v o="$o" -v t="$t" -v rt="$rt" -v b0="$b0" -v c="$c" -v u="$u" \
+        'BEGIN { printf "%.4f %.4f %.5f %s %.3f %.4f %.4f\n", m / m0 - 1, (b > 0 ? (s - o) / b : 0), (t > 0 ? o / t : 0), rt, m0, b0, (u > 0 ? c / u : 0) }'
     done > "$T/$lname-$v.rows"
     col() { awk -v k="$1" '{ print $k }' "$T/$lname-$v.rows" | median; }
-    printf "  %-8s %+8.1f%%  %9.1f%%  %11.2f%%  %12s   (%.2f ms, %.3f s of bubble per run)\n" "$v" \
-      "$(col 1 | awk '{ print 100 * $1 }')" "$(col 2 | awk '{ print 100 * $1 }')" "$(col 3 | awk '{ print 100 * $1 }')" \
-      "$(col 4)" "$(col 5)" "$(col 6)"
+    printf "  %-8s %+8.1f%%  %8.1f%%  %5.1f%%  %11.2f%%  %12s   (%.2f ms, %.3f s of bubble per run)\n" "$v" \
+      "$(col 1 | awk '{ print 100 * $1 }')" "$(col 7 | awk '{ print 100 * $1 }')" "$(col 2 | awk '{ print 100 * $1 }')" \
+      "$(col 3 | awk '{ print 100 * $1 }')" "$(col 4)" "$(col 5)" "$(col 6)"
   done
 done
 echo "rounds scatter on a shared machine (see the load average above): read the medians, not one run"

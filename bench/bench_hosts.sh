@@ -2,8 +2,9 @@
 # A real slow link: two hosts on this machine (tools/hosts.sh: network namespaces, Open MPI over
 # TCP), each host's link shaped with tc tbf (30 Mbit/s, burst 64 kB, latency 2 s); issue 19's case:
 # 4 layers x 256 channels (examples/char-gpt-256.json), batch 16 x 128, 2 stages, 8 microbatches.
-# Rows, in alternating rounds: the free link (zb-h1), and on the shaped link fixed zb-h1, fixed
-# zb-h1 with Open MPI's own TCP eager limit (64 kB; tools/hosts.sh raises it to 1 MB), fixed 1f1b, --adapt (and what it chose), --wire bf16, --adapt --adapt-wire; each the median step time
+# Rows, in alternating rounds, all on the shaped link: fixed zb-h1, fixed zb-h1 with Open MPI's own
+# TCP eager limit (64 kB; tools/hosts.sh raises it to 1 MB), fixed 1f1b, --adapt and --adapt
+# --mem-limit 4 (and what they chose), --wire bf16, --adapt --adapt-wire; each the median step time
 # (steps after the first), tokens/s, the end-of-run prediction (the simulator fed the run's own
 # profiled compute and its measured links) and the loss after the last step. Skips where
 # namespaces cannot be made. Usage: bench/bench_hosts.sh [ROUNDS [STEPS]]   (default 3 rounds, 14 steps)
@@ -26,18 +27,19 @@ echo "machine: $cpu, $isa, $(nproc) cores; 2 hosts as network namespaces on this
 $H up 2 > /dev/null || exit 1
 targs="train --config examples/char-gpt-256.json --data $D/t.txt --batch 16 --seq 128 --stages 2 --microbatches 8 --steps $steps --seed 7"
 shape() { for h in 0 1; do if [ "$1" = off ]; then $H shape $h off; else $H shape $h 30mbit 64kb 2s; fi; done; }
-rows=(free zb-h1 zb-h1-64k 1f1b adapt bf16 adapt-wire)
+rows=(zb-h1 zb-h1-64k 1f1b adapt adapt-m4 bf16 adapt-wire)
 flags() {
   case $1 in
-    free|zb-h1|zb-h1-64k) echo "--schedule zb-h1" ;;
+    zb-h1|zb-h1-64k) echo "--schedule zb-h1" ;;
     1f1b) echo "--schedule 1f1b" ;;
     adapt) echo "--schedule zb-h1 --adapt" ;;
+    adapt-m4) echo "--schedule zb-h1 --adapt --mem-limit 4" ;;
     bf16) echo "--schedule zb-h1 --wire bf16" ;;
     adapt-wire) echo "--schedule zb-h1 --adapt --adapt-wire" ;;
   esac
 }
 run() {   # run ROW -> "measured_ms simulated_ms tokens_per_s last_loss schedule_at_the_end"
-  [ "$1" = free ] && shape off || shape on
+  shape on
   local e=1048576   # tools/hosts.sh's eager limit; zb-h1-64k: Open MPI's own (rendezvous above 64 kB)
   [ "$1" = zb-h1-64k ] && e=65536
   # shellcheck disable=SC2046
@@ -65,4 +67,4 @@ for row in "${rows[@]}"; do
 done
 awk -v a="$zloss" -v b="$(cut -d' ' -f4 "$D/bf16" | median)" -v n="$steps" 'BEGIN {
   printf "loss of --wire bf16 after %d steps vs fp32 zb-h1 on the same link: %+.2f%%\n", n, (a > 0 ? (b - a) / a * 100 : 0) }'
-echo "rows: free = zb-h1 on the unshaped link; the others on 30 Mbit/s each way; zb-h1-64k with Open MPI's 64 kB eager limit; medians of $rounds alternating rounds; load after $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "rows: on 30 Mbit/s each way; zb-h1-64k with Open MPI's 64 kB eager limit; medians of $rounds alternating rounds; load after $(cut -d' ' -f1-3 /proc/loadavg)"

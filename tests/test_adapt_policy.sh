@@ -131,6 +131,15 @@ if "$P" report "$D/u.jsonl" --out "$D/u.html" > /dev/null 2>&1 && grep -q 'adapt
   ok "adapt policy: ... the report lists the adapt_revert"
 else fail "adapt policy: report" "$(grep -c adapt "$D/u.html" 2>/dev/null)"; fi
 
+# MPI: every rank judges from the same measured steps, so every rank undoes at the same step (a
+# rank that did not would run another schedule: the switch's agreement check stops the run)
+if MPI_X="PIPETRAIN_TEST_PREDICT=0.2 OPENBLAS_NUM_THREADS=1" mpi 2 train --config "$D/cfg.json" --data "$D/text.txt" \
+     --batch 8 --seq 16 --lr 3e-3 $pipe $slow --adapt --mem-limit schedule --transport mpi --metrics "$D/mu.jsonl" > "$D/mu.out" 2>&1 &&
+   grep -Eq '^step [0-9]+: the switch at step [0-9]+ did not pay' "$D/mu.out" && grep -q '"event":"adapt_revert"' "$D/mu.events.jsonl" &&
+   [ "$(numbers "$D/m0.jsonl")" = "$(numbers "$D/mu.jsonl")" ]; then
+  ok "adapt policy: MPI: the switch undone on every rank at the same step; the same numbers"
+else fail "adapt policy: MPI undo" "$(lines "$D/mu.out"; tail -2 "$D/mu.out")"; fi
+
 # --- bad values
 for v in 0 -1 x 4x 2.5 ''; do
   expect_error "adapt policy: --mem-limit '$v' is an error that says what it takes" \

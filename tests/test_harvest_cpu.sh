@@ -32,7 +32,7 @@ CPU_ABS_S=0.010
 # program at SCHED_IDLE runs only on a core nothing else wants: on a crowded machine it may get
 # little in 30 steps, so the run is repeated longer (60, 120 steps) until they got 20 ms.
 for steps in 30 60 120; do
-  rm -f "$D"/c0 "$D"/c1
+  rm -f "$D"/c0 "$D"/c1 "$D"/m.*   # metrics files are appended to by a later run
   train --steps $steps --metrics "$D/m.jsonl" --side-command "0:$W $D/c0" --side-command "1:$W $D/c1" \
     > "$D/out" 2>&1
   rc=$?
@@ -41,6 +41,7 @@ for steps in 30 60 120; do
   own=$(awk -v a="${own0:-0}" -v b="${own1:-0}" 'BEGIN { printf "%.6f", a + b }')
   [ $rc -ne 0 ] || awk -v o="$own" 'BEGIN { exit !(o >= 0.02) }' && break
 done
+rm -f "$D"/m0.* "$D"/mb.*
 base=$(train --steps $steps --metrics "$D/m0.jsonl" 2>&1 >/dev/null; grep -o '"loss":[^,]*' "$D/m0.jsonl" | tr '\n' ' ')
 side=$(grep -o '"loss":[^,]*' "$D/m.jsonl" 2>/dev/null | tr '\n' ' ')
 [ $rc -eq 0 ] && [ -n "$side" ] && [ "$side" = "$base" ] && ok "harvest cpu: losses with side programs equal the run without, bitwise" \
@@ -57,6 +58,9 @@ grep -q "side work: [0-9.]* s of CPU in the ranks' [0-9.]* s of bubble ([0-9.]*%
   && grep -q "of CPU in [0-9.]* s of slots" "$D/out" \
   && ok "harvest cpu: the summary gives the CPU received against the bubble, per program too" \
   || fail "harvest cpu: the summary gives the CPU received against the bubble, per program too" "$(grep side "$D/out" | head -3)"
+grep -q 'bubble harvested (side_cpu_s / bubble_s' "$D/m.html" 2>/dev/null \
+  && ok "harvest cpu: the run's report charts the bubble harvested (side_cpu_s / bubble_s)" \
+  || fail "harvest cpu: the run's report charts the bubble harvested (side_cpu_s / bubble_s)" "no such chart in $D/m.html"
 # the summary's fraction is side_cpu_s / bubble_s
 frac=$(grep -o '"harvested_fraction":[-0-9.e+]*' "$D/m.events.jsonl" 2>/dev/null | cut -d: -f2)
 bub=$(sum "$D/m.jsonl" bubble_s)

@@ -22,8 +22,7 @@ last_loss() { tail -1 "$1" | sed 's/.*"loss":\([0-9.]*\).*/\1/'; }
 max_lost() { grep '"recovered"' "$1" | sed 's/.*"steps_lost":\([0-9]*\).*/\1/' | sort -n | tail -1 | grep . || echo -1; }
 
 # --- --kill-at alone: the process dies by SIGKILL at that step and phase, saying so
-(timeout 60 "$P" train $base $lay --kill-at 1@3:reduce > "$D/k.out" 2>&1) 2>/dev/null
-rc=$?
+rc=$( (timeout 60 "$P" train $base $lay --kill-at 1@3:reduce > "$D/k.out" 2>&1; echo $?) 2>/dev/null )
 [ $rc = 137 ] && grep -q "kill-at: rank 1, step 3, reduce: SIGKILL" "$D/k.out" && ok "--kill-at 1@3:reduce: SIGKILL at step 3" \
   || fail "--kill-at 1@3:reduce: SIGKILL at step 3" "rc $rc: $(tail -2 "$D/k.out")"
 
@@ -58,6 +57,14 @@ timeout 60 "$P" launch --snapshot-dir "$SNAP" -- train $base --threads 1 --snaps
 [ $? = 0 ] && [ "$(last_loss "$D/l1.jsonl")" = "$(last_loss "$D/ref1.jsonl")" ] && [ "$(max_lost "$D/l1.events.jsonl")" -le 1 ] \
   && ok "launch, one process killed at step 5: recovers, the same final loss bitwise" \
   || fail "launch, one process killed at step 5" "$(last_loss "$D/l1.jsonl") vs $(last_loss "$D/ref1.jsonl"); $(tail -2 "$D/l1.out")"
+
+# --- no snapshots: back to the newest --save checkpoint
+rm -rf "$D/ck" "$D/l2.jsonl" "$D/l2.events.jsonl"
+timeout 120 "$P" launch --snapshot-dir "$SNAP" -- train $base $lay --save "$D/ck" --save-every 3 --kill-at 1@8 \
+  --metrics "$D/l2.jsonl" > "$D/l2.out" 2>&1
+[ $? = 0 ] && [ "$(last_loss "$D/l2.jsonl")" = "$ref" ] && grep -q '"from":"checkpoint","from_step":6' "$D/l2.events.jsonl" \
+  && ok "launch without snapshots: restarts from the --save checkpoint of step 6, the same final loss bitwise" \
+  || fail "launch without snapshots: restarts from the --save checkpoint" "$(grep launch "$D/l2.out" | tail -3)"
 
 # --- the report marks the events
 "$P" report "$D/l.jsonl" --out "$D/l.html" > /dev/null 2>&1

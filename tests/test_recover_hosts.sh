@@ -65,8 +65,9 @@ rc=$?
 got=$(last_loss "$D/h.jsonl")
 rel=$(awk -v a="$got" -v b="$ref" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; print (d <= 1e-3) ? 1 : 0 }')
 if [ $rc = 0 ] && grep -q "re-planned: 2 stages x 1 replicas" "$D/h.out" && grep -q "from snapshot" "$D/h.out" && [ "$rel" = 1 ] \
+   && grep -q '"who":"host 10.77.0.2' "$D/h.events.jsonl" \
    && [ "$(tail -1 "$D/h.jsonl" | sed 's/{"step":\([0-9]*\).*/\1/')" = 40 ]; then
-  ok "recover hosts: host 1 lost: re-planned to 2 x 1 on host 0 from the replica's snapshots, step 40, loss within 1e-3"
+  ok "recover hosts: host 1 lost: named, re-planned to 2 x 1 on host 0 from the replica's snapshots, step 40, loss within 1e-3"
 else
   fail "recover hosts: host 1 lost" "rc $rc, loss $got vs $ref: $(grep '^launch' "$D/h.out" | tail -4)"
 fi

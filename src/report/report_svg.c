@@ -122,7 +122,8 @@ static void tick_label(char *buf, size_t n, report_series k, double v, double st
     if (sig > 12) sig = 12;
     switch (k) {
     case REP_LR: snprintf(buf, n, "%.*e", sig - 1, v); break;
-    case REP_BUBBLE: {
+    case REP_BUBBLE:
+    case REP_HARVESTED: {
         int dec = step * 100 >= 1 ? 0 : (int)ceil(-log10(step * 100));
         snprintf(buf, n, "%.*f%%", dec > 6 ? 6 : dec, v * 100);
         break;
@@ -299,7 +300,8 @@ void report_chart(FILE *f, const report_run *runs, int n, report_series k, const
     double pad = (c.y1 - c.y0) * 0.05, mid = 0.5 * (c.y0 + c.y1);
     if (pad < fabs(mid) * 1e-9 || pad == 0) pad = fabs(mid) * 0.05 + 1e-12;   /* flat: a band */
     c.y0 -= pad; c.y1 += pad;
-    if (k == REP_BUBBLE || k == REP_LR || k == REP_TOKENS_S || k == REP_STEP_MS || k == REP_GRAD_NORM)
+    if (k == REP_BUBBLE || k == REP_HARVESTED || k == REP_LR || k == REP_TOKENS_S || k == REP_STEP_MS ||
+        k == REP_GRAD_NORM)
         if (c.y0 < 0 && c.y0 + pad >= 0) c.y0 = 0;   /* non-negative quantities start at 0 */
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" viewBox=\"0 0 %d %d\" "
             "width=\"%d\" height=\"%d\" role=\"img\">\n<text x=\"%d\" y=\"16\" class=\"title\">", CH_W, CH_H,

@@ -195,6 +195,9 @@ int run_job_replan(run_job *j, const sched *s);
  * stage F, B, W (B and W from a fused BW split in half when only BW ran), BW, REDUCE_GRAD, and
  * STEP; links free. Root only (elsewhere c is left as it is). */
 void run_job_profile(run_job *j, sim_costs *c);
+/* The same with means instead of medians: what a step pays on average (on a machine shared
+ * with other work a compute action has a long tail of preemptions that a median drops). */
+void run_job_profile_mean(run_job *j, sim_costs *c);
 /* The pipeline links as measured (run/run_link.h): the start probe's numbers on every rank, the
  * run's own messages timed on the root (every rank after run_job_share_timeline), updated after
  * each iteration; MPI only (threads: a message is a copy in memory, and one that came late came

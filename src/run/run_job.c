@@ -606,29 +606,34 @@ int run_job_replan(run_job *j, const sched *s_in) {
     return job_measure(j);
 }
 
-/* Median of the samples after the first iteration (all of them when only one ran); -1 if none. */
-static double samples_median(const job_samples *s, int n_iters) {
-    double *v = pt_malloc(sizeof *v * (size_t)(s->n + 1));
+/* Median (mean = 0) or mean of the samples after the first iteration (all of them when only one
+ * ran); -1 if none. */
+static double samples_stat(const job_samples *s, int n_iters, int mean) {
+    double *v = pt_malloc(sizeof *v * (size_t)(s->n + 1)), sum = 0;
     int n = 0;
     for (int i = 0; i < s->n; i++)
-        if (n_iters < 2 || s->v[i].iter > 0) v[n++] = s->v[i].dur;
-    double m = n ? pt_median(v, n) : -1;
+        if (n_iters < 2 || s->v[i].iter > 0) sum += v[n++] = s->v[i].dur;
+    double m = !n ? -1 : mean ? sum / n : pt_median(v, n);
     free(v);
     return m;
 }
 
-void run_job_profile(run_job *j, sim_costs *c) {
+static void job_profile(run_job *j, sim_costs *c, int mean) {
     if (!run_job_is_root(j)) return;
     int S = j->pl->s->n_stages;
     for (int g = 0; g < S; g++) {
         double v[5];
-        for (int k = 0; k < 5; k++) v[k] = samples_median(&j->prof[g * 5 + k], j->n_iters);
+        for (int k = 0; k < 5; k++) v[k] = samples_stat(&j->prof[g * 5 + k], j->n_iters, mean);
         c->f[g] = v[0] > 0 ? v[0] : 0;
         c->b[g] = v[1] >= 0 ? v[1] : v[3] > 0 ? v[3] / 2 : 0;
         c->w[g] = v[2] >= 0 ? v[2] : v[3] > 0 ? v[3] / 2 : 0;
         c->bw[g] = v[3] >= 0 ? v[3] : -1;
         c->reduce[g] = v[4] > 0 ? v[4] : 0;
     }
-    double st = samples_median(&j->prof[S * 5], j->n_iters);
+    double st = samples_stat(&j->prof[S * 5], j->n_iters, mean);
     c->step = st > 0 ? st : 0;
 }
+
+void run_job_profile(run_job *j, sim_costs *c) { job_profile(j, c, 0); }
+
+void run_job_profile_mean(run_job *j, sim_costs *c) { job_profile(j, c, 1); }

@@ -77,7 +77,7 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-/* Runs the pool over j's chunks, reporting progress from this thread. */
+/* Runs the pool over j's chunks, reporting progress (when asked) from this thread. */
 static void run_pool(job *j, int threads, size_t total, tok_progress_fn progress, void *user) {
     if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1) threads = 1;
@@ -86,9 +86,9 @@ static void run_pool(job *j, int threads, size_t total, tok_progress_fn progress
     atomic_store(&j->running, threads);
     for (int i = 0; i < threads; i++) pthread_create(&th[i], NULL, worker, j);
     double start = pt_now(), last = start;
-    while (atomic_load(&j->running) > 0) {
+    while (progress && atomic_load(&j->running) > 0) {
         usleep(20000);
-        if (progress && pt_now() - last >= PROGRESS_S) {
+        if (pt_now() - last >= PROGRESS_S) {
             last = pt_now();
             progress(user, atomic_load(&j->bytes_done), total, last - start);
         }

@@ -162,7 +162,7 @@ static void pipe_print_links(pipe_engine *p) {
     printf("links: %s\n", run_links_describe(run_job_links(p->job), buf, sizeof buf));
 }
 
-/* The simulator's iteration for the schedule in force, from the F/B/W costs profiled in this
+/* The simulator's iteration for the schedule in force, from the mean F/B/W costs profiled in this
  * run, the links as measured and the last step's injected faults, next to the measured medians
  * it and bub. */
 static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
@@ -171,7 +171,7 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     sim_result res;
     sim_opts so = { .iterations = 1 };
     sim_costs_init(&c, s->n_stages, 0, 0, 0);
-    run_job_profile(p->job, &c);
+    run_job_profile_mean(p->job, &c);
     c.reduce_overlap = !p->pl->o.no_overlap;   /* the reduction as the runtime ran it */
     int n_links = pipe_measured_links(p, &c);
     pipe_last_faults(p, &c);
@@ -187,7 +187,7 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
         printf("simulated: not available: %s\n", pt_err());
         return;
     }
-    printf("simulated: iteration %.3f ms, bubble %.1f%% (%s, from F/B/W costs profiled in this run%s%s; "
+    printf("simulated: iteration %.3f ms, bubble %.1f%% (%s, from the mean F/B/W costs profiled in this run%s%s; "
            "measured/simulated %.2f)\n", res.iteration_time * 1e3, res.bubble_fraction * 100, s->name,
            n_links ? " and the links as measured" : "",
            p->pl->n_faults ? " and the last step's slow links" : "", res.iteration_time > 0 ? it / res.iteration_time : 0);

@@ -63,7 +63,7 @@ static int side_make_tasks(train_ctx *t, int R) {
     if (!o->eval_data) return 0;
     harvest_eval_opts eo = { .path = o->eval_data, .every = o->eval_every > 0 ? o->eval_every : o->steps,
                              .batches = o->eval_batches, .cfg = &t->m.cfg, .B = o->batch,
-                             .T = o->seq, .R = R };
+                             .T = o->seq, .R = R, .tokenizer = o->tokenizer };
     return harvest_eval_create(&sd->ev, sd->h, &eo);
 }
 

@@ -59,7 +59,7 @@ int train_hook_wire(train_ctx *t, long step, const train_step_stats *st, void *u
     if (t->root) {   /* the profile is the root's */
         sim_costs prof;
         sim_costs_init(&prof, s->n_stages, 0, 0, 0);
-        run_job_profile(j, &prof);
+        run_job_profile_mean(j, &prof);
         prof.reduce_overlap = !t->o.ro.no_overlap;
         next = train_wire_decide(s, &prof, run_job_links(j), (double)run_job_msg_bytes(j), *wire, &v[0], &v[1]);
         sim_costs_free(&prof);
