@@ -99,7 +99,7 @@ static void piece_reserve(snap_piece *p, const gpt_model *m) {
         p->opt.v = pt_falloc(n);
         p->cap = n;
     }
-    int n_off = m->cfg.n_layer + 3;
+    int n_off = gpt_num_layers(m) + 1;   /* layer_off's entries */
     if (p->info_cap < m->n_info) {
         free(p->shadow.info);
         p->shadow.info = pt_malloc(sizeof *m->info * (size_t)m->n_info);
@@ -132,7 +132,7 @@ int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model
     p->shadow.fb_act = p->shadow.fb_scratch = p->shadow.fb_x = NULL;
     p->shadow.params = params;
     p->shadow.info = memcpy(info, m->info, sizeof *info * (size_t)m->n_info);
-    p->shadow.layer_off = memcpy(off, m->layer_off, sizeof *off * (size_t)(m->cfg.n_layer + 3));
+    p->shadow.layer_off = memcpy(off, m->layer_off, sizeof *off * (size_t)(gpt_num_layers(m) + 1));
     memcpy(params, m->params, sizeof *params * m->n_held);
     memcpy(mm, opt->m, sizeof *mm * m->n_held);
     memcpy(vv, opt->v, sizeof *vv * m->n_held);
