@@ -51,33 +51,41 @@ echo "(runs alternate); sim = the simulator's prediction for the schedule in for
 echo "in the same run, with the delay; act = activations of the busiest rank (peak microbatches a stage holds)"
 
 # Default flags (issue 19): 4 layers x 256 channels, batch 16 x 128, M=8, zb-h1, the link 0-1 slow
-# by 29 ms a message (about 3x a stage's F there) in steps 5..12; fixed zb-h1 against --adapt with
-# no --mem-limit (the limit from the memory there is), alternating rounds; steps/s over steps 7..12
-# (the switch comes after two slow steps), medians of the rounds; the losses of the two compared bitwise.
-default_case() {
-  local b="train --config examples/char-gpt-256.json --data $D/t.txt --batch 16 --seq 128 --lr 1e-3 --stages 2"
-  b="$b --microbatches 8 --steps 14 --schedule zb-h1 --slow-link 0-1:0.029@5-12"
+# by 29 ms a message (about 3x a stage's F there on a quiet machine) in steps 5..12; fixed zb-h1
+# against --adapt with no --mem-limit (the limit from the memory there is), alternating rounds;
+# steps/s over steps 7..12 (the switch comes after two slow steps), medians of the rounds; the
+# losses of the two compared bitwise. Then the same with the delay at 3x this moment's F of that
+# model (a loaded machine stretches the compute, not the delay: the issue's ratio of the two).
+B256="train --config examples/char-gpt-256.json --data $D/t.txt --batch 16 --seq 128 --lr 1e-3 --stages 2 --microbatches 8 --schedule zb-h1"
+default_case() {   # default_case TAG DELAY_S
+  local tag=$1 delay=$2 b="$B256 --steps 14 --slow-link 0-1:$2@5-12"
   local r same=yes
   window_ms() { awk '{ match($0, /"step":[0-9]+/); s = substr($0, RSTART + 7, RLENGTH - 7) + 0
     match($0, /"step_ms":[0-9.]+/); if (s >= 7 && s <= 12) print substr($0, RSTART + 10, RLENGTH - 10) }' "$1" | median; }
   losses() { grep -o '"loss":[^,]*' "$1"; }
-  echo "load average before the default-flag case: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "load average before the default-flag case ($tag): $(cut -d' ' -f1-3 /proc/loadavg)"
   for ((r = 1; r <= ROUNDS; r++)); do
-    $P $b --metrics "$D/df$r.jsonl" > "$D/df$r.out" 2>&1 || echo "bench_straggler: fixed run failed: $(tail -1 "$D/df$r.out")"
-    $P $b --adapt --metrics "$D/da$r.jsonl" > "$D/da$r.out" 2>&1 || echo "bench_straggler: --adapt run failed: $(tail -1 "$D/da$r.out")"
-    window_ms "$D/df$r.jsonl" >> "$D/df.rounds"; window_ms "$D/da$r.jsonl" >> "$D/da.rounds"
-    [ "$(losses "$D/df$r.jsonl")" = "$(losses "$D/da$r.jsonl")" ] || same=no
+    $P $b --metrics "$D/df$tag$r.jsonl" > "$D/df$tag$r.out" 2>&1 || echo "bench_straggler: fixed run failed: $(tail -1 "$D/df$tag$r.out")"
+    $P $b --adapt --metrics "$D/da$tag$r.jsonl" > "$D/da$tag$r.out" 2>&1 || echo "bench_straggler: --adapt run failed: $(tail -1 "$D/da$tag$r.out")"
+    window_ms "$D/df$tag$r.jsonl" >> "$D/df$tag.rounds"; window_ms "$D/da$tag$r.jsonl" >> "$D/da$tag.rounds"
+    [ "$(losses "$D/df$tag$r.jsonl")" = "$(losses "$D/da$tag$r.jsonl")" ] || same=no
   done
   local f a
-  f=$(median < "$D/df.rounds"); a=$(median < "$D/da.rounds")
-  echo "default flags (4 x 256, batch 16 x 128, M=8, link 0-1 +29 ms in steps 5..12), ms/step over steps 7..12,"
-  echo "  median of $ROUNDS alternating rounds: fixed zb-h1 $f (rounds: $(tr '\n' ' ' < "$D/df.rounds")),"
-  echo "  --adapt with no --mem-limit $a (rounds: $(tr '\n' ' ' < "$D/da.rounds")): $(awk -v f="$f" -v a="$a" 'BEGIN { printf "%.2fx", f / a }');"
+  f=$(median < "$D/df$tag.rounds"); a=$(median < "$D/da$tag.rounds")
+  echo "default flags (4 x 256, batch 16 x 128, M=8, link 0-1 +$(awk -v d="$delay" 'BEGIN { printf "%.0f", d * 1e3 }') ms in steps 5..12), ms/step over steps 7..12,"
+  echo "  median of $ROUNDS alternating rounds: fixed zb-h1 $f (rounds: $(tr '\n' ' ' < "$D/df$tag.rounds")),"
+  echo "  --adapt with no --mem-limit $a (rounds: $(tr '\n' ' ' < "$D/da$tag.rounds")): $(awk -v f="$f" -v a="$a" 'BEGIN { printf "%.2fx", f / a }');"
   echo "  losses bitwise equal: $same; the last adaptive run said:"
-  grep -E '^step [0-9]+:' "$D/da$ROUNDS.out" | sed 's/^/    /'
-  echo "load average after the default-flag case: $(cut -d' ' -f1-3 /proc/loadavg)"
+  grep -E '^step [0-9]+:' "$D/da$tag$ROUNDS.out" | sed 's/^/    /'
+  echo "load average after the default-flag case ($tag): $(cut -d' ' -f1-3 /proc/loadavg)"
 }
-default_case
+default_case issue 0.029
+# this moment's F of the 4 x 256 model: a healthy zb-h1 run's forwards, the 25th percentile
+$P $B256 --steps 5 --trace "$D/cal256.json" > /dev/null 2>&1 || echo "bench_straggler: 4 x 256 calibration failed"
+F256=$(awk -F'"cat":"' '/"ph":"X"/ && /"cat":"F"/ { match($0, /"dur":[0-9.]+/); print substr($0, RSTART + 6, RLENGTH - 6) / 1e3 }' "$D/cal256.json" \
+    | sort -g | awk '{ v[NR] = $1 } END { printf "%.3f", v[int(NR / 4) + 1] }')
+echo "4 x 256: one stage's F = $F256 ms now (25th percentile, healthy zb-h1)"
+default_case 3F "$(awk -v f="$F256" 'BEGIN { printf "%.4f", 3 * f / 1e3 }')"
 [ "${2:-}" = default ] && exit 0
 
 run_one() {   # run_one TAG DELAY_S ARGS... -> "steps/s sim_steps/s actMB" and the log in $D/TAG.out

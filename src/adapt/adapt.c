@@ -73,7 +73,10 @@ static int adapt_switch(adapt_state *A, long step, sim_costs *healthy, const sim
     if (rc < 0) return pt_adderr("step %ld: --adapt: ", step);
     A->switched = 1;
     A->said_keep = 0;
-    if (!moved) adapt_pay_start(A, step, info.score, was);   /* a re-split's gain is not the switch's */
+    /* on trial unless one runs (a noisy estimate may rebuild the adaptive schedule every few
+     * steps: the trial goes on) or layers moved with it (a re-split's gain is not the switch's);
+     * a rebuild with none running is judged against the adaptive schedule it replaces */
+    if (!moved && !A->pay.on) adapt_pay_start(A, step, info.score, was);
     snprintf(line, sizeof line, "%s; adaptive warm-up %s (peak %d of limit %d%s%s); predicted %.3g s/step, was %.3g",
              what, wu, info.peak, A->mem_limit, A->mem_flag ? "" : " microbatches; ", A->mem_flag ? "" : A->mem_why,
              info.score, was);
@@ -169,7 +172,7 @@ static void state_init(adapt_state *A) {
     adapt_pay_reset(A);
     int rows = A->o.batch / (A->D * A->M);   /* a microbatch: rows x seq tokens */
     A->act_bytes = (double)(rows > 0 ? rows : 1) * A->o.seq * A->cfg.n_embd * sizeof(float);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < gpt_kind_count(); k++) {
         gpt_layer_cost c;
         gpt_kind_ops((gpt_layer_kind)k)->cost(&A->cfg, rows > 0 ? rows : 1, A->o.seq, 1, &c);
         for (int ph = 0; ph < 3; ph++) A->fl[k][ph] = c.flops[ph];
