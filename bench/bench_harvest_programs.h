@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -218,12 +219,14 @@ static double bp_calibrate(const char *worker) {
 }
 
 /* One round's figures. */
-typedef struct { double slow, by_cpu, by_work, agree, bubble, off_ms; } bp_round;
+typedef struct { double slow, by_cpu, by_work, agree, bubble, off_ms, est; int rested; } bp_round;
 
 typedef struct {
     double *off, *on;            /* iteration seconds */
     int n_off, n_on;
     double bubble, cpu;          /* over the iterations with side work */
+    int rested;                  /* of them, run without by the policy (the main job first) */
+    double slow;                 /* the policy's estimate of side work's cost to a step's compute */
 } bp_sums;
 
 static int bp_add_programs(harvest *h, const char *worker, const char *dir, const char *tag, int round) {
@@ -263,7 +266,9 @@ static int bp_job(const char *sched_name, int M, const gpt_model *init, const in
         if ((rc = run_job_iteration(j, tok, tok + 1, &oc, t, &st)) < 0) break;
         if ((rc = harvest_after_step(h, run_job_timeline(j), NULL, &hs)) < 0) break;
         if (t <= BP_WARM) continue;
+        s->slow = hs.slow;
         if (on) {
+            s->rested += hs.rested;
             s->on[s->n_on++] = st.iter_time;
             s->bubble += st.bubble * 2 * st.iter_time;
             s->cpu += hs.side_cpu_s;
@@ -300,7 +305,7 @@ static int bp_layout(const char *sched_name, int M, int rounds, int iters, const
            "  round  slowdown  harvested: by CPU  by the programs' work  side_cpu_s / their clocks  "
            "(median iteration without, bubble per iteration, load)\n", sched_name, M, rate);
     for (int r = 0; r < rounds; r++) {
-        bp_sums s = { pt_calloc((size_t)iters, sizeof(double)), pt_calloc((size_t)iters, sizeof(double)), 0, 0, 0, 0 };
+        bp_sums s = { pt_calloc((size_t)iters, sizeof(double)), pt_calloc((size_t)iters, sizeof(double)), 0, 0, 0, 0, 0, NAN };
         bp_record c0[2], c1[2];
         if (bp_job(sched_name, M, m, tok, worker, dir, r, iters, &s, c0, c1) < 0) {
             printf("  round %d failed: %s\n", r + 1, pt_err());
@@ -313,10 +318,13 @@ static int bp_layout(const char *sched_name, int M, int rounds, int iters, const
         }
         double off = bp_median(s.off, s.n_off), on = bp_median(s.on, s.n_on);
         rr[r] = (bp_round){ .slow = on / off - 1, .by_cpu = s.cpu / s.bubble, .by_work = units / rate / s.bubble,
-                            .agree = own_cpu > 0 ? s.cpu / own_cpu : 0, .bubble = s.bubble / s.n_on, .off_ms = off * 1e3 };
+                            .agree = own_cpu > 0 ? s.cpu / own_cpu : 0, .bubble = s.bubble / s.n_on, .off_ms = off * 1e3,
+                            .rested = s.rested, .est = s.slow };
         if (getloadavg(load, 3) < 0) load[0] = -1;
-        printf("  %5d  %+7.1f%%  %17.1f%%  %20.1f%%  %25.3f  (%.1f ms, %.1f ms, %.2f)\n", r + 1, 100 * rr[r].slow,
+        printf("  %5d  %+7.1f%%  %17.1f%%  %20.1f%%  %25.3f  (%.1f ms, %.1f ms, %.2f", r + 1, 100 * rr[r].slow,
                100 * rr[r].by_cpu, 100 * rr[r].by_work, rr[r].agree, rr[r].off_ms, 1e3 * rr[r].bubble, load[0]);
+        printf("; the policy's estimate of side work's cost to compute %+.1f%%", 100 * rr[r].est);
+        printf(rr[r].rested ? ", %d of those iterations rested: the main job first)\n" : ")\n", rr[r].rested);
         fflush(stdout);
         free(s.off);
         free(s.on);

@@ -38,18 +38,24 @@ flags() {
     adapt-wire) echo "--schedule zb-h1 --adapt --adapt-wire" ;;
   esac
 }
-run() {   # run ROW -> "measured_ms simulated_ms tokens_per_s last_loss schedule_at_the_end"
+wire_step() {   # the step after which --adapt-wire turned bf16 on ("-": never; "all": --wire bf16)
+  [ "$1" = bf16 ] && { echo all; return; }
+  local w; w=$(sed -nE 's/^step ([0-9]+): wire bf16 from the next step.*/\1/p' "$D/out" | head -1)
+  echo "${w:--}"
+}
+run() {   # run ROW -> "measured_ms simulated_ms tokens_per_s last_loss schedule_at_the_end bf16_from_step"
   shape on
   local e=1048576   # tools/hosts.sh's eager limit; zb-h1-64k: Open MPI's own (rendezvous above 64 kB)
   [ "$1" = zb-h1-64k ] && e=65536
   # shellcheck disable=SC2046
   if ! OMPI_MCA_btl_tcp_eager_limit=$e OMPI_MCA_btl_tcp_rndv_eager_limit=$e OMPI_MCA_btl_tcp_max_send_size=$((e > 131072 ? e : 131072)) \
        $H mpirun -np 2 "$P" $targs $(flags "$1") --metrics "$D/m.jsonl" > "$D/out" 2>&1; then
-    echo "bench_hosts: $1 failed: $(grep -m2 -E 'rror|hosts:' "$D/out")" >&2; echo "0 0 0 0 -"; rm -f "$D/m.jsonl"; return
+    echo "bench_hosts: $1 failed: $(grep -m2 -E 'rror|hosts:' "$D/out")" >&2; echo "0 0 0 0 - -"; rm -f "$D/m.jsonl"; return
   fi
   awk '/^measured:/ {m=$3} /^simulated:/ {s=$3} END {printf "%s %s ", m+0, s+0}' "$D/out"
   sed -E 's/.*"loss":([^,]*),.*"schedule":"([^"]*)".*/\1 \2/' "$D/m.jsonl" | tail -1 | \
-    awk -v m="$(awk '/^measured:/ {print $3}' "$D/out")" -v tok=$((16 * 128)) '{printf "%.0f %s %s\n", (m > 0 ? tok / m * 1e3 : 0), $1, $2}'
+    awk -v m="$(awk '/^measured:/ {print $3}' "$D/out")" -v tok=$((16 * 128)) -v w="$(wire_step "$1")" \
+      '{printf "%.0f %s %s %s\n", (m > 0 ? tok / m * 1e3 : 0), $1, $2, w}'
   rm -f "$D/m.jsonl"
 }
 for r in $(seq 1 "$rounds"); do
@@ -58,12 +64,13 @@ done
 shape off
 median() { sort -n | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 z=$(cut -d' ' -f1 "$D/zb-h1" | median); ztok=$(cut -d' ' -f3 "$D/zb-h1" | median); zloss=$(cut -d' ' -f4 "$D/zb-h1" | median)
-printf "%-11s %10s %10s %9s %9s %10s %6s  %s\n" row "ms/step" simulated "meas/sim" tokens/s "loss@$steps" "x zb-h1" "schedule at the end"
+printf "%-11s %10s %10s %9s %9s %10s %6s  %s\n" row "ms/step" simulated "meas/sim" tokens/s "loss@$steps" "x zb-h1" "schedule at the end; bf16 from step"
 for row in "${rows[@]}"; do
   m=$(cut -d' ' -f1 "$D/$row" | median); s=$(cut -d' ' -f2 "$D/$row" | median); tok=$(cut -d' ' -f3 "$D/$row" | median)
   l=$(cut -d' ' -f4 "$D/$row" | median); sch=$(cut -d' ' -f5 "$D/$row" | sort | uniq -c | sort -rn | awk '{printf "%s%s(%d)", (NR > 1 ? "," : ""), $2, $1}')
-  awk -v n="$row" -v m="$m" -v s="$s" -v t="$tok" -v l="$l" -v zt="$ztok" -v sch="$sch" 'BEGIN {
-    printf "%-11s %10.1f %10.1f %9.2f %9.0f %10.4f %6.2f  %s\n", n, m, s, (s > 0 ? m / s : 0), t, l, (zt > 0 ? t / zt : 0), sch }'
+  wf=$(cut -d' ' -f6 "$D/$row" | paste -sd, -)
+  awk -v n="$row" -v m="$m" -v s="$s" -v t="$tok" -v l="$l" -v zt="$ztok" -v sch="$sch" -v wf="$wf" 'BEGIN {
+    printf "%-11s %10.1f %10.1f %9.2f %9.0f %10.4f %6.2f  %s; %s\n", n, m, s, (s > 0 ? m / s : 0), t, l, (zt > 0 ? t / zt : 0), sch, wf }'
 done
 awk -v a="$zloss" -v b="$(cut -d' ' -f4 "$D/bf16" | median)" -v n="$steps" 'BEGIN {
   printf "loss of --wire bf16 after %d steps vs fp32 zb-h1 on the same link: %+.2f%%\n", n, (a > 0 ? (b - a) / a * 100 : 0) }'

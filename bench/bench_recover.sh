@@ -58,9 +58,12 @@ for ((r = 1; r <= RUNS; r++)); do
     while kill -0 $lp 2>/dev/null && [ "$(n_rec "$D/m.events.jsonl")" -lt $i ]; do sleep 0.02; done
     if [ "$(n_rec "$D/m.events.jsonl")" -ge $i ]; then
       sec=$(awk -v a="$t_kill" -v b="$(now)" 'BEGIN {printf "%.2f", b - a}')
-      lost=$(grep '"recovered"' "$D/m.events.jsonl" | sed -n "${i}p" | sed 's/.*"steps_lost":\([0-9]*\).*/\1/')
+      ev=$(grep '"recovered"' "$D/m.events.jsonl" | sed -n "${i}p")
+      lost=$(echo "$ev" | sed 's/.*"steps_lost":\([0-9]*\).*/\1/')
+      parts=$(echo "$ev" | sed -n 's/.*"end_s":\([0-9.e-]*\),"restore_s":\([0-9.e-]*\),"start_s":\([0-9.e-]*\).*/\1 \2 \3/p' |
+              awk '{printf "ending %.2f s, restoring %.2f s, starting to the next step %.2f s", $1, $2, $3}')
       echo "$sec" >> "$D/rec_s"; echo "$lost" >> "$D/lost"
-      line="$line rank $w killed at step >= $k: recovered in $sec s, $lost step(s) repeated;"
+      line="$line rank $w killed at step >= $k: recovered in $sec s ($parts), $lost step(s) repeated;"
     else
       line="$line rank $w killed at step >= $k: no recovery;"
     fi

@@ -324,6 +324,8 @@ static void test_step_waits(void) {
           !memcmp(base.loss, side.loss, sizeof(float) * STEPS), "step 1: %.9g vs %.9g", base.loss[0], side.loss[0]);
     o = base_opts("noov", STEPS, 0);
     o.ro.no_overlap = true;
+    o.ro.slow_stage = slow;   /* rank 1 then waits in the final reduction for stage 0's last B, */
+    o.ro.n_slow_stage = 1;    /* long enough for a side step on a loaded machine too */
     CHECK("harvest: --no-overlap without side work", run(&o, &nob) == 0, "%s", pt_err());
     o.side_tasks = tasks;
     o.n_side_tasks = 2;

@@ -4,7 +4,7 @@
  * side work in about 2% / 10% of the steps and says the cost; (b) no longer, both with the same
  * +-10% noise: it keeps side work in every step but the baseline's one in HV_BO_CONTROL + 1;
  * (c) paused steps serve as the baseline (no resting steps of its own); (d) the fixed policy
- * never rests. Deterministic: a seeded generator makes the noise. */
+ * never rests, also when set for a step the default one had decided to rest. Deterministic: a seeded generator makes the noise. */
 #include "harvest/harvest.h"
 #include "util/pt.h"
 #include "test.h"
@@ -75,6 +75,34 @@ static outcome drive(const harvest_policy *pol, double cost, double jitter, int 
     return o;
 }
 
+/* Backed off (most steps resting), then the fixed policy set for the next step: it runs with
+ * side work (a policy without backoff never rests, whatever was decided before). */
+static int fixed_after_backoff(void) {
+    harvest_policy def = harvest_policy_default(), fixed = harvest_policy_fixed();
+    sched *s = two_ranks();
+    harvest *h;
+    harvest_create(&h);
+    harvest_set_policy(h, &def);
+    harvest_start(h, 2, 0, 2);
+    harvest_bind(h, s, 2);
+    int rested_then_fixed = -1;
+    for (int t = 1; t <= 80 && rested_then_fixed < 0; t++) {
+        int side = !harvest_resting(h);
+        timeline tl;
+        harvest_stats st;
+        step_timeline(&tl, s, 1e-3 * (side ? 1.1 : 1) * (1 + 0.001 * (t % 3)), side);
+        harvest_after_step(h, &tl, NULL, &st);
+        timeline_free(&tl);
+        if (t > 40 && harvest_resting(h)) {
+            harvest_set_policy(h, &fixed);
+            rested_then_fixed = harvest_resting(h);
+        }
+    }
+    harvest_free(h);
+    sched_free(s);
+    return rested_then_fixed;
+}
+
 int main(void) {
     harvest_policy def = harvest_policy_default(), fixed = harvest_policy_fixed();
     outcome a = drive(&def, 0.10, 0.01, 0, 120);
@@ -89,6 +117,9 @@ int main(void) {
     CHECK("backoff: with steps paused by the caller (the baseline), none rests", c.rested == 0, "%d rested", c.rested);
     outcome d = drive(&fixed, 0.10, 0.01, 0, 60);
     CHECK("backoff: the fixed policy never rests", d.rested == 0, "%d rested", d.rested);
+    int f = fixed_after_backoff();
+    CHECK("backoff: a step the default policy would rest runs with side work under the fixed one", f == 0,
+          "%s", f < 0 ? "never backed off" : "it rests");
     printf("# rested: %d %d %d %d (late %d %d); cost %.4f %.4f\n", a.rested, b.rested, c.rested, d.rested, a.late_rested, b.late_rested, a.slow, b.slow);
     TEST_DONE();
 }

@@ -38,5 +38,16 @@ for tr in threads mpi; do
     ok "link: $tr: a free link reads fast ($pf MB/s, $lat ms)"
   else fail "link: $tr: a free link reads fast" "$(grep -E '^links|rror' "$D/free_$tr.log" | head -3)"; fi
 done
+# --adapt-wire: bf16 for a link slow in bandwidth (200 kB/s: 160 ms a message, compute a few ms:
+# the simulator predicts about 2x), never for a free one (no 10% to gain however loaded the cores)
+OPENBLAS_NUM_THREADS=1 "$P" $targs --steps 6 --adapt --adapt-wire --slow-link 0-1:200kB/s --metrics "$D/aw.jsonl" > "$D/aw.log" 2>&1
+grep -Eq '^step [0-9]+: wire bf16 from the next step \(--adapt-wire\): the step is link-bound' "$D/aw.log" &&
+  grep -q '"action":"wire"' "$D/aw.events.jsonl" \
+  && ok "link: --adapt-wire turns bf16 on for a link slow in bandwidth, said and logged ($(grep -o '^step [0-9]*: wire bf16' "$D/aw.log"))" \
+  || fail "link: --adapt-wire on a slow link" "$(grep -E '^step [0-9]+:|rror' "$D/aw.log" | head -3)"
+OPENBLAS_NUM_THREADS=1 "$P" $targs --steps 6 --adapt --adapt-wire > "$D/aw_free.log" 2>&1
+[ $? = 0 ] && ! grep -q 'wire bf16 from' "$D/aw_free.log" \
+  && ok "link: --adapt-wire keeps fp32 on a free link" \
+  || fail "link: --adapt-wire keeps fp32 on a free link" "$(grep -E '^step [0-9]+:|rror' "$D/aw_free.log" | head -3)"
 expect_error "link: --adapt-wire needs --adapt" "--adapt-wire.*give --adapt" "$P" $targs --adapt-wire
 done_tests

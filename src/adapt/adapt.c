@@ -172,7 +172,7 @@ static void state_init(adapt_state *A) {
     adapt_pay_reset(A);
     int rows = A->o.batch / (A->D * A->M);   /* a microbatch: rows x seq tokens */
     A->act_bytes = (double)(rows > 0 ? rows : 1) * A->o.seq * A->cfg.n_embd * sizeof(float);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < gpt_kind_count(); k++) {
         gpt_layer_cost c;
         gpt_kind_ops((gpt_layer_kind)k)->cost(&A->cfg, rows > 0 ? rows : 1, A->o.seq, 1, &c);
         for (int ph = 0; ph < 3; ph++) A->fl[k][ph] = c.flops[ph];

@@ -104,14 +104,14 @@ static int gen_piece(snap_gen *g, int c, int *bad) {
     for (int i = 0; i < cJSON_GetArraySize(ch) && i < CKPT_SNAP_PIECES; i++) {
         const cJSON *e = cJSON_GetArrayItem(ch, i);
         double cc, bytes;
-        const cJSON *sum = cJSON_GetObjectItemCaseSensitive(e, "fnv1a64");
+        const cJSON *sum = cJSON_GetObjectItemCaseSensitive(e, "sum64");
         if (num(e, "chunk", &cc) < 0 || (int)cc != c) continue;
         if (g->checked[i] == 0) {
             char p[1200];
             uint64_t h;
             size_t len;
             snprintf(p, sizeof p, "%s/chunk-%d.safetensors", g->dir, c);
-            int ok = num(e, "bytes", &bytes) == 0 && cJSON_IsString(sum) && snap_file_fnv(p, &h, &len) == 0 &&
+            int ok = num(e, "bytes", &bytes) == 0 && cJSON_IsString(sum) && snap_file_sum(p, &h, &len) == 0 &&
                      (double)len == bytes && strtoull(sum->valuestring, NULL, 16) == h;
             g->checked[i] = ok ? 1 : -1;
             if (!ok) (*bad)++;

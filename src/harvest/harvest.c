@@ -288,7 +288,11 @@ int harvest_resting(const harvest *h) { return h->resting; }
 
 void harvest_set_log(harvest *h, FILE *f) { h->log = f; }
 
-void harvest_set_policy(harvest *h, const harvest_policy *p) { h->pol = *p; }
+/* A policy without backoff never rests, whatever the one before decided for this step. */
+void harvest_set_policy(harvest *h, const harvest_policy *p) {
+    h->pol = *p;
+    if (!p->backoff) h->resting = 0;
+}
 
 int harvest_on_wait(void *user, run_wait *w) {
     harvest *h = user;

@@ -3,7 +3,8 @@
  * timeline: the same work each step) into one of two rings, steps in which side work ran and
  * steps without (paused, resting: below, or none fitted). The ratio of their medians, less one, is what side work
  * costs a step with it (contention for caches, memory, the core's clock; not the overrun, which
- * delays an action's start, not its length, and has its own control: hv_control). When it is
+ * delays an action's start, not its length, and has its own control: hv_control); the first
+ * HV_BO_SKIP steps (warming up, slower with side work or without) are left out. When it is
  * above HV_SLOW_MAX, side work runs in a fraction HV_SLOW_MAX / cost of the steps (at least
  * HV_DUTY_MIN), so the main job loses about HV_SLOW_MAX on average, provided at least
  * HV_BO_SURE of the pairs (a step with, a step without) agree that with is slower (a noisy
@@ -45,6 +46,7 @@ static double hv_pairs_slower(const harvest *h) {
 }
 
 void hv_backoff_step(harvest *h, const timeline *tl, int ran) {
+    if (h->n_after < HV_BO_SKIP) return;                  /* warming up: slower either way */
     double cs = hv_compute_s(tl);
     if (cs > 0 && ran) h->bo_on[h->bo_n_on++ % HV_BO_N] = cs;
     else if (cs > 0) h->bo_off[h->bo_n_off++ % HV_BO_N] = cs;

@@ -47,12 +47,14 @@
 #define HV_HELD_MAX_S 1e-3
 
 /* The main job first (harvest_backoff.c): side work's cost to a step's compute is estimated
- * from the medians of the last HV_BO_N steps with and without it (once HV_BO_MIN of each);
+ * from the medians of the last HV_BO_N steps with and without it (once HV_BO_MIN of each,
+ * after the first HV_BO_SKIP);
  * above HV_SLOW_MAX, it runs in a fraction HV_SLOW_MAX / cost of the steps (at least
  * HV_DUTY_MIN) when HV_BO_SURE of the pairs (with, without) say with is slower; a step rests
  * after HV_BO_CONTROL in a row with side work (the baseline). */
 #define HV_BO_N 16
-#define HV_BO_MIN 3
+#define HV_BO_MIN 4
+#define HV_BO_SKIP 3            /* the first steps warm up (caches, pages): not compared */
 #define HV_SLOW_MAX 0.02
 #define HV_DUTY_MIN 0.125
 #define HV_BO_CONTROL 10

@@ -190,6 +190,8 @@ int gpt_config_layer_item(const gpt_config *cfg, int layer);
  * K + 1 entries), each layer with its block (gpt_config_layer_item). split must sum to n_layer,
  * each >= 1 (run_layout checks). */
 void gpt_config_chunk_layers(const gpt_config *cfg, int K, const int *split, int *first);
+/* The even split of n_layer blocks over K chunks (the first n_layer % K one more): blocks[K]. */
+void gpt_config_even_split(const gpt_config *cfg, int K, int *blocks);
 /* How many layers of each kind (count[GPT_MAX_KINDS], by kind id) chunk c of that split holds,
  * and travel with block `item` (gpt_config_layer_item). */
 void gpt_config_chunk_kinds(const gpt_config *cfg, int K, const int *split, int c, int *count);

@@ -3,7 +3,9 @@
  * followed by its inserted layers), head"; every other module asks here (model/gpt.h). Not
  * here: what a kind computes (gpt_layers.c), the parameter layout (gpt.c). */
 #include "model/gpt.h"
+#include "util/pt.h"
 #include <assert.h>
+#include <stdlib.h>
 
 int gpt_config_num_layers(const gpt_config *cfg) { return cfg->n_layer + 2 + cfg->n_insert; }
 
@@ -58,12 +60,23 @@ int gpt_config_blocks_before(const gpt_config *cfg, int layer) {
     return n;
 }
 
+void gpt_config_even_split(const gpt_config *cfg, int K, int *blocks) {
+    int L = cfg->n_layer;
+    for (int c = 0; c < K; c++) blocks[c] = L / K + (c < L % K);
+}
+
 void gpt_config_chunk_layers(const gpt_config *cfg, int K, const int *split, int *first) {
-    int L = cfg->n_layer, block = 0;
+    int block = 0, *even = NULL;
+    if (!split) {
+        even = pt_malloc(sizeof *even * (size_t)K);
+        gpt_config_even_split(cfg, K, even);
+        split = even;
+    }
     for (int c = 0; c < K; c++) {
         first[c] = c == 0 ? 0 : gpt_config_block_layer(cfg, block);
-        block += split ? split[c] : L / K + (c < L % K);
+        block += split[c];
     }
+    free(even);
     first[K] = gpt_config_num_layers(cfg);
 }
 

@@ -129,7 +129,7 @@ static bf_bufs *bf_bufs_get(void) {
     if (b) return b;
     b = pt_malloc(sizeof *b);
     b->a = (uint32_t *)pt_falloc((size_t)BF_MC * BF_KCP);
-    b->b = (uint32_t *)pt_falloc((size_t)(BF_NC / BF_NR) * bf_bstride(BF_KCP));
+    b->b = (uint32_t *)pt_falloc((size_t)((BF_NC + BF_NR - 1) / BF_NR) * bf_bstride(BF_KCP));
     pthread_setspecific(bf_key, b);
     return b;
 }

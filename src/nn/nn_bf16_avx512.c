@@ -1,5 +1,5 @@
 /* The AVX512_BF16 kernel family of the bf16 products: packers that convert 16 values at a time
- * (vcvtneps2bf16) and transpose 16 x 16 blocks of pairs in registers, and a 12 x 32 micro-kernel
+ * (vcvtneps2bf16) and transpose 16 x 16 blocks of pairs in registers, and a 6 x 64 micro-kernel
  * of vdpbf16ps. Compiled for AVX512_BF16 by target attributes whatever -march says, so a build
  * for an AVX2 machine still carries it; nn_bf16.c calls it only when cpuid reports the ISA.
  * Layout: nn_bf16_int.h. Not here: blocking, the choice, the emulation (nn_bf16.c). */
@@ -130,30 +130,29 @@ BF_TARGET static void pack_b(uint32_t *dst, const nn_operand *B, int k0, int kc,
     else pack_b_rows(dst, B, k0, kc, j0, nc);
 }
 
-/* One BF_MR x BF_NR tile: 24 sums in registers, per pair two loads of B and BF_MR broadcasts
- * of A. */
+/* One BF_MR x BF_NR tile: BF_MR x BF_NV sums in registers, per pair of k BF_NV loads of B and
+ * BF_MR broadcasts of A. */
+#define BF_NV (BF_NR / 16)
 BF_TARGET static void kernel(int kcp, const uint32_t *a, const uint32_t *b, float *c, int ldc,
                              int mr, int nr, int acc) {
-    __m512 s[BF_MR][2];
-    for (int r = 0; r < BF_MR; r++) s[r][0] = s[r][1] = _mm512_setzero_ps();
+    __m512 s[BF_MR][BF_NV];
+    for (int r = 0; r < BF_MR; r++)
+        for (int v = 0; v < BF_NV; v++) s[r][v] = _mm512_setzero_ps();
     for (int p = 0; p < kcp; p++) {
-        __m512bh b0 = (__m512bh)_mm512_load_si512(b + (size_t)p * BF_NR);
-        __m512bh b1 = (__m512bh)_mm512_load_si512(b + (size_t)p * BF_NR + 16);
+        __m512bh bv[BF_NV];
+        for (int v = 0; v < BF_NV; v++) bv[v] = (__m512bh)_mm512_load_si512(b + (size_t)p * BF_NR + 16 * v);
         for (int r = 0; r < BF_MR; r++) {
             __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[(size_t)r * BF_KCP + p]);
-            s[r][0] = _mm512_dpbf16_ps(s[r][0], ar, b0);
-            s[r][1] = _mm512_dpbf16_ps(s[r][1], ar, b1);
+            for (int v = 0; v < BF_NV; v++) s[r][v] = _mm512_dpbf16_ps(s[r][v], ar, bv[v]);
         }
     }
-    __mmask16 m0 = mask_of(nr), m1 = mask_of(nr - 16);
     for (int r = 0; r < mr; r++) {
         float *cr = c + (size_t)r * ldc;
-        if (acc) {
-            s[r][0] = _mm512_add_ps(s[r][0], _mm512_maskz_loadu_ps(m0, cr));
-            s[r][1] = _mm512_add_ps(s[r][1], _mm512_maskz_loadu_ps(m1, cr + 16));
+        for (int v = 0; v < BF_NV; v++) {
+            __mmask16 mk = mask_of(nr - 16 * v);
+            if (acc) s[r][v] = _mm512_add_ps(s[r][v], _mm512_maskz_loadu_ps(mk, cr + 16 * v));
+            _mm512_mask_storeu_ps(cr + 16 * v, mk, s[r][v]);
         }
-        _mm512_mask_storeu_ps(cr, m0, s[r][0]);
-        _mm512_mask_storeu_ps(cr + 16, m1, s[r][1]);
     }
 }
 

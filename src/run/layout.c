@@ -45,14 +45,18 @@ int run_layout_init(run_layout *lo, int P, int D, int K, int n_pipes, const gpt_
     if (split && check_split(split, n_split, K, n_blocks) < 0) return -1;
     lo->P = P; lo->D = D; lo->tp = 1; lo->K = K; lo->n_pipes = n_pipes;
     lo->n_layers = gpt_config_num_layers(cfg);
+    lo->chunk_blocks = pt_calloc((size_t)K, sizeof *lo->chunk_blocks);
+    if (split) memcpy(lo->chunk_blocks, split, sizeof *split * (size_t)K);
+    else gpt_config_even_split(cfg, K, lo->chunk_blocks);
     lo->chunk_first = pt_calloc((size_t)K + 1, sizeof *lo->chunk_first);
-    gpt_config_chunk_layers(cfg, K, split, lo->chunk_first);
+    gpt_config_chunk_layers(cfg, K, lo->chunk_blocks, lo->chunk_first);
     return 0;
 }
 
 void run_layout_free(run_layout *lo) {
     free(lo->chunk_first);
-    lo->chunk_first = NULL;
+    free(lo->chunk_blocks);
+    lo->chunk_first = lo->chunk_blocks = NULL;
 }
 
 int run_layout_chunk_of(const run_layout *lo, int g) { return g % lo->K; }

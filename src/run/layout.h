@@ -24,6 +24,7 @@ typedef struct {
     int n_pipes;          /* 1, or 2 for chimera */
     int n_layers;         /* the model's layers (gpt_config_num_layers) */
     int *chunk_first;     /* [K+1] chunk c owns layers [chunk_first[c], chunk_first[c+1]) */
+    int *chunk_blocks;    /* [K] transformer blocks of chunk c (the split: --split's counts) */
 } run_layout;
 
 /* Even split of cfg's n_layer transformer blocks into K chunks (the first n_blocks % K chunks get one

@@ -46,14 +46,13 @@ static void pipe_record(pipe_engine *p, double iter_time, double bubble) {
     p->bubble[p->n++] = bubble;
 }
 
-/* Transformer blocks per chunk (the embedding and head aside), "2,2", into buf. */
+/* Transformer blocks per chunk (the layout's split), "2,2", into buf. */
 static void pipe_split_text(const pipe_engine *p, char *buf, size_t n) {
     const run_layout *lo = &p->pl->lo;
     size_t at = 0;
     buf[0] = 0;
     for (int c = 0; c < lo->K && at < n; c++)
-        at += (size_t)snprintf(buf + at, n - at, "%s%d", c ? "," : "",
-                               lo->chunk_first[c + 1] - lo->chunk_first[c] - (c == 0) - (c == lo->K - 1));
+        at += (size_t)snprintf(buf + at, n - at, "%s%d", c ? "," : "", lo->chunk_blocks[c]);
 }
 
 /* One iteration of the job; its stats as the trainer's, kept for the report. */
@@ -281,9 +280,8 @@ static cJSON *pipe_layout(const train_engine *e) {
     cJSON_AddStringToObject(o, "schedule", p->pl->s->name);
     cJSON_AddNumberToObject(o, "microbatches", p->pl->s->n_mb);
     cJSON_AddNumberToObject(o, "microbatch_rows", p->pl->mb_rows);
-    for (int c = 0; c < lo->K; c++)   /* transformer blocks per chunk (the embedding and head aside) */
-        cJSON_AddItemToArray(split, cJSON_CreateNumber(lo->chunk_first[c + 1] - lo->chunk_first[c]
-                                                       - (c == 0) - (c == lo->K - 1)));
+    for (int c = 0; c < lo->K; c++)   /* transformer blocks per chunk (the layout's split) */
+        cJSON_AddItemToArray(split, cJSON_CreateNumber(lo->chunk_blocks[c]));
     cJSON_AddItemToObject(o, "split", split);
     cJSON_AddStringToObject(o, "transport", p->o.world ? "mpi" : "threads");
     if (p->pl->o.recompute) cJSON_AddTrueToObject(o, "recompute");

@@ -103,8 +103,8 @@ void train_adapt_free(train_ctx *t);
  * ADAPT hook train_hook_wire, user = &t->wire_state, after --adapt's), which turns bf16 on once the links as measured make the step
  * link-bound. train_wire_decide is the rule, for any policy: under the profile (per-stage costs,
  * no links) with every pipeline link of L carrying messages of `bytes` (*t_now) and of bytes / 2
- * (*t_bf16), the schedule s simulated; PT_WIRE_BF16 when the second is at least 10% shorter and
- * every link of replica 0 is measured, else wire_now (also when wire_now is
+ * (*t_bf16), the schedule s simulated; PT_WIRE_BF16 when the second is at least 10% shorter,
+ * every link of replica 0 is measured and the profile has every stage's F and B, else wire_now (also when wire_now is
  * not fp32). Pure: no I/O. */
 int train_wire_init(train_ctx *t);
 int train_hook_wire(train_ctx *t, long step, const train_step_stats *st, void *user);

@@ -87,12 +87,15 @@ int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, voi
     struct train_recover *rc = t->recover;
     const train_opts *o = &t->o;
     rc->step_s += st->step_time;
+    if (o->snapshot_every > 0 && (step % o->snapshot_every == 0 || step == o->steps)) {
+        ckpt_manifest man;
+        if (snap_manifest(t, step, &man) < 0) return -1;
+        for (int r = 0; r < rc->n; r++)
+            if (snap_take(t, r, &man) < 0) return -1;
+    }
+    /* after the take: a heartbeat of step S says every generation before S is written (the take
+     * waited for them), so a rank that dies in its writer is never more than one step behind */
     for (int r = 0; r < rc->n; r++) ckpt_snap_heartbeat(rc->snap[r], step);
-    if (o->snapshot_every <= 0 || (step % o->snapshot_every && step != o->steps)) return 0;
-    ckpt_manifest man;
-    if (snap_manifest(t, step, &man) < 0) return -1;
-    for (int r = 0; r < rc->n; r++)
-        if (snap_take(t, r, &man) < 0) return -1;
     return 0;
 }
 
@@ -136,11 +139,13 @@ void train_recover_end(train_ctx *t) {
     ckpt_snap_get_stats(rc->snap[0], &s);
     if (t->root)
         printf("snapshots (rank %d of %d here): %ld taken, copies %.2f ms each, %ld waits for the writer "
-               "(%.1f ms in all): %.2f%% of the steps' time; writer %.1f ms per generation (off the compute path)\n",
+               "(%.1f ms in all): %.2f%% of the steps' time; writer %.1f ms per generation, %.1f ms of CPU (off the "
+               "compute path)\n",
                rc->ex ? run_exec_world_rank(rc->ex[0]) : 0, rc->n, s.taken,
                s.taken ? s.copy_s / (double)s.taken * 1e3 : 0, s.waits, s.wait_s * 1e3,
                rc->step_s > 0 ? (s.copy_s + s.wait_s) / rc->step_s * 100 : 0,
-               s.written ? s.write_s / (double)s.written * 1e3 : 0);
+               s.written ? s.write_s / (double)s.written * 1e3 : 0,
+               s.written ? s.write_cpu_s / (double)s.written * 1e3 : 0);
 }
 
 void train_recover_free(train_ctx *t) {

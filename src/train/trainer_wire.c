@@ -30,6 +30,9 @@ int train_wire_decide(const sched *s, const sim_costs *profile, const run_links 
                       double *t_now, double *t_bf16) {
     *t_now = *t_bf16 = -1;
     if (wire_now != PT_WIRE_F32 || L->P < 2) return wire_now;
+    for (int g = 0; g < profile->n_stages; g++)   /* a profile with every stage's compute in it (a
+                                                    * re-split job starts its profile again) */
+        if (!(profile->f[g] > 0) || !(profile->b[g] > 0 || profile->bw[g] > 0)) return wire_now;
     for (int r = 0; r + 1 < L->P; r++)   /* only links measured */
         for (int k = 0; k < 2; k++)
             if (run_links_at(L, 0, 0, r, k)->bandwidth <= 0) return wire_now;
