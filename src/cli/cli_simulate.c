@@ -21,7 +21,7 @@
 
 static const char *USAGE =
     "(--schedule NAME --stages P --microbatches M [--chunks V] | --schedule-file S.csv [--pipes N])\n"
-    "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
+    "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES][,params=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
     "       [--act-bytes N] [--slow-link I-J:(SECONDS|RATE)[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
     "       [--iterations N] [--mem-limit N] [--adapt] [--post-validation] [--trace out.json] [--svg out.svg]\n"
     "       [--json | --csv] [--critical-path] [--side-step SECONDS]\n"
