@@ -50,4 +50,14 @@ if train --optim nadam --stages 2 --metrics "$D/p.jsonl" > "$D/p.out" 2>&1; then
 else
   fail "nadam pipelined runs" "$(tail -3 "$D/p.out")"
 fi
+# recovery from snapshots (launch, --kill-at): the restored checkpoint keeps NAdam's fields, and
+# the run ends on the uninterrupted run's loss bitwise
+SNAP=/dev/shm/pt-test-optim-$$
+trap 'rm -rf "$SNAP"*' EXIT
+timeout 120 "$P" launch --snapshot-dir "$SNAP" -- train --config "$D/cfg.json" --data "$D/text.txt" --batch 4 --seq 16 \
+  --lr 3e-3 --steps 6 --optim nadam --stages 2 --snapshot-every 1 --kill-at 0@4 --metrics "$D/l.jsonl" > "$D/l.out" 2>&1
+rc=$?
+a=$(tail -1 "$D/p.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/'); b=$(tail -1 "$D/l.jsonl" 2>/dev/null | sed 's/.*"loss":\([0-9.]*\).*/\1/')
+[ $rc = 0 ] && [ -n "$b" ] && [ "$a" = "$b" ] && ok "nadam: launch recovers from a kill, same final loss ($b)" \
+  || fail "nadam: launch recovers from a kill" "rc $rc, loss '$b' vs '$a': $(tail -3 "$D/l.out")"
 done_tests

@@ -51,7 +51,8 @@ typedef struct {
     /* The rule the moments belong to (ckpt_optim.c): "optim" and "nadam_mu_product" in the
      * manifest only for NAdam, so AdamW manifests are as before; absent reads as AdamW. */
     optim_kind optim;
-    double nadam_beta1, nadam_momentum_decay;   /* to write NAdam's mu product at adam_t */
+    double nadam_beta1, nadam_momentum_decay;   /* to write NAdam's mu product at adam_t (NaN when
+                                                 * read back: then the stored product is written) */
     double nadam_mu_product;                    /* as read back (NAdam) */
 } ckpt_manifest;
 

@@ -17,8 +17,9 @@ void ckpt_manifest_set_optim(ckpt_manifest *man, const optim_config *oc) {
 void ckpt_optim_to_json(cJSON *root, const ckpt_manifest *man) {
     if (man->optim != OPTIM_NADAM) return;
     cJSON_AddStringToObject(root, "optim", optim_kind_name(man->optim));
-    cJSON_AddNumberToObject(root, "nadam_mu_product",
-                            nadam_mu_product(man->nadam_beta1, man->nadam_momentum_decay, man->adam_t));
+    double mu = isnan(man->nadam_beta1) ? man->nadam_mu_product   /* a manifest read back */
+              : nadam_mu_product(man->nadam_beta1, man->nadam_momentum_decay, man->adam_t);
+    cJSON_AddNumberToObject(root, "nadam_mu_product", mu);
 }
 
 int ckpt_optim_from_json(ckpt_manifest *man, const cJSON *root, const char *mpath) {
@@ -28,6 +29,7 @@ int ckpt_optim_from_json(ckpt_manifest *man, const cJSON *root, const char *mpat
     if (rc < 0) return -1;
     man->optim = OPTIM_ADAMW;
     man->nadam_mu_product = 1.0;
+    man->nadam_beta1 = man->nadam_momentum_decay = NAN;   /* written again: the stored product */
     if (rc == 1) return 0;
     if (optim_kind_parse(name, &man->optim) < 0)
         return pt_seterr("%s: field \"optim\" is '%s', expected adamw or nadam", mpath, name);
