@@ -48,6 +48,12 @@ typedef struct {
     int n_shards;           /* --zero 1: ranks; shard r is "optim-<r>.safetensors" */
     ckpt_chunk shards[CKPT_MAX_SHARDS];   /* bytes and checksum (layers unused) */
     int has_optim;          /* 1 when the files hold AdamW moments (set by commit / read) */
+    /* The rule the moments belong to (ckpt_optim.c): "optim" and "nadam_mu_product" in the
+     * manifest only for NAdam, so AdamW manifests are as before; absent reads as AdamW. */
+    optim_kind optim;
+    double nadam_beta1, nadam_momentum_decay;   /* to write NAdam's mu product at adam_t (NaN when
+                                                 * read back: then the stored product is written) */
+    double nadam_mu_product;                    /* as read back (NAdam) */
 } ckpt_manifest;
 
 /* One slice of a tensor's AdamW moments: elements [start, start + n) of tensor `name`. */
@@ -66,6 +72,12 @@ int ckpt_manifest_set_layout(ckpt_manifest *man, int P, int D, int K, int n_pipe
 /* --zero 1: the moments are in n_ranks shard files (ckpt_write_shard), one per world rank,
  * and the chunk files hold parameters only. -1 if n_ranks is out of 1..CKPT_MAX_SHARDS. */
 int ckpt_manifest_set_shards(ckpt_manifest *man, int n_ranks);
+/* The optimizer rule of the run (--optim) into a manifest about to be saved. */
+void ckpt_manifest_set_optim(ckpt_manifest *man, const optim_config *oc);
+/* Resuming with oc from checkpoint dir (manifest man): -1 when the rule differs (the moments
+ * belong to the saved one) or, for NAdam, when the saved mu product is not the one oc's --beta1
+ * and --momentum-decay give at adam_t; the error says which flags to give. */
+int ckpt_check_optim(const ckpt_manifest *man, const optim_config *oc, const char *dir);
 /* The temporary folder name for dir written by process `pid`: "<dir>.tmp.<pid>". Ranks that are
  * other processes (MPI) get rank 0's pid from it (e.g. by a reduction) and call this to learn
  * where to write. -1 if it does not fit in n. */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "io/safetensors.h"
+#include <cjson/cJSON.h>
 
 #define CKPT_PATH_MAX 1200   /* a file in a checkpoint folder */
 #define CKPT_DIR_MAX 1100    /* a checkpoint folder (leaves room for the file name) */
@@ -14,6 +15,11 @@
 #define JSON_LONG_MAX 9007199254740992L   /* 2^53: larger JSON numbers are not exact */
 #define CKPT_STR_(x) #x
 #define CKPT_STR(x) CKPT_STR_(x)
+
+/* ---- ckpt_optim.c ---- */
+/* The optimizer fields into / out of manifest.json (NAdam only; absent: AdamW). */
+void ckpt_optim_to_json(cJSON *root, const ckpt_manifest *man);
+int ckpt_optim_from_json(ckpt_manifest *man, const cJSON *root, const char *mpath);
 
 /* ---- ckpt_util.c ---- */
 /* The crash test hook (ckpt_test_crash_at): aborts (at "place": SIGKILL) when point, and arg

@@ -115,6 +115,7 @@ static cJSON *manifest_json(const ckpt_manifest *man) {
     cJSON_AddStringToObject(root, "data", man->data_path);
     cJSON_AddBoolToObject(root, "optimizer", man->has_optim);
     cJSON_AddItemToObject(root, "layout", manifest_layout_json(man));
+    ckpt_optim_to_json(root, man);
     return root;
 }
 
@@ -320,7 +321,8 @@ int ckpt_manifest_read(ckpt_manifest *man, const char *dir, int verify) {
     long version = 0;
     if (manifest_header(root, mpath, &version) < 0 ||
         config_from_cjson(&man->cfg, cJSON_GetObjectItemCaseSensitive(root, "config"), where) < 0 ||
-        manifest_progress(man, root, mpath) < 0 || manifest_layout(man, root, mpath, version) < 0)
+        manifest_progress(man, root, mpath) < 0 || manifest_layout(man, root, mpath, version) < 0 ||
+        ckpt_optim_from_json(man, root, mpath) < 0)
         goto done;
     rc = verify ? verify_chunks(man, dir) : 0;
 done:

@@ -4,6 +4,7 @@
  * with a snap.json, renames it into place and drops old generations. A boundary that finds the
  * writer busy is skipped, never waited at. Not here: the restore (snapshot_restore.c). */
 #include "ckpt/snapshot.h"
+#include "ckpt/ckpt_int.h"
 #include "ckpt/snapshot_int.h"
 #include "io/io.h"
 #include "model/config.h"
@@ -233,6 +234,7 @@ static cJSON *gen_json(const ckpt_snap *s, int w, const char *tmp) {
     if (man->n_chunks) cJSON_AddItemToArray(cf, cJSON_CreateNumber(man->chunks[man->n_chunks - 1].end_layer));
     cJSON_AddItemToObject(lay, "chunk_first", cf);
     cJSON_AddItemToObject(o, "layout", lay);
+    ckpt_optim_to_json(o, man);   /* --optim nadam: "optim", "nadam_mu_product" */
     for (int i = 0; i < s->n_pc[w]; i++) {
         char path[1300];
         uint64_t h;

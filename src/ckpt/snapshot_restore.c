@@ -3,6 +3,7 @@
  * folder (ckpt_begin / ckpt_commit: the manifest and the atomic rename of checkpoint.c). Not
  * here: the writer (snapshot.c). */
 #include "ckpt/snapshot.h"
+#include "ckpt/ckpt_int.h"
 #include "ckpt/snapshot_int.h"
 #include "model/config.h"
 #include "util/pt.h"
@@ -176,6 +177,7 @@ static int gen_manifest(const snap_gen *ref, ckpt_manifest *man) {
     man->shuffle_seed = strtoull(sh->valuestring, NULL, 10);
     man->init_seed = strtoull(is->valuestring, NULL, 10);
     snprintf(man->data_path, sizeof man->data_path, "%s", data->valuestring);
+    if (ckpt_optim_from_json(man, j, ref->dir) < 0) return -1;   /* --optim nadam's fields */
     return ckpt_manifest_set_layout(man, (int)P, (int)D, ref->K, (int)pipes,
                                     cJSON_IsString(sched) ? sched->valuestring : "", ref->chunk_first);
 }

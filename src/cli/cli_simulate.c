@@ -21,7 +21,7 @@
 
 static const char *USAGE =
     "(--schedule NAME --stages P --microbatches M [--chunks V] | --schedule-file S.csv [--pipes N])\n"
-    "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
+    "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES][,params=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
     "       [--act-bytes N] [--slow-link I-J:(SECONDS|RATE)[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
     "       [--iterations N] [--mem-limit N] [--adapt] [--post-validation] [--trace out.json] [--svg out.svg]\n"
     "       [--json | --csv] [--critical-path] [--side-step SECONDS]\n"
@@ -79,7 +79,7 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--chunks", OPT_INT, &a->chunks, "V, model chunks per rank (interleaved-1f1b)"},
         {"--schedule-file", OPT_STR, &a->file, "simulate this CSV schedule instead (one row per rank)"},
         {"--pipes", OPT_INT, &a->pipes, "pipes of the --schedule-file (2 for a chimera CSV; default 1)"},
-        {"--cost", OPT_STR, &a->cost, "per-stage times for every stage: f=1,b=1,w=1[,bw=X][,act=BYTES]"},
+        {"--cost", OPT_STR, &a->cost, "per-stage times for every stage: f=1,b=1,w=1[,bw=X][,act=BYTES][,params=BYTES]"},
         {"--costs", OPT_STR, &a->costs, "costs JSON file (docs/simulator.md); --cost and the flags below override it"},
         {"--latency", OPT_DOUBLE, &a->latency, "seconds per message, every link"},
         {"--bandwidth", OPT_DOUBLE, &a->bandwidth, "bytes per second, every link (0: infinite)"},

@@ -22,6 +22,7 @@
 typedef struct {
     train_opts o;                /* what the trainer gets; o.ro: the layout flags */
     const char *lr_schedule;     /* --lr-schedule: constant | cosine */
+    const char *optim;           /* --optim: adamw | nadam */
     int warmup;                  /* --warmup */
     double lr_min;               /* --lr-min (NAN: lr/10) */
     const char *transport;       /* --transport (NULL: threads, or mpi under mpirun) */
@@ -90,7 +91,7 @@ static int wire_flag(train_args *a) {
                      "(activations and gradients between stages in 16 bits: lossy)", a->wire);
 }
 
-/* --lr-schedule and its numbers into the optimizer config (the trainer checks the ranges). */
+/* --lr-schedule and its numbers, and --optim, into the optimizer config (the trainer checks the ranges). */
 static int set_lr_schedule(train_args *a) {
     optim_config *oc = &a->o.oc;
     if (!a->lr_schedule || !strcmp(a->lr_schedule, "constant")) oc->schedule = LR_CONSTANT;
@@ -99,7 +100,7 @@ static int set_lr_schedule(train_args *a) {
     oc->warmup = a->warmup;
     oc->total_steps = a->o.steps;
     oc->lr_min = isnan(a->lr_min) ? oc->lr / 10 : a->lr_min;
-    return 0;
+    return a->optim ? optim_kind_parse(a->optim, &oc->kind) : 0;
 }
 
 /* --plan sets the layout: layout flags next to it are an error (which would win is not obvious);
@@ -209,7 +210,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 48 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 50 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -227,6 +228,8 @@ int cli_train(int argc, char **argv) {
         {"--beta1", OPT_DOUBLE, &o->oc.beta1, "AdamW beta1 (default 0.9)"},
         {"--beta2", OPT_DOUBLE, &o->oc.beta2, "AdamW beta2 (default 0.95)"},
         {"--eps", OPT_DOUBLE, &o->oc.eps, "AdamW epsilon (default 1e-8)"},
+        {"--optim", OPT_STR, &a.optim, "adamw | nadam (torch.optim.NAdam: L2 decay, --beta1 as its momentum; default adamw)"},
+        {"--momentum-decay", OPT_DOUBLE, &o->oc.momentum_decay, "NAdam's momentum decay psi (default 4e-3)"},
         {"--grad-clip", OPT_DOUBLE, &o->oc.grad_clip, "max global gradient norm, 0 = off (default 1)"},
         {"--shuffle", OPT_LONG, &o->shuffle, "seed for a shuffled batch order (default 0: sequential)"},
         {"--seed", OPT_LONG, &o->seed, "init seed (default 1337)"},

@@ -42,6 +42,10 @@ static sched *run_plan_schedule(const run_opts *o) {
                        .cost_f = 1, .cost_b = 1, .cost_w = 1 };
     sched *s = sched_generate(o->schedule, &p);
     if (!s) pt_adderr("--schedule %s --stages %d --microbatches %d: ", o->schedule, o->P, o->M);
+    if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {   /* 2bw: not run yet */
+        sched_free(s);
+        return NULL;
+    }
     return s;
 }
 

@@ -31,6 +31,7 @@ sched *gen_gpipe(const sched_params *p);
 sched *gen_1f1b(const sched_params *p);
 sched *gen_interleaved(const sched_params *p);
 sched *gen_pipedream(const sched_params *p);
+sched *gen_2bw(const sched_params *p);
 sched *gen_zb_h1(const sched_params *p);
 sched *gen_zb_h2(const sched_params *p);
 sched *gen_zb_v(const sched_params *p);

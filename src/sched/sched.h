@@ -49,6 +49,10 @@ typedef struct {
     sched_action **acts;    /* [P][len[r]] ordered actions of rank r */
     bool lowered;           /* communication actions present */
     bool async;             /* pipedream: weights update per microbatch, no flush */
+    int weight_versions;    /* async: weight copies each stage keeps, when fixed by the schedule's
+                             * rule (2bw: 2, the live one and the one in-flight microbatches use);
+                             * 0: one per in-flight microbatch plus the live one (pipedream's
+                             * stashing, and any async CSV). Synchronous: unused (one copy) */
     char name[32];          /* generator name, or "csv" */
 } sched;
 
@@ -126,7 +130,7 @@ sched *sched_parse_csv(const char *text, const char *where, int n_pipes);
 sched *sched_parse_text(const char *text, const char *where, int n_pipes);
 
 /* ---- generators (pure) and their registry ----
- * Names: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, pipedream, greedy.
+ * Names: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, chimera, pipedream, 2bw, greedy.
  * Return a compute-only schedule (F, B, W, BW actions, then REDUCE_GRAD per stage and STEP unless
  * async), or NULL with an error naming the bad parameter. Async (pipedream): each BW(g, mb) is
  * followed at once by gREDUCE_GRAD and STEP, a weight update per microbatch, no flush.

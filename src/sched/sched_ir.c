@@ -66,6 +66,7 @@ sched *sched_copy(const sched *s) {
         }
     c->lowered = s->lowered;
     c->async = s->async;
+    c->weight_versions = s->weight_versions;
     memcpy(c->name, s->name, sizeof c->name);
     return c;
 }

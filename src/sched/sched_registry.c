@@ -24,6 +24,8 @@ static const sched_generator registry[] = {
       .help = "two model replicas pipelined in opposite directions; needs P even, M % P == 0" },
     { .name = "pipedream", .generate = gen_pipedream, .chunks = 1, .pipes = 1, .async = true,
       .help = "asynchronous 1f1b: a weight update after every microbatch, no flush" },
+    { .name = "2bw", .generate = gen_2bw, .chunks = 1, .pipes = 1, .async = true,
+      .help = "PipeDream-2BW: 1f1b order, no flush, an update per P microbatches, 2 weight versions (simulate only)" },
     { .name = "greedy", .generate = gen_greedy, .chunks = 1, .more_chunks = true, .pipes = 1,
       .stage_costs = true, .mem_limit = true, .link_delays = true,
       .help = "list scheduler by per-stage costs and link delays (simulate's) under --mem-limit; --chunks 2: a V" },

@@ -43,6 +43,10 @@ bool sched_append_missing_tail(sched *s) {
  * rank, and per microbatch exactly one REDUCE_GRAD then one STEP (what the pipedream generator
  * writes). */
 static int tail_check_async(const sched *s, const char *where) {
+    if (s->weight_versions == 2)
+        return pt_seterr("%s: schedule %s (two weight versions, an update per P microbatches) is "
+                         "simulated and validated but the executor does not run it yet; train with "
+                         "pipedream (stashing) or 1f1b", where, s->name);
     if (s->n_stages != s->n_ranks)
         return pt_seterr("%s: an asynchronous schedule (several STEPs per rank) needs one stage per "
                          "rank; it has %d stages on %d ranks", where, s->n_stages, s->n_ranks);

@@ -420,12 +420,13 @@ static void result_init(sim_result *res, const sched *s, const sim_costs *c, int
     res->peak_mb = pt_calloc((size_t)s->n_stages, sizeof(int));
     res->peak_bytes = pt_calloc((size_t)s->n_stages, sizeof(double));
     res->rank_peak_bytes = pt_calloc((size_t)s->n_ranks, sizeof(double));
+    res->stash_bytes = pt_calloc((size_t)s->n_stages, sizeof(double));
     timeline_init(&res->tl, s, c->act_bytes, n_iters);
 }
 
 void sim_result_free(sim_result *r) {
     free(r->iter_end); free(r->busy); free(r->idle); free(r->peak_mb); free(r->peak_bytes);
-    free(r->rank_peak_bytes); free(r->crit);
+    free(r->rank_peak_bytes); free(r->stash_bytes); free(r->crit);
     timeline_free(&r->tl);
     memset(r, 0, sizeof *r);
 }
@@ -514,6 +515,16 @@ static void busy_union(sim_state *st) {
     free(iv);
 }
 
+/* The weight copies an asynchronous schedule keeps beyond the live one (sim_result.stash_bytes),
+ * held all along: added to their rank's peak. */
+static void price_weight_versions(const sched *s, const sim_costs *c, sim_result *res) {
+    for (int g = 0; s->async && g < s->n_stages; g++) {
+        int extra = s->weight_versions > 0 ? s->weight_versions - 1 : res->peak_mb[g];
+        res->stash_bytes[g] = extra * c->param_bytes[g];
+        res->rank_peak_bytes[s->stage_rank[g]] += res->stash_bytes[g];
+    }
+}
+
 static void summarise(sim_state *st) {
     sim_result *res = st->r;
     int P = st->P, N = st->N;
@@ -530,6 +541,7 @@ static void summarise(sim_state *st) {
     res->iteration_time = N > 1 ? (res->iter_end[N - 1] - res->iter_end[0]) / (N - 1) : res->makespan;
     res->steady_bubble = res->iteration_time > 0 ? 1 - busy_sum / N / (P * res->iteration_time) : 0;
     for (int g = 0; g < st->S; g++) res->peak_bytes[g] = res->peak_mb[g] * st->c->act_bytes[g];
+    price_weight_versions(st->s, st->c, res);
 }
 
 int sim_run(const sched *s, const sim_costs *c, const sim_opts *o, sim_result *out) {

@@ -52,6 +52,8 @@ typedef struct {
     double *f, *b, *w;      /* [S] compute times of F, B (input grad), W (weight grad) */
     double *bw;             /* [S] time of a fused BW; a negative entry means b + w */
     double *act_bytes;      /* [S] activation bytes per microbatch: memory held and message size */
+    double *param_bytes;    /* [S] bytes of one copy of a stage's weights: priced per extra weight
+                             * version an asynchronous schedule keeps (0, sim_costs_init: unpriced) */
     double *reduce;         /* [S] time of REDUCE_GRAD (0: free) */
     bool reduce_overlap;    /* a synchronous schedule's REDUCE_GRAD of stage g runs on the rank's
                              * communication stream from g's last W (the runtime's overlapped
@@ -162,7 +164,11 @@ typedef struct {
     double *busy, *idle;    /* [P] compute time and makespan - busy, all iterations */
     int *peak_mb;           /* [S] peak activations held, in microbatches */
     double *peak_bytes;     /* [S] peak_mb * act_bytes */
-    double *rank_peak_bytes;/* [P] peak bytes held by all stages of the rank at once */
+    double *rank_peak_bytes;/* [P] peak bytes held by all stages of the rank at once: activations,
+                             * plus stash_bytes of its stages */
+    double *stash_bytes;    /* [S] weight versions beyond the live one, x param_bytes: asynchronous
+                             * only; s->weight_versions - 1 of them (2bw: 1), or with 0 there one
+                             * per microbatch in flight at the peak, peak_mb (pipedream's stashes) */
     sim_crit *crit;         /* [n_crit] critical path, first event to last */
     int n_crit;
     timeline tl;            /* every event; compute, send and recv */

@@ -24,6 +24,7 @@ void sim_costs_init(sim_costs *c, int n_stages, double f, double b, double w) {
     c->w = fill(n_stages, w);
     c->bw = fill(n_stages, -1);
     c->act_bytes = fill(n_stages, 0);
+    c->param_bytes = fill(n_stages, 0);
     c->reduce = fill(n_stages, 0);
     c->tp = 1;
     c->tp_f = fill(n_stages, 0);
@@ -31,7 +32,7 @@ void sim_costs_init(sim_costs *c, int n_stages, double f, double b, double w) {
 }
 
 void sim_costs_free(sim_costs *c) {
-    free(c->f); free(c->b); free(c->w); free(c->bw); free(c->act_bytes); free(c->reduce); free(c->links);
+    free(c->f); free(c->b); free(c->w); free(c->bw); free(c->act_bytes); free(c->param_bytes); free(c->reduce); free(c->links);
     free(c->faults); free(c->tp_f); free(c->tp_b);
     memset(c, 0, sizeof *c);
 }
@@ -47,7 +48,7 @@ void sim_costs_copy(const sim_costs *c, sim_costs *out) {
     *out = *c;
     out->f = dup_doubles(c->f, S), out->b = dup_doubles(c->b, S), out->w = dup_doubles(c->w, S);
     out->bw = dup_doubles(c->bw, S), out->act_bytes = dup_doubles(c->act_bytes, S);
-    out->reduce = dup_doubles(c->reduce, S);
+    out->reduce = dup_doubles(c->reduce, S), out->param_bytes = dup_doubles(c->param_bytes, S);
     out->tp_f = dup_doubles(c->tp_f, S), out->tp_b = dup_doubles(c->tp_b, S);
     out->links = pt_malloc(sizeof(sim_link) * (size_t)(c->n_links ? c->n_links : 1));
     if (c->n_links) memcpy(out->links, c->links, sizeof(sim_link) * (size_t)c->n_links);
@@ -168,13 +169,14 @@ static int spec_item(sim_costs *c, const char *item) {
     const char *eq = strchr(item, '=');
     double v;
     if (!eq || parse_num(eq + 1, &v) || v < 0 || v > SIM_COST_MAX)
-        return pt_seterr("--cost: '%s' should be KEY=NUMBER in 0..%g with KEY one of f, b, w, bw, act", item,
+        return pt_seterr("--cost: '%s' should be KEY=NUMBER in 0..%g with KEY one of f, b, w, bw, act, params", item,
                          SIM_COST_MAX);
     size_t k = (size_t)(eq - item);
     double *dst = !strncmp(item, "f", k) && k == 1 ? c->f : !strncmp(item, "b", k) && k == 1 ? c->b
                 : !strncmp(item, "w", k) && k == 1 ? c->w : !strncmp(item, "bw", k) && k == 2 ? c->bw
-                : !strncmp(item, "act", k) && k == 3 ? c->act_bytes : NULL;
-    if (!dst) return pt_seterr("--cost: unknown key in '%s' (known: f, b, w, bw, act)", item);
+                : !strncmp(item, "act", k) && k == 3 ? c->act_bytes
+                : !strncmp(item, "params", k) && k == 6 ? c->param_bytes : NULL;
+    if (!dst) return pt_seterr("--cost: unknown key in '%s' (known: f, b, w, bw, act, params)", item);
     for (int g = 0; g < c->n_stages; g++) dst[g] = v;
     return 0;
 }

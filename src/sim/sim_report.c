@@ -73,6 +73,10 @@ void sim_report_print(FILE *f, const sched *s, const sim_result *r, const sim_re
     fprintf(f, "peak activations per stage (microbatches, bytes)\n");
     for (int g = 0; g < r->n_stages; g++)
         fprintf(f, "  stage %-4d %4d  %.6g\n", g, r->peak_mb[g], r->peak_bytes[g]);
+    if (s->async) {
+        fprintf(f, "weight versions kept beyond the live one, per stage (bytes)\n");
+        for (int g = 0; g < r->n_stages; g++) fprintf(f, "  stage %-4d %.6g\n", g, r->stash_bytes[g]);
+    }
     if (o->crit) { fprintf(f, "critical path\n"); sim_print_critical_path(r, f); }
 }
 
@@ -112,6 +116,7 @@ cJSON *sim_report_json(const sched *s, const sim_result *r, const sim_costs *c, 
     cJSON_AddItemToObject(o, "peak_activations", cJSON_CreateIntArray(r->peak_mb, r->n_stages));
     cJSON_AddItemToObject(o, "peak_activation_bytes", sim_report_doubles(r->peak_bytes, r->n_stages));
     cJSON_AddItemToObject(o, "rank_peak_bytes", sim_report_doubles(r->rank_peak_bytes, r->n_ranks));
+    if (s->async) cJSON_AddItemToObject(o, "weight_stash_bytes", sim_report_doubles(r->stash_bytes, r->n_stages));
     cJSON *per = cJSON_AddArrayToObject(o, "per_rank");
     for (int i = 0; i < r->n_ranks; i++) {
         cJSON *x = cJSON_CreateObject();

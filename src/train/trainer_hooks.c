@@ -28,6 +28,7 @@ int train_hook_save(train_ctx *t, long step, const train_step_stats *st, void *u
     ckpt_manifest man = {.cfg = t->m.cfg, .step = step, .batch = o->batch, .seq = o->seq,
                          .shuffle_seed = (uint64_t)o->shuffle, .init_seed = (uint64_t)o->seed};
     snprintf(man.data_path, sizeof man.data_path, "%s", o->data);
+    ckpt_manifest_set_optim(&man, &o->oc);
     snprintf(dir, sizeof dir, "%s/ckpt-%ld", o->save, step);
     kill_point_save(t, step);   /* --kill-at R@S:save */
     if (train_engine_save(t->e, dir, &man) < 0) return -1;

@@ -36,6 +36,7 @@ static int model_from_checkpoint(train_ctx *t, const ckpt_manifest *man) {
                          "values to continue the same data order", o->resume, man->batch, man->seq,
                          (unsigned long long)man->shuffle_seed);
     if (!man->has_optim) return pt_seterr("%s: checkpoint holds no optimizer state", o->resume);
+    if (ckpt_check_optim(man, &o->oc, o->resume) < 0) return -1;
     t->step0 = man->step;
     if (o->ro.P) {
         if (gpt_init_layers(&t->m, &man->cfg, 0, 0) < 0) return -1;   /* the tables only */

@@ -51,6 +51,7 @@ static int snap_manifest(train_ctx *t, long step, ckpt_manifest *man) {
     *man = (ckpt_manifest){ .cfg = t->m.cfg, .step = step, .batch = o->batch, .seq = o->seq,
                             .shuffle_seed = (uint64_t)o->shuffle, .init_seed = (uint64_t)o->seed };
     snprintf(man->data_path, sizeof man->data_path, "%s", o->data);
+    ckpt_manifest_set_optim(man, &o->oc);
     if (!pl) {
         int cf[2] = { 0, gpt_num_layers(&t->m) };
         man->adam_t = t->opt.t;

@@ -1,0 +1,22 @@
+# --schedule 2bw from the command line: `schedule` prints it, `simulate` prices its second weight
+# version (--cost params=BYTES: one copy per stage, in text and JSON, next to pipedream's
+# per-microbatch stashes), a bad M is refused with the rule, and train refuses to run it with a
+# sentence that says so (the executor does not implement its update rule yet).
+. tests/lib.sh
+P=$PIPETRAIN
+D=$TEST_TMP/2bw_cli
+mkdir -p "$D"
+out=$("$P" schedule --schedule 2bw --stages 2 --microbatches 4 2>&1)
+[ "$out" = "$(cat tests/golden/2bw-p2-m4.txt)" ] && ok "schedule prints 2bw (its golden)" || fail "schedule prints 2bw" "$out"
+"$P" simulate --schedule 2bw --stages 4 --microbatches 8 --cost f=1,b=2,w=0,act=10,params=1000 --json > "$D/s.json" 2>&1
+grep -q '"weight_stash_bytes":[[:space:]]*\[1000,[[:space:]]*1000,[[:space:]]*1000,[[:space:]]*1000\]' "$D/s.json" \
+  && ok "simulate --json: 2bw keeps one extra weight copy per stage" || fail "simulate 2bw json" "$(grep -A2 stash "$D/s.json")"
+grep -q '"rank_peak_bytes":[[:space:]]*\[1040,' "$D/s.json" && ok "simulate: rank peak = activations + stash" \
+  || fail "simulate: rank peak" "$(grep -A1 rank_peak "$D/s.json")"
+"$P" simulate --schedule pipedream --stages 4 --microbatches 8 --cost f=1,b=2,w=0,params=1000 > "$D/p.txt" 2>&1
+grep -A1 "weight versions" "$D/p.txt" | grep -q "stage 0 *4000" && ok "simulate: pipedream stashes one copy per microbatch in flight" \
+  || fail "simulate pipedream stash" "$(tail -6 "$D/p.txt")"
+expect_error "2bw: M not a multiple of P" "divisible by ranks" "$P" simulate --schedule 2bw --stages 4 --microbatches 6
+expect_error "train refuses 2bw" "executor does not run it yet" "$P" train --config tests/fixtures/gpt-tiny/config.json \
+  --data tests/fixtures/gpt-tiny/tokens.bin --batch 4 --seq 8 --steps 1 --stages 2 --microbatches 4 --schedule 2bw
+done_tests
