@@ -20,7 +20,8 @@
  *   alone (calibrated just before) / the same bubble seconds; agreement = side_cpu_s / the CPU
  *   the programs' own clocks counted. Printed per round and as medians of the rounds.
  *   Goal (issue 20, a quiet machine): >= 60% of the bubble by the counters, slowdown <= 2%,
- *   side_cpu_s within 10% of the counters. */
+ *   side_cpu_s within 10% of the counters. BENCH_SIDE_CMD="sleep 1000" runs that command
+ *   instead (resumed and stopped alike, no work: the mechanism's own cost; nothing counted). */
 #ifndef PT_BENCH_HARVEST_PROGRAMS_H
 #define PT_BENCH_HARVEST_PROGRAMS_H
 #include "harvest/harvest_tasks.h"
@@ -234,7 +235,9 @@ static int bp_add_programs(harvest *h, const char *worker, const char *dir, cons
     for (int r = 0; r < 2; r++) {
         char spec[2 * PATH_MAX];
         harvest_task *t;
-        snprintf(spec, sizeof spec, "%d:%s %s/count_%s_%d_%d", r, worker, dir, tag, round, r);
+        const char *other = getenv("BENCH_SIDE_CMD");   /* e.g. "sleep 1000": the mechanism alone */
+        if (other) snprintf(spec, sizeof spec, "%d:%s", r, other);
+        else snprintf(spec, sizeof spec, "%d:%s %s/count_%s_%d_%d", r, worker, dir, tag, round, r);
         if (harvest_command_create(&t, spec, &env) < 0) return -1;
         harvest_add(h, t);
     }

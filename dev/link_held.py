@@ -20,3 +20,8 @@ for d, (sk, rk) in enumerate([('SEND_F', 'RECV_F'), ('SEND_B', 'RECV_B')]):
         out.append(f"{(got - start) / 1000:.0f}{'' if waited > 50 else '?'}")
         prev = got
     print(sk, 'ms:', ' '.join(out))
+# and the compute actions' median and mean (a loaded machine's preemptions: the mean is what a step pays)
+import statistics
+for k in 'FBW':
+    d = [e['dur'] / 1000 for e in ev if e['name'][1:].rstrip('0123456789') == k]
+    if d: print(f"{k}: {len(d)} actions, median {statistics.median(d):.1f} ms, mean {statistics.mean(d):.1f} ms")
