@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "model/gpt.h"
 #include "test.h"
+#include "torch_fixture.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
 #include <string.h>
@@ -26,36 +27,6 @@
 #define BF16_OUT_TOL 1.5e-2
 #define BF16_LOSS_TOL 1e-3
 #define BF16_MOVES 1e-3
-
-static int read_case(const char *dir, int *B, int *T) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/case.json", dir);
-    char *txt = pt_read_file(path, NULL);
-    if (!txt) return -1;
-    cJSON *j = cJSON_Parse(txt);
-    const cJSON *b = cJSON_GetObjectItem(j, "B"), *t = cJSON_GetObjectItem(j, "T");
-    int rc = cJSON_IsNumber(b) && cJSON_IsNumber(t) ? 0 : pt_seterr("%s: no integer B and T", path);
-    if (!rc) { *B = b->valueint; *T = t->valueint; }
-    cJSON_Delete(j);
-    free(txt);
-    return rc;
-}
-
-/* Every parameter by its HF name, with or without "transformer."; other tensors ignored. */
-static int load_weights(gpt_model *m, const char *path) {
-    st_file *f;
-    if (st_open(&f, path) < 0) return -1;
-    int rc = 0;
-    for (int i = 0; i < gpt_param_count(m) && rc == 0; i++) {
-        const gpt_param_info *pi = gpt_param_info_at(m, i);
-        char name[64];
-        int64_t shape[2] = {pi->shape[0], pi->shape[1]};
-        snprintf(name, sizeof name, "transformer.%s", pi->name);
-        rc = st_read_f32(f, st_find(f, name) ? name : pi->name, m->params + pi->offset, pi->ndim, shape);
-    }
-    st_close(f);
-    return rc;
-}
 
 static double compare(const st_file *e, const char *name, const float *ours, size_t n) {
     const st_tensor *t = st_find(e, name);

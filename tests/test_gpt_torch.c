@@ -1,48 +1,17 @@
 /* The single-process model against PyTorch (Hugging Face GPT2LMHeadModel) fixtures written by
  * tools/make_fixtures.py: for each case, batch 0's logits, loss and every parameter gradient.
- * Needs no Python. Weights load through a small loader here (the product one is gpt_io.c). */
+ * Needs no Python. Weights load through torch_fixture.h (the product loader is gpt_io.c). */
 #include "io/data.h"
 #include "io/io.h"
 #include "io/safetensors.h"
 #include "model/gpt.h"
 #include "test.h"
+#include "torch_fixture.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
 #include <string.h>
 
 #define TORCH_TOL 1e-4   /* fp32 both sides, different summation orders: ~1e-6 expected */
-
-/* Reads B and T from case.json. */
-static int read_case(const char *dir, int *B, int *T) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/case.json", dir);
-    char *txt = pt_read_file(path, NULL);
-    if (!txt) return -1;
-    cJSON *j = cJSON_Parse(txt);
-    const cJSON *b = cJSON_GetObjectItem(j, "B"), *t = cJSON_GetObjectItem(j, "T");
-    int rc = cJSON_IsNumber(b) && cJSON_IsNumber(t) ? 0 : pt_seterr("%s: no integer B and T", path);
-    if (!rc) { *B = b->valueint; *T = t->valueint; }
-    cJSON_Delete(j);
-    free(txt);
-    return rc;
-}
-
-/* Loads every parameter by its HF name, with or without "transformer."; other tensors ignored. */
-static int load_weights(gpt_model *m, const char *path) {
-    st_file *f;
-    if (st_open(&f, path) < 0) return -1;
-    int rc = 0;
-    for (int i = 0; i < gpt_param_count(m) && rc == 0; i++) {
-        const gpt_param_info *pi = gpt_param_info_at(m, i);
-        char name[64];
-        int64_t shape[2] = {pi->shape[0], pi->shape[1]};
-        snprintf(name, sizeof name, "transformer.%s", pi->name);
-        const char *use = st_find(f, name) ? name : pi->name;
-        rc = st_read_f32(f, use, m->params + pi->offset, pi->ndim, shape);
-    }
-    st_close(f);
-    return rc;
-}
 
 /* Normalised error of our tensor against expected tensor `name`; -1 if missing or wrong size. */
 static double compare(const st_file *e, const char *name, const float *ours, size_t n) {

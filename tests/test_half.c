@@ -169,6 +169,12 @@ static void check_arrays(void) {
     CHECK("half: pt_wire_pack/unpack equal the scalar conversions", bad == 0, "%d differ", bad);
     CHECK("half: wire bytes 4, 2, 2", pt_wire_bytes(PT_WIRE_F32) == 4 && pt_wire_bytes(PT_WIRE_BF16) == 2 &&
           pt_wire_bytes(PT_WIRE_F16) == 2, "wrong sizes");
+    pt_wire w = PT_WIRE_F32, b = PT_WIRE_F32, f = PT_WIRE_F32;
+    CHECK("half: the wire names fp32, bf16, fp16 parse back; others are refused",
+          !strcmp(pt_wire_name(PT_WIRE_F32), "fp32") && !strcmp(pt_wire_name(PT_WIRE_BF16), "bf16") &&
+          !strcmp(pt_wire_name(PT_WIRE_F16), "fp16") && pt_wire_parse("fp32", &w) == 0 && w == PT_WIRE_F32 &&
+          pt_wire_parse("bf16", &b) == 0 && b == PT_WIRE_BF16 && pt_wire_parse("fp16", &f) == 0 &&
+          f == PT_WIRE_F16 && pt_wire_parse("fp8", &w) < 0 && pt_wire_parse("", &w) < 0, "names");
 }
 
 int main(void) {

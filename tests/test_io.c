@@ -321,7 +321,7 @@ static void test_config(void) {
     write_bytes(path, alias, strlen(alias));
     rc = config_load_json(&c, path);
     CHECK("config n_ctx alias", rc == 0 && c.n_positions == 9 && c.n_embd == 12, "%s", pt_err());
-    gpt_config s = {3, 2, 10, 77, 33}, back = {0};
+    gpt_config s = {.n_layer = 3, .n_head = 2, .n_embd = 10, .vocab_size = 77, .n_positions = 33}, back = {0};
     const char *saved = tpath("saved.json");
     rc = config_save_json(&s, saved);
     if (rc == 0) rc = config_load_json(&back, saved);

@@ -261,7 +261,7 @@ static void test_config_bad(void) {
     const char *path = tpath("gpt.json");
     for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_bytes(path, cases[i].json, strlen(cases[i].json));
-        gpt_config c = {7, 7, 7, 7, 7};
+        gpt_config c = {.n_layer = 7, .n_head = 7, .n_embd = 7, .vocab_size = 7, .n_positions = 7};
         int rc = config_load_json(&c, path);
         CHECK(cases[i].name, rc == -1 && err_has(path, cases[i].want1) &&
               (!cases[i].want2 || err_has(cases[i].want2, NULL)) && c.n_layer == 7 && c.n_positions == 7,
@@ -270,7 +270,7 @@ static void test_config_bad(void) {
     gpt_config c;
     const char *missing = tpath("nothere.json");
     CHECK("config missing file", config_load_json(&c, missing) == -1 && err_has(missing, NULL), "%s", pt_err());
-    gpt_config bad = {1, 3, 10, 5, 4};
+    gpt_config bad = {.n_layer = 1, .n_head = 3, .n_embd = 10, .vocab_size = 5, .n_positions = 4};
     const char *out = tpath("out.json");
     CHECK("config save refuses invalid", config_save_json(&bad, out) == -1 && err_has(out, "n_embd") &&
           access(out, F_OK) != 0, "%s", pt_err());

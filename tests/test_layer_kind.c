@@ -84,6 +84,10 @@ static void test_sequence(int kind) {
     gpt_config bad = with_scale(kind, 4);
     CHECK("sequence: an insert after a block that does not exist is refused",
           gpt_config_validate(&bad, NULL) < 0, "accepted");
+    gpt_config beyond = with_scale(GPT_MAX_KINDS, 1), builtin = with_scale(GPT_LAYER_BLOCK, 1);
+    CHECK("sequence: an insert of a kind id past the registry's table, or of a built-in kind, is refused",
+          gpt_config_validate(&beyond, NULL) < 0 && strstr(pt_err(), "not a registered kind") &&
+          gpt_config_validate(&builtin, NULL) < 0, "accepted");
 }
 
 /* a = 1: the model with the layer is the model without it, bit for bit. */

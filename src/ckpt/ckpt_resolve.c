@@ -34,5 +34,3 @@ int ckpt_resolve(const char *path, char *out, size_t n) {
     if ((size_t)snprintf(out, n, "%s/%s", path, best) >= n) return pt_seterr("%s: path too long", path);
     return 0;
 }
-
-/* The pid of a temporary save folder "<name>.tmp.<pid>" (not "....old"), or -1. */

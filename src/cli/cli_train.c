@@ -11,6 +11,7 @@
 #include "plan/plan.h"
 #include "train/train_plan.h"
 #include "train/trainer.h"
+#include "util/half.h"
 #include "util/killat.h"
 #include "util/pt.h"
 #include <assert.h>
@@ -77,16 +78,15 @@ static int side_mem_flag(train_args *a) {
 /* --precision bf16 without --wire: activations and gradients cross stage boundaries in bf16
  * too (--wire bf16), as the matmuls take them; --wire fp32 keeps fp32 messages. */
 static int precision_wire(train_args *a) {
-    if (!a->wire && gpt_default_precision() == NN_BF16) a->o.ro.wire = 1;   /* PT_WIRE_BF16 */
+    if (!a->wire && gpt_default_precision() == NN_BF16) a->o.ro.wire = PT_WIRE_BF16;
     return 0;
 }
 
 /* --wire fp32 | bf16 | fp16 into the layout (util/half.h's pt_wire). */
 static int wire_flag(train_args *a) {
-    static const char *names[] = { "fp32", "bf16", "fp16" };
-    for (int w = 0; w < 3 && a->wire; w++)
-        if (!strcmp(a->wire, names[w])) { a->o.ro.wire = w; return 0; }
+    pt_wire w;
     if (!a->wire) return 0;
+    if (pt_wire_parse(a->wire, &w) == 0) { a->o.ro.wire = w; return 0; }
     return pt_seterr("--wire '%s': give fp32 (the default: messages as computed), bf16 or fp16 "
                      "(activations and gradients between stages in 16 bits: lossy)", a->wire);
 }

@@ -1,5 +1,7 @@
-/* Validation of gpt_config: every size positive, heads divide channels. */
+/* Validation of gpt_config: every size positive, heads divide channels, inserted layers in places
+ * that exist and of kind ids past the built-ins. */
 #include "model/config.h"
+#include "model/gpt.h"   /* GPT_N_LAYER_KINDS, GPT_MAX_KINDS (no call: gpt_layers.c calls back) */
 #include "util/pt.h"
 
 int gpt_config_validate(const gpt_config *c, const char *where) {
@@ -21,5 +23,10 @@ int gpt_config_validate(const gpt_config *c, const char *where) {
             return pt_seterr("%s%sinserted layer %d after block %d: blocks are 0..%d (-1: after the "
                              "embedding), in non-decreasing order", w, sep, i, c->insert_after[i],
                              c->n_layer - 1);
+    for (int i = 0; i < c->n_insert; i++)   /* a registered kind: gpt_kind_ops asserts when used */
+        if (c->insert_kind[i] < GPT_N_LAYER_KINDS || c->insert_kind[i] >= GPT_MAX_KINDS)
+            return pt_seterr("%s%sinserted layer %d is of kind %d: not a registered kind (an id "
+                             "gpt_kind_register returned, %d..%d)", w, sep, i, c->insert_kind[i],
+                             GPT_N_LAYER_KINDS, GPT_MAX_KINDS - 1);
     return 0;
 }

@@ -4,6 +4,8 @@
 #define PT_MODEL_CONFIG_H
 #include <cjson/cJSON.h>
 
+#define GPT_MAX_INSERTS 8
+
 typedef struct {
     int n_layer;      /* L: transformer blocks */
     int n_head;       /* NH: attention heads */
@@ -15,11 +17,11 @@ typedef struct {
      * embedding), insert_after non-decreasing. Not in the JSON form: 0 for a config read from a
      * file, so a GPT-2 config is exactly the model it was. */
     int n_insert;
-    int insert_after[8], insert_kind[8];
+    int insert_after[GPT_MAX_INSERTS], insert_kind[GPT_MAX_INSERTS];
 } gpt_config;
-#define GPT_MAX_INSERTS 8
 
-/* Checks sizes are positive and n_embd % n_head == 0. Returns 0, or -1 with an error naming the
+/* Checks sizes are positive, n_embd % n_head == 0, and each inserted layer's place and kind (an
+ * id past the built-ins, below GPT_MAX_KINDS). Returns 0, or -1 with an error naming the
  * key (e.g. "n_embd (10) is not divisible by n_head (3)"). `where` prefixes the message (a file
  * name), may be NULL. */
 int gpt_config_validate(const gpt_config *c, const char *where);

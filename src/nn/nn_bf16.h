@@ -13,6 +13,7 @@
 #define PT_NN_BF16_H
 #include <stddef.h>
 #include <stdint.h>
+#include "util/half.h"   /* the scalar conversions: one definition */
 
 /* The number formats of the matmuls (`--precision`). */
 typedef enum { NN_FP32 = 0, NN_BF16 = 1 } nn_precision;
@@ -23,18 +24,8 @@ int nn_precision_parse(const char *s, nn_precision *p);
 
 /* ---- conversions -------------------------------------------------------------------------- */
 /* fp32 -> bf16, round to nearest even (a NaN stays a quiet NaN of its sign; inf stays inf). */
-static inline uint16_t nn_bf16_of(float x) {
-    uint32_t u;
-    __builtin_memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static inline float nn_f32_of(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    __builtin_memcpy(&x, &u, sizeof x);
-    return x;
-}
+static inline uint16_t nn_bf16_of(float x) { return pt_f32_to_bf16(x); }
+static inline float nn_f32_of(uint16_t h) { return pt_bf16_to_f32(h); }
 /* dst (n) = bf16 of src (n), and back; nn_bf16_round: dst (n) = src rounded to bf16, in fp32
  * (dst may alias src). */
 void nn_bf16_from_f32(uint16_t *dst, const float *src, size_t n);

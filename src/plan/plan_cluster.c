@@ -87,12 +87,10 @@ static int class_of(plan_cluster *c, const plan_device *d, int n_before) {
 
 static void push_node(plan_cluster *c, const plan_device *tmpl, int count, double bw, double lat) {
     int n = c->n_nodes++;
-    c->intra_bw = realloc(c->intra_bw, sizeof(double) * (size_t)c->n_nodes);
-    c->intra_lat = realloc(c->intra_lat, sizeof(double) * (size_t)c->n_nodes);
-    if (!c->intra_bw || !c->intra_lat) abort();
+    c->intra_bw = pt_realloc(c->intra_bw, sizeof(double) * (size_t)c->n_nodes);
+    c->intra_lat = pt_realloc(c->intra_lat, sizeof(double) * (size_t)c->n_nodes);
     c->intra_bw[n] = bw; c->intra_lat[n] = lat;
-    c->dev = realloc(c->dev, sizeof(plan_device) * (size_t)(c->n_devices + count));
-    if (!c->dev) abort();
+    c->dev = pt_realloc(c->dev, sizeof(plan_device) * (size_t)(c->n_devices + count));
     int cls = class_of(c, tmpl, c->n_devices);
     for (int i = 0; i < count; i++) {
         plan_device *d = &c->dev[c->n_devices++];

@@ -29,9 +29,7 @@ void timeline_free(timeline *tl) {
 
 void timeline_reserve(timeline *tl, int n) {
     if (n <= tl->cap) return;
-    tl_event *ev = realloc(tl->ev, sizeof *ev * (size_t)n);
-    if (!ev) { free(tl->ev); tl->ev = pt_malloc(sizeof *ev * (size_t)n); return; }   /* pt_malloc aborts */
-    tl->ev = ev;
+    tl->ev = pt_realloc(tl->ev, sizeof *tl->ev * (size_t)n);
     tl->cap = n;
 }
 

@@ -6,6 +6,7 @@
 #include "sim/sim.h"
 #include "trace/svg.h"
 #include "trace/trace.h"
+#include "util/half.h"
 #include "util/pt.h"
 #include <cblas.h>
 #include <stdio.h>
@@ -107,8 +108,10 @@ static void pipe_print_memory(const pipe_engine *p) {
 /* "pipeline: <schedule>, P stages x D replicas, ..." and the memory line (the run header's). */
 static void pipe_describe(const train_engine *e) {
     const pipe_engine *p = (const pipe_engine *)e;
-    static const char *wire[3] = { "", "; wire bf16 (messages between stages in 16 bits: lossy)",
-                                   "; wire fp16 (messages between stages in 16 bits: lossy)" };
+    char wire[80] = "";
+    if (p->pl->o.wire == PT_WIRE_BF16 || p->pl->o.wire == PT_WIRE_F16)
+        snprintf(wire, sizeof wire, "; wire %s (messages between stages in 16 bits: lossy)",
+                 pt_wire_name(p->pl->o.wire));
     printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences, %s transport; "
            "activations %.2f MB on the busiest rank%s%s%s%s%s%s\n", p->pl->s->name, p->pl->o.P, p->pl->o.D,
            p->pl->lo.tp, p->pl->s->n_mb, p->pl->mb_rows, p->o.world ? "mpi" : "threads",
@@ -118,7 +121,7 @@ static void pipe_describe(const train_engine *e) {
            p->pl->o.tp_overlap ? "; TP all-reduces overlapped (two halves per microbatch)" : "",
            p->pl->o.tp_sp ? "; sequence parallel (each TP rank holds 1/tp of the rows between layers and stages)" : "",
            p->pl->o.no_overlap ? "; reduction after each rank's schedule" : "",
-           wire[p->pl->o.wire >= 0 && p->pl->o.wire < 3 ? p->pl->o.wire : 0]);
+           wire);
     pipe_print_memory(p);
     if (p->pl->o.tp_overlap && p->pl->mb_rows < 2)
         printf("note: --tp-overlap splits a microbatch into two halves of sequences; microbatches of "
@@ -290,7 +293,7 @@ static cJSON *pipe_layout(const train_engine *e) {
     if (p->pl->o.tp_sp) cJSON_AddTrueToObject(o, "sp");
     cJSON_AddNumberToObject(o, "zero", p->pl->o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl->o.no_overlap);
-    cJSON_AddStringToObject(o, "wire", p->pl->o.wire == 1 ? "bf16" : p->pl->o.wire == 2 ? "fp16" : "fp32");
+    cJSON_AddStringToObject(o, "wire", pt_wire_name(p->pl->o.wire));
     cJSON_AddItemToObject(o, "memory_bytes", pipe_memory_json(p));
     return o;
 }

@@ -58,6 +58,21 @@ static inline float pt_f16_to_f32(uint16_t h) {
 /* The wire formats (--wire): fp32 (as computed), bf16, fp16. */
 typedef enum { PT_WIRE_F32 = 0, PT_WIRE_BF16 = 1, PT_WIRE_F16 = 2 } pt_wire;
 
+/* "fp32", "bf16", "fp16" (the --wire names); "fp32" for any other value. */
+static inline const char *pt_wire_name(int w) {
+    return w == PT_WIRE_BF16 ? "bf16" : w == PT_WIRE_F16 ? "fp16" : "fp32";
+}
+
+/* The format named s (pt_wire_name's names) into *w: 0, or -1 for any other name. */
+static inline int pt_wire_parse(const char *s, pt_wire *w) {
+    for (int k = PT_WIRE_F32; k <= PT_WIRE_F16; k++)
+        if (!strcmp(s, pt_wire_name(k))) {
+            *w = (pt_wire)k;
+            return 0;
+        }
+    return -1;
+}
+
 /* Bytes per element on the wire: 4, 2, 2. */
 static inline size_t pt_wire_bytes(pt_wire w) { return w == PT_WIRE_F32 ? 4 : 2; }
 

@@ -79,6 +79,12 @@ void *pt_calloc(size_t n, size_t size) {
     return p;
 }
 
+void *pt_realloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) oom(n);
+    return q;
+}
+
 float *pt_falloc_try(size_t n) {
     if (n > (SIZE_MAX - 64) / sizeof(float)) return NULL;
     size_t bytes = (n * sizeof(float) + 63) / 64 * 64;

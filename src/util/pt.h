@@ -33,6 +33,8 @@ struct timespec pt_deadline_after(double seconds);
  * here). pt_calloc zeroes. pt_falloc returns a 64-byte aligned, zeroed float buffer; free with free(). */
 void *pt_malloc(size_t n);
 void *pt_calloc(size_t n, size_t size);
+/* realloc(p, n) that aborts the same way (p's contents kept up to n bytes; p NULL: pt_malloc). */
+void *pt_realloc(void *p, size_t n);
 float *pt_falloc(size_t n);
 /* The same, but NULL (no abort, no error set) when the memory cannot be had: for buffers whose
  * size a user chose (a model's parameters), so the caller can say what was too big. */
