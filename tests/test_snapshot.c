@@ -5,6 +5,7 @@
  * generations stay; reset removes heartbeats and the generations after a step. */
 #include "test.h"
 #include "ckpt/snapshot.h"
+#include "ckpt/snapshot_int.h"
 #include "util/pt.h"
 #include <fcntl.h>
 #include <stdio.h>
@@ -142,6 +143,19 @@ int main(void) {
           ckpt_snap_read_heartbeat(root, 0, &st, &pid, &when, host) < 0, "%s", p);
     ckpt_snap_close(a);
     ckpt_snap_close(b);
+    snprintf(p, sizeof p, "%s/many", root);
+    mkdir(p, 0755);
+    for (int g = 1; g <= 100; g++) {   /* more generations than a fixed list held, made in no order */
+        char gd[450];
+        snprintf(gd, sizeof gd, "%s/gen-%d", p, (g * 37) % 100 + 1);
+        mkdir(gd, 0755);
+    }
+    long *steps;
+    int ns = snap_list_gens(p, &steps);
+    int sorted = ns == 100;
+    for (int i = 0; sorted && i < ns; i++) sorted = steps[i] == 100 - i;
+    CHECK("100 generations of a rank: all listed, newest first", sorted, "%d listed", ns);
+    free(steps);
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
     for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
     char cmd[300];

@@ -255,13 +255,14 @@ static cJSON *gen_json(const ckpt_snap *s, int w, const char *tmp) {
 
 /* Removes the generations of s->dir beyond the newest s->keep. */
 static void prune_gens(const ckpt_snap *s) {
-    long steps[256];
-    int n = snap_list_gens(s->dir, steps, 256);
+    long *steps;
+    int n = snap_list_gens(s->dir, &steps);
     for (int i = s->keep; i < n; i++) {
         char g[1100];
         snprintf(g, sizeof g, "%s/gen-%ld", s->dir, steps[i]);
         snap_remove_dir(g);
     }
+    free(steps);
 }
 
 /* The handed-over generation: chunk files and snap.json in a temporary folder, then renamed. */

@@ -42,19 +42,25 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-int snap_list_gens(const char *rank_dir, long *steps, int max) {
+int snap_list_gens(const char *rank_dir, long **steps) {
     DIR *d = opendir(rank_dir);
+    *steps = NULL;
     if (!d) return 0;
     struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d)) && n < max) {
+    int n = 0, cap = 0;
+    while ((e = readdir(d))) {
         char *end;
         if (strncmp(e->d_name, "gen-", 4)) continue;
         long s = strtol(e->d_name + 4, &end, 10);
-        if (end != e->d_name + 4 && !*end && s > 0) steps[n++] = s;
+        if (end == e->d_name + 4 || *end || s <= 0) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            *steps = pt_realloc(*steps, sizeof **steps * (size_t)cap);
+        }
+        (*steps)[n++] = s;
     }
     closedir(d);
-    qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
+    if (n) qsort(*steps, (size_t)n, sizeof **steps, cmp_desc);
     return n;
 }
 
@@ -102,16 +108,17 @@ void ckpt_snap_reset(const char *root, long step) {
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "rank-", 5)) continue;
         char rd[1000], p[1100];
-        long steps[256];
+        long *steps;
         snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
         snprintf(p, sizeof p, "%s/heartbeat", rd);
         unlink(p);
-        int n = snap_list_gens(rd, steps, 256);
+        int n = snap_list_gens(rd, &steps);
         for (int i = 0; i < n; i++)
             if (steps[i] > step) {
                 snprintf(p, sizeof p, "%s/gen-%ld", rd, steps[i]);
                 snap_remove_dir(p);
             }
+        free(steps);
     }
     closedir(d);
 }
