@@ -16,10 +16,7 @@
 void launch_argv_push(launch_argv *a, const char *s) {
     if (a->n + 2 > a->cap) {
         a->cap = a->cap ? 2 * a->cap : 32;
-        char **v = pt_malloc(sizeof *v * (size_t)a->cap);
-        if (a->n) memcpy(v, a->v, sizeof *v * (size_t)a->n);
-        free(a->v);
-        a->v = v;
+        a->v = pt_realloc(a->v, sizeof *a->v * (size_t)a->cap);
     }
     a->v[a->n++] = pt_strdup(s);
     a->v[a->n] = NULL;
