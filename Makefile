@@ -98,11 +98,16 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpipetrain.a
 test: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN) $(GPT2_STAMP)
 	@BUILD=$(BUILD) tests/run.sh
 
-# `make test-repeat 5` (or N=5): the count is the goal after test-repeat, made a no-op target here.
+# `make test-repeat 5` (or N=5): the count is a goal made only of digits, made a no-op target
+# here; every other goal stays itself (`make test test-repeat 3` runs both).
+no_digits = $(subst 0,,$(subst 1,,$(subst 2,,$(subst 3,,$(subst 4,,$(subst 5,,$(subst 6,,$(subst 7,,$(subst 8,,$(subst 9,,$(1)))))))))))
 ifneq ($(filter test-repeat,$(MAKECMDGOALS)),)
-REPEAT_N := $(or $(filter-out test-repeat,$(MAKECMDGOALS)),$(N),5)
-$(filter-out test-repeat,$(MAKECMDGOALS)):
+REPEAT_GOALS := $(foreach g,$(MAKECMDGOALS),$(if $(call no_digits,$(g)),,$(g)))
+REPEAT_N := $(or $(firstword $(REPEAT_GOALS)),$(N),5)
+ifneq ($(REPEAT_GOALS),)
+$(REPEAT_GOALS):
 	@:
+endif
 endif
 test-repeat: $(BUILD)/pipetrain $(TEST_BIN) $(AUX_BIN) $(GPT2_STAMP)
 	@BUILD=$(BUILD) tests/repeat.sh $(REPEAT_N)
