@@ -90,6 +90,10 @@ expect_error "launch: mpirun flags without --np" "'--bind-to' is not a launch fl
 expect_error "launch: --spares without --hostfile" "--spares 1 needs --hostfile" "$P" launch --np 2 --spares 1 -- train $base
 expect_error "launch: --np 0" "--np needs a whole number >= 1" "$P" launch --np 0 -- train $base
 expect_error "launch: --timeout x" "--timeout needs seconds > 0" "$P" launch --timeout x -- train $base
+expect_error "launch: a malformed --kill-at reaches train" "--kill-at 'bogus': bad rank" \
+  timeout 60 "$P" launch --snapshot-dir "$SNAP" -- train $base --kill-at bogus
+expect_error "launch: --kill-at 1@x reaches train" "--kill-at '1@x': bad step" \
+  timeout 60 "$P" launch --snapshot-dir "$SNAP" -- train $base --kill-at=1@x
 expect_error "launch: a job that refuses its flags is not restarted" "stopped before its first step" \
   "$P" launch --snapshot-dir "$SNAP" -- train $base --stages 0
 done_tests

@@ -5,7 +5,9 @@
  * generations stay; reset removes heartbeats and the generations after a step. */
 #include "test.h"
 #include "ckpt/snapshot.h"
+#include "ckpt/snapshot_int.h"
 #include "util/pt.h"
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -62,6 +64,33 @@ static void flip_byte(const char *path) {
     fclose(f);
 }
 
+/* Rank 2's folder replaced by a file once open: its writer fails; the next boundary (ready)
+ * says so on stderr, once, and close returns the error. */
+static int writer_error_said(const state *s) {
+    ckpt_snap *c;
+    char p[300], ep[300], text[2048] = "";
+    if (ckpt_snap_open(&c, root, 2, 1) < 0) return 0;
+    snprintf(p, sizeof p, "rm -rf %s/rank-2 && touch %s/rank-2", root, root);
+    if (system(p) != 0) return 0;
+    snprintf(ep, sizeof ep, "%s/stderr.txt", root);
+    fflush(stderr);
+    int saved = dup(2), fd = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+    for (long step = 1; step <= 3; step++) take(c, 0, s, step);
+    ckpt_snap_ready(c);   /* the boundary after the third generation's failure */
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    int closed = ckpt_snap_close(c);
+    FILE *f = fopen(ep, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    char *first = strstr(text, "snapshot of rank 2 failed");
+    return closed < 0 && first && !strstr(first + 1, "snapshot of rank 2 failed");
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_snapXXXXXX");
     if (!mkdtemp(root)) return 2;
@@ -114,6 +143,20 @@ int main(void) {
           ckpt_snap_read_heartbeat(root, 0, &st, &pid, &when, host) < 0, "%s", p);
     ckpt_snap_close(a);
     ckpt_snap_close(b);
+    snprintf(p, sizeof p, "%s/many", root);
+    mkdir(p, 0755);
+    for (int g = 1; g <= 100; g++) {   /* more generations than a fixed list held, made in no order */
+        char gd[450];
+        snprintf(gd, sizeof gd, "%s/gen-%d", p, (g * 37) % 100 + 1);
+        mkdir(gd, 0755);
+    }
+    long *steps;
+    int ns = snap_list_gens(p, &steps);
+    int sorted = ns == 100;
+    for (int i = 0; sorted && i < ns; i++) sorted = steps[i] == 100 - i;
+    CHECK("100 generations of a rank: all listed, newest first", sorted, "%d listed", ns);
+    free(steps);
+    CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
     for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);

@@ -273,8 +273,16 @@ int main(void) {
     tmpdir_make("pt_tok_");
     tok *t = NULL;
     if (tok_load(&t, "gpt2") < 0) {
-        printf("FAIL gpt2 files: %s\n", pt_err());
+        char why[512] = "";
+        FILE *f = fopen("build/npm/.gpt2-vocab", "r");   /* the Makefile's record of the npm install */
+        int failed = f && fgets(why, sizeof why, f) && !strncmp(why, "failed", 6);
+        if (f) fclose(f);
         tmpdir_remove();
+        if (failed) {
+            printf("skip tests/test_tok.c: GPT-2's files are not installed: %s", why);
+            return 0;
+        }
+        printf("FAIL gpt2 files: %s\n", pt_err());
         return 1;
     }
     tok_enc *e = tok_enc_new(t), *heap = tok_enc_new(t);

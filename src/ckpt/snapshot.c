@@ -2,7 +2,9 @@
  * at a step boundary (ckpt_snap_stage) and hands them over (ckpt_snap_commit); a helper thread
  * writes them as a generation folder of chunk files (ckpt_write_chunk, the checkpoint's format)
  * with a snap.json, renames it into place and drops old generations. A boundary that finds the
- * writer busy is skipped, never waited at. Not here: the restore (snapshot_restore.c). */
+ * writer still busy waits for it (ckpt_snap_ready), so every commit finds the writer idle. A
+ * writer error is said once, at the next boundary, and returned by ckpt_snap_close. Not here: the
+ * restore (snapshot_restore.c). */
 #include "ckpt/snapshot.h"
 #include "ckpt/ckpt_int.h"
 #include "ckpt/snapshot_int.h"
@@ -38,8 +40,7 @@ struct ckpt_snap {
     char dir[1024];             /* root/rank-<w> */
     int rank, keep, hb_fd;
     /* two sets of buffers: the compute thread stages into set `stage`, the writer writes set
-     * 1 - stage; a commit while the writer is busy leaves the set pending (a newer commit
-     * replaces it), and the writer takes it when done */
+     * 1 - stage; ckpt_snap_ready waits for the writer, so a commit always finds it idle */
     snap_piece pc[2][CKPT_SNAP_PIECES];
     int n_pc[2];
     ckpt_manifest man[2];
@@ -47,8 +48,9 @@ struct ckpt_snap {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int busy, pending, staging, stop;
+    int busy, stop;
     char err[512];              /* the writer's first error ("" none) */
+    int err_said;               /* err already printed at a step boundary */
     ckpt_snap_stats st;
 };
 
@@ -77,14 +79,17 @@ int ckpt_snap_open(ckpt_snap **out, const char *root, int rank, int keep) {
 
 int ckpt_snap_ready(ckpt_snap *s) {
     pthread_mutex_lock(&s->mu);
-    if (s->busy || s->pending) {   /* the writer is still at the previous generation */
+    if (s->busy) {   /* the writer is still at the previous generation */
         double t0 = pt_now();
-        while ((s->busy || s->pending) && !s->err[0]) pthread_cond_wait(&s->cv, &s->mu);
+        while (s->busy) pthread_cond_wait(&s->cv, &s->mu);
         s->st.wait_s += pt_now() - t0;
         s->st.waits++;
     }
-    s->pending = 0;
-    s->staging = 1;
+    if (s->err[0] && !s->err_said) {   /* once, at the first boundary after it */
+        fprintf(stderr, "pipetrain: warning: snapshot of rank %d failed: %s (the run goes on; the newest "
+                "generation on disk may be older than the heartbeat suggests)\n", s->rank, s->err);
+        s->err_said = 1;
+    }
     s->n_pc[s->stage] = 0;
     pthread_mutex_unlock(&s->mu);
     return 1;
@@ -146,21 +151,15 @@ int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model
     return 0;
 }
 
-/* Under s->mu: the staged set becomes the writer's, the writer's the next to stage. */
-static void snap_hand_over(ckpt_snap *s) {
-    s->stage = 1 - s->stage;
-    s->busy = 1;
-    s->pending = 0;
-    pthread_cond_broadcast(&s->cv);   /* the writer, and a compute thread waiting in ready */
-}
-
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
     pthread_mutex_lock(&s->mu);
     s->man[s->stage] = *man;
-    s->staging = 0;
     s->st.taken++;
-    if (!s->busy) snap_hand_over(s);
-    else s->pending = 1;
+    /* the writer is idle (ckpt_snap_ready waited): the staged set becomes the writer's, the
+     * writer's the next to stage */
+    s->stage = 1 - s->stage;
+    s->busy = 1;
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -240,7 +239,7 @@ static cJSON *gen_json(const ckpt_snap *s, int w, const char *tmp) {
         uint64_t h;
         size_t len;
         snprintf(path, sizeof path, "%s/chunk-%d.safetensors", tmp, pc[i].chunk);
-        if (snap_file_sum(path, &h, &len) < 0) { cJSON_Delete(o); cJSON_Delete(ch); return NULL; }
+        if (ckpt_file_fnv(path, &h, &len) < 0) { cJSON_Delete(o); cJSON_Delete(ch); return NULL; }
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "chunk", pc[i].chunk);
         cJSON_AddNumberToObject(e, "first_layer", pc[i].first);
@@ -256,13 +255,14 @@ static cJSON *gen_json(const ckpt_snap *s, int w, const char *tmp) {
 
 /* Removes the generations of s->dir beyond the newest s->keep. */
 static void prune_gens(const ckpt_snap *s) {
-    long steps[256];
-    int n = snap_list_gens(s->dir, steps, 256);
+    long *steps;
+    int n = snap_list_gens(s->dir, &steps);
     for (int i = s->keep; i < n; i++) {
         char g[1100];
         snprintf(g, sizeof g, "%s/gen-%ld", s->dir, steps[i]);
         snap_remove_dir(g);
     }
+    free(steps);
 }
 
 /* The handed-over generation: chunk files and snap.json in a temporary folder, then renamed. */
@@ -308,7 +308,7 @@ static void *snap_writer_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->busy && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
-        if (!s->busy) break;                    /* stop, nothing pending */
+        if (!s->busy) break;                    /* stop, nothing handed over */
         int w = 1 - s->stage;
         pthread_mutex_unlock(&s->mu);
         double t0 = pt_now(), c0 = thread_cpu_s();
@@ -321,12 +321,9 @@ static void *snap_writer_main(void *arg) {
             s->st.last_step = s->man[w].step;
         } else if (!s->err[0]) {
             snprintf(s->err, sizeof s->err, "%s", pt_err());
-            s->pending = 0;   /* nothing more is written: never keep the compute path waiting */
-            pthread_cond_broadcast(&s->cv);
         }
         s->busy = 0;
-        if (s->pending && !s->staging) snap_hand_over(s);   /* the newest staged set, next */
-        pthread_cond_broadcast(&s->cv);                     /* a compute thread in ready */
+        pthread_cond_broadcast(&s->cv);   /* a compute thread in ready */
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;

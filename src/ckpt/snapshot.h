@@ -3,7 +3,7 @@
  * restarts from at most a step or two back. A snapshot is the checkpoint format of checkpoint.h:
  * each rank's generation folder holds the chunk files of the chunks it holds (parameters and
  * AdamW moments, Hugging Face names) and a snap.json naming its step, layout and each file's
- * bytes and 64-bit checksum ("sum64", snapshot_int.h). ckpt_snap_restore puts together, from every rank's folders, a
+ * bytes and 64-bit checksum ("sum64": ckpt_file_fnv's FNV-1a 64). ckpt_snap_restore puts together, from every rank's folders, a
  * checkpoint folder (manifest.json and chunk files) of the newest step that every chunk can be
  * found at, which `train --resume` loads under any layout.
  * Not here: when to take one and what ranks hold (src/train), who restarts (src/launch).
@@ -44,7 +44,8 @@ int ckpt_snap_open(ckpt_snap **out, const char *root, int rank, int keep);
 /* At a step boundary, on the compute thread, before staging a generation: waits while the writer
  * is still at the previous one (time counted in stats.wait_s), so that when this one is handed
  * over, every earlier one is written: a failure during the next step then loses at most the
- * snapshot interval. A writer faster than the interval never makes a step wait. Returns 1. */
+ * snapshot interval. A writer faster than the interval never makes a step wait. Says a writer
+ * error on stderr once (at the first boundary after it). Returns 1. */
 int ckpt_snap_ready(ckpt_snap *s);
 /* After ckpt_snap_ready: copies chunk `chunk` (layers [first, end)) of m's parameters and
  * opt's moments (laid out like m->params; opt->n == m->n_held) into the snapshot's buffers (kept
@@ -53,14 +54,14 @@ int ckpt_snap_ready(ckpt_snap *s);
 int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
                     const adamw_state *opt);
 /* Hands the staged chunks to the writer as generation man->step (man: config, step, adam_t,
- * batch, seq, seeds, data, layout with chunk ranges: ckpt_manifest_set_layout's): written now
- * when the writer is idle, else when it is done (unless replaced). Returns at once. */
+ * batch, seq, seeds, data, layout with chunk ranges: ckpt_manifest_set_layout's): the writer,
+ * idle after ckpt_snap_ready, starts on it now. Returns at once. */
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man);
 /* Writes "<step> <pid> <unix time> <host name>" into the rank's heartbeat file (in place, a few bytes): the
  * supervisor's sign that the rank goes on. */
 void ckpt_snap_heartbeat(ckpt_snap *s, long step);
 void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out);
-/* Waits for the generation being written and the pending one, stops the writer, frees s (NULL is fine). Returns 0, or
+/* Waits for the generation being written, stops the writer, frees s (NULL is fine). Returns 0, or
  * -1 with the writer's first error (a failed generation is left as a temporary folder). */
 int ckpt_snap_close(ckpt_snap *s);
 

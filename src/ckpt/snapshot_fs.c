@@ -1,4 +1,4 @@
-/* Snapshots' folder and file helpers (snapshot_int.h): generations listed, removed, checksummed;
+/* Snapshots' folder and file helpers (snapshot_int.h): generations listed and removed;
  * the heartbeat read back (snapshot.h). */
 #include "ckpt/snapshot.h"
 #include "ckpt/snapshot_int.h"
@@ -42,46 +42,26 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-int snap_list_gens(const char *rank_dir, long *steps, int max) {
+int snap_list_gens(const char *rank_dir, long **steps) {
     DIR *d = opendir(rank_dir);
+    *steps = NULL;
     if (!d) return 0;
     struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d)) && n < max) {
+    int n = 0, cap = 0;
+    while ((e = readdir(d))) {
         char *end;
         if (strncmp(e->d_name, "gen-", 4)) continue;
         long s = strtol(e->d_name + 4, &end, 10);
-        if (end != e->d_name + 4 && !*end && s > 0) steps[n++] = s;
+        if (end == e->d_name + 4 || *end || s <= 0) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            *steps = pt_realloc(*steps, sizeof **steps * (size_t)cap);
+        }
+        (*steps)[n++] = s;
     }
     closedir(d);
-    qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
+    if (n) qsort(*steps, (size_t)n, sizeof **steps, cmp_desc);
     return n;
-}
-
-int snap_file_sum(const char *path, uint64_t *hash, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pt_seterr("%s: cannot open: %s", path, strerror(errno));
-    enum { BUF = 1 << 20 };
-    unsigned char *buf = pt_malloc(BUF);
-    uint64_t h = 0xcbf29ce484222325ULL, w;
-    size_t got, total = 0;
-    while ((got = fread(buf, 1, BUF, f)) > 0) {   /* every piece but the last is whole words */
-        size_t i = 0;
-        for (; i + 8 <= got; i += 8) {
-            memcpy(&w, buf + i, 8);
-            h = (h ^ w) * 0x100000001b3ULL;
-            h ^= h >> 29;   /* the high bits back into the low ones: a word multiply alone would
-                             * leave a changed high byte out of the low bits of the sum */
-        }
-        for (; i < got; i++) h = (h ^ buf[i]) * 0x100000001b3ULL;
-        total += got;
-    }
-    int rc = ferror(f) ? pt_seterr("%s: read error", path) : 0;
-    fclose(f);
-    free(buf);
-    *hash = h;
-    *len = total;
-    return rc;
 }
 
 int ckpt_snap_read_heartbeat(const char *root, int rank, long *step, long *pid, double *when, char *host) {
@@ -102,16 +82,17 @@ void ckpt_snap_reset(const char *root, long step) {
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "rank-", 5)) continue;
         char rd[1000], p[1100];
-        long steps[256];
+        long *steps;
         snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
         snprintf(p, sizeof p, "%s/heartbeat", rd);
         unlink(p);
-        int n = snap_list_gens(rd, steps, 256);
+        int n = snap_list_gens(rd, &steps);
         for (int i = 0; i < n; i++)
             if (steps[i] > step) {
                 snprintf(p, sizeof p, "%s/gen-%ld", rd, steps[i]);
                 snap_remove_dir(p);
             }
+        free(steps);
     }
     closedir(d);
 }

@@ -5,6 +5,8 @@
 #include "ckpt/snapshot.h"
 #include "ckpt/ckpt_int.h"
 #include "ckpt/snapshot_int.h"
+#include "io/io.h"
+#include "io/json.h"
 #include "model/config.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
@@ -14,8 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SNAP_MAX_GENS 4096     /* generations looked at (ranks x kept generations) */
+#include <sys/mman.h>
 
 /* One generation of one rank, as its snap.json says. */
 typedef struct {
@@ -34,58 +35,55 @@ static int in_list(int v, const int *list, int n) {
     return 0;
 }
 
-static int num(const cJSON *o, const char *k, double *v) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(x)) return -1;
-    *v = x->valuedouble;
-    return 0;
-}
-
 /* g's snap.json read and its layout checked; -1 when it is not a usable generation. */
 static int gen_load(snap_gen *g) {
     char p[1200];
     snprintf(p, sizeof p, "%s/snap.json", g->dir);
-    FILE *f = fopen(p, "rb");
-    if (!f) return -1;
-    char *text = pt_malloc(1 << 20);
-    size_t n = fread(text, 1, (1 << 20) - 1, f);
-    fclose(f);
-    text[n] = 0;
-    g->j = cJSON_Parse(text);
-    free(text);
+    unsigned char *text;
+    size_t len;
+    if (io_map_file(p, &text, &len) < 0 || !text) return -1;   /* the whole file, whatever its size */
+    g->j = cJSON_ParseWithLength((const char *)text, len);
+    munmap(text, len);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(g->j, "format");
     const cJSON *lay = cJSON_GetObjectItemCaseSensitive(g->j, "layout");
     const cJSON *cf = cJSON_GetObjectItemCaseSensitive(lay, "chunk_first");
-    double step;
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pipetrain-snapshot") || num(g->j, "step", &step) < 0 ||
+    long step;
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pipetrain-snapshot") ||
+        io_json_long(&step, g->j, "step", IO_JSON_REQUIRED, 1, 1L << 53, "%s: step", p) < 0 ||
         step != g->step || !cJSON_IsArray(cf) || cJSON_GetArraySize(cf) < 2 ||
         cJSON_GetArraySize(cf) > CKPT_MAX_CHUNKS + 1) return -1;
     g->K = cJSON_GetArraySize(cf) - 1;
-    for (int c = 0; c <= g->K; c++) {
+    for (int c = 0; c <= g->K; c++) {   /* whole layer numbers, increasing: each chunk >= 1 layer */
         const cJSON *x = cJSON_GetArrayItem(cf, c);
-        if (!cJSON_IsNumber(x)) return -1;
-        g->chunk_first[c] = x->valueint;
+        if (!io_json_is_whole(x, c ? g->chunk_first[c - 1] + 1 : 0, 1 << 20)) return -1;
+        g->chunk_first[c] = (int)x->valuedouble;
     }
     return 0;
 }
 
-/* Every generation under root/rank-* (ranks in skip left out) into gens; returns how many. */
-static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen *gens) {
+/* Every generation under root/rank-* (ranks in skip left out) into *gens (allocated, grown as
+ * needed; free it); returns how many. */
+static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen **gens) {
     DIR *d = opendir(root);
+    *gens = NULL;
     if (!d) return 0;
     struct dirent *e;
-    int n = 0;
+    int n = 0, cap = 0;
     while ((e = readdir(d))) {
         char *end;
         if (strncmp(e->d_name, "rank-", 5)) continue;
         long w = strtol(e->d_name + 5, &end, 10);
         if (end == e->d_name + 5 || *end || in_list((int)w, skip, n_skip)) continue;
         char rd[1000];
-        long steps[64];
+        long *steps;
         snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
-        int k = snap_list_gens(rd, steps, 64);
-        for (int i = 0; i < k && n < SNAP_MAX_GENS; i++) {
-            snap_gen *g = &gens[n];
+        int k = snap_list_gens(rd, &steps);
+        for (int i = 0; i < k; i++) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                *gens = pt_realloc(*gens, sizeof **gens * (size_t)cap);
+            }
+            snap_gen *g = &(*gens)[n];
             memset(g, 0, sizeof *g);
             snprintf(g->dir, sizeof g->dir, "%s/gen-%ld", rd, steps[i]);
             g->rank = (int)w;
@@ -93,6 +91,7 @@ static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen 
             if (gen_load(g) == 0) n++;
             else cJSON_Delete(g->j);
         }
+        free(steps);
     }
     closedir(d);
     return n;
@@ -104,16 +103,19 @@ static int gen_piece(snap_gen *g, int c, int *bad) {
     const cJSON *ch = cJSON_GetObjectItemCaseSensitive(g->j, "chunks");
     for (int i = 0; i < cJSON_GetArraySize(ch) && i < CKPT_SNAP_PIECES; i++) {
         const cJSON *e = cJSON_GetArrayItem(ch, i);
-        double cc, bytes;
+        int cc;
+        long bytes;
         const cJSON *sum = cJSON_GetObjectItemCaseSensitive(e, "sum64");
-        if (num(e, "chunk", &cc) < 0 || (int)cc != c) continue;
+        if (io_json_int(&cc, e, "chunk", IO_JSON_REQUIRED, 0, CKPT_MAX_CHUNKS, "%s: chunk", g->dir) < 0 || cc != c)
+            continue;
         if (g->checked[i] == 0) {
             char p[1200];
             uint64_t h;
             size_t len;
             snprintf(p, sizeof p, "%s/chunk-%d.safetensors", g->dir, c);
-            int ok = num(e, "bytes", &bytes) == 0 && cJSON_IsString(sum) && snap_file_sum(p, &h, &len) == 0 &&
-                     (double)len == bytes && strtoull(sum->valuestring, NULL, 16) == h;
+            int ok = io_json_long(&bytes, e, "bytes", IO_JSON_REQUIRED, 0, 1L << 53, "%s: bytes", g->dir) == 0 &&
+                     cJSON_IsString(sum) && ckpt_file_fnv(p, &h, &len) == 0 && (size_t)bytes == len &&
+                     strtoull(sum->valuestring, NULL, 16) == h;
             g->checked[i] = ok ? 1 : -1;
             if (!ok) (*bad)++;
         }
@@ -163,22 +165,25 @@ static int gen_manifest(const snap_gen *ref, ckpt_manifest *man) {
     const cJSON *is = cJSON_GetObjectItemCaseSensitive(j, "init_seed");
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
     const cJSON *sched = cJSON_GetObjectItemCaseSensitive(lay, "schedule");
-    double at, b, t, P, D, pipes;
+    int P, D, pipes;
+    const char *f = "%s/snap.json: a field is missing or not a whole number in its range";
     memset(man, 0, sizeof *man);
     if (config_from_cjson(&man->cfg, cJSON_GetObjectItemCaseSensitive(j, "config"), ref->dir) < 0) return -1;
-    if (num(j, "adam_t", &at) < 0 || num(j, "batch", &b) < 0 || num(j, "seq", &t) < 0 || !cJSON_IsString(sh) ||
-        !cJSON_IsString(is) || !cJSON_IsString(data) || num(lay, "P", &P) < 0 || num(lay, "D", &D) < 0 ||
-        num(lay, "pipes", &pipes) < 0)
+    if (io_json_int(&man->adam_t, j, "adam_t", IO_JSON_REQUIRED, 0, 1 << 30, f, ref->dir) < 0 ||
+        io_json_int(&man->batch, j, "batch", IO_JSON_REQUIRED, 1, 1 << 30, f, ref->dir) < 0 ||
+        io_json_int(&man->seq, j, "seq", IO_JSON_REQUIRED, 1, 1 << 30, f, ref->dir) < 0 ||
+        io_json_int(&P, lay, "P", IO_JSON_REQUIRED, 1, 1 << 20, f, ref->dir) < 0 ||
+        io_json_int(&D, lay, "D", IO_JSON_REQUIRED, 1, 1 << 20, f, ref->dir) < 0 ||
+        io_json_int(&pipes, lay, "pipes", IO_JSON_REQUIRED, 1, 1 << 20, f, ref->dir) < 0)
+        return -1;
+    if (!cJSON_IsString(sh) || !cJSON_IsString(is) || !cJSON_IsString(data))
         return pt_seterr("%s/snap.json: a field is missing or not of its type", ref->dir);
     man->step = ref->step;
-    man->adam_t = (int)at;
-    man->batch = (int)b;
-    man->seq = (int)t;
     man->shuffle_seed = strtoull(sh->valuestring, NULL, 10);
     man->init_seed = strtoull(is->valuestring, NULL, 10);
     snprintf(man->data_path, sizeof man->data_path, "%s", data->valuestring);
     if (ckpt_optim_from_json(man, j, ref->dir) < 0) return -1;   /* --optim nadam's fields */
-    return ckpt_manifest_set_layout(man, (int)P, (int)D, ref->K, (int)pipes,
+    return ckpt_manifest_set_layout(man, P, D, ref->K, pipes,
                                     cJSON_IsString(sched) ? sched->valuestring : "", ref->chunk_first);
 }
 
@@ -200,9 +205,9 @@ static int assemble(const snap_gen *ref, snap_gen **src, const char *dir) {
 
 int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char *dir,
                       ckpt_snap_found *found) {
-    snap_gen *gens = pt_calloc(SNAP_MAX_GENS, sizeof *gens);
+    snap_gen *gens;
     snap_gen *src[CKPT_MAX_CHUNKS];
-    int n = gens_collect(root, skip, n_skip, gens), rc = 0;
+    int n = gens_collect(root, skip, n_skip, &gens), rc = 0;
     memset(found, 0, sizeof *found);
     snap_gen *best = NULL;
     for (int i = 0; i < n; i++) {       /* candidates newest first; ties: any */

@@ -207,7 +207,7 @@ static int run_args(train_args *a, int *argc, char ***argv) {
 }
 
 int cli_train(int argc, char **argv) {
-    train_args a = {.o = {.steps = 100, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
+    train_args a = {.o = {.steps = TRAIN_DEFAULT_STEPS, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
     enum { N_TRAIN_OPTS = 50 };   /* the rows below: count them when adding one */
@@ -219,7 +219,7 @@ int cli_train(int argc, char **argv) {
         {"--tokenizer", OPT_STR, &o->tokenizer, "gpt2 | DIR: tokenise the --data text with it on the fly (src/tok)"},
         {"--batch", OPT_INT, &o->batch, "B, sequences per step"},
         {"--seq", OPT_INT, &o->seq, "T, tokens per sequence"},
-        {"--steps", OPT_INT, &o->steps, "K, optimizer steps in all (default 100)"},
+        {"--steps", OPT_INT, &o->steps, "K, optimizer steps in all (default " TRAIN_STR(TRAIN_DEFAULT_STEPS) ")"},
         {"--lr", OPT_DOUBLE, &o->oc.lr, "peak learning rate (default 3e-4)"},
         {"--lr-min", OPT_DOUBLE, &a.lr_min, "cosine floor (default lr/10)"},
         {"--lr-schedule", OPT_STR, &a.lr_schedule, "constant | cosine (default constant)"},

@@ -5,6 +5,7 @@
 #include "launch/launch_int.h"
 #include "ckpt/snapshot.h"
 #include "report/report.h"
+#include "train/trainer.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -197,7 +198,7 @@ static void watch(launch_state *s, pid_t pid, launch_watch *w) {
     long seen = s->reached;
     memset(w, 0, sizeof *w);
     const char *steps = launch_flag(s->o->train_args, s->o->n_train_args, "--steps");
-    w->last = steps ? atol(steps) : 100;   /* train's default */
+    w->last = steps ? atol(steps) : TRAIN_DEFAULT_STEPS;
     for (;;) {
         pid_t r = waitpid(pid, &st, WNOHANG);
         double newest, oldest_t;

@@ -3,6 +3,7 @@
 #include "launch/launch_int.h"
 #include "util/pt.h"
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -15,10 +16,7 @@
 void launch_argv_push(launch_argv *a, const char *s) {
     if (a->n + 2 > a->cap) {
         a->cap = a->cap ? 2 * a->cap : 32;
-        char **v = pt_malloc(sizeof *v * (size_t)a->cap);
-        if (a->n) memcpy(v, a->v, sizeof *v * (size_t)a->n);
-        free(a->v);
-        a->v = v;
+        a->v = pt_realloc(a->v, sizeof *a->v * (size_t)a->cap);
     }
     a->v[a->n++] = pt_strdup(s);
     a->v[a->n] = NULL;
@@ -45,10 +43,17 @@ const char *launch_flag(char *const *args, int n, const char *flag) {
     return found;
 }
 
-/* The STEP of a --kill-at value "RANK@STEP[:PHASE]" (0 when malformed: train says so). */
+/* The STEP of a well-formed --kill-at value "RANK@STEP[:PHASE]"; LONG_MAX when malformed, so that
+ * it is never dropped and train refuses it with its own message. */
 static long kill_step(const char *v) {
-    const char *at = v ? strchr(v, '@') : NULL;
-    return at ? strtol(at + 1, NULL, 10) : 0;
+    char *end;
+    if (!v) return LONG_MAX;
+    long r = strtol(v, &end, 10);
+    if (end == v || *end != '@' || r < 0) return LONG_MAX;
+    const char *s = end + 1;
+    long step = strtol(s, &end, 10);
+    if (end == s || (*end && *end != ':') || step < 1) return LONG_MAX;
+    return step;
 }
 
 void launch_train_argv(launch_argv *out, const launch_opts *o, const char *resume, long drop_kill_upto,

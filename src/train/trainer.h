@@ -15,6 +15,11 @@
 #include "run/run.h"
 #include "train/engine.h"
 
+/* `train`'s optimizer steps when --steps is not given (cli_train.c; launch counts on it too). */
+#define TRAIN_DEFAULT_STEPS 100
+#define TRAIN_STR_(x) #x
+#define TRAIN_STR(x) TRAIN_STR_(x)
+
 typedef struct {
     /* the model and where it starts */
     const char *config;     /* model config JSON; with resume optional (must describe its model) */
