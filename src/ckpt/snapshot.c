@@ -239,7 +239,7 @@ static cJSON *gen_json(const ckpt_snap *s, int w, const char *tmp) {
         uint64_t h;
         size_t len;
         snprintf(path, sizeof path, "%s/chunk-%d.safetensors", tmp, pc[i].chunk);
-        if (ckpt_file_fnv(path, &h, &len) < 0) { cJSON_Delete(o); cJSON_Delete(ch); return NULL; }
+        if (snap_file_sum(path, &h, &len) < 0) { cJSON_Delete(o); cJSON_Delete(ch); return NULL; }
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "chunk", pc[i].chunk);
         cJSON_AddNumberToObject(e, "first_layer", pc[i].first);

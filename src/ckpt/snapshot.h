@@ -3,7 +3,7 @@
  * restarts from at most a step or two back. A snapshot is the checkpoint format of checkpoint.h:
  * each rank's generation folder holds the chunk files of the chunks it holds (parameters and
  * AdamW moments, Hugging Face names) and a snap.json naming its step, layout and each file's
- * bytes and 64-bit checksum ("sum64": ckpt_file_fnv's FNV-1a 64). ckpt_snap_restore puts together, from every rank's folders, a
+ * bytes and 64-bit checksum ("sum64", snapshot_int.h). ckpt_snap_restore puts together, from every rank's folders, a
  * checkpoint folder (manifest.json and chunk files) of the newest step that every chunk can be
  * found at, which `train --resume` loads under any layout.
  * Not here: when to take one and what ranks hold (src/train), who restarts (src/launch).

@@ -1,4 +1,4 @@
-/* Snapshots' folder and file helpers (snapshot_int.h): generations listed and removed;
+/* Snapshots' folder and file helpers (snapshot_int.h): generations listed, removed, checksummed;
  * the heartbeat read back (snapshot.h). */
 #include "ckpt/snapshot.h"
 #include "ckpt/snapshot_int.h"
@@ -62,6 +62,32 @@ int snap_list_gens(const char *rank_dir, long **steps) {
     closedir(d);
     if (n) qsort(*steps, (size_t)n, sizeof **steps, cmp_desc);
     return n;
+}
+
+int snap_file_sum(const char *path, uint64_t *hash, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pt_seterr("%s: cannot open: %s", path, strerror(errno));
+    enum { BUF = 1 << 20 };
+    unsigned char *buf = pt_malloc(BUF);
+    uint64_t h = 0xcbf29ce484222325ULL, w;
+    size_t got, total = 0;
+    while ((got = fread(buf, 1, BUF, f)) > 0) {   /* every piece but the last is whole words */
+        size_t i = 0;
+        for (; i + 8 <= got; i += 8) {
+            memcpy(&w, buf + i, 8);
+            h = (h ^ w) * 0x100000001b3ULL;
+            h ^= h >> 29;   /* the high bits back into the low ones: a word multiply alone would
+                             * leave a changed high byte out of the low bits of the sum */
+        }
+        for (; i < got; i++) h = (h ^ buf[i]) * 0x100000001b3ULL;
+        total += got;
+    }
+    int rc = ferror(f) ? pt_seterr("%s: read error", path) : 0;
+    fclose(f);
+    free(buf);
+    *hash = h;
+    *len = total;
+    return rc;
 }
 
 int ckpt_snap_read_heartbeat(const char *root, int rank, long *step, long *pid, double *when, char *host) {

@@ -114,7 +114,7 @@ static int gen_piece(snap_gen *g, int c, int *bad) {
             size_t len;
             snprintf(p, sizeof p, "%s/chunk-%d.safetensors", g->dir, c);
             int ok = io_json_long(&bytes, e, "bytes", IO_JSON_REQUIRED, 0, 1L << 53, "%s: bytes", g->dir) == 0 &&
-                     cJSON_IsString(sum) && ckpt_file_fnv(p, &h, &len) == 0 && (size_t)bytes == len &&
+                     cJSON_IsString(sum) && snap_file_sum(p, &h, &len) == 0 && (size_t)bytes == len &&
                      strtoull(sum->valuestring, NULL, 16) == h;
             g->checked[i] = ok ? 1 : -1;
             if (!ok) (*bad)++;
