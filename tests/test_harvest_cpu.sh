@@ -69,10 +69,12 @@ awk -v f="$frac" -v c="$cpu" -v b="$bub" 'BEGIN { d = f - c / b; exit !(f != "" 
   || fail "harvest cpu: harvested_fraction is side_cpu_s / bubble_s" "'$frac' vs $cpu / $bub"
 
 # --- a C task: its CPU is the rank thread's clock over its steps: more than nothing, never more
-# than the steps' wall time
+# than the steps' wall time (to the clocks' reading skew: the CPU and wall clocks are read at
+# slightly different points around each step, a few us a step over hundreds of steps; one
+# run read 0.13 ms over 479 steps. A process clock, the bug this catches, would read up to 2x)
 train --steps 20 --metrics "$D/mb.jsonl" --side-task busy:200,rank=1 > "$D/outb" 2>&1
 cpu=$(sum "$D/mb.jsonl" side_cpu_s); wall=$(sum "$D/mb.jsonl" side_s)
-awk -v c="$cpu" -v w="$wall" 'BEGIN { exit !(c > 0 && c <= w * 1.001 + 1e-4) }' \
+awk -v c="$cpu" -v w="$wall" 'BEGIN { exit !(c > 0 && c <= w * 1.02 + 1e-3) }' \
   && ok "harvest cpu: a C task's side_cpu_s is its thread's CPU (0 < $cpu <= $wall s of steps)" \
   || fail "harvest cpu: a C task's side_cpu_s is its thread's CPU" "side_cpu_s $cpu, side_s $wall; $(tail -2 "$D/outb")"
 
