@@ -107,6 +107,7 @@ static void test_gemm_random(void) {
         if (it < 8) g.M = 1 + it, g.N = 1 + 3 * it, g.K = 1 + 2 * it;   /* tiny and odd */
         if (it == 8) g.M = 400, g.N = 70, g.K = 3;      /* more rows than a block (BF_MC) */
         if (it == 9) g.M = 13, g.N = 3100, g.K = 9;     /* more columns than a block (BF_NC) */
+        if (it == 10) g.M = 20, g.N = 40, g.K = 2100;   /* more k than a block (BF_KC), odd */
         int bit;
         double w = gemm_check(&g, native, &bit);
         if (w > GEMM_TOL_ULPS(g.K)) {

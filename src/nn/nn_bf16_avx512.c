@@ -60,7 +60,7 @@ BF_TARGET static void pack_a_rows(uint32_t *dst, const nn_operand *A, int i0, in
     for (int r = 0; r < bf_round16(mc); r++) {
         uint32_t *d = dst + (size_t)r * BF_KCP;
         size_t at = (size_t)(i0 + r) * A->ld + k0;
-        if (r + BF_PF_ROWS < mc)   /* a row's k run is short (1 KB): the hardware's stream has no time to start */
+        if (r + BF_PF_ROWS < mc)   /* each row is a new stream the hardware is slow to start */
             for (int b = 0; b < kc * esz; b += 64)
                 _mm_prefetch((const char *)A->p + (at + (size_t)BF_PF_ROWS * A->ld) * esz + b, _MM_HINT_T0);
         for (int kp = 0; kp < kcp; kp += 16) {
@@ -101,8 +101,13 @@ BF_TARGET static void pack_a(uint32_t *dst, const nn_operand *A, int i0, int mc,
 BF_TARGET static void pack_b_rows(uint32_t *dst, const nn_operand *B, int k0, int kc, int j0, int nc) {
     int kcp = (kc + 1) / 2;
     size_t stride = bf_bstride(kcp);
+    int esz = B->bf16 ? 2 : 4;
     for (int kp = 0; kp < kcp; kp++) {
         int k = 2 * kp;
+        if (k + BF_PF_ROWS + 1 < kc)   /* rows k+BF_PF_ROWS and the next, as in pack_a_rows */
+            for (int r = BF_PF_ROWS; r < BF_PF_ROWS + 2; r++)
+                for (int b = 0; b < nc * esz; b += 64)
+                    _mm_prefetch((const char *)B->p + ((size_t)(k0 + k + r) * B->ld + j0) * esz + b, _MM_HINT_T0);
         for (int j = 0; j < (nc + BF_NR - 1) / BF_NR * BF_NR; j += 16) {
             size_t at = (size_t)(k0 + k) * B->ld + j0 + j;
             __m256i lo = load16(B, at, nc - j), hi = load16(B, at + B->ld, k + 1 < kc ? nc - j : 0);
