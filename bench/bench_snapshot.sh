@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# The cost of --snapshot-every 1 on the compute path (docs/recovery.md): the demo model
-# (examples/char-gpt.json, batch 32 x 64 tokens) trained with and without a snapshot every step,
-# alternating rounds, each run's median step time (its metrics' step_ms, the first step left
-# out); per layout the median over rounds of the with/without ratio, next to the snapshots' own
-# account (copies and waits on the compute path, the writer's time per generation) and the load.
+# The cost of --snapshot-every 1 (docs/recovery.md; issue 22 item 1: <= 2% at K = 1): the demo
+# model (examples/char-gpt.json, batch 32 x 64 tokens) trained with and without a snapshot every
+# step, in alternating rounds (ABBA: odd rounds run without first, even rounds with first, so a
+# load that drifts during a round weighs on both sides alike). Each run's median step time (its
+# metrics' step_ms, the first step left out: it makes the snapshot's files); per layout the
+# median over rounds of the with/without ratio, next to the snapshots' own account of the last
+# round (the copies on the compute path after the first, the writer's CPU per generation) and
+# the load before and after. On a loaded machine the rounds swing by more than the cost: read
+# the ratio from a quiet run (load average below 1), the account from any.
 # Layouts: one process (--threads 2) and 2 stages x 2 replicas on rank threads.
-# Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 5 rounds of 30 steps)
+# Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 8 rounds of 40 steps)
 set -u
 cd "$(dirname "$0")/.."
 P=${PIPETRAIN:-build/pipetrain}
-ROUNDS=${1:-5}; STEPS=${2:-30}
+ROUNDS=${1:-8}; STEPS=${2:-40}
 D=$(mktemp -d)
 SNAP=/dev/shm/pt-bench-snapshot-$$
 trap 'rm -rf "$D" "$SNAP"' EXIT
@@ -20,13 +24,16 @@ echo "machine: $cpu, $isa, $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/
 base="--config examples/char-gpt.json --data $D/t.txt --batch 32 --seq 64 --lr 1e-3 --steps $STEPS"
 median() { sort -g | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 step_ms() { sed -n '2,$p' "$1" | sed 's/.*"step_ms":\([0-9.]*\).*/\1/' | median; }
+plain() { rm -f "$D/a.jsonl"; "$P" train $base $1 --metrics "$D/a.jsonl" > /dev/null 2>&1; }
+snap() {
+  rm -f "$D/b.jsonl"; rm -rf "$SNAP"
+  "$P" train $base $1 --metrics "$D/b.jsonl" --snapshot-every 1 --snapshot-dir "$SNAP" > "$D/b.out" 2>&1
+}
 for lay in "one process:--threads 2" "2 stages x 2 replicas:--stages 2 --dp 2 --microbatches 4"; do
   name=${lay%%:*}; flags=${lay#*:}
   : > "$D/ratio"; : > "$D/plain"; : > "$D/snap"
   for ((r = 1; r <= ROUNDS; r++)); do
-    rm -f "$D/a.jsonl" "$D/b.jsonl"; rm -rf "$SNAP"
-    "$P" train $base $flags --metrics "$D/a.jsonl" > /dev/null 2>&1
-    "$P" train $base $flags --metrics "$D/b.jsonl" --snapshot-every 1 --snapshot-dir "$SNAP" > "$D/b.out" 2>&1
+    if ((r % 2)); then plain "$flags"; snap "$flags"; else snap "$flags"; plain "$flags"; fi
     a=$(step_ms "$D/a.jsonl"); b=$(step_ms "$D/b.jsonl")
     echo "$a" >> "$D/plain"; echo "$b" >> "$D/snap"
     awk -v a="$a" -v b="$b" 'BEGIN {print b / a}' >> "$D/ratio"

@@ -2,7 +2,8 @@
  * checkpoint folder that loads bitwise; the newest step every chunk has is chosen (a rank one
  * generation behind holds the others back); a damaged generation (one flipped byte) and a half
  * written one (a temporary folder) are never used; a lost rank's folder is skipped; only `keep`
- * generations stay; reset removes heartbeats and the generations after a step. */
+ * generations stay; reset removes heartbeats and the generations after a step; a writer kept open
+ * over many steps refills its slots in place without touching the generations it keeps. */
 #include "test.h"
 #include "ckpt/snapshot.h"
 #include "ckpt/snapshot_int.h"
@@ -91,6 +92,34 @@ static int writer_error_said(const state *s) {
     return closed < 0 && first && !strstr(first + 1, "snapshot of rank 2 failed");
 }
 
+/* Two ranks kept open over 6 steps (their slots refilled in place, files mapped once): the newest
+ * step restores bitwise, and so does an older one still kept (its slot not refilled since); no
+ * more than `keep` generations and no half-filled folder stay after close. */
+static int slots_refilled(const state *s) {
+    char r2[200], cmd[520], p[300];
+    snprintf(r2, sizeof r2, "%s/slots", root);
+    ckpt_snap *a, *b;
+    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0) return 0;
+    for (long step = 1; step <= 6; step++) {
+        take(a, 0, &s[(step - 1) % 5], step);
+        take(b, 1, &s[(step - 1) % 5], step);
+    }
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    ckpt_snap_found f;
+    int ok = ckpt_snap_restore(r2, NULL, 0, out, &f) == 1 && f.step == 6 && restored_equals(&s[0]);
+    snprintf(cmd, sizeof cmd, "rm -rf %s/rank-1/gen-6 %s/rank-1/gen-5", r2, r2);
+    ok = ok && system(cmd) == 0 && ckpt_snap_restore(r2, NULL, 0, out, &f) == 1 && f.step == 4 &&
+         restored_equals(&s[3]);
+    long *steps;
+    snprintf(p, sizeof p, "%s/rank-0", r2);
+    int n = snap_list_gens(p, &steps);
+    ok = ok && n == 3 && steps[0] == 6 && steps[2] == 4;
+    free(steps);
+    snprintf(cmd, sizeof cmd, "ls %s/rank-0 | grep -q tmp", r2);
+    return ok && system(cmd) != 0;
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_snapXXXXXX");
     if (!mkdtemp(root)) return 2;
@@ -156,6 +185,8 @@ int main(void) {
     for (int i = 0; sorted && i < ns; i++) sorted = steps[i] == 100 - i;
     CHECK("100 generations of a rank: all listed, newest first", sorted, "%d listed", ns);
     free(steps);
+    CHECK("slots refilled in place over 6 steps: newest and older generations restore bitwise, 3 kept",
+          slots_refilled(s), "no");
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
     for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
     char cmd[300];

@@ -31,7 +31,8 @@ typedef struct {
     long waits;             /* boundaries at which the compute path waited for the writer */
     double wait_s;          /* seconds it waited there */
     long written;           /* generations renamed into place */
-    double copy_s;          /* seconds on the compute path (the copies into the buffers) */
+    double copy_s;          /* seconds on the compute path (the copies into the slots' files) */
+    double first_copy_s;    /* of which the first generation's (it makes and maps the files) */
     double write_s;         /* seconds in the writer thread (wall) */
     double write_cpu_s;     /* CPU seconds the writer thread used */
     long last_step;         /* the newest generation written (0: none) */
@@ -48,9 +49,11 @@ int ckpt_snap_open(ckpt_snap **out, const char *root, int rank, int keep);
  * error on stderr once (at the first boundary after it). Returns 1. */
 int ckpt_snap_ready(ckpt_snap *s);
 /* After ckpt_snap_ready: copies chunk `chunk` (layers [first, end)) of m's parameters and
- * opt's moments (laid out like m->params; opt->n == m->n_held) into the snapshot's buffers (kept
- * and reused). m's tables are copied too: m may change or go once this returns. Up to
- * CKPT_SNAP_PIECES chunks per generation. 0, or -1 naming what does not fit. */
+ * opt's moments (laid out like m->params; opt->n == m->n_held) into the generation's chunk file
+ * (mapped, refilled in place: snapshot_int.h's slots): m may change or go once this returns. Up
+ * to CKPT_SNAP_PIECES chunks per generation. 0, or -1 naming what does not fit; a file that
+ * cannot be made is the writer's kind of error (said at the next boundary, this generation not
+ * handed over, 0 returned: the run goes on). */
 int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
                     const adamw_state *opt);
 /* Hands the staged chunks to the writer as generation man->step (man: config, step, adam_t,
