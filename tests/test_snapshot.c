@@ -3,7 +3,8 @@
  * generation behind holds the others back); a damaged generation (one flipped byte) and a half
  * written one (a temporary folder) are never used; a lost rank's folder is skipped; only `keep`
  * generations stay; reset removes heartbeats and the generations after a step; a writer kept open
- * over many steps refills its slots in place without touching the generations it keeps. */
+ * over many steps refills its slots in place without touching the generations it keeps; with
+ * --zero 1 the moment shards of every rank are needed and restored. */
 #include "test.h"
 #include "ckpt/snapshot.h"
 #include "ckpt/snapshot_int.h"
@@ -120,6 +121,44 @@ static int slots_refilled(const state *s) {
     return ok && system(cmd) != 0;
 }
 
+/* --zero 1: each rank snapshots its chunk's parameters only and its moment slices (here rank r
+ * the whole of tensor r's moments) as a shard file; restore writes a checkpoint with both
+ * shards and whose parameters load bitwise; without rank 1's folder no step is complete (the
+ * dead rank held the only copy of its slices). */
+static int zero_shards(const state *s) {
+    char r2[200];
+    snprintf(r2, sizeof r2, "%s/zero", root);
+    static const int cf[3] = { 0, 3, 6 };
+    ckpt_manifest man = { .cfg = CFG, .step = 2, .adam_t = 2, .batch = 4, .seq = 8 };
+    snprintf(man.data_path, sizeof man.data_path, "data.txt");
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", cf);
+    ckpt_manifest_set_shards(&man, 2);
+    ckpt_snap *sn[2];
+    for (int r = 0; r < 2; r++) {
+        const gpt_param_info *pi = gpt_param_info_at(&s->m, r);
+        ckpt_slice sl = { .name = pi->name, .start = 0, .n = pi->count, .m = s->opt.m + pi->offset,
+                          .v = s->opt.v + pi->offset };
+        if (ckpt_snap_open(&sn[r], r2, r, 3) < 0) return 0;
+        ckpt_snap_ready(sn[r]);
+        if (ckpt_snap_stage(sn[r], r, cf[r], cf[r + 1], &s->m, NULL) < 0 || ckpt_snap_stage_shard(sn[r], &sl, 1) < 0)
+            return 0;
+        ckpt_snap_commit(sn[r], &man);
+        ckpt_snap_close(sn[r]);
+    }
+    ckpt_snap_found f;
+    ckpt_manifest rm;
+    state l;
+    int skip[1] = { 1 };
+    if (ckpt_snap_restore(r2, skip, 1, out, &f) != 0) return 0;
+    if (ckpt_snap_restore(r2, NULL, 0, out, &f) != 1 || f.step != 2 || ckpt_read_manifest(&rm, out) < 0 ||
+        !rm.zero || rm.n_shards != 2) return 0;
+    gpt_init(&l.m, &CFG);
+    int ok = ckpt_load_layers(out, &rm, &l.m, NULL, 0, 6) == 0 &&
+             !memcmp(l.m.params, s->m.params, sizeof(float) * s->m.num_params);
+    gpt_free(&l.m);
+    return ok;
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_snapXXXXXX");
     if (!mkdtemp(root)) return 2;
@@ -187,6 +226,8 @@ int main(void) {
     free(steps);
     CHECK("slots refilled in place over 6 steps: newest and older generations restore bitwise, 3 kept",
           slots_refilled(s), "no");
+    CHECK("--zero 1: parameters and every rank's moment shard restored; a lost rank's shard: none", zero_shards(&s[2]),
+          "%s", pt_err());
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
     for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
     char cmd[300];

@@ -105,12 +105,28 @@ int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model
                     const adamw_state *opt) {
     if (s->n_pc == CKPT_SNAP_PIECES)
         return pt_seterr("snapshot of rank %d: more than %d chunks on one rank", s->rank, CKPT_SNAP_PIECES);
-    if (!opt || !opt->m || opt->n != m->n_held)
-        return pt_seterr("snapshot of rank %d: chunk %d has no whole AdamW moments (--zero 1 and "
-                         "--tp > 1 are not snapshotted yet)", s->rank, chunk);
+    if (opt && (!opt->m || opt->n != m->n_held))
+        return pt_seterr("snapshot of rank %d: chunk %d: the AdamW moments are not laid out like its "
+                         "parameters (%zu floats, the model holds %zu)", s->rank, chunk, opt->n, m->n_held);
     if (s->bad) return 0;   /* said at the next boundary; the run goes on */
     double t0 = pt_now();
     if (snap_slot_fill(&s->slot[s->cur], s->n_pc, chunk, first, end, m, opt) < 0) {
+        s->bad = 1;
+        note_error(s);
+        return 0;
+    }
+    s->n_pc++;
+    s->st.copy_s += pt_now() - t0;
+    if (s->st.taken == 0) s->st.first_copy_s += pt_now() - t0;
+    return 0;
+}
+
+int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n) {
+    if (s->n_pc == CKPT_SNAP_PIECES)
+        return pt_seterr("snapshot of rank %d: more than %d files on one rank", s->rank, CKPT_SNAP_PIECES);
+    if (s->bad) return 0;
+    double t0 = pt_now();
+    if (snap_slot_fill_shard(&s->slot[s->cur], s->n_pc, s->rank, sl, n) < 0) {
         s->bad = 1;
         note_error(s);
         return 0;
@@ -199,6 +215,7 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
     cJSON_AddNumberToObject(lay, "D", man->D);
     cJSON_AddNumberToObject(lay, "pipes", man->n_pipes);
     cJSON_AddStringToObject(lay, "schedule", man->schedule);
+    cJSON_AddNumberToObject(lay, "shards", man->zero ? man->n_shards : 0);   /* --zero 1: ranks */
     for (int c = 0; c < man->n_chunks; c++) cJSON_AddItemToArray(cf, cJSON_CreateNumber(man->chunks[c].first_layer));
     if (man->n_chunks) cJSON_AddItemToArray(cf, cJSON_CreateNumber(man->chunks[man->n_chunks - 1].end_layer));
     cJSON_AddItemToObject(lay, "chunk_first", cf);
@@ -207,9 +224,14 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
     for (int i = 0; i < sl->n_f; i++) {
         const snap_file *f = &sl->f[i];
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "chunk", f->chunk);
-        cJSON_AddNumberToObject(e, "first_layer", f->first);
-        cJSON_AddNumberToObject(e, "end_layer", f->end);
+        if (f->kind == SNAP_FILE_SHARD) {
+            cJSON_AddNumberToObject(e, "shard", f->chunk);
+        } else {
+            cJSON_AddNumberToObject(e, "chunk", f->chunk);
+            cJSON_AddNumberToObject(e, "first_layer", f->first);
+            cJSON_AddNumberToObject(e, "end_layer", f->end);
+            cJSON_AddNumberToObject(e, "optim", f->has_optim);
+        }
         cJSON_AddNumberToObject(e, "bytes", (double)f->bytes);
         snprintf(v, sizeof v, "%016" PRIx64, sums[i]);
         cJSON_AddStringToObject(e, "sum64", v);

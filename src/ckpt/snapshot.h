@@ -9,6 +9,8 @@
  * Not here: when to take one and what ranks hold (src/train), who restarts (src/launch).
  *
  *   ROOT/rank-<w>/gen-<step>/chunk-<c>.safetensors   the chunks rank w holds at that step
+ *   ROOT/rank-<w>/gen-<step>/optim-<w>.safetensors   --zero 1: its moment slices (chunks then
+ *                                                    hold parameters only)
  *   ROOT/rank-<w>/gen-<step>/snap.json               {"format":"pipetrain-snapshot", ...}
  *   ROOT/rank-<w>/heartbeat                          "<step> <pid> <unix time> <host>", each step
  *
@@ -56,6 +58,11 @@ int ckpt_snap_ready(ckpt_snap *s);
  * handed over, 0 returned: the run goes on). */
 int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
                     const adamw_state *opt);
+/* After ckpt_snap_ready, with --zero 1 (chunks staged with opt NULL: parameters only): this
+ * rank's AdamW moment slices sl[0..n) (run_exec_moment_slices'), as the checkpoint's shard file
+ * of its world rank (ckpt_write_shard's layout). The generation's manifest then says the
+ * shards (ckpt_manifest_set_shards). 0, or -1 as ckpt_snap_stage. */
+int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n);
 /* Hands the staged chunks to the writer as generation man->step (man: config, step, adam_t,
  * batch, seq, seeds, data, layout with chunk ranges: ckpt_manifest_set_layout's): the writer,
  * idle after ckpt_snap_ready, starts on it now. Returns at once. */

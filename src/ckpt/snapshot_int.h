@@ -22,17 +22,22 @@ uint64_t snap_sum_mem(const unsigned char *p, size_t n);
 /* snap_sum_mem of a whole file, and its size; -1 naming it. */
 int snap_file_sum(const char *path, uint64_t *hash, size_t *len);
 
-/* One tensor's bytes: from source `what` (0 parameters, 1 AdamW m, 2 v) at float `src`, to
- * file offset `at`. */
+/* One tensor's bytes to file offset `at`: in a chunk file from source `what` (0 parameters, 1
+ * AdamW m, 2 v) at float `src`; in a shard file from slice `src`'s m (what 0) or v (1). */
 typedef struct {
     size_t at, src, bytes;
     int what;
 } snap_run;
 
-/* One chunk file of a slot, mapped (MAP_SHARED) for the compute thread's copies. */
+enum { SNAP_FILE_CHUNK, SNAP_FILE_SHARD };
+
+/* One file of a slot, mapped (MAP_SHARED) for the compute thread's copies: a chunk file
+ * (parameters, and moments when has_optim) or a moment-shard file (--zero 1: chunk is then the
+ * world rank whose slices it holds, sig a key of the slices). */
 typedef struct {
-    int chunk, first, end;
+    int kind, chunk, first, end, has_optim;
     size_t n_held;              /* the floats of the model it was laid out for */
+    uint64_t sig;
     unsigned char *map;
     size_t bytes;
     snap_run *run;
@@ -54,11 +59,15 @@ typedef struct {
  * held is renamed to its free name (no longer a generation), a slot never used gets its folder.
  * 0, or -1 naming the folder. */
 int snap_slot_prepare(snap_slot *sl, const char *rank_dir, int idx);
-/* Piece k of sl laid out for chunk `chunk` (layers [first, end) of m, with moments): the file
+/* Piece k of sl laid out for chunk `chunk` (layers [first, end) of m, with opt's moments unless
+ * opt is NULL): the file
  * already there when it matches, else (re)created (ckpt_chunk_writer's layout) and mapped. Then
  * copies m's parameters and opt's moments into it. 0, or -1 naming the file. */
 int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
                    const adamw_state *opt);
+/* Piece k of sl as world rank `rank`'s moment-shard file of slices x[0..n) (ckpt_shard_writer's
+ * layout; kept when the slices are the same), filled from them. 0, or -1 naming the file. */
+int snap_slot_fill_shard(snap_slot *sl, int k, int rank, const ckpt_slice *x, int n);
 /* sl's folder renamed to "gen-<step>" under rank_dir (a folder of that name from another
  * process replaced). 0, or -1 naming it. */
 int snap_slot_install(snap_slot *sl, const char *rank_dir, long step);

@@ -25,6 +25,7 @@ typedef struct {
     long step;
     int K;                              /* chunks of its layout */
     int chunk_first[CKPT_MAX_CHUNKS + 1];
+    int shards;                         /* --zero 1: the world ranks whose moment shards it needs */
     cJSON *j;                           /* snap.json, owned */
     int checked[CKPT_SNAP_PIECES];      /* per piece: 0 not yet, 1 good, -1 bad */
 } snap_gen;
@@ -53,6 +54,7 @@ static int gen_load(snap_gen *g) {
         step != g->step || !cJSON_IsArray(cf) || cJSON_GetArraySize(cf) < 2 ||
         cJSON_GetArraySize(cf) > CKPT_MAX_CHUNKS + 1) return -1;
     g->K = cJSON_GetArraySize(cf) - 1;
+    if (io_json_int(&g->shards, lay, "shards", IO_JSON_OPTIONAL, 0, CKPT_MAX_SHARDS, "%s: shards", p) < 0) return -1;
     for (int c = 0; c <= g->K; c++) {   /* whole layer numbers, increasing: each chunk >= 1 layer */
         const cJSON *x = cJSON_GetArrayItem(cf, c);
         if (!io_json_is_whole(x, c ? g->chunk_first[c - 1] + 1 : 0, 1 << 20)) return -1;
@@ -97,22 +99,30 @@ static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen 
     return n;
 }
 
-/* The piece of g holding chunk c, its file checked against its size and checksum (once); its
- * index, or -1 when g has none or it is damaged (*bad counts those). */
-static int gen_piece(snap_gen *g, int c, int *bad) {
+/* The file of g's entry e under its name in g's folder: chunk c or (shard) rank c's moments. */
+static void piece_path(const snap_gen *g, int shard, int c, char *p, size_t n) {
+    if (shard) ckpt_shard_path(p, n, g->dir, c);
+    else ckpt_chunk_path(p, n, g->dir, c);
+}
+
+/* The piece of g holding chunk c (shard 0: with moments unless g's layout has shards) or rank c's
+ * moment shard (shard 1), its file checked against its size and checksum (once); its index, or
+ * -1 when g has none or it is damaged (*bad counts those). */
+static int gen_piece(snap_gen *g, int shard, int c, int *bad) {
     const cJSON *ch = cJSON_GetObjectItemCaseSensitive(g->j, "chunks");
     for (int i = 0; i < cJSON_GetArraySize(ch) && i < CKPT_SNAP_PIECES; i++) {
         const cJSON *e = cJSON_GetArrayItem(ch, i);
-        int cc;
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, shard ? "shard" : "chunk");
+        const cJSON *opt = cJSON_GetObjectItemCaseSensitive(e, "optim");
         long bytes;
         const cJSON *sum = cJSON_GetObjectItemCaseSensitive(e, "sum64");
-        if (io_json_int(&cc, e, "chunk", IO_JSON_REQUIRED, 0, CKPT_MAX_CHUNKS, "%s: chunk", g->dir) < 0 || cc != c)
-            continue;
+        if (!io_json_is_whole(id, 0, shard ? CKPT_MAX_SHARDS : CKPT_MAX_CHUNKS) || (int)id->valuedouble != c) continue;
+        if (!shard && (cJSON_IsNumber(opt) ? opt->valuedouble != 0 : 1) == (g->shards > 0)) continue;
         if (g->checked[i] == 0) {
             char p[1200];
             uint64_t h;
             size_t len;
-            snprintf(p, sizeof p, "%s/chunk-%d.safetensors", g->dir, c);
+            piece_path(g, shard, c, p, sizeof p);
             int ok = io_json_long(&bytes, e, "bytes", IO_JSON_REQUIRED, 0, 1L << 53, "%s: bytes", g->dir) == 0 &&
                      cJSON_IsString(sum) && snap_file_sum(p, &h, &len) == 0 && (size_t)bytes == len &&
                      strtoull(sum->valuestring, NULL, 16) == h;
@@ -125,18 +135,23 @@ static int gen_piece(snap_gen *g, int c, int *bad) {
 }
 
 static int same_layout(const snap_gen *a, const snap_gen *b) {
-    return a->K == b->K && !memcmp(a->chunk_first, b->chunk_first, sizeof(int) * (size_t)(a->K + 1));
+    return a->K == b->K && a->shards == b->shards && !memcmp(a->chunk_first, b->chunk_first, sizeof(int) * (size_t)(a->K + 1));
 }
 
-/* For step `step` with ref's layout: src[c] = the generation holding a good copy of chunk c.
- * 1 when every chunk was found. */
-static int step_complete(snap_gen *gens, int n, const snap_gen *ref, snap_gen **src, int *bad) {
-    for (int c = 0; c < ref->K; c++) {
-        src[c] = NULL;
-        for (int i = 0; i < n && !src[c]; i++)
-            if (gens[i].step == ref->step && same_layout(&gens[i], ref) && gen_piece(&gens[i], c, bad) >= 0)
-                src[c] = &gens[i];
-        if (!src[c]) return 0;
+/* For step `step` with ref's layout: src[c] = the generation holding a good copy of chunk c,
+ * and with --zero 1 shard[r] the one holding rank r's moments (only rank r's own folder has
+ * them). 1 when every piece was found. */
+static int step_complete(snap_gen *gens, int n, const snap_gen *ref, snap_gen **src, snap_gen **shard, int *bad) {
+    for (int c = 0; c < ref->K + ref->shards; c++) {
+        int is_shard = c >= ref->K, id = is_shard ? c - ref->K : c;
+        snap_gen *found = NULL;
+        for (int i = 0; i < n && !found; i++)
+            if (gens[i].step == ref->step && same_layout(&gens[i], ref) && (!is_shard || gens[i].rank == id) &&
+                gen_piece(&gens[i], is_shard, id, bad) >= 0)
+                found = &gens[i];
+        if (!found) return 0;
+        if (is_shard) shard[id] = found;
+        else src[id] = found;
     }
     return 1;
 }
@@ -187,14 +202,18 @@ static int gen_manifest(const snap_gen *ref, ckpt_manifest *man) {
                                     cJSON_IsString(sched) ? sched->valuestring : "", ref->chunk_first);
 }
 
-/* The checkpoint folder dir from the chunk files of src[0..K). */
-static int assemble(const snap_gen *ref, snap_gen **src, const char *dir) {
+/* The checkpoint folder dir from the chunk files of src[0..K) and the shard files of
+ * shard[0..shards). */
+static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const char *dir) {
     ckpt_manifest man;
     char tmp[1200], from[1200], to[1300];
-    if (gen_manifest(ref, &man) < 0 || ckpt_begin(dir, tmp, sizeof tmp) < 0) return -1;
-    for (int c = 0; c < ref->K; c++) {
-        snprintf(from, sizeof from, "%s/chunk-%d.safetensors", src[c]->dir, c);
-        snprintf(to, sizeof to, "%s/chunk-%d.safetensors", tmp, c);
+    if (gen_manifest(ref, &man) < 0 || (ref->shards && ckpt_manifest_set_shards(&man, ref->shards) < 0) ||
+        ckpt_begin(dir, tmp, sizeof tmp) < 0) return -1;
+    for (int c = 0; c < ref->K + ref->shards; c++) {
+        int is_shard = c >= ref->K, id = is_shard ? c - ref->K : c;
+        piece_path(is_shard ? shard[id] : src[id], is_shard, id, from, sizeof from);
+        if (is_shard) ckpt_shard_path(to, sizeof to, tmp, id);
+        else ckpt_chunk_path(to, sizeof to, tmp, id);
         if (copy_file(from, to) < 0) {
             ckpt_abandon(tmp);
             return -1;
@@ -207,22 +226,24 @@ int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char 
                       ckpt_snap_found *found) {
     snap_gen *gens;
     snap_gen *src[CKPT_MAX_CHUNKS];
+    snap_gen **shard = pt_calloc(CKPT_MAX_SHARDS, sizeof *shard);
     int n = gens_collect(root, skip, n_skip, &gens), rc = 0;
     memset(found, 0, sizeof *found);
     snap_gen *best = NULL;
     for (int i = 0; i < n; i++) {       /* candidates newest first; ties: any */
         snap_gen *g = &gens[i];
         if (best && g->step <= best->step) continue;
-        if (step_complete(gens, n, g, src, &found->n_bad)) best = g;
+        if (step_complete(gens, n, g, src, shard, &found->n_bad)) best = g;
     }
     if (best) {
-        step_complete(gens, n, best, src, &found->n_bad);
-        rc = assemble(best, src, dir) < 0 ? -1 : 1;
+        step_complete(gens, n, best, src, shard, &found->n_bad);
+        rc = assemble(best, src, shard, dir) < 0 ? -1 : 1;
         found->step = best->step;
         found->n_chunks = best->K;
         for (int c = 0; c < best->K; c++) found->from_rank[c] = src[c]->rank;
     }
     for (int i = 0; i < n; i++) cJSON_Delete(gens[i].j);
     free(gens);
+    free(shard);
     return rc;
 }

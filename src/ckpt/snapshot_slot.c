@@ -49,11 +49,12 @@ static void file_unmap(snap_file *f) {
     memset(f, 0, sizeof *f);
 }
 
-/* Where each tensor of the chunk goes: ckpt_chunk_writer's order (parameters, m/, v/). */
-static void file_runs(snap_file *f, const gpt_model *m, const size_t *off) {
+/* Where each tensor of the chunk goes: ckpt_chunk_writer's order (parameters, then m/ and v/
+ * when the file holds moments). */
+static void chunk_runs(snap_file *f, const gpt_model *m, const size_t *off) {
     int n_info = gpt_param_count(m), k = 0;
     f->run = pt_malloc(sizeof *f->run * (size_t)(3 * n_info));
-    for (int what = 0; what < 3; what++)
+    for (int what = 0; what < (f->has_optim ? 3 : 1); what++)
         for (int i = 0; i < n_info; i++) {
             const gpt_param_info *pi = gpt_param_info_at(m, i);
             if (pi->layer < f->first || pi->layer >= f->end) continue;
@@ -64,18 +65,11 @@ static void file_runs(snap_file *f, const gpt_model *m, const size_t *off) {
     f->n_run = k;
 }
 
-/* Creates chunk file f (laid out for m) in folder dir and maps it. */
-static int file_create(snap_file *f, const char *dir, const gpt_model *m) {
-    char path[CKPT_PATH_MAX];
-    ckpt_chunk_path(path, sizeof path, dir, f->chunk);
-    st_writer *w = ckpt_chunk_writer(f->chunk, f->first, f->end, m, 1, NULL, NULL, NULL);
-    if (!w || st_create(w, path) < 0) { st_writer_free(w); return pt_adderr("snapshot: "); }
-    int n = st_writer_count(w);
-    size_t *off = pt_malloc(sizeof *off * (size_t)(n + 1));
+/* Creates file `path` as w lays it out (reserved tensors: zeros) and maps it into f; off[] (w's
+ * count entries) gets each tensor's offset. */
+static int file_create(snap_file *f, const char *path, st_writer *w, size_t *off) {
+    if (st_create(w, path) < 0) return pt_adderr("snapshot: ");
     f->bytes = st_writer_layout(w, off, NULL);
-    st_writer_free(w);
-    file_runs(f, m, off);
-    free(off);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return pt_seterr("snapshot %s: cannot open for writing: %s", path, strerror(errno));
     void *p = mmap(NULL, f->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -85,19 +79,77 @@ static int file_create(snap_file *f, const char *dir, const gpt_model *m) {
     return 0;
 }
 
+/* Piece k of sl: kept when its key matches *want, else made again by make(); 0 or -1. */
+static snap_file *slot_piece(snap_slot *sl, int k, const snap_file *want) {
+    snap_file *f = &sl->f[k];
+    if (k < sl->n_f && f->map && f->kind == want->kind && f->chunk == want->chunk && f->first == want->first &&
+        f->end == want->end && f->has_optim == want->has_optim && f->n_held == want->n_held && f->sig == want->sig)
+        return f;
+    file_unmap(f);
+    *f = *want;
+    if (k >= sl->n_f) sl->n_f = k + 1;
+    return NULL;
+}
+
 int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
                    const adamw_state *opt) {
-    snap_file *f = &sl->f[k];
-    if (k >= sl->n_f || !f->map || f->chunk != chunk || f->first != first || f->end != end ||
-        f->n_held != m->n_held) {
-        file_unmap(f);
-        *f = (snap_file){ .chunk = chunk, .first = first, .end = end, .n_held = m->n_held };
-        if (file_create(f, sl->dir, m) < 0) { file_unmap(f); return -1; }
-        if (k >= sl->n_f) sl->n_f = k + 1;
+    snap_file want = { .kind = SNAP_FILE_CHUNK, .chunk = chunk, .first = first, .end = end,
+                       .has_optim = opt != NULL, .n_held = m->n_held };
+    snap_file *f = slot_piece(sl, k, &want);
+    if (!f) {
+        char path[CKPT_PATH_MAX];
+        f = &sl->f[k];
+        ckpt_chunk_path(path, sizeof path, sl->dir, chunk);
+        st_writer *w = ckpt_chunk_writer(chunk, first, end, m, f->has_optim, NULL, NULL, NULL);
+        size_t *off = w ? pt_malloc(sizeof *off * (size_t)(st_writer_count(w) + 1)) : NULL;
+        int rc = w ? file_create(f, path, w, off) : -1;
+        if (rc == 0) chunk_runs(f, m, off);
+        free(off);
+        st_writer_free(w);
+        if (rc < 0) { file_unmap(f); return -1; }
     }
-    const float *src[3] = { m->params, opt->m, opt->v };
+    const float *src[3] = { m->params, opt ? opt->m : NULL, opt ? opt->v : NULL };
     for (int i = 0; i < f->n_run; i++)
         memcpy(f->map + f->run[i].at, src[f->run[i].what] + f->run[i].src, f->run[i].bytes);
+    return 0;
+}
+
+/* A key of the slices' names, starts and lengths: a shard file is reused only for the same. */
+static uint64_t slices_sig(const ckpt_slice *x, int n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < n; i++) {
+        for (const char *c = x[i].name; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+        h = (h ^ x[i].start) * 0x100000001b3ULL;
+        h = (h ^ x[i].n) * 0x100000001b3ULL;
+    }
+    return h ^ (uint64_t)n;
+}
+
+int snap_slot_fill_shard(snap_slot *sl, int k, int rank, const ckpt_slice *x, int n) {
+    snap_file want = { .kind = SNAP_FILE_SHARD, .chunk = rank, .sig = slices_sig(x, n) };
+    snap_file *f = slot_piece(sl, k, &want);
+    if (!f) {
+        char path[CKPT_PATH_MAX];
+        f = &sl->f[k];
+        ckpt_shard_path(path, sizeof path, sl->dir, rank);
+        st_writer *w = ckpt_shard_writer(rank, x, n, 1);
+        size_t *off = w ? pt_malloc(sizeof *off * (size_t)(2 * n + 1)) : NULL;
+        int rc = w ? file_create(f, path, w, off) : -1;
+        if (rc == 0) {   /* runs in ckpt_shard_writer's order; src: the slice, what: m or v */
+            f->run = pt_malloc(sizeof *f->run * (size_t)(2 * n + 1));
+            for (int i = 0; i < 2 * n; i++)
+                f->run[i] = (snap_run){ .at = off[i], .src = (size_t)(i / 2), .what = i % 2,
+                                        .bytes = x[i / 2].n * sizeof(float) };
+            f->n_run = 2 * n;
+        }
+        free(off);
+        st_writer_free(w);
+        if (rc < 0) { file_unmap(f); return -1; }
+    }
+    for (int i = 0; i < f->n_run; i++) {
+        const ckpt_slice *c = &x[f->run[i].src];
+        memcpy(f->map + f->run[i].at, f->run[i].what ? c->v : c->m, f->run[i].bytes);
+    }
     return 0;
 }
 
@@ -116,9 +168,10 @@ int snap_slot_install(snap_slot *sl, const char *rank_dir, long step) {
  * overwritten at the next fill) in dst's folder, mapped: its pages are in place from here on. */
 static int file_clone(snap_file *f, const snap_file *src, const char *dir) {
     char path[CKPT_PATH_MAX];
-    ckpt_chunk_path(path, sizeof path, dir, src->chunk);
-    *f = (snap_file){ .chunk = src->chunk, .first = src->first, .end = src->end, .n_held = src->n_held,
-                      .n_run = src->n_run };
+    if (src->kind == SNAP_FILE_SHARD) ckpt_shard_path(path, sizeof path, dir, src->chunk);
+    else ckpt_chunk_path(path, sizeof path, dir, src->chunk);
+    *f = *src;
+    f->map = NULL;
     f->run = pt_malloc(sizeof *f->run * (size_t)(src->n_run ? src->n_run : 1));
     memcpy(f->run, src->run, sizeof *f->run * (size_t)src->n_run);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

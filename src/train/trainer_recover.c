@@ -58,8 +58,18 @@ static int snap_manifest(train_ctx *t, long step, ckpt_manifest *man) {
         return ckpt_manifest_set_layout(man, 1, 1, 1, 1, NULL, cf);
     }
     man->adam_t = (int)step;   /* as the pipelined engine's save: one AdamW step per step */
+    if (pl->o.zero && ckpt_manifest_set_shards(man, run_layout_ranks(&pl->lo)) < 0) return -1;
     return ckpt_manifest_set_layout(man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
                                     pl->s->name, pl->lo.chunk_first);
+}
+
+/* --zero 1: the moment slices the rank updates, as its shard file. */
+static int snap_take_shard(ckpt_snap *sn, run_exec *ex) {
+    ckpt_slice *sl = NULL;
+    int n = run_exec_moment_slices(ex, -1, &sl);
+    int rc = n < 0 ? -1 : ckpt_snap_stage_shard(sn, sl, n);
+    free(sl);
+    return rc;
 }
 
 /* Local rank r's chunks into its snapshot (when its writer is idle), handed over as `step`. */
@@ -75,9 +85,11 @@ static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
             const gpt_model *m;
             const adamw_state *opt;
             int c, first, end;
-            if (run_exec_stage_state(rc->ex[r], g, &m, &opt, &c, &first, &end) == 0)
-                rcode = ckpt_snap_stage(rc->snap[r], c, first, end, m, opt);
+            /* --zero 0: a stage copy without moments is not its chunk's home, which has them */
+            if (run_exec_stage_state(rc->ex[r], g, &m, &opt, &c, &first, &end) == 0 && (opt || pl->o.zero))
+                rcode = ckpt_snap_stage(rc->snap[r], c, first, end, m, pl->o.zero ? NULL : opt);
         }
+        if (rcode == 0 && pl->o.zero) rcode = snap_take_shard(rc->snap[r], rc->ex[r]);
     }
     if (rcode == 0) ckpt_snap_commit(rc->snap[r], man);
     return rcode;
@@ -106,8 +118,6 @@ static int check_snapshot(train_ctx *t) {
                                                   t->o.snapshot_every);
     if (pl && pl->lo.tp > 1) return pt_seterr("--snapshot-every with --tp %d: TP shards are not snapshotted "
                                               "yet; use --save checkpoints", pl->lo.tp);
-    if (pl && pl->o.zero) return pt_seterr("--snapshot-every with --zero 1: sharded moments are not "
-                                           "snapshotted yet; use --zero 0");
     return 0;
 }
 
