@@ -103,6 +103,11 @@ int ckpt_snap_ready(ckpt_snap *s) {
 
 int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
                     const adamw_state *opt) {
+    return ckpt_snap_stage_tp(s, chunk, first, end, m, opt, 0, 1);
+}
+
+int ckpt_snap_stage_tp(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
+                       const adamw_state *opt, int tp_rank, int tp) {
     if (s->n_pc == CKPT_SNAP_PIECES)
         return pt_seterr("snapshot of rank %d: more than %d chunks on one rank", s->rank, CKPT_SNAP_PIECES);
     if (opt && (!opt->m || opt->n != m->n_held))
@@ -110,7 +115,9 @@ int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model
                          "parameters (%zu floats, the model holds %zu)", s->rank, chunk, opt->n, m->n_held);
     if (s->bad) return 0;   /* said at the next boundary; the run goes on */
     double t0 = pt_now();
-    if (snap_slot_fill(&s->slot[s->cur], s->n_pc, chunk, first, end, m, opt) < 0) {
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
+        return pt_seterr("snapshot of rank %d: TP rank %d of %d", s->rank, tp_rank, tp);
+    if (snap_slot_fill(&s->slot[s->cur], s->n_pc, chunk, first, end, m, opt, tp_rank, tp) < 0) {
         s->bad = 1;
         note_error(s);
         return 0;
@@ -216,6 +223,7 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
     cJSON_AddNumberToObject(lay, "pipes", man->n_pipes);
     cJSON_AddStringToObject(lay, "schedule", man->schedule);
     cJSON_AddNumberToObject(lay, "shards", man->zero ? man->n_shards : 0);   /* --zero 1: ranks */
+    cJSON_AddNumberToObject(lay, "tp", man->tp > 1 ? man->tp : 1);
     for (int c = 0; c < man->n_chunks; c++) cJSON_AddItemToArray(cf, cJSON_CreateNumber(man->chunks[c].first_layer));
     if (man->n_chunks) cJSON_AddItemToArray(cf, cJSON_CreateNumber(man->chunks[man->n_chunks - 1].end_layer));
     cJSON_AddItemToObject(lay, "chunk_first", cf);
@@ -231,6 +239,7 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
             cJSON_AddNumberToObject(e, "first_layer", f->first);
             cJSON_AddNumberToObject(e, "end_layer", f->end);
             cJSON_AddNumberToObject(e, "optim", f->has_optim);
+            if (f->tp > 1) cJSON_AddNumberToObject(e, "tp_rank", f->tp_rank);
         }
         cJSON_AddNumberToObject(e, "bytes", (double)f->bytes);
         snprintf(v, sizeof v, "%016" PRIx64, sums[i]);

@@ -58,6 +58,12 @@ int ckpt_snap_ready(ckpt_snap *s);
  * handed over, 0 returned: the run goes on). */
 int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
                     const adamw_state *opt);
+/* ckpt_snap_stage of TP rank tp_rank's shard (of tp) of chunk `chunk`: m is the rank's shard
+ * model, opt laid out like it. The file has the whole tensors' layout with this rank's elements
+ * in their places and the rest zero (a replicated tensor: TP rank 0's); the restore joins the
+ * TP ranks' files of a chunk. The generation's manifest says tp. */
+int ckpt_snap_stage_tp(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
+                       const adamw_state *opt, int tp_rank, int tp);
 /* After ckpt_snap_ready, with --zero 1 (chunks staged with opt NULL: parameters only): this
  * rank's AdamW moment slices sl[0..n) (run_exec_moment_slices'), as the checkpoint's shard file
  * of its world rank (ckpt_write_shard's layout). The generation's manifest then says the

@@ -36,6 +36,7 @@ enum { SNAP_FILE_CHUNK, SNAP_FILE_SHARD };
  * world rank whose slices it holds, sig a key of the slices). */
 typedef struct {
     int kind, chunk, first, end, has_optim;
+    int tp_rank, tp;            /* tensor parallelism: this TP rank's shard in the whole layout */
     size_t n_held;              /* the floats of the model it was laid out for */
     uint64_t sig;
     unsigned char *map;
@@ -60,11 +61,12 @@ typedef struct {
  * 0, or -1 naming the folder. */
 int snap_slot_prepare(snap_slot *sl, const char *rank_dir, int idx);
 /* Piece k of sl laid out for chunk `chunk` (layers [first, end) of m, with opt's moments unless
- * opt is NULL): the file
- * already there when it matches, else (re)created (ckpt_chunk_writer's layout) and mapped. Then
- * copies m's parameters and opt's moments into it. 0, or -1 naming the file. */
+ * opt is NULL; m is TP rank tp_rank's shard model of tp, or whole when tp is 1): the file
+ * already there when it matches, else (re)created (ckpt_chunk_writer's layout: whole tensors)
+ * and mapped. Then copies m's parameters and opt's moments into it (a shard: into its places,
+ * the other TP ranks' bytes left zero). 0, or -1 naming the file. */
 int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
-                   const adamw_state *opt);
+                   const adamw_state *opt, int tp_rank, int tp);
 /* Piece k of sl as world rank `rank`'s moment-shard file of slices x[0..n) (ckpt_shard_writer's
  * layout; kept when the slices are the same), filled from them. 0, or -1 naming the file. */
 int snap_slot_fill_shard(snap_slot *sl, int k, int rank, const ckpt_slice *x, int n);

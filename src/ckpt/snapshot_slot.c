@@ -49,20 +49,46 @@ static void file_unmap(snap_file *f) {
     memset(f, 0, sizeof *f);
 }
 
+/* Appends a run (merged with the one before when both sides continue it); *cap grows f->run. */
+static void run_add(snap_file *f, int *cap, snap_run r) {
+    snap_run *last = f->n_run ? &f->run[f->n_run - 1] : NULL;
+    if (last && last->what == r.what && last->at + last->bytes == r.at &&
+        last->src + last->bytes / sizeof(float) == r.src) {
+        last->bytes += r.bytes;
+        return;
+    }
+    if (f->n_run == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        f->run = pt_realloc(f->run, sizeof *f->run * (size_t)*cap);
+    }
+    f->run[f->n_run++] = r;
+}
+
 /* Where each tensor of the chunk goes: ckpt_chunk_writer's order (parameters, then m/ and v/
- * when the file holds moments). */
+ * when the file holds moments). Under tensor parallelism (f->tp > 1) the file has the whole
+ * tensors' layout and this rank's shard goes where it belongs, run by run (gpt_shard_run; a
+ * replicated tensor from TP rank 0 only): every byte of the file has one writer among the TP
+ * ranks, the others' bytes stay zero, so the restore joins the TP ranks' files by OR. */
 static void chunk_runs(snap_file *f, const gpt_model *m, const size_t *off) {
-    int n_info = gpt_param_count(m), k = 0;
-    f->run = pt_malloc(sizeof *f->run * (size_t)(3 * n_info));
+    int n_info = gpt_param_count(m), k = 0, cap = 0;
     for (int what = 0; what < (f->has_optim ? 3 : 1); what++)
         for (int i = 0; i < n_info; i++) {
             const gpt_param_info *pi = gpt_param_info_at(m, i);
             if (pi->layer < f->first || pi->layer >= f->end) continue;
-            f->run[k] = (snap_run){ .at = off[k], .src = pi->offset, .bytes = pi->count * sizeof(float),
-                                    .what = what };
-            k++;
+            size_t at = off[k++], len, w;
+            if (f->tp <= 1) {
+                run_add(f, &cap, (snap_run){ .at = at, .src = pi->offset, .bytes = pi->count * sizeof(float), .what = what });
+                continue;
+            }
+            if (pi->split == GPT_SPLIT_NONE && f->tp_rank != 0) continue;
+            for (size_t e = 0; e < pi->count; e += len) {
+                len = gpt_shard_run(pi, f->tp_rank, f->tp, e, &w);
+                if (len > pi->count - e) len = pi->count - e;
+                if (w != GPT_SHARD_PAD)
+                    run_add(f, &cap, (snap_run){ .at = at + w * sizeof(float), .src = pi->offset + e,
+                                                 .bytes = len * sizeof(float), .what = what });
+            }
         }
-    f->n_run = k;
 }
 
 /* Creates file `path` as w lays it out (reserved tensors: zeros) and maps it into f; off[] (w's
@@ -83,7 +109,8 @@ static int file_create(snap_file *f, const char *path, st_writer *w, size_t *off
 static snap_file *slot_piece(snap_slot *sl, int k, const snap_file *want) {
     snap_file *f = &sl->f[k];
     if (k < sl->n_f && f->map && f->kind == want->kind && f->chunk == want->chunk && f->first == want->first &&
-        f->end == want->end && f->has_optim == want->has_optim && f->n_held == want->n_held && f->sig == want->sig)
+        f->end == want->end && f->has_optim == want->has_optim && f->n_held == want->n_held && f->sig == want->sig &&
+        f->tp == want->tp && f->tp_rank == want->tp_rank)
         return f;
     file_unmap(f);
     *f = *want;
@@ -92,9 +119,9 @@ static snap_file *slot_piece(snap_slot *sl, int k, const snap_file *want) {
 }
 
 int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
-                   const adamw_state *opt) {
+                   const adamw_state *opt, int tp_rank, int tp) {
     snap_file want = { .kind = SNAP_FILE_CHUNK, .chunk = chunk, .first = first, .end = end,
-                       .has_optim = opt != NULL, .n_held = m->n_held };
+                       .has_optim = opt != NULL, .n_held = m->n_held, .tp_rank = tp_rank, .tp = tp };
     snap_file *f = slot_piece(sl, k, &want);
     if (!f) {
         char path[CKPT_PATH_MAX];

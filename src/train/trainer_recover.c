@@ -59,6 +59,7 @@ static int snap_manifest(train_ctx *t, long step, ckpt_manifest *man) {
     }
     man->adam_t = (int)step;   /* as the pipelined engine's save: one AdamW step per step */
     if (pl->o.zero && ckpt_manifest_set_shards(man, run_layout_ranks(&pl->lo)) < 0) return -1;
+    man->tp = pl->lo.tp;
     return ckpt_manifest_set_layout(man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
                                     pl->s->name, pl->lo.chunk_first);
 }
@@ -81,13 +82,15 @@ static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
         rcode = ckpt_snap_stage(rc->snap[r], 0, 0, gpt_num_layers(&t->m), &t->m, &t->opt);
     } else {
         const run_plan *pl = train_engine_plan(t->e);
+        int d, p, tr;
+        run_exec_coords(rc->ex[r], &d, &p, &tr);
         for (int g = 0; g < pl->s->n_stages && rcode == 0; g++) {
             const gpt_model *m;
             const adamw_state *opt;
             int c, first, end;
             /* --zero 0: a stage copy without moments is not its chunk's home, which has them */
             if (run_exec_stage_state(rc->ex[r], g, &m, &opt, &c, &first, &end) == 0 && (opt || pl->o.zero))
-                rcode = ckpt_snap_stage(rc->snap[r], c, first, end, m, pl->o.zero ? NULL : opt);
+                rcode = ckpt_snap_stage_tp(rc->snap[r], c, first, end, m, pl->o.zero ? NULL : opt, tr, pl->lo.tp);
         }
         if (rcode == 0 && pl->o.zero) rcode = snap_take_shard(rc->snap[r], rc->ex[r]);
     }
@@ -116,8 +119,9 @@ static int check_snapshot(train_ctx *t) {
     const run_plan *pl = train_engine_plan(t->e);
     if (t->o.snapshot_every < 0) return pt_seterr("--snapshot-every %d: give K >= 1 (a snapshot every K steps)",
                                                   t->o.snapshot_every);
-    if (pl && pl->lo.tp > 1) return pt_seterr("--snapshot-every with --tp %d: TP shards are not snapshotted "
-                                              "yet; use --save checkpoints", pl->lo.tp);
+    if (pl && pl->lo.tp > 1 && pl->o.zero)
+        return pt_seterr("--snapshot-every with --tp %d and --zero 1: moment slices of TP shards are not "
+                         "snapshotted yet; use --zero 0 (or --save checkpoints)", pl->lo.tp);
     return 0;
 }
 
