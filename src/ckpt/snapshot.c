@@ -47,6 +47,7 @@ struct ckpt_snap {
     char err[512];              /* the writer's (or a stage's) first error ("" none) */
     int err_said;               /* err already printed at a step boundary */
     ckpt_snap_stats st;
+    snap_peer *peer;            /* the peer copy, or NULL */
 };
 
 static void *snap_writer_main(void *arg);
@@ -174,6 +175,26 @@ void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
     pthread_mutex_lock(&s->mu);
     *out = s->st;
     pthread_mutex_unlock(&s->mu);
+    out->peer_rank = -1;
+    if (!s->peer) return;
+    snap_peer_stats ps;
+    snap_peer_get_stats(s->peer, &ps);
+    out->peer_rank = ps.peer_rank;
+    out->peer_sent = ps.sent;
+    out->peer_skipped = ps.skipped;
+    out->peer_failed = ps.failed;
+    out->peer_received = ps.received;
+    out->peer_dropped = ps.dropped;
+}
+
+int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port) {
+    if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
+    return snap_peer_listen(s->peer, addr, port);
+}
+
+int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank) {
+    if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
+    return snap_peer_send_to(s->peer, addr, port, peer_rank);
 }
 
 int ckpt_snap_close(ckpt_snap *s) {
@@ -183,6 +204,7 @@ int ckpt_snap_close(ckpt_snap *s) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->th, NULL);
+    snap_peer_free(s->peer);   /* before the slots' files are unmapped: the sender reads them */
     int rc = s->err[0] ? pt_seterr("%s", s->err) : 0;
     for (int k = 0; k < s->n_slots; k++) {   /* a slot being filled is no generation: gone */
         snap_slot_free(&s->slot[k]);
@@ -266,6 +288,23 @@ static void prune_gens(const ckpt_snap *s, int spare_slots) {
     free(steps);
 }
 
+/* The generation just installed from slot sl to the peer's sender (its files' names, maps, sums). */
+static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, const cJSON *j) {
+    snap_peer_file f[CKPT_SNAP_PIECES];
+    char *text = cJSON_PrintUnformatted(j);
+    if (!text) return;
+    for (int i = 0; i < sl->n_f; i++) {
+        const snap_file *x = &sl->f[i];
+        if (x->kind == SNAP_FILE_SHARD) snprintf(f[i].name, sizeof f[i].name, "optim-%d.safetensors", x->chunk);
+        else snprintf(f[i].name, sizeof f[i].name, "chunk-%d.safetensors", x->chunk);
+        f[i].map = x->map;
+        f[i].bytes = x->bytes;
+        f[i].sum = sums[i];
+    }
+    snap_peer_offer(s->peer, s->man.step, text, f, sl->n_f);
+    cJSON_free(text);
+}
+
 /* The handed-over slot: its files summed, snap.json written, the folder renamed into place. */
 static int write_gen(ckpt_snap *s) {
     snap_slot *sl = &s->slot[s->w_slot];
@@ -279,8 +318,9 @@ static int write_gen(ckpt_snap *s) {
     char jp[1300];
     snprintf(jp, sizeof jp, "%s/snap.json", sl->dir);
     int rc = j ? io_write_json(j, jp) : pt_seterr("snapshot %s: cannot build snap.json", sl->dir);
-    cJSON_Delete(j);
     if (rc == 0) rc = snap_slot_install(sl, s->dir, step);
+    if (rc == 0 && s->peer) offer_peer(s, sl, sums, j);
+    cJSON_Delete(j);
     if (rc < 0) return -1;
     prune_gens(s, 1);
     int next = (s->w_slot + 1) % s->n_slots;   /* the compute thread's next: ready before it is */

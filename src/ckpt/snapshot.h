@@ -38,6 +38,10 @@ typedef struct {
     double write_s;         /* seconds in the writer thread (wall) */
     double write_cpu_s;     /* CPU seconds the writer thread used */
     long last_step;         /* the newest generation written (0: none) */
+    int peer_rank;          /* the rank its generations are copied to (-1: none) */
+    long peer_sent, peer_skipped, peer_failed;  /* generations sent whole, skipped (a newer one
+                                                 * came while sending), failed */
+    long peer_received, peer_dropped;           /* other ranks' generations kept here, dropped */
 } ckpt_snap_stats;
 
 /* Opens world rank `rank`'s snapshots under root (created; a crashed writer's "gen-*.tmp.*"
@@ -73,6 +77,15 @@ int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n);
  * batch, seq, seeds, data, layout with chunk ranges: ckpt_manifest_set_layout's): the writer,
  * idle after ckpt_snap_ready, starts on it now. Returns at once. */
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man);
+/* The peer copy (snapshot_peer.c: for layouts where no replica on another host holds this rank's
+ * state). Starts s's receiver: other ranks' generations are kept under
+ * ROOT/rank-<w>/peer-<origin>/gen-<step>/ (the restore reads them as the origin's). *addr (IPv4,
+ * host order) and *port: where others reach it. 0, or -1 naming the error. */
+int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port);
+/* From now on each generation s writes is also sent to addr:port (world rank peer_rank), by a
+ * thread of its own, off the compute path and off the writer's (a newer generation replaces
+ * one still waiting). */
+int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank);
 /* Writes "<step> <pid> <unix time> <host name>" into the rank's heartbeat file (in place, a few bytes): the
  * supervisor's sign that the rank goes on. */
 void ckpt_snap_heartbeat(ckpt_snap *s, long step);

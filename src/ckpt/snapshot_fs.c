@@ -108,24 +108,38 @@ int ckpt_snap_read_heartbeat(const char *root, int rank, long *step, long *pid, 
     return ok ? 0 : -1;
 }
 
+/* Removes the generations of folder rd after step. */
+static void reset_gens(const char *rd, long step) {
+    long *steps;
+    char p[1500];
+    int n = snap_list_gens(rd, &steps);
+    for (int i = 0; i < n; i++)
+        if (steps[i] > step) {
+            snprintf(p, sizeof p, "%s/gen-%ld", rd, steps[i]);
+            snap_remove_dir(p);
+        }
+    free(steps);
+}
+
 void ckpt_snap_reset(const char *root, long step) {
     DIR *d = opendir(root);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "rank-", 5)) continue;
-        char rd[1000], p[1100];
-        long *steps;
+        char rd[1000], p[1400];
         snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
         snprintf(p, sizeof p, "%s/heartbeat", rd);
         unlink(p);
-        int n = snap_list_gens(rd, &steps);
-        for (int i = 0; i < n; i++)
-            if (steps[i] > step) {
-                snprintf(p, sizeof p, "%s/gen-%ld", rd, steps[i]);
-                snap_remove_dir(p);
+        reset_gens(rd, step);
+        DIR *r = opendir(rd);   /* the peer copies it holds */
+        struct dirent *q;
+        while (r && (q = readdir(r)))
+            if (!strncmp(q->d_name, "peer-", 5)) {
+                snprintf(p, sizeof p, "%s/%s", rd, q->d_name);
+                reset_gens(p, step);
             }
-        free(steps);
+        if (r) closedir(r);
     }
     closedir(d);
 }

@@ -81,4 +81,35 @@ int snap_slot_clone(snap_slot *dst, const snap_slot *src, const char *rank_dir, 
 /* Unmaps sl's files (the folder stays). */
 void snap_slot_free(snap_slot *sl);
 
+/* ---- the peer copy (snapshot_peer.c) ---- */
+typedef struct snap_peer snap_peer;
+/* A file of a written generation, as the sender sends it: its name in the folder, its mapped
+ * bytes (valid until the snapshot closes; refilled later: the sum catches a torn copy). */
+typedef struct {
+    char name[64];
+    const unsigned char *map;
+    size_t bytes;
+    uint64_t sum;
+} snap_peer_file;
+typedef struct {
+    int peer_rank;              /* where this rank's generations go (-1: nowhere) */
+    long sent, skipped, failed; /* generations sent whole, replaced by a newer one while waiting, failed */
+    double send_s;              /* seconds in the sender thread */
+    long received, dropped;     /* generations of other ranks kept here, dropped (a sum) */
+} snap_peer_stats;
+/* The peer side of rank `rank` whose folder is rank_dir. */
+snap_peer *snap_peer_new(const char *rank_dir, int rank);
+/* A TCP listener (any address, a free port) and its thread, which takes other ranks' generations
+ * into rank_dir/peer-<origin>/gen-<step>/. *addr (host order): this host's first IPv4 address
+ * that is not loopback. 0, or -1 naming the error. */
+int snap_peer_listen(snap_peer *p, uint32_t *addr, int *port);
+/* Starts the sender thread: each offered generation goes to addr:port (world rank peer_rank). */
+int snap_peer_send_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
+/* The writer, after a generation is in place: hands it to the sender (json copied; f's maps
+ * must stay mapped until snap_peer_free). Returns at once; one still waiting is replaced. */
+void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n);
+void snap_peer_get_stats(snap_peer *p, snap_peer_stats *out);
+/* Stops the threads (a send in progress finishes or times out), frees p (NULL is fine). */
+void snap_peer_free(snap_peer *p);
+
 #endif

@@ -22,7 +22,7 @@
 
 /* One generation of one rank, as its snap.json says. */
 typedef struct {
-    char dir[1100];
+    char dir[1500];
     int rank;
     long step;
     int K;                              /* chunks of its layout */
@@ -41,7 +41,7 @@ static int in_list(int v, const int *list, int n) {
 
 /* g's snap.json read and its layout checked; -1 when it is not a usable generation. */
 static int gen_load(snap_gen *g) {
-    char p[1200];
+    char p[1600];
     snprintf(p, sizeof p, "%s/snap.json", g->dir);
     unsigned char *text;
     size_t len;
@@ -68,8 +68,46 @@ static int gen_load(snap_gen *g) {
     return 0;
 }
 
-/* Every generation under root/rank-* (ranks in skip left out) into *gens (allocated, grown as
- * needed; free it); returns how many. */
+/* The generations of folder rd (a rank's own, or a peer copy of origin `rank`'s) appended to
+ * *gens (n of cap used). */
+static void gens_add(const char *rd, int rank, snap_gen **gens, int *n, int *cap) {
+    long *steps;
+    int k = snap_list_gens(rd, &steps);
+    for (int i = 0; i < k; i++) {
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 16;
+            *gens = pt_realloc(*gens, sizeof **gens * (size_t)*cap);
+        }
+        snap_gen *g = &(*gens)[*n];
+        memset(g, 0, sizeof *g);
+        snprintf(g->dir, sizeof g->dir, "%s/gen-%ld", rd, steps[i]);
+        g->rank = rank;
+        g->step = steps[i];
+        if (gen_load(g) == 0) (*n)++;
+        else cJSON_Delete(g->j);
+    }
+    free(steps);
+}
+
+/* The peer copies held in rank folder rd: rd/peer-<origin>/, each as origin's generations. */
+static void gens_add_peers(const char *rd, snap_gen **gens, int *n, int *cap) {
+    DIR *d = opendir(rd);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end, pd[1400];
+        if (strncmp(e->d_name, "peer-", 5)) continue;
+        long o = strtol(e->d_name + 5, &end, 10);
+        if (end == e->d_name + 5 || *end || o < 0) continue;
+        snprintf(pd, sizeof pd, "%s/%s", rd, e->d_name);
+        gens_add(pd, (int)o, gens, n, cap);
+    }
+    closedir(d);
+}
+
+/* Every generation under root/rank-* and their peer copies (rank folders in skip left out: a
+ * lost host's memory, its own and the copies it held) into *gens (allocated, grown as needed;
+ * free it); returns how many. */
 static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen **gens) {
     DIR *d = opendir(root);
     *gens = NULL;
@@ -82,23 +120,9 @@ static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen 
         long w = strtol(e->d_name + 5, &end, 10);
         if (end == e->d_name + 5 || *end || in_list((int)w, skip, n_skip)) continue;
         char rd[1000];
-        long *steps;
         snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
-        int k = snap_list_gens(rd, &steps);
-        for (int i = 0; i < k; i++) {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                *gens = pt_realloc(*gens, sizeof **gens * (size_t)cap);
-            }
-            snap_gen *g = &(*gens)[n];
-            memset(g, 0, sizeof *g);
-            snprintf(g->dir, sizeof g->dir, "%s/gen-%ld", rd, steps[i]);
-            g->rank = (int)w;
-            g->step = steps[i];
-            if (gen_load(g) == 0) n++;
-            else cJSON_Delete(g->j);
-        }
-        free(steps);
+        gens_add(rd, (int)w, gens, &n, &cap);
+        gens_add_peers(rd, gens, &n, &cap);
     }
     closedir(d);
     return n;
@@ -127,7 +151,7 @@ static int gen_piece(snap_gen *g, int shard, int c, int tr, int *bad) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "tp_rank");
         if (!shard && (cJSON_IsNumber(t) ? (int)t->valuedouble : 0) != tr) continue;
         if (g->checked[i] == 0) {
-            char p[1200];
+            char p[1600];
             uint64_t h;
             size_t len;
             piece_path(g, shard, c, p, sizeof p);
@@ -187,7 +211,7 @@ static int copy_file(const char *from, const char *to) {
 static int join_tp(snap_gen **src, int tp, int c, const char *to) {
     unsigned char *acc = NULL, *map;
     size_t n = 0, len;
-    char p[1200];
+    char p[1600];
     int rc = 0;
     for (int t = 0; t < tp && rc == 0; t++) {
         piece_path(src[t], 0, c, p, sizeof p);
@@ -237,7 +261,7 @@ static int gen_manifest(const snap_gen *ref, ckpt_manifest *man) {
  * shard[0..shards). */
 static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const char *dir) {
     ckpt_manifest man;
-    char tmp[1200], from[1200], to[1300];
+    char tmp[1200], from[1600], to[1300];
     if (gen_manifest(ref, &man) < 0 || (ref->shards && ckpt_manifest_set_shards(&man, ref->shards) < 0) ||
         ckpt_begin(dir, tmp, sizeof tmp) < 0) return -1;
     man.tp = ref->tp;

@@ -5,6 +5,7 @@
  * writer and the restore (src/ckpt/snapshot*.c), the supervisor that restarts (src/launch). */
 #include "train/trainer_int.h"
 #include "ckpt/snapshot.h"
+#include "comm/comm.h"
 #include "run/executor.h"
 #include "util/killat.h"
 #include "util/pt.h"
@@ -125,6 +126,37 @@ static int check_snapshot(train_ctx *t) {
     return 0;
 }
 
+/* MPI, where no replica on another host holds what a rank holds (--dp 1, or --zero 1's moment
+ * slices): every rank listens for peer copies, the addresses go round (a sum over the world of
+ * a table each rank fills its row of), and each rank sends its generations to the first rank
+ * after it (world order, wrapping) on another host: the next stage's, when stages span hosts.
+ * One host only: nothing to send. A collective: every rank calls it alike. */
+static int peer_setup(train_ctx *t, struct train_recover *rc) {
+    const run_plan *pl = train_engine_plan(t->e);
+    comm *w = t->o.world;
+    if (!w || !pl || rc->n != 1 || (pl->o.D > 1 && !pl->o.zero)) return 0;
+    int R = run_layout_ranks(&pl->lo), me = run_exec_world_rank(rc->ex[0]);
+    double *v = pt_calloc((size_t)(2 * R), sizeof *v);
+    uint32_t addr = 0;
+    int port = 0;
+    if (ckpt_snap_peer_listen(rc->snap[0], &addr, &port) == 0) {
+        v[2 * me] = addr;
+        v[2 * me + 1] = port;
+    } else {
+        fprintf(stderr, "pipetrain: warning: %s (rank %d's generations stay on its host only)\n", pt_err(), me);
+    }
+    int rcode = comm_allreduce_f64(w, v, (size_t)(2 * R));
+    for (int k = 1; k < R && rcode == 0 && port; k++) {
+        int q = (me + k) % R;
+        if (v[2 * q + 1] > 0 && (uint32_t)v[2 * q] != addr) {
+            rcode = ckpt_snap_peer_send_to(rc->snap[0], (uint32_t)v[2 * q], (int)v[2 * q + 1], q);
+            break;
+        }
+    }
+    free(v);
+    return rcode;
+}
+
 int train_recover_init(train_ctx *t) {
     const train_opts *o = &t->o;
     if (check_kill_at(t) < 0) return -1;
@@ -143,7 +175,7 @@ int train_recover_init(train_ctx *t) {
         if (j) rc->ex[r] = run_job_local_exec(j, r);
         if (ckpt_snap_open(&rc->snap[r], o->snapshot_dir, j ? run_exec_world_rank(rc->ex[r]) : 0, SNAP_KEEP) < 0) return -1;
     }
-    return 0;
+    return o->snapshot_every ? peer_setup(t, rc) : 0;
 }
 
 void train_recover_end(train_ctx *t) {
@@ -161,6 +193,10 @@ void train_recover_end(train_ctx *t) {
                rc->step_s > 0 ? (s.copy_s + s.wait_s) / rc->step_s * 100 : 0,
                s.written ? s.write_s / (double)s.written * 1e3 : 0,
                s.written ? s.write_cpu_s / (double)s.written * 1e3 : 0);
+    if (t->root && s.peer_rank >= 0)
+        printf("snapshot peer copies (rank %d to rank %d, on another host): %ld sent, %ld skipped (a newer one came), "
+               "%ld failed; held here for others: %ld, %ld dropped\n", rc->ex ? run_exec_world_rank(rc->ex[0]) : 0,
+               s.peer_rank, s.peer_sent, s.peer_skipped, s.peer_failed, s.peer_received, s.peer_dropped);
 }
 
 void train_recover_free(train_ctx *t) {
