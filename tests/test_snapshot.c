@@ -159,6 +159,34 @@ static int zero_shards(const state *s) {
     return ok;
 }
 
+/* The peer copy: rank 1 listens, rank 0 sends its generations there (over TCP, this host's
+ * address); once one arrived, rank 0's folder can go (a lost host) and the restore still finds
+ * chunk 0, in rank-1/peer-0/, bitwise. Waits at most 10 s for the copy. */
+static int peer_copied(const state *s) {
+    char r2[200];
+    snprintf(r2, sizeof r2, "%s/peer", root);
+    ckpt_snap *a, *b;
+    uint32_t addr;
+    int port;
+    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0 ||
+        ckpt_snap_peer_listen(b, &addr, &port) < 0 || ckpt_snap_peer_send_to(a, addr, port, 1) < 0) return 0;
+    take(a, 0, &s[1], 1);
+    take(b, 1, &s[1], 1);
+    ckpt_snap_stats st = {0};
+    for (int i = 0; i < 1000 && st.peer_received < 1; i++) {
+        usleep(10000);
+        ckpt_snap_get_stats(b, &st);
+    }
+    ckpt_snap_stats sa;
+    ckpt_snap_get_stats(a, &sa);
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    ckpt_snap_found f;
+    int skip[1] = { 0 };
+    return st.peer_received == 1 && sa.peer_sent == 1 && sa.peer_rank == 1 &&
+           ckpt_snap_restore(r2, skip, 1, out, &f) == 1 && f.step == 1 && f.from_rank[0] == 0 && restored_equals(&s[1]);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_snapXXXXXX");
     if (!mkdtemp(root)) return 2;
@@ -228,6 +256,8 @@ int main(void) {
           slots_refilled(s), "no");
     CHECK("--zero 1: parameters and every rank's moment shard restored; a lost rank's shard: none", zero_shards(&s[2]),
           "%s", pt_err());
+    CHECK("peer copy: rank 0's generation kept at rank 1, restored from there without rank 0's folder",
+          peer_copied(s), "%s", pt_err());
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
     for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
     char cmd[300];

@@ -99,7 +99,7 @@ int ckpt_snap_close(ckpt_snap *s);
 /* What ckpt_snap_restore found. */
 typedef struct {
     long step;              /* the step restored (0: none complete) */
-    int from_rank[CKPT_MAX_CHUNKS];   /* chunk c came from rank from_rank[c]'s folder */
+    int from_rank[CKPT_MAX_CHUNKS];   /* chunk c is rank from_rank[c]'s (its folder, or a peer copy of it) */
     int n_chunks;
     int n_bad;              /* generations skipped as damaged (checksum, size, unreadable) */
 } ckpt_snap_found;
