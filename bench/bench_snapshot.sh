@@ -23,22 +23,25 @@ isa=$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpu
 echo "machine: $cpu, $isa, $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 base="--config examples/char-gpt.json --data $D/t.txt --batch 32 --seq 64 --lr 1e-3 --steps $STEPS"
 median() { sort -g | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
-step_ms() { sed -n '2,$p' "$1" | sed 's/.*"step_ms":\([0-9.]*\).*/\1/' | median; }
-plain() { rm -f "$D/a.jsonl"; "$P" train $base $1 --metrics "$D/a.jsonl" > /dev/null 2>&1; }
+# stamp: each progress line's arrival time (bash's EPOCHREALTIME), one a line; the rest to $1
+stamp() { while IFS= read -r l; do case $l in step*) echo "$EPOCHREALTIME";; *) echo "$l" >> "$1";; esac; done; }
+# period FILE: the median of the periods between stamps, the first two left out, in ms
+period() { awk 'NR > 1 { d[NR] = ($1 - p) * 1e3 } { p = $1 } END { for (i = 4; i <= NR; i++) print d[i] }' "$1" | median; }
+plain() { rm -f "$D/a.out"; "$P" train $base $1 --log-every 1 2>&1 | stamp "$D/a.out" > "$D/a.ts"; }
 snap() {
-  rm -f "$D/b.jsonl"; rm -rf "$SNAP"
-  "$P" train $base $1 --metrics "$D/b.jsonl" --snapshot-every 1 --snapshot-dir "$SNAP" > "$D/b.out" 2>&1
+  rm -f "$D/b.out"; rm -rf "$SNAP"
+  "$P" train $base $1 --log-every 1 --snapshot-every 1 --snapshot-dir "$SNAP" 2>&1 | stamp "$D/b.out" > "$D/b.ts"
 }
 for lay in "one process:--threads 2" "2 stages x 2 replicas:--stages 2 --dp 2 --microbatches 4"; do
   name=${lay%%:*}; flags=${lay#*:}
   : > "$D/ratio"; : > "$D/plain"; : > "$D/snap"
   for ((r = 1; r <= ROUNDS; r++)); do
     if ((r % 2)); then plain "$flags"; snap "$flags"; else snap "$flags"; plain "$flags"; fi
-    a=$(step_ms "$D/a.jsonl"); b=$(step_ms "$D/b.jsonl")
+    a=$(period "$D/a.ts"); b=$(period "$D/b.ts")
     echo "$a" >> "$D/plain"; echo "$b" >> "$D/snap"
     awk -v a="$a" -v b="$b" 'BEGIN {print b / a}' >> "$D/ratio"
   done
-  echo "$name: step $(median < "$D/plain") ms without, $(median < "$D/snap") ms with a snapshot every step" \
+  echo "$name: step period $(median < "$D/plain") ms without, $(median < "$D/snap") ms with a snapshot every step" \
        "(medians of $ROUNDS alternating rounds); with/without $(median < "$D/ratio")" \
        "(rounds: $(tr '\n' ' ' < "$D/ratio" | xargs printf '%.3f '))"
   grep '^snapshots' "$D/b.out" | sed 's/^/  last round: /'
