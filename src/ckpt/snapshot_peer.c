@@ -14,6 +14,7 @@
 #include "ckpt/snapshot_int.h"
 #include "util/pt.h"
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -202,7 +203,21 @@ static void *listen_main(void *arg) {
     return NULL;
 }
 
+/* The half-received generations an earlier process left in the peer folders of p's rank. */
+static void peer_clean(const snap_peer *p) {
+    DIR *d = opendir(p->dir);
+    struct dirent *e;
+    char pd[1400];
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, "peer-", 5)) {
+            snprintf(pd, sizeof pd, "%s/%s", p->dir, e->d_name);
+            snap_clean_tmp(pd);
+        }
+    if (d) closedir(d);
+}
+
 int snap_peer_listen(snap_peer *p, uint32_t *addr, int *port) {
+    peer_clean(p);
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
     socklen_t len = sizeof sa;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
