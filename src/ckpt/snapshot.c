@@ -185,6 +185,9 @@ void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
     out->peer_failed = ps.failed;
     out->peer_received = ps.received;
     out->peer_dropped = ps.dropped;
+    out->peer_send_s = ps.send_s;
+    out->peer_send_cpu_s = ps.send_cpu_s;
+    out->peer_recv_cpu_s = ps.recv_cpu_s;
 }
 
 int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port) {

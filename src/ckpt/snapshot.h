@@ -42,6 +42,8 @@ typedef struct {
     long peer_sent, peer_skipped, peer_failed;  /* generations sent whole, skipped (a newer one
                                                  * came while sending), failed */
     long peer_received, peer_dropped;           /* other ranks' generations kept here, dropped */
+    double peer_send_s, peer_send_cpu_s;        /* the sender's seconds and CPU seconds */
+    double peer_recv_cpu_s;                     /* the receivers' CPU seconds */
 } ckpt_snap_stats;
 
 /* Opens world rank `rank`'s snapshots under root (created; a crashed writer's "gen-*.tmp.*"

@@ -94,8 +94,9 @@ typedef struct {
 typedef struct {
     int peer_rank;              /* where this rank's generations go (-1: nowhere) */
     long sent, skipped, failed; /* generations sent whole, replaced by a newer one while waiting, failed */
-    double send_s;              /* seconds in the sender thread */
+    double send_s, send_cpu_s;  /* seconds in the sender thread, CPU seconds it used */
     long received, dropped;     /* generations of other ranks kept here, dropped (a sum) */
+    double recv_cpu_s;          /* CPU seconds the receivers used */
 } snap_peer_stats;
 /* The peer side of rank `rank` whose folder is rank_dir. */
 snap_peer *snap_peer_new(const char *rank_dir, int rank);

@@ -15,6 +15,7 @@
 #include "util/pt.h"
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -23,9 +24,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PEER_MAX_CONN 16        /* senders one receiver serves */
@@ -80,6 +83,13 @@ static uint32_t host_addr(void) {
     return a;
 }
 
+/* CPU seconds this thread has used (what the copy takes from the cores, whatever the load). */
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static void set_timeouts(int fd) {
     struct timeval tv = { .tv_sec = PEER_IO_TIMEOUT_S };
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -125,8 +135,49 @@ static void peer_prune(const char *odir) {
     free(steps);
 }
 
-/* One generation from fd into odir/gen-<step>. 1 kept, 0 dropped (a sum that does not match),
- * -1 the connection ended or failed. */
+/* n bytes from fd read and dropped (a file that could not be made). 0, or -1. */
+static int recv_drop(int fd, uint64_t n) {
+    char buf[65536];
+    for (uint64_t k; n > 0; n -= k) {
+        k = n < sizeof buf ? n : sizeof buf;
+        if (read_all(fd, buf, (size_t)k) < 0) return -1;
+    }
+    return 0;
+}
+
+/* n bytes from fd straight into file `path` (made, or resized, to n bytes and mapped: a recycled
+ * file's pages are in place, so this is the receive's one copy), *sum theirs. 1, 0 when the
+ * file could not be made (the bytes read and dropped), -1 when the connection failed. */
+static int recv_file(int fd, const char *path, uint64_t n, uint64_t *sum) {
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (f >= 0 && fstat(f, &st) == 0 && ((uint64_t)st.st_size == n || ftruncate(f, (off_t)n) == 0) && n)
+        map = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    if (f >= 0) close(f);
+    if (map == MAP_FAILED) return n == 0 && f >= 0 ? (*sum = snap_sum_mem(NULL, 0), 1) : recv_drop(fd, n) < 0 ? -1 : 0;
+    int rc = read_all(fd, map, n) < 0 ? -1 : 1;
+    if (rc > 0) *sum = snap_sum_mem(map, n);
+    munmap(map, n);
+    return rc;
+}
+
+/* The folder a generation of origin folder odir is received into, tmp: the oldest of
+ * PEER_KEEP generations there renamed (its files' pages reused), else a new one. */
+static int recv_folder(const char *odir, const char *tmp) {
+    long *steps;
+    int n = snap_list_gens(odir, &steps), rc = -1;
+    if (n >= PEER_KEEP) {
+        char old[1300];
+        snprintf(old, sizeof old, "%s/gen-%ld", odir, steps[n - 1]);
+        rc = rename(old, tmp);
+    }
+    free(steps);
+    return rc == 0 || mkdir(tmp, 0755) == 0 ? 0 : -1;
+}
+
+/* One generation from fd into odir/gen-<step>. 1 kept, 0 dropped (a sum that does not match, a
+ * file that could not be made), -1 the connection ended or failed. */
 static int recv_gen(snap_peer *p, int fd, char *odir, size_t odir_n) {
     char magic[4];
     int32_t origin, nf;
@@ -142,20 +193,18 @@ static int recv_gen(snap_peer *p, int fd, char *odir, size_t odir_n) {
     snprintf(tmp, sizeof tmp, "%s/gen-%ld.tmp.%ld", odir, (long)step, (long)getpid());
     mkdir(odir, 0755);
     snap_remove_dir(tmp);
-    if (rc > 0 && mkdir(tmp, 0755) < 0) rc = 0;   /* read on, keep nothing */
+    if (rc > 0 && recv_folder(odir, tmp) < 0) rc = 0;   /* read on, keep nothing */
     for (int i = 0; i < nf && rc >= 0; i++) {
         uint16_t nl;
-        uint64_t bytes, sum;
+        uint64_t bytes, sum, got = 0;
         char name[65];
         if (read_all(fd, &nl, 2) < 0 || nl == 0 || nl > 64 || read_all(fd, name, nl) < 0 ||
             read_all(fd, &bytes, 8) < 0 || read_all(fd, &sum, 8) < 0 || bytes > (1ull << 40)) { rc = -1; break; }
         name[nl] = 0;
-        unsigned char *b = pt_malloc(bytes ? bytes : 1);
-        if (read_all(fd, b, bytes) < 0) rc = -1;
-        else if (strchr(name, '/') || snap_sum_mem(b, bytes) != sum) rc = 0;   /* refilled while sent */
         snprintf(path, sizeof path, "%s/%s", tmp, name);
-        if (rc > 0 && write_file(path, b, bytes) < 0) rc = 0;
-        free(b);
+        int r = rc > 0 && !strchr(name, '/') ? recv_file(fd, path, bytes, &got) : recv_drop(fd, bytes) < 0 ? -1 : 0;
+        if (r < 0) rc = -1;
+        else if (r == 0 || got != sum) rc = 0;   /* refilled while it was sent */
     }
     snprintf(path, sizeof path, "%s/snap.json", tmp);
     if (rc > 0 && write_file(path, (unsigned char *)json, jl) < 0) rc = 0;
@@ -176,9 +225,13 @@ static void *conn_main(void *arg) {
     snap_peer *p = *(snap_peer **)(fdp + 2);
     int fd = fdp[0], rc;
     char odir[1100];
+    double c0 = thread_cpu_s();
     while ((rc = recv_gen(p, fd, odir, sizeof odir)) >= 0) {
+        double c1 = thread_cpu_s();
         pthread_mutex_lock(&p->mu);
         if (rc > 0) p->st.received++; else p->st.dropped++;
+        p->st.recv_cpu_s += c1 - c0;
+        c0 = c1;
         pthread_mutex_unlock(&p->mu);
     }
     free(fdp);
@@ -280,12 +333,14 @@ static void *send_main(void *arg) {
         p->pend_json = NULL;
         p->sending = 1;
         pthread_mutex_unlock(&p->mu);
-        double t0 = pt_now();
+        double t0 = pt_now(), c0 = thread_cpu_s();
         int rc = send_gen(p, step, json, f, n);
         free(json);
+        double c1 = thread_cpu_s();
         pthread_mutex_lock(&p->mu);
         p->sending = 0;
         p->st.send_s += pt_now() - t0;
+        p->st.send_cpu_s += c1 - c0;
         if (rc == 0) p->st.sent++; else p->st.failed++;
     }
     pthread_mutex_unlock(&p->mu);

@@ -193,10 +193,14 @@ void train_recover_end(train_ctx *t) {
                rc->step_s > 0 ? (s.copy_s + s.wait_s) / rc->step_s * 100 : 0,
                s.written ? s.write_s / (double)s.written * 1e3 : 0,
                s.written ? s.write_cpu_s / (double)s.written * 1e3 : 0);
+    long sent = s.peer_sent + s.peer_failed;
     if (t->root && s.peer_rank >= 0)
         printf("snapshot peer copies (rank %d to rank %d, on another host): %ld sent, %ld skipped (a newer one came), "
-               "%ld failed; held here for others: %ld, %ld dropped\n", rc->ex ? run_exec_world_rank(rc->ex[0]) : 0,
-               s.peer_rank, s.peer_sent, s.peer_skipped, s.peer_failed, s.peer_received, s.peer_dropped);
+               "%ld failed, %.1f ms and %.2f ms of CPU each; held here for others: %ld, %ld dropped, %.2f ms of CPU "
+               "each (off the compute path)\n", rc->ex ? run_exec_world_rank(rc->ex[0]) : 0,
+               s.peer_rank, s.peer_sent, s.peer_skipped, s.peer_failed, sent ? s.peer_send_s / (double)sent * 1e3 : 0,
+               sent ? s.peer_send_cpu_s / (double)sent * 1e3 : 0, s.peer_received, s.peer_dropped,
+               s.peer_received + s.peer_dropped ? s.peer_recv_cpu_s / (double)(s.peer_received + s.peer_dropped) * 1e3 : 0);
 }
 
 void train_recover_free(train_ctx *t) {
