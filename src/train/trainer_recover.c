@@ -9,9 +9,11 @@
 #include "run/executor.h"
 #include "util/killat.h"
 #include "util/pt.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Generations each rank keeps: the newest may be half a step ahead of another rank's, and one of
  * those may be damaged; three leave a step every rank has in both cases. */
@@ -22,6 +24,16 @@ struct train_recover {
     run_exec **ex;          /* [n] pipelined: the local ranks' executors; NULL: one process */
     int n;
     double step_s;          /* seconds of the steps run (the overhead's denominator) */
+    /* a helper takes the copies of local ranks [half, n) at a boundary while the trainer's
+     * thread takes [0, half): at a step boundary every rank thread is idle, so with a second
+     * core the copies cost half the wall time (started when n > 1 and there are 2+ cores) */
+    pthread_t help;
+    int has_help, half, help_go, help_done, help_stop, help_rc;
+    train_ctx *help_t;
+    const ckpt_manifest *help_man;
+    char help_err[512];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 };
 
 /* World ranks of the job (1: one process). */
@@ -99,15 +111,55 @@ static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
     return rcode;
 }
 
+static void *help_main(void *arg) {
+    struct train_recover *rc = arg;
+    pthread_mutex_lock(&rc->mu);
+    for (;;) {
+        while (!rc->help_go && !rc->help_stop) pthread_cond_wait(&rc->cv, &rc->mu);
+        if (rc->help_stop) break;
+        rc->help_go = 0;
+        pthread_mutex_unlock(&rc->mu);
+        int rcode = 0;
+        for (int r = rc->half; r < rc->n && rcode == 0; r++) rcode = snap_take(rc->help_t, r, rc->help_man);
+        pthread_mutex_lock(&rc->mu);
+        rc->help_rc = rcode;
+        if (rcode < 0) snprintf(rc->help_err, sizeof rc->help_err, "%s", pt_err());
+        rc->help_done = 1;
+        pthread_cond_broadcast(&rc->cv);
+    }
+    pthread_mutex_unlock(&rc->mu);
+    return NULL;
+}
+
+/* Every local rank's snapshot taken as generation man->step: half of them by the helper. */
+static int take_all(train_ctx *t, const ckpt_manifest *man) {
+    struct train_recover *rc = t->recover;
+    int rcode = 0, half = rc->has_help ? rc->half : rc->n;
+    if (rc->has_help) {
+        pthread_mutex_lock(&rc->mu);
+        rc->help_t = t;
+        rc->help_man = man;
+        rc->help_done = 0;
+        rc->help_go = 1;
+        pthread_cond_broadcast(&rc->cv);
+        pthread_mutex_unlock(&rc->mu);
+    }
+    for (int r = 0; r < half && rcode == 0; r++) rcode = snap_take(t, r, man);
+    if (!rc->has_help) return rcode;
+    pthread_mutex_lock(&rc->mu);
+    while (!rc->help_done) pthread_cond_wait(&rc->cv, &rc->mu);
+    if (rcode == 0 && rc->help_rc < 0) rcode = pt_seterr("%s", rc->help_err);
+    pthread_mutex_unlock(&rc->mu);
+    return rcode;
+}
+
 int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, void *user) {
     struct train_recover *rc = t->recover;
     const train_opts *o = &t->o;
     rc->step_s += st->step_time;
     if (o->snapshot_every > 0 && (step % o->snapshot_every == 0 || step == o->steps)) {
         ckpt_manifest man;
-        if (snap_manifest(t, step, &man) < 0) return -1;
-        for (int r = 0; r < rc->n; r++)
-            if (snap_take(t, r, &man) < 0) return -1;
+        if (snap_manifest(t, step, &man) < 0 || take_all(t, &man) < 0) return -1;
     }
     /* after the take: a heartbeat of step S says every generation before S is written (the take
      * waited for them), so a rank that dies in its writer is never more than one step behind */
@@ -166,6 +218,8 @@ int train_recover_init(train_ctx *t) {
     if (!o->snapshot_dir) return 0;
     if (check_snapshot(t) < 0) return -1;
     struct train_recover *rc = pt_calloc(1, sizeof *rc);
+    pthread_mutex_init(&rc->mu, NULL);
+    pthread_cond_init(&rc->cv, NULL);
     t->recover = rc;
     run_job *j = train_engine_job(t->e);
     rc->n = j ? run_job_local_count(j) : 1;
@@ -174,6 +228,10 @@ int train_recover_init(train_ctx *t) {
     for (int r = 0; r < rc->n; r++) {
         if (j) rc->ex[r] = run_job_local_exec(j, r);
         if (ckpt_snap_open(&rc->snap[r], o->snapshot_dir, j ? run_exec_world_rank(rc->ex[r]) : 0, SNAP_KEEP) < 0) return -1;
+    }
+    if (o->snapshot_every && rc->n > 1 && sysconf(_SC_NPROCESSORS_ONLN) > 1) {
+        rc->half = (rc->n + 1) / 2;
+        rc->has_help = pthread_create(&rc->help, NULL, help_main, rc) == 0;
     }
     return o->snapshot_every ? peer_setup(t, rc) : 0;
 }
@@ -206,6 +264,15 @@ void train_recover_end(train_ctx *t) {
 void train_recover_free(train_ctx *t) {
     struct train_recover *rc = t->recover;
     if (!rc) return;
+    if (rc->has_help) {
+        pthread_mutex_lock(&rc->mu);
+        rc->help_stop = 1;
+        pthread_cond_broadcast(&rc->cv);
+        pthread_mutex_unlock(&rc->mu);
+        pthread_join(rc->help, NULL);
+    }
+    pthread_mutex_destroy(&rc->mu);
+    pthread_cond_destroy(&rc->cv);
     for (int r = 0; r < rc->n; r++)
         if (ckpt_snap_close(rc->snap[r]) < 0) fprintf(stderr, "warning: snapshot: %s\n", pt_err());
     free(rc->snap);
