@@ -305,11 +305,11 @@ void train_side_end(train_ctx *t) {
     side_lost_line(&tot, lost, sizeof lost);
     if (train_engine_job(t->e))
         printf("side work: %.3f s of CPU in the ranks' %.3f s of waits offered to it (%.1f%% harvested; "
-               "bubble_s %.3f s; unused by its %.3f s of steps, %.3f s inside the waits: %s) in %ld steps "
-               "(%ld of %ld waits used); overrun %.4f s, at step boundaries %.4f s: the main job waited "
+               "unused by its %.3f s of steps, %.3f s inside the waits: %s) in %ld steps (%ld of %ld waits "
+               "used; bubble_s %.3f s); overrun %.4f s, at step boundaries %.4f s: the main job waited "
                "about %.2f%% of its %.2f s of steps for side work\n", sd->side_cpu_s, sd->wait_idle_s,
-               100 * frac, sd->bubble_s, sd->side_s, tot.used_s, lost[0] ? lost : "none", sd->steps,
-               sd->used, sd->offered, sd->overrun_s, sd->sync_s + sd->eval_sync_s, 100 * delay,
+               100 * frac, sd->side_s, tot.used_s, lost[0] ? lost : "none", sd->steps, sd->used, sd->offered,
+               sd->bubble_s, sd->overrun_s, sd->sync_s + sd->eval_sync_s, 100 * delay,
                sd->step_s);
     if (train_engine_job(t->e) && sd->rested > 0) {
         char cost[64] = "not measured yet";
