@@ -59,6 +59,11 @@
 #define HV_DUTY_MIN 0.125
 #define HV_BO_CONTROL 10
 #define HV_BO_SURE 0.75
+/* Only the steps of the last HV_BO_AGE are compared: a slow spell of the machine, or a cost that
+ * is gone, stops counting after that (backed off to 1 step in 8, the ring of 16 with side work
+ * would otherwise take 128 steps to forget it). Long enough to hold HV_BO_MIN baseline steps
+ * (one in HV_BO_CONTROL + 1) when nothing rests. */
+#define HV_BO_AGE 64
 
 enum { HV_ACTIVE, HV_FINISHED, HV_FAILED, HV_ELSEWHERE };
 
@@ -101,7 +106,8 @@ struct harvest {
     int R, P, lo, hi, started;
     int paused;                 /* harvest_pause */
     int resting;                /* this step runs without side work (harvest_backoff.c; shared) */
-    double bo_on[HV_BO_N], bo_off[HV_BO_N];   /* root: steps' compute seconds with and without */
+    double bo_on[HV_BO_N], bo_off[HV_BO_N];   /* root: steps' compute seconds with and without, */
+    long bo_on_at[HV_BO_N], bo_off_at[HV_BO_N];   /* and when (harvest_after_step's count) */
     int bo_n_on, bo_n_off, bo_since_off;
     double bo_duty, bo_acc, bo_slow;          /* root: the fraction of steps with side work,
                                                * its accumulator, the estimated cost (NaN: none) */
