@@ -50,7 +50,9 @@
  * from the medians of the last HV_BO_N steps with and without it (once HV_BO_MIN of each,
  * after the first HV_BO_SKIP);
  * above HV_SLOW_MAX, it runs in a fraction HV_SLOW_MAX / cost of the steps (at least
- * HV_DUTY_MIN) when HV_BO_SURE of the pairs (with, without) say with is slower; a step rests
+ * HV_DUTY_MIN) when the pairs (with, without) say with is slower beyond chance (Mann-Whitney's U
+ * at least HV_BO_Z standard deviations above its mean: a fixed share of the pairs would be met by
+ * noise alone in some 4% of the steps' comparisons, every step compared again); a step rests
  * after HV_BO_CONTROL in a row with side work (the baseline). */
 #define HV_BO_N 16
 #define HV_BO_MIN 4
@@ -58,7 +60,7 @@
 #define HV_SLOW_MAX 0.02
 #define HV_DUTY_MIN 0.125
 #define HV_BO_CONTROL 10
-#define HV_BO_SURE 0.75
+#define HV_BO_Z 2.33         /* one-sided p < 0.01 */
 /* Only the steps of the last HV_BO_AGE are compared: a slow spell of the machine, or a cost that
  * is gone, stops counting after that (backed off to 1 step in 8, the ring of 16 with side work
  * would otherwise take 128 steps to forget it). Long enough to hold HV_BO_MIN baseline steps
