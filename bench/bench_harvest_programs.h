@@ -232,6 +232,7 @@ typedef struct {
     int n_off, n_on;
     double bubble, cpu;          /* over the iterations with side work: bubble_s, side_cpu_s, */
     double idle, used, side;     /* wait_idle_s (the denominator), side_s inside it, side_s */
+    double over;                 /* side_overrun_s: the programs' stops past the rank's wake-up */
     double lost[HARVEST_LOST_N]; /* the waits' idle side work did not use, by reason */
     int rested;                  /* of them, run without by the policy (the main job first) */
     double slow;                 /* the policy's estimate of side work's cost to a step's compute */
@@ -289,6 +290,7 @@ static int bp_job(const char *sched_name, int M, const gpt_model *init, const in
             s->idle += hs.idle_s;
             s->used += hs.used_s;
             s->side += hs.side_s;
+            s->over += hs.overrun_s;
             for (int k = 0; k < HARVEST_LOST_N; k++) s->lost[k] += hs.lost_s[k];
         } else s->off[s->n_off++] = st.iter_time;
     }
@@ -360,8 +362,9 @@ static int bp_layout(const char *sched_name, int M, int rounds, int iters, const
         for (int k = 0; k < HARVEST_LOST_N; k++)
             if (s.lost[k] > 0.005 * s.idle) any = printf(" %s %.1f%%", harvest_lost_name(k), 100 * s.lost[k] / s.idle);
         if (!any) printf(" none");
-        printf("; %d of %d iterations rested; side work's cost to compute by the policy %+.1f%%\n", rr[r].rested,
-               s.n_on, 100 * rr[r].est);
+        printf("; %d of %d iterations rested; side work's cost to compute by the policy %+.1f%%; overrun "
+               "(stops past the wake-up) %.3f ms per iteration\n", rr[r].rested, s.n_on, 100 * rr[r].est,
+               s.n_on ? 1e3 * s.over / s.n_on : 0);
         fflush(stdout);
         free(s.off);
         free(s.on);
