@@ -54,6 +54,13 @@ awk -v o="$own" 'BEGIN { exit !(o >= 0.02) }' \
 awk -v c="$cpu" -v o="$own" -v r=$CPU_REL -v a=$CPU_ABS_S 'BEGIN { d = c - o; exit !(o > 0 && (d < 0 ? -d : d) <= r * o + a) }' \
   && ok "harvest cpu: side_cpu_s ($cpu s) agrees with the programs' own clocks ($own s) within 10% + 10 ms" \
   || fail "harvest cpu: side_cpu_s agrees with the programs' own clocks within 10% + 10 ms" "side_cpu_s $cpu, theirs $own0 + $own1, slots $slots"
+# a program's overrun is its stop after the arrival woke the rank (a signal and its CPU clocks:
+# more than nothing per slot, far less than the slots; it read 0 while the wake-up's time was
+# left on another clock than the slots')
+over=$(sum "$D/m.jsonl" side_overrun_s)
+awk -v o="$over" -v s="$slots" 'BEGIN { exit !(o > 0 && o < 0.5 * s) }' \
+  && ok "harvest cpu: the programs' stops after the wake-up count as overrun ($over s of $slots s of slots)" \
+  || fail "harvest cpu: the programs' stops after the wake-up count as overrun" "side_overrun_s $over, side_s $slots"
 grep -q "side work: [0-9.]* s of CPU in the ranks' [0-9.]* s of waits offered to it ([0-9.]*% harvested" "$D/out" \
   && grep -q "of CPU in [0-9.]* s of slots" "$D/out" \
   && ok "harvest cpu: the summary gives the CPU received against the waits offered, per program too" \
