@@ -63,8 +63,8 @@
 #define HV_BO_Z 2.33         /* one-sided p < 0.01 */
 /* Only the steps of the last HV_BO_AGE are compared: a slow spell of the machine, or a cost that
  * is gone, stops counting after that (backed off to 1 step in 8, the ring of 16 with side work
- * would otherwise take 128 steps to forget it). Long enough to hold HV_BO_MIN baseline steps
- * (one in HV_BO_CONTROL + 1) when nothing rests. */
+ * alone holds a step for up to 128). Long enough to hold 5 baseline steps (one in
+ * HV_BO_CONTROL + 1), the fewest the rank test can be sure of, when nothing rests. */
 #define HV_BO_AGE 64
 
 enum { HV_ACTIVE, HV_FINISHED, HV_FAILED, HV_ELSEWHERE };
