@@ -6,7 +6,7 @@
  * delays an action's start, not its length, and has its own control: hv_control); the first
  * HV_BO_SKIP steps (warming up, slower with side work or without) are left out. When it is
  * above HV_SLOW_MAX, side work runs in a fraction HV_SLOW_MAX / cost of the steps (at least
- * HV_DUTY_MIN), so the main job loses about HV_SLOW_MAX on average, provided at least
+ * HV_DUTY_MIN), so the main job loses about HV_SLOW_MAX on average, provided
  * the pairs (a step with, a step without) say that with is slower beyond chance (of all pairs,
  * those where with was slower: about half from a noisy machine's spread alone; Mann-Whitney's U
  * test at HV_BO_Z, which asks more of fewer steps: none with 4 of each, 94% of the pairs with 5,
@@ -14,7 +14,8 @@
  * steps in a row with side work, to keep the baseline current. Only the last HV_BO_AGE steps
  * count, so a slow spell or a cost that went away is forgotten within them (backed off to 1
  * step in 8 with side work, the rings alone kept it some 40 steps: test_harvest_backoff.c).
- * Which steps rest is the root's decision, shared with the predictions (hv_predict). Not here: what a step with side work does (harvest.c). */
+ * Which steps rest is the root's decision, shared with the predictions (hv_predict). Not
+ * here: what a step with side work does (harvest.c). */
 #include "harvest/harvest_int.h"
 #include "util/pt.h"
 #include <math.h>
