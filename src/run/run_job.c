@@ -75,7 +75,7 @@ static int job_exec_init(run_job *j, int r) {
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
                        .tp_overlap = pl->o.tp_overlap, .tp_recompute = pl->o.tp_recompute, .tp_sp = pl->o.tp_sp,
                        .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket, .wire = pl->o.wire,
-                       .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user };
+                       .async_fix = pl->o.async_fix, .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user };
     return run_exec_init(&j->ex[r], &c);
 }
 
