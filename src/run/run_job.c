@@ -475,7 +475,7 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
                       int t, run_stats *st) {
     memset(st, 0, sizeof *st);
     if (j->s->async && !oc)
-        return pt_seterr("schedule %s updates the weights after every microbatch; the gradient of "
+        return pt_seterr("schedule %s updates the weights during the step (asynchronous); the gradient of "
                          "a whole batch needs a synchronous schedule", j->s->name);
     j->tok = tokens; j->tgt = targets; j->oc = oc; j->t = t;
     if (job_apply_faults(j, t) < 0 || run_job_run_all(j, job_iter_rank) < 0) return -1;
