@@ -110,10 +110,6 @@ static int async_reduce(run_exec *e, int i, sched_action a, run_stage *st, doubl
 
 static int async_finish(run_exec *e, run_exec_stats *rs) { return exec_reduce_world(e, rs); }
 
-/* The largest delay of any stage of the pipeline (the tied tensors' groups use it, so that
- * every holder of a tie applies the same factor and the copies stay equal). */
-static int exec_tau_max(const run_exec *e);
-
 /* The update on every group (PipeMare: the lr factor of the group's delay), the older
  * weights kept (2bw: in ver; else in e->live, for the velocity), the update counted. */
 static int async_fix_step(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs) {
@@ -127,7 +123,7 @@ static int async_fix_step(run_exec *e, const optim_config *oc, int t, run_exec_s
         for (int k = 0; k < e->n_grp && rc == 0; k++) {
             exec_group *gr = &e->grp[k];
             double f = e->fix != ASYNC_FIX_PIPEMARE ? 1.0
-                     : async_fix_pipemare_lr(gr->tie >= 0 ? exec_tau_max(e) : st->tau, u, warm);
+                     : async_fix_pipemare_lr(gr->tie >= 0 ? e->tau_max : st->tau, u, warm);
             rc = exec_update_group(e, gr, oc, u, rs->lr * f, 1.0);
         }
         if (e->fix == ASYNC_FIX_PIPEMARE || e->fix == ASYNC_FIX_PREDICT)
@@ -171,6 +167,8 @@ static int exec_stale_counts(const sched *s, int g, int *out) {
     return mx;
 }
 
+/* The largest delay of any stage of the pipeline (the tied tensors' groups use it, so that
+ * every holder of a tie applies the same factor and the copies stay equal). */
 static int exec_tau_max(const run_exec *e) {
     const sched *s = e->c.s;
     int *tmp = pt_malloc(sizeof(int) * (size_t)s->n_mb), mx = 0;
@@ -193,6 +191,7 @@ int exec_async_init(run_exec *e) {
         st->f_upd = pt_calloc((size_t)e->M, sizeof *st->f_upd);
         st->tau = exec_stale_counts(e->c.s, st->g, st->stale);
     }
+    e->tau_max = exec_tau_max(e);
     return 0;
 }
 

@@ -177,6 +177,7 @@ struct run_exec {
     int fix;                          /* async_fix (optim/async_fix.h) */
     int stashing;                     /* async with a stash per microbatch (pipedream's rule) */
     int swapped;                      /* exec_async.c: other weights are in, live holds the current */
+    int tau_max;                      /* exec_async.c: the largest delay of any stage of the pipe */
     int stash_checked, stash_bad, stash_stale;   /* run_exec_stash_stats */
     timeline tl;
 };
