@@ -112,7 +112,8 @@ static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, c
  * stopping). */
 static int exec_backward_input(run_exec *e, run_stage *st, int mb, int weight) {
     /* the objective: mean over all microbatches, or (async) over this microbatch's replicas */
-    float scale = 1.0f / (float)((e->async ? 1 : e->M) * e->c.lo->D);
+    /* the gradient of the mean loss over the microbatches of one update (async: M / STEPs) */
+    float scale = 1.0f / (float)((e->async ? e->M / e->n_step_acts : e->M) * e->c.lo->D);
     const float *dy = st->next < 0 ? &scale : exec_dout(e, st, mb);
     int k = 0, b = e->c.mb_rows, T = e->c.T;
     for (int l = st->end - 1; l >= st->first; l--) {

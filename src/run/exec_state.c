@@ -185,7 +185,7 @@ static int exec_stage_init(run_exec *e, run_stage *st, int g) {
 /* After every stage has its model: tied tensors, then (async) the stash sized by them. */
 static int exec_stage_finish(run_exec *e, run_stage *st) {
     if (exec_stage_ties(e, st) < 0) return -1;
-    if (e->async) {
+    if (e->stashing) {   /* a stash per microbatch: pipedream's rule */
         st->stash = exec_bufs(e->M, exec_weights_n(st, e->n_ties));
         st->stash_sum = pt_calloc((size_t)e->M, sizeof *st->stash_sum);
     }

@@ -75,7 +75,7 @@ static int job_exec_init(run_job *j, int r) {
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
                        .tp_overlap = pl->o.tp_overlap, .tp_recompute = pl->o.tp_recompute, .tp_sp = pl->o.tp_sp,
                        .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket, .wire = pl->o.wire,
-                       .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user };
+                       .async_fix = pl->o.async_fix, .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user };
     return run_exec_init(&j->ex[r], &c);
 }
 
@@ -478,7 +478,7 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
                       int t, run_stats *st) {
     memset(st, 0, sizeof *st);
     if (j->s->async && !oc)
-        return pt_seterr("schedule %s updates the weights after every microbatch; the gradient of "
+        return pt_seterr("schedule %s updates the weights during the step (asynchronous); the gradient of "
                          "a whole batch needs a synchronous schedule", j->s->name);
     j->tok = tokens; j->tgt = targets; j->oc = oc; j->t = t;
     if (job_apply_faults(j, t) < 0 || run_job_run_all(j, job_iter_rank) < 0) return -1;

@@ -2,6 +2,7 @@
  * read), lowering, validation, layer split, microbatch size. Pure: every rank gets the same plan
  * or the same error. Not here: running it (run_job.c, executor.c). */
 #include "run/run.h"
+#include "optim/async_fix.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ static sched *run_plan_schedule(const run_opts *o) {
                        .cost_f = 1, .cost_b = 1, .cost_w = 1 };
     sched *s = sched_generate(o->schedule, &p);
     if (!s) pt_adderr("--schedule %s --stages %d --microbatches %d: ", o->schedule, o->P, o->M);
-    if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {   /* 2bw: not run yet */
+    if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {
         sched_free(s);
         return NULL;
     }
@@ -102,6 +103,21 @@ static int run_plan_check_tp_modes(const run_opts *o) {
     if (o->tp_sp && o->tp_overlap)
         return pt_seterr("--sp and --tp-overlap: give one (under --sp a block reduce-scatters and "
                          "all-gathers; --tp-overlap overlaps all-reduces only)");
+    return 0;
+}
+
+/* --async-fix: a known correction, only on an asynchronous schedule; pipemare and predict
+ * replace pipedream's stashes, so not with 2bw's two versions. */
+static int run_plan_check_fix(const run_plan *pl) {
+    int f = pl->o.async_fix;
+    if (f < ASYNC_FIX_NONE || f > ASYNC_FIX_PREDICT) return pt_seterr("--async-fix: unknown correction %d", f);
+    if (f && !pl->s->async)
+        return pt_seterr("--async-fix %s needs an asynchronous schedule (pipedream or 2bw): %s flushes "
+                         "before each update, so no gradient is stale", async_fix_name(f), pl->s->name);
+    if ((f == ASYNC_FIX_PIPEMARE || f == ASYNC_FIX_PREDICT) && pl->s->weight_versions == 2)
+        return pt_seterr("--async-fix %s works on pipedream's per-microbatch updates; %s's one-update "
+                         "delay is fixed by its two weight versions (use none or nesterov with it)",
+                         async_fix_name(f), pl->s->name);
     return 0;
 }
 
@@ -239,7 +255,8 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
         s = l;
     }
     pl->s = s;
-    if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0 || run_plan_faults(pl) < 0) {
+    if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0 || run_plan_check_fix(pl) < 0 ||
+        run_plan_faults(pl) < 0) {
         run_plan_free(pl);
         return -1;
     }

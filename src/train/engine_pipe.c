@@ -2,6 +2,7 @@
  * TP ranks on threads or MPI ranks); it records each step's measured iteration time and bubble, and at the
  * end reports them next to the simulator's prediction from costs profiled in the same run, with
  * the last step's trace and picture. Not here: the executor (run/), the loop (trainer.c). */
+#include "optim/async_fix.h"
 #include "train/engine.h"
 #include "sim/sim.h"
 #include "trace/svg.h"
@@ -122,6 +123,7 @@ static void pipe_describe(const train_engine *e) {
            p->pl->o.tp_sp ? "; sequence parallel (each TP rank holds 1/tp of the rows between layers and stages)" : "",
            p->pl->o.no_overlap ? "; reduction after each rank's schedule" : "",
            wire);
+    if (p->pl->o.async_fix) printf("asynchronous: --async-fix %s (docs/async.md)\n", async_fix_name(p->pl->o.async_fix));
     pipe_print_memory(p);
     if (p->pl->o.tp_overlap && p->pl->mb_rows < 2)
         printf("note: --tp-overlap splits a microbatch into two halves of sequences; microbatches of "
@@ -291,6 +293,7 @@ static cJSON *pipe_layout(const train_engine *e) {
     if (p->pl->o.tp_overlap) cJSON_AddTrueToObject(o, "tp_overlap");
     if (p->pl->o.tp_recompute) cJSON_AddTrueToObject(o, "tp_recompute");
     if (p->pl->o.tp_sp) cJSON_AddTrueToObject(o, "sp");
+    if (p->pl->o.async_fix) cJSON_AddStringToObject(o, "async_fix", async_fix_name(p->pl->o.async_fix));
     cJSON_AddNumberToObject(o, "zero", p->pl->o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl->o.no_overlap);
     cJSON_AddStringToObject(o, "wire", pt_wire_name(p->pl->o.wire));
