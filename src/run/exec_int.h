@@ -157,6 +157,7 @@ struct run_exec {
     int async;                        /* weights update per microbatch, with weight stashing */
     int n_step_acts, step_idx;        /* async: STEPs per iteration, STEPs done in this one */
     float *live;                      /* async: the current weights while stashed ones run */
+    struct exec_outer *outer;         /* --dp-sync H > 1: the outer step's state (exec_outer.c) */
     int stash_checked, stash_bad, stash_stale;   /* run_exec_stash_stats */
     timeline tl;
 };
@@ -238,6 +239,16 @@ int exec_norm(run_exec *e);                            /* adds the groups' sum o
 int exec_reduce_world(run_exec *e, run_exec_stats *rs);
 int exec_update(run_exec *e, const optim_config *oc, int t, double lr, double scale);
 void exec_zero_grads(run_exec *e);
+
+/* exec_outer.c: --dp-sync H > 1 (cfg.dp_sync; nothing at 0 or 1) */
+int exec_outer_init(run_exec *e);              /* the replicas' communicator, theta_start; collective */
+void exec_outer_free(run_exec *e);
+/* After inner step t's update (oc: its config, total_steps the last step): completes an outer
+ * all-reduce posted at step t - 1 and applies it; at t a multiple of H (or the last) posts the
+ * next (blocking with --no-overlap and at the last step). 0, or -1. */
+int exec_outer_step(run_exec *e, const optim_config *oc, int t);
+/* exec_reduce_world under --dp-sync H > 1: the loss over the world, the norm per replica. */
+int exec_outer_reduce_world(run_exec *e, run_exec_stats *rs);
 
 /* exec_tp.c */
 int exec_tp_init(run_exec *e);                         /* the TP communicator; collective */
