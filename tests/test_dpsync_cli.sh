@@ -36,6 +36,15 @@ if mpi 4 $targs --dp-sync 3 --transport mpi --metrics "$D/mpi.jsonl" > "$D/mpi.o
   && ok "--dp-sync 3 --no-overlap (the sync applied at once) runs, differs from overlapped" \
   || fail "--dp-sync 3 --no-overlap" "$(loss "$D/blk.jsonl")"
 
+# the report's loss against wall time, the runs overlaid (a standalone SVG, and on the page)
+if "$P" report "$D/plain.jsonl" "$D/thr.jsonl" --out "$D/r.html" --svg "$D/r.svg" > "$D/rep.out" 2>&1 &&
+   xmllint --noout "$D/r.svg" "$D/r.html" 2>/dev/null && grep -q 'loss against wall time' "$D/r.svg" &&
+   [ "$(grep -c 'class="ln"' "$D/r.svg")" = 2 ] && grep -q 'loss against wall time' "$D/r.html"; then
+  ok "report --svg: loss against wall time, two runs overlaid"
+else fail "report --svg: loss against wall time" "$(tail -2 "$D/rep.out")"; fi
+expect_error "report --svg-series bad refused" "--svg-series 'x': give loss or eval_loss" \
+  "$P" report "$D/plain.jsonl" --out "$D/r2.html" --svg "$D/r2.svg" --svg-series x
+
 expect_error "--dp-sync with --save refused" "--save with --dp-sync 3 is not supported: the outer step's state" \
   "$P" $targs --dp-sync 3 --save "$D/ck"
 expect_error "--dp-sync with pipedream refused" "--dp-sync 3 needs a synchronous schedule" \
