@@ -2,7 +2,7 @@
 # Convergence of asynchronous pipelines and of replicas that sync every H steps (issue 23, items
 # 3-4; docs/async.md "Convergence bench"). A small character-level GPT (4 layers x 64 channels,
 # vocab 256: bytes of real English text, Debian's fortunes, 90% train / 10% held out), P=4,
-# batch 16 x 64, the same steps (equal tokens) and the same seeds for every row, AdamW 3e-3 cosine.
+# batch 16 x 64, the same steps (equal tokens) and the same seeds for every row, AdamW 2e-3 cosine (20 steps warm-up).
 # Rows: 1f1b, zb-h1, pipedream and 2bw with each --async-fix (none, nesterov, pipemare, predict),
 # and --dp-sync H in {1, 8, 32} over 2 replicas of the pipeline (outer lr/momentum of
 # $BENCH_ASYNC_OUTER, tuned for short H; and H=8 with the paper's 0.7/0.9). A row the binary refuses
@@ -25,8 +25,8 @@
 #
 # Usage: bench/bench_async.sh [--quick]       (quick: a few steps, one seed: a smoke test)
 # Environment: BENCH_ASYNC_STEPS (150), BENCH_ASYNC_SEEDS (3), BENCH_ASYNC_DELAY_STEPS (32: a whole --dp-sync 32 period),
-# BENCH_ASYNC_HOST_STEPS (150), BENCH_ASYNC_HOST_ROUNDS (2), BENCH_ASYNC_OUTER ("--outer-lr 0.8
-# --outer-momentum 0.3"), BENCH_ASYNC_OUT (build/bench_async), PIPETRAIN.
+# BENCH_ASYNC_HOST_STEPS (150), BENCH_ASYNC_HOST_ROUNDS (2), BENCH_ASYNC_OUTER ("--outer-lr 0.6
+# --outer-momentum 0.5"), BENCH_ASYNC_OUT (build/bench_async), PIPETRAIN.
 set -u
 cd "$(dirname "$0")/.."
 P=$(realpath "${PIPETRAIN:-build/pipetrain}")
@@ -35,7 +35,7 @@ quick=0
 STEPS=${BENCH_ASYNC_STEPS:-150}; SEEDS=${BENCH_ASYNC_SEEDS:-3}; DSTEPS=${BENCH_ASYNC_DELAY_STEPS:-32}
 HSTEPS=${BENCH_ASYNC_HOST_STEPS:-150}; HROUNDS=${BENCH_ASYNC_HOST_ROUNDS:-2}
 if [ $quick = 1 ]; then STEPS=12; SEEDS=1; DSTEPS=4; HSTEPS=10; HROUNDS=1; fi
-OUTER=${BENCH_ASYNC_OUTER:---outer-lr 0.8 --outer-momentum 0.3}
+OUTER=${BENCH_ASYNC_OUTER:---outer-lr 0.6 --outer-momentum 0.5}
 OUT=$(realpath -m "${BENCH_ASYNC_OUT:-build/bench_async}")
 B=16; T=64; W=10   # batch, sequence, the loss curves' trailing window
 rm -rf "$OUT/runs"; mkdir -p "$OUT/runs"
@@ -53,7 +53,7 @@ n=$(wc -c < "$OUT/text.txt")
 head -c $((n * 9 / 10)) "$OUT/text.txt" > "$OUT/train.txt"
 tail -c $((n / 10)) "$OUT/text.txt" > "$OUT/held.txt"
 echo '{"n_layer": 4, "n_head": 4, "n_embd": 64, "vocab_size": 256, "n_positions": 64, "model_type": "gpt2"}' > "$OUT/gpt.json"
-common="--config $OUT/gpt.json --data $OUT/train.txt --batch $B --seq $T --lr 3e-3 --beta2 0.99 --warmup 10
+common="--config $OUT/gpt.json --data $OUT/train.txt --batch $B --seq $T --lr 2e-3 --beta2 0.99 --warmup 20
   --lr-schedule cosine --shuffle 1 --eval-data $OUT/held.txt --eval-batches 16 --log-every 100000"
 pipe_delay="--slow-link 0-1:0.03 --slow-link 1-2:0.03 --slow-link 2-3:0.03"
 repl_delay="--slow-link 0-4:0.03 --slow-link 1-5:0.03 --slow-link 2-6:0.03 --slow-link 3-7:0.03"
