@@ -123,7 +123,7 @@ int cli_layout_given(const run_opts *o, const char *transport) {
     return o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->tp != CLI_UNSET || o->schedule ||
            o->schedule_file || transport || o->split || o->recompute || o->zero || o->no_overlap ||
            o->tp_overlap || o->tp_recompute || o->tp_sp ||
-           o->n_slow_link || o->n_slow_stage;
+           o->n_slow_link || o->n_slow_stage || o->dp_sync > 1;
 }
 
 /* An explicit count must be >= 1; not given: the default. */

@@ -178,6 +178,7 @@ struct run_exec {
     int stashing;                     /* async with a stash per microbatch (pipedream's rule) */
     int swapped;                      /* exec_async.c: other weights are in, live holds the current */
     int tau_max;                      /* exec_async.c: the largest delay of any stage of the pipe */
+    struct exec_outer *outer;         /* --dp-sync H > 1: the outer step's state (exec_outer.c) */
     int stash_checked, stash_bad, stash_stale;   /* run_exec_stash_stats */
     timeline tl;
 };
@@ -264,6 +265,16 @@ int exec_update(run_exec *e, const optim_config *oc, int t, double lr, double sc
 /* The same for group gr alone (exec_update: every group in order). */
 int exec_update_group(run_exec *e, exec_group *gr, const optim_config *oc, int t, double lr, double scale);
 void exec_zero_grads(run_exec *e);
+
+/* exec_outer.c: --dp-sync H > 1 (cfg.dp_sync; nothing at 0 or 1) */
+int exec_outer_init(run_exec *e);              /* the replicas' communicator, theta_start; collective */
+void exec_outer_free(run_exec *e);
+/* After inner step t's update (oc: its config, total_steps the last step): completes an outer
+ * all-reduce posted at step t - 1 and applies it; at t a multiple of H (or the last) posts the
+ * next (blocking with --no-overlap and at the last step). 0, or -1. */
+int exec_outer_step(run_exec *e, const optim_config *oc, int t);
+/* exec_reduce_world under --dp-sync H > 1: the loss over the world, the norm per replica. */
+int exec_outer_reduce_world(run_exec *e, run_exec_stats *rs);
 
 /* exec_tp.c */
 int exec_tp_init(run_exec *e);                         /* the TP communicator; collective */

@@ -23,13 +23,15 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->N = cfg->mb_rows * cfg->T;
     e->Ns = e->N;   /* the stages' models say otherwise under --sp (exec_tp_set) */
     e->C = cfg->src->cfg.n_embd;
-    int rc = exec_state_init(e) < 0 || exec_groups_init(e) < 0 || exec_async_init(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
+    int rc = exec_state_init(e) < 0 || exec_groups_init(e) < 0 || exec_async_init(e) < 0 ||
+             exec_outer_init(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
     e->c.src = NULL;   /* read during init only */
     return rc;
 }
 
 void run_exec_free(run_exec *e) {
     if (!e) return;
+    exec_outer_free(e);
     exec_groups_free(e);
     exec_async_free(e);
     exec_wire_free(e);

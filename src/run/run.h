@@ -66,6 +66,10 @@ typedef struct {
      * run_plan_init only (the caller keeps them). */
     const char *const *slow_link, *const *slow_stage;
     int n_slow_link, n_slow_stage;
+    /* --dp-sync H (0 or 1: plain data parallelism), --outer-lr, --outer-momentum: replicas that
+     * average their change every H steps (run_exec_cfg.dp_sync; docs/async.md) */
+    int dp_sync;
+    double outer_lr, outer_momentum;
 } run_opts;
 
 typedef struct {

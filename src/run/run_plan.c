@@ -3,6 +3,7 @@
  * or the same error. Not here: running it (run_job.c, executor.c). */
 #include "run/run.h"
 #include "optim/async_fix.h"
+#include "optim/outer.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,6 +234,22 @@ double run_plan_stage_factor(const run_plan *pl, int g, long t) {
     return k;
 }
 
+/* --dp-sync H > 1: the outer step's numbers, a synchronous schedule (an asynchronous one updates
+ * per microbatch: no step boundary for the outer step), no ZeRO (its slices span the replicas,
+ * which no longer reduce together). */
+static int run_plan_check_dp_sync(const run_plan *pl) {
+    const run_opts *o = &pl->o;
+    if (o->dp_sync <= 1) return o->dp_sync < 0 ? outer_config_validate(o->dp_sync, 1, 0) : 0;
+    if (outer_config_validate(o->dp_sync, o->outer_lr, o->outer_momentum) < 0) return -1;
+    if (pl->s->async)
+        return pt_seterr("--dp-sync %d needs a synchronous schedule: %s updates after every microbatch "
+                         "(use 1f1b, zb-h1, ..., or --dp-sync 1)", o->dp_sync, pl->s->name);
+    if (o->zero)
+        return pt_seterr("--dp-sync %d with --zero %d: ZeRO shards the update over replicas that no longer "
+                         "reduce together every step; drop --zero", o->dp_sync, o->zero);
+    return 0;
+}
+
 int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T) {
     memset(pl, 0, sizeof *pl);
     pl->o = *o;
@@ -256,6 +273,7 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
     }
     pl->s = s;
     if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0 || run_plan_check_fix(pl) < 0 ||
+        run_plan_check_dp_sync(pl) < 0 ||
         run_plan_faults(pl) < 0) {
         run_plan_free(pl);
         return -1;

@@ -125,6 +125,10 @@ static void pipe_describe(const train_engine *e) {
            wire);
     if (p->pl->o.async_fix) printf("asynchronous: --async-fix %s (docs/async.md)\n", async_fix_name(p->pl->o.async_fix));
     pipe_print_memory(p);
+    if (p->pl->o.dp_sync > 1)   /* docs/async.md */
+        printf("replicas: each steps alone, every %d steps (and at the last) their change averaged in one all-reduce "
+               "and an outer Nesterov step (lr %g, momentum %g)%s\n", p->pl->o.dp_sync, p->pl->o.outer_lr,
+               p->pl->o.outer_momentum, p->pl->o.no_overlap ? "" : ", applied one inner step late (overlapped)");
     if (p->pl->o.tp_overlap && p->pl->mb_rows < 2)
         printf("note: --tp-overlap splits a microbatch into two halves of sequences; microbatches of "
                "1 sequence run without it (use fewer microbatches or a larger batch)\n");
@@ -296,6 +300,11 @@ static cJSON *pipe_layout(const train_engine *e) {
     if (p->pl->o.async_fix) cJSON_AddStringToObject(o, "async_fix", async_fix_name(p->pl->o.async_fix));
     cJSON_AddNumberToObject(o, "zero", p->pl->o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl->o.no_overlap);
+    if (p->pl->o.dp_sync > 1) {   /* --dp-sync (docs/async.md) */
+        cJSON_AddNumberToObject(o, "dp_sync", p->pl->o.dp_sync);
+        cJSON_AddNumberToObject(o, "outer_lr", p->pl->o.outer_lr);
+        cJSON_AddNumberToObject(o, "outer_momentum", p->pl->o.outer_momentum);
+    }
     cJSON_AddStringToObject(o, "wire", pt_wire_name(p->pl->o.wire));
     cJSON_AddItemToObject(o, "memory_bytes", pipe_memory_json(p));
     return o;
