@@ -33,13 +33,16 @@ static int dep_neighbour(const sched *s, sched_action *o, sched_kind kind, int n
 }
 
 int sched_action_deps(const sched *s, const sched_action *a, sched_action out[SCHED_MAX_DEPS]) {
-    int g = a->stage, mb = a->mb, n = 0;
+    int g = a->stage, mb = a->mb, n = 0, K = s->seq_chunks;
     if (g < 0) return 0;                   /* STEP; REDUCE_GRAD falls to default: none */
     switch (a->kind) {
-    case ACT_F: return dep_neighbour(s, out, ACT_F, sched_stage_prev(s, g), g, ACT_RECV_F, mb);
+    case ACT_F:
+        n = dep_neighbour(s, out, ACT_F, sched_stage_prev(s, g), g, ACT_RECV_F, mb);
+        return n + (K > 1 && mb % K > 0 ? dep(out + n, ACT_F, g, mb - 1) : 0);
     case ACT_B: case ACT_BW:
         n = dep(out, ACT_F, g, mb);
-        return n + dep_neighbour(s, out + n, ACT_B, sched_stage_next(s, g), g, ACT_RECV_B, mb);
+        n += dep_neighbour(s, out + n, ACT_B, sched_stage_next(s, g), g, ACT_RECV_B, mb);
+        return n + (K > 1 && mb % K < K - 1 ? dep(out + n, ACT_B, g, mb + 1) : 0);
     case ACT_W: return dep(out, ACT_B, g, mb);
     case ACT_SEND_F: return dep(out, ACT_F, g, mb);
     case ACT_SEND_B: return dep(out, ACT_B, g, mb);
