@@ -28,7 +28,7 @@ static void test_kernel(int B, int T, int K, int C, int NH) {
     float *qkv = pt_falloc(N * C3), *out = pt_falloc(N * C), *att = pt_falloc(N * NH * T);
     float *dout = pt_falloc(N * C), *dqkv = pt_falloc(N * C3), *scr = pt_falloc((size_t)T * T);
     float *kv = pt_falloc(N * 2 * C), *dkv = pt_falloc(N * 2 * C), *cq = pt_falloc(N / K * C3);
-    float *cout = pt_falloc(N * C), *catt = pt_falloc(N / K * NH * T), *cdo = pt_falloc(N / K * C);
+    float *cout = pt_falloc(N * C), *catt = pt_falloc(2 * (size_t)Tc * T), *cdo = pt_falloc(N / K * C);
     float *cdq = pt_falloc(N * C3);
     fill(qkv, N * C3, &r);
     fill(dout, N * C, &r);
@@ -48,14 +48,13 @@ static void test_kernel(int B, int T, int K, int C, int NH) {
                                           out + ((size_t)b * T + c * Tc) * C, (size_t)Tc * C);
             if (e > eo) eo = e;
         }
-    for (int c = K - 1; c >= 0; c--) {   /* backward in reverse: F again for its probabilities */
+    for (int c = K - 1; c >= 0; c--) {   /* backward in reverse */
         for (int b = 0; b < B; b++) {
             memcpy(cq + (size_t)b * Tc * C3, qkv + ((size_t)b * T + c * Tc) * C3, Tc * C3 * sizeof *cq);
             memcpy(cdo + (size_t)b * Tc * C, dout + ((size_t)b * T + c * Tc) * C, Tc * C * sizeof *cdo);
         }
-        attention_forward_kv(cout, catt, cq, 3 * C, kv, (size_t)T * 2 * C, B, Tc, (c + 1) * Tc, C, NH);
-        attention_backward_kv(cdq + (size_t)c * B * Tc * C3, 3 * C, dkv, scr, cdo, cq, 3 * C, kv,
-                              (size_t)T * 2 * C, catt, B, Tc, (c + 1) * Tc, C, NH);
+        attention_backward_kv(cdq + (size_t)c * B * Tc * C3, 3 * C, dkv, catt, cdo, cq, 3 * C, kv,
+                              (size_t)T * 2 * C, B, Tc, (c + 1) * Tc, C, NH);
     }
     double eg = 0;
     for (int c = 0; c < K; c++)

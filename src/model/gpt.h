@@ -505,7 +505,8 @@ int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tie
  * any B), and kv and dkv live from chunk 0's F to chunk 0's B. Each chunk's head loss is the
  * mean over its B*Tc tokens: with dloss 1/(K*M) per chunk the gradients are those of the
  * unchunked model (float tolerance: attention sums in another order). Acts are fp32 (no bf16
- * storage). Not with sequence parallelism, --tp-overlap or recompute (gpt_chunk_check). */
+ * storage). The chunk calls need K >= 2 (K = 1 is the plain model). Not with sequence
+ * parallelism, --tp-overlap or recompute (gpt_chunk_check). */
 typedef struct {
     int c, K;           /* chunk c of K */
     float *kv;          /* block layers: (B,T,2C/tp) keys then values of each position (the
@@ -532,7 +533,9 @@ typedef struct gpt_chunk_ops {
  * with an error naming K, T and what to change. */
 int gpt_chunk_check(const gpt_model *m, int B, int T, int K);
 /* Floats of layer's act for chunk c of K (T the whole length): the act of (B,T/K) rows, but a
- * block's attention probabilities are (T/K) x (c+1)T/K per head and sequence. */
+ * block keeps no attention probabilities (its B recomputes them from q and the kept k, v: one
+ * more product of the scores, flash attention's trade), so every chunk's act is the same, 1/K
+ * of a microbatch's rows. */
 size_t gpt_layer_chunk_act_floats(const gpt_model *m, int layer, int B, int T, int c, int K);
 /* Floats of layer's kept keys and values per microbatch (kv, and dkv alike): a block B*T*2C/tp,
  * other kinds 0. */

@@ -174,7 +174,8 @@ static void block_ln1(const block_rows *r) {
 }
 
 /* A chunk's attention (gpt_chunk): its keys and values into their rows of kv, then its queries
- * over the keys and values of every position up to its end. */
+ * over the keys and values of every position up to its end, the probabilities in the attention
+ * scratch only (B recomputes them: a chunk's act keeps none). */
 static void block_attn_chunk(const block_rows *r) {
     block_dims d = block_dims_of(r->m);
     size_t Cl = (size_t)d.Cl, t0 = (size_t)r->Tk - r->T, seq = (size_t)r->Tfull * 2 * Cl;
@@ -182,7 +183,7 @@ static void block_attn_chunk(const block_rows *r) {
         for (int t = 0; t < r->T; t++)
             memcpy(r->ck->kv + b * seq + (t0 + t) * 2 * Cl,
                    r->a.qkv + ((size_t)b * r->T + t) * 3 * Cl + Cl, 2 * Cl * sizeof(float));
-    attention_forward_kv(r->a.atty, r->a.att, r->a.qkv, 3 * d.Cl, r->ck->kv, seq, r->B, r->T,
+    attention_forward_kv(r->a.atty, r->satt, r->a.qkv, 3 * d.Cl, r->ck->kv, seq, r->B, r->T,
                          r->Tk, d.Cl, d.NHl);
 }
 
@@ -193,7 +194,7 @@ static void block_attn_chunk_backward(const block_rows *r, const float *datty) {
     block_dims d = block_dims_of(r->m);
     size_t Cl = (size_t)d.Cl, t0 = (size_t)r->Tk - r->T, seq = (size_t)r->Tfull * 2 * Cl;
     attention_backward_kv(r->a.dqkv, 3 * d.Cl, r->ck->dkv, r->satt, datty, r->a.qkv, 3 * d.Cl,
-                          r->ck->kv, seq, r->a.att, r->B, r->T, r->Tk, d.Cl, d.NHl);
+                          r->ck->kv, seq, r->B, r->T, r->Tk, d.Cl, d.NHl);
     for (int b = 0; b < r->B; b++)
         for (int t = 0; t < r->T; t++)
             memcpy(r->a.dqkv + ((size_t)b * r->T + t) * 3 * Cl + Cl,
@@ -414,7 +415,7 @@ static int block_rows_init(block_rows *r, const gpt_model *m, int l, float *act,
     int Tfull = T, Tk = T;
     if (ck) {
         T = Tfull / ck->K;
-        Tk = (ck->c + 1) * T;
+        Tk = (ck->c + 1) * T;   /* the keys it sees; its act has no probabilities (0 wide) */
     }
     int parts = ck ? 1 : block_parts(m, B), C = m->cfg.n_embd;
     size_t N = (size_t)B * T, sw = block_scratch_width(m);
@@ -422,7 +423,7 @@ static int block_rows_init(block_rows *r, const gpt_model *m, int l, float *act,
         int nb = parts == 1 ? B : i == 0 ? B / 2 : B - B / 2;
         size_t n0 = (size_t)b0 * T;
         block_rows *p = &r[i];
-        *p = (block_rows){ .m = m, .w = &m->w.h[gpt_config_block_of(&m->cfg, l)], .g = &m->g.h[gpt_config_block_of(&m->cfg, l)], .a = block_act_rows(m, act, B, T, n0, Tk),
+        *p = (block_rows){ .m = m, .w = &m->w.h[gpt_config_block_of(&m->cfg, l)], .g = &m->g.h[gpt_config_block_of(&m->cfg, l)], .a = block_act_rows(m, act, B, T, n0, ck ? 0 : Tk),
                            .out = out ? out + n0 * C : NULL, .dout = dout ? dout + n0 * C : NULL,
                            .s = scratch ? scratch + n0 * sw : NULL,
                            .satt = scratch ? scratch + N * sw : NULL, .B = nb, .T = T,
@@ -540,10 +541,10 @@ static int block_backward_weight(const gpt_model *m, int l, const gpt_tied *tied
 
 /* ---- sequence chunks (gpt_chunk) -----------------------------------------------------------
  * A chunk's F and B are the plain plans on its rows, its attention over the kept keys and values
- * (block_attn_chunk); its act is the (B,T/K) rows' with probabilities (c+1)T/K wide. */
+ * (block_attn_chunk); its act is the (B,T/K) rows' without probabilities (att 0 wide): the same
+ * for every chunk, 1/K of a microbatch's rows, plus the microbatch's kept keys and values. */
 static size_t block_chunk_act_floats(const gpt_model *m, int B, int T, const gpt_chunk *ck) {
-    int Tc = T / ck->K;
-    return block_act_rows(m, NULL, B, Tc, 0, (ck->c + 1) * Tc).size;
+    return block_act_rows(m, NULL, B, T / ck->K, 0, 0).size;
 }
 
 static size_t block_kv_floats(const gpt_model *m, int B, int T) {
@@ -571,7 +572,7 @@ static int block_backward_weight_chunk(const gpt_model *m, int l, const gpt_tied
                                        const gpt_chunk *ck, const float *act, float *scratch,
                                        int B, int T) {
     int Tc = T / ck->K;
-    block_w(m, l, block_act_rows(m, (float *)act, B, Tc, 0, (ck->c + 1) * Tc), B * Tc);
+    block_w(m, l, block_act_rows(m, (float *)act, B, Tc, 0, 0), B * Tc);
     return 0;
 }
 

@@ -12,6 +12,7 @@ int gpt_chunk_check(const gpt_model *m, int B, int T, int K) {
     if (K < 1 || T % K)
         return pt_seterr("--seq-chunks %d: must be >= 1 and divide the sequence length %d "
                          "(pick a divisor of %d)", K, T, T);
+    if (K == 1) return 0;
     if (K > 1 && m->tp_sp && m->tp_size > 1)
         return pt_seterr("--seq-chunks %d: not with sequence parallelism (--sp): drop one", K);
     if (K > 1 && m->tp_overlap && m->tp_size > 1)
@@ -25,9 +26,9 @@ static int chunk_args_ok(const gpt_model *m, int layer, const gpt_chunk *ck, int
     if (T < 1 || T > m->cfg.n_positions || B < 1)
         return pt_seterr("layer %d %s: sequence length %d must be in [1, n_positions=%d] and "
                          "batch %d >= 1", layer, what, T, m->cfg.n_positions, B);
-    if (!ck || ck->c < 0 || ck->c >= ck->K)
-        return pt_seterr("layer %d %s: chunk %d of %d out of range", layer, what,
-                         ck ? ck->c : -1, ck ? ck->K : 0);
+    if (!ck || ck->K < 2 || ck->c < 0 || ck->c >= ck->K)
+        return pt_seterr("layer %d %s: chunk %d of %d out of range (K >= 2: one chunk is the "
+                         "plain gpt_layer_* call)", layer, what, ck ? ck->c : -1, ck ? ck->K : 0);
     if (gpt_chunk_check(m, B, T, ck->K) < 0) return pt_adderr("layer %d %s: ", layer, what);
     if (gpt_layer_kv_floats(m, layer, B, T) && (!ck->kv || !ck->dkv))
         return pt_seterr("layer %d %s: chunk %d of %d has no kept keys and values (kv, dkv)",
@@ -158,6 +159,7 @@ static int chunk_backward(gpt_model *m, chunk_bufs *u, int B, int T, int c, int 
 int gpt_forward_backward_chunks(gpt_model *m, const int *tokens, const int *targets, int B, int T,
                                 int K, float *loss) {
     if (gpt_chunk_check(m, B, T, K) < 0) return -1;
+    if (K == 1) return gpt_forward_backward(m, tokens, targets, B, T, loss);
     chunk_bufs u;
     int rc = -1;
     chunk_bufs_init(&u, m, B, T, K);

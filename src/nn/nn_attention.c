@@ -170,14 +170,13 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
         }
 }
 
-void attention_forward_kv(float *out, float *att, const float *q, int ldq, const float *kv,
+void attention_forward_kv(float *out, float *scratch, const float *q, int ldq, const float *kv,
                           size_t kv_seq, int B, int Tq, int Tk, int C, int NH) {
     int hs = C / NH;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *k = kv + b * kv_seq + (size_t)h * hs;
-            attention_forward_head(out + (size_t)b * Tq * C + (size_t)h * hs, C,
-                                   att + ((size_t)b * NH + h) * Tq * Tk,
+            attention_forward_head(out + (size_t)b * Tq * C + (size_t)h * hs, C, scratch,
                                    q + (size_t)b * Tq * ldq + (size_t)h * hs, ldq, k, k + C,
                                    2 * C, Tq, Tk, hs);
         }
@@ -232,17 +231,22 @@ void attention_backward_input(float *dqkv, float *scratch, const float *dout, co
         }
 }
 
+/* The chunk's backward recomputes each (batch, head)'s probabilities into the first Tq*Tk
+ * floats of scratch (the forward's scores and softmax again: the same values), dS after them. */
 void attention_backward_kv(float *dq, int lddq, float *dkv, float *scratch, const float *dout,
-                           const float *q, int ldq, const float *kv, size_t kv_seq,
-                           const float *att, int B, int Tq, int Tk, int C, int NH) {
+                           const float *q, int ldq, const float *kv, size_t kv_seq, int B, int Tq,
+                           int Tk, int C, int NH) {
     int hs = C / NH;
+    float *p = scratch, *ds = scratch + (size_t)Tq * Tk;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t ok = b * kv_seq + (size_t)h * hs;
+            const float *qh = q + (size_t)b * Tq * ldq + (size_t)h * hs;
+            att_scores(p, qh, ldq, kv + ok, 2 * C, 1.0f / sqrtf((float)hs), Tq, Tk, hs);
+            attention_softmax_rows(p, Tq, Tk);
             att_bwd x = { dq + (size_t)b * Tq * lddq + (size_t)h * hs, dkv + ok, dkv + ok + C,
                           lddq, 2 * C, 1, dout + (size_t)b * Tq * C + (size_t)h * hs,
-                          q + (size_t)b * Tq * ldq + (size_t)h * hs, kv + ok, kv + ok + C,
-                          att + ((size_t)b * NH + h) * Tq * Tk, C, ldq, 2 * C };
-            attention_backward_head(&x, scratch, Tq, Tk, hs);
+                          qh, kv + ok, kv + ok + C, p, C, ldq, 2 * C };
+            attention_backward_head(&x, ds, Tq, Tk, hs);
         }
 }
