@@ -541,8 +541,9 @@ size_t gpt_layer_chunk_act_floats(const gpt_model *m, int layer, int B, int T, i
  * other kinds 0. */
 size_t gpt_layer_kv_floats(const gpt_model *m, int layer, int B, int T);
 /* F, B, W of one layer on chunk ck of a microbatch of (B,T) (the contracts of gpt_layer_forward &
- * co. on the chunk's rows, with the order and buffers above); scratch as gpt_scratch_floats(m, B,
- * T). Return 0, or -1 (bad chunk, token, or a failed collective). */
+ * co. on the chunk's rows, with the order and buffers above; W reads the act alone: its ck needs
+ * no kv); scratch as gpt_scratch_floats(m, B, T). Return 0, or -1 (bad chunk, token, or a failed
+ * collective). */
 int gpt_layer_forward_chunk(const gpt_model *m, int layer, const gpt_tied *tied, const gpt_chunk *ck,
                             float *act, float *scratch, float *out, const float *x,
                             const int *tokens, int B, int T);

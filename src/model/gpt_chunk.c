@@ -22,7 +22,7 @@ int gpt_chunk_check(const gpt_model *m, int B, int T, int K) {
 
 /* The checks of every chunk call: sizes, the chunk, the model's settings. */
 static int chunk_args_ok(const gpt_model *m, int layer, const gpt_chunk *ck, int B, int T,
-                         const char *what) {
+                         const char *what, int need_kv) {
     if (T < 1 || T > m->cfg.n_positions || B < 1)
         return pt_seterr("layer %d %s: sequence length %d must be in [1, n_positions=%d] and "
                          "batch %d >= 1", layer, what, T, m->cfg.n_positions, B);
@@ -30,7 +30,7 @@ static int chunk_args_ok(const gpt_model *m, int layer, const gpt_chunk *ck, int
         return pt_seterr("layer %d %s: chunk %d of %d out of range (K >= 2: one chunk is the "
                          "plain gpt_layer_* call)", layer, what, ck ? ck->c : -1, ck ? ck->K : 0);
     if (gpt_chunk_check(m, B, T, ck->K) < 0) return pt_adderr("layer %d %s: ", layer, what);
-    if (gpt_layer_kv_floats(m, layer, B, T) && (!ck->kv || !ck->dkv))
+    if (need_kv && gpt_layer_kv_floats(m, layer, B, T) && (!ck->kv || !ck->dkv))
         return pt_seterr("layer %d %s: chunk %d of %d has no kept keys and values (kv, dkv)",
                          layer, what, ck->c, ck->K);
     return 0;
@@ -50,7 +50,7 @@ size_t gpt_layer_kv_floats(const gpt_model *m, int layer, int B, int T) {
 int gpt_layer_forward_chunk(const gpt_model *m, int layer, const gpt_tied *tied, const gpt_chunk *ck,
                             float *act, float *scratch, float *out, const float *x,
                             const int *tokens, int B, int T) {
-    if (chunk_args_ok(m, layer, ck, B, T, "forward") < 0) return -1;
+    if (chunk_args_ok(m, layer, ck, B, T, "forward", 1) < 0) return -1;
     const gpt_layer_ops *k = gpt_layer_ops_of(m, layer);
     int rc = k->chunk ? k->chunk->forward(m, layer, tied, ck, act, scratch, out, x, tokens, B, T)
                       : k->forward(m, layer, tied, act, scratch, out, x, tokens, B, T / ck->K);
@@ -60,7 +60,7 @@ int gpt_layer_forward_chunk(const gpt_model *m, int layer, const gpt_tied *tied,
 int gpt_layer_backward_input_chunk(const gpt_model *m, int layer, const gpt_tied *tied,
                                    const gpt_chunk *ck, float *act, float *scratch, float *dx,
                                    const float *dout, int B, int T) {
-    if (chunk_args_ok(m, layer, ck, B, T, "backward") < 0) return -1;
+    if (chunk_args_ok(m, layer, ck, B, T, "backward", 1) < 0) return -1;
     const gpt_layer_ops *k = gpt_layer_ops_of(m, layer);
     int rc = k->chunk ? k->chunk->backward_input(m, layer, tied, ck, act, scratch, dx, dout, B, T)
                       : k->backward_input(m, layer, tied, act, scratch, dx, dout, B, T / ck->K);
@@ -70,7 +70,7 @@ int gpt_layer_backward_input_chunk(const gpt_model *m, int layer, const gpt_tied
 int gpt_layer_backward_weight_chunk(const gpt_model *m, int layer, const gpt_tied *tied,
                                     const gpt_chunk *ck, const float *act, float *scratch, int B,
                                     int T) {
-    if (chunk_args_ok(m, layer, ck, B, T, "weight backward") < 0) return -1;
+    if (chunk_args_ok(m, layer, ck, B, T, "weight backward", 0) < 0) return -1;
     const gpt_layer_ops *k = gpt_layer_ops_of(m, layer);
     return k->chunk ? k->chunk->backward_weight(m, layer, tied, ck, act, scratch, B, T)
                     : k->backward_weight(m, layer, tied, act, scratch, B, T / ck->K);

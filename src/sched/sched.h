@@ -272,6 +272,10 @@ int sched_action_deps(const sched *s, const sched_action *a, sched_action out[SC
  * recompute (at B or BW) until W or BW. The executor sizes each stage's activation buffers by
  * this. */
 int sched_stage_peak_slots(const sched *s, int g, bool recompute);
+/* With sequence chunks (s->seq_chunks K > 1): the microbatches whose kept keys and values stage g
+ * holds at once following its rank's order (from its chunk 0's F to its chunk 0's B or BW), at
+ * least 1. */
+int sched_stage_peak_kv(const sched *s, int g);
 /* Peak activations held per stage, in microbatches (F ran, W or BW not yet) following each rank's
  * order: out[S] (0 for a stage with no F; otherwise sched_stage_peak_slots(s, g, false)). */
 void sched_peak_activations(const sched *s, int *out);

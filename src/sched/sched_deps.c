@@ -66,6 +66,17 @@ int sched_stage_peak_slots(const sched *s, int g, bool recompute) {
     return peak;
 }
 
+int sched_stage_peak_kv(const sched *s, int g) {
+    int K = s->seq_chunks > 1 ? s->seq_chunks : 1, r = s->stage_rank[g], n = 0, peak = 1;
+    for (int i = 0; i < s->len[r]; i++) {
+        const sched_action *a = &s->acts[r][i];
+        if (a->stage != g || a->mb % K) continue;
+        if (a->kind == ACT_F && ++n > peak) peak = n;
+        if (a->kind == ACT_B || a->kind == ACT_BW) n--;
+    }
+    return peak;
+}
+
 void sched_peak_activations(const sched *s, int *out) {
     int *held = pt_calloc((size_t)s->n_stages, sizeof(int));
     memset(out, 0, (size_t)s->n_stages * sizeof(int));
