@@ -238,6 +238,15 @@ typedef struct {
      * all-gathers ln_1's and ln_2's outputs again (F's two all-gathers). */
     double recompute_tp_bytes;
     int recompute_tp_collectives;
+    /* Sequence chunks (gpt_chunk), for pricing a microbatch run as K chunks: att_flops[0], [1]
+     * the attention's part of flops[F], flops[B] (the chunks of a microbatch do as much in all,
+     * chunk c of K the share (2c+1)/K^2 of it; a chunk's B also recomputes the scores, half of
+     * att_flops[0]); att_act_bytes the part of act_bytes a chunk does not keep (the attention
+     * probabilities: a chunk's act is (act_bytes - att_act_bytes) / K); kv_bytes the kept keys
+     * and values and their gradients per microbatch in flight. 0 in a kind without attention. */
+    double att_flops[2];
+    double att_act_bytes;
+    double kv_bytes;
 } gpt_layer_cost;
 
 struct gpt_act_span;        /* bf16 storage of an act (model/gpt_act16.h, private to model/) */

@@ -606,6 +606,10 @@ static void block_cost_at(const gpt_config *g, int B, int T, int tp, int sp, gpt
     o->act_bytes = 4.0 * (8.0 * Ns * C + 19.0 * N * C / t + 4.0 * Ns + N * g->n_head / t * T);
     o->input_bytes = 4.0 * Ns * C;
     o->keep_bytes = 4.0 * 2.0 * Ns * C;                 /* x and res2 */
+    o->att_flops[0] = att;
+    o->att_flops[1] = 2.0 * att;
+    o->att_act_bytes = 4.0 * N * g->n_head / t * T;
+    o->kv_bytes = 2.0 * 4.0 * N * 2.0 * C / t;          /* kv and dkv: (N, 2C/tp) each */
     o->recompute_flops = 2.0 * 7.0 * C * C / t * N + att;   /* F without the two projections */
     o->param_bytes = o->grad_bytes = 4.0 * params;
     o->optim_bytes = 8.0 * params;
