@@ -6,6 +6,7 @@
 #include "run/run.h"
 #include "test.h"
 #include "util/pt.h"
+#include <cblas.h>
 #include <string.h>
 
 #define CHUNK_TOL 2e-5   /* chunked pipeline against the whole model, fp32: sums in other orders */
@@ -18,6 +19,7 @@ static gpt_model g_init, g_ref;
 static float g_ref_loss;
 
 static void setup(void) {
+    openblas_set_num_threads(1);   /* as a job sets it: one summation order, no BLAS threads */
     pt_rng r;
     pt_rng_seed(&r, 21);
     for (int i = 0; i < BATCH * SEQ; i++) g_tok[i] = (int)(pt_rng_next(&r) % CFG.vocab_size);
