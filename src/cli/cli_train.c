@@ -196,6 +196,9 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
     if (o->cluster && (!o->adapt || o->mem_limit))
         return pt_seterr("--cluster %s gives --adapt's memory limit: give --adapt and no --mem-limit", o->cluster),
                cli_fail("train");
+    if (o->adapt && o->ro.seq_chunks > 1)   /* its candidate schedules run whole microbatches */
+        return pt_seterr("--adapt and --seq-chunks %d: give one (the adaptive schedules run whole "
+                         "microbatches)", o->ro.seq_chunks), cli_fail("train");
     o->ro.split = a->split;
     /* no layout asked for (no layout flag, --plan or --threads): the trainer picks this machine's */
     o->auto_layout = !a->plan && !cli_layout_given(&o->ro, a->transport) && o->threads == 0;

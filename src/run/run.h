@@ -30,6 +30,9 @@ typedef struct {
     int pipes;                  /* pipes of the CSV schedule (0: 1; chimera: 2) */
     int chunks;                 /* --chunks (0: the generator's default) */
     int M;                      /* --microbatches (0 with a file: the file's count) */
+    int seq_chunks;             /* --seq-chunks K (0 or 1: none): each microbatch's sequences run
+                                 * as K chunks, the schedule's units (sched.seq_chunks; 1f1b and
+                                 * zb-h1; not with recompute, --sp, --tp-overlap) */
     const int *split;           /* [n_split] blocks per chunk (--split 3,5,4,4), or NULL for even;
                                  * read by run_plan_init only (the caller keeps it) */
     int n_split;

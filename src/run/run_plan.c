@@ -22,7 +22,8 @@ static sched *run_plan_read_file(const run_opts *o) {
         pt_seterr("--schedule-file %s has %d ranks (rows), --stages is %d", o->schedule_file, s->n_ranks, o->P);
         goto bad;
     }
-    if (o->M > 0 && s->n_mb != o->M) {
+    s->seq_chunks = o->seq_chunks > 1 ? o->seq_chunks : 1;   /* the file's units are chunks */
+    if (o->M > 0 && s->n_mb != o->M * s->seq_chunks) {
         pt_seterr("--schedule-file %s has %d microbatches, --microbatches is %d", o->schedule_file, s->n_mb, o->M);
         goto bad;
     }
@@ -41,7 +42,7 @@ static sched *run_plan_schedule(const run_opts *o) {
     if (!o->schedule) { pt_seterr("--schedule NAME or --schedule-file S.csv is required"); return NULL; }
     if (o->M < 1) { pt_seterr("--microbatches must be >= 1 (got %d)", o->M); return NULL; }
     sched_params p = { .ranks = o->P, .microbatches = o->M, .chunks = o->chunks,
-                       .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+                       .seq_chunks = o->seq_chunks, .cost_f = 1, .cost_b = 1, .cost_w = 1 };
     sched *s = sched_generate(o->schedule, &p);
     if (!s) pt_adderr("--schedule %s --stages %d --microbatches %d: ", o->schedule, o->P, o->M);
     if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {
@@ -51,12 +52,26 @@ static sched *run_plan_schedule(const run_opts *o) {
     return s;
 }
 
+/* --seq-chunks K: K divides T, and none of the modes a chunk's layers do not run. */
+static int run_plan_check_chunks(const run_opts *o, const sched *s, int T) {
+    int K = s->seq_chunks;
+    if (K == 1) return 0;
+    if (T % K) return pt_seterr("--seq-chunks %d must divide --seq %d", K, T);
+    if (o->recompute || o->tp_recompute || o->tp_sp || o->tp_overlap)
+        return pt_seterr("--seq-chunks %d: not with %s (a chunk keeps its whole act from F to W; "
+                         "drop one)", K, o->recompute ? "--recompute" : o->tp_recompute ? "--tp-recompute"
+                         : o->tp_sp ? "--sp" : "--tp-overlap");
+    return 0;
+}
+
 static int run_plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     const run_opts *o = &pl->o;
     const sched *s = pl->s;
-    long long dm = (long long)o->D * s->n_mb;     /* in 64 bits: --dp 65536 x 65536 overflows int */
+    int M = s->n_mb / s->seq_chunks;              /* microbatches (the units are their chunks) */
+    long long dm = (long long)o->D * M;           /* in 64 bits: --dp 65536 x 65536 overflows int */
     if (dm > B || B % dm)
-        return pt_seterr("--batch %d is not divisible by dp x microbatches = %d x %d", B, o->D, s->n_mb);
+        return pt_seterr("--batch %d is not divisible by dp x microbatches = %d x %d", B, o->D, M);
+    if (run_plan_check_chunks(o, s, T) < 0) return -1;
     if ((long)s->n_stages * s->n_mb * 2 >= COMM_TAG_EXEC_LIMIT)
         return pt_seterr("%d stages x %d microbatches is too many messages to tag (limit %d)",
                          s->n_stages, s->n_mb, COMM_TAG_EXEC_LIMIT / 2);

@@ -113,9 +113,12 @@ static void pipe_describe(const train_engine *e) {
     if (p->pl->o.wire == PT_WIRE_BF16 || p->pl->o.wire == PT_WIRE_F16)
         snprintf(wire, sizeof wire, "; wire %s (messages between stages in 16 bits: lossy)",
                  pt_wire_name(p->pl->o.wire));
-    printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences, %s transport; "
+    char chunks[64] = "";
+    if (p->pl->s->seq_chunks > 1)
+        snprintf(chunks, sizeof chunks, " in %d sequence chunks", p->pl->s->seq_chunks);
+    printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences%s, %s transport; "
            "activations %.2f MB on the busiest rank%s%s%s%s%s%s\n", p->pl->s->name, p->pl->o.P, p->pl->o.D,
-           p->pl->lo.tp, p->pl->s->n_mb, p->pl->mb_rows, p->o.world ? "mpi" : "threads",
+           p->pl->lo.tp, p->pl->s->n_mb / p->pl->s->seq_chunks, p->pl->mb_rows, chunks, p->o.world ? "mpi" : "threads",
            run_job_act_bytes(p->job) / 1e6, p->o.ro.recompute ? " (recomputing)" : "",
            !p->pl->o.tp_recompute ? "" : p->pl->o.tp_sp ? " (blocks keep their rows of x and res2, rebuilt before B "
            "with two all-gathers)" : " (blocks keep x and res2, rebuilt before B without all-reduces)",
@@ -287,7 +290,8 @@ static cJSON *pipe_layout(const train_engine *e) {
     cJSON_AddNumberToObject(o, "dp", p->pl->o.D);
     cJSON_AddNumberToObject(o, "tp", p->pl->lo.tp);
     cJSON_AddStringToObject(o, "schedule", p->pl->s->name);
-    cJSON_AddNumberToObject(o, "microbatches", p->pl->s->n_mb);
+    cJSON_AddNumberToObject(o, "microbatches", p->pl->s->n_mb / p->pl->s->seq_chunks);
+    if (p->pl->s->seq_chunks > 1) cJSON_AddNumberToObject(o, "seq_chunks", p->pl->s->seq_chunks);
     cJSON_AddNumberToObject(o, "microbatch_rows", p->pl->mb_rows);
     for (int c = 0; c < lo->K; c++)   /* transformer blocks per chunk (the layout's split) */
         cJSON_AddItemToArray(split, cJSON_CreateNumber(lo->chunk_blocks[c]));
