@@ -103,7 +103,9 @@ static void pipe_print_memory(const pipe_engine *p) {
     if (R > MEM_LINE_RANKS)
         printf(" the largest of %d ranks %.1f/%.1f/%.1f/%.1f", R, mx.params / 1e6, mx.grads / 1e6,
                mx.optim / 1e6, mx.acts / 1e6);
-    printf("%s\n", p->pl->o.zero ? " (--zero 1: moments sharded)" : "");
+    printf("%s%s\n", p->pl->o.zero ? " (--zero 1: moments sharded)" : "",
+           gpt_default_precision() == NN_BF16 ? " (bf16: params are the one fp32 copy, the master weights, "
+           "rounded to bf16 as the matmuls pack them; activations hold bf16 sets and one block's fp32 work area)" : "");
 }
 
 /* "pipeline: <schedule>, P stages x D replicas, ..." and the memory line (the run header's). */
