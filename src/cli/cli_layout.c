@@ -126,7 +126,7 @@ int cli_layout_given(const run_opts *o, const char *transport) {
            o->schedule_file || transport || o->split || o->recompute || o->zero || o->no_overlap ||
            o->seq_chunks > 1 ||
            o->tp_overlap || o->tp_recompute || o->tp_sp ||
-           o->n_slow_link || o->n_slow_stage;
+           o->n_slow_link || o->n_slow_stage || o->dp_sync > 1;
 }
 
 /* An explicit count must be >= 1; not given: the default. */

@@ -633,14 +633,15 @@ static void block_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_c
 /* bf16 storage (gpt_act16.h): fp32 stay x, res2 and the layer norms' statistics; everything
  * else is a matmul's input or output, stored in bf16. */
 static int block_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) {
-    static float base[1];
     enum { E = ACT16_EXACT, NW = ACT16_NO_W };
-    block_act v = block_act_view(m, base, B, T);
+    block_dims d = block_dims_of(m);
+    size_t C = (size_t)d.C, Cl = (size_t)d.Cl, N = (size_t)B * T, NH = (size_t)d.NHl, Ns = sp_rows(m, N);
     unsigned nb = m->tp_sp ? 0 : ACT16_NO_B;   /* under sp B computes the weight gradients */
-    float *p[] = { v.x, v.res2, v.ln1, v.ln1m, v.ln1r, v.qkv, v.atty, v.att, v.ln2, v.ln2m,
-                   v.ln2r, v.fch, v.fchg, v.dres3, v.dfch, v.dln2, v.dres2, v.dqkv, v.dln1 };
+    size_t len[] = { Ns * C, Ns * C, Ns * C, Ns, Ns, N * 3 * Cl, N * Cl, N * NH * T, Ns * C, Ns,   /* block_act_rows': */
+                     Ns, N * 4 * Cl, N * 4 * Cl, Ns * C, N * 4 * Cl, Ns * C, Ns * C, N * 3 * Cl, Ns * C };
+    /* x, res2, ln1, ln1m, ln1r, qkv, atty, att, ln2, ln2m, ln2r, fch, fchg, dres3, dfch, dln2, dres2, dqkv, dln1 */
     unsigned f[] = { E, E, nb, E, E, NW, nb, NW, nb, E, E, NW, nb, 0, 0, 0, 0, 0, 0 };
-    return gpt_act16_spans_of(s, p, f, 19, base, v.size);
+    return gpt_act16_spans_of(s, len, f, 19, block_act_floats(m, B, T), "block");
 }
 
 const gpt_layer_ops gpt_block_row = {

@@ -150,11 +150,10 @@ static void embed_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_c
 
 /* bf16 storage (gpt_act16.h): the token ids fp32, the output gradient bf16. */
 static int embed_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) {
-    static float base[1];
-    embed_act v = embed_act_view(m, base, B, T);
-    float *p[] = { (float *)v.tokens, v.dout };
+    size_t C = (size_t)m->cfg.n_embd, N = (size_t)B * T;
+    size_t len[] = { N, N * C };   /* tokens, dout: embed_act_view's regions */
     unsigned f[] = { ACT16_EXACT, 0 };
-    return gpt_act16_spans_of(s, p, f, 2, base, v.size);
+    return gpt_act16_spans_of(s, len, f, 2, embed_act_floats(m, B, T), "embedding");
 }
 
 const gpt_layer_ops gpt_embed_row = {

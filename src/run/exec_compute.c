@@ -169,8 +169,9 @@ static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, c
  * are those of B then W). 0, or -1 when a tensor-parallel layer's collective failed (the job is
  * stopping). */
 static int exec_backward_input(run_exec *e, run_stage *st, int mb, int weight) {
-    /* the objective: mean over all microbatches, or (async) over this microbatch's replicas */
-    float scale = 1.0f / (float)((e->async ? 1 : e->M) * e->c.lo->D);
+    /* the objective: mean over all microbatches, or (async) over the microbatches of one update;
+     * --dp-sync H > 1: over the replica's own (its inner steps see its gradient alone) */
+    float scale = 1.0f / (float)((e->async ? e->M / e->n_step_acts : e->M) * (e->c.dp_sync > 1 ? 1 : e->c.lo->D));
     const float *dy = st->next < 0 ? &scale : exec_dout(e, st, mb);
     int k = 0;
     for (int l = st->end - 1; l >= st->first; l--) {

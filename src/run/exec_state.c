@@ -221,7 +221,7 @@ static int exec_stage_init(run_exec *e, run_stage *st, int g) {
 /* After every stage has its model: tied tensors, then (async) the stash sized by them. */
 static int exec_stage_finish(run_exec *e, run_stage *st) {
     if (exec_stage_ties(e, st) < 0) return -1;
-    if (e->async) {
+    if (e->stashing) {   /* a stash per microbatch: pipedream's rule */
         st->stash = exec_bufs(e->M, exec_weights_n(st, e->n_ties));
         st->stash_sum = pt_calloc((size_t)e->M, sizeof *st->stash_sum);
     }
@@ -252,17 +252,20 @@ static void exec_stage_free(run_exec *e, run_stage *st) {
  * other replicas). Collective over world, in that order on every rank. */
 static int exec_split_comms(run_exec *e) {
     int K = e->c.s->stages_per_pipe;
+    /* --dp-sync H > 1: each replica reduces alone (its tied tensors' copies still together);
+     * the replicas meet in the outer step's all-reduce (exec_outer.c) */
+    int col = e->c.dp_sync > 1 ? e->d * e->tp + e->t : e->t;
     e->chunk_comm = pt_calloc((size_t)K, sizeof *e->chunk_comm);
     for (int c = 0; c < K; c++) {
         int holds = 0;
         for (int i = 0; i < e->n_stages; i++) holds |= e->st[i].chunk == c;
-        if (comm_split(e->c.world, holds ? e->t : -1, &e->chunk_comm[c]) < 0) return -1;
+        if (comm_split(e->c.world, holds ? col : -1, &e->chunk_comm[c]) < 0) return -1;
     }
     for (int t = 0; t < e->n_ties; t++) {
         int member = 0;
         for (int i = 0; i < e->n_stages; i++)
             member |= exec_owns_tie(e, &e->st[i], t) || e->st[i].copy[t].w != NULL;
-        if (comm_split(e->c.world, member ? e->t : -1, &e->tie_comm[t]) < 0) return -1;
+        if (comm_split(e->c.world, member ? col : -1, &e->tie_comm[t]) < 0) return -1;
     }
     return 0;
 }

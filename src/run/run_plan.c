@@ -2,6 +2,8 @@
  * read), lowering, validation, layer split, microbatch size. Pure: every rank gets the same plan
  * or the same error. Not here: running it (run_job.c, executor.c). */
 #include "run/run.h"
+#include "optim/async_fix.h"
+#include "optim/outer.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +45,7 @@ static sched *run_plan_schedule(const run_opts *o) {
                        .seq_chunks = o->seq_chunks, .cost_f = 1, .cost_b = 1, .cost_w = 1 };
     sched *s = sched_generate(o->schedule, &p);
     if (!s) pt_adderr("--schedule %s --stages %d --microbatches %d: ", o->schedule, o->P, o->M);
-    if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {   /* 2bw: not run yet */
+    if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {
         sched_free(s);
         return NULL;
     }
@@ -117,6 +119,21 @@ static int run_plan_check_tp_modes(const run_opts *o) {
     if (o->tp_sp && o->tp_overlap)
         return pt_seterr("--sp and --tp-overlap: give one (under --sp a block reduce-scatters and "
                          "all-gathers; --tp-overlap overlaps all-reduces only)");
+    return 0;
+}
+
+/* --async-fix: a known correction, only on an asynchronous schedule; pipemare and predict
+ * replace pipedream's stashes, so not with 2bw's two versions. */
+static int run_plan_check_fix(const run_plan *pl) {
+    int f = pl->o.async_fix;
+    if (f < ASYNC_FIX_NONE || f > ASYNC_FIX_PREDICT) return pt_seterr("--async-fix: unknown correction %d", f);
+    if (f && !pl->s->async)
+        return pt_seterr("--async-fix %s needs an asynchronous schedule (pipedream or 2bw): %s flushes "
+                         "before each update, so no gradient is stale", async_fix_name(f), pl->s->name);
+    if ((f == ASYNC_FIX_PIPEMARE || f == ASYNC_FIX_PREDICT) && pl->s->weight_versions == 2)
+        return pt_seterr("--async-fix %s works on pipedream's per-microbatch updates; %s's one-update "
+                         "delay is fixed by its two weight versions (use none or nesterov with it)",
+                         async_fix_name(f), pl->s->name);
     return 0;
 }
 
@@ -232,6 +249,22 @@ double run_plan_stage_factor(const run_plan *pl, int g, long t) {
     return k;
 }
 
+/* --dp-sync H > 1: the outer step's numbers, a synchronous schedule (an asynchronous one updates
+ * per microbatch: no step boundary for the outer step), no ZeRO (its slices span the replicas,
+ * which no longer reduce together). */
+static int run_plan_check_dp_sync(const run_plan *pl) {
+    const run_opts *o = &pl->o;
+    if (o->dp_sync <= 1) return o->dp_sync < 0 ? outer_config_validate(o->dp_sync, 1, 0) : 0;
+    if (outer_config_validate(o->dp_sync, o->outer_lr, o->outer_momentum) < 0) return -1;
+    if (pl->s->async)
+        return pt_seterr("--dp-sync %d needs a synchronous schedule: %s updates after every microbatch "
+                         "(use 1f1b, zb-h1, ..., or --dp-sync 1)", o->dp_sync, pl->s->name);
+    if (o->zero)
+        return pt_seterr("--dp-sync %d with --zero %d: ZeRO shards the update over replicas that no longer "
+                         "reduce together every step; drop --zero", o->dp_sync, o->zero);
+    return 0;
+}
+
 int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B, int T) {
     memset(pl, 0, sizeof *pl);
     pl->o = *o;
@@ -254,7 +287,9 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
         s = l;
     }
     pl->s = s;
-    if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0 || run_plan_faults(pl) < 0) {
+    if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0 || run_plan_check_fix(pl) < 0 ||
+        run_plan_check_dp_sync(pl) < 0 ||
+        run_plan_faults(pl) < 0) {
         run_plan_free(pl);
         return -1;
     }

@@ -2,6 +2,7 @@
  * TP ranks on threads or MPI ranks); it records each step's measured iteration time and bubble, and at the
  * end reports them next to the simulator's prediction from costs profiled in the same run, with
  * the last step's trace and picture. Not here: the executor (run/), the loop (trainer.c). */
+#include "optim/async_fix.h"
 #include "train/engine.h"
 #include "sim/sim.h"
 #include "trace/svg.h"
@@ -102,7 +103,9 @@ static void pipe_print_memory(const pipe_engine *p) {
     if (R > MEM_LINE_RANKS)
         printf(" the largest of %d ranks %.1f/%.1f/%.1f/%.1f", R, mx.params / 1e6, mx.grads / 1e6,
                mx.optim / 1e6, mx.acts / 1e6);
-    printf("%s\n", p->pl->o.zero ? " (--zero 1: moments sharded)" : "");
+    printf("%s%s\n", p->pl->o.zero ? " (--zero 1: moments sharded)" : "",
+           gpt_default_precision() == NN_BF16 ? " (bf16: params are the one fp32 copy, the master weights, "
+           "rounded to bf16 as the matmuls pack them; activations hold bf16 sets and one block's fp32 work area)" : "");
 }
 
 /* "pipeline: <schedule>, P stages x D replicas, ..." and the memory line (the run header's). */
@@ -125,7 +128,12 @@ static void pipe_describe(const train_engine *e) {
            p->pl->o.tp_sp ? "; sequence parallel (each TP rank holds 1/tp of the rows between layers and stages)" : "",
            p->pl->o.no_overlap ? "; reduction after each rank's schedule" : "",
            wire);
+    if (p->pl->o.async_fix) printf("asynchronous: --async-fix %s (docs/async.md)\n", async_fix_name(p->pl->o.async_fix));
     pipe_print_memory(p);
+    if (p->pl->o.dp_sync > 1)   /* docs/async.md */
+        printf("replicas: each steps alone, every %d steps (and at the last) their change averaged in one all-reduce "
+               "and an outer Nesterov step (lr %g, momentum %g)%s\n", p->pl->o.dp_sync, p->pl->o.outer_lr,
+               p->pl->o.outer_momentum, p->pl->o.no_overlap ? "" : ", applied one inner step late (overlapped)");
     if (p->pl->o.tp_overlap && p->pl->mb_rows < 2)
         printf("note: --tp-overlap splits a microbatch into two halves of sequences; microbatches of "
                "1 sequence run without it (use fewer microbatches or a larger batch)\n");
@@ -296,8 +304,14 @@ static cJSON *pipe_layout(const train_engine *e) {
     if (p->pl->o.tp_overlap) cJSON_AddTrueToObject(o, "tp_overlap");
     if (p->pl->o.tp_recompute) cJSON_AddTrueToObject(o, "tp_recompute");
     if (p->pl->o.tp_sp) cJSON_AddTrueToObject(o, "sp");
+    if (p->pl->o.async_fix) cJSON_AddStringToObject(o, "async_fix", async_fix_name(p->pl->o.async_fix));
     cJSON_AddNumberToObject(o, "zero", p->pl->o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl->o.no_overlap);
+    if (p->pl->o.dp_sync > 1) {   /* --dp-sync (docs/async.md) */
+        cJSON_AddNumberToObject(o, "dp_sync", p->pl->o.dp_sync);
+        cJSON_AddNumberToObject(o, "outer_lr", p->pl->o.outer_lr);
+        cJSON_AddNumberToObject(o, "outer_momentum", p->pl->o.outer_momentum);
+    }
     cJSON_AddStringToObject(o, "wire", pt_wire_name(p->pl->o.wire));
     cJSON_AddItemToObject(o, "memory_bytes", pipe_memory_json(p));
     return o;
