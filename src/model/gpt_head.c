@@ -159,4 +159,4 @@ static int head_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) {
 const gpt_layer_ops gpt_head_row = {
     "head", GPT_IO_TARGETS, head_act_floats, head_forward, head_backward_input,
     head_backward_weight, head_cost, head_cost_sp, head_keep_floats, gpt_keep_all_recompute,
-    head_keep_floats, head_act16_spans };
+    head_keep_floats, head_act16_spans, NULL };
