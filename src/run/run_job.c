@@ -285,6 +285,7 @@ static void job_align(run_job *j) {
         tl_event *e = &j->tl.ev[i];
         double off = j->clock[e->rank];
         e->ready -= off; e->start -= off; e->end -= off;
+        if (e->woke > 0) e->woke -= off;
     }
 }
 
@@ -316,18 +317,19 @@ static int job_gather_events(run_job *j) {
     return 0;
 }
 
-#define TL_FIELDS 11   /* an event as doubles: stage, mb, kind, rank, iter, stream, peer, link, times */
+#define TL_FIELDS 13   /* an event as doubles: stage, mb, kind, rank, iter, stream, peer, link, times,
+                        * a side event's CPU and wake-up */
 
 static void ev_pack(const tl_event *e, double *v) {
     double x[TL_FIELDS] = { e->act.stage, e->act.mb, e->act.kind, e->rank, e->iter, e->stream, e->peer, e->link,
-                            e->ready, e->start, e->end };
+                            e->ready, e->start, e->end, e->cpu, e->woke };
     memcpy(v, x, sizeof x);
 }
 
 static tl_event ev_unpack(const double *v) {
     tl_event e = { .act = { .stage = (int)v[0], .mb = (int)v[1], .kind = (sched_kind)(int)v[2] },
                    .rank = (int)v[3], .iter = (int)v[4], .stream = (tl_stream)(int)v[5], .peer = (int)v[6],
-                   .link = (int)v[7], .ready = v[8], .start = v[9], .end = v[10] };
+                   .link = (int)v[7], .ready = v[8], .start = v[9], .end = v[10], .cpu = v[11], .woke = v[12] };
     return e;
 }
 
@@ -429,6 +431,7 @@ static void job_analyse(run_job *j, run_stats *st) {
     for (int i = 0; i < tl->n; i++) {
         tl_event *e = &tl->ev[i];
         e->ready -= t0; e->start -= t0; e->end -= t0;
+        if (e->woke > 0) e->woke -= t0;   /* a side program's wake-up, on the same clock */
     }
     for (int i = 0; i < tl->n; i++) {
         tl_event *e = &tl->ev[i];
