@@ -70,6 +70,11 @@ void report_run_free(report_run *r);
  * NULL. -1 naming the path on failure. */
 int report_write_html(const report_run *runs, int n, const char *title, const char *out);
 
+/* Writes one standalone SVG chart to out, atomically: series k (REP_LOSS or REP_EVAL_LOSS) of
+ * runs[0..n) overlaid against wall time (each run's step_ms summed, in seconds). -1 naming the
+ * path, or when no run has step times. */
+int report_write_time_svg(const report_run *runs, int n, report_series k, const char *out);
+
 /* The metrics file of a run: run itself, or run/metrics.jsonl when run is a folder. Returns buf,
  * or NULL if it does not fit in n bytes. */
 char *report_metrics_path(const char *run, char *buf, size_t n);

@@ -56,6 +56,13 @@ typedef struct {
     int n_keep;
     int *keep_of;                     /* [M] kept set of each microbatch, -1: none */
     int *keep_mb;                     /* [n_keep] microbatch in each kept set, -1: free */
+    /* --seq-chunks: each layer's kept keys and values and their gradients (a block's; NULL for
+     * other layers), per microbatch in flight from its chunk 0's F to its chunk 0's B: n_kv sets
+     * (sched_stage_peak_kv), kv_of[M/K] the set of each microbatch, kv_mb[n_kv] the microbatch
+     * in each set (-1: none, free) */
+    float ***kv, ***dkv;              /* [end-first][n_kv] */
+    int n_kv;
+    int *kv_of, *kv_mb;
     /* the stream at the stage's ends, (Ns,C): all N rows, or this TP rank's under --sp */
     float **out;                      /* [M] (Ns,C) forward output (NULL for the last stage) */
     float **xin;                      /* [M] (Ns,C) received input (prev on another rank) */
@@ -144,7 +151,10 @@ size_t exec_async_floats(const run_exec *e, const run_stage *st);
 struct run_exec {
     run_exec_cfg c;
     const exec_mode *mode;            /* exec_mode_of(this), set once by run_exec_init */
-    int d, p, t, M, N, C, n_stages;   /* replica, pipeline rank, TP rank, sizes */
+    int d, p, t, M, N, C, n_stages;   /* replica, pipeline rank, TP rank, sizes (M: the
+                                       * schedule's units, N: rows of one) */
+    int K;                            /* --seq-chunks: a unit is chunk u % K of microbatch u / K */
+    int *ctok[2];                     /* K > 1: a chunk's tokens, targets (b, T/K) */
     int Ns;                           /* rows of the stream a stage takes and gives per
                                        * microbatch: N, or N/tp under --sp (gpt_stream_rows; set
                                        * by exec_tp_set) */
@@ -178,6 +188,7 @@ struct run_exec {
     int stashing;                     /* async with a stash per microbatch (pipedream's rule) */
     int swapped;                      /* exec_async.c: other weights are in, live holds the current */
     int tau_max;                      /* exec_async.c: the largest delay of any stage of the pipe */
+    struct exec_outer *outer;         /* --dp-sync H > 1: the outer step's state (exec_outer.c) */
     int stash_checked, stash_bad, stash_stale;   /* run_exec_stash_stats */
     timeline tl;
 };
@@ -201,6 +212,9 @@ int exec_state_replan(run_exec *e, const sched *s);
 int exec_owns_tie(const run_exec *e, const run_stage *st, int t);
 /* Floats of the weights a stage reads: its span, then its private copies in tie order. */
 size_t exec_weights_n(const run_stage *st, int n_ties);
+
+/* Floats of layer l's act of one unit (a microbatch's, or with --seq-chunks a chunk's). */
+size_t exec_act_floats(const run_exec *e, const run_stage *st, int l);
 
 /* exec_group.c */
 int exec_groups_init(run_exec *e);             /* groups, buckets, moments (from the source) */
@@ -264,6 +278,16 @@ int exec_update(run_exec *e, const optim_config *oc, int t, double lr, double sc
 /* The same for group gr alone (exec_update: every group in order). */
 int exec_update_group(run_exec *e, exec_group *gr, const optim_config *oc, int t, double lr, double scale);
 void exec_zero_grads(run_exec *e);
+
+/* exec_outer.c: --dp-sync H > 1 (cfg.dp_sync; nothing at 0 or 1) */
+int exec_outer_init(run_exec *e);              /* the replicas' communicator, theta_start; collective */
+void exec_outer_free(run_exec *e);
+/* After inner step t's update (oc: its config, total_steps the last step): completes an outer
+ * all-reduce posted at step t - 1 and applies it; at t a multiple of H (or the last) posts the
+ * next (blocking with --no-overlap and at the last step). 0, or -1. */
+int exec_outer_step(run_exec *e, const optim_config *oc, int t);
+/* exec_reduce_world under --dp-sync H > 1: the loss over the world, the norm per replica. */
+int exec_outer_reduce_world(run_exec *e, run_exec_stats *rs);
 
 /* exec_tp.c */
 int exec_tp_init(run_exec *e);                         /* the TP communicator; collective */

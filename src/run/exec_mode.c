@@ -76,7 +76,8 @@ static int sync_step(run_exec *e, const optim_config *oc, int t, run_exec_stats 
     if (!oc) return 0;
     rs->clip_scale = optim_clip_scale(rs->grad_norm, oc->grad_clip);
     rs->lr = optim_lr_at(oc, t);
-    return exec_update(e, oc, t, rs->lr, rs->clip_scale);
+    if (exec_update(e, oc, t, rs->lr, rs->clip_scale) < 0) return -1;
+    return e->outer ? exec_outer_step(e, oc, t) : 0;
 }
 
 /* No STEP in the list (a gradient pass): every reduction complete, the norm, the world's sums. */

@@ -264,6 +264,7 @@ int exec_norm(run_exec *e) {
 /* World reduction of (sum of squares, loss sum): once per iteration, at STEP or at the end.
  * Every TP rank's head has the same loss: TP rank 0's counts. */
 int exec_reduce_world(run_exec *e, run_exec_stats *rs) {
+    if (e->outer) return exec_outer_reduce_world(e, rs);
     double v[2] = { e->sumsq, e->t == 0 ? e->loss_sum : 0 };
     if (comm_allreduce_f64(e->c.world, v, 2) < 0) return pt_adderr("rank %d: loss/norm: ", e->c.world_rank);
     rs->grad_norm = sqrt(v[0]);

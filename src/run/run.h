@@ -30,6 +30,9 @@ typedef struct {
     int pipes;                  /* pipes of the CSV schedule (0: 1; chimera: 2) */
     int chunks;                 /* --chunks (0: the generator's default) */
     int M;                      /* --microbatches (0 with a file: the file's count) */
+    int seq_chunks;             /* --seq-chunks K (0 or 1: none): each microbatch's sequences run
+                                 * as K chunks, the schedule's units (sched.seq_chunks; 1f1b and
+                                 * zb-h1; not with recompute, --sp, --tp-overlap) */
     const int *split;           /* [n_split] blocks per chunk (--split 3,5,4,4), or NULL for even;
                                  * read by run_plan_init only (the caller keeps it) */
     int n_split;
@@ -66,6 +69,10 @@ typedef struct {
      * run_plan_init only (the caller keeps them). */
     const char *const *slow_link, *const *slow_stage;
     int n_slow_link, n_slow_stage;
+    /* --dp-sync H (0 or 1: plain data parallelism), --outer-lr, --outer-momentum: replicas that
+     * average their change every H steps (run_exec_cfg.dp_sync; docs/async.md) */
+    int dp_sync;
+    double outer_lr, outer_momentum;
 } run_opts;
 
 typedef struct {

@@ -75,7 +75,8 @@ static int job_exec_init(run_job *j, int r) {
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
                        .tp_overlap = pl->o.tp_overlap, .tp_recompute = pl->o.tp_recompute, .tp_sp = pl->o.tp_sp,
                        .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket, .wire = pl->o.wire,
-                       .async_fix = pl->o.async_fix, .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user };
+                       .async_fix = pl->o.async_fix, .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user,
+                       .dp_sync = pl->o.dp_sync, .outer_lr = pl->o.outer_lr, .outer_momentum = pl->o.outer_momentum };
     return run_exec_init(&j->ex[r], &c);
 }
 
@@ -560,11 +561,11 @@ void run_job_set_wire(run_job *j, int wire) {
 const sched *run_job_schedule(const run_job *j) { return j->s; }
 
 /* s has the shape of the schedule in force: the same stages on the same ranks, microbatches,
- * pipes, synchronous. */
+ * pipes, sequence chunks, synchronous. */
 static int job_same_shape(const run_job *j, const sched *s) {
     const sched *c = j->s;
     int same = s->n_ranks == c->n_ranks && s->n_stages == c->n_stages && s->n_pipes == c->n_pipes &&
-               s->n_mb == c->n_mb && s->async == c->async && !s->async;
+               s->n_mb == c->n_mb && s->async == c->async && !s->async && s->seq_chunks == c->seq_chunks;
     for (int g = 0; same && g < s->n_stages; g++) same = s->stage_rank[g] == c->stage_rank[g];
     if (same) return 0;
     return pt_seterr("replan: schedule %s (%d ranks, %d stages, %d microbatches%s) does not have the shape of %s "
