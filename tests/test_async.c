@@ -122,6 +122,8 @@ static void ref_2bw(int P, int M, const optim_config *oc, int delay, gpt_model *
             for (size_t i = 0; i < n; i++) cur->grads[i] = at->grads[i] / (float)P;
             for (size_t i = 0; i < V; i++) cur->grads[i] += dwte[i] / (float)P;
             memcpy(old.params, cur->params, n * sizeof(float));   /* W(k) becomes the older one */
+            double f = optim_clip_scale(sqrt(optim_sumsq(cur->grads, n)), oc->grad_clip);
+            for (size_t i = 0; i < n; i++) cur->grads[i] = (float)(cur->grads[i] * f);
             ref_update(cur, mm, vv, oc, ++u, optim_lr_at(oc, t), NULL);
         }
     free(mm); free(vv); free(dwte);
@@ -134,6 +136,7 @@ static void test_2bw(int P, int M, int nesterov) {
     oc.lr = 1e-2;
     oc.total_steps = ITERS;
     oc.eps = 1e-6;             /* as in test_pipedream_fix: the key bias's noise gradient */
+    oc.grad_clip = 0;          /* the rule itself; clipping: test_clip */
     async_fix fix = nesterov ? ASYNC_FIX_NESTEROV : ASYNC_FIX_NONE;
     async_fix_optim(&oc, fix);
     gpt_model got, want, fresh;
@@ -152,6 +155,39 @@ static void test_2bw(int P, int M, int nesterov) {
     CHECK(nm, stash[0] == 2 * P * M * ITERS && stash[1] == 0 && stash[2] > 0, "%d checked, %d bad, %d older",
           stash[0], stash[1], stash[2]);
     gpt_free(&got); gpt_free(&want); gpt_free(&fresh);
+}
+
+/* ---- clipping ------------------------------------------------------------------------------- */
+
+/* Asynchronous updates clip each stage's gradient at --grad-clip / sqrt(P): at P = 1 that is the
+ * synchronous clip, so pipedream (M = 1: one update a step, no delay) equals 1f1b, and 2bw
+ * equals its rule with the whole gradient clipped; with clipping off they must differ. */
+static void test_clip(void) {
+    char nm[160];
+    optim_config oc = optim_config_default();
+    oc.lr = 1e-2;
+    oc.total_steps = ITERS;
+    oc.eps = 1e-6;
+    oc.grad_clip = 0.05;       /* below every step's norm here: each update is clipped */
+    optim_config off = oc;
+    off.grad_clip = 0;
+    gpt_model pd, sync, pd_off, bw, want;
+    gpt_init(&pd, &CFG); gpt_init(&sync, &CFG); gpt_init(&pd_off, &CFG); gpt_init(&bw, &CFG); gpt_init(&want, &CFG);
+    int rc = run_pipe("pipedream", 1, 1, ASYNC_FIX_NONE, &oc, &pd, NULL);
+    if (rc == 0) rc = run_pipe("1f1b", 1, 1, ASYNC_FIX_NONE, &oc, &sync, NULL);
+    if (rc == 0) rc = run_pipe("pipedream", 1, 1, ASYNC_FIX_NONE, &off, &pd_off, NULL);
+    if (rc == 0) rc = run_pipe("2bw", 1, 2, ASYNC_FIX_NONE, &oc, &bw, NULL);
+    ref_2bw(1, 2, &oc, 1, &want);
+    double err = rc ? INFINITY : test_tensor_relerr(pd.params, sync.params, sync.num_params);
+    double gap = test_tensor_relerr(pd_off.params, sync.params, sync.num_params);
+    double err2 = rc ? INFINITY : test_tensor_relerr(bw.params, want.params, want.num_params);
+    CHECK("pipedream P=1 M=1 clips like 1f1b (--grad-clip 0.05)", rc == 0 && err < RUN_TOL,
+          "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err, RUN_TOL);
+    snprintf(nm, sizeof nm, "pipedream P=1 without clipping differs (%.3g away, > 20x tol)", gap);
+    CHECK(nm, gap > 20 * RUN_TOL, "only %.3g away", gap);
+    CHECK("2bw P=1 M=2 equals its rule with the gradient clipped", rc == 0 && err2 < RUN_TOL,
+          "rc %d, rel err %.3g (tol %g)", rc, err2, RUN_TOL);
+    gpt_free(&pd); gpt_free(&sync); gpt_free(&pd_off); gpt_free(&bw); gpt_free(&want);
 }
 
 /* ---- pipedream and its corrections: the replay ------------------------------------------------- */
@@ -284,6 +320,7 @@ static void test_pipedream_fix(int P, int M, async_fix fix) {
     oc.total_steps = 20;       /* PipeMare's lr factor still rising over these 3 steps */
     oc.eps = 1e-6;             /* the key bias's gradient is 0 up to float noise (softmax ignores it):
                                 * with eps 1e-8 Adam turns that noise into whole steps */
+    oc.grad_clip = 0;          /* the replay does not clip; clipping: test_clip */
     async_fix_optim(&oc, fix);
     run_opts o = { .P = P, .D = 1, .schedule = "pipedream", .M = M, .async_fix = fix };
     run_plan pl;
@@ -376,6 +413,7 @@ int main(void) {
     test_2bw(2, 4, 0);
     test_2bw(4, 4, 0);
     test_2bw(2, 4, 1);
+    test_clip();
     for (async_fix f = ASYNC_FIX_NONE; f <= ASYNC_FIX_PREDICT; f++) test_pipedream_fix(2, 4, f);
     test_pipedream_fix(4, 4, ASYNC_FIX_PIPEMARE);
     test_pipedream_fix(4, 8, ASYNC_FIX_PREDICT);

@@ -13,6 +13,7 @@
 #include "run/exec_int.h"
 #include "optim/async_fix.h"
 #include "util/pt.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,8 +111,60 @@ static int async_reduce(run_exec *e, int i, sched_action a, run_stage *st, doubl
 
 static int async_finish(run_exec *e, run_exec_stats *rs) { return exec_reduce_world(e, rs); }
 
-/* The update on every group (PipeMare: the lr factor of the group's delay), the older
- * weights kept (2bw: in ver; else in e->live, for the velocity), the update counted. */
+/* ---- clipping ---------------------------------------------------------------------------------- */
+
+/* Sum of squares of group gr's reduced gradient on this rank (under TP its shards, the
+ * replicated tensors counted by TP rank 0 only). */
+static double exec_group_sumsq_here(const run_exec *e, const exec_group *gr) {
+    double s = 0;
+    for (int i = 0; i < gr->n_ts; i++)
+        if (e->tp == 1 || e->t == 0 || !gr->ts[i].replicated) s += optim_sumsq(gr->g[0] + gr->ts[i].off, gr->ts[i].n);
+    return s;
+}
+
+/* Clipping factors f[n_grp] of an update: the stage's gradient (its groups, tied ones summed
+ * over their holders) clipped at --grad-clip / sqrt(P), so that stages all at the bound make
+ * the whole model's norm the bound (P = 1: exactly the synchronous clip); a tied tensor takes
+ * the smallest factor of its holders, so its copies stay equal. 0, or -1. */
+static int exec_async_clip(run_exec *e, const optim_config *oc, double *f) {
+    double s = 0, c = oc->grad_clip;
+    for (int k = 0; k < e->n_grp; k++) f[k] = 1.0;
+    if (c <= 0) return 0;
+    for (int k = 0; k < e->n_grp; k++) s += exec_group_sumsq_here(e, &e->grp[k]);
+    if (e->tp_comm && comm_allreduce_f64(e->tp_comm, &s, 1) < 0)
+        return pt_adderr("rank %d: stage gradient norm over TP: ", e->c.world_rank);
+    double r = optim_clip_scale(sqrt(s), c / sqrt((double)e->c.s->n_stages));
+    for (int k = 0; k < e->n_grp; k++) {
+        exec_group *gr = &e->grp[k];
+        f[k] = r;
+        if (gr->tie < 0 || !gr->cm || gr->cm->size < 2) continue;
+        double *part = pt_calloc((size_t)gr->cm->size, sizeof *part);
+        part[gr->cm->rank] = r;
+        int rc = comm_allreduce_f64(gr->cm, part, (size_t)gr->cm->size);
+        for (int i = 0; i < gr->cm->size; i++) f[k] = part[i] < f[k] ? part[i] : f[k];
+        free(part);
+        if (rc < 0) return pt_adderr("rank %d: tie %d clip factor: ", e->c.world_rank, gr->tie);
+    }
+    return 0;
+}
+
+/* Update u of every group at lr (PipeMare: times the factor of the group's delay, annealed
+ * over `warm` updates), each group's gradient clipped by exec_async_clip first. 0, or -1. */
+int exec_async_update(run_exec *e, const optim_config *oc, int u, double lr, int warm) {
+    double *f = pt_malloc(sizeof *f * (size_t)(e->n_grp > 0 ? e->n_grp : 1));
+    int rc = exec_async_clip(e, oc, f);
+    for (int k = 0; k < e->n_grp && rc == 0; k++) {
+        exec_group *gr = &e->grp[k];
+        double p = e->fix != ASYNC_FIX_PIPEMARE ? 1.0
+                 : async_fix_pipemare_lr(gr->tie >= 0 ? e->tau_max : e->st[0].tau, u, warm);
+        rc = exec_update_group(e, gr, oc, u, lr * p, f[k]);
+    }
+    free(f);
+    return rc;
+}
+
+/* The update (exec_async_update), the older weights kept (2bw: in ver; else in e->live, for
+ * the velocity), the update counted. */
 static int async_fix_step(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs) {
     int rc = 0;
     run_stage *st = &e->st[0];            /* asynchronous: one stage per rank */
@@ -120,12 +173,7 @@ static int async_fix_step(run_exec *e, const optim_config *oc, int t, run_exec_s
         int u = (t - 1) * e->n_step_acts + ++e->step_idx;
         exec_weights_get(e, st, e->c.s->weight_versions == 2 ? st->ver : e->live);
         int warm = (oc->total_steps / 10 > 1 ? oc->total_steps / 10 : 1) * e->n_step_acts;
-        for (int k = 0; k < e->n_grp && rc == 0; k++) {
-            exec_group *gr = &e->grp[k];
-            double f = e->fix != ASYNC_FIX_PIPEMARE ? 1.0
-                     : async_fix_pipemare_lr(gr->tie >= 0 ? e->tau_max : st->tau, u, warm);
-            rc = exec_update_group(e, gr, oc, u, rs->lr * f, 1.0);
-        }
+        rc = exec_async_update(e, oc, u, rs->lr, warm);
         if (e->fix == ASYNC_FIX_PIPEMARE || e->fix == ASYNC_FIX_PREDICT)
             exec_weights_velocity(e, st, st->ver, e->live,
                                   e->fix == ASYNC_FIX_PIPEMARE ? async_fix_pipemare_gamma(st->tau) : 0.0);

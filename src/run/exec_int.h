@@ -147,6 +147,9 @@ int exec_async_init(run_exec *e);
 void exec_async_free(run_exec *e);
 /* Floats a stage holds for them (ver), for run_exec_mem. */
 size_t exec_async_floats(const run_exec *e, const run_stage *st);
+/* Update u of every group, each stage's gradient clipped at --grad-clip / sqrt(P) (tied tensors:
+ * the smallest factor of their holders); PipeMare's lr factor over `warm` updates. 0, or -1. */
+int exec_async_update(run_exec *e, const optim_config *oc, int u, double lr, int warm);
 
 struct run_exec {
     run_exec_cfg c;

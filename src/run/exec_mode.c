@@ -97,13 +97,13 @@ static int async_reduce(run_exec *e, int i, sched_action a, run_stage *st, doubl
     return exec_tp_sum_grads(e, st) < 0 ? -1 : exec_reduce_stage(e, st);
 }
 
-/* A STEP updates with what the reductions since the last one summed, unclipped. */
+/* A STEP updates with what the reductions since the last one summed, clipped per stage. */
 static int async_step(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs) {
     int rc = 0;
     if (oc) {
         rs->lr = optim_lr_at(oc, t);
         /* update number from the step alone, so a resumed run counts the same */
-        rc = exec_update(e, oc, (t - 1) * e->n_step_acts + ++e->step_idx, rs->lr, 1.0);
+        rc = exec_async_update(e, oc, (t - 1) * e->n_step_acts + ++e->step_idx, rs->lr, 1);
     }
     exec_zero_grads(e);
     return rc;
