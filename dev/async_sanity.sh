@@ -3,7 +3,8 @@
 # bench/bench_async.sh is): the 4-layer char GPT of examples/char-gpt.json on the fortunes text
 # (90% train, the last 10% held out), P=4, 4 microbatches of 4 sequences x 64, 600 steps, the
 # same tokens for every variant; prints the held-out loss (16 batches) at the end of each run.
-# One seed. Usage: dev/async_sanity.sh [pipetrain] [variant ...] (default: all below); STEPS=N.
+# Usage: dev/async_sanity.sh [pipetrain] [variant ...] (default: all below); STEPS=N (600), SEED=S
+# (7: shuffle and init); JOBS=J runs at once (1).
 set -euo pipefail
 bin=${1:-build/pipetrain}; shift || true
 out=build/async_sanity
@@ -15,31 +16,43 @@ if [ ! -s "$out/train.txt" ]; then
   head -c $((n * 9 / 10)) "$out/all.txt" > "$out/train.txt"
   tail -c $((n - n * 9 / 10)) "$out/all.txt" > "$out/eval.txt"
 fi
-# name lr flags
-variants="1f1b 2e-3 --stages 4 --schedule 1f1b
-pd1-none 2e-3 --stages 1 --schedule pipedream
-pd-none 2e-3 --stages 4 --schedule pipedream
-pd-nesterov 2e-3 --stages 4 --schedule pipedream --async-fix nesterov
-pd-pipemare 2e-3 --stages 4 --schedule pipedream --async-fix pipemare
-pd-predict 2e-3 --stages 4 --schedule pipedream --async-fix predict
-2bw-none 2e-3 --stages 4 --schedule 2bw
-2bw-nesterov 2e-3 --stages 4 --schedule 2bw --async-fix nesterov
-pd-none-lo 5e-4 --stages 4 --schedule pipedream
-pd-nesterov-lo 5e-4 --stages 4 --schedule pipedream --async-fix nesterov
-pd-predict-lo 5e-4 --stages 4 --schedule pipedream --async-fix predict
-pd-pipemare-lo 5e-4 --stages 4 --schedule pipedream --async-fix pipemare
-pd-none-mid 1e-3 --stages 4 --schedule pipedream
-pd-predict-mid 1e-3 --stages 4 --schedule pipedream --async-fix predict
-2bw-none-lo 1e-3 --stages 4 --schedule 2bw
-2bw-nesterov-lo 1e-3 --stages 4 --schedule 2bw --async-fix nesterov"
-echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "$variants" | while read -r name lr flags; do
-  [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name" && continue
-  rm -f "$out/$name.jsonl"
-  "$bin" train --config examples/char-gpt.json --data "$out/train.txt" --eval-data "$out/eval.txt" --eval-batches 16 \
-    --batch 16 --seq 64 --steps "${STEPS:-600}" --lr "$lr" --beta2 0.99 --warmup 30 --lr-schedule cosine --shuffle 7 \
-    --microbatches 4 --metrics "$out/$name.jsonl" $flags > "$out/$name.log" 2>&1
-  printf '%-16s lr %-5s held-out %s  train %s\n' "$name" "$lr" \
-    "$(grep -o '"eval_loss":[0-9.]*' "$out/$name.jsonl" | tail -1 | cut -d: -f2)" \
-    "$(tail -1 "$out/$name.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)"
+# name lr batch microbatches flags: every run sees STEPS x 16 x 64 tokens (steps = STEPS*16/batch);
+# 2bw takes 32 rows in 8 microbatches (M = 2P, so batches overlap inside a step), i.e. two updates
+# of 16 rows a step: the same rows per update as 1f1b; pipedream updates after each microbatch.
+variants=""
+for lr in 1e-3 2e-3 4e-3; do variants+="1f1b-$lr $lr 16 4 --stages 4 --schedule 1f1b
+"; done
+variants+="pd1-none-2e-3 2e-3 16 4 --stages 1 --schedule pipedream
+"
+for lr in 5e-4 1e-3 2e-3; do
+  for fix in none nesterov pipemare predict; do variants+="pd-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix
+"; done
 done
+for lr in 1e-3 2e-3 4e-3; do
+  for fix in none nesterov; do variants+="2bw-$fix-$lr $lr 32 8 --stages 4 --schedule 2bw --async-fix $fix
+"; done
+done
+variants=${variants%$'\n'}
+steps16=${STEPS:-600}
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
+seed=${SEED:-7}
+one() {   # name lr batch mb flags...: one run, its result line into $out/$name.s$seed.res
+  local name=$1 lr=$2 batch=$3 mb=$4 f=$out/$1.s$seed; shift 4
+  rm -f "$f.jsonl"
+  "$bin" train --config examples/char-gpt.json --data "$out/train.txt" --eval-data "$out/eval.txt" --eval-batches 16 \
+    --batch "$batch" --seq 64 --steps $((steps16 * 16 / batch)) --lr "$lr" --beta2 0.99 --warmup $((30 * 16 / batch)) \
+    --lr-schedule cosine --shuffle "$seed" --seed "$seed" --microbatches "$mb" --metrics "$f.jsonl" "$@" > "$f.log" 2>&1 || true
+  printf '%-18s seed %s lr %-5s held-out %s  train %s\n' "$name" "$seed" "$lr" \
+    "$(grep -o '"eval_loss":[0-9.]*' "$f.jsonl" | tail -1 | cut -d: -f2)" \
+    "$(tail -1 "$f.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)" > "$f.res"
+}
+names=()
+while read -r name lr batch mb flags; do
+  [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name" && continue
+  names+=("$name")
+  while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-1}" ]; do wait -n || true; done
+  one "$name" "$lr" "$batch" "$mb" $flags &
+done <<< "$variants"
+wait
+for n in "${names[@]}"; do cat "$out/$n.s$seed.res"; done
+echo "# done, load $(cut -d' ' -f1-3 /proc/loadavg)"
