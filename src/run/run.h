@@ -43,6 +43,8 @@ typedef struct {
                                  * from F to B and rebuild the rest before B, no collective */
     int zero;                   /* --zero: 0, or 1: AdamW moments and update split over each
                                  * reduction group (ZeRO-1; docs/runtime.md) */
+    bool balance_memory;        /* --balance-memory: heavy stages lend stashed activations to
+                                 * lighter ranks (run_exec_cfg.balance_memory; docs/longseq.md) */
     bool no_overlap;            /* --no-overlap: reduce at the rank's last REDUCE_GRAD, not at
                                  * each stage's last W (the same numbers) */
     size_t bucket;              /* floats per gradient-reduction bucket (0: the default) */

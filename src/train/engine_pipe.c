@@ -84,11 +84,25 @@ static int pipe_save(train_engine *e, const char *dir, const ckpt_manifest *man)
 
 #define MEM_LINE_RANKS 8   /* the header lists each rank's memory up to this many ranks */
 
+/* --balance-memory: "activation sets balanced (--balance-memory, MB per rank held/lent/borrowed):
+ * r0 ..., r1 ...": its own sets a rank keeps, what it moved out (sets it would hold more without
+ * lending) and the buffers it keeps for other ranks' (within the activations above). */
+static void pipe_print_lending(const pipe_engine *p, int R) {
+    run_mem m;
+    printf("activation sets balanced (--balance-memory, MB per rank held/lent/borrowed):");
+    for (int w = 0; w < R && w < MEM_LINE_RANKS; w++) {
+        run_job_mem(p->job, w, &m);
+        printf(" r%d %.1f/%.1f/%.1f%s", w, m.act_sets / 1e6, m.lent / 1e6, m.borrowed / 1e6,
+               w + 1 < R && w + 1 < MEM_LINE_RANKS ? "," : "");
+    }
+    printf("%s\n", R > MEM_LINE_RANKS ? " ..." : "");
+}
+
 /* "memory per rank (MB, params/grads/optimizer/activations): r0 ..., r1 ..." (the busiest rank
  * of each kind beyond MEM_LINE_RANKS ranks). */
 static void pipe_print_memory(const pipe_engine *p) {
     int R = run_layout_ranks(&p->pl->lo);
-    run_mem m, mx = { 0, 0, 0, 0, 0, 0 };
+    run_mem m, mx = { 0 };
     printf("memory per rank (MB, params/grads/optimizer/activations):");
     for (int w = 0; w < R; w++) {
         run_job_mem(p->job, w, &m);
@@ -103,6 +117,7 @@ static void pipe_print_memory(const pipe_engine *p) {
         printf(" the largest of %d ranks %.1f/%.1f/%.1f/%.1f", R, mx.params / 1e6, mx.grads / 1e6,
                mx.optim / 1e6, mx.acts / 1e6);
     printf("%s\n", p->pl->o.zero ? " (--zero 1: moments sharded)" : "");
+    if (p->pl->o.balance_memory) pipe_print_lending(p, R);
 }
 
 /* "pipeline: <schedule>, P stages x D replicas, ..." and the memory line (the run header's). */

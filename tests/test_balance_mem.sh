@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# train/grad --balance-memory (docs/longseq.md "Balanced stage memory"): the gradients (and the
+# loss inside the gradient file) are bitwise those without it, on threads and over MPI, for 1f1b
+# and gpipe at P=2..4 (each lends at this shape), zb-h1 (already even: lends nothing) and with dp 2
+# (lent activations come back bit for bit); train's
+# memory line says what moved (stage 0 lends, the last stage borrows, stage 0 holds less) and the
+# losses of 3 steps are equal; the layouts it cannot lend in are refused with a reason.
+. "$(dirname "$0")/lib.sh"
+mpi_env 120        # a hang is a failure; a healthy run takes a second or two
+D=$TEST_TMP/balance_mem
+mkdir -p "$D"
+cat > "$D/cfg.json" <<'J'
+{"n_layer": 8, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}
+J
+for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
+gargs="--config $D/cfg.json --tokens $D/text.txt --batch 8 --seq 32"   # blocks outweigh the head: stages lend
+
+# grad on threads: with and without, bitwise.
+while read -r name flags; do
+  n="balance-memory grad threads $name $flags"
+  "$P" grad $gargs --out "$D/plain.st" --schedule "$name" $flags > /dev/null 2>&1
+  if ! "$P" grad $gargs --out "$D/bal.st" --schedule "$name" $flags --balance-memory > "$D/out" 2>&1; then
+    fail "$n" "$(tail -3 "$D/out")"; continue; fi
+  check "$n equals without bitwise" "$CMP" "$D/bal.st" "$D/plain.st" 0
+done <<'L'
+1f1b --stages 4 --microbatches 8
+1f1b --stages 3 --microbatches 4
+1f1b --stages 2 --microbatches 4
+gpipe --stages 4 --microbatches 4
+zb-h1 --stages 4 --microbatches 8
+1f1b --stages 4 --dp 2 --microbatches 4
+L
+
+# grad over MPI: with --balance-memory equals threads without, bitwise.
+if command -v mpirun > /dev/null 2>&1; then
+  while read -r np name flags; do
+    n="balance-memory grad mpi -np $np $name $flags"
+    "$P" grad $gargs --out "$D/plain.st" --schedule "$name" $flags > /dev/null 2>&1
+    if ! mpi "$np" grad $gargs --out "$D/mpi.st" --schedule "$name" $flags --balance-memory --transport mpi > "$D/out" 2>&1; then
+      fail "$n" "$(tail -3 "$D/out")"; continue; fi
+    check "$n equals threads without bitwise" "$CMP" "$D/mpi.st" "$D/plain.st" 0
+  done <<'L'
+4 1f1b --stages 4 --microbatches 8
+2 1f1b --stages 2 --microbatches 4
+8 1f1b --stages 4 --dp 2 --microbatches 4
+4 gpipe --stages 4 --microbatches 4
+L
+else
+  ok "balance-memory mpi: skipped (no mpirun)"
+fi
+
+# train: the same losses, and the memory line says what moved.
+targs="train --config $D/cfg.json --data $D/text.txt --batch 8 --seq 32 --lr 3e-3 --steps 3 --stages 4 --microbatches 8"
+"$P" $targs --metrics "$D/m_plain.jsonl" > /dev/null 2>&1
+"$P" $targs --metrics "$D/m_bal.jsonl" --balance-memory > "$D/out" 2>&1
+loss() { sed 's/.*"loss":\([0-9.]*\).*/\1/' "$1"; }
+[ -s "$D/m_bal.jsonl" ] && [ "$(loss "$D/m_bal.jsonl")" = "$(loss "$D/m_plain.jsonl")" ] \
+  && ok "balance-memory train: losses equal without" \
+  || fail "balance-memory train: losses equal without" "$(tail -3 "$D/out")"
+line=$(grep '^activation sets balanced' "$D/out")
+# r0 lends (its lent > 0), r3 borrows (its borrowed > 0)
+echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^r[0-9]$/) { split($(i+1), v, "/"); gsub(",", "", v[3]); h[$i] = v[1]; l[$i] = v[2]; b[$i] = v[3] } }
+                    END { exit !(l["r0"] > 0 && b["r3"] > 0 && l["r3"] == 0) }' \
+  && ok "balance-memory train: memory line shows r0 lending, r3 borrowing" \
+  || fail "balance-memory train: memory line shows r0 lending, r3 borrowing" "'$line'"
+
+# refused: two stages per rank, recomputation, an asynchronous schedule
+expect_error "balance-memory refuses interleaved" "one stage per pipeline rank" \
+  "$P" grad $gargs --out "$D/x.st" --schedule interleaved-1f1b --stages 2 --chunks 2 --microbatches 4 --balance-memory
+expect_error "balance-memory refuses --recompute" "does not go with --recompute" \
+  "$P" grad $gargs --out "$D/x.st" --stages 2 --microbatches 4 --recompute --balance-memory
+expect_error "balance-memory refuses pipedream" "synchronous schedule" \
+  "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --steps 1 --stages 2 --microbatches 4 \
+  --schedule pipedream --balance-memory
+done_tests
