@@ -64,6 +64,36 @@ echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^r[0-9]$/) { split($(i
   && ok "balance-memory train: memory line shows r0 lending, r3 borrowing" \
   || fail "balance-memory train: memory line shows r0 lending, r3 borrowing" "'$line'"
 
+# simulate: 1f1b P=4 M=8 holds 4 microbatches on stage 0, balanced 3 on every rank but one:
+# --mem-limit 3 fits with --balance-memory and not without.
+"$P" simulate --schedule 1f1b --stages 4 --microbatches 8 --mem-limit 3 --balance-memory --json > "$D/sim.json" 2>&1
+grep -q '"fits":[[:space:]]*true' "$D/sim.json" && grep -q '"fits_without":[[:space:]]*false' "$D/sim.json" \
+  && ok "balance-memory simulate: --mem-limit 3 fits balanced, not plain" \
+  || fail "balance-memory simulate: --mem-limit 3 fits balanced, not plain" "$(head -c 300 "$D/sim.json")"
+# the planner's memory model (simulate --config --cluster): a device of 170 MB misses rank 0's
+# 1f1b activations at T=2048 without, and holds every rank's with --balance-memory
+cat > "$D/long.json" <<'J'
+{"n_layer": 4, "n_head": 2, "n_embd": 64, "vocab_size": 256, "n_positions": 2048}
+J
+cat > "$D/cl.json" <<'J'
+{"name": "4 small devices", "nodes": [{"devices": {"count": 4, "name": "small", "speed": 1.0, "memory": 1.7e8},
+ "link": {"bandwidth": 5e9, "latency": 5e-6}}], "reference_flops": 3e10}
+J
+sargs="simulate --config $D/long.json --cluster $D/cl.json --schedule 1f1b --stages 4 --microbatches 4 --seq 2048"
+"$P" $sargs > "$D/plain.txt" 2>&1
+"$P" $sargs --balance-memory > "$D/bal.txt" 2>&1
+grep -q "does not fit" "$D/plain.txt" && ! grep -q "does not fit" "$D/bal.txt" \
+  && ok "balance-memory planner model: 170 MB devices fit balanced, not plain" \
+  || fail "balance-memory planner model: 170 MB devices fit balanced, not plain" "$(grep -A5 'memory per device' "$D/bal.txt" | tr '\n' ' ')"
+# a plan file with "balance_memory": true trains with it (train --plan)
+cat > "$D/plan4.json" <<'J'
+{"format": "pipetrain-plan/1", "stages": 4, "dp": 1, "tp": 1, "zero": 0, "microbatches": 8, "microbatch_size": 1,
+ "seq": 32, "schedule": "1f1b", "chunks": 1, "balance_memory": true, "split": [2, 2, 2, 2]}
+J
+"$P" train --config "$D/cfg.json" --data "$D/text.txt" --plan "$D/plan4.json" --steps 1 > "$D/out" 2>&1
+grep -q '^activation sets balanced' "$D/out" && ok "balance-memory: a plan file's balance_memory reaches train" \
+  || fail "balance-memory: a plan file's balance_memory reaches train" "$(tail -3 "$D/out")"
+
 # refused: two stages per rank, recomputation, an asynchronous schedule
 expect_error "balance-memory refuses interleaved" "one stage per pipeline rank" \
   "$P" grad $gargs --out "$D/x.st" --schedule interleaved-1f1b --stages 2 --chunks 2 --microbatches 4 --balance-memory

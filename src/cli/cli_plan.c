@@ -22,7 +22,7 @@ typedef struct {
     const char *config, *cluster, *costs, *out, *schedules;
     long global_batch;
     int T, top, max_sims, tp, zero;
-    bool no_recompute, json, tp_across_nodes, no_tp_overlap, no_tp_recompute, no_sp;
+    bool no_recompute, json, tp_across_nodes, no_tp_overlap, no_tp_recompute, no_sp, balance_memory;
 } plan_args;
 
 /* Device of pipeline 0's rank r, TP rank t. */
@@ -141,6 +141,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         {"--no-tp-recompute", OPT_FLAG, &a->no_tp_recompute, "do not consider --tp-recompute (communication-free "
                                                              "recomputation)"},
         {"--no-sp", OPT_FLAG, &a->no_sp, "do not consider --sp (sequence parallelism)"},
+        {"--balance-memory", OPT_FLAG, &a->balance_memory, "price memory with train --balance-memory where a layout "
+                                                           "allows it (one stage per rank, no recomputation)"},
         {"--zero", OPT_INT, &a->zero, "1: AdamW moments split over the data-parallel replicas (train --zero 1)"},
         {"--json", OPT_FLAG, &a->json, "print one JSON object instead of the summary"},
     };
@@ -154,7 +156,7 @@ static int run_plan(const plan_args *a, const gpt_config *cfg, const plan_cluste
                     .costs = costs, .schedules = names, .max_sims = a->max_sims, .no_recompute = a->no_recompute,
                     .tp = a->tp, .tp_across_nodes = a->tp_across_nodes, .zero = a->zero,
                     .no_tp_overlap = a->no_tp_overlap, .no_tp_recompute = a->no_tp_recompute,
-                    .no_sp = a->no_sp };
+                    .no_sp = a->no_sp, .balance_memory = a->balance_memory };
     plan_result r;
     int rc = plan_search(cfg, k, &o, &r);
     free(names); free(names_buf);

@@ -187,6 +187,9 @@ typedef struct {
     bool sp;                  /* --sp (tp >= 2, not with tp_overlap, tp dividing mb_size * T):
                                * sequence parallelism, the stream between layers and stages split
                                * by rows over the TP group (run_opts.tp_sp) */
+    bool balance_memory;      /* --balance-memory (one chunk per rank, no recomputation): each rank
+                               * holds the lend plan's activations (sched/sched_lend.h: its own kept
+                               * sets plus what it keeps for others), not its stage's peak */
     char placement[16];       /* "node" or "mixed" (how devices form pipelines) */
     int *split;               /* [K] blocks per chunk ("--split" of run/layout.h) */
     int *devices;             /* [D*P*tp] cluster device of (replica d, rank p, TP rank t) at
@@ -226,6 +229,8 @@ typedef struct {
                                * not with tp_across_nodes) */
     bool tp_across_nodes;     /* with tp 0: also TP groups that span nodes (over the network) */
     int zero;                 /* 0, or 1: count AdamW moments / D (ZeRO-1) */
+    bool balance_memory;      /* price memory with --balance-memory where a layout allows it (one
+                               * stage per rank, no recomputation; plan_layout.balance_memory) */
     bool exhaustive;          /* tests: simulate every candidate (no max_sims, no bound, every move
                                * of the local search simulated), the reference the pruned search
                                * must match */

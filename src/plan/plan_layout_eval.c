@@ -77,7 +77,8 @@ static int ctx_open(layout_ctx *x, const gpt_config *cfg, const plan_cluster *k,
     x->ready = true;
     plan_scale sc;
     plan_scale_init(&sc, costs, k, p->mb_size);
-    plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute, p->tp_overlap, p->tp_recompute, p->sp };
+    plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute, p->tp_overlap, p->tp_recompute, p->sp,
+                           p->balance_memory };
     plan_items_init(&x->it, cfg, &sc, &sh);
     plan_ranks_init(&x->r, k, &sc, p->P, p->D, tp, p->devices);
     return 0;
