@@ -217,8 +217,9 @@ int exec_lend_take(run_exec *e, run_stage *st, int mb);     /* before F: buffers
 int exec_lend_ready(run_exec *e, run_stage *st, int mb);    /* before B, W, BW: mb's acts here */
 int exec_lend_after(run_exec *e, run_stage *st, sched_kind kind, int mb);  /* after a compute action */
 int exec_lend_poll(run_exec *e);                     /* serves the pools, never blocks */
-/* Blocks until *req completes, serving the pools meanwhile; `what` names it in errors. */
-int exec_lend_wait(run_exec *e, comm_req **req, const char *what);
+/* Blocks until *req completes, serving the pools meanwhile; `what` names it in errors; count:
+ * the time is lending's wait (run_exec_lend_wait), not a pipeline receive's. */
+int exec_lend_wait(run_exec *e, comm_req **req, const char *what, int count);
 int exec_lend_drain(run_exec *e);                    /* before the reduction and step */
 void exec_lend_mem(const run_exec *e, double *lent, double *borrowed);
 double exec_lend_wait_s(const run_exec *e);

@@ -42,7 +42,7 @@ struct exec_lend {
     int Lmax, tag_base;
     exec_lend_in *in;
     int n_in;
-    double wait_s;              /* seconds this iteration's compute waited on lending */
+    double wait_s;              /* seconds the rank waited on lending since init */
 };
 
 static size_t lend_floats(const run_exec *e, const sched_lend_unit *u) { return (size_t)(u->bytes / sizeof(float)); }
@@ -222,9 +222,9 @@ static int lend_serve(run_exec *e) {
 
 int exec_lend_poll(run_exec *e) { return lend_serve(e) < 0 ? -1 : 0; }
 
-/* Blocks until *req completes, serving the partner side every LEND_SLICE; the time counts as
- * lending's wait. 0, or -1 (the transport failed, or e->c.timeout passed). */
-int exec_lend_wait(run_exec *e, comm_req **req, const char *what) {
+/* Blocks until *req completes, serving the partner side every LEND_SLICE; with `count` the time
+ * counts as lending's wait. 0, or -1 (the transport failed, or e->c.timeout passed). */
+int exec_lend_wait(run_exec *e, comm_req **req, const char *what, int count) {
     double t0 = pt_now(), limit = e->c.timeout > 0 ? e->c.timeout : 60;
     while (*req) {
         int got = exec_req_block(e->c.world, req, pt_now() + LEND_SLICE);
@@ -234,7 +234,7 @@ int exec_lend_wait(run_exec *e, comm_req **req, const char *what) {
             return pt_seterr("rank %d: %s: nothing after %.0f s (a rank stopped serving lent activations)",
                              e->c.world_rank, what, limit);
     }
-    e->lend->wait_s += pt_now() - t0;
+    if (count) e->lend->wait_s += pt_now() - t0;
     return 0;
 }
 
@@ -246,7 +246,7 @@ static int lend_free_buf(run_exec *e, exec_lend_out *o) {
     for (int pass = 0; pass < 2; pass++)
         for (int k = 0; k < o->cap; k++) {
             if (o->buf_mb[k] >= 0 || (pass == 0 && o->req[k])) continue;
-            if (o->req[k] && exec_lend_wait(e, &o->req[k], "a lent activation's send") < 0) return -2;
+            if (o->req[k] && exec_lend_wait(e, &o->req[k], "a lent activation's send", 1) < 0) return -2;
             return k;
         }
     return -1;
@@ -273,7 +273,7 @@ int exec_lend_ready(run_exec *e, run_stage *st, int mb) {
         int k = o->of[mb];
         if (k < 0) return pt_seterr("stage %d layer %d: microbatch %d is away at its backward (lend plan and "
                                     "schedule disagree)", st->g, st->first + l, mb);
-        if (o->fetching[k] && o->req[k] && exec_lend_wait(e, &o->req[k], "fetching a lent activation") < 0) return -1;
+        if (o->fetching[k] && o->req[k] && exec_lend_wait(e, &o->req[k], "fetching a lent activation", 1) < 0) return -1;
         o->fetching[k] = 0;
     }
     return 0;
@@ -325,7 +325,6 @@ int exec_lend_after(run_exec *e, run_stage *st, sched_kind kind, int mb) {
 
 void exec_lend_begin(run_exec *e) {
     if (!e->lend) return;
-    e->lend->wait_s = 0;
     for (int i = 0; i < e->n_stages; i++) e->st[i].lend_k = 0;
     for (int i = 0; i < e->lend->n_in; i++) e->lend->in[i].next = e->lend->in[i].returned = 0;
 }
@@ -352,13 +351,13 @@ int exec_lend_drain(run_exec *e) {
         if (moved < 0) return -1;
         comm_req **r = moved ? NULL : lend_pending(e);
         if (!moved && !r) return pt_seterr("rank %d: lent activations stuck (no request in flight)", e->c.world_rank);
-        if (r && exec_lend_wait(e, r, "serving lent activations") < 0) return -1;
+        if (r && exec_lend_wait(e, r, "serving lent activations", 0) < 0) return -1;
     }
     for (int i = 0; i < e->n_stages; i++)
         for (int l = 0; e->st[i].lout && l < e->st[i].end - e->st[i].first; l++) {
             exec_lend_out *o = e->st[i].lout[l];
             for (int k = 0; o && k < o->cap; k++)
-                if (o->req[k] && exec_lend_wait(e, &o->req[k], "finishing a lent activation's send") < 0) return -1;
+                if (o->req[k] && exec_lend_wait(e, &o->req[k], "finishing a lent activation's send", 1) < 0) return -1;
         }
     return 0;
 }

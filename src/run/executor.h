@@ -137,8 +137,8 @@ void run_exec_stash_stats(const run_exec *e, int out[3]);
  * for a forward; with --tp-recompute, each layer's kept prefix for the peak from F to W, whole
  * sets only from a lone B to its W, and one act of the rank's largest layer (its work buffer). */
 size_t run_exec_act_bytes(const run_exec *e);
-/* --balance-memory: seconds this iteration's actions waited on lent activations (a lend's send
- * or a fetch not done when needed, or serving a partner at the end); 0 without it. */
+/* --balance-memory: seconds this rank's actions waited on lent activations since init (a lend's
+ * send or a fetch not done when needed, or serving a partner before the reduction); 0 without. */
 double run_exec_lend_wait(const run_exec *e);
 /* This iteration's events (times from pt_now; iter 0). Owned by the executor. */
 const timeline *run_exec_timeline(const run_exec *e);

@@ -51,14 +51,18 @@ static int local_count(const stage_ops *o, const int *wl, const int *wf, int k) 
 /* The microbatch to send away over action k: alive, not used by k, its F before k and its first
  * backward after it, not away already (or away until just before k: the window grows). One away
  * until just before k stays away while its backward is over two actions off (fewer messages, and
- * an action for its fetch to arrive in); else the one whose backward is furthest. -1: none. */
+ * an action for its fetch to arrive in); else, when k is an F (it writes into the buffer the send
+ * frees), one whose F is two actions back or more (its send has an action to finish in), then the
+ * one whose backward is furthest. -1: none. */
 static int lend_victim(const stage_ops *o, const int *wl, const int *wf, int k) {
     int best = -1;
     for (int mb = 0; mb < o->M; mb++) {
         if (!live_at(o, mb, k) || o->mb[k] == mb || o->f_at[mb] >= k || o->b_at[mb] <= k) continue;
         if (wl[mb] >= 0 && wf[mb] != k - 1) continue;
         if (wl[mb] >= 0 && o->b_at[mb] > k + 2) return mb;
-        if (best < 0 || o->b_at[mb] >= o->b_at[best]) best = mb;
+        int fk = o->f_at[o->mb[k]] == k;   /* k is an F: it writes into the buffer the send frees */
+        int early = fk && o->f_at[mb] <= k - 2, best_early = fk && best >= 0 && o->f_at[best] <= k - 2;
+        if (best < 0 || early > best_early || (early == best_early && o->b_at[mb] >= o->b_at[best])) best = mb;
     }
     return best;
 }

@@ -254,9 +254,25 @@ static void pipe_print_tp(const pipe_engine *p, double it) {
 }
 
 /* Medians over the steps after the first (the warm-up) when there were several. */
+/* --balance-memory: "lending waited (ms per step): r0 ..." (collective: every rank calls it). */
+static int pipe_print_lend_waits(pipe_engine *p) {
+    double *w = NULL;
+    int R = run_layout_ranks(&p->pl->lo);
+    if (!p->pl->o.balance_memory) return 0;
+    if (run_job_lend_waits(p->job, &w) < 0) { free(w); return -1; }
+    if (p->base.root && p->n > 0) {
+        printf("lending waited (--balance-memory, ms per step: sends and fetches not done when needed):");
+        for (int r = 0; r < R && r < MEM_LINE_RANKS; r++) printf(" r%d %.1f%s", r, w[r] * 1e3 / p->n, r + 1 < R && r + 1 < MEM_LINE_RANKS ? "," : "");
+        printf("\n");
+    }
+    free(w);
+    return 0;
+}
+
 static int pipe_report(train_engine *e) {
     pipe_engine *p = (pipe_engine *)e;
     if (run_job_peak_rss(p->job, &p->rss) < 0) return -1;   /* collective: every rank */
+    if (pipe_print_lend_waits(p) < 0) return -1;
     if (!p->base.root) return 0;
     pipe_print_rss(p);
     if (p->n == 0) return 0;
