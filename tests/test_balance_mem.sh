@@ -85,6 +85,15 @@ sargs="simulate --config $D/long.json --cluster $D/cl.json --schedule 1f1b --sta
 grep -q "does not fit" "$D/plain.txt" && ! grep -q "does not fit" "$D/bal.txt" \
   && ok "balance-memory planner model: 170 MB devices fit balanced, not plain" \
   || fail "balance-memory planner model: 170 MB devices fit balanced, not plain" "$(grep -A5 'memory per device' "$D/bal.txt" | tr '\n' ' ')"
+# the bench model at T=2048, P=4 (one block per stage): the largest rank's activations (the
+# memory line's column) go from 1.4x of the mean to within 10% of it (accounting, not timing)
+"$P" train --config "$D/long.json" --data "$D/text.txt" --batch 4 --seq 2048 --stages 4 --microbatches 4 --steps 1 \
+  --balance-memory > "$D/out" 2>&1
+acts=$(grep '^memory per rank' "$D/out" | sed 's/.*): //' | tr ',' '\n' | awk '{ split($2, v, "/"); printf "%s ", v[4] }')
+echo "$acts" | awk '{ m = 0; s = 0; for (i = 1; i <= NF; i++) { s += $i; if ($i > m) m = $i } exit !(NF == 4 && m <= 1.10 * s / NF) }' \
+  && ok "balance-memory P=4 T=2048: the largest rank's activations within 10% of the mean" \
+  || fail "balance-memory P=4 T=2048: the largest rank's activations within 10% of the mean" "activations MB per rank: $acts"
+
 # a plan file with "balance_memory": true trains with it (train --plan)
 cat > "$D/plan4.json" <<'J'
 {"format": "pipetrain-plan/1", "stages": 4, "dp": 1, "tp": 1, "zero": 0, "microbatches": 8, "microbatch_size": 1,
