@@ -207,7 +207,7 @@ void exec_restash(run_exec *e, run_stage *st);
 /* exec_lend.c (all do nothing without --balance-memory) */
 int exec_lend_prepare(run_exec *e, run_stage *st);   /* the plan (first call), st's lending layers */
 int exec_lend_cap(const run_stage *st, int layer);   /* buffers of a lending layer, -1: not one */
-void exec_lend_bind(run_stage *st, int layer, float **bufs);   /* its buffers (act[layer]) */
+void exec_lend_bind(run_stage *st, int layer, float **bufs, size_t n);   /* its buffers (act[layer], n floats) */
 float *exec_lend_act(const run_stage *st, int layer, int mb);  /* mb's act of a lending layer */
 int exec_lend_init(run_exec *e);                     /* the pools this rank keeps for others */
 void exec_lend_stage_free(run_stage *st);

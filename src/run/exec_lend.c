@@ -21,6 +21,7 @@ struct exec_lend_out {
     const sched_lend_unit *u;
     int cap, peer;
     float **buf;                /* [cap] */
+    size_t n;                   /* floats of each (exec_lend_init checks them against the plan) */
     int *buf_mb;                /* [cap] microbatch whose act it holds, -1: free */
     comm_req **req;             /* [cap] a send (lend) or receive (fetch) in flight on it */
     int *fetching;              /* [cap] req is a fetch */
@@ -109,8 +110,22 @@ int exec_lend_cap(const run_stage *st, int layer) {
     return st->lout && st->lout[layer - st->first] ? st->lout[layer - st->first]->cap : -1;
 }
 
-void exec_lend_bind(run_stage *st, int layer, float **bufs) {
-    if (st->lout && st->lout[layer - st->first]) st->lout[layer - st->first]->buf = bufs;
+void exec_lend_bind(run_stage *st, int layer, float **bufs, size_t n) {
+    exec_lend_out *o = st->lout ? st->lout[layer - st->first] : NULL;
+    if (o) { o->buf = bufs; o->n = n; }
+}
+
+/* Every lending layer's buffers are the plan's size (the messages are that many bytes). */
+static int lend_check_sizes(const run_exec *e) {
+    for (int i = 0; i < e->n_stages; i++)
+        for (int l = 0; e->st[i].lout && l < e->st[i].end - e->st[i].first; l++) {
+            const exec_lend_out *o = e->st[i].lout[l];
+            if (o && (double)(o->n * sizeof(float)) != o->u->bytes)
+                return pt_seterr("--balance-memory: stage %d layer %d holds acts of %zu bytes, the lend plan %.0f "
+                                 "(a bug: the plan must read the sizes the buffers have)", e->st[i].g,
+                                 e->st[i].first + l, o->n * sizeof(float), o->u->bytes);
+        }
+    return 0;
 }
 
 float *exec_lend_act(const run_stage *st, int layer, int mb) {
@@ -121,6 +136,7 @@ float *exec_lend_act(const run_stage *st, int layer, int mb) {
 /* The pools this rank keeps for the layers lent to it. */
 int exec_lend_init(run_exec *e) {
     if (!e->lend) return 0;
+    if (lend_check_sizes(e) < 0) return -1;
     const sched_lend_plan *p = &e->lend->plan;
     e->lend->in = pt_calloc((size_t)p->n_units + 1, sizeof *e->lend->in);
     for (int i = 0; i < p->n_units; i++) {

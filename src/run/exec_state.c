@@ -124,7 +124,7 @@ static void exec_stage_acts(run_exec *e, run_stage *st) {
         size_t n = gpt_layer_act_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T);
         st->act[l] = pt_calloc((size_t)st->n_sets, sizeof *st->act[l]);
         for (int k = 0; k < (cap >= 0 ? cap : st->n_sets); k++) st->act[l][k] = pt_falloc(n);
-        exec_lend_bind(st, st->first + l, st->act[l]);
+        exec_lend_bind(st, st->first + l, st->act[l], n);
     }
 }
 

@@ -108,6 +108,22 @@ static int assign_slots(sched_lend_window *win, int n) {
     return pool;
 }
 
+/* One F per microbatch on each stage: the plan's unit is a whole microbatch's act of a layer. */
+static int lend_check_units(const sched *s) {
+    int *n = pt_calloc((size_t)s->n_mb + 1, sizeof(int)), rc = 0;
+    for (int g = 0; g < s->n_stages && rc == 0; g++) {
+        memset(n, 0, sizeof(int) * (size_t)s->n_mb);
+        for (int i = 0; i < s->len[g] && rc == 0; i++) {
+            sched_action a = s->acts[g][i];
+            if (a.stage == g && a.kind == ACT_F && a.mb >= 0 && a.mb < s->n_mb && ++n[a.mb] > 1)
+                rc = pt_seterr("--balance-memory needs one F per microbatch on each stage (%s runs F%d twice on "
+                               "stage %d: sequence chunks?)", s->name, a.mb, g);
+        }
+    }
+    free(n);
+    return rc;
+}
+
 int sched_lend_check(const sched *s) {
     if (s->async)
         return pt_seterr("--balance-memory needs a synchronous schedule (%s updates weights per microbatch)", s->name);
@@ -118,7 +134,7 @@ int sched_lend_check(const sched *s) {
         if (s->stage_rank[g] != g)
             return pt_seterr("--balance-memory needs stage g on rank g (%s puts stage %d on rank %d)", s->name, g,
                              s->stage_rank[g]);
-    return 0;
+    return lend_check_units(s);
 }
 
 /* The candidate state of the search: per (stage, layer) its cap, partner, pool and windows. */
