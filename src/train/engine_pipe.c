@@ -286,17 +286,19 @@ static int pipe_report(train_engine *e) {
     return pipe_write_pictures(p, last_it, last_bub);
 }
 
-/* {"params":[per world rank],"grads":[..],"optimizer":[..],"activations":[..]} */
+/* {"params":[per world rank],"grads":[..],"optimizer":[..],"activations":[..]}, with
+ * --balance-memory also "activations_held", "activations_lent", "activations_borrowed" */
 static cJSON *pipe_memory_json(const pipe_engine *p) {
-    int R = run_layout_ranks(&p->pl->lo);
-    const char *keys[4] = { "params", "grads", "optimizer", "activations" };
+    int R = run_layout_ranks(&p->pl->lo), nk = p->pl->o.balance_memory ? 7 : 4;
+    const char *keys[7] = { "params", "grads", "optimizer", "activations", "activations_held", "activations_lent",
+                            "activations_borrowed" };
     cJSON *o = cJSON_CreateObject();
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < nk; k++) {
         cJSON *a = cJSON_AddArrayToObject(o, keys[k]);
         for (int w = 0; w < R; w++) {
             run_mem m;
             run_job_mem(p->job, w, &m);
-            double v[4] = { m.params, m.grads, m.optim, m.acts };
+            double v[7] = { m.params, m.grads, m.optim, m.acts, m.act_sets, m.lent, m.borrowed };
             cJSON_AddItemToArray(a, cJSON_CreateNumber(v[k]));
         }
     }
@@ -322,6 +324,7 @@ static cJSON *pipe_layout(const train_engine *e) {
     if (p->pl->o.tp_overlap) cJSON_AddTrueToObject(o, "tp_overlap");
     if (p->pl->o.tp_recompute) cJSON_AddTrueToObject(o, "tp_recompute");
     if (p->pl->o.tp_sp) cJSON_AddTrueToObject(o, "sp");
+    if (p->pl->o.balance_memory) cJSON_AddTrueToObject(o, "balance_memory");
     cJSON_AddNumberToObject(o, "zero", p->pl->o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl->o.no_overlap);
     cJSON_AddStringToObject(o, "wire", pt_wire_name(p->pl->o.wire));
