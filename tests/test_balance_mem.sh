@@ -103,11 +103,13 @@ J
 grep -q '^activation sets balanced' "$D/out" && ok "balance-memory: a plan file's balance_memory reaches train" \
   || fail "balance-memory: a plan file's balance_memory reaches train" "$(tail -3 "$D/out")"
 
-# refused: two stages per rank, recomputation, an asynchronous schedule
+# refused: two stages per rank, recomputation, sequence chunks, an asynchronous schedule
 expect_error "balance-memory refuses interleaved" "one stage per pipeline rank" \
   "$P" grad $gargs --out "$D/x.st" --schedule interleaved-1f1b --stages 2 --chunks 2 --microbatches 4 --balance-memory
 expect_error "balance-memory refuses --recompute" "does not go with --recompute" \
   "$P" grad $gargs --out "$D/x.st" --stages 2 --microbatches 4 --recompute --balance-memory
+expect_error "balance-memory refuses --seq-chunks" "give one" \
+  "$P" grad $gargs --out "$D/x.st" --stages 2 --microbatches 4 --seq-chunks 2 --balance-memory
 expect_error "balance-memory refuses pipedream" "synchronous schedule" \
   "$P" train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --steps 1 --stages 2 --microbatches 4 \
   --schedule pipedream --balance-memory

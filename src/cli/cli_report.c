@@ -17,7 +17,8 @@ static int split_args(int argc, char **argv, char **flags, int *n_flags, const c
     *n_runs = 0;
     flags[0] = argv[0];
     for (int i = 1; i < argc; i++) {
-        int takes_value = !strcmp(argv[i], "--out") || !strcmp(argv[i], "--title");
+        int takes_value = !strcmp(argv[i], "--out") || !strcmp(argv[i], "--title") || !strcmp(argv[i], "--svg") ||
+                          !strcmp(argv[i], "--svg-series");
         if (argv[i][0] == '-') {
             flags[(*n_flags)++] = argv[i];
             if (takes_value && i + 1 < argc) flags[(*n_flags)++] = argv[++i];
@@ -46,17 +47,30 @@ static int check_out(const char *out, const char *const *paths, int n) {
     return 0;
 }
 
+/* --svg: the loss (or --svg-series eval_loss) against wall time, overlaid. 0, or 1 failed. */
+static int write_svg(const report_run *runs, int n, const char *const *paths, const char *svg, const char *series) {
+    report_series k = REP_LOSS;
+    if (series && !strcmp(series, "eval_loss")) k = REP_EVAL_LOSS;
+    else if (series && strcmp(series, "loss"))
+        return pt_seterr("--svg-series '%s': give loss or eval_loss", series), 1;
+    if (check_out(svg, paths, n) < 0 || report_write_time_svg(runs, n, k, svg) < 0) return 1;
+    printf("report: %s\n", svg);
+    return 0;
+}
+
 int cli_report(int argc, char **argv) {
-    const char *out = NULL, *title = NULL;
+    const char *out = NULL, *title = NULL, *svg = NULL, *svg_series = NULL;
     const cli_opt opts[] = {
         {"--out", OPT_STR, &out, "the HTML file to write (default: beside the first run's metrics, .html)"},
         {"--title", OPT_STR, &title, "the page's title (default: pipetrain training report)"},
+        {"--svg", OPT_STR, &svg, "also write the runs' loss against wall time (step times summed), overlaid, as this SVG file"},
+        {"--svg-series", OPT_STR, &svg_series, "--svg's series: loss (default) | eval_loss"},
     };
     char **flags = pt_malloc(sizeof *flags * (size_t)(argc + 1));
     const char *paths[MAX_RUNS];
     int n_flags, n_runs, rc = split_args(argc, argv, flags, &n_flags, paths, &n_runs);
     if (rc == 0) rc = cli_parse(n_flags, flags, "report", "RUN [RUN2 ...] [--out report.html]   "
-                                "(RUN: a metrics file or a save folder holding metrics.jsonl)", opts, 2);
+                                "(RUN: a metrics file or a save folder holding metrics.jsonl)", opts, 4);
     free(flags);
     if (rc < 0 && pt_err()[0]) return cli_fail("report");
     if (rc) return rc < 0 ? 2 : 0;
@@ -73,6 +87,7 @@ int cli_report(int argc, char **argv) {
     rc = loaded < n_runs || !out || check_out(out, paths, n_runs) < 0 ||
          report_write_html(runs, n_runs, title, out) < 0;
     if (!rc) printf("report: %s\n", out);
+    if (!rc && svg) rc = write_svg(runs, n_runs, paths, svg, svg_series);
     for (int i = 0; i < loaded; i++) report_run_free(&runs[i]);
     return rc ? cli_fail("report") : 0;
 }

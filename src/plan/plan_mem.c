@@ -10,7 +10,8 @@
 #include <stdlib.h>
 
 double plan_mem_need(const plan_mem_model *m, double held) {
-    return m->fixed + held * m->act + m->extra;
+    double kv_mb = m->K > 1 && held > 0 ? ceil((held - 1) / m->K) + 1 : 0;
+    return m->fixed + held * m->act + m->extra + kv_mb * m->kv;
 }
 
 int plan_mem_held_max(const plan_mem_model *m, double have, int cap) {
@@ -43,8 +44,12 @@ double plan_chunk_extra_any_split(const plan_items *it, int k, int K) {
 
 /* Memory chunk k needs at peak with `held` microbatches in flight. */
 double plan_chunk_mem(const plan_items *it, int K, const int *first, int k, int held) {
-    plan_mem_model m = { 0, 0, 0 };
-    for (int i = first[k]; i < first[k + 1]; i++) { m.fixed += it->mem_fixed[i]; m.act += it->mem_act[i]; }
+    plan_mem_model m = { 0, 0, 0, 0, it->K };
+    for (int i = first[k]; i < first[k + 1]; i++) {
+        m.fixed += it->mem_fixed[i];
+        m.act += it->mem_act[i];
+        m.kv += it->mem_kv[i];
+    }
     m.extra = plan_chunk_extra(it, first[k], first[k + 1]);
     return plan_mem_need(&m, held);
 }

@@ -25,7 +25,7 @@
 /* The per-step series a report draws, in page order. */
 typedef enum {
     REP_LOSS, REP_EVAL_LOSS, REP_LR, REP_GRAD_NORM, REP_TOKENS_S, REP_STEP_MS, REP_BUBBLE,
-    REP_HARVESTED,              /* side_cpu_s / bubble_s of the step (side work's CPU received) */
+    REP_HARVESTED,              /* side_cpu_s / wait_idle_s of the step (side work's CPU received) */
     REP_N_SERIES
 } report_series;
 
@@ -69,6 +69,11 @@ void report_run_free(report_run *r);
 /* Writes the page for runs[0..n) (overlaid, one colour each) to out, atomically. title may be
  * NULL. -1 naming the path on failure. */
 int report_write_html(const report_run *runs, int n, const char *title, const char *out);
+
+/* Writes one standalone SVG chart to out, atomically: series k (REP_LOSS or REP_EVAL_LOSS) of
+ * runs[0..n) overlaid against wall time (each run's step_ms summed, in seconds). -1 naming the
+ * path, or when no run has step times. */
+int report_write_time_svg(const report_run *runs, int n, report_series k, const char *out);
 
 /* The metrics file of a run: run itself, or run/metrics.jsonl when run is a folder. Returns buf,
  * or NULL if it does not fit in n bytes. */

@@ -15,7 +15,7 @@ static const char *const SERIES_TITLE[REP_N_SERIES] = {
     "training loss (cross-entropy, nats per token)", "evaluation loss (nats per token)",
     "learning rate", "gradient norm (global L2, before clipping)", "throughput (tokens/s)",
     "step time (ms)", "pipeline bubble (idle fraction of the step, all ranks)",
-    "bubble harvested (side_cpu_s / bubble_s: CPU side work received over the ranks' idle seconds)",
+    "bubble harvested (side_cpu_s / wait_idle_s: CPU side work received over the idle seconds of the waits offered to it)",
 };
 
 /* CSS: no '<' or '&', so the page stays XML-clean. */
@@ -191,6 +191,11 @@ static void page(FILE *f, const report_run *runs, int n, const char *title) {
     for (int k = 0; k < REP_N_SERIES; k++)
         if (report_series_present(runs, n, (report_series)k))
             report_chart(f, runs, n, (report_series)k, SERIES_TITLE[k]);
+    if (report_series_present(runs, n, REP_STEP_MS)) {   /* runs of different speeds compare here */
+        report_chart_time(f, runs, n, REP_LOSS, "loss against wall time");
+        if (report_series_present(runs, n, REP_EVAL_LOSS))
+            report_chart_time(f, runs, n, REP_EVAL_LOSS, "held-out loss against wall time");
+    }
     events_table(f, runs, n);
     timelines(f, runs, n);
     fputs("<p class=\"muted\">Written by pipetrain report.</p>\n</body>\n</html>\n", f);
@@ -201,5 +206,20 @@ int report_write_html(const report_run *runs, int n, const char *title, const ch
     if (n < 1) return pt_seterr("report: no runs");
     if (pt_make_parents(out) < 0 || io_atomic_open(&a, out) < 0) return -1;
     page(a.f, runs, n, title ? title : "pipetrain training report");
+    return io_atomic_commit(&a);
+}
+
+int report_write_time_svg(const report_run *runs, int n, report_series k, const char *out) {
+    io_atomic_file a;
+    if (n < 1) return pt_seterr("report: no runs");
+    if (!report_series_present(runs, n, REP_STEP_MS))
+        return pt_seterr("--svg %s: no run has step_ms (the step times a time axis is summed from)", out);
+    if (pt_make_parents(out) < 0 || io_atomic_open(&a, out) < 0) return -1;
+    /* the chart inside an SVG that carries the page's style (its lines are drawn by class) */
+    fprintf(a.f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
+            "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">\n<style><![CDATA[%s]]></style>\n",
+            REPORT_CHART_W, REPORT_CHART_H, REPORT_CHART_W, REPORT_CHART_H, STYLE);
+    report_chart_time(a.f, runs, n, k, k == REP_EVAL_LOSS ? "held-out loss against wall time" : "loss against wall time");
+    fputs("</svg>\n", a.f);
     return io_atomic_commit(&a);
 }

@@ -5,6 +5,9 @@
 #include "report/report.h"
 #include <stdio.h>
 
+#define REPORT_CHART_W 960   /* a chart's size, px */
+#define REPORT_CHART_H 210
+
 /* Writes s with &, <, >, " and ' escaped (and control characters dropped): safe in XML text and
  * attribute values. */
 void report_xml_escape(FILE *f, const char *s);
@@ -17,5 +20,7 @@ const char *report_run_label(const report_run *runs, int n, int i, char *buf, si
 int report_series_present(const report_run *runs, int n, report_series k);
 /* One chart of series k over runs[0..n) (n >= 1, each with at least one step), as inline SVG. */
 void report_chart(FILE *f, const report_run *runs, int n, report_series k, const char *title);
+/* The same against wall time: each run's step_ms summed, in seconds (no event markers). */
+void report_chart_time(FILE *f, const report_run *runs, int n, report_series k, const char *title);
 
 #endif

@@ -1,5 +1,6 @@
 /* The report's charts: one SVG line chart per series, every run overlaid on a shared step axis,
- * with ticks, units, a legend and the runs' events as vertical markers. Long runs are drawn from
+ * with ticks, units, a legend and the runs' events as vertical markers; and the loss against wall
+ * time (each run's step times summed), where runs of different speeds compare. Long runs are drawn from
  * at most one minimum and one maximum per pixel column, so a 100k-step run stays light and its
  * spikes stay visible. Not here: the page around the charts (report_html.c). */
 #include "report/report_int.h"
@@ -8,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CH_W 960        /* chart width, px */
-#define CH_H 210
+#define CH_W REPORT_CHART_W
+#define CH_H REPORT_CHART_H
 #define CH_L 74         /* left margin: tick labels */
 #define CH_R 16
 #define CH_T 28         /* title and legend */
@@ -104,6 +105,7 @@ static double nice_step(double span, int want) {
 typedef struct {
     double x0, x1, y0, y1;      /* data ranges */
     report_series k;
+    const char *xname;          /* the x axis: "step", or "seconds" (time charts: no events) */
 } chart;
 
 static double px_x(const chart *c, double step) {
@@ -177,22 +179,22 @@ static void draw_axes(FILE *f, const chart *c) {
         double v = x0 + i * sx, x = px_x(c, v);
         if (v > c->x1 + sx * 1e-9) break;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"grid\"/>"
-                "<text x=\"%.1f\" y=\"%d\" class=\"xt\">%.0f</text>\n", x, CH_T, x, CH_T + PLOT_H, x,
-                CH_T + PLOT_H + 14, v);
+                "<text x=\"%.1f\" y=\"%d\" class=\"xt\">%.*f</text>\n", x, CH_T, x, CH_T + PLOT_H, x,
+                CH_T + PLOT_H + 14, sx >= 1 ? 0 : (int)ceil(-log10(sx) - 1e-9), fabs(v) < sx * 1e-9 ? 0 : v);
     }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"xt\">step</text>\n", CH_L + PLOT_W / 2, CH_H - 4);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"xt\">%s</text>\n", CH_L + PLOT_W / 2, CH_H - 4, c->xname);
 }
 
 /* One polyline of v over steps: at most a min and a max per pixel column (in the order they
  * occur); NAN (no value at that step) is stepped over, -INFINITY (not a finite number) breaks
  * the line. A point alone between breaks is a dot (a zero-length segment with round caps). */
-static void draw_line(FILE *f, const chart *c, const long *step, const double *v, int n,
+static void draw_line(FILE *f, const chart *c, const double *step, const double *v, int n,
                       const char *colour, const char *cls) {
     fprintf(f, "<path class=\"%s\" stroke=\"%s\" d=\"", cls, colour);
     int pen = 0, j = 0;
     while (j < n) {
-        int col = (int)px_x(c, (double)step[j]), lo = -1, hi = -1, k = j, gap = 0;
-        for (; k < n && (int)px_x(c, (double)step[k]) == col; k++) {
+        int col = (int)px_x(c, step[j]), lo = -1, hi = -1, k = j, gap = 0;
+        for (; k < n && (int)px_x(c, step[k]) == col; k++) {
             if (isnan(v[k])) continue;
             if (!isfinite(v[k])) { gap = 1; break; }
             if (lo < 0 || v[k] < v[lo]) lo = k;
@@ -202,8 +204,8 @@ static void draw_line(FILE *f, const chart *c, const long *step, const double *v
         for (int t = 0; t < 2 && a >= 0; t++) {
             int q = t ? b : a;
             if (t && b == a) break;
-            if (pen) fprintf(f, "L%.1f %.1f ", px_x(c, (double)step[q]), px_y(c, v[q]));
-            else fprintf(f, "M%.1f %.1f l0 0 ", px_x(c, (double)step[q]), px_y(c, v[q]));
+            if (pen) fprintf(f, "L%.1f %.1f ", px_x(c, step[q]), px_y(c, v[q]));
+            else fprintf(f, "M%.1f %.1f l0 0 ", px_x(c, step[q]), px_y(c, v[q]));
             pen = 1;
         }
         if (gap) { pen = 0; k++; }
@@ -242,7 +244,7 @@ static double *smooth(const double *v, int n) {
 /* The runs' events as dashed vertical lines with their text on hover: one line per run, kind and
  * pixel column (a 100k-step run with an event every step stays light). */
 static void draw_events(FILE *f, const chart *c, const report_run *runs, int n) {
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !strcmp(c->xname, "step"); i++) {
         int last_col = -1;
         const char *last_kind = "";
         for (int e = 0; e < runs[i].n_ev; e++) {
@@ -281,21 +283,23 @@ static void draw_legend(FILE *f, const report_run *runs, int n, report_series k)
                 CH_L + 4, CH_T + PLOT_H - 6);
 }
 
-/* The step range of the runs, their events included (a run's error comes after its last
- * logged step). */
-static void step_range(const report_run *runs, int n, double *x0, double *x1) {
+/* The x range of the runs (xs[i]: run i's x at each of its steps), with their events on a step
+ * axis (a run's error comes after its last logged step). */
+static void x_range(const chart *c, const report_run *runs, int n, double *const *xs, double *x0, double *x1) {
     *x0 = 1e300; *x1 = -1e300;
     for (int i = 0; i < n; i++) {
-        *x0 = fmin(*x0, (double)runs[i].step[0]);
-        *x1 = fmax(*x1, (double)runs[i].step[runs[i].n - 1]);
-        for (int e = 0; e < runs[i].n_ev; e++) *x1 = fmax(*x1, (double)runs[i].ev[e].step);
+        *x0 = fmin(*x0, xs[i][0]);
+        *x1 = fmax(*x1, xs[i][runs[i].n - 1]);
+        for (int e = 0; e < runs[i].n_ev && !strcmp(c->xname, "step"); e++) *x1 = fmax(*x1, (double)runs[i].ev[e].step);
     }
 }
 
-void report_chart(FILE *f, const report_run *runs, int n, report_series k, const char *title) {
-    chart c = { .k = k };
-    step_range(runs, n, &c.x0, &c.x1);
-    if (c.x1 - c.x0 < 1) { c.x0 -= 0.5; c.x1 += 0.5; }   /* one step: a column around it */
+/* One chart of series k over runs[0..n) against xs[i] (run i's x at each of its steps). */
+static void chart_draw(FILE *f, const report_run *runs, int n, report_series k, const char *title,
+                       double *const *xs, const char *xname) {
+    chart c = { .k = k, .xname = xname };
+    x_range(&c, runs, n, xs, &c.x0, &c.x1);
+    if (c.x1 - c.x0 < 1e-9 || (!strcmp(xname, "step") && c.x1 - c.x0 < 1)) { c.x0 -= 0.5; c.x1 += 0.5; }
     series_range(runs, n, k, &c.y0, &c.y1);
     double pad = (c.y1 - c.y0) * 0.05, mid = 0.5 * (c.y0 + c.y1);
     if (pad < fabs(mid) * 1e-9 || pad == 0) pad = fabs(mid) * 0.05 + 1e-12;   /* flat: a band */
@@ -311,12 +315,40 @@ void report_chart(FILE *f, const report_run *runs, int n, report_series k, const
     draw_axes(f, &c);
     draw_events(f, &c, runs, n);
     for (int i = 0; i < n; i++) {
-        if (k != REP_LOSS) { draw_line(f, &c, runs[i].step, runs[i].val[k], runs[i].n, report_colour(i), "ln"); continue; }
-        double *s = smooth(runs[i].val[k], runs[i].n);
-        draw_line(f, &c, runs[i].step, runs[i].val[k], runs[i].n, report_colour(i), "raw");
-        draw_line(f, &c, runs[i].step, s, runs[i].n, report_colour(i), "ln");
-        free(s);
+        if (k != REP_LOSS) { draw_line(f, &c, xs[i], runs[i].val[k], runs[i].n, report_colour(i), "ln"); continue; }
+        double *sm = smooth(runs[i].val[k], runs[i].n);
+        draw_line(f, &c, xs[i], runs[i].val[k], runs[i].n, report_colour(i), "raw");
+        draw_line(f, &c, xs[i], sm, runs[i].n, report_colour(i), "ln");
+        free(sm);
     }
     draw_legend(f, runs, n, k);
     fputs("</svg>\n", f);
+}
+
+/* Run r's x at each step: the step, or (time) its step times summed in seconds (a line without
+ * step_ms adds nothing). */
+static double *run_xs(const report_run *r, int time) {
+    double *x = pt_malloc(sizeof *x * (size_t)(r->n + 1)), acc = 0;
+    for (int j = 0; j < r->n; j++) {
+        double ms = r->val[REP_STEP_MS][j];
+        if (time && isfinite(ms) && ms > 0) acc += ms / 1e3;
+        x[j] = time ? acc : (double)r->step[j];
+    }
+    return x;
+}
+
+static void chart_runs(FILE *f, const report_run *runs, int n, report_series k, const char *title, int time) {
+    double **xs = pt_malloc(sizeof *xs * (size_t)n);
+    for (int i = 0; i < n; i++) xs[i] = run_xs(&runs[i], time);
+    chart_draw(f, runs, n, k, title, xs, time ? "seconds (the run's step times summed)" : "step");
+    for (int i = 0; i < n; i++) free(xs[i]);
+    free(xs);
+}
+
+void report_chart(FILE *f, const report_run *runs, int n, report_series k, const char *title) {
+    chart_runs(f, runs, n, k, title, 0);
+}
+
+void report_chart_time(FILE *f, const report_run *runs, int n, report_series k, const char *title) {
+    chart_runs(f, runs, n, k, title, 1);
 }

@@ -264,6 +264,7 @@ int exec_norm(run_exec *e) {
 /* World reduction of (sum of squares, loss sum): once per iteration, at STEP or at the end.
  * Every TP rank's head has the same loss: TP rank 0's counts. */
 int exec_reduce_world(run_exec *e, run_exec_stats *rs) {
+    if (e->outer) return exec_outer_reduce_world(e, rs);
     double v[2] = { e->sumsq, e->t == 0 ? e->loss_sum : 0 };
     if (comm_allreduce_f64(e->c.world, v, 2) < 0) return pt_adderr("rank %d: loss/norm: ", e->c.world_rank);
     rs->grad_norm = sqrt(v[0]);
@@ -289,15 +290,18 @@ static void exec_update_slice(const exec_group *gr, const exec_bucket *b, const 
 /* AdamW update t of every group's home copy (its slices with --zero 1, then the parameters
  * gathered from the group in the global order), gradients scaled by `scale` (the clipping
  * factor) first; then the rank's other copies get the new parameters. */
+int exec_update_group(run_exec *e, exec_group *gr, const optim_config *oc, int t, double lr, double scale) {
+    for (int b = 0; b < gr->n_bk; b++) exec_update_slice(gr, &gr->bk[b], oc, t, lr, scale);
+    for (int b = 0; b < gr->n_bk && e->c.zero && exec_group_shared(gr); b++)
+        if (comm_allgather_f32(gr->cm, gr->w[0] + gr->bk[b].off, gr->bk[b].n) < 0)
+            return pt_adderr("rank %d: gathering updated parameters: ", e->c.world_rank);
+    for (int c = 1; c < gr->n_copies; c++) memcpy(gr->w[c], gr->w[0], gr->n * sizeof(float));
+    return 0;
+}
+
 int exec_update(run_exec *e, const optim_config *oc, int t, double lr, double scale) {
-    for (int k = 0; k < e->n_grp; k++) {
-        exec_group *gr = &e->grp[k];
-        for (int b = 0; b < gr->n_bk; b++) exec_update_slice(gr, &gr->bk[b], oc, t, lr, scale);
-        for (int b = 0; b < gr->n_bk && e->c.zero && exec_group_shared(gr); b++)
-            if (comm_allgather_f32(gr->cm, gr->w[0] + gr->bk[b].off, gr->bk[b].n) < 0)
-                return pt_adderr("rank %d: gathering updated parameters: ", e->c.world_rank);
-        for (int c = 1; c < gr->n_copies; c++) memcpy(gr->w[c], gr->w[0], gr->n * sizeof(float));
-    }
+    for (int k = 0; k < e->n_grp; k++)
+        if (exec_update_group(e, &e->grp[k], oc, t, lr, scale) < 0) return -1;
     return 0;
 }
 

@@ -111,9 +111,44 @@ static void exec_stage_keeps(run_exec *e, run_stage *st) {
         st->keep[l] = exec_bufs(st->n_keep, gpt_layer_keep_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T));
 }
 
+size_t exec_act_floats(const run_exec *e, const run_stage *st, int l) {
+    if (e->K > 1) return gpt_layer_chunk_act_floats(&st->m, l, e->c.mb_rows, e->c.T, 0, e->K);
+    return gpt_layer_act_floats(&st->m, l, e->c.mb_rows, e->c.T);
+}
+
+/* --seq-chunks: the kept keys and values of the microbatches in flight (sched_stage_peak_kv). */
+static void exec_stage_kv(run_exec *e, run_stage *st) {
+    int nl = st->end - st->first;
+    st->n_kv = sched_stage_peak_kv(e->c.s, st->g);
+    exec_slots_init(&st->kv_of, &st->kv_mb, e->M / e->K, st->n_kv);
+    st->kv = pt_calloc((size_t)nl, sizeof *st->kv);
+    st->dkv = pt_calloc((size_t)nl, sizeof *st->dkv);
+    for (int l = 0; l < nl; l++) {
+        size_t n = gpt_layer_kv_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T);
+        if (!n) continue;
+        st->kv[l] = exec_bufs(st->n_kv, n);
+        st->dkv[l] = exec_bufs(st->n_kv, n);
+    }
+}
+
+static void exec_stage_kv_free(run_stage *st) {
+    for (int l = 0; st->kv && l < st->end - st->first; l++) {
+        exec_free_bufs(st->kv[l], st->n_kv);
+        exec_free_bufs(st->dkv[l], st->n_kv);
+    }
+    free(st->kv);
+    free(st->dkv);
+    free(st->kv_of);
+    free(st->kv_mb);
+    st->kv = st->dkv = NULL;
+    st->kv_of = st->kv_mb = NULL;
+    st->n_kv = 0;
+}
+
 /* The activation sets stage st needs under the schedule in force (its peak in flight). */
 static void exec_stage_acts(run_exec *e, run_stage *st) {
     int nl = st->end - st->first;
+    if (e->K > 1) exec_stage_kv(e, st);
     if (e->c.tp_recompute) exec_stage_keeps(e, st);
     else st->n_slots = sched_stage_peak_slots(e->c.s, st->g, e->c.recompute != 0);   /* the one rule */
     exec_slots_init(&st->slot_of, &st->slot_mb, e->M, st->n_slots);
@@ -121,7 +156,7 @@ static void exec_stage_acts(run_exec *e, run_stage *st) {
     st->n_sets = st->n_slots + (e->c.recompute != 0);   /* one more: the forward's when recomputing */
     for (int l = 0; l < nl; l++) {
         int cap = exec_lend_cap(st, st->first + l);   /* a lending layer: fewer buffers */
-        size_t n = gpt_layer_act_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T);
+        size_t n = exec_act_floats(e, st, st->first + l);
         st->act[l] = pt_calloc((size_t)st->n_sets, sizeof *st->act[l]);
         for (int k = 0; k < (cap >= 0 ? cap : st->n_sets); k++) st->act[l][k] = pt_falloc(n);
         exec_lend_bind(st, st->first + l, st->act[l], n);
@@ -129,6 +164,7 @@ static void exec_stage_acts(run_exec *e, run_stage *st) {
 }
 
 static void exec_stage_acts_free(run_stage *st) {
+    exec_stage_kv_free(st);
     for (int l = 0; l < st->end - st->first; l++) {
         if (st->act) exec_free_bufs(st->act[l], st->n_sets);
         if (st->keep) exec_free_bufs(st->keep[l], st->n_keep);
@@ -191,7 +227,7 @@ static int exec_stage_init(run_exec *e, run_stage *st, int g) {
 /* After every stage has its model: tied tensors, then (async) the stash sized by them. */
 static int exec_stage_finish(run_exec *e, run_stage *st) {
     if (exec_stage_ties(e, st) < 0) return -1;
-    if (e->async) {
+    if (e->stashing) {   /* a stash per microbatch: pipedream's rule */
         st->stash = exec_bufs(e->M, exec_weights_n(st, e->n_ties));
         st->stash_sum = pt_calloc((size_t)e->M, sizeof *st->stash_sum);
     }
@@ -223,17 +259,20 @@ static void exec_stage_free(run_exec *e, run_stage *st) {
  * other replicas). Collective over world, in that order on every rank. */
 static int exec_split_comms(run_exec *e) {
     int K = e->c.s->stages_per_pipe;
+    /* --dp-sync H > 1: each replica reduces alone (its tied tensors' copies still together);
+     * the replicas meet in the outer step's all-reduce (exec_outer.c) */
+    int col = e->c.dp_sync > 1 ? e->d * e->tp + e->t : e->t;
     e->chunk_comm = pt_calloc((size_t)K, sizeof *e->chunk_comm);
     for (int c = 0; c < K; c++) {
         int holds = 0;
         for (int i = 0; i < e->n_stages; i++) holds |= e->st[i].chunk == c;
-        if (comm_split(e->c.world, holds ? e->t : -1, &e->chunk_comm[c]) < 0) return -1;
+        if (comm_split(e->c.world, holds ? col : -1, &e->chunk_comm[c]) < 0) return -1;
     }
     for (int t = 0; t < e->n_ties; t++) {
         int member = 0;
         for (int i = 0; i < e->n_stages; i++)
             member |= exec_owns_tie(e, &e->st[i], t) || e->st[i].copy[t].w != NULL;
-        if (comm_split(e->c.world, member ? e->t : -1, &e->tie_comm[t]) < 0) return -1;
+        if (comm_split(e->c.world, member ? col : -1, &e->tie_comm[t]) < 0) return -1;
     }
     return 0;
 }
@@ -279,6 +318,7 @@ int exec_state_init(run_exec *e) {
     if (e->async) e->live = pt_falloc(exec_max_weights(e));
     exec_work_alloc(e);
     for (int k = 0; k < 2; k++) e->tmp[k] = pt_falloc((size_t)e->Ns * e->C);
+    for (int k = 0; e->K > 1 && k < 2; k++) e->ctok[k] = pt_malloc((size_t)e->N * sizeof(int));
     exec_list_state(e);
     if (exec_lend_init(e) < 0) return -1;
     return exec_split_comms(e);
@@ -343,5 +383,7 @@ void exec_state_free(run_exec *e) {
     free(e->work);
     free(e->tmp[0]);
     free(e->tmp[1]);
+    free(e->ctok[0]);
+    free(e->ctok[1]);
     exec_list_state_free(e);
 }

@@ -76,6 +76,7 @@ typedef struct {
     int overlap;               /* a stage's reduction starts at its last W (else at the rank's
                                 * last REDUCE_GRAD): the same numbers either way */
     size_t bucket;             /* floats per reduction bucket (0: RUN_BUCKET_DEFAULT) */
+    int async_fix;             /* asynchronous schedules: the correction (optim/async_fix.h) */
     int wire;                  /* messages between stages in pt_wire format w (0: fp32 as
                                 * computed; bf16 or fp16: packed at the send, unpacked at the
                                 * receive, round to nearest even) */
@@ -84,6 +85,12 @@ typedef struct {
                                 * and their backward (sched/sched_lend.h; the same numbers) */
     run_wait_fn on_wait;       /* side work in this rank's waits (NULL: it just waits) */
     void *wait_user;           /* on_wait's first argument */
+    int dp_sync;               /* --dp-sync H: 0 or 1, gradients reduced over the replicas every
+                                * step; H > 1 (DiLoCo, run/exec_outer.c): each replica steps on
+                                * its own gradients, and at every H-th step (and the last) the
+                                * replicas average their change since the last sync and take an
+                                * outer Nesterov step (optim/outer.h); synchronous schedules */
+    double outer_lr, outer_momentum;   /* that step's learning rate and momentum */
 } run_exec_cfg;
 
 #define RUN_BUCKET_DEFAULT ((size_t)1 << 22)   /* 16 MB of fp32 gradients per collective */

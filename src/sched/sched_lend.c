@@ -125,6 +125,9 @@ static int lend_check_units(const sched *s) {
 }
 
 int sched_lend_check(const sched *s) {
+    if (s->seq_chunks > 1)
+        return pt_seterr("--balance-memory and --seq-chunks: give one (the lend plan's unit is a whole "
+                         "microbatch's activations; sequence chunks already hold 1/%d of them)", s->seq_chunks);
     if (s->async)
         return pt_seterr("--balance-memory needs a synchronous schedule (%s updates weights per microbatch)", s->name);
     if (s->n_pipes != 1 || s->n_stages != s->n_ranks)
