@@ -41,7 +41,7 @@ flags_of() { case $1 in 1f1b) echo "";; balance) echo "--balance-memory";; sc*) 
 # run NAME T P FLAGS...: one training run; its output in $D/NAME.out, its metrics in $D/NAME.jsonl
 run() {
   local name=$1 t=$2 np=$3; shift 3
-  rm -f "$D/$name".*   # --metrics appends to a used file: each run its own
+  rm -f "$D/$name.jsonl" "$D/$name.events.jsonl" "$D/$name.html" "$D/$name.timeline.svg"   # --metrics appends
   local args=(train --config "$D/cfg.json" --data "$D/text.txt" --batch "$np" --seq "$t" --stages "$np"
               --microbatches "$np" --steps "$STEPS" --lr 1e-3 --metrics "$D/$name.jsonl" "$@")
   if [ $MPI = 1 ]; then
