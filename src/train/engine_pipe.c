@@ -209,8 +209,9 @@ static void pipe_print_simulated(pipe_engine *p, double it, double bub) {
     p->bub_med = bub;
     p->sim_it = rc < 0 ? -1 : res.iteration_time;
     p->sim_bub = rc < 0 ? -1 : res.bubble_fraction;
-    printf("measured:  iteration %.3f ms, bubble %.1f%% (%s, P=%d, D=%d, tp=%d, M=%d; median of steps)\n",
-           it * 1e3, bub * 100, s->name, p->pl->o.P, p->pl->o.D, p->pl->lo.tp, s->n_mb);
+    printf("measured:  iteration %.3f ms, bubble %.1f%% (%s, P=%d, D=%d, tp=%d, M=%d%s; median of steps)\n",
+           it * 1e3, bub * 100, s->name, p->pl->o.P, p->pl->o.D, p->pl->lo.tp, s->n_mb / s->seq_chunks,
+           s->seq_chunks > 1 ? " in sequence chunks" : "");
     if (rc < 0) {
         printf("simulated: not available: %s\n", pt_err());
         return;
