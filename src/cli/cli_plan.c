@@ -65,10 +65,11 @@ static const char *recompute_word(const plan_layout *p) {
 static void print_layout(int i, const plan_layout *p, const plan_cluster *cl) {
     char split[1024];
     printf("#%d  step %.6g s  %.6g tokens/s  bubble %.1f%%\n", i + 1, p->step_time, p->tokens_per_s, 100 * p->bubble);
-    printf("    tp %d x dp %d x stages %d  %s%s%.0d  microbatches %d x %d%s%.0d  recompute %s%s%s  zero %d  placement %s\n",
+    printf("    tp %d x dp %d x stages %d  %s%s%.0d  microbatches %d x %d%s%.0d  recompute %s%s%s%s  zero %d  placement %s\n",
            p->tp, p->D, p->P, p->schedule, p->chunks > 1 ? " v=" : "", p->chunks > 1 ? p->chunks : 0, p->M,
            p->mb_size, p->seq_chunks > 1 ? "  seq chunks " : "", p->seq_chunks > 1 ? p->seq_chunks : 0,
-           recompute_word(p), p->tp_overlap ? "  tp-overlap" : "", p->sp ? "  sp" : "", p->zero, p->placement);
+           recompute_word(p), p->tp_overlap ? "  tp-overlap" : "", p->sp ? "  sp" : "",
+           p->balance_memory ? "  balance-memory" : "", p->zero, p->placement);
     printf("    split %s\n    peak memory GiB per chunk:", plan_layout_split_str(p, split, sizeof split));
     for (int k = 0; k < p->K && k < SHOW_STAGES; k++) printf(" %.3g", p->stage_mem[k] / GIB);
     printf("%s\n", p->K > SHOW_STAGES ? " ..." : "");
@@ -100,6 +101,7 @@ static void print_json(const plan_result *r) {
         cJSON_AddBoolToObject(x, "tp_recompute", p->tp_recompute);
         cJSON_AddBoolToObject(x, "sp", p->sp);
         if (p->seq_chunks > 1) cJSON_AddNumberToObject(x, "seq_chunks", p->seq_chunks);
+        if (p->balance_memory) cJSON_AddTrueToObject(x, "balance_memory");
         cJSON_AddNumberToObject(x, "zero", p->zero);
         cJSON_AddStringToObject(x, "placement", p->placement);
         cJSON_AddStringToObject(x, "split", plan_layout_split_str(p, split, sizeof split));
