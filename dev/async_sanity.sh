@@ -20,7 +20,7 @@ fi
 # 2bw takes 32 rows in 8 microbatches (M = 2P, so batches overlap inside a step), i.e. two updates
 # of 16 rows a step: the same rows per update as 1f1b; pipedream updates after each microbatch.
 variants=""
-for lr in 1e-3 2e-3 4e-3; do variants+="1f1b-$lr $lr 16 4 --stages 4 --schedule 1f1b
+for lr in 1e-3 2e-3 4e-3 8e-3; do variants+="1f1b-$lr $lr 16 4 --stages 4 --schedule 1f1b
 "; done
 variants+="pd1-none-2e-3 2e-3 16 4 --stages 1 --schedule pipedream
 "
@@ -28,7 +28,7 @@ for lr in 5e-4 1e-3 2e-3; do
   for fix in none nesterov pipemare predict; do variants+="pd-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix
 "; done
 done
-for lr in 1e-3 2e-3 4e-3; do
+for lr in 5e-4 1e-3 2e-3 4e-3; do
   for fix in none nesterov; do variants+="2bw-$fix-$lr $lr 32 8 --stages 4 --schedule 2bw --async-fix $fix
 "; done
 done
