@@ -459,7 +459,8 @@ static void test_pipedream_one_stage(void) {
         for (int j = 0; j < 4; j++) {
             gpt_zero_grad(&ref);
             ref_microbatch(&ref, g_tok + (size_t)j * b * SEQ, g_tgt + (size_t)j * b * SEQ, b, 1.0f, NULL);
-            train_apply_adamw(&ref, &opt, &oc, ++u, optim_lr_at(&oc, t), 1.0);
+            double clip = optim_clip_scale(sqrt(optim_sumsq(ref.grads, ref.num_params)), oc.grad_clip);
+            train_apply_adamw(&ref, &opt, &oc, ++u, optim_lr_at(&oc, t), clip);   /* P=1: the whole clip */
         }
     adamw_free(&opt);
     run_job *j = NULL;
@@ -483,6 +484,7 @@ static void test_pipedream(int P, int D) {
     run_plan pl;
     optim_config oc = optim_config_default();
     oc.lr = 1e-2;
+    oc.grad_clip = 0;          /* stashing under test; the per-stage clip slows these 8 steps */
     enum { STEPS = 8 };
     snprintf(nm, sizeof nm, "pipedream P=%d D=%d: %d steps", P, D, STEPS);
     if (run_plan_init(&pl, &o, &CFG, BATCH, SEQ) < 0) { CHECK(nm, 0, "%s", pt_err()); return; }
