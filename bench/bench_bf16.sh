@@ -3,9 +3,10 @@
 # reference shape (n_layer 4, n_embd 256, n_head 4, vocab 256, B 8 x T 256) under the default
 # layout and under 2 stages x 4 microbatches; the run header's activations per rank (the busiest
 # rank's activation sets) and the memory line's (with the scratch, which holds bf16's fp32 work
-# area). (2) Loss on real text: the demo's model and flags (examples/char-gpt.json on the
-# fortunes corpus, B 32 x T 128, AdamW lr 2e-3 cosine with warm-up, shuffled batches) for STEPS
-# steps (default 300) with --precision fp32 and with --precision bf16, one thread each, the two
+# area), and the memory line's total per rank (parameters, gradients and AdamW moments stay fp32:
+# the parameters are the one copy the matmuls read, rounded as they pack them). (2) Loss on real
+# text: the demo's model and flags (examples/char-gpt.json on the fortunes corpus, B 32 x T 128,
+# AdamW lr 2e-3 cosine with warm-up, shuffled batches) for STEPS steps (default 300) with --precision fp32 and with --precision bf16, one thread each, the two
 # runs side by side (the same batches in the same order). Prints the machine line, both final
 # losses, the mean of the last 10 steps' losses and bf16's relative difference. The step time:
 # build/bench/bench_train --precision bf16. Not a test.
@@ -30,11 +31,13 @@ for lay in "" "--stages 2 --microbatches 4"; do
       --steps 1 --precision $p $lay > "$out/act_$p.out" 2>&1 || { tail -3 "$out/act_$p.out"; exit 1; }
   done
   a() { sed -n 's/.*activations \([0-9.]*\) MB on the busiest rank.*/\1/p' "$1"; }
-  m() { sed -n 's/^memory per rank.*: r0 [0-9.]*\/[0-9.]*\/[0-9.]*\/\([0-9.]*\).*/\1/p' "$1"; }
+  m() { sed -n 's/^memory per rank.*: r0 \([0-9.]*\)\/\([0-9.]*\)\/\([0-9.]*\)\/\([0-9.]*\).*/\1 \2 \3 \4/p' "$1"; }
   awk -v l="${lay:-default layout}" -v a="$(a "$out/act_fp32.out")" -v b="$(a "$out/act_bf16.out")" \
       -v c="$(m "$out/act_fp32.out")" -v d="$(m "$out/act_bf16.out")" 'BEGIN {
-    printf "  %s: header fp32 %.2f MB, bf16 %.2f MB (%.3fx); memory line r0 %.1f vs %.1f MB (%.3fx)\n",
-           l, a, b, b / a, c, d, d / c }'
+    split(c, f, " "); split(d, g, " "); tf = f[1] + f[2] + f[3] + f[4]; tg = g[1] + g[2] + g[3] + g[4]
+    printf "  %s: header fp32 %.2f MB, bf16 %.2f MB (%.3fx); memory line r0 activations %.1f vs %.1f MB (%.3fx),\n" \
+           "    params+grads+optimizer+activations %.1f vs %.1f MB (%.3fx; params, grads and AdamW fp32 in both)\n",
+           l, a, b, b / a, f[4], g[4], g[4] / f[4], tf, tg, tg / tf }'
 done
 echo "bench_bf16: $steps steps of examples/char-gpt.json on the fortunes corpus, fp32 and bf16 side by side"
 echo "  machine: $("$BUILD"/bench/bench_train --machine); load $(cut -d' ' -f1-3 /proc/loadavg)"

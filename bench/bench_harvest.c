@@ -8,8 +8,8 @@
  * under the default policy, so the shared machine's slow spells hit all three; the first
  * iterations warm up and measure the tasks.
  *   slowdown     median iteration of the mode / median without side work - 1
- *   harvested    CPU seconds side work received (side_cpu_s) / the ranks' bubble seconds
- *                (run_stats.bubble x P x iteration)
+ *   harvested    CPU seconds side work received (side_cpu_s) / the idle seconds of the waits
+ *                offered to it (harvest_stats.idle_s, train's wait_idle_s: docs/harvesting.md)
  *   slots        side seconds inside the waits' idle / the waits' idle (harvest_stats: every
  *                wait of the schedule, from reaching the action to its input's arrival): the
  *                time side work was allowed (a program's slots), not what it got
@@ -142,7 +142,7 @@ static void print_job(const char *variant, bench_mode *m) {
         double med = median_of(m[k].iter, m[k].n);
         printf("  %-8s %-8s %+7.1f%%  %8.1f%%  %6.1f%%  %7.2f%%  %6.1f%%  (%.2f ms alone, waits idle %.1f%%, load %.2f)\n",
                k == FIXED ? variant : "", MODE_NAME[k], off > 0 ? 100 * (med / off - 1) : 0,
-               x->bubble > 0 ? 100 * x->cpu / x->bubble : 0, x->idle > 0 ? 100 * x->used / x->idle : 0,
+               x->idle > 0 ? 100 * x->cpu / x->idle : 0, x->idle > 0 ? 100 * x->used / x->idle : 0,
                x->t > 0 ? 100 * x->over / x->t : 0, x->t > 0 ? 100 * x->cpu / x->t : 0, off * 1e3,
                x->t > 0 ? 100 * x->idle / (2 * x->t) : 0, load[0]);
         printf("  %-17s unused:", "");

@@ -7,7 +7,8 @@
 # of the shared machine hits all of them; each number is the median over rounds of a run's
 # median step time (steps after the first 5) and of its sums.
 # Columns: slowdown = median step with side work / median step alone - 1; harvested = side_cpu_s /
-# bubble_s (the CPU seconds side work received over the ranks' bubble seconds); slots = (side_s -
+# wait_idle_s (the CPU seconds side work received over the idle seconds of the waits offered to
+# it: RECV, REDUCE_GRAD and STEP, to the rank's wake-up; docs/harvesting.md); slots = (side_s -
 # side_overrun_s) / wait_idle_s (the side seconds inside the ranks' waits over those waits' idle
 # seconds: the time side work was allowed, not what it got); overrun = side_overrun_s / step time; side
 # rate against the task alone (a: the CPU
@@ -114,7 +115,7 @@ for layout in "1f1b:--stages 2 --schedule 1f1b --microbatches 2" "zb-h2:--stages
       read -r m b s o t c u rt < "$T/$lname-$v-$r.res"
       read -r m0 b0 _ < "$T/$lname-alone-$r.res"
       awk -v m="$m" -v m0="$m0" -v b="$b" -v s="$s" -v o="$o" -v t="$t" -v rt="$rt" -v b0="$b0" -v c="$c" -v u="$u" \
-        'BEGIN { printf "%.4f %.4f %.5f %s %.3f %.4f %.4f\n", m / m0 - 1, (b > 0 ? (s - o) / b : 0), (t > 0 ? o / t : 0), rt, m0, b0, (u > 0 ? c / u : 0) }'
+        'BEGIN { printf "%.4f %.4f %.5f %s %.3f %.4f %.4f\n", m / m0 - 1, (b > 0 ? (s - o) / b : 0), (t > 0 ? o / t : 0), rt, m0, b0, (b > 0 ? c / b : 0) }'
     done > "$T/$lname-$v.rows"
     col() { awk -v k="$1" '{ print $k }' "$T/$lname-$v.rows" | median; }
     printf "  %-8s %+8.1f%%  %8.1f%%  %5.1f%%  %11.2f%%  %12s   (%.2f ms, %.3f s of bubble per run)\n" "$v" \

@@ -1,39 +1,65 @@
 #!/usr/bin/env bash
-# The cost of --snapshot-every 1 on the compute path (docs/recovery.md): the demo model
-# (examples/char-gpt.json, batch 32 x 64 tokens) trained with and without a snapshot every step,
-# alternating rounds, each run's median step time (its metrics' step_ms, the first step left
-# out); per layout the median over rounds of the with/without ratio, next to the snapshots' own
-# account (copies and waits on the compute path, the writer's time per generation) and the load.
-# Layouts: one process (--threads 2) and 2 stages x 2 replicas on rank threads.
-# Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 5 rounds of 30 steps)
+# The cost of --snapshot-every 1 (docs/recovery.md; issue 22 item 1: <= 2% at K = 1): the demo
+# model (examples/char-gpt.json, batch 32 x 64 tokens) trained with and without a snapshot every
+# step, in alternating rounds (ABBA: odd rounds run without first, even rounds with first, so a
+# load that drifts during a round weighs on both sides alike). Each run's median step time (its
+# metrics' step_ms, the first step left out: it makes the snapshot's files); per layout the
+# median over rounds of the with/without ratio, next to the snapshots' own account of the last
+# round (the copies on the compute path after the first, the writer's CPU per generation) and
+# the load before and after. On a loaded machine the rounds swing by more than the cost: read
+# the ratio from a quiet run (load average below 1), the account from any.
+# Layouts: one process (--threads 2), 2 stages x 2 replicas on rank threads, and (as root, where
+# network namespaces can be made: tools/hosts.sh) 2 stages x 1 replica over Open MPI on two
+# hosts, where each rank's generations also go to the other host (the peer copy).
+# Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 8 rounds of 40 steps)
 set -u
 cd "$(dirname "$0")/.."
 P=${PIPETRAIN:-build/pipetrain}
-ROUNDS=${1:-5}; STEPS=${2:-30}
+ROUNDS=${1:-8}; STEPS=${2:-40}
 D=$(mktemp -d)
 SNAP=/dev/shm/pt-bench-snapshot-$$
-trap 'rm -rf "$D" "$SNAP"' EXIT
+H=tools/hosts.sh
+export PT_HOSTS=rcvbs
+trap 'rm -rf "$D" "$SNAP"; [ -n "${hosts:-}" ] && $H down > /dev/null 2>&1' EXIT
+layouts=("one process:--threads 2" "2 stages x 2 replicas:--stages 2 --dp 2 --microbatches 4")
+if $H check > /dev/null 2>&1 && $H up 2 > /dev/null 2>&1; then
+  hosts=1
+  layouts+=("2 stages over 2 hosts (MPI, peer copy):--stages 2 --microbatches 4")
+fi
 for i in $(seq 1 3000); do echo "the quick brown fox jumps over the lazy dog, line $i of the bench corpus"; done > "$D/t.txt"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 isa=$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo other))
 echo "machine: $cpu, $isa, $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 base="--config examples/char-gpt.json --data $D/t.txt --batch 32 --seq 64 --lr 1e-3 --steps $STEPS"
 median() { sort -g | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
-step_ms() { sed -n '2,$p' "$1" | sed 's/.*"step_ms":\([0-9.]*\).*/\1/' | median; }
-for lay in "one process:--threads 2" "2 stages x 2 replicas:--stages 2 --dp 2 --microbatches 4"; do
+# stamp: each progress line's arrival time (bash's EPOCHREALTIME), one a line; the rest to $1
+stamp() { while IFS= read -r l; do case $l in step*) echo "$EPOCHREALTIME";; *) echo "$l" >> "$1";; esac; done; }
+# period FILE: the median of the periods between stamps, the first two left out, in ms
+period() { awk 'NR > 1 { d[NR] = ($1 - p) * 1e3 } { p = $1 } END { for (i = 4; i <= NR; i++) print d[i] }' "$1" | median; }
+# run FLAGS...: train (over the hosts for the MPI layout, one rank per host, one BLAS thread each)
+run() {
+  case "$name" in
+    *MPI*) $H mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "$(realpath "$P")" train $base "$@" ;;
+    *) "$P" train $base "$@" ;;
+  esac
+}
+plain() { rm -f "$D/a.out"; run $1 --log-every 1 2>&1 | stamp "$D/a.out" > "$D/a.ts"; }
+snap() {
+  rm -f "$D/b.out"; rm -rf "$SNAP"
+  run $1 --log-every 1 --snapshot-every 1 --snapshot-dir "$SNAP" 2>&1 | stamp "$D/b.out" > "$D/b.ts"
+}
+for lay in "${layouts[@]}"; do
   name=${lay%%:*}; flags=${lay#*:}
   : > "$D/ratio"; : > "$D/plain"; : > "$D/snap"
   for ((r = 1; r <= ROUNDS; r++)); do
-    rm -f "$D/a.jsonl" "$D/b.jsonl"; rm -rf "$SNAP"
-    "$P" train $base $flags --metrics "$D/a.jsonl" > /dev/null 2>&1
-    "$P" train $base $flags --metrics "$D/b.jsonl" --snapshot-every 1 --snapshot-dir "$SNAP" > "$D/b.out" 2>&1
-    a=$(step_ms "$D/a.jsonl"); b=$(step_ms "$D/b.jsonl")
+    if ((r % 2)); then plain "$flags"; snap "$flags"; else snap "$flags"; plain "$flags"; fi
+    a=$(period "$D/a.ts"); b=$(period "$D/b.ts")
     echo "$a" >> "$D/plain"; echo "$b" >> "$D/snap"
     awk -v a="$a" -v b="$b" 'BEGIN {print b / a}' >> "$D/ratio"
   done
-  echo "$name: step $(median < "$D/plain") ms without, $(median < "$D/snap") ms with a snapshot every step" \
+  echo "$name: step period $(median < "$D/plain") ms without, $(median < "$D/snap") ms with a snapshot every step" \
        "(medians of $ROUNDS alternating rounds); with/without $(median < "$D/ratio")" \
        "(rounds: $(tr '\n' ' ' < "$D/ratio" | xargs printf '%.3f '))"
-  grep '^snapshots' "$D/b.out" | sed 's/^/  last round: /'
+  grep '^snapshot' "$D/b.out" | sed 's/^/  last round: /'
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -197,19 +197,25 @@ static int bench_shape_run(const bench_shape *s, int repeats, int threads, int w
 }
 
 /* The --precision bf16 lines: the bf16 product's peak next to sgemm's, the bf16 step and its
- * ratio to the fp32 step (same repeats, alternating order), the model's fraction of the peak. */
-static void bench_bf16_print(const bench_res *o, int N) {
+ * ratio to the fp32 step (same repeats, alternating order), the model's fraction of the peak.
+ * With one thread also by CPU time (with more, the calling thread's CPU time misses the others'). */
+static void bench_bf16_print(const bench_res *o, int N, int threads) {
     double sq = 2.0 * SQ * SQ * SQ, bf_gf = sq / o->bf_sq * 1e-9, sg_gf = sq / o->sq * 1e-9;
-    printf("  bf16 (--precision bf16; kernel %s):\n", nn_bf16_kernel());
-    printf("  bf16 GEMM GFLOP/s  %8.2f   (square %d; %.2fx sgemm's %.2f; by CPU time %.2fx)\n", bf_gf, SQ,
-           bf_gf / sg_gf, sg_gf, o->cpu_sq / o->cpu_bf_sq);
+    char c1[80] = "", c2[120] = "", c3[80] = "";
+    if (threads == 1) {
+        snprintf(c1, sizeof c1, "; by CPU time %.2fx", o->cpu_sq / o->cpu_bf_sq);
+        snprintf(c2, sizeof c2, "; by CPU time %.3fx: %.1f vs %.1f CPU ms", o->cpu_step / o->cpu_bf_step,
+                 o->cpu_step * 1e3, o->cpu_bf_step * 1e3);
+        snprintf(c3, sizeof c3, "; by CPU time %.3f", o->flops / o->cpu_bf_step / (sq / o->cpu_bf_sq));
+    }
+    printf("  bf16 (--precision bf16; kernel %s; %d thread%s):\n", nn_bf16_kernel(), nn_bf16_threads(),
+           nn_bf16_threads() == 1 ? "" : "s");
+    printf("  bf16 GEMM GFLOP/s  %8.2f   (square %d; %.2fx sgemm's %.2f%s)\n", bf_gf, SQ, bf_gf / sg_gf, sg_gf, c1);
     printf("  bf16 ms/step       %8.1f   (loss %.4f; fp32 %.4f)\n", o->bf_step * 1e3, o->bf_loss, o->loss);
     printf("  bf16 tokens/s      %8.0f\n", N / o->bf_step);
-    printf("  bf16 step speed-up %8.3fx  (fp32 ms/step over bf16's, medians; by CPU time %.3fx: %.1f vs %.1f CPU ms)\n",
-           o->step / o->bf_step, o->cpu_step / o->cpu_bf_step, o->cpu_step * 1e3, o->cpu_bf_step * 1e3);
-    printf("  bf16 model/peak    %8.3f   (model GFLOP/s %.2f over the bf16 square's; by CPU time %.3f)\n",
-           o->flops / o->bf_step / (sq / o->bf_sq), o->flops / o->bf_step * 1e-9,
-           o->flops / o->cpu_bf_step / (sq / o->cpu_bf_sq));
+    printf("  bf16 step speed-up %8.3fx  (fp32 ms/step over bf16's, medians%s)\n", o->step / o->bf_step, c2);
+    printf("  bf16 model/peak    %8.3f   (model GFLOP/s %.2f over the bf16 square's%s)\n",
+           o->flops / o->bf_step / (sq / o->bf_sq), o->flops / o->bf_step * 1e-9, c3);
 }
 
 static void bench_shape_print(const bench_shape *s, int repeats, int threads, const bench_res *o) {
@@ -246,7 +252,7 @@ static void bench_shape_print(const bench_shape *s, int repeats, int threads, co
                    o->cpu_torch / o->cpu_step, o->cpu_torch * 1e3);
     } else
         printf("  PyTorch: skipped (%s)\n", o->torch_why ? o->torch_why : "it stopped answering");
-    if (o->bf_step > 0) bench_bf16_print(o, N);
+    if (o->bf_step > 0) bench_bf16_print(o, N, threads);
 }
 
 /* One layer's attention of the reference shape alone (docs/perf.md "Attention's own products"):

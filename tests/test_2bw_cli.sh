@@ -1,7 +1,7 @@
 # --schedule 2bw from the command line: `schedule` prints it, `simulate` prices its second weight
 # version (--cost params=BYTES: one copy per stage, in text and JSON, next to pipedream's
-# per-microbatch stashes), a bad M is refused with the rule, and train refuses to run it with a
-# sentence that says so (the executor does not implement its update rule yet).
+# per-microbatch stashes), a bad M is refused with the rule, train runs it (the loss falls) and
+# --async-fix is checked against the schedule.
 . tests/lib.sh
 P=$PIPETRAIN
 D=$TEST_TMP/2bw_cli
@@ -17,6 +17,18 @@ grep -q '"rank_peak_bytes":[[:space:]]*\[1040,' "$D/s.json" && ok "simulate: ran
 grep -A1 "weight versions" "$D/p.txt" | grep -q "stage 0 *4000" && ok "simulate: pipedream stashes one copy per microbatch in flight" \
   || fail "simulate pipedream stash" "$(tail -6 "$D/p.txt")"
 expect_error "2bw: M not a multiple of P" "divisible by ranks" "$P" simulate --schedule 2bw --stages 4 --microbatches 6
-expect_error "train refuses 2bw" "executor does not run it yet" "$P" train --config tests/fixtures/gpt-tiny/config.json \
-  --data tests/fixtures/gpt-tiny/tokens.bin --batch 4 --seq 8 --steps 1 --stages 2 --microbatches 4 --schedule 2bw
+TINY="--config tests/fixtures/gpt-tiny/config.json --data tests/fixtures/gpt-tiny/tokens.bin --batch 8 --seq 8"
+"$P" train $TINY --steps 12 --lr 1e-2 --stages 2 --microbatches 4 --schedule 2bw --metrics "$D/m.jsonl" > "$D/t.txt" 2>&1
+first=$(head -1 "$D/m.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
+last=$(tail -1 "$D/m.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.95 * a) }' && ok "train runs 2bw, the loss falls ($first -> $last)" \
+  || fail "train 2bw" "$first -> $last $(tail -3 "$D/t.txt")"
+"$P" train $TINY --steps 2 --stages 2 --microbatches 4 --schedule 2bw --async-fix nesterov > "$D/n.txt" 2>&1 \
+  && ok "train 2bw --async-fix nesterov runs" || fail "2bw nesterov" "$(tail -3 "$D/n.txt")"
+expect_error "--async-fix pipemare refused with 2bw" "fixed by its two weight versions" "$P" train $TINY --steps 1 \
+  --stages 2 --microbatches 4 --schedule 2bw --async-fix pipemare
+expect_error "--async-fix refused with 1f1b" "needs an asynchronous schedule" "$P" train $TINY --steps 1 \
+  --stages 2 --microbatches 4 --schedule 1f1b --async-fix predict
+expect_error "--async-fix: a bad name" "must be none, nesterov, pipemare or predict" "$P" train $TINY --steps 1 \
+  --stages 2 --microbatches 4 --schedule pipedream --async-fix bogus
 done_tests

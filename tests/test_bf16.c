@@ -107,6 +107,7 @@ static void test_gemm_random(void) {
         if (it < 8) g.M = 1 + it, g.N = 1 + 3 * it, g.K = 1 + 2 * it;   /* tiny and odd */
         if (it == 8) g.M = 400, g.N = 70, g.K = 3;      /* more rows than a block (BF_MC) */
         if (it == 9) g.M = 13, g.N = 3100, g.K = 9;     /* more columns than a block (BF_NC) */
+        if (it == 10) g.M = 20, g.N = 40, g.K = 2100;   /* more k than a block (BF_KC), odd */
         int bit;
         double w = gemm_check(&g, native, &bit);
         if (w > GEMM_TOL_ULPS(g.K)) {
@@ -122,6 +123,42 @@ static void test_gemm_random(void) {
         CHECK("AVX512_BF16 kernels equal the emulation bitwise", notbit == 0, "%d of %d shapes differ", notbit, n);
     else
         printf("# no AVX512_BF16 on this CPU: the emulation alone was checked\n");
+}
+
+/* Split over threads (parts of C by rows or by columns, every transposition, bf16 and fp32
+ * operands, beta 0 and 1): within the bound of the double reference, and bitwise the one-thread
+ * product (each element's sums run in the same order). */
+static void test_gemm_threads(void) {
+    gemm_case cases[] = {
+        { 300, 200, 300, 0, 0, 0, 0, 0.0f },   /* by rows */
+        { 20, 1500, 600, 1, 1, 1, 0, 1.0f },   /* by columns, past a column block */
+        { 401, 70, 517, 1, 0, 0, 1, 1.0f },    /* by rows, past a row and a k block */
+        { 9, 700, 3000, 0, 1, 1, 1, 0.0f },    /* by columns, a ragged last part */
+    };
+    int bad = 0, notbit = 0, n = (int)(sizeof cases / sizeof *cases);
+    for (int i = 0; i < n; i++) {
+        const gemm_case *g = &cases[i];
+        int lda = (g->ta ? g->M : g->K) + 1, ldb = (g->tb ? g->K : g->N) + 2, ldc = g->N + 3, bit;
+        size_t na = (size_t)(g->ta ? g->K : g->M) * lda, nb = (size_t)(g->tb ? g->N : g->K) * ldb;
+        size_t nc = (size_t)g->M * ldc;
+        float *A = rand_buf(na), *B = rand_buf(nb), *C1 = rand_buf(nc), *C3 = pt_falloc(nc);
+        memcpy(C3, C1, nc * sizeof *C1);
+        nn_operand oa = { A, lda, g->ta, 0 }, ob = { B, ldb, g->tb, 0 };
+        nn_bf16_set_threads(1);
+        nn_gemm_bf16(g->M, g->N, g->K, oa, ob, g->beta, C1, ldc);
+        nn_bf16_set_threads(3);
+        nn_gemm_bf16(g->M, g->N, g->K, oa, ob, g->beta, C3, ldc);
+        notbit += memcmp(C1, C3, nc * sizeof *C1) != 0;
+        double w = gemm_check(g, 0, &bit);   /* threads 3, the case's own operand formats */
+        if (w > GEMM_TOL_ULPS(g->K)) {
+            printf("# threads 3, M %d N %d K %d: error %.3g units\n", g->M, g->N, g->K, w);
+            bad++;
+        }
+        free(A); free(B); free(C1); free(C3);
+    }
+    nn_bf16_set_threads(0);
+    CHECK("bf16 product over 3 threads: within the reference's bound and bitwise one thread's",
+          bad == 0 && notbit == 0, "%d of %d shapes outside the bound, %d differ from one thread", bad, n, notbit);
 }
 
 /* K 0 with beta 0 zeroes C; M or N 0 touch nothing. */
@@ -205,6 +242,7 @@ int main(void) {
     test_conversions();
     test_gemm_empty();
     test_gemm_random();
+    test_gemm_threads();
     test_entry_points();
     TEST_DONE();
 }

@@ -78,8 +78,13 @@ if grep -q '"dtype":"F32"' "$D"/ck/ckpt-3/*.safetensors && ! grep -q '"dtype":"B
 # activations in bf16 but the residual stream, statistics, token ids and probabilities: the
 # busiest rank's activation bytes (the run header's figure) about half of fp32's (here 0.54)
 for p in fp32 bf16; do
-  "$P" train $targs --steps 1 --stages 2 --microbatches 4 --precision $p --metrics "$D/act_$p.jsonl" > /dev/null 2>&1
+  "$P" train $targs --steps 1 --stages 2 --microbatches 4 --precision $p --metrics "$D/act_$p.jsonl" > "$D/act_$p.out" 2>&1
 done
+# the memory line says what bf16 holds: one fp32 copy of the parameters, the fp32 work area
+grep '^memory per rank' "$D/act_bf16.out" | grep -q 'params are the one fp32 copy.*fp32 work area' \
+  && ! grep '^memory per rank' "$D/act_fp32.out" | grep -q 'bf16' \
+  && ok "train bf16: the memory line names the one fp32 copy of the parameters and the work area" \
+  || fail "train bf16: the memory line" "$(grep '^memory per rank' "$D"/act_*.out)"
 act() { sed -n 's/.*"act_bytes_max_rank":\([0-9]*\).*/\1/p' "$1" | head -1; }
 a32=$(act "$D/act_fp32.jsonl"); a16=$(act "$D/act_bf16.jsonl")
 if [ -n "$a32" ] && [ -n "$a16" ] && awk -v a="$a16" -v b="$a32" 'BEGIN { exit !(a <= 0.6 * b) }'; then

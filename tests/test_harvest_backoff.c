@@ -3,11 +3,14 @@
  * with side work have the ranks' compute (a) 10% longer than steps without: it backs off to
  * side work in about 2% / 10% of the steps and says the cost; (b) no longer, both with the same
  * +-10% noise: it keeps side work in every step but the baseline's one in HV_BO_CONTROL + 1;
- * (c) paused steps serve as the baseline (no resting steps of its own); (d) the fixed policy
+ * (c) paused steps serve as the baseline (no resting steps of its own); (e) a cost that goes
+ * away after 100 steps is forgotten within 25 (side work back in every step but the
+ * baseline's); (d) the fixed policy
  * never rests, also when set for a step the default one had decided to rest. Deterministic: a seeded generator makes the noise. */
 #include "harvest/harvest.h"
 #include "util/pt.h"
 #include "test.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -42,11 +45,13 @@ static void step_timeline(timeline *tl, const sched *s, double d, int side) {
     push(tl, 1, ACT_B, 1, TL_COMPUTE, 2 * d, 3 * d, 0);
 }
 
-typedef struct { int rested, late_rested; double slow; } outcome;
+typedef struct { int rested, late_rested, after_rested; double slow; } outcome;
 
-/* n steps; a step with side work (not resting, not paused) takes `cost` longer; noise +-jitter;
- * every `pause_every`-th step paused by the caller (0: never). Rested counts over the last half. */
-static outcome drive(const harvest_policy *pol, double cost, double jitter, int pause_every, int n) {
+/* n steps; a step with side work (not resting, not paused) takes `cost` longer up to step
+ * cost_until (0: throughout), then nothing; noise +-jitter; every `pause_every`-th step paused by
+ * the caller (0: never). Rested counts over the last half. */
+static outcome drive_until(const harvest_policy *pol, double cost, int cost_until, double jitter, int pause_every,
+                           int n) {
     sched *s = two_ranks();
     harvest *h;
     harvest_create(&h);
@@ -55,12 +60,13 @@ static outcome drive(const harvest_policy *pol, double cost, double jitter, int 
     harvest_bind(h, s, 2);
     pt_rng rng;
     pt_rng_seed(&rng, 11);
-    outcome o = { 0, 0, NAN };
+    outcome o = { 0, 0, 0, NAN };
     for (int t = 1; t <= n; t++) {
         int paused = pause_every > 0 && t % pause_every == 0;
         harvest_pause(h, paused);
         int side = !paused && !harvest_resting(h);
-        double d = 1e-3 * (1 + jitter * (2 * pt_rng_uniform(&rng) - 1)) * (side ? 1 + cost : 1);
+        double c = cost_until == 0 || t <= cost_until ? cost : 0;
+        double d = 1e-3 * (1 + jitter * (2 * pt_rng_uniform(&rng) - 1)) * (side ? 1 + c : 1);
         timeline tl;
         harvest_stats st;
         step_timeline(&tl, s, d, side);
@@ -68,11 +74,16 @@ static outcome drive(const harvest_policy *pol, double cost, double jitter, int 
         timeline_free(&tl);
         o.rested += st.rested;
         if (t > n / 2) o.late_rested += st.rested;
+        if (cost_until > 0 && t > cost_until + 25 && t <= cost_until + 85) o.after_rested += st.rested;
         o.slow = st.slow;
     }
     harvest_free(h);
     sched_free(s);
     return o;
+}
+
+static outcome drive(const harvest_policy *pol, double cost, double jitter, int pause_every, int n) {
+    return drive_until(pol, cost, 0, jitter, pause_every, n);
 }
 
 /* Backed off (most steps resting), then the fixed policy set for the next step: it runs with
@@ -117,9 +128,16 @@ int main(void) {
     CHECK("backoff: with steps paused by the caller (the baseline), none rests", c.rested == 0, "%d rested", c.rested);
     outcome d = drive(&fixed, 0.10, 0.01, 0, 60);
     CHECK("backoff: the fixed policy never rests", d.rested == 0, "%d rested", d.rested);
+    /* a cost that goes away (a slow spell, another tenant's burst) is forgotten: backed off to
+     * 1 step in 8 (50% slower) until step 100, it rests only the baseline's steps (1 in 11) from
+     * about 20 steps after (it keeps the last 64 steps; with its rings of 16 alone it rested up
+     * to step 142 here, 18 of the 60 steps counted) */
+    outcome e = drive_until(&def, 0.50, 100, 0.01, 0, 200);
+    CHECK("backoff: a cost that went away: side work comes back (only the baseline's steps rest 25 steps on)",
+          e.after_rested >= 4 && e.after_rested <= 7, "%d of steps 126..185 rested", e.after_rested);
     int f = fixed_after_backoff();
     CHECK("backoff: a step the default policy would rest runs with side work under the fixed one", f == 0,
           "%s", f < 0 ? "never backed off" : "it rests");
-    printf("# rested: %d %d %d %d (late %d %d); cost %.4f %.4f\n", a.rested, b.rested, c.rested, d.rested, a.late_rested, b.late_rested, a.slow, b.slow);
+    printf("# rested: %d %d %d %d %d (late %d %d %d); cost %.4f %.4f\n", a.rested, b.rested, c.rested, d.rested, e.rested, a.late_rested, b.late_rested, e.after_rested, a.slow, b.slow);
     TEST_DONE();
 }

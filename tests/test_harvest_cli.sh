@@ -146,6 +146,19 @@ if command -v mpirun > /dev/null 2>&1; then
   [ $rc -eq 0 ] && grep -q '"side_steps":[1-9]' "$D/run_mpi/m.jsonl" && grep -q '"eval_loss"' "$D/run_mpi/m.jsonl" \
     && ok "mpi: side steps on the other process's rank, eval_loss from the root" \
     || fail "mpi: side steps on the other process's rank, eval_loss from the root" "rc $rc; $(tail -3 "$D/out_mpi")"
+  # the busy task's CPU comes to the root with its events: gathered, and with --adapt shared
+  # among the ranks (an exchange of doubles that once left a side event's CPU out)
+  rm -rf "$D/run_mpi_adapt"
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+  TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/openmpi.tsan.supp" \
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x TSAN_OPTIONS -np 2 "$P" train \
+    --config "$D/big.json" --data "$D/text.txt" --batch 32 --seq 32 --steps 16 --stages 2 --transport mpi \
+    --adapt --side-task busy:50,rank=1 --metrics "$D/run_mpi_adapt/m.jsonl" < /dev/null > "$D/out_mpi_adapt" 2>&1
+  for run in run_mpi run_mpi_adapt; do
+    mcpu=$(grep -o '"side_cpu_s":[-0-9.e+]*' "$D/$run/m.jsonl" 2>/dev/null | cut -d: -f2 | awk '{ s += $1 } END { printf "%.6f", s }')
+    awk -v c="$mcpu" 'BEGIN { exit !(c > 0) }' && ok "mpi: side_cpu_s counts the other process's side steps ($run: $mcpu s)" \
+      || fail "mpi: side_cpu_s counts the other process's side steps ($run)" "side_cpu_s $mcpu; $(tail -3 "$D/out_${run#run_}")"
+  done
 fi
 
 # --- simulate --side-step: 1f1b P=4 M=4 with unit costs idles 9 of 21 on each rank, in whole units

@@ -54,19 +54,32 @@ awk -v o="$own" 'BEGIN { exit !(o >= 0.02) }' \
 awk -v c="$cpu" -v o="$own" -v r=$CPU_REL -v a=$CPU_ABS_S 'BEGIN { d = c - o; exit !(o > 0 && (d < 0 ? -d : d) <= r * o + a) }' \
   && ok "harvest cpu: side_cpu_s ($cpu s) agrees with the programs' own clocks ($own s) within 10% + 10 ms" \
   || fail "harvest cpu: side_cpu_s agrees with the programs' own clocks within 10% + 10 ms" "side_cpu_s $cpu, theirs $own0 + $own1, slots $slots"
-grep -q "side work: [0-9.]* s of CPU in the ranks' [0-9.]* s of bubble ([0-9.]*% harvested" "$D/out" \
+# a program's overrun is its stop after the arrival woke the rank (a signal and its CPU clocks:
+# more than nothing per slot, far less than the slots; it read 0 while the wake-up's time was
+# left on another clock than the slots')
+over=$(sum "$D/m.jsonl" side_overrun_s)
+awk -v o="$over" -v s="$slots" 'BEGIN { exit !(o > 0 && o < 0.5 * s) }' \
+  && ok "harvest cpu: the programs' stops after the wake-up count as overrun ($over s of $slots s of slots)" \
+  || fail "harvest cpu: the programs' stops after the wake-up count as overrun" "side_overrun_s $over, side_s $slots"
+grep -q "side work: [0-9.]* s of CPU in the ranks' [0-9.]* s of waits offered to it ([0-9.]*% harvested" "$D/out" \
   && grep -q "of CPU in [0-9.]* s of slots" "$D/out" \
-  && ok "harvest cpu: the summary gives the CPU received against the bubble, per program too" \
-  || fail "harvest cpu: the summary gives the CPU received against the bubble, per program too" "$(grep side "$D/out" | head -3)"
-grep -q 'bubble harvested (side_cpu_s / bubble_s' "$D/m.html" 2>/dev/null \
-  && ok "harvest cpu: the run's report charts the bubble harvested (side_cpu_s / bubble_s)" \
-  || fail "harvest cpu: the run's report charts the bubble harvested (side_cpu_s / bubble_s)" "no such chart in $D/m.html"
-# the summary's fraction is side_cpu_s / bubble_s
+  && ok "harvest cpu: the summary gives the CPU received against the waits offered, per program too" \
+  || fail "harvest cpu: the summary gives the CPU received against the waits offered, per program too" "$(grep side "$D/out" | head -3)"
+grep -q 'bubble harvested (side_cpu_s / wait_idle_s' "$D/m.html" 2>/dev/null \
+  && ok "harvest cpu: the run's report charts the bubble harvested (side_cpu_s / wait_idle_s)" \
+  || fail "harvest cpu: the run's report charts the bubble harvested (side_cpu_s / wait_idle_s)" "no such chart in $D/m.html"
+# the summary's fraction is side_cpu_s / wait_idle_s, one definition everywhere
 frac=$(grep -o '"harvested_fraction":[-0-9.e+]*' "$D/m.events.jsonl" 2>/dev/null | cut -d: -f2)
-bub=$(sum "$D/m.jsonl" bubble_s)
-awk -v f="$frac" -v c="$cpu" -v b="$bub" 'BEGIN { d = f - c / b; exit !(f != "" && b > 0 && (d < 0 ? -d : d) < 1e-3) }' \
-  && ok "harvest cpu: harvested_fraction is side_cpu_s / bubble_s" \
-  || fail "harvest cpu: harvested_fraction is side_cpu_s / bubble_s" "'$frac' vs $cpu / $bub"
+waits=$(sum "$D/m.jsonl" wait_idle_s)
+awk -v f="$frac" -v c="$cpu" -v b="$waits" 'BEGIN { d = f - c / b; exit !(f != "" && b > 0 && (d < 0 ? -d : d) < 1e-3) }' \
+  && ok "harvest cpu: harvested_fraction is side_cpu_s / wait_idle_s" \
+  || fail "harvest cpu: harvested_fraction is side_cpu_s / wait_idle_s" "'$frac' vs $cpu / $waits"
+# a program runs only inside the waits (to its rank's wake-up): its CPU fits in their idle, so
+# the fraction cannot pass 100% (the stop's few microseconds per slot and the clocks' reading
+# skew aside: the same 10% + 10 ms)
+awk -v c="$cpu" -v b="$waits" -v r=$CPU_REL -v a=$CPU_ABS_S 'BEGIN { exit !(b > 0 && c <= (1 + r) * b + a) }' \
+  && ok "harvest cpu: the programs' CPU ($cpu s) fits in the waits' idle ($waits s)" \
+  || fail "harvest cpu: the programs' CPU fits in the waits' idle" "side_cpu_s $cpu, wait_idle_s $waits, bubble_s $(sum "$D/m.jsonl" bubble_s)"
 
 # --- a C task: its CPU is the rank thread's clock over its steps: more than nothing, never more
 # than the steps' wall time (to the clocks' reading skew: the CPU and wall clocks are read at

@@ -3,7 +3,7 @@
 # phase asked; `pipetrain launch` restarts it from the ranks' snapshots by itself and the run ends
 # with the losses of an uninterrupted run, bitwise (the same layout), having repeated at most one
 # step per failure, with failure and recovered events in the events file; one process too; a few
-# rounds of the chaos loop (kill -9 from outside at random times); bad flags get clear errors.
+# rounds of the chaos loop (and --zero 1: moment shards snapshotted per rank) (kill -9 from outside at random times); bad flags get clear errors.
 # MPI: tests/test_recover_mpi.sh; a lost host: tests/test_recover_hosts.sh.
 . tests/lib.sh
 P=$PIPETRAIN
@@ -49,6 +49,35 @@ for ph in forward reduce save; do
     || fail "launch, kills at $ph: the final loss equals the uninterrupted run bitwise" "$(last_loss "$D/l.jsonl") vs $ref"
 done
 
+# --- --zero 1: each rank snapshots its parameters and its moment slices (a shard file); the
+# restore puts every rank's shard back: the same final loss bitwise
+timeout 120 "$P" train $base $lay --zero 1 --metrics "$D/refz.jsonl" > /dev/null 2>&1 || fail "reference run, --zero 1" "exited $?"
+rm -f "$D/lz.jsonl" "$D/lz.events.jsonl"
+timeout 120 "$P" launch --snapshot-dir "$SNAP" -- train $base $lay --zero 1 --snapshot-every 1 \
+  --kill-at 0@7 --kill-at 3@10:save --metrics "$D/lz.jsonl" > "$D/lz.out" 2>&1
+rc=$?
+n_rec=$(grep -c '"event":"recovered"' "$D/lz.events.jsonl" 2>/dev/null)
+lost=$(max_lost "$D/lz.events.jsonl")
+[ $rc = 0 ] && [ "$n_rec" = 2 ] && [ "$lost" -ge 0 ] && [ "$lost" -le 1 ] && grep -q '"from":"snapshot"' "$D/lz.events.jsonl" \
+  && [ "$(last_loss "$D/lz.jsonl")" = "$(last_loss "$D/refz.jsonl")" ] \
+  && ok "launch --zero 1, kills at 0@7 and 3@10:save: 2 recoveries from snapshots, the same final loss bitwise" \
+  || fail "launch --zero 1, kills at 0@7 and 3@10:save" "rc $rc, $n_rec recoveries, lost $lost, loss $(last_loss "$D/lz.jsonl") vs $(last_loss "$D/refz.jsonl"): $(grep launch "$D/lz.out" | tail -3)"
+
+# --- --tp 2: each TP rank snapshots its shard in the whole tensors' layout (the rest zero); the
+# restore joins the TP ranks' files: the same final loss bitwise
+tpl="--stages 2 --tp 2 --microbatches 2"
+timeout 120 "$P" train $base $tpl --metrics "$D/reft.jsonl" > /dev/null 2>&1 || fail "reference run, --tp 2" "exited $?"
+rm -f "$D/lt.jsonl" "$D/lt.events.jsonl"
+timeout 120 "$P" launch --snapshot-dir "$SNAP" -- train $base $tpl --snapshot-every 1 \
+  --kill-at 1@7 --kill-at 2@10:save --metrics "$D/lt.jsonl" > "$D/lt.out" 2>&1
+rc=$?
+n_rec=$(grep -c '"from":"snapshot"' "$D/lt.events.jsonl" 2>/dev/null)
+lost=$(max_lost "$D/lt.events.jsonl")
+[ $rc = 0 ] && [ "$n_rec" = 2 ] && [ "$lost" -ge 0 ] && [ "$lost" -le 1 ] \
+  && [ "$(last_loss "$D/lt.jsonl")" = "$(last_loss "$D/reft.jsonl")" ] \
+  && ok "launch --tp 2, kills at 1@7 and 2@10:save: 2 recoveries from snapshots, the same final loss bitwise" \
+  || fail "launch --tp 2, kills at 1@7 and 2@10:save" "rc $rc, $n_rec from snapshots, lost $lost, loss $(last_loss "$D/lt.jsonl") vs $(last_loss "$D/reft.jsonl"): $(grep launch "$D/lt.out" | tail -3)"
+
 # --- one process (no pipeline): the same
 timeout 60 "$P" train $base --threads 1 --metrics "$D/ref1.jsonl" > /dev/null 2>&1
 rm -f "$D/l1.jsonl" "$D/l1.events.jsonl"
@@ -82,8 +111,8 @@ expect_error "--kill-at unknown phase" "unknown phase 'backward'" "$P" train $ba
 expect_error "--kill-at a rank the job lacks" "rank 7 does not exist: the job has 4 ranks" "$P" train $base $lay --kill-at 7@2
 expect_error "--kill-at reduce in one process" "one process has no reduction" "$P" train $base --threads 1 --kill-at 0@2:reduce
 expect_error "--snapshot-every without a folder" "--snapshot-every needs --snapshot-dir" "$P" train $base --snapshot-every 1
-expect_error "--snapshot-every with --zero 1" "--zero 1: sharded moments are not snapshotted" "$P" train $base $lay --zero 1 \
-  --snapshot-every 1 --snapshot-dir "$SNAP.z"
+expect_error "--snapshot-every with --tp 2 and --zero 1" "--tp 2 and --zero 1: moment slices of TP shards are not" \
+  "$P" train $base --stages 2 --tp 2 --dp 2 --zero 1 --microbatches 2 --snapshot-every 1 --snapshot-dir "$SNAP.t"
 expect_error "launch without --" "no \"--\"" "$P" launch --np 2 train $base
 expect_error "launch: not train after --" "after \"--\" comes the job: train" "$P" launch -- sample
 expect_error "launch: mpirun flags without --np" "'--bind-to' is not a launch flag" "$P" launch --bind-to none -- train $base

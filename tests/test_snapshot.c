@@ -2,7 +2,9 @@
  * checkpoint folder that loads bitwise; the newest step every chunk has is chosen (a rank one
  * generation behind holds the others back); a damaged generation (one flipped byte) and a half
  * written one (a temporary folder) are never used; a lost rank's folder is skipped; only `keep`
- * generations stay; reset removes heartbeats and the generations after a step. */
+ * generations stay; reset removes heartbeats and the generations after a step; a writer kept open
+ * over many steps refills its slots in place without touching the generations it keeps; with
+ * --zero 1 the moment shards of every rank are needed and restored. */
 #include "test.h"
 #include "ckpt/snapshot.h"
 #include "ckpt/snapshot_int.h"
@@ -91,6 +93,100 @@ static int writer_error_said(const state *s) {
     return closed < 0 && first && !strstr(first + 1, "snapshot of rank 2 failed");
 }
 
+/* Two ranks kept open over 6 steps (their slots refilled in place, files mapped once): the newest
+ * step restores bitwise, and so does an older one still kept (its slot not refilled since); no
+ * more than `keep` generations and no half-filled folder stay after close. */
+static int slots_refilled(const state *s) {
+    char r2[200], cmd[520], p[300];
+    snprintf(r2, sizeof r2, "%s/slots", root);
+    ckpt_snap *a, *b;
+    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0) return 0;
+    for (long step = 1; step <= 6; step++) {
+        take(a, 0, &s[(step - 1) % 5], step);
+        take(b, 1, &s[(step - 1) % 5], step);
+    }
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    ckpt_snap_found f;
+    int ok = ckpt_snap_restore(r2, NULL, 0, out, &f) == 1 && f.step == 6 && restored_equals(&s[0]);
+    snprintf(cmd, sizeof cmd, "rm -rf %s/rank-1/gen-6 %s/rank-1/gen-5", r2, r2);
+    ok = ok && system(cmd) == 0 && ckpt_snap_restore(r2, NULL, 0, out, &f) == 1 && f.step == 4 &&
+         restored_equals(&s[3]);
+    long *steps;
+    snprintf(p, sizeof p, "%s/rank-0", r2);
+    int n = snap_list_gens(p, &steps);
+    ok = ok && n == 3 && steps[0] == 6 && steps[2] == 4;
+    free(steps);
+    snprintf(cmd, sizeof cmd, "ls %s/rank-0 | grep -q tmp", r2);
+    return ok && system(cmd) != 0;
+}
+
+/* --zero 1: each rank snapshots its chunk's parameters only and its moment slices (here rank r
+ * the whole of tensor r's moments) as a shard file; restore writes a checkpoint with both
+ * shards and whose parameters load bitwise; without rank 1's folder no step is complete (the
+ * dead rank held the only copy of its slices). */
+static int zero_shards(const state *s) {
+    char r2[200];
+    snprintf(r2, sizeof r2, "%s/zero", root);
+    static const int cf[3] = { 0, 3, 6 };
+    ckpt_manifest man = { .cfg = CFG, .step = 2, .adam_t = 2, .batch = 4, .seq = 8 };
+    snprintf(man.data_path, sizeof man.data_path, "data.txt");
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", cf);
+    ckpt_manifest_set_shards(&man, 2);
+    ckpt_snap *sn[2];
+    for (int r = 0; r < 2; r++) {
+        const gpt_param_info *pi = gpt_param_info_at(&s->m, r);
+        ckpt_slice sl = { .name = pi->name, .start = 0, .n = pi->count, .m = s->opt.m + pi->offset,
+                          .v = s->opt.v + pi->offset };
+        if (ckpt_snap_open(&sn[r], r2, r, 3) < 0) return 0;
+        ckpt_snap_ready(sn[r]);
+        if (ckpt_snap_stage(sn[r], r, cf[r], cf[r + 1], &s->m, NULL) < 0 || ckpt_snap_stage_shard(sn[r], &sl, 1) < 0)
+            return 0;
+        ckpt_snap_commit(sn[r], &man);
+        ckpt_snap_close(sn[r]);
+    }
+    ckpt_snap_found f;
+    ckpt_manifest rm;
+    state l;
+    int skip[1] = { 1 };
+    if (ckpt_snap_restore(r2, skip, 1, out, &f) != 0) return 0;
+    if (ckpt_snap_restore(r2, NULL, 0, out, &f) != 1 || f.step != 2 || ckpt_read_manifest(&rm, out) < 0 ||
+        !rm.zero || rm.n_shards != 2) return 0;
+    gpt_init(&l.m, &CFG);
+    int ok = ckpt_load_layers(out, &rm, &l.m, NULL, 0, 6) == 0 &&
+             !memcmp(l.m.params, s->m.params, sizeof(float) * s->m.num_params);
+    gpt_free(&l.m);
+    return ok;
+}
+
+/* The peer copy: rank 1 listens, rank 0 sends its generations there (over TCP, this host's
+ * address); once one arrived, rank 0's folder can go (a lost host) and the restore still finds
+ * chunk 0, in rank-1/peer-0/, bitwise. Waits at most 10 s for the copy. */
+static int peer_copied(const state *s) {
+    char r2[200];
+    snprintf(r2, sizeof r2, "%s/peer", root);
+    ckpt_snap *a, *b;
+    uint32_t addr;
+    int port;
+    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0 ||
+        ckpt_snap_peer_listen(b, &addr, &port) < 0 || ckpt_snap_peer_send_to(a, addr, port, 1) < 0) return 0;
+    take(a, 0, &s[1], 1);
+    take(b, 1, &s[1], 1);
+    ckpt_snap_stats st = {0};
+    for (int i = 0; i < 1000 && st.peer_received < 1; i++) {
+        usleep(10000);
+        ckpt_snap_get_stats(b, &st);
+    }
+    ckpt_snap_stats sa;
+    ckpt_snap_get_stats(a, &sa);
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    ckpt_snap_found f;
+    int skip[1] = { 0 };
+    return st.peer_received == 1 && sa.peer_sent == 1 && sa.peer_rank == 1 &&
+           ckpt_snap_restore(r2, skip, 1, out, &f) == 1 && f.step == 1 && f.from_rank[0] == 0 && restored_equals(&s[1]);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_snapXXXXXX");
     if (!mkdtemp(root)) return 2;
@@ -156,6 +252,12 @@ int main(void) {
     for (int i = 0; sorted && i < ns; i++) sorted = steps[i] == 100 - i;
     CHECK("100 generations of a rank: all listed, newest first", sorted, "%d listed", ns);
     free(steps);
+    CHECK("slots refilled in place over 6 steps: newest and older generations restore bitwise, 3 kept",
+          slots_refilled(s), "no");
+    CHECK("--zero 1: parameters and every rank's moment shard restored; a lost rank's shard: none", zero_shards(&s[2]),
+          "%s", pt_err());
+    CHECK("peer copy: rank 0's generation kept at rank 1, restored from there without rank 0's folder",
+          peer_copied(s), "%s", pt_err());
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
     for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
     char cmd[300];

@@ -57,5 +57,9 @@ int ckpt_manifest_read(ckpt_manifest *man, const char *dir, int verify);
  * like m->params, or NULL: reserved (filled in place). NULL on failure (error set). */
 st_writer *ckpt_chunk_writer(int chunk, int first, int end, const gpt_model *m, int has_optim,
                              const float *params, const float *mm, const float *vv);
+/* The one description of a moment-shard file (--zero 1) of world rank `rank`: metadata, then
+ * per slice "m/<name>@<start>" and "v/<name>@<start>". reserve: no data (filled in place, the
+ * snapshots' slots). NULL on failure (error set). */
+st_writer *ckpt_shard_writer(int rank, const ckpt_slice *sl, int n, int reserve);
 
 #endif

@@ -15,7 +15,7 @@ void ckpt_manifest_set_optim(ckpt_manifest *man, const optim_config *oc) {
 }
 
 void ckpt_optim_to_json(cJSON *root, const ckpt_manifest *man) {
-    if (man->optim != OPTIM_NADAM) return;
+    if (man->optim == OPTIM_ADAMW) return;
     cJSON_AddStringToObject(root, "optim", optim_kind_name(man->optim));
     double mu = isnan(man->nadam_beta1) ? man->nadam_mu_product   /* a manifest read back */
               : nadam_mu_product(man->nadam_beta1, man->nadam_momentum_decay, man->adam_t);
@@ -32,8 +32,8 @@ int ckpt_optim_from_json(ckpt_manifest *man, const cJSON *root, const char *mpat
     man->nadam_beta1 = man->nadam_momentum_decay = NAN;   /* written again: the stored product */
     if (rc == 1) return 0;
     if (optim_kind_parse(name, &man->optim) < 0)
-        return pt_seterr("%s: field \"optim\" is '%s', expected adamw or nadam", mpath, name);
-    if (man->optim != OPTIM_NADAM) return 0;
+        return pt_seterr("%s: field \"optim\" is '%s', expected adamw or nadam or nadamw", mpath, name);
+    if (man->optim == OPTIM_ADAMW) return 0;
     return io_json_num(&man->nadam_mu_product, root, "nadam_mu_product", IO_JSON_REQUIRED, 0, 1,
                        "%s: field \"nadam_mu_product\" missing or not a number in [0, 1]", mpath) < 0 ? -1 : 0;
 }
@@ -42,7 +42,7 @@ int ckpt_check_optim(const ckpt_manifest *man, const optim_config *oc, const cha
     if (man->optim != oc->kind)
         return pt_seterr("%s: its moments are %s's; resume with --optim %s", dir,
                          optim_kind_name(man->optim), optim_kind_name(man->optim));
-    if (oc->kind != OPTIM_NADAM) return 0;
+    if (oc->kind == OPTIM_ADAMW) return 0;
     double want = nadam_mu_product(oc->beta1, oc->momentum_decay, man->adam_t);
     if (fabs(want - man->nadam_mu_product) > 1e-6 * fmax(want, 1e-30))
         return pt_seterr("%s: NAdam's mu product after %d steps was saved as %.9g, --beta1 %g "

@@ -107,21 +107,30 @@ int ckpt_write_chunk(const char *tmpdir, int chunk, int first_layer, int end_lay
     return 0;
 }
 
-int ckpt_write_shard(const char *tmpdir, int rank, const ckpt_slice *sl, int n) {
-    char path[CKPT_PATH_MAX], name[200], v[32];
-    ckpt_shard_path(path, sizeof path, tmpdir, rank);
+st_writer *ckpt_shard_writer(int rank, const ckpt_slice *sl, int n, int reserve) {
+    char name[200], v[32];
     st_writer *w = st_writer_new();
     snprintf(v, sizeof v, "%d", rank);
     int rc = st_writer_meta(w, "format", "pt");
     if (rc == 0) rc = st_writer_meta(w, "pipetrain.rank", v);
     for (int i = 0; i < n && rc == 0; i++) {
         int64_t shape[1] = { (int64_t)sl[i].n };
-        snprintf(name, sizeof name, "m/%s@%zu", sl[i].name, sl[i].start);
-        rc = st_writer_add(w, name, ST_F32, 1, shape, sl[i].m);
-        snprintf(name, sizeof name, "v/%s@%zu", sl[i].name, sl[i].start);
-        if (rc == 0) rc = st_writer_add(w, name, ST_F32, 1, shape, sl[i].v);
+        for (int k = 0; k < 2 && rc == 0; k++) {   /* m/, then v/ */
+            snprintf(name, sizeof name, "%s/%s@%zu", k ? "v" : "m", sl[i].name, sl[i].start);
+            rc = reserve ? st_writer_reserve(w, name, ST_F32, 1, shape)
+                         : st_writer_add(w, name, ST_F32, 1, shape, k ? sl[i].v : sl[i].m);
+        }
     }
-    if (rc == 0) rc = st_write(w, path);
+    if (rc == 0) return w;
+    st_writer_free(w);
+    return NULL;
+}
+
+int ckpt_write_shard(const char *tmpdir, int rank, const ckpt_slice *sl, int n) {
+    char path[CKPT_PATH_MAX];
+    ckpt_shard_path(path, sizeof path, tmpdir, rank);
+    st_writer *w = ckpt_shard_writer(rank, sl, n, 0);
+    int rc = w ? st_write(w, path) : -1;
     st_writer_free(w);
     if (rc < 0) return pt_adderr("checkpoint moments of rank %d: ", rank);
     CRASH_POINT("shard", rank);

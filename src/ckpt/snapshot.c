@@ -1,9 +1,10 @@
-/* Snapshots (snapshot.h): the per-rank writer. The compute thread copies its chunks into buffers
- * at a step boundary (ckpt_snap_stage) and hands them over (ckpt_snap_commit); a helper thread
- * writes them as a generation folder of chunk files (ckpt_write_chunk, the checkpoint's format)
- * with a snap.json, renames it into place and drops old generations. A boundary that finds the
- * writer still busy waits for it (ckpt_snap_ready), so every commit finds the writer idle. A
- * writer error is said once, at the next boundary, and returned by ckpt_snap_close. Not here: the
+/* Snapshots (snapshot.h): the per-rank writer. At a step boundary the compute thread copies its
+ * chunks straight into the mapped chunk files of a slot (snapshot_slot.c: keep + 1 folders
+ * refilled in place, so the only work on the compute path is that one copy) and hands the slot
+ * over (ckpt_snap_commit); a helper thread sums the files, writes snap.json, renames the folder
+ * to "gen-<step>" and drops other processes' old generations. A boundary that finds the writer
+ * still busy waits for it (ckpt_snap_ready), so every commit finds it idle. A writer or slot
+ * error is said once, at the next boundary, and returned by ckpt_snap_close. Not here: the
  * restore (snapshot_restore.c). */
 #include "ckpt/snapshot.h"
 #include "ckpt/ckpt_int.h"
@@ -27,41 +28,38 @@
 
 #define SNAP_WRITER_NICE 10   /* the writer thread's nice value, above the compute threads' */
 
-/* One staged chunk: its own copy of the parameters, moments and the model's tables. */
-typedef struct {
-    int chunk, first, end;
-    gpt_model shadow;           /* the live model's tables over the copies below */
-    adamw_state opt;            /* m, v: the copies */
-    size_t cap;                 /* floats allocated in each of params, m, v */
-    int info_cap, off_cap;
-} snap_piece;
+#define SNAP_SLOTS_MAX 9     /* keep + 1 slots: keep is at most 8 */
 
 struct ckpt_snap {
     char dir[1024];             /* root/rank-<w> */
     int rank, keep, hb_fd;
-    /* two sets of buffers: the compute thread stages into set `stage`, the writer writes set
-     * 1 - stage; ckpt_snap_ready waits for the writer, so a commit always finds it idle */
-    snap_piece pc[2][CKPT_SNAP_PIECES];
-    int n_pc[2];
-    ckpt_manifest man[2];
-    int stage;
+    /* keep + 1 slots used in turn: the compute thread fills slot `cur`, the writer finishes the
+     * one handed over before it; ckpt_snap_ready waits for the writer, so a commit always finds
+     * it idle and the two never touch the same slot */
+    snap_slot slot[SNAP_SLOTS_MAX];
+    int n_slots, cur, n_pc, bad;    /* bad: this generation failed to stage (not handed over) */
+    ckpt_manifest man;          /* the handed-over generation's */
+    int w_slot;                 /* the slot the writer works on */
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int busy, stop;
-    char err[512];              /* the writer's first error ("" none) */
+    char err[512];              /* the writer's (or a stage's) first error ("" none) */
     int err_said;               /* err already printed at a step boundary */
     ckpt_snap_stats st;
+    snap_peer *peer;            /* the peer copy, or NULL */
 };
 
 static void *snap_writer_main(void *arg);
+static void prune_gens(const ckpt_snap *s, int spare_slots);
 
 int ckpt_snap_open(ckpt_snap **out, const char *root, int rank, int keep) {
     ckpt_snap *s = pt_calloc(1, sizeof *s);
     *out = NULL;
     snprintf(s->dir, sizeof s->dir, "%s/rank-%d", root, rank);
     s->rank = rank;
-    s->keep = keep > 0 ? keep : 1;
+    s->keep = keep < 1 ? 1 : keep > SNAP_SLOTS_MAX - 1 ? SNAP_SLOTS_MAX - 1 : keep;
+    s->n_slots = s->keep + 1;
     char hb[1100];
     snprintf(hb, sizeof hb, "%s/heartbeat", s->dir);
     if (pt_make_parents(hb) < 0 || (s->hb_fd = open(hb, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
@@ -77,6 +75,13 @@ int ckpt_snap_open(ckpt_snap **out, const char *root, int rank, int keep) {
     return 0;
 }
 
+/* The first error (pt_err) kept, to be said at the next boundary and returned at close. */
+static void note_error(ckpt_snap *s) {
+    pthread_mutex_lock(&s->mu);
+    if (!s->err[0]) snprintf(s->err, sizeof s->err, "%s", pt_err());
+    pthread_mutex_unlock(&s->mu);
+}
+
 int ckpt_snap_ready(ckpt_snap *s) {
     pthread_mutex_lock(&s->mu);
     if (s->busy) {   /* the writer is still at the previous generation */
@@ -90,74 +95,64 @@ int ckpt_snap_ready(ckpt_snap *s) {
                 "generation on disk may be older than the heartbeat suggests)\n", s->rank, s->err);
         s->err_said = 1;
     }
-    s->n_pc[s->stage] = 0;
     pthread_mutex_unlock(&s->mu);
+    s->n_pc = 0;   /* the writer is idle: the slots are the compute thread's until the commit */
+    s->bad = snap_slot_prepare(&s->slot[s->cur], s->dir, s->cur) < 0;
+    if (s->bad) note_error(s);
     return 1;
-}
-
-/* Room for n floats in each of the piece's three buffers, and its tables. */
-static void piece_reserve(snap_piece *p, const gpt_model *m) {
-    size_t n = m->n_held;
-    if (p->cap < n) {
-        free(p->shadow.params); free(p->opt.m); free(p->opt.v);
-        p->shadow.params = pt_falloc(n);
-        p->opt.m = pt_falloc(n);
-        p->opt.v = pt_falloc(n);
-        p->cap = n;
-    }
-    int n_off = gpt_num_layers(m) + 1;   /* layer_off's entries */
-    if (p->info_cap < m->n_info) {
-        free(p->shadow.info);
-        p->shadow.info = pt_malloc(sizeof *m->info * (size_t)m->n_info);
-        p->info_cap = m->n_info;
-    }
-    if (p->off_cap < n_off) {
-        free(p->shadow.layer_off);
-        p->shadow.layer_off = pt_malloc(sizeof *m->layer_off * (size_t)n_off);
-        p->off_cap = n_off;
-    }
 }
 
 int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
                     const adamw_state *opt) {
-    if (s->n_pc[s->stage] == CKPT_SNAP_PIECES)
+    return ckpt_snap_stage_tp(s, chunk, first, end, m, opt, 0, 1);
+}
+
+int ckpt_snap_stage_tp(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
+                       const adamw_state *opt, int tp_rank, int tp) {
+    if (s->n_pc == CKPT_SNAP_PIECES)
         return pt_seterr("snapshot of rank %d: more than %d chunks on one rank", s->rank, CKPT_SNAP_PIECES);
-    if (!opt || !opt->m || opt->n != m->n_held)
-        return pt_seterr("snapshot of rank %d: chunk %d has no whole AdamW moments (--zero 1 and "
-                         "--tp > 1 are not snapshotted yet)", s->rank, chunk);
+    if (opt && (!opt->m || opt->n != m->n_held))
+        return pt_seterr("snapshot of rank %d: chunk %d: the AdamW moments are not laid out like its "
+                         "parameters (%zu floats, the model holds %zu)", s->rank, chunk, opt->n, m->n_held);
+    if (s->bad) return 0;   /* said at the next boundary; the run goes on */
     double t0 = pt_now();
-    snap_piece *p = &s->pc[s->stage][s->n_pc[s->stage]++];
-    piece_reserve(p, m);
-    float *params = p->shadow.params, *mm = p->opt.m, *vv = p->opt.v;
-    gpt_param_info *info = p->shadow.info;
-    size_t *off = p->shadow.layer_off;
-    p->shadow = *m;                      /* the sizes and layer range; pointers replaced below */
-    memset(&p->shadow.w, 0, sizeof p->shadow.w);
-    memset(&p->shadow.g, 0, sizeof p->shadow.g);
-    p->shadow.grads = NULL;
-    p->shadow.fb_act = p->shadow.fb_scratch = p->shadow.fb_x = NULL;
-    p->shadow.params = params;
-    p->shadow.info = memcpy(info, m->info, sizeof *info * (size_t)m->n_info);
-    p->shadow.layer_off = memcpy(off, m->layer_off, sizeof *off * (size_t)(gpt_num_layers(m) + 1));
-    memcpy(params, m->params, sizeof *params * m->n_held);
-    memcpy(mm, opt->m, sizeof *mm * m->n_held);
-    memcpy(vv, opt->v, sizeof *vv * m->n_held);
-    p->opt.n = m->n_held;
-    p->opt.t = opt->t;
-    p->chunk = chunk;
-    p->first = first;
-    p->end = end;
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
+        return pt_seterr("snapshot of rank %d: TP rank %d of %d", s->rank, tp_rank, tp);
+    if (snap_slot_fill(&s->slot[s->cur], s->n_pc, chunk, first, end, m, opt, tp_rank, tp) < 0) {
+        s->bad = 1;
+        note_error(s);
+        return 0;
+    }
+    s->n_pc++;
     s->st.copy_s += pt_now() - t0;
+    if (s->st.taken == 0) s->st.first_copy_s += pt_now() - t0;
+    return 0;
+}
+
+int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n) {
+    if (s->n_pc == CKPT_SNAP_PIECES)
+        return pt_seterr("snapshot of rank %d: more than %d files on one rank", s->rank, CKPT_SNAP_PIECES);
+    if (s->bad) return 0;
+    double t0 = pt_now();
+    if (snap_slot_fill_shard(&s->slot[s->cur], s->n_pc, s->rank, sl, n) < 0) {
+        s->bad = 1;
+        note_error(s);
+        return 0;
+    }
+    s->n_pc++;
+    s->st.copy_s += pt_now() - t0;
+    if (s->st.taken == 0) s->st.first_copy_s += pt_now() - t0;
     return 0;
 }
 
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
+    if (s->bad) return;
     pthread_mutex_lock(&s->mu);
-    s->man[s->stage] = *man;
+    s->man = *man;
     s->st.taken++;
-    /* the writer is idle (ckpt_snap_ready waited): the staged set becomes the writer's, the
-     * writer's the next to stage */
-    s->stage = 1 - s->stage;
+    s->slot[s->cur].n_f = s->n_pc;   /* the pieces of this generation (a slot may hold more files) */
+    s->w_slot = s->cur;              /* the writer is idle (ckpt_snap_ready waited) */
+    s->cur = (s->cur + 1) % s->n_slots;
     s->busy = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -180,6 +175,29 @@ void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
     pthread_mutex_lock(&s->mu);
     *out = s->st;
     pthread_mutex_unlock(&s->mu);
+    out->peer_rank = -1;
+    if (!s->peer) return;
+    snap_peer_stats ps;
+    snap_peer_get_stats(s->peer, &ps);
+    out->peer_rank = ps.peer_rank;
+    out->peer_sent = ps.sent;
+    out->peer_skipped = ps.skipped;
+    out->peer_failed = ps.failed;
+    out->peer_received = ps.received;
+    out->peer_dropped = ps.dropped;
+    out->peer_send_s = ps.send_s;
+    out->peer_send_cpu_s = ps.send_cpu_s;
+    out->peer_recv_cpu_s = ps.recv_cpu_s;
+}
+
+int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port) {
+    if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
+    return snap_peer_listen(s->peer, addr, port);
+}
+
+int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank) {
+    if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
+    return snap_peer_send_to(s->peer, addr, port, peer_rank);
 }
 
 int ckpt_snap_close(ckpt_snap *s) {
@@ -189,13 +207,13 @@ int ckpt_snap_close(ckpt_snap *s) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->th, NULL);
+    snap_peer_free(s->peer);   /* before the slots' files are unmapped: the sender reads them */
     int rc = s->err[0] ? pt_seterr("%s", s->err) : 0;
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < CKPT_SNAP_PIECES; i++) {
-            snap_piece *p = &s->pc[k][i];
-            free(p->shadow.params); free(p->opt.m); free(p->opt.v);
-            free(p->shadow.info); free(p->shadow.layer_off);
-        }
+    for (int k = 0; k < s->n_slots; k++) {   /* a slot being filled is no generation: gone */
+        snap_slot_free(&s->slot[k]);
+        if (s->slot[k].step == 0 && s->slot[k].dir[0]) snap_remove_dir(s->slot[k].dir);
+    }
+    prune_gens(s, 0);   /* the newest keep, no more */
     close(s->hb_fd);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -205,10 +223,10 @@ int ckpt_snap_close(ckpt_snap *s) {
 
 /* ---- the writer thread ------------------------------------------------------------------ */
 
-/* snap.json of generation man->step: the manifest's fields and each chunk file's sum. */
-static cJSON *gen_json(const ckpt_snap *s, int w, const char *tmp) {
-    const ckpt_manifest *man = &s->man[w];
-    const snap_piece *pc = s->pc[w];
+/* snap.json of the handed-over generation: the manifest's fields and each chunk file's sum
+ * (sums[i], bytes of the mapped file). */
+static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *sums) {
+    const ckpt_manifest *man = &s->man;
     char v[32];
     cJSON *o = cJSON_CreateObject(), *lay = cJSON_CreateObject(), *cf = cJSON_CreateArray();
     cJSON *ch = cJSON_CreateArray();
@@ -229,23 +247,27 @@ static cJSON *gen_json(const ckpt_snap *s, int w, const char *tmp) {
     cJSON_AddNumberToObject(lay, "D", man->D);
     cJSON_AddNumberToObject(lay, "pipes", man->n_pipes);
     cJSON_AddStringToObject(lay, "schedule", man->schedule);
+    cJSON_AddNumberToObject(lay, "shards", man->zero ? man->n_shards : 0);   /* --zero 1: ranks */
+    cJSON_AddNumberToObject(lay, "tp", man->tp > 1 ? man->tp : 1);
     for (int c = 0; c < man->n_chunks; c++) cJSON_AddItemToArray(cf, cJSON_CreateNumber(man->chunks[c].first_layer));
     if (man->n_chunks) cJSON_AddItemToArray(cf, cJSON_CreateNumber(man->chunks[man->n_chunks - 1].end_layer));
     cJSON_AddItemToObject(lay, "chunk_first", cf);
     cJSON_AddItemToObject(o, "layout", lay);
     ckpt_optim_to_json(o, man);   /* --optim nadam: "optim", "nadam_mu_product" */
-    for (int i = 0; i < s->n_pc[w]; i++) {
-        char path[1300];
-        uint64_t h;
-        size_t len;
-        snprintf(path, sizeof path, "%s/chunk-%d.safetensors", tmp, pc[i].chunk);
-        if (snap_file_sum(path, &h, &len) < 0) { cJSON_Delete(o); cJSON_Delete(ch); return NULL; }
+    for (int i = 0; i < sl->n_f; i++) {
+        const snap_file *f = &sl->f[i];
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "chunk", pc[i].chunk);
-        cJSON_AddNumberToObject(e, "first_layer", pc[i].first);
-        cJSON_AddNumberToObject(e, "end_layer", pc[i].end);
-        cJSON_AddNumberToObject(e, "bytes", (double)len);
-        snprintf(v, sizeof v, "%016" PRIx64, h);
+        if (f->kind == SNAP_FILE_SHARD) {
+            cJSON_AddNumberToObject(e, "shard", f->chunk);
+        } else {
+            cJSON_AddNumberToObject(e, "chunk", f->chunk);
+            cJSON_AddNumberToObject(e, "first_layer", f->first);
+            cJSON_AddNumberToObject(e, "end_layer", f->end);
+            cJSON_AddNumberToObject(e, "optim", f->has_optim);
+            if (f->tp > 1) cJSON_AddNumberToObject(e, "tp_rank", f->tp_rank);
+        }
+        cJSON_AddNumberToObject(e, "bytes", (double)f->bytes);
+        snprintf(v, sizeof v, "%016" PRIx64, sums[i]);
         cJSON_AddStringToObject(e, "sum64", v);
         cJSON_AddItemToArray(ch, e);
     }
@@ -253,11 +275,15 @@ static cJSON *gen_json(const ckpt_snap *s, int w, const char *tmp) {
     return o;
 }
 
-/* Removes the generations of s->dir beyond the newest s->keep. */
-static void prune_gens(const ckpt_snap *s) {
+/* Removes the generations of s->dir beyond the newest s->keep, but for this rank's slots when
+ * spare_slots (the writer: the slots' own are refilled, never removed while open). */
+static void prune_gens(const ckpt_snap *s, int spare_slots) {
     long *steps;
     int n = snap_list_gens(s->dir, &steps);
     for (int i = s->keep; i < n; i++) {
+        int mine = 0;
+        for (int k = 0; spare_slots && k < s->n_slots; k++) mine |= s->slot[k].step == steps[i];
+        if (mine) continue;
         char g[1100];
         snprintf(g, sizeof g, "%s/gen-%ld", s->dir, steps[i]);
         snap_remove_dir(g);
@@ -265,31 +291,43 @@ static void prune_gens(const ckpt_snap *s) {
     free(steps);
 }
 
-/* The handed-over generation: chunk files and snap.json in a temporary folder, then renamed. */
-static int write_gen(ckpt_snap *s, int w) {
-    char tmp[1200], fin[1100];
-    const snap_piece *pc = s->pc[w];
-    long step = s->man[w].step;
-    snprintf(fin, sizeof fin, "%s/gen-%ld", s->dir, step);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", fin, (long)getpid());
-    snap_remove_dir(tmp);
-    if (mkdir(tmp, 0755) < 0) return pt_seterr("snapshot %s: cannot create: %s", tmp, strerror(errno));
-    int rc = 0;
-    for (int i = 0; i < s->n_pc[w] && rc == 0; i++) {
-        rc = ckpt_write_chunk(tmp, pc[i].chunk, pc[i].first, pc[i].end, &pc[i].shadow, &pc[i].opt);
-        if (i == 0) pt_killat_point(s->rank, step, PT_KILL_SAVE);   /* half written */
+/* The generation just installed from slot sl to the peer's sender (its files' names, maps, sums). */
+static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, const cJSON *j) {
+    snap_peer_file f[CKPT_SNAP_PIECES];
+    char *text = cJSON_PrintUnformatted(j);
+    if (!text) return;
+    for (int i = 0; i < sl->n_f; i++) {
+        const snap_file *x = &sl->f[i];
+        if (x->kind == SNAP_FILE_SHARD) snprintf(f[i].name, sizeof f[i].name, "optim-%d.safetensors", x->chunk);
+        else snprintf(f[i].name, sizeof f[i].name, "chunk-%d.safetensors", x->chunk);
+        f[i].map = x->map;
+        f[i].bytes = x->bytes;
+        f[i].sum = sums[i];
     }
-    cJSON *j = rc == 0 ? gen_json(s, w, tmp) : NULL;
+    snap_peer_offer(s->peer, s->man.step, text, f, sl->n_f);
+    cJSON_free(text);
+}
+
+/* The handed-over slot: its files summed, snap.json written, the folder renamed into place. */
+static int write_gen(ckpt_snap *s) {
+    snap_slot *sl = &s->slot[s->w_slot];
+    long step = s->man.step;
+    uint64_t sums[CKPT_SNAP_PIECES];
+    for (int i = 0; i < sl->n_f; i++) {
+        sums[i] = snap_sum_mem(sl->f[i].map, sl->f[i].bytes);
+        if (i == 0) pt_killat_point(s->rank, step, PT_KILL_SAVE);   /* half written: no snap.json */
+    }
+    cJSON *j = gen_json(s, sl, sums);
     char jp[1300];
-    snprintf(jp, sizeof jp, "%s/snap.json", tmp);
-    if (rc == 0) rc = j ? io_write_json(j, jp) : -1;
+    snprintf(jp, sizeof jp, "%s/snap.json", sl->dir);
+    int rc = j ? io_write_json(j, jp) : pt_seterr("snapshot %s: cannot build snap.json", sl->dir);
+    if (rc == 0) rc = snap_slot_install(sl, s->dir, step);
+    if (rc == 0 && s->peer) offer_peer(s, sl, sums, j);
     cJSON_Delete(j);
-    if (rc == 0) {
-        snap_remove_dir(fin);   /* the same step again (a restarted run): the newer one wins */
-        if (rename(tmp, fin) < 0) rc = pt_seterr("snapshot %s: cannot rename to %s: %s", tmp, fin, strerror(errno));
-    }
     if (rc < 0) return -1;
-    prune_gens(s);
+    prune_gens(s, 1);
+    int next = (s->w_slot + 1) % s->n_slots;   /* the compute thread's next: ready before it is */
+    if (snap_slot_clone(&s->slot[next], sl, s->dir, next) < 0) { /* the compute thread makes it then */ }
     return 0;
 }
 
@@ -309,16 +347,15 @@ static void *snap_writer_main(void *arg) {
     for (;;) {
         while (!s->busy && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
         if (!s->busy) break;                    /* stop, nothing handed over */
-        int w = 1 - s->stage;
         pthread_mutex_unlock(&s->mu);
         double t0 = pt_now(), c0 = thread_cpu_s();
-        int rc = write_gen(s, w);
+        int rc = write_gen(s);
         pthread_mutex_lock(&s->mu);
         s->st.write_s += pt_now() - t0;
         s->st.write_cpu_s += thread_cpu_s() - c0;
         if (rc == 0) {
             s->st.written++;
-            s->st.last_step = s->man[w].step;
+            s->st.last_step = s->man.step;
         } else if (!s->err[0]) {
             snprintf(s->err, sizeof s->err, "%s", pt_err());
         }

@@ -9,6 +9,8 @@
  * Not here: when to take one and what ranks hold (src/train), who restarts (src/launch).
  *
  *   ROOT/rank-<w>/gen-<step>/chunk-<c>.safetensors   the chunks rank w holds at that step
+ *   ROOT/rank-<w>/gen-<step>/optim-<w>.safetensors   --zero 1: its moment slices (chunks then
+ *                                                    hold parameters only)
  *   ROOT/rank-<w>/gen-<step>/snap.json               {"format":"pipetrain-snapshot", ...}
  *   ROOT/rank-<w>/heartbeat                          "<step> <pid> <unix time> <host>", each step
  *
@@ -31,10 +33,17 @@ typedef struct {
     long waits;             /* boundaries at which the compute path waited for the writer */
     double wait_s;          /* seconds it waited there */
     long written;           /* generations renamed into place */
-    double copy_s;          /* seconds on the compute path (the copies into the buffers) */
+    double copy_s;          /* seconds on the compute path (the copies into the slots' files) */
+    double first_copy_s;    /* of which the first generation's (it makes and maps the files) */
     double write_s;         /* seconds in the writer thread (wall) */
     double write_cpu_s;     /* CPU seconds the writer thread used */
     long last_step;         /* the newest generation written (0: none) */
+    int peer_rank;          /* the rank its generations are copied to (-1: none) */
+    long peer_sent, peer_skipped, peer_failed;  /* generations sent whole, skipped (a newer one
+                                                 * came while sending), failed */
+    long peer_received, peer_dropped;           /* other ranks' generations kept here, dropped */
+    double peer_send_s, peer_send_cpu_s;        /* the sender's seconds and CPU seconds */
+    double peer_recv_cpu_s;                     /* the receivers' CPU seconds */
 } ckpt_snap_stats;
 
 /* Opens world rank `rank`'s snapshots under root (created; a crashed writer's "gen-*.tmp.*"
@@ -48,15 +57,37 @@ int ckpt_snap_open(ckpt_snap **out, const char *root, int rank, int keep);
  * error on stderr once (at the first boundary after it). Returns 1. */
 int ckpt_snap_ready(ckpt_snap *s);
 /* After ckpt_snap_ready: copies chunk `chunk` (layers [first, end)) of m's parameters and
- * opt's moments (laid out like m->params; opt->n == m->n_held) into the snapshot's buffers (kept
- * and reused). m's tables are copied too: m may change or go once this returns. Up to
- * CKPT_SNAP_PIECES chunks per generation. 0, or -1 naming what does not fit. */
+ * opt's moments (laid out like m->params; opt->n == m->n_held) into the generation's chunk file
+ * (mapped, refilled in place: snapshot_int.h's slots): m may change or go once this returns. Up
+ * to CKPT_SNAP_PIECES chunks per generation. 0, or -1 naming what does not fit; a file that
+ * cannot be made is the writer's kind of error (said at the next boundary, this generation not
+ * handed over, 0 returned: the run goes on). */
 int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
                     const adamw_state *opt);
+/* ckpt_snap_stage of TP rank tp_rank's shard (of tp) of chunk `chunk`: m is the rank's shard
+ * model, opt laid out like it. The file has the whole tensors' layout with this rank's elements
+ * in their places and the rest zero (a replicated tensor: TP rank 0's); the restore joins the
+ * TP ranks' files of a chunk. The generation's manifest says tp. */
+int ckpt_snap_stage_tp(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
+                       const adamw_state *opt, int tp_rank, int tp);
+/* After ckpt_snap_ready, with --zero 1 (chunks staged with opt NULL: parameters only): this
+ * rank's AdamW moment slices sl[0..n) (run_exec_moment_slices'), as the checkpoint's shard file
+ * of its world rank (ckpt_write_shard's layout). The generation's manifest then says the
+ * shards (ckpt_manifest_set_shards). 0, or -1 as ckpt_snap_stage. */
+int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n);
 /* Hands the staged chunks to the writer as generation man->step (man: config, step, adam_t,
  * batch, seq, seeds, data, layout with chunk ranges: ckpt_manifest_set_layout's): the writer,
  * idle after ckpt_snap_ready, starts on it now. Returns at once. */
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man);
+/* The peer copy (snapshot_peer.c: for layouts where no replica on another host holds this rank's
+ * state). Starts s's receiver: other ranks' generations are kept under
+ * ROOT/rank-<w>/peer-<origin>/gen-<step>/ (the restore reads them as the origin's). *addr (IPv4,
+ * host order) and *port: where others reach it. 0, or -1 naming the error. */
+int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port);
+/* From now on each generation s writes is also sent to addr:port (world rank peer_rank), by a
+ * thread of its own, off the compute path and off the writer's (a newer generation replaces
+ * one still waiting). */
+int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank);
 /* Writes "<step> <pid> <unix time> <host name>" into the rank's heartbeat file (in place, a few bytes): the
  * supervisor's sign that the rank goes on. */
 void ckpt_snap_heartbeat(ckpt_snap *s, long step);
@@ -70,7 +101,7 @@ int ckpt_snap_close(ckpt_snap *s);
 /* What ckpt_snap_restore found. */
 typedef struct {
     long step;              /* the step restored (0: none complete) */
-    int from_rank[CKPT_MAX_CHUNKS];   /* chunk c came from rank from_rank[c]'s folder */
+    int from_rank[CKPT_MAX_CHUNKS];   /* chunk c is rank from_rank[c]'s (its folder, or a peer copy of it) */
     int n_chunks;
     int n_bad;              /* generations skipped as damaged (checksum, size, unreadable) */
 } ckpt_snap_found;

@@ -2,12 +2,14 @@
  * the heartbeat read back (snapshot.h). */
 #include "ckpt/snapshot.h"
 #include "ckpt/snapshot_int.h"
+#include "io/io.h"
 #include "util/pt.h"
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 void snap_remove_dir(const char *dir) {
@@ -64,30 +66,35 @@ int snap_list_gens(const char *rank_dir, long **steps) {
     return n;
 }
 
-int snap_file_sum(const char *path, uint64_t *hash, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pt_seterr("%s: cannot open: %s", path, strerror(errno));
-    enum { BUF = 1 << 20 };
-    unsigned char *buf = pt_malloc(BUF);
-    uint64_t h = 0xcbf29ce484222325ULL, w;
-    size_t got, total = 0;
-    while ((got = fread(buf, 1, BUF, f)) > 0) {   /* every piece but the last is whole words */
-        size_t i = 0;
-        for (; i + 8 <= got; i += 8) {
-            memcpy(&w, buf + i, 8);
-            h = (h ^ w) * 0x100000001b3ULL;
-            h ^= h >> 29;   /* the high bits back into the low ones: a word multiply alone would
-                             * leave a changed high byte out of the low bits of the sum */
+#define SUM_BASIS 0xcbf29ce484222325ULL
+#define SUM_PRIME 0x100000001b3ULL
+#define SUM_LANES 8
+
+uint64_t snap_sum_mem(const unsigned char *p, size_t n) {
+    uint64_t h[SUM_LANES], w;
+    for (int k = 0; k < SUM_LANES; k++) h[k] = SUM_BASIS + (uint64_t)k;
+    size_t i = 0;
+    for (; i + 8 * SUM_LANES <= n; i += 8 * SUM_LANES)
+        for (int k = 0; k < SUM_LANES; k++) {   /* independent chains: no multiply waits on another */
+            memcpy(&w, p + i + 8 * (size_t)k, 8);
+            h[k] = (h[k] ^ w) * SUM_PRIME;
+            h[k] ^= h[k] >> 29;
         }
-        for (; i < got; i++) h = (h ^ buf[i]) * 0x100000001b3ULL;
-        total += got;
+    uint64_t r = SUM_BASIS ^ (uint64_t)n;
+    for (int k = 0; k < SUM_LANES; k++) {
+        r = (r ^ h[k]) * SUM_PRIME;
+        r ^= r >> 29;
     }
-    int rc = ferror(f) ? pt_seterr("%s: read error", path) : 0;
-    fclose(f);
-    free(buf);
-    *hash = h;
-    *len = total;
-    return rc;
+    for (; i < n; i++) r = (r ^ p[i]) * SUM_PRIME;
+    return r;
+}
+
+int snap_file_sum(const char *path, uint64_t *hash, size_t *len) {
+    unsigned char *map;
+    if (io_map_file(path, &map, len) < 0) return -1;
+    *hash = snap_sum_mem(map, *len);
+    if (map) munmap(map, *len);
+    return 0;
 }
 
 int ckpt_snap_read_heartbeat(const char *root, int rank, long *step, long *pid, double *when, char *host) {
@@ -101,24 +108,38 @@ int ckpt_snap_read_heartbeat(const char *root, int rank, long *step, long *pid, 
     return ok ? 0 : -1;
 }
 
+/* Removes the generations of folder rd after step. */
+static void reset_gens(const char *rd, long step) {
+    long *steps;
+    char p[1500];
+    int n = snap_list_gens(rd, &steps);
+    for (int i = 0; i < n; i++)
+        if (steps[i] > step) {
+            snprintf(p, sizeof p, "%s/gen-%ld", rd, steps[i]);
+            snap_remove_dir(p);
+        }
+    free(steps);
+}
+
 void ckpt_snap_reset(const char *root, long step) {
     DIR *d = opendir(root);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "rank-", 5)) continue;
-        char rd[1000], p[1100];
-        long *steps;
+        char rd[1000], p[1400];
         snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
         snprintf(p, sizeof p, "%s/heartbeat", rd);
         unlink(p);
-        int n = snap_list_gens(rd, &steps);
-        for (int i = 0; i < n; i++)
-            if (steps[i] > step) {
-                snprintf(p, sizeof p, "%s/gen-%ld", rd, steps[i]);
-                snap_remove_dir(p);
+        reset_gens(rd, step);
+        DIR *r = opendir(rd);   /* the peer copies it holds */
+        struct dirent *q;
+        while (r && (q = readdir(r)))
+            if (!strncmp(q->d_name, "peer-", 5)) {
+                snprintf(p, sizeof p, "%s/%s", rd, q->d_name);
+                reset_gens(p, step);
             }
-        free(steps);
+        if (r) closedir(r);
     }
     closedir(d);
 }

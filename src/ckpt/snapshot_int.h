@@ -1,6 +1,9 @@
-/* Inside the snapshots (src/ckpt/snapshot*.c only): folder and file helpers of snapshot_fs.c. */
+/* Inside the snapshots (src/ckpt/snapshot*.c only): folder and file helpers of snapshot_fs.c, and
+ * the slots of snapshot_slot.c (a generation's folder of chunk files, mapped once and refilled in
+ * place every generation after). */
 #ifndef PT_CKPT_SNAPSHOT_INT_H
 #define PT_CKPT_SNAPSHOT_INT_H
+#include "ckpt/snapshot.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -11,10 +14,103 @@ void snap_clean_tmp(const char *rank_dir);
 /* The steps of all the complete generations "gen-<step>" of a rank folder, newest first, in
  * *steps (allocated; free it, NULL when none); returns how many (0 when the folder is absent). */
 int snap_list_gens(const char *rank_dir, long **steps);
-/* A 64-bit checksum of a whole file and its size; -1 naming it. FNV-1a's step over 64-bit words
- * (each followed by a shift-xor), bytes for a tail: eight times fewer multiplies than the
- * manifest's byte-wise FNV-1a 64, which the writer, on a helper thread but sharing the cores,
- * would pay for every byte of every generation. */
+/* The snapshots' 64-bit checksum of n bytes: eight lanes of FNV-1a's step over 64-bit words
+ * (each followed by a shift-xor: a word multiply alone would leave a changed high byte out of
+ * the low bits), folded with the length and the tail bytes. Eight independent multiply chains
+ * keep it near memory speed: the writer pays it for every byte of every generation. */
+uint64_t snap_sum_mem(const unsigned char *p, size_t n);
+/* snap_sum_mem of a whole file, and its size; -1 naming it. */
 int snap_file_sum(const char *path, uint64_t *hash, size_t *len);
+
+/* One tensor's bytes to file offset `at`: in a chunk file from source `what` (0 parameters, 1
+ * AdamW m, 2 v) at float `src`; in a shard file from slice `src`'s m (what 0) or v (1). */
+typedef struct {
+    size_t at, src, bytes;
+    int what;
+} snap_run;
+
+enum { SNAP_FILE_CHUNK, SNAP_FILE_SHARD };
+
+/* One file of a slot, mapped (MAP_SHARED) for the compute thread's copies: a chunk file
+ * (parameters, and moments when has_optim) or a moment-shard file (--zero 1: chunk is then the
+ * world rank whose slices it holds, sig a key of the slices). */
+typedef struct {
+    int kind, chunk, first, end, has_optim;
+    int tp_rank, tp;            /* tensor parallelism: this TP rank's shard in the whole layout */
+    size_t n_held;              /* the floats of the model it was laid out for */
+    uint64_t sig;
+    unsigned char *map;
+    size_t bytes;
+    snap_run *run;
+    int n_run;
+} snap_file;
+
+/* A generation's folder and its chunk files. Its folder is "gen-<step>" while it holds a whole
+ * generation (step > 0), else "gen-free-<i>.tmp.<pid>" (being filled: never read, removed by a
+ * later process's snap_clean_tmp). */
+typedef struct {
+    char dir[1200];
+    long step;
+    int idx;
+    snap_file f[CKPT_SNAP_PIECES];
+    int n_f;
+} snap_slot;
+
+/* Makes slot sl (number idx of rank folder rank_dir) ready to be filled: a whole generation it
+ * held is renamed to its free name (no longer a generation), a slot never used gets its folder.
+ * 0, or -1 naming the folder. */
+int snap_slot_prepare(snap_slot *sl, const char *rank_dir, int idx);
+/* Piece k of sl laid out for chunk `chunk` (layers [first, end) of m, with opt's moments unless
+ * opt is NULL; m is TP rank tp_rank's shard model of tp, or whole when tp is 1): the file
+ * already there when it matches, else (re)created (ckpt_chunk_writer's layout: whole tensors)
+ * and mapped. Then copies m's parameters and opt's moments into it (a shard: into its places,
+ * the other TP ranks' bytes left zero). 0, or -1 naming the file. */
+int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
+                   const adamw_state *opt, int tp_rank, int tp);
+/* Piece k of sl as world rank `rank`'s moment-shard file of slices x[0..n) (ckpt_shard_writer's
+ * layout; kept when the slices are the same), filled from them. 0, or -1 naming the file. */
+int snap_slot_fill_shard(snap_slot *sl, int k, int rank, const ckpt_slice *x, int n);
+/* sl's folder renamed to "gen-<step>" under rank_dir (a folder of that name from another
+ * process replaced). 0, or -1 naming it. */
+int snap_slot_install(snap_slot *sl, const char *rank_dir, long step);
+/* Off the compute path (the writer, after installing src): an unused slot dst (number idx) given
+ * files laid out as src's, mapped and with their pages touched, so that the compute thread's
+ * first fill of dst is only its copy. Does nothing to a slot in use. 0, or -1 naming the file
+ * (dst left unused: the compute thread makes its files then). */
+int snap_slot_clone(snap_slot *dst, const snap_slot *src, const char *rank_dir, int idx);
+/* Unmaps sl's files (the folder stays). */
+void snap_slot_free(snap_slot *sl);
+
+/* ---- the peer copy (snapshot_peer.c) ---- */
+typedef struct snap_peer snap_peer;
+/* A file of a written generation, as the sender sends it: its name in the folder, its mapped
+ * bytes (valid until the snapshot closes; refilled later: the sum catches a torn copy). */
+typedef struct {
+    char name[64];
+    const unsigned char *map;
+    size_t bytes;
+    uint64_t sum;
+} snap_peer_file;
+typedef struct {
+    int peer_rank;              /* where this rank's generations go (-1: nowhere) */
+    long sent, skipped, failed; /* generations sent whole, replaced by a newer one while waiting, failed */
+    double send_s, send_cpu_s;  /* seconds in the sender thread, CPU seconds it used */
+    long received, dropped;     /* generations of other ranks kept here, dropped (a sum) */
+    double recv_cpu_s;          /* CPU seconds the receivers used */
+} snap_peer_stats;
+/* The peer side of rank `rank` whose folder is rank_dir. */
+snap_peer *snap_peer_new(const char *rank_dir, int rank);
+/* A TCP listener (any address, a free port) and its thread, which takes other ranks' generations
+ * into rank_dir/peer-<origin>/gen-<step>/. *addr (host order): this host's first IPv4 address
+ * that is not loopback. 0, or -1 naming the error. */
+int snap_peer_listen(snap_peer *p, uint32_t *addr, int *port);
+/* Starts the sender thread: each offered generation goes to addr:port (world rank peer_rank). */
+int snap_peer_send_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
+/* The writer, after a generation is in place: hands it to the sender (json copied; f's maps
+ * must stay mapped until snap_peer_free). Returns at once; one still waiting is replaced. */
+void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n);
+void snap_peer_get_stats(snap_peer *p, snap_peer_stats *out);
+/* Stops the threads (a send in progress finishes or times out), frees p (NULL is fine). */
+void snap_peer_free(snap_peer *p);
 
 #endif

@@ -18,13 +18,17 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#define SNAP_TP_MAX 16   /* TP ranks per chunk a restore joins */
+
 /* One generation of one rank, as its snap.json says. */
 typedef struct {
-    char dir[1100];
+    char dir[1500];
     int rank;
     long step;
     int K;                              /* chunks of its layout */
     int chunk_first[CKPT_MAX_CHUNKS + 1];
+    int shards;                         /* --zero 1: the world ranks whose moment shards it needs */
+    int tp;                             /* tensor parallelism: each chunk in tp TP ranks' files */
     cJSON *j;                           /* snap.json, owned */
     int checked[CKPT_SNAP_PIECES];      /* per piece: 0 not yet, 1 good, -1 bad */
 } snap_gen;
@@ -37,7 +41,7 @@ static int in_list(int v, const int *list, int n) {
 
 /* g's snap.json read and its layout checked; -1 when it is not a usable generation. */
 static int gen_load(snap_gen *g) {
-    char p[1200];
+    char p[1600];
     snprintf(p, sizeof p, "%s/snap.json", g->dir);
     unsigned char *text;
     size_t len;
@@ -53,6 +57,9 @@ static int gen_load(snap_gen *g) {
         step != g->step || !cJSON_IsArray(cf) || cJSON_GetArraySize(cf) < 2 ||
         cJSON_GetArraySize(cf) > CKPT_MAX_CHUNKS + 1) return -1;
     g->K = cJSON_GetArraySize(cf) - 1;
+    g->tp = 1;
+    if (io_json_int(&g->shards, lay, "shards", IO_JSON_OPTIONAL, 0, CKPT_MAX_SHARDS, "%s: shards", p) < 0 ||
+        io_json_int(&g->tp, lay, "tp", IO_JSON_OPTIONAL, 1, SNAP_TP_MAX, "%s: tp", p) < 0) return -1;
     for (int c = 0; c <= g->K; c++) {   /* whole layer numbers, increasing: each chunk >= 1 layer */
         const cJSON *x = cJSON_GetArrayItem(cf, c);
         if (!io_json_is_whole(x, c ? g->chunk_first[c - 1] + 1 : 0, 1 << 20)) return -1;
@@ -61,8 +68,46 @@ static int gen_load(snap_gen *g) {
     return 0;
 }
 
-/* Every generation under root/rank-* (ranks in skip left out) into *gens (allocated, grown as
- * needed; free it); returns how many. */
+/* The generations of folder rd (a rank's own, or a peer copy of origin `rank`'s) appended to
+ * *gens (n of cap used). */
+static void gens_add(const char *rd, int rank, snap_gen **gens, int *n, int *cap) {
+    long *steps;
+    int k = snap_list_gens(rd, &steps);
+    for (int i = 0; i < k; i++) {
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 16;
+            *gens = pt_realloc(*gens, sizeof **gens * (size_t)*cap);
+        }
+        snap_gen *g = &(*gens)[*n];
+        memset(g, 0, sizeof *g);
+        snprintf(g->dir, sizeof g->dir, "%s/gen-%ld", rd, steps[i]);
+        g->rank = rank;
+        g->step = steps[i];
+        if (gen_load(g) == 0) (*n)++;
+        else cJSON_Delete(g->j);
+    }
+    free(steps);
+}
+
+/* The peer copies held in rank folder rd: rd/peer-<origin>/, each as origin's generations. */
+static void gens_add_peers(const char *rd, snap_gen **gens, int *n, int *cap) {
+    DIR *d = opendir(rd);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end, pd[1400];
+        if (strncmp(e->d_name, "peer-", 5)) continue;
+        long o = strtol(e->d_name + 5, &end, 10);
+        if (end == e->d_name + 5 || *end || o < 0) continue;
+        snprintf(pd, sizeof pd, "%s/%s", rd, e->d_name);
+        gens_add(pd, (int)o, gens, n, cap);
+    }
+    closedir(d);
+}
+
+/* Every generation under root/rank-* and their peer copies (rank folders in skip left out: a
+ * lost host's memory, its own and the copies it held) into *gens (allocated, grown as needed;
+ * free it); returns how many. */
 static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen **gens) {
     DIR *d = opendir(root);
     *gens = NULL;
@@ -75,44 +120,41 @@ static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen 
         long w = strtol(e->d_name + 5, &end, 10);
         if (end == e->d_name + 5 || *end || in_list((int)w, skip, n_skip)) continue;
         char rd[1000];
-        long *steps;
         snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
-        int k = snap_list_gens(rd, &steps);
-        for (int i = 0; i < k; i++) {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                *gens = pt_realloc(*gens, sizeof **gens * (size_t)cap);
-            }
-            snap_gen *g = &(*gens)[n];
-            memset(g, 0, sizeof *g);
-            snprintf(g->dir, sizeof g->dir, "%s/gen-%ld", rd, steps[i]);
-            g->rank = (int)w;
-            g->step = steps[i];
-            if (gen_load(g) == 0) n++;
-            else cJSON_Delete(g->j);
-        }
-        free(steps);
+        gens_add(rd, (int)w, gens, &n, &cap);
+        gens_add_peers(rd, gens, &n, &cap);
     }
     closedir(d);
     return n;
 }
 
-/* The piece of g holding chunk c, its file checked against its size and checksum (once); its
- * index, or -1 when g has none or it is damaged (*bad counts those). */
-static int gen_piece(snap_gen *g, int c, int *bad) {
+/* The file of g's entry e under its name in g's folder: chunk c or (shard) rank c's moments. */
+static void piece_path(const snap_gen *g, int shard, int c, char *p, size_t n) {
+    if (shard) ckpt_shard_path(p, n, g->dir, c);
+    else ckpt_chunk_path(p, n, g->dir, c);
+}
+
+/* The piece of g holding chunk c (shard 0: with moments unless g's layout has shards; TP rank
+ * tr's under tensor parallelism) or rank c's
+ * moment shard (shard 1), its file checked against its size and checksum (once); its index, or
+ * -1 when g has none or it is damaged (*bad counts those). */
+static int gen_piece(snap_gen *g, int shard, int c, int tr, int *bad) {
     const cJSON *ch = cJSON_GetObjectItemCaseSensitive(g->j, "chunks");
     for (int i = 0; i < cJSON_GetArraySize(ch) && i < CKPT_SNAP_PIECES; i++) {
         const cJSON *e = cJSON_GetArrayItem(ch, i);
-        int cc;
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, shard ? "shard" : "chunk");
+        const cJSON *opt = cJSON_GetObjectItemCaseSensitive(e, "optim");
         long bytes;
         const cJSON *sum = cJSON_GetObjectItemCaseSensitive(e, "sum64");
-        if (io_json_int(&cc, e, "chunk", IO_JSON_REQUIRED, 0, CKPT_MAX_CHUNKS, "%s: chunk", g->dir) < 0 || cc != c)
-            continue;
+        if (!io_json_is_whole(id, 0, shard ? CKPT_MAX_SHARDS : CKPT_MAX_CHUNKS) || (int)id->valuedouble != c) continue;
+        if (!shard && (cJSON_IsNumber(opt) ? opt->valuedouble != 0 : 1) == (g->shards > 0)) continue;
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "tp_rank");
+        if (!shard && (cJSON_IsNumber(t) ? (int)t->valuedouble : 0) != tr) continue;
         if (g->checked[i] == 0) {
-            char p[1200];
+            char p[1600];
             uint64_t h;
             size_t len;
-            snprintf(p, sizeof p, "%s/chunk-%d.safetensors", g->dir, c);
+            piece_path(g, shard, c, p, sizeof p);
             int ok = io_json_long(&bytes, e, "bytes", IO_JSON_REQUIRED, 0, 1L << 53, "%s: bytes", g->dir) == 0 &&
                      cJSON_IsString(sum) && snap_file_sum(p, &h, &len) == 0 && (size_t)bytes == len &&
                      strtoull(sum->valuestring, NULL, 16) == h;
@@ -125,18 +167,24 @@ static int gen_piece(snap_gen *g, int c, int *bad) {
 }
 
 static int same_layout(const snap_gen *a, const snap_gen *b) {
-    return a->K == b->K && !memcmp(a->chunk_first, b->chunk_first, sizeof(int) * (size_t)(a->K + 1));
+    return a->K == b->K && a->shards == b->shards && a->tp == b->tp && !memcmp(a->chunk_first, b->chunk_first, sizeof(int) * (size_t)(a->K + 1));
 }
 
-/* For step `step` with ref's layout: src[c] = the generation holding a good copy of chunk c.
- * 1 when every chunk was found. */
-static int step_complete(snap_gen *gens, int n, const snap_gen *ref, snap_gen **src, int *bad) {
-    for (int c = 0; c < ref->K; c++) {
-        src[c] = NULL;
-        for (int i = 0; i < n && !src[c]; i++)
-            if (gens[i].step == ref->step && same_layout(&gens[i], ref) && gen_piece(&gens[i], c, bad) >= 0)
-                src[c] = &gens[i];
-        if (!src[c]) return 0;
+/* For step `step` with ref's layout: src[c * tp + t] = the generation holding a good copy of
+ * chunk c (of TP rank t), and with --zero 1 shard[r] the one holding rank r's moments (only rank
+ * r's own folder has them). 1 when every piece was found. */
+static int step_complete(snap_gen *gens, int n, const snap_gen *ref, snap_gen **src, snap_gen **shard, int *bad) {
+    int n_chunk = ref->K * ref->tp;
+    for (int c = 0; c < n_chunk + ref->shards; c++) {
+        int is_shard = c >= n_chunk, id = is_shard ? c - n_chunk : c / ref->tp, tr = is_shard ? 0 : c % ref->tp;
+        snap_gen *found = NULL;
+        for (int i = 0; i < n && !found; i++)
+            if (gens[i].step == ref->step && same_layout(&gens[i], ref) && (!is_shard || gens[i].rank == id) &&
+                gen_piece(&gens[i], is_shard, id, tr, bad) >= 0)
+                found = &gens[i];
+        if (!found) return 0;
+        if (is_shard) shard[id] = found;
+        else src[c] = found;
     }
     return 1;
 }
@@ -155,6 +203,28 @@ static int copy_file(const char *from, const char *to) {
     free(buf);
     fclose(a);
     if (fclose(b) != 0 && rc == 0) rc = pt_seterr("snapshot restore: writing %s failed", to);
+    return rc;
+}
+
+/* Chunk c's file `to` joined from the TP ranks' files of src[0..tp): each byte has one writer
+ * among them and is zero in the others (snapshot_slot.c), so their OR is the whole chunk. */
+static int join_tp(snap_gen **src, int tp, int c, const char *to) {
+    unsigned char *acc = NULL, *map;
+    size_t n = 0, len;
+    char p[1600];
+    int rc = 0;
+    for (int t = 0; t < tp && rc == 0; t++) {
+        piece_path(src[t], 0, c, p, sizeof p);
+        if (io_map_file(p, &map, &len) < 0) { rc = -1; break; }
+        if (t == 0) { n = len; acc = pt_calloc(n ? n : 1, 1); }
+        if (len != n) rc = pt_seterr("snapshot restore: %s has %zu bytes, TP rank 0's file %zu", p, len, n);
+        for (size_t i = 0; rc == 0 && i < n; i++) acc[i] |= map[i];
+        if (map) munmap(map, len);
+    }
+    FILE *f = rc == 0 ? fopen(to, "wb") : NULL;
+    if (rc == 0 && (!f || fwrite(acc, 1, n, f) != n)) rc = pt_seterr("snapshot restore: cannot write %s: %s", to, strerror(errno));
+    if (f && fclose(f) != 0 && rc == 0) rc = pt_seterr("snapshot restore: writing %s failed", to);
+    free(acc);
     return rc;
 }
 
@@ -187,15 +257,20 @@ static int gen_manifest(const snap_gen *ref, ckpt_manifest *man) {
                                     cJSON_IsString(sched) ? sched->valuestring : "", ref->chunk_first);
 }
 
-/* The checkpoint folder dir from the chunk files of src[0..K). */
-static int assemble(const snap_gen *ref, snap_gen **src, const char *dir) {
+/* The checkpoint folder dir from the chunk files of src[0..K) and the shard files of
+ * shard[0..shards). */
+static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const char *dir) {
     ckpt_manifest man;
-    char tmp[1200], from[1200], to[1300];
-    if (gen_manifest(ref, &man) < 0 || ckpt_begin(dir, tmp, sizeof tmp) < 0) return -1;
-    for (int c = 0; c < ref->K; c++) {
-        snprintf(from, sizeof from, "%s/chunk-%d.safetensors", src[c]->dir, c);
-        snprintf(to, sizeof to, "%s/chunk-%d.safetensors", tmp, c);
-        if (copy_file(from, to) < 0) {
+    char tmp[1200], from[1600], to[1300];
+    if (gen_manifest(ref, &man) < 0 || (ref->shards && ckpt_manifest_set_shards(&man, ref->shards) < 0) ||
+        ckpt_begin(dir, tmp, sizeof tmp) < 0) return -1;
+    man.tp = ref->tp;
+    for (int c = 0; c < ref->K + ref->shards; c++) {
+        int is_shard = c >= ref->K, id = is_shard ? c - ref->K : c;
+        piece_path(is_shard ? shard[id] : src[id * ref->tp], is_shard, id, from, sizeof from);
+        if (is_shard) ckpt_shard_path(to, sizeof to, tmp, id);
+        else ckpt_chunk_path(to, sizeof to, tmp, id);
+        if ((ref->tp > 1 && !is_shard ? join_tp(src + id * ref->tp, ref->tp, id, to) : copy_file(from, to)) < 0) {
             ckpt_abandon(tmp);
             return -1;
         }
@@ -206,23 +281,25 @@ static int assemble(const snap_gen *ref, snap_gen **src, const char *dir) {
 int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char *dir,
                       ckpt_snap_found *found) {
     snap_gen *gens;
-    snap_gen *src[CKPT_MAX_CHUNKS];
+    snap_gen *src[CKPT_MAX_CHUNKS * SNAP_TP_MAX];
+    snap_gen **shard = pt_calloc(CKPT_MAX_SHARDS, sizeof *shard);
     int n = gens_collect(root, skip, n_skip, &gens), rc = 0;
     memset(found, 0, sizeof *found);
     snap_gen *best = NULL;
     for (int i = 0; i < n; i++) {       /* candidates newest first; ties: any */
         snap_gen *g = &gens[i];
         if (best && g->step <= best->step) continue;
-        if (step_complete(gens, n, g, src, &found->n_bad)) best = g;
+        if (step_complete(gens, n, g, src, shard, &found->n_bad)) best = g;
     }
     if (best) {
-        step_complete(gens, n, best, src, &found->n_bad);
-        rc = assemble(best, src, dir) < 0 ? -1 : 1;
+        step_complete(gens, n, best, src, shard, &found->n_bad);
+        rc = assemble(best, src, shard, dir) < 0 ? -1 : 1;
         found->step = best->step;
         found->n_chunks = best->K;
-        for (int c = 0; c < best->K; c++) found->from_rank[c] = src[c]->rank;
+        for (int c = 0; c < best->K; c++) found->from_rank[c] = src[c * best->tp]->rank;
     }
     for (int i = 0; i < n; i++) cJSON_Delete(gens[i].j);
     free(gens);
+    free(shard);
     return rc;
 }

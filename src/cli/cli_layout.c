@@ -23,6 +23,8 @@ void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const c
         {"--schedule", OPT_STR, &ro->schedule, schedule_help()},
         {"--chunks", OPT_INT, &ro->chunks, "V, stages per rank (interleaved; default: the schedule's)"},
         {"--microbatches", OPT_INT, &ro->M, "M, microbatches per replica (default: P)"},
+        {"--seq-chunks", OPT_INT, &ro->seq_chunks, "K, split each sequence into K chunks that travel the pipeline "
+                                                   "as units (seq1F1B; 1f1b or zb-h1; K divides --seq; default 1)"},
         {"--schedule-file", OPT_STR, &ro->schedule_file, "CSV schedule (one row per rank) instead of --schedule"},
         {"--pipes", OPT_INT, &ro->pipes, "pipes of the --schedule-file schedule (2 for a chimera; default 1)"},
         {"--split", OPT_STR, split_text, "blocks per stage, e.g. 3,5,4,4 (default: even)"},
@@ -122,6 +124,7 @@ void cli_layout_init(run_opts *ro) {
 int cli_layout_given(const run_opts *o, const char *transport) {
     return o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->tp != CLI_UNSET || o->schedule ||
            o->schedule_file || transport || o->split || o->recompute || o->zero || o->no_overlap ||
+           o->seq_chunks > 1 ||
            o->tp_overlap || o->tp_recompute || o->tp_sp ||
            o->n_slow_link || o->n_slow_stage || o->dp_sync > 1;
 }

@@ -21,7 +21,7 @@ static const char *USAGE =
 typedef struct {
     const char *config, *cluster, *costs, *out, *schedules;
     long global_batch;
-    int T, top, max_sims, tp, zero;
+    int T, top, max_sims, tp, zero, seq_chunks;
     bool no_recompute, json, tp_across_nodes, no_tp_overlap, no_tp_recompute, no_sp;
 } plan_args;
 
@@ -142,6 +142,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
                                                              "recomputation)"},
         {"--no-sp", OPT_FLAG, &a->no_sp, "do not consider --sp (sequence parallelism)"},
         {"--zero", OPT_INT, &a->zero, "1: AdamW moments split over the data-parallel replicas (train --zero 1)"},
+        {"--seq-chunks", OPT_INT, &a->seq_chunks, "K: every layout runs each sequence as K chunks (train --seq-chunks; "
+                                                  "1f1b and zb-h1, priced per chunk)"},
         {"--json", OPT_FLAG, &a->json, "print one JSON object instead of the summary"},
     };
     return cli_parse(argc, argv, "plan", USAGE, opts, (int)(sizeof opts / sizeof opts[0]));
@@ -154,7 +156,7 @@ static int run_plan(const plan_args *a, const gpt_config *cfg, const plan_cluste
                     .costs = costs, .schedules = names, .max_sims = a->max_sims, .no_recompute = a->no_recompute,
                     .tp = a->tp, .tp_across_nodes = a->tp_across_nodes, .zero = a->zero,
                     .no_tp_overlap = a->no_tp_overlap, .no_tp_recompute = a->no_tp_recompute,
-                    .no_sp = a->no_sp };
+                    .no_sp = a->no_sp, .seq_chunks = a->seq_chunks };
     plan_result r;
     int rc = plan_search(cfg, k, &o, &r);
     free(names); free(names_buf);

@@ -43,6 +43,7 @@ typedef struct {
     const char *config, *cluster, *plan, *split;
     int tp, dp, zero, mb_size, seq;
     bool recompute, tp_overlap, tp_recompute, sp;
+    int seq_chunks;
 } sim_args;
 
 /* A model on a cluster: the layout simulated, and its memory per pipeline rank. */
@@ -77,6 +78,8 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--stages", OPT_INT, &a->stages, "P, the number of ranks"},
         {"--microbatches", OPT_INT, &a->mb, "M, microbatches per iteration"},
         {"--chunks", OPT_INT, &a->chunks, "V, model chunks per rank (interleaved-1f1b)"},
+        {"--seq-chunks", OPT_INT, &a->seq_chunks, "K, each microbatch's sequences as K chunks, the schedule's units "
+                                                  "(1f1b, zb-h1; with --config priced per chunk)"},
         {"--schedule-file", OPT_STR, &a->file, "simulate this CSV schedule instead (one row per rank)"},
         {"--pipes", OPT_INT, &a->pipes, "pipes of the --schedule-file (2 for a chimera CSV; default 1)"},
         {"--cost", OPT_STR, &a->cost, "per-stage times for every stage: f=1,b=1,w=1[,bw=X][,act=BYTES][,params=BYTES]"},
@@ -211,7 +214,7 @@ static sched *read_schedule(const sim_args *a) {
     if (a->mem_limit < 0) { pt_seterr("--mem-limit must be >= 0 (got %d)", a->mem_limit); return NULL; }
     if (check_size(a) < 0) return NULL;
     sched_params p = { .ranks = a->stages, .microbatches = a->mb, .chunks = a->chunks,
-                       .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+                       .seq_chunks = a->seq_chunks, .cost_f = 1, .cost_b = 1, .cost_w = 1 };
     return generate(a, &p);
 }
 
@@ -304,7 +307,7 @@ static int model_layout(const sim_args *a, const gpt_config *cfg, plan_layout *p
                         .D = a->dp ? a->dp : 1, .tp = a->tp ? a->tp : 1, .zero = a->zero,
                         .mb_size = a->mb_size ? a->mb_size : 1, .T = a->seq ? a->seq : cfg->n_positions,
                         .recompute = a->recompute, .tp_overlap = a->tp_overlap, .tp_recompute = a->tp_recompute,
-                        .sp = a->sp };
+                        .sp = a->sp, .seq_chunks = a->seq_chunks };
     snprintf(p->schedule, sizeof p->schedule, "%s", g->name);
     snprintf(p->placement, sizeof p->placement, "node");
     if (p->P < 1 || p->M < 1) return pt_seterr("--stages and --microbatches must be >= 1 (got %d, %d)", p->P, p->M);

@@ -8,6 +8,7 @@
 #include "cli/cli_layout.h"
 #include "harvest/harvest.h"
 #include "model/gpt.h"
+#include "optim/async_fix.h"
 #include "optim/outer.h"
 #include "plan/plan.h"
 #include "train/train_plan.h"
@@ -40,6 +41,7 @@ typedef struct {
     const char **kill_at;        /* --kill-at values (owned array) */
     int n_kill_at;
     const char *precision;       /* --precision fp32 | bf16 */
+    const char *async_fix;       /* --async-fix none | nesterov | pipemare | predict */
 } train_args;
 
 /* Takes every "FLAG VALUE" / "FLAG=VALUE" out of argv (cli_parse knows no repeatable flags) into
@@ -101,7 +103,12 @@ static int set_lr_schedule(train_args *a) {
     oc->warmup = a->warmup;
     oc->total_steps = a->o.steps;
     oc->lr_min = isnan(a->lr_min) ? oc->lr / 10 : a->lr_min;
-    return a->optim ? optim_kind_parse(a->optim, &oc->kind) : 0;
+    if (a->optim && optim_kind_parse(a->optim, &oc->kind) < 0) return -1;
+    async_fix f = ASYNC_FIX_NONE;     /* --async-fix: the executor's correction, nesterov's optimizer */
+    if (a->async_fix && async_fix_parse(a->async_fix, &f) < 0) return -1;
+    a->o.ro.async_fix = (int)f;
+    async_fix_optim(oc, f);
+    return 0;
 }
 
 /* --plan sets the layout: layout flags next to it are an error (which would win is not obvious);
@@ -189,6 +196,9 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
     if (o->cluster && (!o->adapt || o->mem_limit))
         return pt_seterr("--cluster %s gives --adapt's memory limit: give --adapt and no --mem-limit", o->cluster),
                cli_fail("train");
+    if (o->adapt && o->ro.seq_chunks > 1)   /* its candidate schedules run whole microbatches */
+        return pt_seterr("--adapt and --seq-chunks %d: give one (the adaptive schedules run whole "
+                         "microbatches)", o->ro.seq_chunks), cli_fail("train");
     o->ro.split = a->split;
     /* no layout asked for (no layout flag, --plan or --threads): the trainer picks this machine's */
     o->auto_layout = !a->plan && !cli_layout_given(&o->ro, a->transport) && o->threads == 0;
@@ -211,7 +221,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = TRAIN_DEFAULT_STEPS, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 53 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 54 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -229,7 +239,10 @@ int cli_train(int argc, char **argv) {
         {"--beta1", OPT_DOUBLE, &o->oc.beta1, "AdamW beta1 (default 0.9)"},
         {"--beta2", OPT_DOUBLE, &o->oc.beta2, "AdamW beta2 (default 0.95)"},
         {"--eps", OPT_DOUBLE, &o->oc.eps, "AdamW epsilon (default 1e-8)"},
-        {"--optim", OPT_STR, &a.optim, "adamw | nadam (torch.optim.NAdam: L2 decay, --beta1 as its momentum; default adamw)"},
+        {"--optim", OPT_STR, &a.optim, "adamw | nadam (torch.optim.NAdam: L2 decay, --beta1 as its momentum) | nadamw (torch 2's "
+                                       "NAdam, decoupled decay); default adamw"},
+        {"--async-fix", OPT_STR, &a.async_fix, "pipedream | 2bw: none (default) | nesterov (NAdamW, beta1 0.99, "
+                                               "beta2 0.999) | pipemare | predict (docs/async.md)"},
         {"--momentum-decay", OPT_DOUBLE, &o->oc.momentum_decay, "NAdam's momentum decay psi (default 4e-3)"},
         {"--grad-clip", OPT_DOUBLE, &o->oc.grad_clip, "max global gradient norm, 0 = off (default 1)"},
         {"--shuffle", OPT_LONG, &o->shuffle, "seed for a shuffled batch order (default 0: sequential)"},

@@ -136,7 +136,7 @@ typedef struct {
     double side_s;          /* rank-seconds of side steps (each started inside a bubble) */
     double side_cpu_s;      /* CPU seconds those steps received: the rank threads' CPU clocks
                              * (C tasks), the programs' processes' (process tasks): the work
-                             * side tasks got, against bubble_s the fraction harvested */
+                             * side tasks got, against idle_s (wait_idle_s) the fraction harvested */
     double overrun_s;       /* the part of them past the awaited message's arrival (for a
                              * program's slot, past when the arrival woke the sleeping rank:
                              * the stop's cost): time a main-job action started later than
@@ -149,7 +149,8 @@ typedef struct {
     int offered;            /* waits offered to side work, and of them with steps run: */
     int used;
     /* The waits' idle rank-seconds (from reaching the waiting action to when what it waited for
-     * was there, every wait of the schedule: RECV, REDUCE_GRAD, STEP), the side seconds inside
+     * was there, or to when that woke the rank out of a program's slot if later; every wait of
+     * the schedule: RECV, REDUCE_GRAD, STEP), the side seconds inside
      * it, and the rest by reason: idle_s = used_s + sum of lost_s. The reasons come from this
      * process's ranks' records (MPI: the root's rank only; other ranks' idle is UNOFFERED). */
     double idle_s, used_s;
@@ -175,8 +176,9 @@ typedef struct {
     bool roam;              /* a task added without a rank runs in the waits of any rank of its
                              * process, one rank at a time (else: of the rank it was given) */
     /* The main job first: when the ranks' compute in steps with side work is more than 2%
-     * slower than in steps without (medians of the last 16 of each), side work runs in only
-     * a fraction 2% / that cost of the steps; one step in 10 runs without, to keep the
+     * slower than in steps without (medians of the last 16 of each within the last 64 steps,
+     * and a rank test of the pairs saying so beyond chance), side work runs in only a fraction
+     * 2% / that cost of the steps; one step after 10 with side work runs without, to keep the
      * baseline (unless the caller pauses some: harvest_pause). */
     bool backoff;
 } harvest_policy;

@@ -50,7 +50,9 @@
  * from the medians of the last HV_BO_N steps with and without it (once HV_BO_MIN of each,
  * after the first HV_BO_SKIP);
  * above HV_SLOW_MAX, it runs in a fraction HV_SLOW_MAX / cost of the steps (at least
- * HV_DUTY_MIN) when HV_BO_SURE of the pairs (with, without) say with is slower; a step rests
+ * HV_DUTY_MIN) when the pairs (with, without) say with is slower beyond chance (Mann-Whitney's U
+ * at least HV_BO_Z standard deviations above its mean: a fixed share of the pairs would be met by
+ * noise alone in some 4% of the steps' comparisons, every step compared again); a step rests
  * after HV_BO_CONTROL in a row with side work (the baseline). */
 #define HV_BO_N 16
 #define HV_BO_MIN 4
@@ -58,7 +60,12 @@
 #define HV_SLOW_MAX 0.02
 #define HV_DUTY_MIN 0.125
 #define HV_BO_CONTROL 10
-#define HV_BO_SURE 0.75
+#define HV_BO_Z 2.33         /* one-sided p < 0.01 */
+/* Only the steps of the last HV_BO_AGE are compared: a slow spell of the machine, or a cost that
+ * is gone, stops counting after that (backed off to 1 step in 8, the ring of 16 with side work
+ * alone holds a step for up to 128). Long enough to hold 5 baseline steps (one in
+ * HV_BO_CONTROL + 1), the fewest the rank test can be sure of, when nothing rests. */
+#define HV_BO_AGE 64
 
 enum { HV_ACTIVE, HV_FINISHED, HV_FAILED, HV_ELSEWHERE };
 
@@ -101,7 +108,8 @@ struct harvest {
     int R, P, lo, hi, started;
     int paused;                 /* harvest_pause */
     int resting;                /* this step runs without side work (harvest_backoff.c; shared) */
-    double bo_on[HV_BO_N], bo_off[HV_BO_N];   /* root: steps' compute seconds with and without */
+    double bo_on[HV_BO_N], bo_off[HV_BO_N];   /* root: steps' compute seconds with and without, */
+    long bo_on_at[HV_BO_N], bo_off_at[HV_BO_N];   /* and when (harvest_after_step's count) */
     int bo_n_on, bo_n_off, bo_since_off;
     double bo_duty, bo_acc, bo_slow;          /* root: the fraction of steps with side work,
                                                * its accumulator, the estimated cost (NaN: none) */

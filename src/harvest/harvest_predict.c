@@ -107,8 +107,17 @@ static double hv_account(const hv_offer *o, double r0, double av, double used, h
     return after;
 }
 
+/* When the arrival woke the rank out of a program's slot among the side events [k0, k1) of rank
+ * w (-1: none did): the wait lasted until then for the rank. */
+static double hv_woke_of(const timeline *tl, int w, int k0, int k1) {
+    double woke = -1;
+    for (int k = k0; k >= 0 && k < k1; k++)
+        if (tl->ev[k].rank == w && tl->ev[k].stream == TL_SIDE && tl->ev[k].woke > woke) woke = tl->ev[k].woke;
+    return woke;
+}
+
 /* The side events of a wait (events [k0, k1) of rank w's, before its action's event): their
- * seconds, inside [r0, av], past av; counted into out. */
+ * seconds, inside [r0, av], past av or past the rank's wake-up when later; counted into out. */
 static void hv_side_of(const timeline *tl, int w, int k0, int k1, double r0, double av,
                        double *secs, double *inside, double *over, harvest_stats *out) {
     *secs = *inside = *over = 0;
@@ -148,6 +157,12 @@ static void hv_measure_rank(harvest *h, const timeline *tl, int w, const double 
         if (r0 < 0) r0 = e->ready;
         int wait = hv_is_wait(e->act.kind);
         hist[(size_t)j * HV_HISTORY + slot] = wait ? fmax(0, av - r0) : NAN;
+        /* The idle counted (idle_s, what harvested fractions divide by) lasts until the rank
+         * went on: the arrival, or when it woke the rank from a program's slot if later (the
+         * scheduler's wake-up latency, paid with side work or without; the prediction keeps
+         * the arrival). A program runs only in its slot, so its CPU fits in this. */
+        double woke = hv_woke_of(tl, w, side_n ? side0 : -1, i);
+        if (woke > av) av = woke;
         double secs, inside, over;
         hv_side_of(tl, w, side_n ? side0 : -1, i, r0, av, &secs, &inside, &over, out);
         side_n = 0;

@@ -238,9 +238,19 @@ typedef struct {
      * all-gathers ln_1's and ln_2's outputs again (F's two all-gathers). */
     double recompute_tp_bytes;
     int recompute_tp_collectives;
+    /* Sequence chunks (gpt_chunk), for pricing a microbatch run as K chunks: att_flops[0], [1]
+     * the attention's part of flops[F], flops[B] (the chunks of a microbatch do as much in all,
+     * chunk c of K the share (2c+1)/K^2 of it; a chunk's B also recomputes the scores, half of
+     * att_flops[0]); att_act_bytes the part of act_bytes a chunk does not keep (the attention
+     * probabilities: a chunk's act is (act_bytes - att_act_bytes) / K); kv_bytes the kept keys
+     * and values and their gradients per microbatch in flight. 0 in a kind without attention. */
+    double att_flops[2];
+    double att_act_bytes;
+    double kv_bytes;
 } gpt_layer_cost;
 
 struct gpt_act_span;        /* bf16 storage of an act (model/gpt_act16.h, private to model/) */
+struct gpt_chunk_ops;       /* a kind's F, B, W on sequence chunks (below) */
 
 typedef struct {
     const char *name;       /* "embedding", "block", "head": the costs file's keys */
@@ -266,6 +276,9 @@ typedef struct {
     /* At --precision bf16: the regions of its fp32 act in order, with how each is stored
      * (gpt_act16.h, private to model/), into s; returns how many. NULL: the act stays fp32. */
     int (*act16_spans)(const gpt_model *m, int B, int T, struct gpt_act_span *s);
+    /* Sequence chunks (gpt_chunk, below): NULL for a kind whose F, B and W are row-wise (they
+     * run on a chunk's rows as on a microbatch of sequences of T/K tokens), else its own. */
+    const struct gpt_chunk_ops *chunk;
 } gpt_layer_ops;
 
 /* Registers a new layer kind (its row is borrowed: keep it alive) and returns its id, for
@@ -489,6 +502,71 @@ int gpt_layer_backward_input(const gpt_model *m, int layer, const gpt_tied *tied
  * its W adds the layer norms' alone. Returns 0. */
 int gpt_layer_backward_weight(const gpt_model *m, int layer, const gpt_tied *tied,
                               const float *act, float *scratch, int B, int T);
+
+/* ---- sequence chunks (gpt_chunk.c; train --seq-chunks, TeraPipe / seq1F1B) ----------------
+ * A microbatch of B sequences of T tokens runs as K chunks of Tc = T/K tokens (K divides T), each
+ * an F, B and W of its own on the chunk's (B,Tc) rows: x, out, dout, dx (B,Tc,C), tokens and
+ * targets (B,Tc) (columns [c*Tc, (c+1)*Tc) of the microbatch's). The embedding adds the
+ * positions of the chunk; a block's attention reads the keys and values of chunks 0..c of the
+ * microbatch from kv, where its F of chunk c writes the chunk's own (causal within the chunk);
+ * its B adds to the key and value gradients of chunks 0..c in dkv and takes its own from there,
+ * so B runs in reverse chunk order per microbatch (chunk K-1 first; the F of every chunk before
+ * any B), and kv and dkv live from chunk 0's F to chunk 0's B. Each chunk's head loss is the
+ * mean over its B*Tc tokens: with dloss 1/(K*M) per chunk the gradients are those of the
+ * unchunked model (float tolerance: attention sums in another order). Acts are fp32 (no bf16
+ * storage). The chunk calls need K >= 2 (K = 1 is the plain model). Not with sequence
+ * parallelism, --tp-overlap or recompute (gpt_chunk_check). */
+typedef struct {
+    int c, K;           /* chunk c of K */
+    float *kv;          /* block layers: (B,T,2C/tp) keys then values of each position (the
+                         * rank's heads), gpt_layer_kv_floats; other kinds: unused */
+    float *dkv;         /* the same shape: their gradients, zeroed by the caller before chunk
+                         * K-1's B, added to by every chunk's B */
+} gpt_chunk;
+
+/* A kind's own chunk path (gpt_layer_ops.chunk): act floats of chunk c (ck->kv unused), and F,
+ * B, W as gpt_layer_forward_chunk & co. without the checks. */
+typedef struct gpt_chunk_ops {
+    size_t (*act_floats)(const gpt_model *m, int B, int T, const gpt_chunk *ck);
+    size_t (*kv_floats)(const gpt_model *m, int B, int T);
+    int (*forward)(const gpt_model *m, int layer, const gpt_tied *tied, const gpt_chunk *ck,
+                   float *act, float *scratch, float *out, const float *x, const int *tokens,
+                   int B, int T);
+    int (*backward_input)(const gpt_model *m, int layer, const gpt_tied *tied, const gpt_chunk *ck,
+                          float *act, float *scratch, float *dx, const float *dout, int B, int T);
+    int (*backward_weight)(const gpt_model *m, int layer, const gpt_tied *tied,
+                           const gpt_chunk *ck, const float *act, float *scratch, int B, int T);
+} gpt_chunk_ops;
+
+/* 0 when m can run microbatches of (B,T) in K chunks (K >= 1 divides T; no sp, overlap), else -1
+ * with an error naming K, T and what to change. */
+int gpt_chunk_check(const gpt_model *m, int B, int T, int K);
+/* Floats of layer's act for chunk c of K (T the whole length): the act of (B,T/K) rows, but a
+ * block keeps no attention probabilities (its B recomputes them from q and the kept k, v: one
+ * more product of the scores, flash attention's trade), so every chunk's act is the same, 1/K
+ * of a microbatch's rows. */
+size_t gpt_layer_chunk_act_floats(const gpt_model *m, int layer, int B, int T, int c, int K);
+/* Floats of layer's kept keys and values per microbatch (kv, and dkv alike): a block B*T*2C/tp,
+ * other kinds 0. */
+size_t gpt_layer_kv_floats(const gpt_model *m, int layer, int B, int T);
+/* F, B, W of one layer on chunk ck of a microbatch of (B,T) (the contracts of gpt_layer_forward &
+ * co. on the chunk's rows, with the order and buffers above; W reads the act alone: its ck needs
+ * no kv); scratch as gpt_scratch_floats(m, B, T). Return 0, or -1 (bad chunk, token, or a failed
+ * collective). */
+int gpt_layer_forward_chunk(const gpt_model *m, int layer, const gpt_tied *tied, const gpt_chunk *ck,
+                            float *act, float *scratch, float *out, const float *x,
+                            const int *tokens, int B, int T);
+int gpt_layer_backward_input_chunk(const gpt_model *m, int layer, const gpt_tied *tied,
+                                   const gpt_chunk *ck, float *act, float *scratch, float *dx,
+                                   const float *dout, int B, int T);
+int gpt_layer_backward_weight_chunk(const gpt_model *m, int layer, const gpt_tied *tied,
+                                    const gpt_chunk *ck, const float *act, float *scratch, int B,
+                                    int T);
+/* gpt_forward_backward in K chunks (every F in chunk order, then B and W in reverse chunk order),
+ * one process: gradients += those of the batch (equal to gpt_forward_backward's up to float
+ * rounding), *loss its mean cross-entropy. Needs a model of every layer. Allocates per call. */
+int gpt_forward_backward_chunks(gpt_model *m, const int *tokens, const int *targets, int B, int T,
+                                int K, float *loss);
 
 /* ---- whole model, one process ------------------------------------------------------------ */
 /* These three need a model of every layer (gpt_init). F, then B and W of every layer on one

@@ -43,9 +43,11 @@ typedef struct {
 } block_act;
 
 /* The views at row n0 (a token: sequence n0/T) of a microbatch of (B,T): every region is
- * (N, per-token width), att's too (a sequence's (NH/tp,T,T) is T rows of NH/tp*T), so the views
- * of a sub-batch of sequences are the same arithmetic at an offset. */
-static block_act block_act_rows(const gpt_model *m, float *a, int B, int T, size_t n0) {
+ * (N, per-token width), att's too (a sequence's (NH/tp,T,Tk) is T rows of NH/tp*Tk), so the
+ * views of a sub-batch of sequences are the same arithmetic at an offset. Tk, the keys each
+ * query may see, is T but for a sequence chunk (gpt_chunk: T its tokens, Tk those up to its
+ * end). */
+static block_act block_act_rows(const gpt_model *m, float *a, int B, int T, size_t n0, int Tk) {
     block_dims d = block_dims_of(m);
     size_t C = (size_t)d.C, Cl = (size_t)d.Cl, N = (size_t)B * T, NH = (size_t)d.NHl;
     size_t Ns = sp_rows(m, N);   /* n0 is 0 under sp (no halves) */
@@ -58,7 +60,7 @@ static block_act block_act_rows(const gpt_model *m, float *a, int B, int T, size
     v.ln1m = take_rows(a, &o, Ns, 1, n0); v.ln1r = take_rows(a, &o, Ns, 1, n0);
     v.qkv = take_rows(a, &o, N, 3 * Cl, n0);
     v.atty = take_rows(a, &o, N, Cl, n0);
-    v.att = take_rows(a, &o, N, NH * T, n0);
+    v.att = take_rows(a, &o, N, NH * (size_t)Tk, n0);
     v.ln2 = take_rows(a, &o, Ns, C, n0);
     v.ln2m = take_rows(a, &o, Ns, 1, n0); v.ln2r = take_rows(a, &o, Ns, 1, n0);
     v.fch = take_rows(a, &o, N, 4 * Cl, n0); v.fchg = take_rows(a, &o, N, 4 * Cl, n0);
@@ -71,7 +73,7 @@ static block_act block_act_rows(const gpt_model *m, float *a, int B, int T, size
 }
 
 static block_act block_act_view(const gpt_model *m, float *a, int B, int T) {
-    return block_act_rows(m, a, B, T, 0);
+    return block_act_rows(m, a, B, T, 0, T);
 }
 
 static size_t block_act_floats(const gpt_model *m, int B, int T) { return block_act_view(m, NULL, B, T).size; }
@@ -121,6 +123,8 @@ typedef struct {
     float *s, *satt;            /* the rows' part of the (N, block_scratch_width) scratch (B, and
                                  * under sp F and recompute: the (N,C) gathered or summed); attention's */
     int B, T;                   /* the rows: B sequences of T tokens */
+    const gpt_chunk *ck;        /* a sequence chunk (its T tokens end at Tk of Tfull), or NULL */
+    int Tk, Tfull;
     int Ns;                     /* the rank's rows of the stream: B*T, or B*T/tp under sp */
     size_t lo;                  /* their first in a whole (N,C) buffer: 0, or under sp rank*Ns */
     float *sum[6];              /* what the group reduces after stage k (N,C) */
@@ -169,12 +173,41 @@ static void block_ln1(const block_rows *r) {
     layernorm_forward(r->a.ln1, r->a.ln1m, r->a.ln1r, r->a.x, r->w->ln1w, r->w->ln1b, r->Ns, C);
 }
 
+/* A chunk's attention (gpt_chunk): its keys and values into their rows of kv, then its queries
+ * over the keys and values of every position up to its end, the probabilities in the attention
+ * scratch only (B recomputes them: a chunk's act keeps none). */
+static void block_attn_chunk(const block_rows *r) {
+    block_dims d = block_dims_of(r->m);
+    size_t Cl = (size_t)d.Cl, t0 = (size_t)r->Tk - r->T, seq = (size_t)r->Tfull * 2 * Cl;
+    for (int b = 0; b < r->B; b++)
+        for (int t = 0; t < r->T; t++)
+            memcpy(r->ck->kv + b * seq + (t0 + t) * 2 * Cl,
+                   r->a.qkv + ((size_t)b * r->T + t) * 3 * Cl + Cl, 2 * Cl * sizeof(float));
+    attention_forward_kv(r->a.atty, r->satt, r->a.qkv, 3 * d.Cl, r->ck->kv, seq, r->B, r->T,
+                         r->Tk, d.Cl, d.NHl);
+}
+
+/* Its backward: the query gradients into dqkv, the key and value gradients added to dkv's rows
+ * of every position up to its end; then its own rows of dkv (whole now: the later chunks' Bs ran
+ * before) into dqkv's k and v. */
+static void block_attn_chunk_backward(const block_rows *r, const float *datty) {
+    block_dims d = block_dims_of(r->m);
+    size_t Cl = (size_t)d.Cl, t0 = (size_t)r->Tk - r->T, seq = (size_t)r->Tfull * 2 * Cl;
+    attention_backward_kv(r->a.dqkv, 3 * d.Cl, r->ck->dkv, r->satt, datty, r->a.qkv, 3 * d.Cl,
+                          r->ck->kv, seq, r->B, r->T, r->Tk, d.Cl, d.NHl);
+    for (int b = 0; b < r->B; b++)
+        for (int t = 0; t < r->T; t++)
+            memcpy(r->a.dqkv + ((size_t)b * r->T + t) * 3 * Cl + Cl,
+                   r->ck->dkv + b * seq + (t0 + t) * 2 * Cl, 2 * Cl * sizeof(float));
+}
+
 /* ... c_attn and attention from ln1 (all rows: the act's, or under sp gathered) ... */
 static void block_attn(const block_rows *r, const float *ln1) {
     block_dims d = block_dims_of(r->m);
     int C = d.C, Cl = d.Cl, N = r->B * r->T;
     matmul_forward_prec(r->m->precision, r->a.qkv, ln1, r->w->qkvw, r->w->qkvb, N, C, 3 * Cl);
-    attention_forward(r->a.atty, r->a.att, r->a.qkv, r->B, r->T, Cl, d.NHl);
+    if (r->ck) block_attn_chunk(r);
+    else attention_forward(r->a.atty, r->a.att, r->a.qkv, r->B, r->T, Cl, d.NHl);
 }
 
 /* ... ln_2 (of the rank's rows) from res2 ... */
@@ -272,7 +305,8 @@ static void block_b_attn(const block_rows *r, float *dln1) {
     block_dims d = block_dims_of(r->m);
     int C = d.C, Cl = d.Cl, N = r->B * r->T;
     matmul_backward_input_prec(r->m->precision, r->s, r->a.dres2, w->attprojw, N, Cl, C);      /* at the attention output */
-    attention_backward_input(r->a.dqkv, r->satt, r->s, r->a.qkv, r->a.att, r->B, r->T, Cl, d.NHl);
+    if (r->ck) block_attn_chunk_backward(r, r->s);
+    else attention_backward_input(r->a.dqkv, r->satt, r->s, r->a.qkv, r->a.att, r->B, r->T, Cl, d.NHl);
     matmul_backward_input_prec(r->m->precision, dln1, r->a.dqkv, w->qkvw, N, C, 3 * Cl);
 }
 
@@ -374,19 +408,26 @@ static int block_parts(const gpt_model *m, int B) {
     return m->tp_overlap && m->tp_size > 1 && B >= 2 ? 2 : 1;
 }
 
-/* The rows of each part (r[0..block_parts)) of layer l's F (dout NULL) or B on a microbatch. */
+/* The rows of each part (r[0..block_parts)) of layer l's F (dout NULL) or B on a microbatch of
+ * (B,T), or on its chunk ck (NULL: the whole; a chunk runs in one part, gpt_chunk_check). */
 static int block_rows_init(block_rows *r, const gpt_model *m, int l, float *act, float *scratch,
-                           float *out, const float *dout, int B, int T) {
-    int parts = block_parts(m, B), C = m->cfg.n_embd;
+                           float *out, const float *dout, int B, int T, const gpt_chunk *ck) {
+    int Tfull = T, Tk = T;
+    if (ck) {
+        T = Tfull / ck->K;
+        Tk = (ck->c + 1) * T;   /* the keys it sees; its act has no probabilities (0 wide) */
+    }
+    int parts = ck ? 1 : block_parts(m, B), C = m->cfg.n_embd;
     size_t N = (size_t)B * T, sw = block_scratch_width(m);
     for (int i = 0, b0 = 0; i < parts; i++) {
         int nb = parts == 1 ? B : i == 0 ? B / 2 : B - B / 2;
         size_t n0 = (size_t)b0 * T;
         block_rows *p = &r[i];
-        *p = (block_rows){ .m = m, .w = &m->w.h[gpt_config_block_of(&m->cfg, l)], .g = &m->g.h[gpt_config_block_of(&m->cfg, l)], .a = block_act_rows(m, act, B, T, n0),
+        *p = (block_rows){ .m = m, .w = &m->w.h[gpt_config_block_of(&m->cfg, l)], .g = &m->g.h[gpt_config_block_of(&m->cfg, l)], .a = block_act_rows(m, act, B, T, n0, ck ? 0 : Tk),
                            .out = out ? out + n0 * C : NULL, .dout = dout ? dout + n0 * C : NULL,
                            .s = scratch ? scratch + n0 * sw : NULL,
                            .satt = scratch ? scratch + N * sw : NULL, .B = nb, .T = T,
+                           .ck = ck, .Tk = Tk, .Tfull = Tfull,
                            .Ns = (int)sp_rows(m, (size_t)nb * T), .lo = sp_first(m, N) };
         if (m->tp_sp) {
             for (int k = 0; k < 6; k++) p->sum[k] = p->s;   /* every collective on the (N,C) scratch */
@@ -432,7 +473,7 @@ drain:
 static int block_forward(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                          float *scratch, float *out, const float *x, const int *tokens, int B, int T) {
     block_rows r[2];
-    int parts = block_rows_init(r, m, l, act, scratch, out, NULL, B, T);
+    int parts = block_rows_init(r, m, l, act, scratch, out, NULL, B, T, NULL);
     memcpy(r[0].a.x, x, gpt_stream_rows(m, B, T) * m->cfg.n_embd * sizeof *x);
     if (parts == 2) return block_pingpong(&block_f, r);
     return block_run(m->tp_sp ? &block_f_sp : &block_f, &r[0]);
@@ -442,7 +483,7 @@ static int block_forward(const gpt_model *m, int l, const gpt_tied *tied, float 
 static int block_backward_input(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                                 float *scratch, float *dx, const float *dout, int B, int T) {
     block_rows r[2];
-    int parts = block_rows_init(r, m, l, act, scratch, dx, dout, B, T);
+    int parts = block_rows_init(r, m, l, act, scratch, dx, dout, B, T, NULL);
     if (parts == 2) return block_pingpong(&block_b, r);
     return block_run(m->tp_sp ? &block_b_sp : &block_b, &r[0]);
 }
@@ -453,7 +494,7 @@ static int block_backward_input(const gpt_model *m, int l, const gpt_tied *tied,
 static int block_recompute(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                            float *scratch, int B, int T) {
     block_rows r[2];
-    int parts = block_rows_init(r, m, l, act, m->tp_sp ? scratch : NULL, NULL, NULL, B, T);
+    int parts = block_rows_init(r, m, l, act, m->tp_sp ? scratch : NULL, NULL, NULL, B, T, NULL);
     size_t n = (size_t)B * T * m->cfg.n_embd;
     if (m->tp_sp) {   /* one part: no overlap under sp */
         block_fs0(&r[0]);
@@ -476,12 +517,10 @@ static int block_recompute(const gpt_model *m, int l, const gpt_tied *tied, floa
 
 /* The layer norms' gradients from the rank's rows (under sp a partial sum: tp_sum); the
  * matmuls' from all rows, without sp (under sp B added them: block_b_sp). */
-static int block_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
-                                 float *scratch, int B, int T) {
+static void block_w(const gpt_model *m, int l, block_act a, int N) {
     const gpt_block_tensors *g = &m->g.h[gpt_config_block_of(&m->cfg, l)];
     block_dims d = block_dims_of(m);
-    int C = d.C, Cl = d.Cl, N = B * T, Ns = (int)sp_rows(m, (size_t)N);
-    block_act a = block_act_view(m, (float *)act, B, T);   /* read only below */
+    int C = d.C, Cl = d.Cl, Ns = (int)sp_rows(m, (size_t)N);
     if (!m->tp_sp) {
         matmul_backward_weight_prec(m->precision, g->fcprojw, g->fcprojb, a.dres3, a.fchg, N, 4 * Cl, C);
         matmul_backward_weight_prec(m->precision, g->fcw, g->fcb, a.dfch, a.ln2, N, C, 4 * Cl);
@@ -492,8 +531,54 @@ static int block_backward_weight(const gpt_model *m, int l, const gpt_tied *tied
         matmul_backward_weight_prec(m->precision, g->qkvw, g->qkvb, a.dqkv, a.ln1, N, C, 3 * Cl);
     }
     layernorm_backward_weight(g->ln1w, g->ln1b, a.dln1, a.x, a.ln1m, a.ln1r, Ns, C);
+}
+
+static int block_backward_weight(const gpt_model *m, int l, const gpt_tied *tied, const float *act,
+                                 float *scratch, int B, int T) {
+    block_w(m, l, block_act_view(m, (float *)act, B, T), B * T);   /* act read only */
     return 0;
 }
+
+/* ---- sequence chunks (gpt_chunk) -----------------------------------------------------------
+ * A chunk's F and B are the plain plans on its rows, its attention over the kept keys and values
+ * (block_attn_chunk); its act is the (B,T/K) rows' without probabilities (att 0 wide): the same
+ * for every chunk, 1/K of a microbatch's rows, plus the microbatch's kept keys and values. */
+static size_t block_chunk_act_floats(const gpt_model *m, int B, int T, const gpt_chunk *ck) {
+    return block_act_rows(m, NULL, B, T / ck->K, 0, 0).size;
+}
+
+static size_t block_kv_floats(const gpt_model *m, int B, int T) {
+    return (size_t)B * T * 2 * (size_t)block_dims_of(m).Cl;
+}
+
+static int block_forward_chunk(const gpt_model *m, int l, const gpt_tied *tied, const gpt_chunk *ck,
+                               float *act, float *scratch, float *out, const float *x,
+                               const int *tokens, int B, int T) {
+    block_rows r;
+    block_rows_init(&r, m, l, act, scratch, out, NULL, B, T, ck);
+    memcpy(r.a.x, x, (size_t)B * r.T * m->cfg.n_embd * sizeof *x);
+    return block_run(&block_f, &r);
+}
+
+static int block_backward_input_chunk(const gpt_model *m, int l, const gpt_tied *tied,
+                                      const gpt_chunk *ck, float *act, float *scratch, float *dx,
+                                      const float *dout, int B, int T) {
+    block_rows r;
+    block_rows_init(&r, m, l, act, scratch, dx, dout, B, T, ck);
+    return block_run(&block_b, &r);
+}
+
+static int block_backward_weight_chunk(const gpt_model *m, int l, const gpt_tied *tied,
+                                       const gpt_chunk *ck, const float *act, float *scratch,
+                                       int B, int T) {
+    int Tc = T / ck->K;
+    block_w(m, l, block_act_rows(m, (float *)act, B, Tc, 0, 0), B * Tc);
+    return 0;
+}
+
+static const gpt_chunk_ops block_chunk_ops = {
+    block_chunk_act_floats, block_kv_floats, block_forward_chunk, block_backward_input_chunk,
+    block_backward_weight_chunk };
 
 /* ---- analytic costs ------------------------------------------------------------------------
  * FLOPs: matmuls cost 2 per multiply-add; B and W each repeat the forward's matmul FLOPs (dX = dY W^T,
@@ -521,6 +606,10 @@ static void block_cost_at(const gpt_config *g, int B, int T, int tp, int sp, gpt
     o->act_bytes = 4.0 * (8.0 * Ns * C + 19.0 * N * C / t + 4.0 * Ns + N * g->n_head / t * T);
     o->input_bytes = 4.0 * Ns * C;
     o->keep_bytes = 4.0 * 2.0 * Ns * C;                 /* x and res2 */
+    o->att_flops[0] = att;
+    o->att_flops[1] = 2.0 * att;
+    o->att_act_bytes = 4.0 * N * g->n_head / t * T;
+    o->kv_bytes = 2.0 * 4.0 * N * 2.0 * C / t;          /* kv and dkv: (N, 2C/tp) each */
     o->recompute_flops = 2.0 * 7.0 * C * C / t * N + att;   /* F without the two projections */
     o->param_bytes = o->grad_bytes = 4.0 * params;
     o->optim_bytes = 8.0 * params;
@@ -544,16 +633,18 @@ static void block_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_c
 /* bf16 storage (gpt_act16.h): fp32 stay x, res2 and the layer norms' statistics; everything
  * else is a matmul's input or output, stored in bf16. */
 static int block_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) {
-    static float base[1];
     enum { E = ACT16_EXACT, NW = ACT16_NO_W };
-    block_act v = block_act_view(m, base, B, T);
+    block_dims d = block_dims_of(m);
+    size_t C = (size_t)d.C, Cl = (size_t)d.Cl, N = (size_t)B * T, NH = (size_t)d.NHl, Ns = sp_rows(m, N);
     unsigned nb = m->tp_sp ? 0 : ACT16_NO_B;   /* under sp B computes the weight gradients */
-    float *p[] = { v.x, v.res2, v.ln1, v.ln1m, v.ln1r, v.qkv, v.atty, v.att, v.ln2, v.ln2m,
-                   v.ln2r, v.fch, v.fchg, v.dres3, v.dfch, v.dln2, v.dres2, v.dqkv, v.dln1 };
+    size_t len[] = { Ns * C, Ns * C, Ns * C, Ns, Ns, N * 3 * Cl, N * Cl, N * NH * T, Ns * C, Ns,   /* block_act_rows': */
+                     Ns, N * 4 * Cl, N * 4 * Cl, Ns * C, N * 4 * Cl, Ns * C, Ns * C, N * 3 * Cl, Ns * C };
+    /* x, res2, ln1, ln1m, ln1r, qkv, atty, att, ln2, ln2m, ln2r, fch, fchg, dres3, dfch, dln2, dres2, dqkv, dln1 */
     unsigned f[] = { E, E, nb, E, E, NW, nb, NW, nb, E, E, NW, nb, 0, 0, 0, 0, 0, 0 };
-    return gpt_act16_spans_of(s, p, f, 19, base, v.size);
+    return gpt_act16_spans_of(s, len, f, 19, block_act_floats(m, B, T), "block");
 }
 
 const gpt_layer_ops gpt_block_row = {
     "block", 0, block_act_floats, block_forward, block_backward_input, block_backward_weight,
-    block_cost, block_cost_sp, block_keep_floats, block_recompute, block_saved_floats, block_act16_spans };
+    block_cost, block_cost_sp, block_keep_floats, block_recompute, block_saved_floats, block_act16_spans,
+    &block_chunk_ops };

@@ -149,15 +149,14 @@ static void head_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_co
 /* bf16 storage (gpt_act16.h): fp32 stay the input, ln_f's statistics, the targets and the
  * probabilities (softmax and loss in fp32; B turns them into dlogits). */
 static int head_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) {
-    static float base[1];
     enum { E = ACT16_EXACT };
-    head_act v = head_act_view(m, base, B, T);
-    float *p[] = { v.x, v.lnf, v.lnfm, v.lnfr, (float *)v.targets, v.probs, v.dlnf };
+    size_t C = (size_t)m->cfg.n_embd, N = (size_t)B * T, V = (size_t)vocab_local(m);
+    size_t len[] = { N * C, N * C, N, N, N, N * V, N * C };   /* head_act_view's: x, lnf, lnfm, lnfr, targets, probs, dlnf */
     unsigned f[] = { E, ACT16_NO_B, E, E, E, E | ACT16_B_WRITES, 0 };
-    return gpt_act16_spans_of(s, p, f, 7, base, v.size);
+    return gpt_act16_spans_of(s, len, f, 7, head_act_floats(m, B, T), "head");
 }
 
 const gpt_layer_ops gpt_head_row = {
     "head", GPT_IO_TARGETS, head_act_floats, head_forward, head_backward_input,
     head_backward_weight, head_cost, head_cost_sp, head_keep_floats, gpt_keep_all_recompute,
-    head_keep_floats, head_act16_spans };
+    head_keep_floats, head_act16_spans, NULL };

@@ -84,10 +84,12 @@ void gpt_vocab_range(const gpt_model *m, int *v0, int *nv);
 /* The recompute of a kind that keeps its whole F part: nothing to rebuild. */
 int gpt_keep_all_recompute(const gpt_model *m, int l, const gpt_tied *tied, float *act,
                            float *scratch, int B, int T);
-/* bf16 storage (gpt_act16.h): the spans of an act whose regions start at p[0..n) (views over a
- * stand-in base: only differences are used) and end at size, flagged f[i], into s. Returns n. */
+/* bf16 storage (gpt_act16.h): the spans of an act made of n regions in order, of len[i] floats
+ * flagged f[i], into s; returns n. A kind lists its regions as its view lays them out, and size
+ * is that view's size: the lengths must add up to it (a programmer error otherwise: it says
+ * which kind and stops), so a view that grows a region the list lacks is caught. */
 struct gpt_act_span;
-int gpt_act16_spans_of(struct gpt_act_span *s, float *const *p, const unsigned *f, int n,
-                       const float *base, size_t size);
+int gpt_act16_spans_of(struct gpt_act_span *s, const size_t *len, const unsigned *f, int n,
+                       size_t size, const char *kind);
 
 #endif

@@ -6,6 +6,7 @@
 #include "nn/nn.h"
 #include "util/pt.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Checks ids are in [0,V): -1 naming the first bad one, its (b,t) and what it was for. */
@@ -100,9 +101,17 @@ int gpt_keep_all_recompute(const gpt_model *m, int l, const gpt_tied *tied, floa
 }
 
 
-int gpt_act16_spans_of(gpt_act_span *s, float *const *p, const unsigned *f, int n, const float *base,
-                       size_t size) {
-    for (int i = 0; i < n; i++) s[i] = (gpt_act_span){ (size_t)(p[i] - base), 0, f[i] };
-    for (int i = 0; i < n; i++) s[i].n = (i + 1 < n ? s[i + 1].off : size) - s[i].off;
+int gpt_act16_spans_of(gpt_act_span *s, const size_t *len, const unsigned *f, int n, size_t size,
+                       const char *kind) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        s[i] = (gpt_act_span){ off, len[i], f[i] };
+        off += len[i];
+    }
+    if (off != size) {   /* the kind's list and its view disagree: fix the list */
+        fprintf(stderr, "bf16 storage: the %s act's regions add up to %zu floats, its view has %zu "
+                "(update its act16_spans list to the view's regions)\n", kind, off, size);
+        abort();
+    }
     return n;
 }

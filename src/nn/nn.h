@@ -98,6 +98,20 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
  * scratch: T*T floats owned by the caller (one per thread). */
 void attention_backward_input(float *dqkv, float *scratch, const float *dout, const float *qkv,
                               const float *att, int B, int T, int C, int NH);
+/* The attention of a chunk of sequences (--seq-chunks): Tq queries at positions Tk - Tq ..
+ * Tk - 1 over the keys and values of positions 0 .. Tk - 1. q: rows of ldq floats (the first C
+ * read: a chunk's qkv rows, ldq 3C), sequence b's at q + b*Tq*ldq. kv: rows of 2C floats, k
+ * then v (heads as in qkv), sequence b's at kv + b*kv_seq. out (B,Tq,C) written. The
+ * probabilities are not kept (flash attention's trade): scratch holds one (batch, head)'s,
+ * Tq*Tk floats. Tq == Tk gives attention_forward's values. */
+void attention_forward_kv(float *out, float *scratch, const float *q, int ldq, const float *kv,
+                          size_t kv_seq, int B, int Tq, int Tk, int C, int NH);
+/* Its backward from dout (B,Tq,C), the probabilities recomputed: dq (rows of lddq, the first C)
+ * written (=); dkv (kv's layout) added to (+=) on rows 0 .. Tk - 1, so later chunks' backwards
+ * accumulate into the keys and values of the earlier ones. scratch: 2*Tq*Tk floats. */
+void attention_backward_kv(float *dq, int lddq, float *dkv, float *scratch, const float *dout,
+                           const float *q, int ldq, const float *kv, size_t kv_seq, int B, int Tq,
+                           int Tk, int C, int NH);
 /* Floats of scratch attention_backward_input needs. */
 #define ATTENTION_SCRATCH_FLOATS(T) ((size_t)(T) * (size_t)(T))
 

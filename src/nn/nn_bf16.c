@@ -4,6 +4,7 @@
 #include "nn/nn_bf16.h"
 #include "nn/nn_bf16_int.h"
 #include "util/pt.h"
+#include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,40 +105,48 @@ const char *nn_bf16_kernel(void) {
                             : "emulated in plain C (no AVX512_BF16 here, or PIPETRAIN_BF16_EMULATE: slower than fp32)";
 }
 
-/* ---- packing buffers, one pair per thread ------------------------------------------------- */
+/* ---- packing buffers: per calling thread, one pair per part of a split product ------------- */
 typedef struct { uint32_t *a, *b; } bf_bufs;
+typedef struct { bf_bufs part[NN_BF16_MAX_THREADS]; } bf_tls;   /* pairs allocated on first use */
 static pthread_key_t bf_key;
 static pthread_once_t bf_once = PTHREAD_ONCE_INIT;
 
-static void bf_bufs_free(void *p) {
-    bf_bufs *b = p;
-    free(b->a);
-    free(b->b);
-    free(b);
+static void bf_tls_free(void *p) {
+    bf_tls *t = p;
+    for (int i = 0; i < NN_BF16_MAX_THREADS; i++) {
+        free(t->part[i].a);
+        free(t->part[i].b);
+    }
+    free(t);
 }
 
 static void bf_key_init(void) {
-    if (pthread_key_create(&bf_key, bf_bufs_free) != 0) {   /* a programmer error: keys run out */
+    if (pthread_key_create(&bf_key, bf_tls_free) != 0) {   /* a programmer error: keys run out */
         fprintf(stderr, "bf16 products: pthread_key_create failed (no thread-specific key left)\n");
         abort();
     }
 }
 
-static bf_bufs *bf_bufs_get(void) {
+/* The calling thread's buffers for part i of a product (its workers use them while it waits). */
+static bf_bufs *bf_bufs_get(int i) {
     pthread_once(&bf_once, bf_key_init);
-    bf_bufs *b = pthread_getspecific(bf_key);
-    if (b) return b;
-    b = pt_malloc(sizeof *b);
-    b->a = (uint32_t *)pt_falloc((size_t)BF_MC * BF_KCP);
-    b->b = (uint32_t *)pt_falloc((size_t)((BF_NC + BF_NR - 1) / BF_NR) * bf_bstride(BF_KCP));
-    pthread_setspecific(bf_key, b);
+    bf_tls *t = pthread_getspecific(bf_key);
+    if (!t) {
+        t = pt_calloc(1, sizeof *t);
+        pthread_setspecific(bf_key, t);
+    }
+    bf_bufs *b = &t->part[i];
+    if (!b->a) {
+        b->a = (uint32_t *)pt_falloc((size_t)BF_MC * BF_KCP);
+        b->b = (uint32_t *)pt_falloc((size_t)((BF_NC + BF_NR - 1) / BF_NR) * bf_bstride(BF_KCP));
+    }
     return b;
 }
 
 /* ---- the driver --------------------------------------------------------------------------- */
 static int imin(int a, int b) { return a < b ? a : b; }
 
-static void gemm_run(const bf_impl *im, int M, int N, int K, const nn_operand *A,
+static void gemm_run(const bf_impl *im, bf_bufs *buf, int M, int N, int K, const nn_operand *A,
                      const nn_operand *B, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
@@ -145,7 +154,6 @@ static void gemm_run(const bf_impl *im, int M, int N, int K, const nn_operand *A
             for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, (size_t)N * sizeof *C);
         return;
     }
-    bf_bufs *buf = bf_bufs_get();
     for (int jc = 0; jc < N; jc += BF_NC) {
         int nc = imin(BF_NC, N - jc);
         for (int pc = 0; pc < K; pc += BF_KC) {
@@ -165,11 +173,76 @@ static void gemm_run(const bf_impl *im, int M, int N, int K, const nn_operand *A
     }
 }
 
+/* ---- threads: parts of C, each its own product over the same k (so each element's sums run
+ * in the same order as with one thread: the result is bitwise the same) -------------------- */
+static int bf_threads_set = 0;   /* 0: follow OpenBLAS's count */
+
+void nn_bf16_set_threads(int n) { bf_threads_set = n < 0 ? 0 : n > NN_BF16_MAX_THREADS ? NN_BF16_MAX_THREADS : n; }
+
+int nn_bf16_threads(void) {
+    int n = bf_threads_set ? bf_threads_set : openblas_get_num_threads();
+    return n < 1 ? 1 : n > NN_BF16_MAX_THREADS ? NN_BF16_MAX_THREADS : n;
+}
+
+/* The operand's view from row (A) or column (B) `first` on: an offset into its storage (A's
+ * rows and B's columns run along its leading dimension unless it is read transposed). */
+static nn_operand op_from(nn_operand o, int first, int is_b) {
+    size_t at = (o.trans ^ is_b) ? (size_t)first : (size_t)first * o.ld;
+    o.p = (const char *)o.p + at * (o.bf16 ? 2 : 4);
+    return o;
+}
+
+typedef struct {
+    const bf_impl *im;
+    bf_bufs *buf;
+    int M, N, K, ldc;
+    nn_operand A, B;
+    float beta, *C;
+} bf_part;
+
+static void *bf_part_run(void *arg) {
+    bf_part *p = arg;
+    gemm_run(p->im, p->buf, p->M, p->N, p->K, &p->A, &p->B, p->beta, p->C, p->ldc);
+    return NULL;
+}
+
+/* Parts: at most nn_bf16_threads(), each at least BF_PART_FLOPS of work, the wider of M and N
+ * cut into whole tiles (BF_NR columns or BF_MR rows). A thread that cannot start leaves its
+ * part to the caller. */
+#define BF_PART_FLOPS (16.0 * 1024 * 1024)
+static void gemm_split(const bf_impl *im, int M, int N, int K, const nn_operand *A,
+                       const nn_operand *B, float beta, float *C, int ldc) {
+    double flops = 2.0 * M * N * (K > 0 ? K : 1);
+    int n = nn_bf16_threads(), by_n = N / BF_NR >= M / BF_MR, unit = by_n ? BF_NR : BF_MR;
+    int len = by_n ? N : M, units = (len + unit - 1) / unit;
+    n = imin(imin(n, units), (int)(flops / BF_PART_FLOPS));
+    if (n <= 1) {
+        gemm_run(im, bf_bufs_get(0), M, N, K, A, B, beta, C, ldc);
+        return;
+    }
+    bf_part part[NN_BF16_MAX_THREADS];
+    pthread_t th[NN_BF16_MAX_THREADS];
+    int started[NN_BF16_MAX_THREADS] = { 0 }, per = (units + n - 1) / n;
+    for (int i = 0; i < n; i++) {
+        int lo = imin(i * per * unit, len), hi = imin((i + 1) * per * unit, len);
+        bf_part *p = &part[i];
+        *p = (bf_part){ im, bf_bufs_get(i), by_n ? M : hi - lo, by_n ? hi - lo : N, K, ldc,
+                        by_n ? *A : op_from(*A, lo, 0), by_n ? op_from(*B, lo, 1) : *B, beta,
+                        C + (by_n ? (size_t)lo : (size_t)lo * ldc) };
+        if (i > 0) started[i] = pthread_create(&th[i], NULL, bf_part_run, p) == 0;
+    }
+    bf_part_run(&part[0]);
+    for (int i = 1; i < n; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        else bf_part_run(&part[i]);
+    }
+}
+
 void nn_gemm_bf16(int M, int N, int K, nn_operand A, nn_operand B, float beta, float *C, int ldc) {
-    gemm_run(nn_bf16_native() ? &bf_impl_avx512 : &bf_impl_emulated, M, N, K, &A, &B, beta, C, ldc);
+    gemm_split(nn_bf16_native() ? &bf_impl_avx512 : &bf_impl_emulated, M, N, K, &A, &B, beta, C, ldc);
 }
 
 void nn_gemm_bf16_emulated(int M, int N, int K, nn_operand A, nn_operand B, float beta,
                            float *C, int ldc) {
-    gemm_run(&bf_impl_emulated, M, N, K, &A, &B, beta, C, ldc);
+    gemm_split(&bf_impl_emulated, M, N, K, &A, &B, beta, C, ldc);
 }

@@ -2,8 +2,14 @@
  * bf16 already) are rounded to bf16 (round to nearest even) as they are packed; the products
  * of two bf16 values are exact in fp32 and are summed in fp32, as AVX512_BF16's vdpbf16ps does
  * (one pair of k at a time: c += a[2k+1] b[2k+1], then c += a[2k] b[2k]). Outputs are fp32.
- * One thread, no state but per-thread packing buffers (allocated on a thread's first call,
- * freed when it exits). Not a BLAS: beta is 0 or 1, no alpha.
+ * No state but packing buffers per calling thread (allocated on its first call, freed when it
+ * exits). Not a BLAS: beta is 0 or 1, no alpha.
+ *
+ * Threads: a product is split into parts of C (whole tiles of the wider of M and N), one per
+ * thread, over as many threads as OpenBLAS is set to use (openblas_set_num_threads: the count
+ * the fp32 path's sgemm gets, so a layout that gives each stage thread one core gets one thread
+ * here too, and one process on every core gets every core), fewer for small products. Each
+ * element's sums run in the same order whatever the split: bitwise the one-thread result.
  *
  * The kernel is chosen once, from what the CPU reports (cpuid): AVX512_BF16 micro-kernels
  * (vdpbf16ps on panels packed in its pair layout), or on a CPU without them an emulation in
@@ -48,6 +54,12 @@ void nn_gemm_bf16(int M, int N, int K, nn_operand A, nn_operand B, float beta, f
 /* The same with the emulated kernel whatever the CPU has (tests compare the two). */
 void nn_gemm_bf16_emulated(int M, int N, int K, nn_operand A, nn_operand B, float beta,
                            float *C, int ldc);
+
+/* The threads a product may use: nn_bf16_set_threads(n) with n >= 1 fixes it (at most
+ * NN_BF16_MAX_THREADS), n 0 (the start) follows openblas_get_num_threads(). */
+#define NN_BF16_MAX_THREADS 64
+void nn_bf16_set_threads(int n);
+int nn_bf16_threads(void);
 
 /* 1 when this CPU runs the AVX512_BF16 kernels, else 0 (also 0 when the environment sets
  * PIPETRAIN_BF16_EMULATE to anything but 0: the tests run the emulation that way). */

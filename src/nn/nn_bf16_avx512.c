@@ -8,6 +8,10 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#ifndef BF_PF_ROWS
+#define BF_PF_ROWS 4   /* A's rows prefetched this far ahead while packing */
+#endif
+
 #define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 static inline __mmask16 mask_of(int n) {
@@ -52,10 +56,13 @@ BF_TARGET static void transpose16(__m512i r[16]) {
 
 /* A not transposed: each row's k run is already pairs in order; convert and store. */
 BF_TARGET static void pack_a_rows(uint32_t *dst, const nn_operand *A, int i0, int mc, int k0, int kc) {
-    int kcp = (kc + 1) / 2;
+    int kcp = (kc + 1) / 2, esz = A->bf16 ? 2 : 4;
     for (int r = 0; r < bf_round16(mc); r++) {
         uint32_t *d = dst + (size_t)r * BF_KCP;
         size_t at = (size_t)(i0 + r) * A->ld + k0;
+        if (r + BF_PF_ROWS < mc)   /* each row is a new stream the hardware is slow to start */
+            for (int b = 0; b < kc * esz; b += 64)
+                _mm_prefetch((const char *)A->p + (at + (size_t)BF_PF_ROWS * A->ld) * esz + b, _MM_HINT_T0);
         for (int kp = 0; kp < kcp; kp += 16) {
             int left = r < mc ? kc - 2 * kp : 0;
             __m256i lo = load16(A, at + 2 * (size_t)kp, left), hi = load16(A, at + 2 * (size_t)kp + 16, left - 16);
@@ -89,17 +96,22 @@ BF_TARGET static void pack_a(uint32_t *dst, const nn_operand *A, int i0, int mc,
     else pack_a_rows(dst, A, i0, mc, k0, kc);
 }
 
-/* B not transposed (stored K x N): rows k and k+1 interleave into 16 columns' pairs. */
+/* B not transposed (stored K x N): rows k and k+1 interleave into 16 columns' pairs; the two
+ * rows are read along (a column-wise walk reads lines far apart). */
 BF_TARGET static void pack_b_rows(uint32_t *dst, const nn_operand *B, int k0, int kc, int j0, int nc) {
     int kcp = (kc + 1) / 2;
     size_t stride = bf_bstride(kcp);
-    for (int j = 0; j < (nc + BF_NR - 1) / BF_NR * BF_NR; j += 16) {
-        uint32_t *d = dst + (size_t)(j / BF_NR) * stride + j % BF_NR;
-        for (int kp = 0; kp < kcp; kp++) {
-            int k = 2 * kp;
+    int esz = B->bf16 ? 2 : 4;
+    for (int kp = 0; kp < kcp; kp++) {
+        int k = 2 * kp;
+        if (k + BF_PF_ROWS + 1 < kc)   /* rows k+BF_PF_ROWS and the next, as in pack_a_rows */
+            for (int r = BF_PF_ROWS; r < BF_PF_ROWS + 2; r++)
+                for (int b = 0; b < nc * esz; b += 64)
+                    _mm_prefetch((const char *)B->p + ((size_t)(k0 + k + r) * B->ld + j0) * esz + b, _MM_HINT_T0);
+        for (int j = 0; j < (nc + BF_NR - 1) / BF_NR * BF_NR; j += 16) {
             size_t at = (size_t)(k0 + k) * B->ld + j0 + j;
             __m256i lo = load16(B, at, nc - j), hi = load16(B, at + B->ld, k + 1 < kc ? nc - j : 0);
-            _mm512_storeu_si512(d + (size_t)kp * BF_NR, pairs16(lo, hi));
+            _mm512_storeu_si512(dst + (size_t)(j / BF_NR) * stride + j % BF_NR + (size_t)kp * BF_NR, pairs16(lo, hi));
         }
     }
 }

@@ -39,3 +39,25 @@ void nadam_update(float *p, float *m, float *v, const float *g, size_t count, do
         p[i] += k_m * (m[i] / denom);
     }
 }
+
+void nadamw_update(float *p, float *m, float *v, const float *g, size_t count, double lr,
+                   double grad_scale, bool decay, int t, const optim_config *c) {
+    const float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
+    const float a1 = (float)(1.0 - c->beta1), a2 = (float)(1.0 - c->beta2);
+    const float shrink = decay ? (float)(1.0 - lr * c->weight_decay) : 1.0f, scale = (float)grad_scale;
+    const double mu = mu_at(c->beta1, c->momentum_decay, t);
+    const double mu_next = mu_at(c->beta1, c->momentum_decay, t + 1);
+    const double prod = (float)nadam_mu_product(c->beta1, c->momentum_decay, t);
+    const float bc2 = (float)(1.0 - pow(c->beta2, t));
+    const float k_g = (float)(-lr * (1.0 - mu) / (1.0 - prod));
+    const float k_m = (float)(-lr * mu_next / (1.0 - prod * mu_next));
+    for (size_t i = 0; i < count; i++) {
+        float gi = scale == 1.0f ? g[i] : g[i] * scale;
+        p[i] *= shrink;
+        m[i] = m[i] * b1 + a1 * gi;
+        v[i] = v[i] * b2 + a2 * gi * gi;
+        float denom = sqrtf(v[i] / bc2) + eps;
+        p[i] += k_g * (gi / denom);
+        p[i] += k_m * (m[i] / denom);
+    }
+}

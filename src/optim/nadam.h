@@ -22,4 +22,14 @@ double nadam_mu_product(double beta1, double momentum_decay, int t);
 void nadam_update(float *p, float *m, float *v, const float *g, size_t n, double lr,
                   double grad_scale, bool decay, int t, const optim_config *c);
 
+/* NAdamW: torch >= 2.0's NAdam with decoupled_weight_decay=True (what PluralisResearch/AsyncPP
+ * runs for the Nesterov method of arXiv 2505.01099), on the same buffers:
+ *   p <- p (1 - lr weight_decay)                      (decoupled, only decaying spans)
+ *   m, v, d, mu_t, mu_{t+1}, P_t as above, with g the unmodified gradient
+ *   p <- p - lr (1 - mu_t) / (1 - P_t) * g / d - lr mu_{t+1} / (1 - P_t mu_{t+1}) * m / d
+ * (torch 2's denominator; the installed torch 1.13 has no such variant: tests/test_async_fix.c
+ * checks it against the formula evaluated in double.) */
+void nadamw_update(float *p, float *m, float *v, const float *g, size_t n, double lr,
+                   double grad_scale, bool decay, int t, const optim_config *c);
+
 #endif

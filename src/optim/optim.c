@@ -17,11 +17,14 @@ optim_config optim_config_default(void) {
 int optim_kind_parse(const char *name, optim_kind *out) {
     if (!strcmp(name, "adamw")) *out = OPTIM_ADAMW;
     else if (!strcmp(name, "nadam")) *out = OPTIM_NADAM;
-    else return pt_seterr("--optim must be adamw or nadam, got '%s'", name);
+    else if (!strcmp(name, "nadamw")) *out = OPTIM_NADAMW;
+    else return pt_seterr("--optim must be adamw or nadam or nadamw, got '%s'", name);
     return 0;
 }
 
-const char *optim_kind_name(optim_kind k) { return k == OPTIM_NADAM ? "nadam" : "adamw"; }
+const char *optim_kind_name(optim_kind k) {
+    return k == OPTIM_NADAM ? "nadam" : k == OPTIM_NADAMW ? "nadamw" : "adamw";
+}
 
 int optim_config_validate(const optim_config *c) {
     if (!(c->lr > 0) || !isfinite(c->lr)) return pt_seterr("--lr must be a positive number, got %g", c->lr);
@@ -33,7 +36,7 @@ int optim_config_validate(const optim_config *c) {
     if (!(c->weight_decay >= 0)) return pt_seterr("--weight-decay must be >= 0, got %g", c->weight_decay);
     if (c->warmup < 0) return pt_seterr("--warmup must be >= 0, got %d", c->warmup);
     if (!(c->grad_clip >= 0)) return pt_seterr("--grad-clip must be >= 0 (0 turns clipping off), got %g", c->grad_clip);
-    if (c->kind != OPTIM_ADAMW && c->kind != OPTIM_NADAM) return pt_seterr("--optim: unknown kind %d", (int)c->kind);
+    if (c->kind != OPTIM_ADAMW && c->kind != OPTIM_NADAM && c->kind != OPTIM_NADAMW) return pt_seterr("--optim: unknown kind %d", (int)c->kind);
     if (!(c->momentum_decay >= 0) || !isfinite(c->momentum_decay))
         return pt_seterr("--momentum-decay must be >= 0, got %g", c->momentum_decay);
     if (c->total_steps < 1) return pt_seterr("--steps must be >= 1, got %d", c->total_steps);
@@ -81,8 +84,8 @@ void adamw_update_span(adamw_state *s, float *params, const float *grads, size_t
 
 void adamw_update(float *p, float *m, float *v, const float *g, size_t count, double lr,
                   double grad_scale, bool decay, int t, const optim_config *c) {
-    if (c->kind == OPTIM_NADAM) {
-        nadam_update(p, m, v, g, count, lr, grad_scale, decay, t, c);
+    if (c->kind != OPTIM_ADAMW) {
+        (c->kind == OPTIM_NADAM ? nadam_update : nadamw_update)(p, m, v, g, count, lr, grad_scale, decay, t, c);
         return;
     }
     const float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;

@@ -9,7 +9,9 @@
 
 typedef enum { LR_CONSTANT, LR_COSINE } lr_schedule;
 /* --optim: the update rule (optim/nadam.h for NAdam). Both keep moments m, v and a step count. */
-typedef enum { OPTIM_ADAMW, OPTIM_NADAM } optim_kind;
+/* OPTIM_NADAMW: torch >= 2.0's NAdam(decoupled_weight_decay=True) (nadam.h), the optimizer of the
+ * Nesterov method for asynchronous pipelines (optim/async_fix.h). */
+typedef enum { OPTIM_ADAMW, OPTIM_NADAM, OPTIM_NADAMW } optim_kind;
 
 typedef struct {
     double lr;            /* peak learning rate */
@@ -19,14 +21,14 @@ typedef struct {
     lr_schedule schedule;
     double beta1, beta2, eps, weight_decay;
     double grad_clip;     /* max global L2 norm; <= 0 disables clipping */
-    optim_kind kind;      /* AdamW (decoupled decay) or NAdam (L2 decay, torch 1.13) */
+    optim_kind kind;      /* AdamW (decoupled decay), NAdam (L2 decay, torch 1.13) or NAdamW */
     double momentum_decay;   /* NAdam's psi (torch's default 4e-3); unused by AdamW */
 } optim_config;
 
 /* Defaults: lr 3e-4, lr_min lr/10, no warm-up, constant, betas (0.9, 0.95), eps 1e-8,
  * weight decay 0.1, clip 1.0, AdamW (NAdam's momentum decay 4e-3). */
 optim_config optim_config_default(void);
-/* "adamw" | "nadam" -> kind; -1 with an error naming --optim otherwise. */
+/* "adamw" | "nadam" | "nadamw" -> kind; -1 with an error naming --optim otherwise. */
 int optim_kind_parse(const char *name, optim_kind *out);
 const char *optim_kind_name(optim_kind k);
 /* Checks ranges; error names the flag ("--beta1 must be in [0, 1), got 1.5"). */
@@ -63,7 +65,8 @@ void adamw_update_span(adamw_state *s, float *params, const float *grads, size_t
  * is cut into calls. */
 void adamw_update(float *p, float *m, float *v, const float *g, size_t n, double lr,
                   double grad_scale, bool decay, int t, const optim_config *c);
-/* Both of the above apply c->kind's rule: with OPTIM_NADAM they are nadam_update (so every
+/* Both of the above apply c->kind's rule: with OPTIM_NADAM they are nadam_update, with
+ * OPTIM_NADAMW nadamw_update (so every
  * caller -- one process, pipeline stages, ZeRO shards -- gets NAdam from --optim alone). */
 
 #endif

@@ -101,8 +101,14 @@ typedef struct {
     double fixed;   /* held whatever the schedule: parameters, gradients, AdamW moments, buffers */
     double act;     /* one microbatch's activations, held from its F to its last backward */
     double extra;   /* held besides while a microbatch is in its backward (recomputation) */
+    /* Sequence chunks (K > 1): `held` counts units (chunks; act is one chunk's) and each
+     * microbatch they belong to keeps kv bytes (its keys and values): at most ceil((held-1)/K) + 1
+     * microbatches. K 0 or 1: none. */
+    double kv;
+    int K;
 } plan_mem_model;
-/* Bytes a rank of model m needs holding `held` microbatches: fixed + held * act + extra. */
+/* Bytes a rank of model m needs holding `held` microbatches (units): fixed + held * act + extra
+ * (+ the kept keys and values of their microbatches). */
 double plan_mem_need(const plan_mem_model *m, double held);
 /* The most microbatches (0..cap) a rank of model m can hold in `have` bytes (plan_mem_need <=
  * have; cap when act is 0), or -1 when not even its fixed part fits. */
@@ -187,6 +193,10 @@ typedef struct {
     bool sp;                  /* --sp (tp >= 2, not with tp_overlap, tp dividing mb_size * T):
                                * sequence parallelism, the stream between layers and stages split
                                * by rows over the TP group (run_opts.tp_sp) */
+    int seq_chunks;           /* --seq-chunks K (0 or 1: none): each microbatch's sequences run as K
+                               * chunks, the schedule's units (1f1b, zb-h1; K dividing T; not with
+                               * recompute, tp_overlap, tp_recompute, sp); stage_inflight then
+                               * counts units */
     char placement[16];       /* "node" or "mixed" (how devices form pipelines) */
     int *split;               /* [K] blocks per chunk ("--split" of run/layout.h) */
     int *devices;             /* [D*P*tp] cluster device of (replica d, rank p, TP rank t) at
@@ -226,6 +236,8 @@ typedef struct {
                                * not with tp_across_nodes) */
     bool tp_across_nodes;     /* with tp 0: also TP groups that span nodes (over the network) */
     int zero;                 /* 0, or 1: count AdamW moments / D (ZeRO-1) */
+    int seq_chunks;           /* K > 1: every layout runs sequence chunks (plan_layout.seq_chunks):
+                               * only the schedules that do, without recomputation, overlap or sp */
     bool exhaustive;          /* tests: simulate every candidate (no max_sims, no bound, every move
                                * of the local search simulated), the reference the pruned search
                                * must match */

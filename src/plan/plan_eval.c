@@ -29,8 +29,12 @@ static double chunk_extra_any_split(const plan_items *it, int k, int K) {
 
 /* Memory chunk k needs at peak with `held` microbatches in flight. */
 static double chunk_mem(const plan_items *it, int K, const int *first, int k, int held) {
-    plan_mem_model m = { 0, 0, 0 };
-    for (int i = first[k]; i < first[k + 1]; i++) { m.fixed += it->mem_fixed[i]; m.act += it->mem_act[i]; }
+    plan_mem_model m = { 0, 0, 0, 0, it->K };
+    for (int i = first[k]; i < first[k + 1]; i++) {
+        m.fixed += it->mem_fixed[i];
+        m.act += it->mem_act[i];
+        m.kv += it->mem_kv[i];
+    }
     m.extra = chunk_extra(it, first[k], first[k + 1]);
     return plan_mem_need(&m, held);
 }
@@ -166,6 +170,7 @@ void plan_score_costs(const plan_cluster *k, const plan_items *it, const plan_ra
                       const int *first, double p2p, sim_costs *c) {
     int K = s->n_stages, D = r->D;
     sim_costs_init(c, K, 0, 0, 0);
+    if (it->K > 1) sim_costs_seq_chunks(c);
     c->latency = k->inter_lat;
     c->bandwidth = k->inter_bw;
     c->tp = r->tp;
@@ -178,13 +183,18 @@ void plan_score_costs(const plan_cluster *k, const plan_items *it, const plan_ra
             c->f[g] += it->ph[PLAN_F][i] / rate;
             c->b[g] += it->ph[PLAN_B][i] / rate;
             c->w[g] += it->ph[PLAN_W][i] / rate;
+            if (it->K > 1) {
+                c->att_f[g] += it->att[0][i] / rate;
+                c->att_b[g] += it->att[1][i] / rate;
+                c->kv_bytes[g] += it->mem_kv[i];
+            }
             grad += it->grad[i];
             ln += it->ln_bytes;
             opt += it->opt[i];
         }
         c->f[g] += c->tp_f[g];
         c->b[g] += c->tp_b[g];
-        c->act_bytes[g] = it->sp ? p2p / r->tp : p2p;
+        c->act_bytes[g] = (it->sp ? p2p / r->tp : p2p) / it->K;   /* a unit's message */
         c->reduce[g] = sim_allreduce_time(D, grad, 1, r->reduce_bw, r->reduce_lat) +
                        sim_allreduce_time(r->tp, ln, ln > 0, r->tp_bw[p], r->tp_lat[p]) + opt / rate;
         if (g + 1 < K && s->stage_rank[g] != s->stage_rank[g + 1]) {

@@ -16,6 +16,11 @@ typedef struct {
     double *mem_act;              /* [L] bytes per microbatch in flight */
     double *ph[PLAN_N_PHASES];    /* [L] reference FLOPs of F, B (with recompute's F), W */
     double *grad;                 /* [L] gradient bytes (what data parallelism reduces) */
+    /* Sequence chunks (K > 1): every number above per unit (a chunk: the mean of the K), att[F],
+     * att[B] the attention's reference FLOPs within ph[F], ph[B] (a chunk's grow with its place:
+     * sim_costs.att_f), mem_kv the kept keys and values per microbatch in flight. */
+    int K;
+    double *att[2], *mem_kv;
     double *opt;                  /* [L] reference FLOPs of the optimizer step's share of the item
                                    * (profiled seconds per parameter; 0 without costs) */
     double *tp_bytes[PLAN_N_PHASES];  /* [L] bytes one rank all-reduces over its TP group per
@@ -51,6 +56,7 @@ typedef struct {
     bool tp_overlap;              /* --tp-overlap: block all-reduces in ping-pong (B >= 2) */
     bool tp_recompute;            /* --tp-recompute: blocks keep keep_bytes, B adds recompute_flops */
     bool sp;                      /* --sp: the cost_sp rows, stream messages / tp */
+    int seq_chunks;               /* --seq-chunks K (0, 1: none): the items are a unit's */
 } plan_item_shape;
 
 /* One placement: the pipeline ranks as the slowest replica (and TP rank) sees them. */
@@ -74,6 +80,9 @@ typedef struct {
 void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster *k, int B);
 void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s, const plan_item_shape *sh);
 void plan_items_free(plan_items *it);
+/* The schedule `name` on P ranks with M microbatches, v chunks per rank and K sequence chunks
+ * (0 or 1: none), unit costs; NULL with the generator's error. */
+sched *plan_make_sched(const char *name, int P, int M, int v, int K);
 /* devices NULL: replica d, rank p, TP rank t is device (d*P + p)*tp + t. */
 void plan_ranks_init(plan_ranks *r, const plan_cluster *k, const plan_scale *s, int P, int D, int tp,
                      const int *devices);
@@ -87,9 +96,6 @@ double plan_tp_pingpong(int tp, double bytes, int coll, const double piece[2], d
 /* Seconds of item i's TP all-reduces in phase ph on rank p's group (0 at tp 1): exposed time
  * under overlap. */
 double plan_item_tp_time(const plan_items *it, const plan_ranks *r, int p, int i, int ph);
-
-/* The schedule generator for (name, P, M, v); NULL with the generator's error. */
-sched *plan_make_sched(const char *name, int P, int M, int v);
 
 /* Splits items over the schedule's K stages (rank caps divided among the rank's chunks), exactly
  * min-max; refine: then the least total time among those (plan_split_refine). first[K+1] chunk

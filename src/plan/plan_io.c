@@ -66,6 +66,7 @@ static cJSON *plan_to_json(const plan_layout *p) {
     cJSON_AddBoolToObject(o, "tp_overlap", p->tp_overlap);
     cJSON_AddBoolToObject(o, "tp_recompute", p->tp_recompute);
     cJSON_AddBoolToObject(o, "sp", p->sp);
+    if (p->seq_chunks > 1) cJSON_AddNumberToObject(o, "seq_chunks", p->seq_chunks);
     cJSON_AddStringToObject(o, "placement", p->placement);
     cJSON_AddItemToObject(o, "split", cJSON_CreateIntArray(p->split, p->K));
     cJSON_AddStringToObject(o, "split_text", plan_layout_split_str(p, split, sizeof split));
@@ -140,6 +141,10 @@ static int plan_from_json(const cJSON *o, const char *path, plan_layout *p) {
                      "(train --tp-recompute)", path) < 0 ||
         io_json_bool(&p->sp, o, "sp", IO_JSON_OPTIONAL, "%s: sp must be true or false (train --sp, sequence "
                      "parallelism)", path) < 0)
+        return -1;
+    p->seq_chunks = 0;
+    if (io_json_int(&p->seq_chunks, o, "seq_chunks", IO_JSON_OPTIONAL, 1, PLAN_INT_MAX, "%s: seq_chunks must be a "
+                    "whole number >= 1 (train --seq-chunks)", path) < 0)
         return -1;
     if (cJSON_GetObjectItemCaseSensitive(o, "placement") && get_str(o, "placement", path, p->placement, sizeof p->placement))
         return -1;

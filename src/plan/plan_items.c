@@ -34,6 +34,7 @@ void plan_scale_init(plan_scale *s, const plan_costs *costs, const plan_cluster 
 
 void plan_items_free(plan_items *it) {
     free(it->work); free(it->mem_fixed); free(it->mem_act); free(it->grad); free(it->opt);
+    free(it->att[0]); free(it->att[1]); free(it->mem_kv);
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
         free(it->ph[ph]); free(it->tp_bytes[ph]); free(it->tp_coll[ph]); free(it->sg_bytes[ph]); free(it->sg_coll[ph]);
     }
@@ -53,7 +54,11 @@ static void items_add(plan_items *it, int i, const plan_layer_cost *c, const pla
     it->ph[PLAN_B][i] += c->flops[PLAN_B] / eff[PLAN_B] + (rc ? f : 0) + (keep ? c->recompute_flops / eff[PLAN_F] : 0);
     it->ph[PLAN_W][i] += c->flops[PLAN_W] / eff[PLAN_W];
     it->mem_fixed[i] += c->param_bytes + c->grad_bytes + c->optim_bytes / sh->optim_div;
-    it->mem_act[i] += rc ? c->input_bytes : keep ? c->keep_bytes : c->act_bytes;
+    it->mem_act[i] += rc ? c->input_bytes : keep ? c->keep_bytes
+                    : c->act_bytes - (it->K > 1 ? c->att_act_bytes : 0);   /* a chunk keeps no probabilities */
+    it->att[0][i] += c->att_flops[0] / eff[PLAN_F];
+    it->att[1][i] += c->att_flops[1] / eff[PLAN_B];
+    it->mem_kv[i] += c->kv_bytes;
     it->grad[i] += c->grad_bytes;
     it->opt[i] += c->param_bytes / sizeof(float) * step_flops;
     if (block && it->overlap) return;
@@ -97,6 +102,24 @@ static void items_extra(plan_items *it, const gpt_config *cfg, const plan_layer_
     }
 }
 
+/* Sequence chunks: the microbatch's numbers to a unit's (a chunk's mean, 1/K of them; the TP
+ * collectives as many, each of 1/K the bytes), B with the scores a chunk recomputes (half of F's
+ * attention). Kept keys and values stay per microbatch. */
+static void items_per_chunk(plan_items *it) {
+    double K = it->K;
+    for (int i = 0; i < it->n; i++) {
+        it->ph[PLAN_B][i] += it->att[0][i] / 2;
+        it->att[1][i] += it->att[0][i] / 2;
+        for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
+            it->ph[ph][i] /= K;
+            it->tp_bytes[ph][i] /= K;
+            it->sg_bytes[ph][i] /= K;
+        }
+        it->att[0][i] /= K, it->att[1][i] /= K;
+        it->mem_act[i] /= K;
+    }
+}
+
 /* A kind's efficiencies: the profiled ones of the built-in kinds, 1 for a registered kind. */
 static const double *kind_eff(const plan_scale *s, int k) {
     static const double one[PLAN_N_PHASES] = { 1, 1, 1 };
@@ -109,6 +132,8 @@ void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s,
     it->n = L;
     it->tp = sh->tp;
     it->work = zeros(L), it->mem_fixed = zeros(L), it->mem_act = zeros(L), it->grad = zeros(L), it->opt = zeros(L);
+    it->K = sh->seq_chunks > 1 ? sh->seq_chunks : 1;
+    it->att[0] = zeros(L), it->att[1] = zeros(L), it->mem_kv = zeros(L);
     for (int ph = 0; ph < PLAN_N_PHASES; ph++) {
         it->ph[ph] = zeros(L), it->tp_bytes[ph] = zeros(L), it->tp_coll[ph] = zeros(L);
         it->sg_bytes[ph] = zeros(L), it->sg_coll[ph] = zeros(L);
@@ -128,6 +153,7 @@ void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s,
         if (k != GPT_LAYER_BLOCK)
             items_add(it, gpt_config_layer_item(cfg, l), &c[k], pt[k], kind_eff(s, k), s->step_flops, sh, false);
     }
+    if (it->K > 1) items_per_chunk(it);
     for (int i = 0; i < L; i++) it->work[i] = it->ph[PLAN_F][i] + it->ph[PLAN_B][i] + it->ph[PLAN_W][i];
     items_extra(it, cfg, c, sh);
 }
@@ -213,8 +239,9 @@ double plan_item_tp_time(const plan_items *it, const plan_ranks *r, int p, int i
     return ph == PLAN_B && it->recompute ? t + block_pingpong(it, r, p, PLAN_F) : t;
 }
 
-sched *plan_make_sched(const char *name, int P, int M, int v) {
-    sched_params sp = { .ranks = P, .microbatches = M, .chunks = v, .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+sched *plan_make_sched(const char *name, int P, int M, int v, int K) {
+    sched_params sp = { .ranks = P, .microbatches = M, .chunks = v, .seq_chunks = K, .cost_f = 1, .cost_b = 1,
+                        .cost_w = 1 };
     return sched_generate(name, &sp);
 }
 

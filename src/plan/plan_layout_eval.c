@@ -29,6 +29,9 @@ static int layout_check(const gpt_config *cfg, const plan_cluster *k, const plan
         return pt_seterr("plan: sp and tp_overlap cannot be combined (under sp a block reduce-scatters and "
                          "all-gathers; tp_overlap overlaps all-reduces only): keep one");
     if (p->sp && gpt_sp_check_rows(p->mb_size, p->T, tp) < 0) return pt_adderr("plan: ");
+    if (p->seq_chunks > 1 && (p->T % p->seq_chunks || p->recompute || p->tp_overlap || p->tp_recompute || p->sp))
+        return pt_seterr("plan: seq_chunks %d needs a seq it divides (%d) and no recompute, tp_overlap, "
+                         "tp_recompute or sp", p->seq_chunks, p->T);
     long n = (long)p->P * p->D * tp;
     if (n > k->n_devices)
         return pt_seterr("plan: tp %d x dp %d x stages %d = %ld devices, the cluster has %d", tp, p->D, p->P, n,
@@ -61,7 +64,7 @@ static int ctx_open(layout_ctx *x, const gpt_config *cfg, const plan_cluster *k,
     memset(x, 0, sizeof *x);
     int tp = p->tp > 0 ? p->tp : 1;
     if (layout_check(cfg, k, p, tp) < 0) return -1;
-    sched *s = plan_make_sched(p->schedule, p->P, p->M, p->chunks);
+    sched *s = plan_make_sched(p->schedule, p->P, p->M, p->chunks, p->seq_chunks);
     if (!s) return -1;
     int K = s->n_stages;
     x->first = pt_malloc(sizeof(int) * (size_t)(K + 1));
@@ -77,7 +80,8 @@ static int ctx_open(layout_ctx *x, const gpt_config *cfg, const plan_cluster *k,
     x->ready = true;
     plan_scale sc;
     plan_scale_init(&sc, costs, k, p->mb_size);
-    plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute, p->tp_overlap, p->tp_recompute, p->sp };
+    plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute, p->tp_overlap, p->tp_recompute, p->sp,
+                           p->seq_chunks };
     plan_items_init(&x->it, cfg, &sc, &sh);
     plan_ranks_init(&x->r, k, &sc, p->P, p->D, tp, p->devices);
     return 0;
@@ -103,7 +107,7 @@ int plan_sim_costs(const gpt_config *cfg, const plan_cluster *k, const plan_cost
 }
 
 int plan_rank_memory(const plan_cluster *k, const plan_layout *p, double *need, double *have) {
-    sched *s = plan_make_sched(p->schedule, p->P, p->M, p->chunks);
+    sched *s = plan_make_sched(p->schedule, p->P, p->M, p->chunks, p->seq_chunks);
     if (!s) return -1;
     int tp = p->tp > 0 ? p->tp : 1, over = 0;
     for (int r = 0; r < p->P; r++) {

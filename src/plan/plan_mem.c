@@ -6,7 +6,8 @@
 #include <math.h>
 
 double plan_mem_need(const plan_mem_model *m, double held) {
-    return m->fixed + held * m->act + m->extra;
+    double kv_mb = m->K > 1 && held > 0 ? ceil((held - 1) / m->K) + 1 : 0;
+    return m->fixed + held * m->act + m->extra + kv_mb * m->kv;
 }
 
 int plan_mem_held_max(const plan_mem_model *m, double have, int cap) {

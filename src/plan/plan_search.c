@@ -126,7 +126,8 @@ static void consider(search *S, const plan_items *it, const plan_ranks *r, const
 
 /* The per-layer numbers of a candidate's shape. */
 static void items_for(const search *S, plan_items *it, const plan_scale *sc, int D, int tp, int B, act_mode md) {
-    plan_item_shape sh = { B, S->o->T, tp, S->o->zero ? D : 1, md.recompute, md.tp_overlap, md.tp_recompute, md.sp };
+    plan_item_shape sh = { B, S->o->T, tp, S->o->zero ? D : 1, md.recompute, md.tp_overlap, md.tp_recompute, md.sp,
+                           S->o->seq_chunks };
     plan_items_init(it, S->cfg, sc, &sh);
 }
 
@@ -136,6 +137,10 @@ static void items_for(const search *S, plan_items *it, const plan_scale *sc, int
  * overlap mode comes right after its plain twin (enumerate_b relies on it). */
 static int modes_for(const search *S, int tp, int B, act_mode *out) {
     int n = 0;
+    if (S->o->seq_chunks > 1) {   /* a chunk keeps its whole act: no recompute, overlap or sp */
+        out[0] = (act_mode){ false, false, false, false };
+        return 1;
+    }
     bool ov = tp > 1 && B > 1 && !S->o->no_tp_overlap;
     bool sp = tp > 1 && !S->o->no_sp && ((long)B * S->o->T) % tp == 0;
     for (int rc = 0; rc < 3; rc++) {
@@ -173,7 +178,8 @@ static void enumerate_b(search *S, int tp, int P, int D, int pl, int B, int M) {
         if (md[m].tp_overlap) skip[m - 1] = overlap_dominates(&it[m], &it[m - 1], &r);
     for (int si = 0; si < S->n_sc; si++) {
         if (P == 1 && si != first_single(S)) continue;   /* one rank: every schedule is the same */
-        sched *s = P * S->sc[si].v <= S->cfg->n_layer ? plan_make_sched(S->sc[si].name, P, M, S->sc[si].v) : NULL;
+        sched *s = P * S->sc[si].v <= S->cfg->n_layer
+                 ? plan_make_sched(S->sc[si].name, P, M, S->sc[si].v, S->o->seq_chunks) : NULL;
         for (int m = 0; s && s->n_pipes == 1 && m < n_md; m++)
             if (!skip[m]) consider(S, &it[m], &r, s, si, pl, B, M, md[m]);
         sched_free(s);
@@ -231,6 +237,7 @@ static int simulate(search *S, const candidate *c, plan_layout *p, double give_u
     p->P = c->P; p->D = c->D; p->tp = c->tp; p->zero = S->o->zero; p->M = c->M; p->mb_size = c->B; p->T = S->o->T;
     p->chunks = c->v; p->recompute = c->mode.recompute; p->bound = c->bound;
     p->tp_overlap = c->mode.tp_overlap; p->tp_recompute = c->mode.tp_recompute; p->sp = c->mode.sp;
+    p->seq_chunks = S->o->seq_chunks > 1 ? S->o->seq_chunks : 0;
     snprintf(p->schedule, sizeof p->schedule, "%s", S->sc[c->sched_i].name);
     snprintf(p->placement, sizeof p->placement, "%s", c->placement ? "mixed" : "node");
     p->devices = placement_copy(S, c);
@@ -240,7 +247,7 @@ static int simulate(search *S, const candidate *c, plan_layout *p, double give_u
     plan_ranks r;
     items_for(S, &it, &sc, c->D, c->tp, c->B, c->mode);
     plan_ranks_init(&r, S->k, &sc, c->P, c->D, c->tp, p->devices);
-    sched *s = plan_make_sched(p->schedule, c->P, c->M, c->v);
+    sched *s = plan_make_sched(p->schedule, c->P, c->M, c->v, S->o->seq_chunks);
     double bott;
     int rc = s ? plan_split_candidate(&it, &r, s, true, c->first, &bott) : -1;
     if (rc == 0)
@@ -335,6 +342,8 @@ static int check_opts(const gpt_config *cfg, const plan_cluster *k, const plan_o
     if (k->n_devices < 1) return pt_seterr("plan: the cluster has no devices");
     if (o->zero != 0 && o->zero != 1) return pt_seterr("plan: --zero %d: it must be 0 or 1", o->zero);
     if (o->tp < 0) return pt_seterr("plan: --tp %d must be >= 1", o->tp);
+    if (o->seq_chunks < 0 || (o->seq_chunks > 1 && o->T % o->seq_chunks))
+        return pt_seterr("plan: --seq-chunks %d must divide --seq %d", o->seq_chunks, o->T);
     if (o->tp && cfg->n_head % o->tp)
         return pt_seterr("plan: --tp %d does not divide n_head %d (each TP rank holds n_head / tp heads)", o->tp,
                          cfg->n_head);

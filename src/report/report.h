@@ -25,7 +25,7 @@
 /* The per-step series a report draws, in page order. */
 typedef enum {
     REP_LOSS, REP_EVAL_LOSS, REP_LR, REP_GRAD_NORM, REP_TOKENS_S, REP_STEP_MS, REP_BUBBLE,
-    REP_HARVESTED,              /* side_cpu_s / bubble_s of the step (side work's CPU received) */
+    REP_HARVESTED,              /* side_cpu_s / wait_idle_s of the step (side work's CPU received) */
     REP_N_SERIES
 } report_series;
 

@@ -15,7 +15,7 @@ static const char *const SERIES_TITLE[REP_N_SERIES] = {
     "training loss (cross-entropy, nats per token)", "evaluation loss (nats per token)",
     "learning rate", "gradient norm (global L2, before clipping)", "throughput (tokens/s)",
     "step time (ms)", "pipeline bubble (idle fraction of the step, all ranks)",
-    "bubble harvested (side_cpu_s / bubble_s: CPU side work received over the ranks' idle seconds)",
+    "bubble harvested (side_cpu_s / wait_idle_s: CPU side work received over the idle seconds of the waits offered to it)",
 };
 
 /* CSS: no '<' or '&', so the page stays XML-clean. */

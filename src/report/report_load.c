@@ -16,7 +16,7 @@
 
 static const char *const SERIES_KEY[REP_N_SERIES] = {
     "loss", "eval_loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "bubble_fraction",
-    "side_cpu_s",   /* over bubble_s: report_add_step */
+    "side_cpu_s",   /* over wait_idle_s: report_add_step */
 };
 
 /* PATH less a ".jsonl" ending plus suffix. */
@@ -161,9 +161,9 @@ static void report_add_step(report_run *r, const cJSON *o, long step) {
         r->val[k][r->n] = report_value(v);
         if (k == REP_LOSS && v && !isfinite(r->val[k][r->n])) report_mark_nan(r, step);
     }
-    double bubble = report_value(cJSON_GetObjectItemCaseSensitive(o, "bubble_s"));
+    double waits = report_value(cJSON_GetObjectItemCaseSensitive(o, "wait_idle_s"));
     double *h = &r->val[REP_HARVESTED][r->n];
-    if (!isnan(*h)) *h = isfinite(*h) && bubble > 0 ? *h / bubble : NAN;
+    if (!isnan(*h)) *h = isfinite(*h) && waits > 0 ? *h / waits : NAN;
     long at = report_whole(o, "eval_step");
     if (at >= 0 && !isnan(r->val[REP_EVAL_LOSS][r->n])) {
         report_add_eval(r, at, r->val[REP_EVAL_LOSS][r->n]);

@@ -54,6 +54,64 @@ static void exec_give(int *of, int *mbs, int n, int mb) {
 static void exec_acquire(run_stage *st, int mb, int spare) { exec_take(st->slot_of, st->slot_mb, st->n_slots, mb, spare); }
 static void exec_release(run_stage *st, int mb) { exec_give(st->slot_of, st->slot_mb, st->n_slots, mb); }
 
+/* --seq-chunks (e->K > 1): unit mb is chunk mb % K of microbatch mb / K. Its tokens (which 0) or
+ * targets (1): columns [c*T/K, (c+1)*T/K) of the microbatch's rows, gathered into e->ctok. */
+static const int *exec_unit_rows(run_exec *e, const int *tok, int mb, int which) {
+    if (e->K == 1) return exec_rows(e, tok, mb);
+    const int *rows = exec_rows(e, tok, mb / e->K);
+    int T = e->c.T, Tc = T / e->K, c = mb % e->K;
+    for (int b = 0; b < e->c.mb_rows; b++)
+        memcpy(e->ctok[which] + (size_t)b * Tc, rows + (size_t)b * T + (size_t)c * Tc, (size_t)Tc * sizeof *rows);
+    return e->ctok[which];
+}
+
+/* The chunk of unit mb at layer l: its kept keys and values (its microbatch's set, NULL for a
+ * layer without). */
+static gpt_chunk exec_chunk(const run_exec *e, const run_stage *st, int l, int mb) {
+    int k = st->kv_of[mb / e->K], i = l - st->first;
+    gpt_chunk ck = { mb % e->K, e->K, NULL, NULL };
+    if (k >= 0 && st->kv[i]) ck.kv = st->kv[i][k], ck.dkv = st->dkv[i][k];
+    return ck;
+}
+
+/* Chunk 0's F takes a set of kept keys and values for its microbatch, gradients zeroed (every
+ * chunk's B adds to them); chunk 0's B, the last of the microbatch's, gives it back. */
+static void exec_kv_take(const run_exec *e, run_stage *st, int mb) {
+    int m = mb / e->K;
+    exec_take(st->kv_of, st->kv_mb, st->n_kv, m, 0);
+    for (int l = st->first; l < st->end; l++)
+        if (st->dkv[l - st->first])
+            memset(st->dkv[l - st->first][st->kv_of[m]], 0,
+                   gpt_layer_kv_floats(&st->m, l, e->c.mb_rows, e->c.T) * sizeof(float));
+}
+
+/* Layer l's F, B, W of unit mb: the plain call, or a chunk's (gpt_layer_*_chunk). */
+static int exec_layer_f(run_exec *e, const run_stage *st, int l, int mb, float *act, float *y,
+                        const float *x, const int *tk) {
+    if (e->K == 1)
+        return gpt_layer_forward(&st->m, l, exec_tied(st), act, e->scratch, y, x, tk, e->c.mb_rows, e->c.T);
+    gpt_chunk ck = exec_chunk(e, st, l, mb);
+    return gpt_layer_forward_chunk(&st->m, l, exec_tied(st), &ck, act, e->scratch, y, x, tk,
+                                   e->c.mb_rows, e->c.T);
+}
+
+static int exec_layer_b(run_exec *e, const run_stage *st, int l, int mb, float *act, float *dx,
+                        const float *dy) {
+    if (e->K == 1)
+        return gpt_layer_backward_input(&st->m, l, exec_tied(st), act, e->scratch, dx, dy, e->c.mb_rows, e->c.T);
+    gpt_chunk ck = exec_chunk(e, st, l, mb);
+    return gpt_layer_backward_input_chunk(&st->m, l, exec_tied(st), &ck, act, e->scratch, dx, dy,
+                                          e->c.mb_rows, e->c.T);
+}
+
+static int exec_layer_w(run_exec *e, const run_stage *st, int l, int mb, const float *act) {
+    if (e->K == 1)
+        return gpt_layer_backward_weight(&st->m, l, exec_tied(st), act, e->scratch, e->c.mb_rows, e->c.T);
+    gpt_chunk ck = { mb % e->K, e->K, NULL, NULL };   /* W reads the act alone */
+    return gpt_layer_backward_weight_chunk(&st->m, l, exec_tied(st), &ck, act, e->scratch,
+                                           e->c.mb_rows, e->c.T);
+}
+
 /* --tp-recompute: what (layer, mb) kept from its F. */
 static float *exec_kept(const run_exec *e, const run_stage *st, int layer, int mb) {
     assert(st->rebuild && st->keep_of[mb] >= 0);
@@ -85,18 +143,18 @@ static int exec_rebuild(run_exec *e, run_stage *st, int layer, int mb, float *ac
 static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, const int *targets,
                         int again) {
     const float *x = exec_input(e, st, mb);
-    int b = e->c.mb_rows, T = e->c.T, k = 0;
+    int k = 0;
     float loss;
     for (int l = st->first; l < st->end; l++) {
         float *y;
         unsigned io = gpt_layer_ops_of(&st->m, l)->io;
-        const int *tk = io & GPT_IO_TOKENS ? exec_rows(e, tokens, mb)
-                      : io & GPT_IO_TARGETS ? exec_rows(e, targets, mb) : NULL;
+        const int *tk = io & GPT_IO_TOKENS ? exec_unit_rows(e, tokens, mb, 0)
+                      : io & GPT_IO_TARGETS ? exec_unit_rows(e, targets, mb, 1) : NULL;
         if (io & GPT_IO_TARGETS) y = again ? &loss : &st->loss[mb];
         else if (l == st->end - 1 && !again) y = st->out[mb];
         else { y = e->tmp[k]; k ^= 1; }
         float *act = exec_act_f(e, st, l, mb);
-        if (gpt_layer_forward(&st->m, l, exec_tied(st), act, e->scratch, y, x, tk, b, T) < 0)
+        if (exec_layer_f(e, st, l, mb, act, y, x, tk) < 0)
             return pt_adderr("stage %d F%d: ", st->g, mb);
         if (st->rebuild) memcpy(exec_kept(e, st, l, mb), act, exec_keep_n(e, st, l) * sizeof(float));
         x = y;
@@ -111,20 +169,20 @@ static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, c
  * are those of B then W). 0, or -1 when a tensor-parallel layer's collective failed (the job is
  * stopping). */
 static int exec_backward_input(run_exec *e, run_stage *st, int mb, int weight) {
-    /* the objective: mean over all microbatches, or (async) over this microbatch's replicas;
+    /* the objective: mean over all microbatches, or (async) over the microbatches of one update;
      * --dp-sync H > 1: over the replica's own (its inner steps see its gradient alone) */
-    float scale = 1.0f / (float)((e->async ? 1 : e->M) * (e->c.dp_sync > 1 ? 1 : e->c.lo->D));
+    float scale = 1.0f / (float)((e->async ? e->M / e->n_step_acts : e->M) * (e->c.dp_sync > 1 ? 1 : e->c.lo->D));
     const float *dy = st->next < 0 ? &scale : exec_dout(e, st, mb);
-    int k = 0, b = e->c.mb_rows, T = e->c.T;
+    int k = 0;
     for (int l = st->end - 1; l >= st->first; l--) {
         float *dx, *act = weight ? e->work : exec_act(st, l, mb);
         if (gpt_layer_ops_of(&st->m, l)->io & GPT_IO_TOKENS) dx = NULL;   /* no input to grade */
         else if (l == st->first) dx = st->dxo[mb];
         else { dx = e->tmp[k]; k ^= 1; }
         if (st->rebuild && exec_rebuild(e, st, l, mb, act) < 0) return -1;
-        if (gpt_layer_backward_input(&st->m, l, exec_tied(st), act, e->scratch, dx, dy, b, T) < 0)
+        if (exec_layer_b(e, st, l, mb, act, dx, dy) < 0)
             return pt_adderr("stage %d B%d: ", st->g, mb);
-        if (weight) gpt_layer_backward_weight(&st->m, l, exec_tied(st), act, e->scratch, b, T);
+        if (weight) exec_layer_w(e, st, l, mb, act);
         dy = dx;
     }
     return 0;
@@ -132,9 +190,7 @@ static int exec_backward_input(run_exec *e, run_stage *st, int mb, int weight) {
 
 /* W in reverse layer order, so a stage holding a tie's user and owner adds to it as one process. */
 static void exec_backward_weight(run_exec *e, run_stage *st, int mb) {
-    for (int l = st->end - 1; l >= st->first; l--)
-        gpt_layer_backward_weight(&st->m, l, exec_tied(st), exec_act(st, l, mb), e->scratch,
-                                  e->c.mb_rows, e->c.T);
+    for (int l = st->end - 1; l >= st->first; l--) exec_layer_w(e, st, l, mb, exec_act(st, l, mb));
 }
 
 /* A slow stage (--slow-stage): the action that started at t0 (e->tps.seconds then tp0) takes
@@ -154,6 +210,7 @@ int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, cons
     double t0 = pt_now(), tp0 = e->tps.seconds;
     if (st->rebuild) exec_take(st->keep_of, st->keep_mb, st->n_keep, mb, 0);
     else exec_acquire(st, mb, e->c.recompute);
+    if (e->K > 1 && mb % e->K == 0) exec_kv_take(e, st, mb);
     int rc = exec_forward(e, st, mb, tok, tgt, 0);
     if (e->c.recompute) exec_release(st, mb);
     exec_stretch(e, st, t0, tp0);
@@ -169,6 +226,7 @@ int exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, con
     if (input && (e->c.recompute || (st->rebuild && !weight))) exec_acquire(st, mb, 0);
     if (input && e->c.recompute && exec_forward(e, st, mb, tok, tgt, 1) < 0) return -1;
     if (input && exec_backward_input(e, st, mb, fused) < 0) return -1;
+    if (input && e->K > 1 && mb % e->K == 0) exec_give(st->kv_of, st->kv_mb, st->n_kv, mb / e->K);
     if (input && st->rebuild) exec_give(st->keep_of, st->keep_mb, st->n_keep, mb);
     if (weight && !fused) {
         exec_backward_weight(e, st, mb);

@@ -56,6 +56,13 @@ typedef struct {
     int n_keep;
     int *keep_of;                     /* [M] kept set of each microbatch, -1: none */
     int *keep_mb;                     /* [n_keep] microbatch in each kept set, -1: free */
+    /* --seq-chunks: each layer's kept keys and values and their gradients (a block's; NULL for
+     * other layers), per microbatch in flight from its chunk 0's F to its chunk 0's B: n_kv sets
+     * (sched_stage_peak_kv), kv_of[M/K] the set of each microbatch, kv_mb[n_kv] the microbatch
+     * in each set (-1: none, free) */
+    float ***kv, ***dkv;              /* [end-first][n_kv] */
+    int n_kv;
+    int *kv_of, *kv_mb;
     /* the stream at the stage's ends, (Ns,C): all N rows, or this TP rank's under --sp */
     float **out;                      /* [M] (Ns,C) forward output (NULL for the last stage) */
     float **xin;                      /* [M] (Ns,C) received input (prev on another rank) */
@@ -71,6 +78,13 @@ typedef struct {
     /* asynchronous schedules (pipedream): the weights each microbatch's F used */
     float **stash;                    /* [M] (span_n + copies) params at F */
     double *stash_sum;                /* [M] checksum of the stashed weights */
+    /* asynchronous modes of exec_async.c (2bw, --async-fix pipemare | predict) */
+    float *ver;                       /* (span_n + copies) 2bw: the older weight version;
+                                       * pipemare: the velocity estimate; predict: the last step */
+    int *stale;                       /* [M] STEPs of the rank between F(mb) and its backward */
+    int *f_upd;                       /* [M] pipemare: the stage's updates before F(mb) */
+    int n_upd;                        /* updates of the stage since the job started */
+    int tau;                          /* the stage's delay: the largest stale[mb] */
 } run_stage;
 
 /* A tensor inside a group's region: floats [off, off + n) of it, region-relative. replicated:
@@ -121,13 +135,26 @@ typedef struct exec_mode {
     int (*step)(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs);    /* STEP */
     int (*finish)(run_exec *e, run_exec_stats *rs);     /* the walk ended without a STEP */
     int (*poll)(run_exec *e);                            /* after each action until the STEP; NULL */
+    void (*after_f)(run_exec *e, run_stage *st, int mb);    /* after an F; NULL: nothing */
 } exec_mode;
 const exec_mode *exec_mode_of(const run_exec *e);
+/* exec_async.c: the asynchronous modes besides plain stashing (2bw's two versions, PipeMare,
+ * prediction), NULL when the job runs plain stashing (pipedream with none or nesterov). */
+const exec_mode *exec_async_mode(const run_exec *e);
+/* Their buffers and per-microbatch counts, after the stages and groups exist (the weights are
+ * the starting ones then); freed with the stages. 0, or -1. */
+int exec_async_init(run_exec *e);
+void exec_async_free(run_exec *e);
+/* Floats a stage holds for them (ver), for run_exec_mem. */
+size_t exec_async_floats(const run_exec *e, const run_stage *st);
 
 struct run_exec {
     run_exec_cfg c;
     const exec_mode *mode;            /* exec_mode_of(this), set once by run_exec_init */
-    int d, p, t, M, N, C, n_stages;   /* replica, pipeline rank, TP rank, sizes */
+    int d, p, t, M, N, C, n_stages;   /* replica, pipeline rank, TP rank, sizes (M: the
+                                       * schedule's units, N: rows of one) */
+    int K;                            /* --seq-chunks: a unit is chunk u % K of microbatch u / K */
+    int *ctok[2];                     /* K > 1: a chunk's tokens, targets (b, T/K) */
     int Ns;                           /* rows of the stream a stage takes and gives per
                                        * microbatch: N, or N/tp under --sp (gpt_stream_rows; set
                                        * by exec_tp_set) */
@@ -157,6 +184,10 @@ struct run_exec {
     int async;                        /* weights update per microbatch, with weight stashing */
     int n_step_acts, step_idx;        /* async: STEPs per iteration, STEPs done in this one */
     float *live;                      /* async: the current weights while stashed ones run */
+    int fix;                          /* async_fix (optim/async_fix.h) */
+    int stashing;                     /* async with a stash per microbatch (pipedream's rule) */
+    int swapped;                      /* exec_async.c: other weights are in, live holds the current */
+    int tau_max;                      /* exec_async.c: the largest delay of any stage of the pipe */
     struct exec_outer *outer;         /* --dp-sync H > 1: the outer step's state (exec_outer.c) */
     int stash_checked, stash_bad, stash_stale;   /* run_exec_stash_stats */
     timeline tl;
@@ -182,6 +213,9 @@ int exec_owns_tie(const run_exec *e, const run_stage *st, int t);
 /* Floats of the weights a stage reads: its span, then its private copies in tie order. */
 size_t exec_weights_n(const run_stage *st, int n_ties);
 
+/* Floats of layer l's act of one unit (a microbatch's, or with --seq-chunks a chunk's). */
+size_t exec_act_floats(const run_exec *e, const run_stage *st, int l);
+
 /* exec_group.c */
 int exec_groups_init(run_exec *e);             /* groups, buckets, moments (from the source) */
 void exec_groups_free(run_exec *e);
@@ -193,6 +227,9 @@ int exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, con
 
 /* exec_stash.c */
 void exec_stash(run_exec *e, run_stage *st, int mb);
+/* The stage's weights (span, then its private copies in tie order) into dst, and back. */
+void exec_weights_get(const run_exec *e, const run_stage *st, float *dst);
+void exec_weights_put(const run_exec *e, run_stage *st, const float *src);
 void exec_unstash(run_exec *e, run_stage *st, int mb);
 void exec_restash(run_exec *e, run_stage *st);
 
@@ -238,6 +275,8 @@ int exec_reduce_stage(run_exec *e, run_stage *st);     /* async: st's groups, no
 int exec_norm(run_exec *e);                            /* adds the groups' sum of squares */
 int exec_reduce_world(run_exec *e, run_exec_stats *rs);
 int exec_update(run_exec *e, const optim_config *oc, int t, double lr, double scale);
+/* The same for group gr alone (exec_update: every group in order). */
+int exec_update_group(run_exec *e, exec_group *gr, const optim_config *oc, int t, double lr, double scale);
 void exec_zero_grads(run_exec *e);
 
 /* exec_outer.c: --dp-sync H > 1 (cfg.dp_sync; nothing at 0 or 1) */

@@ -7,6 +7,7 @@
  *             action, waited for at each REDUCE_GRAD (the default)
  *   async     asynchronous schedules (pipedream): each microbatch's B and W on the weights its
  *             F used (stashed), each stage's reduction at its REDUCE_GRAD, an update per STEP
+ *             (2bw and --async-fix pipemare | predict: exec_async.c's modes instead)
  * --tp with --sp: a stage's layer-norm gradients summed over the TP group after its last W
  * (sync, overlap) or before each reduction (async). */
 #include "run/exec_int.h"
@@ -110,12 +111,13 @@ static int async_step(run_exec *e, const optim_config *oc, int t, run_exec_stats
 
 static int async_finish(run_exec *e, run_exec_stats *rs) { return exec_reduce_world(e, rs); }
 
-static const exec_mode MODE_SYNC = { "sync", NULL, NULL, sync_after_b, sync_reduce, sync_step, sync_finish, NULL };
+static const exec_mode MODE_SYNC = { "sync", NULL, NULL, sync_after_b, sync_reduce, sync_step, sync_finish, NULL, NULL };
 static const exec_mode MODE_OVERLAP = { "overlap", NULL, NULL, overlap_after_b, overlap_reduce, sync_step,
-                                        sync_finish, exec_poll_groups };
+                                        sync_finish, exec_poll_groups, NULL };
 static const exec_mode MODE_ASYNC = { "async", exec_stash, exec_unstash, async_after_b, async_reduce, async_step,
-                                      async_finish, NULL };
+                                      async_finish, NULL, NULL };
 
 const exec_mode *exec_mode_of(const run_exec *e) {
+    if (e->async) return exec_async_mode(e) ? exec_async_mode(e) : &MODE_ASYNC;   /* 2bw, fixes */
     return e->async ? &MODE_ASYNC : e->c.overlap ? &MODE_OVERLAP : &MODE_SYNC;
 }

@@ -290,15 +290,18 @@ static void exec_update_slice(const exec_group *gr, const exec_bucket *b, const 
 /* AdamW update t of every group's home copy (its slices with --zero 1, then the parameters
  * gathered from the group in the global order), gradients scaled by `scale` (the clipping
  * factor) first; then the rank's other copies get the new parameters. */
+int exec_update_group(run_exec *e, exec_group *gr, const optim_config *oc, int t, double lr, double scale) {
+    for (int b = 0; b < gr->n_bk; b++) exec_update_slice(gr, &gr->bk[b], oc, t, lr, scale);
+    for (int b = 0; b < gr->n_bk && e->c.zero && exec_group_shared(gr); b++)
+        if (comm_allgather_f32(gr->cm, gr->w[0] + gr->bk[b].off, gr->bk[b].n) < 0)
+            return pt_adderr("rank %d: gathering updated parameters: ", e->c.world_rank);
+    for (int c = 1; c < gr->n_copies; c++) memcpy(gr->w[c], gr->w[0], gr->n * sizeof(float));
+    return 0;
+}
+
 int exec_update(run_exec *e, const optim_config *oc, int t, double lr, double scale) {
-    for (int k = 0; k < e->n_grp; k++) {
-        exec_group *gr = &e->grp[k];
-        for (int b = 0; b < gr->n_bk; b++) exec_update_slice(gr, &gr->bk[b], oc, t, lr, scale);
-        for (int b = 0; b < gr->n_bk && e->c.zero && exec_group_shared(gr); b++)
-            if (comm_allgather_f32(gr->cm, gr->w[0] + gr->bk[b].off, gr->bk[b].n) < 0)
-                return pt_adderr("rank %d: gathering updated parameters: ", e->c.world_rank);
-        for (int c = 1; c < gr->n_copies; c++) memcpy(gr->w[c], gr->w[0], gr->n * sizeof(float));
-    }
+    for (int k = 0; k < e->n_grp; k++)
+        if (exec_update_group(e, &e->grp[k], oc, t, lr, scale) < 0) return -1;
     return 0;
 }
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 /* The stage's weights (span, then its copies in tie order) into dst. */
-static void exec_weights_get(const run_exec *e, const run_stage *st, float *dst) {
+void exec_weights_get(const run_exec *e, const run_stage *st, float *dst) {
     memcpy(dst, st->m.params + st->span_off, st->span_n * sizeof(float));
     dst += st->span_n;
     for (int t = 0; t < e->n_ties; t++)
@@ -16,7 +16,7 @@ static void exec_weights_get(const run_exec *e, const run_stage *st, float *dst)
         }
 }
 
-static void exec_weights_put(const run_exec *e, run_stage *st, const float *src) {
+void exec_weights_put(const run_exec *e, run_stage *st, const float *src) {
     memcpy(st->m.params + st->span_off, src, st->span_n * sizeof(float));
     src += st->span_n;
     for (int t = 0; t < e->n_ties; t++)

@@ -111,19 +111,55 @@ static void exec_stage_keeps(run_exec *e, run_stage *st) {
         st->keep[l] = exec_bufs(st->n_keep, gpt_layer_keep_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T));
 }
 
+size_t exec_act_floats(const run_exec *e, const run_stage *st, int l) {
+    if (e->K > 1) return gpt_layer_chunk_act_floats(&st->m, l, e->c.mb_rows, e->c.T, 0, e->K);
+    return gpt_layer_act_floats(&st->m, l, e->c.mb_rows, e->c.T);
+}
+
+/* --seq-chunks: the kept keys and values of the microbatches in flight (sched_stage_peak_kv). */
+static void exec_stage_kv(run_exec *e, run_stage *st) {
+    int nl = st->end - st->first;
+    st->n_kv = sched_stage_peak_kv(e->c.s, st->g);
+    exec_slots_init(&st->kv_of, &st->kv_mb, e->M / e->K, st->n_kv);
+    st->kv = pt_calloc((size_t)nl, sizeof *st->kv);
+    st->dkv = pt_calloc((size_t)nl, sizeof *st->dkv);
+    for (int l = 0; l < nl; l++) {
+        size_t n = gpt_layer_kv_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T);
+        if (!n) continue;
+        st->kv[l] = exec_bufs(st->n_kv, n);
+        st->dkv[l] = exec_bufs(st->n_kv, n);
+    }
+}
+
+static void exec_stage_kv_free(run_stage *st) {
+    for (int l = 0; st->kv && l < st->end - st->first; l++) {
+        exec_free_bufs(st->kv[l], st->n_kv);
+        exec_free_bufs(st->dkv[l], st->n_kv);
+    }
+    free(st->kv);
+    free(st->dkv);
+    free(st->kv_of);
+    free(st->kv_mb);
+    st->kv = st->dkv = NULL;
+    st->kv_of = st->kv_mb = NULL;
+    st->n_kv = 0;
+}
+
 /* The activation sets stage st needs under the schedule in force (its peak in flight). */
 static void exec_stage_acts(run_exec *e, run_stage *st) {
     int nl = st->end - st->first;
+    if (e->K > 1) exec_stage_kv(e, st);
     if (e->c.tp_recompute) exec_stage_keeps(e, st);
     else st->n_slots = sched_stage_peak_slots(e->c.s, st->g, e->c.recompute != 0);   /* the one rule */
     exec_slots_init(&st->slot_of, &st->slot_mb, e->M, st->n_slots);
     st->act = pt_calloc((size_t)nl, sizeof *st->act);
     st->n_sets = st->n_slots + (e->c.recompute != 0);   /* one more: the forward's when recomputing */
     for (int l = 0; l < nl; l++)
-        st->act[l] = exec_bufs(st->n_sets, gpt_layer_act_floats(&st->m, st->first + l, e->c.mb_rows, e->c.T));
+        st->act[l] = exec_bufs(st->n_sets, exec_act_floats(e, st, st->first + l));
 }
 
 static void exec_stage_acts_free(run_stage *st) {
+    exec_stage_kv_free(st);
     for (int l = 0; l < st->end - st->first; l++) {
         if (st->act) exec_free_bufs(st->act[l], st->n_sets);
         if (st->keep) exec_free_bufs(st->keep[l], st->n_keep);
@@ -185,7 +221,7 @@ static int exec_stage_init(run_exec *e, run_stage *st, int g) {
 /* After every stage has its model: tied tensors, then (async) the stash sized by them. */
 static int exec_stage_finish(run_exec *e, run_stage *st) {
     if (exec_stage_ties(e, st) < 0) return -1;
-    if (e->async) {
+    if (e->stashing) {   /* a stash per microbatch: pipedream's rule */
         st->stash = exec_bufs(e->M, exec_weights_n(st, e->n_ties));
         st->stash_sum = pt_calloc((size_t)e->M, sizeof *st->stash_sum);
     }
@@ -275,6 +311,7 @@ int exec_state_init(run_exec *e) {
     if (e->async) e->live = pt_falloc(exec_max_weights(e));
     exec_work_alloc(e);
     for (int k = 0; k < 2; k++) e->tmp[k] = pt_falloc((size_t)e->Ns * e->C);
+    for (int k = 0; e->K > 1 && k < 2; k++) e->ctok[k] = pt_malloc((size_t)e->N * sizeof(int));
     exec_list_state(e);
     return exec_split_comms(e);
 }
@@ -335,5 +372,7 @@ void exec_state_free(run_exec *e) {
     free(e->work);
     free(e->tmp[0]);
     free(e->tmp[1]);
+    free(e->ctok[0]);
+    free(e->ctok[1]);
     exec_list_state_free(e);
 }

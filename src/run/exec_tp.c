@@ -83,7 +83,7 @@ int exec_tp_set(run_exec *e, run_stage *st) {
                   .reduce_scatter = exec_tp_reduce_scatter, .allgather = exec_tp_allgather, .ctx = e };
     gpt_set_tp(&st->m, &tp);
     if (gpt_set_tp_overlap(&st->m, e->c.tp_overlap) < 0 || gpt_set_tp_sp(&st->m, e->c.tp_sp) < 0) return -1;
-    e->Ns = (int)gpt_stream_rows(&st->m, e->c.mb_rows, e->c.T);   /* the same for every stage */
+    e->Ns = (int)gpt_stream_rows(&st->m, e->c.mb_rows, e->c.T / e->K);   /* the same for every stage */
     return 0;
 }
 

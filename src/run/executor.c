@@ -17,12 +17,15 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->tp = cfg->lo->tp;
     e->M = cfg->s->n_mb;
     e->async = cfg->s->async;
+    e->fix = cfg->async_fix;
+    e->stashing = e->async && !exec_async_mode(e);
     e->mode = exec_mode_of(e);   /* reads async and c.overlap, fixed for the job */
-    e->N = cfg->mb_rows * cfg->T;
+    e->K = cfg->s->seq_chunks;
+    e->N = cfg->mb_rows * (cfg->T / e->K);   /* the rows of a unit: a microbatch, or a chunk */
     e->Ns = e->N;   /* the stages' models say otherwise under --sp (exec_tp_set) */
     e->C = cfg->src->cfg.n_embd;
-    int rc = exec_state_init(e) < 0 || exec_groups_init(e) < 0 || exec_outer_init(e) < 0
-             ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
+    int rc = exec_state_init(e) < 0 || exec_groups_init(e) < 0 || exec_async_init(e) < 0 ||
+             exec_outer_init(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
     e->c.src = NULL;   /* read during init only */
     return rc;
 }
@@ -31,6 +34,7 @@ void run_exec_free(run_exec *e) {
     if (!e) return;
     exec_outer_free(e);
     exec_groups_free(e);
+    exec_async_free(e);
     exec_wire_free(e);
     exec_state_free(e);
     free(e);
@@ -55,6 +59,7 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
     case ACT_F:
         if (md->before_f) md->before_f(e, st, a.mb);
         rc = exec_forward_action(e, st, a.mb, tok, tgt);
+        if (md->after_f) md->after_f(e, st, a.mb);
         break;
     case ACT_B: case ACT_W: case ACT_BW:
         if (md->before_b) md->before_b(e, st, a.mb);
@@ -129,7 +134,8 @@ size_t run_exec_act_bytes(const run_exec *e) {
     for (int i = 0; i < e->n_stages; i++) {
         const run_stage *st = &e->st[i];
         for (int l = st->first; l < st->end; l++) {
-            n += (size_t)st->n_sets * gpt_layer_act_floats(&st->m, l, e->c.mb_rows, e->c.T);
+            n += (size_t)st->n_sets * exec_act_floats(e, st, l);
+            n += (size_t)st->n_kv * 2 * gpt_layer_kv_floats(&st->m, l, e->c.mb_rows, e->c.T);
             if (st->keep) n += (size_t)st->n_keep * gpt_layer_keep_floats(&st->m, l, e->c.mb_rows, e->c.T);
         }
     }
@@ -143,6 +149,7 @@ static size_t exec_stage_buffer_floats(const run_exec *e, const run_stage *st) {
     for (int k = 0; k < 4; k++) n += bufs[k] ? (size_t)e->M * nc : 0;
     if (st->loss) n += (size_t)e->M;
     if (st->stash) n += (size_t)e->M * exec_weights_n(st, e->n_ties);
+    n += exec_async_floats(e, st);   /* 2bw's second version, a velocity or last step */
     return n;
 }
 
@@ -169,7 +176,7 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
     out->act_mb = 0;
     for (int i = 0; i < e->n_stages; i++)
         for (int l = e->st[i].first; l < e->st[i].end; l++)
-            out->act_mb += (double)gpt_layer_act_floats(&e->st[i].m, l, e->c.mb_rows, e->c.T) * f;
+            out->act_mb += (double)exec_act_floats(e, &e->st[i], l) * f;
 }
 
 int run_exec_replan(run_exec *e, const sched *s) { return exec_state_replan(e, s); }

@@ -76,6 +76,7 @@ typedef struct {
     int overlap;               /* a stage's reduction starts at its last W (else at the rank's
                                 * last REDUCE_GRAD): the same numbers either way */
     size_t bucket;             /* floats per reduction bucket (0: RUN_BUCKET_DEFAULT) */
+    int async_fix;             /* asynchronous schedules: the correction (optim/async_fix.h) */
     int wire;                  /* messages between stages in pt_wire format w (0: fp32 as
                                 * computed; bf16 or fp16: packed at the send, unpacked at the
                                 * receive, round to nearest even) */

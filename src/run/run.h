@@ -30,6 +30,9 @@ typedef struct {
     int pipes;                  /* pipes of the CSV schedule (0: 1; chimera: 2) */
     int chunks;                 /* --chunks (0: the generator's default) */
     int M;                      /* --microbatches (0 with a file: the file's count) */
+    int seq_chunks;             /* --seq-chunks K (0 or 1: none): each microbatch's sequences run
+                                 * as K chunks, the schedule's units (sched.seq_chunks; 1f1b and
+                                 * zb-h1; not with recompute, --sp, --tp-overlap) */
     const int *split;           /* [n_split] blocks per chunk (--split 3,5,4,4), or NULL for even;
                                  * read by run_plan_init only (the caller keeps it) */
     int n_split;
@@ -50,6 +53,7 @@ typedef struct {
                                  * (pt_wire of util/half.h: 0 fp32, 1 bf16, 2 fp16; lossy when
                                  * not 0, compute stays fp32) */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
+    int async_fix;              /* --async-fix (optim/async_fix.h; 0 none): asynchronous only */
     const char *transport;      /* threads mode: the in-process transport of the job's endpoints,
                                  * a name of the registry (comm_transport_find; NULL: threads) */
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),

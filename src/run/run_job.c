@@ -75,8 +75,8 @@ static int job_exec_init(run_job *j, int r) {
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
                        .tp_overlap = pl->o.tp_overlap, .tp_recompute = pl->o.tp_recompute, .tp_sp = pl->o.tp_sp,
                        .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket, .wire = pl->o.wire,
-                       .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user, .dp_sync = pl->o.dp_sync,
-                       .outer_lr = pl->o.outer_lr, .outer_momentum = pl->o.outer_momentum };
+                       .async_fix = pl->o.async_fix, .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user,
+                       .dp_sync = pl->o.dp_sync, .outer_lr = pl->o.outer_lr, .outer_momentum = pl->o.outer_momentum };
     return run_exec_init(&j->ex[r], &c);
 }
 
@@ -286,6 +286,7 @@ static void job_align(run_job *j) {
         tl_event *e = &j->tl.ev[i];
         double off = j->clock[e->rank];
         e->ready -= off; e->start -= off; e->end -= off;
+        if (e->woke > 0) e->woke -= off;
     }
 }
 
@@ -317,18 +318,19 @@ static int job_gather_events(run_job *j) {
     return 0;
 }
 
-#define TL_FIELDS 11   /* an event as doubles: stage, mb, kind, rank, iter, stream, peer, link, times */
+#define TL_FIELDS 13   /* an event as doubles: stage, mb, kind, rank, iter, stream, peer, link, times,
+                        * a side event's CPU and wake-up */
 
 static void ev_pack(const tl_event *e, double *v) {
     double x[TL_FIELDS] = { e->act.stage, e->act.mb, e->act.kind, e->rank, e->iter, e->stream, e->peer, e->link,
-                            e->ready, e->start, e->end };
+                            e->ready, e->start, e->end, e->cpu, e->woke };
     memcpy(v, x, sizeof x);
 }
 
 static tl_event ev_unpack(const double *v) {
     tl_event e = { .act = { .stage = (int)v[0], .mb = (int)v[1], .kind = (sched_kind)(int)v[2] },
                    .rank = (int)v[3], .iter = (int)v[4], .stream = (tl_stream)(int)v[5], .peer = (int)v[6],
-                   .link = (int)v[7], .ready = v[8], .start = v[9], .end = v[10] };
+                   .link = (int)v[7], .ready = v[8], .start = v[9], .end = v[10], .cpu = v[11], .woke = v[12] };
     return e;
 }
 
@@ -430,6 +432,7 @@ static void job_analyse(run_job *j, run_stats *st) {
     for (int i = 0; i < tl->n; i++) {
         tl_event *e = &tl->ev[i];
         e->ready -= t0; e->start -= t0; e->end -= t0;
+        if (e->woke > 0) e->woke -= t0;   /* a side program's wake-up, on the same clock */
     }
     for (int i = 0; i < tl->n; i++) {
         tl_event *e = &tl->ev[i];
@@ -476,7 +479,7 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
                       int t, run_stats *st) {
     memset(st, 0, sizeof *st);
     if (j->s->async && !oc)
-        return pt_seterr("schedule %s updates the weights after every microbatch; the gradient of "
+        return pt_seterr("schedule %s updates the weights during the step (asynchronous); the gradient of "
                          "a whole batch needs a synchronous schedule", j->s->name);
     j->tok = tokens; j->tgt = targets; j->oc = oc; j->t = t;
     if (job_apply_faults(j, t) < 0 || run_job_run_all(j, job_iter_rank) < 0) return -1;
@@ -558,11 +561,11 @@ void run_job_set_wire(run_job *j, int wire) {
 const sched *run_job_schedule(const run_job *j) { return j->s; }
 
 /* s has the shape of the schedule in force: the same stages on the same ranks, microbatches,
- * pipes, synchronous. */
+ * pipes, sequence chunks, synchronous. */
 static int job_same_shape(const run_job *j, const sched *s) {
     const sched *c = j->s;
     int same = s->n_ranks == c->n_ranks && s->n_stages == c->n_stages && s->n_pipes == c->n_pipes &&
-               s->n_mb == c->n_mb && s->async == c->async && !s->async;
+               s->n_mb == c->n_mb && s->async == c->async && !s->async && s->seq_chunks == c->seq_chunks;
     for (int g = 0; same && g < s->n_stages; g++) same = s->stage_rank[g] == c->stage_rank[g];
     if (same) return 0;
     return pt_seterr("replan: schedule %s (%d ranks, %d stages, %d microbatches%s) does not have the shape of %s "

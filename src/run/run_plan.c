@@ -2,6 +2,7 @@
  * read), lowering, validation, layer split, microbatch size. Pure: every rank gets the same plan
  * or the same error. Not here: running it (run_job.c, executor.c). */
 #include "run/run.h"
+#include "optim/async_fix.h"
 #include "optim/outer.h"
 #include "util/pt.h"
 #include <stdio.h>
@@ -21,7 +22,8 @@ static sched *run_plan_read_file(const run_opts *o) {
         pt_seterr("--schedule-file %s has %d ranks (rows), --stages is %d", o->schedule_file, s->n_ranks, o->P);
         goto bad;
     }
-    if (o->M > 0 && s->n_mb != o->M) {
+    s->seq_chunks = o->seq_chunks > 1 ? o->seq_chunks : 1;   /* the file's units are chunks */
+    if (o->M > 0 && s->n_mb != o->M * s->seq_chunks) {
         pt_seterr("--schedule-file %s has %d microbatches, --microbatches is %d", o->schedule_file, s->n_mb, o->M);
         goto bad;
     }
@@ -40,22 +42,36 @@ static sched *run_plan_schedule(const run_opts *o) {
     if (!o->schedule) { pt_seterr("--schedule NAME or --schedule-file S.csv is required"); return NULL; }
     if (o->M < 1) { pt_seterr("--microbatches must be >= 1 (got %d)", o->M); return NULL; }
     sched_params p = { .ranks = o->P, .microbatches = o->M, .chunks = o->chunks,
-                       .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+                       .seq_chunks = o->seq_chunks, .cost_f = 1, .cost_b = 1, .cost_w = 1 };
     sched *s = sched_generate(o->schedule, &p);
     if (!s) pt_adderr("--schedule %s --stages %d --microbatches %d: ", o->schedule, o->P, o->M);
-    if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {   /* 2bw: not run yet */
+    if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {
         sched_free(s);
         return NULL;
     }
     return s;
 }
 
+/* --seq-chunks K: K divides T, and none of the modes a chunk's layers do not run. */
+static int run_plan_check_chunks(const run_opts *o, const sched *s, int T) {
+    int K = s->seq_chunks;
+    if (K == 1) return 0;
+    if (T % K) return pt_seterr("--seq-chunks %d must divide --seq %d", K, T);
+    if (o->recompute || o->tp_recompute || o->tp_sp || o->tp_overlap)
+        return pt_seterr("--seq-chunks %d: not with %s (a chunk keeps its whole act from F to W; "
+                         "drop one)", K, o->recompute ? "--recompute" : o->tp_recompute ? "--tp-recompute"
+                         : o->tp_sp ? "--sp" : "--tp-overlap");
+    return 0;
+}
+
 static int run_plan_check(run_plan *pl, const gpt_config *cfg, int B, int T) {
     const run_opts *o = &pl->o;
     const sched *s = pl->s;
-    long long dm = (long long)o->D * s->n_mb;     /* in 64 bits: --dp 65536 x 65536 overflows int */
+    int M = s->n_mb / s->seq_chunks;              /* microbatches (the units are their chunks) */
+    long long dm = (long long)o->D * M;           /* in 64 bits: --dp 65536 x 65536 overflows int */
     if (dm > B || B % dm)
-        return pt_seterr("--batch %d is not divisible by dp x microbatches = %d x %d", B, o->D, s->n_mb);
+        return pt_seterr("--batch %d is not divisible by dp x microbatches = %d x %d", B, o->D, M);
+    if (run_plan_check_chunks(o, s, T) < 0) return -1;
     if ((long)s->n_stages * s->n_mb * 2 >= COMM_TAG_EXEC_LIMIT)
         return pt_seterr("%d stages x %d microbatches is too many messages to tag (limit %d)",
                          s->n_stages, s->n_mb, COMM_TAG_EXEC_LIMIT / 2);
@@ -103,6 +119,21 @@ static int run_plan_check_tp_modes(const run_opts *o) {
     if (o->tp_sp && o->tp_overlap)
         return pt_seterr("--sp and --tp-overlap: give one (under --sp a block reduce-scatters and "
                          "all-gathers; --tp-overlap overlaps all-reduces only)");
+    return 0;
+}
+
+/* --async-fix: a known correction, only on an asynchronous schedule; pipemare and predict
+ * replace pipedream's stashes, so not with 2bw's two versions. */
+static int run_plan_check_fix(const run_plan *pl) {
+    int f = pl->o.async_fix;
+    if (f < ASYNC_FIX_NONE || f > ASYNC_FIX_PREDICT) return pt_seterr("--async-fix: unknown correction %d", f);
+    if (f && !pl->s->async)
+        return pt_seterr("--async-fix %s needs an asynchronous schedule (pipedream or 2bw): %s flushes "
+                         "before each update, so no gradient is stale", async_fix_name(f), pl->s->name);
+    if ((f == ASYNC_FIX_PIPEMARE || f == ASYNC_FIX_PREDICT) && pl->s->weight_versions == 2)
+        return pt_seterr("--async-fix %s works on pipedream's per-microbatch updates; %s's one-update "
+                         "delay is fixed by its two weight versions (use none or nesterov with it)",
+                         async_fix_name(f), pl->s->name);
     return 0;
 }
 
@@ -256,7 +287,8 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
         s = l;
     }
     pl->s = s;
-    if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0 || run_plan_check_dp_sync(pl) < 0 ||
+    if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0 || run_plan_check_fix(pl) < 0 ||
+        run_plan_check_dp_sync(pl) < 0 ||
         run_plan_faults(pl) < 0) {
         run_plan_free(pl);
         return -1;

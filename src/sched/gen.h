@@ -14,6 +14,12 @@ int gen_check_common(const char *name, const sched_params *p);
  * M = p->microbatches. Caller frees. Other helpers live in sched.h: sched_new, sched_push,
  * sched_append_sync_tail. */
 sched *gen_new_linear(const char *name, const sched_params *p);
+/* Sequence chunks (sched.seq_chunks): gen_new_linear's schedule then has microbatches * K units
+ * (the forward order of a stage: units 0, 1, ...: a microbatch's chunks in order). K of p (1
+ * without), and the unit of a stage's i-th backward in seq1F1B's order: each microbatch's chunks
+ * in reverse (K-1 first), microbatches in order. */
+int gen_seq_chunks(const sched_params *p);
+int gen_seq_backward_unit(int i, int K);
 /* Per-stage costs for the cost-aware generators: f, b, w [S] from p's per-stage arrays or its
  * uniform costs (0 means 1), times p->stage_slowdown. Returns 0, or -1 with an error naming the
  * schedule and the parameter (a cost <= 0, a slowdown <= 0). */

@@ -54,6 +54,11 @@ typedef struct {
                              * 0: one per in-flight microbatch plus the live one (pipedream's
                              * stashing, and any async CSV). Synchronous: unused (one copy) */
     char name[32];          /* generator name, or "csv" */
+    /* Sequence chunks (train --seq-chunks K; TeraPipe, seq1F1B): 1, or K > 1 when each
+     * microbatch's sequences run as K chunks, each a unit of its own: n_mb counts units, unit u
+     * is chunk u % K of microbatch u / K. The rule (sched_action_deps) then adds that a stage
+     * runs a microbatch's chunks' forwards in order and their backwards in reverse. */
+    int seq_chunks;
 } sched;
 
 /* A judge of candidate schedules for the adaptive generator: lower is better (the simulator's
@@ -72,6 +77,9 @@ typedef struct {
     double cost_f, cost_b, cost_w;      /* greedy: default per-stage times when per_stage is NULL */
     const double *stage_cost_f, *stage_cost_b, *stage_cost_w;  /* greedy: [S] or NULL */
     int mem_limit;          /* greedy: max microbatches of activations per stage (0: no limit) */
+    int seq_chunks;         /* K chunks per microbatch (0 or 1: none): the schedule's units are
+                             * microbatches * K (sched.seq_chunks); generators whose row says
+                             * seq_chunks only */
     const double *link_delay;       /* greedy, adaptive: [P-1] time a message between ranks r and
                                      * r+1 takes (either way), or NULL: none; >= 0 */
     const double *link_busy;        /* greedy, adaptive: [P-1] time a message holds link r-r+1 (a
@@ -149,6 +157,7 @@ typedef struct {
     bool mem_limit;     /* reads sched_params.mem_limit: greedy, adaptive */
     bool link_delays;   /* reads link_delay and stage_slowdown: greedy, adaptive */
     bool scored;        /* searches candidates judged by sched_params.score: adaptive */
+    bool seq_chunks;    /* runs over sequence chunks in seq1F1B's order (1f1b, zb-h1) */
     const char *help;   /* one line for --help */
 } sched_generator;
 
@@ -233,8 +242,8 @@ int sched_check_runnable(const sched *s, const char *where);
 
 /* ---- the dependency rule (sched_deps.c): the one copy; the validator, the simulator and the
  * list scheduler read it, and the executor's slot count is sched_stage_peak_slots ---- */
-#define SCHED_MAX_DEPS 2
-/* Writes into out[] the actions that must finish before a may start and returns how many (0..2).
+#define SCHED_MAX_DEPS 3
+/* Writes into out[] the actions that must finish before a may start and returns how many (0..3).
  * A prerequisite of kind B stands for the input-gradient backward of (stage, mb): its B, or its
  * BW where the schedule fuses the two (callers look up whichever the schedule has). The rule, for
  * stage g of a pipe (g-1, g+1: sched_stage_prev/next, absent at the pipe's ends):
@@ -246,6 +255,10 @@ int sched_check_runnable(const sched *s, const char *where);
  * In a lowered schedule a neighbour on another rank is waited for through the receive: F(g,mb)
  * needs RECV_F(g,mb) instead of F(g-1,mb), B and BW need RECV_B(g,mb) instead of B(g+1,mb). In a
  * compute-only one the neighbour's action itself is the prerequisite (its message is implied).
+ * With sequence chunks (s->seq_chunks K > 1; unit mb is chunk mb % K of a microbatch) a stage's
+ * F(g,mb) also needs F(g,mb-1) (the chunk before: its keys and values) when mb % K > 0, and B,
+ * BW(g,mb) also B(g,mb+1) (the chunk after: its gradients of this chunk's keys and values) when
+ * mb % K < K-1.
  * REDUCE_GRAD and STEP have none here: what they wait for is on their own rank, earlier in its
  * list, so the rank's order is their rule. Synchronous: gREDUCE_GRAD after every W or BW of stage
  * g, STEP after the rank's REDUCE_GRADs, one STEP and no compute after it (sched_validate checks
@@ -259,6 +272,10 @@ int sched_action_deps(const sched *s, const sched_action *a, sched_action out[SC
  * recompute (at B or BW) until W or BW. The executor sizes each stage's activation buffers by
  * this. */
 int sched_stage_peak_slots(const sched *s, int g, bool recompute);
+/* With sequence chunks (s->seq_chunks K > 1): the microbatches whose kept keys and values stage g
+ * holds at once following its rank's order (from its chunk 0's F to its chunk 0's B or BW), at
+ * least 1. */
+int sched_stage_peak_kv(const sched *s, int g);
 /* Peak activations held per stage, in microbatches (F ran, W or BW not yet) following each rank's
  * order: out[S] (0 for a stage with no F; otherwise sched_stage_peak_slots(s, g, false)). */
 void sched_peak_activations(const sched *s, int *out);

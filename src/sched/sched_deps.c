@@ -33,13 +33,16 @@ static int dep_neighbour(const sched *s, sched_action *o, sched_kind kind, int n
 }
 
 int sched_action_deps(const sched *s, const sched_action *a, sched_action out[SCHED_MAX_DEPS]) {
-    int g = a->stage, mb = a->mb, n = 0;
+    int g = a->stage, mb = a->mb, n = 0, K = s->seq_chunks;
     if (g < 0) return 0;                   /* STEP; REDUCE_GRAD falls to default: none */
     switch (a->kind) {
-    case ACT_F: return dep_neighbour(s, out, ACT_F, sched_stage_prev(s, g), g, ACT_RECV_F, mb);
+    case ACT_F:
+        n = dep_neighbour(s, out, ACT_F, sched_stage_prev(s, g), g, ACT_RECV_F, mb);
+        return n + (K > 1 && mb % K > 0 ? dep(out + n, ACT_F, g, mb - 1) : 0);
     case ACT_B: case ACT_BW:
         n = dep(out, ACT_F, g, mb);
-        return n + dep_neighbour(s, out + n, ACT_B, sched_stage_next(s, g), g, ACT_RECV_B, mb);
+        n += dep_neighbour(s, out + n, ACT_B, sched_stage_next(s, g), g, ACT_RECV_B, mb);
+        return n + (K > 1 && mb % K < K - 1 ? dep(out + n, ACT_B, g, mb + 1) : 0);
     case ACT_W: return dep(out, ACT_B, g, mb);
     case ACT_SEND_F: return dep(out, ACT_F, g, mb);
     case ACT_SEND_B: return dep(out, ACT_B, g, mb);
@@ -60,6 +63,17 @@ int sched_stage_peak_slots(const sched *s, int g, bool recompute) {
     int r = s->stage_rank[g], n = 0, peak = 1;
     for (int i = 0; i < s->len[r]; i++)
         if (s->acts[r][i].stage == g) held_step(s->acts[r][i].kind, recompute, &n, &peak);
+    return peak;
+}
+
+int sched_stage_peak_kv(const sched *s, int g) {
+    int K = s->seq_chunks > 1 ? s->seq_chunks : 1, r = s->stage_rank[g], n = 0, peak = 1;
+    for (int i = 0; i < s->len[r]; i++) {
+        const sched_action *a = &s->acts[r][i];
+        if (a->stage != g || a->mb % K) continue;
+        if (a->kind == ACT_F && ++n > peak) peak = n;
+        if (a->kind == ACT_B || a->kind == ACT_BW) n--;
+    }
     return peak;
 }
 

@@ -26,14 +26,17 @@ sched *gen_gpipe(const sched_params *p) {
     return s;
 }
 
-/* The 1F1B order of rank r (stage r): min(P-r-1, M) warm-up forwards, then F/BW pairs, then the
- * remaining backwards. async: each BW is followed by its REDUCE_GRAD and a STEP. */
+/* The 1F1B order of rank r (stage r) over the schedule's M units: min(P-r-1, M) warm-up
+ * forwards, then F/BW pairs, then the remaining backwards. async: each BW is followed by its
+ * REDUCE_GRAD and a STEP. With sequence chunks (s->seq_chunks K > 1; seq1F1B) the warm-up is
+ * P-r-1 + K-1 units (a stage runs a microbatch's last chunk forward before its first backward)
+ * and the backwards go chunk K-1 first (gen_seq_backward_unit). */
 static void gen_push_1f1b_rank(sched *s, int r, int P, int M, bool async) {
-    int warm = P - r - 1 < M ? P - r - 1 : M, f = 0;
+    int K = s->seq_chunks, want = P - r - 1 + K - 1, warm = want < M ? want : M, f = 0;
     for (; f < warm; f++) sched_push(s, r, ACT_F, r, f);
     for (int b = 0; b < M; b++) {
         if (f < M) sched_push(s, r, ACT_F, r, f++);
-        sched_push(s, r, ACT_BW, r, b);
+        sched_push(s, r, ACT_BW, r, gen_seq_backward_unit(b, K));
         if (async) {
             sched_push(s, r, ACT_REDUCE_GRAD, r, -1);
             sched_push(s, r, ACT_STEP, -1, -1);
@@ -45,7 +48,7 @@ static void gen_push_1f1b_rank(sched *s, int r, int P, int M, bool async) {
 sched *gen_1f1b(const sched_params *p) {
     if (gen_check_one_chunk("1f1b", p) < 0) return NULL;
     sched *s = gen_new_linear("1f1b", p);
-    for (int r = 0; r < p->ranks; r++) gen_push_1f1b_rank(s, r, p->ranks, p->microbatches, false);
+    for (int r = 0; r < p->ranks; r++) gen_push_1f1b_rank(s, r, p->ranks, s->n_mb, false);
     sched_append_sync_tail(s);
     return s;
 }

@@ -12,14 +12,22 @@ int gen_check_common(const char *name, const sched_params *p) {
     if (p->microbatches < 1)
         return pt_seterr("schedule %s: microbatches must be >= 1 (got %d)", name, p->microbatches);
     if (p->chunks < 0) return pt_seterr("schedule %s: chunks must be >= 0 (got %d)", name, p->chunks);
+    if (p->seq_chunks < 0)
+        return pt_seterr("schedule %s: seq_chunks must be >= 0 (got %d)", name, p->seq_chunks);
     return 0;
 }
 
 sched *gen_new_linear(const char *name, const sched_params *p) {
-    sched *s = sched_new(p->ranks, p->ranks, 1, p->microbatches);
+    int K = gen_seq_chunks(p);
+    sched *s = sched_new(p->ranks, p->ranks, 1, p->microbatches * K);
+    s->seq_chunks = K;
     snprintf(s->name, sizeof s->name, "%s", name);
     return s;
 }
+
+int gen_seq_chunks(const sched_params *p) { return p->seq_chunks > 1 ? p->seq_chunks : 1; }
+
+int gen_seq_backward_unit(int i, int K) { return i / K * K + K - 1 - i % K; }
 
 int gen_stage_costs(const char *name, const sched_params *p, int S, double *f, double *b, double *w) {
     const double *arr[3] = { p->stage_cost_f, p->stage_cost_b, p->stage_cost_w };

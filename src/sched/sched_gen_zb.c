@@ -20,24 +20,25 @@ static int zb_check_one_chunk(const char *name, const sched_params *p) {
  * b - defer (W's run `defer` backwards late, filling the cool-down), the next F; then the W's
  * still pending. */
 static void zb_push_rank(sched *s, int r, int M, int warm, int defer) {
-    int f = 0, w = 0;
+    int f = 0, w = 0, K = s->seq_chunks;
     if (warm > M) warm = M;
     for (; f < warm; f++) sched_push(s, r, ACT_F, r, f);
     for (int b = 0; b < M; b++) {
-        sched_push(s, r, ACT_B, r, b);
-        if (b >= defer) sched_push(s, r, ACT_W, r, w++);
+        sched_push(s, r, ACT_B, r, gen_seq_backward_unit(b, K));
+        if (b >= defer) sched_push(s, r, ACT_W, r, gen_seq_backward_unit(w++, K));
         if (f < M) sched_push(s, r, ACT_F, r, f++);
     }
-    for (; w < M; w++) sched_push(s, r, ACT_W, r, w);
+    for (; w < M; w++) sched_push(s, r, ACT_W, r, gen_seq_backward_unit(w, K));
 }
 
 static sched *zb_build(const char *name, const sched_params *p, int h2) {
     if (zb_check_one_chunk(name, p) < 0) return NULL;
-    int P = p->ranks, M = p->microbatches;
+    int P = p->ranks;
     sched *s = gen_new_linear(name, p);
+    int M = s->n_mb, K = s->seq_chunks;   /* units; K - 1 more warm-up: see gen_push_1f1b_rank */
     for (int r = 0; r < P; r++) {
         if (h2) zb_push_rank(s, r, M, 2 * (P - r) - 1, 2 * r);
-        else zb_push_rank(s, r, M, P - r, r);
+        else zb_push_rank(s, r, M, P - r + K - 1, r);
     }
     sched_append_sync_tail(s);
     return s;

@@ -21,6 +21,7 @@ sched *sched_new(int n_ranks, int n_stages, int n_pipes, int n_mb) {
     s->n_pipes = n_pipes > 0 ? n_pipes : 1;
     s->stages_per_pipe = n_stages / s->n_pipes;
     s->n_mb = n_mb;
+    s->seq_chunks = 1;
     s->stage_rank = pt_calloc((size_t)n_stages, sizeof(int));
     for (int g = 0; g < n_stages; g++) s->stage_rank[g] = n_ranks > 0 ? g % n_ranks : 0;
     s->mb_pipe = pt_calloc((size_t)n_mb, sizeof(int));
@@ -67,6 +68,7 @@ sched *sched_copy(const sched *s) {
     c->lowered = s->lowered;
     c->async = s->async;
     c->weight_versions = s->weight_versions;
+    c->seq_chunks = s->seq_chunks;
     memcpy(c->name, s->name, sizeof c->name);
     return c;
 }

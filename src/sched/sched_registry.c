@@ -10,11 +10,11 @@
 static const sched_generator registry[] = {
     { .name = "gpipe", .generate = gen_gpipe, .chunks = 1, .pipes = 1,
       .help = "all forwards, then all backwards (GPipe); holds M microbatches of activations" },
-    { .name = "1f1b", .generate = gen_1f1b, .chunks = 1, .pipes = 1,
+    { .name = "1f1b", .generate = gen_1f1b, .chunks = 1, .pipes = 1, .seq_chunks = true,
       .help = "a forward, then a backward, after a warm-up (PipeDream-flush); holds at most P" },
     { .name = "interleaved-1f1b", .generate = gen_interleaved, .chunks = 2, .more_chunks = true,
       .pipes = 1, .help = "1f1b over --chunks V stages per rank (Megatron-LM); needs M % P == 0" },
-    { .name = "zb-h1", .generate = gen_zb_h1, .chunks = 1, .pipes = 1,
+    { .name = "zb-h1", .generate = gen_zb_h1, .chunks = 1, .pipes = 1, .seq_chunks = true,
       .help = "zero bubble H1: B and W split, W's fill the cool-down; 1f1b's memory" },
     { .name = "zb-h2", .generate = gen_zb_h2, .chunks = 1, .pipes = 1,
       .help = "zero bubble H2: longer warm-up, no bubble once M >= 2P-1; about 2x 1f1b's memory" },
@@ -82,6 +82,11 @@ sched *sched_generate(const char *name, const sched_params *p) {
         return NULL;
     }
     if (gen_check_common(name, p) < 0) return NULL;
+    if (p->seq_chunks > 1 && !g->seq_chunks) {
+        pt_seterr("schedule %s does not run sequence chunks (--seq-chunks %d): use 1f1b or zb-h1",
+                  name, p->seq_chunks);
+        return NULL;
+    }
     sched *s = g->generate(p);
     if (s && !s->name[0]) snprintf(s->name, sizeof s->name, "%s", name);
     return s;

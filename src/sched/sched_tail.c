@@ -40,13 +40,13 @@ bool sched_append_missing_tail(sched *s) {
 
 /* An asynchronous (pipedream-style) schedule runs one collective per REDUCE_GRAD and per STEP, so
  * every rank must issue them in the same pattern or the job would wait forever: one stage per
- * rank, and per microbatch exactly one REDUCE_GRAD then one STEP (what the pipedream generator
- * writes). */
+ * rank, and REDUCE_GRAD then STEP pairs, per microbatch (a stash per microbatch: what the
+ * pipedream generator writes) or, with two weight versions (2bw), per batch of P microbatches. */
 static int tail_check_async(const sched *s, const char *where) {
-    if (s->weight_versions == 2)
-        return pt_seterr("%s: schedule %s (two weight versions, an update per P microbatches) is "
-                         "simulated and validated but the executor does not run it yet; train with "
-                         "pipedream (stashing) or 1f1b", where, s->name);
+    int per = s->weight_versions == 2 ? s->n_ranks : 1;   /* microbatches per update */
+    if (s->n_mb % per)
+        return pt_seterr("%s: schedule %s updates every %d microbatches: M=%d is not a multiple",
+                         where, s->name, per, s->n_mb);
     if (s->n_stages != s->n_ranks)
         return pt_seterr("%s: an asynchronous schedule (several STEPs per rank) needs one stage per "
                          "rank; it has %d stages on %d ranks", where, s->n_stages, s->n_ranks);
@@ -63,9 +63,10 @@ static int tail_check_async(const sched *s, const char *where) {
             pairs += want_step;
             want_step = !want_step;
         }
-        if (pairs != s->n_mb || want_step)
+        if (pairs != s->n_mb / per || want_step)
             return pt_seterr("%s: rank %d has %d REDUCE_GRAD/STEP pairs; an asynchronous schedule needs "
-                             "one per microbatch (%d), the same on every rank", where, r, pairs, s->n_mb);
+                             "one per %s (%d), the same on every rank", where, r, pairs,
+                             per > 1 ? "batch of P microbatches" : "microbatch", s->n_mb / per);
     }
     return 0;
 }

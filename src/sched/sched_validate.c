@@ -81,6 +81,9 @@ static int check_maps(vstate *v) {
         if (s->mb_pipe[mb] < 0 || s->mb_pipe[mb] >= s->n_pipes)
             return vfail(v, -1, -1, -1, mb, "mb_pipe[%d] = %d is not a pipe (0..%d)", mb, s->mb_pipe[mb],
                          s->n_pipes - 1);
+    if (s->seq_chunks < 1 || v->M % s->seq_chunks)
+        return vfail(v, -1, -1, -1, -1, "%d units are not whole microbatches of %d sequence chunks "
+                     "(seq_chunks must be >= 1 and divide the units)", v->M, s->seq_chunks);
     return 0;
 }
 

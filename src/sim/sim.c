@@ -175,9 +175,10 @@ static void queues_init(sim_state *st) {
  * arrived at a's stage (what a RECV waits for, or the implicit send of a compute-only schedule). */
 static long dep_key(const sim_state *st, int r, const sched_action *a, const sched_action *d, int vmb) {
     bool fwd = d->kind == ACT_F || d->kind == ACT_SEND_F || d->kind == ACT_RECV_F;
+    int dv = vmb + (a->mb >= 0 ? d->mb - a->mb : 0);   /* d's own unit: another chunk's with --seq-chunks */
     if (!sched_kind_is_compute(d->kind) || st->s->stage_rank[d->stage] != r)
-        return key_of(st, fwd ? K_MSGF : K_MSGB, a->stage, vmb);
-    return key_of(st, d->kind == ACT_F ? K_FEND : d->kind == ACT_W ? K_WEND : K_BEND, d->stage, vmb);
+        return key_of(st, fwd ? K_MSGF : K_MSGB, a->stage, dv);
+    return key_of(st, d->kind == ACT_F ? K_FEND : d->kind == ACT_W ? K_WEND : K_BEND, d->stage, dv);
 }
 
 /* Fills keys[] with what action a (virtual mb vmb) on rank r needs before it can start: the
@@ -197,13 +198,22 @@ static double stage_factor(const sim_costs *c, int g, int iter) {
     return k;
 }
 
-static double compute_time(const sim_costs *c, const sched_action *a, int iter) {
+/* With sequence chunks, what chunk mb % K's attention adds to (or takes from) a unit's mean
+ * time in phase att (sim_costs.att_f or att_b): its share (2c+1)/K of the whole's against 1/K. */
+static double chunk_shift(const sim_costs *c, const sched *s, const sched_action *a, const double *att) {
+    int K = s->seq_chunks;
+    if (K < 2 || !att || a->mb < 0) return 0;
+    return att[a->stage] * (2.0 * (a->mb % K) + 1.0 - K) / K;
+}
+
+static double compute_time(const sim_costs *c, const sched *s, const sched_action *a, int iter) {
     int g = a->stage;
+    double df = chunk_shift(c, s, a, c->att_f), db = chunk_shift(c, s, a, c->att_b);
     switch (a->kind) {
-    case ACT_F: return c->f[g] * stage_factor(c, g, iter);
-    case ACT_B: return c->b[g] * stage_factor(c, g, iter);
+    case ACT_F: return (c->f[g] + df) * stage_factor(c, g, iter);
+    case ACT_B: return (c->b[g] + db) * stage_factor(c, g, iter);
     case ACT_W: return c->w[g] * stage_factor(c, g, iter);
-    case ACT_BW: return (c->bw[g] >= 0 ? c->bw[g] : c->b[g] + c->w[g]) * stage_factor(c, g, iter);
+    case ACT_BW: return ((c->bw[g] >= 0 ? c->bw[g] : c->b[g] + c->w[g]) + db) * stage_factor(c, g, iter);
     case ACT_REDUCE_GRAD: return g >= 0 ? c->reduce[g] : 0;
     case ACT_STEP: return c->step;
     default: return 0;
@@ -218,10 +228,17 @@ static void mem_change(sim_state *st, int r, int g, int d) {
     if (st->rank_bytes[r] > res->rank_peak_bytes[r]) res->rank_peak_bytes[r] = st->rank_bytes[r];
 }
 
+/* A microbatch's kept keys and values taken (d 1, at its chunk 0's F) or given back (-1, at its
+ * chunk 0's backward): in the rank's bytes, not in the stage's count of units. */
+static void kv_change(sim_state *st, int r, int g, int d) {
+    st->rank_bytes[r] += d * st->c->kv_bytes[g];
+    if (st->rank_bytes[r] > st->r->rank_peak_bytes[r]) st->r->rank_peak_bytes[r] = st->rank_bytes[r];
+}
+
 /* Runs a compute action (F/B/W/BW/REDUCE_GRAD/STEP) that is ready at `start`; returns its event. */
 static int run_compute(sim_state *st, int r, const sched_action *a, int iter, double ready,
                         double start, int pred) {
-    double end = start + compute_time(st->c, a, iter);
+    double end = start + compute_time(st->c, st->s, a, iter);
     tl_event e = { .act = *a, .rank = r, .iter = iter, .stream = TL_COMPUTE, .peer = -1, .link = -1,
                    .ready = ready, .start = start, .end = end };
     int ev = push_event(st, &e, pred), g = a->stage, vmb = iter * st->M + a->mb;
@@ -230,6 +247,8 @@ static int run_compute(sim_state *st, int r, const sched_action *a, int iter, do
     st->r->busy[r] += end - start;
     if (a->kind == ACT_F) mem_change(st, r, g, +1);
     if (a->kind == ACT_W || a->kind == ACT_BW) mem_change(st, r, g, -1);
+    if (st->c->kv_bytes && st->s->seq_chunks > 1 && a->mb % st->s->seq_chunks == 0)   /* kept K/V */
+        kv_change(st, r, g, a->kind == ACT_F ? 1 : a->kind == ACT_B || a->kind == ACT_BW ? -1 : 0);
     if (a->kind == ACT_F) key_resolve(st, key_of(st, K_FEND, g, vmb), end, ev);
     if (a->kind == ACT_B || a->kind == ACT_BW) key_resolve(st, key_of(st, K_BEND, g, vmb), end, ev);
     if (a->kind == ACT_W || a->kind == ACT_BW) key_resolve(st, key_of(st, K_WEND, g, vmb), end, ev);
@@ -249,7 +268,7 @@ static void run_reduce_overlapped(sim_state *st, int r, const sched_action *a, i
     int g = a->stage;
     double start = st->w_end[g] > st->red_free[r] ? st->w_end[g] : st->red_free[r];
     tl_event e = { .act = *a, .rank = r, .iter = iter, .stream = TL_SEND, .peer = -1, .link = -1,
-                   .ready = st->w_end[g], .start = start, .end = start + compute_time(st->c, a, iter) };
+                   .ready = st->w_end[g], .start = start, .end = start + compute_time(st->c, st->s, a, iter) };
     st->red_ev[r] = push_event(st, &e, st->w_end[g] >= st->red_free[r] ? st->last_ev[r] : st->red_ev[r]);
     st->red_free[r] = e.end;
 }

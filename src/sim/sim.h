@@ -74,11 +74,20 @@ typedef struct {
      * exposed: docs/tensor-parallel.md); tp_f and tp_b say how much of f and b it is, for reports. tp 1 (sim_costs_init): none, and both arrays 0. */
     int tp;
     double *tp_f, *tp_b;    /* [S] seconds of TP all-reduces within f[g] and b[g] */
+    /* Sequence chunks (sched.seq_chunks K > 1): f, b, bw and act_bytes above are a unit's (a
+     * chunk's mean); att_f[g], att_b[g] the attention's part of f[g], b[g], which grows with the
+     * chunk's place: chunk c of K takes f - att_f + att_f * (2c+1)/K (its queries see (c + 1/2)
+     * T/K keys on average), b (and bw's b part) alike; kv_bytes[g] what a stage holds per
+     * microbatch from its chunk 0's F to its chunk 0's backward (kept keys and values), counted
+     * in the memory peak. NULL (sim_costs_init): every unit the same, nothing kept. */
+    double *att_f, *att_b, *kv_bytes;
 } sim_costs;
 
 /* Uniform costs for S stages: f, b, w per stage, fused bw = b + w, no bytes, free links. */
 void sim_costs_init(sim_costs *c, int n_stages, double f, double b, double w);
 void sim_costs_free(sim_costs *c);
+/* Gives c the sequence chunks' arrays (att_f, att_b, kv_bytes), zeros, when it has none. */
+void sim_costs_seq_chunks(sim_costs *c);
 /* "--cost" spec "f=1,b=1,w=1[,bw=X][,act=BYTES]" applied to every stage. Error names the key. */
 int sim_costs_parse_spec(sim_costs *c, const char *spec);
 /* Loads a costs JSON file (format in docs/simulator.md) over c's current values; "format", when

@@ -34,6 +34,7 @@ void sim_costs_init(sim_costs *c, int n_stages, double f, double b, double w) {
 void sim_costs_free(sim_costs *c) {
     free(c->f); free(c->b); free(c->w); free(c->bw); free(c->act_bytes); free(c->param_bytes); free(c->reduce); free(c->links);
     free(c->faults); free(c->tp_f); free(c->tp_b);
+    free(c->att_f); free(c->att_b); free(c->kv_bytes);
     memset(c, 0, sizeof *c);
 }
 
@@ -50,6 +51,9 @@ void sim_costs_copy(const sim_costs *c, sim_costs *out) {
     out->bw = dup_doubles(c->bw, S), out->act_bytes = dup_doubles(c->act_bytes, S);
     out->reduce = dup_doubles(c->reduce, S), out->param_bytes = dup_doubles(c->param_bytes, S);
     out->tp_f = dup_doubles(c->tp_f, S), out->tp_b = dup_doubles(c->tp_b, S);
+    out->att_f = c->att_f ? dup_doubles(c->att_f, S) : NULL;
+    out->att_b = c->att_b ? dup_doubles(c->att_b, S) : NULL;
+    out->kv_bytes = c->kv_bytes ? dup_doubles(c->kv_bytes, S) : NULL;
     out->links = pt_malloc(sizeof(sim_link) * (size_t)(c->n_links ? c->n_links : 1));
     if (c->n_links) memcpy(out->links, c->links, sizeof(sim_link) * (size_t)c->n_links);
     out->faults = pt_malloc(sizeof(sim_fault) * (size_t)(c->n_faults ? c->n_faults : 1));
@@ -59,6 +63,14 @@ void sim_costs_copy(const sim_costs *c, sim_costs *out) {
 static void scale_stage(sim_costs *c, int g, double k) {
     c->f[g] *= k; c->b[g] *= k; c->w[g] *= k;
     if (c->bw[g] >= 0) c->bw[g] *= k;
+    if (c->att_f) { c->att_f[g] *= k; c->att_b[g] *= k; }
+}
+
+void sim_costs_seq_chunks(sim_costs *c) {
+    if (c->att_f) return;
+    c->att_f = fill(c->n_stages, 0);
+    c->att_b = fill(c->n_stages, 0);
+    c->kv_bytes = fill(c->n_stages, 0);
 }
 
 bool sim_fault_active(const sim_fault *x, int iter) {

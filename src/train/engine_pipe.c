@@ -2,6 +2,7 @@
  * TP ranks on threads or MPI ranks); it records each step's measured iteration time and bubble, and at the
  * end reports them next to the simulator's prediction from costs profiled in the same run, with
  * the last step's trace and picture. Not here: the executor (run/), the loop (trainer.c). */
+#include "optim/async_fix.h"
 #include "train/engine.h"
 #include "sim/sim.h"
 #include "trace/svg.h"
@@ -102,7 +103,9 @@ static void pipe_print_memory(const pipe_engine *p) {
     if (R > MEM_LINE_RANKS)
         printf(" the largest of %d ranks %.1f/%.1f/%.1f/%.1f", R, mx.params / 1e6, mx.grads / 1e6,
                mx.optim / 1e6, mx.acts / 1e6);
-    printf("%s\n", p->pl->o.zero ? " (--zero 1: moments sharded)" : "");
+    printf("%s%s\n", p->pl->o.zero ? " (--zero 1: moments sharded)" : "",
+           gpt_default_precision() == NN_BF16 ? " (bf16: params are the one fp32 copy, the master weights, "
+           "rounded to bf16 as the matmuls pack them; activations hold bf16 sets and one block's fp32 work area)" : "");
 }
 
 /* "pipeline: <schedule>, P stages x D replicas, ..." and the memory line (the run header's). */
@@ -112,9 +115,12 @@ static void pipe_describe(const train_engine *e) {
     if (p->pl->o.wire == PT_WIRE_BF16 || p->pl->o.wire == PT_WIRE_F16)
         snprintf(wire, sizeof wire, "; wire %s (messages between stages in 16 bits: lossy)",
                  pt_wire_name(p->pl->o.wire));
-    printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences, %s transport; "
+    char chunks[64] = "";
+    if (p->pl->s->seq_chunks > 1)
+        snprintf(chunks, sizeof chunks, " in %d sequence chunks", p->pl->s->seq_chunks);
+    printf("pipeline: %s, %d stages x %d replicas x tp %d, %d microbatches of %d sequences%s, %s transport; "
            "activations %.2f MB on the busiest rank%s%s%s%s%s%s\n", p->pl->s->name, p->pl->o.P, p->pl->o.D,
-           p->pl->lo.tp, p->pl->s->n_mb, p->pl->mb_rows, p->o.world ? "mpi" : "threads",
+           p->pl->lo.tp, p->pl->s->n_mb / p->pl->s->seq_chunks, p->pl->mb_rows, chunks, p->o.world ? "mpi" : "threads",
            run_job_act_bytes(p->job) / 1e6, p->o.ro.recompute ? " (recomputing)" : "",
            !p->pl->o.tp_recompute ? "" : p->pl->o.tp_sp ? " (blocks keep their rows of x and res2, rebuilt before B "
            "with two all-gathers)" : " (blocks keep x and res2, rebuilt before B without all-reduces)",
@@ -122,6 +128,7 @@ static void pipe_describe(const train_engine *e) {
            p->pl->o.tp_sp ? "; sequence parallel (each TP rank holds 1/tp of the rows between layers and stages)" : "",
            p->pl->o.no_overlap ? "; reduction after each rank's schedule" : "",
            wire);
+    if (p->pl->o.async_fix) printf("asynchronous: --async-fix %s (docs/async.md)\n", async_fix_name(p->pl->o.async_fix));
     pipe_print_memory(p);
     if (p->pl->o.dp_sync > 1)   /* docs/async.md */
         printf("replicas: each steps alone, every %d steps (and at the last) their change averaged in one all-reduce "
@@ -285,7 +292,8 @@ static cJSON *pipe_layout(const train_engine *e) {
     cJSON_AddNumberToObject(o, "dp", p->pl->o.D);
     cJSON_AddNumberToObject(o, "tp", p->pl->lo.tp);
     cJSON_AddStringToObject(o, "schedule", p->pl->s->name);
-    cJSON_AddNumberToObject(o, "microbatches", p->pl->s->n_mb);
+    cJSON_AddNumberToObject(o, "microbatches", p->pl->s->n_mb / p->pl->s->seq_chunks);
+    if (p->pl->s->seq_chunks > 1) cJSON_AddNumberToObject(o, "seq_chunks", p->pl->s->seq_chunks);
     cJSON_AddNumberToObject(o, "microbatch_rows", p->pl->mb_rows);
     for (int c = 0; c < lo->K; c++)   /* transformer blocks per chunk (the layout's split) */
         cJSON_AddItemToArray(split, cJSON_CreateNumber(lo->chunk_blocks[c]));
@@ -295,6 +303,7 @@ static cJSON *pipe_layout(const train_engine *e) {
     if (p->pl->o.tp_overlap) cJSON_AddTrueToObject(o, "tp_overlap");
     if (p->pl->o.tp_recompute) cJSON_AddTrueToObject(o, "tp_recompute");
     if (p->pl->o.tp_sp) cJSON_AddTrueToObject(o, "sp");
+    if (p->pl->o.async_fix) cJSON_AddStringToObject(o, "async_fix", async_fix_name(p->pl->o.async_fix));
     cJSON_AddNumberToObject(o, "zero", p->pl->o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl->o.no_overlap);
     if (p->pl->o.dp_sync > 1) {   /* --dp-sync (docs/async.md) */

@@ -57,7 +57,7 @@ static int grad_pipelined(const train_grad_opts *a, const gpt_config *cfg, const
     res->loss = st.loss;
     res->n_grads = gpt_param_count(&m);
     snprintf(res->schedule, sizeof res->schedule, "%s", pl.s->name);
-    res->P = pl.o.P, res->D = pl.o.D, res->tp = pl.lo.tp, res->n_mb = pl.s->n_mb;
+    res->P = pl.o.P, res->D = pl.o.D, res->tp = pl.lo.tp, res->n_mb = pl.s->n_mb / pl.s->seq_chunks;
     gpt_free(&m);
     run_job_free(j);
     run_source_free(&src);

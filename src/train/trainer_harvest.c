@@ -1,7 +1,7 @@
 /* The trainer's side work (src/harvest, docs/harvesting.md): the harvester and its tasks made
  * from the options and checked before the engine starts (its wait hook goes into the job's
  * options), the HARVEST hook (the step's side work measured, predictions updated, the metrics
- * keys bubble_s, side_s, side_cpu_s, side_overrun_s, side_steps, side_sync_s, the tasks' notes as
+ * keys bubble_s, side_s, side_cpu_s, side_overrun_s, side_steps, side_sync_s, wait_idle_s, the tasks' notes as
  * "side_task" events), the EVALUATE hook (held-out loss of every K-th step's weights: a
  * snapshot evaluated in later bubbles, reported as eval_loss with eval_step), and the end's
  * summary. Not here: the policy and the tasks (harvest/), the loop (trainer.c). */
@@ -127,6 +127,7 @@ int train_hook_side(train_ctx *t, long step, const train_step_stats *st, void *u
     if (harvest_after_step(sd->h, tl, t->o.world, &hs) < 0) return pt_adderr("step %ld: side work: ", step);
     double bubble = st->bubble > 0 ? st->bubble * t->o.ro.P * t->o.ro.D * st->iter_time : 0;
     sd->bubble_s += bubble;
+    sd->wait_idle_s += hs.idle_s;
     sd->side_s += hs.side_s;
     sd->side_cpu_s += hs.side_cpu_s;
     sd->overrun_s += hs.overrun_s;
@@ -295,17 +296,20 @@ void train_side_end(train_ctx *t) {
     if (!sd->h || !t->root || sd->n_steps == 0) return;
     harvest_stats tot;
     harvest_run_totals(sd->h, &tot);
-    double wall = pt_now() - t->t_start, frac = sd->bubble_s > 0 ? sd->side_cpu_s / sd->bubble_s : 0;
+    /* The fraction harvested: the CPU side work received over the idle of the waits offered to
+     * it (wait_idle_s; bubble_s leaves out the reductions' and the STEP's waits, which side work
+     * uses too). One definition everywhere: here, the summary event, the report, bench_harvest. */
+    double wall = pt_now() - t->t_start, frac = sd->wait_idle_s > 0 ? sd->side_cpu_s / sd->wait_idle_s : 0;
     double delay = sd->step_s > 0 ? (sd->overrun_s + sd->sync_s + sd->eval_sync_s) / sd->step_s : 0;
     char lost[400];
     side_lost_line(&tot, lost, sizeof lost);
     if (train_engine_job(t->e))
-        printf("side work: %.3f s of CPU in the ranks' %.3f s of bubble (%.1f%% harvested; unused by "
-               "its %.3f s of steps, %.3f s inside the waits' %.3f s idle: %s) in %ld steps (%ld of %ld "
-               "waits used); overrun %.4f s, at step boundaries %.4f s: the main job waited about "
-               "%.2f%% of its %.2f s of steps for side work\n", sd->side_cpu_s, sd->bubble_s,
-               100 * frac, sd->side_s, tot.used_s, tot.idle_s, lost[0] ? lost : "none", sd->steps,
-               sd->used, sd->offered, sd->overrun_s, sd->sync_s + sd->eval_sync_s, 100 * delay,
+        printf("side work: %.3f s of CPU in the ranks' %.3f s of waits offered to it (%.1f%% harvested; "
+               "unused by its %.3f s of steps, %.3f s inside the waits: %s) in %ld steps (%ld of %ld waits "
+               "used; bubble_s %.3f s); overrun %.4f s, at step boundaries %.4f s: the main job waited "
+               "about %.2f%% of its %.2f s of steps for side work\n", sd->side_cpu_s, sd->wait_idle_s,
+               100 * frac, sd->side_s, tot.used_s, lost[0] ? lost : "none", sd->steps, sd->used, sd->offered,
+               sd->bubble_s, sd->overrun_s, sd->sync_s + sd->eval_sync_s, 100 * delay,
                sd->step_s);
     if (train_engine_job(t->e) && sd->rested > 0) {
         char cost[64] = "not measured yet";
@@ -316,8 +320,8 @@ void train_side_end(train_ctx *t) {
     for (int i = 0; i < harvest_count(sd->h) && train_engine_job(t->e); i++) side_task_line(t, i, wall);
     cJSON *o = cJSON_CreateObject();
     char msg[240];
-    snprintf(msg, sizeof msg, "side work: %.1f%% of the ranks' %.3f s of bubble harvested (CPU "
-             "received), main job waited %.2f%%", 100 * frac, sd->bubble_s, 100 * delay);
+    snprintf(msg, sizeof msg, "side work: %.1f%% of the ranks' %.3f s of waits offered to it harvested "
+             "(CPU received), main job waited %.2f%%", 100 * frac, sd->wait_idle_s, 100 * delay);
     cJSON_AddStringToObject(o, "message", msg);
     cJSON_AddStringToObject(o, "what", "summary");
     cJSON_AddNumberToObject(o, "bubble_s", sd->bubble_s);
@@ -325,7 +329,7 @@ void train_side_end(train_ctx *t) {
     cJSON_AddNumberToObject(o, "side_cpu_s", sd->side_cpu_s);
     cJSON_AddNumberToObject(o, "side_overrun_s", sd->overrun_s);
     cJSON_AddNumberToObject(o, "side_sync_s", sd->sync_s + sd->eval_sync_s);
-    cJSON_AddNumberToObject(o, "wait_idle_s", tot.idle_s);
+    cJSON_AddNumberToObject(o, "wait_idle_s", sd->wait_idle_s);
     cJSON_AddNumberToObject(o, "harvested_fraction", frac);
     train_report_event(t, "side_task", t->o.steps, o);
 }

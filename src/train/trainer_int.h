@@ -33,7 +33,7 @@ typedef struct {
 typedef struct {
     harvest *h;             /* NULL: no side work */
     harvest_eval *ev;       /* --eval-data, or NULL */
-    double bubble_s, side_s, side_cpu_s, overrun_s, sync_s, step_s, eval_sync_s;   /* sums over logged steps */
+    double bubble_s, wait_idle_s, side_s, side_cpu_s, overrun_s, sync_s, step_s, eval_sync_s;   /* sums over logged steps */
     long steps, offered, used, n_steps, rested;
     double slow;        /* the harvester's last estimate of side work's cost to a step (NaN: none) */
 } train_side;

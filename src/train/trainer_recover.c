@@ -5,12 +5,15 @@
  * writer and the restore (src/ckpt/snapshot*.c), the supervisor that restarts (src/launch). */
 #include "train/trainer_int.h"
 #include "ckpt/snapshot.h"
+#include "comm/comm.h"
 #include "run/executor.h"
 #include "util/killat.h"
 #include "util/pt.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Generations each rank keeps: the newest may be half a step ahead of another rank's, and one of
  * those may be damaged; three leave a step every rank has in both cases. */
@@ -21,6 +24,16 @@ struct train_recover {
     run_exec **ex;          /* [n] pipelined: the local ranks' executors; NULL: one process */
     int n;
     double step_s;          /* seconds of the steps run (the overhead's denominator) */
+    /* a helper takes the copies of local ranks [half, n) at a boundary while the trainer's
+     * thread takes [0, half): at a step boundary every rank thread is idle, so with a second
+     * core the copies cost half the wall time (started when n > 1 and there are 2+ cores) */
+    pthread_t help;
+    int has_help, half, help_go, help_done, help_stop, help_rc;
+    train_ctx *help_t;
+    const ckpt_manifest *help_man;
+    char help_err[512];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 };
 
 /* World ranks of the job (1: one process). */
@@ -58,8 +71,19 @@ static int snap_manifest(train_ctx *t, long step, ckpt_manifest *man) {
         return ckpt_manifest_set_layout(man, 1, 1, 1, 1, NULL, cf);
     }
     man->adam_t = (int)step;   /* as the pipelined engine's save: one AdamW step per step */
+    if (pl->o.zero && ckpt_manifest_set_shards(man, run_layout_ranks(&pl->lo)) < 0) return -1;
+    man->tp = pl->lo.tp;
     return ckpt_manifest_set_layout(man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
                                     pl->s->name, pl->lo.chunk_first);
+}
+
+/* --zero 1: the moment slices the rank updates, as its shard file. */
+static int snap_take_shard(ckpt_snap *sn, run_exec *ex) {
+    ckpt_slice *sl = NULL;
+    int n = run_exec_moment_slices(ex, -1, &sl);
+    int rc = n < 0 ? -1 : ckpt_snap_stage_shard(sn, sl, n);
+    free(sl);
+    return rc;
 }
 
 /* Local rank r's chunks into its snapshot (when its writer is idle), handed over as `step`. */
@@ -71,15 +95,61 @@ static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
         rcode = ckpt_snap_stage(rc->snap[r], 0, 0, gpt_num_layers(&t->m), &t->m, &t->opt);
     } else {
         const run_plan *pl = train_engine_plan(t->e);
+        int d, p, tr;
+        run_exec_coords(rc->ex[r], &d, &p, &tr);
         for (int g = 0; g < pl->s->n_stages && rcode == 0; g++) {
             const gpt_model *m;
             const adamw_state *opt;
             int c, first, end;
-            if (run_exec_stage_state(rc->ex[r], g, &m, &opt, &c, &first, &end) == 0)
-                rcode = ckpt_snap_stage(rc->snap[r], c, first, end, m, opt);
+            /* --zero 0: a stage copy without moments is not its chunk's home, which has them */
+            if (run_exec_stage_state(rc->ex[r], g, &m, &opt, &c, &first, &end) == 0 && (opt || pl->o.zero))
+                rcode = ckpt_snap_stage_tp(rc->snap[r], c, first, end, m, pl->o.zero ? NULL : opt, tr, pl->lo.tp);
         }
+        if (rcode == 0 && pl->o.zero) rcode = snap_take_shard(rc->snap[r], rc->ex[r]);
     }
     if (rcode == 0) ckpt_snap_commit(rc->snap[r], man);
+    return rcode;
+}
+
+static void *help_main(void *arg) {
+    struct train_recover *rc = arg;
+    pthread_mutex_lock(&rc->mu);
+    for (;;) {
+        while (!rc->help_go && !rc->help_stop) pthread_cond_wait(&rc->cv, &rc->mu);
+        if (rc->help_stop) break;
+        rc->help_go = 0;
+        pthread_mutex_unlock(&rc->mu);
+        int rcode = 0;
+        for (int r = rc->half; r < rc->n && rcode == 0; r++) rcode = snap_take(rc->help_t, r, rc->help_man);
+        pthread_mutex_lock(&rc->mu);
+        rc->help_rc = rcode;
+        if (rcode < 0) snprintf(rc->help_err, sizeof rc->help_err, "%s", pt_err());
+        rc->help_done = 1;
+        pthread_cond_broadcast(&rc->cv);
+    }
+    pthread_mutex_unlock(&rc->mu);
+    return NULL;
+}
+
+/* Every local rank's snapshot taken as generation man->step: half of them by the helper. */
+static int take_all(train_ctx *t, const ckpt_manifest *man) {
+    struct train_recover *rc = t->recover;
+    int rcode = 0, half = rc->has_help ? rc->half : rc->n;
+    if (rc->has_help) {
+        pthread_mutex_lock(&rc->mu);
+        rc->help_t = t;
+        rc->help_man = man;
+        rc->help_done = 0;
+        rc->help_go = 1;
+        pthread_cond_broadcast(&rc->cv);
+        pthread_mutex_unlock(&rc->mu);
+    }
+    for (int r = 0; r < half && rcode == 0; r++) rcode = snap_take(t, r, man);
+    if (!rc->has_help) return rcode;
+    pthread_mutex_lock(&rc->mu);
+    while (!rc->help_done) pthread_cond_wait(&rc->cv, &rc->mu);
+    if (rcode == 0 && rc->help_rc < 0) rcode = pt_seterr("%s", rc->help_err);
+    pthread_mutex_unlock(&rc->mu);
     return rcode;
 }
 
@@ -89,9 +159,7 @@ int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, voi
     rc->step_s += st->step_time;
     if (o->snapshot_every > 0 && (step % o->snapshot_every == 0 || step == o->steps)) {
         ckpt_manifest man;
-        if (snap_manifest(t, step, &man) < 0) return -1;
-        for (int r = 0; r < rc->n; r++)
-            if (snap_take(t, r, &man) < 0) return -1;
+        if (snap_manifest(t, step, &man) < 0 || take_all(t, &man) < 0) return -1;
     }
     /* after the take: a heartbeat of step S says every generation before S is written (the take
      * waited for them), so a rank that dies in its writer is never more than one step behind */
@@ -104,11 +172,41 @@ static int check_snapshot(train_ctx *t) {
     const run_plan *pl = train_engine_plan(t->e);
     if (t->o.snapshot_every < 0) return pt_seterr("--snapshot-every %d: give K >= 1 (a snapshot every K steps)",
                                                   t->o.snapshot_every);
-    if (pl && pl->lo.tp > 1) return pt_seterr("--snapshot-every with --tp %d: TP shards are not snapshotted "
-                                              "yet; use --save checkpoints", pl->lo.tp);
-    if (pl && pl->o.zero) return pt_seterr("--snapshot-every with --zero 1: sharded moments are not "
-                                           "snapshotted yet; use --zero 0");
+    if (pl && pl->lo.tp > 1 && pl->o.zero)
+        return pt_seterr("--snapshot-every with --tp %d and --zero 1: moment slices of TP shards are not "
+                         "snapshotted yet; use --zero 0 (or --save checkpoints)", pl->lo.tp);
     return 0;
+}
+
+/* MPI, where no replica on another host holds what a rank holds (--dp 1, or --zero 1's moment
+ * slices): every rank listens for peer copies, the addresses go round (a sum over the world of
+ * a table each rank fills its row of), and each rank sends its generations to the first rank
+ * after it (world order, wrapping) on another host: the next stage's, when stages span hosts.
+ * One host only: nothing to send. A collective: every rank calls it alike. */
+static int peer_setup(train_ctx *t, struct train_recover *rc) {
+    const run_plan *pl = train_engine_plan(t->e);
+    comm *w = t->o.world;
+    if (!w || !pl || rc->n != 1 || (pl->o.D > 1 && !pl->o.zero)) return 0;
+    int R = run_layout_ranks(&pl->lo), me = run_exec_world_rank(rc->ex[0]);
+    double *v = pt_calloc((size_t)(2 * R), sizeof *v);
+    uint32_t addr = 0;
+    int port = 0;
+    if (ckpt_snap_peer_listen(rc->snap[0], &addr, &port) == 0) {
+        v[2 * me] = addr;
+        v[2 * me + 1] = port;
+    } else {
+        fprintf(stderr, "pipetrain: warning: %s (rank %d's generations stay on its host only)\n", pt_err(), me);
+    }
+    int rcode = comm_allreduce_f64(w, v, (size_t)(2 * R));
+    for (int k = 1; k < R && rcode == 0 && port; k++) {
+        int q = (me + k) % R;
+        if (v[2 * q + 1] > 0 && (uint32_t)v[2 * q] != addr) {
+            rcode = ckpt_snap_peer_send_to(rc->snap[0], (uint32_t)v[2 * q], (int)v[2 * q + 1], q);
+            break;
+        }
+    }
+    free(v);
+    return rcode;
 }
 
 int train_recover_init(train_ctx *t) {
@@ -120,6 +218,8 @@ int train_recover_init(train_ctx *t) {
     if (!o->snapshot_dir) return 0;
     if (check_snapshot(t) < 0) return -1;
     struct train_recover *rc = pt_calloc(1, sizeof *rc);
+    pthread_mutex_init(&rc->mu, NULL);
+    pthread_cond_init(&rc->cv, NULL);
     t->recover = rc;
     run_job *j = train_engine_job(t->e);
     rc->n = j ? run_job_local_count(j) : 1;
@@ -129,7 +229,11 @@ int train_recover_init(train_ctx *t) {
         if (j) rc->ex[r] = run_job_local_exec(j, r);
         if (ckpt_snap_open(&rc->snap[r], o->snapshot_dir, j ? run_exec_world_rank(rc->ex[r]) : 0, SNAP_KEEP) < 0) return -1;
     }
-    return 0;
+    if (o->snapshot_every && rc->n > 1 && sysconf(_SC_NPROCESSORS_ONLN) > 1) {
+        rc->half = (rc->n + 1) / 2;
+        rc->has_help = pthread_create(&rc->help, NULL, help_main, rc) == 0;
+    }
+    return o->snapshot_every ? peer_setup(t, rc) : 0;
 }
 
 void train_recover_end(train_ctx *t) {
@@ -138,19 +242,37 @@ void train_recover_end(train_ctx *t) {
     ckpt_snap_stats s;
     ckpt_snap_get_stats(rc->snap[0], &s);
     if (t->root)
-        printf("snapshots (rank %d of %d here): %ld taken, copies %.2f ms each, %ld waits for the writer "
-               "(%.1f ms in all): %.2f%% of the steps' time; writer %.1f ms per generation, %.1f ms of CPU (off the "
-               "compute path)\n",
+        printf("snapshots (rank %d of %d here): %ld taken, copies %.2f ms each (the first, making the files: "
+               "%.1f ms), %ld waits for the writer (%.1f ms in all): %.2f%% of the steps' time; writer %.1f ms "
+               "per generation, %.2f ms of CPU (off the compute path)\n",
                rc->ex ? run_exec_world_rank(rc->ex[0]) : 0, rc->n, s.taken,
-               s.taken ? s.copy_s / (double)s.taken * 1e3 : 0, s.waits, s.wait_s * 1e3,
+               s.taken > 1 ? (s.copy_s - s.first_copy_s) / (double)(s.taken - 1) * 1e3 : 0,
+               s.first_copy_s * 1e3, s.waits, s.wait_s * 1e3,
                rc->step_s > 0 ? (s.copy_s + s.wait_s) / rc->step_s * 100 : 0,
                s.written ? s.write_s / (double)s.written * 1e3 : 0,
                s.written ? s.write_cpu_s / (double)s.written * 1e3 : 0);
+    long sent = s.peer_sent + s.peer_failed;
+    if (t->root && s.peer_rank >= 0)
+        printf("snapshot peer copies (rank %d to rank %d, on another host): %ld sent, %ld skipped (a newer one came), "
+               "%ld failed, %.1f ms and %.2f ms of CPU each; held here for others: %ld, %ld dropped, %.2f ms of CPU "
+               "each (off the compute path)\n", rc->ex ? run_exec_world_rank(rc->ex[0]) : 0,
+               s.peer_rank, s.peer_sent, s.peer_skipped, s.peer_failed, sent ? s.peer_send_s / (double)sent * 1e3 : 0,
+               sent ? s.peer_send_cpu_s / (double)sent * 1e3 : 0, s.peer_received, s.peer_dropped,
+               s.peer_received + s.peer_dropped ? s.peer_recv_cpu_s / (double)(s.peer_received + s.peer_dropped) * 1e3 : 0);
 }
 
 void train_recover_free(train_ctx *t) {
     struct train_recover *rc = t->recover;
     if (!rc) return;
+    if (rc->has_help) {
+        pthread_mutex_lock(&rc->mu);
+        rc->help_stop = 1;
+        pthread_cond_broadcast(&rc->cv);
+        pthread_mutex_unlock(&rc->mu);
+        pthread_join(rc->help, NULL);
+    }
+    pthread_mutex_destroy(&rc->mu);
+    pthread_cond_destroy(&rc->cv);
     for (int r = 0; r < rc->n; r++)
         if (ckpt_snap_close(rc->snap[r]) < 0) fprintf(stderr, "warning: snapshot: %s\n", pt_err());
     free(rc->snap);

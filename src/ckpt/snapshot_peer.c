@@ -1,0 +1,401 @@
+/* Snapshots' peer copy (snapshot_int.h): each written generation of a rank also goes, over a TCP
+ * connection of its own (not the job's communicator, so the compute path never waits on it), to
+ * a rank on another host, which keeps it in memory that outlives its own process:
+ * ROOT/rank-<holder>/peer-<origin>/gen-<step>/, the origin's files and snap.json as they are. A
+ * sender thread sends the newest generation written (one still being sent when a newer one is
+ * written: the newer one next, those between skipped); a receiver thread per connection checks
+ * each file's sum (a file refilled while it was being sent fails it: that copy is dropped) and
+ * renames the folder into place when whole. For layouts where no replica on another host holds
+ * the same state (--dp 1, --zero 1's moment slices).
+ *
+ * On the wire, per generation: "PTSP", origin rank (int32), step (int64), files (int32), json
+ * bytes (uint32), the json; per file: name bytes (uint16), the name, bytes (uint64), sum64
+ * (uint64), the data. Host byte order: both ends are this program on one kind of machine. */
+#include "ckpt/snapshot_int.h"
+#include "util/pt.h"
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PEER_MAX_CONN 16        /* senders one receiver serves */
+#define PEER_KEEP 3             /* generations kept per origin */
+#define PEER_IO_TIMEOUT_S 10    /* a send or receive that makes no progress this long fails */
+
+struct snap_peer {
+    char dir[1024];             /* root/rank-<me> */
+    int rank;
+    /* receiving */
+    int lfd;                    /* listening socket (-1: none) */
+    pthread_t lth;
+    int n_conn, conn_fd[PEER_MAX_CONN];
+    pthread_t conn_th[PEER_MAX_CONN];
+    /* sending */
+    uint32_t to_addr;
+    int to_port, to_rank, sfd, sending;
+    pthread_t sth;
+    /* the newest generation offered, not yet taken by the sender */
+    long pend_step;             /* 0: none */
+    char *pend_json;
+    snap_peer_file pend_f[CKPT_SNAP_PIECES];
+    int pend_n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    snap_peer_stats st;
+};
+
+snap_peer *snap_peer_new(const char *rank_dir, int rank) {
+    snap_peer *p = pt_calloc(1, sizeof *p);
+    snprintf(p->dir, sizeof p->dir, "%s", rank_dir);
+    p->rank = rank;
+    p->lfd = p->sfd = -1;
+    p->st.peer_rank = -1;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    return p;
+}
+
+/* The first IPv4 address of this host that is not loopback (host order), or loopback. */
+static uint32_t host_addr(void) {
+    struct ifaddrs *ifa, *i;
+    uint32_t a = INADDR_LOOPBACK;
+    if (getifaddrs(&ifa) < 0) return a;
+    for (i = ifa; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+            uint32_t x = ntohl(((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr);
+            if ((x >> 24) != 127) { a = x; break; }
+        }
+    freeifaddrs(ifa);
+    return a;
+}
+
+/* CPU seconds this thread has used (what the copy takes from the cores, whatever the load). */
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void set_timeouts(int fd) {
+    struct timeval tv = { .tv_sec = PEER_IO_TIMEOUT_S };
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+static int read_all(int fd, void *buf, size_t n) {
+    for (size_t got = 0; got < n;) {
+        ssize_t k = recv(fd, (char *)buf + got, n - got, 0);
+        if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; }
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+    for (size_t put = 0; put < n;) {
+        ssize_t k = send(fd, (const char *)buf + put, n - put, MSG_NOSIGNAL);
+        if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; }
+        put += (size_t)k;
+    }
+    return 0;
+}
+
+/* ---- receiving ----------------------------------------------------------------------------- */
+
+static int write_file(const char *path, const unsigned char *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fwrite(b, 1, n, f) == n;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Keeps the newest PEER_KEEP generations of an origin's folder. */
+static void peer_prune(const char *odir) {
+    long *steps;
+    int n = snap_list_gens(odir, &steps);
+    for (int i = PEER_KEEP; i < n; i++) {
+        char g[1200];
+        snprintf(g, sizeof g, "%s/gen-%ld", odir, steps[i]);
+        snap_remove_dir(g);
+    }
+    free(steps);
+}
+
+/* n bytes from fd read and dropped (a file that could not be made). 0, or -1. */
+static int recv_drop(int fd, uint64_t n) {
+    char buf[65536];
+    for (uint64_t k; n > 0; n -= k) {
+        k = n < sizeof buf ? n : sizeof buf;
+        if (read_all(fd, buf, (size_t)k) < 0) return -1;
+    }
+    return 0;
+}
+
+/* n bytes from fd straight into file `path` (made, or resized, to n bytes and mapped: a recycled
+ * file's pages are in place, so this is the receive's one copy), *sum theirs. 1, 0 when the
+ * file could not be made (the bytes read and dropped), -1 when the connection failed. */
+static int recv_file(int fd, const char *path, uint64_t n, uint64_t *sum) {
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (f >= 0 && fstat(f, &st) == 0 && ((uint64_t)st.st_size == n || ftruncate(f, (off_t)n) == 0) && n)
+        map = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    if (f >= 0) close(f);
+    if (map == MAP_FAILED) return n == 0 && f >= 0 ? (*sum = snap_sum_mem(NULL, 0), 1) : recv_drop(fd, n) < 0 ? -1 : 0;
+    int rc = read_all(fd, map, n) < 0 ? -1 : 1;
+    if (rc > 0) *sum = snap_sum_mem(map, n);
+    munmap(map, n);
+    return rc;
+}
+
+/* The folder a generation of origin folder odir is received into, tmp: the oldest of
+ * PEER_KEEP generations there renamed (its files' pages reused), else a new one. */
+static int recv_folder(const char *odir, const char *tmp) {
+    long *steps;
+    int n = snap_list_gens(odir, &steps), rc = -1;
+    if (n >= PEER_KEEP) {
+        char old[1300];
+        snprintf(old, sizeof old, "%s/gen-%ld", odir, steps[n - 1]);
+        rc = rename(old, tmp);
+    }
+    free(steps);
+    return rc == 0 || mkdir(tmp, 0755) == 0 ? 0 : -1;
+}
+
+/* One generation from fd into odir/gen-<step>. 1 kept, 0 dropped (a sum that does not match, a
+ * file that could not be made), -1 the connection ended or failed. */
+static int recv_gen(snap_peer *p, int fd, char *odir, size_t odir_n) {
+    char magic[4];
+    int32_t origin, nf;
+    int64_t step;
+    uint32_t jl;
+    if (read_all(fd, magic, 4) < 0 || memcmp(magic, "PTSP", 4) || read_all(fd, &origin, 4) < 0 ||
+        read_all(fd, &step, 8) < 0 || read_all(fd, &nf, 4) < 0 || read_all(fd, &jl, 4) < 0 ||
+        nf < 0 || nf > CKPT_SNAP_PIECES || jl > (1u << 24) || origin < 0) return -1;
+    char *json = pt_malloc(jl + 1), tmp[1300], path[1500];
+    int rc = read_all(fd, json, jl) < 0 ? -1 : 1;
+    json[jl] = 0;
+    snprintf(odir, odir_n, "%s/peer-%d", p->dir, (int)origin);
+    snprintf(tmp, sizeof tmp, "%s/gen-%ld.tmp.%ld", odir, (long)step, (long)getpid());
+    mkdir(odir, 0755);
+    snap_remove_dir(tmp);
+    if (rc > 0 && recv_folder(odir, tmp) < 0) rc = 0;   /* read on, keep nothing */
+    for (int i = 0; i < nf && rc >= 0; i++) {
+        uint16_t nl;
+        uint64_t bytes, sum, got = 0;
+        char name[65];
+        if (read_all(fd, &nl, 2) < 0 || nl == 0 || nl > 64 || read_all(fd, name, nl) < 0 ||
+            read_all(fd, &bytes, 8) < 0 || read_all(fd, &sum, 8) < 0 || bytes > (1ull << 40)) { rc = -1; break; }
+        name[nl] = 0;
+        snprintf(path, sizeof path, "%s/%s", tmp, name);
+        int r = rc > 0 && !strchr(name, '/') ? recv_file(fd, path, bytes, &got) : recv_drop(fd, bytes) < 0 ? -1 : 0;
+        if (r < 0) rc = -1;
+        else if (r == 0 || got != sum) rc = 0;   /* refilled while it was sent */
+    }
+    snprintf(path, sizeof path, "%s/snap.json", tmp);
+    if (rc > 0 && write_file(path, (unsigned char *)json, jl) < 0) rc = 0;
+    free(json);
+    char fin[1300];
+    snprintf(fin, sizeof fin, "%s/gen-%ld", odir, (long)step);
+    if (rc > 0) {
+        snap_remove_dir(fin);
+        if (rename(tmp, fin) < 0) rc = 0;
+    }
+    if (rc <= 0) snap_remove_dir(tmp);
+    else peer_prune(odir);
+    return rc;
+}
+
+static void *conn_main(void *arg) {
+    int *fdp = arg;
+    snap_peer *p = *(snap_peer **)(fdp + 2);
+    int fd = fdp[0], rc;
+    char odir[1100];
+    double c0 = thread_cpu_s();
+    while ((rc = recv_gen(p, fd, odir, sizeof odir)) >= 0) {
+        double c1 = thread_cpu_s();
+        pthread_mutex_lock(&p->mu);
+        if (rc > 0) p->st.received++; else p->st.dropped++;
+        p->st.recv_cpu_s += c1 - c0;
+        c0 = c1;
+        pthread_mutex_unlock(&p->mu);
+    }
+    free(fdp);
+    return NULL;
+}
+
+static void *listen_main(void *arg) {
+    snap_peer *p = arg;
+    for (;;) {
+        int fd = accept(p->lfd, NULL, NULL);
+        if (fd < 0) { if (errno == EINTR || errno == ECONNABORTED) continue; break; }   /* closed: stop */
+        pthread_mutex_lock(&p->mu);
+        if (p->stop || p->n_conn == PEER_MAX_CONN) { pthread_mutex_unlock(&p->mu); close(fd); continue; }
+        /* the thread's argument: fd, then the peer pointer (freed by the thread) */
+        int *a = pt_malloc(2 * sizeof(int) + sizeof(snap_peer *));
+        a[0] = fd;
+        *(snap_peer **)(a + 2) = p;
+        p->conn_fd[p->n_conn] = fd;
+        pthread_create(&p->conn_th[p->n_conn++], NULL, conn_main, a);
+        pthread_mutex_unlock(&p->mu);
+    }
+    return NULL;
+}
+
+/* The half-received generations an earlier process left in the peer folders of p's rank. */
+static void peer_clean(const snap_peer *p) {
+    DIR *d = opendir(p->dir);
+    struct dirent *e;
+    char pd[1400];
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, "peer-", 5)) {
+            snprintf(pd, sizeof pd, "%s/%s", p->dir, e->d_name);
+            snap_clean_tmp(pd);
+        }
+    if (d) closedir(d);
+}
+
+int snap_peer_listen(snap_peer *p, uint32_t *addr, int *port) {
+    peer_clean(p);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, PEER_MAX_CONN) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+        if (fd >= 0) close(fd);
+        return pt_seterr("snapshot peer copy of rank %d: cannot listen on a TCP port: %s", p->rank, strerror(errno));
+    }
+    p->lfd = fd;
+    *addr = host_addr();
+    *port = ntohs(sa.sin_port);
+    pthread_create(&p->lth, NULL, listen_main, p);
+    return 0;
+}
+
+/* ---- sending ------------------------------------------------------------------------------- */
+
+static int send_connect(snap_peer *p) {
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)p->to_port),
+                              .sin_addr.s_addr = htonl(p->to_addr) };
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0) return -1;
+    set_timeouts(fd);
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) { close(fd); return -1; }
+    p->sfd = fd;
+    return 0;
+}
+
+static int send_gen(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n) {
+    int32_t origin = p->rank, nf = n;
+    int64_t st = step;
+    uint32_t jl = (uint32_t)strlen(json);
+    if (p->sfd < 0 && send_connect(p) < 0) return -1;
+    int fd = p->sfd;
+    int rc = write_all(fd, "PTSP", 4) | write_all(fd, &origin, 4) | write_all(fd, &st, 8) | write_all(fd, &nf, 4) |
+             write_all(fd, &jl, 4) | write_all(fd, json, jl);
+    for (int i = 0; i < n && rc == 0; i++) {
+        uint16_t nl = (uint16_t)strlen(f[i].name);
+        uint64_t bytes = f[i].bytes, sum = f[i].sum;
+        rc = write_all(fd, &nl, 2) | write_all(fd, f[i].name, nl) | write_all(fd, &bytes, 8) |
+             write_all(fd, &sum, 8) | write_all(fd, f[i].map, f[i].bytes);
+    }
+    if (rc < 0) { close(p->sfd); p->sfd = -1; }   /* the next generation connects again */
+    return rc;
+}
+
+static void *send_main(void *arg) {
+    snap_peer *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->pend_step && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop) break;
+        long step = p->pend_step;
+        char *json = p->pend_json;
+        snap_peer_file f[CKPT_SNAP_PIECES];
+        int n = p->pend_n;
+        memcpy(f, p->pend_f, sizeof f);
+        p->pend_step = 0;
+        p->pend_json = NULL;
+        p->sending = 1;
+        pthread_mutex_unlock(&p->mu);
+        double t0 = pt_now(), c0 = thread_cpu_s();
+        int rc = send_gen(p, step, json, f, n);
+        free(json);
+        double c1 = thread_cpu_s();
+        pthread_mutex_lock(&p->mu);
+        p->sending = 0;
+        p->st.send_s += pt_now() - t0;
+        p->st.send_cpu_s += c1 - c0;
+        if (rc == 0) p->st.sent++; else p->st.failed++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int snap_peer_send_to(snap_peer *p, uint32_t addr, int port, int peer_rank) {
+    p->to_addr = addr;
+    p->to_port = port;
+    p->to_rank = peer_rank;
+    p->st.peer_rank = peer_rank;
+    pthread_create(&p->sth, NULL, send_main, p);
+    return 0;
+}
+
+void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n) {
+    if (!p || !p->to_port) return;
+    pthread_mutex_lock(&p->mu);
+    if (p->pend_step) p->st.skipped++;   /* the sender is still at an older one: this replaces the waiting one */
+    free(p->pend_json);
+    p->pend_json = pt_malloc(strlen(json) + 1);
+    strcpy(p->pend_json, json);
+    memcpy(p->pend_f, f, sizeof *f * (size_t)n);
+    p->pend_n = n;
+    p->pend_step = step;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void snap_peer_get_stats(snap_peer *p, snap_peer_stats *out) {
+    pthread_mutex_lock(&p->mu);
+    *out = p->st;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void snap_peer_free(snap_peer *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    if (p->to_port) pthread_join(p->sth, NULL);
+    if (p->sfd >= 0) close(p->sfd);
+    if (p->lfd >= 0) {
+        shutdown(p->lfd, SHUT_RDWR);   /* wakes accept */
+        pthread_join(p->lth, NULL);
+        close(p->lfd);
+        for (int i = 0; i < p->n_conn; i++) {   /* wakes a receive; the sender's end may live on */
+            shutdown(p->conn_fd[i], SHUT_RDWR);
+            pthread_join(p->conn_th[i], NULL);
+            close(p->conn_fd[i]);
+        }
+    }
+    free(p->pend_json);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The snapshots' peer copy (docs/recovery.md): 2 stages x 1 replica over Open MPI on two namespace
+# hosts (tools/hosts.sh) and a spare: no replica holds rank 1's stage elsewhere, so each rank sends
+# its generations to a rank on the other host (SNAP/rank-0/peer-1/ holds rank 1's). Host 1 lost
+# (its link down, its processes killed, its memory gone: its rank's snapshot folder removed): the
+# supervisor takes the spare and restores from the peer copy at host 0, not from the start, and the
+# run ends with the loss of an uninterrupted run bitwise (the same layout). Bounded (the run 120 s),
+# cleans up its hosts; skips where namespaces cannot be made.
+. tests/lib.sh
+H=tools/hosts.sh
+export PT_HOSTS="rcv$(($$ % 1000))" PT_HOSTS_TIMEOUT=120
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+if ! why=$($H check 2>&1); then ok "recover peer: skipped: $why"; done_tests; fi
+D=$TEST_TMP/recover_peer
+SNAP=/dev/shm/pt-test-rpeer-$$
+trap '$H down >/dev/null 2>&1; rm -rf "$SNAP"' EXIT
+mkdir -p "$D"
+P=$(realpath "$PIPETRAIN")
+AGENT=$(realpath tools/hosts_agent.sh)
+echo '{"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}' > "$D/cfg.json"
+for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
+args="--config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3 --grad-clip 0.5 --steps 40 --stages 2 --microbatches 2"
+last_loss() { tail -1 "$1" | sed 's/.*"loss":\([0-9.]*\).*/\1/'; }
+mpiargs="--mca plm_rsh_agent $AGENT --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 --bind-to none"
+at_step() {   # at_step K CMD...: once rank 0's heartbeat reaches step K (within 60 s), CMD
+  local k=$1 s; shift
+  for _ in $(seq 1 600); do
+    s=""; [ -f "$SNAP/rank-0/heartbeat" ] && read -r s _ < "$SNAP/rank-0/heartbeat"
+    [ -n "$s" ] && [ "$s" -ge "$k" ] && { "$@"; return; }
+    sleep 0.1
+  done
+}
+host_dies() {   # the peer copies of rank 1 at host 0 must exist by now (a few generations sent)
+  ls -d "$SNAP"/rank-0/peer-1/gen-* > "$D/peer_gens" 2>/dev/null
+  ip -n "${PT_HOSTS}h$1" link set eth0 down; $H kill "$1"; rm -rf "$SNAP/rank-1"
+}
+
+check "recover peer: 3 hosts up" $H up 3
+printf "10.77.0.1 slots=1\n10.77.0.2 slots=1\n10.77.0.3 slots=1\n" > "$D/hf3"
+OPENBLAS_NUM_THREADS=1 "$PIPETRAIN" train $args --metrics "$D/ref.jsonl" > /dev/null 2>&1
+ref=$(last_loss "$D/ref.jsonl")
+
+rm -rf "$SNAP"
+timeout 120 $H exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$PT_HOSTS" \
+  ASAN_OPTIONS="$ASAN_OPTIONS" "$P" launch --np 2 --hostfile "$D/hf3" --spares 1 $mpiargs --snapshot-dir "$SNAP" \
+  -- train $args --snapshot-every 1 --metrics "$D/p.jsonl" > "$D/p.out" 2>&1 < /dev/null &
+lp=$!
+at_step 10 host_dies 1
+wait $lp
+rc=$?
+got=$(last_loss "$D/p.jsonl")
+[ -s "$D/peer_gens" ] && ok "recover peer: rank 1's generations copied to host 0 ($(wc -l < "$D/peer_gens") kept there at step 10)" \
+  || fail "recover peer: rank 1's generations copied to host 0" "no $SNAP/rank-0/peer-1/gen-*"
+if [ $rc = 0 ] && grep -q "spare host 10.77.0.3 takes its place" "$D/p.out" && grep -q '"from":"snapshot"' "$D/p.events.jsonl" \
+   && [ "$got" = "$ref" ] && [ "$(tail -1 "$D/p.jsonl" | sed 's/{"step":\([0-9]*\).*/\1/')" = 40 ]; then
+  ok "recover peer: host 1 lost (--dp 1): restored from the peer copy at host 0, step 40, the final loss bitwise ($(grep -o '"steps_lost":[0-9]*' "$D/p.events.jsonl" | tail -1))"
+else
+  fail "recover peer: host 1 lost (--dp 1)" "rc $rc, loss $got vs $ref: $(grep '^launch' "$D/p.out" | tail -4)"
+fi
+$H down > /dev/null 2>&1
+ip netns list 2>/dev/null | grep -q "^${PT_HOSTS}" && fail "recover peer: nothing left behind" "namespaces remain" \
+  || ok "recover peer: nothing left behind"
+done_tests
