@@ -26,7 +26,8 @@
 # Usage: bench/bench_async.sh [--quick]       (quick: a few steps, one seed: a smoke test)
 # Environment: BENCH_ASYNC_STEPS (150), BENCH_ASYNC_SEEDS (3), BENCH_ASYNC_DELAY_STEPS (32: a whole --dp-sync 32 period),
 # BENCH_ASYNC_HOST_STEPS (150), BENCH_ASYNC_HOST_ROUNDS (2), BENCH_ASYNC_OUTER ("--outer-lr 0.6
-# --outer-momentum 0.5"), BENCH_ASYNC_OUT (build/bench_async), PIPETRAIN.
+# --outer-momentum 0.5"), BENCH_ASYNC_LR (2e-3: every row's peak learning rate), BENCH_ASYNC_OUT
+# (build/bench_async), PIPETRAIN.
 set -u
 cd "$(dirname "$0")/.."
 P=$(realpath "${PIPETRAIN:-build/pipetrain}")
@@ -36,13 +37,14 @@ STEPS=${BENCH_ASYNC_STEPS:-150}; SEEDS=${BENCH_ASYNC_SEEDS:-3}; DSTEPS=${BENCH_A
 HSTEPS=${BENCH_ASYNC_HOST_STEPS:-150}; HROUNDS=${BENCH_ASYNC_HOST_ROUNDS:-2}
 if [ $quick = 1 ]; then STEPS=12; SEEDS=1; DSTEPS=4; HSTEPS=10; HROUNDS=1; fi
 OUTER=${BENCH_ASYNC_OUTER:---outer-lr 0.6 --outer-momentum 0.5}
+LR=${BENCH_ASYNC_LR:-2e-3}
 OUT=$(realpath -m "${BENCH_ASYNC_OUT:-build/bench_async}")
 B=16; T=64; W=10   # batch, sequence, the loss curves' trailing window
 rm -rf "$OUT/runs"; mkdir -p "$OUT/runs"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 isa=$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo other))
 echo "machine: $cpu, $isa, $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "bench_async: $STEPS steps x $B x $T tokens, seeds: $SEEDS; delayed runs $DSTEPS steps; outer step $OUTER"
+echo "bench_async: $STEPS steps x $B x $T tokens, seeds: $SEEDS, lr $LR; delayed runs $DSTEPS steps; outer step $OUTER"
 
 # ---- data and model --------------------------------------------------------------------------
 src=/usr/share/games/fortunes
@@ -53,7 +55,7 @@ n=$(wc -c < "$OUT/text.txt")
 head -c $((n * 9 / 10)) "$OUT/text.txt" > "$OUT/train.txt"
 tail -c $((n / 10)) "$OUT/text.txt" > "$OUT/held.txt"
 echo '{"n_layer": 4, "n_head": 4, "n_embd": 64, "vocab_size": 256, "n_positions": 64, "model_type": "gpt2"}' > "$OUT/gpt.json"
-common="--config $OUT/gpt.json --data $OUT/train.txt --batch $B --seq $T --lr 2e-3 --beta2 0.99 --warmup 20
+common="--config $OUT/gpt.json --data $OUT/train.txt --batch $B --seq $T --lr $LR --beta2 0.99 --warmup 20
   --lr-schedule cosine --shuffle 1 --eval-data $OUT/held.txt --eval-batches 16 --log-every 100000"
 pipe_delay="--slow-link 0-1:0.03 --slow-link 1-2:0.03 --slow-link 2-3:0.03"
 repl_delay="--slow-link 0-4:0.03 --slow-link 1-5:0.03 --slow-link 2-6:0.03 --slow-link 3-7:0.03"
