@@ -2,7 +2,7 @@
 # Convergence of asynchronous pipelines and of replicas that sync every H steps (issue 23, items
 # 3-4; docs/async.md "Convergence bench"). A small character-level GPT (4 layers x 64 channels,
 # vocab 256: bytes of real English text, Debian's fortunes, 90% train / 10% held out), P=4,
-# batch 16 x 64, the same steps (equal tokens) and the same seeds for every row, AdamW 2e-3 cosine (20 steps warm-up).
+# batch 16 x 64, the same steps (equal tokens) and the same seeds for every row, AdamW 1e-3 cosine (20 steps warm-up).
 # Rows: 1f1b, zb-h1, pipedream and 2bw with each --async-fix (none, nesterov, pipemare, predict),
 # and --dp-sync H in {1, 8, 32} over 2 replicas of the pipeline (outer lr/momentum of
 # $BENCH_ASYNC_OUTER, tuned for short H; and H=8 with the paper's 0.7/0.9). A row the binary refuses
@@ -26,7 +26,7 @@
 # Usage: bench/bench_async.sh [--quick]       (quick: a few steps, one seed: a smoke test)
 # Environment: BENCH_ASYNC_STEPS (150), BENCH_ASYNC_SEEDS (3), BENCH_ASYNC_DELAY_STEPS (32: a whole --dp-sync 32 period),
 # BENCH_ASYNC_HOST_STEPS (150), BENCH_ASYNC_HOST_ROUNDS (2), BENCH_ASYNC_OUTER ("--outer-lr 0.6
-# --outer-momentum 0.5"), BENCH_ASYNC_LR (2e-3: every row's peak learning rate), BENCH_ASYNC_OUT
+# --outer-momentum 0.5"), BENCH_ASYNC_LR (1e-3: every row's peak learning rate), BENCH_ASYNC_OUT
 # (build/bench_async), PIPETRAIN.
 set -u
 cd "$(dirname "$0")/.."
@@ -37,7 +37,7 @@ STEPS=${BENCH_ASYNC_STEPS:-150}; SEEDS=${BENCH_ASYNC_SEEDS:-3}; DSTEPS=${BENCH_A
 HSTEPS=${BENCH_ASYNC_HOST_STEPS:-150}; HROUNDS=${BENCH_ASYNC_HOST_ROUNDS:-2}
 if [ $quick = 1 ]; then STEPS=12; SEEDS=1; DSTEPS=4; HSTEPS=10; HROUNDS=1; fi
 OUTER=${BENCH_ASYNC_OUTER:---outer-lr 0.6 --outer-momentum 0.5}
-LR=${BENCH_ASYNC_LR:-2e-3}
+LR=${BENCH_ASYNC_LR:-1e-3}
 OUT=$(realpath -m "${BENCH_ASYNC_OUT:-build/bench_async}")
 B=16; T=64; W=10   # batch, sequence, the loss curves' trailing window
 rm -rf "$OUT/runs"; mkdir -p "$OUT/runs"
