@@ -4,8 +4,10 @@
 # its generations to a rank on the other host (SNAP/rank-0/peer-1/ holds rank 1's). Host 1 lost
 # (its link down, its processes killed, its memory gone: its rank's snapshot folder removed): the
 # supervisor takes the spare and restores from the peer copy at host 0, not from the start, and the
-# run ends with the loss of an uninterrupted run bitwise (the same layout). Bounded (the run 120 s),
-# cleans up its hosts; skips where namespaces cannot be made.
+# run ends with the loss of an uninterrupted run bitwise (the same layout). The same with 2 stages
+# x 2 replicas and --zero 1 on 2 hosts of 2 slots: the moment slices of host 1's ranks have no
+# other holder but their peer copies at host 0. Bounded (each run 120 s), cleans up its hosts;
+# skips where namespaces cannot be made.
 . tests/lib.sh
 H=tools/hosts.sh
 export PT_HOSTS="rcv$(($$ % 1000))" PT_HOSTS_TIMEOUT=120
@@ -56,6 +58,28 @@ if [ $rc = 0 ] && grep -q "spare host 10.77.0.3 takes its place" "$D/p.out" && g
   ok "recover peer: host 1 lost (--dp 1): restored from the peer copy at host 0, step 40, the final loss bitwise ($(grep -o '"steps_lost":[0-9]*' "$D/p.events.jsonl" | tail -1))"
 else
   fail "recover peer: host 1 lost (--dp 1)" "rc $rc, loss $got vs $ref: $(grep '^launch' "$D/p.out" | tail -4)"
+fi
+# --- --zero 1, 2 x 2 on hosts of 2 slots: ranks 2 and 3 (host 1) send to rank 0 (host 0)
+host_dies2() { ls -d "$SNAP"/rank-0/peer-2/gen-* "$SNAP"/rank-0/peer-3/gen-* > "$D/peer_gens2" 2>/dev/null
+               ip -n "${PT_HOSTS}h$1" link set eth0 down; $H kill "$1"; rm -rf "$SNAP/rank-2" "$SNAP/rank-3"; }
+ip -n "${PT_HOSTS}h1" link set eth0 up
+printf "10.77.0.1 slots=2\n10.77.0.2 slots=2\n10.77.0.3 slots=2\n" > "$D/hf3z"
+zargs="$args --dp 2 --zero 1"
+OPENBLAS_NUM_THREADS=1 "$PIPETRAIN" train $zargs --metrics "$D/refz.jsonl" > /dev/null 2>&1
+rm -rf "$SNAP"
+timeout 120 $H exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$PT_HOSTS" \
+  ASAN_OPTIONS="$ASAN_OPTIONS" "$P" launch --np 4 --hostfile "$D/hf3z" --spares 1 $mpiargs --snapshot-dir "$SNAP" \
+  -- train $zargs --snapshot-every 1 --metrics "$D/z.jsonl" > "$D/z.out" 2>&1 < /dev/null &
+lp=$!
+at_step 10 host_dies2 1
+wait $lp
+rc=$?
+got=$(last_loss "$D/z.jsonl")
+if [ $rc = 0 ] && [ -s "$D/peer_gens2" ] && grep -q "spare host 10.77.0.3 takes its place" "$D/z.out" \
+   && grep -q '"from":"snapshot"' "$D/z.events.jsonl" && [ "$got" = "$(last_loss "$D/refz.jsonl")" ]; then
+  ok "recover peer: --zero 1, host 1 lost: its ranks' moment slices restored from their peer copies at host 0, the final loss bitwise"
+else
+  fail "recover peer: --zero 1, host 1 lost" "rc $rc, loss $got vs $(last_loss "$D/refz.jsonl"): $(grep '^launch' "$D/z.out" | tail -4)"
 fi
 $H down > /dev/null 2>&1
 ip netns list 2>/dev/null | grep -q "^${PT_HOSTS}" && fail "recover peer: nothing left behind" "namespaces remain" \

@@ -127,10 +127,32 @@ static void test_plan_evaluate(void) {
     plan_cluster_free(&k);
 }
 
+/* Two devices of 1 GB, no tensor parallelism or recomputation: the bench model at T 4096 does not
+ * fit under 1f1b (P 2: stage 0 holds two microbatches' attention probabilities, about 1.5 GB;
+ * P 1 x dp 2: one microbatch of all four blocks, as much), but does in 4 chunks. */
+static void test_plan_fits_longer(void) {
+    const char *small = "{\"nodes\": [{\"devices\": {\"count\": 2, \"speed\": 1.0, \"memory\": 1e9},"
+                        " \"link\": {\"bandwidth\": 5e9, \"latency\": 5e-6}}], \"reference_flops\": 3e10}";
+    plan_cluster k;
+    if (plan_cluster_parse(&k, small, "test") < 0) { CHECK("plan_cluster_small", 0, "%s", pt_err()); return; }
+    int n[2] = { -1, -1 };
+    for (int i = 0; i < 2; i++) {
+        const char *only[] = { "1f1b", NULL };
+        plan_opts o = { .global_batch = 2, .T = 4096, .top = 1, .seq_chunks = i ? 4 : 0, .max_sims = 20,
+                        .schedules = only, .no_recompute = true, .tp = 1 };
+        plan_result r;
+        if (plan_search(&BENCH, &k, &o, &r) == 0) { n[i] = r.n_best; plan_result_free(&r); }
+    }
+    CHECK("plan_chunks_fit_where_1f1b_does_not", n[0] == 0 && n[1] > 0, "1f1b %d layouts, --seq-chunks 4 %d: %s",
+          n[0], n[1], pt_err());
+    plan_cluster_free(&k);
+}
+
 int main(void) {
     (void)write_bytes;   /* test_tmpdir.h's, unused here */
     test_sim_position_and_kv();
     test_sim_bubble();
     test_plan_evaluate();
+    test_plan_fits_longer();
     TEST_DONE();
 }

@@ -48,6 +48,7 @@ struct ckpt_snap {
     int err_said;               /* err already printed at a step boundary */
     ckpt_snap_stats st;
     snap_peer *peer;            /* the peer copy, or NULL */
+    int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
 };
 
 static void *snap_writer_main(void *arg);
@@ -119,6 +120,27 @@ int ckpt_snap_stage_tp(ckpt_snap *s, int chunk, int first, int end, const gpt_mo
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
         return pt_seterr("snapshot of rank %d: TP rank %d of %d", s->rank, tp_rank, tp);
     if (snap_slot_fill(&s->slot[s->cur], s->n_pc, chunk, first, end, m, opt, tp_rank, tp) < 0) {
+        s->bad = 1;
+        note_error(s);
+        return 0;
+    }
+    s->n_pc++;
+    s->st.copy_s += pt_now() - t0;
+    if (s->st.taken == 0) s->st.first_copy_s += pt_now() - t0;
+    return 0;
+}
+
+int ckpt_snap_stage_slices(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m, int with_params,
+                           const ckpt_slice *x, int n, int tp_rank, int tp, int replica, int world) {
+    if (s->n_pc == CKPT_SNAP_PIECES)
+        return pt_seterr("snapshot of rank %d: more than %d files on one rank", s->rank, CKPT_SNAP_PIECES);
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp || replica < 0 || world < 1)
+        return pt_seterr("snapshot of rank %d: TP rank %d of %d, replica %d, %d ranks", s->rank, tp_rank, tp, replica, world);
+    s->world = world;
+    if (s->bad) return 0;
+    double t0 = pt_now();
+    if (snap_slot_fill_slices(&s->slot[s->cur], s->n_pc, chunk, first, end, m, with_params, x, n, tp_rank, tp,
+                              replica) < 0) {
         s->bad = 1;
         note_error(s);
         return 0;
@@ -249,6 +271,10 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
     cJSON_AddStringToObject(lay, "schedule", man->schedule);
     cJSON_AddNumberToObject(lay, "shards", man->zero ? man->n_shards : 0);   /* --zero 1: ranks */
     cJSON_AddNumberToObject(lay, "tp", man->tp > 1 ? man->tp : 1);
+    int slices = 0;
+    for (int i = 0; i < sl->n_f; i++) slices |= sl->f[i].replica >= 0;
+    cJSON_AddNumberToObject(lay, "moment_slices", slices);   /* every rank's files needed: */
+    if (slices) cJSON_AddNumberToObject(lay, "world", s->world);   /* these ranks' */
     for (int c = 0; c < man->n_chunks; c++) cJSON_AddItemToArray(cf, cJSON_CreateNumber(man->chunks[c].first_layer));
     if (man->n_chunks) cJSON_AddItemToArray(cf, cJSON_CreateNumber(man->chunks[man->n_chunks - 1].end_layer));
     cJSON_AddItemToObject(lay, "chunk_first", cf);
@@ -265,6 +291,7 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
             cJSON_AddNumberToObject(e, "end_layer", f->end);
             cJSON_AddNumberToObject(e, "optim", f->has_optim);
             if (f->tp > 1) cJSON_AddNumberToObject(e, "tp_rank", f->tp_rank);
+            if (f->replica >= 0) cJSON_AddNumberToObject(e, "replica", f->replica);
         }
         cJSON_AddNumberToObject(e, "bytes", (double)f->bytes);
         snprintf(v, sizeof v, "%016" PRIx64, sums[i]);

@@ -70,6 +70,15 @@ int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model
  * TP ranks' files of a chunk. The generation's manifest says tp. */
 int ckpt_snap_stage_tp(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
                        const adamw_state *opt, int tp_rank, int tp);
+/* --zero 1 under tensor parallelism (the checkpoint keeps the moments in the chunk files then):
+ * ckpt_snap_stage_tp's file of TP rank tp_rank with m's parameters and, of the moments, the
+ * slices x[0..n) (run_exec_moment_slices', TP-shard indices) of replica `replica` that fall in
+ * the chunk, in their places (the rest zero); with_params 0: the slices only (a chunk of a stage
+ * the rank does not hold, whose tied tensor's slices it updates; m gives the table). The
+ * restore needs every rank's generation (`world` ranks) and joins all files of a chunk.
+ * 0, or -1 as ckpt_snap_stage. */
+int ckpt_snap_stage_slices(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m, int with_params,
+                           const ckpt_slice *x, int n, int tp_rank, int tp, int replica, int world);
 /* After ckpt_snap_ready, with --zero 1 (chunks staged with opt NULL: parameters only): this
  * rank's AdamW moment slices sl[0..n) (run_exec_moment_slices'), as the checkpoint's shard file
  * of its world rank (ckpt_write_shard's layout). The generation's manifest then says the

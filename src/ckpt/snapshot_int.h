@@ -23,10 +23,12 @@ uint64_t snap_sum_mem(const unsigned char *p, size_t n);
 int snap_file_sum(const char *path, uint64_t *hash, size_t *len);
 
 /* One tensor's bytes to file offset `at`: in a chunk file from source `what` (0 parameters, 1
- * AdamW m, 2 v) at float `src`; in a shard file from slice `src`'s m (what 0) or v (1). */
+ * AdamW m, 2 v) at float `src`, or (--zero 1 under TP) from slice `src`'s m (what 3) or v (4)
+ * at float `sub`; in a shard file from slice `src`'s m (what 0) or v (1). */
 typedef struct {
     size_t at, src, bytes;
     int what;
+    size_t sub;                 /* what 3 (m) or 4 (v): the first float of slice `src` it takes */
 } snap_run;
 
 enum { SNAP_FILE_CHUNK, SNAP_FILE_SHARD };
@@ -37,6 +39,7 @@ enum { SNAP_FILE_CHUNK, SNAP_FILE_SHARD };
 typedef struct {
     int kind, chunk, first, end, has_optim;
     int tp_rank, tp;            /* tensor parallelism: this TP rank's shard in the whole layout */
+    int replica;                /* --zero 1 under TP: the replica whose moment slices it holds (-1: none) */
     size_t n_held;              /* the floats of the model it was laid out for */
     uint64_t sig;
     unsigned char *map;
@@ -67,6 +70,13 @@ int snap_slot_prepare(snap_slot *sl, const char *rank_dir, int idx);
  * the other TP ranks' bytes left zero). 0, or -1 naming the file. */
 int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
                    const adamw_state *opt, int tp_rank, int tp);
+/* --zero 1 under tensor parallelism (the checkpoint keeps the moments in the chunk files then):
+ * piece k of sl as snap_slot_fill's file of TP rank tp_rank, holding its parameters and, of the
+ * moments, only the slices x[0..n) of its replica `replica` that fall in the chunk, each in its
+ * place (the rest zero: the restore joins every rank's file of the chunk by OR). with_params 0:
+ * the moment slices only (a chunk of another stage: a tied tensor's slices), m its table. */
+int snap_slot_fill_slices(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
+                          int with_params, const ckpt_slice *x, int n, int tp_rank, int tp, int replica);
 /* Piece k of sl as world rank `rank`'s moment-shard file of slices x[0..n) (ckpt_shard_writer's
  * layout; kept when the slices are the same), filled from them. 0, or -1 naming the file. */
 int snap_slot_fill_shard(snap_slot *sl, int k, int rank, const ckpt_slice *x, int n);

@@ -25,8 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +36,7 @@
 #define PEER_MAX_CONN 16        /* senders one receiver serves */
 #define PEER_KEEP 3             /* generations kept per origin */
 #define PEER_IO_TIMEOUT_S 10    /* a send or receive that makes no progress this long fails */
+#define PEER_NICE 10            /* the sender's and receivers' nice value, as the writer's */
 
 struct snap_peer {
     char dir[1024];             /* root/rank-<me> */
@@ -220,7 +223,14 @@ static int recv_gen(snap_peer *p, int fd, char *odir, size_t odir_n) {
     return rc;
 }
 
+/* Below the compute threads, as the writer (snapshot.c): on a machine with no idle core the copy
+ * takes what they leave (a nice value per thread is Linux's; elsewhere this does nothing). */
+static void lower_priority(void) {
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PEER_NICE) < 0) { /* keep going */ }
+}
+
 static void *conn_main(void *arg) {
+    lower_priority();
     int *fdp = arg;
     snap_peer *p = *(snap_peer **)(fdp + 2);
     int fd = fdp[0], rc;
@@ -320,6 +330,7 @@ static int send_gen(snap_peer *p, long step, const char *json, const snap_peer_f
 
 static void *send_main(void *arg) {
     snap_peer *p = arg;
+    lower_priority();
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->pend_step && !p->stop) pthread_cond_wait(&p->cv, &p->mu);

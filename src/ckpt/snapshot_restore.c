@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define SNAP_TP_MAX 16   /* TP ranks per chunk a restore joins */
+#define SNAP_TP_MAX 16   /* TP ranks (and with moment slices replicas) per chunk a restore joins */
 
 /* One generation of one rank, as its snap.json says. */
 typedef struct {
@@ -29,6 +29,9 @@ typedef struct {
     int chunk_first[CKPT_MAX_CHUNKS + 1];
     int shards;                         /* --zero 1: the world ranks whose moment shards it needs */
     int tp;                             /* tensor parallelism: each chunk in tp TP ranks' files */
+    int D, slices, world;               /* replicas; slices (--zero 1 under TP: moment slices in the
+                                         * chunk files): every one of the world ranks' generations
+                                         * needed, all files of a chunk joined */
     cJSON *j;                           /* snap.json, owned */
     int checked[CKPT_SNAP_PIECES];      /* per piece: 0 not yet, 1 good, -1 bad */
 } snap_gen;
@@ -59,7 +62,12 @@ static int gen_load(snap_gen *g) {
     g->K = cJSON_GetArraySize(cf) - 1;
     g->tp = 1;
     if (io_json_int(&g->shards, lay, "shards", IO_JSON_OPTIONAL, 0, CKPT_MAX_SHARDS, "%s: shards", p) < 0 ||
-        io_json_int(&g->tp, lay, "tp", IO_JSON_OPTIONAL, 1, SNAP_TP_MAX, "%s: tp", p) < 0) return -1;
+        io_json_int(&g->tp, lay, "tp", IO_JSON_OPTIONAL, 1, SNAP_TP_MAX, "%s: tp", p) < 0 ||
+        io_json_int(&g->D, lay, "D", IO_JSON_REQUIRED, 1, 1 << 20, "%s: D", p) < 0 ||
+        io_json_int(&g->slices, lay, "moment_slices", IO_JSON_OPTIONAL, 0, 1, "%s: moment_slices", p) < 0) return -1;
+    if (g->slices && io_json_int(&g->world, lay, "world", IO_JSON_REQUIRED, 1, CKPT_MAX_SHARDS, "%s: world", p) < 0)
+        return -1;
+    g->D = 1;   /* with --zero 0, one replica's files make a chunk whole */
     for (int c = 0; c <= g->K; c++) {   /* whole layer numbers, increasing: each chunk >= 1 layer */
         const cJSON *x = cJSON_GetArrayItem(cf, c);
         if (!io_json_is_whole(x, c ? g->chunk_first[c - 1] + 1 : 0, 1 << 20)) return -1;
@@ -135,10 +143,10 @@ static void piece_path(const snap_gen *g, int shard, int c, char *p, size_t n) {
 }
 
 /* The piece of g holding chunk c (shard 0: with moments unless g's layout has shards; TP rank
- * tr's under tensor parallelism) or rank c's
+ * tr's under tensor parallelism, any when tr < 0) or rank c's
  * moment shard (shard 1), its file checked against its size and checksum (once); its index, or
  * -1 when g has none or it is damaged (*bad counts those). */
-static int gen_piece(snap_gen *g, int shard, int c, int tr, int *bad) {
+static int gen_piece(snap_gen *g, int shard, int c, int tr, int d, int *bad) {
     const cJSON *ch = cJSON_GetObjectItemCaseSensitive(g->j, "chunks");
     for (int i = 0; i < cJSON_GetArraySize(ch) && i < CKPT_SNAP_PIECES; i++) {
         const cJSON *e = cJSON_GetArrayItem(ch, i);
@@ -149,7 +157,8 @@ static int gen_piece(snap_gen *g, int shard, int c, int tr, int *bad) {
         if (!io_json_is_whole(id, 0, shard ? CKPT_MAX_SHARDS : CKPT_MAX_CHUNKS) || (int)id->valuedouble != c) continue;
         if (!shard && (cJSON_IsNumber(opt) ? opt->valuedouble != 0 : 1) == (g->shards > 0)) continue;
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "tp_rank");
-        if (!shard && (cJSON_IsNumber(t) ? (int)t->valuedouble : 0) != tr) continue;
+        if (!shard && tr >= 0 && (cJSON_IsNumber(t) ? (int)t->valuedouble : 0) != tr) continue;
+        (void)d;
         if (g->checked[i] == 0) {
             char p[1600];
             uint64_t h;
@@ -167,20 +176,50 @@ static int gen_piece(snap_gen *g, int shard, int c, int tr, int *bad) {
 }
 
 static int same_layout(const snap_gen *a, const snap_gen *b) {
-    return a->K == b->K && a->shards == b->shards && a->tp == b->tp && !memcmp(a->chunk_first, b->chunk_first, sizeof(int) * (size_t)(a->K + 1));
+    return a->K == b->K && a->shards == b->shards && a->tp == b->tp && a->slices == b->slices && a->world == b->world && !memcmp(a->chunk_first, b->chunk_first, sizeof(int) * (size_t)(a->K + 1));
 }
 
-/* For step `step` with ref's layout: src[c * tp + t] = the generation holding a good copy of
- * chunk c (of TP rank t), and with --zero 1 shard[r] the one holding rank r's moments (only rank
- * r's own folder has them). 1 when every piece was found. */
+/* With moment slices (--zero 1 under TP): every rank's generation of the step with all its
+ * chunk files good; src[c * world + w] rank w's file of chunk c, or NULL (it has none). 1 when
+ * every rank is there and every chunk has a file. */
+static int step_complete_slices(snap_gen *gens, int n, const snap_gen *ref, snap_gen **src, int *bad) {
+    for (int w = 0; w < ref->world; w++) {
+        snap_gen *g = NULL;
+        for (int i = 0; i < n && !g; i++)
+            if (gens[i].step == ref->step && gens[i].rank == w && same_layout(&gens[i], ref)) g = &gens[i];
+        if (!g) return 0;
+        for (int c = 0; c < ref->K; c++) {
+            const cJSON *ch = cJSON_GetObjectItemCaseSensitive(g->j, "chunks");
+            int listed = 0;   /* a chunk it lists must be good */
+            for (int i = 0; i < cJSON_GetArraySize(ch); i++) {
+                const cJSON *id = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(ch, i), "chunk");
+                listed |= cJSON_IsNumber(id) && (int)id->valuedouble == c;
+            }
+            src[c * ref->world + w] = listed && gen_piece(g, 0, c, -1, 0, bad) >= 0 ? g : NULL;
+            if (listed && !src[c * ref->world + w]) return 0;
+        }
+    }
+    for (int c = 0; c < ref->K; c++) {
+        int any = 0;
+        for (int w = 0; w < ref->world; w++) any |= src[c * ref->world + w] != NULL;
+        if (!any) return 0;
+    }
+    return 1;
+}
+
+/* For step `step` with ref's layout: src[c * tp + t] the generation holding a good copy of
+ * chunk c (of TP rank t), and with --zero 1 at tp 1 shard[r] the one holding rank r's moments
+ * (only rank r's own folder, or its peer copy, has them). With moment slices see
+ * step_complete_slices. 1 when every piece was found. */
 static int step_complete(snap_gen *gens, int n, const snap_gen *ref, snap_gen **src, snap_gen **shard, int *bad) {
+    if (ref->slices) return step_complete_slices(gens, n, ref, src, bad);
     int n_chunk = ref->K * ref->tp;
     for (int c = 0; c < n_chunk + ref->shards; c++) {
         int is_shard = c >= n_chunk, id = is_shard ? c - n_chunk : c / ref->tp, tr = is_shard ? 0 : c % ref->tp;
         snap_gen *found = NULL;
         for (int i = 0; i < n && !found; i++)
             if (gens[i].step == ref->step && same_layout(&gens[i], ref) && (!is_shard || gens[i].rank == id) &&
-                gen_piece(&gens[i], is_shard, id, tr, bad) >= 0)
+                gen_piece(&gens[i], is_shard, id, tr, 0, bad) >= 0)
                 found = &gens[i];
         if (!found) return 0;
         if (is_shard) shard[id] = found;
@@ -206,18 +245,21 @@ static int copy_file(const char *from, const char *to) {
     return rc;
 }
 
-/* Chunk c's file `to` joined from the TP ranks' files of src[0..tp): each byte has one writer
- * among them and is zero in the others (snapshot_slot.c), so their OR is the whole chunk. */
+/* Chunk c's file `to` joined from the files of src[0..tp) (its TP ranks', or with moment slices
+ * every rank's that has one; NULL: none): each byte has one writer among them, or writers that
+ * agree (replicas' parameters), and is zero in the others (snapshot_slot.c), so their OR is the
+ * whole chunk. */
 static int join_tp(snap_gen **src, int tp, int c, const char *to) {
     unsigned char *acc = NULL, *map;
     size_t n = 0, len;
     char p[1600];
     int rc = 0;
     for (int t = 0; t < tp && rc == 0; t++) {
+        if (!src[t]) continue;
         piece_path(src[t], 0, c, p, sizeof p);
         if (io_map_file(p, &map, &len) < 0) { rc = -1; break; }
-        if (t == 0) { n = len; acc = pt_calloc(n ? n : 1, 1); }
-        if (len != n) rc = pt_seterr("snapshot restore: %s has %zu bytes, TP rank 0's file %zu", p, len, n);
+        if (!acc) { n = len; acc = pt_calloc(n ? n : 1, 1); }
+        if (len != n) rc = pt_seterr("snapshot restore: %s has %zu bytes, the first file %zu", p, len, n);
         for (size_t i = 0; rc == 0 && i < n; i++) acc[i] |= map[i];
         if (map) munmap(map, len);
     }
@@ -267,10 +309,13 @@ static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const
     man.tp = ref->tp;
     for (int c = 0; c < ref->K + ref->shards; c++) {
         int is_shard = c >= ref->K, id = is_shard ? c - ref->K : c;
-        piece_path(is_shard ? shard[id] : src[id * ref->tp], is_shard, id, from, sizeof from);
+        int per = ref->slices ? ref->world : ref->tp;
+        snap_gen *first = is_shard ? shard[id] : NULL;
+        for (int k = 0; !is_shard && k < per && !first; k++) first = src[id * per + k];
+        piece_path(first, is_shard, id, from, sizeof from);
         if (is_shard) ckpt_shard_path(to, sizeof to, tmp, id);
         else ckpt_chunk_path(to, sizeof to, tmp, id);
-        if ((ref->tp > 1 && !is_shard ? join_tp(src + id * ref->tp, ref->tp, id, to) : copy_file(from, to)) < 0) {
+        if ((per > 1 && !is_shard ? join_tp(src + id * per, per, id, to) : copy_file(from, to)) < 0) {
             ckpt_abandon(tmp);
             return -1;
         }
@@ -281,7 +326,8 @@ static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const
 int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char *dir,
                       ckpt_snap_found *found) {
     snap_gen *gens;
-    snap_gen *src[CKPT_MAX_CHUNKS * SNAP_TP_MAX];
+    snap_gen **src = pt_calloc((size_t)CKPT_MAX_CHUNKS * (CKPT_MAX_SHARDS > SNAP_TP_MAX ? CKPT_MAX_SHARDS : SNAP_TP_MAX),
+                               sizeof *src);
     snap_gen **shard = pt_calloc(CKPT_MAX_SHARDS, sizeof *shard);
     int n = gens_collect(root, skip, n_skip, &gens), rc = 0;
     memset(found, 0, sizeof *found);
@@ -296,10 +342,16 @@ int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char 
         rc = assemble(best, src, shard, dir) < 0 ? -1 : 1;
         found->step = best->step;
         found->n_chunks = best->K;
-        for (int c = 0; c < best->K; c++) found->from_rank[c] = src[c * best->tp]->rank;
+        int per = best->slices ? best->world : best->tp;
+        for (int c = 0; c < best->K; c++) {
+            found->from_rank[c] = -1;
+            for (int k = 0; k < per && found->from_rank[c] < 0; k++)
+                if (src[c * per + k]) found->from_rank[c] = src[c * per + k]->rank;
+        }
     }
     for (int i = 0; i < n; i++) cJSON_Delete(gens[i].j);
     free(gens);
     free(shard);
+    free(src);
     return rc;
 }

@@ -53,7 +53,8 @@ static void file_unmap(snap_file *f) {
 static void run_add(snap_file *f, int *cap, snap_run r) {
     snap_run *last = f->n_run ? &f->run[f->n_run - 1] : NULL;
     if (last && last->what == r.what && last->at + last->bytes == r.at &&
-        last->src + last->bytes / sizeof(float) == r.src) {
+        (r.what < 3 ? last->src + last->bytes / sizeof(float) == r.src
+                    : last->src == r.src && last->sub + last->bytes / sizeof(float) == r.sub)) {
         last->bytes += r.bytes;
         return;
     }
@@ -69,9 +70,9 @@ static void run_add(snap_file *f, int *cap, snap_run r) {
  * tensors' layout and this rank's shard goes where it belongs, run by run (gpt_shard_run; a
  * replicated tensor from TP rank 0 only): every byte of the file has one writer among the TP
  * ranks, the others' bytes stay zero, so the restore joins the TP ranks' files by OR. */
-static void chunk_runs(snap_file *f, const gpt_model *m, const size_t *off) {
+static void chunk_runs(snap_file *f, const gpt_model *m, const size_t *off, int n_what, int *cap_out) {
     int n_info = gpt_param_count(m), k = 0, cap = 0;
-    for (int what = 0; what < (f->has_optim ? 3 : 1); what++)
+    for (int what = 0; what < n_what; what++)
         for (int i = 0; i < n_info; i++) {
             const gpt_param_info *pi = gpt_param_info_at(m, i);
             if (pi->layer < f->first || pi->layer >= f->end) continue;
@@ -89,6 +90,33 @@ static void chunk_runs(snap_file *f, const gpt_model *m, const size_t *off) {
                                                  .bytes = len * sizeof(float), .what = what });
             }
         }
+    if (cap_out) *cap_out = cap;
+}
+
+/* The m/ and v/ runs of slices x[0..n) (TP rank f->tp_rank's shard indices) that fall in f's
+ * chunk, at their places; off: the file's tensor offsets (ckpt_chunk_writer's order). */
+static void slice_runs(snap_file *f, const gpt_model *m, const size_t *off, const ckpt_slice *x, int n, int *cap) {
+    int n_info = gpt_param_count(m), in = 0, *j = pt_malloc(sizeof *j * (size_t)n_info);
+    for (int i = 0; i < n_info; i++) {   /* param i's index among the chunk's tensors */
+        int l = gpt_param_info_at(m, i)->layer;
+        j[i] = l >= f->first && l < f->end ? in++ : -1;
+    }
+    for (int s = 0; s < n; s++) {
+        int i = 0;
+        while (i < n_info && strcmp(gpt_param_info_at(m, i)->name, x[s].name)) i++;
+        if (i == n_info || j[i] < 0) continue;   /* another chunk's */
+        const gpt_param_info *pi = gpt_param_info_at(m, i);
+        if (pi->split == GPT_SPLIT_NONE && f->tp_rank != 0) continue;   /* TP rank 0's copy */
+        size_t len, w;
+        for (size_t e = x[s].start; e < x[s].start + x[s].n; e += len) {
+            len = gpt_shard_run(pi, f->tp_rank, f->tp, e, &w);
+            if (len > x[s].start + x[s].n - e) len = x[s].start + x[s].n - e;
+            for (int what = 1; what < 3 && w != GPT_SHARD_PAD; what++)
+                run_add(f, cap, (snap_run){ .at = off[what * in + j[i]] + w * sizeof(float), .src = (size_t)s,
+                                            .sub = e - x[s].start, .bytes = len * sizeof(float), .what = what + 2 });
+        }
+    }
+    free(j);
 }
 
 /* Creates file `path` as w lays it out (reserved tensors: zeros) and maps it into f; off[] (w's
@@ -110,7 +138,7 @@ static snap_file *slot_piece(snap_slot *sl, int k, const snap_file *want) {
     snap_file *f = &sl->f[k];
     if (k < sl->n_f && f->map && f->kind == want->kind && f->chunk == want->chunk && f->first == want->first &&
         f->end == want->end && f->has_optim == want->has_optim && f->n_held == want->n_held && f->sig == want->sig &&
-        f->tp == want->tp && f->tp_rank == want->tp_rank)
+        f->tp == want->tp && f->tp_rank == want->tp_rank && f->replica == want->replica)
         return f;
     file_unmap(f);
     *f = *want;
@@ -121,7 +149,8 @@ static snap_file *slot_piece(snap_slot *sl, int k, const snap_file *want) {
 int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
                    const adamw_state *opt, int tp_rank, int tp) {
     snap_file want = { .kind = SNAP_FILE_CHUNK, .chunk = chunk, .first = first, .end = end,
-                       .has_optim = opt != NULL, .n_held = m->n_held, .tp_rank = tp_rank, .tp = tp };
+                       .has_optim = opt != NULL, .n_held = m->n_held, .tp_rank = tp_rank, .tp = tp,
+                       .replica = -1 };
     snap_file *f = slot_piece(sl, k, &want);
     if (!f) {
         char path[CKPT_PATH_MAX];
@@ -130,7 +159,7 @@ int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gp
         st_writer *w = ckpt_chunk_writer(chunk, first, end, m, f->has_optim, NULL, NULL, NULL);
         size_t *off = w ? pt_malloc(sizeof *off * (size_t)(st_writer_count(w) + 1)) : NULL;
         int rc = w ? file_create(f, path, w, off) : -1;
-        if (rc == 0) chunk_runs(f, m, off);
+        if (rc == 0) chunk_runs(f, m, off, f->has_optim ? 3 : 1, NULL);
         free(off);
         st_writer_free(w);
         if (rc < 0) { file_unmap(f); return -1; }
@@ -138,6 +167,38 @@ int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gp
     const float *src[3] = { m->params, opt ? opt->m : NULL, opt ? opt->v : NULL };
     for (int i = 0; i < f->n_run; i++)
         memcpy(f->map + f->run[i].at, src[f->run[i].what] + f->run[i].src, f->run[i].bytes);
+    return 0;
+}
+
+static uint64_t slices_sig(const ckpt_slice *x, int n);
+
+int snap_slot_fill_slices(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
+                          int with_params, const ckpt_slice *x, int n, int tp_rank, int tp, int replica) {
+    snap_file want = { .kind = SNAP_FILE_CHUNK, .chunk = chunk, .first = first, .end = end, .has_optim = 1,
+                       .n_held = with_params ? m->n_held : 0, .tp_rank = tp_rank, .tp = tp, .replica = replica,
+                       .sig = slices_sig(x, n) };
+    snap_file *f = slot_piece(sl, k, &want);
+    if (!f) {
+        char path[CKPT_PATH_MAX];
+        int cap = 0;
+        f = &sl->f[k];
+        ckpt_chunk_path(path, sizeof path, sl->dir, chunk);
+        st_writer *w = ckpt_chunk_writer(chunk, first, end, m, 1, NULL, NULL, NULL);
+        size_t *off = w ? pt_malloc(sizeof *off * (size_t)(st_writer_count(w) + 1)) : NULL;
+        int rc = w ? file_create(f, path, w, off) : -1;
+        if (rc == 0) {
+            if (with_params) chunk_runs(f, m, off, 1, &cap);   /* the parameters; the moments from the slices */
+            slice_runs(f, m, off, x, n, &cap);
+        }
+        free(off);
+        st_writer_free(w);
+        if (rc < 0) { file_unmap(f); return -1; }
+    }
+    for (int i = 0; i < f->n_run; i++) {
+        const snap_run *r = &f->run[i];
+        const float *src = r->what == 0 ? m->params + r->src : (r->what == 3 ? x[r->src].m : x[r->src].v) + r->sub;
+        memcpy(f->map + r->at, src, r->bytes);
+    }
     return 0;
 }
 
@@ -153,7 +214,7 @@ static uint64_t slices_sig(const ckpt_slice *x, int n) {
 }
 
 int snap_slot_fill_shard(snap_slot *sl, int k, int rank, const ckpt_slice *x, int n) {
-    snap_file want = { .kind = SNAP_FILE_SHARD, .chunk = rank, .sig = slices_sig(x, n) };
+    snap_file want = { .kind = SNAP_FILE_SHARD, .chunk = rank, .sig = slices_sig(x, n), .replica = -1 };
     snap_file *f = slot_piece(sl, k, &want);
     if (!f) {
         char path[CKPT_PATH_MAX];

@@ -71,7 +71,8 @@ static int snap_manifest(train_ctx *t, long step, ckpt_manifest *man) {
         return ckpt_manifest_set_layout(man, 1, 1, 1, 1, NULL, cf);
     }
     man->adam_t = (int)step;   /* as the pipelined engine's save: one AdamW step per step */
-    if (pl->o.zero && ckpt_manifest_set_shards(man, run_layout_ranks(&pl->lo)) < 0) return -1;
+    /* --zero 1: the moments in shard files, but under TP in the chunk files (the checkpoint's way) */
+    if (pl->o.zero && pl->lo.tp == 1 && ckpt_manifest_set_shards(man, run_layout_ranks(&pl->lo)) < 0) return -1;
     man->tp = pl->lo.tp;
     return ckpt_manifest_set_layout(man, pl->o.P, pl->o.D, pl->s->stages_per_pipe, pl->s->n_pipes,
                                     pl->s->name, pl->lo.chunk_first);
@@ -86,6 +87,43 @@ static int snap_take_shard(ckpt_snap *sn, run_exec *ex) {
     return rc;
 }
 
+/* Whether any of slices x[0..n) is of a tensor in layers [first, end) (m: the table). */
+static int slices_in(const gpt_model *m, const ckpt_slice *x, int n, int first, int end) {
+    for (int s = 0; s < n; s++)
+        for (int i = 0; i < gpt_param_count(m); i++) {
+            const gpt_param_info *pi = gpt_param_info_at(m, i);
+            if (!strcmp(pi->name, x[s].name) && pi->layer >= first && pi->layer < end) return 1;
+        }
+    return 0;
+}
+
+/* --zero 1 under TP: per chunk, a file with the stage's parameters when the rank holds it and
+ * the rank's moment slices of it (a tied tensor's slices may be of another stage's chunk), then
+ * handed over. */
+static int snap_take_slices(train_ctx *t, int r, const ckpt_manifest *man, int d, int tr) {
+    struct train_recover *rc = t->recover;
+    const run_plan *pl = train_engine_plan(t->e);
+    const gpt_model *any = run_exec_first_model(rc->ex[r]);
+    ckpt_slice *sl = NULL;
+    int n = run_exec_moment_slices(rc->ex[r], -1, &sl), rcode = n < 0 ? -1 : 0;
+    for (int c = 0; c < pl->s->stages_per_pipe && rcode == 0; c++) {
+        int first = pl->lo.chunk_first[c], end = pl->lo.chunk_first[c + 1];
+        const gpt_model *m = NULL;
+        for (int g = 0; g < pl->s->n_stages && !m; g++) {
+            const adamw_state *opt;
+            int cc, f0, e0;
+            const gpt_model *mg;
+            if (run_exec_stage_state(rc->ex[r], g, &mg, &opt, &cc, &f0, &e0) == 0 && cc == c) m = mg;
+        }
+        if (m || slices_in(any, sl, n, first, end))
+            rcode = ckpt_snap_stage_slices(rc->snap[r], c, first, end, m ? m : any, m != NULL, sl, n, tr,
+                                           pl->lo.tp, d, run_layout_ranks(&pl->lo));
+    }
+    free(sl);
+    if (rcode == 0) ckpt_snap_commit(rc->snap[r], man);
+    return rcode;
+}
+
 /* Local rank r's chunks into its snapshot (when its writer is idle), handed over as `step`. */
 static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
     struct train_recover *rc = t->recover;
@@ -97,6 +135,7 @@ static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
         const run_plan *pl = train_engine_plan(t->e);
         int d, p, tr;
         run_exec_coords(rc->ex[r], &d, &p, &tr);
+        if (pl->o.zero && pl->lo.tp > 1) return snap_take_slices(t, r, man, d, tr) < 0 ? -1 : 0;
         for (int g = 0; g < pl->s->n_stages && rcode == 0; g++) {
             const gpt_model *m;
             const adamw_state *opt;
@@ -167,14 +206,10 @@ int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, voi
     return 0;
 }
 
-/* What snapshots cannot hold yet, refused before the first step. */
+/* A snapshot interval that makes sense, before the first step. */
 static int check_snapshot(train_ctx *t) {
-    const run_plan *pl = train_engine_plan(t->e);
     if (t->o.snapshot_every < 0) return pt_seterr("--snapshot-every %d: give K >= 1 (a snapshot every K steps)",
                                                   t->o.snapshot_every);
-    if (pl && pl->lo.tp > 1 && pl->o.zero)
-        return pt_seterr("--snapshot-every with --tp %d and --zero 1: moment slices of TP shards are not "
-                         "snapshotted yet; use --zero 0 (or --save checkpoints)", pl->lo.tp);
     return 0;
 }
 
