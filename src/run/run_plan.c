@@ -4,6 +4,7 @@
 #include "run/run.h"
 #include "optim/async_fix.h"
 #include "optim/outer.h"
+#include "sched/sched_lend.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,15 @@ static int run_plan_check_tp_modes(const run_opts *o) {
         return pt_seterr("--sp and --tp-overlap: give one (under --sp a block reduce-scatters and "
                          "all-gathers; --tp-overlap overlaps all-reduces only)");
     return 0;
+}
+
+/* --balance-memory: a schedule the lend plan knows (sched_lend_check), whole activation sets. */
+static int run_plan_check_balance(const run_plan *pl) {
+    if (!pl->o.balance_memory) return 0;
+    if (pl->o.recompute || pl->o.tp_recompute)
+        return pt_seterr("--balance-memory does not go with --recompute or --tp-recompute (they keep other "
+                         "buffers than whole activation sets; give one)");
+    return sched_lend_check(pl->s);
 }
 
 /* --async-fix: a known correction, only on an asynchronous schedule; pipemare and predict
@@ -288,7 +298,7 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
     }
     pl->s = s;
     if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0 || run_plan_check_fix(pl) < 0 ||
-        run_plan_check_dp_sync(pl) < 0 ||
+        run_plan_check_dp_sync(pl) < 0 || run_plan_check_balance(pl) < 0 ||
         run_plan_faults(pl) < 0) {
         run_plan_free(pl);
         return -1;
