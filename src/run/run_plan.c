@@ -260,15 +260,16 @@ double run_plan_stage_factor(const run_plan *pl, int g, long t) {
 }
 
 /* --dp-sync H > 1: the outer step's numbers, a synchronous schedule (an asynchronous one updates
- * per microbatch: no step boundary for the outer step), no ZeRO (its slices span the replicas,
+ * with microbatches in flight: no step boundary for the outer step), no ZeRO (its slices span the replicas,
  * which no longer reduce together). */
 static int run_plan_check_dp_sync(const run_plan *pl) {
     const run_opts *o = &pl->o;
     if (o->dp_sync <= 1) return o->dp_sync < 0 ? outer_config_validate(o->dp_sync, 1, 0) : 0;
     if (outer_config_validate(o->dp_sync, o->outer_lr, o->outer_momentum) < 0) return -1;
     if (pl->s->async)
-        return pt_seterr("--dp-sync %d needs a synchronous schedule: %s updates after every microbatch "
-                         "(use 1f1b, zb-h1, ..., or --dp-sync 1)", o->dp_sync, pl->s->name);
+        return pt_seterr("--dp-sync %d needs a synchronous schedule: %s updates while microbatches are in "
+                         "flight, with no step boundary for the outer step (use 1f1b, zb-h1, ..., or --dp-sync 1)",
+                         o->dp_sync, pl->s->name);
     if (o->zero)
         return pt_seterr("--dp-sync %d with --zero %d: ZeRO shards the update over replicas that no longer "
                          "reduce together every step; drop --zero", o->dp_sync, o->zero);
