@@ -2,7 +2,7 @@
 # Convergence of asynchronous pipelines and of replicas that sync every H steps (issue 23, items
 # 3-4; docs/async.md "Convergence bench"). A small character-level GPT (4 layers x 64 channels,
 # vocab 256: bytes of real English text, Debian's fortunes, 90% train / 10% held out), P=4,
-# batch 16 x 64, the same steps (equal tokens) and the same seeds for every row, AdamW 2e-3 cosine (20 steps warm-up).
+# batch 16 x 64, the same steps (equal tokens) and the same seeds for every row, AdamW 1e-3 cosine (20 steps warm-up).
 # Rows: 1f1b, zb-h1, pipedream and 2bw with each --async-fix (none, nesterov, pipemare, predict),
 # and --dp-sync H in {1, 8, 32} over 2 replicas of the pipeline (outer lr/momentum of
 # $BENCH_ASYNC_OUTER, tuned for short H; and H=8 with the paper's 0.7/0.9). A row the binary refuses
@@ -26,7 +26,8 @@
 # Usage: bench/bench_async.sh [--quick]       (quick: a few steps, one seed: a smoke test)
 # Environment: BENCH_ASYNC_STEPS (150), BENCH_ASYNC_SEEDS (3), BENCH_ASYNC_DELAY_STEPS (32: a whole --dp-sync 32 period),
 # BENCH_ASYNC_HOST_STEPS (150), BENCH_ASYNC_HOST_ROUNDS (2), BENCH_ASYNC_OUTER ("--outer-lr 0.6
-# --outer-momentum 0.5"), BENCH_ASYNC_OUT (build/bench_async), PIPETRAIN.
+# --outer-momentum 0.5"), BENCH_ASYNC_LR (1e-3: every row's peak learning rate), BENCH_ASYNC_OUT
+# (build/bench_async), PIPETRAIN.
 set -u
 cd "$(dirname "$0")/.."
 P=$(realpath "${PIPETRAIN:-build/pipetrain}")
@@ -36,13 +37,14 @@ STEPS=${BENCH_ASYNC_STEPS:-150}; SEEDS=${BENCH_ASYNC_SEEDS:-3}; DSTEPS=${BENCH_A
 HSTEPS=${BENCH_ASYNC_HOST_STEPS:-150}; HROUNDS=${BENCH_ASYNC_HOST_ROUNDS:-2}
 if [ $quick = 1 ]; then STEPS=12; SEEDS=1; DSTEPS=4; HSTEPS=10; HROUNDS=1; fi
 OUTER=${BENCH_ASYNC_OUTER:---outer-lr 0.6 --outer-momentum 0.5}
+LR=${BENCH_ASYNC_LR:-1e-3}
 OUT=$(realpath -m "${BENCH_ASYNC_OUT:-build/bench_async}")
 B=16; T=64; W=10   # batch, sequence, the loss curves' trailing window
 rm -rf "$OUT/runs"; mkdir -p "$OUT/runs"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 isa=$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo other))
 echo "machine: $cpu, $isa, $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "bench_async: $STEPS steps x $B x $T tokens, seeds: $SEEDS; delayed runs $DSTEPS steps; outer step $OUTER"
+echo "bench_async: $STEPS steps x $B x $T tokens, seeds: $SEEDS, lr $LR; delayed runs $DSTEPS steps; outer step $OUTER"
 
 # ---- data and model --------------------------------------------------------------------------
 src=/usr/share/games/fortunes
@@ -53,7 +55,7 @@ n=$(wc -c < "$OUT/text.txt")
 head -c $((n * 9 / 10)) "$OUT/text.txt" > "$OUT/train.txt"
 tail -c $((n / 10)) "$OUT/text.txt" > "$OUT/held.txt"
 echo '{"n_layer": 4, "n_head": 4, "n_embd": 64, "vocab_size": 256, "n_positions": 64, "model_type": "gpt2"}' > "$OUT/gpt.json"
-common="--config $OUT/gpt.json --data $OUT/train.txt --batch $B --seq $T --lr 2e-3 --beta2 0.99 --warmup 20
+common="--config $OUT/gpt.json --data $OUT/train.txt --batch $B --seq $T --lr $LR --beta2 0.99 --warmup 20
   --lr-schedule cosine --shuffle 1 --eval-data $OUT/held.txt --eval-batches 16 --log-every 100000"
 pipe_delay="--slow-link 0-1:0.03 --slow-link 1-2:0.03 --slow-link 2-3:0.03"
 repl_delay="--slow-link 0-4:0.03 --slow-link 1-5:0.03 --slow-link 2-6:0.03 --slow-link 3-7:0.03"
@@ -82,7 +84,7 @@ run() {
   rm -f "$m" "${m%.jsonl}.events.jsonl"
   # shellcheck disable=SC2086
   if ! "$P" train $common ${FLAGS[$name]} $extra --steps "$steps" --seed "$seed" --metrics "$m" > "$OUT/runs/$tag.out" 2>&1; then
-    WHY[$name]=$(grep -m1 -iE 'error|unknown|refus|not ' "$OUT/runs/$tag.out" | cut -c1-150)
+    WHY[$name]=$(grep -m1 -iE 'pipetrain train:|error|unknown|refus|not ' "$OUT/runs/$tag.out" | cut -c1-150)
     [ -n "${WHY[$name]}" ] || WHY[$name]="exit status non-zero: $(tail -1 "$OUT/runs/$tag.out" | cut -c1-120)"
     return 1
   fi
@@ -118,9 +120,9 @@ echo "bench_async: runs took $(( $(date +%s) - t0 )) s"
 curve 1f1b > "$OUT/runs/1f1b.curve" 2>/dev/null
 target=$(tail -1 "$OUT/runs/1f1b.curve" | cut -d' ' -f2)
 ref_eval=""; ref_tok=""; ref_dtok=""; ref_ttt=""
-printf "%-16s %18s %8s %9s %6s %11s %6s %13s %6s\n" row "held-out loss" "vs 1f1b" "tokens/s" "x1f1b" "tok/s 30ms" "x1f1b" "to 1f1b loss" "x1f1b"
+printf "%-19s %18s %8s %9s %6s %11s %6s %13s %6s\n" row "held-out loss" "vs 1f1b" "tokens/s" "x1f1b" "tok/s 30ms" "x1f1b" "to 1f1b loss" "x1f1b"
 for r in "${rows[@]}"; do
-  if [ -n "${WHY[$r]:-}" ]; then printf "%-16s refused: %s\n" "$r" "${WHY[$r]}"; continue; fi
+  if [ -n "${WHY[$r]:-}" ]; then printf "%-19s refused: %s\n" "$r" "${WHY[$r]}"; continue; fi
   tag=${r//\//-}
   for f in "$OUT"/runs/"$tag".s*[0-9].jsonl; do stats "$f"; done > "$OUT/runs/$tag.stats"
   read -r ev_mean ev_sd < <(awk '{ e[NR] = $1; s += $1 } END { m = s / NR; for (i = 1; i <= NR; i++) v += (e[i] - m) ^ 2
@@ -133,7 +135,7 @@ for r in "${rows[@]}"; do
   [ "$r" = 1f1b ] && { ref_eval=$ev_mean; ref_tok=$tok; ref_dtok=$dtok; ref_ttt=$ttt; }
   awk -v r="$r" -v m="$ev_mean" -v sd="$ev_sd" -v t="$tok" -v dt="$dtok" -v tt="$ttt" -v re="$ref_eval" \
       -v rt="$ref_tok" -v rdt="$ref_dtok" -v rtt="$ref_ttt" 'BEGIN {
-    printf "%-16s %10.4f +-%.4f %+7.2f%% %9.0f %6.2f %11.0f %6.2f %11s s %6s\n", r, m, sd, (re > 0 ? (m - re) / re * 100 : 0),
+    printf "%-19s %10.4f +-%.4f %+7.2f%% %9.0f %6.2f %11.0f %6.2f %11s s %6s\n", r, m, sd, (re > 0 ? (m - re) / re * 100 : 0),
       t, (rt > 0 ? t / rt : 0), dt, (rdt > 0 ? dt / rdt : 0), tt, (tt != "-" && rtt != "-" && tt > 0 ? sprintf("%.2f", rtt / tt) : "-") }'
 done
 echo "held-out: $(( n / 10 )) bytes, 16 batches; loss mean +- sd over $SEEDS seeds; tokens/s from summed step times (step 1 left out),"

@@ -28,6 +28,8 @@ pd-none-lo 5e-4 --stages 4 --schedule pipedream
 pd-nesterov-lo 5e-4 --stages 4 --schedule pipedream --async-fix nesterov
 pd-predict-lo 5e-4 --stages 4 --schedule pipedream --async-fix predict
 pd-pipemare-lo 5e-4 --stages 4 --schedule pipedream --async-fix pipemare
+pd-none-mid 1e-3 --stages 4 --schedule pipedream
+pd-predict-mid 1e-3 --stages 4 --schedule pipedream --async-fix predict
 2bw-none-lo 1e-3 --stages 4 --schedule 2bw
 2bw-nesterov-lo 1e-3 --stages 4 --schedule 2bw --async-fix nesterov"
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"

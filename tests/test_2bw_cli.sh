@@ -25,6 +25,14 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.95 * a) }' && ok "train run
   || fail "train 2bw" "$first -> $last $(tail -3 "$D/t.txt")"
 "$P" train $TINY --steps 2 --stages 2 --microbatches 4 --schedule 2bw --async-fix nesterov > "$D/n.txt" 2>&1 \
   && ok "train 2bw --async-fix nesterov runs" || fail "2bw nesterov" "$(tail -3 "$D/n.txt")"
+# the Nesterov method's NAdamW moments in a checkpoint: a resume continues them, another rule is refused
+"$P" train $TINY --steps 2 --stages 2 --microbatches 4 --schedule 2bw --async-fix nesterov --save "$D/ck" > "$D/s.txt" 2>&1
+grep -q '"optim":[[:space:]]*"nadamw"' "$D/ck/ckpt-2/manifest.json" 2>/dev/null && ok "2bw nesterov: the checkpoint says nadamw" \
+  || fail "2bw nesterov checkpoint" "$(tail -2 "$D/s.txt")"
+"$P" train $TINY --steps 3 --stages 2 --microbatches 4 --schedule 2bw --async-fix nesterov --resume "$D/ck" > "$D/r.txt" 2>&1 \
+  && ok "2bw nesterov: resumes" || fail "2bw nesterov resume" "$(tail -2 "$D/r.txt")"
+expect_error "resume without the fix's rule refused" "resume with --optim nadamw" "$P" train $TINY --steps 3 \
+  --stages 2 --microbatches 4 --schedule 2bw --resume "$D/ck"
 expect_error "--async-fix pipemare refused with 2bw" "fixed by its two weight versions" "$P" train $TINY --steps 1 \
   --stages 2 --microbatches 4 --schedule 2bw --async-fix pipemare
 expect_error "--async-fix refused with 1f1b" "needs an asynchronous schedule" "$P" train $TINY --steps 1 \

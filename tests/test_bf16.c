@@ -1,11 +1,13 @@
 /* The bf16 products (src/nn/nn_bf16.c): conversions (round to nearest even), nn_gemm_bf16
  * against a double reference on the bf16-rounded inputs over random shapes (odd sizes, every
  * transposition, fp32 and bf16 operands, beta 0 and 1), the AVX512_BF16 kernels against the
- * emulation (when this CPU has them), and the matmul entry points at NN_BF16. */
+ * emulation (when this CPU has them), a product split over threads (bitwise one thread's; the
+ * count follows OpenBLAS's), and the matmul entry points at NN_BF16. */
 #include "nn/nn.h"
 #include "nn/nn_bf16.h"
 #include "test.h"
 #include "util/pt.h"
+#include <cblas.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -156,7 +158,15 @@ static void test_gemm_threads(void) {
         }
         free(A); free(B); free(C1); free(C3);
     }
-    nn_bf16_set_threads(0);
+    nn_bf16_set_threads(0);   /* back to following OpenBLAS, as the layouts set it */
+    int was = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    int one = nn_bf16_threads();
+    openblas_set_num_threads(2);
+    int two = nn_bf16_threads(), blas2 = openblas_get_num_threads();
+    openblas_set_num_threads(was);
+    CHECK("bf16 products follow OpenBLAS's thread count (1 per stage thread, more for one process)",
+          one == 1 && two == blas2, "OpenBLAS 1: %d threads; OpenBLAS %d: %d threads", one, blas2, two);
     CHECK("bf16 product over 3 threads: within the reference's bound and bitwise one thread's",
           bad == 0 && notbit == 0, "%d of %d shapes outside the bound, %d differ from one thread", bad, n, notbit);
 }

@@ -91,5 +91,14 @@ if [ -n "$a32" ] && [ -n "$a16" ] && awk -v a="$a16" -v b="$a32" 'BEGIN { exit !
   ok "train bf16: activations per rank <= 0.6x fp32's ($a16 vs $a32 bytes)"
 else fail "train bf16: activations per rank <= 0.6x fp32's" "bf16 $a16, fp32 $a32 bytes"; fi
 
+# one process on 2 OpenBLAS threads splits the bf16 products (c_fc here: 256 rows x 256 x 1024,
+# 134 MFLOP, past the 16 MFLOP a part needs): the gradients of one thread, bitwise
+echo '{"n_layer": 1, "n_head": 4, "n_embd": 256, "vocab_size": 257, "n_positions": 32}' > "$D/wide.json"
+wargs="--config $D/wide.json --tokens $D/text.txt --batch 8 --seq 32 --precision bf16"
+if OPENBLAS_NUM_THREADS=1 "$P" grad $wargs --out "$D/w1.st" > /dev/null 2>&1 &&
+   OPENBLAS_NUM_THREADS=2 "$P" grad $wargs --out "$D/w2.st" > /dev/null 2>&1; then
+  check "grad bf16 on 2 threads: one thread's gradients bitwise" "$CMP" "$D/w2.st" "$D/w1.st" 0
+else fail "grad bf16 on 2 threads" "grad failed"; fi
+
 expect_error "--precision: a bad value" "--precision 'fp16': expected fp32 or bf16" "$P" grad $gargs --out "$D/x.st" --precision fp16
 done_tests

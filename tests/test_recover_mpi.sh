@@ -4,6 +4,13 @@
 # itself, repeats at most one step per failure, names the rank that died, and ends with the loss
 # of an uninterrupted MPI run, bitwise (the same layout); a hang (a rank stopped with SIGSTOP) is
 # noticed by --timeout and recovered from too. Every run is bounded.
+# "At most one step" is counted against the newest step any rank's heartbeat showed (the job's
+# progress, not the slowest rank's), and holds whatever the load: the step boundary makes every
+# rank's previous generation written before any rank beats the step. The last case makes the
+# load's worst order certain: the writers of stage 1 (ranks 1 and 3) sleep 300 ms per generation
+# (PIPETRAIN_TEST_SNAP_SLOW), so when rank 2 (stage 0, which starts its forwards without waiting
+# for anyone) dies at the forward of step 9, stage 1's generation 7 is still in its writers;
+# without that boundary rank 2 had beaten step 8 and the restore found step 6: 2 steps lost.
 . "$(dirname "$0")/lib.sh"
 mpi_env 120
 D=$TEST_TMP/recover_mpi
@@ -20,11 +27,15 @@ max_lost() { grep '"recovered"' "$1" | sed 's/.*"steps_lost":\([0-9]*\).*/\1/' |
 
 mpi 4 train $args --metrics "$D/ref.jsonl" > "$D/ref.out" 2>&1 || fail "reference MPI run" "$(tail -3 "$D/ref.out")"
 ref=$(last_loss "$D/ref.jsonl")
-for ph in forward reduce save; do
+for case in forward reduce save forward:slow; do
+  ph=${case%%:*}
+  slow=""; [ "$case" = forward:slow ] && slow="300:1,3"
   rm -f "$D/l.jsonl" "$D/l.events.jsonl"
-  timeout "$JOB_LIMIT_S" "$P" launch --np 4 -x ASAN_OPTIONS --snapshot-dir "$SNAP" -- train $args --snapshot-every 1 \
+  PIPETRAIN_TEST_SNAP_SLOW=$slow timeout "$JOB_LIMIT_S" "$P" launch --np 4 -x ASAN_OPTIONS -x PIPETRAIN_TEST_SNAP_SLOW \
+    --snapshot-dir "$SNAP" -- train $args --snapshot-every 1 \
     --kill-at "1@5:$ph" --kill-at "2@9:$ph" --metrics "$D/l.jsonl" > "$D/l.out" 2>&1 < /dev/null
   rc=$?
+  [ -n "$slow" ] && ph="forward (stage 1's writers slow)"
   n_rec=$(grep -c '"event":"recovered"' "$D/l.events.jsonl" 2>/dev/null)
   lost=$(max_lost "$D/l.events.jsonl")
   if [ $rc = 0 ] && [ "$n_rec" = 2 ] && [ "$lost" -ge 0 ] && [ "$lost" -le 1 ] && grep -q '"who":"rank 1"' "$D/l.events.jsonl" \

@@ -57,7 +57,7 @@ if [ $rc = 0 ] && grep -q "spare host 10.77.0.3 takes its place" "$D/p.out" && g
    && [ "$got" = "$ref" ] && [ "$(tail -1 "$D/p.jsonl" | sed 's/{"step":\([0-9]*\).*/\1/')" = 40 ]; then
   ok "recover peer: host 1 lost (--dp 1): restored from the peer copy at host 0, step 40, the final loss bitwise ($(grep -o '"steps_lost":[0-9]*' "$D/p.events.jsonl" | tail -1))"
 else
-  fail "recover peer: host 1 lost (--dp 1)" "rc $rc, loss $got vs $ref: $(grep '^launch' "$D/p.out" | tail -4)"
+  fail "recover peer: host 1 lost (--dp 1)" "rc $rc, loss $got vs $ref, last step $(tail -1 "$D/p.jsonl" | sed 's/{"step":\([0-9]*\).*/\1/'), restored $(grep -o '"from":"[a-z]*","from_step":[0-9]*' "$D/p.events.jsonl" | tr '\n' ' '): $(grep '^launch' "$D/p.out" | tail -4)"
 fi
 # --- --zero 1, 2 x 2 on hosts of 2 slots: ranks 2 and 3 (host 1) send to rank 0 (host 0)
 host_dies2() { ls -d "$SNAP"/rank-0/peer-2/gen-* "$SNAP"/rank-0/peer-3/gen-* > "$D/peer_gens2" 2>/dev/null

@@ -49,16 +49,35 @@ struct ckpt_snap {
     ckpt_snap_stats st;
     snap_peer *peer;            /* the peer copy, or NULL */
     int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
+    long slow_ms;               /* test hook: the writer sleeps this long before each generation */
 };
 
 static void *snap_writer_main(void *arg);
 static void prune_gens(const ckpt_snap *s, int spare_slots);
+
+/* Test hook: PIPETRAIN_TEST_SNAP_SLOW="MS:R,R,..." makes the writers of world ranks R sleep MS
+ * milliseconds before each generation (a writer starved on a loaded machine, made certain:
+ * tests/test_recover_mpi.sh). 0 for every other rank, or without it. */
+static long slow_writer_ms(int rank) {
+    const char *v = getenv("PIPETRAIN_TEST_SNAP_SLOW");
+    char *e;
+    long ms = v ? strtol(v, &e, 10) : 0;
+    if (!v || *e != ':' || ms <= 0) return 0;
+    for (const char *q = e + 1; *q;) {
+        long r = strtol(q, &e, 10);
+        if (e == q) return 0;
+        if (r == rank) return ms;
+        q = *e == ',' ? e + 1 : e;
+    }
+    return 0;
+}
 
 int ckpt_snap_open(ckpt_snap **out, const char *root, int rank, int keep) {
     ckpt_snap *s = pt_calloc(1, sizeof *s);
     *out = NULL;
     snprintf(s->dir, sizeof s->dir, "%s/rank-%d", root, rank);
     s->rank = rank;
+    s->slow_ms = slow_writer_ms(rank);
     s->keep = keep < 1 ? 1 : keep > SNAP_SLOTS_MAX - 1 ? SNAP_SLOTS_MAX - 1 : keep;
     s->n_slots = s->keep + 1;
     char hb[1100];
@@ -340,6 +359,10 @@ static int write_gen(ckpt_snap *s) {
     snap_slot *sl = &s->slot[s->w_slot];
     long step = s->man.step;
     uint64_t sums[CKPT_SNAP_PIECES];
+    if (s->slow_ms > 0) {
+        struct timespec ts = { s->slow_ms / 1000, s->slow_ms % 1000 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
     for (int i = 0; i < sl->n_f; i++) {
         sums[i] = snap_sum_mem(sl->f[i].map, sl->f[i].bytes);
         if (i == 0) pt_killat_point(s->rank, step, PT_KILL_SAVE);   /* half written: no snap.json */

@@ -38,6 +38,9 @@ void cli_layout_opts(cli_opt *out, run_opts *ro, const char **transport, const c
         {"--tp-recompute", OPT_FLAG, &ro->tp_recompute, "with --tp: blocks keep only their input and res2 from F to B and rebuild "
                                                         "the rest before B, without all-reduces (less memory)"},
         {"--zero", OPT_INT, &ro->zero, "1: shard AdamW moments and the update over the ranks that reduce together (ZeRO-1; default 0)"},
+        {"--balance-memory", OPT_FLAG, &ro->balance_memory, "lend stashed activations of the heavy stages (stage 0 holds P "
+                                                            "microbatches under 1f1b) to lighter ranks between F and backward "
+                                                            "(one stage per rank; the same numbers; docs/longseq.md)"},
         {"--no-overlap", OPT_FLAG, &ro->no_overlap, "reduce gradients after each rank's whole schedule, not from each stage's last W"},
         {"--slow-link", OPT_STR, NULL, "I-J:SECONDS[@FROM-TO] fault injection: every message between world ranks I and J "
                                        "SECONDS late (not blocking the sender), in steps FROM..TO (repeatable); "
@@ -124,7 +127,7 @@ void cli_layout_init(run_opts *ro) {
 int cli_layout_given(const run_opts *o, const char *transport) {
     return o->P != CLI_UNSET || o->D != CLI_UNSET || o->M != CLI_UNSET || o->tp != CLI_UNSET || o->schedule ||
            o->schedule_file || transport || o->split || o->recompute || o->zero || o->no_overlap ||
-           o->seq_chunks > 1 ||
+           o->seq_chunks > 1 || o->balance_memory ||
            o->tp_overlap || o->tp_recompute || o->tp_sp ||
            o->n_slow_link || o->n_slow_stage || o->dp_sync > 1;
 }

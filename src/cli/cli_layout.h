@@ -6,7 +6,7 @@
 #include "comm/comm.h"
 #include "run/run.h"
 
-#define CLI_LAYOUT_N_OPTS 20
+#define CLI_LAYOUT_N_OPTS 21
 #define CLI_UNSET (-2147483647 - 1)   /* --stages/--dp/--tp/--microbatches not given */
 
 /* Marks --stages, --dp, --tp and --microbatches as not given (so an explicit 0 is an error, not the

@@ -22,7 +22,7 @@ typedef struct {
     const char *config, *cluster, *costs, *out, *schedules;
     long global_batch;
     int T, top, max_sims, tp, zero, seq_chunks;
-    bool no_recompute, json, tp_across_nodes, no_tp_overlap, no_tp_recompute, no_sp;
+    bool no_recompute, json, tp_across_nodes, no_tp_overlap, no_tp_recompute, no_sp, balance_memory;
 } plan_args;
 
 /* Device of pipeline 0's rank r, TP rank t. */
@@ -65,10 +65,11 @@ static const char *recompute_word(const plan_layout *p) {
 static void print_layout(int i, const plan_layout *p, const plan_cluster *cl) {
     char split[1024];
     printf("#%d  step %.6g s  %.6g tokens/s  bubble %.1f%%\n", i + 1, p->step_time, p->tokens_per_s, 100 * p->bubble);
-    printf("    tp %d x dp %d x stages %d  %s%s%.0d  microbatches %d x %d%s%.0d  recompute %s%s%s  zero %d  placement %s\n",
+    printf("    tp %d x dp %d x stages %d  %s%s%.0d  microbatches %d x %d%s%.0d  recompute %s%s%s%s  zero %d  placement %s\n",
            p->tp, p->D, p->P, p->schedule, p->chunks > 1 ? " v=" : "", p->chunks > 1 ? p->chunks : 0, p->M,
            p->mb_size, p->seq_chunks > 1 ? "  seq chunks " : "", p->seq_chunks > 1 ? p->seq_chunks : 0,
-           recompute_word(p), p->tp_overlap ? "  tp-overlap" : "", p->sp ? "  sp" : "", p->zero, p->placement);
+           recompute_word(p), p->tp_overlap ? "  tp-overlap" : "", p->sp ? "  sp" : "",
+           p->balance_memory ? "  balance-memory" : "", p->zero, p->placement);
     printf("    split %s\n    peak memory GiB per chunk:", plan_layout_split_str(p, split, sizeof split));
     for (int k = 0; k < p->K && k < SHOW_STAGES; k++) printf(" %.3g", p->stage_mem[k] / GIB);
     printf("%s\n", p->K > SHOW_STAGES ? " ..." : "");
@@ -100,6 +101,7 @@ static void print_json(const plan_result *r) {
         cJSON_AddBoolToObject(x, "tp_recompute", p->tp_recompute);
         cJSON_AddBoolToObject(x, "sp", p->sp);
         if (p->seq_chunks > 1) cJSON_AddNumberToObject(x, "seq_chunks", p->seq_chunks);
+        if (p->balance_memory) cJSON_AddTrueToObject(x, "balance_memory");
         cJSON_AddNumberToObject(x, "zero", p->zero);
         cJSON_AddStringToObject(x, "placement", p->placement);
         cJSON_AddStringToObject(x, "split", plan_layout_split_str(p, split, sizeof split));
@@ -142,6 +144,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         {"--no-tp-recompute", OPT_FLAG, &a->no_tp_recompute, "do not consider --tp-recompute (communication-free "
                                                              "recomputation)"},
         {"--no-sp", OPT_FLAG, &a->no_sp, "do not consider --sp (sequence parallelism)"},
+        {"--balance-memory", OPT_FLAG, &a->balance_memory, "price memory with train --balance-memory where a layout "
+                                                           "allows it (one stage per rank, no recomputation)"},
         {"--zero", OPT_INT, &a->zero, "1: AdamW moments split over the data-parallel replicas (train --zero 1)"},
         {"--seq-chunks", OPT_INT, &a->seq_chunks, "K: every layout runs each sequence as K chunks (train --seq-chunks; "
                                                   "1f1b and zb-h1, priced per chunk)"},
@@ -157,7 +161,7 @@ static int run_plan(const plan_args *a, const gpt_config *cfg, const plan_cluste
                     .costs = costs, .schedules = names, .max_sims = a->max_sims, .no_recompute = a->no_recompute,
                     .tp = a->tp, .tp_across_nodes = a->tp_across_nodes, .zero = a->zero,
                     .no_tp_overlap = a->no_tp_overlap, .no_tp_recompute = a->no_tp_recompute,
-                    .no_sp = a->no_sp, .seq_chunks = a->seq_chunks };
+                    .no_sp = a->no_sp, .seq_chunks = a->seq_chunks, .balance_memory = a->balance_memory };
     plan_result r;
     int rc = plan_search(cfg, k, &o, &r);
     free(names); free(names_buf);

@@ -24,7 +24,7 @@ static const char *USAGE =
     "       [--cost f=1,b=1,w=1[,bw=X][,act=BYTES][,params=BYTES] | --costs FILE.json] [--latency S] [--bandwidth B]\n"
     "       [--act-bytes N] [--slow-link I-J:(SECONDS|RATE)[@FROM-TO]]... [--slow-stage I:FACTOR[@FROM-TO]]...\n"
     "       [--iterations N] [--mem-limit N] [--adapt] [--post-validation] [--trace out.json] [--svg out.svg]\n"
-    "       [--json | --csv] [--critical-path] [--side-step SECONDS]\n"
+    "       [--json | --csv] [--critical-path] [--side-step SECONDS] [--balance-memory]\n"
     "   or: --config C.json --cluster K.json (--plan P.json | --schedule NAME --stages P --microbatches M\n"
     "       [--chunks V] [--tp T] [--dp D] [--zero 0|1] [--microbatch-size B] [--seq T] [--split a,b,..]\n"
     "       [--recompute] [--tp-overlap] [--tp-recompute]) [the output, fault and iteration flags above]";
@@ -36,7 +36,7 @@ typedef struct {
     const char *name, *file, *cost, *costs, *trace, *svg;
     int stages, mb, chunks, pipes, iters, mem_limit;
     double latency, bandwidth, act_bytes, side_step;
-    bool post_validation, json, csv, crit, adapt;
+    bool post_validation, json, csv, crit, adapt, balance_memory;
     const char **slow_links, **slow_stages;
     int n_slow_links, n_slow_stages;
     /* a model on a cluster (the planner's cost model) */
@@ -95,6 +95,9 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--iterations", OPT_INT, &a->iters, "N iterations back to back (default 1)"},
         {"--mem-limit", OPT_INT, &a->mem_limit, "greedy, adaptive: most microbatches of activations a stage may hold "
                                                 "(0: no limit; --adapt: the starting schedule's peak)"},
+        {"--balance-memory", OPT_FLAG, &a->balance_memory, "price train --balance-memory: heavy stages lend activations "
+                                                           "to lighter ranks (memory per rank; with --mem-limit N: "
+                                                           "whether every rank fits N microbatches)"},
         {"--adapt", OPT_FLAG, &a->adapt, "replay the straggler policy: switch to the adaptive schedule after a slow "
                                          "iteration, back when healthy (docs/stragglers.md)"},
         {"--post-validation", OPT_FLAG, &a->post_validation, "no global sync between iterations"},
@@ -307,7 +310,7 @@ static int model_layout(const sim_args *a, const gpt_config *cfg, plan_layout *p
                         .D = a->dp ? a->dp : 1, .tp = a->tp ? a->tp : 1, .zero = a->zero,
                         .mb_size = a->mb_size ? a->mb_size : 1, .T = a->seq ? a->seq : cfg->n_positions,
                         .recompute = a->recompute, .tp_overlap = a->tp_overlap, .tp_recompute = a->tp_recompute,
-                        .sp = a->sp, .seq_chunks = a->seq_chunks };
+                        .sp = a->sp, .seq_chunks = a->seq_chunks, .balance_memory = a->balance_memory };
     snprintf(p->schedule, sizeof p->schedule, "%s", g->name);
     snprintf(p->placement, sizeof p->placement, "node");
     if (p->P < 1 || p->M < 1) return pt_seterr("--stages and --microbatches must be >= 1 (got %d, %d)", p->P, p->M);
@@ -438,6 +441,34 @@ static int note_mem_needed(const sim_args *a, const sim_costs *c, const sim_resu
     return 0;
 }
 
+/* --balance-memory: each rank's activations with the lend plan, in microbatches of its stage's
+ * size, next to its stage's peak without; with --mem-limit N whether each way fits N (a limit
+ * the plain schedule misses may fit balanced). Into obj (--json) or printed. */
+static void balance_report(const sched *s, const sim_costs *c, const sim_result *r, const sim_args *a, cJSON *obj) {
+    int P = s->n_stages, worst = 0;
+    double top = 0;
+    cJSON *o = obj ? cJSON_AddObjectToObject(obj, "balance_memory") : NULL, *h = o ? cJSON_AddArrayToObject(o, "held_mb") : NULL;
+    if (!obj) printf("memory with --balance-memory (microbatches of activations per rank: held = own + borrowed; "
+                     "without):\n");
+    for (int g = 0; g < P; g++) {
+        double unit = c->act_bytes && c->act_bytes[g] > 0 ? c->act_bytes[g] : 1;
+        double held = r->rank_peak_bytes[g] / unit, borrowed = r->rank_borrowed[g] / unit;
+        if (held > top) top = held;
+        if (r->peak_mb[g] > worst) worst = r->peak_mb[g];
+        if (h) cJSON_AddItemToArray(h, cJSON_CreateNumber(held));
+        else printf("  rank %-3d %5.2f = %.2f + %.2f   (%d)\n", g, held, held - borrowed, borrowed, r->peak_mb[g]);
+    }
+    if (a->mem_limit <= 0) return;
+    int fits = top <= a->mem_limit + 1e-9, fits_plain = worst <= a->mem_limit;
+    if (o) {
+        cJSON_AddNumberToObject(o, "mem_limit", a->mem_limit);
+        cJSON_AddBoolToObject(o, "fits", fits);
+        cJSON_AddBoolToObject(o, "fits_without", fits_plain);
+    } else
+        printf("--mem-limit %d: %s with --balance-memory (largest rank %.2f); %s without (largest stage %d)\n",
+               a->mem_limit, fits ? "fits" : "does not fit", top, fits_plain ? "fits" : "does not fit", worst);
+}
+
 /* ---- --adapt: the replay of the straggler policy ---- */
 
 
@@ -501,15 +532,18 @@ int cli_simulate(int argc, char **argv) {
     sim_opts o = { a.iters, a.post_validation };
     if (sim_run(s, &c, &o, &r) || write_result_pictures(s, &r, &a) || note_mem_needed(&a, &c, &r, &needed, &unlimited))
         goto fail;
+    if (a.balance_memory && !m.on && sim_balance_memory(s, &c, &r) < 0) goto fail;
     sim_report_opts ro = { .post_validation = a.post_validation, .crit = a.crit, .adaptive = &adaptive_info,
                            .mem_limit = a.mem_limit, .mem_needed = needed, .unlimited_time = unlimited };
     if (a.json) {
         cJSON *obj = sim_report_json(s, &r, &c, &ro, m.on ? model_json(&m, &c) : NULL);
         side_report(&r, &a, obj);   /* checked before printing */
+        if (a.balance_memory && !m.on) balance_report(s, &c, &r, &a, obj);
         sim_report_json_print(stdout, obj);
     } else if (a.csv) sim_report_events_csv(stdout, &r.tl);
     else {
         sim_report_print(stdout, s, &r, &ro);
+        if (a.balance_memory && !m.on) balance_report(s, &c, &r, &a, NULL);
         if (m.on) model_print_human(&m, &c);
         if (side_report(&r, &a, NULL) < 0) goto fail;
     }

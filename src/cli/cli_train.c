@@ -11,6 +11,7 @@
 #include "optim/async_fix.h"
 #include "optim/outer.h"
 #include "plan/plan.h"
+#include "train/train_memlimit.h"
 #include "train/train_plan.h"
 #include "train/trainer.h"
 #include "util/half.h"
@@ -137,6 +138,14 @@ static int pipe_flags(train_args *a, int *argc, char ***argv, comm **world) {
 }
 
 /* --keep N: N >= 1, next to --save (0 would delete the checkpoint just written). */
+/* --mem-limit: a SIZE with a unit is each rank's byte limit (train_memlimit.h); a bare N or
+ * "schedule" keeps --adapt's meaning (adapt_parse_mem_limit). */
+static int mem_limit_flag(const char *text, train_opts *o) {
+    if (!text) return 0;
+    if (train_memlimit_is_size(text)) return train_memlimit_parse(text, &o->mem_bytes);
+    return adapt_parse_mem_limit(text, &o->mem_limit);
+}
+
 static int keep_flag(train_args *a) {
     if (a->keep == -1) return 0;
     if (a->keep < 1)
@@ -190,7 +199,7 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
         if (pt_killat_add(a->kill_at[i]) < 0) return cli_fail("train");
     if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || wire_flag(a) < 0 ||
         cli_precision_apply(a->precision, stdout) < 0 || precision_wire(a) < 0 ||
-        (a->mem_limit && adapt_parse_mem_limit(a->mem_limit, &o->mem_limit) < 0) ||
+        mem_limit_flag(a->mem_limit, o) < 0 ||
         cli_layout_split(a->split_text, &a->split, &o->ro.n_split) < 0)
         return cli_fail("train");
     if (o->cluster && (!o->adapt || o->mem_limit))
@@ -272,7 +281,9 @@ int cli_train(int argc, char **argv) {
                                          "when it clears (docs/stragglers.md)"},
         {"--cluster", OPT_STR, &o->cluster, "--adapt: the memory limit from this cluster file's device memory "
                                             "(world rank w on device w) instead of this machine's"},
-        {"--mem-limit", OPT_STR, &a.mem_limit, "--adapt: microbatches of activations a stage may hold: N, or schedule "
+        {"--mem-limit", OPT_STR, &a.mem_limit, "SIZE (512MiB, 2GiB, 1.5GB): each rank's memory limit, "
+                                               "checked before the first step and set as RLIMIT_DATA (docs/seq-chunks.md); "
+                                               "--adapt: microbatches of activations a stage may hold: N, or schedule "
                                                "(the starting schedule's peak); default: what the ranks' memory holds"},
         {"--wire", OPT_STR, &a.wire, "pipelined: fp32 | bf16 | fp16: how activations and gradients cross stage "
                                      "boundaries (default fp32; 16 bits halve the bytes, lossy: docs/comm.md)"},

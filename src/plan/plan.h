@@ -197,6 +197,9 @@ typedef struct {
                                * chunks, the schedule's units (1f1b, zb-h1; K dividing T; not with
                                * recompute, tp_overlap, tp_recompute, sp); stage_inflight then
                                * counts units */
+    bool balance_memory;      /* --balance-memory (one chunk per rank, no recomputation): each rank
+                               * holds the lend plan's activations (sched/sched_lend.h: its own kept
+                               * sets plus what it keeps for others), not its stage's peak */
     char placement[16];       /* "node" or "mixed" (how devices form pipelines) */
     int *split;               /* [K] blocks per chunk ("--split" of run/layout.h) */
     int *devices;             /* [D*P*tp] cluster device of (replica d, rank p, TP rank t) at
@@ -238,6 +241,8 @@ typedef struct {
     int zero;                 /* 0, or 1: count AdamW moments / D (ZeRO-1) */
     int seq_chunks;           /* K > 1: every layout runs sequence chunks (plan_layout.seq_chunks):
                                * only the schedules that do, without recomputation, overlap or sp */
+    bool balance_memory;      /* price memory with --balance-memory where a layout allows it (one
+                               * stage per rank, no recomputation; plan_layout.balance_memory) */
     bool exhaustive;          /* tests: simulate every candidate (no max_sims, no bound, every move
                                * of the local search simulated), the reference the pruned search
                                * must match */

@@ -9,36 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The extra of a chunk holding items [first, end) (0 when nothing is rebuilt), in layer order. */
-static double chunk_extra(const plan_items *it, int first, int end) {
-    if (!(it->extra_mid > 0)) return 0;
-    double x = it->extra_mid;
-    for (int j = 0; j < it->n_extra; j++)
-        if (it->extra_item[j] >= first && it->extra_item[j] < end) x += it->extra_bytes[j];
-    return x;
-}
-
-/* chunk_extra of chunk k of K before the split is known: the layers that travel with the first
- * block (item 0) are always chunk 0's, those with the last block the last chunk's; those with a
- * block in between are left out (the split decides their chunk). */
-static double chunk_extra_any_split(const plan_items *it, int k, int K) {
-    if (K == 1) return chunk_extra(it, 0, it->n);
-    if (k == 0) return chunk_extra(it, 0, 1);
-    return chunk_extra(it, k == K - 1 ? it->n - 1 : 0, k == K - 1 ? it->n : 0);
-}
-
-/* Memory chunk k needs at peak with `held` microbatches in flight. */
-static double chunk_mem(const plan_items *it, int K, const int *first, int k, int held) {
-    plan_mem_model m = { 0, 0, 0, 0, it->K };
-    for (int i = first[k]; i < first[k + 1]; i++) {
-        m.fixed += it->mem_fixed[i];
-        m.act += it->mem_act[i];
-        m.kv += it->mem_kv[i];
-    }
-    m.extra = chunk_extra(it, first[k], first[k + 1]);
-    return plan_mem_need(&m, held);
-}
-
 /* Seconds of every item on every rank of a placement, the TP collectives apart (alike blocks and
  * ranks priced once). */
 typedef struct {
@@ -116,13 +86,15 @@ static void chain_init(plan_chain *c, const plan_items *it, const plan_ranks *r,
            *extra = buf + 3 * K;
     sched_peak_activations(s, peak);
     for (int k = 0; k < K; k++) per_rank[s->stage_rank[k]]++;
+    double *units = it->balance ? plan_lend_units(s) : NULL;
     for (int k = 0; k < K; k++) {
         int rk = s->stage_rank[k];
         speed[k] = r->rate[rk];
         cap[k] = r->cap[rk] / per_rank[rk];   /* a rank's chunks share its memory evenly */
-        held[k] = peak[k];
-        extra[k] = chunk_extra_any_split(it, k, K);
+        held[k] = units ? units[k] : peak[k];
+        extra[k] = plan_chunk_extra_any_split(it, k, K);
     }
+    free(units);
     *c = (plan_chain){ .n = it->n, .K = K, .work = it->work, .mem_fixed = it->mem_fixed, .mem_act = it->mem_act,
                        .speed = speed, .cap = cap, .inflight = held, .mem_extra = extra,
                        .extra = t ? chunk_tp_times(t, r, s) : NULL };
@@ -150,8 +122,11 @@ int plan_split_candidate(const plan_items *it, const plan_ranks *r, const sched 
 double plan_peak_need(const plan_items *it, const sched *s, const int *first, int *rank_out) {
     int K = s->n_stages, *peak = pt_malloc(sizeof(int) * (size_t)K);
     double *need = pt_calloc((size_t)s->n_ranks, sizeof(double)), worst = 0;
+    double *mem = pt_malloc(sizeof(double) * (size_t)K);
     sched_peak_activations(s, peak);
-    for (int k = 0; k < K; k++) need[s->stage_rank[k]] += chunk_mem(it, K, first, k, peak[k]);
+    plan_chunks_need(it, s, first, peak, mem);
+    for (int k = 0; k < K; k++) need[s->stage_rank[k]] += mem[k];
+    free(mem);
     for (int p = 0; p < s->n_ranks; p++)
         if (need[p] > worst) { worst = need[p]; if (rank_out) *rank_out = p; }
     free(peak); free(need);
@@ -502,10 +477,10 @@ static int score_sim(const plan_items *it, const sched *s, const sim_costs *c, c
     if (sim_run(s, c, &o, &res) < 0) return -1;
     int K = s->n_stages;
     layout_arrays(p, K);
+    plan_chunks_need(it, s, first, res.peak_mb, p->stage_mem);
     for (int g = 0; g < K; g++) {
         p->split[g] = first[g + 1] - first[g];
         p->stage_inflight[g] = res.peak_mb[g];
-        p->stage_mem[g] = chunk_mem(it, K, first, g, res.peak_mb[g]);
         p->stage_time[g] = c->f[g] + c->b[g] + c->w[g];
     }
     p->step_time = res.iteration_time;
@@ -528,13 +503,16 @@ int plan_score(const gpt_config *cfg, const plan_cluster *k, const plan_items *i
 /* True when every chunk of first[] fits its share of its rank's memory (the split's own rule). */
 static bool split_fits(const plan_items *it, const plan_ranks *r, const sched *s, const int *peak, const int *first) {
     int K = s->n_stages, *per_rank = pt_calloc((size_t)s->n_ranks, sizeof(int));
+    double *mem = pt_malloc(sizeof(double) * (size_t)K);
     bool ok = true;
+    plan_chunks_need(it, s, first, peak, mem);
     for (int g = 0; g < K; g++) per_rank[s->stage_rank[g]]++;
     for (int g = 0; g < K && ok; g++) {
         int rk = s->stage_rank[g];
-        ok = chunk_mem(it, K, first, g, peak[g]) <= r->cap[rk] / per_rank[rk];
+        ok = mem[g] <= r->cap[rk] / per_rank[rk];
     }
     free(per_rank);
+    free(mem);
     return ok;
 }
 

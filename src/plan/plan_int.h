@@ -43,6 +43,7 @@ typedef struct {
      * tp_bytes / tp_coll above; each item's one block adds its ping-pong's exposed time, computed
      * per rank from these (B also F's again under recompute). */
     bool overlap, recompute;
+    bool balance;                 /* --balance-memory: activations priced by the lend plan */
     double blk_piece[PLAN_N_PHASES][2];   /* reference FLOPs of a block before / between its sums */
     double blk_tp_bytes[PLAN_N_PHASES];   /* one block's all-reduce bytes per phase */
     int blk_tp_coll[PLAN_N_PHASES];       /* and how many all-reduces (each run as two halves) */
@@ -57,6 +58,7 @@ typedef struct {
     bool tp_recompute;            /* --tp-recompute: blocks keep keep_bytes, B adds recompute_flops */
     bool sp;                      /* --sp: the cost_sp rows, stream messages / tp */
     int seq_chunks;               /* --seq-chunks K (0, 1: none): the items are a unit's */
+    bool balance;                 /* --balance-memory (not with recompute or tp_recompute) */
 } plan_item_shape;
 
 /* One placement: the pipeline ranks as the slowest replica (and TP rank) sees them. */
@@ -162,5 +164,17 @@ int plan_score_polish(const plan_candidate *c, int *first, plan_layout *p, const
 /* Bytes a rank of the placement needs at peak for chunk layout first[] (max over ranks) and the
  * rank's cap; used for infeasibility advice. */
 double plan_peak_need(const plan_items *it, const sched *s, const int *first, int *rank_out);
+/* plan_mem.c: chunks' memory from their items. The extra (what recomputation rebuilds) of a chunk
+ * holding items [first, end); of chunk k of K before the split is known (the items that travel
+ * with the first and last blocks); chunk k's bytes at `held` microbatches in flight. */
+double plan_chunk_extra(const plan_items *it, int first, int end);
+double plan_chunk_extra_any_split(const plan_items *it, int k, int K);
+double plan_chunk_mem(const plan_items *it, int K, const int *first, int k, int held);
+/* Every chunk's bytes (out[K]) at its peak[k] in flight, or with it->balance where s can lend,
+ * its fixed part plus the lend plan's activations of its rank (items as the plan's layers). */
+void plan_chunks_need(const plan_items *it, const sched *s, const int *first, const int *peak, double *out);
+/* --balance-memory before the split: each stage's activations under the lend plan of whole sets,
+ * in microbatches ([K], malloc'd), or NULL when s cannot lend. */
+double *plan_lend_units(const sched *s);
 
 #endif

@@ -67,6 +67,7 @@ static cJSON *plan_to_json(const plan_layout *p) {
     cJSON_AddBoolToObject(o, "tp_recompute", p->tp_recompute);
     cJSON_AddBoolToObject(o, "sp", p->sp);
     if (p->seq_chunks > 1) cJSON_AddNumberToObject(o, "seq_chunks", p->seq_chunks);
+    if (p->balance_memory) cJSON_AddTrueToObject(o, "balance_memory");
     cJSON_AddStringToObject(o, "placement", p->placement);
     cJSON_AddItemToObject(o, "split", cJSON_CreateIntArray(p->split, p->K));
     cJSON_AddStringToObject(o, "split_text", plan_layout_split_str(p, split, sizeof split));
@@ -133,14 +134,16 @@ static int plan_from_json(const cJSON *o, const char *path, plan_layout *p) {
         io_json_int(&p->zero, o, "zero", IO_JSON_OPTIONAL, 0, 1, "%s: zero must be 0 or 1 (ZeRO-1)", path) < 0)
         return -1;
     p->recompute = false;
-    p->tp_overlap = p->tp_recompute = p->sp = false;
+    p->tp_overlap = p->tp_recompute = p->sp = p->balance_memory = false;
     if (io_json_bool(&p->recompute, o, "recompute", IO_JSON_OPTIONAL, "%s: recompute must be true or false", path) < 0 ||
         io_json_bool(&p->tp_overlap, o, "tp_overlap", IO_JSON_OPTIONAL, "%s: tp_overlap must be true or false "
                      "(train --tp-overlap)", path) < 0 ||
         io_json_bool(&p->tp_recompute, o, "tp_recompute", IO_JSON_OPTIONAL, "%s: tp_recompute must be true or false "
                      "(train --tp-recompute)", path) < 0 ||
         io_json_bool(&p->sp, o, "sp", IO_JSON_OPTIONAL, "%s: sp must be true or false (train --sp, sequence "
-                     "parallelism)", path) < 0)
+                     "parallelism)", path) < 0 ||
+        io_json_bool(&p->balance_memory, o, "balance_memory", IO_JSON_OPTIONAL, "%s: balance_memory must be true or "
+                     "false (train --balance-memory)", path) < 0)
         return -1;
     p->seq_chunks = 0;
     if (io_json_int(&p->seq_chunks, o, "seq_chunks", IO_JSON_OPTIONAL, 1, PLAN_INT_MAX, "%s: seq_chunks must be a "

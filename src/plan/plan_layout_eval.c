@@ -81,7 +81,7 @@ static int ctx_open(layout_ctx *x, const gpt_config *cfg, const plan_cluster *k,
     plan_scale sc;
     plan_scale_init(&sc, costs, k, p->mb_size);
     plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute, p->tp_overlap, p->tp_recompute, p->sp,
-                           p->seq_chunks };
+                           p->seq_chunks, p->balance_memory };
     plan_items_init(&x->it, cfg, &sc, &sh);
     plan_ranks_init(&x->r, k, &sc, p->P, p->D, tp, p->devices);
     return 0;

@@ -9,6 +9,7 @@
  * plan_opts.exhaustive). Not here: the split itself (plan_split.c), bounds and scoring
  * (plan_eval.c). */
 #include "plan/plan_int.h"
+#include "sched/sched_lend.h"
 #include "util/pt.h"
 #include <math.h>
 #include <stdio.h>
@@ -127,7 +128,7 @@ static void consider(search *S, const plan_items *it, const plan_ranks *r, const
 /* The per-layer numbers of a candidate's shape. */
 static void items_for(const search *S, plan_items *it, const plan_scale *sc, int D, int tp, int B, act_mode md) {
     plan_item_shape sh = { B, S->o->T, tp, S->o->zero ? D : 1, md.recompute, md.tp_overlap, md.tp_recompute, md.sp,
-                           S->o->seq_chunks };
+                           S->o->seq_chunks, S->o->balance_memory };
     plan_items_init(it, S->cfg, sc, &sh);
 }
 
@@ -248,6 +249,7 @@ static int simulate(search *S, const candidate *c, plan_layout *p, double give_u
     items_for(S, &it, &sc, c->D, c->tp, c->B, c->mode);
     plan_ranks_init(&r, S->k, &sc, c->P, c->D, c->tp, p->devices);
     sched *s = plan_make_sched(p->schedule, c->P, c->M, c->v, S->o->seq_chunks);
+    p->balance_memory = s && it.balance && sched_lend_check(s) == 0;   /* what the items priced it with */
     double bott;
     int rc = s ? plan_split_candidate(&it, &r, s, true, c->first, &bott) : -1;
     if (rc == 0)
@@ -256,6 +258,8 @@ static int simulate(search *S, const candidate *c, plan_layout *p, double give_u
         plan_polish_opts po = { POLISH_BUDGET(s->n_stages), !S->o->exhaustive, give_up };
         rc = plan_score_polish(&pc, c->first, p, &po, &S->res->simulated);
     }
+    for (int g = 0; rc == 0 && p->balance_memory && g < s->n_stages; g++)   /* the lend plan's exact bytes */
+        if (p->stage_mem[g] > r.cap[s->stage_rank[g]]) rc = 1;
     sched_free(s);
     plan_items_free(&it);
     plan_ranks_free(&r);

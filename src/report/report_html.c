@@ -215,11 +215,21 @@ int report_write_time_svg(const report_run *runs, int n, report_series k, const 
     if (!report_series_present(runs, n, REP_STEP_MS))
         return pt_seterr("--svg %s: no run has step_ms (the step times a time axis is summed from)", out);
     if (pt_make_parents(out) < 0 || io_atomic_open(&a, out) < 0) return -1;
-    /* the chart inside an SVG that carries the page's style (its lines are drawn by class) */
+    /* the chart inside an SVG that carries the page's style (its lines are drawn by class), and
+     * below it a legend of every run, four to a row (the chart's own legend stops at four runs) */
+    int h = REPORT_CHART_H + 20 * ((n + 3) / 4) + 6;
     fprintf(a.f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
-            "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">\n<style><![CDATA[%s]]></style>\n",
-            REPORT_CHART_W, REPORT_CHART_H, REPORT_CHART_W, REPORT_CHART_H, STYLE);
+            "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">\n<style><![CDATA[%s]]></style>\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n", REPORT_CHART_W, h, REPORT_CHART_W, h, STYLE);
     report_chart_time(a.f, runs, n, k, k == REP_EVAL_LOSS ? "held-out loss against wall time" : "loss against wall time");
+    for (int i = 0; i < n; i++) {
+        char lb[256];
+        int x = 74 + (i % 4) * 220, y = REPORT_CHART_H + 20 * (i / 4) + 8;
+        fprintf(a.f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
+                "class=\"lg\">", x, y + 4, report_colour(i), x + 16, y + 9);
+        text(a.f, report_run_label(runs, n, i, lb, sizeof lb));
+        fputs("</text>\n", a.f);
+    }
     fputs("</svg>\n", a.f);
     return io_atomic_commit(&a);
 }

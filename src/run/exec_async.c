@@ -71,7 +71,7 @@ static void twobw_in(run_exec *e, run_stage *st, int mb) {
     exec_weights_put(e, st, st->ver);
 }
 
-static void twobw_after_f(run_exec *e, run_stage *st, int mb) { exec_swap_out(e, st); }
+static void swap_after_f(run_exec *e, run_stage *st, int mb) { exec_swap_out(e, st); }
 
 static int swap_after_b(run_exec *e, int i, sched_action a, run_stage *st, double t0) {
     exec_swap_out(e, st);
@@ -136,11 +136,11 @@ static int async_fix_step(run_exec *e, const optim_config *oc, int t, run_exec_s
 }
 
 static const exec_mode MODE_2BW = { "2bw", twobw_in, twobw_in, swap_after_b, async_reduce, async_fix_step,
-                                    async_finish, NULL, twobw_after_f };
+                                    async_finish, NULL, swap_after_f };
 static const exec_mode MODE_PIPEMARE = { "pipemare", pipemare_before_f, pipemare_before_b, swap_after_b,
                                          async_reduce, async_fix_step, async_finish, NULL, NULL };
 static const exec_mode MODE_PREDICT = { "predict", predict_before_f, predict_before_b, swap_after_b,
-                                        async_reduce, async_fix_step, async_finish, NULL, twobw_after_f };
+                                        async_reduce, async_fix_step, async_finish, NULL, swap_after_f };
 
 const exec_mode *exec_async_mode(const run_exec *e) {
     if (!e->async) return NULL;

@@ -102,7 +102,9 @@ int exec_recv(run_exec *e, int i, sched_action a, int *peer) {
     if (e->c.on_wait && exec_offer_wait(e, i, exec_reqs_arrived, exec_reqs_block, &x) < 0) return -1;
     comm_req *r = e->recv_req[i];
     e->recv_req[i] = NULL;
-    if (r && comm_wait(e->c.world, r, e->c.timeout) < 0) return -1;   /* NULL: it arrived during the offer */
+    if (r && e->lend) {   /* --balance-memory: a partner's lent activations are served meanwhile */
+        if (exec_lend_wait(e, &r, "receiving", 0) < 0) return -1;
+    } else if (r && comm_wait(e->c.world, r, e->c.timeout) < 0) return -1;   /* NULL: it arrived during the offer */
     if (e->c.wire != PT_WIRE_F32) {   /* the 16-bit copy into the fp32 buffer the stage reads */
         int grad = a.kind == ACT_RECV_B;
         pt_wire_unpack((pt_wire)e->c.wire, grad ? st->dyin[a.mb] : st->xin[a.mb],

@@ -32,7 +32,8 @@ static const float *exec_dout(run_exec *e, const run_stage *st, int mb) {
 
 /* Activation set of (layer, mb). */
 static float *exec_act(const run_stage *st, int layer, int mb) {
-    return st->act[layer - st->first][st->slot_of[mb]];
+    float *lent = st->lout ? exec_lend_act(st, layer, mb) : NULL;   /* --balance-memory's buffers */
+    return lent ? lent : st->act[layer - st->first][st->slot_of[mb]];
 }
 
 static const gpt_tied *exec_tied(const run_stage *st) { return st->has_tied ? st->tied : NULL; }
@@ -211,6 +212,7 @@ int exec_forward_action(run_exec *e, run_stage *st, int mb, const int *tok, cons
     if (st->rebuild) exec_take(st->keep_of, st->keep_mb, st->n_keep, mb, 0);
     else exec_acquire(st, mb, e->c.recompute);
     if (e->K > 1 && mb % e->K == 0) exec_kv_take(e, st, mb);
+    if (st->lout && exec_lend_take(e, st, mb) < 0) return -1;
     int rc = exec_forward(e, st, mb, tok, tgt, 0);
     if (e->c.recompute) exec_release(st, mb);
     exec_stretch(e, st, t0, tp0);
@@ -223,6 +225,7 @@ int exec_backward(run_exec *e, run_stage *st, int mb, int input, int weight, con
                   const int *tgt) {
     double t0 = pt_now(), tp0 = e->tps.seconds;
     int fused = st->rebuild && input && weight;   /* no set: each layer in the work buffer */
+    if (st->lout && exec_lend_ready(e, st, mb) < 0) return -1;
     if (input && (e->c.recompute || (st->rebuild && !weight))) exec_acquire(st, mb, 0);
     if (input && e->c.recompute && exec_forward(e, st, mb, tok, tgt, 1) < 0) return -1;
     if (input && exec_backward_input(e, st, mb, fused) < 0) return -1;

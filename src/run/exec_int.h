@@ -5,6 +5,7 @@
  *   exec_group.c    reduction groups: what is reduced together, their buckets and moments
  *   exec_compute.c  F, B, W of a stage's layers on one microbatch (and recomputation)
  *   exec_stash.c    weight stashing for asynchronous schedules
+ *   exec_lend.c     --balance-memory: activations lent to a lighter rank and fetched back
  *   exec_comm.c     posting, completing and dropping sends and receives
  *   exec_reduce.c   gradient reduction (posting, completing), the norm, AdamW (ZeRO), zeroing
  *   exec_mode.c     the modes (sync, overlap, async): hooks the walk calls, chosen once per job
@@ -30,6 +31,8 @@ typedef struct {
     size_t count;
     adamw_state opt;                  /* --zero 0: its moments when it is its group's home here */
 } exec_tie_copy;
+
+typedef struct exec_lend_out exec_lend_out;
 
 typedef struct {
     int g, chunk, pipe, first, end;   /* layers [first, end) */
@@ -85,6 +88,11 @@ typedef struct {
     int *f_upd;                       /* [M] pipemare: the stage's updates before F(mb) */
     int n_upd;                        /* updates of the stage since the job started */
     int tau;                          /* the stage's delay: the largest stale[mb] */
+    /* --balance-memory: per layer its lender's side (NULL: the layer keeps n_sets sets; else
+     * act[l] has the plan's cap of buffers, mapped to microbatches there), and the stage's
+     * compute actions so far this iteration (the plan's positions) */
+    exec_lend_out **lout;
+    int lend_k;
 } run_stage;
 
 /* A tensor inside a group's region: floats [off, off + n) of it, region-relative. replicated:
@@ -190,6 +198,7 @@ struct run_exec {
     int tau_max;                      /* exec_async.c: the largest delay of any stage of the pipe */
     struct exec_outer *outer;         /* --dp-sync H > 1: the outer step's state (exec_outer.c) */
     int stash_checked, stash_bad, stash_stale;   /* run_exec_stash_stats */
+    struct exec_lend *lend;           /* --balance-memory: the plan and the pools kept for others */
     timeline tl;
 };
 
@@ -232,6 +241,26 @@ void exec_weights_get(const run_exec *e, const run_stage *st, float *dst);
 void exec_weights_put(const run_exec *e, run_stage *st, const float *src);
 void exec_unstash(run_exec *e, run_stage *st, int mb);
 void exec_restash(run_exec *e, run_stage *st);
+
+/* exec_lend.c (all do nothing without --balance-memory) */
+int exec_lend_prepare(run_exec *e, run_stage *st);   /* the plan (first call), st's lending layers */
+int exec_lend_cap(const run_stage *st, int layer);   /* buffers of a lending layer, -1: not one */
+void exec_lend_bind(run_stage *st, int layer, float **bufs, size_t n);   /* its buffers (act[layer], n floats) */
+float *exec_lend_act(const run_stage *st, int layer, int mb);  /* mb's act of a lending layer */
+int exec_lend_init(run_exec *e);                     /* the pools this rank keeps for others */
+void exec_lend_stage_free(run_stage *st);
+void exec_lend_free(run_exec *e);
+void exec_lend_begin(run_exec *e);                   /* a new iteration */
+int exec_lend_take(run_exec *e, run_stage *st, int mb);     /* before F: buffers for mb */
+int exec_lend_ready(run_exec *e, run_stage *st, int mb);    /* before B, W, BW: mb's acts here */
+int exec_lend_after(run_exec *e, run_stage *st, sched_kind kind, int mb);  /* after a compute action */
+int exec_lend_poll(run_exec *e);                     /* serves the pools, never blocks */
+/* Blocks until *req completes, serving the pools meanwhile; `what` names it in errors; count:
+ * the time is lending's wait (run_exec_lend_wait), not a pipeline receive's. */
+int exec_lend_wait(run_exec *e, comm_req **req, const char *what, int count);
+int exec_lend_drain(run_exec *e);                    /* before the reduction and step */
+void exec_lend_mem(const run_exec *e, double *lent, double *borrowed);
+double exec_lend_wait_s(const run_exec *e);
 
 /* exec_comm.c */
 int exec_post_recvs(run_exec *e);

@@ -154,8 +154,13 @@ static void exec_stage_acts(run_exec *e, run_stage *st) {
     exec_slots_init(&st->slot_of, &st->slot_mb, e->M, st->n_slots);
     st->act = pt_calloc((size_t)nl, sizeof *st->act);
     st->n_sets = st->n_slots + (e->c.recompute != 0);   /* one more: the forward's when recomputing */
-    for (int l = 0; l < nl; l++)
-        st->act[l] = exec_bufs(st->n_sets, exec_act_floats(e, st, st->first + l));
+    for (int l = 0; l < nl; l++) {
+        int cap = exec_lend_cap(st, st->first + l);   /* a lending layer: fewer buffers */
+        size_t n = exec_act_floats(e, st, st->first + l);
+        st->act[l] = pt_calloc((size_t)st->n_sets, sizeof *st->act[l]);
+        for (int k = 0; k < (cap >= 0 ? cap : st->n_sets); k++) st->act[l][k] = pt_falloc(n);
+        exec_lend_bind(st, st->first + l, st->act[l], n);
+    }
 }
 
 static void exec_stage_acts_free(run_stage *st) {
@@ -213,6 +218,7 @@ static int exec_stage_init(run_exec *e, run_stage *st, int g) {
         e->c.src->fill(e->c.src, &st->m) < 0)
         return pt_adderr("stage %d (layers %d..%d): ", g, st->first, st->end - 1);
     if (exec_tp_set(e, st) < 0) return pt_adderr("stage %d: ", g);
+    if (exec_lend_prepare(e, st) < 0) return pt_adderr("stage %d: ", g);
     exec_stage_buffers(e, st);
     gpt_layers_param_span(&st->m, st->first, st->end, &st->span_off, &st->span_n);
     return 0;
@@ -230,6 +236,7 @@ static int exec_stage_finish(run_exec *e, run_stage *st) {
 
 static void exec_stage_free(run_exec *e, run_stage *st) {
     exec_stage_acts_free(st);
+    exec_lend_stage_free(st);
     exec_free_bufs(st->out, e->M);
     exec_free_bufs(st->xin, e->M);
     exec_free_bufs(st->dxo, e->M);
@@ -313,6 +320,7 @@ int exec_state_init(run_exec *e) {
     for (int k = 0; k < 2; k++) e->tmp[k] = pt_falloc((size_t)e->Ns * e->C);
     for (int k = 0; e->K > 1 && k < 2; k++) e->ctok[k] = pt_malloc((size_t)e->N * sizeof(int));
     exec_list_state(e);
+    if (exec_lend_init(e) < 0) return -1;
     return exec_split_comms(e);
 }
 
@@ -344,6 +352,8 @@ static void exec_list_state_free(run_exec *e) {
 }
 
 int exec_state_replan(run_exec *e, const sched *s) {
+    if (e->lend)   /* the lend plan follows the schedule: a new one would move buffers mid-run */
+        return pt_seterr("rank %d: --balance-memory keeps its schedule (no replan, no --adapt)", e->c.world_rank);
     exec_list_state_free(e);
     e->c.s = s;
     for (int i = 0; i < e->n_stages; i++) {
@@ -365,6 +375,7 @@ void exec_state_free(run_exec *e) {
     free(e->chunk_comm);
     for (int t = 0; t < GPT_MAX_TIES; t++) comm_free(e->tie_comm[t]);
     exec_tp_free(e);
+    exec_lend_free(e);
     free(e->st);
     free(e->loc);
     free(e->scratch);

@@ -60,16 +60,18 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
         if (md->before_f) md->before_f(e, st, a.mb);
         rc = exec_forward_action(e, st, a.mb, tok, tgt);
         if (md->after_f) md->after_f(e, st, a.mb);
+        if (rc == 0) rc = exec_lend_after(e, st, a.kind, a.mb);
         break;
     case ACT_B: case ACT_W: case ACT_BW:
         if (md->before_b) md->before_b(e, st, a.mb);
         rc = exec_backward(e, st, a.mb, a.kind != ACT_W, a.kind != ACT_B, tok, tgt);
+        if (rc == 0) rc = exec_lend_after(e, st, a.kind, a.mb);   /* before the mode records it */
         if (rc == 0) rc = md->after_b(e, i, a, st, t0);
         break;
     case ACT_SEND_F: case ACT_SEND_B: sm = TL_SEND; rc = exec_send(e, i, a, &peer); break;
     case ACT_RECV_F: case ACT_RECV_B: sm = TL_RECV; rc = exec_recv(e, i, a, &peer); break;
-    case ACT_REDUCE_GRAD: rc = md->reduce(e, i, a, st, t0); break;
-    case ACT_STEP: rc = md->step(e, oc, t, rs); break;
+    case ACT_REDUCE_GRAD: rc = exec_lend_drain(e) < 0 ? -1 : md->reduce(e, i, a, st, t0); break;
+    case ACT_STEP: rc = exec_lend_drain(e) < 0 ? -1 : md->step(e, oc, t, rs); break;
     default: break;
     }
     if (rc < 0) {
@@ -84,13 +86,17 @@ static int exec_action(run_exec *e, int i, const int *tok, const int *tgt, const
 static int exec_walk(run_exec *e, const int *tokens, const int *targets, const optim_config *oc,
                      int t, run_exec_stats *st) {
     if (exec_post_recvs(e) < 0) return -1;
+    exec_lend_begin(e);
+    if (e->lend && exec_lend_poll(e) < 0) return -1;   /* the pools' first receives */
     int len = e->c.s->len[e->p];
     for (int i = 0; i < len; i++) {
         if (exec_action(e, i, tokens, targets, oc, t, st) < 0) return -1;
+        if (e->lend && exec_lend_poll(e) < 0) return -1;
         if (e->send_req[i]) e->pend[e->n_pend++] = i;
         if (e->n_pend && exec_poll_sends(e) < 0) return pt_adderr("rank %d: ", e->c.world_rank);
         if (e->mode->poll && !e->stepped && e->mode->poll(e) < 0) return -1;
     }
+    if (exec_lend_drain(e) < 0) return -1;
     if (!e->stepped && e->mode->finish(e, st) < 0) return -1;
     return exec_finish_sends(e);
 }
@@ -130,11 +136,14 @@ void run_exec_stash_stats(const run_exec *e, int out[3]) {
 }
 
 size_t run_exec_act_bytes(const run_exec *e) {
-    size_t n = e->work_n;
+    double lent, borrowed;
+    exec_lend_mem(e, &lent, &borrowed);
+    size_t n = e->work_n + (size_t)(borrowed / sizeof(float));
     for (int i = 0; i < e->n_stages; i++) {
         const run_stage *st = &e->st[i];
         for (int l = st->first; l < st->end; l++) {
-            n += (size_t)st->n_sets * exec_act_floats(e, st, l);
+            int cap = exec_lend_cap(st, l);   /* --balance-memory: a lending layer's buffers */
+            n += (size_t)(cap >= 0 ? cap : st->n_sets) * exec_act_floats(e, st, l);
             n += (size_t)st->n_kv * 2 * gpt_layer_kv_floats(&st->m, l, e->c.mb_rows, e->c.T);
             if (st->keep) n += (size_t)st->n_keep * gpt_layer_keep_floats(&st->m, l, e->c.mb_rows, e->c.T);
         }
@@ -172,7 +181,8 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
     out->params = out->grads = w * f;
     out->optim = opt * f;
     out->acts = (double)run_exec_act_bytes(e) + bufs * f;
-    out->act_sets = (double)(run_exec_act_bytes(e) - e->work_n * sizeof(float));
+    exec_lend_mem(e, &out->lent, &out->borrowed);
+    out->act_sets = (double)(run_exec_act_bytes(e) - e->work_n * sizeof(float)) - out->borrowed;
     out->act_mb = 0;
     for (int i = 0; i < e->n_stages; i++)
         for (int l = e->st[i].first; l < e->st[i].end; l++)
@@ -180,6 +190,8 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
 }
 
 int run_exec_replan(run_exec *e, const sched *s) { return exec_state_replan(e, s); }
+
+double run_exec_lend_wait(const run_exec *e) { return exec_lend_wait_s(e); }
 
 void run_exec_coords(const run_exec *e, int *d, int *p, int *t) {
     *d = e->d;

@@ -80,6 +80,9 @@ typedef struct {
     int wire;                  /* messages between stages in pt_wire format w (0: fp32 as
                                 * computed; bf16 or fp16: packed at the send, unpacked at the
                                 * receive, round to nearest even) */
+    int balance_memory;        /* --balance-memory: layers of heavy stages keep fewer activation
+                                * buffers and lend microbatches to a lighter rank between their F
+                                * and their backward (sched/sched_lend.h; the same numbers) */
     run_wait_fn on_wait;       /* side work in this rank's waits (NULL: it just waits) */
     void *wait_user;           /* on_wait's first argument */
     int dp_sync;               /* --dp-sync H: 0 or 1, gradients reduced over the replicas every
@@ -100,6 +103,9 @@ typedef struct {
     double acts;               /* activation sets, boundary buffers, scratch, weight stashes */
     double act_sets;           /* the activation sets within acts (the schedule's peak in flight) */
     double act_mb;             /* one microbatch's activation set (what one more in flight costs) */
+    double lent;               /* --balance-memory: act_sets it would hold more without lending */
+    double borrowed;           /* --balance-memory: buffers it keeps for others' lent activations
+                                * (within acts) */
 } run_mem;
 
 /* A rank's tensor-parallel collectives (the ones its layers call through gpt_tp: all-reduces,
@@ -138,6 +144,9 @@ void run_exec_stash_stats(const run_exec *e, int out[3]);
  * for a forward; with --tp-recompute, each layer's kept prefix for the peak from F to W, whole
  * sets only from a lone B to its W, and one act of the rank's largest layer (its work buffer). */
 size_t run_exec_act_bytes(const run_exec *e);
+/* --balance-memory: seconds this rank's actions waited on lent activations since init (a lend's
+ * send or a fetch not done when needed, or serving a partner before the reduction); 0 without. */
+double run_exec_lend_wait(const run_exec *e);
 /* This iteration's events (times from pt_now; iter 0). Owned by the executor. */
 const timeline *run_exec_timeline(const run_exec *e);
 /* What this rank holds (allocated by init, the same for the whole run). */

@@ -46,6 +46,8 @@ typedef struct {
                                  * from F to B and rebuild the rest before B, no collective */
     int zero;                   /* --zero: 0, or 1: AdamW moments and update split over each
                                  * reduction group (ZeRO-1; docs/runtime.md) */
+    bool balance_memory;        /* --balance-memory: heavy stages lend stashed activations to
+                                 * lighter ranks (run_exec_cfg.balance_memory; docs/longseq.md) */
     bool no_overlap;            /* --no-overlap: reduce at the rank's last REDUCE_GRAD, not at
                                  * each stage's last W (the same numbers) */
     size_t bucket;              /* floats per gradient-reduction bucket (0: the default) */
@@ -174,6 +176,9 @@ void run_job_tp_stats(const run_job *j, run_tp_stats *out, int *ranks);
 /* Peak resident set size so far (getrusage), bytes: *out (malloc'd, the caller frees) gets one
  * entry per process: MPI, every world rank's (collective); threads, the one process's. */
 int run_job_peak_rss(run_job *j, double **out);
+/* --balance-memory: seconds each world rank's actions waited on lent activations since the job
+ * began (*out: [ranks], malloc'd; MPI: gathered). Collective over the job, like run_job_peak_rss. */
+int run_job_lend_waits(run_job *j, double **out);
 /* This process's ranks (threads: every rank of the job; MPI: one) and local rank r's executor
  * (NULL when r is out of range), for step-boundary work that reads each rank's state between
  * iterations (snapshots: run_exec_stage_state). */

@@ -112,6 +112,14 @@ int run_job_gather(run_job *j, gpt_model *out) {
 
 void run_job_mem(const run_job *j, int w, run_mem *out) { *out = j->mem[w]; }
 
+int run_job_lend_waits(run_job *j, double **out) {
+    double *v = pt_calloc((size_t)j->R, sizeof *v);
+    for (int r = 0; r < j->n_local; r++) v[run_job_world_rank(j, r)] = run_exec_lend_wait(j->ex[r]);
+    free(*out);
+    *out = v;
+    return j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R) : 0;
+}
+
 int run_job_peak_rss(run_job *j, double **out) {
     struct rusage ru;
     int n = j->mpi ? j->R : 1;

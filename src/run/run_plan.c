@@ -4,6 +4,7 @@
 #include "run/run.h"
 #include "optim/async_fix.h"
 #include "optim/outer.h"
+#include "sched/sched_lend.h"
 #include "util/pt.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,15 @@ static int run_plan_check_tp_modes(const run_opts *o) {
         return pt_seterr("--sp and --tp-overlap: give one (under --sp a block reduce-scatters and "
                          "all-gathers; --tp-overlap overlaps all-reduces only)");
     return 0;
+}
+
+/* --balance-memory: a schedule the lend plan knows (sched_lend_check), whole activation sets. */
+static int run_plan_check_balance(const run_plan *pl) {
+    if (!pl->o.balance_memory) return 0;
+    if (pl->o.recompute || pl->o.tp_recompute)
+        return pt_seterr("--balance-memory does not go with --recompute or --tp-recompute (they keep other "
+                         "buffers than whole activation sets; give one)");
+    return sched_lend_check(pl->s);
 }
 
 /* --async-fix: a known correction, only on an asynchronous schedule; pipemare and predict
@@ -250,15 +260,16 @@ double run_plan_stage_factor(const run_plan *pl, int g, long t) {
 }
 
 /* --dp-sync H > 1: the outer step's numbers, a synchronous schedule (an asynchronous one updates
- * per microbatch: no step boundary for the outer step), no ZeRO (its slices span the replicas,
+ * with microbatches in flight: no step boundary for the outer step), no ZeRO (its slices span the replicas,
  * which no longer reduce together). */
 static int run_plan_check_dp_sync(const run_plan *pl) {
     const run_opts *o = &pl->o;
     if (o->dp_sync <= 1) return o->dp_sync < 0 ? outer_config_validate(o->dp_sync, 1, 0) : 0;
     if (outer_config_validate(o->dp_sync, o->outer_lr, o->outer_momentum) < 0) return -1;
     if (pl->s->async)
-        return pt_seterr("--dp-sync %d needs a synchronous schedule: %s updates after every microbatch "
-                         "(use 1f1b, zb-h1, ..., or --dp-sync 1)", o->dp_sync, pl->s->name);
+        return pt_seterr("--dp-sync %d needs a synchronous schedule: %s updates while microbatches are in "
+                         "flight, with no step boundary for the outer step (use 1f1b, zb-h1, ..., or --dp-sync 1)",
+                         o->dp_sync, pl->s->name);
     if (o->zero)
         return pt_seterr("--dp-sync %d with --zero %d: ZeRO shards the update over replicas that no longer "
                          "reduce together every step; drop --zero", o->dp_sync, o->zero);
@@ -288,7 +299,7 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
     }
     pl->s = s;
     if (run_plan_check(pl, cfg, B, T) < 0 || run_plan_check_zero(pl) < 0 || run_plan_check_fix(pl) < 0 ||
-        run_plan_check_dp_sync(pl) < 0 ||
+        run_plan_check_dp_sync(pl) < 0 || run_plan_check_balance(pl) < 0 ||
         run_plan_faults(pl) < 0) {
         run_plan_free(pl);
         return -1;

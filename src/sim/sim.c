@@ -446,6 +446,7 @@ static void result_init(sim_result *res, const sched *s, const sim_costs *c, int
 void sim_result_free(sim_result *r) {
     free(r->iter_end); free(r->busy); free(r->idle); free(r->peak_mb); free(r->peak_bytes);
     free(r->rank_peak_bytes); free(r->stash_bytes); free(r->crit);
+    free(r->rank_lent); free(r->rank_borrowed);
     timeline_free(&r->tl);
     memset(r, 0, sizeof *r);
 }

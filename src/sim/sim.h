@@ -178,6 +178,8 @@ typedef struct {
     double *stash_bytes;    /* [S] weight versions beyond the live one, x param_bytes: asynchronous
                              * only; s->weight_versions - 1 of them (2bw: 1), or with 0 there one
                              * per microbatch in flight at the peak, peak_mb (pipedream's stashes) */
+    double *rank_lent, *rank_borrowed;   /* [P] --balance-memory (sim_balance_memory): activation
+                             * bytes a rank moved out, and keeps for others; NULL without */
     sim_crit *crit;         /* [n_crit] critical path, first event to last */
     int n_crit;
     timeline tl;            /* every event; compute, send and recv */
@@ -189,6 +191,11 @@ typedef struct {
  * input or deadlock (the error names every stuck rank, its step, action and what it waits for). */
 int sim_run(const sched *s, const sim_costs *c, const sim_opts *o, sim_result *out);
 void sim_result_free(sim_result *r);
+/* train --balance-memory priced (sched/sched_lend.h): the lend plan of s with each stage one
+ * layer of c->act_bytes[g] bytes (1 when 0: then bytes read as microbatches); rank_peak_bytes
+ * becomes each rank's kept sets plus its borrowed buffers (plus stashes), rank_lent and
+ * rank_borrowed are filled. Call after sim_run. 0, or -1 with sched_lend_check's error. */
+int sim_balance_memory(const sched *s, const sim_costs *c, sim_result *r);
 /* Writes the critical path, one line per event with its wait, to f. */
 void sim_print_critical_path(const sim_result *r, FILE *f);
 

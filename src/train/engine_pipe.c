@@ -85,11 +85,25 @@ static int pipe_save(train_engine *e, const char *dir, const ckpt_manifest *man)
 
 #define MEM_LINE_RANKS 8   /* the header lists each rank's memory up to this many ranks */
 
+/* --balance-memory: "activation sets balanced (--balance-memory, MB per rank held/lent/borrowed):
+ * r0 ..., r1 ...": its own sets a rank keeps, what it moved out (sets it would hold more without
+ * lending) and the buffers it keeps for other ranks' (within the activations above). */
+static void pipe_print_lending(const pipe_engine *p, int R) {
+    run_mem m;
+    printf("activation sets balanced (--balance-memory, MB per rank held/lent/borrowed):");
+    for (int w = 0; w < R && w < MEM_LINE_RANKS; w++) {
+        run_job_mem(p->job, w, &m);
+        printf(" r%d %.1f/%.1f/%.1f%s", w, m.act_sets / 1e6, m.lent / 1e6, m.borrowed / 1e6,
+               w + 1 < R && w + 1 < MEM_LINE_RANKS ? "," : "");
+    }
+    printf("%s\n", R > MEM_LINE_RANKS ? " ..." : "");
+}
+
 /* "memory per rank (MB, params/grads/optimizer/activations): r0 ..., r1 ..." (the busiest rank
  * of each kind beyond MEM_LINE_RANKS ranks). */
 static void pipe_print_memory(const pipe_engine *p) {
     int R = run_layout_ranks(&p->pl->lo);
-    run_mem m, mx = { 0, 0, 0, 0, 0, 0 };
+    run_mem m, mx = { 0 };
     printf("memory per rank (MB, params/grads/optimizer/activations):");
     for (int w = 0; w < R; w++) {
         run_job_mem(p->job, w, &m);
@@ -106,6 +120,7 @@ static void pipe_print_memory(const pipe_engine *p) {
     printf("%s%s\n", p->pl->o.zero ? " (--zero 1: moments sharded)" : "",
            gpt_default_precision() == NN_BF16 ? " (bf16: params are the one fp32 copy, the master weights, "
            "rounded to bf16 as the matmuls pack them; activations hold bf16 sets and one block's fp32 work area)" : "");
+    if (p->pl->o.balance_memory) pipe_print_lending(p, R);
 }
 
 /* "pipeline: <schedule>, P stages x D replicas, ..." and the memory line (the run header's). */
@@ -251,9 +266,25 @@ static void pipe_print_tp(const pipe_engine *p, double it) {
 }
 
 /* Medians over the steps after the first (the warm-up) when there were several. */
+/* --balance-memory: "lending waited (ms per step): r0 ..." (collective: every rank calls it). */
+static int pipe_print_lend_waits(pipe_engine *p) {
+    double *w = NULL;
+    int R = run_layout_ranks(&p->pl->lo);
+    if (!p->pl->o.balance_memory) return 0;
+    if (run_job_lend_waits(p->job, &w) < 0) { free(w); return -1; }
+    if (p->base.root && p->n > 0) {
+        printf("lending waited (--balance-memory, ms per step: sends and fetches not done when needed):");
+        for (int r = 0; r < R && r < MEM_LINE_RANKS; r++) printf(" r%d %.1f%s", r, w[r] * 1e3 / p->n, r + 1 < R && r + 1 < MEM_LINE_RANKS ? "," : "");
+        printf("\n");
+    }
+    free(w);
+    return 0;
+}
+
 static int pipe_report(train_engine *e) {
     pipe_engine *p = (pipe_engine *)e;
     if (run_job_peak_rss(p->job, &p->rss) < 0) return -1;   /* collective: every rank */
+    if (pipe_print_lend_waits(p) < 0) return -1;
     if (!p->base.root) return 0;
     pipe_print_rss(p);
     if (p->n == 0) return 0;
@@ -267,17 +298,19 @@ static int pipe_report(train_engine *e) {
     return pipe_write_pictures(p, last_it, last_bub);
 }
 
-/* {"params":[per world rank],"grads":[..],"optimizer":[..],"activations":[..]} */
+/* {"params":[per world rank],"grads":[..],"optimizer":[..],"activations":[..]}, with
+ * --balance-memory also "activations_held", "activations_lent", "activations_borrowed" */
 static cJSON *pipe_memory_json(const pipe_engine *p) {
-    int R = run_layout_ranks(&p->pl->lo);
-    const char *keys[4] = { "params", "grads", "optimizer", "activations" };
+    int R = run_layout_ranks(&p->pl->lo), nk = p->pl->o.balance_memory ? 7 : 4;
+    const char *keys[7] = { "params", "grads", "optimizer", "activations", "activations_held", "activations_lent",
+                            "activations_borrowed" };
     cJSON *o = cJSON_CreateObject();
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < nk; k++) {
         cJSON *a = cJSON_AddArrayToObject(o, keys[k]);
         for (int w = 0; w < R; w++) {
             run_mem m;
             run_job_mem(p->job, w, &m);
-            double v[4] = { m.params, m.grads, m.optim, m.acts };
+            double v[7] = { m.params, m.grads, m.optim, m.acts, m.act_sets, m.lent, m.borrowed };
             cJSON_AddItemToArray(a, cJSON_CreateNumber(v[k]));
         }
     }
@@ -305,6 +338,7 @@ static cJSON *pipe_layout(const train_engine *e) {
     if (p->pl->o.tp_recompute) cJSON_AddTrueToObject(o, "tp_recompute");
     if (p->pl->o.tp_sp) cJSON_AddTrueToObject(o, "sp");
     if (p->pl->o.async_fix) cJSON_AddStringToObject(o, "async_fix", async_fix_name(p->pl->o.async_fix));
+    if (p->pl->o.balance_memory) cJSON_AddTrueToObject(o, "balance_memory");
     cJSON_AddNumberToObject(o, "zero", p->pl->o.zero);
     cJSON_AddBoolToObject(o, "overlap_reduce", !p->pl->o.no_overlap);
     if (p->pl->o.dp_sync > 1) {   /* --dp-sync (docs/async.md) */

@@ -31,6 +31,7 @@ static void merge_layout(train_opts *o, plan_layout *pl, train_plan_hold *hold) 
     ro->tp_recompute = ro->tp_recompute || pl->tp_recompute;
     ro->tp_sp = ro->tp_sp || pl->sp;
     if (pl->seq_chunks > 1) ro->seq_chunks = pl->seq_chunks;
+    ro->balance_memory = ro->balance_memory || pl->balance_memory;
     snprintf(hold->schedule, sizeof hold->schedule, "%s", pl->schedule);
     ro->schedule = hold->schedule;
     free(hold->split);

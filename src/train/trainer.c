@@ -2,6 +2,7 @@
  * step-boundary hooks. Not here: the model a run starts from (trainer_model.c), the built-in
  * save and log hooks (trainer_hooks.c), how a step is computed (engine_single.c, engine_pipe.c). */
 #include "tok/tok.h"
+#include "train/train_memlimit.h"
 #include "train/trainer_int.h"
 #include "util/pt.h"
 #include <cblas.h>
@@ -107,6 +108,7 @@ static int setup_run(train_ctx *t) {
         return -1;
     if (train_report_paths(t) < 0 || train_side_setup(t) < 0 || start_engine(t) < 0) return -1;
     t->root = t->e->root;
+    if (train_memlimit_apply(t) < 0) return -1;   /* --mem-limit SIZE */
     train_side_start(t);
     if (open_outputs(t) < 0) return -1;
     size_t n = (size_t)o->batch * o->seq;

@@ -67,6 +67,9 @@ typedef struct {
                              * schedules may hold (N >= 1); 0: what memory holds (the default);
                              * ADAPT_MEM_LIMIT_SCHEDULE (adapt/adapt.h): the starting
                              * schedule's peak */
+    double mem_bytes;       /* --mem-limit SIZE (with a unit): each rank's memory limit in bytes,
+                             * checked before the first step and set as RLIMIT_DATA
+                             * (train_memlimit.h); 0: none */
     const char *cluster;    /* --cluster K.json: with mem_limit 0, each rank's memory is device w's
                              * of this cluster file (world rank w, file order), not this machine's */
     bool adapt_wire;        /* --adapt-wire (with adapt): bf16 on the wire once the measured links

@@ -62,8 +62,13 @@ double pt_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + clock_skew;
 }
 
+static const char *oom_note;   /* pt_set_oom_note's, or NULL */
+
+void pt_set_oom_note(const char *note) { oom_note = note; }
+
 static void oom(size_t n) {
-    fprintf(stderr, "pipetrain: out of memory allocating %zu bytes\n", n);
+    fprintf(stderr, "pipetrain: out of memory allocating %zu bytes%s%s\n", n, oom_note ? " " : "",
+            oom_note ? oom_note : "");
     abort();
 }
 

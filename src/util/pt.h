@@ -32,6 +32,9 @@ struct timespec pt_deadline_after(double seconds);
 /* Allocation that aborts with a message on failure (out of memory is not a recoverable user error
  * here). pt_calloc zeroes. pt_falloc returns a 64-byte aligned, zeroed float buffer; free with free(). */
 void *pt_malloc(size_t n);
+/* Words the allocation failure adds after "out of memory allocating N bytes" (a static string,
+ * e.g. train --mem-limit's; NULL: none). Set before threads start. */
+void pt_set_oom_note(const char *note);
 void *pt_calloc(size_t n, size_t size);
 /* realloc(p, n) that aborts the same way (p's contents kept up to n bytes; p NULL: pt_malloc). */
 void *pt_realloc(void *p, size_t n);
