@@ -131,14 +131,34 @@ if "$P" report "$D/u.jsonl" --out "$D/u.html" > /dev/null 2>&1 && grep -q 'adapt
   ok "adapt policy: ... the report lists the adapt_revert"
 else fail "adapt policy: report" "$(grep -c adapt "$D/u.html" 2>/dev/null)"; fi
 
-# MPI: every rank judges from the same measured steps, so every rank undoes at the same step (a
-# rank that did not would run another schedule: the switch's agreement check stops the run)
+# MPI: every rank judges from the same measured steps, so every rank decides alike at the same
+# step (a rank that undid alone would run another schedule: the switch's agreement check stops the
+# run). The decision is checked against what the run measured, as it printed it: MPI ranks poll
+# while they wait, and on 2 loaded cores one step in three takes 2-3x the link's 0.23 s, so the 2
+# steps before a switch can measure the 80% gain it did not make (seen at load 22: "paid"). Every
+# judgement must follow the rule from its numbers (undone below half the predicted gain); an undo
+# (the usual case) has its adapt_revert event at its step.
+# judged FILE: the judgement lines' "ok" (decision as the numbers say) or "bad: LINE", one a line
+judged() {
+  sed -nE 's/^step ([0-9]+): the switch at step [0-9]+ (paid|did not pay): ([0-9.e-]+) s\/step measured against ([0-9.e-]+) before \(([-+0-9]+)%(;|\)).* \(-([0-9]+)%\)(: .*)?$/\1 \2 \3 \4 \7/p;
+          s/^step ([0-9]+): the switch at step [0-9]+ paid: ([0-9.e-]+) s\/step measured against ([0-9.e-]+) before \([-+0-9]+%; predicted -([0-9]+)%\)$/\1 paid \2 \3 \4/p' "$1" |
+    sed -E 's/ did not pay / undone /' | awk '{ gm = 1 - $3 / $4; half = $5 / 200; d = gm - half
+      if (d > -0.01 && d < 0.01) print "ok"            # the printed numbers are rounded: either way
+      else if (($2 == "paid") == (d >= 0)) print "ok"; else print "bad: " $0 }'
+}
+mpi_undo_ok() {
+  local v u
+  v=$(judged "$D/mu.out")
+  [ -n "$v" ] && ! grep -q '^bad' <<< "$v" || return 1
+  for u in $(sed -nE 's/^step ([0-9]+): the switch at step [0-9]+ did not pay.*/\1/p' "$D/mu.out"); do
+    grep -q '"event":"adapt_revert","step":'"$u"',"action":"undo"' "$D/mu.events.jsonl" || return 1
+  done
+}
 if MPI_X="PIPETRAIN_TEST_PREDICT=0.2 OPENBLAS_NUM_THREADS=1" mpi 2 train --config "$D/cfg.json" --data "$D/text.txt" \
      --batch 8 --seq 16 --lr 3e-3 $pipe $slow --adapt --mem-limit schedule --transport mpi --metrics "$D/mu.jsonl" > "$D/mu.out" 2>&1 &&
-   grep -Eq '^step [0-9]+: the switch at step [0-9]+ did not pay' "$D/mu.out" && grep -q '"event":"adapt_revert"' "$D/mu.events.jsonl" &&
-   [ "$(numbers "$D/m0.jsonl")" = "$(numbers "$D/mu.jsonl")" ]; then
-  ok "adapt policy: MPI: the switch undone on every rank at the same step; the same numbers"
-else fail "adapt policy: MPI undo" "$(lines "$D/mu.out"; tail -2 "$D/mu.out")"; fi
+   mpi_undo_ok && [ "$(numbers "$D/m0.jsonl")" = "$(numbers "$D/mu.jsonl")" ]; then
+  ok "adapt policy: MPI: the switch judged on every rank alike at the same step ($(grep -c 'did not pay' "$D/mu.out") undone), as its measurements say; the same numbers"
+else fail "adapt policy: MPI undo" "$(judged "$D/mu.out" | tr '\n' ' ') $(lines "$D/mu.out"; tail -2 "$D/mu.out")"; fi
 
 # --- bad values
 for v in 0 -1 x 4x 2.5 ''; do

@@ -103,6 +103,15 @@ static int adapt_revert(adapt_state *A, long step, sim_costs *healthy, const sim
 
 /* ---- the step ----------------------------------------------------------------------------- */
 
+/* A step of the seed (after its first): its costs join the baseline whatever they are (its median
+ * outvotes one noisy step), and no stage is judged on a baseline of fewer steps (as healthy: the
+ * two-step filter starts afresh after it). Links are: their delays need no baseline. */
+static void adapt_seed(adapt_state *A, sim_estimate *est, const double *now) {
+    adapt_ring_add(&A->base, now);
+    A->seeded++;
+    for (int g = 0; g < A->S; g++) est->stage_slow[g] = A->prev_slow[g] = 1;
+}
+
 int adapt_step(adapt_state *A, long step, const char *split, double iter_time) {
     const timeline *tl = A->h.timeline(A->h.user);
     if (!tl) return pt_seterr("step %ld: --adapt: no timeline of the step on this rank", step);
@@ -132,10 +141,13 @@ int adapt_step(adapt_state *A, long step, const char *split, double iter_time) {
     if (rc < 0 || step == A->first_step) goto free_all;             /* the warm-up: first touches, caches */
     if (adapt_pay_judge(A, step, iter_time, &est) < 0) { rc = -1; goto free_all; }
     if (A->D > 1) adapt_replicas(A, step, tl, &est, adapt_mean_f(&healthy));
-    if (A->base.n == 0) { adapt_ring_add(&A->base, now); goto free_all; }       /* the first measured step sets the costs */
+    if (A->base.n == 0) { adapt_ring_add(&A->base, now); A->seeded = 1; goto free_all; }   /* the first seeds the costs */
+    int seeding = A->seeded < ADAPT_SEED;
+    if (seeding) adapt_seed(A, &est, now);   /* the seed's next steps: theirs too, no stage judged */
     double mf = adapt_mean_f(&healthy);
     sim_policy_action act = sim_policy_step(&A->pol, &A->po, &est, mf);
-    if (!A->pol.adapted && act == SIM_POLICY_KEEP && adapt_estimate_healthy(A, &est, mf)) adapt_ring_add(&A->base, now);
+    if (!seeding && !A->pol.adapted && act == SIM_POLICY_KEEP && adapt_estimate_healthy(A, &est, mf))
+        adapt_ring_add(&A->base, now);
     int held = adapt_pay_held(A, step);   /* an undone switch's hold-off: no switch, whatever the estimate */
     if ((act == SIM_POLICY_ADAPT && !held) ||
         (act == SIM_POLICY_KEEP && A->pol.adapted && !A->switched && adapt_pay_retry(A, step)))

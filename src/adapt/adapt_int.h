@@ -12,6 +12,11 @@
 #include <stddef.h>
 
 #define ADAPT_BASELINE 8      /* the expected costs are medians over this many recent healthy steps */
+/* The first measured steps seed them, all of them: one step on a loaded machine may have a stage
+ * that lost its core (seen 20x slow for a whole step), and a baseline of it alone hides a stage 8x
+ * slow after it, or shows a healthy one slow. Stage slowdowns are judged from the step after the
+ * seed (links from the first step after the first seed step: their delays need no baseline). */
+#define ADAPT_SEED 3
 #define ADAPT_MIN_GAIN 0.03   /* switch only to a schedule predicted at least 3% faster */
 #define K_KINDS 5             /* per stage: F, B, W, BW, and (stage 0 only) STEP */
 /* A stage is slow from 1.5 x the others (and healthy again below 1.25): measured compute on cores
@@ -80,6 +85,7 @@ struct adapt_state {
     sim_policy pol;
     sim_policy_opts po;
     adapt_ring base;                /* healthy steps' values: S * K_KINDS stage medians a step */
+    int seeded;                     /* the measured steps that seeded base (ADAPT_SEED at most) */
     double *prev_slow;              /* [S] the last step's relative stage slowdowns (unfiltered) */
     double *prev_link;              /* [P-1] the last step's link delays (unfiltered) */
     double *prev_busy;              /* [P-1] and the part of them that queued (a link slow in bandwidth) */
