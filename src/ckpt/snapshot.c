@@ -122,6 +122,21 @@ int ckpt_snap_ready(ckpt_snap *s) {
     return 1;
 }
 
+/* After a piece's copy into the slot began at t0 (fill_rc: the copy's result): a failed copy marks
+ * the generation bad (said at the next boundary; the run goes on), a good one counts the piece
+ * and its time. Always 0. */
+static int piece_done(ckpt_snap *s, int fill_rc, double t0) {
+    if (fill_rc < 0) {
+        s->bad = 1;
+        note_error(s);
+        return 0;
+    }
+    s->n_pc++;
+    s->st.copy_s += pt_now() - t0;
+    if (s->st.taken == 0) s->st.first_copy_s += pt_now() - t0;
+    return 0;
+}
+
 int ckpt_snap_stage(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m,
                     const adamw_state *opt) {
     return ckpt_snap_stage_tp(s, chunk, first, end, m, opt, 0, 1);
@@ -138,15 +153,7 @@ int ckpt_snap_stage_tp(ckpt_snap *s, int chunk, int first, int end, const gpt_mo
     double t0 = pt_now();
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
         return pt_seterr("snapshot of rank %d: TP rank %d of %d", s->rank, tp_rank, tp);
-    if (snap_slot_fill(&s->slot[s->cur], s->n_pc, chunk, first, end, m, opt, tp_rank, tp) < 0) {
-        s->bad = 1;
-        note_error(s);
-        return 0;
-    }
-    s->n_pc++;
-    s->st.copy_s += pt_now() - t0;
-    if (s->st.taken == 0) s->st.first_copy_s += pt_now() - t0;
-    return 0;
+    return piece_done(s, snap_slot_fill(&s->slot[s->cur], s->n_pc, chunk, first, end, m, opt, tp_rank, tp), t0);
 }
 
 int ckpt_snap_stage_slices(ckpt_snap *s, int chunk, int first, int end, const gpt_model *m, int with_params,
@@ -158,16 +165,8 @@ int ckpt_snap_stage_slices(ckpt_snap *s, int chunk, int first, int end, const gp
     s->world = world;
     if (s->bad) return 0;
     double t0 = pt_now();
-    if (snap_slot_fill_slices(&s->slot[s->cur], s->n_pc, chunk, first, end, m, with_params, x, n, tp_rank, tp,
-                              replica) < 0) {
-        s->bad = 1;
-        note_error(s);
-        return 0;
-    }
-    s->n_pc++;
-    s->st.copy_s += pt_now() - t0;
-    if (s->st.taken == 0) s->st.first_copy_s += pt_now() - t0;
-    return 0;
+    return piece_done(s, snap_slot_fill_slices(&s->slot[s->cur], s->n_pc, chunk, first, end, m, with_params, x, n,
+                                               tp_rank, tp, replica), t0);
 }
 
 int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n) {
