@@ -53,3 +53,18 @@ tp_case() {
   targs="--config $1/cfg.json --data $1/text.txt --batch 8 --seq 16 --lr 3e-3"
   TOL=1e-4
 }
+# recover_hosts_case DIR LAYOUT...: the namespace-hosts recovery scripts' case (test_recover_hosts.sh,
+# test_recover_peer.sh) in DIR: a 4-layer, 32-channel model on a repeated sentence, 40 steps of
+# batch 8 x 16 with LAYOUT's flags; sets args, P (the binary's full path), AGENT (the hosts'
+# launch agent) and mpiargs (mpirun over the namespaces' eth0), and last_loss FILE.
+recover_hosts_case() {
+  local d=$1; shift
+  mkdir -p "$d"
+  echo '{"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}' > "$d/cfg.json"
+  for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$d/text.txt"
+  args="--config $d/cfg.json --data $d/text.txt --batch 8 --seq 16 --lr 3e-3 --grad-clip 0.5 --steps 40 $*"
+  P=$(realpath "$PIPETRAIN")
+  AGENT=$(realpath tools/hosts_agent.sh)
+  mpiargs="--mca plm_rsh_agent $AGENT --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 --bind-to none"
+}
+last_loss() { tail -1 "$1" | sed 's/.*"loss":\([0-9.]*\).*/\1/'; }

@@ -22,7 +22,6 @@ cat > "$D/cfg.json" <<'J'
 J
 for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
 args="--config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3 --grad-clip 0.5 --steps 12 --stages 2 --dp 2 --microbatches 2"
-last_loss() { tail -1 "$1" | sed 's/.*"loss":\([0-9.]*\).*/\1/'; }
 max_lost() { grep '"recovered"' "$1" | sed 's/.*"steps_lost":\([0-9]*\).*/\1/' | sort -n | tail -1 | grep . || echo -1; }
 
 mpi 4 train $args --metrics "$D/ref.jsonl" > "$D/ref.out" 2>&1 || fail "reference MPI run" "$(tail -3 "$D/ref.out")"

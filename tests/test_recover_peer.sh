@@ -16,14 +16,7 @@ if ! why=$($H check 2>&1); then ok "recover peer: skipped: $why"; done_tests; fi
 D=$TEST_TMP/recover_peer
 SNAP=/dev/shm/pt-test-rpeer-$$
 trap '$H down >/dev/null 2>&1; rm -rf "$SNAP"' EXIT
-mkdir -p "$D"
-P=$(realpath "$PIPETRAIN")
-AGENT=$(realpath tools/hosts_agent.sh)
-echo '{"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}' > "$D/cfg.json"
-for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$D/text.txt"
-args="--config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --lr 3e-3 --grad-clip 0.5 --steps 40 --stages 2 --microbatches 2"
-last_loss() { tail -1 "$1" | sed 's/.*"loss":\([0-9.]*\).*/\1/'; }
-mpiargs="--mca plm_rsh_agent $AGENT --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 --bind-to none"
+recover_hosts_case "$D" --stages 2 --microbatches 2
 at_step() {   # at_step K CMD...: once rank 0's heartbeat reaches step K (within 60 s), CMD
   local k=$1 s; shift
   for _ in $(seq 1 600); do

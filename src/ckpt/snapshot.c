@@ -174,15 +174,7 @@ int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n) {
         return pt_seterr("snapshot of rank %d: more than %d files on one rank", s->rank, CKPT_SNAP_PIECES);
     if (s->bad) return 0;
     double t0 = pt_now();
-    if (snap_slot_fill_shard(&s->slot[s->cur], s->n_pc, s->rank, sl, n) < 0) {
-        s->bad = 1;
-        note_error(s);
-        return 0;
-    }
-    s->n_pc++;
-    s->st.copy_s += pt_now() - t0;
-    if (s->st.taken == 0) s->st.first_copy_s += pt_now() - t0;
-    return 0;
+    return piece_done(s, snap_slot_fill_shard(&s->slot[s->cur], s->n_pc, s->rank, sl, n), t0);
 }
 
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
