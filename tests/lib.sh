@@ -55,14 +55,16 @@ tp_case() {
 }
 # recover_hosts_case DIR LAYOUT...: the namespace-hosts recovery scripts' case (test_recover_hosts.sh,
 # test_recover_peer.sh) in DIR: a 4-layer, 32-channel model on a repeated sentence, 40 steps of
-# batch 8 x 16 with LAYOUT's flags; sets args, P (the binary's full path), AGENT (the hosts'
+# batch 8 x 16 with LAYOUT's flags, every message between ranks 0 and 1 10 ms late (no number
+# changes; idle, a step takes 2 ms, so the job would end before a host killed at step 10 is
+# noticed and no recovery would follow: the test then failed with "restored" empty); sets args, P (the binary's full path), AGENT (the hosts'
 # launch agent) and mpiargs (mpirun over the namespaces' eth0), and last_loss FILE.
 recover_hosts_case() {
   local d=$1; shift
   mkdir -p "$d"
   echo '{"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 32}' > "$d/cfg.json"
   for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 7))"; done > "$d/text.txt"
-  args="--config $d/cfg.json --data $d/text.txt --batch 8 --seq 16 --lr 3e-3 --grad-clip 0.5 --steps 40 $*"
+  args="--config $d/cfg.json --data $d/text.txt --batch 8 --seq 16 --lr 3e-3 --grad-clip 0.5 --steps 40 --slow-link 0-1:0.01 $*"
   P=$(realpath "$PIPETRAIN")
   AGENT=$(realpath tools/hosts_agent.sh)
   mpiargs="--mca plm_rsh_agent $AGENT --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 --bind-to none"
