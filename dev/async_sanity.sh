@@ -47,6 +47,13 @@ p1-2bw-b$b-$lr $lr 16 1 --stages 1 --schedule 2bw --async-fix none --beta1 $b
   variants+="p1-2bw-nesterov-$lr $lr 16 1 --stages 1 --schedule 2bw --async-fix nesterov --beta2 0.999
 "
 done
+# the same delay on pipedream's updates (4 of 4 rows a step): 2bw at P=1 with 4 microbatches (each its
+# own batch, one update old) against pipedream at P=1 (an update per microbatch, no delay)
+for lr in 1e-3 2e-3; do
+  variants+="p1m4-pd-$lr $lr 16 4 --stages 1 --schedule pipedream --async-fix none
+p1m4-2bw-$lr $lr 16 4 --stages 1 --schedule 2bw --async-fix none
+"
+done
 variants=${variants%$'\n'}
 steps16=${STEPS:-600}
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
