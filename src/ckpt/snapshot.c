@@ -1,8 +1,8 @@
 /* Snapshots (snapshot.h): the per-rank writer. At a step boundary the compute thread copies its
  * chunks straight into the mapped chunk files of a slot (snapshot_slot.c: keep + 1 folders
  * refilled in place, so the only work on the compute path is that one copy) and hands the slot
- * over (ckpt_snap_commit); a helper thread sums the files, writes snap.json, renames the folder
- * to "gen-<step>" and drops other processes' old generations. A boundary that finds the writer
+ * over (ckpt_snap_commit), the files summed on the way; a helper thread writes snap.json (the
+ * sums), renames the folder to "gen-<step>" and drops other processes' old generations. A boundary that finds the writer
  * still busy waits for it (ckpt_snap_ready), so every commit finds it idle. A writer or slot
  * error is said once, at the next boundary, and returned by ckpt_snap_close. Not here: the
  * restore (snapshot_restore.c). */
@@ -263,7 +263,7 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
     cJSON *o = cJSON_CreateObject(), *lay = cJSON_CreateObject(), *cf = cJSON_CreateArray();
     cJSON *ch = cJSON_CreateArray();
     cJSON_AddStringToObject(o, "format", "pipetrain-snapshot");
-    cJSON_AddNumberToObject(o, "version", 1);
+    cJSON_AddNumberToObject(o, "version", 2);   /* 2: sum64 of 32 lanes */
     cJSON_AddNumberToObject(o, "rank", s->rank);
     cJSON_AddNumberToObject(o, "step", (double)man->step);
     cJSON_AddNumberToObject(o, "adam_t", man->adam_t);
@@ -345,7 +345,8 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
     cJSON_free(text);
 }
 
-/* The handed-over slot: its files summed, snap.json written, the folder renamed into place. */
+/* The handed-over slot: its files' sums (the copy's, else taken here), snap.json written, the folder
+ * renamed into place. */
 static int write_gen(ckpt_snap *s) {
     snap_slot *sl = &s->slot[s->w_slot];
     long step = s->man.step;
@@ -355,7 +356,8 @@ static int write_gen(ckpt_snap *s) {
         nanosleep(&ts, NULL);
     }
     for (int i = 0; i < sl->n_f; i++) {
-        sums[i] = snap_sum_mem(sl->f[i].map, sl->f[i].bytes);
+        /* summed by the compute thread's copy (snapshot_slot.c), else here */
+        sums[i] = sl->f[i].summed ? sl->f[i].sum : snap_sum_mem(sl->f[i].map, sl->f[i].bytes);
         if (i == 0) pt_killat_point(s->rank, step, PT_KILL_SAVE);   /* half written: no snap.json */
     }
     cJSON *j = gen_json(s, sl, sums);
