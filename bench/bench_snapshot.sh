@@ -2,12 +2,14 @@
 # The cost of --snapshot-every 1 (docs/recovery.md; issue 22 item 1: <= 2% at K = 1): the demo
 # model (examples/char-gpt.json, batch 32 x 64 tokens) trained with and without a snapshot every
 # step, in alternating rounds (ABBA: odd rounds run without first, even rounds with first, so a
-# load that drifts during a round weighs on both sides alike). Each run's median step time (its
-# metrics' step_ms, the first step left out: it makes the snapshot's files); per layout the
-# median over rounds of the with/without ratio, next to the snapshots' own account of the last
-# round (the copies on the compute path after the first, the writer's CPU per generation) and
-# the load before and after. On a loaded machine the rounds swing by more than the cost: read
-# the ratio from a quiet run (load average below 1), the account from any.
+# load that drifts during a round weighs on both sides alike). Each run's median step period:
+# the time between consecutive progress lines (--log-every 1), which holds the step and its
+# hooks, the snapshot's take on the compute path included (copy, sums, snap.json, rename); the
+# first two periods left out (the first generation makes the files). Per layout the median over
+# rounds of the with/without ratio, next to the snapshots' own account of the last round (the
+# take per step after the first, the writer's and the peer copy's CPU per generation) and the
+# load before and after. On a loaded machine the rounds swing by more than the cost: read the
+# ratio from a quiet run (load average below 1), the account from any.
 # Layouts: one process (--threads 2), 2 stages x 2 replicas on rank threads, and (as root, where
 # network namespaces can be made: tools/hosts.sh) 2 stages x 1 replica over Open MPI on two
 # hosts, where each rank's generations also go to the other host (the peer copy).

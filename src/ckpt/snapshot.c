@@ -197,12 +197,18 @@ void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
     if (rc == 0) {
         s->st.written++;
         s->st.last_step = man->step;
-        /* the rest to the writer, idle (ckpt_snap_ready waited): the peer, old generations, the next slot */
+    }
+    /* the rest to the writer, idle (ckpt_snap_ready waited): the peer copy, and in the first
+     * generations the next slot's files and an earlier process's generations (after those all
+     * slots are in use and older generations are this process's own: nothing to do, no wake-up) */
+    if (rc == 0 && (s->peer || s->st.taken <= s->n_slots + 1)) {
         s->w_slot = s->cur;
         s->w_json = json;
         memcpy(s->w_sums, sums, sizeof sums);
         s->busy = 1;
         pthread_cond_broadcast(&s->cv);
+    } else {
+        cJSON_free(json);
     }
     s->cur = (s->cur + 1) % s->n_slots;
     pthread_mutex_unlock(&s->mu);

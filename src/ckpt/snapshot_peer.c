@@ -36,7 +36,7 @@
 #define PEER_MAX_CONN 16        /* senders one receiver serves */
 #define PEER_KEEP 3             /* generations kept per origin */
 #define PEER_IO_TIMEOUT_S 10    /* a send or receive that makes no progress this long fails */
-#define PEER_NICE 10            /* the sender's and receivers' nice value, as the writer's */
+#define PEER_NICE 19            /* the sender's and receivers' nice value: the lowest */
 #define PEER_RECV_PIECE 65536   /* bytes received before they are summed: inside the L2 cache */
 
 struct snap_peer {
@@ -289,8 +289,12 @@ static int recv_gen(snap_peer *p, recv_conn *c, char *odir, size_t odir_n) {
     return rc;
 }
 
-/* Below the compute threads, as the writer (snapshot.c): on a machine with no idle core the copy
- * takes what they leave (a nice value per thread is Linux's; elsewhere this does nothing). */
+/* Below the compute threads and below the writer (snapshot.c): nice 19, so the copy runs mostly
+ * where the cores have nothing else to do (the bubbles of the rank's own pipeline, a wait for a
+ * peer) and takes little from the steps when they compete. Nothing on the compute path waits
+ * for it: on a busy machine it falls behind (a newer generation replaces one not yet sent).
+ * Not SCHED_IDLE: on a machine loaded by other work that would starve it outright. (A nice
+ * value per thread is Linux's; elsewhere this does nothing.) */
 static void lower_priority(void) {
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PEER_NICE) < 0) { /* keep going */ }
 }
