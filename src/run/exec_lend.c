@@ -14,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LEND_SLICE 0.002   /* seconds a wait blocks before it serves the partner side again */
-
 /* The lender's side of one layer: its buffers (st->act[layer], not owned) and what is on them. */
 struct exec_lend_out {
     const sched_lend_unit *u;
@@ -48,6 +46,7 @@ struct exec_lend {
     exec_lend_in *in;
     int n_in;
     double wait_s;              /* seconds the rank waited on lending since init */
+    comm_req **wv, ***ws;       /* [1 + pools] a wait's requests, and where each came from */
 };
 
 /* Floats of what a unit's lend sends (the same count on both sides). */
@@ -179,6 +178,7 @@ int exec_lend_init(run_exec *e) {
     if (!e->lend) return 0;
     if (lend_check_sizes(e) < 0) return -1;
     const sched_lend_plan *p = &e->lend->plan;
+    int n_wait = 1;
     e->lend->in = pt_calloc((size_t)p->n_units + 1, sizeof *e->lend->in);
     for (int i = 0; i < p->n_units; i++) {
         const sched_lend_unit *u = &p->unit[i];
@@ -191,7 +191,10 @@ int exec_lend_init(run_exec *e) {
         x->req = pt_calloc((size_t)u->pool, sizeof *x->req);
         x->state = pt_calloc((size_t)u->pool, sizeof(int));
         x->win = pt_calloc((size_t)u->pool, sizeof(int));
+        n_wait += u->pool;
     }
+    e->lend->wv = pt_calloc((size_t)n_wait, sizeof *e->lend->wv);
+    e->lend->ws = pt_calloc((size_t)n_wait, sizeof *e->lend->ws);
     return 0;
 }
 
@@ -217,6 +220,8 @@ void exec_lend_free(run_exec *e) {
         free(x->pool); free(x->req); free(x->state); free(x->win);
     }
     free(e->lend->in);
+    free(e->lend->wv);
+    free(e->lend->ws);
     sched_lend_plan_free(&e->lend->plan);
     free(e->lend);
     e->lend = NULL;
@@ -281,17 +286,34 @@ static int lend_serve(run_exec *e) {
 
 int exec_lend_poll(run_exec *e) { return lend_serve(e) < 0 ? -1 : 0; }
 
-/* Blocks until *req completes, serving the partner side every LEND_SLICE; with `count` the time
- * counts as lending's wait. 0, or -1 (the transport failed, or e->c.timeout passed). */
+/* The requests a wait sleeps on: *req first, then every pool request of this rank in flight
+ * (the partner side's: an act arriving, or going back). Returns their count. */
+static int lend_wait_set(run_exec *e, comm_req **req) {
+    struct exec_lend *l = e->lend;
+    int n = 0;
+    l->wv[n] = *req, l->ws[n++] = req;
+    for (int i = 0; i < l->n_in; i++)
+        for (int k = 0; k < l->in[i].u->pool; k++)
+            if (l->in[i].state[k] && l->in[i].req[k] && &l->in[i].req[k] != req)
+                l->wv[n] = l->in[i].req[k], l->ws[n++] = &l->in[i].req[k];
+    return n;
+}
+
+/* Blocks until *req completes; asleep on it and on the partner side's requests together
+ * (comm_waitany), serving the partner side whenever one of those completes; with `count` the
+ * time counts as lending's wait. 0, or -1 (the transport failed, or e->c.timeout passed). */
 int exec_lend_wait(run_exec *e, comm_req **req, const char *what, int count) {
     double t0 = pt_now(), limit = e->c.timeout > 0 ? e->c.timeout : 60;
     while (*req) {
-        int got = exec_req_block(e->c.world, req, pt_now() + LEND_SLICE);
-        if (got < 0) return pt_adderr("rank %d: %s: ", e->c.world_rank, what);
-        if (got == 0 && exec_lend_poll(e) < 0) return -1;
-        if (got == 0 && pt_now() - t0 > limit)
+        int n = lend_wait_set(e, req), which = -1;
+        double left = limit - (pt_now() - t0);
+        int rc = comm_waitany(e->c.world, e->lend->wv, n, left > 1e-6 ? left : 1e-6, &which);
+        if (which >= 0) *e->lend->ws[which] = NULL;   /* done (or failed): its request is freed */
+        if (rc < 0) return pt_adderr("rank %d: %s: ", e->c.world_rank, what);
+        if (which < 0)
             return pt_seterr("rank %d: %s: nothing after %.0f s (a rank stopped serving lent activations)",
                              e->c.world_rank, what, limit);
+        if (which > 0 && exec_lend_poll(e) < 0) return -1;
     }
     if (count) e->lend->wait_s += pt_now() - t0;
     return 0;
