@@ -1,7 +1,7 @@
 # --schedule 2bw from the command line: `schedule` prints it, `simulate` prices its second weight
 # version (--cost params=BYTES: one copy per stage, in text and JSON, next to pipedream's
 # per-microbatch stashes), a bad M is refused with the rule, train runs it (the loss falls) and
-# --async-fix is checked against the schedule.
+# --async-fix and --async-depth are checked against the schedule.
 . tests/lib.sh
 P=$PIPETRAIN
 D=$TEST_TMP/2bw_cli
@@ -39,4 +39,13 @@ expect_error "--async-fix refused with 1f1b" "needs an asynchronous schedule" "$
   --stages 2 --microbatches 4 --schedule 1f1b --async-fix predict
 expect_error "--async-fix: a bad name" "must be none, nesterov, pipemare or predict" "$P" train $TINY --steps 1 \
   --stages 2 --microbatches 4 --schedule pipedream --async-fix bogus
+# --async-depth: the metrics of 2bw with every stage admitting P forwards equal the 1f1b order's
+"$P" train $TINY --steps 4 --stages 2 --microbatches 4 --schedule 2bw --metrics "$D/d0.jsonl" > "$D/d0.txt" 2>&1
+"$P" train $TINY --steps 4 --stages 2 --microbatches 4 --schedule 2bw --async-depth 2 --metrics "$D/d2.jsonl" > "$D/d2.txt" 2>&1
+[ -s "$D/d2.jsonl" ] && [ "$(grep -o '"loss":[^,]*' "$D/d0.jsonl")" = "$(grep -o '"loss":[^,]*' "$D/d2.jsonl")" ] \
+  && ok "2bw --async-depth 2: the same losses as the 1f1b order" || fail "2bw depth" "$(tail -2 "$D/d2.txt")"
+expect_error "--async-depth refused with 1f1b" "only for the asynchronous schedules" "$P" train $TINY --steps 1 \
+  --stages 2 --microbatches 4 --schedule 1f1b --async-depth 2
+expect_error "2bw --async-depth above P refused" "async depth must be in 0..P=2" "$P" train $TINY --steps 1 \
+  --stages 2 --microbatches 4 --schedule 2bw --async-depth 3
 done_tests

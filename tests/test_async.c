@@ -34,6 +34,7 @@ enum { BATCH = 8, SEQ = 8, ITERS = 3 };
 static const gpt_config CFG = { .n_layer = 4, .n_head = 4, .n_embd = 32, .vocab_size = 64, .n_positions = 8 };
 static int g_tok[BATCH * SEQ], g_tgt[BATCH * SEQ];
 static gpt_model g_init;
+static int g_depth;          /* --async-depth of the pipelined runs (0: the 1f1b order) */
 
 static void make_data(void) {
     pt_rng r;
@@ -74,7 +75,7 @@ static void ref_microbatch(const gpt_model *fw, gpt_model *bw, const float *wte_
 /* The pipelined run: ITERS steps of schedule `name` with the fix, from g_init; final weights
  * into out (whole model). 0, or -1. */
 static int run_pipe(const char *name, int P, int M, async_fix fix, const optim_config *oc, gpt_model *out, int stash[3]) {
-    run_opts o = { .P = P, .D = 1, .schedule = name, .M = M, .async_fix = fix };
+    run_opts o = { .P = P, .D = 1, .schedule = name, .M = M, .async_fix = fix, .async_depth = g_depth };
     run_plan pl;
     if (run_plan_init(&pl, &o, &CFG, BATCH, SEQ) < 0) return -1;
     run_job *j = NULL;
@@ -155,6 +156,31 @@ static void test_2bw(int P, int M, int nesterov) {
     CHECK(nm, stash[0] == 2 * P * M * ITERS && stash[1] == 0 && stash[2] > 0, "%d checked, %d bad, %d older",
           stash[0], stash[1], stash[2]);
     gpt_free(&got); gpt_free(&want); gpt_free(&fresh);
+}
+
+/* 2bw with --async-depth D: more forwards in flight, the same versions for every action, so the
+ * same weights as the 1f1b order, bitwise, and its rule. */
+static void test_2bw_depth(int P, int M, int D) {
+    char nm[160];
+    optim_config oc = optim_config_default();
+    oc.lr = 1e-2;
+    oc.total_steps = ITERS;
+    oc.eps = 1e-6;
+    oc.grad_clip = 0.05;       /* clipping on: its collectives run in the new order too */
+    gpt_model got, base;
+    gpt_init(&got, &CFG); gpt_init(&base, &CFG);
+    int stash[3] = { 0 };
+    int rc = run_pipe("2bw", P, M, ASYNC_FIX_NONE, &oc, &base, NULL);
+    g_depth = D;
+    if (rc == 0) rc = run_pipe("2bw", P, M, ASYNC_FIX_NONE, &oc, &got, stash);
+    g_depth = 0;
+    snprintf(nm, sizeof nm, "2bw P=%d M=%d --async-depth %d: the weights of the 1f1b order, bitwise", P, M, D);
+    CHECK(nm, rc == 0 && !memcmp(got.params, base.params, got.num_params * sizeof(float)), "rc %d %s, rel err %.3g",
+          rc, rc ? pt_err() : "", rc ? 0 : test_tensor_relerr(got.params, base.params, base.num_params));
+    snprintf(nm, sizeof nm, "2bw P=%d M=%d --async-depth %d: every F/B on version j-1", P, M, D);
+    CHECK(nm, stash[0] == 2 * P * M * ITERS && stash[1] == 0 && stash[2] > 0, "%d checked, %d bad, %d older",
+          stash[0], stash[1], stash[2]);
+    gpt_free(&got); gpt_free(&base);
 }
 
 /* ---- clipping ------------------------------------------------------------------------------- */
@@ -322,7 +348,7 @@ static void test_pipedream_fix(int P, int M, async_fix fix) {
                                 * with eps 1e-8 Adam turns that noise into whole steps */
     oc.grad_clip = 0;          /* the replay does not clip; clipping: test_clip */
     async_fix_optim(&oc, fix);
-    run_opts o = { .P = P, .D = 1, .schedule = "pipedream", .M = M, .async_fix = fix };
+    run_opts o = { .P = P, .D = 1, .schedule = "pipedream", .M = M, .async_fix = fix, .async_depth = g_depth };
     run_plan pl;
     gpt_model got, want, plain;
     gpt_init(&got, &CFG); gpt_init(&want, &CFG); gpt_init(&plain, &CFG);
@@ -334,7 +360,8 @@ static void test_pipedream_fix(int P, int M, async_fix fix) {
         run_plan_free(&pl);
     }
     double err = rc ? INFINITY : test_tensor_relerr(got.params, want.params, want.num_params);
-    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-fix %s: equals the step-by-step replay", P, M, async_fix_name(fix));
+    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-fix %s --async-depth %d: equals the step-by-step replay", P, M,
+             async_fix_name(fix), g_depth);
     CHECK(nm, rc == 0 && err < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err, RUN_TOL);
     if (fix == ASYNC_FIX_PIPEMARE || fix == ASYNC_FIX_PREDICT) {
         double gap = test_tensor_relerr(plain.params, want.params, want.num_params);
@@ -417,6 +444,12 @@ int main(void) {
     for (async_fix f = ASYNC_FIX_NONE; f <= ASYNC_FIX_PREDICT; f++) test_pipedream_fix(2, 4, f);
     test_pipedream_fix(4, 4, ASYNC_FIX_PIPEMARE);
     test_pipedream_fix(4, 8, ASYNC_FIX_PREDICT);
+    test_2bw_depth(4, 4, 4);
+    test_2bw_depth(2, 4, 2);
+    g_depth = 4;               /* every stage admits 4: stage g's delay grows from P-1-g to 3 */
+    test_pipedream_fix(4, 4, ASYNC_FIX_NONE);
+    test_pipedream_fix(4, 8, ASYNC_FIX_PREDICT);
+    g_depth = 0;
     gpt_free(&g_init);
     TEST_DONE();
 }
