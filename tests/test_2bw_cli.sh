@@ -1,7 +1,7 @@
 # --schedule 2bw from the command line: `schedule` prints it, `simulate` prices its second weight
 # version (--cost params=BYTES: one copy per stage, in text and JSON, next to pipedream's
 # per-microbatch stashes), a bad M is refused with the rule, train runs it (the loss falls) and
-# --async-fix and --async-depth are checked against the schedule.
+# --async-fix, --async-depth and --defer-tie are checked against the schedule.
 . tests/lib.sh
 P=$PIPETRAIN
 D=$TEST_TMP/2bw_cli
@@ -48,4 +48,8 @@ expect_error "--async-depth refused with 1f1b" "only for the asynchronous schedu
   --stages 2 --microbatches 4 --schedule 1f1b --async-depth 2
 expect_error "2bw --async-depth above P refused" "async depth must be in 0..P=2" "$P" train $TINY --steps 1 \
   --stages 2 --microbatches 4 --schedule 2bw --async-depth 3
+expect_error "--defer-tie refused with 2bw" "defer-tie works on pipedream" "$P" train $TINY --steps 1 \
+  --stages 2 --microbatches 4 --schedule 2bw --defer-tie
+expect_error "--defer-tie refused with 1f1b" "defer-tie works on pipedream" "$P" train $TINY --steps 1 \
+  --stages 2 --microbatches 4 --schedule 1f1b --defer-tie
 done_tests

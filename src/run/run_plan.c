@@ -147,6 +147,10 @@ static int run_plan_check_fix(const run_plan *pl) {
     if (f && !pl->s->async)
         return pt_seterr("--async-fix %s needs an asynchronous schedule (pipedream or 2bw): %s flushes "
                          "before each update, so no gradient is stale", async_fix_name(f), pl->s->name);
+    if (pl->o.defer_tie && (!pl->s->async || pl->s->weight_versions == 2 || pl->lo.tp > 1))
+        return pt_seterr("--defer-tie works on pipedream's per-microbatch updates, one TP rank (got %s%s); "
+                         "2bw and the synchronous schedules reduce tied tensors once per update already",
+                         pl->s->name, pl->lo.tp > 1 ? ", --tp > 1" : "");
     if ((f == ASYNC_FIX_PIPEMARE || f == ASYNC_FIX_PREDICT) && pl->s->weight_versions == 2)
         return pt_seterr("--async-fix %s works on pipedream's per-microbatch updates; %s's one-update "
                          "delay is fixed by its two weight versions (use none or nesterov with it)",
