@@ -16,6 +16,13 @@ grep -q '"rank_peak_bytes":[[:space:]]*\[1040,' "$D/s.json" && ok "simulate: ran
 "$P" simulate --schedule pipedream --stages 4 --microbatches 8 --cost f=1,b=2,w=0,params=1000 > "$D/p.txt" 2>&1
 grep -A1 "weight versions" "$D/p.txt" | grep -q "stage 0 *4000" && ok "simulate: pipedream stashes one copy per microbatch in flight" \
   || fail "simulate pipedream stash" "$(tail -6 "$D/p.txt")"
+for d in 0 4; do "$P" simulate --schedule pipedream --stages 4 --microbatches 4 --async-depth $d \
+  --cost f=1,b=2,w=0,params=1000 --slow-link 0-1:30 --slow-link 1-2:30 --slow-link 2-3:30 > "$D/pd$d.txt" 2>&1; done
+grep -A2 "weight versions" "$D/pd4.txt" | grep -q "stage 1 *4000" && grep -A2 "weight versions" "$D/pd0.txt" | grep -q "stage 1 *3000" \
+  && ok "simulate --async-depth 4: pipedream's stage 1 stashes 4 copies (3 without)" || fail "simulate depth stash" "$(cat "$D/pd4.txt")"
+t0=$(awk '/^iteration time/ { print $3 }' "$D/pd0.txt"); t4=$(awk '/^iteration time/ { print $3 }' "$D/pd4.txt")
+awk -v a="$t0" -v b="$t4" 'BEGIN { exit !(b > 0 && b < 0.75 * a) }' \
+  && ok "simulate: 30-unit links, --async-depth 4 hides a round trip ($t0 -> $t4)" || fail "simulate depth time" "$t0 -> $t4"
 expect_error "2bw: M not a multiple of P" "divisible by ranks" "$P" simulate --schedule 2bw --stages 4 --microbatches 6
 TINY="--config tests/fixtures/gpt-tiny/config.json --data tests/fixtures/gpt-tiny/tokens.bin --batch 8 --seq 8"
 "$P" train $TINY --steps 12 --lr 1e-2 --stages 2 --microbatches 4 --schedule 2bw --metrics "$D/m.jsonl" > "$D/t.txt" 2>&1
