@@ -245,7 +245,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = TRAIN_DEFAULT_STEPS, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1, .beta1 = NAN, .beta2 = NAN, .momentum_decay = NAN};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 54 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 56 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -270,6 +270,12 @@ int cli_train(int argc, char **argv) {
                                                "pipemare | predict; default: nesterov for pipedream, none for 2bw "
                                                "(docs/async.md)"},
         {"--momentum-decay", OPT_DOUBLE, &a.momentum_decay, "NAdam's momentum decay psi (default 4e-3)"},
+        {"--async-depth", OPT_INT, &o->ro.async_depth, "D: pipedream | 2bw: each stage admits max(P-g, D) forwards "
+                                                       "before its first backward (default 0: 1f1b's P-g; more hide link "
+                                                       "latency, hold more activations; docs/async.md)"},
+        {"--defer-tie", OPT_FLAG, &o->ro.defer_tie, "pipedream: the tied embedding's gradient summed over its two "
+                                                    "stages in the background, applied M updates later (the ends of "
+                                                    "the pipe stop waiting for each other; docs/async.md)"},
         {"--grad-clip", OPT_DOUBLE, &o->oc.grad_clip, "max global gradient norm, 0 = off (default 1)"},
         {"--shuffle", OPT_LONG, &o->shuffle, "seed for a shuffled batch order (default 0: sequential)"},
         {"--seed", OPT_LONG, &o->seed, "init seed (default 1337)"},

@@ -46,6 +46,7 @@
 #define COMM_TAG_MOVE 32110       /* run/move.c: a re-split's parameters and moments */
 #define COMM_TAG_CLOCK 32200      /* comm_clock.c: clock offsets' pings (+0) and pongs (+1) */
 #define COMM_TAG_LINK 32300       /* comm_link.c: the link probe's messages (+0 .. +4) */
+#define COMM_TAG_TIE_LAG 32400    /* run/exec_tie_lag.c: --defer-tie's parts of a tied gradient */
 
 typedef struct comm comm;
 typedef struct comm_req comm_req;
