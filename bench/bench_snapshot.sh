@@ -12,7 +12,8 @@
 # ratio from a quiet run (load average below 1), the account from any.
 # Layouts: one process (--threads 2), 2 stages x 2 replicas on rank threads, and (as root, where
 # network namespaces can be made: tools/hosts.sh) 2 stages x 1 replica over Open MPI on two
-# hosts, where each rank's generations also go to the other host (the peer copy).
+# hosts, where each rank's generations also go to the other host (the peer copy), each one, and
+# every 4th (--snapshot-peer-every 4).
 # Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 8 rounds of 40 steps)
 set -u
 cd "$(dirname "$0")/.."
@@ -26,7 +27,8 @@ trap 'rm -rf "$D" "$SNAP"; [ -n "${hosts:-}" ] && $H down > /dev/null 2>&1' EXIT
 layouts=("one process:--threads 2" "2 stages x 2 replicas:--stages 2 --dp 2 --microbatches 4")
 if $H check > /dev/null 2>&1 && $H up 2 > /dev/null 2>&1; then
   hosts=1
-  layouts+=("2 stages over 2 hosts (MPI, peer copy):--stages 2 --microbatches 4")
+  layouts+=("2 stages over 2 hosts (MPI, peer copy):--stages 2 --microbatches 4"
+            "2 stages over 2 hosts (MPI, peer copy of every 4th):--stages 2 --microbatches 4 --snapshot-peer-every 4")
 fi
 for i in $(seq 1 3000); do echo "the quick brown fox jumps over the lazy dog, line $i of the bench corpus"; done > "$D/t.txt"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')

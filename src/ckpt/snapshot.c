@@ -40,6 +40,7 @@ struct ckpt_snap {
     int n_slots, cur, n_pc, bad;    /* bad: this generation failed to stage (not handed over) */
     ckpt_manifest man;          /* the handed-over generation's */
     int w_slot;                 /* the slot the writer works on (installed already) */
+    int w_peer;                 /* it goes to the peer */
     char *w_json;               /* its snap.json text (the writer frees it) */
     uint64_t w_sums[CKPT_SNAP_PIECES];
     pthread_t th;
@@ -50,6 +51,8 @@ struct ckpt_snap {
     int err_said;               /* err already printed at a step boundary */
     ckpt_snap_stats st;
     snap_peer *peer;            /* the peer copy, or NULL */
+    int peer_every;             /* every peer_every-th generation written goes to the peer (0: none) */
+    long peer_count;            /* generations written since the sending started */
     int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
     long slow_ms;               /* test hook: the writer sleeps this long before each generation */
 };
@@ -201,7 +204,9 @@ void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
     /* the rest to the writer, idle (ckpt_snap_ready waited): the peer copy, and in the first
      * generations the next slot's files and an earlier process's generations (after those all
      * slots are in use and older generations are this process's own: nothing to do, no wake-up) */
-    if (rc == 0 && (s->peer || s->st.taken <= s->n_slots + 1)) {
+    int to_peer = rc == 0 && s->peer_every && ++s->peer_count % s->peer_every == 0;
+    if (rc == 0 && (to_peer || s->st.taken <= s->n_slots + 1)) {
+        s->w_peer = to_peer;
         s->w_slot = s->cur;
         s->w_json = json;
         memcpy(s->w_sums, sums, sizeof sums);
@@ -251,8 +256,9 @@ int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port) {
     return snap_peer_listen(s->peer, addr, port);
 }
 
-int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank) {
+int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank, int every) {
     if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
+    s->peer_every = every < 1 ? 1 : every;
     return snap_peer_send_to(s->peer, addr, port, peer_rank);
 }
 
@@ -408,7 +414,7 @@ static int install_gen(ckpt_snap *s, snap_slot *sl, uint64_t *sums, char **json)
  * generations dropped, the compute thread's next slot given its files. */
 static void after_gen(ckpt_snap *s) {
     snap_slot *sl = &s->slot[s->w_slot];
-    if (s->peer) offer_peer(s, sl, s->w_sums, s->w_json);
+    if (s->w_peer) offer_peer(s, sl, s->w_sums, s->w_json);
     cJSON_free(s->w_json);
     s->w_json = NULL;
     prune_gens(s, 1);

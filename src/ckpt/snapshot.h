@@ -97,10 +97,10 @@ void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man);
  * ROOT/rank-<w>/peer-<origin>/gen-<step>/ (the restore reads them as the origin's). *addr (IPv4,
  * host order) and *port: where others reach it. 0, or -1 naming the error. */
 int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port);
-/* From now on each generation s writes is also sent to addr:port (world rank peer_rank), by a
- * thread of its own, off the compute path and off the writer's (a newer generation replaces
- * one still waiting). */
-int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank);
+/* From now on every `every`-th generation s writes (every >= 1: the every-th, 2 every-th, ...
+ * from here) is also sent to addr:port (world rank peer_rank), by a thread of its own, off the
+ * compute path and off the writer's (a newer generation replaces one still waiting). */
+int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank, int every);
 /* Writes "<step> <pid> <unix time> <host name>" into the rank's heartbeat file (in place, a few bytes): the
  * supervisor's sign that the rank goes on. */
 void ckpt_snap_heartbeat(ckpt_snap *s, long step);

@@ -215,6 +215,9 @@ int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, voi
 static int check_snapshot(train_ctx *t) {
     if (t->o.snapshot_every < 0) return pt_seterr("--snapshot-every %d: give K >= 1 (a snapshot every K steps)",
                                                   t->o.snapshot_every);
+    if (t->o.snapshot_peer_every < 0)
+        return pt_seterr("--snapshot-peer-every %d: give N >= 1 (every N-th snapshot copied to another host)",
+                         t->o.snapshot_peer_every);
     return 0;
 }
 
@@ -241,7 +244,8 @@ static int peer_setup(train_ctx *t, struct train_recover *rc) {
     for (int k = 1; k < R && rcode == 0 && port; k++) {
         int q = (me + k) % R;
         if (v[2 * q + 1] > 0 && (uint32_t)v[2 * q] != addr) {
-            rcode = ckpt_snap_peer_send_to(rc->snap[0], (uint32_t)v[2 * q], (int)v[2 * q + 1], q);
+            rcode = ckpt_snap_peer_send_to(rc->snap[0], (uint32_t)v[2 * q], (int)v[2 * q + 1], q,
+                                           t->o.snapshot_peer_every);
             break;
         }
     }
