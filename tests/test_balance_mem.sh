@@ -64,6 +64,11 @@ echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^r[0-9]$/) { split($(i
   && ok "balance-memory train: memory line shows r0 lending, r3 borrowing" \
   || fail "balance-memory train: memory line shows r0 lending, r3 borrowing" "'$line'"
 
+# the run's page draws memory per rank with what was lent and what is kept for others
+grep -q '<h2>Memory per rank</h2>' "$D/m_bal.html" && grep -q 'lent out' "$D/m_bal.html" && grep -q 'stroke-dasharray="4,3"' "$D/m_bal.html" \
+  && ok "balance-memory report: memory per rank with the lent outline" \
+  || fail "balance-memory report: memory per rank with the lent outline" "$(ls "$D"/m_bal* 2>&1 | tr '\n' ' ')"
+
 # simulate: 1f1b P=4 M=8 holds 4 microbatches on stage 0, balanced 3 on every rank but one:
 # --mem-limit 3 fits with --balance-memory and not without.
 "$P" simulate --schedule 1f1b --stages 4 --microbatches 8 --mem-limit 3 --balance-memory --json > "$D/sim.json" 2>&1
