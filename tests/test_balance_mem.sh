@@ -101,8 +101,8 @@ echo "$acts" | awk '{ m = 0; s = 0; for (i = 1; i <= NF; i++) { s += $i; if ($i 
   || fail "balance-memory P=4 T=2048: the largest rank's total within 10% of the mean" "MB per rank: $acts"
 
 # lending in parts (sched_lend.h LEND_PARTS): at this shape stage 0 sends only the tail of each
-# act it lends and keeps the head (gpipe at batch 8: stages 1 and 3); the numbers stay bitwise,
-# on threads and over MPI
+# act it lends and keeps the head (gpipe at batch 8: stages 1 and 3; tp 2: each TP rank its
+# shard's); the numbers stay bitwise, on threads and over MPI
 cat > "$D/part.json" <<'J'
 {"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 256}
 J
@@ -127,6 +127,7 @@ done <<'L'
 4 1f1b --stages 4 --microbatches 4 --batch 4
 4 1f1b --stages 4 --microbatches 8 --batch 8
 4 gpipe --stages 4 --microbatches 4 --batch 8
+8 1f1b --stages 4 --microbatches 8 --batch 8 --tp 2
 L
 
 # a plan file with "balance_memory": true trains with it (train --plan)
