@@ -264,6 +264,7 @@ int exec_lend_prepare(run_exec *e, run_stage *st);   /* the plan (first call), s
 int exec_lend_cap(const run_stage *st, int layer);   /* buffers of a lending layer, -1: not one */
 void exec_lend_bind(run_stage *st, int layer, float **bufs, size_t n);   /* its buffers (act[layer], n floats) */
 float *exec_lend_act(const run_stage *st, int layer, int mb);  /* mb's act of a lending layer */
+size_t exec_lend_head_floats(const run_stage *st, int layer); /* its head buffers (lent in part) */
 int exec_lend_init(run_exec *e);                     /* the pools this rank keeps for others */
 void exec_lend_stage_free(run_stage *st);
 void exec_lend_free(run_exec *e);
@@ -277,6 +278,7 @@ int exec_lend_poll(run_exec *e);                     /* serves the pools, never 
 int exec_lend_wait(run_exec *e, comm_req **req, const char *what, int count);
 int exec_lend_drain(run_exec *e);                    /* before the reduction and step */
 void exec_lend_mem(const run_exec *e, double *lent, double *borrowed);
+int exec_lend_parts(const run_exec *e);               /* least 16ths its lending layers send, 0: none */
 double exec_lend_wait_s(const run_exec *e);
 
 /* exec_comm.c */

@@ -145,6 +145,7 @@ size_t run_exec_act_bytes(const run_exec *e) {
         for (int l = st->first; l < st->end; l++) {
             int cap = exec_lend_cap(st, l);   /* --balance-memory: a lending layer's buffers */
             n += (size_t)(cap >= 0 ? cap : st->n_sets) * exec_act_floats(e, st, l);
+            n += exec_lend_head_floats(st, l);   /* and what stays of those it lends in part */
             n += (size_t)st->n_kv * 2 * gpt_layer_kv_floats(&st->m, l, e->c.mb_rows, e->c.T);
             if (st->keep) n += (size_t)st->n_keep * gpt_layer_keep_floats(&st->m, l, e->c.mb_rows, e->c.T);
         }
@@ -184,6 +185,7 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
     out->optim = opt * f;
     out->acts = (double)run_exec_act_bytes(e) + bufs * f;
     exec_lend_mem(e, &out->lent, &out->borrowed);
+    out->parts = exec_lend_parts(e);
     out->act_sets = (double)(run_exec_act_bytes(e) - e->work_n * sizeof(float)) - out->borrowed;
     out->act_mb = 0;
     for (int i = 0; i < e->n_stages; i++)

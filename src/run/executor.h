@@ -108,6 +108,8 @@ typedef struct {
     double lent;               /* --balance-memory: act_sets it would hold more without lending */
     double borrowed;           /* --balance-memory: buffers it keeps for others' lent activations
                                 * (within acts) */
+    double parts;              /* --balance-memory: of the acts it lends, the least part sent away,
+                                * in 16ths (sched_lend.h's LEND_PARTS; 16: whole; 0: lends none) */
 } run_mem;
 
 /* A rank's tensor-parallel collectives (the ones its layers call through gpt_tp: all-reduces,

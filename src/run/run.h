@@ -56,6 +56,8 @@ typedef struct {
                                  * not 0, compute stays fp32) */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
     int async_fix;              /* --async-fix (optim/async_fix.h; 0 none): asynchronous only */
+    bool async_fix_default;     /* async_fix is the schedule's default (async_fix_default), not
+                                 * given: the run's header says so */
     bool defer_tie;             /* --defer-tie (pipedream): tied tensors' sums applied M updates
                                  * later, in the background (run_exec_cfg.defer_tie) */
     int async_depth;            /* --async-depth D (pipedream, 2bw): each stage admits max(P-g, D)
