@@ -6,7 +6,7 @@
 # and reach the last step with the loss of the uninterrupted run within 1e-3 relative (a --dp 1
 # summation order), each of the four ranks killed in turn; the kills at a reduction and in a
 # snapshot's writer too (--kill-at). A second kill, with one replica left, is restarted with the
-# whole layout. Where it cannot work, train --recycle refuses: --dp 1, --zero 1, --tp 2, threads,
+# whole layout. The transport's recovery mode on its own: tests/aux_mpi_recover.c. Where it cannot work, train --recycle refuses: --dp 1, --zero 1, --tp 2, threads,
 # no snapshots; launch --recycle without --np. Every run is bounded.
 . "$(dirname "$0")/lib.sh"
 mpi_env 120
@@ -46,6 +46,14 @@ kill_at_step() {
     sleep 0.01
   done
 }
+
+# --- the transport's recovery mode (tests/aux_mpi_recover.c prints its own ok/FAIL lines)
+timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe --enable-recovery -x ASAN_OPTIONS -np 4 \
+  "$BUILD/tests/aux_mpi_recover" > "$D/aux.out" 2> "$D/aux.err" < /dev/null
+rc=$?
+grep -E '^(ok|FAIL) ' "$D/aux.out"
+[ $rc = 0 ] && [ "$(grep -c '^ok ' "$D/aux.out")" = 6 ] && ok "recover: the recovery-mode program ran every check" \
+  || fail "recover: the recovery-mode program" "rc $rc: $(grep -v '^ok' "$D/aux.out" "$D/aux.err" | head -3)"
 
 mpi 4 train $args --metrics "$D/ref.jsonl" > "$D/ref.out" 2>&1 || fail "reference MPI run" "$(tail -3 "$D/ref.out")"
 ref=$(last_loss "$D/ref.jsonl")
