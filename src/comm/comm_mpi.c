@@ -317,6 +317,33 @@ static int wait_done(comm *c, mp_req *r, double timeout) {
     }
 }
 
+/* comm.h's waitany: asleep on the progress thread's signal until one of reqs is done (or, with
+ * no progress thread, testing them in naps of 20 us growing to 320 us, as wait_done). */
+static int mp_waitany(comm *c, comm_req **reqs, int n, double timeout, int *which) {
+    double t0 = pt_now(), nap = 20e-6;
+    struct timespec dl = pt_deadline_after(timeout > 0 ? timeout : 0);
+    *which = -1;
+    if (eng.on) pthread_mutex_lock(&eng.mu);
+    for (int late = 0; *which < 0 && !late;) {
+        for (int i = 0; i < n && *which < 0; i++) {
+            int done = 0;
+            if (!reqs[i]) continue;
+            if (eng.on) done = ((mp_req *)reqs[i])->done;
+            else if (mp_test(c, reqs[i], &done) < 0) { reqs[i] = NULL, *which = i; return -1; }
+            if (done) *which = i;
+        }
+        if (*which >= 0) break;
+        if (eng.on && timeout <= 0) pthread_cond_wait(&eng.done_cv, &eng.mu);
+        else if (eng.on) late = pthread_cond_timedwait(&eng.done_cv, &eng.mu, &dl) == ETIMEDOUT;
+        else if (!(late = timeout > 0 && pt_now() - t0 > timeout)) sleep_s(nap), nap = nap < 250e-6 ? 2 * nap : nap;
+    }
+    if (eng.on) pthread_mutex_unlock(&eng.mu);
+    if (*which < 0) return 0;
+    comm_req *r = reqs[*which];
+    reqs[*which] = NULL;
+    return eng.on ? (req_finish((mp_req *)r) < 0 ? -1 : 0) : 0;   /* without the thread mp_test freed it */
+}
+
 static int mp_wait(comm *c, comm_req *req, double timeout) {
     mp_req *r = (mp_req *)req;
     MPI_LOCK();   /* the progress thread may be finishing this request's reduction */
@@ -588,7 +615,7 @@ static int mp_world_rank_of(comm *c, int r) { return ((mp_impl *)c->impl)->world
 
 static const comm_vtable mp_vtable = {
     .name = "mpi",
-    .isend = mp_isend, .irecv = mp_irecv, .test = mp_test, .wait = mp_wait,
+    .isend = mp_isend, .irecv = mp_irecv, .test = mp_test, .wait = mp_wait, .waitany = mp_waitany,
     .allreduce_f32 = mp_allreduce_f32, .allreduce_f64 = mp_allreduce_f64,
     .ireduce_f32 = mp_ireduce_f32, .allgather_f32 = mp_allgather_f32,
     .barrier = mp_barrier, .split = mp_split, .abort = mp_abort, .free = mp_free,
