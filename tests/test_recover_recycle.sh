@@ -2,8 +2,8 @@
 # Going on in place (docs/recovery.md "In place"; issue 22 item 3): `pipetrain launch --np 4
 # --recycle` of 2 stages x 2 replicas over Open MPI (mpirun --enable-recovery), a rank killed with
 # kill -9 from outside: the replica that lost it is dropped, the other replica's two processes go
-# on (the same pids: no restart) from the newest snapshot with the dead replica's microbatches,
-# and reach the last step with the loss of the uninterrupted run within 1e-3 relative (a --dp 1
+# on (the same pids: no restart) from the newest snapshot with the dead replica's microbatches
+# (bitwise a --dp 1 --microbatches 4 job resumed from that snapshot), and reach the last step with the loss of the uninterrupted run within 1e-3 relative (a --dp 1
 # summation order), each of the four ranks killed in turn; the kills at a reduction and in a
 # snapshot's writer too (--kill-at). A second kill, with one replica left, is restarted with the
 # whole layout. The transport's recovery mode on its own: tests/aux_mpi_recover.c. Where it cannot work, train --recycle refuses: --dp 1, --zero 1, --tp 2, threads,
@@ -76,6 +76,13 @@ for w in 0 1 2 3; do
   fi
   [ "$(close "$(last_loss "$D/l.jsonl")" "$ref")" = 1 ] && ok "recycle: rank $w killed: the final loss within 1e-3 of the uninterrupted run" \
     || fail "recycle: rank $w killed: the final loss" "$(last_loss "$D/l.jsonl") vs $ref"
+  if [ $w = 0 ]; then   # the same math as a --dp 1 job restarted from that snapshot with the lost replica's microbatches
+    mpi 2 train ${args/--dp 2 --microbatches 2/--dp 1 --microbatches 4} --resume "$SNAP/recycle-restore-1" \
+      --metrics "$D/r1.jsonl" > "$D/r1.out" 2>&1
+    [ -n "$(last_loss "$D/r1.jsonl")" ] && [ "$(last_loss "$D/r1.jsonl")" = "$(last_loss "$D/l.jsonl")" ] \
+      && ok "recycle: rank 0 killed: the final loss bitwise a --dp 1 --microbatches 4 run resumed from the same snapshot" \
+      || fail "recycle: rank 0 killed: bitwise a --dp 1 run resumed" "$(last_loss "$D/r1.jsonl") vs $(last_loss "$D/l.jsonl"): $(tail -2 "$D/r1.out")"
+  fi
 done
 
 # --- killed inside a reduction and inside a snapshot's writer (--kill-at)
