@@ -195,6 +195,7 @@ static int req_advance(mp_req *r, int *fin) {
 
 /* A request the progress thread finished: its result, and r freed. */
 static int req_finish(mp_req *r) {
+    if (r->broken) return pt_seterr("%s", r->why);   /* left: MPI may still touch it */
     int rc = r->failed ? pt_seterr("%s", r->err) : 0;
     free(r);
     return rc;

@@ -27,6 +27,9 @@ typedef struct mp_req {
     comm *c;                /* its endpoint (the progress thread checks results with it) */
     int done, failed;       /* progress thread: completed (under the engine's lock), and how */
     int finished;           /* a reduction: all its phases over (failed, err say how) */
+    int broken;             /* comm_mpi_interrupt failed it (why): its test and wait say so and
+                             * never free it (callers may test it again after a failure) */
+    char why[256];
     struct mp_req *cnext;   /* a reduction: the next one of its endpoint */
     char err[256];
 } mp_req;

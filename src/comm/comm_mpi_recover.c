@@ -5,8 +5,8 @@
  * does not do is notice: a receive from the dead rank, or a collective with it, stays pending
  * forever. So in recovery mode (comm_mpi_recover_arm) the blocking collectives are non-blocking
  * ones polled here, and when told (comm_mpi_interrupt: the supervisor's decision) every endpoint
- * made so far is broken: its pending requests fail with the reason (the progress thread reports
- * them as usual), later calls on it fail at once, its abort no longer ends the job, and the
+ * made so far is broken: its pending requests fail with the reason (their test and wait say so
+ * and never free them: callers may test a failed request again), later calls on it fail at once, its abort no longer ends the job, and the
  * survivors make a new world of themselves (comm_mpi_survivors, in comm_mpi.c). What a broken endpoint had
  * posted is left to MPI: receives cancelled, sends and collectives never completed, their
  * buffers (this file's own copies) never freed. */
@@ -118,10 +118,12 @@ void comm_mpi_interrupt(const char *why) {
         if (r->finished) continue;
         if (!r->coll && !r->is_send) MPI_Cancel(&r->rq);
         if (!r->coll) MPI_Request_free(&r->rq);
-        r->finished = r->failed = 1;
+        r->finished = r->failed = r->broken = r->done = 1;
         snprintf(r->err, sizeof r->err, "mpi: rank %d, %s rank %d tag %d: %s", r->c->world_rank,
                  r->coll ? "reduction with" : r->is_send ? "send to" : "receive from", r->peer, r->tag, why);
+        memcpy(r->why, r->err, sizeof r->why);
     }
+    pthread_cond_broadcast(&eng.done_cv);   /* their waits end now */
     pthread_cond_signal(&eng.work_cv);
     pthread_mutex_unlock(&eng.mu);
     MPI_UNLOCK();

@@ -24,6 +24,7 @@
 #define LAUNCH_START_S 120.0    /* the least a job may take to its first heartbeat (MPI start-up
                                  * and model init on a loaded machine), whatever --timeout */
 #define LAUNCH_END_GRACE_S 2.0 /* --recycle: an mpirun whose ranks all ended is ended this late */
+#define LAUNCH_FINISH_S 30.0    /* ... and one whose ranks beat the last step but do not end */
 #define LAUNCH_GRACE_S 5.0      /* a launcher that does not end by itself this long after a rank
                                  * died is ended */
 
@@ -276,13 +277,19 @@ static void in_place_answer(launch_state *s) {
 
 /* --recycle: every rank (going on) is at the last step and gone (their processes ended). Under
  * --enable-recovery Open MPI's mpirun may then not end by itself across hosts: given
- * LAUNCH_END_GRACE_S, then ended. 1 when the job is so over. */
+ * LAUNCH_END_GRACE_S, then ended (ranks that beat the last step but stay, held in MPI_Finalize by
+ * a lost peer: LAUNCH_FINISH_S). 1 when the job is so over. */
 static int in_place_over(launch_state *s, launch_watch *w, int R, pid_t pid) {
     if (!s->o->recycle || s->pending) return 0;
-    for (int r = 0; r < R; r++)
-        if (w->pids[r] <= 0 || w->steps[r] < w->last || kill((pid_t)w->pids[r], 0) == 0) return 0;
-    if (!s->all_done_at) s->all_done_at = wall_now();
-    if (pid > 0 && wall_now() - s->all_done_at < LAUNCH_END_GRACE_S) return 0;
+    int alive = 0;
+    for (int r = 0; r < R; r++) {
+        if (w->pids[r] <= 0 || w->steps[r] < w->last) return 0;
+        alive |= kill((pid_t)w->pids[r], 0) == 0;
+    }
+    if (!s->all_done_at) s->all_done_at = wall_now();   /* every rank beat the last step: since */
+    double limit = alive ? LAUNCH_FINISH_S : LAUNCH_END_GRACE_S;   /* alive: held in MPI_Finalize */
+    if (pid > 0 && wall_now() - s->all_done_at < limit) return 0;
+    if (!pid && alive) return 0;
     if (pid > 0) end_attempt(s, pid, w);
     return 1;
 }
