@@ -9,7 +9,8 @@
 # peak RSS per process (MPI) with the largest over the mean. A (T, P) whose activations would not
 # fit the memory available now is skipped with a line that says so. Not a test.
 # Usage: bench/bench_longseq.sh [--quick] [rounds] [steps]   (default 2 rounds, the second in
-#        reverse order, one at T=8192; 3 steps; --quick: T=1024 and 4096 only, 2 steps)   BENCH_LONGSEQ_T="1024 4096" overrides the T list.
+#        reverse order, one at T=8192; 3 steps; --quick: T=1024 and 4096 only, 2 steps)   BENCH_LONGSEQ_T="1024 4096" overrides the T list,
+#        BENCH_LONGSEQ_P="4" the P list, BENCH_LONGSEQ_VARIANTS="1f1b balance" the variants (1f1b first: the ratios' base).
 set -u
 cd "$(dirname "$0")/.."
 QUICK=0
@@ -36,6 +37,8 @@ echo "  load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 VARIANTS="1f1b balance"
 [ $CHUNKS = 1 ] && VARIANTS="$VARIANTS sc2 sc4 sc8"
+VARIANTS=${BENCH_LONGSEQ_VARIANTS:-$VARIANTS}
+PS=${BENCH_LONGSEQ_P:-2 4}
 flags_of() { case $1 in 1f1b) echo "";; balance) echo "--balance-memory";; sc*) echo "--seq-chunks ${1#sc}";; esac; }
 
 # run NAME T P FLAGS...: one training run; its output in $D/NAME.out, its metrics in $D/NAME.jsonl
@@ -55,6 +58,10 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print (NR 
 toks() { sed -n '2,$p' "$1" | sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/'; }
 # activation MB per rank (the memory line's 4th column), and peak RSS MB per process
 acts() { grep '^memory per rank' "$1" | sed 's/.*): //' | tr ',' '\n' | awk '{ split($2, v, "/"); printf "%s ", v[4] }'; }
+# the memory line's total per rank (params + grads + optimizer + activations: the prediction the
+# lend plan balances), and each process's peak RSS less it (the process's own: runtime, libraries)
+total() { grep '^memory per rank' "$1" | sed 's/.*): //' | tr ',' '\n' | awk '{ split($2, v, "/"); printf "%.1f ", v[1] + v[2] + v[3] + v[4] }'; }
+rest() { paste -d' ' <(rss "$1" | tr ' ' '\n' | grep .) <(total "$1" | tr ' ' '\n' | grep .) | awk '{ printf "%.1f ", $1 - $2 }'; }
 rss() { grep -E '^peak RSS' "$1" | sed -E 's/.*: //; s/ MB.*//; s/r[0-9]+ //g; s/,//g'; }
 spread() { awk '{ m = 0; s = 0; for (i = 1; i <= NF; i++) { s += $i; if ($i > m) m = $i } printf "%.2f", NF && s ? m / (s / NF) : 0 }'; }
 # GB the plain 1f1b activations need at (T, P): sum of the stages' peaks (P..1) x blocks per stage
@@ -64,7 +71,7 @@ avail_gb() { awk '/^MemAvailable/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo
 
 printf "\n%-6s %-3s %-9s %10s %7s  %-34s %-34s %s\n" T P variant "tokens/s" "x 1f1b" "activations MB per rank" "peak RSS MB per process" "RSS max/mean"
 for t in $TS; do
-  for np in 2 4; do
+  for np in $PS; do
     need=$(need_gb "$t" "$np"); have=$(avail_gb)
     if awk -v n="$need" -v h="$have" 'BEGIN { exit !(n > 0.7 * h) }'; then
       printf "%-6s %-3s skipped: plain 1f1b activations need about %s GB, %s GB available now\n" "$t" "$np" "$need" "$have"
@@ -88,7 +95,10 @@ for t in $TS; do
         "$(awk -v a="$tk" -v b="$base" 'BEGIN { print (b > 0 ? a / b : 0) }')" "$(acts "$D/$v.out")" "$(rss "$D/$v.out")" \
         "$([ $MPI = 1 ] && rss "$D/$v.out" | spread || echo -)"
     done
-    grep '^activation sets balanced' "$D/balance.out" | sed "s/^/  T=$t P=$np /"
+    [ -s "$D/balance.out" ] && grep '^activation sets balanced' "$D/balance.out" | sed "s/^/  T=$t P=$np /"
+    for v in $VARIANTS; do   # the prediction against the measure, per rank
+      [ $MPI = 1 ] && [ -s "$D/$v.out" ] && echo "  T=$t P=$np $v: predicted MB per rank (memory line) $(total "$D/$v.out")| peak RSS less it $(rest "$D/$v.out")"
+    done
   done
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,7 +1,8 @@
 /* MPI transport checks, run by tests/test_comm_mpi.sh under mpirun -np 4 (not a test binary on
  * its own). Every rank runs every check in the same order; a rank that fails prints its own
  * "FAIL name: rank r: why" line, rank 0 prints "ok name" when no rank failed.
- *   aux_mpi_comm          ping-pong, tags, FIFO, sizes, allreduce, ireduce, split, timeout, faulty delay
+ *   aux_mpi_comm          ping-pong, waitany, tags, FIFO, sizes, allreduce, ireduce, split, timeout,
+ *                         faulty delay
  *   aux_mpi_comm abort    rank 2 aborts while the others wait: the job must end naming rank 2
  *   aux_mpi_comm die      rank 1 dies after 3 sends (faulty wrapper): the job ends naming rank 1
  *   aux_mpi_comm clock    clock offsets against each rank's PT_CLOCK_SKEW (tests/test_comm_clock.sh
@@ -62,6 +63,27 @@ static void test_pingpong(comm *c) {
         }
     }
     check(c, "mpi ping-pong 100 rounds", ok, "%s (v %d)", pt_err(), v);
+}
+
+/* comm_waitany over MPI: even ranks wait on two receives from their odd peer; nothing sent yet,
+ * a short wait times out with both pending; then the peer sends the second one's, then (told)
+ * the first one's, and each wait returns that one. */
+static void test_waitany(comm *c) {
+    int peer = c->rank ^ 1, v[2] = { 0, 0 }, go = 1, which = -2, ok = 1, a = 11, b = 22;
+    comm_req *q[2];
+    if (c->rank % 2) {
+        ok = !recv_wait(c, peer, 9, &go, sizeof go) && !send_wait(c, peer, 2, &b, sizeof b) &&
+             !recv_wait(c, peer, 10, &go, sizeof go) && !send_wait(c, peer, 1, &a, sizeof a);
+    } else {
+        ok = !comm_irecv(c, peer, 1, &v[0], sizeof v[0], &q[0]) && !comm_irecv(c, peer, 2, &v[1], sizeof v[1], &q[1]);
+        ok = ok && !comm_waitany(c, q, 2, 0.05, &which) && which == -1 && q[0] && q[1];
+        ok = ok && !send_wait(c, peer, 9, &go, sizeof go) && !comm_waitany(c, q, 2, WAIT_S, &which) && which == 1 &&
+             !q[1] && v[1] == 22;
+        ok = ok && !send_wait(c, peer, 10, &go, sizeof go) && !comm_waitany(c, q, 2, WAIT_S, &which) && which == 0 &&
+             !q[0] && v[0] == 11;
+    }
+    check(c, "mpi waitany: times out pending, then returns each as it completes", ok, "%s (which %d, values %d %d)",
+          pt_err(), which, v[0], v[1]);
 }
 
 #define BIG_FLOATS (2u << 20)   /* 8 MiB: well past Open MPI's eager limit (rendezvous path) */
@@ -417,6 +439,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "clock") == 0) run_clock(c);
     else {
         test_pingpong(c);
+        test_waitany(c);
         test_big_and_self(c);
         test_tags_fifo(c);
         test_sizes(c);

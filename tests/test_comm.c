@@ -66,6 +66,49 @@ static int recv_wait(comm *c, int src, int tag, void *b, size_t n) {
 
 /* ---- point to point ------------------------------------------------------------------ */
 
+/* comm_waitany: rank 0 waits on two receives; nothing sent yet, a short wait times out (*which
+ * -1, both pending); then rank 1 sends the second one's, then (told) the first one's: each wait
+ * returns that one, its entry NULL, its data there. */
+static void body_waitany(comm *c, void *arg) {
+    outcome *o = arg;
+    int v[2] = { 0, 0 }, go = 1, which = -2;
+    comm_req *q[2];
+    if (c->rank == 1) {
+        int a = 11, b = 22;
+        if (recv_wait(c, 0, 9, &go, sizeof go) || send_wait(c, 0, 2, &b, sizeof b) ||
+            recv_wait(c, 0, 10, &go, sizeof go) || send_wait(c, 0, 1, &a, sizeof a)) note(o, 1, "io");
+        return;
+    }
+    if (comm_irecv(c, 1, 1, &v[0], sizeof v[0], &q[0]) || comm_irecv(c, 1, 2, &v[1], sizeof v[1], &q[1])) { note(o, 0, "irecv"); return; }
+    if (comm_waitany(c, q, 2, 0.05, &which) || which != -1 || !q[0] || !q[1]) {
+        snprintf(o->msg[0], 300, "nothing sent: which %d (want -1), both pending %d", which, q[0] && q[1]), o->bad[0] = 1;
+        return;
+    }
+    if (send_wait(c, 1, 9, &go, sizeof go) || comm_waitany(c, q, 2, WAIT_S, &which) || which != 1 || q[1] || v[1] != 22) {
+        snprintf(o->msg[0], 300, "second sent: which %d (want 1), value %d", which, v[1]), o->bad[0] = 1;
+        return;
+    }
+    if (send_wait(c, 1, 10, &go, sizeof go) || comm_waitany(c, q, 2, WAIT_S, &which) || which != 0 || q[0] || v[0] != 11)
+        snprintf(o->msg[0], 300, "first sent: which %d (want 0), value %d", which, v[0]), o->bad[0] = 1;
+}
+
+static void faulty_waitany(comm *c, void *arg) {   /* over a wrapper without waitany: the fallback */
+    comm *f = NULL;
+    if (comm_faulty_borrow(c, -1, &f) < 0) { note(arg, c->rank, "wrap"); return; }
+    body_waitany(f, arg);
+    comm_free(f);
+}
+
+static void test_waitany(void) {
+    outcome o = {0}, of = {0};
+    run_world(2, body_waitany, &o);
+    int b = first_bad(&o, 2);
+    CHECK("threads waitany: times out pending, then returns each as it completes", b < 0, "%s", b < 0 ? "" : o.msg[b]);
+    run_world(2, faulty_waitany, &of);
+    b = first_bad(&of, 2);
+    CHECK("faulty waitany (the fallback): the same", b < 0, "%s", b < 0 ? "" : of.msg[b]);
+}
+
 #define PINGS 200
 static void body_pingpong(comm *c, void *arg) {
     outcome *o = arg;
@@ -864,6 +907,7 @@ static void test_clock_offsets(void) {
 
 int main(void) {
     test_pingpong();
+    test_waitany();
     test_tags();
     test_fifo();
     test_size_mismatch();

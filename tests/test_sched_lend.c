@@ -39,6 +39,15 @@ static int unit_ok(const sched *s, const sched_lend_unit *u, char *why, size_t n
                 return snprintf(why, n, "slot %d shared by mbs %d and %d", w->slot, u->win[j].mb, w->mb), -1;
         wl[w->mb] = w->lend_at, wf[w->mb] = w->fetch_at;
     }
+    for (int a = 0; u->part < u->bytes && a < k; a++) {   /* in parts: a head buffer for each away */
+        int away = 0;
+        for (int i = 0; i < u->n_win; i++) away += u->win[i].lend_at < a && a <= u->win[i].fetch_at;
+        if (away > u->heads) return snprintf(why, n, "stage %d layer %d: %d away at action %d, %d head buffers",
+                                             u->stage, u->layer, away, a, u->heads), -1;
+    }
+    if (u->part <= 0 || u->part > u->bytes || (u->part < u->bytes) != (u->heads > 0))
+        return snprintf(why, n, "stage %d layer %d: part %g of %g, %d heads", u->stage, u->layer, u->part, u->bytes,
+                        u->heads), -1;
     for (int a = 0; a < k; a++) {
         int held = 0;
         for (int j = 0; j < M; j++)
@@ -59,7 +68,7 @@ static int plan_of(const sched *s, int nl, double w, sched_lend_plan *p) {
         for (int l = 0; l < nl; l++) b[g][l] = l == nl - 1 ? w : 1;
         rows[g] = b[g];
     }
-    return sched_lend_balance(s, n, rows, p);
+    return sched_lend_balance(s, n, rows, NULL, p);
 }
 
 static double spread(const sched_lend_plan *p) {
@@ -120,6 +129,68 @@ static void test_balance_p4(void) {
     sched_free(s);
 }
 
+/* Ranks whose fixed bytes differ: 1f1b P=4 M=8, one layer of 1 byte per stage, rank 3 holding
+ * 2.5 besides (a head with a large table; totals 4, 3, 2, 3.5 without lending): the plan
+ * balances each rank's total, so nothing goes to rank 3 and the largest total is rank 3's own
+ * 3.5; a plan blind to the fixed bytes lends to rank 3 (its activations are the fewest), whose
+ * total then grows past 3.5. */
+static double largest_total(const sched_lend_plan *p, const double *fixed) {
+    double mx = 0;
+    for (int r = 0; r < p->P; r++) mx = fixed[r] + sched_lend_rank_bytes(p, r) > mx ? fixed[r] + sched_lend_rank_bytes(p, r) : mx;
+    return mx;
+}
+
+static void test_fixed_differs(void) {
+    sched_params sp = { .ranks = 4, .microbatches = 8 };
+    sched *s = sched_generate("1f1b", &sp);
+    int n[4] = { 1, 1, 1, 1 };
+    double b[4] = { 1, 1, 1, 1 }, fixed[4] = { 0, 0, 0, 2.5 }, with = -1, blind = -1;
+    const double *rows[4] = { &b[0], &b[1], &b[2], &b[3] };
+    sched_lend_plan p;
+    int rc = sched_lend_balance(s, n, rows, fixed, &p);
+    CHECK("lend: fixed bytes per rank plan", rc == 0, "%s", pt_err());
+    if (rc == 0) {
+        with = largest_total(&p, fixed);
+        CHECK("lend: fixed bytes differ: rank 3 keeps nothing for others, the largest total is its own 3.5",
+              p.borrowed[3] == 0 && p.lent[0] > 0 && with <= 3.5 + 1e-9, "largest %.3f, borrowed r3 %.3f, lent r0 %.3f",
+              with, p.borrowed[3], p.lent[0]);
+        sched_lend_plan_free(&p);
+    }
+    if (sched_lend_balance(s, n, rows, NULL, &p) == 0) {
+        blind = largest_total(&p, fixed);
+        sched_lend_plan_free(&p);
+    }
+    CHECK("lend: a plan blind to the fixed bytes ends with a larger total", blind > with + 0.5, "blind %.3f, with %.3f",
+          blind, with);
+    sched_free(s);
+}
+
+/* Parts of acts: 1f1b P=4 M=4, acts 1 per stage, fixed 0, 0, 0.9, 1.9 (totals 4, 3, 2.9, 2.9
+ * without): a whole act of rank 0 would cost its partner two (to 4.9), so rank 0 lends part of
+ * each act it lends (its head stays in a head buffer), and the top comes down below 4. */
+static void test_parts(void) {
+    sched_params sp = { .ranks = 4, .microbatches = 4 };
+    sched *s = sched_generate("1f1b", &sp);
+    int n[4] = { 1, 1, 1, 1 }, parts = 0, bad = 0;
+    double b[4] = { 1, 1, 1, 1 }, fixed[4] = { 0, 0, 0.9, 1.9 }, mx = 0;
+    const double *rows[4] = { &b[0], &b[1], &b[2], &b[3] };
+    char why[256] = "";
+    sched_lend_plan p;
+    int rc = sched_lend_balance(s, n, rows, fixed, &p);
+    CHECK("lend: a plan in parts", rc == 0, "%s", pt_err());
+    if (rc == 0) {
+        for (int i = 0; i < p.n_units; i++) {
+            parts += p.unit[i].part < p.unit[i].bytes;
+            bad += unit_ok(s, &p.unit[i], why, sizeof why) < 0;
+        }
+        for (int r = 0; r < 4; r++) mx = fixed[r] + sched_lend_rank_bytes(&p, r) > mx ? fixed[r] + sched_lend_rank_bytes(&p, r) : mx;
+        CHECK("lend: where a whole act is too much, a unit lends part of each, valid", parts > 0 && !bad && mx < 4 - 1e-9,
+              "%d units in parts, largest total %.3f; %s", parts, mx, why);
+        sched_lend_plan_free(&p);
+    }
+    sched_free(s);
+}
+
 static void test_refused(void) {
     sched_params sp = { .ranks = 2, .microbatches = 4, .chunks = 2 };
     sched *s = sched_generate("interleaved-1f1b", &sp);
@@ -133,6 +204,8 @@ static void test_refused(void) {
 int main(void) {
     test_units_valid();
     test_balance_p4();
+    test_fixed_differs();
+    test_parts();
     test_refused();
     TEST_DONE();
 }

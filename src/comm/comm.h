@@ -29,6 +29,8 @@
  * - Ranks of a split communicator are numbered 0..size-1 by increasing parent rank.
  * The threads and mpi transports go further (docs/comm.md): a message of any size other than the
  * receive buffer's is an error, and their allreduce sums are bitwise identical to each other.
+ * - waitany (optional) sleeps until one of several point-to-point requests completes; comm_waitany
+ *   gives every transport that call (comm_waitany.c: slices of waits where a transport lacks it).
  * All calls return 0 or -1 with pt_seterr; requests are freed by the test that reports them done,
  * or by wait. */
 #ifndef PT_COMM_H
@@ -44,6 +46,7 @@
 #define COMM_TAG_MOVE 32110       /* run/move.c: a re-split's parameters and moments */
 #define COMM_TAG_CLOCK 32200      /* comm_clock.c: clock offsets' pings (+0) and pongs (+1) */
 #define COMM_TAG_LINK 32300       /* comm_link.c: the link probe's messages (+0 .. +4) */
+#define COMM_TAG_TIE_LAG 32400    /* run/exec_tie_lag.c: --defer-tie's parts of a tied gradient */
 
 typedef struct comm comm;
 typedef struct comm_req comm_req;
@@ -56,6 +59,11 @@ typedef struct {
     int (*test)(comm *c, comm_req *req, int *done);
     /* Blocks until done (frees req), the timeout (seconds; <= 0: no limit) passes, or an abort. */
     int (*wait)(comm *c, comm_req *req, double timeout);
+    /* Optional (NULL: comm_waitany tests and waits in slices). Blocks until one of the non-NULL
+     * point-to-point requests reqs[0..n) completes: frees it, sets reqs[i] = NULL and *which = i
+     * (the others stay pending); or the timeout (seconds; <= 0: no limit) passes: *which = -1,
+     * nothing freed; or an abort. 0, or -1 (a failed request: freed, its entry NULL). */
+    int (*waitany)(comm *c, comm_req **reqs, int n, double timeout, int *which);
     /* In-place sum over all ranks of c. */
     int (*allreduce_f32)(comm *c, float *buf, size_t n);
     int (*allreduce_f64)(comm *c, double *buf, size_t n);
@@ -93,6 +101,10 @@ static inline int comm_isend(comm *c, int dst, int tag, const void *b, size_t n,
 static inline int comm_irecv(comm *c, int src, int tag, void *b, size_t n, comm_req **r) { return c->vt->irecv(c, src, tag, b, n, r); }
 static inline int comm_test(comm *c, comm_req *r, int *done) { return c->vt->test(c, r, done); }
 static inline int comm_wait(comm *c, comm_req *r, double timeout) { return c->vt->wait(c, r, timeout); }
+/* waitany's contract on every transport (comm_waitany.c): the transport's own, else it tests
+ * them all and waits on the first pending one in slices of COMM_WAITANY_SLICE seconds. */
+#define COMM_WAITANY_SLICE 0.002
+int comm_waitany(comm *c, comm_req **reqs, int n, double timeout, int *which);
 static inline int comm_allreduce_f32(comm *c, float *b, size_t n) { return c->vt->allreduce_f32(c, b, n); }
 static inline int comm_allreduce_f64(comm *c, double *b, size_t n) { return c->vt->allreduce_f64(c, b, n); }
 static inline int comm_ireduce_f32(comm *c, float *b, size_t n, int all, comm_req **r) { return c->vt->ireduce_f32(c, b, n, all, r); }
@@ -152,6 +164,17 @@ int comm_threads_create(int size, comm **out);
 int comm_mpi_available(void);
 int comm_mpi_init(int *argc, char ***argv, comm **out);
 void comm_mpi_finalize(void);
+/* Going on after a rank dies (comm_mpi_recover.c; run under `mpirun --enable-recovery`).
+ * arm: before the job's first collective, from then on blocking collectives poll (interruptible);
+ * -1 without the progress thread. interrupt(why): every endpoint made so far is broken: its
+ * pending requests fail with why, later calls on it fail at once, its abort does not end the job;
+ * callable from any thread. interrupts: how many so far. survivors: collective over the world
+ * ranks keep[0..n) (increasing; of the current world) only: a new world of them in *out (rank i
+ * is keep[i]); a caller not in keep gets NULL and communicates nothing. */
+int comm_mpi_recover_arm(void);
+void comm_mpi_interrupt(const char *why);
+int comm_mpi_interrupts(void);
+int comm_mpi_survivors(const int *keep, int n, comm **out);
 
 /* Fault injection around `inner` (which it owns): every message to rank `slow_peer` (-1: none)
  * is delivered `delay` seconds late without blocking the sender (a delivery thread posts it when

@@ -147,6 +147,35 @@ static int tw_wait(comm *c, comm_req *req, double timeout) {
     return rc;
 }
 
+/* The first of reqs[0..n) (point-to-point) done, without sleeping: -1 when none is. Caller holds
+ * the lock. */
+static int tw_first_done(comm_req **reqs, int n) {
+    for (int i = 0; i < n; i++)
+        if (reqs[i] && !((tw_req *)reqs[i])->coll && !req_pending((tw_req *)reqs[i])) return i;
+    return -1;
+}
+
+/* Sleeps on this rank's condition variable (woken by every completion of its requests) until one
+ * of reqs completes, the deadline, or an abort (comm.h's waitany). */
+static int tw_waitany(comm *c, comm_req **reqs, int n, double timeout, int *which) {
+    tw_world *w = ep_group(c)->w;
+    struct timespec dl = pt_deadline_after(timeout > 0 ? timeout : 0);
+    int rc = 0, timed_out = 0;
+    pthread_mutex_lock(&w->mu);
+    while ((*which = tw_first_done(reqs, n)) < 0 && !w->aborted && !timed_out) {
+        if (timeout > 0)
+            timed_out = pthread_cond_timedwait(&w->wake[c->world_rank], &w->mu, &dl) == ETIMEDOUT;
+        else
+            pthread_cond_wait(&w->wake[c->world_rank], &w->mu);
+    }
+    if (*which >= 0) {
+        rc = req_finish_locked(c, (tw_req *)reqs[*which]);
+        reqs[*which] = NULL;
+    } else if (w->aborted) rc = tw_abort_error(w);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
 /* ---- failure and teardown -------------------------------------------------------------- */
 
 /* The first abort wins; every sleeping rank wakes and fails "rank R failed: why". */
@@ -194,7 +223,7 @@ static int tw_world_rank_of(comm *c, int r) { return ep_group(c)->members[r]; }
 
 static const comm_vtable tw_vtable = {
     .name = "threads",
-    .isend = tw_isend, .irecv = tw_irecv, .test = tw_test, .wait = tw_wait,
+    .isend = tw_isend, .irecv = tw_irecv, .test = tw_test, .wait = tw_wait, .waitany = tw_waitany,
     .allreduce_f32 = tw_allreduce_f32, .allreduce_f64 = tw_allreduce_f64,
     .ireduce_f32 = tw_ireduce_f32, .allgather_f32 = tw_allgather_f32,
     .barrier = tw_barrier, .split = tw_split, .abort = tw_abort, .free = tw_free,

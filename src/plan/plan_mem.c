@@ -68,7 +68,7 @@ static double chunk_stash(const plan_items *it, const sched *s, const int *first
 /* Memory of every chunk of the split first[] at its peak[k] microbatches in flight (out[K]), or
  * with --balance-memory where s can lend (it->balance; one chunk per rank): its fixed part plus
  * the lend plan's activations of its rank (its own kept sets and what it keeps for others; the
- * items are the plan's layers). */
+ * items are the plan's layers; the plan balances fixed part + activations). */
 void plan_chunks_need(const plan_items *it, const sched *s, const int *first, const int *peak, double *out) {
     int K = s->n_stages;
     sched_lend_plan lp;
@@ -78,15 +78,18 @@ void plan_chunks_need(const plan_items *it, const sched *s, const int *first, co
     }
     int *nl = pt_malloc(sizeof(int) * (size_t)K);
     const double **bytes = pt_malloc(sizeof *bytes * (size_t)K);
+    double *fixed = pt_malloc(sizeof(double) * (size_t)K);
     for (int k = 0; k < K; k++) {
         nl[k] = first[k + 1] - first[k];
         bytes[k] = it->mem_act + first[k];
+        fixed[k] = plan_chunk_mem(it, K, first, k, 0);   /* what it holds with no microbatch in flight */
     }
-    sched_lend_balance(s, nl, bytes, &lp);
-    for (int k = 0; k < K; k++) out[k] = plan_chunk_mem(it, K, first, k, 0) + sched_lend_rank_bytes(&lp, k);
+    sched_lend_balance(s, nl, bytes, fixed, &lp);
+    for (int k = 0; k < K; k++) out[k] = fixed[k] + sched_lend_rank_bytes(&lp, k);
     sched_lend_plan_free(&lp);
     free(nl);
     free(bytes);
+    free(fixed);
 }
 
 /* --balance-memory, for the split before it is known: each stage's activations under the lend plan
@@ -99,7 +102,7 @@ double *plan_lend_units(const sched *s) {
     const double **bytes = pt_malloc(sizeof *bytes * (size_t)K);
     sched_lend_plan lp;
     for (int k = 0; k < K; k++) { nl[k] = 1; bytes[k] = &one; }
-    if (sched_lend_check(s) == 0 && sched_lend_balance(s, nl, bytes, &lp) == 0) {
+    if (sched_lend_check(s) == 0 && sched_lend_balance(s, nl, bytes, NULL, &lp) == 0) {
         out = pt_malloc(sizeof(double) * (size_t)K);
         for (int k = 0; k < K; k++) out[k] = sched_lend_rank_bytes(&lp, k);
         sched_lend_plan_free(&lp);

@@ -75,7 +75,7 @@ static int job_exec_init(run_job *j, int r) {
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
                        .tp_overlap = pl->o.tp_overlap, .tp_recompute = pl->o.tp_recompute, .tp_sp = pl->o.tp_sp,
                        .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket, .wire = pl->o.wire,
-                       .async_fix = pl->o.async_fix, .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user,
+                       .async_fix = pl->o.async_fix, .defer_tie = pl->o.defer_tie, .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user,
                        .dp_sync = pl->o.dp_sync, .outer_lr = pl->o.outer_lr, .outer_momentum = pl->o.outer_momentum,
                        .balance_memory = pl->o.balance_memory };
     return run_exec_init(&j->ex[r], &c);
@@ -84,13 +84,13 @@ static int job_exec_init(run_job *j, int r) {
 /* What every rank holds, and the busiest rank's activation sets (MPI: every rank's numbers in
  * its own slots, summed). */
 static int job_measure(run_job *j) {
-    enum { NV = 9 };   /* run_mem's eight numbers and run_exec_act_bytes */
+    enum { NV = 10 };   /* run_mem's nine numbers and run_exec_act_bytes */
     double *v = pt_calloc((size_t)j->R * NV, sizeof *v);
     for (int r = 0; r < j->n_local; r++) {
         int w = run_job_world_rank(j, r);
         run_mem m;
         run_exec_mem(j->ex[r], &m);
-        double x[NV] = { m.params, m.grads, m.optim, m.acts, m.act_sets, m.act_mb, m.lent, m.borrowed,
+        double x[NV] = { m.params, m.grads, m.optim, m.acts, m.act_sets, m.act_mb, m.lent, m.borrowed, m.parts,
                          (double)run_exec_act_bytes(j->ex[r]) };
         memcpy(v + (size_t)w * NV, x, sizeof x);
     }
@@ -100,8 +100,8 @@ static int job_measure(run_job *j) {
     j->act_max = 0;
     for (int w = 0; w < j->R; w++) {
         const double *x = v + (size_t)w * NV;
-        j->mem[w] = (run_mem){ x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7] };
-        if (x[8] > j->act_max) j->act_max = (size_t)x[8];
+        j->mem[w] = (run_mem){ x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8] };
+        if (x[9] > j->act_max) j->act_max = (size_t)x[9];
     }
     free(v);
     return rc;

@@ -68,17 +68,19 @@ static int lend_victim(const stage_ops *o, const int *wl, const int *wf, int k) 
 }
 
 /* The windows of a layer with `cap` buffers: walking the actions, whenever more are held than cap
- * the furthest-needed one goes away over that action (lent two actions before when its F allows,
- * so the send has an action to finish in; fetched right after the last action it must be away).
+ * the furthest-needed one goes away over that action (lent two actions before when its F allows
+ * and `early`, so the send has an action to finish in; else right before; fetched right after the
+ * last action it must be away). A unit that lends its microbatches whole lends early; one that
+ * lends a part keeps the rest in head buffers, and lends late so that fewer are away at once.
  * Writes win (M entries at most) and returns their count, or -1 when cap cannot work. */
-static int plan_windows(const stage_ops *o, int cap, sched_lend_window *win) {
+static int plan_windows(const stage_ops *o, int cap, int early, sched_lend_window *win) {
     int *wl = pt_malloc(sizeof(int) * 2 * (size_t)o->M), *wf = wl + o->M, n = 0, rc = 0;
     for (int j = 0; j < 2 * o->M; j++) wl[j] = -1;
     for (int k = 0; k < o->K && rc == 0; k++)
         while (local_count(o, wl, wf, k) > cap) {
             int v = lend_victim(o, wl, wf, k);
             if (v < 0) { rc = -1; break; }
-            if (wl[v] < 0) wl[v] = o->f_at[v] > k - 2 ? o->f_at[v] : k - 2;
+            if (wl[v] < 0) wl[v] = !early ? k - 1 : o->f_at[v] > k - 2 ? o->f_at[v] : k - 2;
             wf[v] = k;
         }
     for (int mb = 0; rc == 0 && mb < o->M; mb++)
@@ -140,19 +142,63 @@ int sched_lend_check(const sched *s) {
     return lend_check_units(s);
 }
 
-/* The candidate state of the search: per (stage, layer) its cap, partner, pool and windows. */
+/* The partner's buffers (assign_slots) and the lender's head buffers a layer of stage g needs at
+ * cap, per cap: -1 where the cap cannot work. A head buffer is free again at the action its window
+ * is fetched at (the fetch takes the head the lend leaves: they swap), so heads is the most windows
+ * away over one action. */
 typedef struct {
-    int P, M, *nl, **cap, **partner, **pool;
+    int *pool, *part_pool, *heads;   /* [peak + 1]: lending whole (early), in part (late) */
+} stage_caps;
+
+static int count_heads(const sched_lend_window *win, int n) {
+    int most = 0;
+    for (int i = 0; i < n; i++) {
+        int away = 0;
+        for (int j = 0; j < n; j++) away += win[j].lend_at <= win[i].lend_at && win[i].lend_at < win[j].fetch_at;
+        most = away > most ? away : most;
+    }
+    return most;
+}
+
+static void stage_caps_init(stage_caps *c, const stage_ops *o, int peak, sched_lend_window *win) {
+    c->pool = pt_malloc(sizeof(int) * 3 * (size_t)(peak + 1));
+    c->part_pool = c->pool + peak + 1;
+    c->heads = c->part_pool + peak + 1;
+    for (int cap = 0; cap <= peak; cap++) {
+        int n = cap >= 1 && cap < peak ? plan_windows(o, cap, 1, win) : -1;
+        c->pool[cap] = n >= 0 ? assign_slots(win, n) : -1;
+        n = cap >= 1 && cap < peak ? plan_windows(o, cap, 0, win) : -1;
+        c->heads[cap] = n >= 0 ? count_heads(win, n) : -1;
+        c->part_pool[cap] = n >= 0 ? assign_slots(win, n) : -1;
+    }
+    c->pool[peak] = c->part_pool[peak] = c->heads[peak] = 0;
+}
+
+/* The candidate state of the search: per (stage, layer) its cap, the parts of LEND_PARTS it lends
+ * of each microbatch away, its partner, and the bytes it holds on its rank and on the partner's. */
+typedef struct {
+    int P, M, *nl, *peak, **cap, **parts, **partner;
     const double *const *bytes;
-    stage_ops *ops;
-    double *load;              /* [P] held + borrowed */
+    stage_caps *caps;
+    double **held, **given;
+    double *load;              /* [P] fixed + held + borrowed */
 } lend_search;
 
-static int lightest(const lend_search *q, int not) {
-    int r = -1;
-    for (int p = 0; p < q->P; p++)
-        if (p != not && (r < 0 || q->load[p] < q->load[r])) r = p;
-    return r;
+/* Bytes of each lent microbatch that go to the partner: `parts` of LEND_PARTS of the act (its
+ * tail; the rest stays in a head buffer). */
+static double lend_part(double bytes, int parts) {
+    return parts >= LEND_PARTS ? bytes : bytes * parts / LEND_PARTS;
+}
+
+/* What layer l of stage g holds at (cap, parts): on its rank (*held) and its partner's (*given).
+ * -1 when the cap cannot work. */
+static int layer_cost(const lend_search *q, int g, int l, int cap, int parts, double *held, double *given) {
+    double b = q->bytes[g][l], part = lend_part(b, parts);
+    int whole = parts >= LEND_PARTS, pool = whole ? q->caps[g].pool[cap] : q->caps[g].part_pool[cap];
+    if (pool < 0) return -1;
+    *held = cap * b + (whole ? 0 : q->caps[g].heads[cap] * (b - part));
+    *given = pool * part;
+    return 0;
 }
 
 static int heaviest(const lend_search *q) {
@@ -161,52 +207,76 @@ static int heaviest(const lend_search *q) {
     return r;
 }
 
-/* The largest load if layer l of stage h lowered its cap by one (*pool_out its partner's new
- * pool, *to the partner), or -1 when that cap cannot work. */
-/* The loads if layer l of stage h lowered its cap by one: their largest and their sum of
- * squares (*sq), *pool_out its partner's new pool, *to the partner; -1 when that cap cannot work. */
-static double try_lower(const lend_search *q, int h, int l, int *pool_out, int *to, double *sq,
-                        sched_lend_window *win) {
-    int n = plan_windows(&q->ops[h], q->cap[h][l] - 1, win);
-    if (n < 0) return -1;
-    int pool = assign_slots(win, n), p = q->partner[h][l] >= 0 ? q->partner[h][l] : lightest(q, h);
-    double b = q->bytes[h][l], mx = 0;
-    *sq = 0;
+/* A move of the search: layer l of stage h to (cap, parts), lent to `to`. */
+typedef struct {
+    int h, l, cap, parts, to;
+    double held, given, top, sq;   /* its bytes, and the loads' largest and sum of squares after it */
+} lend_move;
+
+/* Prices move m into m->top and m->sq; 0, or -1 when its cap cannot work. */
+static int move_price(const lend_search *q, lend_move *m) {
+    if (m->cap < 1 || layer_cost(q, m->h, m->l, m->cap, m->parts, &m->held, &m->given) < 0) return -1;
+    int old = q->partner[m->h][m->l];
+    m->top = m->sq = 0;
     for (int r = 0; r < q->P; r++) {
-        double v = q->load[r] - (r == h ? b : 0) + (r == p ? (pool - q->pool[h][l]) * b : 0);
-        mx = v > mx ? v : mx;
-        *sq += v * v;
+        double v = q->load[r] - (r == m->h ? q->held[m->h][m->l] - m->held : 0) - (r == old ? q->given[m->h][m->l] : 0) +
+                   (r == m->to ? m->given : 0);
+        m->top = v > m->top ? v : m->top;
+        m->sq += v * v;
     }
-    *pool_out = pool;
-    *to = p;
-    return mx;
+    return 0;
 }
 
-/* One step of the search: a cap to lower on a rank of the largest load: one that lowers the
- * largest load, else one that keeps it and lowers the sum of squared loads most (two ranks tied
- * at the top then both come down, one step each). 1 when one was lowered. */
-static int lower_one(lend_search *q, sched_lend_window *win) {
-    int best_h = -1, best = -1, best_pool = 0, best_to = -1;
+/* The moves of layer l of stage h into out (at most LEND_MOVES): one that does not lend yet lends
+ * one microbatch to any other rank; one that does lends one part more or less of each microbatch
+ * away, or keeps one microbatch fewer (its partner stays). `fine`: in any number of parts, else
+ * whole only. */
+#define LEND_MOVES(P) ((P) * LEND_PARTS + LEND_PARTS + 2)
+static int layer_moves(const lend_search *q, int h, int l, int fine, lend_move *out) {
+    int n = 0, cap = q->cap[h][l], parts = q->parts[h][l], to = q->partner[h][l];
+    for (int k = fine ? 1 : LEND_PARTS; k <= LEND_PARTS; k++)
+        for (int p = 0; p < q->P; p++)
+            if (cap == q->peak[h] ? p != h : p == to)
+                out[n++] = (lend_move){ .h = h, .l = l, .cap = cap - 1, .parts = k, .to = p };
+    for (int d = -1; fine && cap < q->peak[h] && d <= 1; d += 2)
+        if (parts + d >= 1 && parts + d <= LEND_PARTS)
+            out[n++] = (lend_move){ .h = h, .l = l, .cap = cap, .parts = parts + d, .to = to };
+    return n;
+}
+
+static void move_apply(lend_search *q, const lend_move *m) {
+    int h = m->h, l = m->l, old = q->partner[h][l];
+    q->load[h] -= q->held[h][l] - m->held;
+    if (old >= 0) q->load[old] -= q->given[h][l];
+    q->load[m->to] += m->given;
+    q->cap[h][l] = m->cap, q->parts[h][l] = m->parts, q->partner[h][l] = m->to;
+    q->held[h][l] = m->held, q->given[h][l] = m->given;
+}
+
+/* One step of the search (layer_moves' `fine`) on a rank of the largest load: a move that lowers
+ * the largest load, else (whole acts only) one that keeps it and lowers the sum of squared loads
+ * most (two ranks tied at the top then both come down, one step each); among those that lower
+ * it, the lowest sum of squares. 1 when one was made. */
+static int lower_one(lend_search *q, int fine, lend_move *cand) {
+    lend_move best = { .h = -1 };
     double cur = q->load[heaviest(q)], best_sq = 0;
+    int best_low = 0;   /* best lowers the top: it wins over any that does not */
     for (int r = 0; r < q->P; r++) best_sq += q->load[r] * q->load[r];
     best_sq *= 1 - 1e-9;
     for (int h = 0; h < q->P; h++)
         for (int l = 0; q->load[h] >= cur * (1 - 1e-9) && l < q->nl[h]; l++) {
-            int pool, to;
-            double sq;
-            if (q->cap[h][l] <= 1 || !(q->bytes[h][l] > 0)) continue;
-            double mx = try_lower(q, h, l, &pool, &to, &sq, win);
-            if (mx < 0 || mx > cur * (1 + 1e-9)) continue;
-            if (mx < cur * (1 - 1e-9)) sq -= 1e300;   /* a lower top wins over any sum of squares */
-            if (sq < best_sq) { best_sq = sq; best_h = h; best = l; best_pool = pool; best_to = to; }
+            if (!(q->bytes[h][l] > 0)) continue;
+            int n = layer_moves(q, h, l, fine, cand);
+            for (int i = 0; i < n; i++) {
+                if (move_price(q, &cand[i]) < 0 || cand[i].top > cur * (1 + 1e-9)) continue;
+                int low = cand[i].top < cur * (1 - 1e-9);
+                if (fine && !low) continue;   /* parts only where they lower the top: no lends for ties */
+                if (low > best_low || (low == best_low && cand[i].sq < best_sq))
+                    best_low = low, best_sq = cand[i].sq, best = cand[i];
+            }
         }
-    if (best < 0) return 0;
-    int h = best_h;
-    q->load[h] -= q->bytes[h][best];
-    q->load[best_to] += (best_pool - q->pool[h][best]) * q->bytes[h][best];
-    q->cap[h][best]--;
-    q->pool[h][best] = best_pool;
-    q->partner[h][best] = best_to;
+    if (best.h < 0) return 0;
+    move_apply(q, &best);
     return 1;
 }
 
@@ -224,58 +294,126 @@ static void int_rows_free(int **x, int P) {
     free(x);
 }
 
+static double **dbl_rows(int P, const int *nl) {
+    double **x = pt_malloc(sizeof *x * (size_t)P);
+    for (int g = 0; g < P; g++) x[g] = pt_calloc((size_t)nl[g] + 1, sizeof(double));
+    return x;
+}
+
+static void dbl_rows_free(double **x, int P) {
+    for (int g = 0; g < P; g++) free(x[g]);
+    free(x);
+}
+
 /* The search's result into out: a unit per layer that lends, the bytes per rank. */
-static void plan_fill(const lend_search *q, const int *peak, sched_lend_plan *out) {
-    int P = q->P;
+static void plan_fill(const lend_search *q, sched_lend_plan *out, stage_ops *ops) {
+    int P = q->P, n_layers = 0;
     out->P = P;
     out->plain = pt_calloc(4 * (size_t)P, sizeof(double));
     out->held = out->plain + P, out->lent = out->held + P, out->borrowed = out->lent + P;
-    int n_layers = 0;
     for (int g = 0; g < P; g++) n_layers += q->nl[g];
     out->unit = pt_calloc((size_t)n_layers + 1, sizeof *out->unit);
-    out->n_units = 0;
     for (int g = 0; g < P; g++)
         for (int l = 0; l < q->nl[g]; l++) {
             double b = q->bytes[g][l];
-            out->plain[g] += peak[g] * b;
-            out->held[g] += q->cap[g][l] * b;
-            if (q->cap[g][l] == peak[g]) continue;
+            out->plain[g] += q->peak[g] * b;
+            out->held[g] += q->held[g][l];
+            if (q->cap[g][l] == q->peak[g]) continue;
             sched_lend_unit *u = &out->unit[out->n_units++];
-            u->win = pt_malloc(sizeof *u->win * (size_t)(q->M + 1));
-            u->n_win = plan_windows(&q->ops[g], q->cap[g][l], u->win);
-            u->pool = assign_slots(u->win, u->n_win);
-            *u = (sched_lend_unit){ g, l, peak[g], q->cap[g][l], q->partner[g][l], u->pool, b, u->n_win, u->win };
-            out->borrowed[u->partner] += u->pool * b;
+            sched_lend_window *win = pt_malloc(sizeof *win * (size_t)(q->M + 1));
+            int whole = q->parts[g][l] >= LEND_PARTS, n = plan_windows(&ops[g], q->cap[g][l], whole, win);
+            int heads = whole ? 0 : count_heads(win, n), pool = assign_slots(win, n);
+            *u = (sched_lend_unit){ g, l, q->peak[g], q->cap[g][l], q->partner[g][l], pool, b,
+                                    lend_part(b, q->parts[g][l]), heads, n, win };
+            out->borrowed[u->partner] += q->given[g][l];
         }
     for (int g = 0; g < P; g++) out->lent[g] = out->plain[g] - out->held[g];
 }
 
-int sched_lend_balance(const sched *s, const int *n_layers, const double *const *bytes, sched_lend_plan *out) {
-    memset(out, 0, sizeof *out);
-    if (sched_lend_check(s) < 0) return -1;
-    int P = s->n_stages, *peak = pt_malloc(sizeof(int) * (size_t)P);
-    lend_search q = { .P = P, .M = s->n_mb, .nl = (int *)n_layers, .bytes = bytes };
-    sched_peak_activations(s, peak);
-    q.ops = pt_malloc(sizeof *q.ops * (size_t)P);
-    q.load = pt_calloc((size_t)P, sizeof(double));
-    q.cap = pt_malloc(sizeof *q.cap * (size_t)P);
+static void search_init(lend_search *q, const sched *s, const int *n_layers, const double *const *bytes,
+                        const double *fixed, stage_ops *ops, sched_lend_window *win) {
+    int P = q->P;
+    q->nl = (int *)n_layers, q->bytes = bytes;
+    q->peak = pt_malloc(sizeof(int) * (size_t)P);
+    sched_peak_activations(s, q->peak);
+    q->load = pt_calloc((size_t)P, sizeof(double));
+    q->caps = pt_malloc(sizeof *q->caps * (size_t)P);
+    q->cap = int_rows(P, n_layers, 0);
+    q->parts = int_rows(P, n_layers, LEND_PARTS);
+    q->partner = int_rows(P, n_layers, -1);
+    q->held = dbl_rows(P, n_layers);
+    q->given = dbl_rows(P, n_layers);
     for (int g = 0; g < P; g++) {
-        stage_ops_init(&q.ops[g], s, g);
-        q.cap[g] = pt_malloc(sizeof(int) * (size_t)(n_layers[g] + 1));
+        if (q->peak[g] < 1) q->peak[g] = 1;
+        stage_ops_init(&ops[g], s, g);
+        stage_caps_init(&q->caps[g], &ops[g], q->peak[g], win);
+        q->load[g] = fixed ? fixed[g] : 0;
         for (int l = 0; l < n_layers[g]; l++) {
-            q.cap[g][l] = peak[g] > 0 ? peak[g] : 1;
-            q.load[g] += q.cap[g][l] * bytes[g][l];
+            q->cap[g][l] = q->peak[g];
+            q->held[g][l] = q->peak[g] * bytes[g][l];
+            q->load[g] += q->held[g][l];
         }
     }
-    q.partner = int_rows(P, n_layers, -1);
-    q.pool = int_rows(P, n_layers, 0);
+}
+
+static void search_free(lend_search *q) {
+    int P = q->P;
+    for (int g = 0; g < P; g++) free(q->caps[g].pool);
+    free(q->caps); free(q->load); free(q->peak);
+    int_rows_free(q->cap, P); int_rows_free(q->parts, P); int_rows_free(q->partner, P);
+    dbl_rows_free(q->held, P); dbl_rows_free(q->given, P);
+}
+
+/* What the search holds per layer (caps, parts, partners, bytes) and per rank, copied from q into
+ * `to` (same shapes), to go back to it. */
+static void search_copy(lend_search *to, const lend_search *q) {
+    for (int g = 0; g < q->P; g++) {
+        size_t n = (size_t)q->nl[g];
+        memcpy(to->cap[g], q->cap[g], n * sizeof(int));
+        memcpy(to->parts[g], q->parts[g], n * sizeof(int));
+        memcpy(to->partner[g], q->partner[g], n * sizeof(int));
+        memcpy(to->held[g], q->held[g], n * sizeof(double));
+        memcpy(to->given[g], q->given[g], n * sizeof(double));
+    }
+    memcpy(to->load, q->load, (size_t)q->P * sizeof(double));
+}
+
+/* Lending in parts: only when it lowers the largest total by this fraction more than whole acts
+ * do (else its messages, one per lent microbatch each step, buy too little). */
+#define LEND_PARTS_MIN_GAIN 0.01
+
+/* The search: whole acts while they lower the top, then parts (kept where they pay). */
+static void search_run(lend_search *q, lend_move *cand) {
+    while (lower_one(q, 0, cand)) {}
+    lend_search whole = *q;
+    whole.cap = int_rows(q->P, q->nl, 0), whole.parts = int_rows(q->P, q->nl, 0);
+    whole.partner = int_rows(q->P, q->nl, 0);
+    whole.held = dbl_rows(q->P, q->nl), whole.given = dbl_rows(q->P, q->nl);
+    whole.load = pt_malloc(sizeof(double) * (size_t)q->P);
+    search_copy(&whole, q);
+    double top = q->load[heaviest(q)];
+    while (lower_one(q, 1, cand)) {}
+    if (q->load[heaviest(q)] > top * (1 - LEND_PARTS_MIN_GAIN)) search_copy(q, &whole);
+    int_rows_free(whole.cap, q->P); int_rows_free(whole.parts, q->P); int_rows_free(whole.partner, q->P);
+    dbl_rows_free(whole.held, q->P); dbl_rows_free(whole.given, q->P);
+    free(whole.load);
+}
+
+int sched_lend_balance(const sched *s, const int *n_layers, const double *const *bytes, const double *fixed,
+                       sched_lend_plan *out) {
+    memset(out, 0, sizeof *out);
+    if (sched_lend_check(s) < 0) return -1;
+    int P = s->n_stages;
+    lend_search q = { .P = P, .M = s->n_mb };
+    stage_ops *ops = pt_malloc(sizeof *ops * (size_t)P);
     sched_lend_window *win = pt_malloc(sizeof *win * (size_t)(q.M + 1));
-    while (lower_one(&q, win)) {}
-    plan_fill(&q, peak, out);
-    free(win);
-    for (int g = 0; g < P; g++) stage_ops_free(&q.ops[g]);
-    free(q.ops); free(q.load); free(peak);
-    int_rows_free(q.cap, P); int_rows_free(q.partner, P); int_rows_free(q.pool, P);
+    lend_move *cand = pt_malloc(sizeof *cand * (size_t)LEND_MOVES(P));
+    search_init(&q, s, n_layers, bytes, fixed, ops, win);
+    search_run(&q, cand);
+    plan_fill(&q, out, ops);
+    for (int g = 0; g < P; g++) stage_ops_free(&ops[g]);
+    free(ops); free(win); free(cand);
+    search_free(&q);
     return 0;
 }
 

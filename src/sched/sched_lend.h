@@ -25,8 +25,12 @@ typedef struct {
     int stage, layer;          /* layer: index within the stage, 0..n_layers[stage]-1 */
     int peak, cap;             /* buffers without lending (the stage's peak) and with (< peak) */
     int partner;               /* the stage (= pipeline rank) that holds what it lends */
-    int pool;                  /* buffers the partner keeps for it */
+    int pool;                  /* buffers the partner keeps for it (of `part` bytes each) */
     double bytes;              /* one microbatch of the layer */
+    double part;               /* what of each lent microbatch goes: its act's last `part` bytes
+                                * (bytes: all of it; less: the first bytes - part stay behind) */
+    int heads;                 /* the lender's buffers for what stays (of bytes - part; 0 when
+                                * part = bytes): a lent microbatch's head waits in one */
     int n_win;
     sched_lend_window *win;    /* [n_win] in order of lend_at */
 } sched_lend_unit;
@@ -36,21 +40,28 @@ typedef struct {
     int n_units;
     sched_lend_unit *unit;     /* the layers that lend, stage by stage */
     double *plain;             /* [P] activation bytes per rank without lending (peak sets) */
-    double *held;              /* [P] bytes of its own activations a rank keeps (caps) */
+    double *held;              /* [P] bytes of its own activations a rank keeps (caps, heads) */
     double *lent;              /* [P] plain - held: what it moved out */
     double *borrowed;          /* [P] the buffers it keeps for others (pools) */
 } sched_lend_plan;
+
+/* The steps a lent microbatch is cut in: a unit lends `parts` of LEND_PARTS of each act away. */
+#define LEND_PARTS 16
 
 /* Whether s can lend: synchronous, one pipe, one stage per rank, every stage with an F. 0, or -1
  * with an error that says what --balance-memory needs. */
 int sched_lend_check(const sched *s);
 /* The plan for s (sched_lend_check must pass) whose stage g has n_layers[g] layers of bytes[g][l]
- * bytes per microbatch: starting from no lending, the heaviest rank (held + borrowed) lowers the
- * cap of one of its layers by one, lent to the lightest rank, as long as that lowers the largest
- * rank's bytes. Returns 0, or -1 (sched_lend_check's error). Free with sched_lend_plan_free. */
-int sched_lend_balance(const sched *s, const int *n_layers, const double *const *bytes, sched_lend_plan *out);
+ * bytes per microbatch, on ranks that hold fixed[g] bytes besides (parameters, gradients, moments,
+ * buffers; NULL: none): starting from no lending, a layer of a rank with the largest total
+ * (fixed + held + borrowed) lends one part (LEND_PARTS) of one microbatch to any other rank, or,
+ * lending already, one part more of each microbatch away or one microbatch more, as long as that
+ * lowers the largest total (ties: the sum of squares). Returns 0, or -1 (sched_lend_check's
+ * error). Free with sched_lend_plan_free. */
+int sched_lend_balance(const sched *s, const int *n_layers, const double *const *bytes, const double *fixed,
+                       sched_lend_plan *out);
 void sched_lend_plan_free(sched_lend_plan *p);
-/* held + borrowed of rank r: the activation bytes it holds with the plan. */
+/* held + borrowed of rank r: the activation bytes it holds with the plan (not its fixed bytes). */
 double sched_lend_rank_bytes(const sched_lend_plan *p, int r);
 /* The unit of (stage, layer), or NULL when that layer does not lend. */
 const sched_lend_unit *sched_lend_find(const sched_lend_plan *p, int stage, int layer);

@@ -16,7 +16,7 @@ int sim_balance_memory(const sched *s, const sim_costs *c, sim_result *r) {
         rows[g] = &b[g];
     }
     sched_lend_plan lp;
-    int rc = sched_lend_balance(s, nl, rows, &lp);
+    int rc = sched_lend_balance(s, nl, rows, NULL, &lp);
     if (rc == 0) {
         free(r->rank_lent); free(r->rank_borrowed);
         r->rank_lent = pt_calloc((size_t)P, sizeof(double));

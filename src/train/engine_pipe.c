@@ -87,14 +87,16 @@ static int pipe_save(train_engine *e, const char *dir, const ckpt_manifest *man)
 
 /* --balance-memory: "activation sets balanced (--balance-memory, MB per rank held/lent/borrowed):
  * r0 ..., r1 ...": its own sets a rank keeps, what it moved out (sets it would hold more without
- * lending) and the buffers it keeps for other ranks' (within the activations above). */
+ * lending; "in parts: n/16 of each act" where a layer sends only the tail of each act it lends)
+ * and the buffers it keeps for other ranks' (within the activations above). */
 static void pipe_print_lending(const pipe_engine *p, int R) {
     run_mem m;
     printf("activation sets balanced (--balance-memory, MB per rank held/lent/borrowed):");
     for (int w = 0; w < R && w < MEM_LINE_RANKS; w++) {
         run_job_mem(p->job, w, &m);
-        printf(" r%d %.1f/%.1f/%.1f%s", w, m.act_sets / 1e6, m.lent / 1e6, m.borrowed / 1e6,
-               w + 1 < R && w + 1 < MEM_LINE_RANKS ? "," : "");
+        printf(" r%d %.1f/%.1f/%.1f", w, m.act_sets / 1e6, m.lent / 1e6, m.borrowed / 1e6);
+        if (m.parts > 0 && m.parts < 16) printf(" (in parts: %.0f/16 of each act)", m.parts);
+        printf("%s", w + 1 < R && w + 1 < MEM_LINE_RANKS ? "," : "");
     }
     printf("%s\n", R > MEM_LINE_RANKS ? " ..." : "");
 }
