@@ -41,7 +41,7 @@
 # --outer-momentum 0.5"), BENCH_ASYNC_LR (a number: every row at that lr instead of the table),
 # BENCH_ASYNC_TUNE_LRS ("5e-4 1e-3 2e-3 4e-3 8e-3"), BENCH_ASYNC_TUNE_SEED (11), BENCH_ASYNC_ROWS (a
 # regex: only the rows it matches, 1f1b always), BENCH_ASYNC_HOSTS (1; 0 skips the namespace
-# hosts), BENCH_ASYNC_CONFIG (a model config instead of the 64-channel one; the lr table is that
+# hosts), BENCH_ASYNC_LRS ("ROW=LR ...": entries of the lr table replaced), BENCH_ASYNC_CONFIG (a model config instead of the 64-channel one; the lr table is that
 # one's: give --tune), BENCH_ASYNC_OUT (build/bench_async), PIPETRAIN.
 set -u
 cd "$(dirname "$0")/.."
@@ -59,6 +59,7 @@ TUNE_LRS=${BENCH_ASYNC_TUNE_LRS:-5e-4 1e-3 2e-3 4e-3 8e-3}; TUNE_SEED=${BENCH_AS
 declare -A LRS=([1f1b]=4e-3 [1f1b/nadamw]=2e-3 [pipedream/none]=1e-3 [pipedream/nesterov]=2e-3
   [pipedream/pipemare]=1e-3 [pipedream/predict]=1e-3 [2bw/none]=1e-3 [2bw/nesterov]=2e-3
   [dp-sync-1]=1e-3 [dp-sync-8]=1e-3 [dp-sync-32]=1e-3 [dp-sync-8-paper]=1e-3)
+for kv in ${BENCH_ASYNC_LRS:-}; do LRS[${kv%%=*}]=${kv#*=}; done   # "ROW=LR ...": table entries replaced
 OUT=$(realpath -m "${BENCH_ASYNC_OUT:-build/bench_async}")
 B=16; T=64; W=10   # batch, sequence, the loss curves' trailing window
 rm -rf "$OUT/runs"; mkdir -p "$OUT/runs"
