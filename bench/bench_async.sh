@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Convergence of asynchronous pipelines and of replicas that sync every H steps (issue 23, items
-# 3-4; docs/async.md "Convergence bench"). A small character-level GPT (4 layers x 64 channels,
-# vocab 256: bytes of real English text, Debian's fortunes, 90% train / 10% held out), P=4,
+# 3-4; docs/async.md "Convergence bench"). A small character-level GPT (examples/char-gpt.json: 4
+# layers x 128 channels, vocab 256: bytes of real English text, Debian's fortunes, 90% train / 10% held out), P=4,
 # batch 16 x 64, the same steps (equal tokens) and the same seeds for every row, AdamW cosine (20 steps
 # warm-up) at each row's own tuned peak lr (below).
 # Rows: 1f1b, zb-h1, pipedream and 2bw with each --async-fix (none, nesterov, pipemare, predict),
@@ -26,7 +26,7 @@
 #
 # Learning rates: each row trains at its own tuned peak lr (LRS below: pipedream updates after
 # every microbatch, 4 updates a step, so one lr for all would compare step counts, not staleness).
-# The table is what `bench/bench_async.sh --tune` chose: each tuned row (1f1b, pipedream and 2bw
+# The table is dev/async_sanity.sh's sweep of this model; `bench/bench_async.sh --tune` tunes here: each row (1f1b, pipedream and 2bw
 # with each fix) over BENCH_ASYNC_TUNE_LRS at BENCH_ASYNC_TUNE_SEED (11, not a bench seed), the
 # lowest held-out loss (one lr past an end of the grid when the best is there); --tune then runs
 # the bench at the lrs it chose. zb-h1 takes 1f1b's lr (it computes 1f1b's sums); the --dp-sync
@@ -41,9 +41,10 @@
 # --outer-momentum 0.5"), BENCH_ASYNC_LR (a number: every row at that lr instead of the table),
 # BENCH_ASYNC_TUNE_LRS ("5e-4 1e-3 2e-3 4e-3 8e-3"), BENCH_ASYNC_TUNE_SEED (11), BENCH_ASYNC_ROWS (a
 # regex: only the rows it matches, 1f1b always), BENCH_ASYNC_HOSTS (1; 0 skips the namespace
-# hosts), BENCH_ASYNC_LRS ("ROW=LR ...": entries of the lr table replaced), BENCH_ASYNC_CONFIG (a model config instead of the 64-channel one; the lr table is that
-# one's: give --tune), BENCH_ASYNC_OUT (build/bench_async), PIPETRAIN.
+# hosts), BENCH_ASYNC_LRS ("ROW=LR ...": entries of the lr table replaced), BENCH_ASYNC_CONFIG (another
+# model config; the lr table is char-gpt.json's: give --tune or BENCH_ASYNC_LRS), BENCH_ASYNC_OUT (build/bench_async), PIPETRAIN.
 set -u
+CONFIG=${BENCH_ASYNC_CONFIG:+$(realpath "$BENCH_ASYNC_CONFIG")}
 cd "$(dirname "$0")/.."
 P=$(realpath "${PIPETRAIN:-build/pipetrain}")
 quick=0; tune=0
@@ -55,9 +56,11 @@ if [ $quick = 1 ]; then STEPS=12; SEEDS=1; DSTEPS=4; HSTEPS=10; HROUNDS=1; fi
 OUTER=${BENCH_ASYNC_OUTER:---outer-lr 0.6 --outer-momentum 0.5}
 LR=${BENCH_ASYNC_LR:-}
 TUNE_LRS=${BENCH_ASYNC_TUNE_LRS:-5e-4 1e-3 2e-3 4e-3 8e-3}; TUNE_SEED=${BENCH_ASYNC_TUNE_SEED:-11}
-# the per-row peak lr (bench/bench_async.sh --tune chose it: docs/async.md "Convergence bench")
-declare -A LRS=([1f1b]=4e-3 [1f1b/nadamw]=2e-3 [pipedream/none]=1e-3 [pipedream/nesterov]=2e-3
-  [pipedream/pipemare]=1e-3 [pipedream/predict]=1e-3 [2bw/none]=1e-3 [2bw/nesterov]=2e-3
+# the per-row peak lr
+# (examples/char-gpt.json: the sweep of dev/async_sanity.sh at seed 7, the same 600 x 16 x 64 tokens;
+# 1f1b/nadamw's from --tune on the 64-channel model; docs/async.md "Convergence bench")
+declare -A LRS=([1f1b]=4e-3 [1f1b/nadamw]=2e-3 [pipedream/none]=1e-3 [pipedream/nesterov]=1e-3
+  [pipedream/pipemare]=1e-3 [pipedream/predict]=5e-4 [2bw/none]=1e-3 [2bw/nesterov]=1e-3
   [dp-sync-1]=1e-3 [dp-sync-8]=1e-3 [dp-sync-32]=1e-3 [dp-sync-8-paper]=1e-3)
 for kv in ${BENCH_ASYNC_LRS:-}; do LRS[${kv%%=*}]=${kv#*=}; done   # "ROW=LR ...": table entries replaced
 OUT=$(realpath -m "${BENCH_ASYNC_OUT:-build/bench_async}")
@@ -76,8 +79,7 @@ else echo "bench_async: $src not found (apt-get install fortunes): a generated t
 n=$(wc -c < "$OUT/text.txt")
 head -c $((n * 9 / 10)) "$OUT/text.txt" > "$OUT/train.txt"
 tail -c $((n / 10)) "$OUT/text.txt" > "$OUT/held.txt"
-if [ -n "${BENCH_ASYNC_CONFIG:-}" ]; then cp "$BENCH_ASYNC_CONFIG" "$OUT/gpt.json"   # another model: re-tune (--tune)
-else echo '{"n_layer": 4, "n_head": 4, "n_embd": 64, "vocab_size": 256, "n_positions": 64, "model_type": "gpt2"}' > "$OUT/gpt.json"; fi
+cp "${CONFIG:-examples/char-gpt.json}" "$OUT/gpt.json"   # another model: re-tune (--tune)
 common="--config $OUT/gpt.json --data $OUT/train.txt --batch $B --seq $T --beta2 0.99 --warmup 20
   --lr-schedule cosine --shuffle 1 --eval-data $OUT/held.txt --eval-batches 16 --log-every 100000"
 pipe_delay="--slow-link 0-1:0.03 --slow-link 1-2:0.03 --slow-link 2-3:0.03"
