@@ -3,7 +3,8 @@
 # bench/bench_async.sh is): the 4-layer char GPT of examples/char-gpt.json on the fortunes text
 # (90% train, the last 10% held out), P=4, 4 microbatches of 4 sequences x 64, 600 steps, the
 # same tokens for every variant; prints the held-out loss (16 batches) at the end of each run.
-# Usage: dev/async_sanity.sh [pipetrain] [variant ...] (default: all below); STEPS=N (600), SEED=S
+# Usage: dev/async_sanity.sh [pipetrain] [variant ...] (default: all below; a variant may be a
+# regex, e.g. 'p1-.*'); STEPS=N (600), SEED=S
 # (7: shuffle and init); JOBS=J runs at once (1).
 set -euo pipefail
 bin=${1:-build/pipetrain}; shift || true
@@ -20,17 +21,31 @@ fi
 # 2bw takes 32 rows in 8 microbatches (M = 2P, so batches overlap inside a step), i.e. two updates
 # of 16 rows a step: the same rows per update as 1f1b; pipedream updates after each microbatch.
 variants=""
+# nesterov runs AsyncPP's betas (0.99, 0.999): the --beta2 0.99 every run gets would be kept as given
+nb() { [ "$1" = nesterov ] && echo " --beta2 0.999"; return 0; }
 for lr in 1e-3 2e-3 4e-3 8e-3; do variants+="1f1b-$lr $lr 16 4 --stages 4 --schedule 1f1b
 "; done
 variants+="pd1-none-2e-3 2e-3 16 4 --stages 1 --schedule pipedream
 "
 for lr in 5e-4 1e-3 2e-3; do
-  for fix in none nesterov pipemare predict; do variants+="pd-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix
+  for fix in none nesterov pipemare predict; do variants+="pd-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix$(nb $fix)
 "; done
 done
 for lr in 5e-4 1e-3 2e-3 4e-3; do
-  for fix in none nesterov; do variants+="2bw-$fix-$lr $lr 32 8 --stages 4 --schedule 2bw --async-fix $fix
+  for fix in none nesterov; do variants+="2bw-$fix-$lr $lr 32 8 --stages 4 --schedule 2bw --async-fix $fix$(nb $fix)
 "; done
+done
+# the one-update delay alone (docs/async.md "2bw's gap"): P=1, one microbatch of 16 rows, 2bw (every
+# gradient one update old) against 1f1b (none), with Adam's momentum (beta1 0.9), without it
+# (beta1 0) and with the Nesterov method
+for lr in 5e-4 1e-3 2e-3; do
+  for b in 0.9 0; do
+    variants+="p1-1f1b-b$b-$lr $lr 16 1 --stages 1 --schedule 1f1b --beta1 $b
+p1-2bw-b$b-$lr $lr 16 1 --stages 1 --schedule 2bw --async-fix none --beta1 $b
+"
+  done
+  variants+="p1-2bw-nesterov-$lr $lr 16 1 --stages 1 --schedule 2bw --async-fix nesterov --beta2 0.999
+"
 done
 variants=${variants%$'\n'}
 steps16=${STEPS:-600}
@@ -48,7 +63,7 @@ one() {   # name lr batch mb flags...: one run, its result line into $out/$name.
 }
 names=()
 while read -r name lr batch mb flags; do
-  [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name" && continue
+  [ $# -gt 0 ] && ! for v in "$@"; do [[ $name =~ ^($v)$ ]] && break; done && continue
   names+=("$name")
   while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-1}" ]; do wait -n || true; done
   one "$name" "$lr" "$batch" "$mb" $flags &

@@ -34,6 +34,8 @@ enum { BATCH = 8, SEQ = 8, ITERS = 3 };
 static const gpt_config CFG = { .n_layer = 4, .n_head = 4, .n_embd = 32, .vocab_size = 64, .n_positions = 8 };
 static int g_tok[BATCH * SEQ], g_tgt[BATCH * SEQ];
 static gpt_model g_init;
+static int g_depth;          /* --async-depth of the pipelined runs (0: the 1f1b order) */
+static int g_defer;          /* --defer-tie of the pipelined runs and the replay */
 
 static void make_data(void) {
     pt_rng r;
@@ -74,7 +76,8 @@ static void ref_microbatch(const gpt_model *fw, gpt_model *bw, const float *wte_
 /* The pipelined run: ITERS steps of schedule `name` with the fix, from g_init; final weights
  * into out (whole model). 0, or -1. */
 static int run_pipe(const char *name, int P, int M, async_fix fix, const optim_config *oc, gpt_model *out, int stash[3]) {
-    run_opts o = { .P = P, .D = 1, .schedule = name, .M = M, .async_fix = fix };
+    run_opts o = { .P = P, .D = 1, .schedule = name, .M = M, .async_fix = fix, .async_depth = g_depth,
+                   .defer_tie = g_defer };
     run_plan pl;
     if (run_plan_init(&pl, &o, &CFG, BATCH, SEQ) < 0) return -1;
     run_job *j = NULL;
@@ -89,13 +92,13 @@ static int run_pipe(const char *name, int P, int M, async_fix fix, const optim_c
 }
 
 /* AdamW (or oc's rule) update u on every tensor of m with m's grads, lr per tensor from
- * lr_of (NULL: lr). */
+ * lr_of (NULL: lr), gradients scaled per tensor by scale_of (NULL: 1). */
 static void ref_update(gpt_model *m, float *mm, float *vv, const optim_config *oc, int u, double lr,
-                       const double *lr_of) {
+                       const double *lr_of, const double *scale_of) {
     for (int i = 0; i < gpt_param_count(m); i++) {
         const gpt_param_info *pi = gpt_param_info_at(m, i);
         adamw_update(m->params + pi->offset, mm + pi->offset, vv + pi->offset, m->grads + pi->offset, pi->count,
-                     lr_of ? lr * lr_of[i] : lr, 1.0, pi->decay != 0, u, oc);
+                     lr_of ? lr * lr_of[i] : lr, scale_of ? scale_of[i] : 1.0, pi->decay != 0, u, oc);
     }
 }
 
@@ -124,7 +127,7 @@ static void ref_2bw(int P, int M, const optim_config *oc, int delay, gpt_model *
             memcpy(old.params, cur->params, n * sizeof(float));   /* W(k) becomes the older one */
             double f = optim_clip_scale(sqrt(optim_sumsq(cur->grads, n)), oc->grad_clip);
             for (size_t i = 0; i < n; i++) cur->grads[i] = (float)(cur->grads[i] * f);
-            ref_update(cur, mm, vv, oc, ++u, optim_lr_at(oc, t), NULL);
+            ref_update(cur, mm, vv, oc, ++u, optim_lr_at(oc, t), NULL, NULL);
         }
     free(mm); free(vv); free(dwte);
     gpt_free(&old);
@@ -155,6 +158,31 @@ static void test_2bw(int P, int M, int nesterov) {
     CHECK(nm, stash[0] == 2 * P * M * ITERS && stash[1] == 0 && stash[2] > 0, "%d checked, %d bad, %d older",
           stash[0], stash[1], stash[2]);
     gpt_free(&got); gpt_free(&want); gpt_free(&fresh);
+}
+
+/* 2bw with --async-depth D: more forwards in flight, the same versions for every action, so the
+ * same weights as the 1f1b order, bitwise, and its rule. */
+static void test_2bw_depth(int P, int M, int D) {
+    char nm[160];
+    optim_config oc = optim_config_default();
+    oc.lr = 1e-2;
+    oc.total_steps = ITERS;
+    oc.eps = 1e-6;
+    oc.grad_clip = 0.05;       /* clipping on: its collectives run in the new order too */
+    gpt_model got, base;
+    gpt_init(&got, &CFG); gpt_init(&base, &CFG);
+    int stash[3] = { 0 };
+    int rc = run_pipe("2bw", P, M, ASYNC_FIX_NONE, &oc, &base, NULL);
+    g_depth = D;
+    if (rc == 0) rc = run_pipe("2bw", P, M, ASYNC_FIX_NONE, &oc, &got, stash);
+    g_depth = 0;
+    snprintf(nm, sizeof nm, "2bw P=%d M=%d --async-depth %d: the weights of the 1f1b order, bitwise", P, M, D);
+    CHECK(nm, rc == 0 && !memcmp(got.params, base.params, got.num_params * sizeof(float)), "rc %d %s, rel err %.3g",
+          rc, rc ? pt_err() : "", rc ? 0 : test_tensor_relerr(got.params, base.params, base.num_params));
+    snprintf(nm, sizeof nm, "2bw P=%d M=%d --async-depth %d: every F/B on version j-1", P, M, D);
+    CHECK(nm, stash[0] == 2 * P * M * ITERS && stash[1] == 0 && stash[2] > 0, "%d checked, %d bad, %d older",
+          stash[0], stash[1], stash[2]);
+    gpt_free(&got); gpt_free(&base);
 }
 
 /* ---- clipping ------------------------------------------------------------------------------- */
@@ -212,6 +240,9 @@ typedef struct {
     int *stage_of;           /* [n_param] stage of each tensor (wte: 0) */
     int *tau;                /* [P] */
     int **vf, **vb;          /* [P][M] */
+    int lag;                 /* --defer-tie: wte's sum of microbatch k applied at update k + lag (0: at k) */
+    float *tie_hist;         /* [nv][V] wte's summed gradient of each microbatch */
+    double *span_hist;       /* [nv][P] each stage's sum of squares without wte, per microbatch */
 } replay;
 
 /* Stage g's weights for an action at version u: the correction applied to W[u] (floats of
@@ -235,11 +266,40 @@ static void assemble(const replay *R, gpt_model *m, float **w, float *wte_head) 
     memcpy(wte_head, w[R->P - 1], (size_t)CFG.vocab_size * CFG.n_embd * sizeof(float));
 }
 
+/* Microbatch u's gradient (bw's, wte summed over its holders) into what update u + 1 applies:
+ * with a lag, wte's sum of microbatch u - lag (zeros before); then the per-stage clip at
+ * grad_clip / sqrt(P): a stage's factor from its span and the wte sum it applies (holders:
+ * stages 0 and P-1), wte's the smallest of its holders' factors for the microbatch it comes
+ * from, into scale_of (per tensor; tensor 0 is wte). */
+static void ref_tie_clip(replay *R, gpt_model *bw, int u, const optim_config *oc, double *scale_of) {
+    int P = R->P, np = gpt_param_count(bw);
+    size_t V = (size_t)CFG.vocab_size * CFG.n_embd;
+    double *S = R->span_hist + (size_t)u * P, cap = oc->grad_clip / sqrt((double)P);
+    for (int g = 0; g < P; g++) S[g] = 0;
+    for (int i = 1; i < np; i++) {
+        const gpt_param_info *pi = gpt_param_info_at(bw, i);
+        S[R->stage_of[i]] += optim_sumsq(bw->grads + pi->offset, pi->count);
+    }
+    memcpy(R->tie_hist + (size_t)u * V, bw->grads, V * sizeof(float));
+    if (R->lag && u >= R->lag) memcpy(bw->grads, R->tie_hist + (size_t)(u - R->lag) * V, V * sizeof(float));
+    else if (R->lag) memset(bw->grads, 0, V * sizeof(float));
+    double T = optim_sumsq(bw->grads, V), ft = 1, fs[8];
+    const double *Sx = R->lag ? (u >= R->lag ? R->span_hist + (size_t)(u - R->lag) * P : NULL) : S;
+    for (int g = 0; g < P; g++) fs[g] = optim_clip_scale(sqrt(S[g] + (g == 0 || g == P - 1 ? T : 0)), cap);
+    for (int g = 0; Sx && g < P; g += P - 1 > 0 ? P - 1 : 1) {
+        double f = optim_clip_scale(sqrt(Sx[g] + T), cap);
+        if (f < ft) ft = f;
+    }
+    for (int i = 0; i < np; i++) scale_of[i] = i == 0 ? ft : fs[R->stage_of[i]];
+}
+
 static void ref_pipedream(const run_plan *pl, async_fix fix, const optim_config *oc, gpt_model *out) {
     const sched *s = pl->s;
     int P = s->n_stages, M = s->n_mb, b = pl->mb_rows;
     size_t n = g_init.num_params, V = (size_t)CFG.vocab_size * CFG.n_embd;
-    replay R = { .P = P, .M = M, .nv = ITERS * M + 1 };
+    replay R = { .P = P, .M = M, .nv = ITERS * M + 1, .lag = g_defer ? M : 0 };
+    R.tie_hist = pt_falloc((size_t)R.nv * V);
+    R.span_hist = pt_calloc((size_t)R.nv * (size_t)P, sizeof(double));
     R.W = pt_calloc((size_t)R.nv, sizeof *R.W);
     R.W[0] = pt_falloc(n);
     memcpy(R.W[0], g_init.params, n * sizeof(float));
@@ -261,6 +321,7 @@ static void ref_pipedream(const run_plan *pl, async_fix fix, const optim_config 
     gpt_init(&fw, &CFG); gpt_init(&bw, &CFG);
     R.stage_of = pt_calloc((size_t)gpt_param_count(&fw), sizeof(int));
     double *lr_of = pt_calloc((size_t)gpt_param_count(&fw), sizeof(double));
+    double *scale_of = pt_calloc((size_t)gpt_param_count(&fw), sizeof(double));
     for (int i = 0; i < gpt_param_count(&fw); i++) {
         int l = gpt_param_info_at(&fw, i)->layer;
         for (int g = 0; g < P; g++) if (l >= pl->lo.chunk_first[g] && l < pl->lo.chunk_first[g + 1]) R.stage_of[i] = g;
@@ -286,13 +347,14 @@ static void ref_pipedream(const run_plan *pl, async_fix fix, const optim_config 
             size_t row = (size_t)j * b;
             ref_microbatch(&fw, &bw, wte_f, wte_b, dwte, g_tok + row * SEQ, g_tgt + row * SEQ, b);
             for (size_t i = 0; i < V; i++) bw.grads[i] += dwte[i];
+            ref_tie_clip(&R, &bw, u, oc, scale_of);
             R.W[u + 1] = pt_falloc(n);
             memcpy(bw.params, R.W[u], n * sizeof(float));
             for (int i = 0; i < gpt_param_count(&bw); i++) {
                 int tau = i == 0 ? tau_max : R.tau[R.stage_of[i]];   /* tensor 0: wte, tied */
                 lr_of[i] = fix == ASYNC_FIX_PIPEMARE ? async_fix_pipemare_lr(tau, u + 1, warm) : 1.0;
             }
-            ref_update(&bw, mm, vv, oc, u + 1, optim_lr_at(oc, t), lr_of);
+            ref_update(&bw, mm, vv, oc, u + 1, optim_lr_at(oc, t), lr_of, scale_of);
             memcpy(R.W[u + 1], bw.params, n * sizeof(float));
             for (int g = 0; g < P; g++) {      /* PipeMare's velocity of each stage's copy */
                 double gm = pow(0.1, 1.0 / (R.tau[g] > 0 ? R.tau[g] : 1));
@@ -309,6 +371,7 @@ static void ref_pipedream(const run_plan *pl, async_fix fix, const optim_config 
         free(R.velh[g]); free(R.vf[g]); free(R.vb[g]); free(wf[g]); free(wb[g]);
     }
     free(R.W); free(R.velh); free(R.vf); free(R.vb); free(R.tau); free(R.stage_of); free(lr_of);
+    free(scale_of); free(R.tie_hist); free(R.span_hist);
     free(wf); free(wb); free(wte_f); free(wte_b); free(dwte); free(mm); free(vv);
     gpt_free(&fw); gpt_free(&bw);
 }
@@ -322,7 +385,8 @@ static void test_pipedream_fix(int P, int M, async_fix fix) {
                                 * with eps 1e-8 Adam turns that noise into whole steps */
     oc.grad_clip = 0;          /* the replay does not clip; clipping: test_clip */
     async_fix_optim(&oc, fix);
-    run_opts o = { .P = P, .D = 1, .schedule = "pipedream", .M = M, .async_fix = fix };
+    run_opts o = { .P = P, .D = 1, .schedule = "pipedream", .M = M, .async_fix = fix, .async_depth = g_depth,
+                   .defer_tie = g_defer };
     run_plan pl;
     gpt_model got, want, plain;
     gpt_init(&got, &CFG); gpt_init(&want, &CFG); gpt_init(&plain, &CFG);
@@ -334,7 +398,8 @@ static void test_pipedream_fix(int P, int M, async_fix fix) {
         run_plan_free(&pl);
     }
     double err = rc ? INFINITY : test_tensor_relerr(got.params, want.params, want.num_params);
-    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-fix %s: equals the step-by-step replay", P, M, async_fix_name(fix));
+    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-fix %s --async-depth %d: equals the step-by-step replay", P, M,
+             async_fix_name(fix), g_depth);
     CHECK(nm, rc == 0 && err < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err, RUN_TOL);
     if (fix == ASYNC_FIX_PIPEMARE || fix == ASYNC_FIX_PREDICT) {
         double gap = test_tensor_relerr(plain.params, want.params, want.num_params);
@@ -343,6 +408,46 @@ static void test_pipedream_fix(int P, int M, async_fix fix) {
         CHECK(nm, gap > 20 * RUN_TOL, "only %.3g from plain stashing", gap);
     }
     gpt_free(&got); gpt_free(&want); gpt_free(&plain);
+}
+
+/* --defer-tie: pipedream against the replay with wte's sum applied M updates late, clipping on
+ * (tight, so that factors bind) or off; and the lag changes the run (against the replay of the
+ * undeferred rule, which the undeferred run must match too). */
+static void test_defer_tie(int P, int M, int D, double clip) {
+    char nm[200];
+    optim_config oc = optim_config_default();
+    oc.lr = 1e-2;
+    oc.total_steps = 20;
+    oc.eps = 1e-6;
+    oc.grad_clip = clip;
+    run_opts o = { .P = P, .D = 1, .schedule = "pipedream", .M = M, .async_depth = D };
+    run_plan pl;
+    gpt_model got, want, now, now_run;
+    gpt_init(&got, &CFG); gpt_init(&want, &CFG); gpt_init(&now, &CFG); gpt_init(&now_run, &CFG);
+    g_depth = D;
+    int rc = run_plan_init(&pl, &o, &CFG, BATCH, SEQ);
+    if (rc == 0) rc = run_pipe("pipedream", P, M, ASYNC_FIX_NONE, &oc, &now_run, NULL);
+    g_defer = 1;
+    if (rc == 0) rc = run_pipe("pipedream", P, M, ASYNC_FIX_NONE, &oc, &got, NULL);
+    if (rc == 0) {
+        ref_pipedream(&pl, ASYNC_FIX_NONE, &oc, &want);
+        g_defer = 0;
+        ref_pipedream(&pl, ASYNC_FIX_NONE, &oc, &now);
+        run_plan_free(&pl);
+    }
+    g_defer = g_depth = 0;
+    double err = rc ? INFINITY : test_tensor_relerr(got.params, want.params, want.num_params);
+    double err0 = rc ? INFINITY : test_tensor_relerr(now_run.params, now.params, now.num_params);
+    double gap = rc ? 0 : test_tensor_relerr(now.params, want.params, want.num_params);
+    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-depth %d --grad-clip %g: undeferred equals the replay's clip rule",
+             P, M, D, clip);
+    CHECK(nm, rc == 0 && err0 < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err0, RUN_TOL);
+    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-depth %d --grad-clip %g --defer-tie: equals the replay (wte's "
+             "sum M updates late)", P, M, D, clip);
+    CHECK(nm, rc == 0 && err < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err, RUN_TOL);
+    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --defer-tie: the lag changes the run (%.3g from undeferred)", P, M, gap);
+    CHECK(nm, gap > 20 * RUN_TOL, "only %.3g from the undeferred replay", gap);
+    gpt_free(&got); gpt_free(&want); gpt_free(&now); gpt_free(&now_run);
 }
 
 /* ---- the correction math ------------------------------------------------------------------------ */
@@ -417,6 +522,18 @@ int main(void) {
     for (async_fix f = ASYNC_FIX_NONE; f <= ASYNC_FIX_PREDICT; f++) test_pipedream_fix(2, 4, f);
     test_pipedream_fix(4, 4, ASYNC_FIX_PIPEMARE);
     test_pipedream_fix(4, 8, ASYNC_FIX_PREDICT);
+    test_2bw_depth(4, 4, 4);
+    test_2bw_depth(2, 4, 2);
+    g_depth = 4;               /* every stage admits 4: stage g's delay grows from P-1-g to 3 */
+    test_pipedream_fix(4, 4, ASYNC_FIX_NONE);
+    test_pipedream_fix(4, 8, ASYNC_FIX_PREDICT);
+    g_depth = 0;
+    test_defer_tie(2, 4, 0, 0);
+    test_defer_tie(4, 4, 4, 0.05);
+    test_defer_tie(4, 8, 0, 0.05);
+    g_defer = 1;               /* a correction with the lag: its replay too */
+    test_pipedream_fix(4, 4, ASYNC_FIX_PIPEMARE);
+    g_defer = 0;
     gpt_free(&g_init);
     TEST_DONE();
 }

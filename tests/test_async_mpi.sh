@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Asynchronous pipelines over MPI (mpirun as root, oversubscribed): train --schedule 2bw and
-# pipedream with each --async-fix give the threads transport's losses bitwise (both sum in rank
+# pipedream with each --async-fix (and --async-depth, --defer-tie) give the threads transport's losses bitwise (both sum in rank
 # order), so tests/test_async.c's references (threads) carry over to processes.
 . "$(dirname "$0")/lib.sh"
 mpi_env 120        # a hang is a failure; a healthy run takes a few seconds
@@ -26,5 +26,8 @@ done <<'L'
 4 2bw --stages 2 --dp 2 --microbatches 4 --async-fix nesterov
 4 pipedream --stages 2 --dp 2 --microbatches 2 --async-fix pipemare
 4 pipedream --stages 4 --microbatches 4 --async-fix predict
+4 pipedream --stages 4 --microbatches 4 --async-depth 4 --defer-tie --async-fix nesterov
+4 pipedream --stages 2 --dp 2 --microbatches 2 --defer-tie
+4 2bw --stages 4 --microbatches 4 --async-depth 4
 L
 done_tests

@@ -1,7 +1,9 @@
 /* LR schedule, clipping factor and AdamW update against closed forms computed here in double.
  * The 5-step end-to-end check against torch.optim.AdamW lives in test_train_torch.c. */
 #include "test.h"
+#include "optim/async_fix.h"
 #include "optim/optim.h"
+#include <string.h>
 #include <math.h>
 
 #define TOL_LR 1e-12      /* pure double arithmetic */
@@ -65,8 +67,28 @@ static void test_validate(void) {
     CHECK("beta1 out of range rejected", optim_config_validate(&c) != 0, "accepted");
 }
 
+/* --async-fix nesterov's optimizer fills only the fields the user did not give (optim_config.given);
+ * the default correction is nesterov for pipedream only. */
+static void test_fix_given(void) {
+    optim_config c = optim_config_default();
+    c.beta2 = 0.98;
+    c.given = OPTIM_GIVEN_BETA2;
+    async_fix_optim(&c, ASYNC_FIX_NESTEROV);
+    CHECK("nesterov: given beta2 kept, the rest set", c.kind == OPTIM_NADAMW && c.beta1 == 0.99 && c.beta2 == 0.98 &&
+          c.momentum_decay == 4e-3, "kind %d beta1 %g beta2 %g", (int)c.kind, c.beta1, c.beta2);
+    optim_config d = optim_config_default();
+    d.given = OPTIM_GIVEN_KIND | OPTIM_GIVEN_BETA1 | OPTIM_GIVEN_BETA2 | OPTIM_GIVEN_MOMENTUM_DECAY;
+    optim_config e = d;
+    async_fix_optim(&d, ASYNC_FIX_NESTEROV);
+    CHECK("nesterov: everything given, nothing changed", !memcmp(&d, &e, sizeof d), "kind %d beta1 %g", (int)d.kind, d.beta1);
+    CHECK("default fix: pipedream nesterov, 2bw/1f1b/none none",
+          async_fix_default("pipedream") == ASYNC_FIX_NESTEROV && async_fix_default("2bw") == ASYNC_FIX_NONE &&
+          async_fix_default("1f1b") == ASYNC_FIX_NONE && async_fix_default(NULL) == ASYNC_FIX_NONE, "%s", "");
+}
+
 int main(void) {
     test_lr();
+    test_fix_given();
     test_clip();
     test_adamw();
     test_validate();

@@ -1,7 +1,7 @@
 /* PipeDream-2BW (sched_gen_2bw.c): every P 1..8 and M = P..4P in steps of P through the validator,
  * compute-only and lowered; the 1f1b order of F and BW on every rank; one REDUCE_GRAD + STEP
  * right after the backward of each batch's last microbatch (M / P per rank); M not a multiple of P
- * and chunks > 1 refused; goldens; the simulator pricing its second weight version (one copy of
+ * and chunks > 1 refused; --async-depth (more forwards admitted) valid for both; goldens; the simulator pricing its second weight version (one copy of
  * the weights per stage, whatever P and M) against pipedream's per-microbatch stashes and 1f1b's
  * none; and train's refusal to run it (the executor does not implement its update rule yet).
  * PT_WRITE_GOLDEN=1 rewrites the goldens (check them by hand before committing). */
@@ -83,6 +83,57 @@ static void test_refusals(void) {
     sched_free(s);
 }
 
+/* Forwards rank r runs before its first backward. */
+static int admitted(const sched *s, int r) {
+    int n = 0;
+    for (int i = 0; i < s->len[r] && s->acts[r][i].kind != ACT_BW; i++) n += s->acts[r][i].kind == ACT_F;
+    return n;
+}
+
+/* --async-depth D: pipedream and 2bw valid (compute-only and lowered) for every P 1..6, M = P..3P,
+ * D 0..P (pipedream to M); rank r admits min(M, max(P-r, D)); 2bw's STEPs stay after each batch;
+ * D > P refused by 2bw; the simulator prices pipedream's extra stashes (its peak grows). */
+static void test_depth(void) {
+    char msg[512] = "";
+    int bad = 0;
+    for (int P = 1; P <= 6 && !bad; P++)
+        for (int M = P; M <= 3 * P && !bad; M += P)
+            for (int D = 0; D <= M && !bad; D++)
+                for (int k = 0; k < 2 && !bad; k++) {
+                    if (k == 0 && D > P) continue;
+                    sched_params p = { .ranks = P, .microbatches = M, .async_depth = D };
+                    sched *s = sched_generate(k ? "pipedream" : "2bw", &p);
+                    if (!s) { snprintf(msg, sizeof msg, "%s", pt_err()); bad = 1; }
+                    else if (k == 0 ? valid_both(s, msg, sizeof msg) < 0 : sched_validate(s, NULL) < 0) bad = 1;
+                    for (int r = 0; r < P && !bad; r++) {
+                        int want = P - r > D ? P - r : D;
+                        if (want > M) want = M;
+                        if (admitted(s, r) != want)
+                            snprintf(msg, sizeof msg, "rank %d admits %d, want %d", r, admitted(s, r), want), bad = 1;
+                    }
+                    if (bad) snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " (%s P=%d M=%d D=%d)",
+                                      k ? "pipedream" : "2bw", P, M, D);
+                    sched_free(s);
+                }
+    CHECK("--async-depth: valid, each rank admits max(P-r, D)", !bad, "%s", msg);
+    sched_params p = { .ranks = 4, .microbatches = 8, .async_depth = 5 };
+    sched *s = sched_generate("2bw", &p);
+    CHECK("2bw: --async-depth above P refused", !s && strstr(pt_err(), "async depth must be in 0..P=4"), "%s",
+          s ? "accepted" : pt_err());
+    sched_free(s);
+    p.async_depth = 8;
+    s = sched_generate("pipedream", &p);
+    sim_costs c;
+    sim_costs_init(&c, 4, 1, 1, 1);
+    sim_result r;
+    int rc = s ? sim_run(s, &c, &(sim_opts){ 1, false }, &r) : -1;
+    CHECK("pipedream --async-depth 8: every stage holds 8 stashes (simulated peak)", rc == 0 && r.peak_mb[3] == 8 &&
+          r.peak_mb[0] == 8, "%s peak %d", rc ? pt_err() : "", rc ? -1 : r.peak_mb[3]);
+    if (rc == 0) sim_result_free(&r);
+    sim_costs_free(&c);
+    sched_free(s);
+}
+
 static void test_goldens(void) {
     char *want;
     sched *s = golden_check("2bw", 2, 4, 0, &want);
@@ -123,5 +174,6 @@ int main(void) {
     test_refusals();
     test_goldens();
     test_sim_prices_versions();
+    test_depth();
     TEST_DONE();
 }

@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 #include "io/io.h"
 #include "plan/plan.h"
+#include "sched/sched.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -13,7 +14,7 @@
 static const char *USAGE =
     "--config C.json --cluster K.json --global-batch G [--seq T] [--costs costs.json] [--top N]\n"
     "       [--out plan.json] [--schedules a,b,...] [--no-recompute] [--max-sims N] [--tp N]\n"
-    "       [--tp-across-nodes] [--no-tp-overlap] [--no-tp-recompute] [--zero 0|1] [--json]";
+    "       [--tp-across-nodes] [--no-tp-overlap] [--no-tp-recompute] [--zero 0|1] [--async] [--json]";
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define SHOW_STAGES 12   /* stages listed per layout in the human output */
@@ -22,7 +23,7 @@ typedef struct {
     const char *config, *cluster, *costs, *out, *schedules;
     long global_batch;
     int T, top, max_sims, tp, zero, seq_chunks;
-    bool no_recompute, json, tp_across_nodes, no_tp_overlap, no_tp_recompute, no_sp, balance_memory;
+    bool no_recompute, json, tp_across_nodes, no_tp_overlap, no_tp_recompute, no_sp, balance_memory, async;
 } plan_args;
 
 /* Device of pipeline 0's rank r, TP rank t. */
@@ -62,6 +63,12 @@ static const char *recompute_word(const plan_layout *p) {
     return p->recompute ? "yes" : p->tp_recompute ? "comm-free" : "no";
 }
 
+/* True for a layout whose schedule is asynchronous (the registry's row says). */
+static bool layout_async(const plan_layout *p) {
+    const sched_generator *g = sched_generator_find(p->schedule);
+    return g && g->async;
+}
+
 static void print_layout(int i, const plan_layout *p, const plan_cluster *cl) {
     char split[1024];
     printf("#%d  step %.6g s  %.6g tokens/s  bubble %.1f%%\n", i + 1, p->step_time, p->tokens_per_s, 100 * p->bubble);
@@ -74,6 +81,11 @@ static void print_layout(int i, const plan_layout *p, const plan_cluster *cl) {
     for (int k = 0; k < p->K && k < SHOW_STAGES; k++) printf(" %.3g", p->stage_mem[k] / GIB);
     printf("%s\n", p->K > SHOW_STAGES ? " ..." : "");
     print_pipeline0(p, cl);
+    if (layout_async(p))
+        printf("    asynchronous: no flush, %s (it changes the math, not only the speed: a step is not a synchronous "
+               "step; stashed weight copies are in the memory above; docs/async.md)\n",
+               p->schedule[0] == '2' ? "every update on a gradient one update old (two weight versions)"
+               : "an update per microbatch on its stage's stashed weights (train runs --async-fix nesterov by default)");
 }
 
 static void print_json(const plan_result *r) {
@@ -95,6 +107,7 @@ static void print_json(const plan_result *r) {
         cJSON_AddNumberToObject(x, "microbatches", p->M);
         cJSON_AddNumberToObject(x, "microbatch_size", p->mb_size);
         cJSON_AddStringToObject(x, "schedule", p->schedule);
+        if (layout_async(p)) cJSON_AddTrueToObject(x, "asynchronous");
         cJSON_AddNumberToObject(x, "chunks", p->chunks);
         cJSON_AddBoolToObject(x, "recompute", p->recompute);
         cJSON_AddBoolToObject(x, "tp_overlap", p->tp_overlap);
@@ -149,6 +162,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         {"--zero", OPT_INT, &a->zero, "1: AdamW moments split over the data-parallel replicas (train --zero 1)"},
         {"--seq-chunks", OPT_INT, &a->seq_chunks, "K: every layout runs each sequence as K chunks (train --seq-chunks; "
                                                   "1f1b and zb-h1, priced per chunk)"},
+        {"--async", OPT_FLAG, &a->async, "also search the asynchronous schedules pipedream and 2bw (no flush: they "
+                                          "change the math; stashed weight copies priced; docs/async.md)"},
         {"--json", OPT_FLAG, &a->json, "print one JSON object instead of the summary"},
     };
     return cli_parse(argc, argv, "plan", USAGE, opts, (int)(sizeof opts / sizeof opts[0]));
@@ -161,7 +176,8 @@ static int run_plan(const plan_args *a, const gpt_config *cfg, const plan_cluste
                     .costs = costs, .schedules = names, .max_sims = a->max_sims, .no_recompute = a->no_recompute,
                     .tp = a->tp, .tp_across_nodes = a->tp_across_nodes, .zero = a->zero,
                     .no_tp_overlap = a->no_tp_overlap, .no_tp_recompute = a->no_tp_recompute,
-                    .no_sp = a->no_sp, .seq_chunks = a->seq_chunks, .balance_memory = a->balance_memory };
+                    .no_sp = a->no_sp, .seq_chunks = a->seq_chunks, .balance_memory = a->balance_memory,
+                    .async = a->async };
     plan_result r;
     int rc = plan_search(cfg, k, &o, &r);
     free(names); free(names_buf);

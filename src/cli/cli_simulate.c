@@ -44,6 +44,7 @@ typedef struct {
     int tp, dp, zero, mb_size, seq;
     bool recompute, tp_overlap, tp_recompute, sp;
     int seq_chunks;
+    int async_depth;            /* pipedream, 2bw: forwards each stage admits (sched_params) */
 } sim_args;
 
 /* A model on a cluster: the layout simulated, and its memory per pipeline rank. */
@@ -80,6 +81,8 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         {"--chunks", OPT_INT, &a->chunks, "V, model chunks per rank (interleaved-1f1b)"},
         {"--seq-chunks", OPT_INT, &a->seq_chunks, "K, each microbatch's sequences as K chunks, the schedule's units "
                                                   "(1f1b, zb-h1; with --config priced per chunk)"},
+        {"--async-depth", OPT_INT, &a->async_depth, "D, pipedream | 2bw: each stage admits max(P-g, D) forwards before "
+                                                    "its first backward (their stashes priced with params=BYTES)"},
         {"--schedule-file", OPT_STR, &a->file, "simulate this CSV schedule instead (one row per rank)"},
         {"--pipes", OPT_INT, &a->pipes, "pipes of the --schedule-file (2 for a chimera CSV; default 1)"},
         {"--cost", OPT_STR, &a->cost, "per-stage times for every stage: f=1,b=1,w=1[,bw=X][,act=BYTES][,params=BYTES]"},
@@ -217,7 +220,13 @@ static sched *read_schedule(const sim_args *a) {
     if (a->mem_limit < 0) { pt_seterr("--mem-limit must be >= 0 (got %d)", a->mem_limit); return NULL; }
     if (check_size(a) < 0) return NULL;
     sched_params p = { .ranks = a->stages, .microbatches = a->mb, .chunks = a->chunks,
-                       .seq_chunks = a->seq_chunks, .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+                       .seq_chunks = a->seq_chunks, .async_depth = a->async_depth,
+                       .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+    const sched_generator *g = sched_generator_find(a->name);
+    if (a->async_depth && g && !g->async) {
+        pt_seterr("--async-depth %d: only for the asynchronous schedules (pipedream, 2bw), not %s", a->async_depth, a->name);
+        return NULL;
+    }
     return generate(a, &p);
 }
 

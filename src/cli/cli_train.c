@@ -43,6 +43,7 @@ typedef struct {
     int n_kill_at;
     const char *precision;       /* --precision fp32 | bf16 */
     const char *async_fix;       /* --async-fix none | nesterov | pipemare | predict */
+    double beta1, beta2, momentum_decay;   /* as given (NAN: not given; o.oc keeps its default) */
 } train_args;
 
 /* Takes every "FLAG VALUE" / "FLAG=VALUE" out of argv (cli_parse knows no repeatable flags) into
@@ -105,11 +106,24 @@ static int set_lr_schedule(train_args *a) {
     oc->total_steps = a->o.steps;
     oc->lr_min = isnan(a->lr_min) ? oc->lr / 10 : a->lr_min;
     if (a->optim && optim_kind_parse(a->optim, &oc->kind) < 0) return -1;
-    async_fix f = ASYNC_FIX_NONE;     /* --async-fix: the executor's correction, nesterov's optimizer */
+    if (a->optim) oc->given |= OPTIM_GIVEN_KIND;
+    /* --async-fix: the executor's correction and nesterov's optimizer (the fields not given);
+     * without the flag the schedule's default (pipedream: nesterov), said in the run's header */
+    async_fix f = async_fix_default(a->o.ro.schedule_file ? NULL : a->o.ro.schedule);
     if (a->async_fix && async_fix_parse(a->async_fix, &f) < 0) return -1;
     a->o.ro.async_fix = (int)f;
+    a->o.ro.async_fix_default = !a->async_fix;
     async_fix_optim(oc, f);
     return 0;
+}
+
+/* --beta1, --beta2, --momentum-decay: a given value into the optimizer config, marked as given
+ * (a correction's defaults leave it: async_fix_optim). */
+static void optim_given(train_args *a) {
+    optim_config *oc = &a->o.oc;
+    if (!isnan(a->beta1)) oc->beta1 = a->beta1, oc->given |= OPTIM_GIVEN_BETA1;
+    if (!isnan(a->beta2)) oc->beta2 = a->beta2, oc->given |= OPTIM_GIVEN_BETA2;
+    if (!isnan(a->momentum_decay)) oc->momentum_decay = a->momentum_decay, oc->given |= OPTIM_GIVEN_MOMENTUM_DECAY;
 }
 
 /* --plan sets the layout: layout flags next to it are an error (which would win is not obvious);
@@ -195,6 +209,7 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
         return rc < 0 ? 2 : 0;
     }
     a->transport = cli_layout_transport(a->transport);
+    optim_given(a);
     for (int i = 0; i < a->n_kill_at; i++)
         if (pt_killat_add(a->kill_at[i]) < 0) return cli_fail("train");
     if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || wire_flag(a) < 0 ||
@@ -219,7 +234,14 @@ static int run_args(train_args *a, int *argc, char ***argv) {
     train_opts *o = &a->o;
     if ((a->plan && apply_plan(a) < 0) || pipe_flags(a, argc, argv, &o->world) < 0)
         return cli_fail("train");
-    if (set_lr_schedule(a) < 0 || train_main(o) < 0) {
+    if (set_lr_schedule(a) < 0 || (o->recycle && train_recycle_arm(o) < 0)) return cli_fail("train");
+    int rc, standby = 0;
+    while ((rc = train_main(o)) < 0 && o->recycle) {   /* a replica lost a rank: the others go on in place */
+        int n = train_recycle_next(o, &standby);
+        if (n == 1 && standby) rc = 0;
+        if (n != 1 || standby) break;
+    }
+    if (rc < 0) {
         if (o->world) pt_adderr("rank %d: ", o->world->rank);
         return cli_fail("train");
     }
@@ -228,9 +250,9 @@ static int run_args(train_args *a, int *argc, char ***argv) {
 
 int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = TRAIN_DEFAULT_STEPS, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
-                    .keep = -1};
+                    .keep = -1, .beta1 = NAN, .beta2 = NAN, .momentum_decay = NAN};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 54 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 58 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -245,14 +267,22 @@ int cli_train(int argc, char **argv) {
         {"--lr-schedule", OPT_STR, &a.lr_schedule, "constant | cosine (default constant)"},
         {"--warmup", OPT_INT, &a.warmup, "linear warm-up steps (default 0)"},
         {"--weight-decay", OPT_DOUBLE, &o->oc.weight_decay, "AdamW decoupled weight decay (default 0.1)"},
-        {"--beta1", OPT_DOUBLE, &o->oc.beta1, "AdamW beta1 (default 0.9)"},
-        {"--beta2", OPT_DOUBLE, &o->oc.beta2, "AdamW beta2 (default 0.95)"},
+        {"--beta1", OPT_DOUBLE, &a.beta1, "AdamW beta1 (default 0.9; --async-fix nesterov: 0.99)"},
+        {"--beta2", OPT_DOUBLE, &a.beta2, "AdamW beta2 (default 0.95; --async-fix nesterov: 0.999)"},
         {"--eps", OPT_DOUBLE, &o->oc.eps, "AdamW epsilon (default 1e-8)"},
         {"--optim", OPT_STR, &a.optim, "adamw | nadam (torch.optim.NAdam: L2 decay, --beta1 as its momentum) | nadamw (torch 2's "
                                        "NAdam, decoupled decay); default adamw"},
-        {"--async-fix", OPT_STR, &a.async_fix, "pipedream | 2bw: none (default) | nesterov (NAdamW, beta1 0.99, "
-                                               "beta2 0.999) | pipemare | predict (docs/async.md)"},
-        {"--momentum-decay", OPT_DOUBLE, &o->oc.momentum_decay, "NAdam's momentum decay psi (default 4e-3)"},
+        {"--async-fix", OPT_STR, &a.async_fix, "pipedream | 2bw: none | nesterov (NAdamW, beta1 0.99, beta2 0.999 "
+                                               "where --optim/--beta1/--beta2/--momentum-decay are not given) | "
+                                               "pipemare | predict; default: nesterov for pipedream, none for 2bw "
+                                               "(docs/async.md)"},
+        {"--momentum-decay", OPT_DOUBLE, &a.momentum_decay, "NAdam's momentum decay psi (default 4e-3)"},
+        {"--async-depth", OPT_INT, &o->ro.async_depth, "D: pipedream | 2bw: each stage admits max(P-g, D) forwards "
+                                                       "before its first backward (default 0: 1f1b's P-g; more hide link "
+                                                       "latency, hold more activations; docs/async.md)"},
+        {"--defer-tie", OPT_FLAG, &o->ro.defer_tie, "pipedream: the tied embedding's gradient summed over its two "
+                                                    "stages in the background, applied M updates later (the ends of "
+                                                    "the pipe stop waiting for each other; docs/async.md)"},
         {"--grad-clip", OPT_DOUBLE, &o->oc.grad_clip, "max global gradient norm, 0 = off (default 1)"},
         {"--shuffle", OPT_LONG, &o->shuffle, "seed for a shuffled batch order (default 0: sequential)"},
         {"--seed", OPT_LONG, &o->seed, "init seed (default 1337)"},
@@ -293,6 +323,11 @@ int cli_train(int argc, char **argv) {
                                                             "written off the compute path (docs/recovery.md)"},
         {"--snapshot-dir", OPT_STR, &o->snapshot_dir, "memory that outlives the process for snapshots and heartbeats "
                                                       "(e.g. /dev/shm/NAME; pipetrain launch gives one)"},
+        {"--snapshot-peer-every", OPT_INT, &o->snapshot_peer_every, "N: MPI, no replica on another host: every N-th "
+                                                                    "snapshot also copied to a rank there (default 1)"},
+        {"--recycle", OPT_FLAG, &o->recycle, "MPI under mpirun --enable-recovery (pipetrain launch --recycle): a replica "
+                                             "that loses a rank is dropped in place, the others go on from the newest "
+                                             "snapshot with its microbatches (docs/recovery.md)"},
         {"--kill-at", OPT_STR, &repeated_help, "testing: RANK@STEP[:PHASE] that rank kills itself (SIGKILL) at the first "
                                                "forward | reduce | save of that step (repeatable; default forward)"},
         cli_precision_opt(&a.precision),

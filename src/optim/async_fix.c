@@ -3,6 +3,7 @@
 #include "optim/async_fix.h"
 #include "util/pt.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const FIX_NAMES[] = { "none", "nesterov", "pipemare", "predict" };
@@ -17,10 +18,28 @@ const char *async_fix_name(async_fix f) { return f >= 0 && f < 4 ? FIX_NAMES[f] 
 
 void async_fix_optim(optim_config *c, async_fix f) {
     if (f != ASYNC_FIX_NESTEROV) return;
-    c->kind = OPTIM_NADAMW;
-    c->beta1 = 0.99;
-    c->beta2 = 0.999;
-    c->momentum_decay = 4e-3;
+    if (!(c->given & OPTIM_GIVEN_KIND)) c->kind = OPTIM_NADAMW;
+    if (!(c->given & OPTIM_GIVEN_BETA1)) c->beta1 = 0.99;
+    if (!(c->given & OPTIM_GIVEN_BETA2)) c->beta2 = 0.999;
+    if (!(c->given & OPTIM_GIVEN_MOMENTUM_DECAY)) c->momentum_decay = 4e-3;
+}
+
+async_fix async_fix_default(const char *schedule) {
+    return schedule && !strcmp(schedule, "pipedream") ? ASYNC_FIX_NESTEROV : ASYNC_FIX_NONE;
+}
+
+const char *async_fix_describe(char *buf, size_t n, async_fix f, bool by_default, const optim_config *c) {
+    const char *why = !by_default ? "" : f == ASYNC_FIX_NESTEROV
+        ? " (pipedream's default; --async-fix none: plain weight stashing)" : " (the default)";
+    bool nadam = c->kind != OPTIM_ADAMW;
+    char md[48] = "";
+    if (nadam) snprintf(md, sizeof md, ", momentum decay %g%s", c->momentum_decay,
+                        c->given & OPTIM_GIVEN_MOMENTUM_DECAY ? " (given)" : "");
+    snprintf(buf, n, "--async-fix %s%s: %s%s, beta1 %g%s, beta2 %g%s%s", async_fix_name(f), why,
+             optim_kind_name(c->kind), c->given & OPTIM_GIVEN_KIND ? " (given)" : "", c->beta1,
+             c->given & OPTIM_GIVEN_BETA1 ? " (given)" : "", c->beta2,
+             c->given & OPTIM_GIVEN_BETA2 ? " (given)" : "", md);
+    return buf;
 }
 
 double async_fix_pipemare_lr(int tau, int u, int warm) {

@@ -21,8 +21,20 @@ const char *async_fix_name(async_fix f);
 
 /* The Nesterov method as AsyncPP runs it: the update rule becomes NAdamW (torch 2's NAdam with
  * decoupled weight decay) with beta1 0.99, beta2 0.999, momentum decay 4e-3; lr, its schedule
- * and the weight decay stay the caller's. Other fixes leave c as it is. */
+ * and the weight decay stay the caller's. A field the user gave (c->given: --optim, --beta1,
+ * --beta2, --momentum-decay) keeps its value. Other fixes leave c as it is. */
 void async_fix_optim(optim_config *c, async_fix f);
+
+/* The correction a schedule gets when --async-fix is not given: nesterov for "pipedream" (it
+ * closes pipedream's staleness gap: docs/async.md), none for every other schedule (2bw, a
+ * schedule file, the synchronous ones). schedule may be NULL (none). */
+async_fix async_fix_default(const char *schedule);
+
+/* One line for a run's header into buf (n bytes): the correction, whether it was the default,
+ * and the update rule it leaves (kind, betas, momentum decay; the ones the user gave marked),
+ * e.g. "--async-fix nesterov (pipedream's default; --async-fix none: plain stashing): nadamw,
+ * beta1 0.99, beta2 0.99 (given), momentum decay 0.004". Returns buf. */
+const char *async_fix_describe(char *buf, size_t n, async_fix f, bool by_default, const optim_config *c);
 
 /* PipeMare's learning-rate rescaling (T1): the factor on stage lr at update u,
  * tau^-(1 - min(u / warm, 1)) (1 for tau <= 1 or warm <= 0): 1/tau at the start, 1 after warm

@@ -23,7 +23,12 @@ typedef struct {
     double grad_clip;     /* max global L2 norm; <= 0 disables clipping */
     optim_kind kind;      /* AdamW (decoupled decay), NAdam (L2 decay, torch 1.13) or NAdamW */
     double momentum_decay;   /* NAdam's psi (torch's default 4e-3); unused by AdamW */
+    unsigned given;       /* OPTIM_GIVEN_* bits: the fields the user set explicitly (a default
+                           * that a correction brings, async_fix_optim, leaves them as given) */
 } optim_config;
+
+/* optim_config.given: which of --optim, --beta1, --beta2, --momentum-decay the user gave. */
+enum { OPTIM_GIVEN_KIND = 1u, OPTIM_GIVEN_BETA1 = 2u, OPTIM_GIVEN_BETA2 = 4u, OPTIM_GIVEN_MOMENTUM_DECAY = 8u };
 
 /* Defaults: lr 3e-4, lr_min lr/10, no warm-up, constant, betas (0.9, 0.95), eps 1e-8,
  * weight decay 0.1, clip 1.0, AdamW (NAdam's momentum decay 4e-3). */

@@ -243,6 +243,9 @@ typedef struct {
                                * only the schedules that do, without recomputation, overlap or sp */
     bool balance_memory;      /* price memory with --balance-memory where a layout allows it (one
                                * stage per rank, no recomputation; plan_layout.balance_memory) */
+    bool async;               /* plan --async: also search the asynchronous schedules (pipedream, 2bw;
+                               * not with zero 1), their stashed weight copies priced in each
+                               * chunk's memory; their step changes the math (docs/async.md) */
     bool exhaustive;          /* tests: simulate every candidate (no max_sims, no bound, every move
                                * of the local search simulated), the reference the pruned search
                                * must match */

@@ -54,6 +54,17 @@ double plan_chunk_mem(const plan_items *it, int K, const int *first, int k, int 
     return plan_mem_need(&m, held);
 }
 
+/* The weight copies an asynchronous schedule keeps beyond the live one, in bytes, for chunk k
+ * with `held` microbatches in flight at its peak: 2bw one (s->weight_versions - 1), pipedream's
+ * stashing one per microbatch in flight (the simulator's stash_bytes rule); a copy is the chunk's
+ * fp32 weights (its gradient bytes). 0 for a synchronous schedule. */
+static double chunk_stash(const plan_items *it, const sched *s, const int *first, int k, int held) {
+    if (!s->async) return 0;
+    double copy = 0;
+    for (int i = first[k]; i < first[k + 1]; i++) copy += it->grad[i];
+    return (s->weight_versions > 0 ? s->weight_versions - 1 : held) * copy;
+}
+
 /* Memory of every chunk of the split first[] at its peak[k] microbatches in flight (out[K]), or
  * with --balance-memory where s can lend (it->balance; one chunk per rank): its fixed part plus
  * the lend plan's activations of its rank (its own kept sets and what it keeps for others; the
@@ -62,7 +73,7 @@ void plan_chunks_need(const plan_items *it, const sched *s, const int *first, co
     int K = s->n_stages;
     sched_lend_plan lp;
     if (!it->balance || sched_lend_check(s) < 0) {
-        for (int k = 0; k < K; k++) out[k] = plan_chunk_mem(it, K, first, k, peak[k]);
+        for (int k = 0; k < K; k++) out[k] = plan_chunk_mem(it, K, first, k, peak[k]) + chunk_stash(it, s, first, k, peak[k]);
         return;
     }
     int *nl = pt_malloc(sizeof(int) * (size_t)K);

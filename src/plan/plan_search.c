@@ -358,10 +358,12 @@ static int check_opts(const gpt_config *cfg, const plan_cluster *k, const plan_o
 }
 
 /* The registry rows the planner searches: synchronous single-pipe schedules that need no costs
- * up front. Chimera (two model replicas) and pipedream (no flush) change what a step means;
- * greedy orders by costs the candidate does not have yet. */
-static bool searchable(const sched_generator *g) {
-    return g && !g->async && g->pipes == 1 && !g->stage_costs;
+ * up front, and with o->async (plan --async) the asynchronous ones (pipedream, 2bw: no flush, so
+ * their step is not a synchronous step: they change the math; never with --zero 1, which they
+ * refuse). Chimera (two model replicas) changes what a step means; greedy orders by costs the
+ * candidate does not have yet. */
+static bool searchable(const sched_generator *g, const plan_opts *o) {
+    return g && (!g->async || (o->async && !o->zero)) && g->pipes == 1 && !g->stage_costs;
 }
 
 /* The chunk counts tried for row g: its default v, and 2v when it takes more (interleaved: 2, 4).
@@ -372,13 +374,13 @@ static void add_choices(search *S, const sched_generator *g, bool all_chunks) {
 }
 
 /* The searchable names, comma-separated, for the error on one the planner does not search. */
-static void searchable_list(char *buf, size_t n) {
+static void searchable_list(char *buf, size_t n, const plan_opts *o) {
     int rows;
     const sched_generator *g = sched_generator_rows(&rows);
     size_t used = 0;
     buf[0] = 0;
     for (int i = 0; i < rows; i++)
-        if (searchable(&g[i]) && used < n)
+        if (searchable(&g[i], o) && used < n)
             used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", g[i].name);
 }
 
@@ -390,7 +392,7 @@ static int choose_scheds(search *S) {
     if (!S->o->schedules) {
         S->sc = pt_malloc(sizeof *S->sc * (size_t)rows * MAX_CHOICES_PER_ROW);
         for (int i = 0; i < rows; i++)
-            if (searchable(&g[i])) add_choices(S, &g[i], true);
+            if (searchable(&g[i], S->o)) add_choices(S, &g[i], true);
         return 0;
     }
     while (S->o->schedules[n]) n++;
@@ -398,11 +400,15 @@ static int choose_scheds(search *S) {
     for (int i = 0; i < n; i++) {
         const char *nm = S->o->schedules[i];
         const sched_generator *row = sched_generator_find(nm);
-        if (!searchable(row)) {
+        if (!searchable(row, S->o)) {
             char list[256];
-            searchable_list(list, sizeof list);
+            searchable_list(list, sizeof list, S->o);
             free(S->sc);
-            return pt_seterr("plan: schedule '%s' is not one the planner searches (%s)", nm, list);
+            if (row && row->async && !S->o->async)
+                return pt_seterr("plan: schedule '%s' is asynchronous (it changes the math: docs/async.md); give "
+                                 "--async to search it", nm);
+            return pt_seterr("plan: schedule '%s' is not one the planner searches%s (%s)", nm,
+                             row && row->async ? " with --zero 1" : "", list);
         }
         add_choices(S, row, false);
     }

@@ -125,7 +125,8 @@ static double exec_group_sumsq_here(const run_exec *e, const exec_group *gr) {
 /* Clipping factors f[n_grp] of an update: the stage's gradient (its groups, tied ones summed
  * over their holders) clipped at --grad-clip / sqrt(P), so that stages all at the bound make
  * the whole model's norm the bound (P = 1: exactly the synchronous clip); a tied tensor takes
- * the smallest factor of its holders, so its copies stay equal. 0, or -1. */
+ * the smallest factor of its holders, so its copies stay equal (--defer-tie: exec_tie_lag.c's
+ * rule). 0, or -1. */
 static int exec_async_clip(run_exec *e, const optim_config *oc, double *f) {
     double s = 0, c = oc->grad_clip;
     for (int k = 0; k < e->n_grp; k++) f[k] = 1.0;
@@ -138,6 +139,10 @@ static int exec_async_clip(run_exec *e, const optim_config *oc, double *f) {
         exec_group *gr = &e->grp[k];
         f[k] = r;
         if (gr->tie < 0 || !gr->cm || gr->cm->size < 2) continue;
+        if (gr->lag) {   /* --defer-tie: from the shipped sums, no exchange */
+            f[k] = exec_tie_lag_factor(gr, c / sqrt((double)e->c.s->n_stages));
+            continue;
+        }
         double *part = pt_calloc((size_t)gr->cm->size, sizeof *part);
         part[gr->cm->rank] = r;
         int rc = comm_allreduce_f64(gr->cm, part, (size_t)gr->cm->size);

@@ -129,6 +129,8 @@ typedef struct {
     int posted;                       /* this iteration's reduction is posted */
     int next_bk;                      /* buckets posted so far (one in flight at a time) */
     double post_t, done_t;            /* when it was posted, seen complete */
+    struct exec_tie_lag *lag;         /* --defer-tie: a shared tie's sums in flight (exec_tie_lag.c);
+                                       * NULL: reduced at each REDUCE_GRAD */
 } exec_group;
 
 /* exec_mode.c: what differs between the executor's modes (sync, overlap, async), chosen once
@@ -213,6 +215,18 @@ static inline void exec_record(run_exec *e, sched_action a, tl_stream sm, int pe
     timeline_push(&e->tl, &ev);
 }
 
+/* exec_tie_lag.c (--defer-tie; all do nothing without it): a shared tied tensor's sum of
+ * microbatch k applied at update k + M on every holder. init after the groups exist, 0 or -1;
+ * free completes what is in flight. */
+typedef struct exec_tie_lag exec_tie_lag;
+int exec_tie_lag_init(run_exec *e);
+void exec_tie_lag_free(run_exec *e);
+size_t exec_tie_lag_floats(const run_exec *e);
+/* At the REDUCE_GRAD of group gr (gr->lag set): this microbatch's part posted, the sum due now
+ * (or zeros) into g[0]. 0, or -1. */
+int exec_tie_lag_reduce(run_exec *e, exec_group *gr);
+/* The tied tensor's clipping factor for this update, the same on every holder (cap > 0). */
+double exec_tie_lag_factor(const exec_group *gr, double cap);
 /* exec_state.c */
 int exec_state_init(run_exec *e);              /* stages, buffers, copies, comms; collective */
 void exec_state_free(run_exec *e);

@@ -197,20 +197,26 @@ int exec_poll_groups(run_exec *e) {
 
 /* Asynchronous schedules: the groups whose copies include stage st, now, whole. Every holder
  * reduces the same microbatch's gradients: replicas run the same list, and the owner's and the
- * user's k-th backward are of the same microbatch. */
+ * user's k-th backward are of the same microbatch. --defer-tie: the shared tied tensors last
+ * (their posts carry the span's reduced sum of squares), in the background (exec_tie_lag.c). */
 int exec_reduce_stage(run_exec *e, run_stage *st) {
     int me = (int)(st - e->st);
-    for (int j = 0; j < st->n_writes; j++) {
-        exec_group *gr = &e->grp[st->writes[j]];
-        int mine = 0;
-        for (int c = 0; c < gr->n_copies; c++) mine |= gr->copy_stage[c] == me;
-        if (!mine) continue;
-        gr->posted = 0;
-        gr->done_t = 0;
-        if (exec_post_group(e, gr) < 0 || exec_wait_group(e, gr) < 0)
-            return pt_adderr("stage %d: ", st->g);
-        gr->posted = 0;
-    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < st->n_writes; j++) {
+            exec_group *gr = &e->grp[st->writes[j]];
+            int mine = 0;
+            for (int c = 0; c < gr->n_copies; c++) mine |= gr->copy_stage[c] == me;
+            if (!mine || (gr->lag != NULL) != pass) continue;
+            if (gr->lag) {
+                if (exec_tie_lag_reduce(e, gr) < 0) return pt_adderr("stage %d: ", st->g);
+                continue;
+            }
+            gr->posted = 0;
+            gr->done_t = 0;
+            if (exec_post_group(e, gr) < 0 || exec_wait_group(e, gr) < 0)
+                return pt_adderr("stage %d: ", st->g);
+            gr->posted = 0;
+        }
     return 0;
 }
 

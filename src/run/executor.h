@@ -77,6 +77,8 @@ typedef struct {
                                 * last REDUCE_GRAD): the same numbers either way */
     size_t bucket;             /* floats per reduction bucket (0: RUN_BUCKET_DEFAULT) */
     int async_fix;             /* asynchronous schedules: the correction (optim/async_fix.h) */
+    int defer_tie;             /* pipedream: a tied tensor's holders sum microbatch k's gradient in
+                                * the background and apply it at update k + M (run/exec_tie_lag.c) */
     int wire;                  /* messages between stages in pt_wire format w (0: fp32 as
                                 * computed; bf16 or fp16: packed at the send, unpacked at the
                                 * receive, round to nearest even) */

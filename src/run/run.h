@@ -56,6 +56,12 @@ typedef struct {
                                  * not 0, compute stays fp32) */
     double timeout;             /* seconds a receive or collective may wait (<= 0: 60) */
     int async_fix;              /* --async-fix (optim/async_fix.h; 0 none): asynchronous only */
+    bool async_fix_default;     /* async_fix is the schedule's default (async_fix_default), not
+                                 * given: the run's header says so */
+    bool defer_tie;             /* --defer-tie (pipedream): tied tensors' sums applied M updates
+                                 * later, in the background (run_exec_cfg.defer_tie) */
+    int async_depth;            /* --async-depth D (pipedream, 2bw): each stage admits max(P-g, D)
+                                 * forwards before its first backward (sched_params; 0: P-g) */
     const char *transport;      /* threads mode: the in-process transport of the job's endpoints,
                                  * a name of the registry (comm_transport_find; NULL: threads) */
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),

@@ -43,7 +43,14 @@ static sched *run_plan_schedule(const run_opts *o) {
     if (!o->schedule) { pt_seterr("--schedule NAME or --schedule-file S.csv is required"); return NULL; }
     if (o->M < 1) { pt_seterr("--microbatches must be >= 1 (got %d)", o->M); return NULL; }
     sched_params p = { .ranks = o->P, .microbatches = o->M, .chunks = o->chunks,
-                       .seq_chunks = o->seq_chunks, .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+                       .seq_chunks = o->seq_chunks, .async_depth = o->async_depth,
+                       .cost_f = 1, .cost_b = 1, .cost_w = 1 };
+    const sched_generator *g = sched_generator_find(o->schedule);
+    if (o->async_depth && g && !g->async) {
+        pt_seterr("--async-depth %d: only for the asynchronous schedules (pipedream, 2bw), not %s", o->async_depth,
+                  o->schedule);
+        return NULL;
+    }
     sched *s = sched_generate(o->schedule, &p);
     if (!s) pt_adderr("--schedule %s --stages %d --microbatches %d: ", o->schedule, o->P, o->M);
     if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {
@@ -140,6 +147,10 @@ static int run_plan_check_fix(const run_plan *pl) {
     if (f && !pl->s->async)
         return pt_seterr("--async-fix %s needs an asynchronous schedule (pipedream or 2bw): %s flushes "
                          "before each update, so no gradient is stale", async_fix_name(f), pl->s->name);
+    if (pl->o.defer_tie && (!pl->s->async || pl->s->weight_versions == 2 || pl->lo.tp > 1))
+        return pt_seterr("--defer-tie works on pipedream's per-microbatch updates, one TP rank (got %s%s); "
+                         "2bw and the synchronous schedules reduce tied tensors once per update already",
+                         pl->s->name, pl->lo.tp > 1 ? ", --tp > 1" : "");
     if ((f == ASYNC_FIX_PIPEMARE || f == ASYNC_FIX_PREDICT) && pl->s->weight_versions == 2)
         return pt_seterr("--async-fix %s works on pipedream's per-microbatch updates; %s's one-update "
                          "delay is fixed by its two weight versions (use none or nesterov with it)",

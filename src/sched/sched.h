@@ -77,6 +77,9 @@ typedef struct {
     double cost_f, cost_b, cost_w;      /* greedy: default per-stage times when per_stage is NULL */
     const double *stage_cost_f, *stage_cost_b, *stage_cost_w;  /* greedy: [S] or NULL */
     int mem_limit;          /* greedy: max microbatches of activations per stage (0: no limit) */
+    int async_depth;        /* pipedream, 2bw: forwards stage g admits before its first backward,
+                             * max(P - g, async_depth) capped at M (0: P - g, the 1f1b order);
+                             * more microbatches in flight hide link latency (docs/async.md) */
     int seq_chunks;         /* K chunks per microbatch (0 or 1: none): the schedule's units are
                              * microbatches * K (sched.seq_chunks); generators whose row says
                              * seq_chunks only */

@@ -31,8 +31,10 @@ sched *gen_gpipe(const sched_params *p) {
  * REDUCE_GRAD and a STEP. With sequence chunks (s->seq_chunks K > 1; seq1F1B) the warm-up is
  * P-r-1 + K-1 units (a stage runs a microbatch's last chunk forward before its first backward)
  * and the backwards go chunk K-1 first (gen_seq_backward_unit). */
-static void gen_push_1f1b_rank(sched *s, int r, int P, int M, bool async) {
-    int K = s->seq_chunks, want = P - r - 1 + K - 1, warm = want < M ? want : M, f = 0;
+static void gen_push_1f1b_rank(sched *s, int r, int P, int M, bool async, int depth) {
+    int K = s->seq_chunks, want = P - r - 1 + K - 1, f = 0;
+    if (depth - 1 > want) want = depth - 1;       /* async: admits `depth` before its first backward */
+    int warm = want < M ? want : M;
     for (; f < warm; f++) sched_push(s, r, ACT_F, r, f);
     for (int b = 0; b < M; b++) {
         if (f < M) sched_push(s, r, ACT_F, r, f++);
@@ -48,18 +50,23 @@ static void gen_push_1f1b_rank(sched *s, int r, int P, int M, bool async) {
 sched *gen_1f1b(const sched_params *p) {
     if (gen_check_one_chunk("1f1b", p) < 0) return NULL;
     sched *s = gen_new_linear("1f1b", p);
-    for (int r = 0; r < p->ranks; r++) gen_push_1f1b_rank(s, r, p->ranks, s->n_mb, false);
+    for (int r = 0; r < p->ranks; r++) gen_push_1f1b_rank(s, r, p->ranks, s->n_mb, false, 0);
     sched_append_sync_tail(s);
     return s;
 }
 
 /* PipeDream's asynchronous 1F1B: the same order as 1f1b (rank r admits P-r forwards before its
- * first backward), but weights update after every backward (REDUCE_GRAD + STEP), no flush. */
+ * first backward; with async_depth D, max(P-r, D)), but weights update after every backward
+ * (REDUCE_GRAD + STEP), no flush. */
 sched *gen_pipedream(const sched_params *p) {
     if (gen_check_one_chunk("pipedream", p) < 0) return NULL;
+    if (p->async_depth < 0) {
+        pt_seterr("schedule pipedream: async depth must be >= 0 (got %d)", p->async_depth);
+        return NULL;
+    }
     sched *s = gen_new_linear("pipedream", p);
     s->async = true;
-    for (int r = 0; r < p->ranks; r++) gen_push_1f1b_rank(s, r, p->ranks, p->microbatches, true);
+    for (int r = 0; r < p->ranks; r++) gen_push_1f1b_rank(s, r, p->ranks, p->microbatches, true, p->async_depth);
     return s;
 }
 

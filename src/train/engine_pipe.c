@@ -145,7 +145,6 @@ static void pipe_describe(const train_engine *e) {
            p->pl->o.tp_sp ? "; sequence parallel (each TP rank holds 1/tp of the rows between layers and stages)" : "",
            p->pl->o.no_overlap ? "; reduction after each rank's schedule" : "",
            wire);
-    if (p->pl->o.async_fix) printf("asynchronous: --async-fix %s (docs/async.md)\n", async_fix_name(p->pl->o.async_fix));
     pipe_print_memory(p);
     if (p->pl->o.dp_sync > 1)   /* docs/async.md */
         printf("replicas: each steps alone, every %d steps (and at the last) their change averaged in one all-reduce "

@@ -1,6 +1,7 @@
 /* The training loop (trainer.h): setup of a run, the loop over steps for every engine, and the
  * step-boundary hooks. Not here: the model a run starts from (trainer_model.c), the built-in
  * save and log hooks (trainer_hooks.c), how a step is computed (engine_single.c, engine_pipe.c). */
+#include "optim/async_fix.h"
 #include "tok/tok.h"
 #include "train/train_memlimit.h"
 #include "train/trainer_int.h"
@@ -175,6 +176,12 @@ static void print_header(const train_ctx *t) {
            t->m.num_params / 1e6, t->o.data, data_ntokens(t->d));
     if (t->layout_note[0]) printf("layout: %s\n", t->layout_note);
     train_engine_describe(t->e);
+    const run_plan *pl = train_engine_plan(t->e);
+    if (pl && pl->s->async) {   /* the correction and the update rule it leaves (docs/async.md) */
+        char line[256];
+        printf("asynchronous: %s (docs/async.md)\n", async_fix_describe(line, sizeof line, (async_fix)pl->o.async_fix,
+                                                                     pl->o.async_fix_default, &t->o.oc));
+    }
 }
 
 /* One step: its batch (a pure function of the step: data order survives a resume), the engine,
