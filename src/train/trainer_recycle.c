@@ -148,7 +148,7 @@ int train_recycle_next(train_opts *o, int *standby) {
     o->world = nw;
     o->resume = restore_dir;
     o->init = NULL;
-    pt_killat_clear();   /* --kill-at named the old world's ranks */
+    pt_killat_renumber(keep, nk);   /* --kill-at named the old world's ranks */
     if (nw->rank == 0) {
         printf("recycle: rank %d lost; going on in place with %d stages x %d replicas (%d microbatches each) "
                "from step %ld (%.2f s to agree and restore)\n", first_dead, P, D2, o->ro.M, (long)step, pt_now() - t0);
