@@ -9,7 +9,8 @@
 #   convergence: SEEDS x STEPS steps without delay (the delay changes no number), the held-out loss
 #   (mean of seeds) and, as the bench does, the wall time at which the row's seed-mean loss
 #   (trailing mean of 10 steps) reaches 1f1b's final one, on the row's delayed step time.
-# Usage: dev/async_delay.sh [ROW...]   (default: every row below; 1f1b is always run)
+# Usage: dev/async_delay.sh [ROW[@LR]...]   (default: every row below; 1f1b is always run, at LR;
+# ROW@LR runs that row at its own peak learning rate)
 # Environment: ROUNDS (3), DSTEPS (16), NSTEPS (32), SEEDS (3), STEPS (150), LR (1e-3), OUT
 # (build/async_delay), PIPETRAIN (build/pipetrain). Quick smoke: ROUNDS=1 DSTEPS=3 NSTEPS=3 SEEDS=1 STEPS=5.
 set -u
@@ -31,7 +32,7 @@ F[2bw]="--schedule 2bw"
 F[2bw-d4]="--schedule 2bw --async-depth 4"
 order=(1f1b gpipe pipedream pipedream-nesterov pipedream-defer pipedream-defer-d4 pipedream-nesterov-defer-d4 2bw 2bw-d4)
 if [ $# -gt 0 ]; then order=(1f1b); for r in "$@"; do [ "$r" != 1f1b ] && order+=("$r"); done; fi
-for r in "${order[@]}"; do [ -n "${F[$r]:-}" ] || { echo "async_delay: unknown row $r (rows: ${!F[*]})"; exit 2; }; done
+for r in "${order[@]}"; do [ -n "${F[${r%@*}]:-}" ] || { echo "async_delay: unknown row $r (rows: ${!F[*]})"; exit 2; }; done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 isa=$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo other))
@@ -49,9 +50,10 @@ delay="--slow-link 0-1:0.03 --slow-link 1-2:0.03 --slow-link 2-3:0.03"
 
 # run ROW TAG STEPS SEED EXTRA... -> $OUT/runs/ROW.TAG.jsonl
 run() {
-  local r=$1 tag=$2 steps=$3 seed=$4; shift 4
+  local r=$1 tag=$2 steps=$3 seed=$4 lr=""; shift 4
+  [ "${r%@*}" != "$r" ] && lr="--lr ${r#*@}"
   # shellcheck disable=SC2086
-  "$P" train $common ${F[$r]} "$@" --steps "$steps" --seed "$seed" --metrics "$OUT/runs/$r.$tag.jsonl" \
+  "$P" train $common ${F[${r%@*}]} $lr "$@" --steps "$steps" --seed "$seed" --metrics "$OUT/runs/$r.$tag.jsonl" \
     > "$OUT/runs/$r.$tag.out" 2>&1 || echo "async_delay: $r $tag failed: $(tail -1 "$OUT/runs/$r.$tag.out")"
 }
 # tokens/s of a metrics file: B*T*steps / summed step_ms, step 1 left out

@@ -252,7 +252,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = TRAIN_DEFAULT_STEPS, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1, .beta1 = NAN, .beta2 = NAN, .momentum_decay = NAN};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 57 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 58 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -323,6 +323,8 @@ int cli_train(int argc, char **argv) {
                                                             "written off the compute path (docs/recovery.md)"},
         {"--snapshot-dir", OPT_STR, &o->snapshot_dir, "memory that outlives the process for snapshots and heartbeats "
                                                       "(e.g. /dev/shm/NAME; pipetrain launch gives one)"},
+        {"--snapshot-peer-every", OPT_INT, &o->snapshot_peer_every, "N: MPI, no replica on another host: every N-th "
+                                                                    "snapshot also copied to a rank there (default 1)"},
         {"--recycle", OPT_FLAG, &o->recycle, "MPI under mpirun --enable-recovery (pipetrain launch --recycle): a replica "
                                              "that loses a rank is dropped in place, the others go on from the newest "
                                              "snapshot with its microbatches (docs/recovery.md)"},

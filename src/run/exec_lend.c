@@ -66,8 +66,9 @@ static double lend_fixed(const run_exec *e, int g, int first, int end) {
     const gpt_config *cfg = &e->c.src->cfg;
     double x = 0, div = e->c.zero && e->c.lo->D > 1 ? e->c.lo->D : 1;
     for (int l = first; l < end; l++) {
-        gpt_layer_cost c;
-        gpt_kind_cost(gpt_config_layer_kind(cfg, l), cfg, e->c.mb_rows, e->c.T, e->tp, e->c.tp_sp != 0, &c);
+        gpt_layer_kind kind = gpt_config_layer_kind(cfg, l);
+        gpt_layer_cost c = { 0 };
+        gpt_kind_cost(kind, cfg, e->c.mb_rows, e->c.T, e->tp, e->c.tp_sp && gpt_kind_ops(kind)->cost_sp, &c);
         x += c.param_bytes + c.grad_bytes + c.optim_bytes / div;
     }
     int prev = sched_stage_prev(s, g), next = sched_stage_next(s, g);

@@ -79,6 +79,8 @@ typedef struct {
                              * steps (and at the last), written off the compute path; 0: none */
     const char *snapshot_dir;   /* --snapshot-dir: memory that outlives the process (/dev/shm/..);
                              * with it every rank also beats a heartbeat there each step */
+    int snapshot_peer_every;    /* --snapshot-peer-every N: every N-th snapshot also copied to a
+                             * rank on another host, where no replica there holds it (0, 1: each) */
     bool recycle;           /* --recycle: a lost rank's replica is dropped in place, the other
                              * replicas go on (trainer_recycle.c; MPI under --enable-recovery) */
 } train_opts;
