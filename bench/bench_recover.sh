@@ -7,12 +7,17 @@
 # "recovered" event, seen by polling its events file every 20 ms), the steps it repeated, and the
 # final loss against an uninterrupted run. Prints one line per run and a summary with the machine
 # and its load. Skips where namespaces cannot be made. Usage: bench/bench_recover.sh [RUNS] (20)
+# [--recycle]: launch --recycle: the first kill is gone on from in place (the killed rank's replica
+# dropped, the other goes on in the same processes), the second (one replica left) restarted with
+# the whole layout: both paths measured in each run, in the same conditions.
 set -u
 cd "$(dirname "$0")/.."
 P=$(realpath "${PIPETRAIN:-build/pipetrain}")
 H=tools/hosts.sh
 export PT_HOSTS=rcbr PT_HOSTS_TIMEOUT=300
 RUNS=${1:-20}
+RECYCLE=${2:-}
+[ -z "$RECYCLE" ] || [ "$RECYCLE" = --recycle ] || { echo "usage: bench/bench_recover.sh [RUNS] [--recycle]"; exit 2; }
 if ! why=$($H check 2>&1); then echo "bench_recover: skipped: $why"; exit 0; fi
 D=$(mktemp -d)
 SNAP=/dev/shm/pt-bench-recover-$$
@@ -31,12 +36,12 @@ loss() { tail -1 "$1" | sed 's/.*"loss":\([0-9.]*\).*/\1/'; }
 n_rec() { grep -c '"event":"recovered"' "$1" 2>/dev/null; }
 sup() {
   timeout 300 $H exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$PT_HOSTS" \
-    "$P" launch --np 4 --hostfile "$D/hf" $mpiargs --snapshot-dir "$SNAP" "$@" > "$D/run.out" 2>&1 < /dev/null
+    "$P" launch --np 4 --hostfile "$D/hf" $mpiargs --snapshot-dir "$SNAP" $RECYCLE "$@" > "$D/run.out" 2>&1 < /dev/null
 }
-sup -- train $args --metrics "$D/ref.jsonl" || { echo "bench_recover: the uninterrupted run failed"; tail -5 "$D/run.out"; exit 1; }
+RECYCLE="" sup -- train $args --metrics "$D/ref.jsonl" || { echo "bench_recover: the uninterrupted run failed"; tail -5 "$D/run.out"; exit 1; }
 ref=$(loss "$D/ref.jsonl")
 echo "uninterrupted: step $STEPS, loss $ref"
-ok_runs=0; : > "$D/rec_s"; : > "$D/lost"; : > "$D/rel"
+ok_runs=0; : > "$D/rec_s"; : > "$D/lost"; : > "$D/rel"; : > "$D/inplace_s"; : > "$D/restart_s"
 for ((r = 1; r <= RUNS; r++)); do
   rm -rf "$SNAP" "$D/m.jsonl" "$D/m.events.jsonl"
   k1=$((5 + RANDOM % 20)); k2=$((k1 + 8 + RANDOM % 20))
@@ -46,6 +51,7 @@ for ((r = 1; r <= RUNS; r++)); do
   i=0
   for k in $k1 $k2; do
     i=$((i + 1)); w=$((RANDOM % 4)); t_kill=""
+    [ -n "$RECYCLE" ] && [ $i = 2 ] && w=$((RANDOM % 2))   # one replica (2 ranks) left after the first
     while kill -0 $lp 2>/dev/null; do   # kill -9 rank w once rank 0's step reaches k
       s=""; [ -f "$SNAP/rank-0/heartbeat" ] && read -r s _ < "$SNAP/rank-0/heartbeat"
       if [ -n "$s" ] && [ "$s" -ge "$k" ] && [ -f "$SNAP/rank-$w/heartbeat" ]; then
@@ -63,7 +69,9 @@ for ((r = 1; r <= RUNS; r++)); do
       parts=$(echo "$ev" | sed -n 's/.*"end_s":\([0-9.e-]*\),"restore_s":\([0-9.e-]*\),"start_s":\([0-9.e-]*\).*/\1 \2 \3/p' |
               awk '{printf "ending %.2f s, restoring %.2f s, starting to the next step %.2f s", $1, $2, $3}')
       echo "$sec" >> "$D/rec_s"; echo "$lost" >> "$D/lost"
-      line="$line rank $w killed at step >= $k: recovered in $sec s ($parts), $lost step(s) repeated;"
+      how=restart; echo "$ev" | grep -q '"in_place":true' && how="in place"
+      [ "$how" = restart ] && echo "$sec" >> "$D/restart_s" || echo "$sec" >> "$D/inplace_s"
+      line="$line rank $w killed at step >= $k: recovered ($how) in $sec s ($parts), $lost step(s) repeated;"
     else
       line="$line rank $w killed at step >= $k: no recovery;"
     fi
@@ -79,7 +87,10 @@ for ((r = 1; r <= RUNS; r++)); do
   [ "$good" = 1 ] && ok_runs=$((ok_runs + 1))
   echo "$line exit $rc, step $last, loss $got (relative difference $rel) $([ "$good" = 1 ] && echo ok || echo FAILED)"
 done
-max_s=$(sort -n "$D/rec_s" | tail -1); med_s=$(sort -n "$D/rec_s" | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}')
+med() { sort -n "$1" | awk '{v[NR]=$1} END {if (NR) print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2; else print "-"}'; }
+max_s=$(sort -n "$D/rec_s" | tail -1); med_s=$(med "$D/rec_s")
+[ -n "$RECYCLE" ] && echo "by path: in place median $(med "$D/inplace_s") s, max $(sort -n "$D/inplace_s" | tail -1) s over" \
+  "$(wc -l < "$D/inplace_s") kills; restart median $(med "$D/restart_s") s, max $(sort -n "$D/restart_s" | tail -1) s over $(wc -l < "$D/restart_s")"
 echo "summary: $ok_runs of $RUNS runs reached step $STEPS by themselves with 2 recoveries and the final loss within 1e-3;" \
   "recovery from kill to the next step: median $med_s s, max $max_s s over $(wc -l < "$D/rec_s") kills;" \
   "steps repeated: max $(sort -n "$D/lost" | tail -1); largest relative loss difference $(sort -g "$D/rel" | tail -1);" \

@@ -2,15 +2,18 @@
 # The cost of --snapshot-every 1 (docs/recovery.md; issue 22 item 1: <= 2% at K = 1): the demo
 # model (examples/char-gpt.json, batch 32 x 64 tokens) trained with and without a snapshot every
 # step, in alternating rounds (ABBA: odd rounds run without first, even rounds with first, so a
-# load that drifts during a round weighs on both sides alike). Each run's median step time (its
-# metrics' step_ms, the first step left out: it makes the snapshot's files); per layout the
-# median over rounds of the with/without ratio, next to the snapshots' own account of the last
-# round (the copies on the compute path after the first, the writer's CPU per generation) and
-# the load before and after. On a loaded machine the rounds swing by more than the cost: read
-# the ratio from a quiet run (load average below 1), the account from any.
+# load that drifts during a round weighs on both sides alike). Each run's median step period:
+# the time between consecutive progress lines (--log-every 1), which holds the step and its
+# hooks, the snapshot's take on the compute path included (copy, sums, snap.json, rename); the
+# first two periods left out (the first generation makes the files). Per layout the median over
+# rounds of the with/without ratio, next to the snapshots' own account of the last round (the
+# take per step after the first, the writer's and the peer copy's CPU per generation) and the
+# load before and after. On a loaded machine the rounds swing by more than the cost: read the
+# ratio from a quiet run (load average below 1), the account from any.
 # Layouts: one process (--threads 2), 2 stages x 2 replicas on rank threads, and (as root, where
 # network namespaces can be made: tools/hosts.sh) 2 stages x 1 replica over Open MPI on two
-# hosts, where each rank's generations also go to the other host (the peer copy).
+# hosts, where each rank's generations also go to the other host (the peer copy), each one, and
+# every 4th (--snapshot-peer-every 4).
 # Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 8 rounds of 40 steps)
 set -u
 cd "$(dirname "$0")/.."
@@ -24,7 +27,8 @@ trap 'rm -rf "$D" "$SNAP"; [ -n "${hosts:-}" ] && $H down > /dev/null 2>&1' EXIT
 layouts=("one process:--threads 2" "2 stages x 2 replicas:--stages 2 --dp 2 --microbatches 4")
 if $H check > /dev/null 2>&1 && $H up 2 > /dev/null 2>&1; then
   hosts=1
-  layouts+=("2 stages over 2 hosts (MPI, peer copy):--stages 2 --microbatches 4")
+  layouts+=("2 stages over 2 hosts (MPI, peer copy):--stages 2 --microbatches 4"
+            "2 stages over 2 hosts (MPI, peer copy of every 4th):--stages 2 --microbatches 4 --snapshot-peer-every 4")
 fi
 for i in $(seq 1 3000); do echo "the quick brown fox jumps over the lazy dog, line $i of the bench corpus"; done > "$D/t.txt"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')

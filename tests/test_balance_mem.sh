@@ -64,6 +64,11 @@ echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^r[0-9]$/) { split($(i
   && ok "balance-memory train: memory line shows r0 lending, r3 borrowing" \
   || fail "balance-memory train: memory line shows r0 lending, r3 borrowing" "'$line'"
 
+# the run's page draws memory per rank with what was lent and what is kept for others
+grep -q '<h2>Memory per rank</h2>' "$D/m_bal.html" && grep -q 'lent out' "$D/m_bal.html" && grep -q 'stroke-dasharray="4,3"' "$D/m_bal.html" \
+  && ok "balance-memory report: memory per rank with the lent outline" \
+  || fail "balance-memory report: memory per rank with the lent outline" "$(ls "$D"/m_bal* 2>&1 | tr '\n' ' ')"
+
 # simulate: 1f1b P=4 M=8 holds 4 microbatches on stage 0, balanced 3 on every rank but one:
 # --mem-limit 3 fits with --balance-memory and not without.
 "$P" simulate --schedule 1f1b --stages 4 --microbatches 8 --mem-limit 3 --balance-memory --json > "$D/sim.json" 2>&1
@@ -96,8 +101,8 @@ echo "$acts" | awk '{ m = 0; s = 0; for (i = 1; i <= NF; i++) { s += $i; if ($i 
   || fail "balance-memory P=4 T=2048: the largest rank's total within 10% of the mean" "MB per rank: $acts"
 
 # lending in parts (sched_lend.h LEND_PARTS): at this shape stage 0 sends only the tail of each
-# act it lends and keeps the head (gpipe at batch 8: stages 1 and 3); the numbers stay bitwise,
-# on threads and over MPI
+# act it lends and keeps the head (gpipe at batch 8: stages 1 and 3; tp 2: each TP rank its
+# shard's); the numbers stay bitwise, on threads and over MPI
 cat > "$D/part.json" <<'J'
 {"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256, "n_positions": 256}
 J
@@ -122,6 +127,7 @@ done <<'L'
 4 1f1b --stages 4 --microbatches 4 --batch 4
 4 1f1b --stages 4 --microbatches 8 --batch 8
 4 gpipe --stages 4 --microbatches 4 --batch 8
+8 1f1b --stages 4 --microbatches 8 --batch 8 --tp 2
 L
 
 # a plan file with "balance_memory": true trains with it (train --plan)

@@ -4,7 +4,8 @@
  * written one (a temporary folder) are never used; a lost rank's folder is skipped; only `keep`
  * generations stay; reset removes heartbeats and the generations after a step; a writer kept open
  * over many steps refills its slots in place without touching the generations it keeps; with
- * --zero 1 the moment shards of every rank are needed and restored. */
+ * --zero 1 the moment shards of every rank are needed and restored; the checksum taken in pieces
+ * (the copy's) equals the one-shot one; the peer copy of every N-th generation only. */
 #include "test.h"
 #include "ckpt/snapshot.h"
 #include "ckpt/snapshot_int.h"
@@ -169,7 +170,7 @@ static int peer_copied(const state *s) {
     uint32_t addr;
     int port;
     if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0 ||
-        ckpt_snap_peer_listen(b, &addr, &port) < 0 || ckpt_snap_peer_send_to(a, addr, port, 1) < 0) return 0;
+        ckpt_snap_peer_listen(b, &addr, &port) < 0 || ckpt_snap_peer_send_to(a, addr, port, 1, 1) < 0) return 0;
     take(a, 0, &s[1], 1);
     take(b, 1, &s[1], 1);
     ckpt_snap_stats st = {0};
@@ -185,6 +186,83 @@ static int peer_copied(const state *s) {
     int skip[1] = { 0 };
     return st.peer_received == 1 && sa.peer_sent == 1 && sa.peer_rank == 1 &&
            ckpt_snap_restore(r2, skip, 1, out, &f) == 1 && f.step == 1 && f.from_rank[0] == 0 && restored_equals(&s[1]);
+}
+
+/* Waits (at most 10 s) until b has received n peer copies; their count. */
+static long peer_wait(ckpt_snap *b, long n) {
+    ckpt_snap_stats st = {0};
+    for (int i = 0; i < 1000 && st.peer_received < n; i++) {
+        usleep(10000);
+        ckpt_snap_get_stats(b, &st);
+    }
+    return st.peer_received;
+}
+
+/* --snapshot-peer-every 2: of generations 1..4, only 2 and 4 go to the peer. */
+static int peer_every_2(const state *s) {
+    char r2[200], p[300];
+    snprintf(r2, sizeof r2, "%s/peer2", root);
+    ckpt_snap *a, *b;
+    uint32_t addr;
+    int port, ok = 1;
+    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0 ||
+        ckpt_snap_peer_listen(b, &addr, &port) < 0 || ckpt_snap_peer_send_to(a, addr, port, 1, 2) < 0) return 0;
+    for (int g = 1; g <= 4; g++) {
+        take(a, 0, &s[g], g);
+        if (g % 2 == 0) ok &= peer_wait(b, g / 2) == g / 2;
+    }
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    for (int g = 1; g <= 4; g++) {
+        snprintf(p, sizeof p, "%s/rank-1/peer-0/gen-%d", r2, g);
+        ok &= (access(p, F_OK) == 0) == (g % 2 == 0);
+    }
+    return ok;
+}
+
+/* The checksum in pieces of any size equals the one-shot sum (lengths about the 256-byte block,
+ * pieces across its edges), and a flipped bit anywhere (each lane, the high byte of a word, the
+ * tail) changes it. */
+static int sum_pieces(void) {
+    enum { N = 5000 };
+    static unsigned char b[N];
+    static const size_t lens[] = { 0, 1, 7, 8, 255, 256, 257, 1000, 4097, N };
+    static const size_t piece[] = { 1, 3, 64, 255, 256, 300, 1 << 12 };
+    for (size_t i = 0; i < N; i++) b[i] = (unsigned char)(i * 131 + (i >> 7) * 17 + 5);
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
+        for (size_t q = 0; q < sizeof piece / sizeof *piece; q++) {
+            snap_sum s;
+            snap_sum_init(&s);
+            for (size_t o = 0, w; o < lens[l]; o += w) {
+                w = lens[l] - o < piece[q] + o % 5 ? lens[l] - o : piece[q] + o % 5;
+                snap_sum_add(&s, b + o, w);
+            }
+            if (snap_sum_end(&s) != snap_sum_mem(b, lens[l])) return 0;
+        }
+    uint64_t h = snap_sum_mem(b, N);
+    for (size_t at = 0; at < N; at += at < 600 ? 7 : 397)
+        for (int bit = 0; bit < 8; bit += 7) {
+            b[at] ^= (unsigned char)(1u << bit);
+            uint64_t g = snap_sum_mem(b, N);
+            b[at] ^= (unsigned char)(1u << bit);
+            if (g == h) return 0;
+        }
+    return 1;
+}
+
+/* A slot's fill sums the chunk file as it copies: the sum equals the file's, also after a refill
+ * with other values. */
+static int fill_summed(const state *s) {
+    char d[200];
+    snprintf(d, sizeof d, "%s/fill", root);
+    if (mkdir(d, 0755) < 0) return 0;
+    snap_slot sl = {0};
+    int ok = snap_slot_prepare(&sl, d, 0) == 0;
+    for (int k = 0; k < 2 && ok; k++)
+        ok = snap_slot_fill(&sl, 0, 1, 2, 6, &s[k].m, &s[k].opt, 0, 1) == 0 && sl.f[0].summed &&
+             sl.f[0].sum == snap_sum_mem(sl.f[0].map, sl.f[0].bytes);
+    snap_slot_free(&sl);
+    return ok;
 }
 
 int main(void) {
@@ -258,7 +336,10 @@ int main(void) {
           "%s", pt_err());
     CHECK("peer copy: rank 0's generation kept at rank 1, restored from there without rank 0's folder",
           peer_copied(s), "%s", pt_err());
+    CHECK("peer copy of every 2nd generation: 2 and 4 of 1..4 held at the peer", peer_every_2(s), "no");
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
+    CHECK("the checksum in pieces of any size equals the one-shot sum; a flipped bit changes it", sum_pieces(), "no");
+    CHECK("a slot's fill sums the chunk file as it copies (the file's sum, also refilled)", fill_summed(s), "no");
     for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);

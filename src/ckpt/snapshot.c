@@ -1,11 +1,11 @@
 /* Snapshots (snapshot.h): the per-rank writer. At a step boundary the compute thread copies its
  * chunks straight into the mapped chunk files of a slot (snapshot_slot.c: keep + 1 folders
- * refilled in place, so the only work on the compute path is that one copy) and hands the slot
- * over (ckpt_snap_commit); a helper thread sums the files, writes snap.json, renames the folder
- * to "gen-<step>" and drops other processes' old generations. A boundary that finds the writer
- * still busy waits for it (ckpt_snap_ready), so every commit finds it idle. A writer or slot
- * error is said once, at the next boundary, and returned by ckpt_snap_close. Not here: the
- * restore (snapshot_restore.c). */
+ * refilled in place), summing them on the way, then writes snap.json (the sums) and renames the
+ * folder to "gen-<step>" (ckpt_snap_commit): a generation is whole before the rank's next step.
+ * A helper thread then offers it to the peer, drops other processes' old generations and makes
+ * the next slot's files; a boundary that finds it still busy waits for it (ckpt_snap_ready). A
+ * writer or slot error is said once, at the next boundary, and returned by ckpt_snap_close.
+ * Not here: the restore (snapshot_restore.c). */
 #include "ckpt/snapshot.h"
 #include "ckpt/ckpt_int.h"
 #include "ckpt/snapshot_int.h"
@@ -39,7 +39,10 @@ struct ckpt_snap {
     snap_slot slot[SNAP_SLOTS_MAX];
     int n_slots, cur, n_pc, bad;    /* bad: this generation failed to stage (not handed over) */
     ckpt_manifest man;          /* the handed-over generation's */
-    int w_slot;                 /* the slot the writer works on */
+    int w_slot;                 /* the slot the writer works on (installed already) */
+    int w_peer;                 /* it goes to the peer */
+    char *w_json;               /* its snap.json text (the writer frees it) */
+    uint64_t w_sums[CKPT_SNAP_PIECES];
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -48,6 +51,8 @@ struct ckpt_snap {
     int err_said;               /* err already printed at a step boundary */
     ckpt_snap_stats st;
     snap_peer *peer;            /* the peer copy, or NULL */
+    int peer_every;             /* every peer_every-th generation written goes to the peer (0: none) */
+    long peer_count;            /* generations written since the sending started */
     int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
     long slow_ms;               /* test hook: the writer sleeps this long before each generation */
 };
@@ -177,16 +182,40 @@ int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n) {
     return piece_done(s, snap_slot_fill_shard(&s->slot[s->cur], s->n_pc, s->rank, sl, n), t0);
 }
 
+static int install_gen(ckpt_snap *s, snap_slot *sl, uint64_t *sums, char **json);
+
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
     if (s->bad) return;
-    pthread_mutex_lock(&s->mu);
+    double t0 = pt_now();
+    snap_slot *sl = &s->slot[s->cur];
+    uint64_t sums[CKPT_SNAP_PIECES];
+    char *json = NULL;
     s->man = *man;
-    s->st.taken++;
-    s->slot[s->cur].n_f = s->n_pc;   /* the pieces of this generation (a slot may hold more files) */
-    s->w_slot = s->cur;              /* the writer is idle (ckpt_snap_ready waited) */
+    sl->n_f = s->n_pc;   /* the pieces of this generation (a slot may hold more files) */
+    int rc = install_gen(s, sl, sums, &json);
+    if (rc < 0) note_error(s);
+    pthread_mutex_lock(&s->mu);
+    s->st.copy_s += pt_now() - t0;
+    if (s->st.taken++ == 0) s->st.first_copy_s += pt_now() - t0;
+    if (rc == 0) {
+        s->st.written++;
+        s->st.last_step = man->step;
+    }
+    /* the rest to the writer, idle (ckpt_snap_ready waited): the peer copy, and in the first
+     * generations the next slot's files and an earlier process's generations (after those all
+     * slots are in use and older generations are this process's own: nothing to do, no wake-up) */
+    int to_peer = rc == 0 && s->peer_every && ++s->peer_count % s->peer_every == 0;
+    if (rc == 0 && (to_peer || s->st.taken <= s->n_slots + 1)) {
+        s->w_peer = to_peer;
+        s->w_slot = s->cur;
+        s->w_json = json;
+        memcpy(s->w_sums, sums, sizeof sums);
+        s->busy = 1;
+        pthread_cond_broadcast(&s->cv);
+    } else {
+        cJSON_free(json);
+    }
     s->cur = (s->cur + 1) % s->n_slots;
-    s->busy = 1;
-    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -227,8 +256,9 @@ int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port) {
     return snap_peer_listen(s->peer, addr, port);
 }
 
-int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank) {
+int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank, int every) {
     if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
+    s->peer_every = every < 1 ? 1 : every;
     return snap_peer_send_to(s->peer, addr, port, peer_rank);
 }
 
@@ -263,7 +293,7 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
     cJSON *o = cJSON_CreateObject(), *lay = cJSON_CreateObject(), *cf = cJSON_CreateArray();
     cJSON *ch = cJSON_CreateArray();
     cJSON_AddStringToObject(o, "format", "pipetrain-snapshot");
-    cJSON_AddNumberToObject(o, "version", 1);
+    cJSON_AddNumberToObject(o, "version", 2);   /* 2: sum64 of 32 lanes */
     cJSON_AddNumberToObject(o, "rank", s->rank);
     cJSON_AddNumberToObject(o, "step", (double)man->step);
     cJSON_AddNumberToObject(o, "adam_t", man->adam_t);
@@ -329,10 +359,8 @@ static void prune_gens(const ckpt_snap *s, int spare_slots) {
 }
 
 /* The generation just installed from slot sl to the peer's sender (its files' names, maps, sums). */
-static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, const cJSON *j) {
+static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, const char *text) {
     snap_peer_file f[CKPT_SNAP_PIECES];
-    char *text = cJSON_PrintUnformatted(j);
-    if (!text) return;
     for (int i = 0; i < sl->n_f; i++) {
         const snap_file *x = &sl->f[i];
         if (x->kind == SNAP_FILE_SHARD) snprintf(f[i].name, sizeof f[i].name, "optim-%d.safetensors", x->chunk);
@@ -342,34 +370,56 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
         f[i].sum = sums[i];
     }
     snap_peer_offer(s->peer, s->man.step, text, f, sl->n_f);
-    cJSON_free(text);
 }
 
-/* The handed-over slot: its files summed, snap.json written, the folder renamed into place. */
-static int write_gen(ckpt_snap *s) {
-    snap_slot *sl = &s->slot[s->w_slot];
+/* On the compute thread, at commit: slot sl made generation man.step: its files' sums (the copy's,
+ * else taken here), snap.json written (*json: its text, allocated, for the peer), the folder
+ * renamed into place. When this returns, the generation is whole on this host: a rank that
+ * starts its next step has its generation of this one written, and since every step ends with a
+ * reduction over the world (the loss and the gradient's norm, src/run), no rank finishes a step
+ * before every rank's generation of the step before it is written. 0, or -1 naming the error
+ * (the folder stays a free slot's). */
+static int install_gen(ckpt_snap *s, snap_slot *sl, uint64_t *sums, char **json) {
     long step = s->man.step;
-    uint64_t sums[CKPT_SNAP_PIECES];
     if (s->slow_ms > 0) {
         struct timespec ts = { s->slow_ms / 1000, s->slow_ms % 1000 * 1000000L };
         nanosleep(&ts, NULL);
     }
     for (int i = 0; i < sl->n_f; i++) {
-        sums[i] = snap_sum_mem(sl->f[i].map, sl->f[i].bytes);
+        /* summed by the copy (snapshot_slot.c), else here */
+        sums[i] = sl->f[i].summed ? sl->f[i].sum : snap_sum_mem(sl->f[i].map, sl->f[i].bytes);
         if (i == 0) pt_killat_point(s->rank, step, PT_KILL_SAVE);   /* half written: no snap.json */
     }
     cJSON *j = gen_json(s, sl, sums);
+    *json = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!*json) return pt_seterr("snapshot %s: cannot build snap.json", sl->dir);
+    /* written in place: the folder's rename below is what makes the generation whole */
     char jp[1300];
     snprintf(jp, sizeof jp, "%s/snap.json", sl->dir);
-    int rc = j ? io_write_json(j, jp) : pt_seterr("snapshot %s: cannot build snap.json", sl->dir);
-    if (rc == 0) rc = snap_slot_install(sl, s->dir, step);
-    if (rc == 0 && s->peer) offer_peer(s, sl, sums, j);
-    cJSON_Delete(j);
-    if (rc < 0) return -1;
+    FILE *f = fopen(jp, "wb");
+    int ok = f && fputs(*json, f) >= 0;
+    if ((f && fclose(f) != 0) || !ok) {
+        cJSON_free(*json);
+        *json = NULL;
+        return pt_seterr("snapshot %s: cannot write: %s", jp, strerror(errno));
+    }
+    if (snap_slot_install(sl, s->dir, step) == 0) return 0;
+    cJSON_free(*json);
+    *json = NULL;
+    return -1;
+}
+
+/* The writer, after a generation is installed: offered to the peer, other processes' old
+ * generations dropped, the compute thread's next slot given its files. */
+static void after_gen(ckpt_snap *s) {
+    snap_slot *sl = &s->slot[s->w_slot];
+    if (s->w_peer) offer_peer(s, sl, s->w_sums, s->w_json);
+    cJSON_free(s->w_json);
+    s->w_json = NULL;
     prune_gens(s, 1);
     int next = (s->w_slot + 1) % s->n_slots;   /* the compute thread's next: ready before it is */
     if (snap_slot_clone(&s->slot[next], sl, s->dir, next) < 0) { /* the compute thread makes it then */ }
-    return 0;
 }
 
 /* CPU seconds this thread has used (what the writer takes from the cores, whatever the load). */
@@ -390,16 +440,10 @@ static void *snap_writer_main(void *arg) {
         if (!s->busy) break;                    /* stop, nothing handed over */
         pthread_mutex_unlock(&s->mu);
         double t0 = pt_now(), c0 = thread_cpu_s();
-        int rc = write_gen(s);
+        after_gen(s);
         pthread_mutex_lock(&s->mu);
         s->st.write_s += pt_now() - t0;
         s->st.write_cpu_s += thread_cpu_s() - c0;
-        if (rc == 0) {
-            s->st.written++;
-            s->st.last_step = s->man.step;
-        } else if (!s->err[0]) {
-            snprintf(s->err, sizeof s->err, "%s", pt_err());
-        }
         s->busy = 0;
         pthread_cond_broadcast(&s->cv);   /* a compute thread in ready */
     }

@@ -1,6 +1,6 @@
 /* Snapshots: checkpoints kept in memory that outlives the process (a folder under /dev/shm), one
- * per rank, taken at a step boundary and written by a helper thread, so a job that loses a rank
- * restarts from at most a step or two back. A snapshot is the checkpoint format of checkpoint.h:
+ * per rank, taken at a step boundary (one copy into files mapped once, summed on the way; a
+ * helper thread sends it to a peer), so a job that loses a rank restarts at most K steps back. A snapshot is the checkpoint format of checkpoint.h:
  * each rank's generation folder holds the chunk files of the chunks it holds (parameters and
  * AdamW moments, Hugging Face names) and a snap.json naming its step, layout and each file's
  * bytes and 64-bit checksum ("sum64", snapshot_int.h). ckpt_snap_restore puts together, from every rank's folders, a
@@ -33,9 +33,10 @@ typedef struct {
     long waits;             /* boundaries at which the compute path waited for the writer */
     double wait_s;          /* seconds it waited there */
     long written;           /* generations renamed into place */
-    double copy_s;          /* seconds on the compute path (the copies into the slots' files) */
+    double copy_s;          /* seconds on the compute path (the copies into the slots' files with
+                             * their sums, snap.json, the rename) */
     double first_copy_s;    /* of which the first generation's (it makes and maps the files) */
-    double write_s;         /* seconds in the writer thread (wall) */
+    double write_s;         /* seconds in the writer thread (wall: the peer offer, the next slot) */
     double write_cpu_s;     /* CPU seconds the writer thread used */
     long last_step;         /* the newest generation written (0: none) */
     int peer_rank;          /* the rank its generations are copied to (-1: none) */
@@ -51,10 +52,10 @@ typedef struct {
  * 0, or -1 naming the folder. */
 int ckpt_snap_open(ckpt_snap **out, const char *root, int rank, int keep);
 /* At a step boundary, on the compute thread, before staging a generation: waits while the writer
- * is still at the previous one (time counted in stats.wait_s), so that when this one is handed
- * over, every earlier one is written: a failure during the next step then loses at most the
- * snapshot interval. A writer faster than the interval never makes a step wait. Says a writer
- * error on stderr once (at the first boundary after it). Returns 1. */
+ * thread is still at the previous one (its peer offer and the next slot's files; time counted in
+ * stats.wait_s), so the slot to fill is the compute thread's alone. A writer faster than the
+ * interval never makes a step wait. Says a writer error on stderr once (at the first boundary
+ * after it). Returns 1. */
 int ckpt_snap_ready(ckpt_snap *s);
 /* After ckpt_snap_ready: copies chunk `chunk` (layers [first, end)) of m's parameters and
  * opt's moments (laid out like m->params; opt->n == m->n_held) into the generation's chunk file
@@ -84,19 +85,22 @@ int ckpt_snap_stage_slices(ckpt_snap *s, int chunk, int first, int end, const gp
  * of its world rank (ckpt_write_shard's layout). The generation's manifest then says the
  * shards (ckpt_manifest_set_shards). 0, or -1 as ckpt_snap_stage. */
 int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n);
-/* Hands the staged chunks to the writer as generation man->step (man: config, step, adam_t,
- * batch, seq, seeds, data, layout with chunk ranges: ckpt_manifest_set_layout's): the writer,
- * idle after ckpt_snap_ready, starts on it now. Returns at once. */
+/* Makes the staged chunks generation man->step (man: config, step, adam_t, batch, seq, seeds,
+ * data, layout with chunk ranges: ckpt_manifest_set_layout's) on the calling thread: their sums
+ * (taken by the copies), snap.json, the folder renamed into place, so the generation is whole
+ * when this returns (its cost counted in stats.copy_s); then hands it to the writer thread
+ * (idle after ckpt_snap_ready) for the peer copy and the next slot. An error is said at the next
+ * boundary (the run goes on). */
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man);
 /* The peer copy (snapshot_peer.c: for layouts where no replica on another host holds this rank's
  * state). Starts s's receiver: other ranks' generations are kept under
  * ROOT/rank-<w>/peer-<origin>/gen-<step>/ (the restore reads them as the origin's). *addr (IPv4,
  * host order) and *port: where others reach it. 0, or -1 naming the error. */
 int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port);
-/* From now on each generation s writes is also sent to addr:port (world rank peer_rank), by a
- * thread of its own, off the compute path and off the writer's (a newer generation replaces
- * one still waiting). */
-int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank);
+/* From now on every `every`-th generation s writes (every >= 1: the every-th, 2 every-th, ...
+ * from here) is also sent to addr:port (world rank peer_rank), by a thread of its own, off the
+ * compute path and off the writer's (a newer generation replaces one still waiting). */
+int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank, int every);
 /* Writes "<step> <pid> <unix time> <host name>" into the rank's heartbeat file (in place, a few bytes): the
  * supervisor's sign that the rank goes on. */
 void ckpt_snap_heartbeat(ckpt_snap *s, long step);

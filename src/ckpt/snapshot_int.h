@@ -14,10 +14,24 @@ void snap_clean_tmp(const char *rank_dir);
 /* The steps of all the complete generations "gen-<step>" of a rank folder, newest first, in
  * *steps (allocated; free it, NULL when none); returns how many (0 when the folder is absent). */
 int snap_list_gens(const char *rank_dir, long **steps);
-/* The snapshots' 64-bit checksum of n bytes: eight lanes of FNV-1a's step over 64-bit words
- * (each followed by a shift-xor: a word multiply alone would leave a changed high byte out of
- * the low bits), folded with the length and the tail bytes. Eight independent multiply chains
- * keep it near memory speed: the writer pays it for every byte of every generation. */
+/* The snapshots' 64-bit checksum ("sum64") of n bytes: 32 lanes of FNV-1a's step over 64-bit
+ * words (lane k takes word k of each 256-byte block; each step followed by a shift-xor: a word
+ * multiply alone would leave a changed high byte out of the low bits), folded with the length,
+ * then the tail bytes. The lanes are independent multiply chains (four vectors of eight), so the
+ * sum runs at about memory speed. One shot (snap_sum_mem) or in pieces of any size
+ * (snap_sum_init, _add, _end: the same value), e.g. each piece of a copy right after it, while
+ * its bytes are in the cache. */
+#define SNAP_SUM_LANES 32
+#define SNAP_SUM_BLOCK ((size_t)8 * SNAP_SUM_LANES)
+typedef struct {
+    uint64_t h[SNAP_SUM_LANES];
+    uint64_t n;                             /* bytes added */
+    unsigned char buf[SNAP_SUM_BLOCK];      /* a block not yet whole */
+    int nb;
+} snap_sum;
+void snap_sum_init(snap_sum *s);
+void snap_sum_add(snap_sum *s, const unsigned char *p, size_t n);
+uint64_t snap_sum_end(const snap_sum *s);
 uint64_t snap_sum_mem(const unsigned char *p, size_t n);
 /* snap_sum_mem of a whole file, and its size; -1 naming it. */
 int snap_file_sum(const char *path, uint64_t *hash, size_t *len);
@@ -46,6 +60,9 @@ typedef struct {
     size_t bytes;
     snap_run *run;
     int n_run;
+    int ordered;                /* runs in file order, none overlapping: the fill sums as it copies */
+    int summed;                 /* sum is the file's sum64 as last filled (else the writer sums it) */
+    uint64_t sum;
 } snap_file;
 
 /* A generation's folder and its chunk files. Its folder is "gen-<step>" while it holds a whole
@@ -67,7 +84,8 @@ int snap_slot_prepare(snap_slot *sl, const char *rank_dir, int idx);
  * opt is NULL; m is TP rank tp_rank's shard model of tp, or whole when tp is 1): the file
  * already there when it matches, else (re)created (ckpt_chunk_writer's layout: whole tensors)
  * and mapped. Then copies m's parameters and opt's moments into it (a shard: into its places,
- * the other TP ranks' bytes left zero). 0, or -1 naming the file. */
+ * the other TP ranks' bytes left zero), summing the file piece by piece behind the copy (its
+ * bytes still in the cache: one pass over memory; f->summed). 0, or -1 naming the file. */
 int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
                    const adamw_state *opt, int tp_rank, int tp);
 /* --zero 1 under tensor parallelism (the checkpoint keeps the moments in the chunk files then):
@@ -78,7 +96,8 @@ int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gp
 int snap_slot_fill_slices(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
                           int with_params, const ckpt_slice *x, int n, int tp_rank, int tp, int replica);
 /* Piece k of sl as world rank `rank`'s moment-shard file of slices x[0..n) (ckpt_shard_writer's
- * layout; kept when the slices are the same), filled from them. 0, or -1 naming the file. */
+ * layout; kept when the slices are the same), filled from them (and summed, as snap_slot_fill).
+ * 0, or -1 naming the file. */
 int snap_slot_fill_shard(snap_slot *sl, int k, int rank, const ckpt_slice *x, int n);
 /* sl's folder renamed to "gen-<step>" under rank_dir (a folder of that name from another
  * process replaced). 0, or -1 naming it. */

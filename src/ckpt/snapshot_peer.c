@@ -36,7 +36,8 @@
 #define PEER_MAX_CONN 16        /* senders one receiver serves */
 #define PEER_KEEP 3             /* generations kept per origin */
 #define PEER_IO_TIMEOUT_S 10    /* a send or receive that makes no progress this long fails */
-#define PEER_NICE 10            /* the sender's and receivers' nice value, as the writer's */
+#define PEER_NICE 19            /* the sender's and receivers' nice value: the lowest */
+#define PEER_RECV_PIECE 65536   /* bytes received before they are summed: inside the L2 cache */
 
 struct snap_peer {
     char dir[1024];             /* root/rank-<me> */
@@ -148,20 +149,84 @@ static int recv_drop(int fd, uint64_t n) {
     return 0;
 }
 
-/* n bytes from fd straight into file `path` (made, or resized, to n bytes and mapped: a recycled
- * file's pages are in place, so this is the receive's one copy), *sum theirs. 1, 0 when the
- * file could not be made (the bytes read and dropped), -1 when the connection failed. */
-static int recv_file(int fd, const char *path, uint64_t n, uint64_t *sum) {
-    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+/* A receiving connection: its socket and the files it keeps mapped. The generations it receives
+ * go round the same files (recv_folder reuses the oldest kept folder), so a file's mapping is
+ * kept from one generation to the next (keyed by its inode and size; the least recently used
+ * unmapped when full): the receive then copies into pages already mapped, with no page-table
+ * work per generation. A mapping not used for PEER_KEEP generations is dropped (its file was
+ * removed, or made anew: its memory is not held past that). */
+#define PEER_MAPS (2 * PEER_KEEP * CKPT_SNAP_PIECES)
+typedef struct {
+    int fd;
+    struct { dev_t dev; ino_t ino; unsigned char *map; size_t bytes; long used; } m[PEER_MAPS];
+    long gen;                   /* generations received on this connection */
+} recv_conn;
+
+/* After a generation: the mappings not used in the last PEER_KEEP dropped (all: drop_all). */
+static void conn_unmap_old(recv_conn *c, int drop_all) {
+    c->gen++;
+    for (int i = 0; i < PEER_MAPS; i++)
+        if (c->m[i].map && (drop_all || c->m[i].used + PEER_KEEP < c->gen)) {
+            munmap(c->m[i].map, c->m[i].bytes);
+            c->m[i].map = NULL;
+        }
+}
+
+/* The mapping of open file f (n bytes, stat st): the kept one, else a new one (its pages in place
+ * at once) in the place of the least recently used. NULL when it cannot be mapped. */
+static unsigned char *conn_map(recv_conn *c, int f, const struct stat *st, size_t n) {
+    int lru = 0;
+    for (int i = 0; i < PEER_MAPS; i++) {
+        if (c->m[i].map && c->m[i].dev == st->st_dev && c->m[i].ino == st->st_ino) {
+            if (c->m[i].bytes == n) { c->m[i].used = c->gen; return c->m[i].map; }
+            munmap(c->m[i].map, c->m[i].bytes);   /* resized: mapped again below */
+            c->m[i].map = NULL;
+        }
+        if (!c->m[i].map || (c->m[lru].map && c->m[i].used < c->m[lru].used)) lru = i;
+    }
+    void *map = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, f, 0);
+    if (map == MAP_FAILED) return NULL;
+    if (c->m[lru].map) munmap(c->m[lru].map, c->m[lru].bytes);
+    c->m[lru].dev = st->st_dev, c->m[lru].ino = st->st_ino, c->m[lru].map = map, c->m[lru].bytes = n;
+    c->m[lru].used = c->gen;
+    return map;
+}
+
+/* w bytes from fd into b in one call where the kernel can (MSG_WAITALL, and no wake-up before w
+ * bytes are there: SO_RCVLOWAT), not one call and one wake-up per packet. 0, or -1. */
+static int recv_piece(int fd, unsigned char *b, size_t w, int *lowat) {
+    int want = (int)w;
+    if (want != *lowat && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0) *lowat = want;
+    for (size_t got = 0; got < w;) {
+        ssize_t k = recv(fd, b + got, w - got, MSG_WAITALL);
+        if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; }
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+/* n bytes from c's socket straight into file `path` (made, or resized, to n bytes; mapped once:
+ * conn_map), *sum theirs, taken piece by piece right behind the receive (the bytes still in the
+ * cache). 1, 0 when the file could not be made (the bytes read and dropped), -1 when the
+ * connection failed. */
+static int recv_file(recv_conn *c, const char *path, uint64_t n, uint64_t *sum) {
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644), lowat = 0, one = 1;
     struct stat st;
-    void *map = MAP_FAILED;
+    unsigned char *map = NULL;
     if (f >= 0 && fstat(f, &st) == 0 && ((uint64_t)st.st_size == n || ftruncate(f, (off_t)n) == 0) && n)
-        map = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+        map = conn_map(c, f, &st, (size_t)n);
     if (f >= 0) close(f);
-    if (map == MAP_FAILED) return n == 0 && f >= 0 ? (*sum = snap_sum_mem(NULL, 0), 1) : recv_drop(fd, n) < 0 ? -1 : 0;
-    int rc = read_all(fd, map, n) < 0 ? -1 : 1;
-    if (rc > 0) *sum = snap_sum_mem(map, n);
-    munmap(map, n);
+    if (!map) return n == 0 && f >= 0 ? (*sum = snap_sum_mem(NULL, 0), 1) : recv_drop(c->fd, n) < 0 ? -1 : 0;
+    snap_sum s;
+    int rc = 1;
+    snap_sum_init(&s);
+    for (uint64_t o = 0, w; o < n && rc > 0; o += w) {
+        w = n - o < PEER_RECV_PIECE ? n - o : PEER_RECV_PIECE;
+        if (recv_piece(c->fd, map + o, (size_t)w, &lowat) < 0) rc = -1;
+        else snap_sum_add(&s, map + o, (size_t)w);
+    }
+    if (lowat > 1) setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one);   /* the headers: as they come */
+    *sum = snap_sum_end(&s);
     return rc;
 }
 
@@ -181,7 +246,8 @@ static int recv_folder(const char *odir, const char *tmp) {
 
 /* One generation from fd into odir/gen-<step>. 1 kept, 0 dropped (a sum that does not match, a
  * file that could not be made), -1 the connection ended or failed. */
-static int recv_gen(snap_peer *p, int fd, char *odir, size_t odir_n) {
+static int recv_gen(snap_peer *p, recv_conn *c, char *odir, size_t odir_n) {
+    int fd = c->fd;
     char magic[4];
     int32_t origin, nf;
     int64_t step;
@@ -205,7 +271,7 @@ static int recv_gen(snap_peer *p, int fd, char *odir, size_t odir_n) {
             read_all(fd, &bytes, 8) < 0 || read_all(fd, &sum, 8) < 0 || bytes > (1ull << 40)) { rc = -1; break; }
         name[nl] = 0;
         snprintf(path, sizeof path, "%s/%s", tmp, name);
-        int r = rc > 0 && !strchr(name, '/') ? recv_file(fd, path, bytes, &got) : recv_drop(fd, bytes) < 0 ? -1 : 0;
+        int r = rc > 0 && !strchr(name, '/') ? recv_file(c, path, bytes, &got) : recv_drop(fd, bytes) < 0 ? -1 : 0;
         if (r < 0) rc = -1;
         else if (r == 0 || got != sum) rc = 0;   /* refilled while it was sent */
     }
@@ -223,8 +289,12 @@ static int recv_gen(snap_peer *p, int fd, char *odir, size_t odir_n) {
     return rc;
 }
 
-/* Below the compute threads, as the writer (snapshot.c): on a machine with no idle core the copy
- * takes what they leave (a nice value per thread is Linux's; elsewhere this does nothing). */
+/* Below the compute threads and below the writer (snapshot.c): nice 19, so the copy runs mostly
+ * where the cores have nothing else to do (the bubbles of the rank's own pipeline, a wait for a
+ * peer) and takes little from the steps when they compete. Nothing on the compute path waits
+ * for it: on a busy machine it falls behind (a newer generation replaces one not yet sent).
+ * Not SCHED_IDLE: on a machine loaded by other work that would starve it outright. (A nice
+ * value per thread is Linux's; elsewhere this does nothing.) */
 static void lower_priority(void) {
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PEER_NICE) < 0) { /* keep going */ }
 }
@@ -233,10 +303,13 @@ static void *conn_main(void *arg) {
     lower_priority();
     int *fdp = arg;
     snap_peer *p = *(snap_peer **)(fdp + 2);
-    int fd = fdp[0], rc;
+    int rc;
+    recv_conn *c = pt_calloc(1, sizeof *c);
+    c->fd = fdp[0];
     char odir[1100];
     double c0 = thread_cpu_s();
-    while ((rc = recv_gen(p, fd, odir, sizeof odir)) >= 0) {
+    while ((rc = recv_gen(p, c, odir, sizeof odir)) >= 0) {
+        conn_unmap_old(c, 0);
         double c1 = thread_cpu_s();
         pthread_mutex_lock(&p->mu);
         if (rc > 0) p->st.received++; else p->st.dropped++;
@@ -244,6 +317,8 @@ static void *conn_main(void *arg) {
         c0 = c1;
         pthread_mutex_unlock(&p->mu);
     }
+    conn_unmap_old(c, 1);
+    free(c);
     free(fdp);
     return NULL;
 }

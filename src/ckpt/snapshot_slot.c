@@ -1,8 +1,8 @@
 /* Snapshots' slots (snapshot_int.h): a rank keeps keep + 1 generation folders whose chunk files
  * are created and mapped once, then refilled in place: the compute thread copies its parameters
  * and moments straight into the mapped file (one copy, no page faults after the first
- * generation: tmpfs pages stay with the file), and the writer thread only sums the bytes and
- * writes snap.json. A slot's folder is renamed, never rewritten under a generation's name, so a
+ * generation: tmpfs pages stay with the file), summing each piece right behind its copy, and
+ * the writer thread only writes snap.json and renames. A slot's folder is renamed, never rewritten under a generation's name, so a
  * folder named "gen-<step>" is always whole. Not here: the writer thread (snapshot.c). */
 #include "ckpt/snapshot_int.h"
 #include "ckpt/ckpt_int.h"
@@ -146,6 +146,56 @@ static snap_file *slot_piece(snap_slot *sl, int k, const snap_file *want) {
     return NULL;
 }
 
+#define COPY_PIECE 16384   /* bytes copied before they are summed: well inside the L1 cache */
+
+/* Whether f's runs are in file order with none overlapping (a fill can then sum the file in
+ * order as it copies); once, when the runs are made. */
+static void runs_check_order(snap_file *f) {
+    size_t end = 0;
+    f->ordered = 1;
+    for (int i = 0; i < f->n_run; i++) {
+        if (f->run[i].at < end) f->ordered = 0;
+        end = f->run[i].at + f->run[i].bytes;
+    }
+}
+
+/* Where run r's bytes come from (ctx: the fill's sources). */
+typedef const void *(*run_src_fn)(const snap_run *r, const void *ctx);
+
+/* Copies each run of f from src(run) into the mapped file and, when its runs are in order, sums
+ * the whole file on the way (the bytes between runs as they are, each piece of a run right
+ * after its copy, while it is in the cache): the writer then has no pass of its own. */
+static void copy_runs(snap_file *f, run_src_fn src, const void *ctx) {
+    f->summed = 0;
+    if (!f->ordered) {
+        for (int i = 0; i < f->n_run; i++) memcpy(f->map + f->run[i].at, src(&f->run[i], ctx), f->run[i].bytes);
+        return;
+    }
+    snap_sum s;
+    size_t pos = 0;
+    snap_sum_init(&s);
+    for (int i = 0; i < f->n_run; i++) {
+        const snap_run *r = &f->run[i];
+        const unsigned char *from = src(r, ctx);
+        if (r->at > pos) snap_sum_add(&s, f->map + pos, r->at - pos);
+        for (size_t o = 0, w; o < r->bytes; o += w) {
+            w = r->bytes - o < COPY_PIECE ? r->bytes - o : COPY_PIECE;
+            memcpy(f->map + r->at + o, from + o, w);
+            snap_sum_add(&s, f->map + r->at + o, w);
+        }
+        pos = r->at + r->bytes;
+    }
+    if (pos < f->bytes) snap_sum_add(&s, f->map + pos, f->bytes - pos);
+    f->sum = snap_sum_end(&s);
+    f->summed = 1;
+}
+
+/* snap_slot_fill's sources: the parameters, m and v. */
+static const void *chunk_src(const snap_run *r, const void *ctx) {
+    const float *const *src = ctx;
+    return src[r->what] + r->src;
+}
+
 int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
                    const adamw_state *opt, int tp_rank, int tp) {
     snap_file want = { .kind = SNAP_FILE_CHUNK, .chunk = chunk, .first = first, .end = end,
@@ -163,14 +213,27 @@ int snap_slot_fill(snap_slot *sl, int k, int chunk, int first, int end, const gp
         free(off);
         st_writer_free(w);
         if (rc < 0) { file_unmap(f); return -1; }
+        runs_check_order(f);
     }
     const float *src[3] = { m->params, opt ? opt->m : NULL, opt ? opt->v : NULL };
-    for (int i = 0; i < f->n_run; i++)
-        memcpy(f->map + f->run[i].at, src[f->run[i].what] + f->run[i].src, f->run[i].bytes);
+    copy_runs(f, chunk_src, src);
     return 0;
 }
 
 static uint64_t slices_sig(const ckpt_slice *x, int n);
+
+/* snap_slot_fill_slices' sources (ctx: the model, the slices): parameters, or a slice's m or v. */
+static const void *slices_src(const snap_run *r, const void *ctx) {
+    const gpt_model *m = ((const void *const *)ctx)[0];
+    const ckpt_slice *x = ((const void *const *)ctx)[1];
+    return r->what == 0 ? m->params + r->src : (r->what == 3 ? x[r->src].m : x[r->src].v) + r->sub;
+}
+
+/* snap_slot_fill_shard's sources (ctx: the slices): a slice's m (what 0) or v (1). */
+static const void *shard_src(const snap_run *r, const void *ctx) {
+    const ckpt_slice *c = (const ckpt_slice *)ctx + r->src;
+    return r->what ? c->v : c->m;
+}
 
 int snap_slot_fill_slices(snap_slot *sl, int k, int chunk, int first, int end, const gpt_model *m,
                           int with_params, const ckpt_slice *x, int n, int tp_rank, int tp, int replica) {
@@ -193,12 +256,10 @@ int snap_slot_fill_slices(snap_slot *sl, int k, int chunk, int first, int end, c
         free(off);
         st_writer_free(w);
         if (rc < 0) { file_unmap(f); return -1; }
+        runs_check_order(f);
     }
-    for (int i = 0; i < f->n_run; i++) {
-        const snap_run *r = &f->run[i];
-        const float *src = r->what == 0 ? m->params + r->src : (r->what == 3 ? x[r->src].m : x[r->src].v) + r->sub;
-        memcpy(f->map + r->at, src, r->bytes);
-    }
+    const void *ctx[2] = { m, x };
+    copy_runs(f, slices_src, ctx);
     return 0;
 }
 
@@ -233,11 +294,9 @@ int snap_slot_fill_shard(snap_slot *sl, int k, int rank, const ckpt_slice *x, in
         free(off);
         st_writer_free(w);
         if (rc < 0) { file_unmap(f); return -1; }
+        runs_check_order(f);
     }
-    for (int i = 0; i < f->n_run; i++) {
-        const ckpt_slice *c = &x[f->run[i].src];
-        memcpy(f->map + f->run[i].at, f->run[i].what ? c->v : c->m, f->run[i].bytes);
-    }
+    copy_runs(f, shard_src, x);
     return 0;
 }
 
@@ -271,6 +330,7 @@ static int file_clone(snap_file *f, const snap_file *src, const char *dir) {
     if (p == MAP_FAILED) return pt_seterr("snapshot %s: cannot size or map %zu bytes: %s", path, src->bytes, strerror(errno));
     f->map = p;
     f->bytes = src->bytes;
+    f->summed = 0;   /* its fill sums it */
     memcpy(f->map, src->map, f->bytes);
     return 0;
 }

@@ -234,7 +234,14 @@ static int run_args(train_args *a, int *argc, char ***argv) {
     train_opts *o = &a->o;
     if ((a->plan && apply_plan(a) < 0) || pipe_flags(a, argc, argv, &o->world) < 0)
         return cli_fail("train");
-    if (set_lr_schedule(a) < 0 || train_main(o) < 0) {
+    if (set_lr_schedule(a) < 0 || (o->recycle && train_recycle_arm(o) < 0)) return cli_fail("train");
+    int rc, standby = 0;
+    while ((rc = train_main(o)) < 0 && o->recycle) {   /* a replica lost a rank: the others go on in place */
+        int n = train_recycle_next(o, &standby);
+        if (n == 1 && standby) rc = 0;
+        if (n != 1 || standby) break;
+    }
+    if (rc < 0) {
         if (o->world) pt_adderr("rank %d: ", o->world->rank);
         return cli_fail("train");
     }
@@ -245,7 +252,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = TRAIN_DEFAULT_STEPS, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1, .beta1 = NAN, .beta2 = NAN, .momentum_decay = NAN};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 56 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 58 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -316,6 +323,11 @@ int cli_train(int argc, char **argv) {
                                                             "written off the compute path (docs/recovery.md)"},
         {"--snapshot-dir", OPT_STR, &o->snapshot_dir, "memory that outlives the process for snapshots and heartbeats "
                                                       "(e.g. /dev/shm/NAME; pipetrain launch gives one)"},
+        {"--snapshot-peer-every", OPT_INT, &o->snapshot_peer_every, "N: MPI, no replica on another host: every N-th "
+                                                                    "snapshot also copied to a rank there (default 1)"},
+        {"--recycle", OPT_FLAG, &o->recycle, "MPI under mpirun --enable-recovery (pipetrain launch --recycle): a replica "
+                                             "that loses a rank is dropped in place, the others go on from the newest "
+                                             "snapshot with its microbatches (docs/recovery.md)"},
         {"--kill-at", OPT_STR, &repeated_help, "testing: RANK@STEP[:PHASE] that rank kills itself (SIGKILL) at the first "
                                                "forward | reduce | save of that step (repeatable; default forward)"},
         cli_precision_opt(&a.precision),

@@ -164,6 +164,17 @@ int comm_threads_create(int size, comm **out);
 int comm_mpi_available(void);
 int comm_mpi_init(int *argc, char ***argv, comm **out);
 void comm_mpi_finalize(void);
+/* Going on after a rank dies (comm_mpi_recover.c; run under `mpirun --enable-recovery`).
+ * arm: before the job's first collective, from then on blocking collectives poll (interruptible);
+ * -1 without the progress thread. interrupt(why): every endpoint made so far is broken: its
+ * pending requests fail with why, later calls on it fail at once, its abort does not end the job;
+ * callable from any thread. interrupts: how many so far. survivors: collective over the world
+ * ranks keep[0..n) (increasing; of the current world) only: a new world of them in *out (rank i
+ * is keep[i]); a caller not in keep gets NULL and communicates nothing. */
+int comm_mpi_recover_arm(void);
+void comm_mpi_interrupt(const char *why);
+int comm_mpi_interrupts(void);
+int comm_mpi_survivors(const int *keep, int n, comm **out);
 
 /* Fault injection around `inner` (which it owns): every message to rank `slow_peer` (-1: none)
  * is delivered `delay` seconds late without blocking the sender (a delivery thread posts it when

@@ -13,7 +13,7 @@
  *
  * The one place library code prints: abort writes "rank R failed: why" to stderr before
  * MPI_Abort ends the whole job (no other rank could report it). */
-#include "comm/comm.h"
+#include "comm/comm_mpi_int.h"
 #include "util/pt.h"
 #include <errno.h>
 #include <limits.h>
@@ -25,50 +25,6 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
-    MPI_Comm mc;      /* owned: freed with the endpoint */
-    MPI_Comm mc2;     /* owned: a duplicate for the second phase of non-blocking reductions, which
-                       * the progress thread starts (collectives must start in one order per
-                       * communicator on every rank: these never mix with the rank's own) */
-    int tag_ub;       /* largest valid tag (MPI_TAG_UB of the world) */
-    int *world_of;    /* [size] world rank of each rank */
-    struct mp_req *colls, *colls_tail;   /* reductions not yet finished, in posting order */
-} mp_impl;
-
-struct mp_coll;
-
-typedef struct mp_req {
-    MPI_Request rq;
-    int is_send, peer, tag;
-    size_t bytes;
-    struct mp_coll *coll;   /* a non-blocking collective (ireduce), else NULL */
-    comm *c;                /* its endpoint (the progress thread checks results with it) */
-    int done, failed;       /* progress thread: completed (under the engine's lock), and how */
-    int finished;           /* a reduction: all its phases over (failed, err say how) */
-    struct mp_req *cnext;   /* a reduction: the next one of its endpoint */
-    char err[256];
-} mp_req;
-
-/* The progress thread's state: the requests it completes, and the conditions it signals. */
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t done_cv;     /* a request completed (ranks wait on it) */
-    pthread_cond_t work_cv;     /* a request arrived, or stop (the thread waits on it when idle) */
-    mp_req **act;               /* [n] requests not yet complete */
-    int n, cap;
-    int on, stop;
-    pthread_t th;
-} mp_engine;
-
-static mp_engine eng = { .mu = PTHREAD_MUTEX_INITIALIZER };
-static int mp_threaded;         /* MPI lets any thread call it, one at a time (SERIALIZED or more) */
-/* Every MPI call of this file is made under this lock: MPI is used SERIALIZED even where it
- * offers MULTIPLE (Open MPI 4's non-blocking collectives are not safe from two threads at once:
- * their progress runs inside any MPI call). Never held while waiting for a peer, except inside
- * a blocking collective, which progresses everything itself. MPI_Abort takes it when it can within a second. */
-static pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
-#define MPI_LOCK() pthread_mutex_lock(&mpi_mu)
-#define MPI_UNLOCK() pthread_mutex_unlock(&mpi_mu)
 
 #define NAP_MIN 10e-6           /* progress thread: first nap after a poll that completed nothing */
 #define NAP_MAX 100e-6          /* ... growing to this */
@@ -98,9 +54,10 @@ static int mpi_error(int code, const char *fmt, ...) {
     return pt_seterr("mpi: %s: %s", head, msg);
 }
 
-static comm *endpoint_new(MPI_Comm mc, int tag_ub) {
+comm *mp_endpoint_new(MPI_Comm mc, int tag_ub) {
     mp_impl *m = pt_calloc(1, sizeof *m);
     m->mc = mc;
+    m->epoch = mp_epoch_now();
     m->tag_ub = tag_ub;
     MPI_LOCK();
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
@@ -110,13 +67,13 @@ static comm *endpoint_new(MPI_Comm mc, int tag_ub) {
     c->vt = &mp_vtable;
     MPI_Comm_rank(mc, &c->rank);
     MPI_Comm_size(mc, &c->size);
-    MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank);
+    MPI_Comm_rank(mp_job_world, &c->world_rank);
     m->world_of = pt_malloc(sizeof *m->world_of * (size_t)c->size);
     int *mine = pt_malloc(sizeof *mine * (size_t)c->size);
     for (int r = 0; r < c->size; r++) mine[r] = r;
     MPI_Group g, wg;
     MPI_Comm_group(mc, &g);
-    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    MPI_Comm_group(mp_job_world, &wg);
     MPI_Group_translate_ranks(g, c->size, mine, wg, m->world_of);
     MPI_Group_free(&g);
     MPI_Group_free(&wg);
@@ -129,6 +86,7 @@ static comm *endpoint_new(MPI_Comm mc, int tag_ub) {
 
 static int check_args(comm *c, const char *what, int peer, int tag, size_t bytes) {
     mp_impl *m = c->impl;
+    if (mp_broken(c)) return mp_broken_err(c, what);
     if (peer < 0 || peer >= c->size)
         return pt_seterr("mpi: %s: rank %d has no peer %d (communicator of %d ranks)", what,
                          c->rank, peer, c->size);
@@ -237,6 +195,7 @@ static int req_advance(mp_req *r, int *fin) {
 
 /* A request the progress thread finished: its result, and r freed. */
 static int req_finish(mp_req *r) {
+    if (r->broken) return pt_seterr("%s", r->why);   /* left: MPI may still touch it */
     int rc = r->failed ? pt_seterr("%s", r->err) : 0;
     free(r);
     return rc;
@@ -409,19 +368,26 @@ static int mp_wait(comm *c, comm_req *req, double timeout) {
 /* Every rank must pass the same count to collective `what`: one tiny MPI_Allreduce of (n, -n)
  * with MPI_MAX. */
 static int check_counts(comm *c, size_t n, const char *what) {
-    long long v[2] = {(long long)n, -(long long)n}, m[2];
+    if (mp_broken(c)) return mp_broken_err(c, what);
+    long long *v = pt_malloc(4 * sizeof *v), *m = v + 2;   /* recovery: left to MPI when broken */
+    v[0] = (long long)n;
+    v[1] = -(long long)n;
+    MPI_Request rq;
     MPI_LOCK();
-    int e = MPI_Allreduce(v, m, 2, MPI_LONG_LONG, MPI_MAX, ((mp_impl *)c->impl)->mc);
+    int e = mp_recover_on ? MPI_Iallreduce(v, m, 2, MPI_LONG_LONG, MPI_MAX, ((mp_impl *)c->impl)->mc, &rq)
+                          : MPI_Allreduce(v, m, 2, MPI_LONG_LONG, MPI_MAX, ((mp_impl *)c->impl)->mc);
     MPI_UNLOCK();
+    if (e == MPI_SUCCESS && mp_recover_on && mp_coll_poll(c, &rq, what) < 0) return -1;
+    long long m0 = m[0], m1 = m[1];
+    free(v);
     if (e != MPI_SUCCESS) return mpi_error(e, "%s on rank %d of %d", what, c->rank, c->size);
-    if (m[0] != (long long)n || -m[1] != (long long)n)
+    if (m0 != (long long)n || -m1 != (long long)n)
         return pt_seterr("mpi: %s: ranks passed different counts (rank %d passed %zu; "
-                         "min %lld, max %lld)", what, c->rank, n, -m[1], m[0]);
+                         "min %lld, max %lld)", what, c->rank, n, -m1, m0);
     if (n > INT_MAX) return pt_seterr("mpi: %s of %zu elements exceeds MPI's int count", what, n);
     return 0;
 }
 
-typedef void (*sum_fn)(void *out, const void **in, int k, size_t n);
 
 /* out[i] = ((in[0][i] + in[1][i]) + in[2][i]) + ...: rank order, as the threads transport. */
 static void sum_f32(void *out, const void **in, int k, size_t n) {
@@ -453,6 +419,7 @@ static int mp_allreduce(comm *c, void *buf, size_t n, size_t esz, MPI_Datatype t
     char *scratch = pt_malloc((size_t)P * cnt[me] * esz + 1);
     const void **in = pt_malloc(P * sizeof *in);
     MPI_Comm mc = ((mp_impl *)c->impl)->mc;
+    if (mp_recover_on) return mp_allreduce_polled(c, buf, n, esz, t, sum, cnt, scratch, in);
     MPI_LOCK();
     int e = MPI_Alltoallv(buf, cnt, dsp, t, scratch, rcnt, rdsp, t, mc);
     MPI_UNLOCK();
@@ -498,6 +465,7 @@ static void coll_free(mp_coll *k) {
 
 static int mp_ireduce_f32(comm *c, float *buf, size_t n, int all, comm_req **out) {
     if (n > INT_MAX) return pt_seterr("mpi: ireduce of %zu elements exceeds MPI's int count", n);
+    if (mp_broken(c)) return mp_broken_err(c, "ireduce");
     int P = c->size, me = c->rank;
     mp_coll *k = pt_calloc(1, sizeof *k);
     k->buf = buf;
@@ -590,6 +558,7 @@ static int mp_allgather_f32(comm *c, float *buf, size_t n) {
     if (c->size == 1 || n == 0) return 0;
     int *cnt = pt_malloc(2 * (size_t)c->size * sizeof *cnt);
     slices(n, c->size, cnt, cnt + c->size);
+    if (mp_recover_on) return mp_allgather_polled(c, buf, n, cnt);
     MPI_LOCK();
     int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, cnt, cnt + c->size, MPI_FLOAT,
                            ((mp_impl *)c->impl)->mc);
@@ -599,6 +568,7 @@ static int mp_allgather_f32(comm *c, float *buf, size_t n) {
 }
 
 static int mp_barrier(comm *c) {
+    if (mp_recover_on) return mp_barrier_polled(c);
     MPI_LOCK();
     int e = MPI_Barrier(((mp_impl *)c->impl)->mc);
     MPI_UNLOCK();
@@ -613,12 +583,17 @@ static int mp_split(comm *c, int color, comm **out) {
     int e = MPI_Comm_split(m->mc, color < 0 ? MPI_UNDEFINED : color, c->rank, &nc);
     MPI_UNLOCK();
     if (e != MPI_SUCCESS) return mpi_error(e, "split on rank %d, colour %d", c->rank, color);
-    if (nc != MPI_COMM_NULL) *out = endpoint_new(nc, m->tag_ub);
+    if (nc != MPI_COMM_NULL) *out = mp_endpoint_new(nc, m->tag_ub);
     return 0;
 }
 
-/* Prints the reason naming this rank, then ends the whole job (never returns). */
+/* Prints the reason naming this rank, then ends the whole job (never returns), except on an
+ * endpoint broken by comm_mpi_interrupt (the job goes on without the lost rank). */
 static void mp_abort(comm *c, const char *why) {
+    if (mp_broken(c)) {   /* a rank was lost and the job goes on without it: no MPI_Abort */
+        fprintf(stderr, "rank %d stopped its step: %s\n", c->world_rank, why ? why : "aborted");
+        return;
+    }
     fprintf(stderr, "rank %d failed: %s\n", c->world_rank, why ? why : "aborted");
     fflush(stderr);
     for (int i = 0; i < 1000 && pthread_mutex_trylock(&mpi_mu) != 0; i++) sleep_s(1e-3);  /* no MPI call under way */
@@ -630,7 +605,7 @@ static void mp_free(comm *c) {
     int fin = 0;
     MPI_LOCK();
     MPI_Finalized(&fin);
-    if (!fin) { MPI_Comm_free(&m->mc); MPI_Comm_free(&m->mc2); }
+    if (!fin && !mp_broken(c)) { MPI_Comm_free(&m->mc); MPI_Comm_free(&m->mc2); }   /* broken: left */
     MPI_UNLOCK();
     free(m->world_of);
     free(m);
@@ -665,7 +640,7 @@ int comm_mpi_init(int *argc, char ***argv, comm **out) {
     MPI_Comm mc;
     if (MPI_Comm_dup(MPI_COMM_WORLD, &mc) != MPI_SUCCESS)
         return pt_seterr("mpi: could not duplicate MPI_COMM_WORLD");
-    *out = endpoint_new(mc, flag && ub ? *ub : 32767);
+    *out = mp_endpoint_new(mc, flag && ub ? *ub : 32767);
     engine_start();
     return 0;
 }
@@ -676,4 +651,41 @@ void comm_mpi_finalize(void) {
     MPI_Finalized(&fin);
     engine_stop();
     if (inited && !fin) MPI_Finalize();
+}
+
+/* The survivors' world (comm.h; comm_mpi_recover.c says why this works under Open MPI 4.1). */
+int comm_mpi_survivors(const int *keep, int n, comm **out) {
+    *out = NULL;
+    int me = -1, size = 0, *ub = NULL, flag = 0;
+    MPI_LOCK();
+    MPI_Comm_rank(mp_job_world, &me);
+    MPI_Comm_size(mp_job_world, &size);
+    MPI_UNLOCK();
+    int in = 0;
+    for (int i = 0; i < n; i++) {
+        if (keep[i] < 0 || keep[i] >= size || (i && keep[i] <= keep[i - 1]))
+            return pt_seterr("mpi: survivors: keep[%d] = %d is not a rank of the %d-rank world in "
+                             "increasing order", i, keep[i], size);
+        in |= keep[i] == me;
+    }
+    if (!in) return 0;
+    MPI_Group g, sg;
+    MPI_Comm nc = MPI_COMM_NULL, mc = MPI_COMM_NULL;
+    MPI_LOCK();
+    MPI_Comm_group(mp_job_world, &g);
+    MPI_Group_incl(g, n, keep, &sg);
+    int e = MPI_Comm_create_group(mp_job_world, sg, 4200 + mp_epoch_now() % 100, &nc);
+    if (e == MPI_SUCCESS) {
+        MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+        e = MPI_Comm_dup(nc, &mc);
+    }
+    MPI_Group_free(&g);
+    MPI_Group_free(&sg);
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    MPI_UNLOCK();
+    if (e != MPI_SUCCESS)
+        return pt_seterr("mpi: rank %d: the survivors' communicator (%d ranks) could not be made (code %d)", me, n, e);
+    mp_job_world = nc;   /* kept for the job's life: world ranks are counted in it from now on */
+    *out = mp_endpoint_new(mc, flag && ub ? *ub : 32767);
+    return 0;
 }

@@ -23,6 +23,8 @@
 #define LAUNCH_MAX_RANKS 1024
 #define LAUNCH_START_S 120.0    /* the least a job may take to its first heartbeat (MPI start-up
                                  * and model init on a loaded machine), whatever --timeout */
+#define LAUNCH_END_GRACE_S 2.0 /* --recycle: an mpirun whose ranks all ended is ended this late */
+#define LAUNCH_FINISH_S 30.0    /* ... and one whose ranks beat the last step but do not end */
 #define LAUNCH_GRACE_S 5.0      /* a launcher that does not end by itself this long after a rank
                                  * died is ended */
 
@@ -42,6 +44,12 @@ typedef struct {
     long lost_steps;            /* of the pending recovery */
     char from[64];              /* snapshot | checkpoint | the start */
     char lost[300];             /* the hosts the last re-plan found lost ("" none) */
+    /* in place (--recycle): the attempt goes on without a replica that lost a rank */
+    int live_np, live_dp;       /* the ranks and replicas going on (0: the attempt's own) */
+    int n_decided, pending;     /* decisions written this attempt; the one awaiting its answer */
+    long retired[LAUNCH_MAX_RANKS];   /* pids dropped in place (dead, standing by): no failure */
+    int n_retired;
+    double all_done_at;         /* every rank going on at the last step and gone: when */
     launch_result res;
 } launch_state;
 
@@ -84,6 +92,7 @@ static void event(launch_state *s, const char *kind, long step, cJSON *fields) {
 
 /* The world ranks of the attempt (threads: the layout's, read from the flags). */
 static int n_ranks(const launch_state *s) {
+    if (s->live_np) return s->live_np;
     if (s->np) return s->np;
     const char *st = launch_flag(s->o->train_args, s->o->n_train_args, "--stages");
     const char *dp = launch_flag(s->o->train_args, s->o->n_train_args, "--dp");
@@ -99,6 +108,7 @@ static void attempt_argv(launch_state *s, launch_argv *a) {
     if (s->np) {
         launch_argv_push(a, o->mpirun);
         if (geteuid() == 0) launch_argv_push(a, "--allow-run-as-root");
+        if (o->recycle) launch_argv_push(a, "--enable-recovery");   /* the survivors of a dead rank live on */
         launch_argv_push(a, "--oversubscribe");
         launch_argv_push(a, "-np");
         snprintf(num, sizeof num, "%d", s->np);
@@ -111,6 +121,7 @@ static void attempt_argv(launch_state *s, launch_argv *a) {
     }
     launch_argv_push(a, o->self);
     launch_train_argv(a, o, s->restored > 0 ? s->resume : NULL, s->kill_upto, s->np ? s->dp : 0, s->snapdir);
+    if (o->recycle) launch_argv_push(a, "--recycle");
 }
 
 static pid_t attempt_start(launch_state *s) {
@@ -157,22 +168,31 @@ static void read_beats(launch_state *s, launch_watch *w, int R, double *newest_t
 
 /* The first rank of this host whose process is gone before the run's last step; -1 when none
  * (a rank that finished may end before the launcher does). */
-static int dead_rank(const launch_watch *w, int R) {
+static int retired(const launch_state *s, long pid) {
+    for (int i = 0; i < s->n_retired; i++)
+        if (s->retired[i] == pid) return 1;
+    return 0;
+}
+
+static int dead_rank(const launch_state *s, const launch_watch *w, int R) {
     for (int r = 0; r < R; r++)
-        if (w->pids[r] > 0 && w->local[r] && w->steps[r] < w->last && kill((pid_t)w->pids[r], 0) < 0 && errno == ESRCH)
+        if (w->pids[r] > 0 && w->local[r] && w->steps[r] < w->last && !retired(s, w->pids[r]) &&
+            kill((pid_t)w->pids[r], 0) < 0 && errno == ESRCH)
             return r;
     return -1;
 }
 
 /* Once the restarted job completes a step past the one it started from: the "recovered" event. */
 static void check_recovered(launch_state *s) {
-    if (!s->noticed_at || s->reached <= s->restored) return;
+    if (!s->noticed_at || s->pending || s->reached <= s->restored) return;
     double sec = wall_now() - s->noticed_at;
     cJSON *f = cJSON_CreateObject();
     char lay[96];
-    snprintf(lay, sizeof lay, s->np ? "%d ranks (%d stages x %d replicas)" : "one process (threads)", s->np, s->P, s->dp);
+    int np = s->live_np ? s->live_np : s->np, dp = s->live_np ? s->live_dp : s->dp;
+    snprintf(lay, sizeof lay, s->np ? "%d ranks (%d stages x %d replicas)" : "one process (threads)", np, s->P, dp);
     cJSON_AddStringToObject(f, "layout", lay);
     cJSON_AddStringToObject(f, "from", s->from);
+    if (s->live_np) cJSON_AddBoolToObject(f, "in_place", 1);
     cJSON_AddNumberToObject(f, "from_step", (double)s->restored);
     cJSON_AddNumberToObject(f, "steps_lost", (double)s->lost_steps);
     cJSON_AddNumberToObject(f, "seconds_lost", sec);
@@ -191,6 +211,89 @@ static void check_recovered(launch_state *s) {
     s->noticed_at = 0;
 }
 
+static void log_failure(launch_state *s, launch_watch *w);
+static void end_attempt(launch_state *s, pid_t pid, const launch_watch *w);
+
+/* --recycle: rank d of a replicated job died: the decision (its number and d) to
+ * <snapdir>/recycle, SIGUSR1 to every other rank (train's watcher breaks its endpoints), d's
+ * replica's ranks retired (the dead one, and the others standing by), the ranks going on watched
+ * under their new numbering. 1 when so; 0 when this failure needs a restart. */
+static int in_place(launch_state *s, launch_watch *w, int d) {
+    int R = n_ranks(s), P = s->P, dp = s->live_np ? s->live_dp : s->dp;
+    if (!s->o->recycle || !s->np || s->pending || dp < 2 || R != P * dp) return 0;
+    for (int r = 0; r < R; r++)
+        if (w->pids[r] <= 0 || !w->local[r]) return 0;   /* a rank not yet started, or out of sight */
+    char path[1200], tmp[1300];
+    snprintf(path, sizeof path, "%s/recycle", s->snapdir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return 0;
+    fprintf(f, "%d %d\n", ++s->n_decided, d);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) return 0;
+    s->noticed_at = s->restart_at = wall_now();
+    s->ended_s = 0;
+    s->pending = s->n_decided;
+    for (int r = 0; r < R; r++) {
+        if (r / P == d / P && s->n_retired < LAUNCH_MAX_RANKS) s->retired[s->n_retired++] = w->pids[r];
+        if (r != d) kill((pid_t)w->pids[r], SIGUSR1);
+    }
+    snprintf(w->who, sizeof w->who, "rank %d", d);
+    w->noticed = "exit";
+    log_failure(s, w);
+    s->res.failures++;
+    s->res.in_place++;
+    if (s->reached + 1 > s->kill_upto) s->kill_upto = s->reached + 1;
+    s->live_dp = dp - 1;
+    s->live_np = P * s->live_dp;
+    say(s, "going on in place: replica %d (ranks %d..%d) dropped, %d replica%s left", d / P, d / P * P, d / P * P + P - 1,
+        s->live_dp, s->live_dp == 1 ? "" : "s");
+    memset(w->pids, 0, sizeof w->pids);
+    memset(w->steps, 0, sizeof w->steps);
+    memset(w->local, 0, sizeof w->local);
+    return 1;
+}
+
+/* The ranks' answer to the pending decision (train: <snapdir>/recycled "<n> <step> <replicas>"):
+ * the step they went back to. */
+static void in_place_answer(launch_state *s) {
+    if (!s->pending) return;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/recycled", s->snapdir);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    int n = 0, D2 = 0;
+    long step = 0;
+    int ok = fscanf(f, "%d %ld %d", &n, &step, &D2) == 3;
+    fclose(f);
+    if (!ok || n != s->pending) return;
+    s->pending = 0;
+    s->lost_steps = s->reached > step ? s->reached - step : 0;
+    s->restored = s->reached = step;
+    s->restart_at = wall_now();
+    snprintf(s->from, sizeof s->from, "snapshot, in place");
+    say(s, "the ranks left went back to step %ld in place (%d replica%s), %.2f s after the failure was noticed", step,
+        D2, D2 == 1 ? "" : "s", s->restart_at - s->noticed_at);
+}
+
+/* --recycle: every rank (going on) is at the last step and gone (their processes ended). Under
+ * --enable-recovery Open MPI's mpirun may then not end by itself across hosts: given
+ * LAUNCH_END_GRACE_S, then ended (ranks that beat the last step but stay, held in MPI_Finalize by
+ * a lost peer: LAUNCH_FINISH_S). 1 when the job is so over. */
+static int in_place_over(launch_state *s, launch_watch *w, int R, pid_t pid) {
+    if (!s->o->recycle || s->pending) return 0;
+    int alive = 0;
+    for (int r = 0; r < R; r++) {
+        if (w->pids[r] <= 0 || w->steps[r] < w->last) return 0;
+        alive |= kill((pid_t)w->pids[r], 0) == 0;
+    }
+    if (!s->all_done_at) s->all_done_at = wall_now();   /* every rank beat the last step: since */
+    double limit = alive ? LAUNCH_FINISH_S : LAUNCH_END_GRACE_S;   /* alive: held in MPI_Finalize */
+    if (pid > 0 && wall_now() - s->all_done_at < limit) return 0;
+    if (!pid && alive) return 0;
+    if (pid > 0) end_attempt(s, pid, w);
+    return 1;
+}
+
 /* Watches pid until it exits or a failure shows; fills w. */
 static void watch(launch_state *s, pid_t pid, launch_watch *w) {
     int R = n_ranks(s), st;
@@ -203,22 +306,34 @@ static void watch(launch_state *s, pid_t pid, launch_watch *w) {
         pid_t r = waitpid(pid, &st, WNOHANG);
         double newest, oldest_t;
         int oldest_r;
+        in_place_answer(s);
         read_beats(s, w, R, &newest, &oldest_r, &oldest_t);
         if (s->reached > seen) { seen = s->reached; last_adv = wall_now(); }
         check_recovered(s);
         if (r == pid) {
             w->status = st;
-            w->ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-            int d = s->np ? dead_rank(w, R) : -1;   /* threads: every rank is the one process */
+            w->ok = (WIFEXITED(st) && WEXITSTATUS(st) == 0) || in_place_over(s, w, R, 0);
+            if (s->o->recycle && !in_place_over(s, w, R, 0)) w->ok = 0;   /* mpirun --enable-recovery exits 0 anyway */
+            int d = s->np ? dead_rank(s, w, R) : -1;   /* threads: every rank is the one process */
             w->noticed = "exit";
             if (d >= 0) snprintf(w->who, sizeof w->who, "rank %d", d);
             else if (WIFSIGNALED(st)) snprintf(w->who, sizeof w->who, "the job (signal %d)", WTERMSIG(st));
             else snprintf(w->who, sizeof w->who, "the job (exit status %d)", WEXITSTATUS(st));
             return;
         }
-        int d = s->np ? dead_rank(w, R) : -1;
+        int d = s->np ? dead_rank(s, w, R) : -1;
+        if (d >= 0 && in_place(s, w, d)) {
+            R = n_ranks(s);
+            last_adv = wall_now();
+            continue;
+        }
         if (d >= 0) {
             snprintf(w->who, sizeof w->who, "rank %d", d);
+            w->noticed = "exit";
+            return;
+        }
+        if (in_place_over(s, w, R, pid)) {
+            w->ok = 1;
             w->noticed = "exit";
             return;
         }
@@ -263,6 +378,7 @@ static void log_failure(launch_state *s, launch_watch *w) {
     cJSON_AddStringToObject(f, "who", w->who);
     cJSON_AddStringToObject(f, "noticed", w->noticed);
     cJSON_AddNumberToObject(f, "attempt", s->res.restarts + 1);
+    if (s->pending) cJSON_AddBoolToObject(f, "in_place", 1);
     char msg[300];
     snprintf(msg, sizeof msg, "%s (noticed by %s)", w->who, w->noticed);
     cJSON_AddStringToObject(f, "message", msg);
@@ -376,7 +492,7 @@ static int state_init(launch_state *s, const launch_opts *o) {
 
 /* A job that ended by itself, with no rank lost and no step made: it refused its flags. */
 static int refused(const launch_state *s, const launch_watch *w, long before) {
-    return !strcmp(w->noticed, "exit") && WIFEXITED(w->status) && WEXITSTATUS(w->status) != 0 &&
+    return !strcmp(w->noticed, "exit") && WIFEXITED(w->status) && (WEXITSTATUS(w->status) != 0 || s->o->recycle) &&
            strncmp(w->who, "rank", 4) && s->reached == before;
 }
 
@@ -388,13 +504,20 @@ int launch_run(const launch_opts *o, launch_result *res) {
     while (rc == 0) {
         long before = s->reached;
         s->restart_at = wall_now();
+        s->live_np = s->live_dp = s->n_decided = s->pending = s->n_retired = 0;   /* the whole layout again */
+        s->all_done_at = 0;
+        char rp[1200];
+        snprintf(rp, sizeof rp, "%s/recycle", s->snapdir);
+        unlink(rp);
+        snprintf(rp, sizeof rp, "%s/recycled", s->snapdir);
+        unlink(rp);
         pid_t pid = attempt_start(s);
         if (pid < 0) { rc = -1; break; }
         watch(s, pid, w);
         s->res.last_step = s->reached;
         if (w->ok) {
-            say(s, "the job ended at step %ld after %d restart%s", s->reached, s->res.restarts,
-                s->res.restarts == 1 ? "" : "s");
+            say(s, "the job ended at step %ld after %d restart%s and %d in place", s->reached, s->res.restarts,
+                s->res.restarts == 1 ? "" : "s", s->res.in_place);
             break;
         }
         s->noticed_at = wall_now();

@@ -25,6 +25,9 @@ typedef struct {
     char *const *train_args;    /* [n_train_args] "train" and its flags */
     int n_train_args;
     int quiet;                  /* 1: no "launch: ..." lines on stdout */
+    int recycle;                /* --recycle (MPI): a dead rank's replica is dropped in place and
+                                 * the other replicas go on without a restart (train --recycle under
+                                 * mpirun --enable-recovery; docs/recovery.md "In place") */
 } launch_opts;
 
 /* What a supervised run came to. */
@@ -33,6 +36,7 @@ typedef struct {
     long last_step;             /* the last step a heartbeat showed */
     double recover_s_max;       /* the longest time from noticing a failure to the next step */
     long lost_steps_max;        /* the most steps any recovery repeated */
+    int in_place;               /* failures gone on from in place (--recycle), not restarted */
 } launch_result;
 
 /* Runs the job under supervision until it exits 0 (returns 0) or fails past max_restarts, or

@@ -196,6 +196,7 @@ static void page(FILE *f, const report_run *runs, int n, const char *title) {
         if (report_series_present(runs, n, REP_EVAL_LOSS))
             report_chart_time(f, runs, n, REP_EVAL_LOSS, "held-out loss against wall time");
     }
+    report_memory(f, runs, n);
     events_table(f, runs, n);
     timelines(f, runs, n);
     fputs("<p class=\"muted\">Written by pipetrain report.</p>\n</body>\n</html>\n", f);

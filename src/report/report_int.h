@@ -22,5 +22,8 @@ int report_series_present(const report_run *runs, int n, report_series k);
 void report_chart(FILE *f, const report_run *runs, int n, report_series k, const char *title);
 /* The same against wall time: each run's step_ms summed, in seconds (no event markers). */
 void report_chart_time(FILE *f, const report_run *runs, int n, report_series k, const char *title);
+/* "Memory per rank" (report_mem.c): a bar per rank of each run whose start event has
+ * layout.memory_bytes, with what --balance-memory lent and keeps for others; nothing when none has. */
+void report_memory(FILE *f, const report_run *runs, int n);
 
 #endif

@@ -253,10 +253,10 @@ static void move_apply(lend_search *q, const lend_move *m) {
     q->held[h][l] = m->held, q->given[h][l] = m->given;
 }
 
-/* One step of the search (layer_moves' `fine`) on a rank of the largest load: a move that lowers the largest load,
- * else one that keeps it and lowers the sum of squared loads most (two ranks tied at the top
- * then both come down, one step each); among those that lower it, the lowest sum of squares.
- * 1 when one was made. */
+/* One step of the search (layer_moves' `fine`) on a rank of the largest load: a move that lowers
+ * the largest load, else (whole acts only) one that keeps it and lowers the sum of squared loads
+ * most (two ranks tied at the top then both come down, one step each); among those that lower
+ * it, the lowest sum of squares. 1 when one was made. */
 static int lower_one(lend_search *q, int fine, lend_move *cand) {
     lend_move best = { .h = -1 };
     double cur = q->load[heaviest(q)], best_sq = 0;
@@ -270,6 +270,7 @@ static int lower_one(lend_search *q, int fine, lend_move *cand) {
             for (int i = 0; i < n; i++) {
                 if (move_price(q, &cand[i]) < 0 || cand[i].top > cur * (1 + 1e-9)) continue;
                 int low = cand[i].top < cur * (1 - 1e-9);
+                if (fine && !low) continue;   /* parts only where they lower the top: no lends for ties */
                 if (low > best_low || (low == best_low && cand[i].sq < best_sq))
                     best_low = low, best_sq = cand[i].sq, best = cand[i];
             }
@@ -363,6 +364,41 @@ static void search_free(lend_search *q) {
     dbl_rows_free(q->held, P); dbl_rows_free(q->given, P);
 }
 
+/* What the search holds per layer (caps, parts, partners, bytes) and per rank, copied from q into
+ * `to` (same shapes), to go back to it. */
+static void search_copy(lend_search *to, const lend_search *q) {
+    for (int g = 0; g < q->P; g++) {
+        size_t n = (size_t)q->nl[g];
+        memcpy(to->cap[g], q->cap[g], n * sizeof(int));
+        memcpy(to->parts[g], q->parts[g], n * sizeof(int));
+        memcpy(to->partner[g], q->partner[g], n * sizeof(int));
+        memcpy(to->held[g], q->held[g], n * sizeof(double));
+        memcpy(to->given[g], q->given[g], n * sizeof(double));
+    }
+    memcpy(to->load, q->load, (size_t)q->P * sizeof(double));
+}
+
+/* Lending in parts: only when it lowers the largest total by this fraction more than whole acts
+ * do (else its messages, one per lent microbatch each step, buy too little). */
+#define LEND_PARTS_MIN_GAIN 0.01
+
+/* The search: whole acts while they lower the top, then parts (kept where they pay). */
+static void search_run(lend_search *q, lend_move *cand) {
+    while (lower_one(q, 0, cand)) {}
+    lend_search whole = *q;
+    whole.cap = int_rows(q->P, q->nl, 0), whole.parts = int_rows(q->P, q->nl, 0);
+    whole.partner = int_rows(q->P, q->nl, 0);
+    whole.held = dbl_rows(q->P, q->nl), whole.given = dbl_rows(q->P, q->nl);
+    whole.load = pt_malloc(sizeof(double) * (size_t)q->P);
+    search_copy(&whole, q);
+    double top = q->load[heaviest(q)];
+    while (lower_one(q, 1, cand)) {}
+    if (q->load[heaviest(q)] > top * (1 - LEND_PARTS_MIN_GAIN)) search_copy(q, &whole);
+    int_rows_free(whole.cap, q->P); int_rows_free(whole.parts, q->P); int_rows_free(whole.partner, q->P);
+    dbl_rows_free(whole.held, q->P); dbl_rows_free(whole.given, q->P);
+    free(whole.load);
+}
+
 int sched_lend_balance(const sched *s, const int *n_layers, const double *const *bytes, const double *fixed,
                        sched_lend_plan *out) {
     memset(out, 0, sizeof *out);
@@ -373,8 +409,7 @@ int sched_lend_balance(const sched *s, const int *n_layers, const double *const 
     sched_lend_window *win = pt_malloc(sizeof *win * (size_t)(q.M + 1));
     lend_move *cand = pt_malloc(sizeof *cand * (size_t)LEND_MOVES(P));
     search_init(&q, s, n_layers, bytes, fixed, ops, win);
-    while (lower_one(&q, 0, cand)) {}   /* whole microbatches first, then parts of them */
-    while (lower_one(&q, 1, cand)) {}
+    search_run(&q, cand);
     plan_fill(&q, out, ops);
     for (int g = 0; g < P; g++) stage_ops_free(&ops[g]);
     free(ops); free(win); free(cand);

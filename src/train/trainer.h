@@ -79,10 +79,24 @@ typedef struct {
                              * steps (and at the last), written off the compute path; 0: none */
     const char *snapshot_dir;   /* --snapshot-dir: memory that outlives the process (/dev/shm/..);
                              * with it every rank also beats a heartbeat there each step */
+    int snapshot_peer_every;    /* --snapshot-peer-every N: every N-th snapshot also copied to a
+                             * rank on another host, where no replica there holds it (0, 1: each) */
+    bool recycle;           /* --recycle: a lost rank's replica is dropped in place, the other
+                             * replicas go on (trainer_recycle.c; MPI under --enable-recovery) */
 } train_opts;
 
 
 typedef struct train_ctx train_ctx;
+
+/* Going on in place after a rank dies (--recycle; trainer_recycle.c, docs/recovery.md "In
+ * place"). arm: before train_init, checks the layout can (MPI, --dp >= 2, no --zero 1, --tp,
+ * --dp-sync; snapshots on) and starts listening for the supervisor's decision. next: after
+ * train_init or train_run failed: 0 when the failure was not the supervisor's interrupt (the
+ * error stands); 1 when this process goes on: o updated for the next train_init (the survivors'
+ * world, D', microbatches, --resume of the newest complete snapshot), or *standby (its replica
+ * was lost: it leaves the job); -1 when going on failed (the error says why). */
+int train_recycle_arm(const train_opts *o);
+int train_recycle_next(train_opts *o, int *standby);
 
 /* Sets up a run: OpenBLAS threads, checks of the options (batch, seq, data, optimizer), the
  * model (resume: weights, AdamW moments and step from the checkpoint, refusing another model,

@@ -198,18 +198,15 @@ int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, voi
     rc->step_s += st->step_time;
     if (o->snapshot_every > 0 && (step % o->snapshot_every == 0 || step == o->steps)) {
         ckpt_manifest man;
+        /* each rank's generation of S is whole when its take returns (ckpt_snap_commit), and
+         * every step ends with a reduction over the world: no rank finishes step S + 1 (and
+         * beats it) before every rank has started it, past its take of S. So no barrier here:
+         * a heartbeat of S + 1 says every rank's generation of S is written, whatever the load
+         * (tests/test_recover_mpi.sh, slow writers) */
         if (snap_manifest(t, step, &man) < 0 || take_all(t, &man) < 0) return -1;
-        /* the take waited for this process's writers only; the ranks of other processes may
-         * still be writing their previous generation (a writer starved on a loaded machine)
-         * while a first stage, which needs no other rank to start its forwards, is already
-         * past this boundary: its heartbeat would say S while the newest step every chunk is
-         * at is S - 2. So no rank beats S (or starts S + 1) before every rank's take of S is
-         * done (tests/test_recover_mpi.sh, a slow writer) */
-        if (t->o.world && t->o.world->size > 1 && comm_barrier(t->o.world) < 0)
-            return pt_adderr("step %ld: the snapshot's step boundary (a barrier over the world): ", step);
     }
-    /* after the take (and, over processes, everyone's): a heartbeat of step S says every rank's
-     * generation before S is written, so a recovery repeats at most one step at K = 1 */
+    /* after the take: a heartbeat of step S says this rank's generation of S is whole and every
+     * rank's of S - 1, so a recovery repeats at most one step at K = 1 */
     for (int r = 0; r < rc->n; r++) ckpt_snap_heartbeat(rc->snap[r], step);
     return 0;
 }
@@ -218,6 +215,9 @@ int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, voi
 static int check_snapshot(train_ctx *t) {
     if (t->o.snapshot_every < 0) return pt_seterr("--snapshot-every %d: give K >= 1 (a snapshot every K steps)",
                                                   t->o.snapshot_every);
+    if (t->o.snapshot_peer_every < 0)
+        return pt_seterr("--snapshot-peer-every %d: give N >= 1 (every N-th snapshot copied to another host)",
+                         t->o.snapshot_peer_every);
     return 0;
 }
 
@@ -244,7 +244,8 @@ static int peer_setup(train_ctx *t, struct train_recover *rc) {
     for (int k = 1; k < R && rcode == 0 && port; k++) {
         int q = (me + k) % R;
         if (v[2 * q + 1] > 0 && (uint32_t)v[2 * q] != addr) {
-            rcode = ckpt_snap_peer_send_to(rc->snap[0], (uint32_t)v[2 * q], (int)v[2 * q + 1], q);
+            rcode = ckpt_snap_peer_send_to(rc->snap[0], (uint32_t)v[2 * q], (int)v[2 * q + 1], q,
+                                           t->o.snapshot_peer_every);
             break;
         }
     }

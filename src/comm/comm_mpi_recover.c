@@ -1,0 +1,130 @@
+/* The MPI transport going on after a rank dies (docs/recovery.md "In place"). Debian's Open MPI
+ * 4.1 has no ULFM, but under `mpirun --enable-recovery` the survivors of a kill -9 keep running,
+ * their point-to-point messages among themselves still flow, and MPI_Comm_create_group (collective
+ * over its group only) makes a communicator over them (dev/recycle_p2p.c measured it). What MPI
+ * does not do is notice: a receive from the dead rank, or a collective with it, stays pending
+ * forever. So in recovery mode (comm_mpi_recover_arm) the blocking collectives are non-blocking
+ * ones polled here, and when told (comm_mpi_interrupt: the supervisor's decision) every endpoint
+ * made so far is broken: its pending requests fail with the reason (their test and wait say so
+ * and never free them: callers may test a failed request again), later calls on it fail at once, its abort no longer ends the job, and the
+ * survivors make a new world of themselves (comm_mpi_survivors, in comm_mpi.c). What a broken endpoint had
+ * posted is left to MPI: receives cancelled, sends and collectives never completed, their
+ * buffers (this file's own copies) never freed. */
+#include "comm/comm_mpi_int.h"
+#include "util/pt.h"
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The transport's state (comm_mpi_int.h), here so that comm_mpi.c depends on this file alone. */
+mp_engine eng = { .mu = PTHREAD_MUTEX_INITIALIZER };
+int mp_threaded;
+pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
+int mp_recover_on;
+MPI_Comm mp_job_world = MPI_COMM_WORLD;
+static atomic_int epoch;            /* interrupts so far */
+static char lost_why[256];          /* the last interrupt's reason */
+
+int mp_epoch_now(void) { return atomic_load(&epoch); }
+int mp_broken(const comm *c) { return ((const mp_impl *)c->impl)->epoch != atomic_load(&epoch); }
+
+int mp_broken_err(const comm *c, const char *what) {
+    return pt_seterr("mpi: %s on rank %d: %s", what, c->world_rank, lost_why);
+}
+
+int mp_coll_poll(comm *c, MPI_Request *rq, const char *what) {
+    double nap = 10e-6;
+    for (;;) {
+        int flag = 0;
+        MPI_LOCK();
+        int e = MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
+        MPI_UNLOCK();
+        if (e != MPI_SUCCESS) return pt_seterr("mpi: %s on rank %d of %d failed (code %d)", what, c->rank, c->size, e);
+        if (flag) return 0;
+        if (mp_broken(c)) return mp_broken_err(c, what);
+        struct timespec t = { 0, (long)(nap * 1e9) };
+        nanosleep(&t, NULL);
+        if (nap < 200e-6) nap *= 2;
+    }
+}
+
+int mp_allreduce_polled(comm *c, void *buf, size_t n, size_t esz, MPI_Datatype t, sum_fn sum, int *cnt,
+                        char *scratch, const void **in) {
+    int P = c->size, me = c->rank, *dsp = cnt + P, *rcnt = cnt + 2 * P, *rdsp = cnt + 3 * P;
+    char *mine = pt_malloc(n * esz + 1);   /* MPI's copy of buf: a broken reduction keeps it */
+    memcpy(mine, buf, n * esz);
+    MPI_Request rq;
+    MPI_LOCK();
+    int e = MPI_Ialltoallv(mine, cnt, dsp, t, scratch, rcnt, rdsp, t, ((mp_impl *)c->impl)->mc, &rq);
+    MPI_UNLOCK();
+    if (e != MPI_SUCCESS || mp_coll_poll(c, &rq, "allreduce (alltoallv)") < 0) return -1;
+    for (int i = 0; i < P; i++) in[i] = scratch + (size_t)rdsp[i] * esz;
+    sum(mine + (size_t)dsp[me] * esz, in, P, (size_t)cnt[me]);
+    MPI_LOCK();
+    e = MPI_Iallgatherv(MPI_IN_PLACE, 0, t, mine, cnt, dsp, t, ((mp_impl *)c->impl)->mc, &rq);
+    MPI_UNLOCK();
+    if (e != MPI_SUCCESS || mp_coll_poll(c, &rq, "allreduce (allgatherv)") < 0) return -1;
+    memcpy(buf, mine, n * esz);
+    free(mine);
+    free(in);
+    free(scratch);
+    free(cnt);
+    return 0;
+}
+
+int mp_allgather_polled(comm *c, float *buf, size_t n, int *cnt) {
+    float *mine = pt_malloc(n * sizeof *mine);
+    memcpy(mine, buf, n * sizeof *mine);
+    MPI_Request rq;
+    MPI_LOCK();
+    int e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, mine, cnt, cnt + c->size, MPI_FLOAT,
+                            ((mp_impl *)c->impl)->mc, &rq);
+    MPI_UNLOCK();
+    if (e != MPI_SUCCESS || mp_coll_poll(c, &rq, "allgather") < 0) return -1;
+    memcpy(buf, mine, n * sizeof *mine);
+    free(mine);
+    free(cnt);
+    return 0;
+}
+
+int mp_barrier_polled(comm *c) {
+    if (mp_broken(c)) return mp_broken_err(c, "barrier");
+    MPI_Request rq;
+    MPI_LOCK();
+    int e = MPI_Ibarrier(((mp_impl *)c->impl)->mc, &rq);
+    MPI_UNLOCK();
+    return e != MPI_SUCCESS ? pt_seterr("mpi: barrier on rank %d failed to start", c->rank) : mp_coll_poll(c, &rq, "barrier");
+}
+
+int comm_mpi_recover_arm(void) {
+    if (!eng.on)
+        return pt_seterr("mpi: going on after a lost rank needs the progress thread (MPI at "
+                         "MPI_THREAD_SERIALIZED, PT_MPI_PROGRESS not 0)");
+    mp_recover_on = 1;
+    return 0;
+}
+
+int comm_mpi_interrupts(void) { return atomic_load(&epoch); }
+
+void comm_mpi_interrupt(const char *why) {
+    MPI_LOCK();
+    snprintf(lost_why, sizeof lost_why, "%s", why);
+    atomic_fetch_add(&epoch, 1);
+    pthread_mutex_lock(&eng.mu);
+    for (int i = 0; i < eng.n; i++) {   /* every pending request: the progress thread reports it failed */
+        mp_req *r = eng.act[i];
+        if (r->finished) continue;
+        if (!r->coll && !r->is_send) MPI_Cancel(&r->rq);
+        if (!r->coll) MPI_Request_free(&r->rq);
+        r->finished = r->failed = r->broken = r->done = 1;
+        snprintf(r->err, sizeof r->err, "mpi: rank %d, %s rank %d tag %d: %s", r->c->world_rank,
+                 r->coll ? "reduction with" : r->is_send ? "send to" : "receive from", r->peer, r->tag, why);
+        memcpy(r->why, r->err, sizeof r->why);
+    }
+    pthread_cond_broadcast(&eng.done_cv);   /* their waits end now */
+    pthread_cond_signal(&eng.work_cv);
+    pthread_mutex_unlock(&eng.mu);
+    MPI_UNLOCK();
+}
