@@ -11,7 +11,7 @@
 #   (trailing mean of 10 steps) reaches 1f1b's final one, on the row's delayed step time.
 # Usage: dev/async_delay.sh [ROW[@LR]...]   (default: every row below; 1f1b is always run, at LR;
 # ROW@LR runs that row at its own peak learning rate)
-# Environment: ROUNDS (3), DSTEPS (16), NSTEPS (32), SEEDS (3), STEPS (150), LR (1e-3), OUT
+# Environment: TABLE_ONLY=1 (the table of OUT's runs again, nothing run), ROUNDS (3), DSTEPS (16), NSTEPS (32), SEEDS (3), STEPS (150), LR (1e-3), OUT
 # (build/async_delay), PIPETRAIN (build/pipetrain). Quick smoke: ROUNDS=1 DSTEPS=3 NSTEPS=3 SEEDS=1 STEPS=5.
 set -u
 cd "$(dirname "$0")/.."
@@ -19,18 +19,20 @@ P=$(realpath "${PIPETRAIN:-build/pipetrain}")
 ROUNDS=${ROUNDS:-3}; DSTEPS=${DSTEPS:-16}; NSTEPS=${NSTEPS:-32}; SEEDS=${SEEDS:-3}; STEPS=${STEPS:-150}
 LR=${LR:-1e-3}; OUT=$(realpath -m "${OUT:-build/async_delay}")
 B=16; T=64; W=10
-mkdir -p "$OUT/runs"; rm -f "$OUT"/runs/*
+mkdir -p "$OUT/runs"; [ "${TABLE_ONLY:-0}" = 1 ] || rm -f "$OUT"/runs/*
 declare -A F
 F[1f1b]="--schedule 1f1b"
 F[gpipe]="--schedule gpipe"
-F[pipedream]="--schedule pipedream"
+F[pipedream]="--schedule pipedream --async-fix none"
 F[pipedream-nesterov]="--schedule pipedream --async-fix nesterov"
-F[pipedream-defer]="--schedule pipedream --defer-tie"
-F[pipedream-defer-d4]="--schedule pipedream --defer-tie --async-depth 4"
+F[pipedream-defer]="--schedule pipedream --async-fix none --defer-tie"
+F[pipedream-defer-d4]="--schedule pipedream --async-fix none --defer-tie --async-depth 4"
 F[pipedream-nesterov-defer-d4]="--schedule pipedream --async-fix nesterov --defer-tie --async-depth 4"
+F[pipedream-predict-defer-d4]="--schedule pipedream --async-fix predict --defer-tie --async-depth 4"
 F[2bw]="--schedule 2bw"
 F[2bw-d4]="--schedule 2bw --async-depth 4"
-order=(1f1b gpipe pipedream pipedream-nesterov pipedream-defer pipedream-defer-d4 pipedream-nesterov-defer-d4 2bw 2bw-d4)
+order=(1f1b gpipe pipedream pipedream-nesterov pipedream-defer pipedream-defer-d4 pipedream-nesterov-defer-d4
+       pipedream-predict-defer-d4 2bw 2bw-d4)
 if [ $# -gt 0 ]; then order=(1f1b); for r in "$@"; do [ "$r" != 1f1b ] && order+=("$r"); done; fi
 for r in "${order[@]}"; do [ -n "${F[${r%@*}]:-}" ] || { echo "async_delay: unknown row $r (rows: ${!F[*]})"; exit 2; }; done
 
@@ -69,10 +71,11 @@ curve() {   # seed-mean loss per step, trailing mean over W steps
 }
 
 t0=$(date +%s)
-for k in $(seq 1 "$ROUNDS"); do
+[ "${TABLE_ONLY:-0}" = 1 ] && ROUNDS_RUN=0 || ROUNDS_RUN=$ROUNDS
+for k in $(seq 1 "$ROUNDS_RUN"); do
   for r in "${order[@]}"; do run "$r" "d$k" "$DSTEPS" 1 $delay; run "$r" "n$k" "$NSTEPS" 1; done
 done
-for s in $(seq 1 "$SEEDS"); do for r in "${order[@]}"; do run "$r" "s$s" "$STEPS" "$s" --eval-data "$OUT/held.txt" --eval-batches 16; done; done
+[ "${TABLE_ONLY:-0}" = 1 ] || for s in $(seq 1 "$SEEDS"); do for r in "${order[@]}"; do run "$r" "s$s" "$STEPS" "$s" --eval-data "$OUT/held.txt" --eval-batches 16; done; done
 echo "async_delay: runs took $(( $(date +%s) - t0 )) s; load $(cut -d' ' -f1-3 /proc/loadavg); $ROUNDS rounds, delayed $DSTEPS steps, undelayed $NSTEPS; $SEEDS seeds x $STEPS steps"
 
 target=$(curve 1f1b | tail -1 | cut -d' ' -f2)

@@ -31,6 +31,15 @@ for lr in 5e-4 1e-3 2e-3; do
   for fix in none nesterov pipemare predict; do variants+="pd-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix$(nb $fix)
 "; done
 done
+# pipedream fast under link delay (docs/async.md "Throughput under link delay"): every stage admits
+# 4 forwards, the tied embedding's sum a step late (pdf); each alone with nesterov (pdt: the tie, pdd: the depth)
+for lr in 5e-4 1e-3; do
+  for fix in none nesterov predict; do variants+="pdf-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix$(nb $fix) --defer-tie --async-depth 4
+"; done
+  variants+="pdt-nesterov-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix nesterov$(nb nesterov) --defer-tie
+pdd-nesterov-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix nesterov$(nb nesterov) --async-depth 4
+"
+done
 for lr in 5e-4 1e-3 2e-3 4e-3; do
   for fix in none nesterov; do variants+="2bw-$fix-$lr $lr 32 8 --stages 4 --schedule 2bw --async-fix $fix$(nb $fix)
 "; done

@@ -112,6 +112,18 @@ else
   fail "recycle: a second kill" "rc $rc, loss $(last_loss "$D/l.jsonl") vs $ref: $(grep '^launch' "$D/two.out" | tail -4)"
 fi
 
+# --- injected: rank 3 at step 8 (in place), then old rank 0, now rank 0 of the world left, at step 20
+sup "$D/ka.out" --kill-at 3@8 --kill-at 0@20
+wait $lp; rc=$?
+if [ $rc = 0 ] && echo "$(ev "$D/l.events.jsonl" recovered 1)" | grep -q '"in_place":true' \
+   && echo "$(ev "$D/l.events.jsonl" recovered 2)" | grep -q '"layout":"4 ranks (2 stages x 2 replicas)"' \
+   && grep -q '"who":"rank 0","noticed":"exit","attempt":1,"message"' "$D/l.events.jsonl" && [ "$(last_step "$D/l.jsonl")" = $STEPS ] \
+   && [ "$(close "$(last_loss "$D/l.jsonl")" "$ref")" = 1 ]; then
+  ok "recycle: --kill-at 3@8 --kill-at 0@20: in place, then the renumbered kill fires and is restarted, loss within 1e-3"
+else
+  fail "recycle: --kill-at 3@8 --kill-at 0@20" "rc $rc: $(grep '^launch' "$D/ka.out" | tail -4)"
+fi
+
 # --- where it cannot work: refused before the first step
 base="--config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --steps 2 --snapshot-every 1 --snapshot-dir $SNAP --recycle"
 expect_error "recycle: --dp 1 refused" "--recycle needs data-parallel replicas" mpi 2 train $base --stages 2 --dp 1

@@ -109,6 +109,39 @@ static void test_model(int B, int T, int K) {
     gpt_free(&chunked);
 }
 
+#define BF16_TOL 2e-2   /* bf16 storage and products against fp32 (as test_bf16_layouts.sh) */
+/* --precision bf16 with chunks: a chunk's act is stored in bf16 (a block's chunk act about half
+ * its fp32 floats), and the gradients stay within bf16 rounding of the fp32 chunked ones and of
+ * the bf16 whole-sequence ones (not bitwise fp32's: bf16 is in force). */
+static void test_bf16_acts(int B, int T, int K) {
+    gpt_config cfg = { .n_layer = 2, .n_head = 4, .n_embd = 32, .vocab_size = 53, .n_positions = 40 };
+    gpt_model f32, b16, whole;
+    memset(&f32, 0, sizeof f32), memset(&b16, 0, sizeof b16), memset(&whole, 0, sizeof whole);
+    int ok = gpt_init(&f32, &cfg) == 0 && gpt_init(&b16, &cfg) == 0 && gpt_init(&whole, &cfg) == 0;
+    if (!ok) { CHECK("bf16 chunk acts: init", 0, "%s", pt_err()); return; }
+    gpt_init_random(&f32, 5), gpt_init_random(&b16, 5), gpt_init_random(&whole, 5);
+    gpt_set_precision(&b16, NN_BF16);
+    gpt_set_precision(&whole, NN_BF16);
+    size_t n32 = gpt_layer_chunk_act_floats(&f32, 1, B, T, 0, K), n16 = gpt_layer_chunk_act_floats(&b16, 1, B, T, 0, K);
+    CHECK("bf16 chunk acts: a block's chunk act stored in about half the floats", n16 < 0.6 * n32 && n16 > 0.4 * n32,
+          "fp32 %zu floats, bf16 %zu", n32, n16);
+    int *tok = pt_malloc((size_t)2 * B * T * sizeof *tok), *tgt = tok + B * T;
+    pt_rng r;
+    pt_rng_seed(&r, 9);
+    for (int i = 0; i < 2 * B * T; i++) tok[i] = (int)(pt_rng_next(&r) % cfg.vocab_size);
+    float l32 = 0, l16 = 0, lw = 0;
+    ok = gpt_forward_backward_chunks(&f32, tok, tgt, B, T, K, &l32) == 0 &&
+         gpt_forward_backward_chunks(&b16, tok, tgt, B, T, K, &l16) == 0 &&
+         gpt_forward_backward(&whole, tok, tgt, B, T, &lw) == 0;
+    char w1[64] = "", w2[64] = "";
+    double e32 = ok ? grads_relerr(&b16, &f32, w1, sizeof w1) : 1, ew = ok ? grads_relerr(&b16, &whole, w2, sizeof w2) : 1;
+    CHECK("bf16 chunk acts: gradients within bf16 rounding of fp32 chunks and of bf16 whole sequences, not fp32's",
+          ok && e32 < BF16_TOL && e32 > 0 && ew < BF16_TOL, "%s; relerr %g vs fp32 chunks (%s), %g vs bf16 whole (%s)",
+          ok ? "ran" : pt_err(), e32, w1, ew, w2);
+    free(tok);
+    gpt_free(&f32), gpt_free(&b16), gpt_free(&whole);
+}
+
 /* A (B,T) int tensor stored as F32 in the fixture. */
 static int read_ints(const st_file *e, const char *name, int *out, size_t n) {
     const st_tensor *t = st_find(e, name);
@@ -200,6 +233,7 @@ int main(void) {
     test_model(1, 36, 4);
     test_model(3, 8, 8);             /* one token a chunk */
     for (int i = 0; i < 3; i++) test_torch_case(i);
+    test_bf16_acts(2, 36, 3);
     test_refusals();
     TEST_DONE();
 }

@@ -2,7 +2,8 @@
 # --seq-chunks over MPI and with tensor parallelism, through the CLI: `grad` with K chunks on 2
 # and 4 processes gives bitwise the threads run's gradients (each rank computes the same sums in
 # the same order), and equals the unchunked single process (float tolerance: attention's sums in
-# another order); `train` with chunks over MPI gives the threads run's losses.
+# another order); `train` with chunks over MPI gives the threads run's losses; at --precision
+# bf16 (chunk acts stored in bf16) MPI gives the threads run's gradients.
 . "$(dirname "$0")/lib.sh"
 mpi_env 120        # a hang is a failure; a healthy run takes a few seconds
 D=$TEST_TMP/seqchunk_mpi
@@ -22,6 +23,16 @@ done <<'L'
 4 --stages 2 --tp 2 --schedule 1f1b --microbatches 2 --seq-chunks 2
 4 --stages 2 --dp 2 --schedule zb-h1 --microbatches 1 --seq-chunks 4
 L
+
+# --precision bf16: a chunk's act stored in bf16 (tests/test_seqchunk.c checks the numbers);
+# over MPI the threads run's gradients bitwise, within bf16 rounding of the fp32 chunked ones
+bflags="--stages 2 --schedule 1f1b --microbatches 2 --seq-chunks 4"
+"$P" grad $gargs --out "$D/f32.st" $bflags > /dev/null 2>&1
+"$P" grad $gargs --out "$D/b16.st" $bflags --precision bf16 > "$D/out" 2>&1 || fail "grad bf16 --seq-chunks 4" "$(tail -3 "$D/out")"
+check "grad bf16 --seq-chunks 4: within bf16 rounding of fp32" "$CMP" "$D/b16.st" "$D/f32.st" 2e-2
+mpi 2 grad $gargs --out "$D/b16m.st" $bflags --precision bf16 --transport mpi > "$D/out" 2>&1 \
+  && check "grad mpi -np 2 bf16 --seq-chunks 4 equals threads bitwise" "$CMP" "$D/b16m.st" "$D/b16.st" 0 \
+  || fail "grad mpi -np 2 bf16 --seq-chunks 4" "$(tail -3 "$D/out")"
 
 # the same flags over threads alone (no mpirun): --tp 2 with chunks against the single process
 "$P" grad $gargs --out "$D/tp.st" --stages 2 --tp 2 --microbatches 2 --seq-chunks 4 > "$D/out" 2>&1 \

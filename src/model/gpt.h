@@ -474,6 +474,9 @@ size_t gpt_layer_act_bytes_per_token(const gpt_model *m, int layer, int T);
  * block's B; under sequence parallelism B*T*C + T*T: the (N,C) buffer of its all-gathers and
  * reduce-scatters), or more for a sharded head's F when tp is large: B*T*(tp + 3). */
 size_t gpt_scratch_floats(const gpt_model *m, int B, int T);
+/* The scratch of chunked calls (gpt_layer_*_chunk, K chunks of (B,T)): gpt_scratch_floats, but at
+ * --precision bf16 with K > 1 a work area of the largest chunk act instead of a whole one. */
+size_t gpt_scratch_floats_chunks(const gpt_model *m, int B, int T, int K);
 
 /* F of one layer on one microbatch. tied: the tie buffers (NULL = the model's own; only a tie's
  * user layer reads them).
@@ -536,6 +539,10 @@ typedef struct gpt_chunk_ops {
                           float *act, float *scratch, float *dx, const float *dout, int B, int T);
     int (*backward_weight)(const gpt_model *m, int layer, const gpt_tied *tied,
                            const gpt_chunk *ck, const float *act, float *scratch, int B, int T);
+    /* Optional, for bf16 storage of a chunk's act (--precision bf16; NULL: it stays fp32): the
+     * fp32 act's F part (the plain row's saved_floats) and its regions (act16_spans). */
+    size_t (*saved_floats)(const gpt_model *m, int B, int T, const gpt_chunk *ck);
+    int (*act16_spans)(const gpt_model *m, int B, int T, const gpt_chunk *ck, struct gpt_act_span *out);
 } gpt_chunk_ops;
 
 /* 0 when m can run microbatches of (B,T) in K chunks (K >= 1 divides T; no sp, overlap), else -1

@@ -576,9 +576,6 @@ static int block_backward_weight_chunk(const gpt_model *m, int l, const gpt_tied
     return 0;
 }
 
-static const gpt_chunk_ops block_chunk_ops = {
-    block_chunk_act_floats, block_kv_floats, block_forward_chunk, block_backward_input_chunk,
-    block_backward_weight_chunk };
 
 /* ---- analytic costs ------------------------------------------------------------------------
  * FLOPs: matmuls cost 2 per multiply-add; B and W each repeat the forward's matmul FLOPs (dX = dY W^T,
@@ -632,17 +629,34 @@ static void block_cost_sp(const gpt_config *g, int B, int T, int tp, gpt_layer_c
 
 /* bf16 storage (gpt_act16.h): fp32 stay x, res2 and the layer norms' statistics; everything
  * else is a matmul's input or output, stored in bf16. */
-static int block_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) {
+static int block_act16_spans_at(const gpt_model *m, int B, int T, int Tk, gpt_act_span *s) {
     enum { E = ACT16_EXACT, NW = ACT16_NO_W };
     block_dims d = block_dims_of(m);
     size_t C = (size_t)d.C, Cl = (size_t)d.Cl, N = (size_t)B * T, NH = (size_t)d.NHl, Ns = sp_rows(m, N);
     unsigned nb = m->tp_sp ? 0 : ACT16_NO_B;   /* under sp B computes the weight gradients */
-    size_t len[] = { Ns * C, Ns * C, Ns * C, Ns, Ns, N * 3 * Cl, N * Cl, N * NH * T, Ns * C, Ns,   /* block_act_rows': */
+    size_t len[] = { Ns * C, Ns * C, Ns * C, Ns, Ns, N * 3 * Cl, N * Cl, N * NH * Tk, Ns * C, Ns,   /* block_act_rows': */
                      Ns, N * 4 * Cl, N * 4 * Cl, Ns * C, N * 4 * Cl, Ns * C, Ns * C, N * 3 * Cl, Ns * C };
     /* x, res2, ln1, ln1m, ln1r, qkv, atty, att, ln2, ln2m, ln2r, fch, fchg, dres3, dfch, dln2, dres2, dqkv, dln1 */
     unsigned f[] = { E, E, nb, E, E, NW, nb, NW, nb, E, E, NW, nb, 0, 0, 0, 0, 0, 0 };
-    return gpt_act16_spans_of(s, len, f, 19, block_act_floats(m, B, T), "block");
+    return gpt_act16_spans_of(s, len, f, 19, block_act_rows(m, NULL, B, T, 0, Tk).size, "block");
 }
+
+static int block_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) {
+    return block_act16_spans_at(m, B, T, T, s);
+}
+
+/* A chunk's act at bf16: the same regions on its (B,T/K) rows, no probabilities (att 0 wide). */
+static size_t block_chunk_saved_floats(const gpt_model *m, int B, int T, const gpt_chunk *ck) {
+    return block_act_rows(m, NULL, B, T / ck->K, 0, 0).saved;
+}
+
+static int block_chunk_act16_spans(const gpt_model *m, int B, int T, const gpt_chunk *ck, gpt_act_span *s) {
+    return block_act16_spans_at(m, B, T / ck->K, 0, s);
+}
+
+static const gpt_chunk_ops block_chunk_ops = {
+    block_chunk_act_floats, block_kv_floats, block_forward_chunk, block_backward_input_chunk,
+    block_backward_weight_chunk, block_chunk_saved_floats, block_chunk_act16_spans };
 
 const gpt_layer_ops gpt_block_row = {
     "block", 0, block_act_floats, block_forward, block_backward_input, block_backward_weight,

@@ -2,8 +2,11 @@
  * on one chunk of a microbatch (its kind's chunk row, or for a row-wise kind its plain row on
  * the chunk's rows), and gpt_forward_backward_chunks, the one-process reference of the order.
  * Not here: the kinds' chunk paths (gpt_embed.c, gpt_block.c), schedules over chunks (sched/),
- * the runtime's buffers (run/). Acts are fp32 here: no bf16 storage of a chunk's act. */
+ * the runtime's buffers (run/). At --precision bf16 a chunk's act is stored as a plain act is
+ * (gpt_act16.h): the layer runs on the fp32 work area, its F part packed after F, its B part
+ * after B, unpacked before B and W. */
 #include "model/gpt_layer_int.h"
+#include "model/gpt_act16.h"
 #include "util/pt.h"
 #include <stdlib.h>
 #include <string.h>
@@ -36,10 +39,47 @@ static int chunk_args_ok(const gpt_model *m, int layer, const gpt_chunk *ck, int
     return 0;
 }
 
-size_t gpt_layer_chunk_act_floats(const gpt_model *m, int layer, int B, int T, int c, int K) {
+/* A chunk's fp32 act: its floats, its F part, and (bf16 storage) its regions; *n_spans -1 when
+ * its kind lists none for chunks (then it stays fp32). */
+typedef struct {
+    size_t n, saved;
+    int n_spans;
+    gpt_act_span s[GPT_ACT16_MAX_SPANS];
+} chunk_act32;
+
+static void chunk_act32_of(const gpt_model *m, int layer, int B, int T, const gpt_chunk *ck, chunk_act32 *a) {
     const gpt_layer_ops *k = gpt_layer_ops_of(m, layer);
+    const gpt_chunk_ops *c = k->chunk;
+    int Tc = T / ck->K;
+    a->n = c ? c->act_floats(m, B, T, ck) : k->act_floats(m, B, Tc);
+    a->saved = c ? (c->saved_floats ? c->saved_floats(m, B, T, ck) : a->n) : k->saved_floats(m, B, Tc);
+    a->n_spans = -1;
+    if (m->precision == NN_BF16 && (c ? c->act16_spans != NULL : k->act16_spans != NULL))
+        a->n_spans = c ? c->act16_spans(m, B, T, ck, a->s) : k->act16_spans(m, B, Tc, a->s);
+}
+
+/* The work area layer runs chunk ck in (bf16 storage), or NULL: it runs on its act. */
+static float *chunk_work(const gpt_model *m, const chunk_act32 *a, float *scratch, int B, int T) {
+    return a->n_spans >= 0 ? gpt_act16_work(m, scratch, B, T, a->n) : NULL;
+}
+
+size_t gpt_scratch_floats_chunks(const gpt_model *m, int B, int T, int K) {
+    if (K <= 1 || m->precision != NN_BF16) return gpt_scratch_floats(m, B, T);
+    size_t work = 0;
+    for (int l = 0; l < gpt_num_layers(m); l++) {
+        gpt_chunk ck = { 0, K, NULL, NULL };
+        chunk_act32 a;
+        chunk_act32_of(m, l, B, T, &ck, &a);
+        if (a.n_spans >= 0 && gpt_act16_fits(m, B, T, a.n) && a.n > work) work = a.n;
+    }
+    return gpt_kinds_scratch_floats(m, B, T) + work;
+}
+
+size_t gpt_layer_chunk_act_floats(const gpt_model *m, int layer, int B, int T, int c, int K) {
     gpt_chunk ck = { c, K, NULL, NULL };
-    return k->chunk ? k->chunk->act_floats(m, B, T, &ck) : k->act_floats(m, B, T / K);
+    chunk_act32 a;
+    chunk_act32_of(m, layer, B, T, &ck, &a);
+    return a.n_spans >= 0 && gpt_act16_fits(m, B, T, a.n) ? gpt_act16_floats(a.s, a.n_spans, a.n) : a.n;
 }
 
 size_t gpt_layer_kv_floats(const gpt_model *m, int layer, int B, int T) {
@@ -52,9 +92,14 @@ int gpt_layer_forward_chunk(const gpt_model *m, int layer, const gpt_tied *tied,
                             const int *tokens, int B, int T) {
     if (chunk_args_ok(m, layer, ck, B, T, "forward", 1) < 0) return -1;
     const gpt_layer_ops *k = gpt_layer_ops_of(m, layer);
-    int rc = k->chunk ? k->chunk->forward(m, layer, tied, ck, act, scratch, out, x, tokens, B, T)
-                      : k->forward(m, layer, tied, act, scratch, out, x, tokens, B, T / ck->K);
-    return rc < 0 ? pt_adderr("layer %d forward of chunk %d/%d: ", layer, ck->c, ck->K) : 0;
+    chunk_act32 a;
+    chunk_act32_of(m, layer, B, T, ck, &a);
+    float *work = chunk_work(m, &a, scratch, B, T), *run = work ? work : act;
+    int rc = k->chunk ? k->chunk->forward(m, layer, tied, ck, run, scratch, out, x, tokens, B, T)
+                      : k->forward(m, layer, tied, run, scratch, out, x, tokens, B, T / ck->K);
+    if (rc < 0) return pt_adderr("layer %d forward of chunk %d/%d: ", layer, ck->c, ck->K);
+    if (work) gpt_act16_pack(a.s, a.n_spans, act, work, 0, a.saved, 0);
+    return 0;
 }
 
 int gpt_layer_backward_input_chunk(const gpt_model *m, int layer, const gpt_tied *tied,
@@ -62,9 +107,18 @@ int gpt_layer_backward_input_chunk(const gpt_model *m, int layer, const gpt_tied
                                    const float *dout, int B, int T) {
     if (chunk_args_ok(m, layer, ck, B, T, "backward", 1) < 0) return -1;
     const gpt_layer_ops *k = gpt_layer_ops_of(m, layer);
-    int rc = k->chunk ? k->chunk->backward_input(m, layer, tied, ck, act, scratch, dx, dout, B, T)
-                      : k->backward_input(m, layer, tied, act, scratch, dx, dout, B, T / ck->K);
-    return rc < 0 ? pt_adderr("layer %d backward of chunk %d/%d: ", layer, ck->c, ck->K) : 0;
+    chunk_act32 a;
+    chunk_act32_of(m, layer, B, T, ck, &a);
+    float *work = chunk_work(m, &a, scratch, B, T), *run = work ? work : act;
+    if (work) gpt_act16_unpack(a.s, a.n_spans, work, act, 0, a.saved, ACT16_NO_B);
+    int rc = k->chunk ? k->chunk->backward_input(m, layer, tied, ck, run, scratch, dx, dout, B, T)
+                      : k->backward_input(m, layer, tied, run, scratch, dx, dout, B, T / ck->K);
+    if (rc < 0) return pt_adderr("layer %d backward of chunk %d/%d: ", layer, ck->c, ck->K);
+    if (work) {
+        gpt_act16_pack(a.s, a.n_spans, act, work, a.saved, a.n, 0);
+        gpt_act16_pack(a.s, a.n_spans, act, work, 0, a.saved, ACT16_B_WRITES);
+    }
+    return 0;
 }
 
 int gpt_layer_backward_weight_chunk(const gpt_model *m, int layer, const gpt_tied *tied,
@@ -72,8 +126,13 @@ int gpt_layer_backward_weight_chunk(const gpt_model *m, int layer, const gpt_tie
                                     int T) {
     if (chunk_args_ok(m, layer, ck, B, T, "weight backward", 0) < 0) return -1;
     const gpt_layer_ops *k = gpt_layer_ops_of(m, layer);
-    return k->chunk ? k->chunk->backward_weight(m, layer, tied, ck, act, scratch, B, T)
-                    : k->backward_weight(m, layer, tied, act, scratch, B, T / ck->K);
+    chunk_act32 a;
+    chunk_act32_of(m, layer, B, T, ck, &a);
+    float *work = chunk_work(m, &a, scratch, B, T);
+    const float *run = work ? work : act;
+    if (work) gpt_act16_unpack(a.s, a.n_spans, work, act, 0, a.n, ACT16_NO_W);
+    return k->chunk ? k->chunk->backward_weight(m, layer, tied, ck, run, scratch, B, T)
+                    : k->backward_weight(m, layer, tied, run, scratch, B, T / ck->K);
 }
 
 /* ---- one process ------------------------------------------------------------------------- */
@@ -98,7 +157,7 @@ static void chunk_bufs_init(chunk_bufs *u, const gpt_model *m, int B, int T, int
         u->dkv[l] = kvn ? pt_falloc(kvn) : NULL;
         if (kvn) memset(u->dkv[l], 0, kvn * sizeof(float));
     }
-    u->scratch = pt_falloc(gpt_scratch_floats(m, B, T));
+    u->scratch = pt_falloc(gpt_scratch_floats_chunks(m, B, T, K));
     u->x[0] = pt_falloc(2 * N / K * m->cfg.n_embd);
     u->x[1] = u->x[0] + N / K * m->cfg.n_embd;
     u->tok = pt_malloc(2 * N / K * sizeof *u->tok);

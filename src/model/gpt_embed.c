@@ -119,9 +119,6 @@ static int embed_backward_weight_chunk(const gpt_model *m, int l, const gpt_tied
     return 0;
 }
 
-static const gpt_chunk_ops embed_chunk_ops = {
-    embed_chunk_act_floats, NULL, embed_forward_chunk, embed_backward_input_chunk,
-    embed_backward_weight_chunk };
 
 /* Embedding: a gather forward, a scatter-add for W; memory-bound, counted as one FLOP a value.
  * Over tp ranks: each gathers the rows of its vocabulary shard, and the (N,C) sum is reduced
@@ -155,6 +152,19 @@ static int embed_act16_spans(const gpt_model *m, int B, int T, gpt_act_span *s) 
     unsigned f[] = { ACT16_EXACT, 0 };
     return gpt_act16_spans_of(s, len, f, 2, embed_act_floats(m, B, T), "embedding");
 }
+
+/* A chunk's act at bf16: the plain regions on its (B,T/K) rows. */
+static size_t embed_chunk_saved_floats(const gpt_model *m, int B, int T, const gpt_chunk *ck) {
+    return embed_keep_floats(m, B, T / ck->K);
+}
+
+static int embed_chunk_act16_spans(const gpt_model *m, int B, int T, const gpt_chunk *ck, gpt_act_span *s) {
+    return embed_act16_spans(m, B, T / ck->K, s);
+}
+
+static const gpt_chunk_ops embed_chunk_ops = {
+    embed_chunk_act_floats, NULL, embed_forward_chunk, embed_backward_input_chunk,
+    embed_backward_weight_chunk, embed_chunk_saved_floats, embed_chunk_act16_spans };
 
 const gpt_layer_ops gpt_embed_row = {
     "embedding", GPT_IO_TOKENS, embed_act_floats, embed_forward, embed_backward_input,

@@ -55,6 +55,13 @@ static inline double gpt_vocab_shard(const gpt_config *g, int tp) {
 _Static_assert(sizeof(int) == sizeof(float), "token ids are stored in float-sized act slots");
 
 
+/* bf16 storage of acts (gpt_act16.h): the fp32 work area in scratch (sized for (B,T)) where a
+ * layer runs when its act of act32 fp32 floats is stored in bf16, or NULL (fp32 precision, or an
+ * act larger than the area). gpt_layers.c; the chunk path (gpt_chunk.c) uses it too. */
+float *gpt_act16_work(const gpt_model *m, float *scratch, int B, int T, size_t act32);
+int gpt_act16_fits(const gpt_model *m, int B, int T, size_t act32);   /* whether it would give one */
+size_t gpt_kinds_scratch_floats(const gpt_model *m, int B, int T);    /* the scratch before that area */
+
 /* The built-in kinds' rows (gpt_embed.c, gpt_block.c, gpt_head.c). */
 extern const gpt_layer_ops gpt_embed_row, gpt_block_row, gpt_head_row;
 

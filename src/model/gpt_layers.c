@@ -28,6 +28,16 @@ static size_t act16_work_floats(const gpt_model *m, int B, int T) {
     return m->precision == NN_BF16 ? gpt_kind_ops(GPT_LAYER_BLOCK)->act_floats(m, B, T) : 0;
 }
 
+static size_t kinds_scratch_floats(const gpt_model *m, int B, int T);
+
+int gpt_act16_fits(const gpt_model *m, int B, int T, size_t act32) {
+    return m->precision == NN_BF16 && act32 <= act16_work_floats(m, B, T);
+}
+
+float *gpt_act16_work(const gpt_model *m, float *scratch, int B, int T, size_t act32) {
+    return gpt_act16_fits(m, B, T, act32) ? scratch + kinds_scratch_floats(m, B, T) : NULL;
+}
+
 static int act16_on(const gpt_model *m, int layer, int B, int T) {
     return m->precision == NN_BF16 && gpt_layer_ops_of(m, layer)->act16_spans &&
            act32_floats(m, layer, B, T) <= act16_work_floats(m, B, T);
@@ -69,6 +79,8 @@ static size_t kinds_scratch_floats(const gpt_model *m, int B, int T) {
 }
 
 /* At bf16 the work area follows (gpt_act16.h). */
+size_t gpt_kinds_scratch_floats(const gpt_model *m, int B, int T) { return kinds_scratch_floats(m, B, T); }
+
 size_t gpt_scratch_floats(const gpt_model *m, int B, int T) {
     return kinds_scratch_floats(m, B, T) + act16_work_floats(m, B, T);
 }

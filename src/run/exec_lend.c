@@ -1,13 +1,15 @@
 /* train --balance-memory in the executor: a stage's layer that lends (sched/sched_lend.h) keeps
  * `cap` activation buffers instead of its peak; after the compute action its plan names, a
- * microbatch's act of that layer is sent to the partner rank, which holds it in a buffer of its
+ * microbatch's act of that layer (lent in parts: its tail, the head waiting in a head buffer of
+ * the lender's) is sent to the partner rank, which holds it in a buffer of its
  * pool and sends it back as soon as it has it; the lender posts the receive of the way back after
  * the action its plan names (ahead of the backward), and waits for it only at the backward. The
  * numbers do not change: the act comes back bit for bit. On threads the same messages run (a
  * real copy into the partner's pool), so the bytes a rank holds are what its buffers are; on MPI
  * they are its process's. A rank serves what it borrows between its actions and inside its
- * waits (exec_lend_wait), and before its reduction and step (exec_lend_drain), so no rank waits
- * on a partner that waits on it. Not here: when actions run (executor.c), the plan (sched/). */
+ * waits (exec_lend_wait: asleep on the awaited request and the partner side's at once), and
+ * before its reduction and step (exec_lend_drain), so no rank waits on a partner that waits on
+ * it. Not here: when actions run (executor.c), the plan (sched/). */
 #include "run/exec_int.h"
 #include "sched/sched_lend.h"
 #include "util/pt.h"

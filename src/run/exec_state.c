@@ -314,7 +314,7 @@ int exec_state_init(run_exec *e) {
     e->n_ties = gpt_tie_count(&e->st[0].m);
     for (int i = 0; i < e->n_stages; i++)
         if (exec_stage_finish(e, &e->st[i]) < 0) return -1;
-    e->scratch = pt_falloc(gpt_scratch_floats(&e->st[0].m, e->c.mb_rows, e->c.T));
+    e->scratch = pt_falloc(gpt_scratch_floats_chunks(&e->st[0].m, e->c.mb_rows, e->c.T, e->K));
     if (e->async) e->live = pt_falloc(exec_max_weights(e));
     exec_work_alloc(e);
     for (int k = 0; k < 2; k++) e->tmp[k] = pt_falloc((size_t)e->Ns * e->C);

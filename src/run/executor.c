@@ -180,7 +180,7 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
     for (int k = 0; k < e->n_grp; k++)
         for (int b = 0; b < e->grp[k].n_bk; b++)
             if (e->grp[k].bk[b].owned) opt += 2.0 * (double)(e->grp[k].bk[b].hi - e->grp[k].bk[b].lo);
-    bufs += (double)gpt_scratch_floats(&e->st[0].m, e->c.mb_rows, e->c.T) + 2.0 * e->Ns * e->C;
+    bufs += (double)gpt_scratch_floats_chunks(&e->st[0].m, e->c.mb_rows, e->c.T, e->K) + 2.0 * e->Ns * e->C;
     out->params = out->grads = w * f;
     out->optim = opt * f;
     out->acts = (double)run_exec_act_bytes(e) + bufs * f;

@@ -3,10 +3,12 @@
  * stages hold to the light ones: a layer of a stage keeps fewer buffers than its peak (its cap),
  * and for the stretches of the schedule where more of its microbatches are alive than the cap
  * allows, one of them (the one whose backward is furthest) is lent: sent to a partner rank after
- * a compute action of the stage and fetched back after a later one, before its backward. The
- * plan is a pure function of the schedule and the layers' act sizes, so every rank computes the
- * same one: the lender knows when to send and fetch, the partner which messages come and how many
- * buffers it keeps for them. The planner and the simulator price memory with it.
+ * a compute action of the stage and fetched back after a later one, before its backward (whole,
+ * or in parts: only its tail goes, its head waits on the lender). The plan balances each rank's
+ * total (fixed bytes + activations) and is a pure function of the schedule, the layers' act
+ * sizes and the ranks' fixed bytes, so every rank computes the same one: the lender knows when
+ * to send and fetch, the partner which messages come and how many buffers it keeps for them.
+ * The planner and the simulator price memory with it.
  * Not here: the messages and buffers (run/exec_lend.c), the bytes of a layer (the model's).
  * Positions are a stage's compute actions (F, B, W, BW) in its rank's order, 0-based. */
 #ifndef PT_SCHED_LEND_H

@@ -21,10 +21,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define RECYCLE_MAX_DEAD 64
+#define RECYCLE_MAX_DEAD 64      /* dead ranks in a decision, and replicas */
+#define RECYCLE_MAX_RANKS 1024
 
 static int wake_pipe[2] = { -1, -1 };
-static char decision_path[1100], done_path[1100], restore_dir[1100];
+static char snap_dir[1024], decision_path[1100], done_path[1100], restore_dir[1100];
 static int n_seen;                       /* decisions acted on */
 static int dead[RECYCLE_MAX_DEAD], n_dead;   /* the last decision's dead world ranks */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -79,6 +80,7 @@ int train_recycle_arm(const train_opts *o) {
     if (r->dp_sync > 1) return pt_seterr("--recycle with --dp-sync %d: the outer step's state is not in the snapshots", r->dp_sync);
     if (o->snapshot_every <= 0 || !o->snapshot_dir)
         return pt_seterr("--recycle goes back to the newest snapshot: give --snapshot-every K and --snapshot-dir DIR");
+    snprintf(snap_dir, sizeof snap_dir, "%s", o->snapshot_dir);
     snprintf(decision_path, sizeof decision_path, "%s/recycle", o->snapshot_dir);
     snprintf(done_path, sizeof done_path, "%s/recycled", o->snapshot_dir);
     if (comm_mpi_recover_arm() < 0) return -1;
@@ -99,12 +101,9 @@ int train_recycle_arm(const train_opts *o) {
  * dropped, the decision's outcome for the supervisor. The step (> 0), or -1. */
 static long restore_newest(int num, int D2) {
     ckpt_snap_found f;
-    const char *root = decision_path;   /* its folder */
-    char dir[1100];
-    snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(root, '/') - root), root);
-    int rc = ckpt_snap_restore(dir, NULL, 0, restore_dir, &f);
-    if (rc <= 0) return rc == 0 ? pt_seterr("--recycle: no step is complete in the snapshots of %s", dir), -1 : -1;
-    ckpt_snap_reset(dir, f.step);
+    int rc = ckpt_snap_restore(snap_dir, NULL, 0, restore_dir, &f);
+    if (rc <= 0) return rc == 0 ? pt_seterr("--recycle: no step is complete in the snapshots of %s", snap_dir), -1 : -1;
+    ckpt_snap_reset(snap_dir, f.step);   /* the generations after it, and the old world's heartbeats */
     FILE *o = fopen(done_path, "w");
     if (o) {
         fprintf(o, "%d %ld %d\n", num, f.step, D2);
@@ -113,33 +112,44 @@ static long restore_newest(int num, int D2) {
     return f.step;
 }
 
+/* The ranks going on (keep[*nk], increasing: every replica without a dead rank) and their
+ * replicas *D2, from the last decision; *first the dead rank it named. */
+static int plan_survivors(const train_opts *o, int *keep, int *nk, int *D2, int *first) {
+    int P = o->ro.P, D = o->ro.D, lost[RECYCLE_MAX_DEAD] = { 0 };
+    if (P * D > RECYCLE_MAX_RANKS || D > RECYCLE_MAX_DEAD)
+        return pt_seterr("--recycle: %d ranks in %d replicas: more than this build goes on with (%d, %d)", P * D, D,
+                         RECYCLE_MAX_RANKS, RECYCLE_MAX_DEAD);
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < n_dead; i++)
+        if (dead[i] >= 0 && dead[i] < P * D) lost[dead[i] / P] = 1;
+    *first = n_dead ? dead[0] : -1;
+    pthread_mutex_unlock(&mu);
+    *nk = *D2 = 0;
+    for (int d = 0; d < D; d++)
+        if (!lost[d]) {
+            for (int p = 0; p < P; p++) keep[(*nk)++] = d * P + p;
+            (*D2)++;
+        }
+    return *D2 ? 0 : pt_seterr("--recycle: every replica lost a rank: nothing left to go on with");
+}
+
 int train_recycle_next(train_opts *o, int *standby) {
     *standby = 0;
     if (!o->world || !o->ro.D || comm_mpi_interrupts() == n_seen) return 0;
     n_seen = comm_mpi_interrupts();
-    int P = o->ro.P, D = o->ro.D, me = o->world->rank, lost[RECYCLE_MAX_DEAD] = { 0 }, keep[1024], nk = 0, D2 = 0;
-    pthread_mutex_lock(&mu);
-    for (int i = 0; i < n_dead; i++)
-        if (dead[i] >= 0 && dead[i] < P * D && dead[i] / P < RECYCLE_MAX_DEAD) lost[dead[i] / P] = 1;
-    int first_dead = n_dead ? dead[0] : -1;
-    pthread_mutex_unlock(&mu);
-    for (int d = 0; d < D && d < RECYCLE_MAX_DEAD; d++)
-        if (!lost[d]) {
-            for (int p = 0; p < P; p++) keep[nk++] = d * P + p;
-            D2++;
-        }
-    if (D2 == 0) return pt_seterr("--recycle: every replica lost a rank: nothing left to go on with");
+    int D = o->ro.D, keep[RECYCLE_MAX_RANKS], nk = 0, D2 = 0, first = -1;
+    if (plan_survivors(o, keep, &nk, &D2, &first) < 0) return -1;
     double t0 = pt_now();
     comm *nw = NULL;
     if (comm_mpi_survivors(keep, nk, &nw) < 0) return -1;
     if (!nw) {
-        printf("rank %d: its replica lost rank %d: stands by (the job goes on with %d replica%s)\n", me, first_dead,
-               D2, D2 == 1 ? "" : "s");
+        printf("rank %d: its replica lost rank %d: stands by (the job goes on with %d replica%s)\n", o->world->rank,
+               first, D2, D2 == 1 ? "" : "s");
         fflush(stdout);
         *standby = 1;
         return 1;
     }
-    snprintf(restore_dir, sizeof restore_dir, "%.*s-restore-%d", (int)(strlen(decision_path)), decision_path, n_seen);
+    snprintf(restore_dir, sizeof restore_dir, "%s/recycle-restore-%d", snap_dir, n_seen);
     double step = nw->rank == 0 ? (double)restore_newest(n_seen, D2) : 0;
     if (comm_allreduce_f64(nw, &step, 1) < 0) return -1;
     if (step <= 0) return pt_adderr("--recycle: rank 0 of the survivors could not restore: ");
@@ -148,10 +158,10 @@ int train_recycle_next(train_opts *o, int *standby) {
     o->world = nw;
     o->resume = restore_dir;
     o->init = NULL;
-    pt_killat_clear();   /* --kill-at named the old world's ranks */
+    pt_killat_renumber(keep, nk);   /* --kill-at named the old world's ranks */
     if (nw->rank == 0) {
         printf("recycle: rank %d lost; going on in place with %d stages x %d replicas (%d microbatches each) "
-               "from step %ld (%.2f s to agree and restore)\n", first_dead, P, D2, o->ro.M, (long)step, pt_now() - t0);
+               "from step %ld (%.2f s to agree and restore)\n", first, o->ro.P, D2, o->ro.M, (long)step, pt_now() - t0);
         fflush(stdout);
     }
     return 1;

@@ -50,6 +50,18 @@ int pt_killat_add(const char *spec) {
 
 void pt_killat_clear(void) { n_table = 0; }
 
+void pt_killat_renumber(const int *old_of_new, int n) {
+    int k = 0;
+    for (int i = 0; i < n_table; i++)
+        for (int r = 0; r < n; r++)
+            if (table[i].rank == old_of_new[r]) {
+                table[k] = table[i];
+                table[k++].rank = r;
+                break;
+            }
+    n_table = k;
+}
+
 int pt_killat_count(int *max_rank, long *max_step) {
     int mr = -1;
     long ms = 0;

@@ -18,6 +18,9 @@ typedef enum { PT_KILL_FORWARD, PT_KILL_REDUCE, PT_KILL_SAVE, PT_KILL_PHASES } p
 int pt_killat_add(const char *spec);
 /* Empties the table (tests). */
 void pt_killat_clear(void);
+/* After the world shrank in place (train --recycle): the kill of rank old_of_new[i] becomes rank
+ * i's; the kills of ranks not listed are dropped (their processes left the job). */
+void pt_killat_renumber(const int *old_of_new, int n);
 /* How many kills are set; *max_rank gets the largest RANK among them (-1: none; may be NULL),
  * *max_step the largest STEP (may be NULL), for checks against the layout and --steps. */
 int pt_killat_count(int *max_rank, long *max_step);
