@@ -1,9 +1,10 @@
 /* PipeDream-2BW (sched_gen_2bw.c): every P 1..8 and M = P..4P in steps of P through the validator,
  * compute-only and lowered; the 1f1b order of F and BW on every rank; one REDUCE_GRAD + STEP
  * right after the backward of each batch's last microbatch (M / P per rank); M not a multiple of P
- * and chunks > 1 refused; --async-depth (more forwards admitted) valid for both; goldens; the simulator pricing its second weight version (one copy of
- * the weights per stage, whatever P and M) against pipedream's per-microbatch stashes and 1f1b's
- * none; and train's refusal to run it (the executor does not implement its update rule yet).
+ * and chunks > 1 refused; --async-depth (more forwards admitted) valid for both; goldens; the
+ * simulator pricing its second weight version (one copy of the weights per stage, whatever P and
+ * M) against pipedream's per-microbatch stashes and 1f1b's none. Its runs are checked against
+ * its update rule in tests/test_async.c.
  * PT_WRITE_GOLDEN=1 rewrites the goldens (check them by hand before committing). */
 #include "sched/sched.h"
 #include "sim/sim.h"
