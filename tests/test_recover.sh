@@ -48,6 +48,22 @@ for ph in forward reduce save; do
     || fail "launch, kills at $ph: the final loss equals the uninterrupted run bitwise" "$(last_loss "$D/l.jsonl") vs $ref"
 done
 
+# --- takes overlapped with the next step: each rank's STEP waits for its take. Ranks 1 and 3's
+# takes start 200 ms late (PIPETRAIN_TEST_SNAP_SLOW, before they copy anything), so without that
+# wait their next update would land before the copy and the restored step would hold it: the
+# final loss would differ. The STEPs must have waited, and the loss stays bitwise.
+rm -f "$D/ls.jsonl" "$D/ls.events.jsonl"
+PIPETRAIN_TEST_SNAP_SLOW=200:1,3 timeout 120 "$P" launch --snapshot-dir "$SNAP" -- train $base $lay --snapshot-every 1 \
+  --kill-at 0@7 --metrics "$D/ls.jsonl" > "$D/ls.out" 2>&1
+rc=$?
+lost=$(max_lost "$D/ls.events.jsonl")
+waited=$(sed -n 's/^snapshot takes overlapped.*: \([0-9]*\) of [0-9]* STEPs waited.*/\1/p' "$D/ls.out" | tail -1)
+[ $rc = 0 ] && [ "$lost" -ge 0 ] && [ "$lost" -le 1 ] && [ "${waited:-0}" -gt 0 ] \
+  && ok "overlapped takes, slowed: the STEPs waited for them ($waited), <= 1 step repeated" \
+  || fail "overlapped takes, slowed" "rc $rc, lost $lost, waited '${waited}': $(grep -E 'launch|snapshot' "$D/ls.out" | tail -3)"
+[ "$(last_loss "$D/ls.jsonl")" = "$ref" ] && ok "overlapped takes, slowed: the final loss equals the uninterrupted run bitwise" \
+  || fail "overlapped takes, slowed: the final loss equals the uninterrupted run bitwise" "$(last_loss "$D/ls.jsonl") vs $ref"
+
 # --- --zero 1: each rank snapshots its parameters and its moment slices (a shard file); the
 # restore puts every rank's shard back: the same final loss bitwise
 timeout 120 "$P" train $base $lay --zero 1 --metrics "$D/refz.jsonl" > /dev/null 2>&1 || fail "reference run, --zero 1" "exited $?"

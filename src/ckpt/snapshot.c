@@ -54,15 +54,16 @@ struct ckpt_snap {
     int peer_every;             /* every peer_every-th generation written goes to the peer (0: none) */
     long peer_count;            /* generations written since the sending started */
     int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
-    long slow_ms;               /* test hook: the writer sleeps this long before each generation */
+    long slow_ms;               /* test hook: each take sleeps this long before it copies */
 };
 
 static void *snap_writer_main(void *arg);
 static void prune_gens(const ckpt_snap *s, int spare_slots);
 
-/* Test hook: PIPETRAIN_TEST_SNAP_SLOW="MS:R,R,..." makes the writers of world ranks R sleep MS
- * milliseconds before each generation (a writer starved on a loaded machine, made certain:
- * tests/test_recover_mpi.sh). 0 for every other rank, or without it. */
+/* Test hook: PIPETRAIN_TEST_SNAP_SLOW="MS:R,R,..." makes the takes of world ranks R sleep MS
+ * milliseconds before they copy (a take starved on a loaded machine, made certain: with takes
+ * overlapped with the next step, that step's updates must wait for it; tests/test_recover_mpi.sh).
+ * 0 for every other rank, or without it. */
 static long slow_writer_ms(int rank) {
     const char *v = getenv("PIPETRAIN_TEST_SNAP_SLOW");
     char *e;
@@ -108,6 +109,10 @@ static void note_error(ckpt_snap *s) {
 }
 
 int ckpt_snap_ready(ckpt_snap *s) {
+    if (s->slow_ms > 0) {   /* test hook: the take starts late (before it copies anything) */
+        struct timespec ts = { s->slow_ms / 1000, s->slow_ms % 1000 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
     pthread_mutex_lock(&s->mu);
     if (s->busy) {   /* the writer is still at the previous generation */
         double t0 = pt_now();
@@ -381,10 +386,6 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
  * (the folder stays a free slot's). */
 static int install_gen(ckpt_snap *s, snap_slot *sl, uint64_t *sums, char **json) {
     long step = s->man.step;
-    if (s->slow_ms > 0) {
-        struct timespec ts = { s->slow_ms / 1000, s->slow_ms % 1000 * 1000000L };
-        nanosleep(&ts, NULL);
-    }
     for (int i = 0; i < sl->n_f; i++) {
         /* summed by the copy (snapshot_slot.c), else here */
         sums[i] = sl->f[i].summed ? sl->f[i].sum : snap_sum_mem(sl->f[i].map, sl->f[i].bytes);

@@ -163,6 +163,8 @@ int exec_async_update(run_exec *e, const optim_config *oc, int u, double lr, int
 
 struct run_exec {
     run_exec_cfg c;
+    int (*step_gate)(void *, int);   /* run_exec_set_step_gate: before each synchronous STEP */
+    void *gate_user;
     const exec_mode *mode;            /* exec_mode_of(this), set once by run_exec_init */
     int d, p, t, M, N, C, n_stages;   /* replica, pipeline rank, TP rank, sizes (M: the
                                        * schedule's units, N: rows of one) */

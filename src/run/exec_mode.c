@@ -68,8 +68,10 @@ static int overlap_reduce(run_exec *e, int i, sched_action a, run_stage *st, dou
     return exec_reduce_overlapped(e, i, a, st, t0);
 }
 
-/* STEP: every reduction complete, the norm over the world, clipping, AdamW (when oc). */
+/* STEP: the gate (run_exec_set_step_gate), every reduction complete, the norm over the world,
+ * clipping, AdamW (when oc). */
 static int sync_step(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs) {
+    if (e->step_gate && e->step_gate(e->gate_user, e->c.world_rank) < 0) return -1;
     if (exec_post_all(e) < 0 || exec_wait_all(e) < 0 || exec_norm(e) < 0 || exec_reduce_world(e, rs) < 0)
         return -1;
     e->stepped = 1;

@@ -213,6 +213,13 @@ const gpt_model *run_exec_stage_model(const run_exec *e, int g) {
 
 const gpt_model *run_exec_first_model(const run_exec *e) { return &e->st[0].m; }
 
+int run_exec_set_step_gate(run_exec *e, int (*gate)(void *, int), void *user) {
+    if (e->async) return -1;
+    e->step_gate = gate;
+    e->gate_user = user;
+    return 0;
+}
+
 int run_exec_world_rank(const run_exec *e) { return e->c.world_rank; }
 
 int run_exec_stage_state(const run_exec *e, int g, const gpt_model **m, const adamw_state **opt,

@@ -174,6 +174,12 @@ void run_exec_set_slowdown(run_exec *e, int g, double k);
 const gpt_model *run_exec_stage_model(const run_exec *e, int g);
 /* The model of this rank's first stage (every rank holds one): the config and tensor table. */
 const gpt_model *run_exec_first_model(const run_exec *e);
+/* A gate before every update: gate(user, world rank) runs at the start of each STEP of a
+ * synchronous schedule, before the step's reductions (so a rank past step S's world sums knows
+ * every rank has passed its gate of S); < 0 fails the step with the gate's error. NULL removes
+ * it. Returns -1 (nothing set) for an asynchronous schedule, whose updates follow every
+ * microbatch. Between iterations only. */
+int run_exec_set_step_gate(run_exec *e, int (*gate)(void *user, int world_rank), void *user);
 /* The world rank this executor runs. */
 int run_exec_world_rank(const run_exec *e);
 /* Stage g's state as it is between iterations, for a copy (snapshots): its model, its AdamW

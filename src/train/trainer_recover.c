@@ -34,6 +34,17 @@ struct train_recover {
     char help_err[512];
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* Overlapped takes (pipelined synchronous jobs without --adapt): the takes of step S run on
+     * a thread of their own during step S + 1, and each local rank's STEP of S + 1 waits for its
+     * own (the executor's step gate), so no update can change what is being copied */
+    pthread_t bg;
+    int has_bg, bg_go, bg_busy, bg_stop, bg_rc;
+    int *bg_done;           /* [n] local rank r's take of the posted step is whole */
+    ckpt_manifest bg_man;
+    train_ctx *bg_t;
+    char bg_err[512];
+    long gate_waits;        /* STEPs that found their rank's take still running, and how long */
+    double gate_wait_s;
 };
 
 /* World ranks of the job (1: one process). */
@@ -192,6 +203,71 @@ static int take_all(train_ctx *t, const ckpt_manifest *man) {
     return rcode;
 }
 
+static void *bg_main(void *arg) {
+    struct train_recover *rc = arg;
+    pthread_mutex_lock(&rc->mu);
+    for (;;) {
+        while (!rc->bg_go && !rc->bg_stop) pthread_cond_wait(&rc->cv, &rc->mu);
+        if (rc->bg_stop) break;
+        rc->bg_go = 0;
+        for (int r = 0; r < rc->n; r++) {
+            pthread_mutex_unlock(&rc->mu);
+            int rcode = rc->bg_rc < 0 ? -1 : snap_take(rc->bg_t, r, &rc->bg_man);
+            pthread_mutex_lock(&rc->mu);
+            if (rcode < 0 && rc->bg_rc == 0) {
+                rc->bg_rc = -1;
+                snprintf(rc->bg_err, sizeof rc->bg_err, "%s", pt_err());
+            }
+            rc->bg_done[r] = 1;
+            pthread_cond_broadcast(&rc->cv);
+        }
+        rc->bg_busy = 0;
+        pthread_cond_broadcast(&rc->cv);
+    }
+    pthread_mutex_unlock(&rc->mu);
+    return NULL;
+}
+
+/* Waits until the posted takes are whole; their error, if one failed (reported once). */
+static int bg_wait(struct train_recover *rc) {
+    if (!rc->has_bg) return 0;
+    pthread_mutex_lock(&rc->mu);
+    while (rc->bg_busy) pthread_cond_wait(&rc->cv, &rc->mu);
+    int rcode = rc->bg_rc;
+    rc->bg_rc = 0;
+    pthread_mutex_unlock(&rc->mu);
+    return rcode < 0 ? pt_seterr("%s", rc->bg_err) : 0;
+}
+
+/* The executors' step gate: local rank `world_rank`'s STEP waits for its posted take. */
+static int bg_gate(void *user, int world_rank) {
+    struct train_recover *rc = user;
+    int r = 0;
+    while (r < rc->n && run_exec_world_rank(rc->ex[r]) != world_rank) r++;
+    pthread_mutex_lock(&rc->mu);
+    if (rc->bg_busy && r < rc->n && !rc->bg_done[r]) {
+        double t0 = pt_now();
+        while (rc->bg_busy && !rc->bg_done[r]) pthread_cond_wait(&rc->cv, &rc->mu);
+        rc->gate_waits++;
+        rc->gate_wait_s += pt_now() - t0;
+    }
+    int rcode = rc->bg_rc;
+    pthread_mutex_unlock(&rc->mu);
+    return rcode < 0 ? pt_seterr("snapshot: %s", rc->bg_err) : 0;
+}
+
+/* The takes of generation man->step handed to the thread (the previous ones are whole). */
+static void bg_post(train_ctx *t, const ckpt_manifest *man) {
+    struct train_recover *rc = t->recover;
+    pthread_mutex_lock(&rc->mu);
+    rc->bg_man = *man;
+    rc->bg_t = t;
+    for (int r = 0; r < rc->n; r++) rc->bg_done[r] = 0;
+    rc->bg_busy = rc->bg_go = 1;
+    pthread_cond_broadcast(&rc->cv);
+    pthread_mutex_unlock(&rc->mu);
+}
+
 int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, void *user) {
     struct train_recover *rc = t->recover;
     const train_opts *o = &t->o;
@@ -203,10 +279,14 @@ int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, voi
          * beats it) before every rank has started it, past its take of S. So no barrier here:
          * a heartbeat of S + 1 says every rank's generation of S is written, whatever the load
          * (tests/test_recover_mpi.sh, slow writers) */
-        if (snap_manifest(t, step, &man) < 0 || take_all(t, &man) < 0) return -1;
+        if (snap_manifest(t, step, &man) < 0 || bg_wait(rc) < 0) return -1;
+        if (rc->has_bg && step != o->steps) bg_post(t, &man);   /* whole before this rank's next STEP */
+        else if (take_all(t, &man) < 0) return -1;
     }
-    /* after the take: a heartbeat of step S says this rank's generation of S is whole and every
-     * rank's of S - 1, so a recovery repeats at most one step at K = 1 */
+    /* without the thread, after the take: a heartbeat of step S says this rank's generation of S
+     * is whole and every rank's of S - 1, so a recovery repeats at most one step at K = 1. With
+     * it, every rank's STEP of S waited for its take of S - 1 before that step's world sums, so
+     * a heartbeat of S (any rank's) still says every rank's generation of S - 1 is whole */
     for (int r = 0; r < rc->n; r++) ckpt_snap_heartbeat(rc->snap[r], step);
     return 0;
 }
@@ -253,6 +333,21 @@ static int peer_setup(train_ctx *t, struct train_recover *rc) {
     return rcode;
 }
 
+/* The overlapped takes' thread and every local executor's gate; -1 (none set) where a rank's
+ * schedule is asynchronous (an update per microbatch: the take stays at the boundary). */
+static int bg_start(struct train_recover *rc) {
+    for (int r = 0; r < rc->n; r++)
+        if (run_exec_set_step_gate(rc->ex[r], bg_gate, rc) < 0) {
+            while (r-- > 0) run_exec_set_step_gate(rc->ex[r], NULL, NULL);
+            return -1;
+        }
+    rc->bg_done = pt_calloc((size_t)rc->n, sizeof *rc->bg_done);
+    rc->has_bg = pthread_create(&rc->bg, NULL, bg_main, rc) == 0;
+    if (rc->has_bg) return 0;
+    for (int r = 0; r < rc->n; r++) run_exec_set_step_gate(rc->ex[r], NULL, NULL);
+    return -1;
+}
+
 int train_recover_init(train_ctx *t) {
     const train_opts *o = &t->o;
     if (check_kill_at(t) < 0) return -1;
@@ -273,7 +368,9 @@ int train_recover_init(train_ctx *t) {
         if (j) rc->ex[r] = run_job_local_exec(j, r);
         if (ckpt_snap_open(&rc->snap[r], o->snapshot_dir, j ? run_exec_world_rank(rc->ex[r]) : 0, SNAP_KEEP) < 0) return -1;
     }
-    if (o->snapshot_every && rc->n > 1 && sysconf(_SC_NPROCESSORS_ONLN) > 1) {
+    if (o->snapshot_every && j && !o->adapt && bg_start(rc) == 0) {
+        /* overlapped: the takes leave the step boundary (no helper needed) */
+    } else if (o->snapshot_every && rc->n > 1 && sysconf(_SC_NPROCESSORS_ONLN) > 1) {
         rc->half = (rc->n + 1) / 2;
         rc->has_help = pthread_create(&rc->help, NULL, help_main, rc) == 0;
     }
@@ -283,6 +380,7 @@ int train_recover_init(train_ctx *t) {
 void train_recover_end(train_ctx *t) {
     struct train_recover *rc = t->recover;
     if (!rc || !t->o.snapshot_every) return;
+    if (bg_wait(rc) < 0) fprintf(stderr, "warning: snapshot: %s\n", pt_err());
     ckpt_snap_stats s;
     ckpt_snap_get_stats(rc->snap[0], &s);
     if (t->root)
@@ -295,6 +393,10 @@ void train_recover_end(train_ctx *t) {
                rc->step_s > 0 ? (s.copy_s + s.wait_s) / rc->step_s * 100 : 0,
                s.written ? s.write_s / (double)s.written * 1e3 : 0,
                s.written ? s.write_cpu_s / (double)s.written * 1e3 : 0);
+    if (t->root && rc->has_bg)
+        printf("snapshot takes overlapped with the next step (a thread of their own; each STEP waits for its "
+               "rank's): %ld of %ld STEPs waited, %.2f ms in all\n", rc->gate_waits, s.taken * rc->n,
+               rc->gate_wait_s * 1e3);
     long sent = s.peer_sent + s.peer_failed;
     if (t->root && s.peer_rank >= 0)
         printf("snapshot peer copies (rank %d to rank %d, on another host): %ld sent, %ld skipped (a newer one came), "
@@ -308,6 +410,16 @@ void train_recover_end(train_ctx *t) {
 void train_recover_free(train_ctx *t) {
     struct train_recover *rc = t->recover;
     if (!rc) return;
+    if (rc->has_bg) {   /* a take still running reads the executors: let it end first */
+        bg_wait(rc);
+        for (int r = 0; r < rc->n; r++) run_exec_set_step_gate(rc->ex[r], NULL, NULL);
+        pthread_mutex_lock(&rc->mu);
+        rc->bg_stop = 1;
+        pthread_cond_broadcast(&rc->cv);
+        pthread_mutex_unlock(&rc->mu);
+        pthread_join(rc->bg, NULL);
+    }
+    free(rc->bg_done);
     if (rc->has_help) {
         pthread_mutex_lock(&rc->mu);
         rc->help_stop = 1;
