@@ -211,8 +211,9 @@ static void *bg_main(void *arg) {
         if (rc->bg_stop) break;
         rc->bg_go = 0;
         for (int r = 0; r < rc->n; r++) {
+            int failed = rc->bg_rc < 0;   /* read under the lock */
             pthread_mutex_unlock(&rc->mu);
-            int rcode = rc->bg_rc < 0 ? -1 : snap_take(rc->bg_t, r, &rc->bg_man);
+            int rcode = failed ? -1 : snap_take(rc->bg_t, r, &rc->bg_man);
             pthread_mutex_lock(&rc->mu);
             if (rcode < 0 && rc->bg_rc == 0) {
                 rc->bg_rc = -1;
