@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Throughput of the asynchronous schedules under link delay (docs/async.md, "Throughput under link
-# delay"): bench/bench_async.sh's model, data and settings (4-layer 64-channel char GPT on the
-# fortunes, P=4, batch 16 x 64, M=4, AdamW 1e-3 cosine, 20 warm-up steps), narrowed to the rows
-# that matter here, with and without --async-depth / --defer-tie:
+# delay"): bench/bench_async.sh's model, data and settings (the 4-layer 128-channel char GPT of
+# examples/char-gpt.json on the fortunes, P=4, batch 16 x 64, M=4, AdamW 1e-3 cosine, 20 warm-up
+# steps; CONFIG=64: the 64-channel model of the earlier tables), narrowed to the rows that matter
+# here, with and without --async-window / --async-depth / --defer-tie (rows without "window" run
+# --async-window 1, a flush every step: the earlier tables' order; "window" rows the default, 4
+# steps a pass):
 #   tokens/s: ROUNDS alternating rounds, each running every row once with the 30 ms delay on every
 #   pipeline link (DSTEPS steps) and once without (NSTEPS steps); the median per row, and its ratio
 #   to 1f1b's;
@@ -11,7 +14,7 @@
 #   (trailing mean of 10 steps) reaches 1f1b's final one, on the row's delayed step time.
 # Usage: dev/async_delay.sh [ROW[@LR]...]   (default: every row below; 1f1b is always run, at LR;
 # ROW@LR runs that row at its own peak learning rate)
-# Environment: TABLE_ONLY=1 (the table of OUT's runs again, nothing run), ROUNDS (3), DSTEPS (16), NSTEPS (32), SEEDS (3), STEPS (150), LR (1e-3), OUT
+# Environment: CONFIG (examples/char-gpt.json; 64: the 64-channel model), TABLE_ONLY=1 (the table of OUT's runs again, nothing run), ROUNDS (3), DSTEPS (16), NSTEPS (32), SEEDS (3), STEPS (150), LR (1e-3), OUT
 # (build/async_delay), PIPETRAIN (build/pipetrain). Quick smoke: ROUNDS=1 DSTEPS=3 NSTEPS=3 SEEDS=1 STEPS=5.
 set -u
 cd "$(dirname "$0")/.."
@@ -23,16 +26,24 @@ mkdir -p "$OUT/runs"; [ "${TABLE_ONLY:-0}" = 1 ] || rm -f "$OUT"/runs/*
 declare -A F
 F[1f1b]="--schedule 1f1b"
 F[gpipe]="--schedule gpipe"
-F[pipedream]="--schedule pipedream --async-fix none"
-F[pipedream-nesterov]="--schedule pipedream --async-fix nesterov"
-F[pipedream-defer]="--schedule pipedream --async-fix none --defer-tie"
-F[pipedream-defer-d4]="--schedule pipedream --async-fix none --defer-tie --async-depth 4"
-F[pipedream-nesterov-defer-d4]="--schedule pipedream --async-fix nesterov --defer-tie --async-depth 4"
-F[pipedream-predict-defer-d4]="--schedule pipedream --async-fix predict --defer-tie --async-depth 4"
-F[2bw]="--schedule 2bw"
-F[2bw-d4]="--schedule 2bw --async-depth 4"
+w1="--async-window 1"
+F[pipedream]="--schedule pipedream --async-fix none $w1"
+F[pipedream-nesterov]="--schedule pipedream --async-fix nesterov $w1"
+F[pipedream-defer]="--schedule pipedream --async-fix none --defer-tie $w1"
+F[pipedream-defer-d4]="--schedule pipedream --async-fix none --defer-tie --async-depth 4 $w1"
+F[pipedream-nesterov-defer-d4]="--schedule pipedream --async-fix nesterov --defer-tie --async-depth 4 $w1"
+F[pipedream-predict-defer-d4]="--schedule pipedream --async-fix predict --defer-tie --async-depth 4 $w1"
+F[2bw]="--schedule 2bw $w1"
+F[2bw-d4]="--schedule 2bw --async-depth 4 $w1"
+# the continuous stream: the default window (4 steps a pass), with and without the deferred tie
+F[pipedream-window]="--schedule pipedream --async-fix none"
+F[pipedream-nesterov-window]="--schedule pipedream --async-fix nesterov"
+F[pipedream-window-defer]="--schedule pipedream --async-fix none --defer-tie"
+F[pipedream-nesterov-window-defer]="--schedule pipedream --async-fix nesterov --defer-tie"
+F[2bw-window]="--schedule 2bw"
 order=(1f1b gpipe pipedream pipedream-nesterov pipedream-defer pipedream-defer-d4 pipedream-nesterov-defer-d4
-       pipedream-predict-defer-d4 2bw 2bw-d4)
+       pipedream-predict-defer-d4 2bw 2bw-d4 pipedream-window pipedream-nesterov-window pipedream-window-defer
+       pipedream-nesterov-window-defer 2bw-window)
 if [ $# -gt 0 ]; then order=(1f1b); for r in "$@"; do [ "$r" != 1f1b ] && order+=("$r"); done; fi
 for r in "${order[@]}"; do [ -n "${F[${r%@*}]:-}" ] || { echo "async_delay: unknown row $r (rows: ${!F[*]})"; exit 2; }; done
 
@@ -45,7 +56,9 @@ else for i in $(seq 1 30000); do echo "the quick brown fox jumps over the lazy d
 n=$(wc -c < "$OUT/text.txt")
 head -c $((n * 9 / 10)) "$OUT/text.txt" > "$OUT/train.txt"
 tail -c $((n / 10)) "$OUT/text.txt" > "$OUT/held.txt"
-echo '{"n_layer": 4, "n_head": 4, "n_embd": 64, "vocab_size": 256, "n_positions": 64, "model_type": "gpt2"}' > "$OUT/gpt.json"
+if [ "${CONFIG:-}" = 64 ]; then
+  echo '{"n_layer": 4, "n_head": 4, "n_embd": 64, "vocab_size": 256, "n_positions": 64, "model_type": "gpt2"}' > "$OUT/gpt.json"
+else cp "${CONFIG:-examples/char-gpt.json}" "$OUT/gpt.json"; fi
 common="--config $OUT/gpt.json --data $OUT/train.txt --batch $B --seq $T --lr $LR --beta2 0.99 --warmup 20
   --lr-schedule cosine --shuffle 1 --log-every 100000 --stages 4 --microbatches 4"
 delay="--slow-link 0-1:0.03 --slow-link 1-2:0.03 --slow-link 2-3:0.03"

@@ -27,17 +27,27 @@ for lr in 1e-3 2e-3 4e-3 8e-3; do variants+="1f1b-$lr $lr 16 4 --stages 4 --sche
 "; done
 variants+="pd1-none-2e-3 2e-3 16 4 --stages 1 --schedule pipedream
 "
+# pd: a flush every step (--async-window 1: the table of docs/async.md "Corrections")
 for lr in 5e-4 1e-3 2e-3; do
-  for fix in none nesterov pipemare predict; do variants+="pd-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix$(nb $fix)
+  for fix in none nesterov pipemare predict; do variants+="pd-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix$(nb $fix) --async-window 1
+"; done
+done
+# the continuous stream (docs/async.md "Throughput under link delay"): pdw the default window (4 steps
+# a pass) with the tie's sum P updates late (--defer-tie), pdo with the tie owned by stage 0 and the
+# head's copy refreshed P updates late (--tie-owner), pdn the window alone
+for lr in 5e-4 1e-3 2e-3; do
+  for fix in none nesterov; do variants+="pdw-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix$(nb $fix) --defer-tie
+pdo-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix$(nb $fix) --tie-owner
+pdn-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix$(nb $fix)
 "; done
 done
 # pipedream fast under link delay (docs/async.md "Throughput under link delay"): every stage admits
 # 4 forwards, the tied embedding's sum a step late (pdf); each alone with nesterov (pdt: the tie, pdd: the depth)
 for lr in 5e-4 1e-3; do
-  for fix in none nesterov predict; do variants+="pdf-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix$(nb $fix) --defer-tie --async-depth 4
+  for fix in none nesterov predict; do variants+="pdf-$fix-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix $fix$(nb $fix) --defer-tie --async-depth 4 --async-window 1
 "; done
-  variants+="pdt-nesterov-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix nesterov$(nb nesterov) --defer-tie
-pdd-nesterov-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix nesterov$(nb nesterov) --async-depth 4
+  variants+="pdt-nesterov-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix nesterov$(nb nesterov) --defer-tie --async-window 1
+pdd-nesterov-$lr $lr 16 4 --stages 4 --schedule pipedream --async-fix nesterov$(nb nesterov) --async-depth 4 --async-window 1
 "
 done
 for lr in 5e-4 1e-3 2e-3 4e-3; do

@@ -39,6 +39,7 @@ static int g_tok[BATCH * SEQ], g_tgt[BATCH * SEQ];
 static gpt_model g_init;
 static int g_depth;          /* --async-depth of the pipelined runs (0: the 1f1b order) */
 static int g_defer;          /* --defer-tie of the pipelined runs and the replay */
+static int g_owner;          /* --tie-owner of the pipelined runs and the replay */
 static int g_window = 1;     /* --async-window: steps an iteration holds (the pass: BATCH rows,
                               * each step BATCH / g_window of them; ITERS passes) */
 
@@ -82,7 +83,7 @@ static void ref_microbatch(const gpt_model *fw, gpt_model *bw, const float *wte_
  * into out (whole model). 0, or -1. */
 static int run_pipe(const char *name, int P, int M, async_fix fix, const optim_config *oc, gpt_model *out, int stash[3]) {
     run_opts o = { .P = P, .D = 1, .schedule = name, .M = M, .async_fix = fix, .async_depth = g_depth,
-                   .defer_tie = g_defer, .async_window = g_window };
+                   .defer_tie = g_defer, .async_window = g_window, .tie_owner = g_owner };
     run_plan pl;
     if (run_plan_init(&pl, &o, &CFG, BATCH / g_window, SEQ) < 0) return -1;
     run_job *j = NULL;
@@ -257,6 +258,8 @@ typedef struct {
     int *tau;                /* [P] */
     int **vf, **vb;          /* [P][M] */
     int lag;                 /* --defer-tie: wte's sum of microbatch k applied at update k + lag (0: at k) */
+    int own;                 /* --tie-owner: stage 0 applies wte's sum at once, stage P-1's copy is its
+                              * weights own updates before (0: off) */
     float *tie_hist;         /* [nv][V] wte's summed gradient of each microbatch */
     double *span_hist;       /* [nv][P] each stage's sum of squares without wte, per microbatch */
 } replay;
@@ -283,23 +286,30 @@ static void assemble(const replay *R, gpt_model *m, float **w, float *wte_head) 
 }
 
 /* Microbatch u's gradient (bw's, wte summed over its holders) into what update u + 1 applies:
- * with a lag, wte's sum of microbatch u - lag (zeros before); then the per-stage clip at
+ * with a lag, wte's sum of microbatch u - lag (zeros before); with an owner, all of it at once
+ * and stage 0's factor on wte, stage P-1's from its span alone; else the per-stage clip at
  * grad_clip / sqrt(P): a stage's factor from its span and the wte sum it applies (holders:
  * stages 0 and P-1), wte's the smallest of its holders' factors for the microbatch it comes
  * from, into scale_of (per tensor; tensor 0 is wte). */
 static void ref_tie_clip(replay *R, gpt_model *bw, int u, const optim_config *oc, double *scale_of) {
     int P = R->P, np = gpt_param_count(bw);
     size_t V = (size_t)CFG.vocab_size * CFG.n_embd;
-    double *S = R->span_hist + (size_t)u * P, cap = oc->grad_clip / sqrt((double)P);
+    double *S = R->span_hist + (size_t)u * P, cap = oc->grad_clip / sqrt((double)P), fs[8];
     for (int g = 0; g < P; g++) S[g] = 0;
     for (int i = 1; i < np; i++) {
         const gpt_param_info *pi = gpt_param_info_at(bw, i);
         S[R->stage_of[i]] += optim_sumsq(bw->grads + pi->offset, pi->count);
     }
     memcpy(R->tie_hist + (size_t)u * V, bw->grads, V * sizeof(float));
+    if (R->own) {                       /* stage 0's factor (its span and the whole sum), P-1's its span */
+        double T0 = optim_sumsq(bw->grads, V);
+        for (int g = 0; g < P; g++) fs[g] = optim_clip_scale(sqrt(S[g] + (g == 0 ? T0 : 0)), cap);
+        for (int i = 0; i < np; i++) scale_of[i] = fs[R->stage_of[i]];
+        return;
+    }
     if (R->lag && u >= R->lag) memcpy(bw->grads, R->tie_hist + (size_t)(u - R->lag) * V, V * sizeof(float));
     else if (R->lag) memset(bw->grads, 0, V * sizeof(float));
-    double T = optim_sumsq(bw->grads, V), ft = 1, fs[8];
+    double T = optim_sumsq(bw->grads, V), ft = 1;
     const double *Sx = R->lag ? (u >= R->lag ? R->span_hist + (size_t)(u - R->lag) * P : NULL) : S;
     for (int g = 0; g < P; g++) fs[g] = optim_clip_scale(sqrt(S[g] + (g == 0 || g == P - 1 ? T : 0)), cap);
     for (int g = 0; Sx && g < P; g += P - 1 > 0 ? P - 1 : 1) {
@@ -314,7 +324,8 @@ static void ref_pipedream(const run_plan *pl, async_fix fix, const optim_config 
     int P = s->n_stages, M = s->n_mb, b = pl->mb_rows;
     size_t n = g_init.num_params, V = (size_t)CFG.vocab_size * CFG.n_embd;
     /* the tie's lag: the forwards stage 0 admits, max(P, --async-depth), whatever M or the window */
-    replay R = { .P = P, .M = M, .nv = ITERS * M + 1, .lag = g_defer ? (g_depth > P ? g_depth : P) : 0 };
+    int K = g_depth > P ? g_depth : P;
+    replay R = { .P = P, .M = M, .nv = ITERS * M + 1, .lag = g_defer ? K : 0, .own = g_owner ? K : 0 };
     R.tie_hist = pt_falloc((size_t)R.nv * V);
     R.span_hist = pt_calloc((size_t)R.nv * (size_t)P, sizeof(double));
     R.W = pt_calloc((size_t)R.nv, sizeof *R.W);
@@ -358,6 +369,10 @@ static void ref_pipedream(const run_plan *pl, async_fix fix, const optim_config 
                 if (fix == ASYNC_FIX_PIPEMARE) stage_weights(&R, g, ub, 2, d, wb[g], n);
                 else if (fix == ASYNC_FIX_PREDICT) stage_weights(&R, g, ub, 0, 0, wb[g], n);
                 else memcpy(wb[g], wf[g], n * sizeof(float));
+                if (R.own && g == P - 1) {         /* the head's copy: stage 0's wte R.own updates back */
+                    memcpy(wf[g], R.W[uf > R.own ? uf - R.own : 0], V * sizeof(float));
+                    memcpy(wb[g], wf[g], V * sizeof(float));
+                }
             }
             assemble(&R, &fw, wf, wte_f);
             assemble(&R, &bw, wb, wte_b);
@@ -419,7 +434,8 @@ static void test_pipedream_fix(int P, int M, async_fix fix) {
     }
     double err = rc ? INFINITY : test_tensor_relerr(got.params, want.params, want.num_params);
     snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-fix %s --async-depth %d --async-window %d%s: equals the "
-             "step-by-step replay", P, M, async_fix_name(fix), g_depth, g_window, g_defer ? " --defer-tie" : "");
+             "step-by-step replay", P, M, async_fix_name(fix), g_depth, g_window,
+             g_defer ? " --defer-tie" : g_owner ? " --tie-owner" : "");
     CHECK(nm, rc == 0 && err < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err, RUN_TOL);
     if (fix == ASYNC_FIX_PIPEMARE || fix == ASYNC_FIX_PREDICT) {
         double gap = test_tensor_relerr(plain.params, want.params, want.num_params);
@@ -445,28 +461,33 @@ static void test_defer_tie(int P, int M, int D, double clip) {
     run_plan pl;
     gpt_model got, want, now, now_run;
     gpt_init(&got, &CFG); gpt_init(&want, &CFG); gpt_init(&now, &CFG); gpt_init(&now_run, &CFG);
+    int owner = g_owner;       /* with g_owner set: --tie-owner in place of --defer-tie */
+    const char *how = owner ? "--tie-owner" : "--defer-tie";
     g_depth = D;
+    g_owner = 0;
     int rc = run_plan_init(&pl, &o, &CFG, BATCH / g_window, SEQ);
     if (rc == 0) rc = run_pipe("pipedream", P, M, ASYNC_FIX_NONE, &oc, &now_run, NULL);
-    g_defer = 1;
+    *(owner ? &g_owner : &g_defer) = 1;
     if (rc == 0) rc = run_pipe("pipedream", P, M, ASYNC_FIX_NONE, &oc, &got, NULL);
     if (rc == 0) {
         ref_pipedream(&pl, ASYNC_FIX_NONE, &oc, &want);
-        g_defer = 0;
+        g_defer = g_owner = 0;
         ref_pipedream(&pl, ASYNC_FIX_NONE, &oc, &now);
         run_plan_free(&pl);
     }
     g_defer = g_depth = 0;
+    g_owner = owner;
     double err = rc ? INFINITY : test_tensor_relerr(got.params, want.params, want.num_params);
     double err0 = rc ? INFINITY : test_tensor_relerr(now_run.params, now.params, now.num_params);
     double gap = rc ? 0 : test_tensor_relerr(now.params, want.params, want.num_params);
     snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-depth %d --grad-clip %g: undeferred equals the replay's clip rule",
              P, M, D, clip);
     CHECK(nm, rc == 0 && err0 < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err0, RUN_TOL);
-    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-depth %d --async-window %d --grad-clip %g --defer-tie: equals "
-             "the replay (wte's sum max(P, D) updates late)", P, M, D, g_window, clip);
+    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-depth %d --async-window %d --grad-clip %g %s: equals "
+             "the replay (%s)", P, M, D, g_window, clip, how, owner ? "stage 0 updates wte at once, the head's copy "
+             "max(P, D) updates old" : "wte's sum max(P, D) updates late");
     CHECK(nm, rc == 0 && err < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err, RUN_TOL);
-    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --defer-tie: the lag changes the run (%.3g from undeferred)", P, M, gap);
+    snprintf(nm, sizeof nm, "pipedream P=%d M=%d %s: the lag changes the run (%.3g from undeferred)", P, M, how, gap);
     CHECK(nm, gap > 20 * RUN_TOL, "only %.3g from the undeferred replay", gap);
     gpt_free(&got); gpt_free(&want); gpt_free(&now); gpt_free(&now_run);
 }
@@ -564,6 +585,10 @@ int main(void) {
     g_defer = 1;
     test_pipedream_fix(4, 4, ASYNC_FIX_NESTEROV);
     g_defer = 0;
+    g_owner = 1;               /* --tie-owner in the stream: its replay; a correction with it */
+    test_defer_tie(4, 4, 0, 0.05);
+    test_pipedream_fix(4, 4, ASYNC_FIX_NESTEROV);
+    g_owner = 0;
     g_window = 4;              /* four steps of two microbatches: the stream is longer than a step's pipe */
     test_pipedream_fix(4, 2, ASYNC_FIX_NESTEROV);
     test_defer_tie(4, 2, 0, 0.05);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Asynchronous pipelines over MPI (mpirun as root, oversubscribed): train --schedule 2bw and
-# pipedream with each --async-fix (and --async-depth, --defer-tie, --async-window: 4 steps a pass by
+# pipedream with each --async-fix (and --async-depth, --defer-tie, --tie-owner, --async-window: 4 steps a pass by
 # default here, 1 and 2 given) give the threads transport's losses bitwise (both sum in rank
 # order), so tests/test_async.c's references (threads) carry over to processes.
 . "$(dirname "$0")/lib.sh"
@@ -33,5 +33,7 @@ done <<'L'
 4 pipedream --stages 4 --microbatches 4 --async-window 1 --defer-tie
 4 pipedream --stages 2 --dp 2 --microbatches 2 --async-window 2 --defer-tie
 4 2bw --stages 2 --dp 2 --microbatches 2 --async-window 1
+4 pipedream --stages 4 --microbatches 4 --tie-owner
+4 pipedream --stages 4 --microbatches 2 --tie-owner --async-window 1 --async-fix none
 L
 done_tests

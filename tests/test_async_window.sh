@@ -56,4 +56,10 @@ expect_error "--async-window not dividing --steps refused" "async-window 4 must 
   "$P" $base --stages 2 --microbatches 2 --steps 6 --async-window 4
 expect_error "--async-window not dividing --save-every refused" "must divide --save-every \(3\)" \
   "$P" $base --stages 2 --microbatches 2 --steps 12 --async-window 2 --save "$D/ck" --save-every 3
+expect_error "--tie-owner with --defer-tie refused" "tie-owner works on pipedream.*--defer-tie" \
+  "$P" $base --stages 2 --microbatches 2 --steps 4 --tie-owner --defer-tie
+expect_error "--tie-owner with --dp 2 refused" "tie-owner works on pipedream.*--dp > 1" \
+  "$P" $base --stages 2 --dp 2 --microbatches 2 --steps 4 --tie-owner
+expect_error "--tie-owner with predict refused" "tie-owner works on pipedream.*drops the stash" \
+  "$P" $base --stages 2 --microbatches 2 --steps 4 --tie-owner --async-fix predict
 done_tests

@@ -257,7 +257,7 @@ int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = TRAIN_DEFAULT_STEPS, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
                     .keep = -1, .async_window = -1, .beta1 = NAN, .beta2 = NAN, .momentum_decay = NAN};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 59 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 60 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -293,6 +293,9 @@ int cli_train(int argc, char **argv) {
                                                      "backwards return; every update and report still per step); "
                                                      "default 4 (or the largest below that divides --steps and the "
                                                      "eval/save/snapshot intervals), 1: a flush every step"},
+        {"--tie-owner", OPT_FLAG, &o->ro.tie_owner, "pipedream: the tied embedding updated by its first stage as "
+                                                    "its other weights (no lag), the head's copy refreshed from it P "
+                                                    "updates late (the ends of the pipe stop waiting; docs/async.md)"},
         {"--grad-clip", OPT_DOUBLE, &o->oc.grad_clip, "max global gradient norm, 0 = off (default 1)"},
         {"--shuffle", OPT_LONG, &o->shuffle, "seed for a shuffled batch order (default 0: sequential)"},
         {"--seed", OPT_LONG, &o->seed, "init seed (default 1337)"},

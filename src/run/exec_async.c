@@ -138,7 +138,7 @@ static int exec_async_clip(run_exec *e, const optim_config *oc, double *f) {
     for (int k = 0; k < e->n_grp; k++) {
         exec_group *gr = &e->grp[k];
         f[k] = r;
-        if (gr->tie < 0 || !gr->cm || gr->cm->size < 2) continue;
+        if (gr->tie < 0 || !gr->cm || gr->cm->size < 2 || gr->own) continue;   /* --tie-owner: the owner's */
         if (gr->lag) {   /* --defer-tie: from the shipped sums, no exchange */
             f[k] = exec_tie_lag_factor(gr, c / sqrt((double)e->c.s->n_stages));
             continue;
@@ -162,7 +162,7 @@ int exec_async_update(run_exec *e, const optim_config *oc, int u, double lr, int
         exec_group *gr = &e->grp[k];
         double p = e->fix != ASYNC_FIX_PIPEMARE ? 1.0
                  : async_fix_pipemare_lr(gr->tie >= 0 ? e->tau_max : e->st[0].tau, u, warm);
-        rc = exec_update_group(e, gr, oc, u, lr * p, f[k]);
+        rc = gr->own ? exec_tie_owner_update(e, gr, oc, u, lr * p, f[k]) : exec_update_group(e, gr, oc, u, lr * p, f[k]);
     }
     free(f);
     return rc;

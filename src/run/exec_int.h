@@ -131,6 +131,8 @@ typedef struct {
     double post_t, done_t;            /* when it was posted, seen complete */
     struct exec_tie_lag *lag;         /* --defer-tie: a shared tie's sums in flight (exec_tie_lag.c);
                                        * NULL: reduced at each REDUCE_GRAD */
+    struct exec_tie_owner *own;       /* --tie-owner: the first holder updates it, the others'
+                                       * copies are refreshed K updates late (exec_tie_owner.c) */
 } exec_group;
 
 /* exec_mode.c: what differs between the executor's modes (sync, overlap, async), chosen once
@@ -233,6 +235,19 @@ size_t exec_tie_lag_floats(const run_exec *e);
 int exec_tie_lag_reduce(run_exec *e, exec_group *gr);
 /* The tied tensor's clipping factor for this update, the same on every holder (cap > 0). */
 double exec_tie_lag_factor(const exec_group *gr, double cap);
+/* The forwards stage 0 runs before its first backward in its rank's list: the lag K of both. */
+int exec_tie_k(const sched *s);
+/* exec_tie_owner.c (--tie-owner; nothing without it): init after the groups, 0 or -1; free
+ * drains and completes what is in flight; reduce at the REDUCE_GRAD of gr (gr->own set): another
+ * holder sends its part and zeroes it, the owner adds the parts into g[0]; update: the owner's
+ * update and the new weights sent, another holder's copy refreshed to the owner's of K updates
+ * before. 0, or -1. */
+typedef struct exec_tie_owner exec_tie_owner;
+int exec_tie_owner_init(run_exec *e);
+void exec_tie_owner_free(run_exec *e);
+size_t exec_tie_owner_floats(const run_exec *e);
+int exec_tie_owner_reduce(run_exec *e, exec_group *gr);
+int exec_tie_owner_update(run_exec *e, exec_group *gr, const optim_config *oc, int u, double lr, double scale);
 /* exec_state.c */
 int exec_state_init(run_exec *e);              /* stages, buffers, copies, comms; collective */
 void exec_state_free(run_exec *e);

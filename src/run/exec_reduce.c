@@ -206,7 +206,11 @@ int exec_reduce_stage(run_exec *e, run_stage *st) {
             exec_group *gr = &e->grp[st->writes[j]];
             int mine = 0;
             for (int c = 0; c < gr->n_copies; c++) mine |= gr->copy_stage[c] == me;
-            if (!mine || (gr->lag != NULL) != pass) continue;
+            if (!mine || (gr->lag != NULL || gr->own != NULL) != pass) continue;
+            if (gr->own) {
+                if (exec_tie_owner_reduce(e, gr) < 0) return pt_adderr("stage %d: ", st->g);
+                continue;
+            }
             if (gr->lag) {
                 if (exec_tie_lag_reduce(e, gr) < 0) return pt_adderr("stage %d: ", st->g);
                 continue;

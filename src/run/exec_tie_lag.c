@@ -8,7 +8,7 @@
  * The rule: the holders' sum of microbatch k's tied gradient is posted after k's backward and
  * applied at update k + K, the same sequence on every holder, so the copies stay equal. K is
  * the forwards the first stage admits before its first backward (P in the 1f1b order, max(P, D)
- * with --async-depth D; exec_tie_lag_k): the smallest lag that never waits, since the last
+ * with --async-depth D; exec_tie_k): the smallest lag that never waits, since the last
  * stage's update k + K follows microbatch k + K's forward, which the first stage sends after
  * k's backward and its part of k. It does not grow with the step's microbatches or an
  * --async-window (it was M before the window: one step). The first K updates of a job apply none (the optimizer's step on a zero gradient: weight decay
@@ -43,8 +43,7 @@ static float *lag_part(const exec_tie_lag *L, int s, int m) {
     return L->part + ((size_t)s * (size_t)L->H + (size_t)m) * L->width;
 }
 
-/* The forwards stage 0 runs before its first backward in its rank's list (the lag K). */
-static int exec_tie_lag_k(const sched *s) {
+int exec_tie_k(const sched *s) {
     int r = s->stage_rank[0], n = 0;
     for (int i = 0; i < s->len[r]; i++) {
         sched_action a = s->acts[r][i];
@@ -61,7 +60,7 @@ int exec_tie_lag_init(run_exec *e) {
         exec_group *gr = &e->grp[k];
         if (!exec_tie_lag_shared(gr)) continue;
         exec_tie_lag *L = pt_calloc(1, sizeof *L);
-        L->K = exec_tie_lag_k(e->c.s);
+        L->K = exec_tie_k(e->c.s);
         L->H = gr->cm->size;
         L->me = gr->cm->rank;
         L->n = gr->n;

@@ -26,7 +26,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->Ns = e->N;   /* the stages' models say otherwise under --sp (exec_tp_set) */
     e->C = cfg->src->cfg.n_embd;
     int rc = exec_state_init(e) < 0 || exec_groups_init(e) < 0 || exec_async_init(e) < 0 ||
-             exec_tie_lag_init(e) < 0 || exec_outer_init(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
+             exec_tie_lag_init(e) < 0 || exec_tie_owner_init(e) < 0 || exec_outer_init(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
     e->c.src = NULL;   /* read during init only */
     return rc;
 }
@@ -35,6 +35,7 @@ void run_exec_free(run_exec *e) {
     if (!e) return;
     exec_outer_free(e);
     exec_tie_lag_free(e);
+    exec_tie_owner_free(e);
     exec_groups_free(e);
     exec_async_free(e);
     exec_wire_free(e);
@@ -163,7 +164,7 @@ static size_t exec_stage_buffer_floats(const run_exec *e, const run_stage *st) {
     if (st->loss) n += (size_t)e->M;
     if (st->stash) n += (size_t)e->M * exec_weights_n(st, e->n_ties);
     n += exec_async_floats(e, st);   /* 2bw's second version, a velocity or last step */
-    if (st == &e->st[0]) n += exec_tie_lag_floats(e);   /* --defer-tie's sums in flight */
+    if (st == &e->st[0]) n += exec_tie_lag_floats(e) + exec_tie_owner_floats(e);   /* --defer-tie's sums in flight */
     return n;
 }
 

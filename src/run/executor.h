@@ -79,6 +79,8 @@ typedef struct {
     int async_fix;             /* asynchronous schedules: the correction (optim/async_fix.h) */
     int defer_tie;             /* pipedream: a tied tensor's holders sum microbatch k's gradient in
                                 * the background and apply it P updates later (run/exec_tie_lag.c) */
+    int tie_owner;             /* pipedream: a tied tensor updated by its first holder, the other
+                                * copies refreshed K updates late (run/exec_tie_owner.c) */
     int window;                /* asynchronous: steps an iteration holds (run_opts.async_window;
                                 * 0 or 1: one); iteration t's k-th STEP is step t + (k-1)/(STEPs a step) */
     int wire;                  /* messages between stages in pt_wire format w (0: fp32 as

@@ -62,6 +62,9 @@ typedef struct {
                                  * later (K: stage 0's admission), in the background (run_exec_cfg.defer_tie) */
     int async_depth;            /* --async-depth D (pipedream, 2bw): each stage admits max(P-g, D)
                                  * forwards before its first backward (sched_params; 0: P-g) */
+    bool tie_owner;             /* --tie-owner (pipedream): the first holder of a tied tensor updates
+                                 * it with no lag, the others' copies refreshed K updates late
+                                 * (run_exec_cfg.tie_owner) */
     int async_window;           /* --async-window W (generated pipedream, 2bw; 0 or 1: one step):
                                  * an iteration runs W steps as one continuous stream of W x M
                                  * microbatches (the schedule's; the plan's B is W x the given

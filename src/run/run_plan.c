@@ -162,6 +162,12 @@ static int run_plan_check_fix(const run_plan *pl) {
         return pt_seterr("--defer-tie works on pipedream's per-microbatch updates, one TP rank (got %s%s); "
                          "2bw and the synchronous schedules reduce tied tensors once per update already",
                          pl->s->name, pl->lo.tp > 1 ? ", --tp > 1" : "");
+    if (pl->o.tie_owner && (pl->o.defer_tie || !pl->s->async || pl->s->weight_versions == 2 || pl->lo.tp > 1 ||
+                            pl->o.D > 1 || f == ASYNC_FIX_PIPEMARE || f == ASYNC_FIX_PREDICT))
+        return pt_seterr("--tie-owner works on pipedream's stashed per-microbatch updates (--async-fix none or "
+                         "nesterov), one replica, one TP rank, without --defer-tie (got %s%s%s%s%s)", pl->s->name,
+                         pl->o.defer_tie ? ", --defer-tie" : "", pl->o.D > 1 ? ", --dp > 1" : "",
+                         pl->lo.tp > 1 ? ", --tp > 1" : "", f ? (f == ASYNC_FIX_NESTEROV ? "" : ", a fix that drops the stash") : "");
     if ((f == ASYNC_FIX_PIPEMARE || f == ASYNC_FIX_PREDICT) && pl->s->weight_versions == 2)
         return pt_seterr("--async-fix %s works on pipedream's per-microbatch updates; %s's one-update "
                          "delay is fixed by its two weight versions (use none or nesterov with it)",
