@@ -8,6 +8,7 @@
  * Not here: the restore (snapshot_restore.c). */
 #include "ckpt/snapshot.h"
 #include "ckpt/ckpt_int.h"
+#include "ckpt/ckpt_state.h"
 #include "ckpt/snapshot_int.h"
 #include "io/io.h"
 #include "model/config.h"
@@ -55,6 +56,10 @@ struct ckpt_snap {
     long peer_count;            /* generations written since the sending started */
     int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
     long slow_ms;               /* test hook: each take sleeps this long before it copies */
+    int state_world;            /* this generation holds the rank's own state file (ckpt_state.h)
+                                 * of a job of that many ranks; 0: none */
+    size_t state_bytes;
+    uint64_t state_sum;
 };
 
 static void *snap_writer_main(void *arg);
@@ -127,6 +132,7 @@ int ckpt_snap_ready(ckpt_snap *s) {
     }
     pthread_mutex_unlock(&s->mu);
     s->n_pc = 0;   /* the writer is idle: the slots are the compute thread's until the commit */
+    s->state_world = 0;
     s->bad = snap_slot_prepare(&s->slot[s->cur], s->dir, s->cur) < 0;
     if (s->bad) note_error(s);
     return 1;
@@ -188,6 +194,22 @@ int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n) {
 }
 
 static int install_gen(ckpt_snap *s, snap_slot *sl, uint64_t *sums, char **json);
+
+int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world) {
+    if (s->bad) return 0;
+    double t0 = pt_now();
+    char p[1300];
+    snap_slot *sl = &s->slot[s->cur];
+    ckpt_state_path(p, sizeof p, sl->dir, s->rank);
+    if (ckpt_state_write(sl->dir, s->rank, st) < 0 || snap_file_sum(p, &s->state_sum, &s->state_bytes) < 0) {
+        s->bad = 1;
+        note_error(s);
+        return 0;
+    }
+    s->state_world = world;
+    s->st.copy_s += pt_now() - t0;
+    return 0;
+}
 
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
     if (s->bad) return;
@@ -344,6 +366,14 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
         cJSON_AddItemToArray(ch, e);
     }
     cJSON_AddItemToObject(o, "chunks", ch);
+    if (s->state_world) {   /* the rank's own state (snapshot_state.c) */
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "world", s->state_world);
+        cJSON_AddNumberToObject(e, "bytes", (double)s->state_bytes);
+        snprintf(v, sizeof v, "%016" PRIx64, s->state_sum);
+        cJSON_AddStringToObject(e, "sum64", v);
+        cJSON_AddItemToObject(o, "state", e);
+    }
     return o;
 }
 

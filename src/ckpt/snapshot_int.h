@@ -110,6 +110,13 @@ int snap_slot_clone(snap_slot *dst, const snap_slot *src, const char *rank_dir, 
 /* Unmaps sl's files (the folder stays). */
 void snap_slot_free(snap_slot *sl);
 
+/* ---- the ranks' own state (snapshot_state.c) ---- */
+/* Every rank's state file of generation `step` (root/rank-<w>/gen-<step>/, ranks in skip left
+ * out) copied into tmpdir when all of them are there with good sums, and man->n_states set to
+ * their count; else none copied and n_states 0. 0, or -1. */
+int snap_state_restore(const char *root, const int *skip, int n_skip, long step, const char *tmpdir,
+                       ckpt_manifest *man);
+
 /* ---- the peer copy (snapshot_peer.c) ---- */
 typedef struct snap_peer snap_peer;
 /* A file of a written generation, as the sender sends it: its name in the folder, its mapped

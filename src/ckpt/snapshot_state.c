@@ -1,0 +1,79 @@
+/* Snapshots: the ranks' own state files (ckpt/ckpt_state.h) of a generation, put into the
+ * checkpoint folder a restore assembles. Each rank's generation folder holds its
+ * "state-<rank>.safetensors" and snap.json names it ({"state": {"world", "bytes", "sum64"}});
+ * a restore needs every rank's file of the step (the state is per rank), from the rank's own
+ * folder (the peer copy does not carry it yet). Not here: the writer's side (snapshot.c,
+ * ckpt_snap_stage_state), the chunks (snapshot_restore.c). */
+#include "ckpt/ckpt_int.h"
+#include "ckpt/ckpt_state.h"
+#include "ckpt/snapshot_int.h"
+#include "io/io.h"
+#include "io/json.h"
+#include "util/pt.h"
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* The "state" entry of generation folder gd's snap.json: world, bytes, sum. 0, or -1 when it has
+ * none or cannot be read. */
+static int state_entry(const char *gd, int *world, size_t *bytes, uint64_t *sum) {
+    char p[1400];
+    unsigned char *text;
+    size_t len;
+    snprintf(p, sizeof p, "%s/snap.json", gd);
+    if (io_map_file(p, &text, &len) < 0 || !text) return -1;
+    cJSON *j = cJSON_ParseWithLength((const char *)text, len);
+    munmap(text, len);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "state");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "bytes"), *s = cJSON_GetObjectItemCaseSensitive(e, "sum64");
+    int rc = cJSON_IsObject(e) && cJSON_IsNumber(b) && cJSON_IsString(s) &&
+             io_json_int(world, e, "world", IO_JSON_REQUIRED, 1, CKPT_MAX_SHARDS, "%s: state.world", p) == 0 ? 0 : -1;
+    if (rc == 0) {
+        *bytes = (size_t)b->valuedouble;
+        *sum = strtoull(s->valuestring, NULL, 16);
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* Rank w's state file of generation gd into tmpdir when its size and sum are snap.json's. */
+static int state_copy(const char *gd, int w, size_t bytes, uint64_t sum, const char *tmpdir) {
+    char from[1400], to[1400];
+    unsigned char *map;
+    size_t len;
+    ckpt_state_path(from, sizeof from, gd, w);
+    ckpt_state_path(to, sizeof to, tmpdir, w);
+    if (io_map_file(from, &map, &len) < 0) return -1;
+    int rc = len == bytes && map && snap_sum_mem(map, len) == sum ? 0 : -1;
+    FILE *f = rc == 0 ? fopen(to, "wb") : NULL;
+    if (rc == 0 && (!f || fwrite(map, 1, len, f) != len)) rc = -1;
+    if (f && fclose(f) != 0) rc = -1;
+    if (map) munmap(map, len);
+    return rc;
+}
+
+int snap_state_restore(const char *root, const int *skip, int n_skip, long step, const char *tmpdir,
+                       ckpt_manifest *man) {
+    char gd[1300];
+    int world = 0, ok = 1;
+    man->n_states = 0;
+    for (int w = 0; ok && (w == 0 || w < world); w++) {
+        int wd = 0;
+        size_t bytes = 0;
+        uint64_t sum = 0;
+        for (int k = 0; k < n_skip; k++) ok &= skip[k] != w;
+        snprintf(gd, sizeof gd, "%s/rank-%d/gen-%ld", root, w, step);
+        ok = ok && state_entry(gd, &wd, &bytes, &sum) == 0 && (w == 0 || wd == world) &&
+             state_copy(gd, w, bytes, sum, tmpdir) == 0;
+        if (w == 0) world = wd;
+    }
+    if (ok && world > 0) return ckpt_manifest_set_states(man, world);
+    for (int w = 0; w < world; w++) {   /* not all there: none (a resume says so) */
+        ckpt_state_path(gd, sizeof gd, tmpdir, w);
+        remove(gd);
+    }
+    return 0;
+}
