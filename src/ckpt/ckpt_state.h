@@ -3,9 +3,10 @@
  * DiLoCo's outer state (theta_start, the outer momentum, the weights a posted change was taken
  * from, and the replica's own weights and moments, which differ between replicas inside an
  * H-cycle). One file per world rank, "state-<rank>.safetensors", in a checkpoint folder (its size
- * and checksum in the manifest, ckpt_manifest_set_states) or a snapshot generation. Named float
- * tensors, and metadata: the layout it belongs to (sig), the step, the update count and whether
- * an outer change was in flight. Not here: what the state means (src/run/exec_rankstate.c). */
+ * and checksum in the manifest, ckpt_manifest_set_states) or a snapshot generation. Named 1-D F32
+ * tensors, "state/nums" (I64: the step, the update count, whether an outer change was in flight)
+ * and metadata: format, version, rank, the layout it belongs to (sig). Not here: what the state
+ * means (src/run/exec_rankstate.c). */
 #ifndef PT_CKPT_CKPT_STATE_H
 #define PT_CKPT_CKPT_STATE_H
 #include <stddef.h>
@@ -30,6 +31,17 @@ typedef struct {
     ckpt_state_item it[CKPT_STATE_ITEMS];
 } ckpt_state;
 
+/* The in-place form (snapshots: a file made once per slot, refilled every generation, so its
+ * bytes can be sent from the mapping): every item present (one with f NULL as zeros), the
+ * numbers in the "state/nums" tensor. key: of the rank and s's sig, names and sizes. */
+typedef struct {
+    unsigned char *map;
+    size_t bytes;
+    size_t off[CKPT_STATE_ITEMS + 1];   /* each item's data, then the numbers' */
+    int n;
+    unsigned long long key;
+} ckpt_state_file;
+
 /* Adds item name (n floats at f) to s. -1 when s is full (a bug: CKPT_STATE_ITEMS). */
 int ckpt_state_add(ckpt_state *s, const char *name, float *f, size_t n, int optional);
 /* dir/state-<rank>.safetensors into out[n]. */
@@ -43,5 +55,15 @@ int ckpt_state_write(const char *dir, int rank, const ckpt_state *s);
  * says which, nothing is written into the items; -1 naming the file and field when the file is
  * damaged (truncated, a tensor of the wrong size, metadata missing). */
 int ckpt_state_read(const char *dir, int rank, ckpt_state *s, char *why, size_t nw);
+
+/* The key of s's layout as rank's file (ckpt_state_file.key). */
+unsigned long long ckpt_state_key(int rank, const ckpt_state *s);
+/* Creates path with s's layout for rank (header written, data zero) and maps it into *f. 0, or -1
+ * naming the file. */
+int ckpt_state_map(ckpt_state_file *f, const char *path, int rank, const ckpt_state *s);
+/* s's items and numbers into f's mapping (laid out for s: ckpt_state_key equal). */
+void ckpt_state_fill(ckpt_state_file *f, const ckpt_state *s);
+/* Unmaps f (a zeroed f is fine). */
+void ckpt_state_unmap(ckpt_state_file *f);
 
 #endif

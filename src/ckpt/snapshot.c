@@ -198,10 +198,7 @@ static int install_gen(ckpt_snap *s, snap_slot *sl, uint64_t *sums, char **json)
 int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world) {
     if (s->bad) return 0;
     double t0 = pt_now();
-    char p[1300];
-    snap_slot *sl = &s->slot[s->cur];
-    ckpt_state_path(p, sizeof p, sl->dir, s->rank);
-    if (ckpt_state_write(sl->dir, s->rank, st) < 0 || snap_file_sum(p, &s->state_sum, &s->state_bytes) < 0) {
+    if (snap_state_fill(&s->slot[s->cur], s->rank, st, &s->state_sum, &s->state_bytes) < 0) {
         s->bad = 1;
         note_error(s);
         return 0;
@@ -404,7 +401,14 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
         f[i].bytes = x->bytes;
         f[i].sum = sums[i];
     }
-    snap_peer_offer(s->peer, s->man.step, text, f, sl->n_f);
+    int n = sl->n_f;
+    if (s->state_world && sl->st.map && n < CKPT_SNAP_PIECES) {   /* the rank's own state */
+        snprintf(f[n].name, sizeof f[n].name, "state-%d.safetensors", s->rank);
+        f[n].map = sl->st.map;
+        f[n].bytes = sl->st.bytes;
+        f[n++].sum = s->state_sum;
+    }
+    snap_peer_offer(s->peer, s->man.step, text, f, n);
 }
 
 /* On the compute thread, at commit: slot sl made generation man.step: its files' sums (the copy's,

@@ -1,9 +1,9 @@
-/* Snapshots: the ranks' own state files (ckpt/ckpt_state.h) of a generation, put into the
- * checkpoint folder a restore assembles. Each rank's generation folder holds its
- * "state-<rank>.safetensors" and snap.json names it ({"state": {"world", "bytes", "sum64"}});
- * a restore needs every rank's file of the step (the state is per rank), from the rank's own
- * folder (the peer copy does not carry it yet). Not here: the writer's side (snapshot.c,
- * ckpt_snap_stage_state), the chunks (snapshot_restore.c). */
+/* Snapshots: the ranks' own state files (ckpt/ckpt_state.h). Writing: each slot's
+ * "state-<rank>.safetensors" made and mapped once, refilled in place every generation (the
+ * chunk files' way: snapshot_slot.c), so the copy is a memcpy and the peer copy sends it from
+ * the mapping; snap.json names it ({"state": {"world", "bytes", "sum64"}}). Restoring: every
+ * rank's file of the step, from its own folder or a peer's copy of it, put into the checkpoint
+ * folder the restore assembles. Not here: the chunks (snapshot_slot.c, snapshot_restore.c). */
 #include "ckpt/ckpt_int.h"
 #include "ckpt/ckpt_state.h"
 #include "ckpt/snapshot_int.h"
@@ -11,6 +11,7 @@
 #include "io/json.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,25 +56,58 @@ static int state_copy(const char *gd, int w, size_t bytes, uint64_t sum, const c
     return rc;
 }
 
+int snap_state_fill(snap_slot *sl, int rank, const ckpt_state *st, uint64_t *sum, size_t *bytes) {
+    char p[1300];
+    ckpt_state_path(p, sizeof p, sl->dir, rank);
+    if (sl->st.map && sl->st.key != ckpt_state_key(rank, st)) ckpt_state_unmap(&sl->st);   /* another job's */
+    if (!sl->st.map && ckpt_state_map(&sl->st, p, rank, st) < 0) return -1;
+    ckpt_state_fill(&sl->st, st);
+    *sum = snap_sum_mem(sl->st.map, sl->st.bytes);
+    *bytes = sl->st.bytes;
+    return 0;
+}
+
+/* Rank w's state of generation `step` into tmpdir, from its own folder or a peer's copy (rank
+ * folders in skip left out); *world from its snap.json. 0, or -1 when none is good. */
+static int state_find(const char *root, const int *skip, int n_skip, int w, long step, int *world,
+                      const char *tmpdir) {
+    char gd[1300];
+    size_t bytes;
+    uint64_t sum;
+    int self = 1;
+    for (int k = 0; k < n_skip; k++) self &= skip[k] != w;
+    snprintf(gd, sizeof gd, "%s/rank-%d/gen-%ld", root, w, step);
+    if (self && state_entry(gd, world, &bytes, &sum) == 0 && state_copy(gd, w, bytes, sum, tmpdir) == 0) return 0;
+    DIR *d = opendir(root);
+    struct dirent *e;
+    int rc = -1;
+    while (d && rc < 0 && (e = readdir(d))) {
+        char *end;
+        if (strncmp(e->d_name, "rank-", 5)) continue;
+        long v = strtol(e->d_name + 5, &end, 10), hit = 0;
+        for (int k = 0; k < n_skip; k++) hit |= skip[k] == v;
+        if (end == e->d_name + 5 || *end || hit) continue;
+        snprintf(gd, sizeof gd, "%s/%s/peer-%d/gen-%ld", root, e->d_name, w, step);
+        if (state_entry(gd, world, &bytes, &sum) == 0 && state_copy(gd, w, bytes, sum, tmpdir) == 0) rc = 0;
+    }
+    if (d) closedir(d);
+    return rc;
+}
+
 int snap_state_restore(const char *root, const int *skip, int n_skip, long step, const char *tmpdir,
                        ckpt_manifest *man) {
-    char gd[1300];
+    char p[1300];
     int world = 0, ok = 1;
     man->n_states = 0;
     for (int w = 0; ok && (w == 0 || w < world); w++) {
         int wd = 0;
-        size_t bytes = 0;
-        uint64_t sum = 0;
-        for (int k = 0; k < n_skip; k++) ok &= skip[k] != w;
-        snprintf(gd, sizeof gd, "%s/rank-%d/gen-%ld", root, w, step);
-        ok = ok && state_entry(gd, &wd, &bytes, &sum) == 0 && (w == 0 || wd == world) &&
-             state_copy(gd, w, bytes, sum, tmpdir) == 0;
+        ok = state_find(root, skip, n_skip, w, step, &wd, tmpdir) == 0 && (w == 0 || wd == world);
         if (w == 0) world = wd;
     }
     if (ok && world > 0) return ckpt_manifest_set_states(man, world);
     for (int w = 0; w < world; w++) {   /* not all there: none (a resume says so) */
-        ckpt_state_path(gd, sizeof gd, tmpdir, w);
-        remove(gd);
+        ckpt_state_path(p, sizeof p, tmpdir, w);
+        remove(p);
     }
     return 0;
 }
