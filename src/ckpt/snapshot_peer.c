@@ -48,7 +48,9 @@
 #define PEER_KEEP 3             /* generations kept per origin */
 #define PEER_IO_TIMEOUT_S 10    /* a send or receive that makes no progress this long fails */
 #define PEER_NICE 19            /* the sender's and receivers' nice value: the lowest */
-#define PEER_RECV_PIECE 65536   /* bytes received before they are summed: inside the L2 cache */
+#define PEER_RECV_PIECE (2u << 20)  /* bytes received (one wake-up: SO_RCVLOWAT) before they are
+                                     * summed, in the L3 cache: 2 MB took about 20% less CPU (sender
+                                     * and receiver) than 64 KB pieces' 32x the wake-ups */
 #define PEER_TWIN_WAIT_S 5      /* sums only: how long a receiver waits for its own generation */
 
 struct snap_peer {
