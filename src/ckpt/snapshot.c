@@ -53,6 +53,7 @@ struct ckpt_snap {
     ckpt_snap_stats st;
     snap_peer *peer;            /* the peer copy, or NULL */
     int peer_every;             /* every peer_every-th generation written goes to the peer (0: none) */
+    int peer_sums;              /* the peer is a replica: sums only (snap_peer_sums_to) */
     long peer_count;            /* generations written since the sending started */
     int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
     long slow_ms;               /* test hook: each take sleeps this long before it copies */
@@ -273,6 +274,28 @@ void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
     out->peer_send_s = ps.send_s;
     out->peer_send_cpu_s = ps.send_cpu_s;
     out->peer_recv_cpu_s = ps.recv_cpu_s;
+    out->peer_sums = s->peer_sums;
+    out->peer_sums_only = ps.sums_only;
+    out->peer_whole_after = ps.whole_after;
+    out->peer_received_sums = ps.received_sums;
+    out->peer_payload_bytes = ps.payload_bytes;
+}
+
+int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int every) {
+    const double *mine = table + 3 * me;
+    if (mine[1] <= 0) return -1;   /* not listening: it sends nowhere either */
+    for (int pass = mine[2] > 0 ? 0 : 1; pass < 2; pass++)
+        for (int k = 1; k < R; k++) {
+            const double *q = table + 3 * ((me + k) % R);
+            if (q[1] <= 0 || (uint32_t)q[0] == (uint32_t)mine[0] || (pass == 0 && q[2] != mine[2])) continue;
+            if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
+            s->peer_every = every < 1 ? 1 : every;
+            s->peer_sums = pass == 0;
+            int rc = pass == 0 ? snap_peer_sums_to(s->peer, (uint32_t)q[0], (int)q[1], (me + k) % R)
+                               : snap_peer_send_to(s->peer, (uint32_t)q[0], (int)q[1], (me + k) % R);
+            return rc < 0 ? -2 : (me + k) % R;
+        }
+    return -1;
 }
 
 int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port) {

@@ -46,6 +46,11 @@ typedef struct {
     long peer_received, peer_dropped;           /* other ranks' generations kept here, dropped */
     double peer_send_s, peer_send_cpu_s;        /* the sender's seconds and CPU seconds */
     double peer_recv_cpu_s;                     /* the receivers' CPU seconds */
+    int peer_sums;                              /* the peer is a replica: sums only while equal */
+    long peer_sums_only, peer_whole_after;      /* of sent: sums only; whole after the replica's
+                                                 * own differed or was not there */
+    long peer_received_sums;                    /* of received: sums only, checked here */
+    double peer_payload_bytes;                  /* file bytes sent */
 } ckpt_snap_stats;
 
 /* Opens world rank `rank`'s snapshots under root (created; a crashed writer's "gen-*.tmp.*"
@@ -108,6 +113,14 @@ int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port);
  * from here) is also sent to addr:port (world rank peer_rank), by a thread of its own, off the
  * compute path and off the writer's (a newer generation replaces one still waiting). */
 int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank, int every);
+/* The peer chosen from every rank's row of table[3 * R] (after ckpt_snap_peer_listen and a sum
+ * over the world): row q = (IPv4 address, port (0: not listening), key). The key says which
+ * ranks hold the same bytes (data-parallel replicas of one stage without --zero 1: the same key
+ * > 0; 0: nobody). Rank me sends to the first rank after it (world order, wrapping) on another
+ * host with its key: sums only (snapshot_peer.c; whole where they differ); with none, to the
+ * first rank after it on another host, whole; all on one host: to nobody. every as
+ * ckpt_snap_peer_send_to. Returns the peer's rank (-1: none), or -2 naming the error. */
+int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int every);
 /* Writes "<step> <pid> <unix time> <host name>" into the rank's heartbeat file (in place, a few bytes): the
  * supervisor's sign that the rank goes on. */
 void ckpt_snap_heartbeat(ckpt_snap *s, long step);

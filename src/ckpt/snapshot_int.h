@@ -143,6 +143,10 @@ typedef struct {
     double send_s, send_cpu_s;  /* seconds in the sender thread, CPU seconds it used */
     long received, dropped;     /* generations of other ranks kept here, dropped (a sum) */
     double recv_cpu_s;          /* CPU seconds the receivers used */
+    long sums_only;             /* of sent: sums only, the replica there holding the same bytes */
+    long whole_after;           /* sums only answered 'D' or 'U': sent whole after them */
+    long received_sums;         /* of received: sums only, checked against this rank's own files */
+    double payload_bytes;       /* file bytes sent */
 } snap_peer_stats;
 /* The peer side of rank `rank` whose folder is rank_dir. */
 snap_peer *snap_peer_new(const char *rank_dir, int rank);
@@ -152,6 +156,9 @@ snap_peer *snap_peer_new(const char *rank_dir, int rank);
 int snap_peer_listen(snap_peer *p, uint32_t *addr, int *port);
 /* Starts the sender thread: each offered generation goes to addr:port (world rank peer_rank). */
 int snap_peer_send_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
+/* snap_peer_send_to to the same stage's rank of another replica (it holds the same bytes): each
+ * generation's sums only, the whole one where the peer's own differs (snapshot_peer.c). */
+int snap_peer_sums_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
 /* The writer, after a generation is in place: hands it to the sender (json copied; f's maps
  * must stay mapped until snap_peer_free). Returns at once; one still waiting is replaced. */
 void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n);
