@@ -64,6 +64,7 @@ struct snap_peer {
     /* sending */
     uint32_t to_addr;
     int to_port, to_rank, sfd, sending;
+    int awaiting;               /* the sender waits for a sums-only answer (on sfd) */
     int sums_only;              /* the peer is a replica: sums only (0 after it answered 'D') */
     int differ_said;
     pthread_t sth;
@@ -297,10 +298,26 @@ static char twin_compare(snap_peer *p, long step, const snap_peer_file *f, int n
     return r;
 }
 
-/* Sums only (after the header): the files' names, bytes and sums; the comparison with this
- * rank's own generation answered; on 'E' the origin's snap.json (json, jl bytes) kept as
- * odir/gen-<step>/snap.json with "files_at": this rank (no files: they are in its own folder).
- * 1 kept, 0 not (an answer other than 'E'), -1 the connection failed. */
+/* The origin's snap.json (json, jl bytes) kept as odir/gen-<step>/snap.json with "files_at":
+ * this rank (no files: they are in its own folder). 0, or -1. */
+static int keep_sums(snap_peer *p, const char *odir, long step, const char *json) {
+    char tmp[1300], fin[1300], path[1400];
+    snprintf(tmp, sizeof tmp, "%s/gen-%ld.tmp.%ld", odir, step, (long)getpid());
+    snprintf(fin, sizeof fin, "%s/gen-%ld", odir, step);
+    snprintf(path, sizeof path, "%s/snap.json", tmp);
+    snap_remove_dir(tmp);
+    FILE *fp = mkdir(tmp, 0755) == 0 ? fopen(path, "wb") : NULL;
+    int ok = fp && fprintf(fp, "{\"files_at\":%d,%s", p->rank, json + 1) > 0;
+    if ((fp && fclose(fp) != 0) || !ok) { snap_remove_dir(tmp); return -1; }
+    snap_remove_dir(fin);
+    if (rename(tmp, fin) < 0) { snap_remove_dir(tmp); return -1; }
+    peer_prune(odir);
+    return 0;
+}
+
+/* Sums only (after the header): the files' names, bytes and sums; compared with this rank's own
+ * generation, kept when equal (keep_sums), then answered: 'E' (equal and kept), 'D' or 'U'.
+ * 1 kept, 0 not, -1 the connection failed. */
 static int recv_sums(snap_peer *p, recv_conn *c, const char *odir, long step, int nf, const char *json, uint32_t jl) {
     snap_peer_file f[CKPT_SNAP_PIECES];
     for (int i = 0; i < nf; i++) {
@@ -310,20 +327,9 @@ static int recv_sums(snap_peer *p, recv_conn *c, const char *odir, long step, in
         f[i].name[nl] = 0;
     }
     char a = jl > 1 && json[0] == '{' ? twin_compare(p, step, f, nf) : 'U';
+    if (a == 'E' && keep_sums(p, odir, step, json) < 0) a = 'U';   /* then the whole one */
     if (write_all(c->fd, &a, 1) < 0) return -1;
-    if (a != 'E') return 0;
-    char tmp[1300], fin[1300], path[1400];
-    snprintf(tmp, sizeof tmp, "%s/gen-%ld.tmp.%ld", odir, step, (long)getpid());
-    snprintf(fin, sizeof fin, "%s/gen-%ld", odir, step);
-    snprintf(path, sizeof path, "%s/snap.json", tmp);
-    snap_remove_dir(tmp);
-    FILE *fp = mkdir(tmp, 0755) == 0 ? fopen(path, "wb") : NULL;
-    int ok = fp && fprintf(fp, "{\"files_at\":%d,%s", p->rank, json + 1) > 0;
-    if ((fp && fclose(fp) != 0) || !ok) { snap_remove_dir(tmp); return 0; }
-    snap_remove_dir(fin);
-    if (rename(tmp, fin) < 0) { snap_remove_dir(tmp); return 0; }
-    peer_prune(odir);
-    return 1;
+    return a == 'E';
 }
 
 /* One generation from fd into odir/gen-<step>. 1 kept, 0 dropped (a sum that does not match, a
@@ -493,7 +499,15 @@ static int send_gen(snap_peer *p, long step, const char *json, const snap_peer_f
         rc = write_all(fd, &nl, 2) | write_all(fd, f[i].name, nl) | write_all(fd, &bytes, 8) |
              write_all(fd, &sum, 8) | (sums ? 0 : write_all(fd, f[i].map, f[i].bytes));
     }
-    if (rc == 0 && sums) rc = read_all(fd, answer, 1);   /* within PEER_IO_TIMEOUT_S */
+    if (rc == 0 && sums) {   /* the answer, within PEER_IO_TIMEOUT_S; snap_peer_free cuts it short */
+        pthread_mutex_lock(&p->mu);
+        p->awaiting = !p->stop;
+        pthread_mutex_unlock(&p->mu);
+        rc = p->awaiting ? read_all(fd, answer, 1) : -1;
+        pthread_mutex_lock(&p->mu);
+        p->awaiting = 0;
+        pthread_mutex_unlock(&p->mu);
+    }
     if (rc < 0) { close(p->sfd); p->sfd = -1; }   /* the next generation connects again */
     return rc;
 }
@@ -589,6 +603,7 @@ void snap_peer_free(snap_peer *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
+    if (p->awaiting) shutdown(p->sfd, SHUT_RDWR);   /* a peer gone with its host never answers */
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     if (p->to_port) pthread_join(p->sth, NULL);
