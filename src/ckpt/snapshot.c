@@ -8,6 +8,7 @@
  * Not here: the restore (snapshot_restore.c). */
 #include "ckpt/snapshot.h"
 #include "ckpt/ckpt_int.h"
+#include "ckpt/ckpt_state.h"
 #include "ckpt/snapshot_int.h"
 #include "io/io.h"
 #include "model/config.h"
@@ -56,6 +57,10 @@ struct ckpt_snap {
     long peer_count;            /* generations written since the sending started */
     int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
     long slow_ms;               /* test hook: each take sleeps this long before it copies */
+    int state_world;            /* this generation holds the rank's own state file (ckpt_state.h)
+                                 * of a job of that many ranks; 0: none */
+    size_t state_bytes;
+    uint64_t state_sum;
 };
 
 static void *snap_writer_main(void *arg);
@@ -128,6 +133,7 @@ int ckpt_snap_ready(ckpt_snap *s) {
     }
     pthread_mutex_unlock(&s->mu);
     s->n_pc = 0;   /* the writer is idle: the slots are the compute thread's until the commit */
+    s->state_world = 0;
     s->bad = snap_slot_prepare(&s->slot[s->cur], s->dir, s->cur) < 0;
     if (s->bad) note_error(s);
     return 1;
@@ -189,6 +195,19 @@ int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n) {
 }
 
 static int install_gen(ckpt_snap *s, snap_slot *sl, uint64_t *sums, char **json);
+
+int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world) {
+    if (s->bad) return 0;
+    double t0 = pt_now();
+    if (snap_state_fill(&s->slot[s->cur], s->rank, st, &s->state_sum, &s->state_bytes) < 0) {
+        s->bad = 1;
+        note_error(s);
+        return 0;
+    }
+    s->state_world = world;
+    s->st.copy_s += pt_now() - t0;
+    return 0;
+}
 
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
     if (s->bad) return;
@@ -367,6 +386,14 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
         cJSON_AddItemToArray(ch, e);
     }
     cJSON_AddItemToObject(o, "chunks", ch);
+    if (s->state_world) {   /* the rank's own state (snapshot_state.c) */
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "world", s->state_world);
+        cJSON_AddNumberToObject(e, "bytes", (double)s->state_bytes);
+        snprintf(v, sizeof v, "%016" PRIx64, s->state_sum);
+        cJSON_AddStringToObject(e, "sum64", v);
+        cJSON_AddItemToObject(o, "state", e);
+    }
     return o;
 }
 
@@ -397,7 +424,14 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
         f[i].bytes = x->bytes;
         f[i].sum = sums[i];
     }
-    snap_peer_offer(s->peer, s->man.step, text, f, sl->n_f);
+    int n = sl->n_f;
+    if (s->state_world && sl->st.map && n < CKPT_SNAP_PIECES) {   /* the rank's own state */
+        snprintf(f[n].name, sizeof f[n].name, "state-%d.safetensors", s->rank);
+        f[n].map = sl->st.map;
+        f[n].bytes = sl->st.bytes;
+        f[n++].sum = s->state_sum;
+    }
+    snap_peer_offer(s->peer, s->man.step, text, f, n);
 }
 
 /* On the compute thread, at commit: slot sl made generation man.step: its files' sums (the copy's,

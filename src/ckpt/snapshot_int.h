@@ -4,6 +4,7 @@
 #ifndef PT_CKPT_SNAPSHOT_INT_H
 #define PT_CKPT_SNAPSHOT_INT_H
 #include "ckpt/snapshot.h"
+#include "ckpt/ckpt_state.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,6 +75,7 @@ typedef struct {
     int idx;
     snap_file f[CKPT_SNAP_PIECES];
     int n_f;
+    ckpt_state_file st;         /* the rank's own state file, mapped (snapshot_state.c), or none */
 } snap_slot;
 
 /* Makes slot sl (number idx of rank folder rank_dir) ready to be filled: a whole generation it
@@ -109,6 +111,17 @@ int snap_slot_install(snap_slot *sl, const char *rank_dir, long step);
 int snap_slot_clone(snap_slot *dst, const snap_slot *src, const char *rank_dir, int idx);
 /* Unmaps sl's files (the folder stays). */
 void snap_slot_free(snap_slot *sl);
+
+/* ---- the ranks' own state (snapshot_state.c) ---- */
+/* st (rank's, of a job of that layout) into slot sl's state file, made and mapped on first use
+ * (or when the layout changed) and refilled in place after; *sum, *bytes: its sum64 and size.
+ * 0, or -1 naming the file. */
+int snap_state_fill(snap_slot *sl, int rank, const ckpt_state *st, uint64_t *sum, size_t *bytes);
+/* Every rank's state file of generation `step` (root/rank-<w>/gen-<step>/, ranks in skip left
+ * out) copied into tmpdir when all of them are there with good sums, and man->n_states set to
+ * their count; else none copied and n_states 0. 0, or -1. */
+int snap_state_restore(const char *root, const int *skip, int n_skip, long step, const char *tmpdir,
+                       ckpt_manifest *man);
 
 /* ---- the peer copy (snapshot_peer.c) ---- */
 typedef struct snap_peer snap_peer;

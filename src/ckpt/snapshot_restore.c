@@ -315,7 +315,8 @@ static int gen_manifest(const snap_gen *ref, ckpt_manifest *man) {
 
 /* The checkpoint folder dir from the chunk files of src[0..K) and the shard files of
  * shard[0..shards). */
-static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const char *dir) {
+static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const char *dir, const char *root,
+                    const int *skip, int n_skip) {
     ckpt_manifest man;
     char tmp[1200], from[1600], to[1300];
     if (gen_manifest(ref, &man) < 0 || (ref->shards && ckpt_manifest_set_shards(&man, ref->shards) < 0) ||
@@ -333,6 +334,10 @@ static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const
             ckpt_abandon(tmp);
             return -1;
         }
+    }
+    if (snap_state_restore(root, skip, n_skip, ref->step, tmp, &man) < 0) {   /* the ranks' own state */
+        ckpt_abandon(tmp);
+        return -1;
     }
     return ckpt_commit(dir, tmp, &man);
 }
@@ -353,7 +358,7 @@ int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char 
     }
     if (best) {
         step_complete(gens, n, best, src, shard, &found->n_bad);
-        rc = assemble(best, src, shard, dir) < 0 ? -1 : 1;
+        rc = assemble(best, src, shard, dir, root, skip, n_skip) < 0 ? -1 : 1;
         found->step = best->step;
         found->n_chunks = best->K;
         int per = best->slices ? best->world : best->tp;

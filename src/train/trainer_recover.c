@@ -135,6 +135,15 @@ static int snap_take_slices(train_ctx *t, int r, const ckpt_manifest *man, int d
     return rcode;
 }
 
+/* The rank's own state (asynchronous versions, corrections, --dp-sync: run_exec_rank_state). */
+static int snap_take_state(ckpt_snap *sn, run_exec *ex, const ckpt_manifest *man, int world) {
+    ckpt_state *st;
+    int rc = run_exec_rank_state(ex, man->step, &st);
+    if (rc == 1) rc = ckpt_snap_stage_state(sn, st, world);
+    free(st);
+    return rc < 0 ? -1 : 0;
+}
+
 /* Local rank r's chunks into its snapshot (when its writer is idle), handed over as `step`. */
 static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
     struct train_recover *rc = t->recover;
@@ -156,6 +165,7 @@ static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
                 rcode = ckpt_snap_stage_tp(rc->snap[r], c, first, end, m, pl->o.zero ? NULL : opt, tr, pl->lo.tp);
         }
         if (rcode == 0 && pl->o.zero) rcode = snap_take_shard(rc->snap[r], rc->ex[r]);
+        if (rcode == 0) rcode = snap_take_state(rc->snap[r], rc->ex[r], man, run_layout_ranks(&pl->lo));
     }
     if (rcode == 0) ckpt_snap_commit(rc->snap[r], man);
     return rcode;
