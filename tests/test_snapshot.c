@@ -346,6 +346,61 @@ static int twin_unequal(const state *s) {
            restored_equals(&s[3]);
 }
 
+/* Rank `rank` (of 3) takes chunk c of s as step `step` with its own state (a tensor of 64 floats
+ * that depend on rank and step) in the generation. */
+static void take_state(ckpt_snap *sn, int c, const state *s, long step, int rank) {
+    static const int cf[3] = { 0, 3, 6 };
+    static float x[64];
+    ckpt_manifest man = { .cfg = CFG, .step = step, .adam_t = (int)step, .batch = 4, .seq = 8 };
+    snprintf(man.data_path, sizeof man.data_path, "data.txt");
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", cf);
+    ckpt_state st;
+    memset(&st, 0, sizeof st);
+    snprintf(st.sig, sizeof st.sig, "test");
+    st.step = step;
+    for (int i = 0; i < 64; i++) x[i] = (float)(rank * 1000 + step * 10 + i);
+    ckpt_state_add(&st, "x", x, 64, 0);
+    ckpt_snap_ready(sn);
+    ckpt_snap_stage(sn, c, cf[c], cf[c + 1], &s->m, &s->opt);
+    ckpt_snap_stage_state(sn, &st, 3);
+    ckpt_snap_commit(sn, &man);
+}
+
+/* Sums only with each rank's own state in its generations: the chunk goes as its sum, the state
+ * file whole (it is rank 0's alone); rank 0 lost, the restore has its chunk from rank 1's files
+ * and its state from rank 1's sums-only copy, both as rank 0 had them. */
+static int twin_state(const state *s) {
+    char r2[200];
+    ckpt_snap *a, *b, *c;
+    if (twin_open("twin4", &a, &b, &c, r2, sizeof r2) < 0) return 0;
+    ckpt_snap_stats sa = {0}, sb;
+    for (int g = 1; g <= 2; g++) {
+        take_state(a, 0, &s[g], g, 0);
+        take_state(b, 0, &s[g], g, 1);
+        take_state(c, 1, &s[g], g, 2);
+        sa = sent_wait(a, g);
+    }
+    ckpt_snap_get_stats(b, &sb);
+    for (int i = 0; i < 1000 && sb.peer_received_sums < 2; i++) { usleep(10000); ckpt_snap_get_stats(b, &sb); }
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    ckpt_snap_close(c);
+    ckpt_snap_found f;
+    int skip[1] = { 0 };
+    ckpt_state r;
+    float x[64];
+    char why[200] = "";
+    memset(&r, 0, sizeof r);
+    snprintf(r.sig, sizeof r.sig, "test");
+    ckpt_state_add(&r, "x", x, 64, 0);
+    int ok = sa.peer_sums_only == 2 && sa.peer_payload_bytes > 0 && sa.peer_payload_bytes < 2 * 64 * 4 + 8192 &&
+             ckpt_snap_restore(r2, skip, 1, out, &f) == 1 && f.step == 2 && restored_equals(&s[2]) &&
+             ckpt_state_read(out, 0, &r, why, sizeof why) == 1 && r.step == 2;
+    for (int i = 0; ok && i < 64; i++) ok = x[i] == (float)(2 * 10 + i);
+    if (!ok) printf("# state: sums %ld, bytes %.0f, step %ld: %s\n", sa.peer_sums_only, sa.peer_payload_bytes, f.step, why);
+    return ok;
+}
+
 /* A replica that takes the sums and never answers (its host gone without a reset): closing the
  * sender does not wait out the answer's timeout (10 s). */
 static int twin_silent(const state *s) {
@@ -495,6 +550,8 @@ int main(void) {
           "file refused with a message, the older step restored", twin_equal(s), "%s", pt_err());
     CHECK("sums only, the replica differs: said once, every generation sent whole from then, restored from that "
           "copy bitwise", twin_unequal(s), "%s", pt_err());
+    CHECK("sums only with the ranks' own state: the state whole, restored from the replica's copy with the chunk",
+          twin_state(s), "%s", pt_err());
     CHECK("sums only, the replica never answers: close does not wait for the answer's timeout", twin_silent(s),
           "%s", pt_err());
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
