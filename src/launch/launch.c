@@ -101,6 +101,13 @@ static int n_ranks(const launch_state *s) {
     return r > 0 && r <= LAUNCH_MAX_RANKS ? r : 1;
 }
 
+/* Whether the mpirun arguments name MCA parameter `name`. */
+static int mpirun_sets(const launch_opts *o, const char *name) {
+    for (int i = 0; i < o->n_mpirun_args; i++)
+        if (strstr(o->mpirun_args[i], name)) return 1;
+    return 0;
+}
+
 /* The attempt's full command line. */
 static void attempt_argv(launch_state *s, launch_argv *a) {
     const launch_opts *o = s->o;
@@ -108,7 +115,16 @@ static void attempt_argv(launch_state *s, launch_argv *a) {
     if (s->np) {
         launch_argv_push(a, o->mpirun);
         if (geteuid() == 0) launch_argv_push(a, "--allow-run-as-root");
-        if (o->recycle) launch_argv_push(a, "--enable-recovery");   /* the survivors of a dead rank live on */
+        if (o->recycle) {
+            launch_argv_push(a, "--enable-recovery");   /* the survivors of a dead rank live on */
+            if (!mpirun_sets(o, "odls_base_sigkill_timeout")) {
+                /* told to end, mpirun then waits 1 s per host for each rank's SIGTERM to work
+                 * before its SIGKILL (their ranks are dead already: launch killed them) */
+                launch_argv_push(a, "--mca");
+                launch_argv_push(a, "odls_base_sigkill_timeout");
+                launch_argv_push(a, "0");
+            }
+        }
         launch_argv_push(a, "--oversubscribe");
         launch_argv_push(a, "-np");
         snprintf(num, sizeof num, "%d", s->np);
@@ -234,7 +250,7 @@ static int in_place(launch_state *s, launch_watch *w, int d) {
     s->ended_s = 0;
     s->pending = s->n_decided;
     for (int r = 0; r < R; r++) {
-        if (r / P == d / P && s->n_retired < LAUNCH_MAX_RANKS) s->retired[s->n_retired++] = w->pids[r];
+        if (r / P == d / P && w->local[r] && s->n_retired < LAUNCH_MAX_RANKS) s->retired[s->n_retired++] = w->pids[r];
         if (r != d) kill((pid_t)w->pids[r], SIGUSR1);
     }
     snprintf(w->who, sizeof w->who, "rank %d", d);
@@ -349,12 +365,38 @@ static void watch(launch_state *s, pid_t pid, launch_watch *w) {
     }
 }
 
+/* Whether process pid descends from ancestor (its parents read from /proc, up to 8 levels). */
+static int descends_from(long pid, long ancestor) {
+    for (int up = 0; up < 8 && pid > 1; up++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) return 0;
+        long ppid = 0;
+        int ok = fscanf(f, "%*d (%*[^)]) %*c %ld", &ppid) == 1;
+        fclose(f);
+        if (!ok) return 0;
+        if (ppid == ancestor) return 1;
+        pid = ppid;
+    }
+    return 0;
+}
+
+/* The ranks dropped in place that still stand by (in MPI_Finalize, this host; mpirun's own
+ * children or its daemons'): killed. Left alone, mpirun under --enable-recovery waits for them
+ * when told to end (1 to 4 s across namespace hosts). */
+static void kill_standby(const launch_state *s, pid_t launcher) {
+    for (int i = 0; i < s->n_retired; i++)
+        if (descends_from(s->retired[i], (long)launcher)) kill((pid_t)s->retired[i], SIGKILL);
+}
+
 /* Ends what is left of the attempt: the launcher by itself within the grace, else its group,
- * and every rank process this host knows of. */
+ * and every rank process this host knows of (those going on, and those dropped in place). */
 static void end_attempt(launch_state *s, pid_t pid, const launch_watch *w) {
     int R = n_ranks(s), st;
     for (int r = 0; r < R; r++)
         if (w->pids[r] > 0 && w->local[r] && w->pids[r] != pid) kill((pid_t)w->pids[r], SIGKILL);
+    kill_standby(s, pid);
     if (waitpid(pid, &st, WNOHANG) != 0) return;
     double t0 = wall_now();
     int sent_term = 0;
