@@ -53,6 +53,7 @@ typedef struct {
     double all_done_at;         /* every rank going on at the last step and gone: when */
     int recycle;                /* this attempt can go on in place (train --recycle, --enable-recovery) */
     double start_s;             /* the last attempt's start to its first heartbeat advancing */
+    double attempt_t;           /* when the attempt (layout) started */
     double beat0_t, beat_t;     /* the attempt's (layout's) first step seen and newest: when, */
     long beat0_step;            /* ... and the first's step: seconds per step between them */
     launch_result res;
@@ -243,6 +244,8 @@ static int in_place_pays(const launch_state *s, const launch_watch *w, int dp) {
                               .restart_s = t ? atof(t) : s->start_s + LAUNCH_END_S };
     if (s->beat_t > s->beat0_t && s->reached > s->beat0_step)
         c.step_s = (s->beat_t - s->beat0_t) / (double)(s->reached - s->beat0_step);
+    else if (s->beat_t > 0 && s->reached > s->restored)   /* one beat seen: with the start, more than a step */
+        c.step_s = (s->beat_t - s->attempt_t) / (double)(s->reached - s->restored);
     char why[300];
     int pays = launch_recycle_pays(&c, why, sizeof why);
     say(s, "%s: %s", pays ? "going on in place pays" : "a restart instead of going on in place", why);
@@ -255,6 +258,7 @@ static void note_beat(launch_state *s, double attempt_start) {
     if (!s->beat0_t) {
         s->beat0_t = now;
         s->beat0_step = s->reached;
+        s->attempt_t = attempt_start;
         if (!s->live_np) s->start_s = now - attempt_start;
     }
     s->beat_t = now;
@@ -317,7 +321,7 @@ static void in_place_answer(launch_state *s) {
     s->lost_steps = s->reached > step ? s->reached - step : 0;
     s->restored = s->reached = step;
     s->restart_at = wall_now();
-    s->beat0_t = 0;   /* the layout left's own step time from here */
+    s->beat0_t = s->beat_t = 0;   /* the layout left's own step time from here */
     snprintf(s->from, sizeof s->from, "snapshot, in place");
     say(s, "the ranks left went back to step %ld in place (%d replica%s), %.2f s after the failure was noticed", step,
         D2, D2 == 1 ? "" : "s", s->restart_at - s->noticed_at);
@@ -356,7 +360,7 @@ static void watch(launch_state *s, pid_t pid, launch_watch *w) {
         int oldest_r;
         in_place_answer(s);
         read_beats(s, w, R, &newest, &oldest_r, &oldest_t);
-        if (s->reached > seen) { seen = s->reached; last_adv = wall_now(); note_beat(s, start); }
+        if (s->reached > seen) { seen = s->reached; last_adv = wall_now(); note_beat(s, s->live_np ? s->restart_at : start); }
         check_recovered(s);
         if (r == pid) {
             w->status = st;
@@ -593,7 +597,7 @@ int launch_run(const launch_opts *o, launch_result *res) {
         long before = s->reached;
         s->restart_at = wall_now();
         s->live_np = s->live_dp = s->n_decided = s->pending = s->n_retired = 0;   /* the whole layout again */
-        s->all_done_at = s->beat0_t = 0;
+        s->all_done_at = s->beat0_t = s->beat_t = 0;
         recycle_choose(s);
         char rp[1200];
         snprintf(rp, sizeof rp, "%s/recycle", s->snapdir);
