@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# What train --recycle (the MPI transport's recovery mode: polled collectives) costs while nothing
-# fails (docs/recovery.md "In place"): 2 stages x 2 replicas over Open MPI on this machine,
-# --snapshot-every 1, in alternating rounds without and with --recycle (both under
-# mpirun --enable-recovery); each run's median step_ms (the metrics' engine step, the first 5
-# steps left out), the with/without ratio per round and its median, the machine and its load.
+# What going on in place costs while nothing fails (docs/recovery.md "In place"): launch's
+# default (mpirun --enable-recovery, train --recycle: the MPI transport's recovery mode, its
+# collectives polled) against --no-recycle's job (plain mpirun, train without it): 2 stages x 2
+# replicas over Open MPI on this machine, --snapshot-every 1, in alternating rounds; each run's
+# median step_ms (the metrics' engine step, the first 5 steps left out), the with/without ratio
+# per round and its median, the machine, its vector ISA and its load.
 # Usage: bench/bench_recycle_cost.sh [ROUNDS] [tiny|demo] (3, tiny: the 4-layer 32-channel test
 # model, 300 steps of 8 x 16; demo: examples/char-gpt.json, 40 steps of 32 x 64)
 set -u
@@ -25,11 +26,13 @@ else
 fi
 args="$args --stages 2 --dp 2 --microbatches 2 --transport mpi --snapshot-every 1"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-echo "machine: $cpu, $(nproc) cores; model $MODEL; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+isa=$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo other))
+echo "machine: $cpu, $isa, $(nproc) cores; model $MODEL; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 median() { sort -g | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
-run() {   # run FLAGS: the median step_ms of one run
+run() {   # run [--recycle]: the median step_ms of one run (with --recycle: under --enable-recovery)
   rm -rf "$SNAP" "$D/m.jsonl"
-  timeout 300 mpirun "${root[@]}" --oversubscribe --enable-recovery -np 4 "$P" train $args --snapshot-dir "$SNAP" "$@" \
+  local rec=(); [ $# -gt 0 ] && rec=(--enable-recovery --mca odls_base_sigkill_timeout 0)
+  timeout 300 mpirun "${root[@]}" --oversubscribe "${rec[@]}" -np 4 "$P" train $args --snapshot-dir "$SNAP" "$@" \
     --metrics "$D/m.jsonl" > "$D/out" 2>&1 < /dev/null || { echo "bench_recycle_cost: a run failed: $(tail -2 "$D/out")" >&2; exit 1; }
   sed 's/.*"step_ms":\([0-9.]*\).*/\1/' "$D/m.jsonl" | tail -n +6 | median
 }
