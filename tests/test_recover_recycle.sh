@@ -84,10 +84,10 @@ for w in 0 1 2 3; do
   [ "$(close "$(last_loss "$D/l.jsonl")" "$ref")" = 1 ] && ok "recycle: rank $w killed: the final loss within 1e-3 of the uninterrupted run" \
     || fail "recycle: rank $w killed: the final loss" "$(last_loss "$D/l.jsonl") vs $ref"
   if [ $w = 0 ]; then   # the same math as a --dp 1 job restarted from that snapshot with the lost replica's microbatches
-    mpi 2 train ${args/--dp 2 --microbatches 2/--dp 1 --microbatches 4} --resume "$SNAP/recycle-restore-1" \
+    mpi 2 train ${args/--dp 2 --microbatches 2/--dp 1 --microbatches 4 --schedule zb-h1} --resume "$SNAP/recycle-restore-1" \
       --metrics "$D/r1.jsonl" > "$D/r1.out" 2>&1
     [ -n "$(last_loss "$D/r1.jsonl")" ] && [ "$(last_loss "$D/r1.jsonl")" = "$(last_loss "$D/l.jsonl")" ] \
-      && ok "recycle: rank 0 killed: the final loss bitwise a --dp 1 --microbatches 4 run resumed from the same snapshot" \
+      && ok "recycle: rank 0 killed: the final loss bitwise a --dp 1 --microbatches 4 --schedule zb-h1 run resumed from the same snapshot" \
       || fail "recycle: rank 0 killed: bitwise a --dp 1 run resumed" "$(last_loss "$D/r1.jsonl") vs $(last_loss "$D/l.jsonl"): $(tail -2 "$D/r1.out")"
   fi
 done
