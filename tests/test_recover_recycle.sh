@@ -87,6 +87,7 @@ for w in 0 1 2 3; do
     mpi 2 train ${args/--dp 2 --microbatches 2/--dp 1 --microbatches 4 --schedule zb-h1} --resume "$SNAP/recycle-restore-1" \
       --metrics "$D/r1.jsonl" > "$D/r1.out" 2>&1
     [ -n "$(last_loss "$D/r1.jsonl")" ] && [ "$(last_loss "$D/r1.jsonl")" = "$(last_loss "$D/l.jsonl")" ] \
+      && grep -q "(4 microbatches each, zb-h1)" "$D/k0.out" \
       && ok "recycle: rank 0 killed: the final loss bitwise a --dp 1 --microbatches 4 --schedule zb-h1 run resumed from the same snapshot" \
       || fail "recycle: rank 0 killed: bitwise a --dp 1 run resumed" "$(last_loss "$D/r1.jsonl") vs $(last_loss "$D/l.jsonl"): $(tail -2 "$D/r1.out")"
   fi
