@@ -342,6 +342,17 @@ void exec_outer_free(run_exec *e);
 int exec_outer_step(run_exec *e, const optim_config *oc, int t);
 /* exec_reduce_world under --dp-sync H > 1: the loss over the world, the norm per replica. */
 int exec_outer_reduce_world(run_exec *e, run_exec_stats *rs);
+/* The outer state for a checkpoint (n floats each, pointers into it): theta_start, the outer
+ * momentum, the weights a change was taken from (meaningful when *pending: posted, not yet
+ * applied). Returns n, 0 without --dp-sync H > 1. */
+size_t exec_outer_state(run_exec *e, float **start, float **buf, float **snap, int *pending);
+/* After exec_outer_state's buffers were loaded (a resume): with pending, the change is taken
+ * again from them and posted, to be applied at the next step as in the saved run. 0, or -1. */
+int exec_outer_resume(run_exec *e, int pending);
+/* exec_rankstate.c: the rank's own state in checkpoints and snapshots (ckpt/ckpt_state.h); at
+ * init, after every other part: loaded from the source's checkpoint when it has it (else a
+ * note on world rank 0). 0, or -1 naming the file. */
+int exec_rankstate_load(run_exec *e);
 
 /* exec_tp.c */
 int exec_tp_init(run_exec *e);                         /* the TP communicator; collective */

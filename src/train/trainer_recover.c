@@ -135,6 +135,15 @@ static int snap_take_slices(train_ctx *t, int r, const ckpt_manifest *man, int d
     return rcode;
 }
 
+/* The rank's own state (asynchronous versions, corrections, --dp-sync: run_exec_rank_state). */
+static int snap_take_state(ckpt_snap *sn, run_exec *ex, const ckpt_manifest *man, int world) {
+    ckpt_state *st;
+    int rc = run_exec_rank_state(ex, man->step, &st);
+    if (rc == 1) rc = ckpt_snap_stage_state(sn, st, world);
+    free(st);
+    return rc < 0 ? -1 : 0;
+}
+
 /* Local rank r's chunks into its snapshot (when its writer is idle), handed over as `step`. */
 static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
     struct train_recover *rc = t->recover;
@@ -156,6 +165,7 @@ static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
                 rcode = ckpt_snap_stage_tp(rc->snap[r], c, first, end, m, pl->o.zero ? NULL : opt, tr, pl->lo.tp);
         }
         if (rcode == 0 && pl->o.zero) rcode = snap_take_shard(rc->snap[r], rc->ex[r]);
+        if (rcode == 0) rcode = snap_take_state(rc->snap[r], rc->ex[r], man, run_layout_ranks(&pl->lo));
     }
     if (rcode == 0) ckpt_snap_commit(rc->snap[r], man);
     return rcode;
@@ -302,34 +312,31 @@ static int check_snapshot(train_ctx *t) {
     return 0;
 }
 
-/* MPI, where no replica on another host holds what a rank holds (--dp 1, or --zero 1's moment
- * slices): every rank listens for peer copies, the addresses go round (a sum over the world of
- * a table each rank fills its row of), and each rank sends its generations to the first rank
- * after it (world order, wrapping) on another host: the next stage's, when stages span hosts.
- * One host only: nothing to send. A collective: every rank calls it alike. */
+/* MPI: every rank listens for peer copies, the addresses go round (a sum over the world of a
+ * table each rank fills its row of: address, port, and which ranks hold the same bytes: the
+ * same stage and TP rank of each replica, without --zero 1), and ckpt_snap_peer_route picks
+ * where each rank's generations go: the same stage's rank of a replica on another host (sums
+ * only, whole where they differ), else the first rank after it on another host (whole: the
+ * next stage's, when stages span hosts). One host only: nothing to send. A collective: every
+ * rank calls it alike. */
 static int peer_setup(train_ctx *t, struct train_recover *rc) {
     const run_plan *pl = train_engine_plan(t->e);
     comm *w = t->o.world;
-    if (!w || !pl || rc->n != 1 || (pl->o.D > 1 && !pl->o.zero)) return 0;
-    int R = run_layout_ranks(&pl->lo), me = run_exec_world_rank(rc->ex[0]);
-    double *v = pt_calloc((size_t)(2 * R), sizeof *v);
+    if (!w || !pl || rc->n != 1) return 0;
+    int R = run_layout_ranks(&pl->lo), me = run_exec_world_rank(rc->ex[0]), d, p, tr;
+    double *v = pt_calloc((size_t)(3 * R), sizeof *v);
     uint32_t addr = 0;
     int port = 0;
+    run_layout_coords(&pl->lo, me, &d, &p, &tr);
     if (ckpt_snap_peer_listen(rc->snap[0], &addr, &port) == 0) {
-        v[2 * me] = addr;
-        v[2 * me + 1] = port;
+        v[3 * me] = addr;
+        v[3 * me + 1] = port;
+        v[3 * me + 2] = pl->o.D > 1 && !pl->o.zero ? p * pl->lo.tp + tr + 1 : 0;
     } else {
         fprintf(stderr, "pipetrain: warning: %s (rank %d's generations stay on its host only)\n", pt_err(), me);
     }
-    int rcode = comm_allreduce_f64(w, v, (size_t)(2 * R));
-    for (int k = 1; k < R && rcode == 0 && port; k++) {
-        int q = (me + k) % R;
-        if (v[2 * q + 1] > 0 && (uint32_t)v[2 * q] != addr) {
-            rcode = ckpt_snap_peer_send_to(rc->snap[0], (uint32_t)v[2 * q], (int)v[2 * q + 1], q,
-                                           t->o.snapshot_peer_every);
-            break;
-        }
-    }
+    int rcode = comm_allreduce_f64(w, v, (size_t)(3 * R));
+    if (rcode == 0 && ckpt_snap_peer_route(rc->snap[0], v, R, me, t->o.snapshot_peer_every) == -2) rcode = -1;
     free(v);
     return rcode;
 }
@@ -406,6 +413,10 @@ void train_recover_end(train_ctx *t) {
                s.peer_rank, s.peer_sent, s.peer_skipped, s.peer_failed, sent ? s.peer_send_s / (double)sent * 1e3 : 0,
                sent ? s.peer_send_cpu_s / (double)sent * 1e3 : 0, s.peer_received, s.peer_dropped,
                s.peer_received + s.peer_dropped ? s.peer_recv_cpu_s / (double)(s.peer_received + s.peer_dropped) * 1e3 : 0);
+    if (t->root && s.peer_sums)
+        printf("snapshot peer copies to a replica (the same stage's rank): %ld of the %ld sent were sums only (it "
+               "holds the same bytes), %ld sent whole after its own differed or was not there; %.1f MB of files "
+               "sent\n", s.peer_sums_only, s.peer_sent, s.peer_whole_after, s.peer_payload_bytes / 1e6);
 }
 
 void train_recover_free(train_ctx *t) {
