@@ -309,6 +309,10 @@ int exec_reqs_block(run_wait *w, double deadline);
 int exec_groups_block(run_wait *w, double deadline);
 /* One request: *req completes (set to NULL) by the deadline (1), or not (0), or failed (-1). */
 int exec_req_block(comm *c, comm_req **req, double deadline);
+/* One test of *req (NULL: over already, 1): 1 over, 0 pending, -1 failed. *req is set to NULL
+ * exactly when the transport freed it (comm.h: who owns a request), failed or not, so a slot
+ * never names a freed request and the failure path (exec_drop_requests) tests only live ones. */
+int exec_req_test(comm *c, comm_req **req);
 /* Offers the wait of action i to cfg.on_wait unless arrived(x) says it is over already; side
  * steps go into the rank's timeline. 0, or -1 when the job failed meanwhile. */
 int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), int (*block)(run_wait *, double),
