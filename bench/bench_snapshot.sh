@@ -13,7 +13,9 @@
 # Layouts: one process (--threads 2), 2 stages x 2 replicas on rank threads, and (as root, where
 # network namespaces can be made: tools/hosts.sh) 2 stages x 1 replica over Open MPI on two
 # hosts, where each rank's generations also go to the other host (the peer copy), each one, and
-# every 4th (--snapshot-peer-every 4).
+# every 4th (--snapshot-peer-every 4); and 2 stages x 2 replicas over the two hosts (2 ranks a
+# host, a replica on each), where each rank sends only its generation's sums to the same stage's
+# rank of the other replica, which holds the same bytes (sums only).
 # Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 8 rounds of 40 steps)
 set -u
 cd "$(dirname "$0")/.."
@@ -22,13 +24,14 @@ ROUNDS=${1:-8}; STEPS=${2:-40}
 D=$(mktemp -d)
 SNAP=/dev/shm/pt-bench-snapshot-$$
 H=tools/hosts.sh
-export PT_HOSTS=rcvbs
+export PT_HOSTS=${PT_HOSTS:-rcvbs}
 trap 'rm -rf "$D" "$SNAP"; [ -n "${hosts:-}" ] && $H down > /dev/null 2>&1' EXIT
 layouts=("one process:--threads 2" "2 stages x 2 replicas:--stages 2 --dp 2 --microbatches 4")
 if $H check > /dev/null 2>&1 && $H up 2 > /dev/null 2>&1; then
   hosts=1
   layouts+=("2 stages over 2 hosts (MPI, peer copy):--stages 2 --microbatches 4"
-            "2 stages over 2 hosts (MPI, peer copy of every 4th):--stages 2 --microbatches 4 --snapshot-peer-every 4")
+            "2 stages over 2 hosts (MPI, peer copy of every 4th):--stages 2 --microbatches 4 --snapshot-peer-every 4"
+            "2 stages x 2 replicas over 2 hosts (MPI, sums only to the replica):--stages 2 --dp 2 --microbatches 4")
 fi
 for i in $(seq 1 3000); do echo "the quick brown fox jumps over the lazy dog, line $i of the bench corpus"; done > "$D/t.txt"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
@@ -40,9 +43,11 @@ median() { sort -g | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[
 stamp() { while IFS= read -r l; do case $l in step*) echo "$EPOCHREALTIME";; *) echo "$l" >> "$1";; esac; done; }
 # period FILE: the median of the periods between stamps, the first two left out, in ms
 period() { awk 'NR > 1 { d[NR] = ($1 - p) * 1e3 } { p = $1 } END { for (i = 4; i <= NR; i++) print d[i] }' "$1" | median; }
-# run FLAGS...: train (over the hosts for the MPI layout, one rank per host, one BLAS thread each)
+# run FLAGS...: train (over the hosts for the MPI layouts: one rank a host, two with replicas; one
+# BLAS thread each)
 run() {
   case "$name" in
+    *replicas*MPI*) PT_HOSTS_SLOTS=2 $H mpirun -np 4 -x OPENBLAS_NUM_THREADS=1 "$(realpath "$P")" train $base "$@" ;;
     *MPI*) $H mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "$(realpath "$P")" train $base "$@" ;;
     *) "$P" train $base "$@" ;;
   esac

@@ -45,8 +45,8 @@ else fail "report --svg: loss against wall time" "$(tail -2 "$D/rep.out")"; fi
 expect_error "report --svg-series bad refused" "--svg-series 'x': give loss or eval_loss" \
   "$P" report "$D/plain.jsonl" --out "$D/r2.html" --svg "$D/r2.svg" --svg-series x
 
-expect_error "--dp-sync with --save refused" "--save with --dp-sync 3 is not supported: the outer step's state" \
-  "$P" $targs --dp-sync 3 --save "$D/ck"
+expect_error "--dp-sync with --adapt refused" "--adapt with --dp-sync 3 is not supported: the outer step's state" \
+  "$P" $targs --dp-sync 3 --adapt
 expect_error "--dp-sync with pipedream refused" "--dp-sync 3 needs a synchronous schedule" \
   "$P" $targs --dp-sync 3 --schedule pipedream
 expect_error "--outer-lr 0 refused" "--outer-lr must be a positive number" "$P" $targs --dp-sync 3 --outer-lr 0

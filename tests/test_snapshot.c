@@ -10,7 +10,10 @@
 #include "ckpt/snapshot.h"
 #include "ckpt/snapshot_int.h"
 #include "util/pt.h"
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -220,6 +223,212 @@ static int peer_every_2(const state *s) {
     return ok;
 }
 
+/* stderr into file path (fflushed) until stderr_back(saved); the saved descriptor. */
+static int stderr_to(const char *path) {
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+    return saved;
+}
+
+/* stderr back, and the text the file got (at most n - 1 bytes) in text. */
+static void stderr_back(int saved, const char *path, char *text, size_t n) {
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    size_t k = f ? fread(text, 1, n - 1, f) : 0;
+    if (f) fclose(f);
+    text[k] = 0;
+}
+
+/* Waits (at most 10 s) until a has sent n generations to its peer; its stats. */
+static ckpt_snap_stats sent_wait(ckpt_snap *a, long n) {
+    ckpt_snap_stats st = {0};
+    ckpt_snap_get_stats(a, &st);
+    for (int i = 0; i < 1000 && st.peer_sent + st.peer_failed < n; i++) {
+        usleep(10000);
+        ckpt_snap_get_stats(a, &st);
+    }
+    return st;
+}
+
+/* Replicas under root/<name>: ranks 0 and 1 hold chunk 0 (rank 0 "on another host": its row
+ * says 127.0.0.2), rank 2 chunk 1; the table routes rank 0 to rank 1, sums only (same key). */
+static int twin_open(const char *name, ckpt_snap **a, ckpt_snap **b, ckpt_snap **c, char *r2, size_t n) {
+    snprintf(r2, n, "%s/%s", root, name);
+    uint32_t addr[2];
+    int port[2];
+    if (ckpt_snap_open(a, r2, 0, 3) < 0 || ckpt_snap_open(b, r2, 1, 3) < 0 || ckpt_snap_open(c, r2, 2, 3) < 0 ||
+        ckpt_snap_peer_listen(*a, &addr[0], &port[0]) < 0 || ckpt_snap_peer_listen(*b, &addr[1], &port[1]) < 0) return -1;
+    double t[9] = { 0x7f000002, port[0], 1, addr[1], port[1], 1, addr[1], 0, 2 };
+    return ckpt_snap_peer_route(*a, t, 3, 0, 1) == 1 ? 0 : -1;
+}
+
+/* Rank 0 and its replica rank 1 take the same state for steps 1 and 2 (rank 2 the other
+ * chunk): rank 0 sends sums only (no file bytes), rank 1 keeps its snap.json with "files_at"
+ * and no chunk file; rank 0 lost, the restore takes chunk 0 from rank 1 and loads bitwise. Then
+ * rank 1's own file of step 2 damaged: the sums-only copy is refused with a message naming it,
+ * and step 1 is restored (the next source), bitwise. */
+static int twin_equal(const state *s) {
+    char r2[200], p[400], ep[300], text[4096];
+    ckpt_snap *a, *b, *c;
+    if (twin_open("twin", &a, &b, &c, r2, sizeof r2) < 0) return 0;
+    ckpt_snap_stats sa = {0}, sb;
+    for (int g = 1; g <= 2; g++) {
+        take(a, 0, &s[g], g);
+        take(b, 0, &s[g], g);
+        take(c, 1, &s[g], g);
+        sa = sent_wait(a, g);
+    }
+    ckpt_snap_get_stats(b, &sb);   /* its count follows its answer: at most 10 s later */
+    for (int i = 0; i < 1000 && sb.peer_received_sums < 2; i++) { usleep(10000); ckpt_snap_get_stats(b, &sb); }
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    ckpt_snap_close(c);
+    int ok = sa.peer_sums && sa.peer_sent == 2 && sa.peer_sums_only == 2 && sa.peer_payload_bytes == 0 &&
+             sb.peer_received_sums == 2;
+    if (!ok) printf("# sums only: sent %ld, sums %ld, bytes %.0f, received %ld\n", sa.peer_sent, sa.peer_sums_only,
+                    sa.peer_payload_bytes, sb.peer_received_sums);
+    snprintf(p, sizeof p, "%s/rank-1/peer-0/gen-2/snap.json", r2);
+    ok &= access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "%s/rank-1/peer-0/gen-2/chunk-0.safetensors", r2);
+    ok &= access(p, F_OK) != 0;
+    ckpt_snap_found f;
+    int skip[1] = { 0 };
+    ok &= ckpt_snap_restore(r2, skip, 1, out, &f) == 1 && f.step == 2 && f.n_bad == 0 && restored_equals(&s[2]);
+    snprintf(p, sizeof p, "%s/rank-1/gen-2/chunk-0.safetensors", r2);
+    flip_byte(p);
+    snprintf(ep, sizeof ep, "%s/twin.err", root);
+    int saved = stderr_to(ep);
+    int rc = ckpt_snap_restore(r2, skip, 1, out, &f);
+    stderr_back(saved, ep, text, sizeof text);
+    if (!strstr(text, "rank 0's generation 2 (sums only, kept at rank 1) does not match")) printf("# said: %s\n", text);
+    return ok && rc == 1 && f.step == 1 && f.n_bad >= 2 && restored_equals(&s[1]) &&
+           strstr(text, "rank 0's generation 2 (sums only, kept at rank 1) does not match");
+}
+
+/* The replica holds other bytes (rank 1 takes another state at step 1): rank 0's sums are
+ * answered 'D', so it sends generation 1 whole and every later one too (said once); rank 0 lost
+ * and rank 1's own chunk of step 2 damaged, the restore takes chunk 0 from the whole copy held
+ * at rank 1, bitwise rank 0's state. */
+static int twin_unequal(const state *s) {
+    char r2[200], p[400], ep[300], text[4096];
+    ckpt_snap *a, *b, *c;
+    snprintf(ep, sizeof ep, "%s/twin2.err", root);
+    int saved = stderr_to(ep);
+    if (twin_open("twin2", &a, &b, &c, r2, sizeof r2) < 0) { stderr_back(saved, ep, text, sizeof text); return 0; }
+    ckpt_snap_stats sa = {0}, sb;
+    for (int g = 1; g <= 2; g++) {
+        take(a, 0, &s[g + 1], g);
+        take(b, 0, &s[g == 1 ? 4 : g + 1], g);   /* step 1 differs, step 2 the same again */
+        take(c, 1, &s[g + 1], g);
+        sa = sent_wait(a, g);
+    }
+    long want = 0;
+    for (int i = 0; i < 400 && want < 2; i++) { ckpt_snap_get_stats(b, &sb); want = sb.peer_received; usleep(10000); }
+    ckpt_snap_get_stats(b, &sb);
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    ckpt_snap_close(c);
+    stderr_back(saved, ep, text, sizeof text);
+    const char *said = strstr(text, "holds other bytes at step 1");
+    int ok = sa.peer_sent == 2 && sa.peer_sums_only == 0 && sa.peer_whole_after == 1 && sa.peer_payload_bytes > 0 &&
+             sb.peer_received == 2 && sb.peer_received_sums == 0 && said && !strstr(said + 1, "holds other bytes");
+    if (!ok) printf("# whole: sent %ld, sums %ld, after %ld, received %ld: %s\n", sa.peer_sent, sa.peer_sums_only,
+                    sa.peer_whole_after, sb.peer_received, text);
+    snprintf(p, sizeof p, "%s/rank-1/gen-2/chunk-0.safetensors", r2);
+    flip_byte(p);
+    ckpt_snap_found f;
+    int skip[1] = { 0 };
+    return ok && ckpt_snap_restore(r2, skip, 1, out, &f) == 1 && f.step == 2 && f.from_rank[0] == 0 &&
+           restored_equals(&s[3]);
+}
+
+/* Rank `rank` (of 3) takes chunk c of s as step `step` with its own state (a tensor of 64 floats
+ * that depend on rank and step) in the generation. */
+static void take_state(ckpt_snap *sn, int c, const state *s, long step, int rank) {
+    static const int cf[3] = { 0, 3, 6 };
+    static float x[64];
+    ckpt_manifest man = { .cfg = CFG, .step = step, .adam_t = (int)step, .batch = 4, .seq = 8 };
+    snprintf(man.data_path, sizeof man.data_path, "data.txt");
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", cf);
+    ckpt_state st;
+    memset(&st, 0, sizeof st);
+    snprintf(st.sig, sizeof st.sig, "test");
+    st.step = step;
+    for (int i = 0; i < 64; i++) x[i] = (float)(rank * 1000 + step * 10 + i);
+    ckpt_state_add(&st, "x", x, 64, 0);
+    ckpt_snap_ready(sn);
+    ckpt_snap_stage(sn, c, cf[c], cf[c + 1], &s->m, &s->opt);
+    ckpt_snap_stage_state(sn, &st, 3);
+    ckpt_snap_commit(sn, &man);
+}
+
+/* Sums only with each rank's own state in its generations: the chunk goes as its sum, the state
+ * file whole (it is rank 0's alone); rank 0 lost, the restore has its chunk from rank 1's files
+ * and its state from rank 1's sums-only copy, both as rank 0 had them. */
+static int twin_state(const state *s) {
+    char r2[200];
+    ckpt_snap *a, *b, *c;
+    if (twin_open("twin4", &a, &b, &c, r2, sizeof r2) < 0) return 0;
+    ckpt_snap_stats sa = {0}, sb;
+    for (int g = 1; g <= 2; g++) {
+        take_state(a, 0, &s[g], g, 0);
+        take_state(b, 0, &s[g], g, 1);
+        take_state(c, 1, &s[g], g, 2);
+        sa = sent_wait(a, g);
+    }
+    ckpt_snap_get_stats(b, &sb);
+    for (int i = 0; i < 1000 && sb.peer_received_sums < 2; i++) { usleep(10000); ckpt_snap_get_stats(b, &sb); }
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    ckpt_snap_close(c);
+    ckpt_snap_found f;
+    int skip[1] = { 0 };
+    ckpt_state r;
+    float x[64];
+    char why[200] = "";
+    memset(&r, 0, sizeof r);
+    snprintf(r.sig, sizeof r.sig, "test");
+    ckpt_state_add(&r, "x", x, 64, 0);
+    int ok = sa.peer_sums_only == 2 && sa.peer_payload_bytes > 0 && sa.peer_payload_bytes < 2 * 64 * 4 + 8192 &&
+             ckpt_snap_restore(r2, skip, 1, out, &f) == 1 && f.step == 2 && restored_equals(&s[2]) &&
+             ckpt_state_read(out, 0, &r, why, sizeof why) == 1 && r.step == 2;
+    for (int i = 0; ok && i < 64; i++) ok = x[i] == (float)(2 * 10 + i);
+    if (!ok) printf("# state: sums %ld, bytes %.0f, step %ld: %s\n", sa.peer_sums_only, sa.peer_payload_bytes, f.step, why);
+    return ok;
+}
+
+/* A replica that takes the sums and never answers (its host gone without a reset): closing the
+ * sender does not wait out the answer's timeout (10 s). */
+static int twin_silent(const state *s) {
+    char r2[200];
+    snprintf(r2, sizeof r2, "%s/twin3", root);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof sa;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 1) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &len) < 0) return 0;
+    ckpt_snap *a;
+    uint32_t addr;
+    int port;
+    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_peer_listen(a, &addr, &port) < 0) return 0;
+    double t[6] = { 0x7f000002, port, 1, INADDR_LOOPBACK, ntohs(sa.sin_port), 1 };
+    if (ckpt_snap_peer_route(a, t, 2, 0, 1) != 1) return 0;
+    take(a, 0, &s[1], 1);
+    int cfd = accept(lfd, NULL, NULL);   /* the sums arrive; no answer */
+    usleep(200000);
+    double t0 = pt_now();
+    ckpt_snap_close(a);
+    double took = pt_now() - t0;
+    close(cfd);
+    close(lfd);
+    if (took >= 5) printf("# close took %.1f s\n", took);
+    return cfd >= 0 && took < 5;
+}
+
 /* The checksum in pieces of any size equals the one-shot sum (lengths about the 256-byte block,
  * pieces across its edges), and a flipped bit anywhere (each lane, the high byte of a word, the
  * tail) changes it. */
@@ -337,6 +546,14 @@ int main(void) {
     CHECK("peer copy: rank 0's generation kept at rank 1, restored from there without rank 0's folder",
           peer_copied(s), "%s", pt_err());
     CHECK("peer copy of every 2nd generation: 2 and 4 of 1..4 held at the peer", peer_every_2(s), "no");
+    CHECK("sums only to a replica: no file bytes sent, restored from the replica's files bitwise; its damaged "
+          "file refused with a message, the older step restored", twin_equal(s), "%s", pt_err());
+    CHECK("sums only, the replica differs: said once, every generation sent whole from then, restored from that "
+          "copy bitwise", twin_unequal(s), "%s", pt_err());
+    CHECK("sums only with the ranks' own state: the state whole, restored from the replica's copy with the chunk",
+          twin_state(s), "%s", pt_err());
+    CHECK("sums only, the replica never answers: close does not wait for the answer's timeout", twin_silent(s),
+          "%s", pt_err());
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
     CHECK("the checksum in pieces of any size equals the one-shot sum; a flipped bit changes it", sum_pieces(), "no");
     CHECK("a slot's fill sums the chunk file as it copies (the file's sum, also refilled)", fill_summed(s), "no");

@@ -11,7 +11,7 @@
 #define CKPT_PATH_MAX 1200   /* a file in a checkpoint folder */
 #define CKPT_DIR_MAX 1100    /* a checkpoint folder (leaves room for the file name) */
 #define CKPT_FORMAT "pipetrain-checkpoint"
-#define CKPT_VERSION 3       /* 3 added layout.zero and layout.shards; 2 still reads */
+#define CKPT_VERSION 4       /* 4 added layout.states, 3 layout.zero and layout.shards; 2 and 3 still read */
 #define JSON_LONG_MAX 9007199254740992L   /* 2^53: larger JSON numbers are not exact */
 #define CKPT_STR_(x) #x
 #define CKPT_STR(x) CKPT_STR_(x)

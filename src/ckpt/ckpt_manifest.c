@@ -2,6 +2,7 @@
  * shards), its JSON written and read back with every field checked and every file's checksum
  * verified. Not here: the chunk files' contents. */
 #include "ckpt/ckpt_int.h"
+#include "ckpt/ckpt_state.h"
 #include "io/io.h"
 #include "io/json.h"
 #include "util/pt.h"
@@ -33,6 +34,14 @@ int ckpt_manifest_set_shards(ckpt_manifest *man, int n_ranks) {
                          "shards (save with --zero 0)", n_ranks, CKPT_MAX_SHARDS);
     man->zero = 1;
     man->n_shards = n_ranks;
+    return 0;
+}
+
+int ckpt_manifest_set_states(ckpt_manifest *man, int n_ranks) {
+    if (n_ranks < 0 || n_ranks > CKPT_MAX_SHARDS)
+        return pt_seterr("checkpoint with rank state: %d ranks, at most %d write state files", n_ranks,
+                         CKPT_MAX_SHARDS);
+    man->n_states = n_ranks;
     return 0;
 }
 
@@ -94,6 +103,16 @@ static cJSON *manifest_layout_json(const ckpt_manifest *man) {
         snprintf(s, sizeof s, "%016" PRIx64, man->shards[r].fnv1a64);
         cJSON_AddStringToObject(e, "fnv1a64", s);
         cJSON_AddItemToArray(shards, e);
+    }
+    cJSON *states = cJSON_AddArrayToObject(lo, "states");
+    for (int r = 0; r < man->n_states; r++) {
+        cJSON *e = cJSON_CreateObject();
+        snprintf(s, sizeof s, "state-%d.safetensors", r);
+        cJSON_AddStringToObject(e, "file", s);
+        cJSON_AddNumberToObject(e, "bytes", (double)man->states[r].bytes);
+        snprintf(s, sizeof s, "%016" PRIx64, man->states[r].fnv1a64);
+        cJSON_AddStringToObject(e, "fnv1a64", s);
+        cJSON_AddItemToArray(states, e);
     }
     return lo;
 }
@@ -238,6 +257,22 @@ static int manifest_shards(ckpt_manifest *man, const cJSON *lo, const char *mpat
     return 0;
 }
 
+/* Version 4: layout.states, one entry per rank that wrote its own state (ckpt/ckpt_state.h), or
+ * none. */
+static int manifest_states(ckpt_manifest *man, const cJSON *lo, const char *mpath) {
+    const cJSON *states = cJSON_GetObjectItemCaseSensitive(lo, "states"), *e;
+    int n = cJSON_IsArray(states) ? cJSON_GetArraySize(states) : -1;
+    if (n < 0 || n > CKPT_MAX_SHARDS)
+        return pt_seterr("%s: field \"layout.states\" missing or not an array of 0.." CKPT_STR(CKPT_MAX_SHARDS)
+                         " entries", mpath);
+    man->n_states = 0;
+    cJSON_ArrayForEach(e, states) {
+        if (manifest_file(&man->states[man->n_states], e, "states", "state", man->n_states, mpath) < 0) return -1;
+        man->n_states++;
+    }
+    return 0;
+}
+
 static int manifest_layout(ckpt_manifest *man, const cJSON *root, const char *mpath, long version) {
     const cJSON *lo = cJSON_GetObjectItemCaseSensitive(root, "layout");
     if (!cJSON_IsObject(lo)) return pt_seterr("%s: field \"layout\" missing or not an object", mpath);
@@ -266,6 +301,7 @@ static int manifest_layout(ckpt_manifest *man, const cJSON *root, const char *mp
         man->n_chunks++;
     }
     if (version >= 3 && manifest_shards(man, lo, mpath) < 0) return -1;
+    if (version >= 4 && manifest_states(man, lo, mpath) < 0) return -1;
     return ckpt_check_tiling(man, mpath);
 }
 
@@ -275,8 +311,8 @@ static int manifest_header(const cJSON *root, const char *mpath, long *version) 
         return pt_seterr("%s: field \"format\" missing or not \"" CKPT_FORMAT "\" (a checkpoint "
                          "from an older pipetrain, or not a checkpoint)", mpath);
     if (json_int(root, "version", 1, INT_MAX, version, mpath, "version") < 0) return -1;
-    if (*version != CKPT_VERSION && *version != 2)
-        return pt_seterr("%s: checkpoint format version %ld, this pipetrain reads versions 2 and %d",
+    if (*version < 2 || *version > CKPT_VERSION)
+        return pt_seterr("%s: checkpoint format version %ld, this pipetrain reads versions 2 to %d",
                          mpath, *version, CKPT_VERSION);
     return 0;
 }
@@ -302,6 +338,10 @@ static int verify_chunks(const ckpt_manifest *man, const char *dir) {
     for (int r = 0; man->zero && r < man->n_shards; r++) {
         ckpt_shard_path(path, sizeof path, dir, r);
         if (verify_file(path, &man->shards[r]) < 0) return -1;
+    }
+    for (int r = 0; r < man->n_states; r++) {
+        ckpt_state_path(path, sizeof path, dir, r);
+        if (verify_file(path, &man->states[r]) < 0) return -1;
     }
     return 0;
 }

@@ -75,8 +75,10 @@ static int is_ckpt_file(const char *name) {
         !strcmp(name, "optim.safetensors"))
         return 1;
     if (strstr(name, ".tmp."))
-        return !strncmp(name, "chunk-", 6) || !strncmp(name, "optim-", 6) || !strncmp(name, "manifest", 8);
+        return !strncmp(name, "chunk-", 6) || !strncmp(name, "optim-", 6) || !strncmp(name, "manifest", 8) ||
+               !strncmp(name, "state-", 6);
     if (sscanf(name, "optim-%d.safetensors%n", &c, &end) == 1 && !name[end]) return 1;
+    if (sscanf(name, "state-%d.safetensors%n", &c, &end) == 1 && !name[end]) return 1;
     return sscanf(name, "chunk-%d.safetensors%n", &c, &end) == 1 && !name[end];
 }
 

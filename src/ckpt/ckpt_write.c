@@ -2,6 +2,7 @@
  * then the commit (files checked, checksums into the manifest, an atomic install under the
  * real name). Not here: files filled in place by several writers (ckpt_place.c), reading. */
 #include "ckpt/ckpt_int.h"
+#include "ckpt/ckpt_state.h"
 #include "io/io.h"
 #include "util/pt.h"
 #include <errno.h>
@@ -195,6 +196,10 @@ static int checksum_chunks(ckpt_manifest *man, const char *tmpdir) {
         if (check_written_shard(path, r) < 0 || ckpt_file_fnv(path, &man->shards[r].fnv1a64, &man->shards[r].bytes) < 0)
             return -1;
         man->has_optim = 1;
+    }
+    for (int r = 0; r < man->n_states; r++) {   /* each rank's own state (ckpt_state.h) */
+        ckpt_state_path(path, sizeof path, tmpdir, r);
+        if (ckpt_file_fnv(path, &man->states[r].fnv1a64, &man->states[r].bytes) < 0) return -1;
     }
     return 0;
 }

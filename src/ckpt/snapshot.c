@@ -8,6 +8,7 @@
  * Not here: the restore (snapshot_restore.c). */
 #include "ckpt/snapshot.h"
 #include "ckpt/ckpt_int.h"
+#include "ckpt/ckpt_state.h"
 #include "ckpt/snapshot_int.h"
 #include "io/io.h"
 #include "model/config.h"
@@ -52,9 +53,14 @@ struct ckpt_snap {
     ckpt_snap_stats st;
     snap_peer *peer;            /* the peer copy, or NULL */
     int peer_every;             /* every peer_every-th generation written goes to the peer (0: none) */
+    int peer_sums;              /* the peer is a replica: sums only (snap_peer_sums_to) */
     long peer_count;            /* generations written since the sending started */
     int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
     long slow_ms;               /* test hook: each take sleeps this long before it copies */
+    int state_world;            /* this generation holds the rank's own state file (ckpt_state.h)
+                                 * of a job of that many ranks; 0: none */
+    size_t state_bytes;
+    uint64_t state_sum;
 };
 
 static void *snap_writer_main(void *arg);
@@ -127,6 +133,7 @@ int ckpt_snap_ready(ckpt_snap *s) {
     }
     pthread_mutex_unlock(&s->mu);
     s->n_pc = 0;   /* the writer is idle: the slots are the compute thread's until the commit */
+    s->state_world = 0;
     s->bad = snap_slot_prepare(&s->slot[s->cur], s->dir, s->cur) < 0;
     if (s->bad) note_error(s);
     return 1;
@@ -188,6 +195,19 @@ int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n) {
 }
 
 static int install_gen(ckpt_snap *s, snap_slot *sl, uint64_t *sums, char **json);
+
+int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world) {
+    if (s->bad) return 0;
+    double t0 = pt_now();
+    if (snap_state_fill(&s->slot[s->cur], s->rank, st, &s->state_sum, &s->state_bytes) < 0) {
+        s->bad = 1;
+        note_error(s);
+        return 0;
+    }
+    s->state_world = world;
+    s->st.copy_s += pt_now() - t0;
+    return 0;
+}
 
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
     if (s->bad) return;
@@ -254,6 +274,28 @@ void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
     out->peer_send_s = ps.send_s;
     out->peer_send_cpu_s = ps.send_cpu_s;
     out->peer_recv_cpu_s = ps.recv_cpu_s;
+    out->peer_sums = s->peer_sums;
+    out->peer_sums_only = ps.sums_only;
+    out->peer_whole_after = ps.whole_after;
+    out->peer_received_sums = ps.received_sums;
+    out->peer_payload_bytes = ps.payload_bytes;
+}
+
+int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int every) {
+    const double *mine = table + 3 * me;
+    if (mine[1] <= 0) return -1;   /* not listening: it sends nowhere either */
+    for (int pass = mine[2] > 0 ? 0 : 1; pass < 2; pass++)
+        for (int k = 1; k < R; k++) {
+            const double *q = table + 3 * ((me + k) % R);
+            if (q[1] <= 0 || (uint32_t)q[0] == (uint32_t)mine[0] || (pass == 0 && q[2] != mine[2])) continue;
+            if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
+            s->peer_every = every < 1 ? 1 : every;
+            s->peer_sums = pass == 0;
+            int rc = pass == 0 ? snap_peer_sums_to(s->peer, (uint32_t)q[0], (int)q[1], (me + k) % R)
+                               : snap_peer_send_to(s->peer, (uint32_t)q[0], (int)q[1], (me + k) % R);
+            return rc < 0 ? -2 : (me + k) % R;
+        }
+    return -1;
 }
 
 int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port) {
@@ -344,6 +386,14 @@ static cJSON *gen_json(const ckpt_snap *s, const snap_slot *sl, const uint64_t *
         cJSON_AddItemToArray(ch, e);
     }
     cJSON_AddItemToObject(o, "chunks", ch);
+    if (s->state_world) {   /* the rank's own state (snapshot_state.c) */
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "world", s->state_world);
+        cJSON_AddNumberToObject(e, "bytes", (double)s->state_bytes);
+        snprintf(v, sizeof v, "%016" PRIx64, s->state_sum);
+        cJSON_AddStringToObject(e, "sum64", v);
+        cJSON_AddItemToObject(o, "state", e);
+    }
     return o;
 }
 
@@ -373,8 +423,17 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
         f[i].map = x->map;
         f[i].bytes = x->bytes;
         f[i].sum = sums[i];
+        f[i].whole = 0;
     }
-    snap_peer_offer(s->peer, s->man.step, text, f, sl->n_f);
+    int n = sl->n_f;
+    if (s->state_world && sl->st.map && n < CKPT_SNAP_PIECES) {   /* the rank's own state */
+        snprintf(f[n].name, sizeof f[n].name, "state-%d.safetensors", s->rank);
+        f[n].map = sl->st.map;
+        f[n].whole = 1;   /* this rank's alone: whole also to a replica (sums only) */
+        f[n].bytes = sl->st.bytes;
+        f[n++].sum = s->state_sum;
+    }
+    snap_peer_offer(s->peer, s->man.step, text, f, n);
 }
 
 /* On the compute thread, at commit: slot sl made generation man.step: its files' sums (the copy's,

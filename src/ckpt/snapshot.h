@@ -20,6 +20,7 @@
 #ifndef PT_CKPT_SNAPSHOT_H
 #define PT_CKPT_SNAPSHOT_H
 #include "ckpt/checkpoint.h"
+#include "ckpt/ckpt_state.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
 
@@ -45,6 +46,11 @@ typedef struct {
     long peer_received, peer_dropped;           /* other ranks' generations kept here, dropped */
     double peer_send_s, peer_send_cpu_s;        /* the sender's seconds and CPU seconds */
     double peer_recv_cpu_s;                     /* the receivers' CPU seconds */
+    int peer_sums;                              /* the peer is a replica: sums only while equal */
+    long peer_sums_only, peer_whole_after;      /* of sent: sums only; whole after the replica's
+                                                 * own differed or was not there */
+    long peer_received_sums;                    /* of received: sums only, checked here */
+    double peer_payload_bytes;                  /* file bytes sent */
 } ckpt_snap_stats;
 
 /* Opens world rank `rank`'s snapshots under root (created; a crashed writer's "gen-*.tmp.*"
@@ -85,6 +91,12 @@ int ckpt_snap_stage_slices(ckpt_snap *s, int chunk, int first, int end, const gp
  * of its world rank (ckpt_write_shard's layout). The generation's manifest then says the
  * shards (ckpt_manifest_set_shards). 0, or -1 as ckpt_snap_stage. */
 int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n);
+/* After ckpt_snap_ready: the rank's own state st (ckpt/ckpt_state.h) of a job of `world` ranks
+ * as the generation's "state-<rank>.safetensors" (a file of the slot, mapped once and refilled in
+ * place, summed here; snap.json names it; the peer copy carries it), put into the restored
+ * checkpoint when every rank's is found (snapshot_state.c). A file that cannot be made is the
+ * writer's kind of error. 0. */
+int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world);
 /* Makes the staged chunks generation man->step (man: config, step, adam_t, batch, seq, seeds,
  * data, layout with chunk ranges: ckpt_manifest_set_layout's) on the calling thread: their sums
  * (taken by the copies), snap.json, the folder renamed into place, so the generation is whole
@@ -101,6 +113,14 @@ int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port);
  * from here) is also sent to addr:port (world rank peer_rank), by a thread of its own, off the
  * compute path and off the writer's (a newer generation replaces one still waiting). */
 int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank, int every);
+/* The peer chosen from every rank's row of table[3 * R] (after ckpt_snap_peer_listen and a sum
+ * over the world): row q = (IPv4 address, port (0: not listening), key). The key says which
+ * ranks hold the same bytes (data-parallel replicas of one stage without --zero 1: the same key
+ * > 0; 0: nobody). Rank me sends to the first rank after it (world order, wrapping) on another
+ * host with its key: sums only (snapshot_peer.c; whole where they differ); with none, to the
+ * first rank after it on another host, whole; all on one host: to nobody. every as
+ * ckpt_snap_peer_send_to. Returns the peer's rank (-1: none), or -2 naming the error. */
+int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int every);
 /* Writes "<step> <pid> <unix time> <host name>" into the rank's heartbeat file (in place, a few bytes): the
  * supervisor's sign that the rank goes on. */
 void ckpt_snap_heartbeat(ckpt_snap *s, long step);

@@ -4,6 +4,7 @@
 #ifndef PT_CKPT_SNAPSHOT_INT_H
 #define PT_CKPT_SNAPSHOT_INT_H
 #include "ckpt/snapshot.h"
+#include "ckpt/ckpt_state.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,6 +75,7 @@ typedef struct {
     int idx;
     snap_file f[CKPT_SNAP_PIECES];
     int n_f;
+    ckpt_state_file st;         /* the rank's own state file, mapped (snapshot_state.c), or none */
 } snap_slot;
 
 /* Makes slot sl (number idx of rank folder rank_dir) ready to be filled: a whole generation it
@@ -110,6 +112,21 @@ int snap_slot_clone(snap_slot *dst, const snap_slot *src, const char *rank_dir, 
 /* Unmaps sl's files (the folder stays). */
 void snap_slot_free(snap_slot *sl);
 
+/* ---- the ranks' own state (snapshot_state.c) ---- */
+/* st (rank's, of a job of that layout) into slot sl's state file, made and mapped on first use
+ * (or when the layout changed) and refilled in place after; *sum, *bytes: its sum64 and size.
+ * 0, or -1 naming the file. */
+int snap_state_fill(snap_slot *sl, int rank, const ckpt_state *st, uint64_t *sum, size_t *bytes);
+/* Every rank's state file of generation `step` (root/rank-<w>/gen-<step>/, ranks in skip left
+ * out) copied into tmpdir when all of them are there with good sums, and man->n_states set to
+ * their count; else none copied and n_states 0. 0, or -1. */
+int snap_state_restore(const char *root, const int *skip, int n_skip, long step, const char *tmpdir,
+                       ckpt_manifest *man);
+/* Whether generation `step` has every rank's state file, own or a peer's copy (ranks in skip left
+ * out). A restore prefers the newest step where it has (a replica's rank may be a step behind
+ * when the chunks are already whole from the others), else (a job that keeps none) any. */
+int snap_state_complete(const char *root, const int *skip, int n_skip, long step);
+
 /* ---- the peer copy (snapshot_peer.c) ---- */
 typedef struct snap_peer snap_peer;
 /* A file of a written generation, as the sender sends it: its name in the folder, its mapped
@@ -119,6 +136,7 @@ typedef struct {
     const unsigned char *map;
     size_t bytes;
     uint64_t sum;
+    int whole;                  /* the rank's own (its state file): sent whole also to a replica */
 } snap_peer_file;
 typedef struct {
     int peer_rank;              /* where this rank's generations go (-1: nowhere) */
@@ -126,6 +144,10 @@ typedef struct {
     double send_s, send_cpu_s;  /* seconds in the sender thread, CPU seconds it used */
     long received, dropped;     /* generations of other ranks kept here, dropped (a sum) */
     double recv_cpu_s;          /* CPU seconds the receivers used */
+    long sums_only;             /* of sent: sums only, the replica there holding the same bytes */
+    long whole_after;           /* sums only answered 'D' or 'U': sent whole after them */
+    long received_sums;         /* of received: sums only, checked against this rank's own files */
+    double payload_bytes;       /* file bytes sent */
 } snap_peer_stats;
 /* The peer side of rank `rank` whose folder is rank_dir. */
 snap_peer *snap_peer_new(const char *rank_dir, int rank);
@@ -135,6 +157,9 @@ snap_peer *snap_peer_new(const char *rank_dir, int rank);
 int snap_peer_listen(snap_peer *p, uint32_t *addr, int *port);
 /* Starts the sender thread: each offered generation goes to addr:port (world rank peer_rank). */
 int snap_peer_send_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
+/* snap_peer_send_to to the same stage's rank of another replica (it holds the same bytes): each
+ * generation's sums only, the whole one where the peer's own differs (snapshot_peer.c). */
+int snap_peer_sums_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
 /* The writer, after a generation is in place: hands it to the sender (json copied; f's maps
  * must stay mapped until snap_peer_free). Returns at once; one still waiting is replaced. */
 void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n);

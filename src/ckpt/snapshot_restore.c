@@ -23,6 +23,9 @@
 /* One generation of one rank, as its snap.json says. */
 typedef struct {
     char dir[1500];
+    char fdir[1500];                    /* its files' folder: dir, or for sums only ("files_at":
+                                         * the holder) the holder's own generation of the step */
+    int files_at;                       /* that holder's rank (-1: the files are in dir) */
     int rank;
     long step;
     int K;                              /* chunks of its layout */
@@ -68,6 +71,8 @@ static int gen_load(snap_gen *g) {
     if (g->slices && io_json_int(&g->world, lay, "world", IO_JSON_REQUIRED, 1, CKPT_MAX_SHARDS, "%s: world", p) < 0)
         return -1;
     g->D = 1;   /* with --zero 0, one replica's files make a chunk whole */
+    g->files_at = -1;
+    if (io_json_int(&g->files_at, g->j, "files_at", IO_JSON_OPTIONAL, 0, 1 << 30, "%s: files_at", p) < 0) return -1;
     for (int c = 0; c <= g->K; c++) {   /* whole layer numbers, increasing: each chunk >= 1 layer */
         const cJSON *x = cJSON_GetArrayItem(cf, c);
         if (!io_json_is_whole(x, c ? g->chunk_first[c - 1] + 1 : 0, 1 << 20)) return -1;
@@ -76,9 +81,10 @@ static int gen_load(snap_gen *g) {
     return 0;
 }
 
-/* The generations of folder rd (a rank's own, or a peer copy of origin `rank`'s) appended to
- * *gens (n of cap used). */
-static void gens_add(const char *rd, int rank, snap_gen **gens, int *n, int *cap) {
+/* The generations of folder rd (a rank's own, or a peer copy of origin `rank`'s held in rank
+ * folder hold_rd of rank holder) appended to *gens (n of cap used). A sums-only copy's files
+ * are the holder's own generation of the step; one naming another rank is not used. */
+static void gens_add(const char *rd, int rank, const char *hold_rd, int holder, snap_gen **gens, int *n, int *cap) {
     long *steps;
     int k = snap_list_gens(rd, &steps);
     for (int i = 0; i < k; i++) {
@@ -91,14 +97,17 @@ static void gens_add(const char *rd, int rank, snap_gen **gens, int *n, int *cap
         snprintf(g->dir, sizeof g->dir, "%s/gen-%ld", rd, steps[i]);
         g->rank = rank;
         g->step = steps[i];
-        if (gen_load(g) == 0) (*n)++;
+        int ok = gen_load(g) == 0 && (g->files_at < 0 || (hold_rd && g->files_at == holder));
+        if (g->files_at >= 0) snprintf(g->fdir, sizeof g->fdir, "%s/gen-%ld", hold_rd ? hold_rd : "", steps[i]);
+        else snprintf(g->fdir, sizeof g->fdir, "%s", g->dir);
+        if (ok) (*n)++;
         else cJSON_Delete(g->j);
     }
     free(steps);
 }
 
 /* The peer copies held in rank folder rd: rd/peer-<origin>/, each as origin's generations. */
-static void gens_add_peers(const char *rd, snap_gen **gens, int *n, int *cap) {
+static void gens_add_peers(const char *rd, int holder, snap_gen **gens, int *n, int *cap) {
     DIR *d = opendir(rd);
     if (!d) return;
     struct dirent *e;
@@ -108,7 +117,7 @@ static void gens_add_peers(const char *rd, snap_gen **gens, int *n, int *cap) {
         long o = strtol(e->d_name + 5, &end, 10);
         if (end == e->d_name + 5 || *end || o < 0) continue;
         snprintf(pd, sizeof pd, "%s/%s", rd, e->d_name);
-        gens_add(pd, (int)o, gens, n, cap);
+        gens_add(pd, (int)o, rd, holder, gens, n, cap);
     }
     closedir(d);
 }
@@ -129,8 +138,8 @@ static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen 
         if (end == e->d_name + 5 || *end || in_list((int)w, skip, n_skip)) continue;
         char rd[1000];
         snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
-        gens_add(rd, (int)w, gens, &n, &cap);
-        gens_add_peers(rd, gens, &n, &cap);
+        gens_add(rd, (int)w, NULL, -1, gens, &n, &cap);
+        gens_add_peers(rd, (int)w, gens, &n, &cap);
     }
     closedir(d);
     return n;
@@ -138,8 +147,8 @@ static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen 
 
 /* The file of g's entry e under its name in g's folder: chunk c or (shard) rank c's moments. */
 static void piece_path(const snap_gen *g, int shard, int c, char *p, size_t n) {
-    if (shard) ckpt_shard_path(p, n, g->dir, c);
-    else ckpt_chunk_path(p, n, g->dir, c);
+    if (shard) ckpt_shard_path(p, n, g->fdir, c);
+    else ckpt_chunk_path(p, n, g->fdir, c);
 }
 
 /* The piece of g holding chunk c (shard 0: with moments unless g's layout has shards; TP rank
@@ -169,6 +178,11 @@ static int gen_piece(snap_gen *g, int shard, int c, int tr, int d, int *bad) {
                      strtoull(sum->valuestring, NULL, 16) == h;
             g->checked[i] = ok ? 1 : -1;
             if (!ok) (*bad)++;
+            if (!ok && g->files_at >= 0)   /* a replica's file for a lost rank's: say why it is not */
+                fprintf(stderr, "pipetrain: snapshot restore: rank %d's generation %ld (sums only, kept at rank %d) "
+                        "does not match that rank's own %s (size or sum64 differs: the replicas differ, or the file "
+                        "changed): not used for rank %d; trying the next source\n", g->rank, g->step, g->files_at, p,
+                        g->rank);
         }
         return g->checked[i] > 0 ? i : -1;
     }
@@ -301,7 +315,8 @@ static int gen_manifest(const snap_gen *ref, ckpt_manifest *man) {
 
 /* The checkpoint folder dir from the chunk files of src[0..K) and the shard files of
  * shard[0..shards). */
-static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const char *dir) {
+static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const char *dir, const char *root,
+                    const int *skip, int n_skip) {
     ckpt_manifest man;
     char tmp[1200], from[1600], to[1300];
     if (gen_manifest(ref, &man) < 0 || (ref->shards && ckpt_manifest_set_shards(&man, ref->shards) < 0) ||
@@ -320,6 +335,10 @@ static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const
             return -1;
         }
     }
+    if (snap_state_restore(root, skip, n_skip, ref->step, tmp, &man) < 0) {   /* the ranks' own state */
+        ckpt_abandon(tmp);
+        return -1;
+    }
     return ckpt_commit(dir, tmp, &man);
 }
 
@@ -332,14 +351,16 @@ int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char 
     int n = gens_collect(root, skip, n_skip, &gens), rc = 0;
     memset(found, 0, sizeof *found);
     snap_gen *best = NULL;
-    for (int i = 0; i < n; i++) {       /* candidates newest first; ties: any */
-        snap_gen *g = &gens[i];
-        if (best && g->step <= best->step) continue;
-        if (step_complete(gens, n, g, src, shard, &found->n_bad)) best = g;
-    }
+    for (int pass = 0; pass < 2 && !best; pass++)   /* with every rank's own state (pass 0), else without */
+        for (int i = 0; i < n; i++) {       /* candidates newest first; ties: any */
+            snap_gen *g = &gens[i];
+            if (best && g->step <= best->step) continue;
+            if (pass == 0 && !snap_state_complete(root, skip, n_skip, g->step)) continue;
+            if (step_complete(gens, n, g, src, shard, &found->n_bad)) best = g;
+        }
     if (best) {
         step_complete(gens, n, best, src, shard, &found->n_bad);
-        rc = assemble(best, src, shard, dir) < 0 ? -1 : 1;
+        rc = assemble(best, src, shard, dir, root, skip, n_skip) < 0 ? -1 : 1;
         found->step = best->step;
         found->n_chunks = best->K;
         int per = best->slices ? best->world : best->tp;

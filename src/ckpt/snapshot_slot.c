@@ -351,4 +351,5 @@ int snap_slot_clone(snap_slot *dst, const snap_slot *src, const char *rank_dir, 
 void snap_slot_free(snap_slot *sl) {
     for (int k = 0; k < CKPT_SNAP_PIECES; k++) file_unmap(&sl->f[k]);
     sl->n_f = 0;
+    ckpt_state_unmap(&sl->st);
 }

@@ -328,6 +328,10 @@ int exec_reqs_block(run_wait *w, double deadline);
 int exec_groups_block(run_wait *w, double deadline);
 /* One request: *req completes (set to NULL) by the deadline (1), or not (0), or failed (-1). */
 int exec_req_block(comm *c, comm_req **req, double deadline);
+/* One test of *req (NULL: over already, 1): 1 over, 0 pending, -1 failed. *req is set to NULL
+ * exactly when the transport freed it (comm.h: who owns a request), failed or not, so a slot
+ * never names a freed request and the failure path (exec_drop_requests) tests only live ones. */
+int exec_req_test(comm *c, comm_req **req);
 /* Offers the wait of action i to cfg.on_wait unless arrived(x) says it is over already; side
  * steps go into the rank's timeline. 0, or -1 when the job failed meanwhile. */
 int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), int (*block)(run_wait *, double),
@@ -357,6 +361,17 @@ void exec_outer_free(run_exec *e);
 int exec_outer_step(run_exec *e, const optim_config *oc, int t);
 /* exec_reduce_world under --dp-sync H > 1: the loss over the world, the norm per replica. */
 int exec_outer_reduce_world(run_exec *e, run_exec_stats *rs);
+/* The outer state for a checkpoint (n floats each, pointers into it): theta_start, the outer
+ * momentum, the weights a change was taken from (meaningful when *pending: posted, not yet
+ * applied). Returns n, 0 without --dp-sync H > 1. */
+size_t exec_outer_state(run_exec *e, float **start, float **buf, float **snap, int *pending);
+/* After exec_outer_state's buffers were loaded (a resume): with pending, the change is taken
+ * again from them and posted, to be applied at the next step as in the saved run. 0, or -1. */
+int exec_outer_resume(run_exec *e, int pending);
+/* exec_rankstate.c: the rank's own state in checkpoints and snapshots (ckpt/ckpt_state.h); at
+ * init, after every other part: loaded from the source's checkpoint when it has it (else a
+ * note on world rank 0). 0, or -1 naming the file. */
+int exec_rankstate_load(run_exec *e);
 
 /* exec_tp.c */
 int exec_tp_init(run_exec *e);                         /* the TP communicator; collective */

@@ -37,6 +37,7 @@ typedef struct exec_outer {
     float *start, *buf;       /* (n) theta_start, the outer momentum */
     float *sum, *snap;        /* (n) the change in the all-reduce, the weights it was taken from */
     comm_req *req;            /* the all-reduce in flight (posted at the last sync), or NULL */
+    int pending;              /* a change posted and not yet applied (overlap: at the next step) */
 } exec_outer;
 
 /* The weights this rank holds, end to end, into dst (to = 1: from src into them). */
@@ -101,6 +102,7 @@ static int outer_post(run_exec *e, exec_outer *o) {
     if (o->cm->size == 1) return 0;
     if (comm_ireduce_f32(o->cm, o->sum, o->n, 1, &o->req) < 0)
         return pt_adderr("rank %d: --dp-sync: posting the replicas' change: ", e->c.world_rank);
+    o->pending = 1;
     return 0;
 }
 
@@ -113,6 +115,7 @@ static int outer_apply(run_exec *e, exec_outer *o) {
         if (comm_wait(o->cm, r, e->c.timeout) < 0)
             return pt_adderr("rank %d: --dp-sync: the replicas' change: ", e->c.world_rank);
     }
+    o->pending = 0;
     outer_nesterov(o->start, o->buf, o->sum, o->n, o->cm->size, e->c.outer_lr, e->c.outer_momentum);
     outer_copy(o, o->sum, 0);   /* sum is free now: the weights as they are */
     for (size_t i = 0; i < o->n; i++) o->sum[i] = o->start[i] + (o->sum[i] - o->snap[i]);
@@ -122,7 +125,7 @@ static int outer_apply(run_exec *e, exec_outer *o) {
 
 int exec_outer_step(run_exec *e, const optim_config *oc, int t) {
     exec_outer *o = e->outer;
-    int last = t >= oc->total_steps, late = o->req != NULL;
+    int last = t >= oc->total_steps, late = o->pending;
     if (late && outer_apply(e, o) < 0) return -1;
     if (t % e->c.dp_sync != 0 && !last) return 0;
     if (outer_post(e, o) < 0) return -1;
@@ -131,6 +134,29 @@ int exec_outer_step(run_exec *e, const optim_config *oc, int t) {
         return 0;
     }
     return outer_apply(e, o);
+}
+
+size_t exec_outer_state(run_exec *e, float **start, float **buf, float **snap, int *pending) {
+    exec_outer *o = e->outer;
+    if (!o) return 0;
+    *start = o->start;
+    *buf = o->buf;
+    *snap = o->snap;
+    *pending = o->pending;
+    return o->n;
+}
+
+/* The pending change is start - snap on every replica alike, so posting it again gives the sum
+ * the saved run was waiting for, bit for bit (the same operands, the same reduction order). */
+int exec_outer_resume(run_exec *e, int pending) {
+    exec_outer *o = e->outer;
+    if (!o || !pending) return 0;
+    outer_delta(o->sum, o->start, o->snap, o->n);
+    o->pending = 1;
+    if (o->cm->size == 1) return 0;
+    if (comm_ireduce_f32(o->cm, o->sum, o->n, 1, &o->req) < 0)
+        return pt_adderr("rank %d: --dp-sync: posting the resumed change: ", e->c.world_rank);
+    return 0;
 }
 
 int exec_outer_reduce_world(run_exec *e, run_exec_stats *rs) {

@@ -183,11 +183,9 @@ int exec_poll_groups(run_exec *e) {
         exec_group *gr = &e->grp[k];
         if (!gr->posted || gr->done_t > 0) continue;
         exec_bucket *b = &gr->bk[gr->next_bk - 1];   /* the one in flight */
-        int done = 0;
-        if (b->req && comm_test(gr->cm, b->req, &done) < 0)
+        if (exec_req_test(gr->cm, &b->req) < 0)
             return pt_adderr("rank %d: gradient reduction: ", e->c.world_rank);
-        if (b->req && !done) continue;
-        b->req = NULL;
+        if (b->req) continue;
         if (gr->next_bk < gr->n_bk) {
             if (exec_post_bucket(e, gr, gr->next_bk) < 0) return -1;
         } else gr->done_t = pt_now();

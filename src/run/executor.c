@@ -26,7 +26,8 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->Ns = e->N;   /* the stages' models say otherwise under --sp (exec_tp_set) */
     e->C = cfg->src->cfg.n_embd;
     int rc = exec_state_init(e) < 0 || exec_groups_init(e) < 0 || exec_async_init(e) < 0 ||
-             exec_tie_lag_init(e) < 0 || exec_tie_owner_init(e) < 0 || exec_outer_init(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
+             exec_tie_lag_init(e) < 0 || exec_tie_owner_init(e) < 0 || exec_outer_init(e) < 0 ||
+             exec_rankstate_load(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
     e->c.src = NULL;   /* read during init only */
     return rc;
 }

@@ -24,6 +24,7 @@
 #include "trace/timeline.h"
 #include "optim/optim.h"
 #include "run/source.h"
+#include "ckpt/ckpt_state.h"
 
 typedef struct run_exec run_exec;
 
@@ -205,6 +206,17 @@ int run_exec_write_shards(const run_exec *e, const char *tmpdir);
  * updates, of every reduction group. *out (malloc'd, the caller frees) points into the state:
  * read it before the next iteration. Returns the count, or -1 (a stage without its moments). */
 int run_exec_moment_slices(const run_exec *e, int g, ckpt_slice **out);
+/* This rank's own state beyond the chunk files (ckpt/ckpt_state.h): 2bw's older weight version,
+ * --async-fix pipemare's velocity or predict's last step and the update count; with --dp-sync
+ * H > 1 theta_start, the outer momentum, a posted change's base, and the replica's own weights
+ * and moments (replicas differ inside an H-cycle). As it is between iterations, after step
+ * `step`. Returns 1 with *out (allocated, free it; it points into the state: read it before
+ * the next iteration), or 0 when the job keeps none (synchronous, pipedream's stashing: *out
+ * NULL). Every rank of a job answers alike. */
+int run_exec_rank_state(run_exec *e, long step, ckpt_state **out);
+/* That state as tmpdir's state-<world rank>.safetensors. 1 written, 0 none kept, -1 naming the
+ * file. */
+int run_exec_write_rank_state(run_exec *e, const char *tmpdir, long step);
 /* A piece of a rank's state: n floats of tensor `param` from element `start` (indices of its TP
  * shard), its parameters w, or (moments) its AdamW moments m and v. Points into the state. */
 typedef struct {

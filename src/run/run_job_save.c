@@ -211,9 +211,18 @@ static int job_save_tp(run_job *j, const char *tmp, const ckpt_manifest *man) {
     return rc;
 }
 
+/* Every rank's own state (run_exec_rank_state: asynchronous versions, corrections, --dp-sync),
+ * when the job keeps any. */
+static int job_write_states(run_job *j, const char *tmp, long step) {
+    for (int r = 0; r < j->n_local; r++)
+        if (run_exec_write_rank_state(j->ex[r], tmp, step) < 0) return -1;
+    return 0;
+}
+
 /* Every chunk file (and with --zero 1 at tp 1, every rank's moment shards) into tmp. 0, or -1. */
 static int job_write_files(run_job *j, const char *tmp, const ckpt_manifest *man) {
     const run_plan *pl = j->pl;
+    if (job_write_states(j, tmp, man->step) < 0) return -1;
     if (pl->lo.tp > 1) return job_save_tp(j, tmp, man);
     for (int c = 0; c < pl->s->stages_per_pipe; c++) {   /* holders in replica 0, pipe 0 */
         int r = job_local(j, pl->s->stage_rank[c]);
@@ -233,6 +242,10 @@ int run_job_save(run_job *j, const char *dir, const ckpt_manifest *man0) {
                                  pl->s->name, pl->lo.chunk_first) < 0 ||
         (pl->o.zero && pl->lo.tp == 1 && ckpt_manifest_set_shards(&man, j->R) < 0)) return -1;
     man.tp = pl->lo.tp;
+    ckpt_state *rs = NULL;             /* every rank keeps its own state, or none does */
+    int keeps = run_exec_rank_state(j->ex[0], man.step, &rs);
+    free(rs);
+    if (keeps < 0 || ckpt_manifest_set_states(&man, keeps ? j->R : 0) < 0) return -1;
     double v[2] = { 0, 0 };            /* root's pid, failures */
     if (root) {
         if (ckpt_begin(dir, tmp, sizeof tmp) < 0) v[1] = 1;

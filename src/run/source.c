@@ -197,6 +197,8 @@ int run_source_checkpoint(run_source *s, const char *dir, const ckpt_manifest *m
     s->read = ckpt_read;
     s->cfg = man->cfg;
     s->has_moments = man->has_optim;
+    s->ckpt_dir = dir;
+    s->n_states = man->n_states;
     return ckpt_reader_open(&s->ckpt, dir, man);
 }
 

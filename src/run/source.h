@@ -39,6 +39,9 @@ struct run_source {
     const char *init;           /* run_source_init: a weights file, or NULL: seeded */
     uint64_t seed;
     ckpt_reader *ckpt;          /* run_source_checkpoint: owned */
+    const char *ckpt_dir;       /* run_source_checkpoint: its folder (borrowed), for the ranks'
+                                 * own state files (ckpt/ckpt_state.h), n_states of them */
+    int n_states;
     run_source_reqs *reqs;      /* run_source_defer: where the reads go (not owned) */
 };
 

@@ -25,16 +25,14 @@ static int check_tp(const train_opts *o) {
                      "rank); drop it or run with --tp 1", what, o->ro.tp);
 }
 
-/* --dp-sync H > 1 keeps state that checkpoints and snapshots do not hold yet (each rank's
- * theta_start and outer momentum) and that --adapt's re-split would not move: refused. */
+/* --dp-sync H > 1 keeps state (each rank's theta_start, outer momentum, the replica's own weights
+ * and moments) that checkpoints and snapshots carry (run/exec_rankstate.c) but that --adapt's
+ * re-split would not move: refused. */
 static int check_dp_sync(const train_opts *o) {
-    if (o->ro.dp_sync <= 1) return 0;
-    const char *what = o->save ? "--save" : o->resume ? "--resume" : o->snapshot_every ? "--snapshot-every"
-                     : o->adapt ? "--adapt" : NULL;
-    if (!what) return 0;
-    return pt_seterr("%s with --dp-sync %d is not supported: the outer step's state (theta_start and the "
-                     "outer momentum) is %s; drop %s, or run with --dp-sync 1", what, o->ro.dp_sync,
-                     o->adapt ? "not moved by a re-split" : "not saved in checkpoints or snapshots yet", what);
+    if (o->ro.dp_sync <= 1 || !o->adapt) return 0;
+    return pt_seterr("--adapt with --dp-sync %d is not supported: the outer step's state (theta_start and "
+                     "the outer momentum) is not moved by a re-split; drop --adapt, or run with --dp-sync 1",
+                     o->ro.dp_sync);
 }
 
 /* The options a flag parser may have let through, in the order they are reported. */
