@@ -60,7 +60,7 @@ TUNE_LRS=${BENCH_ASYNC_TUNE_LRS:-5e-4 1e-3 2e-3 4e-3 8e-3}; TUNE_SEED=${BENCH_AS
 # (examples/char-gpt.json: the sweep of dev/async_sanity.sh at seed 7, the same 600 x 16 x 64 tokens;
 # 1f1b/nadamw's from --tune on the 64-channel model; docs/async.md "Convergence bench")
 declare -A LRS=([1f1b]=4e-3 [1f1b/nadamw]=2e-3 [pipedream/none]=1e-3 [pipedream/nesterov]=1e-3
-  [pipedream/none-defer]=1e-3 [pipedream/nesterov-defer]=1e-3
+  [pipedream/none-owner]=1e-3 [pipedream/nesterov-owner]=1e-3 [pipedream/nesterov-defer]=1e-3
   [pipedream/pipemare]=1e-3 [pipedream/predict]=5e-4 [2bw/none]=1e-3 [2bw/nesterov]=1e-3
   [dp-sync-1]=1e-3 [dp-sync-8]=1e-3 [dp-sync-32]=1e-3 [dp-sync-8-paper]=1e-3)
 for kv in ${BENCH_ASYNC_LRS:-}; do LRS[${kv%%=*}]=${kv#*=}; done   # "ROW=LR ...": table entries replaced
@@ -104,11 +104,13 @@ for s in pipedream 2bw; do
     else add "$s/$f" "" pipe; WHY[$s/$f]="this pipetrain has no --async-fix (issue 23 item 2)"; fi
   done
 done
-# the continuous stream's fast form: the pipeline rows above run the default --async-window (4 steps a
-# pass); with --defer-tie the tied embedding's sum is applied P updates late instead of blocking
-# the last stage each microbatch (docs/async.md "Throughput under link delay")
+# the continuous stream's fast forms: the pipeline rows above run the default --async-window (4 steps
+# a pass) with the tied embedding summed at every microbatch (the last stage waits for the first's
+# part); --tie-owner (stage 0 updates it, the head's copy refreshed P updates late) and --defer-tie
+# (the sum applied P updates late) stop that wait (docs/async.md "Throughput under link delay")
 if [ $has_fix = 1 ]; then
-  add pipedream/none-defer "--stages 4 --microbatches 4 --schedule pipedream --async-fix none --defer-tie" pipe
+  add pipedream/none-owner "--stages 4 --microbatches 4 --schedule pipedream --async-fix none --tie-owner" pipe
+  add pipedream/nesterov-owner "--stages 4 --microbatches 4 --schedule pipedream --async-fix nesterov --beta2 0.999 --tie-owner" pipe
   add pipedream/nesterov-defer "--stages 4 --microbatches 4 --schedule pipedream --async-fix nesterov --beta2 0.999 --defer-tie" pipe
 fi
 for h in 1 8 32; do add "dp-sync-$h" "--stages 4 --dp 2 --microbatches 4 --dp-sync $h $OUTER" repl; done

@@ -40,10 +40,12 @@ F[pipedream-window]="--schedule pipedream --async-fix none"
 F[pipedream-nesterov-window]="--schedule pipedream --async-fix nesterov"
 F[pipedream-window-defer]="--schedule pipedream --async-fix none --defer-tie"
 F[pipedream-nesterov-window-defer]="--schedule pipedream --async-fix nesterov --defer-tie"
+F[pipedream-window-owner]="--schedule pipedream --async-fix none --tie-owner"
+F[pipedream-nesterov-window-owner]="--schedule pipedream --async-fix nesterov --tie-owner"
 F[2bw-window]="--schedule 2bw"
 order=(1f1b gpipe pipedream pipedream-nesterov pipedream-defer pipedream-defer-d4 pipedream-nesterov-defer-d4
        pipedream-predict-defer-d4 2bw 2bw-d4 pipedream-window pipedream-nesterov-window pipedream-window-defer
-       pipedream-nesterov-window-defer 2bw-window)
+       pipedream-nesterov-window-defer pipedream-window-owner pipedream-nesterov-window-owner 2bw-window)
 if [ $# -gt 0 ]; then order=(1f1b); for r in "$@"; do [ "$r" != 1f1b ] && order+=("$r"); done; fi
 for r in "${order[@]}"; do [ -n "${F[${r%@*}]:-}" ] || { echo "async_delay: unknown row $r (rows: ${!F[*]})"; exit 2; }; done
 
