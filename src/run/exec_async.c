@@ -162,7 +162,9 @@ int exec_async_update(run_exec *e, const optim_config *oc, int u, double lr, int
         exec_group *gr = &e->grp[k];
         double p = e->fix != ASYNC_FIX_PIPEMARE ? 1.0
                  : async_fix_pipemare_lr(gr->tie >= 0 ? e->tau_max : e->st[0].tau, u, warm);
-        rc = gr->own ? exec_tie_owner_update(e, gr, oc, u, lr * p, f[k]) : exec_update_group(e, gr, oc, u, lr * p, f[k]);
+        int held = gr->own ? exec_tie_owner_refresh(e, gr) : 0;   /* --tie-owner: 1 another holder's copy */
+        rc = held < 0 ? -1 : held ? 0 : exec_update_group(e, gr, oc, u, lr * p, f[k]);
+        if (rc == 0 && gr->own) rc = exec_tie_owner_publish(e, gr);
     }
     free(f);
     return rc;

@@ -238,16 +238,18 @@ double exec_tie_lag_factor(const exec_group *gr, double cap);
 /* The forwards stage 0 runs before its first backward in its rank's list: the lag K of both. */
 int exec_tie_k(const sched *s);
 /* exec_tie_owner.c (--tie-owner; nothing without it): init after the groups, 0 or -1; free
- * drains and completes what is in flight; reduce at the REDUCE_GRAD of gr (gr->own set): another
- * holder sends its part and zeroes it, the owner adds the parts into g[0]; update: the owner's
- * update and the new weights sent, another holder's copy refreshed to the owner's of K updates
- * before. 0, or -1. */
+ * completes what is in flight; reduce at the REDUCE_GRAD of gr (gr->own set): another holder
+ * sends its part and zeroes it, the owner adds the parts into g[0], 0 or -1; at the update:
+ * refresh first: 0 on the owner (the caller updates gr), 1 on another holder (its copy set to
+ * the owner's of K updates before; no update), or -1; publish after the owner's update: the new
+ * weights sent, 0 or -1. */
 typedef struct exec_tie_owner exec_tie_owner;
 int exec_tie_owner_init(run_exec *e);
 void exec_tie_owner_free(run_exec *e);
 size_t exec_tie_owner_floats(const run_exec *e);
 int exec_tie_owner_reduce(run_exec *e, exec_group *gr);
-int exec_tie_owner_update(run_exec *e, exec_group *gr, const optim_config *oc, int u, double lr, double scale);
+int exec_tie_owner_refresh(run_exec *e, exec_group *gr);
+int exec_tie_owner_publish(run_exec *e, exec_group *gr);
 /* exec_state.c */
 int exec_state_init(run_exec *e);              /* stages, buffers, copies, comms; collective */
 void exec_state_free(run_exec *e);

@@ -11,7 +11,7 @@
  * reads weights K updates old instead, as every stage but the last reads its own. Clipping: the
  * owner's stage factor (its span and the whole tied sum) for the tensor, another holder's its
  * span alone. A resumed run starts every copy from the saved tensor (the refreshes in flight
- * are lost). Not here: when it runs (exec_reduce_stage, exec_async_update). */
+ * are lost). Not here: when it runs (exec_reduce_stage, exec_async_update), the update itself. */
 #include "run/exec_int.h"
 #include "util/pt.h"
 #include <stdlib.h>
@@ -128,11 +128,14 @@ int exec_tie_owner_reduce(run_exec *e, exec_group *gr) {
     return 0;
 }
 
-int exec_tie_owner_update(run_exec *e, exec_group *gr, const optim_config *oc, int u, double lr, double scale) {
+int exec_tie_owner_publish(run_exec *e, exec_group *gr) {
+    return gr->own->me == 0 ? owner_send(e, gr, gr->w[0], -1) : 0;
+}
+
+int exec_tie_owner_refresh(run_exec *e, exec_group *gr) {
     exec_tie_owner *O = gr->own;
     O->upd++;
-    if (O->me == 0)
-        return exec_update_group(e, gr, oc, u, lr, scale) < 0 || owner_send(e, gr, gr->w[0], -1) < 0 ? -1 : 0;
+    if (O->me == 0) return 0;         /* the owner: the caller updates it */
     int s = (int)((O->upd - 1) % O->K);
     float *slot = O->in + (size_t)s * O->n;
     if (O->upd > O->K) {              /* the owner's weights after update upd - K (before: the start's) */
@@ -143,5 +146,5 @@ int exec_tie_owner_update(run_exec *e, exec_group *gr, const optim_config *oc, i
     O->ireq[s] = NULL;                /* version upd, which the owner sends after its update upd */
     if (comm_irecv(gr->cm, 0, COMM_TAG_TIE_LAG, slot, O->n * sizeof(float), &O->ireq[s]) < 0)
         return pt_adderr("rank %d: posting tied tensor %d's refresh: ", e->c.world_rank, gr->tie);
-    return 0;
+    return 1;
 }

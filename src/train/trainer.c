@@ -152,20 +152,7 @@ int train_add_hook(train_ctx *t, train_hook_slot slot, train_hook_fn fn, void *u
     return 0;
 }
 
-/* Every hook of every slot, in order; the first failure stops them. */
-int train_call_hooks(train_ctx *t, long step, const train_step_stats *st) {
-    for (int s = 0; s < TRAIN_HOOK_SLOTS; s++)
-        for (int i = 0; i < t->n_hooks[s]; i++)
-            if (t->hooks[s][i].fn(t, step, st, t->hooks[s][i].user) < 0) return -1;
-    return 0;
-}
 
-/* A diverged step is an error, not a run that goes on computing NaN. */
-int train_check_loss(float loss, long step) {
-    if (isfinite(loss)) return 0;
-    return pt_seterr("step %ld: the loss is %f: training diverged (lower --lr, keep --grad-clip, or "
-                     "check the data and weights)", step, loss);
-}
 
 /* Root: the model and data, then the engine's own line. */
 static void print_header(const train_ctx *t) {

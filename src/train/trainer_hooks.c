@@ -1,12 +1,14 @@
 /* The trainer's built-in step-boundary hooks: SAVE (the checkpoint policy: DIR/ckpt-<step> every
  * save_every steps and after the last, the newest --keep of them kept) and LOG (one metrics JSON
- * line per step, a progress line every log_every steps). Not here: how a checkpoint is written
+ * line per step, a progress line every log_every steps); and calling a step's hooks and its loss
+ * check (the loop's, trainer.c and trainer_window.c). Not here: how a checkpoint is written
  * (the engine, ckpt/), when hooks run (trainer.c). */
 #include "train/trainer_int.h"
 #include "ckpt/checkpoint.h"
 #include "run/executor.h"
 #include "util/killat.h"
 #include "util/pt.h"
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,4 +75,19 @@ int train_hook_log(train_ctx *t, long step, const train_step_stats *st, void *us
            (int)eta / 60, (int)eta % 60);
     fflush(stdout);
     return 0;
+}
+
+/* Every hook of every slot, in order; the first failure stops them. */
+int train_call_hooks(train_ctx *t, long step, const train_step_stats *st) {
+    for (int s = 0; s < TRAIN_HOOK_SLOTS; s++)
+        for (int i = 0; i < t->n_hooks[s]; i++)
+            if (t->hooks[s][i].fn(t, step, st, t->hooks[s][i].user) < 0) return -1;
+    return 0;
+}
+
+/* A diverged step is an error, not a run that goes on computing NaN. */
+int train_check_loss(float loss, long step) {
+    if (isfinite(loss)) return 0;
+    return pt_seterr("step %ld: the loss is %f: training diverged (lower --lr, keep --grad-clip, or "
+                     "check the data and weights)", step, loss);
 }

@@ -66,7 +66,7 @@ struct train_ctx {
     char win_note[160];     /* asynchronous: the window chosen and why (printed with the header) */
 };
 
-/* The loop's pieces a pass of several steps reuses (trainer.c): a diverged loss is an error;
+/* The loop's pieces a pass of several steps reuses (trainer_hooks.c): a diverged loss is an error;
  * every hook of every slot for one step. 0, or -1. */
 int train_check_loss(float loss, long step);
 int train_call_hooks(train_ctx *t, long step, const train_step_stats *st);
