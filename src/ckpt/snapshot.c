@@ -425,6 +425,7 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
         f[i].map = x->map;
         f[i].bytes = x->bytes;
         f[i].sum = sums[i];
+        f[i].whole = 0;
     }
     int n = sl->n_f;
     /* the rank's own state, unless the peer is a replica holding the same (sums only: the
@@ -432,6 +433,7 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
     if (s->state_world && sl->st.map && n < CKPT_SNAP_PIECES && !(s->peer_sums && s->state_twins)) {
         snprintf(f[n].name, sizeof f[n].name, "state-%d.safetensors", s->rank);
         f[n].map = sl->st.map;
+        f[n].whole = 1;   /* this rank's alone: whole also to a replica (sums only) */
         f[n].bytes = sl->st.bytes;
         f[n++].sum = s->state_sum;
     }

@@ -136,6 +136,7 @@ typedef struct {
     const unsigned char *map;
     size_t bytes;
     uint64_t sum;
+    int whole;                  /* the rank's own (its state file): sent whole also to a replica */
 } snap_peer_file;
 typedef struct {
     int peer_rank;              /* where this rank's generations go (-1: nowhere) */
