@@ -34,7 +34,7 @@ static void take_w(ckpt_snap *sn, int r, long step, int with_state, int world) {
     ckpt_state_add(&st, "2bw/older.0", ver[r], NS, 0);
     ckpt_snap_ready(sn);
     ckpt_snap_stage(sn, c, cf[c], cf[c + 1], &model, &opt);
-    if (with_state) ckpt_snap_stage_state(sn, &st, world, 0);
+    if (with_state) ckpt_snap_stage_state(sn, &st, world);
     ckpt_snap_commit(sn, &man);
 }
 
@@ -67,9 +67,8 @@ static int state_of(int r, long step, int n_states, int v);
 static long peer_wait(ckpt_snap *b, long n);
 
 /* Replicas that hold the same state (data parallelism): ranks 0 and 1 chunk 0, rank 2 chunk 1;
- * rank 0 ("on another host": its row says 127.0.0.2) sends its peer, replica rank 1, sums only,
- * and with them no state file (twins). Rank 0 lost: the restore takes its state from rank 1's
- * own file (the same bytes), bitwise. */
+ * rank 0 ("on another host": its row says 127.0.0.2) sends its peer, replica rank 1, sums only
+ * (its state file whole). Rank 0 lost: the restore takes its state from that copy, bitwise. */
 static int twin_state(void) {
     static const int cf[3] = { 0, 3, 6 };
     char r2[200], cmd[700];
@@ -95,7 +94,7 @@ static int twin_state(void) {
             ckpt_state_add(&st, "2bw/older.0", ver[r], NS, 0);
             ckpt_snap_ready(sn[r]);
             ckpt_snap_stage(sn[r], c, cf[c], cf[c + 1], &model, &opt);
-            ckpt_snap_stage_state(sn[r], &st, 3, 1);
+            ckpt_snap_stage_state(sn[r], &st, 3);
             ckpt_snap_commit(sn[r], &man);
         }
         peer_wait(sn[1], g);
@@ -184,7 +183,7 @@ int main(void) {
     ckpt_snap_close(b);
     CHECK("a replica's rank a step behind: the newest step with every rank's state restored",
           lagging_replica(), "%s", pt_err());
-    CHECK("replicas with the same state: sums only to the replica, a lost rank's state from the replica's file",
+    CHECK("replicas: sums only to the replica (the state whole), a lost rank's state restored from there",
           twin_state(), "%s", pt_err());
     snprintf(cmd, sizeof cmd, "rm -rf %s %s", root, out);
     if (system(cmd) != 0) { }

@@ -61,7 +61,6 @@ struct ckpt_snap {
                                  * of a job of that many ranks; 0: none */
     size_t state_bytes;
     uint64_t state_sum;
-    int state_twins;            /* the same stage's ranks of other replicas hold the same state */
 };
 
 static void *snap_writer_main(void *arg);
@@ -197,7 +196,7 @@ int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n) {
 
 static int install_gen(ckpt_snap *s, snap_slot *sl, uint64_t *sums, char **json);
 
-int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world, int twins) {
+int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world) {
     if (s->bad) return 0;
     double t0 = pt_now();
     if (snap_state_fill(&s->slot[s->cur], s->rank, st, &s->state_sum, &s->state_bytes) < 0) {
@@ -206,7 +205,6 @@ int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world, int twi
         return 0;
     }
     s->state_world = world;
-    s->state_twins = twins;
     s->st.copy_s += pt_now() - t0;
     return 0;
 }
@@ -428,9 +426,7 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
         f[i].whole = 0;
     }
     int n = sl->n_f;
-    /* the rank's own state, unless the peer is a replica holding the same (sums only: the
-     * restore takes the replica's file, snapshot_state.c) */
-    if (s->state_world && sl->st.map && n < CKPT_SNAP_PIECES && !(s->peer_sums && s->state_twins)) {
+    if (s->state_world && sl->st.map && n < CKPT_SNAP_PIECES) {   /* the rank's own state */
         snprintf(f[n].name, sizeof f[n].name, "state-%d.safetensors", s->rank);
         f[n].map = sl->st.map;
         f[n].whole = 1;   /* this rank's alone: whole also to a replica (sums only) */

@@ -93,12 +93,10 @@ int ckpt_snap_stage_slices(ckpt_snap *s, int chunk, int first, int end, const gp
 int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n);
 /* After ckpt_snap_ready: the rank's own state st (ckpt/ckpt_state.h) of a job of `world` ranks
  * as the generation's "state-<rank>.safetensors" (a file of the slot, mapped once and refilled in
- * place, summed here; snap.json names it), put into the restored checkpoint when every rank's is
- * found (snapshot_state.c). The peer copy carries it, but to a replica peer (sums only) when
- * twins: the same stage's ranks of the other replicas hold the same state (data parallelism;
- * not --dp-sync), whose file then stands for this rank's. A file that cannot be made is the
- * writer's kind of error. 0. */
-int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world, int twins);
+ * place, summed here; snap.json names it; the peer copy carries it, whole also to a replica that
+ * gets sums only), put into the restored checkpoint when every rank's is found
+ * (snapshot_state.c). A file that cannot be made is the writer's kind of error. 0. */
+int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world);
 /* Makes the staged chunks generation man->step (man: config, step, adam_t, batch, seq, seeds,
  * data, layout with chunk ranges: ckpt_manifest_set_layout's) on the calling thread: their sums
  * (taken by the copies), snap.json, the folder renamed into place, so the generation is whole

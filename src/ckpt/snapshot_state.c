@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int snap_state_fill(snap_slot *sl, int rank, const ckpt_state *st, uint64_t *sum, size_t *bytes) {
     char p[1300];
@@ -36,8 +37,9 @@ int snap_state_fill(snap_slot *sl, int rank, const ckpt_state *st, uint64_t *sum
 typedef struct { char file[1500]; size_t bytes; uint64_t sum; int world; } state_src;
 
 /* Generation folder gd's "state" entry (world, bytes, sum) for rank w, and where the file is: in
- * gd, or (a peer's sums-only copy, "files_at": v) the replica v's own generation of the step,
- * whose file holds the same bytes. 0, or -1 when it has none or cannot be read. */
+ * gd (a peer's sums-only copy gets it whole too), else with "files_at": v the replica v's own
+ * generation of the step (the same bytes when the replicas' states are: the sum says). 0, or -1
+ * when it has none or cannot be read. */
 static int state_entry(const char *root, const char *gd, int w, long step, state_src *o) {
     char p[1400];
     unsigned char *text;
@@ -55,8 +57,8 @@ static int state_entry(const char *root, const char *gd, int w, long step, state
     if (rc == 0) {
         o->bytes = (size_t)b->valuedouble;
         o->sum = strtoull(s->valuestring, NULL, 16);
-        if (at < 0) ckpt_state_path(o->file, sizeof o->file, gd, w);
-        else {
+        ckpt_state_path(o->file, sizeof o->file, gd, w);   /* there, or (sums only) at the replica */
+        if (at >= 0 && access(o->file, F_OK) != 0) {
             snprintf(p, sizeof p, "%s/rank-%d/gen-%ld", root, at, step);
             ckpt_state_path(o->file, sizeof o->file, p, at);
         }

@@ -134,12 +134,11 @@ static int snap_take_slices(train_ctx *t, int r, const ckpt_manifest *man, int d
     return rcode;
 }
 
-/* The rank's own state (asynchronous versions, corrections, --dp-sync: run_exec_rank_state);
- * twins: the replicas' ranks of its stage hold the same (all but --dp-sync). */
-static int snap_take_state(ckpt_snap *sn, run_exec *ex, const ckpt_manifest *man, int world, int twins) {
+/* The rank's own state (asynchronous versions, corrections, --dp-sync: run_exec_rank_state). */
+static int snap_take_state(ckpt_snap *sn, run_exec *ex, const ckpt_manifest *man, int world) {
     ckpt_state *st;
     int rc = run_exec_rank_state(ex, man->step, &st);
-    if (rc == 1) rc = ckpt_snap_stage_state(sn, st, world, twins);
+    if (rc == 1) rc = ckpt_snap_stage_state(sn, st, world);
     free(st);
     return rc < 0 ? -1 : 0;
 }
@@ -165,7 +164,7 @@ static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
                 rcode = ckpt_snap_stage_tp(rc->snap[r], c, first, end, m, pl->o.zero ? NULL : opt, tr, pl->lo.tp);
         }
         if (rcode == 0 && pl->o.zero) rcode = snap_take_shard(rc->snap[r], rc->ex[r]);
-        if (rcode == 0) rcode = snap_take_state(rc->snap[r], rc->ex[r], man, run_layout_ranks(&pl->lo), pl->o.dp_sync <= 1);
+        if (rcode == 0) rcode = snap_take_state(rc->snap[r], rc->ex[r], man, run_layout_ranks(&pl->lo));
     }
     if (rcode == 0) ckpt_snap_commit(rc->snap[r], man);
     return rcode;
