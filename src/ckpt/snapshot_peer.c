@@ -6,7 +6,7 @@
  * written: the newer one next, those between skipped); a receiver thread per connection checks
  * each file's sum (a file refilled while it was being sent fails it: that copy is dropped) and
  * renames the folder into place when whole. For layouts where no replica on another host holds
- * the same state (--dp 1, --zero 1's moment slices).
+ * the same state (--dp 1, --zero 1's moment slices, a stage's replicas on one host).
  *
  * Sums only (snap_peer_sums_to): where the peer is the same stage's rank of another replica, it
  * holds the same bytes already (data parallelism without --zero 1); then only the generation's
