@@ -104,8 +104,9 @@ int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world);
  * (idle after ckpt_snap_ready) for the peer copy and the next slot. An error is said at the next
  * boundary (the run goes on). */
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man);
-/* The peer copy (snapshot_peer.c: for layouts where no replica on another host holds this rank's
- * state). Starts s's receiver: other ranks' generations are kept under
+/* The peer copy (snapshot_peer.c: whole where no replica on another host holds this rank's
+ * state, else the sums only, checked against the replica's own). Starts s's receiver: other
+ * ranks' generations (or their sums, with "files_at" the holder) are kept under
  * ROOT/rank-<w>/peer-<origin>/gen-<step>/ (the restore reads them as the origin's). *addr (IPv4,
  * host order) and *port: where others reach it. 0, or -1 naming the error. */
 int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port);
