@@ -301,10 +301,15 @@ static void test_memory_cap(void) {
 /* The waits at the end of an iteration: the STEP's world reduction (P=3: the middle rank holds
  * no tied tensor, so it waits at its STEP for the first rank's last backward, made long by
  * slowing stage 0 down) and --no-overlap's final reduction. Side steps there too, still only
- * inside waits, the losses unchanged. */
+ * inside waits, the losses unchanged. The harvester starts a step only where its measured length
+ * (a quantile of recent ones: a 40 us step reads milliseconds when its thread loses the core on a
+ * loaded machine) fits what the wait's past instances promise; so the wait must outlast such a
+ * step: at 4 x slow (waits of a few hundred us) the STEP's wait went unused in a run at load 14-29,
+ * as it does every time with 3 ms steps (busy:3000: 0 of 222 side events there); 20 x holds them
+ * (a slow stage sleeps a multiple of its measured compute, so its waits grow with the load too). */
 static void test_step_waits(void) {
     const char *tasks[] = { "busy:40,rank=0", "busy:40,rank=1", "busy:40,rank=2" };
-    const char *slow[] = { "0:4" };
+    const char *slow[] = { "0:20" };
     record base = { 0 }, side = { 0 }, nob = { 0 }, nos = { 0 };
     train_opts o = base_opts("p3", STEPS, 0);
     o.config = cfg3_path;
@@ -406,12 +411,14 @@ int main(int argc, char **argv) {
     char *slash = strrchr(hog, '/');
     snprintf(slash ? slash + 1 : hog, sizeof hog - (size_t)(slash ? slash + 1 - hog : 0), "aux_hog");
     if (access(hog, X_OK) != 0) { printf("FAIL harvest: %s is missing (make builds tests/aux_hog.c)\n", hog); return 1; }
-    test_iterative();
-    test_builtin();
-    test_step_waits();
-    test_roaming();
-    test_program();
-    test_memory_cap();
+    /* argv[1] (optional) runs one group only, for looping a case: iterative, builtin, step_waits,
+     * roaming, program, memory_cap */
+    static const struct { const char *name; void (*fn)(void); } groups[] = {
+        { "iterative", test_iterative }, { "builtin", test_builtin }, { "step_waits", test_step_waits },
+        { "roaming", test_roaming }, { "program", test_program }, { "memory_cap", test_memory_cap },
+    };
+    for (size_t k = 0; k < sizeof groups / sizeof groups[0]; k++)
+        if (argc < 2 || !strcmp(argv[1], groups[k].name)) groups[k].fn();
     char rm[200];
     snprintf(rm, sizeof rm, "rm -rf '%s'", tmpdir);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

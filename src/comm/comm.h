@@ -31,8 +31,17 @@
  * receive buffer's is an error, and their allreduce sums are bitwise identical to each other.
  * - waitany (optional) sleeps until one of several point-to-point requests completes; comm_waitany
  *   gives every transport that call (comm_waitany.c: slices of waits where a transport lacks it).
- * All calls return 0 or -1 with pt_seterr; requests are freed by the test that reports them done,
- * or by wait. */
+ * All calls return 0 or -1 with pt_seterr.
+ * - Who owns a request: the caller, from the call that made it (isend, irecv, ireduce) until the
+ *   one call that reports it over, which frees it: test setting *done = 1 (returning 0, or -1
+ *   when the request itself failed: a size mismatch, a broken link), wait returning 0, waitany
+ *   setting its entry NULL. Nothing else frees it: a wait that returns -1 (timed out, aborted,
+ *   or the request failed) leaves it the caller's, who may test or wait on it again (a failed
+ *   one is then reported done, with -1, and freed) or leave it: comm_free frees what is left
+ *   (the mpi transport leaves its own to MPI_Finalize). So a caller keeps its pointer in a slot
+ *   and clears the slot exactly when test says done or wait returns 0; it never tests a
+ *   request again after that (tests/test_comm_own.c holds every transport and the executor's
+ *   failure path to this). */
 #ifndef PT_COMM_H
 #define PT_COMM_H
 #include <stddef.h>
@@ -55,9 +64,10 @@ typedef struct {
     const char *name;   /* "threads", "mpi", "faulty(threads)" */
     int (*isend)(comm *c, int dst, int tag, const void *buf, size_t bytes, comm_req **req);
     int (*irecv)(comm *c, int src, int tag, void *buf, size_t bytes, comm_req **req);
-    /* *done = 1 when the request completed (then it is freed). */
+    /* *done = 1 when the request is over (then it is freed, whatever the return says). */
     int (*test)(comm *c, comm_req *req, int *done);
-    /* Blocks until done (frees req), the timeout (seconds; <= 0: no limit) passes, or an abort. */
+    /* Blocks until done (0: req freed), the timeout (seconds; <= 0: no limit) passes, an abort,
+     * or req fails: -1, and req is still the caller's (above: who owns a request). */
     int (*wait)(comm *c, comm_req *req, double timeout);
     /* Optional (NULL: comm_waitany tests and waits in slices). Blocks until one of the non-NULL
      * point-to-point requests reqs[0..n) completes: frees it, sets reqs[i] = NULL and *which = i

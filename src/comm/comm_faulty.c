@@ -298,6 +298,23 @@ static int req_test(fa_impl *m, fa_req *r, int *done) {
     return rc;
 }
 
+/* wait's look at a posted request: frees r when it completed; one that failed stays, marked
+ * failed (its inner request over), for the test that reports it (comm.h: who owns a request). */
+static int req_poll(fa_impl *m, fa_req *r, int *done) {
+    if (r->failed) return pt_seterr("%s", r->err);
+    int rc = comm_test(m->inner, r->inner, done);
+    if (*done && rc == 0) {
+        pthread_mutex_lock(&m->fam->mu);
+        req_free(m, r);
+        pthread_mutex_unlock(&m->fam->mu);
+    } else if (*done) {
+        r->failed = 1;
+        r->inner = NULL;
+        snprintf(r->err, sizeof r->err, "%s", pt_err());
+    }
+    return rc;
+}
+
 static int fa_test(comm *c, comm_req *req, int *done) {
     fa_impl *m = c->impl;
     fa_fam *f = m->fam;
@@ -345,7 +362,7 @@ static int wait_posted(fa_fam *f, fa_req *r, double t1) {
 static int wait_polling(comm *c, fa_req *r, double timeout, double t0) {
     fa_fam *f = ((fa_impl *)c->impl)->fam;
     for (;;) {
-        int done = 0, rc = req_test(c->impl, r, &done);
+        int done = 0, rc = req_poll(c->impl, r, &done);
         if (rc || done) return rc;
         if (timeout > 0 && pt_now() - t0 > timeout) return timeout_error(c, r, timeout);
         struct timespec t = {0, (long)(POLL_S * 1e9)};
@@ -369,7 +386,7 @@ static int fa_wait(comm *c, comm_req *req, double timeout) {
     pthread_mutex_unlock(&f->mu);
     if (dead) return dead_error(f);
     if (posted < 0) return timeout_error(c, r, timeout);
-    if (r->failed) return req_test(m, r, &(int){0});
+    if (r->failed) return pt_seterr("%s", r->err);   /* the caller's still: its test frees it */
     if (polling) return wait_polling(c, r, timeout, t0);
     double left = timeout > 0 ? timeout - (pt_now() - t0) : 0;
     if (timeout > 0 && left <= 0) left = 1e-9;

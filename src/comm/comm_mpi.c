@@ -195,7 +195,7 @@ static int req_advance(mp_req *r, int *fin) {
 
 /* A request the progress thread finished: its result, and r freed. */
 static int req_finish(mp_req *r) {
-    if (r->broken) return pt_seterr("%s", r->why);   /* left: MPI may still touch it */
+    if (r->broken) return pt_seterr("%s", r->why);   /* left: the progress thread may still hold it */
     int rc = r->failed ? pt_seterr("%s", r->err) : 0;
     free(r);
     return rc;
@@ -292,8 +292,9 @@ static int mp_test(comm *c, comm_req *req, int *done) {
 }
 
 /* Until done or the timeout: asleep on the progress thread's signal, or (none) polling MPI_Test
- * with naps of 20 us growing to 320 us. 1 done, -1 done with an error (r freed either way), 0
- * timed out: the request stays pending (it may be waited again). */
+ * with naps of 20 us growing to 320 us. 1 done (r freed), -1 done with an error (r kept, marked
+ * finished, for the test that reports it: comm.h, who owns a request), 0 timed out: the request
+ * stays pending (it may be waited again). */
 static int wait_done(comm *c, mp_req *r, double timeout) {
     if (eng.on) {
         struct timespec dl = pt_deadline_after(timeout > 0 ? timeout : 0);
@@ -305,13 +306,20 @@ static int wait_done(comm *c, mp_req *r, double timeout) {
         int d = r->done;
         pthread_mutex_unlock(&eng.mu);
         if (!d) return 0;
+        if (r->failed) return pt_seterr("%s", r->err);   /* its test frees it (or, broken, not) */
         return req_finish(r) < 0 ? -1 : 1;
     }
     double t0 = pt_now(), nap = 20e-6;
     for (;;) {
-        int done = 0, rc = mp_test(c, (comm_req *)r, &done);
-        if (rc < 0) return -1;
-        if (done) return 1;
+        MPI_LOCK();
+        int fin = 0, rc = req_advance(r, &fin);
+        MPI_UNLOCK();
+        if (fin && rc < 0) {   /* kept: req_advance reports it again to the test */
+            r->finished = r->failed = 1;
+            snprintf(r->err, sizeof r->err, "%s", pt_err());
+            return -1;
+        }
+        if (fin) { free(r); return 1; }
         if (timeout > 0 && pt_now() - t0 > timeout) return 0;
         sleep_s(nap);
         if (nap < 250e-6) nap *= 2;

@@ -27,8 +27,10 @@ typedef struct mp_req {
     comm *c;                /* its endpoint (the progress thread checks results with it) */
     int done, failed;       /* progress thread: completed (under the engine's lock), and how */
     int finished;           /* a reduction: all its phases over (failed, err say how) */
-    int broken;             /* comm_mpi_interrupt failed it (why): its test and wait say so and
-                             * never free it (callers may test it again after a failure) */
+    int broken;             /* comm_mpi_interrupt failed it (why): its test reports it done and
+                             * leaves it allocated (the interrupt leaves it in the progress
+                             * thread's list until that thread's next pass; a broken reduction's
+                             * MPI request may still run): the caller drops it like any other */
     char why[256];
     struct mp_req *cnext;   /* a reduction: the next one of its endpoint */
     char err[256];

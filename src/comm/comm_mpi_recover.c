@@ -5,8 +5,8 @@
  * does not do is notice: a receive from the dead rank, or a collective with it, stays pending
  * forever. So in recovery mode (comm_mpi_recover_arm) the blocking collectives are non-blocking
  * ones polled here, and when told (comm_mpi_interrupt: the supervisor's decision) every endpoint
- * made so far is broken: its pending requests fail with the reason (their test and wait say so
- * and never free them: callers may test a failed request again), later calls on it fail at once, its abort no longer ends the job, and the
+ * made so far is broken: its pending requests fail with the reason (their test reports them
+ * done and leaves them allocated: the progress thread may still hold them), later calls on it fail at once, its abort no longer ends the job, and the
  * survivors make a new world of themselves (comm_mpi_survivors, in comm_mpi.c). What a broken endpoint had
  * posted is left to MPI: receives cancelled, sends and collectives never completed, their
  * buffers (this file's own copies) never freed. */

@@ -111,18 +111,21 @@ static int coll_wait_locked(comm *c, tw_req *r, double timeout, const struct tim
     for (;;) {
         int done = 0;
         tw_coll_progress(c, r, &done);
+        if (done && r->coll->failed) return pt_seterr("%s", r->coll->err);   /* still the caller's */
         if (done) return tw_coll_finish(c, r);
         if (w->aborted) return tw_abort_error(w);
         if (timeout <= 0) pthread_cond_wait(&w->wake[c->world_rank], &w->mu);
         else if (pthread_cond_timedwait(&w->wake[c->world_rank], &w->mu, dl) == ETIMEDOUT) {
             tw_coll_progress(c, r, &done);
+            if (done && r->coll->failed) return pt_seterr("%s", r->coll->err);
             return done ? tw_coll_finish(c, r) : tw_coll_timeout_error(c, r, timeout);
         }
     }
 }
 
-/* Sleeps on this rank's condition variable until r completes, the deadline, or an abort. On a
- * timeout or an abort the request stays pending (wait again, or comm_free drops it). */
+/* Sleeps on this rank's condition variable until r completes, the deadline, or an abort. Frees
+ * r only when it completed without error: on a timeout or an abort it stays pending, and a
+ * failed one stays for the test that reports it (comm.h: who owns a request). */
 static int tw_wait(comm *c, comm_req *req, double timeout) {
     tw_world *w = ep_group(c)->w;
     tw_req *r = (tw_req *)req;
@@ -140,7 +143,8 @@ static int tw_wait(comm *c, comm_req *req, double timeout) {
         else
             pthread_cond_wait(&w->wake[c->world_rank], &w->mu);
     }
-    if (!req_pending(r)) rc = req_finish_locked(c, r);
+    if (r->state == REQ_FAILED) rc = pt_seterr("%s", r->err);
+    else if (!req_pending(r)) rc = req_finish_locked(c, r);
     else if (w->aborted) rc = tw_abort_error(w);
     else rc = timeout_error(c, r, timeout);
     pthread_mutex_unlock(&w->mu);

@@ -72,14 +72,14 @@ int exec_post_recvs(run_exec *e) {
 /* Completes finished sends without blocking (lazily, between actions). */
 int exec_poll_sends(run_exec *e) {
     int k = 0;
+    int rc = 0;
     for (int n = 0; n < e->n_pend; n++) {
-        int i = e->pend[n], done = 0;
-        if (comm_test(e->c.world, e->send_req[i], &done) < 0) return -1;
-        if (done) e->send_req[i] = NULL;
-        else e->pend[k++] = i;
+        int i = e->pend[n];
+        if (rc == 0 && exec_req_test(e->c.world, &e->send_req[i]) < 0) rc = -1;
+        if (e->send_req[i]) e->pend[k++] = i;
     }
     e->n_pend = k;
-    return 0;
+    return rc;
 }
 
 int exec_send(run_exec *e, int i, sched_action a, int *peer) {
@@ -100,11 +100,13 @@ int exec_recv(run_exec *e, int i, sched_action a, int *peer) {
     if (!e->recv_req[i]) return pt_seterr("RECV without a posted receive");
     exec_waiting x = { .e = e, .req = &e->recv_req[i], .n = 1 };
     if (e->c.on_wait && exec_offer_wait(e, i, exec_reqs_arrived, exec_reqs_block, &x) < 0) return -1;
-    comm_req *r = e->recv_req[i];
-    e->recv_req[i] = NULL;
-    if (r && e->lend) {   /* --balance-memory: a partner's lent activations are served meanwhile */
-        if (exec_lend_wait(e, &r, "receiving", 0) < 0) return -1;
-    } else if (r && comm_wait(e->c.world, r, e->c.timeout) < 0) return -1;   /* NULL: it arrived during the offer */
+    comm_req **r = &e->recv_req[i];   /* NULL: it arrived during the offer */
+    if (*r && e->lend) {   /* --balance-memory: a partner's lent activations are served meanwhile */
+        if (exec_lend_wait(e, r, "receiving", 0) < 0) return -1;
+    } else if (*r) {       /* a failed wait leaves it in its slot for exec_drop_requests */
+        if (comm_wait(e->c.world, *r, e->c.timeout) < 0) return -1;
+        *r = NULL;
+    }
     if (e->c.wire != PT_WIRE_F32) {   /* the 16-bit copy into the fp32 buffer the stage reads */
         int grad = a.kind == ACT_RECV_B;
         pt_wire_unpack((pt_wire)e->c.wire, grad ? st->dyin[a.mb] : st->xin[a.mb],
@@ -117,10 +119,9 @@ int exec_recv(run_exec *e, int i, sched_action a, int *peer) {
 int exec_finish_sends(run_exec *e) {
     for (int i = 0; i < e->c.s->len[e->p]; i++) {
         if (!e->send_req[i]) continue;
-        comm_req *r = e->send_req[i];
-        e->send_req[i] = NULL;
-        if (comm_wait(e->c.world, r, e->c.timeout) < 0)
+        if (comm_wait(e->c.world, e->send_req[i], e->c.timeout) < 0)   /* left for exec_drop_requests */
             return pt_adderr("rank %d: completing sends: ", e->c.world_rank);
+        e->send_req[i] = NULL;
     }
     e->n_pend = 0;
     return 0;

@@ -234,11 +234,7 @@ void exec_lend_free(run_exec *e) {
 
 /* Whether pool buffer k's request is done (a NULL request is: a wait completed it). -1 on failure. */
 static int lend_in_done(run_exec *e, exec_lend_in *x, int k) {
-    int done = 0;
-    if (!x->req[k]) return 1;
-    if (comm_test(e->c.world, x->req[k], &done) < 0) return -1;
-    if (done) x->req[k] = NULL;
-    return done;
+    return exec_req_test(e->c.world, &x->req[k]);
 }
 
 /* Pool buffer k of x one state on when its request is done: an act that arrived goes straight

@@ -15,13 +15,19 @@ static void exec_record_side(run_wait *w, int task, double t0, double t1, double
     timeline_push(&x->e->tl, &ev);
 }
 
+int exec_req_test(comm *c, comm_req **req) {
+    int done = 0;
+    if (!*req) return 1;
+    int rc = comm_test(c, *req, &done);
+    if (done) *req = NULL;          /* freed by the test, even when it failed */
+    return rc < 0 ? -1 : done;
+}
+
 int exec_reqs_arrived(run_wait *w) {
     exec_waiting *x = w->priv;
     int left = 0;
     for (int k = 0; k < x->n; k++) {
-        int done = 0;
-        if (x->req[k] && comm_test(x->e->c.world, x->req[k], &done) < 0) return -1;
-        if (done) x->req[k] = NULL;
+        if (exec_req_test(x->e->c.world, &x->req[k]) < 0) return -1;
         left += x->req[k] != NULL;
     }
     return left == 0;
@@ -34,10 +40,7 @@ int exec_req_block(comm *c, comm_req **req, double deadline) {
         *req = NULL;
         return 1;
     }
-    int done = 0;                   /* timed out (the request stays pending), or failed */
-    if (comm_test(c, *req, &done) < 0) return -1;
-    if (done) *req = NULL;
-    return done;
+    return exec_req_test(c, req);   /* timed out or failed: a failed wait leaves it ours */
 }
 
 int exec_reqs_block(run_wait *w, double deadline) {
