@@ -8,6 +8,9 @@
  *    velocity with its lr factor; prediction along the last step), from the versions each
  *    stage had at those actions (counted from the rank's action list), every tensor updated
  *    after each microbatch with that microbatch's gradient;
+ *  - --async-window W: W steps as one stream of W x M microbatches (one iteration), against the
+ *    same references over the continuous order: each update its step's lr and number, 2bw's
+ *    batches and the tie's lag (P updates, not the step's M) running on across the steps;
  *  - the correction math of optim/async_fix.h and NAdamW (torch 2's NAdam with decoupled decay;
  *    the installed torch 1.13 has none) against their formulas evaluated in double.
  * MPI: tests/test_async_mpi.sh. Legend: P stages, M microbatches, b rows per microbatch. */
@@ -36,6 +39,8 @@ static int g_tok[BATCH * SEQ], g_tgt[BATCH * SEQ];
 static gpt_model g_init;
 static int g_depth;          /* --async-depth of the pipelined runs (0: the 1f1b order) */
 static int g_defer;          /* --defer-tie of the pipelined runs and the replay */
+static int g_window = 1;     /* --async-window: steps an iteration holds (the pass: BATCH rows,
+                              * each step BATCH / g_window of them; ITERS passes) */
 
 static void make_data(void) {
     pt_rng r;
@@ -77,13 +82,13 @@ static void ref_microbatch(const gpt_model *fw, gpt_model *bw, const float *wte_
  * into out (whole model). 0, or -1. */
 static int run_pipe(const char *name, int P, int M, async_fix fix, const optim_config *oc, gpt_model *out, int stash[3]) {
     run_opts o = { .P = P, .D = 1, .schedule = name, .M = M, .async_fix = fix, .async_depth = g_depth,
-                   .defer_tie = g_defer };
+                   .defer_tie = g_defer, .async_window = g_window };
     run_plan pl;
-    if (run_plan_init(&pl, &o, &CFG, BATCH, SEQ) < 0) return -1;
+    if (run_plan_init(&pl, &o, &CFG, BATCH / g_window, SEQ) < 0) return -1;
     run_job *j = NULL;
     run_stats st;
     int rc = run_job_init(&j, &pl, &g_init, NULL, NULL);
-    for (int t = 1; rc == 0 && t <= ITERS; t++) rc = run_job_iteration(j, g_tok, g_tgt, oc, t, &st);
+    for (int t = 1; rc == 0 && t <= ITERS; t++) rc = run_job_iteration(j, g_tok, g_tgt, oc, (t - 1) * g_window + 1, &st);
     if (rc == 0) rc = run_job_gather(j, out);
     if (j && stash) run_job_stash_stats(j, stash);
     run_job_free(j);
@@ -102,9 +107,18 @@ static void ref_update(gpt_model *m, float *mm, float *vv, const optim_config *o
     }
 }
 
+/* With a window each step's updates take that step's lr: a schedule that moves every step (warm-up,
+ * then cosine), so an update given another step's lr shows. */
+static void window_lr(optim_config *oc) {
+    if (g_window <= 1) return;
+    oc->schedule = LR_COSINE;
+    oc->warmup = 2;
+}
+
 /* ---- 2bw -------------------------------------------------------------------------------------- */
 
-/* W(k+1) = W(k) - step(grad of batch k's mean loss at W(k-1)), W(-1) = W(0); delay 0: at W(k). */
+/* W(k+1) = W(k) - step(grad of batch k's mean loss at W(k-1)), W(-1) = W(0); delay 0: at W(k).
+ * Steps of BATCH / g_window rows, g_window of them a pass (the same tokens every pass). */
 static void ref_2bw(int P, int M, const optim_config *oc, int delay, gpt_model *cur) {
     gpt_model old;
     gpt_init(&old, &CFG);
@@ -112,14 +126,14 @@ static void ref_2bw(int P, int M, const optim_config *oc, int delay, gpt_model *
     memcpy(cur->params, g_init.params, cur->num_params * sizeof(float));
     size_t n = cur->num_params, V = (size_t)CFG.vocab_size * CFG.n_embd;
     float *mm = pt_falloc(n), *vv = pt_falloc(n), *dwte = pt_falloc(V);
-    int b = BATCH / M, u = 0;
-    for (int t = 1; t <= ITERS; t++)
+    int b = BATCH / (M * g_window), u = 0;
+    for (int t = 1; t <= ITERS * g_window; t++)
         for (int j = 0; j < M / P; j++) {
             gpt_model *at = delay ? &old : cur;
             gpt_zero_grad(at);
             memset(dwte, 0, V * sizeof(float));
             for (int k = 0; k < P; k++) {
-                size_t row = (size_t)(j * P + k) * b;
+                size_t row = (size_t)(((t - 1) % g_window) * M + j * P + k) * b;
                 ref_microbatch(at, at, at->params, at->params, dwte, g_tok + row * SEQ, g_tgt + row * SEQ, b);
             }
             for (size_t i = 0; i < n; i++) cur->grads[i] = at->grads[i] / (float)P;
@@ -137,8 +151,9 @@ static void test_2bw(int P, int M, int nesterov) {
     char nm[160];
     optim_config oc = optim_config_default();
     oc.lr = 1e-2;
-    oc.total_steps = ITERS;
+    oc.total_steps = ITERS * g_window;
     oc.eps = 1e-6;             /* as in test_pipedream_fix: the key bias's noise gradient */
+    window_lr(&oc);
     oc.grad_clip = 0;          /* the rule itself; clipping: test_clip */
     async_fix fix = nesterov ? ASYNC_FIX_NESTEROV : ASYNC_FIX_NONE;
     async_fix_optim(&oc, fix);
@@ -150,12 +165,13 @@ static void test_2bw(int P, int M, int nesterov) {
     ref_2bw(P, M, &oc, 0, &fresh);
     double err = test_tensor_relerr(got.params, want.params, want.num_params);
     double gap = test_tensor_relerr(fresh.params, want.params, want.num_params);
-    snprintf(nm, sizeof nm, "2bw P=%d M=%d %s: equals W(k+1) = W(k) - step(grad(W(k-1)))", P, M, nesterov ? "nesterov" : "adamw");
+    snprintf(nm, sizeof nm, "2bw P=%d M=%d %s --async-window %d: equals W(k+1) = W(k) - step(grad(W(k-1)))", P, M,
+             nesterov ? "nesterov" : "adamw", g_window);
     CHECK(nm, rc == 0 && err < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err, RUN_TOL);
     snprintf(nm, sizeof nm, "2bw P=%d M=%d: the delay matters (undelayed reference %.3g away, > 20x tol)", P, M, gap);
     CHECK(nm, gap > 20 * RUN_TOL, "undelayed reference only %.3g away", gap);
-    snprintf(nm, sizeof nm, "2bw P=%d M=%d: every F/B on version j-1, the older one used", P, M);
-    CHECK(nm, stash[0] == 2 * P * M * ITERS && stash[1] == 0 && stash[2] > 0, "%d checked, %d bad, %d older",
+    snprintf(nm, sizeof nm, "2bw P=%d M=%d window %d: every F/B on version j-1, the older one used", P, M, g_window);
+    CHECK(nm, stash[0] == 2 * P * M * ITERS * g_window && stash[1] == 0 && stash[2] > 0, "%d checked, %d bad, %d older",
           stash[0], stash[1], stash[2]);
     gpt_free(&got); gpt_free(&want); gpt_free(&fresh);
 }
@@ -297,7 +313,8 @@ static void ref_pipedream(const run_plan *pl, async_fix fix, const optim_config 
     const sched *s = pl->s;
     int P = s->n_stages, M = s->n_mb, b = pl->mb_rows;
     size_t n = g_init.num_params, V = (size_t)CFG.vocab_size * CFG.n_embd;
-    replay R = { .P = P, .M = M, .nv = ITERS * M + 1, .lag = g_defer ? M : 0 };
+    /* the tie's lag: the forwards stage 0 admits, max(P, --async-depth), whatever M or the window */
+    replay R = { .P = P, .M = M, .nv = ITERS * M + 1, .lag = g_defer ? (g_depth > P ? g_depth : P) : 0 };
     R.tie_hist = pt_falloc((size_t)R.nv * V);
     R.span_hist = pt_calloc((size_t)R.nv * (size_t)P, sizeof(double));
     R.W = pt_calloc((size_t)R.nv, sizeof *R.W);
@@ -329,10 +346,12 @@ static void ref_pipedream(const run_plan *pl, async_fix fix, const optim_config 
     float **wf = pt_calloc((size_t)P, sizeof(float *)), **wb = pt_calloc((size_t)P, sizeof(float *));
     for (int g = 0; g < P; g++) { wf[g] = pt_falloc(n); wb[g] = pt_falloc(n); }
     float *wte_f = pt_falloc(V), *wte_b = pt_falloc(V), *dwte = pt_falloc(V), *mm = pt_falloc(n), *vv = pt_falloc(n);
-    int warm = (oc->total_steps / 10 > 1 ? oc->total_steps / 10 : 1) * M;
+    int per = M / g_window;                                  /* microbatches (updates) a step */
+    int warm = (oc->total_steps / 10 > 1 ? oc->total_steps / 10 : 1) * per;
     for (int t = 1; t <= ITERS; t++)
         for (int j = 0; j < M; j++) {
             int base = (t - 1) * M, u = base + j;          /* updates before this microbatch's */
+            int step = (t - 1) * g_window + j / per + 1;   /* its step: its lr */
             for (int g = 0; g < P; g++) {
                 int uf = base + R.vf[g][j], ub = base + R.vb[g][j], d = ub - uf;
                 stage_weights(&R, g, uf, fix == ASYNC_FIX_PREDICT ? 1 : 0, d, wf[g], n);
@@ -354,7 +373,7 @@ static void ref_pipedream(const run_plan *pl, async_fix fix, const optim_config 
                 int tau = i == 0 ? tau_max : R.tau[R.stage_of[i]];   /* tensor 0: wte, tied */
                 lr_of[i] = fix == ASYNC_FIX_PIPEMARE ? async_fix_pipemare_lr(tau, u + 1, warm) : 1.0;
             }
-            ref_update(&bw, mm, vv, oc, u + 1, optim_lr_at(oc, t), lr_of, scale_of);
+            ref_update(&bw, mm, vv, oc, u + 1, optim_lr_at(oc, step), lr_of, scale_of);
             memcpy(R.W[u + 1], bw.params, n * sizeof(float));
             for (int g = 0; g < P; g++) {      /* PipeMare's velocity of each stage's copy */
                 double gm = pow(0.1, 1.0 / (R.tau[g] > 0 ? R.tau[g] : 1));
@@ -381,16 +400,17 @@ static void test_pipedream_fix(int P, int M, async_fix fix) {
     optim_config oc = optim_config_default();
     oc.lr = 1e-2;
     oc.total_steps = 20;       /* PipeMare's lr factor still rising over these 3 steps */
+    window_lr(&oc);
     oc.eps = 1e-6;             /* the key bias's gradient is 0 up to float noise (softmax ignores it):
                                 * with eps 1e-8 Adam turns that noise into whole steps */
     oc.grad_clip = 0;          /* the replay does not clip; clipping: test_clip */
     async_fix_optim(&oc, fix);
     run_opts o = { .P = P, .D = 1, .schedule = "pipedream", .M = M, .async_fix = fix, .async_depth = g_depth,
-                   .defer_tie = g_defer };
+                   .defer_tie = g_defer, .async_window = g_window };
     run_plan pl;
     gpt_model got, want, plain;
     gpt_init(&got, &CFG); gpt_init(&want, &CFG); gpt_init(&plain, &CFG);
-    int rc = run_plan_init(&pl, &o, &CFG, BATCH, SEQ);
+    int rc = run_plan_init(&pl, &o, &CFG, BATCH / g_window, SEQ);
     if (rc == 0) rc = run_pipe("pipedream", P, M, fix, &oc, &got, NULL);
     if (rc == 0) {
         ref_pipedream(&pl, fix, &oc, &want);
@@ -398,8 +418,8 @@ static void test_pipedream_fix(int P, int M, async_fix fix) {
         run_plan_free(&pl);
     }
     double err = rc ? INFINITY : test_tensor_relerr(got.params, want.params, want.num_params);
-    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-fix %s --async-depth %d: equals the step-by-step replay", P, M,
-             async_fix_name(fix), g_depth);
+    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-fix %s --async-depth %d --async-window %d%s: equals the "
+             "step-by-step replay", P, M, async_fix_name(fix), g_depth, g_window, g_defer ? " --defer-tie" : "");
     CHECK(nm, rc == 0 && err < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err, RUN_TOL);
     if (fix == ASYNC_FIX_PIPEMARE || fix == ASYNC_FIX_PREDICT) {
         double gap = test_tensor_relerr(plain.params, want.params, want.num_params);
@@ -420,12 +440,13 @@ static void test_defer_tie(int P, int M, int D, double clip) {
     oc.total_steps = 20;
     oc.eps = 1e-6;
     oc.grad_clip = clip;
-    run_opts o = { .P = P, .D = 1, .schedule = "pipedream", .M = M, .async_depth = D };
+    window_lr(&oc);
+    run_opts o = { .P = P, .D = 1, .schedule = "pipedream", .M = M, .async_depth = D, .async_window = g_window };
     run_plan pl;
     gpt_model got, want, now, now_run;
     gpt_init(&got, &CFG); gpt_init(&want, &CFG); gpt_init(&now, &CFG); gpt_init(&now_run, &CFG);
     g_depth = D;
-    int rc = run_plan_init(&pl, &o, &CFG, BATCH, SEQ);
+    int rc = run_plan_init(&pl, &o, &CFG, BATCH / g_window, SEQ);
     if (rc == 0) rc = run_pipe("pipedream", P, M, ASYNC_FIX_NONE, &oc, &now_run, NULL);
     g_defer = 1;
     if (rc == 0) rc = run_pipe("pipedream", P, M, ASYNC_FIX_NONE, &oc, &got, NULL);
@@ -442,8 +463,8 @@ static void test_defer_tie(int P, int M, int D, double clip) {
     snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-depth %d --grad-clip %g: undeferred equals the replay's clip rule",
              P, M, D, clip);
     CHECK(nm, rc == 0 && err0 < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err0, RUN_TOL);
-    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-depth %d --grad-clip %g --defer-tie: equals the replay (wte's "
-             "sum M updates late)", P, M, D, clip);
+    snprintf(nm, sizeof nm, "pipedream P=%d M=%d --async-depth %d --async-window %d --grad-clip %g --defer-tie: equals "
+             "the replay (wte's sum max(P, D) updates late)", P, M, D, g_window, clip);
     CHECK(nm, rc == 0 && err < RUN_TOL, "rc %d %s, rel err %.3g (tol %g)", rc, rc ? pt_err() : "", err, RUN_TOL);
     snprintf(nm, sizeof nm, "pipedream P=%d M=%d --defer-tie: the lag changes the run (%.3g from undeferred)", P, M, gap);
     CHECK(nm, gap > 20 * RUN_TOL, "only %.3g from the undeferred replay", gap);
@@ -534,6 +555,19 @@ int main(void) {
     g_defer = 1;               /* a correction with the lag: its replay too */
     test_pipedream_fix(4, 4, ASYNC_FIX_PIPEMARE);
     g_defer = 0;
+    g_window = 2;              /* two steps a pass: the continuous order, per-step lr, the lag across */
+    test_2bw(2, 2, 0);
+    test_2bw(4, 4, 1);
+    for (async_fix f = ASYNC_FIX_NONE; f <= ASYNC_FIX_PREDICT; f++) test_pipedream_fix(4, 4, f);
+    test_defer_tie(4, 4, 0, 0.05);
+    test_defer_tie(2, 2, 0, 0);
+    g_defer = 1;
+    test_pipedream_fix(4, 4, ASYNC_FIX_NESTEROV);
+    g_defer = 0;
+    g_window = 4;              /* four steps of two microbatches: the stream is longer than a step's pipe */
+    test_pipedream_fix(4, 2, ASYNC_FIX_NESTEROV);
+    test_defer_tie(4, 2, 0, 0.05);
+    g_window = 1;
     gpt_free(&g_init);
     TEST_DONE();
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Asynchronous pipelines over MPI (mpirun as root, oversubscribed): train --schedule 2bw and
-# pipedream with each --async-fix (and --async-depth, --defer-tie) give the threads transport's losses bitwise (both sum in rank
+# pipedream with each --async-fix (and --async-depth, --defer-tie, --async-window: 4 steps a pass by
+# default here, 1 and 2 given) give the threads transport's losses bitwise (both sum in rank
 # order), so tests/test_async.c's references (threads) carry over to processes.
 . "$(dirname "$0")/lib.sh"
 mpi_env 120        # a hang is a failure; a healthy run takes a few seconds
@@ -29,5 +30,8 @@ done <<'L'
 4 pipedream --stages 4 --microbatches 4 --async-depth 4 --defer-tie --async-fix nesterov
 4 pipedream --stages 2 --dp 2 --microbatches 2 --defer-tie
 4 2bw --stages 4 --microbatches 4 --async-depth 4
+4 pipedream --stages 4 --microbatches 4 --async-window 1 --defer-tie
+4 pipedream --stages 2 --dp 2 --microbatches 2 --async-window 2 --defer-tie
+4 2bw --stages 2 --dp 2 --microbatches 2 --async-window 1
 L
 done_tests

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Asynchronous and --dp-sync runs survive --save/--resume exactly (src/run/exec_rankstate.c): for
-# pipedream + nesterov, pipemare, predict, 2bw and --dp-sync 4 (threads; and one MPI case), N steps
+# pipedream + nesterov, pipemare, predict, 2bw and --dp-sync 4 (threads; and over MPI a save and a resume), N steps
 # saved at step k and resumed to N give the uninterrupted run's losses and final weights and state
 # bitwise, --dp-sync 4 saved inside an H-cycle (step 3) and with a change in flight (step 4, the
 # overlap applies it at step 5). A checkpoint without the rank state (an older pipetrain's: version
@@ -100,5 +100,11 @@ if mpi 4 $base $dps --transport mpi --steps 10 --resume "$c/a/ckpt-4" --save "$c
   ok "dp-sync 4 over MPI: resumed with a change in flight, the uninterrupted losses and weights bitwise"
 else
   fail "dp-sync 4 over MPI resume" "$(loss "$c/m.jsonl") vs $(tail_loss "$c/full.jsonl" 4): $(tail -3 "$c/m.out")"
+fi
+if mpi 4 $base $dps --transport mpi --steps 5 --save "$c/ms" --save-every 4 > "$c/ms.out" 2>&1 &&
+   same_files "$c/a/ckpt-4" "$c/ms/ckpt-4"; then
+  ok "dp-sync 4 over MPI: the save with a change in flight holds the threads run's files bitwise"
+else
+  fail "dp-sync 4 over MPI save" "$(tail -3 "$c/ms.out")"
 fi
 done_tests

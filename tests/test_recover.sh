@@ -64,6 +64,21 @@ waited=$(sed -n 's/^snapshot takes overlapped.*: \([0-9]*\) of [0-9]* STEPs wait
 [ "$(last_loss "$D/ls.jsonl")" = "$ref" ] && ok "overlapped takes, slowed: the final loss equals the uninterrupted run bitwise" \
   || fail "overlapped takes, slowed: the final loss equals the uninterrupted run bitwise" "$(last_loss "$D/ls.jsonl") vs $ref"
 
+# --- takes split at the boundary (--adapt: a re-split moves layers there, so no overlap): the
+# trainer's thread takes local ranks 0 and 1, the worker 2 and 3 (rank 3's slowed: the boundary
+# waits for it); kills in a take and at a forward, the loss bitwise --adapt's uninterrupted run
+timeout 120 "$P" train $base $lay --adapt --metrics "$D/aref.jsonl" > /dev/null 2>&1 || fail "--adapt reference run" "exited $?"
+rm -f "$D/la.jsonl" "$D/la.events.jsonl"
+PIPETRAIN_TEST_SNAP_SLOW=200:1,3 timeout 120 "$P" launch --snapshot-dir "$SNAP" -- train $base $lay --adapt --snapshot-every 1 \
+  --kill-at 0@7:save --kill-at 3@10 --metrics "$D/la.jsonl" > "$D/la.out" 2>&1
+rc=$?
+lost=$(max_lost "$D/la.events.jsonl")
+[ $rc = 0 ] && [ "$(grep -c '"event":"recovered"' "$D/la.events.jsonl")" = 2 ] && [ "$lost" -ge 0 ] && [ "$lost" -le 1 ] \
+  && ! grep -q "^snapshot takes overlapped" "$D/la.out" && [ -n "$(last_loss "$D/aref.jsonl")" ] \
+  && [ "$(last_loss "$D/la.jsonl")" = "$(last_loss "$D/aref.jsonl")" ] \
+  && ok "takes split at the boundary (--adapt), slowed, kills in a take and at a forward: 2 recoveries, the final loss bitwise" \
+  || fail "takes split at the boundary (--adapt)" "rc $rc, lost $lost, $(last_loss "$D/la.jsonl") vs $(last_loss "$D/aref.jsonl"): $(grep -E 'launch|snapshot' "$D/la.out" | tail -3)"
+
 # --- --zero 1: each rank snapshots its parameters and its moment slices (a shard file); the
 # restore puts every rank's shard back: the same final loss bitwise
 timeout 120 "$P" train $base $lay --zero 1 --metrics "$D/refz.jsonl" > /dev/null 2>&1 || fail "reference run, --zero 1" "exited $?"

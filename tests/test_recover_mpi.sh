@@ -3,7 +3,9 @@
 # rank killed at each phase (forward, reduce, save; two kills a run) reaches its last step by
 # itself, repeats at most one step per failure, names the rank that died, and ends with the loss
 # of an uninterrupted MPI run, bitwise (the same layout); a hang (a rank stopped with SIGSTOP) is
-# noticed by --timeout and recovered from too. Every run is bounded.
+# noticed by --timeout and recovered from too (under launch's default: no dead process, no going
+# on in place). The kills run with --no-recycle: this is the restart's test (in place, where the
+# default goes by itself: tests/test_recover_recycle.sh). Every run is bounded.
 # "At most one step" is counted against the newest step any rank's heartbeat showed (the job's
 # progress, not the slowest rank's), and holds whatever the load: the step boundary makes every
 # rank's previous generation written before any rank beats the step. The last case makes the
@@ -30,7 +32,7 @@ for case in forward reduce save forward:slow; do
   ph=${case%%:*}
   slow=""; [ "$case" = forward:slow ] && slow="300:1,3"
   rm -f "$D/l.jsonl" "$D/l.events.jsonl"
-  PIPETRAIN_TEST_SNAP_SLOW=$slow timeout "$JOB_LIMIT_S" "$P" launch --np 4 -x ASAN_OPTIONS -x PIPETRAIN_TEST_SNAP_SLOW \
+  PIPETRAIN_TEST_SNAP_SLOW=$slow timeout "$JOB_LIMIT_S" "$P" launch --np 4 --no-recycle -x ASAN_OPTIONS -x PIPETRAIN_TEST_SNAP_SLOW \
     --snapshot-dir "$SNAP" -- train $args --snapshot-every 1 \
     --kill-at "1@5:$ph" --kill-at "2@9:$ph" --metrics "$D/l.jsonl" > "$D/l.out" 2>&1 < /dev/null
   rc=$?

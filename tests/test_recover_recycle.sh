@@ -7,7 +7,11 @@
 # summation order), each of the four ranks killed in turn; the kills at a reduction and in a
 # snapshot's writer too (--kill-at). A second kill, with one replica left, is restarted with the
 # whole layout. The transport's recovery mode on its own: tests/aux_mpi_recover.c. Where it cannot work, train --recycle refuses: --dp 1, --zero 1, --tp 2, threads,
-# no snapshots; launch --recycle without --np. Every run is bounded.
+# no snapshots; launch --recycle without --np. In place is launch's default (no flag): the kills
+# above run without --recycle (rank 0's with it), a restart priced at 1000 s
+# (PIPETRAIN_TEST_RESTART_S: the default's rule then always goes on in place); priced at 0 the
+# default restarts; --no-recycle restarts (mpirun without --enable-recovery); where the flags do
+# not allow it (--dp 1, --tp 2) the default runs the job as before. Every run is bounded.
 . "$(dirname "$0")/lib.sh"
 mpi_env 120
 D=$TEST_TMP/recover_recycle
@@ -24,11 +28,13 @@ close() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "") { print 0; ex
 last_step() { tail -1 "$1" | sed 's/{"step":\([0-9]*\).*/\1/'; }
 ev() { grep "\"event\":\"$2\"" "$1" | sed -n "${3}p"; }
 field() { echo "$1" | sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p"; }
-# sup OUT FLAGS...: launch --recycle in the background (lp), metrics $D/l.jsonl
+# sup OUT FLAGS...: launch (MODE: its in-place flag, none: the default) in the background (lp),
+# metrics $D/l.jsonl; a restart priced at PRICE s (1000: the default goes on in place)
+MODE=""; PRICE=1000
 sup() {
   local out=$1; shift
   rm -rf "$SNAP" "$D/l.jsonl" "$D/l.events.jsonl"
-  timeout "$JOB_LIMIT_S" "$P" launch --np 4 --recycle -x ASAN_OPTIONS --snapshot-dir "$SNAP" -- train $args \
+  PIPETRAIN_TEST_RESTART_S=$PRICE timeout "$JOB_LIMIT_S" "$P" launch --np 4 $MODE -x ASAN_OPTIONS --snapshot-dir "$SNAP" -- train $args \
     --snapshot-every 1 --metrics "$D/l.jsonl" "$@" > "$out" 2>&1 < /dev/null &
   lp=$!
 }
@@ -60,6 +66,7 @@ ref=$(last_loss "$D/ref.jsonl")
 
 # --- each rank killed from outside: its replica dropped, the other goes on in the same processes
 for w in 0 1 2 3; do
+  MODE=""; [ $w = 0 ] && MODE=--recycle
   sup "$D/k$w.out"
   kill_at_step $w 20
   wait $lp; rc=$?
@@ -70,17 +77,18 @@ for w in 0 1 2 3; do
   if [ $rc = 0 ] && [ -n "$pids" ] && grep -q "\"who\":\"rank $w\",\"noticed\":\"exit\",\"attempt\":1,\"in_place\":true" "$D/l.events.jsonl" \
      && echo "$rec" | grep -q '"in_place":true' && [ "${lost:-9}" -le 1 ] && [ "$now" = "$keep" ] \
      && [ "$(last_step "$D/l.jsonl")" = $STEPS ] && ! grep -q "restart 1" "$D/k$w.out"; then
-    ok "recycle: rank $w killed: its replica dropped in place, the same processes ($now) reach step $STEPS, $lost step(s) repeated, $(field "$rec" seconds_lost | cut -c1-5) s from noticing to the next step"
+    ok "recycle: rank $w killed (${MODE:-the default}): its replica dropped in place, the same processes ($now) reach step $STEPS, $lost step(s) repeated, $(field "$rec" seconds_lost | cut -c1-5) s from noticing to the next step"
   else
     fail "recycle: rank $w killed" "rc $rc, pids before '$pids', going on '$now' (want '$keep'), lost '$lost', last $(last_step "$D/l.jsonl"): $(grep '^launch' "$D/k$w.out" | tail -3)"
   fi
   [ "$(close "$(last_loss "$D/l.jsonl")" "$ref")" = 1 ] && ok "recycle: rank $w killed: the final loss within 1e-3 of the uninterrupted run" \
     || fail "recycle: rank $w killed: the final loss" "$(last_loss "$D/l.jsonl") vs $ref"
   if [ $w = 0 ]; then   # the same math as a --dp 1 job restarted from that snapshot with the lost replica's microbatches
-    mpi 2 train ${args/--dp 2 --microbatches 2/--dp 1 --microbatches 4} --resume "$SNAP/recycle-restore-1" \
+    mpi 2 train ${args/--dp 2 --microbatches 2/--dp 1 --microbatches 4 --schedule zb-h1} --resume "$SNAP/recycle-restore-1" \
       --metrics "$D/r1.jsonl" > "$D/r1.out" 2>&1
     [ -n "$(last_loss "$D/r1.jsonl")" ] && [ "$(last_loss "$D/r1.jsonl")" = "$(last_loss "$D/l.jsonl")" ] \
-      && ok "recycle: rank 0 killed: the final loss bitwise a --dp 1 --microbatches 4 run resumed from the same snapshot" \
+      && grep -q "(4 microbatches each, zb-h1)" "$D/k0.out" \
+      && ok "recycle: rank 0 killed: the final loss bitwise a --dp 1 --microbatches 4 --schedule zb-h1 run resumed from the same snapshot" \
       || fail "recycle: rank 0 killed: bitwise a --dp 1 run resumed" "$(last_loss "$D/r1.jsonl") vs $(last_loss "$D/l.jsonl"): $(tail -2 "$D/r1.out")"
   fi
 done
@@ -123,6 +131,39 @@ if [ $rc = 0 ] && echo "$(ev "$D/l.events.jsonl" recovered 1)" | grep -q '"in_pl
 else
   fail "recycle: --kill-at 3@8 --kill-at 0@20" "rc $rc: $(grep '^launch' "$D/ka.out" | tail -4)"
 fi
+
+# --- the default priced a restart at 0 s: restarts; --no-recycle: restarts without --enable-recovery
+MODE=""; PRICE=0
+sup "$D/d0.out" --kill-at 1@8
+wait $lp; rc=$?
+if [ $rc = 0 ] && grep -q "a restart instead of going on in place: the .* steps left" "$D/d0.out" && ! grep -q in_place "$D/l.events.jsonl" \
+   && grep -q '"event":"recovered".*"layout":"4 ranks (2 stages x 2 replicas)"' "$D/l.events.jsonl" && [ "$(last_step "$D/l.jsonl")" = $STEPS ] \
+   && [ "$(close "$(last_loss "$D/l.jsonl")" "$ref")" = 1 ]; then
+  ok "recycle: the default with a restart cheaper than going on: restarted with the whole layout, the final loss within 1e-3"
+else
+  fail "recycle: the default priced a restart at 0" "rc $rc: $(grep '^launch' "$D/d0.out" | tail -4)"
+fi
+MODE=--no-recycle; PRICE=1000
+sup "$D/no.out" --kill-at 2@8
+wait $lp; rc=$?
+if [ $rc = 0 ] && grep -q "no going on in place: --no-recycle" "$D/no.out" && ! grep -q in_place "$D/l.events.jsonl" \
+   && grep -q '"event":"recovered".*"layout":"4 ranks (2 stages x 2 replicas)"' "$D/l.events.jsonl" && [ "$(last_step "$D/l.jsonl")" = $STEPS ]; then
+  ok "recycle: --no-recycle: a lost rank restarts the whole layout"
+else
+  fail "recycle: --no-recycle" "rc $rc: $(grep '^launch' "$D/no.out" | tail -4)"
+fi
+MODE=""
+for lay in "--stages 2 --dp 1:no replicas" "--stages 1 --dp 2 --tp 2:--tp > 1"; do
+  rm -rf "$SNAP"
+  PIPETRAIN_TEST_RESTART_S=1000 timeout "$JOB_LIMIT_S" "$P" launch --np $([ "${lay%%:*}" = "--stages 2 --dp 1" ] && echo 2 || echo 4) \
+    -x ASAN_OPTIONS --snapshot-dir "$SNAP" -- train --config "$D/cfg.json" --data "$D/text.txt" --batch 8 --seq 16 --steps 3 \
+    ${lay%%:*} --snapshot-every 1 > "$D/lay.out" 2>&1 < /dev/null
+  rc=$?
+  [ $rc = 0 ] && grep -q "no going on in place: ${lay#*:}" "$D/lay.out" && grep -q "the job ended at step 3" "$D/lay.out" \
+    && ok "recycle: the default with ${lay%%:*}: the job runs as before, saying why not in place" \
+    || fail "recycle: the default with ${lay%%:*}" "rc $rc: $(tail -3 "$D/lay.out")"
+done
+expect_error "recycle: launch --recycle --no-recycle refused" "--recycle and --no-recycle together" "$P" launch --np 4 --recycle --no-recycle -- train $args
 
 # --- where it cannot work: refused before the first step
 base="--config $D/cfg.json --data $D/text.txt --batch 8 --seq 16 --steps 2 --snapshot-every 1 --snapshot-dir $SNAP --recycle"

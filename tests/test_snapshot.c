@@ -10,7 +10,10 @@
 #include "ckpt/snapshot.h"
 #include "ckpt/snapshot_int.h"
 #include "util/pt.h"
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -279,7 +282,8 @@ static int twin_equal(const state *s) {
         take(c, 1, &s[g], g);
         sa = sent_wait(a, g);
     }
-    ckpt_snap_get_stats(b, &sb);
+    ckpt_snap_get_stats(b, &sb);   /* its count follows its answer: at most 10 s later */
+    for (int i = 0; i < 1000 && sb.peer_received_sums < 2; i++) { usleep(10000); ckpt_snap_get_stats(b, &sb); }
     ckpt_snap_close(a);
     ckpt_snap_close(b);
     ckpt_snap_close(c);
@@ -340,6 +344,89 @@ static int twin_unequal(const state *s) {
     int skip[1] = { 0 };
     return ok && ckpt_snap_restore(r2, skip, 1, out, &f) == 1 && f.step == 2 && f.from_rank[0] == 0 &&
            restored_equals(&s[3]);
+}
+
+/* Rank `rank` (of 3) takes chunk c of s as step `step` with its own state (a tensor of 64 floats
+ * that depend on rank and step) in the generation. */
+static void take_state(ckpt_snap *sn, int c, const state *s, long step, int rank) {
+    static const int cf[3] = { 0, 3, 6 };
+    static float x[64];
+    ckpt_manifest man = { .cfg = CFG, .step = step, .adam_t = (int)step, .batch = 4, .seq = 8 };
+    snprintf(man.data_path, sizeof man.data_path, "data.txt");
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", cf);
+    ckpt_state st;
+    memset(&st, 0, sizeof st);
+    snprintf(st.sig, sizeof st.sig, "test");
+    st.step = step;
+    for (int i = 0; i < 64; i++) x[i] = (float)(rank * 1000 + step * 10 + i);
+    ckpt_state_add(&st, "x", x, 64, 0);
+    ckpt_snap_ready(sn);
+    ckpt_snap_stage(sn, c, cf[c], cf[c + 1], &s->m, &s->opt);
+    ckpt_snap_stage_state(sn, &st, 3);
+    ckpt_snap_commit(sn, &man);
+}
+
+/* Sums only with each rank's own state in its generations: the chunk goes as its sum, the state
+ * file whole (it is rank 0's alone); rank 0 lost, the restore has its chunk from rank 1's files
+ * and its state from rank 1's sums-only copy, both as rank 0 had them. */
+static int twin_state(const state *s) {
+    char r2[200];
+    ckpt_snap *a, *b, *c;
+    if (twin_open("twin4", &a, &b, &c, r2, sizeof r2) < 0) return 0;
+    ckpt_snap_stats sa = {0}, sb;
+    for (int g = 1; g <= 2; g++) {
+        take_state(a, 0, &s[g], g, 0);
+        take_state(b, 0, &s[g], g, 1);
+        take_state(c, 1, &s[g], g, 2);
+        sa = sent_wait(a, g);
+    }
+    ckpt_snap_get_stats(b, &sb);
+    for (int i = 0; i < 1000 && sb.peer_received_sums < 2; i++) { usleep(10000); ckpt_snap_get_stats(b, &sb); }
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    ckpt_snap_close(c);
+    ckpt_snap_found f;
+    int skip[1] = { 0 };
+    ckpt_state r;
+    float x[64];
+    char why[200] = "";
+    memset(&r, 0, sizeof r);
+    snprintf(r.sig, sizeof r.sig, "test");
+    ckpt_state_add(&r, "x", x, 64, 0);
+    int ok = sa.peer_sums_only == 2 && sa.peer_payload_bytes > 0 && sa.peer_payload_bytes < 2 * 64 * 4 + 8192 &&
+             ckpt_snap_restore(r2, skip, 1, out, &f) == 1 && f.step == 2 && restored_equals(&s[2]) &&
+             ckpt_state_read(out, 0, &r, why, sizeof why) == 1 && r.step == 2;
+    for (int i = 0; ok && i < 64; i++) ok = x[i] == (float)(2 * 10 + i);
+    if (!ok) printf("# state: sums %ld, bytes %.0f, step %ld: %s\n", sa.peer_sums_only, sa.peer_payload_bytes, f.step, why);
+    return ok;
+}
+
+/* A replica that takes the sums and never answers (its host gone without a reset): closing the
+ * sender does not wait out the answer's timeout (10 s). */
+static int twin_silent(const state *s) {
+    char r2[200];
+    snprintf(r2, sizeof r2, "%s/twin3", root);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof sa;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 1) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &len) < 0) return 0;
+    ckpt_snap *a;
+    uint32_t addr;
+    int port;
+    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_peer_listen(a, &addr, &port) < 0) return 0;
+    double t[6] = { 0x7f000002, port, 1, INADDR_LOOPBACK, ntohs(sa.sin_port), 1 };
+    if (ckpt_snap_peer_route(a, t, 2, 0, 1) != 1) return 0;
+    take(a, 0, &s[1], 1);
+    int cfd = accept(lfd, NULL, NULL);   /* the sums arrive; no answer */
+    usleep(200000);
+    double t0 = pt_now();
+    ckpt_snap_close(a);
+    double took = pt_now() - t0;
+    close(cfd);
+    close(lfd);
+    if (took >= 5) printf("# close took %.1f s\n", took);
+    return cfd >= 0 && took < 5;
 }
 
 /* The checksum in pieces of any size equals the one-shot sum (lengths about the 256-byte block,
@@ -463,6 +550,10 @@ int main(void) {
           "file refused with a message, the older step restored", twin_equal(s), "%s", pt_err());
     CHECK("sums only, the replica differs: said once, every generation sent whole from then, restored from that "
           "copy bitwise", twin_unequal(s), "%s", pt_err());
+    CHECK("sums only with the ranks' own state: the state whole, restored from the replica's copy with the chunk",
+          twin_state(s), "%s", pt_err());
+    CHECK("sums only, the replica never answers: close does not wait for the answer's timeout", twin_silent(s),
+          "%s", pt_err());
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
     CHECK("the checksum in pieces of any size equals the one-shot sum; a flipped bit changes it", sum_pieces(), "no");
     CHECK("a slot's fill sums the chunk file as it copies (the file's sum, also refilled)", fill_summed(s), "no");

@@ -423,11 +423,13 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
         f[i].map = x->map;
         f[i].bytes = x->bytes;
         f[i].sum = sums[i];
+        f[i].whole = 0;
     }
     int n = sl->n_f;
     if (s->state_world && sl->st.map && n < CKPT_SNAP_PIECES) {   /* the rank's own state */
         snprintf(f[n].name, sizeof f[n].name, "state-%d.safetensors", s->rank);
         f[n].map = sl->st.map;
+        f[n].whole = 1;   /* this rank's alone: whole also to a replica (sums only) */
         f[n].bytes = sl->st.bytes;
         f[n++].sum = s->state_sum;
     }

@@ -122,6 +122,10 @@ int snap_state_fill(snap_slot *sl, int rank, const ckpt_state *st, uint64_t *sum
  * their count; else none copied and n_states 0. 0, or -1. */
 int snap_state_restore(const char *root, const int *skip, int n_skip, long step, const char *tmpdir,
                        ckpt_manifest *man);
+/* Whether generation `step` has every rank's state file, own or a peer's copy (ranks in skip left
+ * out). A restore prefers the newest step where it has (a replica's rank may be a step behind
+ * when the chunks are already whole from the others), else (a job that keeps none) any. */
+int snap_state_complete(const char *root, const int *skip, int n_skip, long step);
 
 /* ---- the peer copy (snapshot_peer.c) ---- */
 typedef struct snap_peer snap_peer;
@@ -132,6 +136,7 @@ typedef struct {
     const unsigned char *map;
     size_t bytes;
     uint64_t sum;
+    int whole;                  /* the rank's own (its state file): sent whole also to a replica */
 } snap_peer_file;
 typedef struct {
     int peer_rank;              /* where this rank's generations go (-1: nowhere) */

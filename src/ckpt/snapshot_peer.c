@@ -19,7 +19,8 @@
  *
  * On the wire, per generation: "PTSP", origin rank (int32), step (int64), files (int32), json
  * bytes (uint32), the json; per file: name bytes (uint16), the name, bytes (uint64), sum64
- * (uint64), the data. Sums only: "PTSS" and the same, without the data; the answer one byte.
+ * (uint64), the data. Sums only: "PTSS" and the same, each file's sum followed by a byte saying
+ * whether its data follows (the rank's own state file's does); the answer one byte.
  * Host byte order: both ends are this program on one kind of machine. */
 #include "ckpt/snapshot_int.h"
 #include "util/pt.h"
@@ -64,6 +65,7 @@ struct snap_peer {
     /* sending */
     uint32_t to_addr;
     int to_port, to_rank, sfd, sending;
+    int awaiting;               /* the sender waits for a sums-only answer (on sfd) */
     int sums_only;              /* the peer is a replica: sums only (0 after it answered 'D') */
     int differ_said;
     pthread_t sth;
@@ -260,8 +262,8 @@ static int recv_folder(const char *odir, const char *tmp) {
     return rc == 0 || mkdir(tmp, 0755) == 0 ? 0 : -1;
 }
 
-/* Sums only: whether this rank's own generation `step` has files f[0..n) (names, bytes, sums)
- * and no others: 'E' equal, 'D' differ, 'U' not there within PEER_TWIN_WAIT_S (or unreadable). */
+/* Sums only: whether this rank's own generation `step` has files f[0..n) (names, bytes, sums;
+ * those sent whole left out) and no others: 'E' equal, 'D' differ, 'U' not there within PEER_TWIN_WAIT_S (or unreadable). */
 static char twin_compare(snap_peer *p, long step, const snap_peer_file *f, int n) {
     char path[1200];
     snprintf(path, sizeof path, "%s/gen-%ld/snap.json", p->dir, step);
@@ -281,8 +283,11 @@ static char twin_compare(snap_peer *p, long step, const snap_peer_file *f, int n
     text[len] = 0;
     cJSON *j = cJSON_Parse(text), *ch = cJSON_GetObjectItemCaseSensitive(j, "chunks");
     free(text);
-    char r = cJSON_IsArray(ch) ? (cJSON_GetArraySize(ch) == n ? 'E' : 'D') : 'U';
+    int n_sums = 0;
+    for (int i = 0; i < n; i++) n_sums += !f[i].whole;
+    char r = cJSON_IsArray(ch) ? (cJSON_GetArraySize(ch) == n_sums ? 'E' : 'D') : 'U';
     for (int i = 0; i < n && r == 'E'; i++) {
+        if (f[i].whole) continue;   /* the origin's own state: came whole */
         int id, shard = sscanf(f[i].name, "optim-%d.safetensors", &id) == 1, found = 0;
         if (!shard && sscanf(f[i].name, "chunk-%d.safetensors", &id) != 1) { r = 'D'; break; }
         for (int k = 0; k < cJSON_GetArraySize(ch) && !found; k++) {
@@ -297,33 +302,51 @@ static char twin_compare(snap_peer *p, long step, const snap_peer_file *f, int n
     return r;
 }
 
-/* Sums only (after the header): the files' names, bytes and sums; the comparison with this
- * rank's own generation answered; on 'E' the origin's snap.json (json, jl bytes) kept as
- * odir/gen-<step>/snap.json with "files_at": this rank (no files: they are in its own folder).
- * 1 kept, 0 not (an answer other than 'E'), -1 the connection failed. */
-static int recv_sums(snap_peer *p, recv_conn *c, const char *odir, long step, int nf, const char *json, uint32_t jl) {
-    snap_peer_file f[CKPT_SNAP_PIECES];
-    for (int i = 0; i < nf; i++) {
-        uint16_t nl;
-        if (read_all(c->fd, &nl, 2) < 0 || nl == 0 || nl >= sizeof f[i].name || read_all(c->fd, f[i].name, nl) < 0 ||
-            read_all(c->fd, &f[i].bytes, 8) < 0 || read_all(c->fd, &f[i].sum, 8) < 0) return -1;
-        f[i].name[nl] = 0;
-    }
-    char a = jl > 1 && json[0] == '{' ? twin_compare(p, step, f, nf) : 'U';
-    if (write_all(c->fd, &a, 1) < 0) return -1;
-    if (a != 'E') return 0;
-    char tmp[1300], fin[1300], path[1400];
-    snprintf(tmp, sizeof tmp, "%s/gen-%ld.tmp.%ld", odir, step, (long)getpid());
+/* The origin's snap.json (json) written into tmp with "files_at": this rank (the chunk files are
+ * in its own folder; tmp holds those sent whole), and tmp renamed to odir/gen-<step>. 0, or -1. */
+static int keep_sums(snap_peer *p, const char *odir, long step, const char *tmp, const char *json) {
+    char fin[1300], path[1400];
     snprintf(fin, sizeof fin, "%s/gen-%ld", odir, step);
     snprintf(path, sizeof path, "%s/snap.json", tmp);
-    snap_remove_dir(tmp);
-    FILE *fp = mkdir(tmp, 0755) == 0 ? fopen(path, "wb") : NULL;
+    FILE *fp = fopen(path, "wb");
     int ok = fp && fprintf(fp, "{\"files_at\":%d,%s", p->rank, json + 1) > 0;
-    if ((fp && fclose(fp) != 0) || !ok) { snap_remove_dir(tmp); return 0; }
+    if ((fp && fclose(fp) != 0) || !ok) return -1;
     snap_remove_dir(fin);
-    if (rename(tmp, fin) < 0) { snap_remove_dir(tmp); return 0; }
+    if (rename(tmp, fin) < 0) return -1;
     peer_prune(odir);
-    return 1;
+    return 0;
+}
+
+/* Sums only (after the header): per file its name, bytes, sum and whether its bytes follow (the
+ * origin's own state: received into the kept folder, its sum checked); the rest compared with
+ * this rank's own generation, kept when equal (keep_sums), then answered: 'E' (equal and kept),
+ * 'D' or 'U'. 1 kept, 0 not, -1 the connection failed. */
+static int recv_sums(snap_peer *p, recv_conn *c, const char *odir, long step, int nf, const char *json, uint32_t jl) {
+    snap_peer_file f[CKPT_SNAP_PIECES];
+    char tmp[1300], path[1400];
+    snprintf(tmp, sizeof tmp, "%s/gen-%ld.tmp.%ld", odir, step, (long)getpid());
+    snap_remove_dir(tmp);
+    int made = mkdir(tmp, 0755) == 0, good = made;
+    for (int i = 0; i < nf; i++) {
+        uint16_t nl;
+        uint8_t whole;
+        uint64_t got;
+        if (read_all(c->fd, &nl, 2) < 0 || nl == 0 || nl >= sizeof f[i].name || read_all(c->fd, f[i].name, nl) < 0 ||
+            read_all(c->fd, &f[i].bytes, 8) < 0 || read_all(c->fd, &f[i].sum, 8) < 0 || read_all(c->fd, &whole, 1) < 0)
+            { snap_remove_dir(tmp); return -1; }
+        f[i].name[nl] = 0;
+        f[i].whole = whole;
+        if (!whole) continue;
+        snprintf(path, sizeof path, "%s/%s", tmp, f[i].name);
+        int r = good && !strchr(f[i].name, '/') ? recv_file(c, path, f[i].bytes, &got) : recv_drop(c->fd, f[i].bytes) < 0 ? -1 : 0;
+        if (r < 0) { snap_remove_dir(tmp); return -1; }
+        good &= r > 0 && got == f[i].sum;
+    }
+    char a = good && jl > 1 && json[0] == '{' ? twin_compare(p, step, f, nf) : 'U';
+    if (a == 'E' && keep_sums(p, odir, step, tmp, json) < 0) a = 'U';   /* then the whole one */
+    if (a != 'E') snap_remove_dir(tmp);
+    if (write_all(c->fd, &a, 1) < 0) return -1;
+    return a == 'E';
 }
 
 /* One generation from fd into odir/gen-<step>. 1 kept, 0 dropped (a sum that does not match, a
@@ -399,7 +422,7 @@ static void *conn_main(void *arg) {
     char odir[1100];
     double c0 = thread_cpu_s();
     while ((rc = recv_gen(p, c, odir, sizeof odir, &sums)) >= 0) {
-        if (!sums) conn_unmap_old(c, 0);
+        conn_unmap_old(c, 0);
         double c1 = thread_cpu_s();
         pthread_mutex_lock(&p->mu);
         if (rc > 0) p->st.received++;
@@ -491,9 +514,20 @@ static int send_gen(snap_peer *p, long step, const char *json, const snap_peer_f
         uint16_t nl = (uint16_t)strlen(f[i].name);
         uint64_t bytes = f[i].bytes, sum = f[i].sum;
         rc = write_all(fd, &nl, 2) | write_all(fd, f[i].name, nl) | write_all(fd, &bytes, 8) |
-             write_all(fd, &sum, 8) | (sums ? 0 : write_all(fd, f[i].map, f[i].bytes));
+             write_all(fd, &sum, 8);
+        uint8_t whole = !sums || f[i].whole;   /* sums only: the rank's own state still whole */
+        if (rc == 0 && sums) rc = write_all(fd, &whole, 1);
+        if (rc == 0 && whole) rc = write_all(fd, f[i].map, f[i].bytes);
     }
-    if (rc == 0 && sums) rc = read_all(fd, answer, 1);   /* within PEER_IO_TIMEOUT_S */
+    if (rc == 0 && sums) {   /* the answer, within PEER_IO_TIMEOUT_S; snap_peer_free cuts it short */
+        pthread_mutex_lock(&p->mu);
+        p->awaiting = !p->stop;
+        pthread_mutex_unlock(&p->mu);
+        rc = p->awaiting ? read_all(fd, answer, 1) : -1;
+        pthread_mutex_lock(&p->mu);
+        p->awaiting = 0;
+        pthread_mutex_unlock(&p->mu);
+    }
     if (rc < 0) { close(p->sfd); p->sfd = -1; }   /* the next generation connects again */
     return rc;
 }
@@ -545,7 +579,7 @@ static void *send_main(void *arg) {
         if (rc == 0) p->st.sent++; else p->st.failed++;
         p->st.sums_only += rc == 0 && how == 1;
         p->st.whole_after += how == 2;
-        for (int i = 0; rc == 0 && how != 1 && i < n; i++) p->st.payload_bytes += (double)f[i].bytes;
+        for (int i = 0; rc == 0 && i < n; i++) p->st.payload_bytes += how != 1 || f[i].whole ? (double)f[i].bytes : 0;
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -589,6 +623,7 @@ void snap_peer_free(snap_peer *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
+    if (p->awaiting) shutdown(p->sfd, SHUT_RDWR);   /* a peer gone with its host never answers */
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     if (p->to_port) pthread_join(p->sth, NULL);

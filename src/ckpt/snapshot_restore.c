@@ -351,11 +351,13 @@ int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char 
     int n = gens_collect(root, skip, n_skip, &gens), rc = 0;
     memset(found, 0, sizeof *found);
     snap_gen *best = NULL;
-    for (int i = 0; i < n; i++) {       /* candidates newest first; ties: any */
-        snap_gen *g = &gens[i];
-        if (best && g->step <= best->step) continue;
-        if (step_complete(gens, n, g, src, shard, &found->n_bad)) best = g;
-    }
+    for (int pass = 0; pass < 2 && !best; pass++)   /* with every rank's own state (pass 0), else without */
+        for (int i = 0; i < n; i++) {       /* candidates newest first; ties: any */
+            snap_gen *g = &gens[i];
+            if (best && g->step <= best->step) continue;
+            if (pass == 0 && !snap_state_complete(root, skip, n_skip, g->step)) continue;
+            if (step_complete(gens, n, g, src, shard, &found->n_bad)) best = g;
+        }
     if (best) {
         step_complete(gens, n, best, src, shard, &found->n_bad);
         rc = assemble(best, src, shard, dir, root, skip, n_skip) < 0 ? -1 : 1;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 /* The "state" entry of generation folder gd's snap.json: world, bytes, sum. 0, or -1 when it has
  * none or cannot be read. */
@@ -92,6 +93,44 @@ static int state_find(const char *root, const int *skip, int n_skip, int w, long
     }
     if (d) closedir(d);
     return rc;
+}
+
+/* Whether rank w's state file of generation `step` is in its own folder or a peer's copy with
+ * the size snap.json says (the sum is checked when it is copied); *world from it. */
+static int state_there(const char *root, const int *skip, int n_skip, int w, long step, int *world) {
+    char gd[1300], p[1400];
+    size_t bytes;
+    uint64_t sum;
+    struct stat sb;
+    int self = 1, rc = 0;
+    for (int k = 0; k < n_skip; k++) self &= skip[k] != w;
+    snprintf(gd, sizeof gd, "%s/rank-%d/gen-%ld", root, w, step);
+    ckpt_state_path(p, sizeof p, gd, w);
+    if (self && state_entry(gd, world, &bytes, &sum) == 0 && stat(p, &sb) == 0 && (size_t)sb.st_size == bytes) return 1;
+    DIR *d = opendir(root);
+    struct dirent *e;
+    while (d && !rc && (e = readdir(d))) {
+        char *end;
+        if (strncmp(e->d_name, "rank-", 5)) continue;
+        long v = strtol(e->d_name + 5, &end, 10), hit = 0;
+        for (int k = 0; k < n_skip; k++) hit |= skip[k] == v;
+        if (end == e->d_name + 5 || *end || hit) continue;
+        snprintf(gd, sizeof gd, "%s/%s/peer-%d/gen-%ld", root, e->d_name, w, step);
+        ckpt_state_path(p, sizeof p, gd, w);
+        rc = state_entry(gd, world, &bytes, &sum) == 0 && stat(p, &sb) == 0 && (size_t)sb.st_size == bytes;
+    }
+    if (d) closedir(d);
+    return rc;
+}
+
+int snap_state_complete(const char *root, const int *skip, int n_skip, long step) {
+    int world = 0, ok = 1;
+    for (int w = 0; ok && (w == 0 || w < world); w++) {
+        int wd = 0;
+        ok = state_there(root, skip, n_skip, w, step, &wd) && (w == 0 || wd == world);
+        if (w == 0) world = wd;
+    }
+    return ok && world > 0;
 }
 
 int snap_state_restore(const char *root, const int *skip, int n_skip, long step, const char *tmpdir,

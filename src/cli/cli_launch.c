@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 static const char *usage_line = "pipetrain launch [--np N] [--hostfile F] [--spares K] [--max-restarts R] "
-                                "[--timeout S] [--snapshot-dir D] [--recycle] [MPIRUN-ARGS] -- train TRAIN-ARGS";
+                                "[--timeout S] [--snapshot-dir D] [--recycle | --no-recycle] [MPIRUN-ARGS] -- train TRAIN-ARGS";
 
 static void launch_help(void) {
     printf("usage: %s\n"
@@ -24,8 +24,12 @@ static void launch_help(void) {
            "                    before its first step the job has at least 120 s)\n"
            "  --snapshot-dir D  the ranks' snapshots and heartbeats (default: the train flags' --snapshot-dir,\n"
            "                    else /dev/shm/pipetrain-launch-<pid>)\n"
-           "  --recycle         with --np and --dp >= 2: a replica that loses a rank is dropped in place and\n"
-           "                    the others go on without a restart (mpirun --enable-recovery, train --recycle)\n"
+           "  --recycle         with --np and --dp >= 2: a replica that loses a rank is always dropped in place\n"
+           "                    and the others go on without a restart (mpirun --enable-recovery, train --recycle);\n"
+           "                    the default does so where the flags allow (--dp >= 2, --snapshot-every, no --tp,\n"
+           "                    --zero 1, --dp-sync, --plan or --hostfile) and the rest of the run at the replicas\n"
+           "                    left costs less than a restart (measured as it goes)\n"
+           "  --no-recycle      never: a lost rank always restarts the whole layout\n"
            "  other flags before \"--\" go to mpirun as they are (with --np only)\n"
            "Give train --snapshot-every K to restart from at most K steps back (docs/recovery.md).\n",
            usage_line);
@@ -49,7 +53,12 @@ static int parse_front(int sep, char **argv, launch_opts *o, char **mpi, int *n_
         if (!strcmp(f, "--np")) rc = int_value(f, v, 1, &o->np), i++;
         else if (!strcmp(f, "--spares")) rc = int_value(f, v, 0, &o->spares), i++;
         else if (!strcmp(f, "--max-restarts")) rc = int_value(f, v, 0, &o->max_restarts), i++;
-        else if (!strcmp(f, "--recycle")) o->recycle = 1;
+        else if (!strcmp(f, "--recycle") || !strcmp(f, "--no-recycle")) {
+            int want = f[2] == 'n' ? LAUNCH_RECYCLE_OFF : LAUNCH_RECYCLE_ON;
+            if (o->recycle != LAUNCH_RECYCLE_AUTO && o->recycle != want)
+                rc = pt_seterr("--recycle and --no-recycle together: give one (neither: in place where it pays)");
+            o->recycle = want;
+        }
         else if (!strcmp(f, "--hostfile")) { if (!v) rc = pt_seterr("--hostfile needs a file"); o->hostfile = v; i++; }
         else if (!strcmp(f, "--snapshot-dir")) { if (!v) rc = pt_seterr("--snapshot-dir needs a folder"); o->snapshot_dir = v; i++; }
         else if (!strcmp(f, "--timeout")) {
@@ -72,7 +81,7 @@ static int check_opts(const launch_opts *o, int sep, int argc, char **argv) {
     if (o->n_mpirun_args && !o->np)
         return pt_seterr("'%s' is not a launch flag, and without --np there is no mpirun to pass it to",
                          o->mpirun_args[0]);
-    if (o->recycle && !o->np) return pt_seterr("--recycle needs --np (an MPI job: rank threads die with their process)");
+    if (o->recycle == LAUNCH_RECYCLE_ON && !o->np) return pt_seterr("--recycle needs --np (an MPI job: rank threads die with their process)");
     if (o->hostfile && !o->np) return pt_seterr("--hostfile needs --np (an MPI job)");
     if (o->spares && !o->hostfile) return pt_seterr("--spares %d needs --hostfile (the spares are its last hosts)", o->spares);
     for (int i = 0; i < o->n_train_args; i++)

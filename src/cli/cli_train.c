@@ -35,6 +35,7 @@ typedef struct {
     const char *plan;            /* --plan plan.json: the layout from `pipetrain plan --out` */
     train_plan_hold plan_hold;   /* o.ro.schedule and o.ro.split under --plan */
     int keep;                    /* --keep (-1: not given) */
+    int async_window;            /* --async-window (-1: not given: the trainer's default) */
     const char *side_mem;        /* --side-mem as given */
     const char *mem_limit;       /* --mem-limit as given (N or schedule) */
     const char *wire;            /* --wire as given */
@@ -212,6 +213,10 @@ static int parse_args(train_args *a, int *argc, char **argv, const cli_opt *opts
     optim_given(a);
     for (int i = 0; i < a->n_kill_at; i++)
         if (pt_killat_add(a->kill_at[i]) < 0) return cli_fail("train");
+    if (a->async_window == 0 || a->async_window < -1)
+        return pt_seterr("--async-window must be >= 1 (steps a pass; 1: a flush every step), got %d",
+                         a->async_window), cli_fail("train");
+    o->async_window = a->async_window > 0 ? a->async_window : 0;
     if (keep_flag(a) < 0 || side_mem_flag(a) < 0 || wire_flag(a) < 0 ||
         cli_precision_apply(a->precision, stdout) < 0 || precision_wire(a) < 0 ||
         mem_limit_flag(a->mem_limit, o) < 0 ||
@@ -250,9 +255,9 @@ static int run_args(train_args *a, int *argc, char ***argv) {
 
 int cli_train(int argc, char **argv) {
     train_args a = {.o = {.steps = TRAIN_DEFAULT_STEPS, .seed = 1337, .oc = optim_config_default()}, .lr_min = NAN,
-                    .keep = -1, .beta1 = NAN, .beta2 = NAN, .momentum_decay = NAN};
+                    .keep = -1, .async_window = -1, .beta1 = NAN, .beta2 = NAN, .momentum_decay = NAN};
     train_opts *o = &a.o;
-    enum { N_TRAIN_OPTS = 58 };   /* the rows below: count them when adding one */
+    enum { N_TRAIN_OPTS = 59 };   /* the rows below: count them when adding one */
     const char *repeated_help = NULL;   /* --side-command / --side-task: taken out before cli_parse */
     cli_opt opts[N_TRAIN_OPTS + CLI_LAYOUT_N_OPTS] = {
         {"--config", OPT_STR, &o->config, "model config JSON (Hugging Face GPT-2 keys)"},
@@ -281,8 +286,13 @@ int cli_train(int argc, char **argv) {
                                                        "before its first backward (default 0: 1f1b's P-g; more hide link "
                                                        "latency, hold more activations; docs/async.md)"},
         {"--defer-tie", OPT_FLAG, &o->ro.defer_tie, "pipedream: the tied embedding's gradient summed over its two "
-                                                    "stages in the background, applied M updates later (the ends of "
+                                                    "stages in the background, applied P updates later (the ends of "
                                                     "the pipe stop waiting for each other; docs/async.md)"},
+        {"--async-window", OPT_INT, &a.async_window, "W: pipedream | 2bw: W steps a pass, one stream of W x M "
+                                                     "microbatches (the next step's forwards enter while this step's "
+                                                     "backwards return; every update and report still per step); "
+                                                     "default 4 (or the largest below that divides --steps and the "
+                                                     "eval/save/snapshot intervals), 1: a flush every step"},
         {"--grad-clip", OPT_DOUBLE, &o->oc.grad_clip, "max global gradient norm, 0 = off (default 1)"},
         {"--shuffle", OPT_LONG, &o->shuffle, "seed for a shuffled batch order (default 0: sequential)"},
         {"--seed", OPT_LONG, &o->seed, "init seed (default 1337)"},

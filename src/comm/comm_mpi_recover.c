@@ -12,11 +12,11 @@
  * buffers (this file's own copies) never freed. */
 #include "comm/comm_mpi_int.h"
 #include "util/pt.h"
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* The transport's state (comm_mpi_int.h), here so that comm_mpi.c depends on this file alone. */
 mp_engine eng = { .mu = PTHREAD_MUTEX_INITIALIZER };
@@ -34,8 +34,12 @@ int mp_broken_err(const comm *c, const char *what) {
     return pt_seterr("mpi: %s on rank %d: %s", what, c->world_rank, lost_why);
 }
 
+/* Tests rq and yields the core between tests (sched_yield: what Open MPI's own blocking wait does
+ * when the node is oversubscribed), so the collective progresses at every test as a blocking one
+ * would, and an interrupt (an atomic load per test) ends the wait. Naps (10 us growing to 200 us
+ * between tests) cost about 1 ms a step: each round of a collective's algorithm waited for the
+ * next test (bench/bench_recycle_cost.sh; docs/recovery.md "In place"). */
 int mp_coll_poll(comm *c, MPI_Request *rq, const char *what) {
-    double nap = 10e-6;
     for (;;) {
         int flag = 0;
         MPI_LOCK();
@@ -44,9 +48,7 @@ int mp_coll_poll(comm *c, MPI_Request *rq, const char *what) {
         if (e != MPI_SUCCESS) return pt_seterr("mpi: %s on rank %d of %d failed (code %d)", what, c->rank, c->size, e);
         if (flag) return 0;
         if (mp_broken(c)) return mp_broken_err(c, what);
-        struct timespec t = { 0, (long)(nap * 1e9) };
-        nanosleep(&t, NULL);
-        if (nap < 200e-6) nap *= 2;
+        sched_yield();
     }
 }
 

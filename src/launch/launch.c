@@ -25,6 +25,7 @@
                                  * and model init on a loaded machine), whatever --timeout */
 #define LAUNCH_END_GRACE_S 2.0 /* --recycle: an mpirun whose ranks all ended is ended this late */
 #define LAUNCH_FINISH_S 30.0    /* ... and one whose ranks beat the last step but do not end */
+#define LAUNCH_END_S 0.2        /* a restart's ending, priced (bench_recover: 0.12 to 0.2 s) */
 #define LAUNCH_GRACE_S 5.0      /* a launcher that does not end by itself this long after a rank
                                  * died is ended */
 
@@ -50,6 +51,11 @@ typedef struct {
     long retired[LAUNCH_MAX_RANKS];   /* pids dropped in place (dead, standing by): no failure */
     int n_retired;
     double all_done_at;         /* every rank going on at the last step and gone: when */
+    int recycle;                /* this attempt can go on in place (train --recycle, --enable-recovery) */
+    double start_s;             /* the last attempt's start to its first heartbeat advancing */
+    double attempt_t;           /* when the attempt (layout) started */
+    double beat0_t, beat_t;     /* the attempt's (layout's) first step seen and newest: when, */
+    long beat0_step;            /* ... and the first's step: seconds per step between them */
     launch_result res;
 } launch_state;
 
@@ -101,6 +107,13 @@ static int n_ranks(const launch_state *s) {
     return r > 0 && r <= LAUNCH_MAX_RANKS ? r : 1;
 }
 
+/* Whether the mpirun arguments name MCA parameter `name`. */
+static int mpirun_sets(const launch_opts *o, const char *name) {
+    for (int i = 0; i < o->n_mpirun_args; i++)
+        if (strstr(o->mpirun_args[i], name)) return 1;
+    return 0;
+}
+
 /* The attempt's full command line. */
 static void attempt_argv(launch_state *s, launch_argv *a) {
     const launch_opts *o = s->o;
@@ -108,7 +121,16 @@ static void attempt_argv(launch_state *s, launch_argv *a) {
     if (s->np) {
         launch_argv_push(a, o->mpirun);
         if (geteuid() == 0) launch_argv_push(a, "--allow-run-as-root");
-        if (o->recycle) launch_argv_push(a, "--enable-recovery");   /* the survivors of a dead rank live on */
+        if (s->recycle) {
+            launch_argv_push(a, "--enable-recovery");   /* the survivors of a dead rank live on */
+            if (!mpirun_sets(o, "odls_base_sigkill_timeout")) {
+                /* told to end, mpirun then waits 1 s per host for each rank's SIGTERM to work
+                 * before its SIGKILL (their ranks are dead already: launch killed them) */
+                launch_argv_push(a, "--mca");
+                launch_argv_push(a, "odls_base_sigkill_timeout");
+                launch_argv_push(a, "0");
+            }
+        }
         launch_argv_push(a, "--oversubscribe");
         launch_argv_push(a, "-np");
         snprintf(num, sizeof num, "%d", s->np);
@@ -121,7 +143,7 @@ static void attempt_argv(launch_state *s, launch_argv *a) {
     }
     launch_argv_push(a, o->self);
     launch_train_argv(a, o, s->restored > 0 ? s->resume : NULL, s->kill_upto, s->np ? s->dp : 0, s->snapdir);
-    if (o->recycle) launch_argv_push(a, "--recycle");
+    if (s->recycle) launch_argv_push(a, "--recycle");
 }
 
 static pid_t attempt_start(launch_state *s) {
@@ -214,15 +236,44 @@ static void check_recovered(launch_state *s) {
 static void log_failure(launch_state *s, launch_watch *w);
 static void end_attempt(launch_state *s, pid_t pid, const launch_watch *w);
 
+/* By default: whether going on with dp - 1 replicas costs less than a restart (said either way). */
+static int in_place_pays(const launch_state *s, const launch_watch *w, int dp) {
+    const char *t = getenv("PIPETRAIN_TEST_RESTART_S");   /* tests: a restart priced as given */
+    launch_recycle_cost c = { .steps_left = w->last > s->reached ? w->last - s->reached : 0, .D = dp, .D2 = dp - 1,
+                              .R = s->P * dp, .R2 = s->P * (dp - 1), .cores = (int)sysconf(_SC_NPROCESSORS_ONLN),
+                              .restart_s = t ? atof(t) : s->start_s + LAUNCH_END_S };
+    if (s->beat_t > s->beat0_t && s->reached > s->beat0_step)
+        c.step_s = (s->beat_t - s->beat0_t) / (double)(s->reached - s->beat0_step);
+    else if (s->beat_t > 0 && s->reached > s->restored)   /* one beat seen: with the start, more than a step */
+        c.step_s = (s->beat_t - s->attempt_t) / (double)(s->reached - s->restored);
+    char why[300];
+    int pays = launch_recycle_pays(&c, why, sizeof why);
+    say(s, "%s: %s", pays ? "going on in place pays" : "a restart instead of going on in place", why);
+    return pays;
+}
+
+/* A heartbeat advanced: the attempt's start cost (its first) and the step time. */
+static void note_beat(launch_state *s, double attempt_start) {
+    double now = wall_now();
+    if (!s->beat0_t) {
+        s->beat0_t = now;
+        s->beat0_step = s->reached;
+        s->attempt_t = attempt_start;
+        if (!s->live_np) s->start_s = now - attempt_start;
+    }
+    s->beat_t = now;
+}
+
 /* --recycle: rank d of a replicated job died: the decision (its number and d) to
  * <snapdir>/recycle, SIGUSR1 to every other rank (train's watcher breaks its endpoints), d's
  * replica's ranks retired (the dead one, and the others standing by), the ranks going on watched
  * under their new numbering. 1 when so; 0 when this failure needs a restart. */
 static int in_place(launch_state *s, launch_watch *w, int d) {
     int R = n_ranks(s), P = s->P, dp = s->live_np ? s->live_dp : s->dp;
-    if (!s->o->recycle || !s->np || s->pending || dp < 2 || R != P * dp) return 0;
+    if (!s->recycle || !s->np || s->pending || dp < 2 || R != P * dp) return 0;
     for (int r = 0; r < R; r++)
         if (w->pids[r] <= 0 || !w->local[r]) return 0;   /* a rank not yet started, or out of sight */
+    if (s->o->recycle == LAUNCH_RECYCLE_AUTO && !in_place_pays(s, w, dp)) return 0;
     char path[1200], tmp[1300];
     snprintf(path, sizeof path, "%s/recycle", s->snapdir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -234,7 +285,7 @@ static int in_place(launch_state *s, launch_watch *w, int d) {
     s->ended_s = 0;
     s->pending = s->n_decided;
     for (int r = 0; r < R; r++) {
-        if (r / P == d / P && s->n_retired < LAUNCH_MAX_RANKS) s->retired[s->n_retired++] = w->pids[r];
+        if (r / P == d / P && w->local[r] && s->n_retired < LAUNCH_MAX_RANKS) s->retired[s->n_retired++] = w->pids[r];
         if (r != d) kill((pid_t)w->pids[r], SIGUSR1);
     }
     snprintf(w->who, sizeof w->who, "rank %d", d);
@@ -270,6 +321,7 @@ static void in_place_answer(launch_state *s) {
     s->lost_steps = s->reached > step ? s->reached - step : 0;
     s->restored = s->reached = step;
     s->restart_at = wall_now();
+    s->beat0_t = s->beat_t = 0;   /* the layout left's own step time from here */
     snprintf(s->from, sizeof s->from, "snapshot, in place");
     say(s, "the ranks left went back to step %ld in place (%d replica%s), %.2f s after the failure was noticed", step,
         D2, D2 == 1 ? "" : "s", s->restart_at - s->noticed_at);
@@ -280,7 +332,7 @@ static void in_place_answer(launch_state *s) {
  * LAUNCH_END_GRACE_S, then ended (ranks that beat the last step but stay, held in MPI_Finalize by
  * a lost peer: LAUNCH_FINISH_S). 1 when the job is so over. */
 static int in_place_over(launch_state *s, launch_watch *w, int R, pid_t pid) {
-    if (!s->o->recycle || s->pending) return 0;
+    if (!s->recycle || s->pending) return 0;
     int alive = 0;
     for (int r = 0; r < R; r++) {
         if (w->pids[r] <= 0 || w->steps[r] < w->last) return 0;
@@ -308,12 +360,12 @@ static void watch(launch_state *s, pid_t pid, launch_watch *w) {
         int oldest_r;
         in_place_answer(s);
         read_beats(s, w, R, &newest, &oldest_r, &oldest_t);
-        if (s->reached > seen) { seen = s->reached; last_adv = wall_now(); }
+        if (s->reached > seen) { seen = s->reached; last_adv = wall_now(); note_beat(s, s->live_np ? s->restart_at : start); }
         check_recovered(s);
         if (r == pid) {
             w->status = st;
             w->ok = (WIFEXITED(st) && WEXITSTATUS(st) == 0) || in_place_over(s, w, R, 0);
-            if (s->o->recycle && !in_place_over(s, w, R, 0)) w->ok = 0;   /* mpirun --enable-recovery exits 0 anyway */
+            if (s->recycle && !in_place_over(s, w, R, 0)) w->ok = 0;   /* mpirun --enable-recovery exits 0 anyway */
             int d = s->np ? dead_rank(s, w, R) : -1;   /* threads: every rank is the one process */
             w->noticed = "exit";
             if (d >= 0) snprintf(w->who, sizeof w->who, "rank %d", d);
@@ -349,12 +401,38 @@ static void watch(launch_state *s, pid_t pid, launch_watch *w) {
     }
 }
 
+/* Whether process pid descends from ancestor (its parents read from /proc, up to 8 levels). */
+static int descends_from(long pid, long ancestor) {
+    for (int up = 0; up < 8 && pid > 1; up++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) return 0;
+        long ppid = 0;
+        int ok = fscanf(f, "%*d (%*[^)]) %*c %ld", &ppid) == 1;
+        fclose(f);
+        if (!ok) return 0;
+        if (ppid == ancestor) return 1;
+        pid = ppid;
+    }
+    return 0;
+}
+
+/* The ranks dropped in place that still stand by (in MPI_Finalize, this host; mpirun's own
+ * children or its daemons'): killed. Left alone, mpirun under --enable-recovery waits for them
+ * when told to end (1 to 4 s across namespace hosts). */
+static void kill_standby(const launch_state *s, pid_t launcher) {
+    for (int i = 0; i < s->n_retired; i++)
+        if (descends_from(s->retired[i], (long)launcher)) kill((pid_t)s->retired[i], SIGKILL);
+}
+
 /* Ends what is left of the attempt: the launcher by itself within the grace, else its group,
- * and every rank process this host knows of. */
+ * and every rank process this host knows of (those going on, and those dropped in place). */
 static void end_attempt(launch_state *s, pid_t pid, const launch_watch *w) {
     int R = n_ranks(s), st;
     for (int r = 0; r < R; r++)
         if (w->pids[r] > 0 && w->local[r] && w->pids[r] != pid) kill((pid_t)w->pids[r], SIGKILL);
+    kill_standby(s, pid);
     if (waitpid(pid, &st, WNOHANG) != 0) return;
     double t0 = wall_now();
     int sent_term = 0;
@@ -490,9 +568,23 @@ static int state_init(launch_state *s, const launch_opts *o) {
     return 0;
 }
 
+/* Whether this attempt can go on in place (s->recycle), said when it changes. */
+static void recycle_choose(launch_state *s) {
+    const launch_opts *o = s->o;
+    char why[200] = "--no-recycle";
+    int was = s->recycle;
+    s->recycle = o->recycle != LAUNCH_RECYCLE_OFF && launch_recycle_able(o, s->dp, why, sizeof why);
+    if (o->recycle == LAUNCH_RECYCLE_ON && !s->recycle && (s->dp >= 2 || !s->res.restarts))
+        s->recycle = 1;   /* asked for: train refuses what cannot work, saying why (after a shrink to one replica: off) */
+    if (s->recycle == was && s->res.restarts) return;
+    if (s->recycle) say(s, "in place: a replica that loses a rank is dropped and the others go on%s (--no-recycle: "
+                        "restart instead)", o->recycle == LAUNCH_RECYCLE_AUTO ? " where that costs less than a restart" : "");
+    else if (o->np) say(s, "no going on in place: %s", why);
+}
+
 /* A job that ended by itself, with no rank lost and no step made: it refused its flags. */
 static int refused(const launch_state *s, const launch_watch *w, long before) {
-    return !strcmp(w->noticed, "exit") && WIFEXITED(w->status) && (WEXITSTATUS(w->status) != 0 || s->o->recycle) &&
+    return !strcmp(w->noticed, "exit") && WIFEXITED(w->status) && (WEXITSTATUS(w->status) != 0 || s->recycle) &&
            strncmp(w->who, "rank", 4) && s->reached == before;
 }
 
@@ -505,7 +597,8 @@ int launch_run(const launch_opts *o, launch_result *res) {
         long before = s->reached;
         s->restart_at = wall_now();
         s->live_np = s->live_dp = s->n_decided = s->pending = s->n_retired = 0;   /* the whole layout again */
-        s->all_done_at = 0;
+        s->all_done_at = s->beat0_t = s->beat_t = 0;
+        recycle_choose(s);
         char rp[1200];
         snprintf(rp, sizeof rp, "%s/recycle", s->snapdir);
         unlink(rp);

@@ -25,10 +25,15 @@ typedef struct {
     char *const *train_args;    /* [n_train_args] "train" and its flags */
     int n_train_args;
     int quiet;                  /* 1: no "launch: ..." lines on stdout */
-    int recycle;                /* --recycle (MPI): a dead rank's replica is dropped in place and
-                                 * the other replicas go on without a restart (train --recycle under
-                                 * mpirun --enable-recovery; docs/recovery.md "In place") */
+    int recycle;                /* MPI with replicas: a dead rank's replica dropped in place, the
+                                 * other replicas going on without a restart (train --recycle under
+                                 * mpirun --enable-recovery; docs/recovery.md "In place"):
+                                 * LAUNCH_RECYCLE_AUTO (the default: where the flags allow, at each
+                                 * failure where it costs less than a restart), _ON (--recycle:
+                                 * always), _OFF (--no-recycle) */
 } launch_opts;
+
+enum { LAUNCH_RECYCLE_AUTO = 0, LAUNCH_RECYCLE_ON = 1, LAUNCH_RECYCLE_OFF = 2 };
 
 /* What a supervised run came to. */
 typedef struct {

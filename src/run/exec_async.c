@@ -168,16 +168,26 @@ int exec_async_update(run_exec *e, const optim_config *oc, int u, double lr, int
     return rc;
 }
 
+/* The rank's next STEP of an iteration that starts at step t: its update number (from the step
+ * alone, so a resumed run counts the same) and, into *step, the step it belongs to. With a
+ * window of e->win steps the iteration's STEPs are its steps' in order, per = STEPs a step:
+ * STEP k is update (t - 1) per + k, of step t + (k - 1) / per (its lr). */
+int exec_async_next(run_exec *e, int t, int *step) {
+    int per = e->n_step_acts / e->win, k = ++e->step_idx;
+    *step = t + (k - 1) / per;
+    return (t - 1) * per + k;
+}
+
 /* The update (exec_async_update), the older weights kept (2bw: in ver; else in e->live, for
  * the velocity), the update counted. */
 static int async_fix_step(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs) {
     int rc = 0;
     run_stage *st = &e->st[0];            /* asynchronous: one stage per rank */
     if (oc) {
-        rs->lr = optim_lr_at(oc, t);
-        int u = (t - 1) * e->n_step_acts + ++e->step_idx;
+        int step, u = exec_async_next(e, t, &step);
+        rs->lr = optim_lr_at(oc, step);
         exec_weights_get(e, st, e->c.s->weight_versions == 2 ? st->ver : e->live);
-        int warm = (oc->total_steps / 10 > 1 ? oc->total_steps / 10 : 1) * e->n_step_acts;
+        int warm = (oc->total_steps / 10 > 1 ? oc->total_steps / 10 : 1) * (e->n_step_acts / e->win);
         rc = exec_async_update(e, oc, u, rs->lr, warm);
         if (e->fix == ASYNC_FIX_PIPEMARE || e->fix == ASYNC_FIX_PREDICT)
             exec_weights_velocity(e, st, st->ver, e->live,

@@ -160,7 +160,10 @@ static int exec_forward(run_exec *e, run_stage *st, int mb, const int *tokens, c
         if (st->rebuild) memcpy(exec_kept(e, st, l, mb), act, exec_keep_n(e, st, l) * sizeof(float));
         x = y;
     }
-    if (st->next < 0 && !again) e->loss_sum += st->loss[mb];
+    if (st->next < 0 && !again) {
+        e->loss_sum += st->loss[mb];
+        e->win_loss[mb / (e->M / e->win)] += st->loss[mb];   /* the step mb belongs to */
+    }
     return 0;
 }
 

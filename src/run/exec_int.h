@@ -160,6 +160,8 @@ size_t exec_async_floats(const run_exec *e, const run_stage *st);
 /* Update u of every group, each stage's gradient clipped at --grad-clip / sqrt(P) (tied tensors:
  * the smallest factor of their holders); PipeMare's lr factor over `warm` updates. 0, or -1. */
 int exec_async_update(run_exec *e, const optim_config *oc, int u, double lr, int warm);
+/* The next STEP of an iteration starting at step t: its update number, its step into *step. */
+int exec_async_next(run_exec *e, int t, int *step);
 
 struct run_exec {
     run_exec_cfg c;
@@ -198,6 +200,8 @@ struct run_exec {
     int stepped;
     int async;                        /* weights update per microbatch, with weight stashing */
     int n_step_acts, step_idx;        /* async: STEPs per iteration, STEPs done in this one */
+    int win;                          /* async: steps per iteration (run_exec_cfg.window, >= 1) */
+    double win_loss[RUN_MAX_WINDOW];  /* win > 1: each step's loss sum on this rank */
     float *live;                      /* async: the current weights while stashed ones run */
     int fix;                          /* async_fix (optim/async_fix.h) */
     int stashing;                     /* async with a stash per microbatch (pipedream's rule) */

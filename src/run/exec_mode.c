@@ -103,9 +103,9 @@ static int async_reduce(run_exec *e, int i, sched_action a, run_stage *st, doubl
 static int async_step(run_exec *e, const optim_config *oc, int t, run_exec_stats *rs) {
     int rc = 0;
     if (oc) {
-        rs->lr = optim_lr_at(oc, t);
-        /* update number from the step alone, so a resumed run counts the same */
-        rc = exec_async_update(e, oc, (t - 1) * e->n_step_acts + ++e->step_idx, rs->lr, 1);
+        int step, u = exec_async_next(e, t, &step);   /* the update's number and its step */
+        rs->lr = optim_lr_at(oc, step);
+        rc = exec_async_update(e, oc, u, rs->lr, 1);
     }
     exec_zero_grads(e);
     return rc;

@@ -128,8 +128,8 @@ static int rankstate_apply(run_exec *e, const ckpt_state *s, const char *dir) {
     if (!e->outer) return 0;
     for (int i = 0; i < s->n; i++)
         if (!strcmp(s->it[i].name, "outer/snap") && s->pending && !s->it[i].found)
-            return pt_seterr("%s/state-%d.safetensors: field \"pending\" is 1 but tensor \"outer/snap\" is "
-                             "missing (damaged rank state)", dir, e->c.world_rank);
+            return pt_seterr("%s/state-%d.safetensors: tensor \"state/nums\" says a change is pending but "
+                             "tensor \"outer/snap\" is missing (damaged rank state)", dir, e->c.world_rank);
     return exec_outer_resume(e, s->pending);
 }
 

@@ -269,10 +269,13 @@ int exec_norm(run_exec *e) {
  * Every TP rank's head has the same loss: TP rank 0's counts. */
 int exec_reduce_world(run_exec *e, run_exec_stats *rs) {
     if (e->outer) return exec_outer_reduce_world(e, rs);
-    double v[2] = { e->sumsq, e->t == 0 ? e->loss_sum : 0 };
-    if (comm_allreduce_f64(e->c.world, v, 2) < 0) return pt_adderr("rank %d: loss/norm: ", e->c.world_rank);
+    double v[2 + RUN_MAX_WINDOW] = { e->sumsq, e->t == 0 ? e->loss_sum : 0 };
+    int n = e->win > 1 ? 2 + e->win : 2;   /* a window: each step's loss too */
+    for (int k = 0; k < e->win && n > 2; k++) v[2 + k] = e->t == 0 ? e->win_loss[k] : 0;
+    if (comm_allreduce_f64(e->c.world, v, (size_t)n) < 0) return pt_adderr("rank %d: loss/norm: ", e->c.world_rank);
     rs->grad_norm = sqrt(v[0]);
     rs->loss = (float)(v[1] / (e->M * e->c.lo->D));
+    for (int k = 0; k < e->win && n > 2; k++) rs->win_loss[k] = (float)(v[2 + k] * e->win / (e->M * e->c.lo->D));
     if (e->async) rs->clip_scale = 1;
     return 0;
 }

@@ -6,9 +6,12 @@
  * delayed links) per microbatch (docs/async.md, "Throughput under link delay").
  *
  * The rule: the holders' sum of microbatch k's tied gradient is posted after k's backward and
- * applied at update k + K (K = M, one step later: every holder has passed that step's end by
- * then, so the wait is free), the same sequence on every holder, so the copies stay equal; the
- * first K updates of a job apply none (the optimizer's step on a zero gradient: weight decay
+ * applied at update k + K, the same sequence on every holder, so the copies stay equal. K is
+ * the forwards the first stage admits before its first backward (P in the 1f1b order, max(P, D)
+ * with --async-depth D; exec_tie_lag_k): the smallest lag that never waits, since the last
+ * stage's update k + K follows microbatch k + K's forward, which the first stage sends after
+ * k's backward and its part of k. It does not grow with the step's microbatches or an
+ * --async-window (it was M before the window: one step). The first K updates of a job apply none (the optimizer's step on a zero gradient: weight decay
  * only). Clipping: the stage's norm at update u is its span's gradient of u plus the tied sum it
  * applies; the tied tensor's factor is, on every holder alike, the smallest over the holders of
  * what that stage's factor was for microbatch k (each member sends its span's sum of squares with
@@ -40,13 +43,25 @@ static float *lag_part(const exec_tie_lag *L, int s, int m) {
     return L->part + ((size_t)s * (size_t)L->H + (size_t)m) * L->width;
 }
 
+/* The forwards stage 0 runs before its first backward in its rank's list (the lag K). */
+static int exec_tie_lag_k(const sched *s) {
+    int r = s->stage_rank[0], n = 0;
+    for (int i = 0; i < s->len[r]; i++) {
+        sched_action a = s->acts[r][i];
+        if (a.stage != 0) continue;
+        if (a.kind == ACT_B || a.kind == ACT_BW) break;
+        n += a.kind == ACT_F;
+    }
+    return n > 0 ? n : 1;
+}
+
 int exec_tie_lag_init(run_exec *e) {
     if (!e->c.defer_tie) return 0;
     for (int k = 0; k < e->n_grp; k++) {
         exec_group *gr = &e->grp[k];
         if (!exec_tie_lag_shared(gr)) continue;
         exec_tie_lag *L = pt_calloc(1, sizeof *L);
-        L->K = e->M;
+        L->K = exec_tie_lag_k(e->c.s);
         L->H = gr->cm->size;
         L->me = gr->cm->rank;
         L->n = gr->n;

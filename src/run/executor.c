@@ -18,6 +18,7 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     e->M = cfg->s->n_mb;
     e->async = cfg->s->async;
     e->fix = cfg->async_fix;
+    e->win = cfg->window > 1 && e->async ? cfg->window : 1;
     e->stashing = e->async && !exec_async_mode(e);
     e->mode = exec_mode_of(e);   /* reads async and c.overlap, fixed for the job */
     e->K = cfg->s->seq_chunks;
@@ -121,6 +122,7 @@ int run_exec_iteration(run_exec *e, const int *tokens, const int *targets, const
     memset(st, 0, sizeof *st);
     e->tl.n = 0;
     e->loss_sum = 0;
+    memset(e->win_loss, 0, sizeof e->win_loss);
     e->sumsq = 0;
     e->stepped = 0;
     e->step_idx = 0;

@@ -79,7 +79,9 @@ typedef struct {
     size_t bucket;             /* floats per reduction bucket (0: RUN_BUCKET_DEFAULT) */
     int async_fix;             /* asynchronous schedules: the correction (optim/async_fix.h) */
     int defer_tie;             /* pipedream: a tied tensor's holders sum microbatch k's gradient in
-                                * the background and apply it at update k + M (run/exec_tie_lag.c) */
+                                * the background and apply it P updates later (run/exec_tie_lag.c) */
+    int window;                /* asynchronous: steps an iteration holds (run_opts.async_window;
+                                * 0 or 1: one); iteration t's k-th STEP is step t + (k-1)/(STEPs a step) */
     int wire;                  /* messages between stages in pt_wire format w (0: fp32 as
                                 * computed; bf16 or fp16: packed at the send, unpacked at the
                                 * receive, round to nearest even) */
@@ -123,10 +125,13 @@ typedef struct {
     double floats, seconds;
 } run_tp_stats;
 
+#define RUN_MAX_WINDOW 64   /* steps one iteration may hold (--async-window) */
+
 /* Iteration results on this rank: partial sums before the world reduction. */
 typedef struct {
     float loss;                /* mean loss over all positions (after the world reduction) */
     double grad_norm, clip_scale, lr;
+    float win_loss[RUN_MAX_WINDOW];   /* window > 1: each step's mean loss (after the reduction) */
 } run_exec_stats;
 
 /* Allocates the rank's state, fills its stages and tied copies from cfg->src, and splits the

@@ -58,10 +58,15 @@ typedef struct {
     int async_fix;              /* --async-fix (optim/async_fix.h; 0 none): asynchronous only */
     bool async_fix_default;     /* async_fix is the schedule's default (async_fix_default), not
                                  * given: the run's header says so */
-    bool defer_tie;             /* --defer-tie (pipedream): tied tensors' sums applied M updates
-                                 * later, in the background (run_exec_cfg.defer_tie) */
+    bool defer_tie;             /* --defer-tie (pipedream): tied tensors' sums applied K updates
+                                 * later (K: stage 0's admission), in the background (run_exec_cfg.defer_tie) */
     int async_depth;            /* --async-depth D (pipedream, 2bw): each stage admits max(P-g, D)
                                  * forwards before its first backward (sched_params; 0: P-g) */
+    int async_window;           /* --async-window W (generated pipedream, 2bw; 0 or 1: one step):
+                                 * an iteration runs W steps as one continuous stream of W x M
+                                 * microbatches (the schedule's; the plan's B is W x the given
+                                 * batch), each STEP still the update of its step (lr, index),
+                                 * the loss reported per step (run_stats.win_loss) */
     const char *transport;      /* threads mode: the in-process transport of the job's endpoints,
                                  * a name of the registry (comm_transport_find; NULL: threads) */
     /* Test hook (threads mode): world rank fail_rank dies after fail_after sends (0: never),
@@ -116,6 +121,7 @@ double run_plan_stage_factor(const run_plan *pl, int g, long t);
 /* Per-iteration results, equal on every rank. */
 typedef struct {
     float loss;             /* mean cross-entropy over all B*T positions */
+    float win_loss[RUN_MAX_WINDOW];   /* --async-window W > 1: each step's mean loss ([0, W)) */
     double grad_norm;       /* global L2 norm before clipping */
     double clip_scale, lr;  /* factor applied, learning rate used (0 without a step) */
     double iter_time;       /* seconds from the first rank's start to the last rank's end */

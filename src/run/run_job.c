@@ -75,7 +75,7 @@ static int job_exec_init(run_job *j, int r) {
                        .timeout = pl->o.timeout, .recompute = pl->o.recompute, .zero = pl->o.zero,
                        .tp_overlap = pl->o.tp_overlap, .tp_recompute = pl->o.tp_recompute, .tp_sp = pl->o.tp_sp,
                        .overlap = !pl->o.no_overlap, .bucket = pl->o.bucket, .wire = pl->o.wire,
-                       .async_fix = pl->o.async_fix, .defer_tie = pl->o.defer_tie, .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user,
+                       .async_fix = pl->o.async_fix, .defer_tie = pl->o.defer_tie, .window = pl->o.async_window, .on_wait = pl->o.on_wait, .wait_user = pl->o.wait_user,
                        .dp_sync = pl->o.dp_sync, .outer_lr = pl->o.outer_lr, .outer_momentum = pl->o.outer_momentum,
                        .balance_memory = pl->o.balance_memory };
     return run_exec_init(&j->ex[r], &c);
@@ -509,6 +509,7 @@ int run_job_iteration(run_job *j, const int *tokens, const int *targets, const o
     st->grad_norm = j->rst[0].grad_norm;
     st->clip_scale = oc ? j->rst[0].clip_scale : 1;
     st->lr = j->rst[0].lr;
+    memcpy(st->win_loss, j->rst[0].win_loss, sizeof st->win_loss);
     j->n_iters++;
     return 0;
 }

@@ -17,6 +17,11 @@
  * tail when it has none at all (torch.distributed.pipelining's notation: no REDUCE_GRAD, no STEP),
  * then checked runnable (a partial tail is an error naming the rank). */
 static sched *run_plan_read_file(const run_opts *o) {
+    if (o->async_window > 1) {
+        pt_seterr("--async-window %d: not with --schedule-file (the file's lists are one step; "
+                  "give --async-window 1 or generate the schedule)", o->async_window);
+        return NULL;
+    }
     sched *s = sched_read_csv(o->schedule_file, o->pipes);
     if (!s) return NULL;
     if (s->n_ranks != o->P) {
@@ -42,7 +47,8 @@ static sched *run_plan_schedule(const run_opts *o) {
     if (o->schedule_file) return run_plan_read_file(o);
     if (!o->schedule) { pt_seterr("--schedule NAME or --schedule-file S.csv is required"); return NULL; }
     if (o->M < 1) { pt_seterr("--microbatches must be >= 1 (got %d)", o->M); return NULL; }
-    sched_params p = { .ranks = o->P, .microbatches = o->M, .chunks = o->chunks,
+    int W = o->async_window > 1 ? o->async_window : 1;   /* --async-window: W steps a pass */
+    sched_params p = { .ranks = o->P, .microbatches = o->M * W, .chunks = o->chunks,
                        .seq_chunks = o->seq_chunks, .async_depth = o->async_depth,
                        .cost_f = 1, .cost_b = 1, .cost_w = 1 };
     const sched_generator *g = sched_generator_find(o->schedule);
@@ -51,8 +57,13 @@ static sched *run_plan_schedule(const run_opts *o) {
                   o->schedule);
         return NULL;
     }
+    if (W > 1 && (!g || !g->async)) {
+        pt_seterr("--async-window %d: only for the asynchronous schedules (pipedream, 2bw), not %s (a "
+                  "synchronous schedule flushes at every step; give --async-window 1 or leave it out)", W, o->schedule);
+        return NULL;
+    }
     sched *s = sched_generate(o->schedule, &p);
-    if (!s) pt_adderr("--schedule %s --stages %d --microbatches %d: ", o->schedule, o->P, o->M);
+    if (!s) pt_adderr("--schedule %s --stages %d --microbatches %d: ", o->schedule, o->P, p.microbatches);
     if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {
         sched_free(s);
         return NULL;
@@ -300,6 +311,9 @@ int run_plan_init(run_plan *pl, const run_opts *o, const gpt_config *cfg, int B,
         return pt_seterr("--stages %d x --dp %d x --tp %d is more than %d ranks", o->P, o->D, o->tp, RUN_MAX_RANKS);
     if (run_plan_check_tp(o, cfg) < 0 || run_plan_check_tp_modes(o) < 0) return -1;
     if (o->chunks < 0) return pt_seterr("--chunks must be >= 0 (got %d)", o->chunks);
+    if (o->async_window < 0 || o->async_window > RUN_MAX_WINDOW)
+        return pt_seterr("--async-window must be in 0..%d (steps per pass; got %d)", RUN_MAX_WINDOW, o->async_window);
+    if (o->async_window > 1) B *= o->async_window;   /* the pass's rows: W steps' batches */
     sched *s = run_plan_schedule(o);
     if (!s) return -1;
     if (!s->lowered) {
@@ -332,7 +346,8 @@ void run_plan_free(run_plan *pl) {
 int run_plan_resplit(run_plan *out, const run_plan *pl, const gpt_config *cfg, const int *split, int n) {
     run_opts o = pl->o;
     o.split = split, o.n_split = n;
-    if (run_plan_init(out, &o, cfg, pl->B, pl->T) < 0) return pt_adderr("re-split: ");
+    int W = o.async_window > 1 ? o.async_window : 1;
+    if (run_plan_init(out, &o, cfg, pl->B / W, pl->T) < 0) return pt_adderr("re-split: ");
     if (pl->n_faults) {
         out->faults = pt_malloc(sizeof *out->faults * (size_t)pl->n_faults);
         memcpy(out->faults, pl->faults, sizeof *out->faults * (size_t)pl->n_faults);

@@ -26,6 +26,7 @@ typedef struct {
     size_t act_bytes;   /* activation storage of the busiest rank, bytes; 0: not measured */
     char schedule[32];  /* pipelined: the schedule that ran the step ("" elsewhere) */
     char split[64];     /* pipelined: transformer blocks per chunk, "2,2" ("" elsewhere) */
+    float win_loss[RUN_MAX_WINDOW];   /* --async-window W > 1: each step's loss of the pass */
 } train_step_stats;
 
 typedef struct train_engine train_engine;

@@ -67,6 +67,7 @@ static int pipe_step(train_engine *e, const int *tokens, const int *targets,
     st->opt = (train_stats){ .loss = rs.loss, .grad_norm = rs.grad_norm, .lr = rs.lr,
                              .clip_scale = rs.clip_scale };
     st->iter_time = rs.iter_time;
+    memcpy(st->win_loss, rs.win_loss, sizeof st->win_loss);
     st->bubble = rs.bubble;
     st->act_bytes = run_job_act_bytes(p->job);
     snprintf(st->schedule, sizeof st->schedule, "%s", run_job_schedule(p->job)->name);

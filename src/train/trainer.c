@@ -105,12 +105,13 @@ static int setup_run(train_ctx *t) {
     if (tok_data_open(&t->d, o->data, o->tokenizer, t->m.cfg.vocab_size) < 0 ||
         data_check_batch(t->d, o->batch, o->seq) < 0)
         return -1;
+    if (train_window_choose(t) < 0) return -1;   /* before the engine: its plan holds the window */
     if (train_report_paths(t) < 0 || train_side_setup(t) < 0 || start_engine(t) < 0) return -1;
     t->root = t->e->root;
     if (train_memlimit_apply(t) < 0) return -1;   /* --mem-limit SIZE */
     train_side_start(t);
     if (open_outputs(t) < 0) return -1;
-    size_t n = (size_t)o->batch * o->seq;
+    size_t n = (size_t)o->batch * o->seq * (size_t)train_window_steps(t);   /* a pass's rows */
     t->inp = pt_malloc(n * sizeof *t->inp);
     t->tgt = pt_malloc(n * sizeof *t->tgt);
     return 0;
@@ -152,7 +153,7 @@ int train_add_hook(train_ctx *t, train_hook_slot slot, train_hook_fn fn, void *u
 }
 
 /* Every hook of every slot, in order; the first failure stops them. */
-static int call_hooks(train_ctx *t, long step, const train_step_stats *st) {
+int train_call_hooks(train_ctx *t, long step, const train_step_stats *st) {
     for (int s = 0; s < TRAIN_HOOK_SLOTS; s++)
         for (int i = 0; i < t->n_hooks[s]; i++)
             if (t->hooks[s][i].fn(t, step, st, t->hooks[s][i].user) < 0) return -1;
@@ -160,7 +161,7 @@ static int call_hooks(train_ctx *t, long step, const train_step_stats *st) {
 }
 
 /* A diverged step is an error, not a run that goes on computing NaN. */
-static int check_loss(float loss, long step) {
+int train_check_loss(float loss, long step) {
     if (isfinite(loss)) return 0;
     return pt_seterr("step %ld: the loss is %f: training diverged (lower --lr, keep --grad-clip, or "
                      "check the data and weights)", step, loss);
@@ -179,6 +180,7 @@ static void print_header(const train_ctx *t) {
         char line[256];
         printf("asynchronous: %s (docs/async.md)\n", async_fix_describe(line, sizeof line, (async_fix)pl->o.async_fix,
                                                                      pl->o.async_fix_default, &t->o.oc));
+        if (t->win_note[0]) printf("asynchronous window: %s\n", t->win_note);
     }
 }
 
@@ -193,8 +195,8 @@ static int run_step(train_ctx *t, long step) {
     if (train_engine_step(t->e, t->inp, t->tgt, &o->oc, step, &st) < 0)
         return pt_adderr("step %ld: ", step);
     st.step_time = pt_now() - t0;
-    if (check_loss(st.opt.loss, step) < 0) return -1;
-    return call_hooks(t, step, &st);
+    if (train_check_loss(st.opt.loss, step) < 0) return -1;
+    return train_call_hooks(t, step, &st);
 }
 
 int train_run(train_ctx *t) {
@@ -207,8 +209,9 @@ int train_run(train_ctx *t) {
     print_header(t);
     train_report_start(t);
     t->t_start = pt_now();
-    for (long step = t->step0 + 1; step <= o->steps; step++)
-        if (run_step(t, step) < 0) {
+    int W = train_window_steps(t);   /* --async-window: W steps a pass (it divides every boundary) */
+    for (long step = t->step0 + 1; step <= o->steps; step += W)
+        if ((W > 1 ? train_window_pass(t, step) : run_step(t, step)) < 0) {
             train_report_error(t, step);
             return -1;
         }
@@ -224,6 +227,7 @@ void train_free(train_ctx *t) {
     train_side_free(t);              /* first: side processes die now */
     train_recover_free(t);
     train_adapt_free(t);
+    train_window_free(t);
     train_engine_free(t->e);
     if (t->metrics) fclose(t->metrics);
     free(t->inp);

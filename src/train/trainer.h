@@ -81,6 +81,8 @@ typedef struct {
                              * with it every rank also beats a heartbeat there each step */
     int snapshot_peer_every;    /* --snapshot-peer-every N: every N-th snapshot also copied to a
                              * rank on another host, where no replica there holds it (0, 1: each) */
+    int async_window;       /* --async-window W: steps a pass of pipedream or 2bw (trainer_window.c;
+                             * 0: the default, 4 or the largest below that divides the boundaries) */
     bool recycle;           /* --recycle: a lost rank's replica is dropped in place, the other
                              * replicas go on (trainer_recycle.c; MPI under --enable-recovery) */
 } train_opts;

@@ -62,7 +62,24 @@ struct train_ctx {
     adapt_state *adapt;     /* --adapt's state (adapt/adapt.h, through trainer_adapt.c), or NULL */
     int wire_state;         /* --adapt-wire: the wire format in force (trainer_wire.c) */
     struct train_recover *recover;  /* snapshots and heartbeats (trainer_recover.c), or NULL */
+    struct train_window *win;       /* --async-window W > 1 (trainer_window.c), or NULL */
+    char win_note[160];     /* asynchronous: the window chosen and why (printed with the header) */
 };
+
+/* The loop's pieces a pass of several steps reuses (trainer.c): a diverged loss is an error;
+ * every hook of every slot for one step. 0, or -1. */
+int train_check_loss(float loss, long step);
+int train_call_hooks(train_ctx *t, long step, const train_step_stats *st);
+
+/* The asynchronous window (trainer_window.c). choose: after the model (step0), before the
+ * engine: W from o.async_window (0: the default) and the boundaries a pass must not cross, into
+ * o.ro.async_window; -1 on a window that is out of range, given to a synchronous schedule, or
+ * does not divide a boundary. steps: W (1 without). pass: steps first..first + W - 1 as one
+ * engine iteration, each reported on its own. free: its buffers. */
+int train_window_choose(train_ctx *t);
+int train_window_steps(const train_ctx *t);
+int train_window_pass(train_ctx *t, long first);
+void train_window_free(train_ctx *t);
 
 /* For hooks before LOG: adds "key":value to this step's metrics line (trainer_hooks.c). */
 void train_metric(train_ctx *t, const char *key, double value);

@@ -19,30 +19,29 @@
  * those may be damaged; three leave a step every rank has in both cases. */
 #define SNAP_KEEP 3
 
+enum { TAKE_NONE, TAKE_SPLIT, TAKE_OVERLAP };   /* the worker's mode (below) */
+
 struct train_recover {
     ckpt_snap **snap;       /* [n] one per local rank */
     run_exec **ex;          /* [n] pipelined: the local ranks' executors; NULL: one process */
     int n;
     double step_s;          /* seconds of the steps run (the overhead's denominator) */
-    /* a helper takes the copies of local ranks [half, n) at a boundary while the trainer's
-     * thread takes [0, half): at a step boundary every rank thread is idle, so with a second
-     * core the copies cost half the wall time (started when n > 1 and there are 2+ cores) */
-    pthread_t help;
-    int has_help, half, help_go, help_done, help_stop, help_rc;
-    train_ctx *help_t;
-    const ckpt_manifest *help_man;
-    char help_err[512];
+    /* One worker thread takes snapshots off the trainer's thread, in a mode fixed at init:
+     * TAKE_SPLIT: at a step boundary, local ranks [half, n) while the trainer's thread takes
+     *   [0, half) (every rank thread is idle there: with a second core half the wall time);
+     * TAKE_OVERLAP (pipelined synchronous jobs without --adapt): every local rank's take of step S
+     *   during step S + 1, each rank's STEP of S + 1 waiting for its own (the executor's step
+     *   gate), so no update can change what is being copied.
+     * Posted ranks [first, n); done[r] once rank r's is whole; busy until all are. */
+    pthread_t wk;
+    int mode, half;
+    int go, busy, stop, first, wk_rc;
+    int *done;              /* [n] */
+    ckpt_manifest man;
+    train_ctx *wt;
+    char err[512];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    /* Overlapped takes (pipelined synchronous jobs without --adapt): the takes of step S run on
-     * a thread of their own during step S + 1, and each local rank's STEP of S + 1 waits for its
-     * own (the executor's step gate), so no update can change what is being copied */
-    pthread_t bg;
-    int has_bg, bg_go, bg_busy, bg_stop, bg_rc;
-    int *bg_done;           /* [n] local rank r's take of the posted step is whole */
-    ckpt_manifest bg_man;
-    train_ctx *bg_t;
-    char bg_err[512];
     long gate_waits;        /* STEPs that found their rank's take still running, and how long */
     double gate_wait_s;
 };
@@ -171,112 +170,87 @@ static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
     return rcode;
 }
 
-static void *help_main(void *arg) {
+/* The worker: each posted set of takes, rank by rank (after a failure the rest are marked done
+ * untaken; the first error is kept for worker_wait and the gate). */
+static void *worker_main(void *arg) {
     struct train_recover *rc = arg;
     pthread_mutex_lock(&rc->mu);
     for (;;) {
-        while (!rc->help_go && !rc->help_stop) pthread_cond_wait(&rc->cv, &rc->mu);
-        if (rc->help_stop) break;
-        rc->help_go = 0;
-        pthread_mutex_unlock(&rc->mu);
-        int rcode = 0;
-        for (int r = rc->half; r < rc->n && rcode == 0; r++) rcode = snap_take(rc->help_t, r, rc->help_man);
-        pthread_mutex_lock(&rc->mu);
-        rc->help_rc = rcode;
-        if (rcode < 0) snprintf(rc->help_err, sizeof rc->help_err, "%s", pt_err());
-        rc->help_done = 1;
-        pthread_cond_broadcast(&rc->cv);
-    }
-    pthread_mutex_unlock(&rc->mu);
-    return NULL;
-}
-
-/* Every local rank's snapshot taken as generation man->step: half of them by the helper. */
-static int take_all(train_ctx *t, const ckpt_manifest *man) {
-    struct train_recover *rc = t->recover;
-    int rcode = 0, half = rc->has_help ? rc->half : rc->n;
-    if (rc->has_help) {
-        pthread_mutex_lock(&rc->mu);
-        rc->help_t = t;
-        rc->help_man = man;
-        rc->help_done = 0;
-        rc->help_go = 1;
-        pthread_cond_broadcast(&rc->cv);
-        pthread_mutex_unlock(&rc->mu);
-    }
-    for (int r = 0; r < half && rcode == 0; r++) rcode = snap_take(t, r, man);
-    if (!rc->has_help) return rcode;
-    pthread_mutex_lock(&rc->mu);
-    while (!rc->help_done) pthread_cond_wait(&rc->cv, &rc->mu);
-    if (rcode == 0 && rc->help_rc < 0) rcode = pt_seterr("%s", rc->help_err);
-    pthread_mutex_unlock(&rc->mu);
-    return rcode;
-}
-
-static void *bg_main(void *arg) {
-    struct train_recover *rc = arg;
-    pthread_mutex_lock(&rc->mu);
-    for (;;) {
-        while (!rc->bg_go && !rc->bg_stop) pthread_cond_wait(&rc->cv, &rc->mu);
-        if (rc->bg_stop) break;
-        rc->bg_go = 0;
-        for (int r = 0; r < rc->n; r++) {
-            int failed = rc->bg_rc < 0;   /* read under the lock */
+        while (!rc->go && !rc->stop) pthread_cond_wait(&rc->cv, &rc->mu);
+        if (rc->stop) break;
+        rc->go = 0;
+        for (int r = rc->first; r < rc->n; r++) {
+            int failed = rc->wk_rc < 0;   /* read under the lock */
             pthread_mutex_unlock(&rc->mu);
-            int rcode = failed ? -1 : snap_take(rc->bg_t, r, &rc->bg_man);
+            int rcode = failed ? -1 : snap_take(rc->wt, r, &rc->man);
             pthread_mutex_lock(&rc->mu);
-            if (rcode < 0 && rc->bg_rc == 0) {
-                rc->bg_rc = -1;
-                snprintf(rc->bg_err, sizeof rc->bg_err, "%s", pt_err());
+            if (rcode < 0 && rc->wk_rc == 0) {
+                rc->wk_rc = -1;
+                snprintf(rc->err, sizeof rc->err, "%s", pt_err());
             }
-            rc->bg_done[r] = 1;
+            rc->done[r] = 1;
             pthread_cond_broadcast(&rc->cv);
         }
-        rc->bg_busy = 0;
+        rc->busy = 0;
         pthread_cond_broadcast(&rc->cv);
     }
     pthread_mutex_unlock(&rc->mu);
     return NULL;
+}
+
+/* Local ranks [first, n)'s takes of generation man->step handed to the worker (idle: waited). */
+static void worker_post(train_ctx *t, const ckpt_manifest *man, int first) {
+    struct train_recover *rc = t->recover;
+    pthread_mutex_lock(&rc->mu);
+    rc->man = *man;
+    rc->wt = t;
+    rc->first = first;
+    for (int r = first; r < rc->n; r++) rc->done[r] = 0;
+    rc->busy = rc->go = 1;
+    pthread_cond_broadcast(&rc->cv);
+    pthread_mutex_unlock(&rc->mu);
 }
 
 /* Waits until the posted takes are whole; their error, if one failed (reported once). */
-static int bg_wait(struct train_recover *rc) {
-    if (!rc->has_bg) return 0;
+static int worker_wait(struct train_recover *rc) {
+    if (rc->mode == TAKE_NONE) return 0;
     pthread_mutex_lock(&rc->mu);
-    while (rc->bg_busy) pthread_cond_wait(&rc->cv, &rc->mu);
-    int rcode = rc->bg_rc;
-    rc->bg_rc = 0;
+    while (rc->busy) pthread_cond_wait(&rc->cv, &rc->mu);
+    int rcode = rc->wk_rc;
+    rc->wk_rc = 0;
     pthread_mutex_unlock(&rc->mu);
-    return rcode < 0 ? pt_seterr("%s", rc->bg_err) : 0;
+    return rcode < 0 ? pt_seterr("%s", rc->err) : 0;
 }
 
-/* The executors' step gate: local rank `world_rank`'s STEP waits for its posted take. */
-static int bg_gate(void *user, int world_rank) {
+/* Every local rank's snapshot taken as generation man->step, now: TAKE_SPLIT's upper half by the
+ * worker. The trainer thread's own error first. */
+static int take_all(train_ctx *t, const ckpt_manifest *man) {
+    struct train_recover *rc = t->recover;
+    int split = rc->mode == TAKE_SPLIT, rcode = 0, half = split ? rc->half : rc->n;
+    if (split) worker_post(t, man, half);
+    for (int r = 0; r < half && rcode == 0; r++) rcode = snap_take(t, r, man);
+    if (!split) return rcode;
+    char own[512];
+    snprintf(own, sizeof own, "%s", rcode < 0 ? pt_err() : "");
+    int wr = worker_wait(rc);
+    return rcode < 0 ? pt_seterr("%s", own) : wr;
+}
+
+/* The executors' step gate (TAKE_OVERLAP): local rank `world_rank`'s STEP waits for its posted take. */
+static int take_gate(void *user, int world_rank) {
     struct train_recover *rc = user;
     int r = 0;
     while (r < rc->n && run_exec_world_rank(rc->ex[r]) != world_rank) r++;
     pthread_mutex_lock(&rc->mu);
-    if (rc->bg_busy && r < rc->n && !rc->bg_done[r]) {
+    if (rc->busy && r < rc->n && !rc->done[r]) {
         double t0 = pt_now();
-        while (rc->bg_busy && !rc->bg_done[r]) pthread_cond_wait(&rc->cv, &rc->mu);
+        while (rc->busy && !rc->done[r]) pthread_cond_wait(&rc->cv, &rc->mu);
         rc->gate_waits++;
         rc->gate_wait_s += pt_now() - t0;
     }
-    int rcode = rc->bg_rc;
+    int rcode = rc->wk_rc;
     pthread_mutex_unlock(&rc->mu);
-    return rcode < 0 ? pt_seterr("snapshot: %s", rc->bg_err) : 0;
-}
-
-/* The takes of generation man->step handed to the thread (the previous ones are whole). */
-static void bg_post(train_ctx *t, const ckpt_manifest *man) {
-    struct train_recover *rc = t->recover;
-    pthread_mutex_lock(&rc->mu);
-    rc->bg_man = *man;
-    rc->bg_t = t;
-    for (int r = 0; r < rc->n; r++) rc->bg_done[r] = 0;
-    rc->bg_busy = rc->bg_go = 1;
-    pthread_cond_broadcast(&rc->cv);
-    pthread_mutex_unlock(&rc->mu);
+    return rcode < 0 ? pt_seterr("snapshot: %s", rc->err) : 0;
 }
 
 int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, void *user) {
@@ -290,8 +264,8 @@ int train_hook_snapshot(train_ctx *t, long step, const train_step_stats *st, voi
          * beats it) before every rank has started it, past its take of S. So no barrier here:
          * a heartbeat of S + 1 says every rank's generation of S is written, whatever the load
          * (tests/test_recover_mpi.sh, slow writers) */
-        if (snap_manifest(t, step, &man) < 0 || bg_wait(rc) < 0) return -1;
-        if (rc->has_bg && step != o->steps) bg_post(t, &man);   /* whole before this rank's next STEP */
+        if (snap_manifest(t, step, &man) < 0 || worker_wait(rc) < 0) return -1;
+        if (rc->mode == TAKE_OVERLAP && step != o->steps) worker_post(t, &man, 0);   /* whole before each rank's next STEP */
         else if (take_all(t, &man) < 0) return -1;
     }
     /* without the thread, after the take: a heartbeat of step S says this rank's generation of S
@@ -341,18 +315,20 @@ static int peer_setup(train_ctx *t, struct train_recover *rc) {
     return rcode;
 }
 
-/* The overlapped takes' thread and every local executor's gate; -1 (none set) where a rank's
- * schedule is asynchronous (an update per microbatch: the take stays at the boundary). */
-static int bg_start(struct train_recover *rc) {
-    for (int r = 0; r < rc->n; r++)
-        if (run_exec_set_step_gate(rc->ex[r], bg_gate, rc) < 0) {
+/* The worker in `mode`; TAKE_OVERLAP sets every local executor's gate first. -1 (mode
+ * TAKE_NONE, no gate set) where a rank's schedule is asynchronous (an update per microbatch: its
+ * take stays at the boundary) or the thread cannot start. */
+static int worker_start(struct train_recover *rc, int mode) {
+    for (int r = 0; mode == TAKE_OVERLAP && r < rc->n; r++)
+        if (run_exec_set_step_gate(rc->ex[r], take_gate, rc) < 0) {
             while (r-- > 0) run_exec_set_step_gate(rc->ex[r], NULL, NULL);
             return -1;
         }
-    rc->bg_done = pt_calloc((size_t)rc->n, sizeof *rc->bg_done);
-    rc->has_bg = pthread_create(&rc->bg, NULL, bg_main, rc) == 0;
-    if (rc->has_bg) return 0;
-    for (int r = 0; r < rc->n; r++) run_exec_set_step_gate(rc->ex[r], NULL, NULL);
+    rc->done = pt_calloc((size_t)rc->n, sizeof *rc->done);
+    rc->mode = mode;
+    if (pthread_create(&rc->wk, NULL, worker_main, rc) == 0) return 0;
+    rc->mode = TAKE_NONE;
+    for (int r = 0; mode == TAKE_OVERLAP && r < rc->n; r++) run_exec_set_step_gate(rc->ex[r], NULL, NULL);
     return -1;
 }
 
@@ -376,11 +352,11 @@ int train_recover_init(train_ctx *t) {
         if (j) rc->ex[r] = run_job_local_exec(j, r);
         if (ckpt_snap_open(&rc->snap[r], o->snapshot_dir, j ? run_exec_world_rank(rc->ex[r]) : 0, SNAP_KEEP) < 0) return -1;
     }
-    if (o->snapshot_every && j && !o->adapt && bg_start(rc) == 0) {
-        /* overlapped: the takes leave the step boundary (no helper needed) */
+    if (o->snapshot_every && j && !o->adapt && worker_start(rc, TAKE_OVERLAP) == 0) {
+        /* overlapped: the takes leave the step boundary */
     } else if (o->snapshot_every && rc->n > 1 && sysconf(_SC_NPROCESSORS_ONLN) > 1) {
         rc->half = (rc->n + 1) / 2;
-        rc->has_help = pthread_create(&rc->help, NULL, help_main, rc) == 0;
+        worker_start(rc, TAKE_SPLIT);
     }
     return o->snapshot_every ? peer_setup(t, rc) : 0;
 }
@@ -388,7 +364,7 @@ int train_recover_init(train_ctx *t) {
 void train_recover_end(train_ctx *t) {
     struct train_recover *rc = t->recover;
     if (!rc || !t->o.snapshot_every) return;
-    if (bg_wait(rc) < 0) fprintf(stderr, "warning: snapshot: %s\n", pt_err());
+    if (worker_wait(rc) < 0) fprintf(stderr, "warning: snapshot: %s\n", pt_err());
     ckpt_snap_stats s;
     ckpt_snap_get_stats(rc->snap[0], &s);
     if (t->root)
@@ -401,7 +377,7 @@ void train_recover_end(train_ctx *t) {
                rc->step_s > 0 ? (s.copy_s + s.wait_s) / rc->step_s * 100 : 0,
                s.written ? s.write_s / (double)s.written * 1e3 : 0,
                s.written ? s.write_cpu_s / (double)s.written * 1e3 : 0);
-    if (t->root && rc->has_bg)
+    if (t->root && rc->mode == TAKE_OVERLAP)
         printf("snapshot takes overlapped with the next step (a thread of their own; each STEP waits for its "
                "rank's): %ld of %ld STEPs waited, %.2f ms in all\n", rc->gate_waits, s.taken * rc->n,
                rc->gate_wait_s * 1e3);
@@ -422,23 +398,16 @@ void train_recover_end(train_ctx *t) {
 void train_recover_free(train_ctx *t) {
     struct train_recover *rc = t->recover;
     if (!rc) return;
-    if (rc->has_bg) {   /* a take still running reads the executors: let it end first */
-        bg_wait(rc);
-        for (int r = 0; r < rc->n; r++) run_exec_set_step_gate(rc->ex[r], NULL, NULL);
+    if (rc->mode != TAKE_NONE) {   /* a take still running reads the executors: let it end first */
+        worker_wait(rc);
+        for (int r = 0; rc->mode == TAKE_OVERLAP && r < rc->n; r++) run_exec_set_step_gate(rc->ex[r], NULL, NULL);
         pthread_mutex_lock(&rc->mu);
-        rc->bg_stop = 1;
+        rc->stop = 1;
         pthread_cond_broadcast(&rc->cv);
         pthread_mutex_unlock(&rc->mu);
-        pthread_join(rc->bg, NULL);
+        pthread_join(rc->wk, NULL);
     }
-    free(rc->bg_done);
-    if (rc->has_help) {
-        pthread_mutex_lock(&rc->mu);
-        rc->help_stop = 1;
-        pthread_cond_broadcast(&rc->cv);
-        pthread_mutex_unlock(&rc->mu);
-        pthread_join(rc->help, NULL);
-    }
+    free(rc->done);
     pthread_mutex_destroy(&rc->mu);
     pthread_cond_destroy(&rc->cv);
     for (int r = 0; r < rc->n; r++)

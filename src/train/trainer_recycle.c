@@ -6,7 +6,8 @@
  * other replicas' ranks make a new world of themselves (comm_mpi_survivors), its rank 0 restores
  * the newest step every chunk is in a snapshot of (a stage that stepped in the failed step goes
  * back), and the same processes start the job again from it with D' replicas, each running
- * D/D' times the microbatches (the same global batch and microbatch size). The ranks of a lost
+ * D/D' times the microbatches (the same global batch and microbatch size), a 1f1b pipeline as
+ * zb-h1 (the longer pipeline's weight-gradient passes fill its bubbles). The ranks of a lost
  * replica stand by (they leave the job and end with it). */
 #include "train/trainer.h"
 #include "ckpt/snapshot.h"
@@ -154,14 +155,18 @@ int train_recycle_next(train_opts *o, int *standby) {
     if (comm_allreduce_f64(nw, &step, 1) < 0) return -1;
     if (step <= 0) return pt_adderr("--recycle: rank 0 of the survivors could not restore: ");
     if (o->ro.M > 0 && (o->ro.M * D) % D2 == 0) o->ro.M = o->ro.M * D / D2;   /* the lost replicas' microbatches */
+    /* into the bubbles: a 1f1b pipeline's weight-gradient passes deferred into its idle slots
+     * (zb-h1: the same peak of activations, the same sums in the same order) */
+    if (o->ro.schedule && !strcmp(o->ro.schedule, "1f1b") && o->ro.P > 1) o->ro.schedule = "zb-h1";
     o->ro.D = D2;
     o->world = nw;
     o->resume = restore_dir;
     o->init = NULL;
     pt_killat_renumber(keep, nk);   /* --kill-at named the old world's ranks */
     if (nw->rank == 0) {
-        printf("recycle: rank %d lost; going on in place with %d stages x %d replicas (%d microbatches each) "
-               "from step %ld (%.2f s to agree and restore)\n", first, o->ro.P, D2, o->ro.M, (long)step, pt_now() - t0);
+        printf("recycle: rank %d lost; going on in place with %d stages x %d replicas (%d microbatches each, %s) "
+               "from step %ld (%.2f s to agree and restore)\n", first, o->ro.P, D2, o->ro.M,
+               o->ro.schedule ? o->ro.schedule : "its schedule file", (long)step, pt_now() - t0);
         fflush(stdout);
     }
     return 1;
