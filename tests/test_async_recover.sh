@@ -23,7 +23,7 @@ rec() {
   for k in $kills; do ka+=(--kill-at "$k"); done
   rm -rf "$SNAP-$name"
   timeout 120 "$P" train $base "$@" --metrics "$D/$name-ref.jsonl" > "$D/$name-ref.out" 2>&1
-  timeout 180 "$P" launch --snapshot-dir "$SNAP-$name" -- train $base "$@" --snapshot-every 1 "${ka[@]}" \
+  timeout 180 "$P" launch --snapshot-dir "$SNAP-$name" -- train $base "$@" --snapshot-every ${SE:-1} "${ka[@]}" \
     --metrics "$D/$name.jsonl" > "$D/$name.out" 2>&1
   local rc=$? n_rec
   n_rec=$(grep -c '"event":"recovered"' "$D/$name.events.jsonl" 2>/dev/null)
@@ -39,8 +39,7 @@ rec() {
 }
 
 rec dp-sync-4 "1@6 2@9" --stages 2 --dp 2 --microbatches 2 --dp-sync 4
-# --async-window 1 on both runs: snapshots every step need a pass per step (the reference's default
-# window would be 4 steps a pass: another order of the stream, other numbers)
-rec 2bw "1@5" --stages 2 --microbatches 4 --schedule 2bw --async-window 1
-rec pipemare "0@7:forward" --stages 2 --microbatches 4 --schedule pipedream --async-fix pipemare --async-window 1
+# the asynchronous runs two steps a pass (--async-window 2), a snapshot at each pass's end
+SE=2 rec 2bw "1@5" --stages 2 --microbatches 4 --schedule 2bw --async-window 2
+SE=2 rec pipemare "0@7:forward" --stages 2 --microbatches 4 --schedule pipedream --async-fix pipemare --async-window 2
 done_tests

@@ -24,14 +24,14 @@ same_files() {
   [ $n -gt 0 ]
 }
 
-# case NAME N K FLAGS...: the uninterrupted N-step run (saved at N) against a run saved every step,
-# resumed from step K to N
+# case NAME N K FLAGS...: the uninterrupted N-step run (saved at N) against a run saved every K
+# steps, resumed from step K to N
 case_resume() {
   local name=$1 n=$2 k=$3; shift 3
   local c="$D/$name"
   rm -rf "$c"; mkdir -p "$c"
   "$P" $base "$@" --steps $n --save "$c/full" --metrics "$c/full.jsonl" > "$c/full.out" 2>&1
-  "$P" $base "$@" --steps $n --save "$c/a" --save-every 1 --metrics "$c/a.jsonl" > "$c/a.out" 2>&1
+  "$P" $base "$@" --steps $n --save "$c/a" --save-every $k --metrics "$c/a.jsonl" > "$c/a.out" 2>&1
   "$P" $base "$@" --steps $n --resume "$c/a/ckpt-$k" --save "$c/b" --metrics "$c/b.jsonl" > "$c/b.out" 2>&1
   if [ -s "$c/full.jsonl" ] && [ "$(loss "$c/a.jsonl")" = "$(loss "$c/full.jsonl")" ] &&
      [ -s "$c/b.jsonl" ] && [ "$(loss "$c/b.jsonl")" = "$(tail_loss "$c/full.jsonl" $k)" ]; then
@@ -43,19 +43,20 @@ case_resume() {
     || fail "$name: final weights bitwise" "$(ls "$c/full/ckpt-$n" "$c/b/ckpt-$n" 2>&1 | tr '\n' ' ')"
 }
 
-# --async-window 1: every step a pass, as the run saved every step must be (a pass ends only at a
-# boundary; the default window would be 3 for the other two, another order, other numbers)
-async="--stages 2 --microbatches 4 --async-window 1"
-case_resume pipedream-nesterov 6 3 $async --schedule pipedream --async-fix nesterov
-case_resume pipedream-pipemare 6 3 $async --schedule pipedream --async-fix pipemare
-case_resume pipedream-predict 6 3 $async --schedule pipedream --async-fix predict
-case_resume 2bw 6 3 $async --schedule 2bw
+# the asynchronous runs two steps a pass (--async-window 2: the next step's forwards overlap this
+# step's backwards; a pass ends at the save), the same in the runs compared
+async="--stages 2 --microbatches 4 --async-window 2"
+case_resume pipedream-nesterov 8 4 $async --schedule pipedream --async-fix nesterov
+case_resume pipedream-pipemare 8 4 $async --schedule pipedream --async-fix pipemare
+case_resume pipedream-predict 8 4 $async --schedule pipedream --async-fix predict
+case_resume 2bw 8 4 $async --schedule 2bw
+case_resume 2bw-one-step-a-pass 6 3 --stages 2 --microbatches 4 --async-window 1 --schedule 2bw
 dps="--stages 2 --dp 2 --microbatches 2 --dp-sync 4"
 case_resume dp-sync-4-mid-cycle 10 3 $dps
 case_resume dp-sync-4-in-flight 10 4 $dps
 case_resume dp-sync-4-no-overlap 10 6 $dps --no-overlap
-[ -s "$D/2bw/a/ckpt-3/state-1.safetensors" ] && ok "2bw: each rank's state file in the checkpoint" \
-  || fail "2bw: state files" "$(ls "$D/2bw/a/ckpt-3")"
+[ -s "$D/2bw/a/ckpt-4/state-1.safetensors" ] && ok "2bw: each rank's state file in the checkpoint" \
+  || fail "2bw: state files" "$(ls "$D/2bw/a/ckpt-4")"
 
 # an older checkpoint: no state files, manifest version 3 without layout.states: it resumes with a
 # note, and the run then differs from the exact one (the state is what made it exact)
@@ -65,7 +66,7 @@ old_ckpt() {
   sed -i 's/"version":[[:space:]]*4/"version": 3/' "$2/manifest.json"
 }
 for c in 2bw dp-sync-4-in-flight; do
-  n=6; k=3; flags="$async --schedule 2bw"
+  n=8; k=4; flags="$async --schedule 2bw"
   [ $c = 2bw ] || { n=10; k=4; flags=$dps; }
   old_ckpt "$D/$c/a/ckpt-$k" "$D/$c/old"
   "$P" $base $flags --steps $n --resume "$D/$c/old" --metrics "$D/$c/old.jsonl" > "$D/$c/old.out" 2>&1
@@ -83,14 +84,14 @@ done
   || fail "dp-sync: another layout" "$(tail -2 "$D/lay.out")"
 
 # damaged state: a flipped byte, a truncated file
-cp -r "$D/2bw/a/ckpt-3" "$D/bad1"
+cp -r "$D/2bw/a/ckpt-4" "$D/bad1"
 printf '\x55' | dd of="$D/bad1/state-1.safetensors" bs=1 seek=200 conv=notrunc 2> /dev/null
 expect_error "a corrupted state file: error naming it" "state-1.safetensors: checksum mismatch" \
-  "$P" $base $async --schedule 2bw --steps 6 --resume "$D/bad1"
-cp -r "$D/2bw/a/ckpt-3" "$D/bad2"
+  "$P" $base $async --schedule 2bw --steps 8 --resume "$D/bad1"
+cp -r "$D/2bw/a/ckpt-4" "$D/bad2"
 truncate -s 100 "$D/bad2/state-0.safetensors"
 expect_error "a truncated state file: error naming it" "state-0.safetensors: 100 bytes, manifest says" \
-  "$P" $base $async --schedule 2bw --steps 6 --resume "$D/bad2"
+  "$P" $base $async --schedule 2bw --steps 8 --resume "$D/bad2"
 expect_error "--dp-sync with --adapt still refused" "--adapt with --dp-sync 4 is not supported" \
   "$P" $base $dps --steps 4 --adapt
 

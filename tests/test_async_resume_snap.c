@@ -18,7 +18,7 @@ enum { NS = 300 };
 static char root[128], out[200];
 static gpt_model model;
 static adamw_state opt;
-static float ver[3][NS];
+static float ver[3][NS];   /* each rank's state */
 
 /* Rank r (chunk r % 2 of 2; rank 2: a replica of chunk 0) at step `step`: its chunk, and
  * (with_state) its state "2bw/older.0" of a job of `world` ranks. */
@@ -63,7 +63,60 @@ static int lagging_replica(void) {
 }
 
 /* The restored folder's rank r state is step's (and its manifest lists n_states files). */
-static int state_is(int r, long step, int n_states) {
+static int state_of(int r, long step, int n_states, int v);
+static long peer_wait(ckpt_snap *b, long n);
+
+/* Replicas that hold the same state (data parallelism): ranks 0 and 1 chunk 0, rank 2 chunk 1;
+ * rank 0 ("on another host": its row says 127.0.0.2) sends its peer, replica rank 1, sums only
+ * (its state file whole). Rank 0 lost: the restore takes its state from that copy, bitwise. */
+static int twin_state(void) {
+    static const int cf[3] = { 0, 3, 6 };
+    char r2[200], cmd[700];
+    ckpt_snap *sn[3];
+    uint32_t addr[2];
+    int port[2], skip[1] = { 0 };
+    ckpt_snap_found f;
+    snprintf(r2, sizeof r2, "%s-twin", root);
+    for (int r = 0; r < 3; r++)
+        if (ckpt_snap_open(&sn[r], r2, r, 3) < 0) return 0;
+    if (ckpt_snap_peer_listen(sn[0], &addr[0], &port[0]) < 0 || ckpt_snap_peer_listen(sn[1], &addr[1], &port[1]) < 0)
+        return 0;
+    double t[9] = { 0x7f000002, port[0], 1, addr[1], port[1], 1, addr[1], 0, 2 };
+    if (ckpt_snap_peer_route(sn[0], t, 3, 0, 1) != 1) return 0;
+    for (long g = 1; g <= 2; g++) {
+        for (int r = 0; r < 3; r++) {
+            int c = r == 2;
+            ckpt_manifest man = { .cfg = CFG, .step = g, .adam_t = (int)g, .batch = 4, .seq = 8 };
+            ckpt_manifest_set_layout(&man, 2, 2, 2, 1, "2bw", cf);
+            for (int i = 0; i < NS; i++) ver[r][i] = (float)(g * 1000 + c * 100 + i);
+            ckpt_state st = { .step = g, .n_upd = 2 * g };
+            snprintf(st.sig, sizeof st.sig, "2bw P2 D1");
+            ckpt_state_add(&st, "2bw/older.0", ver[r], NS, 0);
+            ckpt_snap_ready(sn[r]);
+            ckpt_snap_stage(sn[r], c, cf[c], cf[c + 1], &model, &opt);
+            ckpt_snap_stage_state(sn[r], &st, 3);
+            ckpt_snap_commit(sn[r], &man);
+        }
+        peer_wait(sn[1], g);
+    }
+    ckpt_snap_stats st0;
+    ckpt_snap_get_stats(sn[0], &st0);
+    for (int r = 0; r < 3; r++) ckpt_snap_close(sn[r]);
+    snprintf(cmd, sizeof cmd, "rm -rf %s/rank-0", r2);
+    if (system(cmd) != 0) { }
+    int rc = ckpt_snap_restore(r2, skip, 1, out, &f);
+    int ok = st0.peer_sums && st0.peer_sums_only == 2 && rc == 1 && f.step == 2 && state_of(0, 2, 3, 0) &&
+             state_of(1, 2, 3, 0) && state_of(2, 2, 3, 1);
+    if (!ok) printf("# sums %d, sums only %ld, rc %d, step %ld\n", st0.peer_sums, st0.peer_sums_only, rc, f.step);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", r2);
+    if (system(cmd) != 0) { }
+    return ok;
+}
+
+static int state_is(int r, long step, int n_states) { return state_of(r, step, n_states, r); }
+
+/* The restored folder's rank r state is step's with values of v (and its manifest lists n_states files). */
+static int state_of(int r, long step, int n_states, int v) {
     ckpt_manifest man;
     float got[NS];
     char why[600] = "";
@@ -74,7 +127,7 @@ static int state_is(int r, long step, int n_states) {
     if (n_states == 0) return 1;
     if (ckpt_state_read(out, r, &st, why, sizeof why) != 1) return 0;
     for (int i = 0; i < NS; i++)
-        if (got[i] != (float)(step * 1000 + r * 100 + i)) return 0;
+        if (got[i] != (float)(step * 1000 + v * 100 + i)) return 0;
     return st.step == step && st.n_upd == 2 * step;
 }
 
@@ -130,6 +183,8 @@ int main(void) {
     ckpt_snap_close(b);
     CHECK("a replica's rank a step behind: the newest step with every rank's state restored",
           lagging_replica(), "%s", pt_err());
+    CHECK("replicas: sums only to the replica (the state whole), a lost rank's state restored from there",
+          twin_state(), "%s", pt_err());
     snprintf(cmd, sizeof cmd, "rm -rf %s %s", root, out);
     if (system(cmd) != 0) { }
     gpt_free(&model);

@@ -9,7 +9,9 @@
 # receiver's), and on a loaded machine every one of its 3 rounds can be held up (1 run in 30 read
 # 0.73 MB/s at load 5, 1 in 30 read 0.75 at load 15 with up to 6 rounds until two agreed). They
 # tell a measured link from an unmeasured one (a free link reads hundreds of MB/s and
-# microseconds here), not the precision. --adapt-wire without --adapt is refused.
+# microseconds here), not the precision. The run's messages end where their receiver woke
+# (the RECV's end), and their reading is a mean: at load 10-20 one MPI run read 0.50/0.46 MB/s
+# (60 others 0.50-1.14), so their lower bound is 0.25. --adapt-wire without --adapt is refused.
 . tests/lib.sh
 mpi_env 120
 D=$TEST_TMP/link
@@ -26,8 +28,8 @@ for tr in threads mpi; do
   run() { if [ $tr = mpi ]; then mpi 2 $targs "$@"; else OPENBLAS_NUM_THREADS=1 "$P" $targs "$@"; fi; }
   run --slow-link 0-1:1MB/s > "$D/rate_$tr.log" 2>&1
   read -r f b lat pf pb <<< "$(links "$D/rate_$tr.log")"
-  if [ -n "${pb:-}" ] && within "$pf" 0.5 1.2 && within "$pb" 0.5 1.2 && within "$f" 0.5 1.2 && within "$b" 0.5 1.2; then
-    ok "link: $tr: a link slow in bandwidth (--slow-link 0-1:1MB/s) is measured at 0.5-1.2 MB/s by the probe ($pf/$pb) and in the end ($f/$b; MPI: from the run's messages)"
+  if [ -n "${pb:-}" ] && within "$pf" 0.5 1.2 && within "$pb" 0.5 1.2 && within "$f" 0.25 1.2 && within "$b" 0.25 1.2; then
+    ok "link: $tr: a link slow in bandwidth (--slow-link 0-1:1MB/s) is measured at 0.5-1.2 MB/s by the probe ($pf/$pb), 0.25-1.2 MB/s in the end ($f/$b; MPI: from the run's messages)"
   else fail "link: $tr: 1 MB/s measured" "$(grep -E '^links|rror' "$D/rate_$tr.log" | head -3)"; fi
   grep -q "^simulated: .*and the links as measured" "$D/rate_$tr.log" \
     && ok "link: $tr: the end-of-run prediction uses the measured links" \

@@ -368,7 +368,8 @@ static void take_state(ckpt_snap *sn, int c, const state *s, long step, int rank
 
 /* Sums only with each rank's own state in its generations: the chunk goes as its sum, the state
  * file whole (it is rank 0's alone); rank 0 lost, the restore has its chunk from rank 1's files
- * and its state from rank 1's sums-only copy, both as rank 0 had them. */
+ * and its state from rank 1's sums-only copy, both as rank 0 had them. A sums-only copy whose
+ * holder no longer keeps its own generation of the step is passed over without a word. */
 static int twin_state(const state *s) {
     char r2[200];
     ckpt_snap *a, *b, *c;
@@ -398,7 +399,18 @@ static int twin_state(const state *s) {
              ckpt_state_read(out, 0, &r, why, sizeof why) == 1 && r.step == 2;
     for (int i = 0; ok && i < 64; i++) ok = x[i] == (float)(2 * 10 + i);
     if (!ok) printf("# state: sums %ld, bytes %.0f, step %ld: %s\n", sa.peer_sums_only, sa.peer_payload_bytes, f.step, why);
-    return ok;
+    /* the holder's own step 1 gone and step 2's chunk 1 damaged (so step 1 is looked at): the
+     * sums-only copy of step 1 is no generation, not a damaged one; nothing is complete */
+    char p[400], ep[300], text[2048];
+    snprintf(p, sizeof p, "rm -rf %s/rank-1/gen-1", r2);
+    snprintf(ep, sizeof ep, "%s/rank-2/gen-2/chunk-1.safetensors", r2);
+    flip_byte(ep);
+    snprintf(ep, sizeof ep, "%s/twin4.err", root);
+    int saved = stderr_to(ep);
+    int rc = system(p) == 0 ? ckpt_snap_restore(r2, skip, 1, out, &f) : -1;
+    stderr_back(saved, ep, text, sizeof text);
+    if (rc != 0 || f.n_bad != 1 || text[0]) printf("# rc %d bad %d: %s\n", rc, f.n_bad, text);
+    return ok && rc == 0 && f.n_bad == 1 && !text[0];
 }
 
 /* A replica that takes the sums and never answers (its host gone without a reset): closing the

@@ -36,14 +36,12 @@ void ckpt_state_path(char *out, size_t n, const char *dir, int rank) {
  * reserved, for the in-place form; else those with data). NULL on failure (error set). */
 static st_writer *state_writer(int rank, const ckpt_state *s, const int64_t *nums, int all) {
     st_writer *w = st_writer_new();
-    char r[24];
     int rc = 0;
     int64_t three[1] = { 3 };
-    snprintf(r, sizeof r, "%d", rank);
+    (void)rank;   /* in the file's name only: a replica's equal state is the same bytes */
     st_writer_meta(w, "format", STATE_FORMAT);
     st_writer_meta(w, "version", STATE_VERSION);
     st_writer_meta(w, "sig", s->sig);
-    st_writer_meta(w, "rank", r);
     for (int i = 0; i < s->n && rc == 0; i++) {
         const ckpt_state_item *it = &s->it[i];
         int64_t shape[1] = { (int64_t)it->n };
@@ -130,13 +128,11 @@ static int state_nums(const st_file *f, ckpt_state *s) {
 
 /* The file's header against s: 1 usable, 0 not (why says), -1 damaged. */
 static int state_check(const st_file *f, int rank, ckpt_state *s, char *why, size_t nw) {
-    const char *fmt = st_meta(f, "format"), *sig = st_meta(f, "sig"), *r = st_meta(f, "rank");
-    char want[24];
-    snprintf(want, sizeof want, "%d", rank);
+    const char *fmt = st_meta(f, "format"), *sig = st_meta(f, "sig");
+    (void)rank;
     if (!fmt || strcmp(fmt, STATE_FORMAT))
         return pt_seterr("%s: field \"format\" missing or not \"" STATE_FORMAT "\"", st_path(f));
     if (!sig) return pt_seterr("%s: field \"sig\" missing (damaged rank state)", st_path(f));
-    if (!r || strcmp(r, want)) return pt_seterr("%s: field \"rank\" is %s, expected %d", st_path(f), r ? r : "missing", rank);
     if (strcmp(sig, s->sig)) {
         snprintf(why, nw, "saved under another layout (%s; this run: %s)", sig, s->sig);
         return 0;

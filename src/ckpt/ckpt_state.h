@@ -5,7 +5,8 @@
  * H-cycle). One file per world rank, "state-<rank>.safetensors", in a checkpoint folder (its size
  * and checksum in the manifest, ckpt_manifest_set_states) or a snapshot generation. Named 1-D F32
  * tensors, "state/nums" (I64: the step, the update count, whether an outer change was in flight)
- * and metadata: format, version, rank, the layout it belongs to (sig). Not here: what the state
+ * and metadata: format, version, the layout it belongs to (sig). The rank is in the file's name
+ * only, so a replica whose state is the same (data parallelism) holds the same bytes. Not here: what the state
  * means (src/run/exec_rankstate.c). */
 #ifndef PT_CKPT_CKPT_STATE_H
 #define PT_CKPT_CKPT_STATE_H

@@ -242,6 +242,7 @@ void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
     }
     s->cur = (s->cur + 1) % s->n_slots;
     pthread_mutex_unlock(&s->mu);
+    if (rc == 0 && s->peer) snap_peer_own_written(s->peer, man->step);   /* a replica's sums wait for it */
 }
 
 void ckpt_snap_heartbeat(ckpt_snap *s, long step) {

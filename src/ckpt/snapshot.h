@@ -93,9 +93,9 @@ int ckpt_snap_stage_slices(ckpt_snap *s, int chunk, int first, int end, const gp
 int ckpt_snap_stage_shard(ckpt_snap *s, const ckpt_slice *sl, int n);
 /* After ckpt_snap_ready: the rank's own state st (ckpt/ckpt_state.h) of a job of `world` ranks
  * as the generation's "state-<rank>.safetensors" (a file of the slot, mapped once and refilled in
- * place, summed here; snap.json names it; the peer copy carries it), put into the restored
- * checkpoint when every rank's is found (snapshot_state.c). A file that cannot be made is the
- * writer's kind of error. 0. */
+ * place, summed here; snap.json names it; the peer copy carries it, whole also to a replica that
+ * gets sums only), put into the restored checkpoint when every rank's is found
+ * (snapshot_state.c). A file that cannot be made is the writer's kind of error. 0. */
 int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world);
 /* Makes the staged chunks generation man->step (man: config, step, adam_t, batch, seq, seeds,
  * data, layout with chunk ranges: ckpt_manifest_set_layout's) on the calling thread: their sums
@@ -104,8 +104,9 @@ int ckpt_snap_stage_state(ckpt_snap *s, const ckpt_state *st, int world);
  * (idle after ckpt_snap_ready) for the peer copy and the next slot. An error is said at the next
  * boundary (the run goes on). */
 void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man);
-/* The peer copy (snapshot_peer.c: for layouts where no replica on another host holds this rank's
- * state). Starts s's receiver: other ranks' generations are kept under
+/* The peer copy (snapshot_peer.c: whole where no replica on another host holds this rank's
+ * state, else the sums only, checked against the replica's own). Starts s's receiver: other
+ * ranks' generations (or their sums, with "files_at" the holder) are kept under
  * ROOT/rank-<w>/peer-<origin>/gen-<step>/ (the restore reads them as the origin's). *addr (IPv4,
  * host order) and *port: where others reach it. 0, or -1 naming the error. */
 int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port);

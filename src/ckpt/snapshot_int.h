@@ -163,6 +163,9 @@ int snap_peer_sums_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
 /* The writer, after a generation is in place: hands it to the sender (json copied; f's maps
  * must stay mapped until snap_peer_free). Returns at once; one still waiting is replaced. */
 void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n);
+/* The compute side, after this rank's own generation `step` is in place: wakes a receiver that
+ * waits for it to compare a replica's sums (sums only). */
+void snap_peer_own_written(snap_peer *p, long step);
 void snap_peer_get_stats(snap_peer *p, snap_peer_stats *out);
 /* Stops the threads (a send in progress finishes or times out), frees p (NULL is fine). */
 void snap_peer_free(snap_peer *p);

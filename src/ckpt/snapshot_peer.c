@@ -6,7 +6,7 @@
  * written: the newer one next, those between skipped); a receiver thread per connection checks
  * each file's sum (a file refilled while it was being sent fails it: that copy is dropped) and
  * renames the folder into place when whole. For layouts where no replica on another host holds
- * the same state (--dp 1, --zero 1's moment slices).
+ * the same state (--dp 1, --zero 1's moment slices, a stage's replicas on one host).
  *
  * Sums only (snap_peer_sums_to): where the peer is the same stage's rank of another replica, it
  * holds the same bytes already (data parallelism without --zero 1); then only the generation's
@@ -50,8 +50,9 @@
 #define PEER_IO_TIMEOUT_S 10    /* a send or receive that makes no progress this long fails */
 #define PEER_NICE 19            /* the sender's and receivers' nice value: the lowest */
 #define PEER_RECV_PIECE (2u << 20)  /* bytes received (one wake-up: SO_RCVLOWAT) before they are
-                                     * summed, in the L3 cache: 2 MB took about 20% less CPU (sender
-                                     * and receiver) than 64 KB pieces' 32x the wake-ups */
+                                     * summed, in the L3 cache: 2 MB took about 10% less CPU (sender
+                                     * and receiver: dev/snapshot_peer_cpu.sh) than 64 KB pieces'
+                                     * 32x the wake-ups */
 #define PEER_TWIN_WAIT_S 5      /* sums only: how long a receiver waits for its own generation */
 
 struct snap_peer {
@@ -76,6 +77,8 @@ struct snap_peer {
     int pend_n;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    long own_step;              /* this rank's newest generation written (sums only waits for it) */
+    pthread_cond_t own_cv;
     int stop;
     snap_peer_stats st;
 };
@@ -88,6 +91,7 @@ snap_peer *snap_peer_new(const char *rank_dir, int rank) {
     p->st.peer_rank = -1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->own_cv, NULL);
     return p;
 }
 
@@ -263,18 +267,19 @@ static int recv_folder(const char *odir, const char *tmp) {
 }
 
 /* Sums only: whether this rank's own generation `step` has files f[0..n) (names, bytes, sums;
- * those sent whole left out) and no others: 'E' equal, 'D' differ, 'U' not there within PEER_TWIN_WAIT_S (or unreadable). */
+ * those sent whole left out) and no others: 'E' equal, 'D' differ, 'U' not there within PEER_TWIN_WAIT_S
+ * (or unreadable). */
 static char twin_compare(snap_peer *p, long step, const snap_peer_file *f, int n) {
     char path[1200];
     snprintf(path, sizeof path, "%s/gen-%ld/snap.json", p->dir, step);
-    for (int i = 0; i < PEER_TWIN_WAIT_S * 500 && access(path, F_OK) != 0; i++) {
-        struct timespec ts = { 0, 2000000 };   /* 2 ms: the replica's own take of the same step */
-        pthread_mutex_lock(&p->mu);
-        int stop = p->stop;
-        pthread_mutex_unlock(&p->mu);
-        if (stop) return 'U';
-        nanosleep(&ts, NULL);
-    }
+    struct timespec until;   /* this rank's own take of the same step: snap_peer_own_written */
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += PEER_TWIN_WAIT_S;
+    pthread_mutex_lock(&p->mu);
+    while (p->own_step < step && !p->stop && pthread_cond_timedwait(&p->own_cv, &p->mu, &until) == 0) {}
+    int stop = p->stop;
+    pthread_mutex_unlock(&p->mu);
+    if (stop || access(path, F_OK) != 0) return 'U';
     FILE *fp = fopen(path, "rb");
     char *text = fp ? pt_malloc(1u << 20) : NULL;
     size_t len = fp ? fread(text, 1, (1u << 20) - 1, fp) : 0;
@@ -613,6 +618,13 @@ void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_
     pthread_mutex_unlock(&p->mu);
 }
 
+void snap_peer_own_written(snap_peer *p, long step) {
+    pthread_mutex_lock(&p->mu);
+    if (step > p->own_step) p->own_step = step;
+    pthread_cond_broadcast(&p->own_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
 void snap_peer_get_stats(snap_peer *p, snap_peer_stats *out) {
     pthread_mutex_lock(&p->mu);
     *out = p->st;
@@ -625,6 +637,7 @@ void snap_peer_free(snap_peer *p) {
     p->stop = 1;
     if (p->awaiting) shutdown(p->sfd, SHUT_RDWR);   /* a peer gone with its host never answers */
     pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->own_cv);
     pthread_mutex_unlock(&p->mu);
     if (p->to_port) pthread_join(p->sth, NULL);
     if (p->sfd >= 0) close(p->sfd);
@@ -641,5 +654,6 @@ void snap_peer_free(snap_peer *p) {
     free(p->pend_json);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->own_cv);
     free(p);
 }

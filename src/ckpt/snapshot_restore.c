@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define SNAP_TP_MAX 16   /* TP ranks (and with moment slices replicas) per chunk a restore joins */
 
@@ -100,6 +101,7 @@ static void gens_add(const char *rd, int rank, const char *hold_rd, int holder, 
         int ok = gen_load(g) == 0 && (g->files_at < 0 || (hold_rd && g->files_at == holder));
         if (g->files_at >= 0) snprintf(g->fdir, sizeof g->fdir, "%s/gen-%ld", hold_rd ? hold_rd : "", steps[i]);
         else snprintf(g->fdir, sizeof g->fdir, "%s", g->dir);
+        if (ok && g->files_at >= 0 && access(g->fdir, F_OK) != 0) ok = 0;   /* the holder's own is gone (kept fewer) */
         if (ok) (*n)++;
         else cJSON_Delete(g->j);
     }

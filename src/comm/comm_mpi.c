@@ -193,17 +193,19 @@ static int req_advance(mp_req *r, int *fin) {
     return 0;
 }
 
-/* A request the progress thread finished: its result, and r freed. */
+/* A request the progress thread finished (or the interrupt broke): its result, and r freed (a
+ * broken reduction's buffers stay: MPI may still write them). */
 static int req_finish(mp_req *r) {
-    if (r->broken) return pt_seterr("%s", r->why);   /* left: the progress thread may still hold it */
-    int rc = r->failed ? pt_seterr("%s", r->err) : 0;
+    int rc = r->broken ? pt_seterr("%s", r->why) : r->failed ? pt_seterr("%s", r->err) : 0;
     free(r);
     return rc;
 }
 
-/* The progress thread: tests every request it holds (outside the lock: nobody else touches a
- * request it holds), marks the finished ones done and wakes the ranks; naps while nothing
- * completes, sleeps while it holds nothing. */
+/* The progress thread: tests every request it holds (outside the engine's lock: nobody else
+ * touches a request it holds), marks the finished ones done and wakes the ranks; naps while
+ * nothing completes, sleeps while it holds nothing. A pass (its snapshot of the list, the tests,
+ * the marks) runs under one hold of mpi_mu, so comm_mpi_interrupt (which takes mpi_mu first)
+ * finds no request in a pass and may hand the ones it breaks to their owners at once. */
 static void *engine_main(void *arg) {
     mp_req **snap = NULL;
     int cap = 0;
@@ -211,18 +213,19 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&eng.mu);
     while (!eng.stop) {
         if (eng.n == 0) { pthread_cond_wait(&eng.work_cv, &eng.mu); continue; }
+        pthread_mutex_unlock(&eng.mu);
+        MPI_LOCK();                     /* mpi_mu, then the engine's lock: the interrupt's order */
+        pthread_mutex_lock(&eng.mu);
         int n = eng.n, any = 0;
         if (n > cap) { free(snap); cap = 2 * n; snap = pt_malloc(sizeof *snap * (size_t)cap); }
         memcpy(snap, eng.act, sizeof *snap * (size_t)n);
         pthread_mutex_unlock(&eng.mu);
-        MPI_LOCK();
         for (int i = 0; i < n; i++) {
             int fin = 0, rc = req_advance(snap[i], &fin);
             if (!fin) { snap[i] = NULL; continue; }
             if (rc < 0) { snap[i]->failed = 1; snprintf(snap[i]->err, sizeof snap[i]->err, "%s", pt_err()); }
             any = 1;
         }
-        MPI_UNLOCK();
         pthread_mutex_lock(&eng.mu);
         for (int i = 0; i < n && any; i++) {
             if (!snap[i]) continue;
@@ -230,6 +233,7 @@ static void *engine_main(void *arg) {
             for (int k = 0; k < eng.n; k++)
                 if (eng.act[k] == snap[i]) { eng.act[k] = eng.act[--eng.n]; break; }
         }
+        MPI_UNLOCK();
         if (any) { pthread_cond_broadcast(&eng.done_cv); nap = NAP_MIN; continue; }
         pthread_mutex_unlock(&eng.mu);
         sleep_s(nap);
@@ -306,7 +310,7 @@ static int wait_done(comm *c, mp_req *r, double timeout) {
         int d = r->done;
         pthread_mutex_unlock(&eng.mu);
         if (!d) return 0;
-        if (r->failed) return pt_seterr("%s", r->err);   /* its test frees it (or, broken, not) */
+        if (r->failed) return pt_seterr("%s", r->err);   /* still the caller's: its test frees it */
         return req_finish(r) < 0 ? -1 : 1;
     }
     double t0 = pt_now(), nap = 20e-6;

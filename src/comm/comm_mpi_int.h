@@ -27,10 +27,9 @@ typedef struct mp_req {
     comm *c;                /* its endpoint (the progress thread checks results with it) */
     int done, failed;       /* progress thread: completed (under the engine's lock), and how */
     int finished;           /* a reduction: all its phases over (failed, err say how) */
-    int broken;             /* comm_mpi_interrupt failed it (why): its test reports it done and
-                             * leaves it allocated (the interrupt leaves it in the progress
-                             * thread's list until that thread's next pass; a broken reduction's
-                             * MPI request may still run): the caller drops it like any other */
+    int broken;             /* comm_mpi_interrupt failed it (why) and took it off the progress
+                             * thread's list: its test reports it (and frees it, not a
+                             * reduction's buffers, which MPI may still write) */
     char why[256];
     struct mp_req *cnext;   /* a reduction: the next one of its endpoint */
     char err[256];

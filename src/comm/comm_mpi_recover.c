@@ -5,8 +5,8 @@
  * does not do is notice: a receive from the dead rank, or a collective with it, stays pending
  * forever. So in recovery mode (comm_mpi_recover_arm) the blocking collectives are non-blocking
  * ones polled here, and when told (comm_mpi_interrupt: the supervisor's decision) every endpoint
- * made so far is broken: its pending requests fail with the reason (their test reports them
- * done and leaves them allocated: the progress thread may still hold them), later calls on it fail at once, its abort no longer ends the job, and the
+ * made so far is broken: its pending requests fail with the reason (off the progress thread's
+ * list at once: the test that reports them frees them, as any other), later calls on it fail at once, its abort no longer ends the job, and the
  * survivors make a new world of themselves (comm_mpi_survivors, in comm_mpi.c). What a broken endpoint had
  * posted is left to MPI: receives cancelled, sends and collectives never completed, their
  * buffers (this file's own copies) never freed. */
@@ -115,15 +115,16 @@ void comm_mpi_interrupt(const char *why) {
     snprintf(lost_why, sizeof lost_why, "%s", why);
     atomic_fetch_add(&epoch, 1);
     pthread_mutex_lock(&eng.mu);
-    for (int i = 0; i < eng.n; i++) {   /* every pending request: the progress thread reports it failed */
+    for (int i = 0; i < eng.n;) {   /* every pending request: done, failed, off the progress thread's list */
         mp_req *r = eng.act[i];
-        if (r->finished) continue;
+        if (r->finished) { i++; continue; }   /* a reduction finished meanwhile: its pass reports it */
         if (!r->coll && !r->is_send) MPI_Cancel(&r->rq);
         if (!r->coll) MPI_Request_free(&r->rq);
         r->finished = r->failed = r->broken = r->done = 1;
         snprintf(r->err, sizeof r->err, "mpi: rank %d, %s rank %d tag %d: %s", r->c->world_rank,
                  r->coll ? "reduction with" : r->is_send ? "send to" : "receive from", r->peer, r->tag, why);
         memcpy(r->why, r->err, sizeof r->why);
+        eng.act[i] = eng.act[--eng.n];         /* the engine holds none outside its pass */
     }
     pthread_cond_broadcast(&eng.done_cv);   /* their waits end now */
     pthread_cond_signal(&eng.work_cv);
