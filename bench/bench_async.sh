@@ -197,9 +197,9 @@ echo "bench_async: runs took $(( $(date +%s) - t0 )) s"
 curve 1f1b > "$OUT/runs/1f1b.curve" 2>/dev/null
 target=$(tail -1 "$OUT/runs/1f1b.curve" | cut -d' ' -f2)
 ref_eval=""; ref_tok=""; ref_dtok=""; ref_ttt=""; declare -A EV DTOK TTT
-printf "%-19s %6s %18s %8s %9s %6s %11s %6s %13s %6s\n" row lr "held-out loss" "vs 1f1b" "tokens/s" "x1f1b" "tok/s 30ms" "x1f1b" "to 1f1b loss" "x1f1b"
+printf "%-24s %6s %18s %8s %9s %6s %11s %6s %13s %6s\n" row lr "held-out loss" "vs 1f1b" "tokens/s" "x1f1b" "tok/s 30ms" "x1f1b" "to 1f1b loss" "x1f1b"
 for r in "${rows[@]}"; do
-  if [ -n "${WHY[$r]:-}" ]; then printf "%-19s %6s refused: %s\n" "$r" - "${WHY[$r]}"; continue; fi
+  if [ -n "${WHY[$r]:-}" ]; then printf "%-24s %6s refused: %s\n" "$r" - "${WHY[$r]}"; continue; fi
   tag=${r//\//-}
   for f in "$OUT"/runs/"$tag".s*[0-9].jsonl; do stats "$f"; done > "$OUT/runs/$tag.stats"
   read -r ev_mean ev_sd < <(awk '{ e[NR] = $1; s += $1 } END { m = s / NR; for (i = 1; i <= NR; i++) v += (e[i] - m) ^ 2
@@ -213,7 +213,7 @@ for r in "${rows[@]}"; do
   EV[$r]=$ev_mean; DTOK[$r]=$dtok; TTT[$r]=$ttt
   awk -v r="$r" -v lr="$(lr_of "$r")" -v m="$ev_mean" -v sd="$ev_sd" -v t="$tok" -v dt="$dtok" -v tt="$ttt" -v re="$ref_eval" \
       -v rt="$ref_tok" -v rdt="$ref_dtok" -v rtt="$ref_ttt" 'BEGIN {
-    printf "%-19s %6s %10.4f +-%.4f %+7.2f%% %9.0f %6.2f %11.0f %6.2f %11s s %6s\n", r, lr, m, sd, (re > 0 ? (m - re) / re * 100 : 0),
+    printf "%-24s %6s %10.4f +-%.4f %+7.2f%% %9.0f %6.2f %11.0f %6.2f %11s s %6s\n", r, lr, m, sd, (re > 0 ? (m - re) / re * 100 : 0),
       t, (rt > 0 ? t / rt : 0), dt, (rdt > 0 ? dt / rdt : 0), tt, (tt != "-" && rtt != "-" && tt > 0 ? sprintf("%.2f", rtt / tt) : "-") }'
 done
 echo "held-out: $(( n / 10 )) bytes, 16 batches; loss mean +- sd over $SEEDS seeds; tokens/s from summed step times (step 1 left out),"
