@@ -56,6 +56,11 @@ expect_error "--async-window not dividing --steps refused" "async-window 4 must 
   "$P" $base --stages 2 --microbatches 2 --steps 6 --async-window 4
 expect_error "--async-window not dividing --save-every refused" "must divide --save-every \(3\)" \
   "$P" $base --stages 2 --microbatches 2 --steps 12 --async-window 2 --save "$D/ck" --save-every 3
+expect_error "2bw under the default window: a step's M not divisible by P refused (not a pass's W x M)" \
+  "each step of --async-window 4.*2bw needs microbatches divisible by ranks" \
+  "$P" ${base/pipedream/2bw} --stages 4 --microbatches 2 --steps 4
+expect_error "2bw --async-window 2 with M=6, P=4 refused" "each step of --async-window 2.*divisible by ranks" \
+  "$P" ${base/pipedream/2bw} --batch 12 --stages 4 --microbatches 6 --steps 4 --async-window 2
 expect_error "--tie-owner with --defer-tie refused" "tie-owner works on pipedream.*--defer-tie" \
   "$P" $base --stages 2 --microbatches 2 --steps 4 --tie-owner --defer-tie
 expect_error "--tie-owner with --dp 2 refused" "tie-owner works on pipedream.*--dp > 1" \

@@ -286,16 +286,18 @@ int cli_train(int argc, char **argv) {
                                                        "before its first backward (default 0: 1f1b's P-g; more hide link "
                                                        "latency, hold more activations; docs/async.md)"},
         {"--defer-tie", OPT_FLAG, &o->ro.defer_tie, "pipedream: the tied embedding's gradient summed over its two "
-                                                    "stages in the background, applied P updates later (the ends of "
-                                                    "the pipe stop waiting for each other; docs/async.md)"},
+                                                    "stages in the background, applied K = max(P, --async-depth) "
+                                                    "updates later (the ends of the pipe stop waiting for each "
+                                                    "other; docs/async.md)"},
         {"--async-window", OPT_INT, &a.async_window, "W: pipedream | 2bw: W steps a pass, one stream of W x M "
                                                      "microbatches (the next step's forwards enter while this step's "
                                                      "backwards return; every update and report still per step); "
                                                      "default 4 (or the largest below that divides --steps and the "
                                                      "eval/save/snapshot intervals), 1: a flush every step"},
         {"--tie-owner", OPT_FLAG, &o->ro.tie_owner, "pipedream: the tied embedding updated by its first stage as "
-                                                    "its other weights (no lag), the head's copy refreshed from it P "
-                                                    "updates late (the ends of the pipe stop waiting; docs/async.md)"},
+                                                    "its other weights (no lag), the head's copy refreshed from it "
+                                                    "K = max(P, --async-depth) updates late (the ends of the pipe "
+                                                    "stop waiting; docs/async.md)"},
         {"--grad-clip", OPT_DOUBLE, &o->oc.grad_clip, "max global gradient norm, 0 = off (default 1)"},
         {"--shuffle", OPT_LONG, &o->shuffle, "seed for a shuffled batch order (default 0: sequential)"},
         {"--seed", OPT_LONG, &o->seed, "init seed (default 1337)"},

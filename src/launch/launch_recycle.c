@@ -19,7 +19,7 @@ int launch_recycle_able(const launch_opts *o, int dp, char *why, size_t n) {
                      : dp < 2                                                 ? "no replicas (--dp 1): a stage's only copy is gone"
                      : flag_int(o, "--tp", 1) > 1                             ? "--tp > 1: a TP group missing a shard cannot compute"
                      : flag_int(o, "--zero", 0) > 0                           ? "--zero 1: the dead rank held the only copy of its moment slices"
-                     : flag_int(o, "--dp-sync", 1) > 1                        ? "--dp-sync > 1: the outer step's state is not in the snapshots"
+                     : flag_int(o, "--dp-sync", 1) > 1                        ? "--dp-sync > 1: the outer state is kept per replica count (a restart brings it back)"
                      : flag_int(o, "--snapshot-every", 0) < 1                 ? "no --snapshot-every: nothing in memory to go back to"
                      : launch_flag(o->train_args, o->n_train_args, "--plan")  ? "--plan: the replicas are the plan's (give --recycle to go on in place)"
                      : o->hostfile                                            ? "--hostfile: the supervisor sees only this host's ranks (give --recycle where the hosts share this machine's /dev/shm)"

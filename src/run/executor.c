@@ -28,6 +28,9 @@ int run_exec_init(run_exec **out, const run_exec_cfg *cfg) {
     int rc = exec_state_init(e) < 0 || exec_groups_init(e) < 0 || exec_async_init(e) < 0 ||
              exec_tie_lag_init(e) < 0 || exec_tie_owner_init(e) < 0 || exec_outer_init(e) < 0 ||
              exec_rankstate_load(e) < 0 ? pt_adderr("rank %d: ", cfg->world_rank) : 0;
+    if (rc == 0 && e->async && (e->n_step_acts < e->win || e->n_step_acts % e->win != 0))
+        rc = pt_seterr("rank %d: %d updates in a pass of %d steps: not a whole number a step (the schedule's "
+                       "microbatches must make whole updates at every step)", cfg->world_rank, e->n_step_acts, e->win);
     e->c.src = NULL;   /* read during init only */
     return rc;
 }

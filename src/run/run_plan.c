@@ -62,6 +62,17 @@ static sched *run_plan_schedule(const run_opts *o) {
                   "synchronous schedule flushes at every step; give --async-window 1 or leave it out)", W, o->schedule);
         return NULL;
     }
+    if (W > 1) {   /* a step's own M must make whole updates (2bw: M divisible by P), not only the pass's W x M */
+        sched_params p1 = p;
+        p1.microbatches = o->M;
+        sched *one = sched_generate(o->schedule, &p1);
+        if (!one) {
+            pt_adderr("--schedule %s --stages %d --microbatches %d (each step of --async-window %d): ", o->schedule,
+                      o->P, o->M, W);
+            return NULL;
+        }
+        sched_free(one);
+    }
     sched *s = sched_generate(o->schedule, &p);
     if (!s) pt_adderr("--schedule %s --stages %d --microbatches %d: ", o->schedule, o->P, p.microbatches);
     if (s && s->async && sched_check_runnable(s, "--schedule") < 0) {

@@ -78,7 +78,9 @@ int train_recycle_arm(const train_opts *o) {
                          "stage has no other copy; the supervisor's restart is the way back", r->D);
     if (r->zero) return pt_seterr("--recycle with --zero 1: a lost rank held the only copy of its moment slices; drop one");
     if (r->tp > 1) return pt_seterr("--recycle with --tp %d: a TP group missing a shard cannot compute; drop one", r->tp);
-    if (r->dp_sync > 1) return pt_seterr("--recycle with --dp-sync %d: the outer step's state is not in the snapshots", r->dp_sync);
+    if (r->dp_sync > 1) return pt_seterr("--recycle with --dp-sync %d: the outer step's state in the snapshots is kept for "
+                                         "the whole replica count, which going on in place changes; the supervisor's "
+                                         "restart resumes it", r->dp_sync);
     if (o->snapshot_every <= 0 || !o->snapshot_dir)
         return pt_seterr("--recycle goes back to the newest snapshot: give --snapshot-every K and --snapshot-dir DIR");
     snprintf(snap_dir, sizeof snap_dir, "%s", o->snapshot_dir);
