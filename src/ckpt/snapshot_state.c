@@ -98,14 +98,8 @@ static int state_each(const char *root, const int *skip, int n_skip, int w, long
 
 typedef struct { const char *to; int world; } state_use;
 
-/* The file is there with the size its snap.json says (the sum is checked when it is copied). */
-static int use_there(const state_src *o, void *u) {
-    struct stat sb;
-    ((state_use *)u)->world = o->world;
-    return stat(o->file, &sb) == 0 && (size_t)sb.st_size == o->bytes ? 0 : -1;
-}
-
-/* The file copied to u->to when its size and sum are its snap.json's. */
+/* The file copied to u->to (when u->to is set) if its size and sum are its snap.json's: a step is
+ * chosen only where every rank's state checks, so the copy after it finds the same bytes. */
 static int use_copy(const state_src *o, void *u) {
     unsigned char *map;
     size_t len;
@@ -113,7 +107,11 @@ static int use_copy(const state_src *o, void *u) {
     su->world = o->world;
     if (io_map_file(o->file, &map, &len) < 0) return -1;
     int rc = len == o->bytes && map && snap_sum_mem(map, len) == o->sum ? 0 : -1;
-    FILE *f = rc == 0 ? fopen(su->to, "wb") : NULL;
+    FILE *f = rc == 0 && su->to ? fopen(su->to, "wb") : NULL;
+    if (rc == 0 && !su->to) {
+        if (map) munmap(map, len);
+        return 0;
+    }
     if (rc == 0 && (!f || fwrite(map, 1, len, f) != len)) rc = -1;
     if (f && fclose(f) != 0) rc = -1;
     if (map) munmap(map, len);
@@ -124,7 +122,7 @@ int snap_state_complete(const char *root, const int *skip, int n_skip, long step
     int world = 0, ok = 1;
     for (int w = 0; ok && (w == 0 || w < world); w++) {
         state_use u = { NULL, 0 };
-        ok = state_each(root, skip, n_skip, w, step, use_there, &u) == 0 && (w == 0 || u.world == world);
+        ok = state_each(root, skip, n_skip, w, step, use_copy, &u) == 0 && (w == 0 || u.world == world);
         if (w == 0) world = u.world;
     }
     return ok && world > 0;
@@ -142,6 +140,9 @@ int snap_state_restore(const char *root, const int *skip, int n_skip, long step,
         if (w == 0) world = u.world;
     }
     if (ok && world > 0) return ckpt_manifest_set_states(man, world);
+    if (world > 0)   /* checked whole when the step was chosen: changed since */
+        fprintf(stderr, "pipetrain: snapshot restore at step %ld: a rank's state file under %s no longer matches "
+                "its sum: resuming without the ranks' own state\n", step, root);
     for (int w = 0; w < world; w++) {   /* not all there: none (a resume says so) */
         ckpt_state_path(p, sizeof p, tmpdir, w);
         remove(p);

@@ -25,7 +25,6 @@
 #include <string.h>
 #include <time.h>
 
-
 #define NAP_MIN 10e-6           /* progress thread: first nap after a poll that completed nothing */
 #define NAP_MAX 100e-6          /* ... growing to this */
 
@@ -201,11 +200,9 @@ static int req_finish(mp_req *r) {
     return rc;
 }
 
-/* The progress thread: tests every request it holds (outside the engine's lock: nobody else
- * touches a request it holds), marks the finished ones done and wakes the ranks; naps while
- * nothing completes, sleeps while it holds nothing. A pass (its snapshot of the list, the tests,
- * the marks) runs under one hold of mpi_mu, so comm_mpi_interrupt (which takes mpi_mu first)
- * finds no request in a pass and may hand the ones it breaks to their owners at once. */
+/* The progress thread: tests its requests (outside the engine's lock), marks the finished done
+ * and wakes the ranks; naps while none completes, sleeps while it holds none. A pass runs under one
+ * hold of mpi_mu, so comm_mpi_interrupt (mpi_mu first) never breaks a request inside a pass. */
 static void *engine_main(void *arg) {
     mp_req **snap = NULL;
     int cap = 0;
@@ -399,7 +396,6 @@ static int check_counts(comm *c, size_t n, const char *what) {
     if (n > INT_MAX) return pt_seterr("mpi: %s of %zu elements exceeds MPI's int count", what, n);
     return 0;
 }
-
 
 /* out[i] = ((in[0][i] + in[1][i]) + in[2][i]) + ...: rank order, as the threads transport. */
 static void sum_f32(void *out, const void **in, int k, size_t n) {
