@@ -98,8 +98,9 @@ for ph in reduce save; do
   sup "$D/p$ph.out" --kill-at "1@8:$ph"
   wait $lp; rc=$?
   if [ $rc = 0 ] && grep -q '"in_place":true' "$D/l.events.jsonl" && [ "$(grep -c '"event":"recovered"' "$D/l.events.jsonl")" = 1 ] \
-     && [ "$(close "$(last_loss "$D/l.jsonl")" "$ref")" = 1 ] && [ "$(last_step "$D/l.jsonl")" = $STEPS ]; then
-    ok "recycle: rank 1 killed at its $ph of step 8: gone on in place, the final loss within 1e-3"
+     && [ "$(close "$(last_loss "$D/l.jsonl")" "$ref")" = 1 ] && [ "$(last_step "$D/l.jsonl")" = $STEPS ] \
+     && [ -f "$SNAP/rank-0/finished" ] && [ -f "$SNAP/rank-1/finished" ]; then
+    ok "recycle: rank 1 killed at its $ph of step 8: gone on in place, the final loss within 1e-3, the ranks left marked finished"
   else
     fail "recycle: rank 1 killed at its $ph" "rc $rc, loss $(last_loss "$D/l.jsonl") vs $ref: $(grep '^launch' "$D/p$ph.out" | tail -3)"
   fi

@@ -151,6 +151,12 @@ int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char 
 /* The heartbeat of rank `rank` under root: its step, pid, unix time and host name (host: at
  * least 64 bytes, may be NULL). 0, or -1 when absent or unreadable. */
 int ckpt_snap_read_heartbeat(const char *root, int rank, long *step, long *pid, double *when, char *host);
+/* A rank's mark that its run ended whole (every output written; only the transport's end is left):
+ * set marks ROOT/rank-<rank>/finished (set = 0 removes it, at the start of a run), finished says
+ * whether it is there. launch ends an in-place job whose ranks are all marked without waiting out
+ * MPI_Finalize's hold (a lost peer). */
+void ckpt_snap_mark_finished(const char *root, int rank, int set);
+int ckpt_snap_finished(const char *root, int rank);
 /* Before a restart from step `step`: removes every rank's heartbeat under root, and the
  * generations after `step` (a future the restarted run computes again, maybe under another
  * layout: never to be mixed with its own). */

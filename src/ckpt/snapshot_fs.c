@@ -143,6 +143,23 @@ int ckpt_snap_read_heartbeat(const char *root, int rank, long *step, long *pid, 
     return ok ? 0 : -1;
 }
 
+void ckpt_snap_mark_finished(const char *root, int rank, int set) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/rank-%d/finished", root, rank);
+    if (!set) {
+        unlink(p);
+        return;
+    }
+    FILE *f = fopen(p, "w");
+    if (f) fclose(f);
+}
+
+int ckpt_snap_finished(const char *root, int rank) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/rank-%d/finished", root, rank);
+    return access(p, F_OK) == 0;
+}
+
 /* Removes the generations of folder rd after step. */
 static void reset_gens(const char *rd, long step) {
     long *steps;

@@ -333,13 +333,15 @@ static void in_place_answer(launch_state *s) {
  * a lost peer: LAUNCH_FINISH_S). 1 when the job is so over. */
 static int in_place_over(launch_state *s, launch_watch *w, int R, pid_t pid) {
     if (!s->recycle || s->pending) return 0;
-    int alive = 0;
+    int alive = 0, held = 0;
     for (int r = 0; r < R; r++) {
         if (w->pids[r] <= 0 || w->steps[r] < w->last) return 0;
-        alive |= kill((pid_t)w->pids[r], 0) == 0;
+        int up = kill((pid_t)w->pids[r], 0) == 0;
+        alive |= up;
+        held |= up && !ckpt_snap_finished(s->snapdir, r);   /* not yet marked: still writing */
     }
     if (!s->all_done_at) s->all_done_at = wall_now();   /* every rank beat the last step: since */
-    double limit = alive ? LAUNCH_FINISH_S : LAUNCH_END_GRACE_S;   /* alive: held in MPI_Finalize */
+    double limit = held ? LAUNCH_FINISH_S : LAUNCH_END_GRACE_S;   /* marked but alive: held in MPI_Finalize */
     if (pid > 0 && wall_now() - s->all_done_at < limit) return 0;
     if (!pid && alive) return 0;
     if (pid > 0) end_attempt(s, pid, w);

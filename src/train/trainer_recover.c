@@ -44,6 +44,8 @@ struct train_recover {
     pthread_cond_t cv;
     long gate_waits;        /* STEPs that found their rank's take still running, and how long */
     double gate_wait_s;
+    int *world;             /* [n] the local ranks' world ranks */
+    int ended;              /* the run reached its end (train_recover_end): marked finished at free */
 };
 
 /* World ranks of the job (1: one process). */
@@ -348,9 +350,12 @@ int train_recover_init(train_ctx *t) {
     rc->n = j ? run_job_local_count(j) : 1;
     rc->snap = pt_calloc((size_t)rc->n, sizeof *rc->snap);
     if (j) rc->ex = pt_calloc((size_t)rc->n, sizeof *rc->ex);
+    rc->world = pt_calloc((size_t)rc->n, sizeof *rc->world);
     for (int r = 0; r < rc->n; r++) {
         if (j) rc->ex[r] = run_job_local_exec(j, r);
-        if (ckpt_snap_open(&rc->snap[r], o->snapshot_dir, j ? run_exec_world_rank(rc->ex[r]) : 0, SNAP_KEEP) < 0) return -1;
+        rc->world[r] = j ? run_exec_world_rank(rc->ex[r]) : 0;
+        ckpt_snap_mark_finished(o->snapshot_dir, rc->world[r], 0);   /* an earlier run's mark */
+        if (ckpt_snap_open(&rc->snap[r], o->snapshot_dir, rc->world[r], SNAP_KEEP) < 0) return -1;
     }
     if (o->snapshot_every && j && !o->adapt && worker_start(rc, TAKE_OVERLAP) == 0) {
         /* overlapped: the takes leave the step boundary */
@@ -363,6 +368,7 @@ int train_recover_init(train_ctx *t) {
 
 void train_recover_end(train_ctx *t) {
     struct train_recover *rc = t->recover;
+    if (rc) rc->ended = 1;
     if (!rc || !t->o.snapshot_every) return;
     if (worker_wait(rc) < 0) fprintf(stderr, "warning: snapshot: %s\n", pt_err());
     ckpt_snap_stats s;
@@ -412,6 +418,9 @@ void train_recover_free(train_ctx *t) {
     pthread_cond_destroy(&rc->cv);
     for (int r = 0; r < rc->n; r++)
         if (ckpt_snap_close(rc->snap[r]) < 0) fprintf(stderr, "warning: snapshot: %s\n", pt_err());
+    for (int r = 0; r < rc->n && rc->ended; r++)   /* launch: only the transport's end is left */
+        ckpt_snap_mark_finished(t->o.snapshot_dir, rc->world[r], 1);
+    free(rc->world);
     free(rc->snap);
     free(rc->ex);
     free(rc);
