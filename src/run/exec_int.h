@@ -334,6 +334,10 @@ int exec_req_block(comm *c, comm_req **req, double deadline);
  * exactly when the transport freed it (comm.h: who owns a request), failed or not, so a slot
  * never names a freed request and the failure path (exec_drop_requests) tests only live ones. */
 int exec_req_test(comm *c, comm_req **req);
+/* *req (NULL: nothing) waited within timeout seconds: 0 and *req NULL when it completed; -1 when
+ * the wait failed or timed out, *req left set (the caller's, for exec_req_test or comm_free: a
+ * holder frees the buffer under it only once every slot is NULL). */
+int exec_req_wait(comm *c, comm_req **req, double timeout);
 /* Offers the wait of action i to cfg.on_wait unless arrived(x) says it is over already; side
  * steps go into the rank's timeline. 0, or -1 when the job failed meanwhile. */
 int exec_offer_wait(run_exec *e, int i, int (*arrived)(run_wait *), int (*block)(run_wait *, double),

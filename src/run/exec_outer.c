@@ -109,12 +109,8 @@ static int outer_post(run_exec *e, exec_outer *o) {
 /* The posted sum complete, the outer step on theta_start; the weights become theta_start plus
  * what the rank did since snap (nothing when it is applied at once). */
 static int outer_apply(run_exec *e, exec_outer *o) {
-    if (o->req) {
-        comm_req *r = o->req;
-        o->req = NULL;
-        if (comm_wait(o->cm, r, e->c.timeout) < 0)
-            return pt_adderr("rank %d: --dp-sync: the replicas' change: ", e->c.world_rank);
-    }
+    if (exec_req_wait(o->cm, &o->req, e->c.timeout) < 0)   /* failed: o->req stays for exec_outer_free */
+        return pt_adderr("rank %d: --dp-sync: the replicas' change: ", e->c.world_rank);
     o->pending = 0;
     outer_nesterov(o->start, o->buf, o->sum, o->n, o->cm->size, e->c.outer_lr, e->c.outer_momentum);
     outer_copy(o, o->sum, 0);   /* sum is free now: the weights as they are */

@@ -80,9 +80,7 @@ static int lag_wait_slot(run_exec *e, exec_group *gr, int s) {
     exec_tie_lag *L = gr->lag;
     int rc = 0;
     for (int i = 0; i < 2 * L->H; i++) {
-        comm_req **r = &L->req[(size_t)s * 2 * (size_t)L->H + (size_t)i];
-        if (*r && comm_wait(gr->cm, *r, e->c.timeout) < 0) rc = -1;
-        *r = NULL;
+        if (exec_req_wait(gr->cm, &L->req[(size_t)s * 2 * (size_t)L->H + (size_t)i], e->c.timeout) < 0) rc = -1;
     }
     return rc < 0 ? pt_adderr("rank %d: deferred reduction of tied tensor %d: ", e->c.world_rank, gr->tie) : 0;
 }
@@ -92,8 +90,9 @@ void exec_tie_lag_free(run_exec *e) {
     for (int k = 0; e->grp && k < e->n_grp; k++) {
         exec_tie_lag *L = e->grp[k].lag;
         if (!L) continue;
-        for (int s = 0; s < L->K; s++) lag_wait_slot(e, &e->grp[k], s);
-        free(L->part);
+        int held = 0;   /* a request whose wait failed still names its buffer: kept (comm_free ends it) */
+        for (int s = 0; s < L->K; s++) held |= lag_wait_slot(e, &e->grp[k], s) < 0;
+        if (!held) free(L->part);
         free(L->req);
         free(L->busy);
         free(L->ready);

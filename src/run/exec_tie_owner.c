@@ -27,8 +27,6 @@ struct exec_tie_owner {
     comm_req **ireq;                  /* another holder: [K] their receives, posted at its update v */
     long long seq;                    /* parts sent or summed (= updates begun) */
     long long upd;                    /* updates done */
-    int broken;                       /* a wait failed: its request and buffer stay the transport's
-                                       * (comm.h: a failed wait frees nothing), so are not freed here */
 };
 
 static int owner_shared(const exec_group *gr) { return gr->tie >= 0 && gr->cm && gr->cm->size > 1; }
@@ -57,25 +55,17 @@ static int owner_wait_slot(run_exec *e, exec_group *gr, int s) {
     exec_tie_owner *O = gr->own;
     int rc = 0;
     for (int m = 0; m < O->H; m++) {
-        comm_req **r = &O->oreq[(size_t)s * (size_t)O->H + (size_t)m];
-        if (*r && comm_wait(gr->cm, *r, e->c.timeout) < 0) {
-            rc = -1;
-            O->broken = 1;   /* left in its slot: comm_free ends it */
-        } else {
-            *r = NULL;
-        }
+        if (exec_req_wait(gr->cm, &O->oreq[(size_t)s * (size_t)O->H + (size_t)m], e->c.timeout) < 0) rc = -1;
     }
     return rc < 0 ? pt_adderr("rank %d: tied tensor %d's owner exchange: ", e->c.world_rank, gr->tie) : 0;
 }
 
 /* The owner: receives member src's part into O->in (blocking, within the timeout). 0, or -1. */
 static int owner_recv(run_exec *e, exec_group *gr, int src) {
-    comm_req *r = NULL;
-    if (comm_irecv(gr->cm, src, COMM_TAG_TIE_LAG, gr->own->in, gr->own->n * sizeof(float), &r) < 0 ||
-        comm_wait(gr->cm, r, e->c.timeout) < 0) {
-        gr->own->broken = gr->own->broken || r;   /* a posted receive into in: comm_free ends it */
+    comm_req **r = &gr->own->ireq[0];   /* the owner's own receive slot (it posts no refreshes) */
+    if (comm_irecv(gr->cm, src, COMM_TAG_TIE_LAG, gr->own->in, gr->own->n * sizeof(float), r) < 0 ||
+        exec_req_wait(gr->cm, r, e->c.timeout) < 0)
         return pt_adderr("rank %d: tied tensor %d from member %d: ", e->c.world_rank, gr->tie, src);
-    }
     return 0;
 }
 
@@ -101,12 +91,10 @@ void exec_tie_owner_free(run_exec *e) {
         exec_group *gr = &e->grp[k];
         exec_tie_owner *O = gr->own;
         if (!O) continue;
-        for (int s = 0; s < O->K && !O->broken; s++) {
-            if (O->ireq[s] && comm_wait(gr->cm, O->ireq[s], e->c.timeout) < 0) O->broken = 1;
-            else O->ireq[s] = NULL;
-            if (!O->broken) owner_wait_slot(e, gr, s);
-        }
-        if (!O->broken) {   /* after a failed wait the buffers may still be the transport's: kept */
+        int held = 0;   /* a request whose wait failed still names its buffer: kept (comm_free ends it) */
+        for (int s = 0; s < O->K && !held; s++)
+            held = exec_req_wait(gr->cm, &O->ireq[s], e->c.timeout) < 0 || owner_wait_slot(e, gr, s) < 0;
+        if (!held) {
             free(O->out);
             free(O->in);
         }
@@ -150,13 +138,11 @@ int exec_tie_owner_refresh(run_exec *e, exec_group *gr) {
     int s = (int)((O->upd - 1) % O->K);
     float *slot = O->in + (size_t)s * O->n;
     if (O->upd > O->K) {              /* the owner's weights after update upd - K (before: the start's) */
-        if (comm_wait(gr->cm, O->ireq[s], e->c.timeout) < 0) {
-            O->broken = 1;            /* the receive stays in ireq[s]: comm_free ends it */
+        if (exec_req_wait(gr->cm, &O->ireq[s], e->c.timeout) < 0)   /* failed: it stays in ireq[s] */
             return pt_adderr("rank %d: tied tensor %d's refresh: ", e->c.world_rank, gr->tie);
-        }
         for (int c = 0; c < gr->n_copies; c++) memcpy(gr->w[c], slot, O->n * sizeof(float));
     }
-    O->ireq[s] = NULL;                /* version upd, which the owner sends after its update upd */
+    /* version upd, which the owner sends after its update upd, into the slot just emptied */
     if (comm_irecv(gr->cm, 0, COMM_TAG_TIE_LAG, slot, O->n * sizeof(float), &O->ireq[s]) < 0)
         return pt_adderr("rank %d: posting tied tensor %d's refresh: ", e->c.world_rank, gr->tie);
     return 1;

@@ -43,6 +43,13 @@ int exec_req_block(comm *c, comm_req **req, double deadline) {
     return exec_req_test(c, req);   /* timed out or failed: a failed wait leaves it ours */
 }
 
+int exec_req_wait(comm *c, comm_req **req, double timeout) {
+    if (!*req) return 0;
+    if (comm_wait(c, *req, timeout) < 0) return -1;
+    *req = NULL;
+    return 0;
+}
+
 int exec_reqs_block(run_wait *w, double deadline) {
     exec_waiting *x = w->priv;
     for (int k = 0; k < x->n; k++) {
