@@ -346,9 +346,9 @@ static int twin_unequal(const state *s) {
            restored_equals(&s[3]);
 }
 
-/* Rank `rank` (of 3) takes chunk c of s as step `step` with its own state (a tensor of 64 floats
- * that depend on rank and step) in the generation. */
-static void take_state(ckpt_snap *sn, int c, const state *s, long step, int rank) {
+/* Rank `rank` (of world) takes chunk c of s as step `step` with its own state (a tensor of 64
+ * floats that depend on rank and step) in the generation. */
+static void take_state_of(ckpt_snap *sn, int c, const state *s, long step, int rank, int world) {
     static const int cf[3] = { 0, 3, 6 };
     static float x[64];
     ckpt_manifest man = { .cfg = CFG, .step = step, .adam_t = (int)step, .batch = 4, .seq = 8 };
@@ -362,8 +362,69 @@ static void take_state(ckpt_snap *sn, int c, const state *s, long step, int rank
     ckpt_state_add(&st, "x", x, 64, 0);
     ckpt_snap_ready(sn);
     ckpt_snap_stage(sn, c, cf[c], cf[c + 1], &s->m, &s->opt);
-    ckpt_snap_stage_state(sn, &st, 3);
+    ckpt_snap_stage_state(sn, &st, world);
     ckpt_snap_commit(sn, &man);
+}
+
+static void take_state(ckpt_snap *sn, int c, const state *s, long step, int rank) {
+    take_state_of(sn, c, s, step, rank, 3);
+}
+
+/* Rank `rank`'s state in the restored folder: 1 when it is there and holds step `step`'s
+ * values (take_state_of's), 0 when absent, -1 when it differs. */
+static int restored_state(int rank, long step) {
+    ckpt_state r;
+    float x[64];
+    char why[200] = "";
+    memset(&r, 0, sizeof r);
+    snprintf(r.sig, sizeof r.sig, "test");
+    ckpt_state_add(&r, "x", x, 64, 0);
+    int rc = ckpt_state_read(out, rank, &r, why, sizeof why);
+    if (rc != 1) return rc == 0 ? 0 : -1;
+    for (int i = 0; i < 64; i++)
+        if (x[i] != (float)(rank * 1000 + step * 10 + i)) return -1;
+    return r.step == step ? 1 : -1;
+}
+
+/* Two ranks with their own state, steps 1..3: step 3 restored with both states; rank 1's state
+ * file of step 3 damaged: step 2 restored, with step 2's states (never a state that fails its
+ * sum); rank 0's of steps 2 and 1 damaged too (no step has every rank's): the newest whole step
+ * (3) without any state file (the documented fallback). */
+static int state_damaged(const state *s) {
+    char r2[200], p[400];
+    ckpt_snap *a, *b;
+    snprintf(r2, sizeof r2, "%s/stdmg", root);
+    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0) return 0;
+    for (int g = 1; g <= 3; g++) {
+        take_state_of(a, 0, &s[g], g, 0, 2);
+        take_state_of(b, 1, &s[g], g, 1, 2);
+    }
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    ckpt_snap_found f;
+    ckpt_manifest man;
+    int ok = ckpt_snap_restore(r2, NULL, 0, out, &f) == 1 && f.step == 3 && restored_equals(&s[3]) &&
+             restored_state(0, 3) == 1 && restored_state(1, 3) == 1;
+    if (!ok) printf("# all good: step %ld\n", f.step);
+    snprintf(p, sizeof p, "%s/rank-1/gen-3/state-1.safetensors", r2);
+    flip_byte(p);
+    int rc = ckpt_snap_restore(r2, NULL, 0, out, &f);
+    int ok2 = rc == 1 && f.step == 2 && restored_equals(&s[2]) && restored_state(0, 2) == 1 &&
+              restored_state(1, 2) == 1 && ckpt_read_manifest(&man, out) == 0 && man.n_states == 2;
+    if (!ok2) printf("# rank 1's state of step 3 damaged: rc %d step %ld\n", rc, f.step);
+    for (int g = 1; g <= 2; g++) {
+        snprintf(p, sizeof p, "%s/rank-0/gen-%d/state-0.safetensors", r2, g);
+        flip_byte(p);
+    }
+    char ep[300], text[2048];
+    snprintf(ep, sizeof ep, "%s/stdmg.err", root);
+    int saved = stderr_to(ep);
+    rc = ckpt_snap_restore(r2, NULL, 0, out, &f);
+    stderr_back(saved, ep, text, sizeof text);
+    int ok3 = rc == 1 && f.step == 3 && restored_equals(&s[3]) && restored_state(0, 3) == 0 &&
+              restored_state(1, 3) == 0 && ckpt_read_manifest(&man, out) == 0 && man.n_states == 0 && !text[0];
+    if (!ok3) printf("# no step with every state: rc %d step %ld, said: %s\n", rc, f.step, text);
+    return ok && ok2 && ok3;
 }
 
 /* Sums only with each rank's own state in its generations: the chunk goes as its sum, the state
@@ -564,6 +625,8 @@ int main(void) {
           "copy bitwise", twin_unequal(s), "%s", pt_err());
     CHECK("sums only with the ranks' own state: the state whole, restored from the replica's copy with the chunk",
           twin_state(s), "%s", pt_err());
+    CHECK("a rank's state file damaged at the newest step: the older step restored with its states; damaged at "
+          "every step: the newest whole step without state", state_damaged(s), "%s", pt_err());
     CHECK("sums only, the replica never answers: close does not wait for the answer's timeout", twin_silent(s),
           "%s", pt_err());
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");

@@ -117,15 +117,28 @@ void snap_slot_free(snap_slot *sl);
  * (or when the layout changed) and refilled in place after; *sum, *bytes: its sum64 and size.
  * 0, or -1 naming the file. */
 int snap_state_fill(snap_slot *sl, int rank, const ckpt_state *st, uint64_t *sum, size_t *bytes);
-/* Every rank's state file of generation `step` (root/rank-<w>/gen-<step>/, ranks in skip left
- * out) copied into tmpdir when all of them are there with good sums, and man->n_states set to
- * their count; else none copied and n_states 0. 0, or -1. */
-int snap_state_restore(const char *root, const int *skip, int n_skip, long step, const char *tmpdir,
-                       ckpt_manifest *man);
-/* Whether generation `step` has every rank's state file, own or a peer's copy (ranks in skip left
- * out). A restore prefers the newest step where it has (a replica's rank may be a step behind
- * when the chunks are already whole from the others), else (a job that keeps none) any. */
-int snap_state_complete(const char *root, const int *skip, int n_skip, long step);
+/* The places the ranks' state files may be in, for one restore: each generation's snap.json is
+ * read once (by the restore, which notes each here), not once per candidate step and rank. */
+typedef struct snap_states snap_states;
+struct cJSON;
+/* An empty list for snapshot folder root. */
+snap_states *snap_states_new(const char *root);
+/* Notes generation folder gd of rank w's step `step` (own: the rank's own folder, tried before
+ * the peers' copies, which are tried in the order noted) whose snap.json is j (its "state"
+ * entry: world, bytes, sum64; nothing noted without one). */
+void snap_states_note(snap_states *s, const char *gd, int w, long step, int own, const struct cJSON *j);
+/* Whether every rank of `step` has a state file noted (nothing read: a cheap first test). */
+int snap_states_listed(snap_states *s, long step);
+/* Every rank's state file of `step` copied into tmpdir (rank folders left out are the ones never
+ * noted), each checked against its size and sum as it is copied (one read of each; one that does
+ * not check is removed and the rank's next place tried). Returns their count (the world) when
+ * every rank's was copied good; 0 when some rank has none good (none left in tmpdir); -1 when
+ * tmpdir cannot be written (pt_err names the file). The step's result is kept: asked again for
+ * the same step and folder, it reads nothing; another step's files replace it. */
+int snap_states_take(snap_states *s, long step, const char *tmpdir);
+/* Removes the state files the last take left in its folder (a step not used). */
+void snap_states_drop(snap_states *s);
+void snap_states_free(snap_states *s);
 
 /* ---- the peer copy (snapshot_peer.c) ---- */
 typedef struct snap_peer snap_peer;

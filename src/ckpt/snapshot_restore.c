@@ -83,9 +83,11 @@ static int gen_load(snap_gen *g) {
 }
 
 /* The generations of folder rd (a rank's own, or a peer copy of origin `rank`'s held in rank
- * folder hold_rd of rank holder) appended to *gens (n of cap used). A sums-only copy's files
- * are the holder's own generation of the step; one naming another rank is not used. */
-static void gens_add(const char *rd, int rank, const char *hold_rd, int holder, snap_gen **gens, int *n, int *cap) {
+ * folder hold_rd of rank holder) appended to *gens (n of cap used), and their state entries
+ * noted in st (every snap.json read here, once). A sums-only copy's files are the holder's own
+ * generation of the step; one naming another rank is not used. */
+static void gens_add(const char *rd, int rank, const char *hold_rd, int holder, snap_states *st, snap_gen **gens,
+                     int *n, int *cap) {
     long *steps;
     int k = snap_list_gens(rd, &steps);
     for (int i = 0; i < k; i++) {
@@ -99,6 +101,7 @@ static void gens_add(const char *rd, int rank, const char *hold_rd, int holder, 
         g->rank = rank;
         g->step = steps[i];
         int ok = gen_load(g) == 0 && (g->files_at < 0 || (hold_rd && g->files_at == holder));
+        if (g->j) snap_states_note(st, g->dir, rank, steps[i], hold_rd == NULL, g->j);
         if (g->files_at >= 0) snprintf(g->fdir, sizeof g->fdir, "%s/gen-%ld", hold_rd ? hold_rd : "", steps[i]);
         else snprintf(g->fdir, sizeof g->fdir, "%s", g->dir);
         if (ok && g->files_at >= 0 && access(g->fdir, F_OK) != 0) ok = 0;   /* the holder's own is gone (kept fewer) */
@@ -109,7 +112,7 @@ static void gens_add(const char *rd, int rank, const char *hold_rd, int holder, 
 }
 
 /* The peer copies held in rank folder rd: rd/peer-<origin>/, each as origin's generations. */
-static void gens_add_peers(const char *rd, int holder, snap_gen **gens, int *n, int *cap) {
+static void gens_add_peers(const char *rd, int holder, snap_states *st, snap_gen **gens, int *n, int *cap) {
     DIR *d = opendir(rd);
     if (!d) return;
     struct dirent *e;
@@ -119,15 +122,15 @@ static void gens_add_peers(const char *rd, int holder, snap_gen **gens, int *n, 
         long o = strtol(e->d_name + 5, &end, 10);
         if (end == e->d_name + 5 || *end || o < 0) continue;
         snprintf(pd, sizeof pd, "%s/%s", rd, e->d_name);
-        gens_add(pd, (int)o, rd, holder, gens, n, cap);
+        gens_add(pd, (int)o, rd, holder, st, gens, n, cap);
     }
     closedir(d);
 }
 
 /* Every generation under root/rank-* and their peer copies (rank folders in skip left out: a
  * lost host's memory, its own and the copies it held) into *gens (allocated, grown as needed;
- * free it); returns how many. */
-static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen **gens) {
+ * free it), their state entries into st; returns how many. */
+static int gens_collect(const char *root, const int *skip, int n_skip, snap_states *st, snap_gen **gens) {
     DIR *d = opendir(root);
     *gens = NULL;
     if (!d) return 0;
@@ -140,8 +143,8 @@ static int gens_collect(const char *root, const int *skip, int n_skip, snap_gen 
         if (end == e->d_name + 5 || *end || in_list((int)w, skip, n_skip)) continue;
         char rd[1000];
         snprintf(rd, sizeof rd, "%s/%s", root, e->d_name);
-        gens_add(rd, (int)w, NULL, -1, gens, &n, &cap);
-        gens_add_peers(rd, (int)w, gens, &n, &cap);
+        gens_add(rd, (int)w, NULL, -1, st, gens, &n, &cap);
+        gens_add_peers(rd, (int)w, st, gens, &n, &cap);
     }
     closedir(d);
     return n;
@@ -315,14 +318,31 @@ static int gen_manifest(const snap_gen *ref, ckpt_manifest *man) {
                                     cJSON_IsString(sched) ? sched->valuestring : "", ref->chunk_first);
 }
 
-/* The checkpoint folder dir from the chunk files of src[0..K) and the shard files of
- * shard[0..shards). */
-static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const char *dir, const char *root,
-                    const int *skip, int n_skip) {
+/* The checkpoint folder being assembled: its temporary name, made on first use (a restore that
+ * finds nothing makes none). */
+typedef struct {
+    const char *dir;
+    char tmp[1200];
+    int begun;
+} restore_out;
+
+static int out_begin(restore_out *o) {
+    if (!o->begun && ckpt_begin(o->dir, o->tmp, sizeof o->tmp) < 0) return -1;
+    o->begun = 1;
+    return 0;
+}
+
+/* The checkpoint folder o->dir from the chunk files of src[0..K) and the shard files of
+ * shard[0..shards), with the n_states ranks' state files already in o->tmp. */
+static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, restore_out *o, int n_states) {
     ckpt_manifest man;
-    char tmp[1200], from[1600], to[1300];
+    char from[1600], to[1300];
+    if (out_begin(o) < 0) return -1;
     if (gen_manifest(ref, &man) < 0 || (ref->shards && ckpt_manifest_set_shards(&man, ref->shards) < 0) ||
-        ckpt_begin(dir, tmp, sizeof tmp) < 0) return -1;
+        (n_states && ckpt_manifest_set_states(&man, n_states) < 0)) {
+        ckpt_abandon(o->tmp);
+        return -1;
+    }
     man.tp = ref->tp;
     for (int c = 0; c < ref->K + ref->shards; c++) {
         int is_shard = c >= ref->K, id = is_shard ? c - ref->K : c;
@@ -330,18 +350,47 @@ static int assemble(const snap_gen *ref, snap_gen **src, snap_gen **shard, const
         snap_gen *first = is_shard ? shard[id] : NULL;
         for (int k = 0; !is_shard && k < per && !first; k++) first = src[id * per + k];
         piece_path(first, is_shard, id, from, sizeof from);
-        if (is_shard) ckpt_shard_path(to, sizeof to, tmp, id);
-        else ckpt_chunk_path(to, sizeof to, tmp, id);
+        if (is_shard) ckpt_shard_path(to, sizeof to, o->tmp, id);
+        else ckpt_chunk_path(to, sizeof to, o->tmp, id);
         if ((per > 1 && !is_shard ? join_tp(src + id * per, per, id, to) : copy_file(from, to)) < 0) {
-            ckpt_abandon(tmp);
+            ckpt_abandon(o->tmp);
             return -1;
         }
     }
-    if (snap_state_restore(root, skip, n_skip, ref->step, tmp, &man) < 0) {   /* the ranks' own state */
-        ckpt_abandon(tmp);
-        return -1;
-    }
-    return ckpt_commit(dir, tmp, &man);
+    return ckpt_commit(o->dir, o->tmp, &man);
+}
+
+/* Newer step first; ties in the order collected. */
+static int cand_cmp(const void *pa, const void *pb, void *u) {
+    const snap_gen *g = u;
+    int a = *(const int *)pa, b = *(const int *)pb;
+    if (g[a].step != g[b].step) return g[a].step > g[b].step ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+/* The newest of gens[0..n) whose step is complete (src, shard filled as step_complete's) with
+ * every rank's own state (pass 0: copied into o->tmp, checked as copied; *n_states their
+ * count), else (pass 1) without; NULL when none is. *err set when o->tmp cannot be written. */
+static snap_gen *choose(snap_gen *gens, int n, snap_states *st, restore_out *o, snap_gen **src, snap_gen **shard,
+                        int *n_states, int *bad, int *err) {
+    int *order = pt_malloc(sizeof *order * (size_t)(n ? n : 1));
+    snap_gen *best = NULL;
+    for (int i = 0; i < n; i++) order[i] = i;
+    qsort_r(order, (size_t)n, sizeof *order, cand_cmp, gens);
+    int with = 0;
+    for (int pass = 0; pass < 2 && !best && !*err; pass++)   /* with every rank's own state (pass 0), else without */
+        for (int k = 0; k < n && !best && !*err; k++) {
+            snap_gen *g = &gens[order[k]];
+            if (pass == 0 && !snap_states_listed(st, g->step)) continue;   /* nothing read */
+            if (pass == 0 && (out_begin(o) < 0 || (with = snap_states_take(st, g->step, o->tmp)) < 0)) *err = 1;
+            if (pass == 0 && with <= 0) continue;
+            if (step_complete(gens, n, g, src, shard, bad)) best = g;
+            if (pass == 1) with = 0;
+        }
+    if (!best || with <= 0) snap_states_drop(st);   /* chosen without state, or none: no state files stay */
+    *n_states = best && !*err ? with : 0;
+    free(order);
+    return *err ? NULL : best;
 }
 
 int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char *dir,
@@ -350,19 +399,13 @@ int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char 
     snap_gen **src = pt_calloc((size_t)CKPT_MAX_CHUNKS * (CKPT_MAX_SHARDS > SNAP_TP_MAX ? CKPT_MAX_SHARDS : SNAP_TP_MAX),
                                sizeof *src);
     snap_gen **shard = pt_calloc(CKPT_MAX_SHARDS, sizeof *shard);
-    int n = gens_collect(root, skip, n_skip, &gens), rc = 0;
+    snap_states *st = snap_states_new(root);
+    restore_out o = { .dir = dir };
+    int n = gens_collect(root, skip, n_skip, st, &gens), rc = 0, err = 0, n_states;
     memset(found, 0, sizeof *found);
-    snap_gen *best = NULL;
-    for (int pass = 0; pass < 2 && !best; pass++)   /* with every rank's own state (pass 0), else without */
-        for (int i = 0; i < n; i++) {       /* candidates newest first; ties: any */
-            snap_gen *g = &gens[i];
-            if (best && g->step <= best->step) continue;
-            if (pass == 0 && !snap_state_complete(root, skip, n_skip, g->step)) continue;
-            if (step_complete(gens, n, g, src, shard, &found->n_bad)) best = g;
-        }
+    snap_gen *best = choose(gens, n, st, &o, src, shard, &n_states, &found->n_bad, &err);
     if (best) {
-        step_complete(gens, n, best, src, shard, &found->n_bad);
-        rc = assemble(best, src, shard, dir, root, skip, n_skip) < 0 ? -1 : 1;
+        rc = assemble(best, src, shard, &o, n_states) < 0 ? -1 : 1;
         found->step = best->step;
         found->n_chunks = best->K;
         int per = best->slices ? best->world : best->tp;
@@ -372,6 +415,9 @@ int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char 
                 if (src[c * per + k]) found->from_rank[c] = src[c * per + k]->rank;
         }
     }
+    if (err) rc = -1;
+    if (!best && o.begun) ckpt_abandon(o.tmp);
+    snap_states_free(st);
     for (int i = 0; i < n; i++) cJSON_Delete(gens[i].j);
     free(gens);
     free(shard);
