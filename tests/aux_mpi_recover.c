@@ -2,11 +2,13 @@
  * under `mpirun --enable-recovery -np 4` (not a test binary on its own). Each check prints "FAIL
  * name: rank r: why" on the rank where it failed and "ok name" on rank 0 when it held there:
  *   armed collectives (polled) give the rank-order sums of the plain ones, bitwise
- *   rank 3 dies (SIGKILL); a blocking allreduce over the old world and an irecv from rank 3,
- *     both pending, fail with the reason once another thread calls comm_mpi_interrupt
+ *   rank 3 dies (SIGKILL); a blocking allreduce over the old world, an irecv from rank 3 and an
+ *     ireduce, all pending, fail with the reason once another thread calls comm_mpi_interrupt;
+ *     the ireduce, reported and freed by its test, is no longer on its endpoint's list
  *   the old world refuses new calls at once; its abort does not end the job
  *   comm_mpi_survivors({0,1,2}): a world of 3 whose collectives, splits and messages work */
 #include "comm/comm.h"
+#include "comm/comm_mpi_int.h"
 #include "util/pt.h"
 #include <pthread.h>
 #include <signal.h>
@@ -68,6 +70,9 @@ int main(int argc, char **argv) {
     if (me == 3) raise(SIGKILL);
     comm_req *rq = NULL;
     int posted = comm_irecv(w, 3, 5, &me, sizeof me, &rq) == 0;
+    static float red_buf[64];   /* left to MPI once broken: never freed */
+    comm_req *red = NULL;
+    int red_posted = comm_ireduce_f32(w, red_buf, 64, 1, &red) == 0;
     pthread_t th;
     pthread_create(&th, NULL, interrupter, NULL);
     double t0 = pt_now(), v = 1;
@@ -79,6 +84,12 @@ int main(int argc, char **argv) {
     int why = rc < 0 && strstr(pt_err(), "rank 3 died"), done = 0;   /* the failed wait left it ours: */
     int t = posted && rc < 0 ? comm_test(w, rq, &done) : 0;          /* a test reports it and frees it */
     check("recover: a pending irecv from the dead rank fails, naming why", posted && why && t < 0 && done, pt_err());
+    done = 0;
+    t = red_posted ? comm_test(w, red, &done) : 0;
+    why = t < 0 && strstr(pt_err(), "rank 3 died");
+    check("recover: a pending ireduce fails, naming why; freed by its test, it is off its endpoint's list",
+          red_posted && why && done && ((mp_impl *)w->impl)->colls == NULL && ((mp_impl *)w->impl)->colls_tail == NULL,
+          red_posted ? pt_err() : "not posted");
     comm_req *sq;
     check("recover: the old world refuses a send at once", comm_isend(w, 1 - (me & 1), 6, &me, sizeof me, &sq) < 0, "isend accepted");
     comm_abort(w, "the test's abort on a broken world");   /* must return: the job goes on */

@@ -28,8 +28,9 @@ typedef struct mp_req {
     int done, failed;       /* progress thread: completed (under the engine's lock), and how */
     int finished;           /* a reduction: all its phases over (failed, err say how) */
     int broken;             /* comm_mpi_interrupt failed it (why) and took it off the progress
-                             * thread's list: its test reports it (and frees it, not a
-                             * reduction's buffers, which MPI may still write) */
+                             * thread's list (a reduction also off its endpoint's): its test
+                             * reports it (and frees it, not a reduction's buffers, which MPI
+                             * may still write) */
     char why[256];
     struct mp_req *cnext;   /* a reduction: the next one of its endpoint */
     char err[256];

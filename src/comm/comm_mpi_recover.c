@@ -6,7 +6,7 @@
  * forever. So in recovery mode (comm_mpi_recover_arm) the blocking collectives are non-blocking
  * ones polled here, and when told (comm_mpi_interrupt: the supervisor's decision) every endpoint
  * made so far is broken: its pending requests fail with the reason (off the progress thread's
- * list at once: the test that reports them frees them, as any other), later calls on it fail at once, its abort no longer ends the job, and the
+ * list at once, and a reduction off its endpoint's: the test that reports them frees them, as any other), later calls on it fail at once, its abort no longer ends the job, and the
  * survivors make a new world of themselves (comm_mpi_survivors, in comm_mpi.c). What a broken endpoint had
  * posted is left to MPI: receives cancelled, sends and collectives never completed, their
  * buffers (this file's own copies) never freed. */
@@ -110,6 +110,20 @@ int comm_mpi_recover_arm(void) {
 
 int comm_mpi_interrupts(void) { return atomic_load(&epoch); }
 
+/* r taken off its endpoint's list of unfinished reductions (comm_mpi.c's colls_advance walks
+ * it), so that the test that reports r and frees it leaves no pointer to it there. */
+static void colls_unlink(mp_req *r) {
+    mp_impl *m = r->c->impl;
+    mp_req *prev = NULL;
+    for (mp_req **at = &m->colls; *at; prev = *at, at = &(*at)->cnext) {
+        if (*at != r) continue;
+        *at = r->cnext;
+        if (m->colls_tail == r) m->colls_tail = prev;
+        r->cnext = NULL;
+        return;
+    }
+}
+
 void comm_mpi_interrupt(const char *why) {
     MPI_LOCK();
     snprintf(lost_why, sizeof lost_why, "%s", why);
@@ -120,6 +134,7 @@ void comm_mpi_interrupt(const char *why) {
         if (r->finished) { i++; continue; }   /* a reduction finished meanwhile: its pass reports it */
         if (!r->coll && !r->is_send) MPI_Cancel(&r->rq);
         if (!r->coll) MPI_Request_free(&r->rq);
+        else colls_unlink(r);   /* finished: off the list, as colls_advance takes finished ones */
         r->finished = r->failed = r->broken = r->done = 1;
         snprintf(r->err, sizeof r->err, "mpi: rank %d, %s rank %d tag %d: %s", r->c->world_rank,
                  r->coll ? "reduction with" : r->is_send ? "send to" : "receive from", r->peer, r->tag, why);
