@@ -235,8 +235,24 @@ size_t exec_tie_lag_floats(const run_exec *e);
 int exec_tie_lag_reduce(run_exec *e, exec_group *gr);
 /* The tied tensor's clipping factor for this update, the same on every holder (cap > 0). */
 double exec_tie_lag_factor(const exec_group *gr, double cap);
-/* The forwards stage 0 runs before its first backward in its rank's list: the lag K of both. */
+/* exec_tie_ring.c: what the two share. The forwards stage 0 runs before its first backward in
+ * its rank's list: the lag K of both. */
 int exec_tie_k(const sched *s);
+/* Whether gr holds a tied tensor shared with other ranks (the groups both handle). */
+int exec_tie_shared(const exec_group *gr);
+/* K slots of `per` point-to-point requests each (NULL: none) for a shared tie's group: H
+ * members, this rank me among them, a tensor of n floats. */
+typedef struct {
+    int K, H, me, per;
+    size_t n;
+    comm_req **req;                   /* [K][per] */
+} exec_tie_ring;
+/* r laid out for gr (K = exec_tie_k of e's schedule), no request in flight. */
+void exec_tie_ring_init(exec_tie_ring *r, const run_exec *e, const exec_group *gr, int per);
+/* Slot s's requests complete, each waited (exec_req_wait: a failed one stays in its place) even
+ * after another failed. 0, or -1 with "rank R: <what> of tied tensor T: " put before the error. */
+int exec_tie_ring_wait(exec_tie_ring *r, run_exec *e, exec_group *gr, int s, const char *what);
+void exec_tie_ring_free(exec_tie_ring *r);
 /* exec_tie_owner.c (--tie-owner; nothing without it): init after the groups, 0 or -1; free
  * completes what is in flight; reduce at the REDUCE_GRAD of gr (gr->own set): another holder
  * sends its part and zeroes it, the owner adds the parts into g[0], 0 or -1; at the update:

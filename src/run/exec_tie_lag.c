@@ -26,10 +26,9 @@
 #include <string.h>
 
 struct exec_tie_lag {
-    int K, H, me;                     /* slots; members of the group, this rank among them */
-    size_t n, width;                  /* floats of the tensor; + its span's sum of squares */
+    exec_tie_ring r;                  /* K slots of 2H requests: each member's send and receive */
+    size_t width;                     /* floats of the tensor + its span's sum of squares */
     float *part;                      /* [K][H][width] each member's part of a microbatch */
-    comm_req **req;                   /* [K][2H] its sends and receives, NULL: none */
     int *busy;                        /* [K] the slot holds a microbatch not yet applied */
     float *ready;                     /* (n) the sum applied at this update */
     float *span;                      /* [H] each member's span sum of squares for it */
@@ -37,39 +36,22 @@ struct exec_tie_lag {
     long long seq;                    /* microbatches posted so far */
 };
 
-static int exec_tie_lag_shared(const exec_group *gr) { return gr->tie >= 0 && gr->cm && gr->cm->size > 1; }
-
 static float *lag_part(const exec_tie_lag *L, int s, int m) {
-    return L->part + ((size_t)s * (size_t)L->H + (size_t)m) * L->width;
-}
-
-int exec_tie_k(const sched *s) {
-    int r = s->stage_rank[0], n = 0;
-    for (int i = 0; i < s->len[r]; i++) {
-        sched_action a = s->acts[r][i];
-        if (a.stage != 0) continue;
-        if (a.kind == ACT_B || a.kind == ACT_BW) break;
-        n += a.kind == ACT_F;
-    }
-    return n > 0 ? n : 1;
+    return L->part + ((size_t)s * (size_t)L->r.H + (size_t)m) * L->width;
 }
 
 int exec_tie_lag_init(run_exec *e) {
     if (!e->c.defer_tie) return 0;
     for (int k = 0; k < e->n_grp; k++) {
         exec_group *gr = &e->grp[k];
-        if (!exec_tie_lag_shared(gr)) continue;
+        if (!exec_tie_shared(gr)) continue;
         exec_tie_lag *L = pt_calloc(1, sizeof *L);
-        L->K = exec_tie_k(e->c.s);
-        L->H = gr->cm->size;
-        L->me = gr->cm->rank;
-        L->n = gr->n;
+        exec_tie_ring_init(&L->r, e, gr, 2 * gr->cm->size);
         L->width = gr->n + 1;
-        L->part = pt_falloc((size_t)L->K * (size_t)L->H * L->width);
-        L->req = pt_calloc((size_t)L->K * 2 * (size_t)L->H, sizeof *L->req);
-        L->busy = pt_calloc((size_t)L->K, sizeof *L->busy);
-        L->ready = pt_falloc(L->n);
-        L->span = pt_calloc((size_t)L->H, sizeof *L->span);
+        L->part = pt_falloc((size_t)L->r.K * (size_t)L->r.H * L->width);
+        L->busy = pt_calloc((size_t)L->r.K, sizeof *L->busy);
+        L->ready = pt_falloc(L->r.n);
+        L->span = pt_calloc((size_t)L->r.H, sizeof *L->span);
         gr->lag = L;
     }
     return 0;
@@ -77,12 +59,7 @@ int exec_tie_lag_init(run_exec *e) {
 
 /* Slot s's messages complete. 0, or -1. */
 static int lag_wait_slot(run_exec *e, exec_group *gr, int s) {
-    exec_tie_lag *L = gr->lag;
-    int rc = 0;
-    for (int i = 0; i < 2 * L->H; i++) {
-        if (exec_req_wait(gr->cm, &L->req[(size_t)s * 2 * (size_t)L->H + (size_t)i], e->c.timeout) < 0) rc = -1;
-    }
-    return rc < 0 ? pt_adderr("rank %d: deferred reduction of tied tensor %d: ", e->c.world_rank, gr->tie) : 0;
+    return exec_tie_ring_wait(&gr->lag->r, e, gr, s, "deferred reduction");
 }
 
 /* Completes what is in flight (every member sent as many), then frees. */
@@ -91,9 +68,9 @@ void exec_tie_lag_free(run_exec *e) {
         exec_tie_lag *L = e->grp[k].lag;
         if (!L) continue;
         int held = 0;   /* a request whose wait failed still names its buffer: kept (comm_free ends it) */
-        for (int s = 0; s < L->K; s++) held |= lag_wait_slot(e, &e->grp[k], s) < 0;
+        for (int s = 0; s < L->r.K; s++) held |= lag_wait_slot(e, &e->grp[k], s) < 0;
         if (!held) free(L->part);
-        free(L->req);
+        exec_tie_ring_free(&L->r);
         free(L->busy);
         free(L->ready);
         free(L->span);
@@ -105,7 +82,7 @@ void exec_tie_lag_free(run_exec *e) {
 size_t exec_tie_lag_floats(const run_exec *e) {
     size_t n = 0;
     for (int k = 0; k < e->n_grp; k++)
-        if (e->grp[k].lag) n += (size_t)e->grp[k].lag->K * (size_t)e->grp[k].lag->H * e->grp[k].lag->width + e->grp[k].lag->n;
+        if (e->grp[k].lag) n += (size_t)e->grp[k].lag->r.K * (size_t)e->grp[k].lag->r.H * e->grp[k].lag->width + e->grp[k].lag->r.n;
     return n;
 }
 
@@ -122,12 +99,12 @@ static double exec_span_sumsq(const run_exec *e) {
 
 /* Slot s's parts summed in member order (the transports' rank order) into ready. */
 static void lag_sum_slot(exec_tie_lag *L, int s) {
-    memcpy(L->ready, lag_part(L, s, 0), L->n * sizeof(float));
-    for (int m = 1; m < L->H; m++) {
+    memcpy(L->ready, lag_part(L, s, 0), L->r.n * sizeof(float));
+    for (int m = 1; m < L->r.H; m++) {
         const float *x = lag_part(L, s, m);
-        for (size_t i = 0; i < L->n; i++) L->ready[i] += x[i];
+        for (size_t i = 0; i < L->r.n; i++) L->ready[i] += x[i];
     }
-    for (int m = 0; m < L->H; m++) L->span[m] = lag_part(L, s, m)[L->n];
+    for (int m = 0; m < L->r.H; m++) L->span[m] = lag_part(L, s, m)[L->r.n];
 }
 
 /* Microbatch seq's tied gradient (the rank's part, in g[0]) sent to the other members, theirs
@@ -136,27 +113,27 @@ static void lag_sum_slot(exec_tie_lag *L, int s) {
  * seq - K (or zeros) put in g[0]'s place, for this update. 0, or -1. */
 int exec_tie_lag_reduce(run_exec *e, exec_group *gr) {
     exec_tie_lag *L = gr->lag;
-    int s = (int)(L->seq % L->K);
+    int s = (int)(L->seq % L->r.K);
     L->has_ready = 0;
     if (L->busy[s]) {
         if (lag_wait_slot(e, gr, s) < 0) return -1;
         lag_sum_slot(L, s);
         L->has_ready = 1;
     }
-    float *mine = lag_part(L, s, L->me);
-    memcpy(mine, gr->g[0], L->n * sizeof(float));
-    mine[L->n] = (float)exec_span_sumsq(e);
-    comm_req **rq = &L->req[(size_t)s * 2 * (size_t)L->H];
-    for (int m = 0; m < L->H; m++) {
-        if (m == L->me) continue;
+    float *mine = lag_part(L, s, L->r.me);
+    memcpy(mine, gr->g[0], L->r.n * sizeof(float));
+    mine[L->r.n] = (float)exec_span_sumsq(e);
+    comm_req **rq = &L->r.req[(size_t)s * 2 * (size_t)L->r.H];
+    for (int m = 0; m < L->r.H; m++) {
+        if (m == L->r.me) continue;
         if (comm_irecv(gr->cm, m, COMM_TAG_TIE_LAG, lag_part(L, s, m), L->width * sizeof(float), &rq[2 * m]) < 0 ||
             comm_isend(gr->cm, m, COMM_TAG_TIE_LAG, mine, L->width * sizeof(float), &rq[2 * m + 1]) < 0)
             return pt_adderr("rank %d: posting the deferred reduction of tied tensor %d: ", e->c.world_rank, gr->tie);
     }
     L->busy[s] = 1;
     L->seq++;
-    if (L->has_ready) memcpy(gr->g[0], L->ready, L->n * sizeof(float));
-    else memset(gr->g[0], 0, L->n * sizeof(float));
+    if (L->has_ready) memcpy(gr->g[0], L->ready, L->r.n * sizeof(float));
+    else memset(gr->g[0], 0, L->r.n * sizeof(float));
     return 0;
 }
 
@@ -166,8 +143,8 @@ int exec_tie_lag_reduce(run_exec *e, exec_group *gr) {
 double exec_tie_lag_factor(const exec_group *gr, double cap) {
     const exec_tie_lag *L = gr->lag;
     if (!L->has_ready) return 1.0;
-    double t = optim_sumsq(L->ready, L->n), f = 1.0;
-    for (int m = 0; m < L->H; m++) {
+    double t = optim_sumsq(L->ready, L->r.n), f = 1.0;
+    for (int m = 0; m < L->r.H; m++) {
         double r = optim_clip_scale(sqrt((double)L->span[m] + t), cap);
         if (r < f) f = r;
     }
