@@ -4,7 +4,8 @@
 # window gives the per-step run's losses and held-out losses bitwise, one metrics line per step,
 # with replicas too (each step's rows reach the same replica and microbatch as without it); the
 # header says the window and why; the default shrinks to divide --steps and the eval/save
-# boundaries; bad values are refused with the rule. The continuous order at P > 1 against its
+# boundaries; a step that fails inside a pass is the step its error event names; bad values are
+# refused with the rule. The continuous order at P > 1 against its
 # replay: tests/test_async.c; over MPI: tests/test_async_mpi.sh.
 . "$(dirname "$0")/lib.sh"
 P=$PIPETRAIN
@@ -47,6 +48,15 @@ tail -1 "$D/w.jsonl" | grep -q eval_loss && ok "--eval-every 2: the last step's 
 "$P" $base --stages 2 --microbatches 2 --steps 4 --schedule 2bw > "$D/bw.out" 2>&1 \
   && grep -q "asynchronous window: 4 steps a pass" "$D/bw.out" && ok "2bw: the window is on by default" \
   || fail "2bw window" "$(grep -i window "$D/bw.out"; tail -2 "$D/bw.out")"
+
+# a step inside a pass fails (lr 1e10: step 1's loss is finite, step 2's not): the error event
+# names step 2, the step that failed, not the pass's first
+rm -f "$D/div.jsonl" "$D/div.events.jsonl"
+"$P" $base --stages 1 --microbatches 1 --steps 4 --async-window 4 --lr 1e10 --grad-clip 0 \
+  --metrics "$D/div.jsonl" > "$D/div.out" 2>&1
+grep -q '"event":"error","step":2,"message":"step 2: the loss is' "$D/div.events.jsonl" \
+  && ok "a step inside a pass fails: its error event names that step (2), not the pass's first" \
+  || fail "window error step" "$(grep error "$D/div.events.jsonl"; tail -2 "$D/div.out")"
 
 expect_error "--async-window 0 refused" "async-window must be >= 1" "$P" $base --stages 2 --microbatches 2 --steps 4 --async-window 0
 expect_error "--async-window 65 refused" "async-window must be in 1..64" "$P" $base --stages 2 --microbatches 2 --steps 64 --async-window 65

@@ -197,11 +197,13 @@ int train_run(train_ctx *t) {
     train_report_start(t);
     t->t_start = pt_now();
     int W = train_window_steps(t);   /* --async-window: W steps a pass (it divides every boundary) */
-    for (long step = t->step0 + 1; step <= o->steps; step += W)
-        if ((W > 1 ? train_window_pass(t, step) : run_step(t, step)) < 0) {
-            train_report_error(t, step);
+    for (long step = t->step0 + 1; step <= o->steps; step += W) {
+        long failed = step;           /* a window's pass says which of its steps failed */
+        if ((W > 1 ? train_window_pass(t, step, &failed) : run_step(t, step)) < 0) {
+            train_report_error(t, failed);
             return -1;
         }
+    }
     if (train_engine_report(t->e) < 0) return -1;
     train_side_end(t);
     train_recover_end(t);

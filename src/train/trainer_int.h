@@ -75,10 +75,11 @@ int train_call_hooks(train_ctx *t, long step, const train_step_stats *st);
  * engine: W from o.async_window (0: the default) and the boundaries a pass must not cross, into
  * o.ro.async_window; -1 on a window that is out of range, given to a synchronous schedule, or
  * does not divide a boundary. steps: W (1 without). pass: steps first..first + W - 1 as one
- * engine iteration, each reported on its own. free: its buffers. */
+ * engine iteration, each reported on its own; 0, or -1 with *failed the step that failed (its
+ * batch, its loss or its hooks; first when the engine's iteration did). free: its buffers. */
 int train_window_choose(train_ctx *t);
 int train_window_steps(const train_ctx *t);
-int train_window_pass(train_ctx *t, long first);
+int train_window_pass(train_ctx *t, long first, long *failed);
 void train_window_free(train_ctx *t);
 
 /* For hooks before LOG: adds "key":value to this step's metrics line (trainer_hooks.c). */

@@ -96,14 +96,16 @@ void train_window_free(train_ctx *t) {
 }
 
 /* Step s's batch into the pass's rows: the executor reads replica d's microbatch k at row
- * d (B W / D) + k b, so step w's rows of replica d go to d (B W / D) + w (B / D). 0, or -1. */
-static int window_gather(train_ctx *t, long first) {
+ * d (B W / D) + k b, so step w's rows of replica d go to d (B W / D) + w (B / D). 0, or -1
+ * (*failed: the step whose batch could not be read). */
+static int window_gather(train_ctx *t, long first, long *failed) {
     const train_opts *o = &t->o;
     struct train_window *x = t->win;
     int D = o->ro.D > 0 ? o->ro.D : 1, W = x->W;
     size_t T = (size_t)o->seq, r = (size_t)(o->batch / D);
     for (int w = 0; w < W; w++) {
         int64_t k = data_batch_index(t->d, o->batch, o->seq, (uint64_t)o->shuffle, first + w - 1);
+        *failed = first + w;
         if (k < 0 || data_batch(t->d, k, o->batch, o->seq, x->step_tok, x->step_tgt) < 0) return -1;
         for (int d = 0; d < D; d++) {
             size_t to = ((size_t)d * r * (size_t)W + (size_t)w * r) * T, from = (size_t)d * r * T;
@@ -114,11 +116,12 @@ static int window_gather(train_ctx *t, long first) {
     return 0;
 }
 
-int train_window_pass(train_ctx *t, long first) {
+int train_window_pass(train_ctx *t, long first, long *failed) {
     const train_opts *o = &t->o;
     int W = t->win->W;
     train_step_stats st = {0};
-    if (window_gather(t, first) < 0) return -1;
+    if (window_gather(t, first, failed) < 0) return -1;
+    *failed = first;                  /* the engine's iteration: the pass as a whole */
     double t0 = pt_now();
     if (train_engine_step(t->e, t->inp, t->tgt, &o->oc, first, &st) < 0)
         return pt_adderr("steps %ld-%ld (one pass of --async-window %d): ", first, first + W - 1, W);
@@ -129,6 +132,7 @@ int train_window_pass(train_ctx *t, long first) {
         s.opt.lr = optim_lr_at(&o->oc, first + w);
         s.step_time = dt / W;
         s.iter_time = st.iter_time / W;
+        *failed = first + w;
         if (train_check_loss(s.opt.loss, first + w) < 0 || train_call_hooks(t, first + w, &s) < 0) return -1;
     }
     return 0;
