@@ -1,12 +1,13 @@
 /* Distributed checkpoints: chunk files written concurrently, re-split loads under other layouts
  * (bitwise), sharded moments, the single-process API, export, crash safety (a forked child
  * aborts mid-save), a save root (its newest complete checkpoint, a crash's leftovers removed,
- * --keep), tensor-parallel chunk files filled in place (bitwise the whole model's; a kill -9
+ * --keep), rank state files of more ranks than moment shards may have (1100), tensor-parallel chunk files filled in place (bitwise the whole model's; a kill -9
  * amid the writers), and every kind of corrupt or partial checkpoint giving an error that names the file. */
 #include "test.h"
 #include "io/safetensors.h"
 #include "model/gpt_io.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/ckpt_state.h"
 #include "train/train.h"
 #include "util/pt.h"
 #include <cjson/cJSON.h>
@@ -816,6 +817,49 @@ static void test_tp_kill(void) {
     state_free(&neu);
 }
 
+/* A checkpoint with 1100 ranks' own state files (more than CKPT_MAX_SHARDS: the manifest holds
+ * no per-rank table for them): saved, read back with every file checked, a rank's state loads,
+ * a flipped byte in one of the last files is named. */
+static void test_many_states(void) {
+    enum { R = 1100 };
+    char dir[512], tmp[1100], path[1300];
+    state src;
+    state_init(&src, 11);
+    path_of(dir, sizeof dir, "states/ckpt-2");
+    ckpt_manifest man = base_manifest(2);
+    int rc = ckpt_manifest_set_layout(&man, 1, 1, 1, 1, "1f1b", (int[]){0, 8}) < 0 ||
+             ckpt_manifest_set_states(&man, R) < 0 || ckpt_begin(dir, tmp, sizeof tmp) < 0 ||
+             ckpt_write_chunk(tmp, 0, 0, 8, &src.m, &src.opt) < 0 ? -1 : 0;
+    float x[4];
+    for (int r = 0; rc == 0 && r < R; r++) {
+        ckpt_state st;
+        memset(&st, 0, sizeof st);
+        snprintf(st.sig, sizeof st.sig, "many");
+        st.step = 2;
+        for (int i = 0; i < 4; i++) x[i] = (float)(r * 10 + i);
+        ckpt_state_add(&st, "x", x, 4, 0);
+        rc = ckpt_state_write(tmp, r, &st);
+    }
+    if (rc == 0) rc = ckpt_commit(dir, tmp, &man);
+    ckpt_manifest back;
+    if (rc == 0) rc = ckpt_read_manifest(&back, dir);
+    ckpt_state st;
+    char why[200] = "";
+    memset(&st, 0, sizeof st);
+    snprintf(st.sig, sizeof st.sig, "many");
+    ckpt_state_add(&st, "x", x, 4, 0);
+    int got = rc == 0 ? ckpt_state_read(dir, R - 1, &st, why, sizeof why) : -1;
+    CHECK("1100 ranks' state files: saved, every one checked when read back, one loads",
+          rc == 0 && back.n_states == R && got == 1 && x[0] == (float)((R - 1) * 10) && x[3] == (float)((R - 1) * 10 + 3),
+          "rc %d states %d read %d: %s %s", rc, rc == 0 ? back.n_states : -1, got, pt_err(), why);
+    ckpt_state_path(path, sizeof path, dir, 1050);
+    damage_file(path, -5, 0);
+    rc = ckpt_read_manifest(&back, dir);
+    CHECK("1100 ranks' state files: a flipped byte in rank 1050's is named", rc < 0 &&
+          strstr(pt_err(), "state-1050.safetensors") && strstr(pt_err(), "checksum"), "%s", pt_err());
+    state_free(&src);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_ckpt_XXXXXX");
     if (!mkdtemp(root)) { printf("FAIL mkdtemp\n"); return 1; }
@@ -831,6 +875,7 @@ int main(void) {
     test_commit_errors();
     test_version2();
     test_shards();
+    test_many_states();
     test_root();
     test_tp_place();
     test_tp_kill();

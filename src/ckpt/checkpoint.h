@@ -55,8 +55,9 @@ typedef struct {
                                                  * read back: then the stored product is written) */
     double nadam_mu_product;                    /* as read back (NAdam) */
     int n_states;           /* ranks whose own state is in "state-<r>.safetensors" (ckpt/ckpt_state.h:
-                             * asynchronous versions, corrections, --dp-sync); 0: none (version < 4) */
-    ckpt_chunk states[CKPT_MAX_SHARDS];   /* bytes and checksum (layers unused) */
+                             * asynchronous versions, corrections, --dp-sync); 0: none (version < 4).
+                             * Their sizes and checksums go from the files to the manifest's JSON
+                             * and back, never held here: any number of ranks */
 } ckpt_manifest;
 
 /* One slice of a tensor's AdamW moments: elements [start, start + n) of tensor `name`. */
@@ -76,7 +77,7 @@ int ckpt_manifest_set_layout(ckpt_manifest *man, int P, int D, int K, int n_pipe
  * and the chunk files hold parameters only. -1 if n_ranks is out of 1..CKPT_MAX_SHARDS. */
 int ckpt_manifest_set_shards(ckpt_manifest *man, int n_ranks);
 /* Every one of n_ranks world ranks writes its state file (ckpt_state_write into the temporary
- * folder) before the commit, which checksums them. -1 if n_ranks is out of 0..CKPT_MAX_SHARDS. */
+ * folder) before the commit, which checksums them. -1 if n_ranks is negative. */
 int ckpt_manifest_set_states(ckpt_manifest *man, int n_ranks);
 /* The optimizer rule of the run (--optim) into a manifest about to be saved. */
 void ckpt_manifest_set_optim(ckpt_manifest *man, const optim_config *oc);

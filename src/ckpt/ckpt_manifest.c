@@ -38,9 +38,7 @@ int ckpt_manifest_set_shards(ckpt_manifest *man, int n_ranks) {
 }
 
 int ckpt_manifest_set_states(ckpt_manifest *man, int n_ranks) {
-    if (n_ranks < 0 || n_ranks > CKPT_MAX_SHARDS)
-        return pt_seterr("checkpoint with rank state: %d ranks, at most %d write state files", n_ranks,
-                         CKPT_MAX_SHARDS);
+    if (n_ranks < 0) return pt_seterr("checkpoint with rank state: %d ranks (a bug: must be >= 0)", n_ranks);
     man->n_states = n_ranks;
     return 0;
 }
@@ -72,7 +70,7 @@ int ckpt_chunk_of_layer(const ckpt_manifest *man, int layer) {
     return -1;
 }
 
-static cJSON *manifest_layout_json(const ckpt_manifest *man) {
+static cJSON *manifest_layout_json(const ckpt_manifest *man, cJSON *states) {
     char s[64];
     cJSON *lo = cJSON_CreateObject(), *chunks;
     cJSON_AddNumberToObject(lo, "P", man->P);
@@ -104,20 +102,34 @@ static cJSON *manifest_layout_json(const ckpt_manifest *man) {
         cJSON_AddStringToObject(e, "fnv1a64", s);
         cJSON_AddItemToArray(shards, e);
     }
-    cJSON *states = cJSON_AddArrayToObject(lo, "states");
-    for (int r = 0; r < man->n_states; r++) {
-        cJSON *e = cJSON_CreateObject();
-        snprintf(s, sizeof s, "state-%d.safetensors", r);
-        cJSON_AddStringToObject(e, "file", s);
-        cJSON_AddNumberToObject(e, "bytes", (double)man->states[r].bytes);
-        snprintf(s, sizeof s, "%016" PRIx64, man->states[r].fnv1a64);
-        cJSON_AddStringToObject(e, "fnv1a64", s);
-        cJSON_AddItemToArray(states, e);
-    }
+    cJSON_AddItemToObject(lo, "states", states);
     return lo;
 }
 
-static cJSON *manifest_json(const ckpt_manifest *man) {
+/* layout.states: each rank's state file in dir, its size and checksum taken now (the manifest
+ * holds none: any number of ranks). NULL naming the file that cannot be read. */
+static cJSON *manifest_states_json(const ckpt_manifest *man, const char *dir) {
+    char s[32], path[CKPT_PATH_MAX];
+    cJSON *states = cJSON_CreateArray();
+    for (int r = 0; r < man->n_states; r++) {
+        ckpt_chunk f;
+        ckpt_state_path(path, sizeof path, dir, r);
+        if (ckpt_file_fnv(path, &f.fnv1a64, &f.bytes) < 0) {
+            cJSON_Delete(states);
+            return NULL;
+        }
+        cJSON *e = cJSON_CreateObject();
+        snprintf(s, sizeof s, "state-%d.safetensors", r);
+        cJSON_AddStringToObject(e, "file", s);
+        cJSON_AddNumberToObject(e, "bytes", (double)f.bytes);
+        snprintf(s, sizeof s, "%016" PRIx64, f.fnv1a64);
+        cJSON_AddStringToObject(e, "fnv1a64", s);
+        cJSON_AddItemToArray(states, e);
+    }
+    return states;
+}
+
+static cJSON *manifest_json(const ckpt_manifest *man, cJSON *states) {
     char s[32];
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", CKPT_FORMAT);
@@ -133,7 +145,7 @@ static cJSON *manifest_json(const ckpt_manifest *man) {
     cJSON_AddStringToObject(root, "init_seed", s);
     cJSON_AddStringToObject(root, "data", man->data_path);
     cJSON_AddBoolToObject(root, "optimizer", man->has_optim);
-    cJSON_AddItemToObject(root, "layout", manifest_layout_json(man));
+    cJSON_AddItemToObject(root, "layout", manifest_layout_json(man, states));
     ckpt_optim_to_json(root, man);
     return root;
 }
@@ -141,7 +153,9 @@ static cJSON *manifest_json(const ckpt_manifest *man) {
 int ckpt_write_manifest(const char *tmpdir, const ckpt_manifest *man) {
     char path[CKPT_PATH_MAX];
     snprintf(path, sizeof path, "%s/manifest.json", tmpdir);
-    cJSON *root = manifest_json(man);
+    cJSON *states = manifest_states_json(man, tmpdir);
+    if (!states) return -1;
+    cJSON *root = manifest_json(man, states);
     int rc = io_write_json(root, path);
     cJSON_Delete(root);
     return rc;
@@ -258,16 +272,15 @@ static int manifest_shards(ckpt_manifest *man, const cJSON *lo, const char *mpat
 }
 
 /* Version 4: layout.states, one entry per rank that wrote its own state (ckpt/ckpt_state.h), or
- * none. */
+ * none; each entry checked (not kept: verify_states reads them again from the JSON). */
 static int manifest_states(ckpt_manifest *man, const cJSON *lo, const char *mpath) {
     const cJSON *states = cJSON_GetObjectItemCaseSensitive(lo, "states"), *e;
-    int n = cJSON_IsArray(states) ? cJSON_GetArraySize(states) : -1;
-    if (n < 0 || n > CKPT_MAX_SHARDS)
-        return pt_seterr("%s: field \"layout.states\" missing or not an array of 0.." CKPT_STR(CKPT_MAX_SHARDS)
-                         " entries", mpath);
+    if (!cJSON_IsArray(states))
+        return pt_seterr("%s: field \"layout.states\" missing or not an array", mpath);
     man->n_states = 0;
     cJSON_ArrayForEach(e, states) {
-        if (manifest_file(&man->states[man->n_states], e, "states", "state", man->n_states, mpath) < 0) return -1;
+        ckpt_chunk f;
+        if (manifest_file(&f, e, "states", "state", man->n_states, mpath) < 0) return -1;
         man->n_states++;
     }
     return 0;
@@ -339,9 +352,20 @@ static int verify_chunks(const ckpt_manifest *man, const char *dir) {
         ckpt_shard_path(path, sizeof path, dir, r);
         if (verify_file(path, &man->shards[r]) < 0) return -1;
     }
-    for (int r = 0; r < man->n_states; r++) {
+    return 0;
+}
+
+/* Size and checksum of every rank's state file against the manifest's layout.states (lo's,
+ * checked by manifest_states; none before version 4: man->n_states 0). */
+static int verify_states(const ckpt_manifest *man, const cJSON *lo, const char *dir, const char *mpath) {
+    char path[CKPT_PATH_MAX];
+    const cJSON *e;
+    int r = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(lo, "states")) {
+        ckpt_chunk want;
+        if (r >= man->n_states) break;
         ckpt_state_path(path, sizeof path, dir, r);
-        if (verify_file(path, &man->states[r]) < 0) return -1;
+        if (manifest_file(&want, e, "states", "state", r++, mpath) < 0 || verify_file(path, &want) < 0) return -1;
     }
     return 0;
 }
@@ -364,7 +388,8 @@ int ckpt_manifest_read(ckpt_manifest *man, const char *dir, int verify) {
         manifest_progress(man, root, mpath) < 0 || manifest_layout(man, root, mpath, version) < 0 ||
         ckpt_optim_from_json(man, root, mpath) < 0)
         goto done;
-    rc = verify ? verify_chunks(man, dir) : 0;
+    rc = verify && (verify_chunks(man, dir) < 0 ||
+                    verify_states(man, cJSON_GetObjectItemCaseSensitive(root, "layout"), dir, mpath) < 0) ? -1 : 0;
 done:
     cJSON_Delete(root);
     return rc;

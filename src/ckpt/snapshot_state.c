@@ -65,7 +65,7 @@ void snap_states_note(snap_states *s, const char *gd, int w, long step, int own,
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "bytes"), *sm = cJSON_GetObjectItemCaseSensitive(e, "sum64");
     state_src o = { .step = step, .w = w, .own = own, .seq = s->n, .at = -1 };
     if (!cJSON_IsObject(e) || !cJSON_IsNumber(b) || !cJSON_IsString(sm) ||
-        io_json_int(&o.world, e, "world", IO_JSON_REQUIRED, 1, CKPT_MAX_SHARDS, "%s/snap.json: state.world", gd) < 0 ||
+        io_json_int(&o.world, e, "world", IO_JSON_REQUIRED, 1, 1 << 30, "%s/snap.json: state.world", gd) < 0 ||
         io_json_int(&o.at, j, "files_at", IO_JSON_OPTIONAL, 0, 1 << 30, "%s/snap.json: files_at", gd) < 0) return;
     o.bytes = (size_t)b->valuedouble;
     o.sum = strtoull(sm->valuestring, NULL, 16);
