@@ -1,8 +1,9 @@
 /* Distributed checkpoints: chunk files written concurrently, re-split loads under other layouts
  * (bitwise), sharded moments, the single-process API, export, crash safety (a forked child
  * aborts mid-save), a save root (its newest complete checkpoint, a crash's leftovers removed,
- * --keep), rank state files of more ranks than moment shards may have (1100), tensor-parallel chunk files filled in place (bitwise the whole model's; a kill -9
- * amid the writers), and every kind of corrupt or partial checkpoint giving an error that names the file. */
+ * --keep), rank state files of more ranks than moment shards may have (1100), tensor-parallel
+ * chunk files filled in place (bitwise the whole model's; a kill -9 amid the writers), and every
+ * kind of corrupt or partial checkpoint giving an error that names the file. */
 #include "test.h"
 #include "io/safetensors.h"
 #include "model/gpt_io.h"
@@ -850,7 +851,8 @@ static void test_many_states(void) {
     ckpt_state_add(&st, "x", x, 4, 0);
     int got = rc == 0 ? ckpt_state_read(dir, R - 1, &st, why, sizeof why) : -1;
     CHECK("1100 ranks' state files: saved, every one checked when read back, one loads",
-          rc == 0 && back.n_states == R && got == 1 && x[0] == (float)((R - 1) * 10) && x[3] == (float)((R - 1) * 10 + 3),
+          rc == 0 && back.n_states == R && got == 1 && x[0] == (float)((R - 1) * 10) &&
+          x[3] == (float)((R - 1) * 10 + 3),
           "rc %d states %d read %d: %s %s", rc, rc == 0 ? back.n_states : -1, got, pt_err(), why);
     ckpt_state_path(path, sizeof path, dir, 1050);
     damage_file(path, -5, 0);

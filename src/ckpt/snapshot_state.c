@@ -5,7 +5,8 @@
  * rank's file of the step, from its own folder or a peer's copy of it (a replica's sums-only
  * copy: the replica's own file, the same bytes), copied into the checkpoint folder the restore
  * assembles while its sum is taken (one read: the copy is the check), the places each may be
- * listed once per restore from the snap.json files the restore reads anyway. Not here: the chunks (snapshot_slot.c, snapshot_restore.c). */
+ * listed once per restore from the snap.json files the restore reads anyway. Not here: the
+ * chunks (snapshot_slot.c, snapshot_restore.c). */
 #include "ckpt/ckpt_int.h"
 #include "ckpt/ckpt_state.h"
 #include "ckpt/snapshot_int.h"

@@ -6,10 +6,11 @@
  * forever. So in recovery mode (comm_mpi_recover_arm) the blocking collectives are non-blocking
  * ones polled here, and when told (comm_mpi_interrupt: the supervisor's decision) every endpoint
  * made so far is broken: its pending requests fail with the reason (off the progress thread's
- * list at once, and a reduction off its endpoint's: the test that reports them frees them, as any other), later calls on it fail at once, its abort no longer ends the job, and the
- * survivors make a new world of themselves (comm_mpi_survivors, in comm_mpi.c). What a broken endpoint had
- * posted is left to MPI: receives cancelled, sends and collectives never completed, their
- * buffers (this file's own copies) never freed. */
+ * list at once, and a reduction off its endpoint's: the test that reports them frees them, as
+ * any other), later calls on it fail at once, its abort no longer ends the job, and the
+ * survivors make a new world of themselves (comm_mpi_survivors, in comm_mpi.c). What a broken
+ * endpoint had posted is left to MPI: receives cancelled, sends and collectives never
+ * completed, their buffers (this file's own copies) never freed. */
 #include "comm/comm_mpi_int.h"
 #include "util/pt.h"
 #include <sched.h>

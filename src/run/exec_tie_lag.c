@@ -82,7 +82,10 @@ void exec_tie_lag_free(run_exec *e) {
 size_t exec_tie_lag_floats(const run_exec *e) {
     size_t n = 0;
     for (int k = 0; k < e->n_grp; k++)
-        if (e->grp[k].lag) n += (size_t)e->grp[k].lag->r.K * (size_t)e->grp[k].lag->r.H * e->grp[k].lag->width + e->grp[k].lag->r.n;
+        if (e->grp[k].lag) {
+            const exec_tie_lag *L = e->grp[k].lag;
+            n += (size_t)L->r.K * (size_t)L->r.H * L->width + L->r.n;
+        }
     return n;
 }
 

@@ -65,7 +65,8 @@ static int owner_send(run_exec *e, exec_group *gr, const float *x, int dst) {
     memcpy(buf, x, O->r.n * sizeof(float));
     for (int m = 0; m < O->r.H; m++) {
         if (m == O->r.me || (dst >= 0 && m != dst)) continue;
-        if (comm_isend(gr->cm, m, COMM_TAG_TIE_LAG, buf, O->r.n * sizeof(float), &O->r.req[(size_t)s * (size_t)O->r.H + (size_t)m]) < 0)
+        comm_req **rq = &O->r.req[(size_t)s * (size_t)O->r.H + (size_t)m];
+        if (comm_isend(gr->cm, m, COMM_TAG_TIE_LAG, buf, O->r.n * sizeof(float), rq) < 0)
             return pt_adderr("rank %d: posting tied tensor %d: ", e->c.world_rank, gr->tie);
     }
     return 0;
