@@ -8,6 +8,7 @@
 #include "util/pt.h"
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -63,10 +64,10 @@ static void test_other_thread(int avail) {
     pthread_join(th, NULL);
 }
 
-static volatile int spin_stop;
+static atomic_int spin_stop;
 static void *spin_main(void *arg) {
     (void)arg;
-    while (!spin_stop) {}
+    while (!atomic_load_explicit(&spin_stop, memory_order_relaxed)) {}
     return NULL;
 }
 
