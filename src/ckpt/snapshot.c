@@ -13,6 +13,7 @@
 #include "io/io.h"
 #include "model/config.h"
 #include "util/killat.h"
+#include "util/idle.h"
 #include "util/pt.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +46,8 @@ struct ckpt_snap {
     char *w_json;               /* its snap.json text (the writer frees it) */
     uint64_t w_sums[CKPT_SNAP_PIECES];
     pthread_t th;
+    long w_tid;                 /* the writer's thread id; w_idle: at SCHED_IDLE now (util/idle.h) */
+    int w_idle;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int busy, stop;
@@ -114,6 +117,13 @@ static void note_error(ckpt_snap *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Under s->mu: a writer waiting for idle cores made to run now (someone waits for it). */
+static void writer_hurry(ckpt_snap *s) {
+    if (!s->w_idle) return;
+    if (!s->stop) pt_idle_hurried();   /* no idle core came in a step: the machine is loaded */
+    if (pt_idle_set(s->w_tid, 0) == 0) s->w_idle = 0;
+}
+
 int ckpt_snap_ready(ckpt_snap *s) {
     if (s->slow_ms > 0) {   /* test hook: the take starts late (before it copies anything) */
         struct timespec ts = { s->slow_ms / 1000, s->slow_ms % 1000 * 1000000L };
@@ -122,6 +132,7 @@ int ckpt_snap_ready(ckpt_snap *s) {
     pthread_mutex_lock(&s->mu);
     if (s->busy) {   /* the writer is still at the previous generation */
         double t0 = pt_now();
+        writer_hurry(s);
         while (s->busy) pthread_cond_wait(&s->cv, &s->mu);
         s->st.wait_s += pt_now() - t0;
         s->st.waits++;
@@ -256,6 +267,7 @@ void ckpt_snap_heartbeat(ckpt_snap *s, long step) {
     memset(line + n, ' ', sizeof line - 1 - (size_t)n);   /* fixed width: one pwrite overwrites all */
     line[sizeof line - 1] = '\n';
     if (pwrite(s->hb_fd, line, sizeof line, 0) < 0) { /* best effort: the supervisor says when it is stale */ }
+    if (s->peer) snap_peer_beat(s->peer);   /* a receiver fallen behind hurried */
 }
 
 void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
@@ -314,6 +326,7 @@ int ckpt_snap_close(ckpt_snap *s) {
     if (!s) return 0;
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
+    writer_hurry(s);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->th, NULL);
@@ -416,7 +429,7 @@ static void prune_gens(const ckpt_snap *s, int spare_slots) {
 
 /* The generation just installed from slot sl to the peer's sender (its files' names, maps, sums). */
 static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, const char *text) {
-    snap_peer_file f[CKPT_SNAP_PIECES];
+    snap_peer_file f[SNAP_PEER_FILES];
     for (int i = 0; i < sl->n_f; i++) {
         const snap_file *x = &sl->f[i];
         if (x->kind == SNAP_FILE_SHARD) snprintf(f[i].name, sizeof f[i].name, "optim-%d.safetensors", x->chunk);
@@ -427,7 +440,7 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
         f[i].whole = 0;
     }
     int n = sl->n_f;
-    if (s->state_world && sl->st.map && n < CKPT_SNAP_PIECES) {   /* the rank's own state */
+    if (s->state_world && sl->st.map) {   /* the rank's own state (f has room for it) */
         snprintf(f[n].name, sizeof f[n].name, "state-%d.safetensors", s->rank);
         f[n].map = sl->st.map;
         f[n].whole = 1;   /* this rank's alone: whole also to a replica (sums only) */
@@ -493,12 +506,17 @@ static double thread_cpu_s(void) {
 static void *snap_writer_main(void *arg) {
     ckpt_snap *s = arg;
     /* below the compute threads: on a machine with no idle core the writer takes what they leave
-     * (best effort: a nice value per thread is Linux's; elsewhere this does nothing) */
+     * (best effort: a nice value per thread is Linux's; elsewhere this does nothing); where the
+     * process may, each generation's work waits at SCHED_IDLE for a core nothing else wants (a
+     * bubble), hurried when the next take finds it still busy (ckpt_snap_ready) */
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), SNAP_WRITER_NICE) < 0) { /* keep going */ }
     pthread_mutex_lock(&s->mu);
+    s->w_tid = pt_idle_tid();
     for (;;) {
         while (!s->busy && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
         if (!s->busy) break;                    /* stop, nothing handed over */
+        int idle = !s->stop && pt_idle_wanted();
+        if (idle != s->w_idle && pt_idle_set(0, idle) == 0) s->w_idle = idle;
         pthread_mutex_unlock(&s->mu);
         double t0 = pt_now(), c0 = thread_cpu_s();
         after_gen(s);

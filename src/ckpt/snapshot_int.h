@@ -142,6 +142,7 @@ void snap_states_free(snap_states *s);
 
 /* ---- the peer copy (snapshot_peer.c) ---- */
 typedef struct snap_peer snap_peer;
+#define SNAP_PEER_FILES (CKPT_SNAP_PIECES + 1)   /* a generation's files: its pieces and the rank's state */
 /* A file of a written generation, as the sender sends it: its name in the folder, its mapped
  * bytes (valid until the snapshot closes; refilled later: the sum catches a torn copy). */
 typedef struct {
@@ -180,6 +181,9 @@ void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_
  * waits for it to compare a replica's sums (sums only). */
 void snap_peer_own_written(snap_peer *p, long step);
 void snap_peer_get_stats(snap_peer *p, snap_peer_stats *out);
+/* The compute side, once a step: a receiver that has been inside one generation since the beat
+ * before last is hurried (its threads wait at SCHED_IDLE for idle cores: util/idle.h). */
+void snap_peer_beat(snap_peer *p);
 /* Stops the threads (a send in progress finishes or times out), frees p (NULL is fine). */
 void snap_peer_free(snap_peer *p);
 
