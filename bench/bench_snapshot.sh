@@ -13,12 +13,11 @@
 # Layouts: one process (--threads 2), 2 stages x 2 replicas on rank threads, and (as root, where
 # network namespaces can be made: tools/hosts.sh) 2 stages x 1 replica over Open MPI on two
 # hosts, where each rank's generations also go to the other host (the peer copy), each one, and
-# every 4th (--snapshot-peer-every 4), and each one with the snapshot threads kept at their nice
-# values (PIPETRAIN_NO_IDLE=1: not waiting at SCHED_IDLE for idle cores, src/util/idle.h); and 2 stages x
-# 2 replicas over the two hosts (2 ranks a host, a replica on each), where each rank sends only its
-# generation's sums to the same stage's rank of the other replica, which holds the same bytes
-# (sums only).
-# Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 8 rounds of 40 steps)
+# every 4th (--snapshot-peer-every 4); and 2 stages x 2 replicas over the two hosts (2 ranks a
+# host, a replica on each), where each rank sends only its generation's sums to the same stage's
+# rank of the other replica, which holds the same bytes (sums only).
+# Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 8 rounds of 40 steps); ONLY=REGEX runs
+# only the layouts whose name matches it (bash's =~; e.g. ONLY='peer copy\)' for the whole copies).
 set -u
 cd "$(dirname "$0")/.."
 P=${PIPETRAIN:-build/pipetrain}
@@ -32,7 +31,6 @@ layouts=("one process:--threads 2" "2 stages x 2 replicas:--stages 2 --dp 2 --mi
 if $H check > /dev/null 2>&1 && $H up 2 > /dev/null 2>&1; then
   hosts=1
   layouts+=("2 stages over 2 hosts (MPI, peer copy):--stages 2 --microbatches 4"
-            "2 stages over 2 hosts (MPI, peer copy, threads at their nice values: PIPETRAIN_NO_IDLE=1):--stages 2 --microbatches 4"
             "2 stages over 2 hosts (MPI, peer copy of every 4th):--stages 2 --microbatches 4 --snapshot-peer-every 4"
             "2 stages x 2 replicas over 2 hosts (MPI, sums only to the replica):--stages 2 --dp 2 --microbatches 4")
 fi
@@ -49,12 +47,9 @@ period() { awk 'NR > 1 { d[NR] = ($1 - p) * 1e3 } { p = $1 } END { for (i = 4; i
 # run FLAGS...: train (over the hosts for the MPI layouts: one rank a host, two with replicas; one
 # BLAS thread each)
 run() {
-  local noidle=0
-  case "$name" in *NO_IDLE*) noidle=1 ;; esac
   case "$name" in
     *replicas*MPI*) PT_HOSTS_SLOTS=2 $H mpirun -np 4 -x OPENBLAS_NUM_THREADS=1 "$(realpath "$P")" train $base "$@" ;;
-    *MPI*) PIPETRAIN_NO_IDLE=$noidle $H mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 -x PIPETRAIN_NO_IDLE \
-             "$(realpath "$P")" train $base "$@" ;;
+    *MPI*) $H mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "$(realpath "$P")" train $base "$@" ;;
     *) "$P" train $base "$@" ;;
   esac
 }
@@ -65,6 +60,7 @@ snap() {
 }
 for lay in "${layouts[@]}"; do
   name=${lay%%:*}; flags=${lay#*:}
+  [[ -n "${ONLY:-}" && ! "$name" =~ $ONLY ]] && continue
   : > "$D/ratio"; : > "$D/plain"; : > "$D/snap"
   for ((r = 1; r <= ROUNDS; r++)); do
     if ((r % 2)); then plain "$flags"; snap "$flags"; else snap "$flags"; plain "$flags"; fi

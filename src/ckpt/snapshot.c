@@ -13,7 +13,6 @@
 #include "io/io.h"
 #include "model/config.h"
 #include "util/killat.h"
-#include "util/idle.h"
 #include "util/pt.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -46,8 +45,6 @@ struct ckpt_snap {
     char *w_json;               /* its snap.json text (the writer frees it) */
     uint64_t w_sums[CKPT_SNAP_PIECES];
     pthread_t th;
-    long w_tid;                 /* the writer's thread id; w_idle: at SCHED_IDLE now (util/idle.h) */
-    int w_idle;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int busy, stop;
@@ -117,13 +114,6 @@ static void note_error(ckpt_snap *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Under s->mu: a writer waiting for idle cores made to run now (someone waits for it). */
-static void writer_hurry(ckpt_snap *s) {
-    if (!s->w_idle) return;
-    if (!s->stop) pt_idle_hurried();   /* no idle core came in a step: the machine is loaded */
-    if (pt_idle_set(s->w_tid, 0) == 0) s->w_idle = 0;
-}
-
 int ckpt_snap_ready(ckpt_snap *s) {
     if (s->slow_ms > 0) {   /* test hook: the take starts late (before it copies anything) */
         struct timespec ts = { s->slow_ms / 1000, s->slow_ms % 1000 * 1000000L };
@@ -132,7 +122,6 @@ int ckpt_snap_ready(ckpt_snap *s) {
     pthread_mutex_lock(&s->mu);
     if (s->busy) {   /* the writer is still at the previous generation */
         double t0 = pt_now();
-        writer_hurry(s);
         while (s->busy) pthread_cond_wait(&s->cv, &s->mu);
         s->st.wait_s += pt_now() - t0;
         s->st.waits++;
@@ -267,7 +256,6 @@ void ckpt_snap_heartbeat(ckpt_snap *s, long step) {
     memset(line + n, ' ', sizeof line - 1 - (size_t)n);   /* fixed width: one pwrite overwrites all */
     line[sizeof line - 1] = '\n';
     if (pwrite(s->hb_fd, line, sizeof line, 0) < 0) { /* best effort: the supervisor says when it is stale */ }
-    if (s->peer) snap_peer_beat(s->peer);   /* a receiver fallen behind hurried */
 }
 
 void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
@@ -326,7 +314,6 @@ int ckpt_snap_close(ckpt_snap *s) {
     if (!s) return 0;
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
-    writer_hurry(s);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->th, NULL);
@@ -506,17 +493,12 @@ static double thread_cpu_s(void) {
 static void *snap_writer_main(void *arg) {
     ckpt_snap *s = arg;
     /* below the compute threads: on a machine with no idle core the writer takes what they leave
-     * (best effort: a nice value per thread is Linux's; elsewhere this does nothing); where the
-     * process may, each generation's work waits at SCHED_IDLE for a core nothing else wants (a
-     * bubble), hurried when the next take finds it still busy (ckpt_snap_ready) */
+     * (best effort: a nice value per thread is Linux's; elsewhere this does nothing) */
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), SNAP_WRITER_NICE) < 0) { /* keep going */ }
     pthread_mutex_lock(&s->mu);
-    s->w_tid = pt_idle_tid();
     for (;;) {
         while (!s->busy && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
         if (!s->busy) break;                    /* stop, nothing handed over */
-        int idle = !s->stop && pt_idle_wanted();
-        if (idle != s->w_idle && pt_idle_set(0, idle) == 0) s->w_idle = idle;
         pthread_mutex_unlock(&s->mu);
         double t0 = pt_now(), c0 = thread_cpu_s();
         after_gen(s);

@@ -181,9 +181,7 @@ void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_
  * waits for it to compare a replica's sums (sums only). */
 void snap_peer_own_written(snap_peer *p, long step);
 void snap_peer_get_stats(snap_peer *p, snap_peer_stats *out);
-/* The compute side, once a step: a receiver that has been inside one generation since the beat
- * before last is hurried (its threads wait at SCHED_IDLE for idle cores: util/idle.h). */
-void snap_peer_beat(snap_peer *p);
+
 /* Stops the threads (a send in progress finishes or times out), frees p (NULL is fine). */
 void snap_peer_free(snap_peer *p);
 

@@ -21,11 +21,9 @@
  * bytes (uint32), the json; per file: name bytes (uint16), the name, bytes (uint64), sum64
  * (uint64), the data. Sums only: "PTSS" and the same, each file's sum followed by a byte saying
  * whether its data follows (the rank's own state file's does); the answer one byte.
- * Host byte order: both ends are this program on one kind of machine. This file: the sender, the
- * threads' priorities (SCHED_IDLE where allowed, hurried when behind); snapshot_peer_recv.c: the
- * receivers. */
+ * Host byte order: both ends are this program on one kind of machine. This file: the sender;
+ * snapshot_peer_recv.c: the receivers. */
 #include "ckpt/snapshot_peer_int.h"
-#include "util/idle.h"
 #include "util/pt.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -85,24 +83,18 @@ int peer_write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-/* Below the compute threads and below the writer (snapshot.c). Where the process may (util/idle.h)
- * the sender and the receivers wait at SCHED_IDLE for cores nothing else wants (the bubbles of the
- * ranks' pipelines, their waits), so the copy's CPU does not come out of the steps; one that falls
- * behind is hurried to the normal policy at nice 19 (the sender when a newer generation comes
- * while it is still at one, a receiver still inside a generation two beats after its header:
- * snap_peer_beat), where a machine with no idle core would starve it. Else nice 19 throughout:
- * the copy takes little from the steps when they compete. Nothing on the compute path waits for
- * it: on a busy machine it falls behind (a newer generation replaces one not yet sent). (A nice
- * value per thread is Linux's; elsewhere this does nothing.) */
+/* Below the compute threads and below the writer (snapshot.c): nice 19, so the copy runs mostly
+ * where the cores have nothing else to do (the bubbles of the rank's own pipeline, a wait for a
+ * peer) and takes little from the steps when they compete. Nothing on the compute path waits
+ * for it: on a busy machine it falls behind (a newer generation replaces one not yet sent).
+ * Not SCHED_IDLE: on a machine loaded by other work that would starve it outright, and where
+ * the cores have idle time it measured no cheaper (bench_snapshot.sh: the copy's cost is not
+ * its CPU competing with the steps). (A nice value per thread is Linux's; elsewhere this does
+ * nothing.) */
 void peer_lower_priority(void) {
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PEER_NICE) < 0) { /* keep going */ }
 }
 
-/* Thread tid at SCHED_IDLE (idle) or hurried to nice 19 (!idle), *state tracking which, under
- * p->mu (a syscall only when it changes). */
-void peer_policy(long tid, int *state, int idle) {
-    if (*state != idle && pt_idle_set(tid, idle) == 0) *state = idle;
-}
 
 /* ---- sending ------------------------------------------------------------------------------- */
 
@@ -174,7 +166,6 @@ static void *send_main(void *arg) {
     snap_peer *p = arg;
     peer_lower_priority();
     pthread_mutex_lock(&p->mu);
-    p->send_tid = pt_idle_tid();
     for (;;) {
         while (!p->pend_step && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
         if (p->stop) break;
@@ -186,8 +177,6 @@ static void *send_main(void *arg) {
         p->pend_step = 0;
         p->pend_json = NULL;
         p->sending = 1;
-        peer_policy(0, &p->send_idle, !p->hurry && pt_idle_wanted());   /* behind: this one at nice 19 */
-        p->hurry = 0;
         pthread_mutex_unlock(&p->mu);
         double t0 = pt_now(), c0 = peer_thread_cpu_s();
         int how, rc = send_one(p, step, json, f, n, &how);
@@ -224,11 +213,6 @@ void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_
     if (!p || !p->to_port) return;
     pthread_mutex_lock(&p->mu);
     if (p->pend_step) p->st.skipped++;   /* the sender is still at an older one: this replaces the waiting one */
-    if (p->sending || p->pend_step) {    /* behind: hurried now, and for the next one */
-        p->hurry = 1;
-        if (p->send_idle) pt_idle_hurried();   /* no idle core in a generation's time: loaded */
-        if (p->send_tid) peer_policy(p->send_tid, &p->send_idle, 0);
-    }
     free(p->pend_json);
     p->pend_json = pt_malloc(strlen(json) + 1);
     strcpy(p->pend_json, json);
@@ -236,17 +220,6 @@ void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_
     p->pend_n = n;
     p->pend_step = step;
     pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-}
-
-void snap_peer_beat(snap_peer *p) {
-    pthread_mutex_lock(&p->mu);
-    p->beats++;
-    for (int k = 0; k < p->n_conn; k++)
-        if (p->conn_tid[k] && p->conn_since[k] >= 0 && p->beats - p->conn_since[k] >= 2 && p->conn_idle[k]) {
-            pt_idle_hurried();   /* no idle core in two steps: the machine is loaded */
-            peer_policy(p->conn_tid[k], &p->conn_idle[k], 0);
-        }
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -25,12 +25,6 @@ struct snap_peer {
     pthread_t lth;
     int n_conn, conn_fd[PEER_MAX_CONN];
     pthread_t conn_th[PEER_MAX_CONN];
-    /* the receivers wait for idle cores (util/idle.h); snap_peer_beat hurries one that has been
-     * inside a generation since the beat before last */
-    long conn_tid[PEER_MAX_CONN];
-    long conn_since[PEER_MAX_CONN];     /* the beat its generation's header came at; -1: between */
-    int conn_idle[PEER_MAX_CONN];       /* at SCHED_IDLE now */
-    long beats;                         /* snap_peer_beat's count (the compute side's steps) */
     /* sending */
     uint32_t to_addr;
     int to_port, to_rank, sfd, sending;
@@ -38,9 +32,6 @@ struct snap_peer {
     int sums_only;              /* the peer is a replica: sums only (0 after it answered 'D') */
     int differ_said;
     pthread_t sth;
-    long send_tid;
-    int send_idle;              /* the sender is at SCHED_IDLE now */
-    int hurry;                  /* a generation came while it was behind: the next one at nice 19 */
     /* the newest generation offered, not yet taken by the sender */
     long pend_step;             /* 0: none */
     char *pend_json;
@@ -61,8 +52,5 @@ int peer_read_all(int fd, void *buf, size_t n);
 int peer_write_all(int fd, const void *buf, size_t n);
 /* The calling thread below the compute threads (nice PEER_NICE; the policy: snapshot_peer.c). */
 void peer_lower_priority(void);
-/* Thread tid (0: the caller) at SCHED_IDLE (idle) or hurried to the normal policy (!idle), *state
- * tracking which; under p->mu (a syscall only when it changes). */
-void peer_policy(long tid, int *state, int idle);
 
 #endif

@@ -4,7 +4,6 @@
  * a replica's sums only compares them with this rank's own generation and answers. Not here: the
  * restore that reads those folders (snapshot_restore.c). */
 #include "ckpt/snapshot_peer_int.h"
-#include "util/idle.h"
 #include "util/pt.h"
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -59,7 +58,7 @@ static int recv_drop(int fd, uint64_t n) {
  * removed, or made anew: its memory is not held past that). */
 #define PEER_MAPS (2 * PEER_KEEP * SNAP_PEER_FILES)
 typedef struct {
-    int fd, k;                  /* the socket; its index in snap_peer's conn_ tables */
+    int fd;
     struct { dev_t dev; ino_t ino; unsigned char *map; size_t bytes; long used; } m[PEER_MAPS];
     long gen;                   /* generations received on this connection */
 } recv_conn;
@@ -247,9 +246,6 @@ static int recv_gen(snap_peer *p, recv_conn *c, char *odir, size_t odir_n, int *
         peer_read_all(fd, &origin, 4) < 0 ||
         peer_read_all(fd, &step, 8) < 0 || peer_read_all(fd, &nf, 4) < 0 || peer_read_all(fd, &jl, 4) < 0 ||
         nf < 0 || nf > SNAP_PEER_FILES || jl > (1u << 24) || origin < 0) return -1;
-    pthread_mutex_lock(&p->mu);
-    p->conn_since[c->k] = p->beats;   /* inside a generation: snap_peer_beat may hurry it */
-    pthread_mutex_unlock(&p->mu);
     char *json = pt_malloc(jl + 1), tmp[1300], path[1500];
     int rc = peer_read_all(fd, json, jl) < 0 ? -1 : 1;
     json[jl] = 0;
@@ -299,20 +295,12 @@ static void *conn_main(void *arg) {
     int rc, sums = 0;
     recv_conn *c = pt_calloc(1, sizeof *c);
     c->fd = fdp[0];
-    c->k = fdp[1];
     char odir[1100];
-    pthread_mutex_lock(&p->mu);
-    p->conn_tid[c->k] = pt_idle_tid();
-    p->conn_since[c->k] = -1;
-    peer_policy(0, &p->conn_idle[c->k], pt_idle_wanted());
-    pthread_mutex_unlock(&p->mu);
     double c0 = peer_thread_cpu_s();
     while ((rc = recv_gen(p, c, odir, sizeof odir, &sums)) >= 0) {
         conn_unmap_old(c, 0);
         double c1 = peer_thread_cpu_s();
         pthread_mutex_lock(&p->mu);
-        p->conn_since[c->k] = -1;
-        peer_policy(0, &p->conn_idle[c->k], pt_idle_wanted());   /* hurried for that one only */
         if (rc > 0) p->st.received++;
         else if (!sums) p->st.dropped++;   /* sums only, not equal: the whole one comes next */
         p->st.received_sums += rc > 0 && sums;
@@ -320,9 +308,6 @@ static void *conn_main(void *arg) {
         c0 = c1;
         pthread_mutex_unlock(&p->mu);
     }
-    pthread_mutex_lock(&p->mu);
-    p->conn_tid[c->k] = 0;   /* gone: snap_peer_beat must not touch the id (it may be reused) */
-    pthread_mutex_unlock(&p->mu);
     conn_unmap_old(c, 1);
     free(c);
     free(fdp);
@@ -336,10 +321,9 @@ static void *listen_main(void *arg) {
         if (fd < 0) { if (errno == EINTR || errno == ECONNABORTED) continue; break; }   /* closed: stop */
         pthread_mutex_lock(&p->mu);
         if (p->stop || p->n_conn == PEER_MAX_CONN) { pthread_mutex_unlock(&p->mu); close(fd); continue; }
-        /* the thread's argument: fd, its index, then the peer pointer (freed by the thread) */
+        /* the thread's argument: fd, then the peer pointer (freed by the thread) */
         int *a = pt_malloc(2 * sizeof(int) + sizeof(snap_peer *));
         a[0] = fd;
-        a[1] = p->n_conn;
         *(snap_peer **)(a + 2) = p;
         p->conn_fd[p->n_conn] = fd;
         pthread_create(&p->conn_th[p->n_conn++], NULL, conn_main, a);

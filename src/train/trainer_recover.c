@@ -7,7 +7,6 @@
 #include "ckpt/snapshot.h"
 #include "comm/comm.h"
 #include "run/executor.h"
-#include "util/idle.h"
 #include "util/killat.h"
 #include "util/pt.h"
 #include <pthread.h>
@@ -43,9 +42,6 @@ struct train_recover {
     char err[512];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    long wk_tid;            /* the worker's thread id; wk_idle: at SCHED_IDLE now (TAKE_OVERLAP: a
-                             * take waits for idle cores, the bubbles, until a STEP waits for it) */
-    int wk_idle;
     long gate_waits;        /* STEPs that found their rank's take still running, and how long */
     double gate_wait_s;
     int *world;             /* [n] the local ranks' world ranks */
@@ -181,13 +177,10 @@ static int snap_take(train_ctx *t, int r, const ckpt_manifest *man) {
 static void *worker_main(void *arg) {
     struct train_recover *rc = arg;
     pthread_mutex_lock(&rc->mu);
-    rc->wk_tid = pt_idle_tid();
     for (;;) {
         while (!rc->go && !rc->stop) pthread_cond_wait(&rc->cv, &rc->mu);
         if (rc->stop) break;
         rc->go = 0;
-        int idle = rc->mode == TAKE_OVERLAP && pt_idle_wanted();   /* a bubble's work, unless loaded */
-        if (idle != rc->wk_idle && pt_idle_set(0, idle) == 0) rc->wk_idle = idle;
         for (int r = rc->first; r < rc->n; r++) {
             int failed = rc->wk_rc < 0;   /* read under the lock */
             pthread_mutex_unlock(&rc->mu);
@@ -220,18 +213,10 @@ static void worker_post(train_ctx *t, const ckpt_manifest *man, int first) {
     pthread_mutex_unlock(&rc->mu);
 }
 
-/* Under rc->mu: a worker waiting for idle cores made to run now (someone waits for it). */
-static void worker_hurry(struct train_recover *rc) {
-    if (!rc->wk_idle) return;
-    pt_idle_hurried();   /* no idle core came in time: the machine is loaded, back off */
-    if (pt_idle_set(rc->wk_tid, 0) == 0) rc->wk_idle = 0;
-}
-
 /* Waits until the posted takes are whole; their error, if one failed (reported once). */
 static int worker_wait(struct train_recover *rc) {
     if (rc->mode == TAKE_NONE) return 0;
     pthread_mutex_lock(&rc->mu);
-    if (rc->busy) worker_hurry(rc);
     while (rc->busy) pthread_cond_wait(&rc->cv, &rc->mu);
     int rcode = rc->wk_rc;
     rc->wk_rc = 0;
@@ -261,7 +246,6 @@ static int take_gate(void *user, int world_rank) {
     pthread_mutex_lock(&rc->mu);
     if (rc->busy && r < rc->n && !rc->done[r]) {
         double t0 = pt_now();
-        worker_hurry(rc);
         while (rc->busy && !rc->done[r]) pthread_cond_wait(&rc->cv, &rc->mu);
         rc->gate_waits++;
         rc->gate_wait_s += pt_now() - t0;
