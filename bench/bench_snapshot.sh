@@ -12,12 +12,13 @@
 # ratio from a quiet run (load average below 1), the account from any.
 # Layouts: one process (--threads 2), 2 stages x 2 replicas on rank threads, and (as root, where
 # network namespaces can be made: tools/hosts.sh) 2 stages x 1 replica over Open MPI on two
-# hosts, where each rank's generations also go to the other host (the peer copy), each one, and
-# every 4th (--snapshot-peer-every 4); and 2 stages x 2 replicas over the two hosts (2 ranks a
+# hosts, where each rank's generations also go to the other host (the peer copy): by default
+# each one whose share of the copy's CPU budget (1% of the time) has come, each one
+# (--snapshot-peer-every 1), and every 4th (--snapshot-peer-every 4); and 2 stages x 2 replicas over the two hosts (2 ranks a
 # host, a replica on each), where each rank sends only its generation's sums to the same stage's
 # rank of the other replica, which holds the same bytes (sums only).
 # Usage: bench/bench_snapshot.sh [ROUNDS] [STEPS]   (default 8 rounds of 40 steps); ONLY=REGEX runs
-# only the layouts whose name matches it (bash's =~; e.g. ONLY='peer copy\)' for the whole copies).
+# only the layouts whose name matches it (bash's =~; e.g. ONLY='peer copy' for the three whole-copy rows).
 set -u
 cd "$(dirname "$0")/.."
 P=${PIPETRAIN:-build/pipetrain}
@@ -30,7 +31,8 @@ trap 'rm -rf "$D" "$SNAP"; [ -n "${hosts:-}" ] && $H down > /dev/null 2>&1' EXIT
 layouts=("one process:--threads 2" "2 stages x 2 replicas:--stages 2 --dp 2 --microbatches 4")
 if $H check > /dev/null 2>&1 && $H up 2 > /dev/null 2>&1; then
   hosts=1
-  layouts+=("2 stages over 2 hosts (MPI, peer copy):--stages 2 --microbatches 4"
+  layouts+=("2 stages over 2 hosts (MPI, peer copy within its CPU budget, the default):--stages 2 --microbatches 4"
+            "2 stages over 2 hosts (MPI, peer copy of each):--stages 2 --microbatches 4 --snapshot-peer-every 1"
             "2 stages over 2 hosts (MPI, peer copy of every 4th):--stages 2 --microbatches 4 --snapshot-peer-every 4"
             "2 stages x 2 replicas over 2 hosts (MPI, sums only to the replica):--stages 2 --dp 2 --microbatches 4")
 fi

@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define SNAP_PEER_BUDGET 0.01  /* --snapshot-peer-every 0: the peer copy's CPU (both ends) at most this
+                                * share of the wall time: the 2% at K = 1 with the takes' ~1% */
 #define SNAP_WRITER_NICE 10   /* the writer thread's nice value, above the compute threads' */
 
 #define SNAP_SLOTS_MAX 9     /* keep + 1 slots: keep is at most 8 */
@@ -269,6 +271,7 @@ void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
     out->peer_rank = ps.peer_rank;
     out->peer_sent = ps.sent;
     out->peer_skipped = ps.skipped;
+    out->peer_thinned = ps.thinned;
     out->peer_failed = ps.failed;
     out->peer_received = ps.received;
     out->peer_dropped = ps.dropped;
@@ -282,6 +285,13 @@ void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
     out->peer_payload_bytes = ps.payload_bytes;
 }
 
+/* every >= 1: every every-th generation to the peer; < 1: each offered, within the copy's CPU
+ * budget (SNAP_PEER_BUDGET: the sender thins them). */
+static void peer_every_set(ckpt_snap *s, int every) {
+    s->peer_every = every < 1 ? 1 : every;
+    snap_peer_budget(s->peer, every < 1 ? SNAP_PEER_BUDGET : 0);
+}
+
 int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int every) {
     const double *mine = table + 3 * me;
     if (mine[1] <= 0) return -1;   /* not listening: it sends nowhere either */
@@ -290,7 +300,7 @@ int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int e
             const double *q = table + 3 * ((me + k) % R);
             if (q[1] <= 0 || (uint32_t)q[0] == (uint32_t)mine[0] || (pass == 0 && q[2] != mine[2])) continue;
             if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
-            s->peer_every = every < 1 ? 1 : every;
+            peer_every_set(s, every);
             s->peer_sums = pass == 0;
             int rc = pass == 0 ? snap_peer_sums_to(s->peer, (uint32_t)q[0], (int)q[1], (me + k) % R)
                                : snap_peer_send_to(s->peer, (uint32_t)q[0], (int)q[1], (me + k) % R);
@@ -306,7 +316,7 @@ int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port) {
 
 int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank, int every) {
     if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
-    s->peer_every = every < 1 ? 1 : every;
+    peer_every_set(s, every);
     return snap_peer_send_to(s->peer, addr, port, peer_rank);
 }
 

@@ -41,6 +41,7 @@ typedef struct {
     double write_cpu_s;     /* CPU seconds the writer thread used */
     long last_step;         /* the newest generation written (0: none) */
     int peer_rank;          /* the rank its generations are copied to (-1: none) */
+    long peer_thinned;                          /* left out within the copy's CPU budget */
     long peer_sent, peer_skipped, peer_failed;  /* generations sent whole, skipped (a newer one
                                                  * came while sending), failed */
     long peer_received, peer_dropped;           /* other ranks' generations kept here, dropped */
@@ -111,8 +112,10 @@ void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man);
  * host order) and *port: where others reach it. 0, or -1 naming the error. */
 int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port);
 /* From now on every `every`-th generation s writes (every >= 1: the every-th, 2 every-th, ...
- * from here) is also sent to addr:port (world rank peer_rank), by a thread of its own, off the
- * compute path and off the writer's (a newer generation replaces one still waiting). */
+ * from here; every < 1: each one whose share of a CPU budget has come, 1% of the wall time for
+ * the copy's CPU at both ends, the rest left out) is also sent to addr:port (world rank
+ * peer_rank), by a thread of its own, off the compute path and off the writer's (a newer
+ * generation replaces one still waiting). */
 int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank, int every);
 /* The peer chosen from every rank's row of table[3 * R] (after ckpt_snap_peer_listen and a sum
  * over the world): row q = (IPv4 address, port (0: not listening), key). The key says which

@@ -155,6 +155,7 @@ typedef struct {
 typedef struct {
     int peer_rank;              /* where this rank's generations go (-1: nowhere) */
     long sent, skipped, failed; /* generations sent whole, replaced by a newer one while waiting, failed */
+    long thinned;               /* left out to keep the copy within its CPU budget (snap_peer_budget) */
     double send_s, send_cpu_s;  /* seconds in the sender thread, CPU seconds it used */
     long received, dropped;     /* generations of other ranks kept here, dropped (a sum) */
     double recv_cpu_s;          /* CPU seconds the receivers used */
@@ -174,6 +175,16 @@ int snap_peer_send_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
 /* snap_peer_send_to to the same stage's rank of another replica (it holds the same bytes): each
  * generation's sums only, the whole one where the peer's own differs (snapshot_peer.c). */
 int snap_peer_sums_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
+/* The copy's CPU budget (--snapshot-peer-every 0, the default; before snap_peer_send_to): the
+ * sender and its receiver together use at most `frac` of the wall time's CPU, so a generation
+ * offered before its share has come is left out (counted as thinned). The cost of one is the
+ * sender's own CPU for the last of its kind (whole, sums only) times PEER_COPY_FACTOR (the
+ * receiver's side, not seen here); unknown at first: the first goes. 0: every generation. */
+void snap_peer_budget(snap_peer *p, double frac);
+/* The budget's bookkeeping, pure (tests): CPU seconds saved up as *tokens by the wall time since
+ * *t (frac a second, at most one generation's cost), spent when a generation of estimated cost
+ * `cost` CPU seconds goes. 1: it goes (tokens spent), 0: left out. cost <= 0: goes. */
+int snap_peer_budget_take(double *tokens, double *t, double now, double frac, double cost);
 /* The writer, after a generation is in place: hands it to the sender (json copied; f's maps
  * must stay mapped until snap_peer_free). Returns at once; one still waiting is replaced. */
 void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n);

@@ -176,6 +176,13 @@ static void *send_main(void *arg) {
         memcpy(f, p->pend_f, sizeof f);
         p->pend_step = 0;
         p->pend_json = NULL;
+        double cost = (p->sums_only ? p->cost_sums : p->cost_whole) * PEER_COPY_FACTOR;
+        if (p->budget > 0 && !snap_peer_budget_take(&p->tokens, &p->tokens_t, pt_now(), p->budget, cost)) {
+            p->st.thinned++;   /* its share of the CPU has not come yet: the next one */
+            free(json);
+            continue;
+        }
+        int sums = p->sums_only;
         p->sending = 1;
         pthread_mutex_unlock(&p->mu);
         double t0 = pt_now(), c0 = peer_thread_cpu_s();
@@ -186,6 +193,7 @@ static void *send_main(void *arg) {
         p->sending = 0;
         p->st.send_s += pt_now() - t0;
         p->st.send_cpu_s += c1 - c0;
+        if (rc == 0) *(sums && how == 1 ? &p->cost_sums : &p->cost_whole) = c1 - c0;
         if (rc == 0) p->st.sent++; else p->st.failed++;
         p->st.sums_only += rc == 0 && how == 1;
         p->st.whole_after += how == 2;
@@ -193,6 +201,20 @@ static void *send_main(void *arg) {
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
+}
+
+int snap_peer_budget_take(double *tokens, double *t, double now, double frac, double cost) {
+    if (*t > 0 && now > *t) *tokens += (now - *t) * frac;
+    *t = now;
+    if (cost <= 0) return 1;
+    if (*tokens > cost) *tokens = cost;   /* no credit beyond one generation: no bursts */
+    if (*tokens < cost) return 0;
+    *tokens -= cost;
+    return 1;
+}
+
+void snap_peer_budget(snap_peer *p, double frac) {
+    p->budget = frac > 0 ? frac : 0;
 }
 
 int snap_peer_send_to(snap_peer *p, uint32_t addr, int port, int peer_rank) {

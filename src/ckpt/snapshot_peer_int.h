@@ -15,6 +15,8 @@
                                      * summed, in the L3 cache: 2 MB took about 10% less CPU (sender
                                      * and receiver: dev/snapshot_peer_cpu.sh) than 64 KB pieces'
                                      * 32x the wake-ups */
+#define PEER_COPY_FACTOR 2.5     /* a generation's CPU on both ends over the sender's: the receiver
+                                  * used 1.3-1.6x the sender's (bench_snapshot.sh's accounts) */
 #define PEER_TWIN_WAIT_S 5      /* sums only: how long a receiver waits for its own generation */
 
 struct snap_peer {
@@ -43,6 +45,9 @@ struct snap_peer {
     pthread_cond_t own_cv;
     int stop;
     snap_peer_stats st;
+    /* the CPU budget (snap_peer_budget; 0: none): saved-up CPU seconds, when last counted, and
+     * the sender's CPU for the last generation sent whole and sums only */
+    double budget, tokens, tokens_t, cost_whole, cost_sums;
 };
 
 /* CPU seconds the calling thread has used (what the copy takes from the cores, whatever the load). */

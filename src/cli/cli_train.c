@@ -338,8 +338,9 @@ int cli_train(int argc, char **argv) {
                                                             "written off the compute path (docs/recovery.md)"},
         {"--snapshot-dir", OPT_STR, &o->snapshot_dir, "memory that outlives the process for snapshots and heartbeats "
                                                       "(e.g. /dev/shm/NAME; pipetrain launch gives one)"},
-        {"--snapshot-peer-every", OPT_INT, &o->snapshot_peer_every, "N: MPI, no replica on another host: every N-th "
-                                                                    "snapshot also copied to a rank there (default 1)"},
+        {"--snapshot-peer-every", OPT_INT, &o->snapshot_peer_every, "N: MPI: every N-th snapshot also copied to a rank "
+                                                                    "on another host (default 0: each whose share of "
+                                                                    "1% of the time's CPU has come)"},
         {"--recycle", OPT_FLAG, &o->recycle, "MPI under mpirun --enable-recovery (pipetrain launch --recycle): a replica "
                                              "that loses a rank is dropped in place, the others go on from the newest "
                                              "snapshot with its microbatches (docs/recovery.md)"},

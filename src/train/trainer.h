@@ -80,7 +80,8 @@ typedef struct {
     const char *snapshot_dir;   /* --snapshot-dir: memory that outlives the process (/dev/shm/..);
                              * with it every rank also beats a heartbeat there each step */
     int snapshot_peer_every;    /* --snapshot-peer-every N: every N-th snapshot also copied to a
-                             * rank on another host, where no replica there holds it (0, 1: each) */
+                             * rank on another host (0, the default: each whose share of a CPU
+                             * budget has come: the copy uses at most 1% of the time's CPU) */
     int async_window;       /* --async-window W: steps a pass of pipedream or 2bw (trainer_window.c;
                              * 0: the default, 4 or the largest below that divides the boundaries) */
     bool recycle;           /* --recycle: a lost rank's replica is dropped in place, the other

@@ -283,7 +283,8 @@ static int check_snapshot(train_ctx *t) {
     if (t->o.snapshot_every < 0) return pt_seterr("--snapshot-every %d: give K >= 1 (a snapshot every K steps)",
                                                   t->o.snapshot_every);
     if (t->o.snapshot_peer_every < 0)
-        return pt_seterr("--snapshot-peer-every %d: give N >= 1 (every N-th snapshot copied to another host)",
+        return pt_seterr("--snapshot-peer-every %d: give N >= 1 (every N-th snapshot copied to another host), or 0 "
+                         "(the default: each one within 1%% of the time's CPU)",
                          t->o.snapshot_peer_every);
     return 0;
 }
@@ -390,9 +391,10 @@ void train_recover_end(train_ctx *t) {
     long sent = s.peer_sent + s.peer_failed;
     if (t->root && s.peer_rank >= 0)
         printf("snapshot peer copies (rank %d to rank %d, on another host): %ld sent, %ld skipped (a newer one came), "
-               "%ld failed, %.1f ms and %.2f ms of CPU each; held here for others: %ld, %ld dropped, %.2f ms of CPU "
-               "each (off the compute path)\n", rc->ex ? run_exec_world_rank(rc->ex[0]) : 0,
-               s.peer_rank, s.peer_sent, s.peer_skipped, s.peer_failed, sent ? s.peer_send_s / (double)sent * 1e3 : 0,
+               "%ld left out (its CPU budget, --snapshot-peer-every 0), %ld failed, %.1f ms and %.2f ms of CPU each; "
+               "held here for others: %ld, %ld dropped, %.2f ms of CPU each (off the compute path)\n", rc->ex ? run_exec_world_rank(rc->ex[0]) : 0,
+               s.peer_rank, s.peer_sent, s.peer_skipped, s.peer_thinned, s.peer_failed,
+               sent ? s.peer_send_s / (double)sent * 1e3 : 0,
                sent ? s.peer_send_cpu_s / (double)sent * 1e3 : 0, s.peer_received, s.peer_dropped,
                s.peer_received + s.peer_dropped ? s.peer_recv_cpu_s / (double)(s.peer_received + s.peer_dropped) * 1e3 : 0);
     if (t->root && s.peer_sums)
