@@ -44,6 +44,38 @@ if [ $san = 1 ]; then ok "mem-limit: runs under RLIMIT_DATA skipped (sanitizer b
   else ok "mem-limit mpi: skipped (no mpirun)"; fi
 fi
 
+# The asynchronous window (docs/async.md "The window's memory"): each microbatch of a pass keeps its
+# stash and boundary buffers for the whole pass, so the prediction grows with W as the job allocates
+# (each W's own job: the same numbers as the line of a run at that W); a limit between the W=2 and W=4
+# predictions makes the default window 2 (said), an explicit --async-window 4 is refused naming
+# rank, stage, bytes and the window that fits. Priced before the first step: no step runs.
+aargs="train --config $D/cfg.json --data $D/text.txt --batch 4 --seq 256 --steps 4 --lr 1e-3 --stages 2 --microbatches 4 --schedule pipedream"
+predicted() {   # W: the busiest rank's predicted MiB at --async-window W (a limit far above it)
+  "$P" $aargs --async-window "$1" --mem-limit 100GiB 2>/dev/null |
+    sed -n 's/^memory limit: .*the busiest rank is predicted at \([0-9.]*\) MiB.*/\1/p'
+}
+if [ $san = 1 ]; then ok "mem-limit window: skipped (sanitizer build: runs under RLIMIT_DATA)"; else
+  w1=$(predicted 1); w2=$(predicted 2); w4=$(predicted 4)
+  # the window's part per step: W=4 adds twice what W=2 adds over W=1 (0.2 MiB: the lines' rounding)
+  if [ -n "$w1" ] && [ -n "$w2" ] && [ -n "$w4" ] &&
+     awk -v a="$w1" -v b="$w2" -v c="$w4" 'BEGIN { d = b - a; exit !(d > 1 && c - a > 2.9 * d && c - a < 3.1 * d) }'; then
+    ok "mem-limit window: the prediction grows with W by the pass's microbatches ($w1 / $w2 / $w4 MiB at W 1/2/4)"
+  else fail "mem-limit window: prediction grows with W" "W 1/2/4: '$w1' '$w2' '$w4' MiB"; fi
+  limn=$(awk -v b="$w2" -v c="$w4" 'BEGIN { printf "%d", (b + c) / 2 }'); lim=${limn}MiB
+  if "$P" $aargs --mem-limit "$lim" > "$D/w.out" 2>&1 && grep -q "^step     4/4" "$D/w.out" &&
+     grep -Eq "^asynchronous window: 2 steps a pass \(the default 4 shrunk to fit --mem-limit $limn MiB: 4 steps a pass were predicted at $w4 MiB, 2 at $w2 MiB" "$D/w.out" &&
+     grep -q "the busiest rank is predicted at $w2 MiB" "$D/w.out"; then
+    ok "mem-limit window: a limit between W=2 and W=4 makes the default window 2, said ($lim)"
+  else fail "mem-limit window: default shrinks to 2 under $lim" "$(grep -E 'window|memory limit|rror' "$D/w.out" | head -3)"; fi
+  expect_error "mem-limit window: an explicit --async-window 4 over the limit is refused with what, where, what to do" \
+    "--mem-limit $lim: rank 0 is predicted to hold $w4 MiB at its peak \(stage 0: .*the asynchronous window's 4 steps x 4 microbatches keep [0-9.]+ MiB .*over the limit; give a smaller --async-window: 2 is predicted at $w2 MiB" \
+    "$P" $aargs --mem-limit "$lim" --async-window 4
+  # without --mem-limit the default stays 4
+  if "$P" $aargs > "$D/w0.out" 2>&1 && grep -q "^asynchronous window: 4 steps a pass (the default 4;" "$D/w0.out"; then
+    ok "mem-limit window: without a limit the default window stays 4"
+  else fail "mem-limit window: default without a limit" "$(grep -E 'window|rror' "$D/w0.out" | head -2)"; fi
+fi
+
 # bad SIZEs
 expect_error "mem-limit: unknown unit" "--mem-limit '12XB': unknown unit 'XB'" "$P" $targs --mem-limit 12XB
 expect_error "mem-limit: negative size" "--mem-limit '-1GiB': a memory limit must be more than 0 bytes" "$P" $targs --mem-limit -1GiB

@@ -160,13 +160,20 @@ size_t run_exec_act_bytes(const run_exec *e) {
     return n * sizeof(float);
 }
 
-/* Floats of a stage's buffers besides the activation sets: boundary buffers and stashes. */
-static size_t exec_stage_buffer_floats(const run_exec *e, const run_stage *st) {
+/* Floats a stage keeps per microbatch of the schedule (all e->M of them): boundary buffers, its
+ * loss, pipedream's stash. */
+static size_t exec_stage_mb_floats(const run_exec *e, const run_stage *st) {
     size_t nc = (size_t)e->Ns * e->C, n = 0;
     float **bufs[4] = { st->out, st->xin, st->dxo, st->dyin };
-    for (int k = 0; k < 4; k++) n += bufs[k] ? (size_t)e->M * nc : 0;
-    if (st->loss) n += (size_t)e->M;
-    if (st->stash) n += (size_t)e->M * exec_weights_n(st, e->n_ties);
+    for (int k = 0; k < 4; k++) n += bufs[k] ? nc : 0;
+    if (st->loss) n += 1;
+    if (st->stash) n += exec_weights_n(st, e->n_ties);
+    return n;
+}
+
+/* Floats of a stage's buffers besides the activation sets: boundary buffers and stashes. */
+static size_t exec_stage_buffer_floats(const run_exec *e, const run_stage *st) {
+    size_t n = (size_t)e->M * exec_stage_mb_floats(e, st);
     n += exec_async_floats(e, st);   /* 2bw's second version, a velocity or last step */
     if (st == &e->st[0]) n += exec_tie_lag_floats(e) + exec_tie_owner_floats(e);   /* --defer-tie's sums in flight */
     return n;
@@ -194,7 +201,8 @@ void run_exec_mem(const run_exec *e, run_mem *out) {
     exec_lend_mem(e, &out->lent, &out->borrowed);
     out->parts = exec_lend_parts(e);
     out->act_sets = (double)(run_exec_act_bytes(e) - e->work_n * sizeof(float)) - out->borrowed;
-    out->act_mb = 0;
+    out->act_mb = out->pass_mb = 0;
+    for (int i = 0; i < e->n_stages; i++) out->pass_mb += (double)exec_stage_mb_floats(e, &e->st[i]) * f;
     for (int i = 0; i < e->n_stages; i++)
         for (int l = e->st[i].first; l < e->st[i].end; l++)
             out->act_mb += (double)exec_act_floats(e, &e->st[i], l) * f;

@@ -115,6 +115,10 @@ typedef struct {
                                 * (within acts) */
     double parts;              /* --balance-memory: of the acts it lends, the least part sent away,
                                 * in 16ths (sched_lend.h's LEND_PARTS; 16: whole; 0: lends none) */
+    double pass_mb;            /* within acts: what each microbatch of the schedule holds for the
+                                * whole pass, in flight or not (its boundary buffers, its loss,
+                                * pipedream's stash), x the schedule's n_mb: --async-window W
+                                * runs W x M of them (train/train_memlimit.c) */
 } run_mem;
 
 /* A rank's tensor-parallel collectives (the ones its layers call through gpt_tp: all-reduces,

@@ -84,14 +84,14 @@ static int job_exec_init(run_job *j, int r) {
 /* What every rank holds, and the busiest rank's activation sets (MPI: every rank's numbers in
  * its own slots, summed). */
 static int job_measure(run_job *j) {
-    enum { NV = 10 };   /* run_mem's nine numbers and run_exec_act_bytes */
+    enum { NV = 11 };   /* run_mem's ten numbers and run_exec_act_bytes */
     double *v = pt_calloc((size_t)j->R * NV, sizeof *v);
     for (int r = 0; r < j->n_local; r++) {
         int w = run_job_world_rank(j, r);
         run_mem m;
         run_exec_mem(j->ex[r], &m);
         double x[NV] = { m.params, m.grads, m.optim, m.acts, m.act_sets, m.act_mb, m.lent, m.borrowed, m.parts,
-                         (double)run_exec_act_bytes(j->ex[r]) };
+                         m.pass_mb, (double)run_exec_act_bytes(j->ex[r]) };
         memcpy(v + (size_t)w * NV, x, sizeof x);
     }
     int rc = j->mpi ? comm_allreduce_f64(j->comms[0], v, (size_t)j->R * NV) : 0;
@@ -100,8 +100,8 @@ static int job_measure(run_job *j) {
     j->act_max = 0;
     for (int w = 0; w < j->R; w++) {
         const double *x = v + (size_t)w * NV;
-        j->mem[w] = (run_mem){ x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8] };
-        if (x[9] > j->act_max) j->act_max = (size_t)x[9];
+        j->mem[w] = (run_mem){ x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9] };
+        if (x[10] > j->act_max) j->act_max = (size_t)x[10];
     }
     free(v);
     return rc;

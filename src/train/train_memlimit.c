@@ -57,11 +57,12 @@ static double rank_need(const run_mem *m) {
     return plan_mem_need(&mm, held);
 }
 
-/* "try --seq-chunks 4 or --balance-memory, more --stages, or a limit of at least X" into buf. */
-static void what_fits(const train_opts *o, double most, char *buf, size_t n) {
+/* "try --seq-chunks 4 or --balance-memory, more --stages, or a limit of at least X" into buf
+ * (asynchronous schedules run neither: "try more --stages, ..."). */
+static void what_fits(const train_opts *o, int async, double most, char *buf, size_t n) {
     char sc[48] = "", bm[32] = "";
-    if (o->ro.seq_chunks <= 1 && o->seq % 4 == 0) snprintf(sc, sizeof sc, "--seq-chunks 4 or ");
-    if (!o->ro.balance_memory) snprintf(bm, sizeof bm, "--balance-memory, ");
+    if (!async && o->ro.seq_chunks <= 1 && o->seq % 4 == 0) snprintf(sc, sizeof sc, "--seq-chunks 4 or ");
+    if (!async && !o->ro.balance_memory) snprintf(bm, sizeof bm, "--balance-memory, ");
     snprintf(buf, n, "try %s%smore --stages, or --mem-limit of at least %.0fMiB", sc, bm, ceil(most / MIB));
 }
 
@@ -96,28 +97,106 @@ static int set_rlimit(double limit, int ranks) {
     return 0;
 }
 
+/* Rank w's predicted peak at W2 steps a pass, the job running W: each microbatch of the pass keeps
+ * pass_mb bytes for the whole pass (boundary buffers, loss, pipedream's stash), so n_mb x (W -
+ * W2) / W of them go; the activation sets at the peak in flight are kept (they shrink, if at all,
+ * only when M is under P: then this is over, never under). */
+static double rank_need_at(const run_mem *m, int n_mb, int W, int W2) {
+    return rank_need(m) - (double)n_mb * (double)(W - W2) / W * m->pass_mb;
+}
+
+/* The job's busiest rank at W2 steps a pass: its world rank (*worst) and peak (returned). */
+static double job_need_at(run_job *job, int R, int n_mb, int W, int W2, int *worst) {
+    double most = -1;
+    run_mem m;
+    for (int w = 0; w < R; w++) {
+        run_job_mem(job, w, &m);
+        double need = rank_need_at(&m, n_mb, W, W2);
+        if (need > most) most = need, *worst = w;
+    }
+    return most;
+}
+
+/* "stage 0" or "stages 0, 4" of world rank w into buf. */
+static void rank_stages(const run_plan *pl, int w, char *buf, size_t n) {
+    int d, p, t, k = 0;
+    size_t at = 0;
+    run_layout_coords(&pl->lo, w, &d, &p, &t);
+    for (int g = 0; g < pl->s->n_stages; g++) k += pl->s->stage_rank[g] == p;
+    at += (size_t)snprintf(buf, n, "stage%s", k > 1 ? "s" : "");
+    for (int g = 0, i = 0; g < pl->s->n_stages && at < n; g++)
+        if (pl->s->stage_rank[g] == p) at += (size_t)snprintf(buf + at, n - at, "%s %d", i++ ? "," : "", g);
+}
+
+/* The largest window under W whose busiest rank is predicted within the limit (*W2, its peak
+ * *need and rank *w; 1), or 1 step a pass over it (0). */
+static int smaller_window(train_ctx *t, run_job *job, int R, int n_mb, int W, int *W2, double *need, int *w) {
+    *W2 = W;
+    do {
+        *W2 = train_window_below(t, *W2);
+        *need = job_need_at(job, R, n_mb, W, *W2, w);
+    } while (*W2 > 1 && *need > t->o.mem_bytes);
+    return *need <= t->o.mem_bytes;
+}
+
+/* The asynchronous window's advice into buf ("" without a window of W > 1): the largest smaller
+ * window that fits and its peak, or that none does. */
+static void window_fits(train_ctx *t, run_job *job, int R, int n_mb, int W, char *buf, size_t n) {
+    int w, W2;
+    double need;
+    buf[0] = 0;
+    if (W < 2) return;
+    if (smaller_window(t, job, R, n_mb, W, &W2, &need, &w))
+        snprintf(buf, n, "give a smaller --async-window: %d is predicted at %.1f MiB on its busiest rank%s; or ", W2,
+                 need / MIB, t->o.async_window ? " (left out, the default window shrinks to fit)" : "");
+    else snprintf(buf, n, "even --async-window 1 is predicted at %.1f MiB (rank %d); ", need / MIB, w);
+}
+
+/* The refusal: what (rank's bytes, the limit, the window's share), where (rank, stages), what to do. */
+static int refuse(train_ctx *t, run_job *job, int R, int n_mb, int W, int worst, double most) {
+    const train_opts *o = &t->o;
+    const run_plan *pl = t->e->vt->plan(t->e);
+    run_mem wm;
+    run_job_mem(job, worst, &wm);
+    char fit[160], win[224], where[64], share[160] = "";
+    int w1;
+    double least = o->async_window ? most : job_need_at(job, R, n_mb, W, 1, &w1);   /* the default shrinks */
+    what_fits(o, pl->s->async, least, fit, sizeof fit);
+    window_fits(t, job, R, n_mb, W, win, sizeof win);
+    rank_stages(pl, worst, where, sizeof where);
+    if (W > 1)
+        snprintf(share, sizeof share, ", of which the asynchronous window's %d steps x %d microbatches keep %.1f MiB "
+                 "(stashed weights, boundary buffers)", W, n_mb / W, n_mb * wm.pass_mb / MIB);
+    return pt_seterr("--mem-limit %.0fMiB: rank %d is predicted to hold %.1f MiB at its peak (%s: parameters, "
+                     "gradients, optimizer %.1f MiB + activations %.1f MiB%s), over the limit; %s%s",
+                     o->mem_bytes / MIB, worst, most / MIB, where, (wm.params + wm.grads + wm.optim) / MIB,
+                     wm.acts / MIB, share, win, fit);
+}
+
+/* The defaulted window over the limit: the largest smaller one predicted to fit, the engine started
+ * again with it and judged anew. 1 when done that way (*rc its result), 0 when none fits. */
+static int shrink_window(train_ctx *t, run_job *job, int R, int n_mb, int W, double most, int *rc) {
+    int w, W2;
+    double need;
+    if (!smaller_window(t, job, R, n_mb, W, &W2, &need, &w)) return 0;
+    char why[128];
+    snprintf(why, sizeof why, "--mem-limit %.0f MiB: %d steps a pass were predicted at %.1f MiB, %d at %.1f MiB",
+             t->o.mem_bytes / MIB, W, most / MIB, W2, need / MIB);
+    train_window_shrink(t, W2, why);
+    *rc = train_engine_restart(t) < 0 ? -1 : train_memlimit_apply(t);
+    return 1;
+}
+
 int train_memlimit_apply(train_ctx *t) {
     const train_opts *o = &t->o;
     if (!(o->mem_bytes > 0)) return 0;
     run_job *job = t->e->vt->job ? t->e->vt->job(t->e) : NULL;
     if (!job) return pt_seterr("--mem-limit %.0fMiB prices a pipelined job's ranks: give --stages P", o->mem_bytes / MIB);
-    int R = run_layout_ranks(&t->e->vt->plan(t->e)->lo), worst = -1;
-    double most = 0, worst_need = 0;
-    run_mem m, wm = { 0 };
-    for (int w = 0; w < R; w++) {
-        run_job_mem(job, w, &m);
-        double need = rank_need(&m);
-        most = fmax(most, need);
-        if (need > o->mem_bytes && (worst < 0 || need > worst_need)) worst = w, worst_need = need, wm = m;
-    }
-    if (worst >= 0) {
-        char fit[160];
-        what_fits(o, most, fit, sizeof fit);
-        return pt_seterr("--mem-limit %.0fMiB: rank %d is predicted to hold %.1f MiB at its peak (parameters, "
-                         "gradients, optimizer %.1f MiB + activations %.1f MiB), over the limit; %s",
-                         o->mem_bytes / MIB, worst, worst_need / MIB, (wm.params + wm.grads + wm.optim) / MIB,
-                         wm.acts / MIB, fit);
-    }
+    const run_plan *pl = t->e->vt->plan(t->e);
+    int R = run_layout_ranks(&pl->lo), W = train_window_steps(t), n_mb = pl->s->n_mb, worst = 0, rc;
+    double most = job_need_at(job, R, n_mb, W, W, &worst);
+    if (most > o->mem_bytes && W > 1 && !o->async_window && shrink_window(t, job, R, n_mb, W, most, &rc)) return rc;
+    if (most > o->mem_bytes) return refuse(t, job, R, n_mb, W, worst, most);
     int mine = o->world ? 1 : R;   /* MPI: a process per rank; threads: all of them */
     if (set_rlimit(o->mem_bytes, mine) < 0) return -1;
     if (t->root)

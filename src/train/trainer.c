@@ -91,9 +91,15 @@ static int start_engine(train_ctx *t) {
                            .trace = o->trace, .svg = o->svg, .last_step = o->steps,
                            .adapt = o->adapt };
     if (!po.svg && t->rep.on) po.svg = t->rep.svg;   /* the report draws the last step */
-    int rc = train_engine_pipe_init(&t->e, &po, &t->src, o->batch, o->seq);
-    run_source_free(&t->src);   /* read by the job's start only */
-    return rc;
+    return train_engine_pipe_init(&t->e, &po, &t->src, o->batch, o->seq);
+}
+
+int train_engine_restart(train_ctx *t) {
+    train_engine_free(t->e);
+    t->e = NULL;
+    if (start_engine(t) < 0) return -1;
+    t->root = t->e->root;
+    return 0;
 }
 
 /* Model, data, engine, outputs, in the order their errors are reported. */
@@ -108,7 +114,8 @@ static int setup_run(train_ctx *t) {
     if (train_window_choose(t) < 0) return -1;   /* before the engine: its plan holds the window */
     if (train_report_paths(t) < 0 || train_side_setup(t) < 0 || start_engine(t) < 0) return -1;
     t->root = t->e->root;
-    if (train_memlimit_apply(t) < 0) return -1;   /* --mem-limit SIZE */
+    if (train_memlimit_apply(t) < 0) return -1;   /* --mem-limit SIZE (may start the engine again) */
+    run_source_free(&t->src);   /* read by the job's start only */
     train_side_start(t);
     if (open_outputs(t) < 0) return -1;
     size_t n = (size_t)o->batch * o->seq * (size_t)train_window_steps(t);   /* a pass's rows */

@@ -81,6 +81,14 @@ int train_window_choose(train_ctx *t);
 int train_window_steps(const train_ctx *t);
 int train_window_pass(train_ctx *t, long first, long *failed);
 void train_window_free(train_ctx *t);
+/* below: the largest window under `below` that divides every boundary (1 at least). shrink: the
+ * defaulted window becomes W (before the engine is started again), its note saying why (`why`:
+ * "--mem-limit 28 MiB (...)"). */
+int train_window_below(const train_ctx *t, int below);
+void train_window_shrink(train_ctx *t, int W, const char *why);
+/* --mem-limit's smaller default window (trainer.c): the engine stopped and started again under
+ * o.ro as it is now. 0, or -1. */
+int train_engine_restart(train_ctx *t);
 
 /* For hooks before LOG: adds "key":value to this step's metrics line (trainer_hooks.c). */
 void train_metric(train_ctx *t, const char *key, double value);

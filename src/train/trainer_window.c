@@ -46,6 +46,34 @@ static int window_async(const train_opts *o) {
     return g && g->async;
 }
 
+/* The largest window below `below` that divides every boundary (1 at least). */
+int train_window_below(const train_ctx *t, int below) {
+    long v[8], g = 0;
+    const char *name[8];
+    int n = window_bounds(t, v, name), W = below - 1;
+    for (int i = 0; i < n; i++) g = gcd(g, v[i]);
+    while (W > 1 && g % W) W--;
+    return W > 1 ? W : 1;
+}
+
+/* t->win for W steps a pass (none for W = 1), o.ro.async_window to match. */
+static void window_alloc(train_ctx *t, int W) {
+    const train_opts *o = &t->o;
+    train_window_free(t);
+    t->o.ro.async_window = W > 1 ? W : 0;
+    if (W < 2) return;
+    t->win = pt_calloc(1, sizeof *t->win);
+    t->win->W = W;
+    t->win->step_tok = pt_malloc(sizeof(int) * (size_t)o->batch * (size_t)o->seq);
+    t->win->step_tgt = pt_malloc(sizeof(int) * (size_t)o->batch * (size_t)o->seq);
+}
+
+void train_window_shrink(train_ctx *t, int W, const char *why) {
+    window_alloc(t, W);
+    snprintf(t->win_note, sizeof t->win_note, "%d step%s a pass (the default %d shrunk to fit %s; --async-window 1: "
+             "a flush every step)", W, W > 1 ? "s" : "", TRAIN_WINDOW_DEFAULT, why);
+}
+
 int train_window_choose(train_ctx *t) {
     train_opts *o = &t->o;
     int given = o->async_window;
@@ -66,17 +94,8 @@ int train_window_choose(train_ctx *t) {
         if (v[i] % given)
             return pt_seterr("--async-window %d must divide %s (%ld): a pass of %d steps ends only where its "
                              "weights are needed; give a window that divides it (or 1)", given, name[i], v[i], given);
-    int W = given ? given : TRAIN_WINDOW_DEFAULT;
-    long g = 0;
-    for (int i = 0; i < n; i++) g = gcd(g, v[i]);
-    while (W > 1 && g % W) W--;             /* the default: the largest that fits */
-    o->ro.async_window = W > 1 ? W : 0;
-    if (W > 1) {
-        t->win = pt_calloc(1, sizeof *t->win);
-        t->win->W = W;
-        t->win->step_tok = pt_malloc(sizeof(int) * (size_t)o->batch * (size_t)o->seq);
-        t->win->step_tgt = pt_malloc(sizeof(int) * (size_t)o->batch * (size_t)o->seq);
-    }
+    int W = given ? given : train_window_below(t, TRAIN_WINDOW_DEFAULT + 1);   /* the default: the largest that fits */
+    window_alloc(t, W);
     if (!given)
         snprintf(t->win_note, sizeof t->win_note, "%d step%s a pass (the default %d%s; --async-window 1: a flush "
                  "every step)", W, W > 1 ? "s" : "", TRAIN_WINDOW_DEFAULT,
