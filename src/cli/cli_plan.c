@@ -14,7 +14,7 @@
 static const char *USAGE =
     "--config C.json --cluster K.json --global-batch G [--seq T] [--costs costs.json] [--top N]\n"
     "       [--out plan.json] [--schedules a,b,...] [--no-recompute] [--max-sims N] [--tp N]\n"
-    "       [--tp-across-nodes] [--no-tp-overlap] [--no-tp-recompute] [--zero 0|1] [--async] [--json]";
+    "       [--tp-across-nodes] [--no-tp-overlap] [--no-tp-recompute] [--zero 0|1] [--async] [--async-window W] [--json]";
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define SHOW_STAGES 12   /* stages listed per layout in the human output */
@@ -22,7 +22,7 @@ static const char *USAGE =
 typedef struct {
     const char *config, *cluster, *costs, *out, *schedules;
     long global_batch;
-    int T, top, max_sims, tp, zero, seq_chunks;
+    int T, top, max_sims, tp, zero, seq_chunks, async_window;
     bool no_recompute, json, tp_across_nodes, no_tp_overlap, no_tp_recompute, no_sp, balance_memory, async;
 } plan_args;
 
@@ -83,9 +83,11 @@ static void print_layout(int i, const plan_layout *p, const plan_cluster *cl) {
     print_pipeline0(p, cl);
     if (layout_async(p))
         printf("    asynchronous: no flush, %s (it changes the math, not only the speed: a step is not a synchronous "
-               "step; stashed weight copies are in the memory above; docs/async.md)\n",
+               "step; the memory above is train --async-window %d's: %d x %d microbatches' stashed weights and "
+               "boundary buffers; docs/async.md)\n",
                p->schedule[0] == '2' ? "every update on a gradient one update old (two weight versions)"
-               : "an update per microbatch on its stage's stashed weights (train runs --async-fix nesterov by default)");
+               : "an update per microbatch on its stage's stashed weights (train runs --async-fix nesterov by default)",
+               p->async_window, p->async_window, p->M);
 }
 
 static void print_json(const plan_result *r) {
@@ -108,6 +110,7 @@ static void print_json(const plan_result *r) {
         cJSON_AddNumberToObject(x, "microbatch_size", p->mb_size);
         cJSON_AddStringToObject(x, "schedule", p->schedule);
         if (layout_async(p)) cJSON_AddTrueToObject(x, "asynchronous");
+        if (layout_async(p)) cJSON_AddNumberToObject(x, "async_window", p->async_window);
         cJSON_AddNumberToObject(x, "chunks", p->chunks);
         cJSON_AddBoolToObject(x, "recompute", p->recompute);
         cJSON_AddBoolToObject(x, "tp_overlap", p->tp_overlap);
@@ -164,6 +167,9 @@ static int parse_args(int argc, char **argv, plan_args *a) {
                                                   "1f1b and zb-h1, priced per chunk)"},
         {"--async", OPT_FLAG, &a->async, "also search the asynchronous schedules pipedream and 2bw (no flush: they "
                                           "change the math; stashed weight copies priced; docs/async.md)"},
+        {"--async-window", OPT_INT, &a->async_window, "W: price the asynchronous layouts' memory at train "
+                                                      "--async-window W (default 4, train's: W x M stashes and "
+                                                      "boundary buffers per rank)"},
         {"--json", OPT_FLAG, &a->json, "print one JSON object instead of the summary"},
     };
     return cli_parse(argc, argv, "plan", USAGE, opts, (int)(sizeof opts / sizeof opts[0]));
@@ -177,7 +183,7 @@ static int run_plan(const plan_args *a, const gpt_config *cfg, const plan_cluste
                     .tp = a->tp, .tp_across_nodes = a->tp_across_nodes, .zero = a->zero,
                     .no_tp_overlap = a->no_tp_overlap, .no_tp_recompute = a->no_tp_recompute,
                     .no_sp = a->no_sp, .seq_chunks = a->seq_chunks, .balance_memory = a->balance_memory,
-                    .async = a->async };
+                    .async = a->async, .async_window = a->async_window };
     plan_result r;
     int rc = plan_search(cfg, k, &o, &r);
     free(names); free(names_buf);

@@ -27,7 +27,8 @@ static const char *USAGE =
     "       [--json | --csv] [--critical-path] [--side-step SECONDS] [--balance-memory]\n"
     "   or: --config C.json --cluster K.json (--plan P.json | --schedule NAME --stages P --microbatches M\n"
     "       [--chunks V] [--tp T] [--dp D] [--zero 0|1] [--microbatch-size B] [--seq T] [--split a,b,..]\n"
-    "       [--recompute] [--tp-overlap] [--tp-recompute]) [the output, fault and iteration flags above]";
+    "       [--recompute] [--tp-overlap] [--tp-recompute] [--async-window W]) [the output, fault and iteration\n"
+    "       flags above]";
 
 #define UNSET (-1e300)   /* a number flag not given */
 #define MAX_EVENTS 2e7   /* actions x iterations kept as timeline events (about 64 bytes each) */
@@ -45,6 +46,7 @@ typedef struct {
     bool recompute, tp_overlap, tp_recompute, sp;
     int seq_chunks;
     int async_depth;            /* pipedream, 2bw: forwards each stage admits (sched_params) */
+    int async_window;           /* with --config: the asynchronous window whose memory is priced */
 } sim_args;
 
 /* A model on a cluster: the layout simulated, and its memory per pipeline rank. */
@@ -83,6 +85,8 @@ static int parse_args(int argc, char **argv, sim_args *a) {
                                                   "(1f1b, zb-h1; with --config priced per chunk)"},
         {"--async-depth", OPT_INT, &a->async_depth, "D, pipedream | 2bw: each stage admits max(P-g, D) forwards before "
                                                     "its first backward (their stashes priced with params=BYTES)"},
+        {"--async-window", OPT_INT, &a->async_window, "W, pipedream | 2bw with --config: price the memory of train "
+                                                      "--async-window W (default 4: W x M stashes, boundary buffers)"},
         {"--schedule-file", OPT_STR, &a->file, "simulate this CSV schedule instead (one row per rank)"},
         {"--pipes", OPT_INT, &a->pipes, "pipes of the --schedule-file (2 for a chimera CSV; default 1)"},
         {"--cost", OPT_STR, &a->cost, "per-stage times for every stage: f=1,b=1,w=1[,bw=X][,act=BYTES][,params=BYTES]"},
@@ -288,11 +292,11 @@ static int build_costs(const sim_args *a, int n_stages, int n_ranks, sim_costs *
  * other cost flags are refused, and --plan sets the whole layout. */
 static int model_flags_check(const sim_args *a) {
     bool layout = a->tp || a->dp || a->zero || a->mb_size || a->seq || a->split || a->recompute || a->tp_overlap ||
-                  a->tp_recompute || a->sp;
+                  a->tp_recompute || a->sp || a->async_window;
     if (!a->config && !a->cluster) {
         if (!layout && !a->plan) return 0;
         return pt_seterr("--tp, --dp, --zero, --plan, --microbatch-size, --seq, --split, --recompute, --tp-overlap, "
-                         "--tp-recompute and --sp need --config "
+                         "--tp-recompute, --sp and --async-window need --config "
                          "and --cluster (the costs then come from the model on the cluster: its FLOPs, its TP "
                          "all-reduce bytes over the cluster's links, its memory)");
     }
@@ -319,7 +323,8 @@ static int model_layout(const sim_args *a, const gpt_config *cfg, plan_layout *p
                         .D = a->dp ? a->dp : 1, .tp = a->tp ? a->tp : 1, .zero = a->zero,
                         .mb_size = a->mb_size ? a->mb_size : 1, .T = a->seq ? a->seq : cfg->n_positions,
                         .recompute = a->recompute, .tp_overlap = a->tp_overlap, .tp_recompute = a->tp_recompute,
-                        .sp = a->sp, .seq_chunks = a->seq_chunks, .balance_memory = a->balance_memory };
+                        .sp = a->sp, .seq_chunks = a->seq_chunks, .balance_memory = a->balance_memory,
+                        .async_window = a->async_window };
     snprintf(p->schedule, sizeof p->schedule, "%s", g->name);
     snprintf(p->placement, sizeof p->placement, "node");
     if (p->P < 1 || p->M < 1) return pt_seterr("--stages and --microbatches must be >= 1 (got %d, %d)", p->P, p->M);

@@ -177,6 +177,9 @@ int plan_split_dp(const plan_chain *c, int *first, double *bottleneck);
 int plan_split_refine(const plan_chain *c, double X, int *first);
 
 /* ---- plans ----------------------------------------------------------------------------------- */
+#define PLAN_ASYNC_WINDOW_DEFAULT 4   /* train's default --async-window (train/trainer_window.c), before
+                                       * it shrinks to divide --steps and the save/eval boundaries */
+#define PLAN_ASYNC_WINDOW_MAX 64      /* the largest window a plan prices (train's RUN_MAX_WINDOW) */
 typedef struct {
     int P, D, M, mb_size;     /* ranks, replicas, microbatches per replica, microbatch size B */
     int tp;                   /* tensor-parallel ranks per pipeline rank (0 is read as 1) */
@@ -200,6 +203,9 @@ typedef struct {
     bool balance_memory;      /* --balance-memory (one chunk per rank, no recomputation): each rank
                                * holds the lend plan's activations (sched/sched_lend.h: its own kept
                                * sets plus what it keeps for others), not its stage's peak */
+    int async_window;         /* asynchronous schedules: train --async-window W whose memory is priced
+                               * (W x M stashes and boundary buffers: docs/async.md "The window's
+                               * memory"); 0: train's default, PLAN_ASYNC_WINDOW_DEFAULT */
     char placement[16];       /* "node" or "mixed" (how devices form pipelines) */
     int *split;               /* [K] blocks per chunk ("--split" of run/layout.h) */
     int *devices;             /* [D*P*tp] cluster device of (replica d, rank p, TP rank t) at
@@ -246,6 +252,7 @@ typedef struct {
     bool async;               /* plan --async: also search the asynchronous schedules (pipedream, 2bw;
                                * not with zero 1), their stashed weight copies priced in each
                                * chunk's memory; their step changes the math (docs/async.md) */
+    int async_window;         /* their train --async-window W (0: PLAN_ASYNC_WINDOW_DEFAULT) */
     bool exhaustive;          /* tests: simulate every candidate (no max_sims, no bound, every move
                                * of the local search simulated), the reference the pruned search
                                * must match */

@@ -44,6 +44,11 @@ typedef struct {
      * per rank from these (B also F's again under recompute). */
     bool overlap, recompute;
     bool balance;                 /* --balance-memory: activations priced by the lend plan */
+    /* Asynchronous schedules (--async-window W): what each microbatch of the pass of W steps keeps
+     * for the whole pass (run/executor.c: boundary buffers of p2p bytes each, a float of loss on
+     * the last chunk, pipedream's stash) */
+    int window;                   /* W >= 1 */
+    double p2p;                   /* bytes of one boundary buffer (plan_p2p_bytes, one TP rank's) */
     double blk_piece[PLAN_N_PHASES][2];   /* reference FLOPs of a block before / between its sums */
     double blk_tp_bytes[PLAN_N_PHASES];   /* one block's all-reduce bytes per phase */
     int blk_tp_coll[PLAN_N_PHASES];       /* and how many all-reduces (each run as two halves) */
@@ -59,6 +64,7 @@ typedef struct {
     bool sp;                      /* --sp: the cost_sp rows, stream messages / tp */
     int seq_chunks;               /* --seq-chunks K (0, 1: none): the items are a unit's */
     bool balance;                 /* --balance-memory (not with recompute or tp_recompute) */
+    int window;                   /* asynchronous schedules' --async-window W (0: the default) */
 } plan_item_shape;
 
 /* One placement: the pipeline ranks as the slowest replica (and TP rank) sees them. */

@@ -68,6 +68,7 @@ static cJSON *plan_to_json(const plan_layout *p) {
     cJSON_AddBoolToObject(o, "sp", p->sp);
     if (p->seq_chunks > 1) cJSON_AddNumberToObject(o, "seq_chunks", p->seq_chunks);
     if (p->balance_memory) cJSON_AddTrueToObject(o, "balance_memory");
+    if (p->async_window > 0) cJSON_AddNumberToObject(o, "async_window", p->async_window);
     cJSON_AddStringToObject(o, "placement", p->placement);
     cJSON_AddItemToObject(o, "split", cJSON_CreateIntArray(p->split, p->K));
     cJSON_AddStringToObject(o, "split_text", plan_layout_split_str(p, split, sizeof split));
@@ -145,9 +146,11 @@ static int plan_from_json(const cJSON *o, const char *path, plan_layout *p) {
         io_json_bool(&p->balance_memory, o, "balance_memory", IO_JSON_OPTIONAL, "%s: balance_memory must be true or "
                      "false (train --balance-memory)", path) < 0)
         return -1;
-    p->seq_chunks = 0;
+    p->seq_chunks = p->async_window = 0;
     if (io_json_int(&p->seq_chunks, o, "seq_chunks", IO_JSON_OPTIONAL, 1, PLAN_INT_MAX, "%s: seq_chunks must be a "
-                    "whole number >= 1 (train --seq-chunks)", path) < 0)
+                    "whole number >= 1 (train --seq-chunks)", path) < 0 ||
+        io_json_int(&p->async_window, o, "async_window", IO_JSON_OPTIONAL, 1, PLAN_ASYNC_WINDOW_MAX, "%s: async_window "
+                    "must be a whole number in 1..%d (train --async-window)", path, PLAN_ASYNC_WINDOW_MAX) < 0)
         return -1;
     if (cJSON_GetObjectItemCaseSensitive(o, "placement") && get_str(o, "placement", path, p->placement, sizeof p->placement))
         return -1;

@@ -140,6 +140,8 @@ void plan_items_init(plan_items *it, const gpt_config *cfg, const plan_scale *s,
     }
     it->sp = sh->sp && sh->tp > 1;
     it->balance = sh->balance && !sh->recompute && !sh->tp_recompute && sh->seq_chunks <= 1;
+    it->window = sh->window > 0 ? sh->window : PLAN_ASYNC_WINDOW_DEFAULT;
+    it->p2p = plan_p2p_bytes(cfg, sh->B, sh->T) / (sh->sp && sh->tp > 1 ? sh->tp : 1);
     it->ln_bytes = plan_sp_ln_bytes(cfg, sh->tp, it->sp);
     plan_layer_cost c[GPT_MAX_KINDS];
     plan_tp_parts pt[GPT_MAX_KINDS][PLAN_N_PHASES];

@@ -32,6 +32,9 @@ static int layout_check(const gpt_config *cfg, const plan_cluster *k, const plan
     if (p->seq_chunks > 1 && (p->T % p->seq_chunks || p->recompute || p->tp_overlap || p->tp_recompute || p->sp))
         return pt_seterr("plan: seq_chunks %d needs a seq it divides (%d) and no recompute, tp_overlap, "
                          "tp_recompute or sp", p->seq_chunks, p->T);
+    if (p->async_window < 0 || p->async_window > PLAN_ASYNC_WINDOW_MAX)
+        return pt_seterr("plan: async_window %d must be in 1..%d (steps a pass; 0: train's default %d)",
+                         p->async_window, PLAN_ASYNC_WINDOW_MAX, PLAN_ASYNC_WINDOW_DEFAULT);
     long n = (long)p->P * p->D * tp;
     if (n > k->n_devices)
         return pt_seterr("plan: tp %d x dp %d x stages %d = %ld devices, the cluster has %d", tp, p->D, p->P, n,
@@ -81,7 +84,7 @@ static int ctx_open(layout_ctx *x, const gpt_config *cfg, const plan_cluster *k,
     plan_scale sc;
     plan_scale_init(&sc, costs, k, p->mb_size);
     plan_item_shape sh = { p->mb_size, p->T, tp, p->zero ? p->D : 1, p->recompute, p->tp_overlap, p->tp_recompute, p->sp,
-                           p->seq_chunks, p->balance_memory };
+                           p->seq_chunks, p->balance_memory, p->async_window };
     plan_items_init(&x->it, cfg, &sc, &sh);
     plan_ranks_init(&x->r, k, &sc, p->P, p->D, tp, p->devices);
     return 0;
@@ -91,6 +94,7 @@ int plan_evaluate(const gpt_config *cfg, const plan_cluster *k, const plan_costs
     layout_ctx x;
     if (ctx_open(&x, cfg, k, costs, p) < 0) return -1;
     int rc = plan_score(cfg, k, &x.it, &x.r, x.s, x.first, (long)p->D * p->M * p->mb_size, p);
+    if (x.s->async) p->async_window = x.it.window;   /* the window its memory priced */
     ctx_close(&x);
     return rc;
 }

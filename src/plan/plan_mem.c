@@ -54,15 +54,22 @@ double plan_chunk_mem(const plan_items *it, int K, const int *first, int k, int 
     return plan_mem_need(&m, held);
 }
 
-/* The weight copies an asynchronous schedule keeps beyond the live one, in bytes, for chunk k
- * with `held` microbatches in flight at its peak: 2bw one (s->weight_versions - 1), pipedream's
- * stashing one per microbatch in flight (the simulator's stash_bytes rule); a copy is the chunk's
- * fp32 weights (its gradient bytes). 0 for a synchronous schedule. */
-static double chunk_stash(const plan_items *it, const sched *s, const int *first, int k, int held) {
+/* What an asynchronous schedule's chunk k keeps besides the live weights and the activation sets
+ * in flight, in bytes, as the executor allocates it (run/executor.c, run/exec_state.c): a pass of
+ * W steps (--async-window) is one schedule of W x M microbatches, and each keeps for the whole
+ * pass its boundary buffers (the output and the incoming gradient unless the chunk is the last,
+ * the input and its gradient unless it is the first: p2p bytes each), a float of loss on the last
+ * chunk and, for pipedream, its stash (a copy of the chunk's fp32 weights: its gradient bytes);
+ * 2bw keeps one older version instead (s->weight_versions - 1); both keep one more copy aside while
+ * a backward runs on the stashed or older weights (the executor's `live`). 0 for a synchronous
+ * schedule. One chunk per rank (the asynchronous schedules take no more). */
+static double chunk_window(const plan_items *it, const sched *s, const int *first, int k) {
     if (!s->async) return 0;
-    double copy = 0;
+    double copy = 0, n = (double)it->window * s->n_mb;   /* the pass's microbatches */
+    int K = s->n_stages;
     for (int i = first[k]; i < first[k + 1]; i++) copy += it->grad[i];
-    return (s->weight_versions > 0 ? s->weight_versions - 1 : held) * copy;
+    double per_mb = (2.0 * (k > 0) + 2.0 * (k < K - 1)) * it->p2p + (k == K - 1 ? sizeof(float) : 0);
+    return n * per_mb + (1 + (s->weight_versions > 0 ? s->weight_versions - 1 : n)) * copy;
 }
 
 /* Memory of every chunk of the split first[] at its peak[k] microbatches in flight (out[K]), or
@@ -73,7 +80,7 @@ void plan_chunks_need(const plan_items *it, const sched *s, const int *first, co
     int K = s->n_stages;
     sched_lend_plan lp;
     if (!it->balance || sched_lend_check(s) < 0) {
-        for (int k = 0; k < K; k++) out[k] = plan_chunk_mem(it, K, first, k, peak[k]) + chunk_stash(it, s, first, k, peak[k]);
+        for (int k = 0; k < K; k++) out[k] = plan_chunk_mem(it, K, first, k, peak[k]) + chunk_window(it, s, first, k);
         return;
     }
     int *nl = pt_malloc(sizeof(int) * (size_t)K);

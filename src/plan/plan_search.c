@@ -128,7 +128,7 @@ static void consider(search *S, const plan_items *it, const plan_ranks *r, const
 /* The per-layer numbers of a candidate's shape. */
 static void items_for(const search *S, plan_items *it, const plan_scale *sc, int D, int tp, int B, act_mode md) {
     plan_item_shape sh = { B, S->o->T, tp, S->o->zero ? D : 1, md.recompute, md.tp_overlap, md.tp_recompute, md.sp,
-                           S->o->seq_chunks, S->o->balance_memory };
+                           S->o->seq_chunks, S->o->balance_memory, S->o->async_window };
     plan_items_init(it, S->cfg, sc, &sh);
 }
 
@@ -250,6 +250,7 @@ static int simulate(search *S, const candidate *c, plan_layout *p, double give_u
     plan_ranks_init(&r, S->k, &sc, c->P, c->D, c->tp, p->devices);
     sched *s = plan_make_sched(p->schedule, c->P, c->M, c->v, S->o->seq_chunks);
     p->balance_memory = s && it.balance && sched_lend_check(s) == 0;   /* what the items priced it with */
+    p->async_window = s && s->async ? it.window : 0;
     double bott;
     int rc = s ? plan_split_candidate(&it, &r, s, true, c->first, &bott) : -1;
     if (rc == 0)
@@ -348,6 +349,9 @@ static int check_opts(const gpt_config *cfg, const plan_cluster *k, const plan_o
     if (o->tp < 0) return pt_seterr("plan: --tp %d must be >= 1", o->tp);
     if (o->seq_chunks < 0 || (o->seq_chunks > 1 && o->T % o->seq_chunks))
         return pt_seterr("plan: --seq-chunks %d must divide --seq %d", o->seq_chunks, o->T);
+    if (o->async_window < 0 || o->async_window > PLAN_ASYNC_WINDOW_MAX || (o->async_window && !o->async))
+        return pt_seterr("plan: --async-window %d: steps a pass of the asynchronous schedules, 1..%d, with --async",
+                         o->async_window, PLAN_ASYNC_WINDOW_MAX);
     if (o->tp && cfg->n_head % o->tp)
         return pt_seterr("plan: --tp %d does not divide n_head %d (each TP rank holds n_head / tp heads)", o->tp,
                          cfg->n_head);
