@@ -173,9 +173,9 @@ static int refuse(train_ctx *t, run_job *job, int R, int n_mb, int W, int worst,
                      wm.acts / MIB, share, win, fit);
 }
 
-/* The defaulted window over the limit: the largest smaller one predicted to fit, the engine started
- * again with it and judged anew. 1 when done that way (*rc its result), 0 when none fits. */
-static int shrink_window(train_ctx *t, run_job *job, int R, int n_mb, int W, double most, int *rc) {
+/* The defaulted window over the limit: the largest smaller one predicted to fit, for the engine to
+ * start again with (train_memlimit_apply's 1). 1 when shrunk, 0 when none fits. */
+static int shrink_window(train_ctx *t, run_job *job, int R, int n_mb, int W, double most) {
     int w, W2;
     double need;
     if (!smaller_window(t, job, R, n_mb, W, &W2, &need, &w)) return 0;
@@ -183,7 +183,6 @@ static int shrink_window(train_ctx *t, run_job *job, int R, int n_mb, int W, dou
     snprintf(why, sizeof why, "--mem-limit %.0f MiB: %d steps a pass were predicted at %.1f MiB, %d at %.1f MiB",
              t->o.mem_bytes / MIB, W, most / MIB, W2, need / MIB);
     train_window_shrink(t, W2, why);
-    *rc = train_engine_restart(t) < 0 ? -1 : train_memlimit_apply(t);
     return 1;
 }
 
@@ -193,9 +192,9 @@ int train_memlimit_apply(train_ctx *t) {
     run_job *job = t->e->vt->job ? t->e->vt->job(t->e) : NULL;
     if (!job) return pt_seterr("--mem-limit %.0fMiB prices a pipelined job's ranks: give --stages P", o->mem_bytes / MIB);
     const run_plan *pl = t->e->vt->plan(t->e);
-    int R = run_layout_ranks(&pl->lo), W = train_window_steps(t), n_mb = pl->s->n_mb, worst = 0, rc;
+    int R = run_layout_ranks(&pl->lo), W = train_window_steps(t), n_mb = pl->s->n_mb, worst = 0;
     double most = job_need_at(job, R, n_mb, W, W, &worst);
-    if (most > o->mem_bytes && W > 1 && !o->async_window && shrink_window(t, job, R, n_mb, W, most, &rc)) return rc;
+    if (most > o->mem_bytes && W > 1 && !o->async_window && shrink_window(t, job, R, n_mb, W, most)) return 1;
     if (most > o->mem_bytes) return refuse(t, job, R, n_mb, W, worst, most);
     int mine = o->world ? 1 : R;   /* MPI: a process per rank; threads: all of them */
     if (set_rlimit(o->mem_bytes, mine) < 0) return -1;

@@ -24,10 +24,11 @@ int train_memlimit_parse(const char *text, double *bytes);
 /* With o->mem_bytes > 0, after the engine started and before the first step: refuses (-1, the
  * error naming the rank, its stages, its predicted bytes, the limit, the asynchronous window's
  * share and what would fit: a smaller --async-window, ...) a layout whose rank does not fit, else
- * sets RLIMIT_DATA (limit x the process's ranks + the allowance) and prints one line on root. A
- * defaulted window (--async-window left out) that does not fit shrinks first to the largest that
- * is predicted to (run_mem.pass_mb), the engine started again with it (train_engine_restart) and
- * judged anew; its note says so. Every rank decides the same. 0 when nothing to do or done. */
+ * sets RLIMIT_DATA (limit x the process's ranks + the allowance) and prints one line on root
+ * (0). A defaulted window (--async-window left out) that does not fit shrinks first to the
+ * largest that is predicted to (run_mem.pass_mb; its note says so) and returns 1: the caller
+ * starts the engine again under o.ro and calls this again (each time W is smaller). Every rank
+ * decides the same. 0 also when there is nothing to do. */
 int train_memlimit_apply(train_ctx *t);
 
 #endif

@@ -94,7 +94,9 @@ static int start_engine(train_ctx *t) {
     return train_engine_pipe_init(&t->e, &po, &t->src, o->batch, o->seq);
 }
 
-int train_engine_restart(train_ctx *t) {
+/* --mem-limit's smaller default window: the engine stopped and started again under o.ro as it is
+ * now. 0, or -1. */
+static int restart_engine(train_ctx *t) {
     train_engine_free(t->e);
     t->e = NULL;
     if (start_engine(t) < 0) return -1;
@@ -114,7 +116,10 @@ static int setup_run(train_ctx *t) {
     if (train_window_choose(t) < 0) return -1;   /* before the engine: its plan holds the window */
     if (train_report_paths(t) < 0 || train_side_setup(t) < 0 || start_engine(t) < 0) return -1;
     t->root = t->e->root;
-    if (train_memlimit_apply(t) < 0) return -1;   /* --mem-limit SIZE (may start the engine again) */
+    int rc;
+    while ((rc = train_memlimit_apply(t)) > 0)    /* --mem-limit SIZE: a smaller default window */
+        if (restart_engine(t) < 0) return -1;
+    if (rc < 0) return -1;
     run_source_free(&t->src);   /* read by the job's start only */
     train_side_start(t);
     if (open_outputs(t) < 0) return -1;

@@ -86,9 +86,6 @@ void train_window_free(train_ctx *t);
  * "--mem-limit 28 MiB (...)"). */
 int train_window_below(const train_ctx *t, int below);
 void train_window_shrink(train_ctx *t, int W, const char *why);
-/* --mem-limit's smaller default window (trainer.c): the engine stopped and started again under
- * o.ro as it is now. 0, or -1. */
-int train_engine_restart(train_ctx *t);
 
 /* For hooks before LOG: adds "key":value to this step's metrics line (trainer_hooks.c). */
 void train_metric(train_ctx *t, const char *key, double value);
