@@ -11,11 +11,13 @@
 #include "ckpt/snapshot_int.h"
 #include "util/pt.h"
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -590,6 +592,70 @@ static int fill_summed(const state *s) {
     return ok;
 }
 
+/* The IN_OPEN events queued on inotify fd (non-blocking): opens[w][c] += the opens of
+ * chunk-<c>.safetensors in the folder watched as wd[w]. */
+static void opens_count(int fd, const int *wd, int nw, int opens[][2]) {
+    char buf[8192] __attribute__((aligned(8)));
+    ssize_t len;
+    while ((len = read(fd, buf, sizeof buf)) > 0)
+        for (char *q = buf; q < buf + len;) {
+            const struct inotify_event *e = (const void *)q;
+            for (int w = 0; w < nw; w++)
+                for (int c = 0; c < 2; c++) {
+                    char nm[32];
+                    snprintf(nm, sizeof nm, "chunk-%d.safetensors", c);
+                    opens[w][c] += e->wd == wd[w] && e->len && !strcmp(e->name, nm);
+                }
+            q += sizeof *e + e->len;
+        }
+}
+
+/* Each chunk file read once by a restore (opened once: the copy is the check, was summed when the
+ * step was chosen and read again to be copied), counted by inotify: two ranks with their state,
+ * steps 1..3, step 3 restored bitwise with each of its chunk files opened once. Then rank 1's
+ * chunk of step 3 damaged (a flipped byte): step 2 restored bitwise with its states, each of
+ * step 2's chunk files opened once, the damaged one once, and nothing of step 3 left in it. */
+static int chunk_read_once(const state *s) {
+    char r2[200], p[400], gd[4][300];
+    ckpt_snap *a, *b;
+    snprintf(r2, sizeof r2, "%s/once", root);
+    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0) return 0;
+    for (int g = 1; g <= 3; g++) {
+        take_state_of(a, 0, &s[g], g, 0, 2);
+        take_state_of(b, 1, &s[g], g, 1, 2);
+    }
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    int fd = inotify_init1(IN_NONBLOCK), wd[4], opens[4][2] = { { 0 } };
+    if (fd < 0) { printf("# inotify: %s\n", strerror(errno)); return 0; }
+    for (int w = 0; w < 4; w++) {   /* rank 0's and rank 1's step 3, then their step 2 */
+        snprintf(gd[w], sizeof gd[w], "%s/rank-%d/gen-%d", r2, w & 1, 3 - w / 2);
+        wd[w] = inotify_add_watch(fd, gd[w], IN_OPEN);
+    }
+    ckpt_snap_found f;
+    int ok = ckpt_snap_restore(r2, NULL, 0, out, &f) == 1 && f.step == 3 && restored_equals(&s[3]) &&
+             restored_state(0, 3) == 1 && restored_state(1, 3) == 1;
+    opens_count(fd, wd, 4, opens);
+    ok &= opens[0][0] == 1 && opens[1][1] == 1 && opens[2][0] + opens[3][1] == 0;
+    if (!ok) printf("# all good: step %ld, step 3's chunks opened %d and %d times\n", f.step, opens[0][0], opens[1][1]);
+    memset(opens, 0, sizeof opens);
+    snprintf(p, sizeof p, "%s/chunk-1.safetensors", gd[1]);
+    flip_byte(p);
+    opens_count(fd, wd, 4, opens);   /* the flip's own open */
+    memset(opens, 0, sizeof opens);
+    int rc = ckpt_snap_restore(r2, NULL, 0, out, &f);
+    opens_count(fd, wd, 4, opens);
+    close(fd);
+    snprintf(p, sizeof p, "%s/chunk-0.safetensors", out);
+    struct stat sb;
+    int ok2 = rc == 1 && f.step == 2 && f.n_bad == 1 && restored_equals(&s[2]) && restored_state(0, 2) == 1 &&
+              restored_state(1, 2) == 1 && opens[1][1] == 1 && opens[0][0] <= 1 && opens[2][0] == 1 &&
+              opens[3][1] == 1 && stat(p, &sb) == 0;
+    if (!ok2) printf("# step 3's chunk 1 damaged: rc %d step %ld bad %d, opened: step 3 %d %d, step 2 %d %d\n", rc,
+                     f.step, f.n_bad, opens[0][0], opens[1][1], opens[2][0], opens[3][1]);
+    return ok && ok2;
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_snapXXXXXX");
     if (!mkdtemp(root)) return 2;
@@ -679,6 +745,8 @@ int main(void) {
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
     CHECK("the checksum in pieces of any size equals the one-shot sum; a flipped bit changes it", sum_pieces(), "no");
     CHECK("a slot's fill sums the chunk file as it copies (the file's sum, also refilled)", fill_summed(s), "no");
+    CHECK("each chunk file read once by a restore (the copy is the check); one damaged at the newest step: the "
+          "older step restored bitwise, each of its files read once", chunk_read_once(s), "%s", pt_err());
     for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
