@@ -67,11 +67,11 @@ static int gen_load(snap_gen *g) {
         cJSON_GetArraySize(cf) > CKPT_MAX_CHUNKS + 1) return -1;
     g->K = cJSON_GetArraySize(cf) - 1;
     g->tp = 1;
-    if (io_json_int(&g->shards, lay, "shards", IO_JSON_OPTIONAL, 0, CKPT_MAX_SHARDS, "%s: shards", p) < 0 ||
+    if (io_json_int(&g->shards, lay, "shards", IO_JSON_OPTIONAL, 0, 1 << 20, "%s: shards", p) < 0 ||
         io_json_int(&g->tp, lay, "tp", IO_JSON_OPTIONAL, 1, SNAP_TP_MAX, "%s: tp", p) < 0 ||
         io_json_int(&g->D, lay, "D", IO_JSON_REQUIRED, 1, 1 << 20, "%s: D", p) < 0 ||
         io_json_int(&g->slices, lay, "moment_slices", IO_JSON_OPTIONAL, 0, 1, "%s: moment_slices", p) < 0) return -1;
-    if (g->slices && io_json_int(&g->world, lay, "world", IO_JSON_REQUIRED, 1, CKPT_MAX_SHARDS, "%s: world", p) < 0)
+    if (g->slices && io_json_int(&g->world, lay, "world", IO_JSON_REQUIRED, 1, 1 << 20, "%s: world", p) < 0)
         return -1;
     g->D = 1;   /* with --zero 0, one replica's files make a chunk whole */
     g->files_at = -1;
@@ -166,7 +166,7 @@ static int gen_entry(const snap_gen *g, int shard, int c, int tr) {
         const cJSON *e = cJSON_GetArrayItem(ch, i);
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, shard ? "shard" : "chunk");
         const cJSON *opt = cJSON_GetObjectItemCaseSensitive(e, "optim");
-        if (!io_json_is_whole(id, 0, shard ? CKPT_MAX_SHARDS : CKPT_MAX_CHUNKS) || (int)id->valuedouble != c) continue;
+        if (!io_json_is_whole(id, 0, shard ? 1 << 20 : CKPT_MAX_CHUNKS) || (int)id->valuedouble != c) continue;
         if (!shard && (cJSON_IsNumber(opt) ? opt->valuedouble != 0 : 1) == (g->shards > 0)) continue;
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "tp_rank");
         if (!shard && tr >= 0 && (cJSON_IsNumber(t) ? (int)t->valuedouble : 0) != tr) continue;
@@ -430,12 +430,15 @@ static snap_gen *choose(snap_gen *gens, int n, snap_states *st, restore_out *o, 
 int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char *dir,
                       ckpt_snap_found *found) {
     snap_gen *gens;
-    snap_gen **src = pt_calloc((size_t)CKPT_MAX_CHUNKS * (CKPT_MAX_SHARDS > SNAP_TP_MAX ? CKPT_MAX_SHARDS : SNAP_TP_MAX),
-                               sizeof *src);
-    snap_gen **shard = pt_calloc(CKPT_MAX_SHARDS, sizeof *shard);
     snap_states *st = snap_states_new(root);
     restore_out o = { .dir = dir };
-    int n = gens_collect(root, skip, n_skip, st, &gens), rc = 0, err = 0, n_states;
+    int n = gens_collect(root, skip, n_skip, st, &gens), rc = 0, err = 0, n_states, most = SNAP_TP_MAX, shards = 1;
+    for (int i = 0; i < n; i++) {   /* any number of ranks: as many as the generations say */
+        if (gens[i].slices && gens[i].world > most) most = gens[i].world;
+        if (gens[i].shards > shards) shards = gens[i].shards;
+    }
+    snap_gen **src = pt_calloc((size_t)CKPT_MAX_CHUNKS * (size_t)most, sizeof *src);
+    snap_gen **shard = pt_calloc((size_t)shards, sizeof *shard);
     memset(found, 0, sizeof *found);
     snap_gen *best = choose(gens, n, st, &o, src, shard, &n_states, &found->n_bad, &err);
     if (best) {
