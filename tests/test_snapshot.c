@@ -656,6 +656,56 @@ static int chunk_read_once(const state *s) {
     return ok && ok2;
 }
 
+/* --zero 1 with 1100 ranks' moment shards in the snapshots (more than the 1024 the manifest and
+ * the restore once held): ranks 0 and 1 snapshot the two chunks' parameters, every rank r the
+ * flat moments [N r / R, N (r+1) / R) cut at the tensors' edges as its shard; the restore
+ * writes a checkpoint of 1100 shards whose parameters and moments load bitwise. */
+static int zero_many_shards(const state *s) {
+    enum { R = 1100 };
+    char r2[200];
+    snprintf(r2, sizeof r2, "%s/zeromany", root);
+    static const int cf[3] = { 0, 3, 6 };
+    ckpt_manifest man = { .cfg = CFG, .step = 2, .adam_t = 2, .batch = 4, .seq = 8 };
+    snprintf(man.data_path, sizeof man.data_path, "data.txt");
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", cf);
+    if (ckpt_manifest_set_shards(&man, R) < 0) return 0;
+    int np = gpt_param_count(&s->m);
+    ckpt_slice *sl = pt_malloc(sizeof *sl * (size_t)np);
+    size_t N = s->m.num_params;
+    int ok = 1;
+    for (int r = 0; r < R && ok; r++) {
+        size_t a = N * (size_t)r / R, b = N * (size_t)(r + 1) / R;
+        int n = 0;
+        for (int i = 0; i < np; i++) {
+            const gpt_param_info *pi = gpt_param_info_at(&s->m, i);
+            size_t lo = a > pi->offset ? a - pi->offset : 0, hi = b - pi->offset < pi->count ? b - pi->offset : pi->count;
+            if (b > pi->offset && a < pi->offset + pi->count && hi > lo)
+                sl[n++] = (ckpt_slice){ .name = pi->name, .start = lo, .n = hi - lo, .m = s->opt.m + pi->offset + lo,
+                                        .v = s->opt.v + pi->offset + lo };
+        }
+        ckpt_snap *sn;
+        ok = ckpt_snap_open(&sn, r2, r, 1) == 0;
+        if (!ok) break;
+        ckpt_snap_ready(sn);
+        ok = (r > 1 || ckpt_snap_stage(sn, r, cf[r], cf[r + 1], &s->m, NULL) == 0) && ckpt_snap_stage_shard(sn, sl, n) == 0;
+        ckpt_snap_commit(sn, &man);
+        ok &= ckpt_snap_close(sn) == 0;
+    }
+    free(sl);
+    ckpt_snap_found f;
+    ckpt_manifest rm;
+    state l;
+    if (!ok || ckpt_snap_restore(r2, NULL, 0, out, &f) != 1 || f.step != 2 || ckpt_read_manifest(&rm, out) < 0 ||
+        !rm.zero || rm.n_shards != R) return 0;
+    gpt_init(&l.m, &CFG);
+    adamw_init(&l.opt, l.m.num_params);
+    ok = ckpt_load_layers(out, &rm, &l.m, &l.opt, 0, 6) == 0 && !memcmp(l.m.params, s->m.params, sizeof(float) * N) &&
+         !memcmp(l.opt.m, s->opt.m, sizeof(float) * N) && !memcmp(l.opt.v, s->opt.v, sizeof(float) * N);
+    gpt_free(&l.m);
+    adamw_free(&l.opt);
+    return ok;
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_snapXXXXXX");
     if (!mkdtemp(root)) return 2;
@@ -747,6 +797,8 @@ int main(void) {
     CHECK("a slot's fill sums the chunk file as it copies (the file's sum, also refilled)", fill_summed(s), "no");
     CHECK("each chunk file read once by a restore (the copy is the check); one damaged at the newest step: the "
           "older step restored bitwise, each of its files read once", chunk_read_once(s), "%s", pt_err());
+    CHECK("--zero 1 with 1100 ranks' moment shards: restored, parameters and moments load bitwise",
+          zero_many_shards(&s[2]), "%s", pt_err());
     for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
