@@ -165,17 +165,23 @@ static int zero_shards(const state *s) {
     return ok;
 }
 
+/* Ranks 0 and 1's snapshots under root/name (r2 gets the folder), rank 1 listening and rank 0
+ * sending to it (every as ckpt_snap_peer_send_to). 1, or 0 when one could not be made. */
+static int pair_open(const char *name, int every, ckpt_snap **a, ckpt_snap **b, char *r2, size_t n) {
+    uint32_t addr;
+    int port;
+    snprintf(r2, n, "%s/%s", root, name);
+    return ckpt_snap_open(a, r2, 0, 3) == 0 && ckpt_snap_open(b, r2, 1, 3) == 0 &&
+           ckpt_snap_peer_listen(*b, &addr, &port) == 0 && ckpt_snap_peer_send_to(*a, addr, port, 1, every) == 0;
+}
+
 /* The peer copy: rank 1 listens, rank 0 sends its generations there (over TCP, this host's
  * address); once one arrived, rank 0's folder can go (a lost host) and the restore still finds
  * chunk 0, in rank-1/peer-0/, bitwise. Waits at most 10 s for the copy. */
 static int peer_copied(const state *s) {
     char r2[200];
-    snprintf(r2, sizeof r2, "%s/peer", root);
     ckpt_snap *a, *b;
-    uint32_t addr;
-    int port;
-    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0 ||
-        ckpt_snap_peer_listen(b, &addr, &port) < 0 || ckpt_snap_peer_send_to(a, addr, port, 1, 1) < 0) return 0;
+    if (!pair_open("peer", 1, &a, &b, r2, sizeof r2)) return 0;
     take(a, 0, &s[1], 1);
     take(b, 1, &s[1], 1);
     ckpt_snap_stats st = {0};
@@ -206,12 +212,9 @@ static long peer_wait(ckpt_snap *b, long n) {
 /* --snapshot-peer-every 2: of generations 1..4, only 2 and 4 go to the peer. */
 static int peer_every_2(const state *s) {
     char r2[200], p[300];
-    snprintf(r2, sizeof r2, "%s/peer2", root);
     ckpt_snap *a, *b;
-    uint32_t addr;
-    int port, ok = 1;
-    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0 ||
-        ckpt_snap_peer_listen(b, &addr, &port) < 0 || ckpt_snap_peer_send_to(a, addr, port, 1, 2) < 0) return 0;
+    int ok = 1;
+    if (!pair_open("peer2", 2, &a, &b, r2, sizeof r2)) return 0;
     for (int g = 1; g <= 4; g++) {
         take(a, 0, &s[g], g);
         if (g % 2 == 0) ok &= peer_wait(b, g / 2) == g / 2;
@@ -249,12 +252,8 @@ static int budget_thins(void) {
  * lost from the count. How many are thinned depends on the machine's speed: not checked. */
 static int budget_run(const state *s) {
     char r2[200];
-    snprintf(r2, sizeof r2, "%s/peerb", root);
     ckpt_snap *a, *b;
-    uint32_t addr;
-    int port;
-    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0 ||
-        ckpt_snap_peer_listen(b, &addr, &port) < 0 || ckpt_snap_peer_send_to(a, addr, port, 1, 0) < 0) return 0;
+    if (!pair_open("peerb", 0, &a, &b, r2, sizeof r2)) return 0;
     take(a, 0, &s[1], 1);
     int ok = peer_wait(b, 1) == 1;
     for (int g = 2; g <= 6; g++) take(a, 0, &s[g % 5], g);
@@ -415,15 +414,20 @@ static void take_state(ckpt_snap *sn, int c, const state *s, long step, int rank
     take_state_of(sn, c, s, step, rank, 3);
 }
 
+/* r set up to read a state written by take_state_of (its signature, one tensor "x" into x[64]). */
+static void state_probe(ckpt_state *r, float *x) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->sig, sizeof r->sig, "test");
+    ckpt_state_add(r, "x", x, 64, 0);
+}
+
 /* Rank `rank`'s state in the restored folder: 1 when it is there and holds step `step`'s
  * values (take_state_of's), 0 when absent, -1 when it differs. */
 static int restored_state(int rank, long step) {
     ckpt_state r;
     float x[64];
     char why[200] = "";
-    memset(&r, 0, sizeof r);
-    snprintf(r.sig, sizeof r.sig, "test");
-    ckpt_state_add(&r, "x", x, 64, 0);
+    state_probe(&r, x);
     int rc = ckpt_state_read(out, rank, &r, why, sizeof why);
     if (rc != 1) return rc == 0 ? 0 : -1;
     for (int i = 0; i < 64; i++)
@@ -497,9 +501,7 @@ static int twin_state(const state *s) {
     ckpt_state r;
     float x[64];
     char why[200] = "";
-    memset(&r, 0, sizeof r);
-    snprintf(r.sig, sizeof r.sig, "test");
-    ckpt_state_add(&r, "x", x, 64, 0);
+    state_probe(&r, x);
     int ok = sa.peer_sums_only == 2 && sa.peer_payload_bytes > 0 && sa.peer_payload_bytes < 2 * 64 * 4 + 8192 &&
              ckpt_snap_restore(r2, skip, 1, out, &f) == 1 && f.step == 2 && restored_equals(&s[2]) &&
              ckpt_state_read(out, 0, &r, why, sizeof why) == 1 && r.step == 2;

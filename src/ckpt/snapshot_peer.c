@@ -95,7 +95,6 @@ void peer_lower_priority(void) {
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PEER_NICE) < 0) { /* keep going */ }
 }
 
-
 /* ---- sending ------------------------------------------------------------------------------- */
 
 static int send_connect(snap_peer *p) {
