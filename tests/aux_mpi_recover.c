@@ -6,12 +6,16 @@
  *     ireduce, all pending, fail with the reason once another thread calls comm_mpi_interrupt;
  *     the ireduce, reported and freed by its test, is no longer on its endpoint's list
  *   the old world refuses new calls at once; its abort does not end the job
- *   comm_mpi_survivors({0,1,2}): a world of 3 whose collectives, splits and messages work */
+ *   comm_mpi_survivors({0,1,2}): a world of 3 whose collectives, splits and messages work
+ *   an interrupt while an ireduce is being posted (PIPETRAIN_TEST_IREDUCE_GAP_MS: a sleep between
+ *     its two insertions, the interrupt made inside it): the ireduce's bounded wait fails naming
+ *     why (was: the reduction, on its endpoint's list only, never failed: the wait ran out) */
 #include "comm/comm.h"
 #include "comm/comm_mpi_int.h"
 #include "util/pt.h"
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,32 @@ static void check(const char *name, int cond, const char *why) {
     if (!cond) printf("FAIL %s: rank %d: %s\n", name, me, why);
     else if (me == 0) printf("ok %s\n", name);
     fflush(stdout);
+}
+
+/* Interrupts once a reduction's post has entered the test hook's gap (5 s bound). */
+static void *gap_interrupter(void *arg) {
+    int h0 = *(int *)arg;
+    struct timespec t = { 0, 1000 * 1000 };
+    for (int i = 0; i < 5000 && atomic_load(&mp_test_gap_hits) == h0; i++) nanosleep(&t, NULL);
+    comm_mpi_interrupt("the survivors' world broken (the test's decision)");
+    return NULL;
+}
+
+/* Rank 0 alone posts an ireduce on w (it can never complete) while another thread interrupts in
+ * the post's gap: the wait must fail naming the interrupt, well inside its bound. */
+static int interrupt_in_post(comm *w) {
+    static float buf[64];   /* left to MPI once broken: never freed */
+    comm_req *rq = NULL;
+    pthread_t th;
+    int h0 = atomic_load(&mp_test_gap_hits);
+    pthread_create(&th, NULL, gap_interrupter, &h0);
+    double t0 = pt_now();
+    int posted = comm_ireduce_f32(w, buf, 64, 1, &rq) == 0;
+    pthread_join(th, NULL);
+    int rc = posted ? comm_wait(w, rq, 5) : 0, done = 0;
+    int why = rc < 0 && strstr(pt_err(), "survivors' world broken") != NULL;
+    int t = posted && rc < 0 ? comm_test(w, rq, &done) : 0;
+    return posted && why && t < 0 && done && atomic_load(&mp_test_gap_hits) == h0 + 1 && pt_now() - t0 < 4.5;
 }
 
 static void *interrupter(void *arg) {
@@ -62,6 +92,7 @@ static int armed_collectives(comm *w) {
 
 int main(int argc, char **argv) {
     comm *w;
+    setenv("PIPETRAIN_TEST_IREDUCE_GAP_MS", "1000", 1);   /* each ireduce's post: 1 s in its gap */
     if (comm_mpi_init(&argc, &argv, &w) < 0) { printf("FAIL init: %s\n", pt_err()); return 1; }
     me = w->rank;
     alarm(60);   /* every wait here is bounded */
@@ -107,6 +138,8 @@ int main(int argc, char **argv) {
          comm_irecv(nw, (me + 2) % 3, 7, &got, sizeof got, &b) == 0 && comm_wait(nw, a, 30) == 0 &&
          comm_wait(nw, b, 30) == 0 && got == 100 + (me + 2) % 3;
     check("recover: the survivors' world: its collectives, split and messages work", ok, pt_err());
+    if (me == 0)
+        check("recover: an interrupt while an ireduce is posted fails it (its wait ends)", interrupt_in_post(nw), pt_err());
     comm_free(sub);
     comm_free(nw);
     comm_free(w);

@@ -58,7 +58,7 @@ timeout "$JOB_LIMIT_S" mpirun --allow-run-as-root --oversubscribe --enable-recov
   "$BUILD/tests/aux_mpi_recover" > "$D/aux.out" 2> "$D/aux.err" < /dev/null
 rc=$?
 grep -E '^(ok|FAIL) ' "$D/aux.out"
-[ $rc = 0 ] && [ "$(grep -c '^ok ' "$D/aux.out")" = 7 ] && ok "recover: the recovery-mode program ran every check" \
+[ $rc = 0 ] && [ "$(grep -c '^ok ' "$D/aux.out")" = 8 ] && ok "recover: the recovery-mode program ran every check" \
   || fail "recover: the recovery-mode program" "rc $rc: $(grep -v '^ok' "$D/aux.out" "$D/aux.err" | head -3)"
 
 mpi 4 train $args --metrics "$D/ref.jsonl" > "$D/ref.out" 2>&1 || fail "reference MPI run" "$(tail -3 "$D/ref.out")"

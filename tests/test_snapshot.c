@@ -11,11 +11,13 @@
 #include "ckpt/snapshot_int.h"
 #include "util/pt.h"
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -592,6 +594,120 @@ static int fill_summed(const state *s) {
     return ok;
 }
 
+/* The IN_OPEN events queued on inotify fd (non-blocking): opens[w][c] += the opens of
+ * chunk-<c>.safetensors in the folder watched as wd[w]. */
+static void opens_count(int fd, const int *wd, int nw, int opens[][2]) {
+    char buf[8192] __attribute__((aligned(8)));
+    ssize_t len;
+    while ((len = read(fd, buf, sizeof buf)) > 0)
+        for (char *q = buf; q < buf + len;) {
+            const struct inotify_event *e = (const void *)q;
+            for (int w = 0; w < nw; w++)
+                for (int c = 0; c < 2; c++) {
+                    char nm[32];
+                    snprintf(nm, sizeof nm, "chunk-%d.safetensors", c);
+                    opens[w][c] += e->wd == wd[w] && e->len && !strcmp(e->name, nm);
+                }
+            q += sizeof *e + e->len;
+        }
+}
+
+/* Each chunk file read once by a restore (opened once: the copy is the check, was summed when the
+ * step was chosen and read again to be copied), counted by inotify: two ranks with their state,
+ * steps 1..3, step 3 restored bitwise with each of its chunk files opened once. Then rank 1's
+ * chunk of step 3 damaged (a flipped byte): step 2 restored bitwise with its states, each of
+ * step 2's chunk files opened once, the damaged one once, and nothing of step 3 left in it. */
+static int chunk_read_once(const state *s) {
+    char r2[200], p[400], gd[4][300];
+    ckpt_snap *a, *b;
+    snprintf(r2, sizeof r2, "%s/once", root);
+    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0) return 0;
+    for (int g = 1; g <= 3; g++) {
+        take_state_of(a, 0, &s[g], g, 0, 2);
+        take_state_of(b, 1, &s[g], g, 1, 2);
+    }
+    ckpt_snap_close(a);
+    ckpt_snap_close(b);
+    int fd = inotify_init1(IN_NONBLOCK), wd[4], opens[4][2] = { { 0 } };
+    if (fd < 0) { printf("# inotify: %s\n", strerror(errno)); return 0; }
+    for (int w = 0; w < 4; w++) {   /* rank 0's and rank 1's step 3, then their step 2 */
+        snprintf(gd[w], sizeof gd[w], "%s/rank-%d/gen-%d", r2, w & 1, 3 - w / 2);
+        wd[w] = inotify_add_watch(fd, gd[w], IN_OPEN);
+    }
+    ckpt_snap_found f;
+    int ok = ckpt_snap_restore(r2, NULL, 0, out, &f) == 1 && f.step == 3 && restored_equals(&s[3]) &&
+             restored_state(0, 3) == 1 && restored_state(1, 3) == 1;
+    opens_count(fd, wd, 4, opens);
+    ok &= opens[0][0] == 1 && opens[1][1] == 1 && opens[2][0] + opens[3][1] == 0;
+    if (!ok) printf("# all good: step %ld, step 3's chunks opened %d and %d times\n", f.step, opens[0][0], opens[1][1]);
+    memset(opens, 0, sizeof opens);
+    snprintf(p, sizeof p, "%s/chunk-1.safetensors", gd[1]);
+    flip_byte(p);
+    opens_count(fd, wd, 4, opens);   /* the flip's own open */
+    memset(opens, 0, sizeof opens);
+    int rc = ckpt_snap_restore(r2, NULL, 0, out, &f);
+    opens_count(fd, wd, 4, opens);
+    close(fd);
+    snprintf(p, sizeof p, "%s/chunk-0.safetensors", out);
+    struct stat sb;
+    int ok2 = rc == 1 && f.step == 2 && f.n_bad == 1 && restored_equals(&s[2]) && restored_state(0, 2) == 1 &&
+              restored_state(1, 2) == 1 && opens[1][1] == 1 && opens[0][0] <= 1 && opens[2][0] == 1 &&
+              opens[3][1] == 1 && stat(p, &sb) == 0;
+    if (!ok2) printf("# step 3's chunk 1 damaged: rc %d step %ld bad %d, opened: step 3 %d %d, step 2 %d %d\n", rc,
+                     f.step, f.n_bad, opens[0][0], opens[1][1], opens[2][0], opens[3][1]);
+    return ok && ok2;
+}
+
+/* --zero 1 with 1100 ranks' moment shards in the snapshots (more than the 1024 the manifest and
+ * the restore once held): ranks 0 and 1 snapshot the two chunks' parameters, every rank r the
+ * flat moments [N r / R, N (r+1) / R) cut at the tensors' edges as its shard; the restore
+ * writes a checkpoint of 1100 shards whose parameters and moments load bitwise. */
+static int zero_many_shards(const state *s) {
+    enum { R = 1100 };
+    char r2[200];
+    snprintf(r2, sizeof r2, "%s/zeromany", root);
+    static const int cf[3] = { 0, 3, 6 };
+    ckpt_manifest man = { .cfg = CFG, .step = 2, .adam_t = 2, .batch = 4, .seq = 8 };
+    snprintf(man.data_path, sizeof man.data_path, "data.txt");
+    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", cf);
+    if (ckpt_manifest_set_shards(&man, R) < 0) return 0;
+    int np = gpt_param_count(&s->m);
+    ckpt_slice *sl = pt_malloc(sizeof *sl * (size_t)np);
+    size_t N = s->m.num_params;
+    int ok = 1;
+    for (int r = 0; r < R && ok; r++) {
+        size_t a = N * (size_t)r / R, b = N * (size_t)(r + 1) / R;
+        int n = 0;
+        for (int i = 0; i < np; i++) {
+            const gpt_param_info *pi = gpt_param_info_at(&s->m, i);
+            size_t lo = a > pi->offset ? a - pi->offset : 0, hi = b - pi->offset < pi->count ? b - pi->offset : pi->count;
+            if (b > pi->offset && a < pi->offset + pi->count && hi > lo)
+                sl[n++] = (ckpt_slice){ .name = pi->name, .start = lo, .n = hi - lo, .m = s->opt.m + pi->offset + lo,
+                                        .v = s->opt.v + pi->offset + lo };
+        }
+        ckpt_snap *sn;
+        ok = ckpt_snap_open(&sn, r2, r, 1) == 0;
+        if (!ok) break;
+        ckpt_snap_ready(sn);
+        ok = (r > 1 || ckpt_snap_stage(sn, r, cf[r], cf[r + 1], &s->m, NULL) == 0) && ckpt_snap_stage_shard(sn, sl, n) == 0;
+        ckpt_snap_commit(sn, &man);
+        ok &= ckpt_snap_close(sn) == 0;
+    }
+    free(sl);
+    ckpt_snap_found f;
+    ckpt_manifest rm;
+    state l;
+    if (!ok || ckpt_snap_restore(r2, NULL, 0, out, &f) != 1 || f.step != 2 || ckpt_read_manifest(&rm, out) < 0 ||
+        !rm.zero || rm.n_shards != R) return 0;
+    gpt_init(&l.m, &CFG);
+    adamw_init(&l.opt, l.m.num_params);
+    ok = ckpt_load_layers(out, &rm, &l.m, &l.opt, 0, 6) == 0 && !memcmp(l.m.params, s->m.params, sizeof(float) * N) &&
+         !memcmp(l.opt.m, s->opt.m, sizeof(float) * N) && !memcmp(l.opt.v, s->opt.v, sizeof(float) * N);
+    gpt_free(&l.m);
+    adamw_free(&l.opt);
+    return ok;
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/pt_snapXXXXXX");
     if (!mkdtemp(root)) return 2;
@@ -681,6 +797,10 @@ int main(void) {
     CHECK("a writer error: said once at the next step boundary, returned at close", writer_error_said(&s[1]), "no");
     CHECK("the checksum in pieces of any size equals the one-shot sum; a flipped bit changes it", sum_pieces(), "no");
     CHECK("a slot's fill sums the chunk file as it copies (the file's sum, also refilled)", fill_summed(s), "no");
+    CHECK("each chunk file read once by a restore (the copy is the check); one damaged at the newest step: the "
+          "older step restored bitwise, each of its files read once", chunk_read_once(s), "%s", pt_err());
+    CHECK("--zero 1 with 1100 ranks' moment shards: restored, parameters and moments load bitwise",
+          zero_many_shards(&s[2]), "%s", pt_err());
     for (int k = 0; k < 5; k++) { gpt_free(&s[k].m); adamw_free(&s[k].opt); }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);

@@ -19,7 +19,6 @@
 #include "optim/optim.h"
 
 #define CKPT_MAX_CHUNKS 256
-#define CKPT_MAX_SHARDS 1024    /* ranks that may write moment shards (--zero 1) */
 
 /* One model chunk's file: layers [first_layer, end_layer) (0 embedding, 1..L blocks, L+1 head). */
 typedef struct {
@@ -45,8 +44,9 @@ typedef struct {
     int n_chunks;           /* == K; chunk c is in file "chunk-<c>.safetensors" */
     ckpt_chunk chunks[CKPT_MAX_CHUNKS];
     int zero;               /* 1: the moments are in the shard files, not the chunk files */
-    int n_shards;           /* --zero 1: ranks; shard r is "optim-<r>.safetensors" */
-    ckpt_chunk shards[CKPT_MAX_SHARDS];   /* bytes and checksum (layers unused) */
+    int n_shards;           /* --zero 1: ranks; shard r is "optim-<r>.safetensors". Their sizes
+                             * and checksums go from the files to the manifest's JSON and back,
+                             * never held here: any number of ranks */
     int has_optim;          /* 1 when the files hold AdamW moments (set by commit / read) */
     /* The rule the moments belong to (ckpt_optim.c): "optim" and "nadam_mu_product" in the
      * manifest only for NAdam, so AdamW manifests are as before; absent reads as AdamW. */
@@ -74,7 +74,7 @@ typedef struct {
 int ckpt_manifest_set_layout(ckpt_manifest *man, int P, int D, int K, int n_pipes,
                              const char *schedule, const int *chunk_first);
 /* --zero 1: the moments are in n_ranks shard files (ckpt_write_shard), one per world rank,
- * and the chunk files hold parameters only. -1 if n_ranks is out of 1..CKPT_MAX_SHARDS. */
+ * and the chunk files hold parameters only. -1 if n_ranks < 1. */
 int ckpt_manifest_set_shards(ckpt_manifest *man, int n_ranks);
 /* Every one of n_ranks world ranks writes its state file (ckpt_state_write into the temporary
  * folder) before the commit, which checksums them. -1 if n_ranks is negative. */

@@ -29,9 +29,8 @@ int ckpt_manifest_set_layout(ckpt_manifest *man, int P, int D, int K, int n_pipe
 }
 
 int ckpt_manifest_set_shards(ckpt_manifest *man, int n_ranks) {
-    if (n_ranks < 1 || n_ranks > CKPT_MAX_SHARDS)
-        return pt_seterr("checkpoint with sharded moments (--zero 1): %d ranks, at most %d write "
-                         "shards (save with --zero 0)", n_ranks, CKPT_MAX_SHARDS);
+    if (n_ranks < 1)
+        return pt_seterr("checkpoint with sharded moments (--zero 1): %d ranks (a bug: must be >= 1)", n_ranks);
     man->zero = 1;
     man->n_shards = n_ranks;
     return 0;
@@ -70,7 +69,7 @@ int ckpt_chunk_of_layer(const ckpt_manifest *man, int layer) {
     return -1;
 }
 
-static cJSON *manifest_layout_json(const ckpt_manifest *man, cJSON *states) {
+static cJSON *manifest_layout_json(const ckpt_manifest *man, cJSON *shards, cJSON *states) {
     char s[64];
     cJSON *lo = cJSON_CreateObject(), *chunks;
     cJSON_AddNumberToObject(lo, "P", man->P);
@@ -92,44 +91,38 @@ static cJSON *manifest_layout_json(const ckpt_manifest *man, cJSON *states) {
         cJSON_AddItemToArray(chunks, e);
     }
     cJSON_AddNumberToObject(lo, "zero", man->zero);
-    cJSON *shards = cJSON_AddArrayToObject(lo, "shards");
-    for (int r = 0; man->zero && r < man->n_shards; r++) {
-        cJSON *e = cJSON_CreateObject();
-        snprintf(s, sizeof s, "optim-%d.safetensors", r);
-        cJSON_AddStringToObject(e, "file", s);
-        cJSON_AddNumberToObject(e, "bytes", (double)man->shards[r].bytes);
-        snprintf(s, sizeof s, "%016" PRIx64, man->shards[r].fnv1a64);
-        cJSON_AddStringToObject(e, "fnv1a64", s);
-        cJSON_AddItemToArray(shards, e);
-    }
+    cJSON_AddItemToObject(lo, "shards", shards);
     cJSON_AddItemToObject(lo, "states", states);
     return lo;
 }
 
-/* layout.states: each rank's state file in dir, its size and checksum taken now (the manifest
- * holds none: any number of ranks). NULL naming the file that cannot be read. */
-static cJSON *manifest_states_json(const ckpt_manifest *man, const char *dir) {
-    char s[32], path[CKPT_PATH_MAX];
-    cJSON *states = cJSON_CreateArray();
-    for (int r = 0; r < man->n_states; r++) {
+typedef void (*rank_path_fn)(char *out, size_t n, const char *dir, int rank);
+
+/* layout.shards or layout.states: rank r's file "<prefix>-<r>.safetensors" (path_of) in dir for
+ * r < n, its size and checksum taken now (the manifest holds none: any number of ranks). NULL
+ * naming the file that cannot be read. */
+static cJSON *manifest_files_json(const char *dir, int n, const char *prefix, rank_path_fn path_of) {
+    char s[64], path[CKPT_PATH_MAX];
+    cJSON *files = cJSON_CreateArray();
+    for (int r = 0; r < n; r++) {
         ckpt_chunk f;
-        ckpt_state_path(path, sizeof path, dir, r);
+        path_of(path, sizeof path, dir, r);
         if (ckpt_file_fnv(path, &f.fnv1a64, &f.bytes) < 0) {
-            cJSON_Delete(states);
+            cJSON_Delete(files);
             return NULL;
         }
         cJSON *e = cJSON_CreateObject();
-        snprintf(s, sizeof s, "state-%d.safetensors", r);
+        snprintf(s, sizeof s, "%s-%d.safetensors", prefix, r);
         cJSON_AddStringToObject(e, "file", s);
         cJSON_AddNumberToObject(e, "bytes", (double)f.bytes);
         snprintf(s, sizeof s, "%016" PRIx64, f.fnv1a64);
         cJSON_AddStringToObject(e, "fnv1a64", s);
-        cJSON_AddItemToArray(states, e);
+        cJSON_AddItemToArray(files, e);
     }
-    return states;
+    return files;
 }
 
-static cJSON *manifest_json(const ckpt_manifest *man, cJSON *states) {
+static cJSON *manifest_json(const ckpt_manifest *man, cJSON *shards, cJSON *states) {
     char s[32];
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", CKPT_FORMAT);
@@ -145,7 +138,7 @@ static cJSON *manifest_json(const ckpt_manifest *man, cJSON *states) {
     cJSON_AddStringToObject(root, "init_seed", s);
     cJSON_AddStringToObject(root, "data", man->data_path);
     cJSON_AddBoolToObject(root, "optimizer", man->has_optim);
-    cJSON_AddItemToObject(root, "layout", manifest_layout_json(man, states));
+    cJSON_AddItemToObject(root, "layout", manifest_layout_json(man, shards, states));
     ckpt_optim_to_json(root, man);
     return root;
 }
@@ -153,9 +146,13 @@ static cJSON *manifest_json(const ckpt_manifest *man, cJSON *states) {
 int ckpt_write_manifest(const char *tmpdir, const ckpt_manifest *man) {
     char path[CKPT_PATH_MAX];
     snprintf(path, sizeof path, "%s/manifest.json", tmpdir);
-    cJSON *states = manifest_states_json(man, tmpdir);
-    if (!states) return -1;
-    cJSON *root = manifest_json(man, states);
+    cJSON *shards = manifest_files_json(tmpdir, man->zero ? man->n_shards : 0, "optim", ckpt_shard_path);
+    cJSON *states = shards ? manifest_files_json(tmpdir, man->n_states, "state", ckpt_state_path) : NULL;
+    if (!states) {
+        cJSON_Delete(shards);
+        return -1;
+    }
+    cJSON *root = manifest_json(man, shards, states);
     int rc = io_write_json(root, path);
     cJSON_Delete(root);
     return rc;
@@ -248,31 +245,28 @@ static int manifest_chunk(ckpt_chunk *ch, const cJSON *e, int c, const char *mpa
     return 0;
 }
 
-/* One layout.shards[r] entry: optim-<r>.safetensors (a rank's AdamW moment slices). */
-static int manifest_shard(ckpt_chunk *sh, const cJSON *e, int r, const char *mpath) {
-    return manifest_file(sh, e, "shards", "optim", r, mpath);
-}
-
-/* Version 3: layout.zero and layout.shards (one entry per rank when zero is 1, else none). */
+/* Version 3: layout.zero and layout.shards (one entry per rank when zero is 1, else none), each
+ * entry checked (not kept: verify_listed reads them again from the JSON; any number of ranks). */
 static int manifest_shards(ckpt_manifest *man, const cJSON *lo, const char *mpath) {
     long zero = 0;
     if (json_int(lo, "zero", 0, 1, &zero, mpath, "layout.zero") < 0) return -1;
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(lo, "shards"), *e;
     int n = cJSON_IsArray(shards) ? cJSON_GetArraySize(shards) : -1;
-    if (n < 0 || n > CKPT_MAX_SHARDS || (zero && n < 1) || (!zero && n > 0))
+    if (n < 0 || (zero && n < 1) || (!zero && n > 0))
         return pt_seterr("%s: field \"layout.shards\" missing or not an array of %s entries", mpath,
-                         zero ? "1.." CKPT_STR(CKPT_MAX_SHARDS) : "0 (layout.zero is 0)");
+                         zero ? "1 or more" : "0 (layout.zero is 0)");
     man->zero = (int)zero;
     man->n_shards = 0;
     cJSON_ArrayForEach(e, shards) {
-        if (manifest_shard(&man->shards[man->n_shards], e, man->n_shards, mpath) < 0) return -1;
+        ckpt_chunk f;
+        if (manifest_file(&f, e, "shards", "optim", man->n_shards, mpath) < 0) return -1;
         man->n_shards++;
     }
     return 0;
 }
 
 /* Version 4: layout.states, one entry per rank that wrote its own state (ckpt/ckpt_state.h), or
- * none; each entry checked (not kept: verify_states reads them again from the JSON). */
+ * none; each entry checked (not kept: verify_listed reads them again from the JSON). */
 static int manifest_states(ckpt_manifest *man, const cJSON *lo, const char *mpath) {
     const cJSON *states = cJSON_GetObjectItemCaseSensitive(lo, "states"), *e;
     if (!cJSON_IsArray(states))
@@ -341,31 +335,29 @@ static int verify_file(const char *path, const ckpt_chunk *want) {
     return 0;
 }
 
-/* Size and checksum of every chunk and shard file against the manifest. */
+/* Size and checksum of every chunk file against the manifest. */
 static int verify_chunks(const ckpt_manifest *man, const char *dir) {
     char path[CKPT_PATH_MAX];
     for (int c = 0; c < man->n_chunks; c++) {
         ckpt_chunk_path(path, sizeof path, dir, c);
         if (verify_file(path, &man->chunks[c]) < 0) return -1;
     }
-    for (int r = 0; man->zero && r < man->n_shards; r++) {
-        ckpt_shard_path(path, sizeof path, dir, r);
-        if (verify_file(path, &man->shards[r]) < 0) return -1;
-    }
     return 0;
 }
 
-/* Size and checksum of every rank's state file against the manifest's layout.states (lo's,
- * checked by manifest_states; none before version 4: man->n_states 0). */
-static int verify_states(const ckpt_manifest *man, const cJSON *lo, const char *dir, const char *mpath) {
+/* Size and checksum of the first n files (rank r's: path_of) listed in lo's layout.<list>
+ * (layout.shards: optim-<r>, layout.states: state-<r>; checked by manifest_shards and
+ * manifest_states) against the files in dir. */
+static int verify_listed(const cJSON *lo, const char *list, const char *prefix, int n, rank_path_fn path_of,
+                         const char *dir, const char *mpath) {
     char path[CKPT_PATH_MAX];
     const cJSON *e;
     int r = 0;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(lo, "states")) {
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(lo, list)) {
         ckpt_chunk want;
-        if (r >= man->n_states) break;
-        ckpt_state_path(path, sizeof path, dir, r);
-        if (manifest_file(&want, e, "states", "state", r++, mpath) < 0 || verify_file(path, &want) < 0) return -1;
+        if (r >= n) break;
+        path_of(path, sizeof path, dir, r);
+        if (manifest_file(&want, e, list, prefix, r++, mpath) < 0 || verify_file(path, &want) < 0) return -1;
     }
     return 0;
 }
@@ -388,8 +380,10 @@ int ckpt_manifest_read(ckpt_manifest *man, const char *dir, int verify) {
         manifest_progress(man, root, mpath) < 0 || manifest_layout(man, root, mpath, version) < 0 ||
         ckpt_optim_from_json(man, root, mpath) < 0)
         goto done;
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(root, "layout");
     rc = verify && (verify_chunks(man, dir) < 0 ||
-                    verify_states(man, cJSON_GetObjectItemCaseSensitive(root, "layout"), dir, mpath) < 0) ? -1 : 0;
+                    verify_listed(lo, "shards", "optim", man->zero ? man->n_shards : 0, ckpt_shard_path, dir, mpath) < 0 ||
+                    verify_listed(lo, "states", "state", man->n_states, ckpt_state_path, dir, mpath) < 0) ? -1 : 0;
 done:
     cJSON_Delete(root);
     return rc;

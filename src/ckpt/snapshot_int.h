@@ -36,6 +36,10 @@ uint64_t snap_sum_end(const snap_sum *s);
 uint64_t snap_sum_mem(const unsigned char *p, size_t n);
 /* snap_sum_mem of a whole file, and its size; -1 naming it. */
 int snap_file_sum(const char *path, uint64_t *hash, size_t *len);
+/* File `from` copied to `to`, its sum taken over the bytes as they are copied (one read: the
+ * copy is the check; snapshot_state.c): 0 when its size and sum are `bytes` and `sum`, 1 when not
+ * or it cannot be read (`to` removed), -1 when `to` cannot be written (pt_err names it). */
+int snap_copy_checked(const char *from, const char *to, size_t bytes, uint64_t sum);
 
 /* One tensor's bytes to file offset `at`: in a chunk file from source `what` (0 parameters, 1
  * AdamW m, 2 v) at float `src`, or (--zero 1 under TP) from slice `src`'s m (what 3) or v (4)

@@ -130,15 +130,10 @@ static void src_file(const snap_states *s, const state_src *o, char *p, size_t n
     }
 }
 
-/* o's file copied to `to`, its sum taken over the bytes as they are written: 0 when its size
- * and sum are o's, 1 when not (or it cannot be read: `to` removed), -1 when `to` cannot be
- * written (pt_err names it). */
-static int copy_checked(const snap_states *s, const state_src *o, const char *to) {
-    char from[1600];
+int snap_copy_checked(const char *from, const char *to, size_t bytes, uint64_t want) {
     struct stat sb;
-    src_file(s, o, from, sizeof from);
     FILE *a = fopen(from, "rb");
-    if (!a || fstat(fileno(a), &sb) != 0 || (size_t)sb.st_size != o->bytes) {   /* the size: no read */
+    if (!a || fstat(fileno(a), &sb) != 0 || (size_t)sb.st_size != bytes) {   /* the size: no read */
         if (a) fclose(a);
         return 1;
     }
@@ -160,7 +155,7 @@ static int copy_checked(const snap_states *s, const state_src *o, const char *to
     if (fclose(b) != 0 && rc == 0) rc = pt_seterr("snapshot restore: writing %s failed", to);
     fclose(a);
     free(buf);
-    if (rc == 0 && (sum.n != o->bytes || snap_sum_end(&sum) != o->sum)) rc = 1;
+    if (rc == 0 && (sum.n != bytes || snap_sum_end(&sum) != want)) rc = 1;
     if (rc) remove(to);
     return rc;
 }
@@ -175,7 +170,9 @@ static int take_rank(snap_states *s, long step, int w, int world, const char *tm
     ckpt_state_path(to, sizeof to, tmpdir, w);
     for (int k = 0; k < n; k++) {
         if (world && o[k].world != world) continue;
-        int rc = copy_checked(s, &o[k], to);
+        char from[1600];
+        src_file(s, &o[k], from, sizeof from);
+        int rc = snap_copy_checked(from, to, o[k].bytes, o[k].sum);
         if (rc <= 0) return rc < 0 ? -1 : o[k].world;
     }
     return 0;

@@ -103,34 +103,18 @@ static void sleep_s(double s) {
     nanosleep(&t, NULL);
 }
 
-/* Hands r to the progress thread, when it runs (else the rank's own calls complete it). */
-static void engine_add(mp_req *r) {
-    if (!eng.on) return;
-    pthread_mutex_lock(&eng.mu);
-    if (eng.n == eng.cap) {
-        eng.cap = eng.cap ? 2 * eng.cap : 64;
-        mp_req **a = pt_malloc(sizeof *a * (size_t)eng.cap);
-        if (eng.n) memcpy(a, eng.act, sizeof *a * (size_t)eng.n);
-        free(eng.act);
-        eng.act = a;
-    }
-    eng.act[eng.n++] = r;
-    pthread_cond_signal(&eng.work_cv);
-    pthread_mutex_unlock(&eng.mu);
-}
-
 static int mp_isend(comm *c, int dst, int tag, const void *buf, size_t bytes, comm_req **out) {
     if (check_args(c, "isend", dst, tag, bytes)) return -1;
     mp_req *r = pt_calloc(1, sizeof *r);
     *r = (mp_req){.rq = MPI_REQUEST_NULL, .is_send = 1, .peer = dst, .tag = tag, .bytes = bytes, .c = c};
-    MPI_LOCK();
-    int e = MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, ((mp_impl *)c->impl)->mc, &r->rq);
+    MPI_LOCK();   /* checked, posted and handed over in one hold (mp_engine_add) */
+    int e = mp_broken(c) ? -1 : MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, ((mp_impl *)c->impl)->mc, &r->rq);
+    if (e == MPI_SUCCESS) mp_engine_add(r);
     MPI_UNLOCK();
     if (e != MPI_SUCCESS) {
         free(r);
-        return mpi_error(e, "isend from rank %d to rank %d tag %d", c->rank, dst, tag);
+        return e < 0 ? mp_broken_err(c, "isend") : mpi_error(e, "isend from rank %d to rank %d tag %d", c->rank, dst, tag);
     }
-    engine_add(r);
     *out = (comm_req *)r;
     return 0;
 }
@@ -139,14 +123,14 @@ static int mp_irecv(comm *c, int src, int tag, void *buf, size_t bytes, comm_req
     if (check_args(c, "irecv", src, tag, bytes)) return -1;
     mp_req *r = pt_calloc(1, sizeof *r);
     *r = (mp_req){.rq = MPI_REQUEST_NULL, .peer = src, .tag = tag, .bytes = bytes, .c = c};
-    MPI_LOCK();
-    int e = MPI_Irecv(buf, (int)bytes, MPI_BYTE, src, tag, ((mp_impl *)c->impl)->mc, &r->rq);
+    MPI_LOCK();   /* checked, posted and handed over in one hold (mp_engine_add) */
+    int e = mp_broken(c) ? -1 : MPI_Irecv(buf, (int)bytes, MPI_BYTE, src, tag, ((mp_impl *)c->impl)->mc, &r->rq);
+    if (e == MPI_SUCCESS) mp_engine_add(r);
     MPI_UNLOCK();
     if (e != MPI_SUCCESS) {
         free(r);
-        return mpi_error(e, "irecv on rank %d from rank %d tag %d", c->rank, src, tag);
+        return e < 0 ? mp_broken_err(c, "irecv") : mpi_error(e, "irecv on rank %d from rank %d tag %d", c->rank, src, tag);
     }
-    engine_add(r);
     *out = (comm_req *)r;
     return 0;
 }
@@ -486,21 +470,16 @@ static int mp_ireduce_f32(comm *c, float *buf, size_t n, int all, comm_req **out
     k->scratch = pt_malloc(((size_t)P * k->cnt[me] + 1) * sizeof *k->scratch);
     mp_req *r = pt_calloc(1, sizeof *r);
     *r = (mp_req){.rq = MPI_REQUEST_NULL, .peer = -1, .tag = -1, .bytes = n * sizeof(float), .coll = k, .c = c};
-    MPI_LOCK();
-    int e = MPI_Ialltoallv(buf, k->cnt, k->dsp, MPI_FLOAT, k->scratch, k->rcnt, k->rdsp, MPI_FLOAT,
-                           ((mp_impl *)c->impl)->mc, &r->rq);
+    MPI_LOCK();   /* checked, posted, linked and handed over in one hold (mp_coll_post) */
+    int e = mp_broken(c) ? -1 : MPI_Ialltoallv(buf, k->cnt, k->dsp, MPI_FLOAT, k->scratch, k->rcnt,
+                                               k->rdsp, MPI_FLOAT, ((mp_impl *)c->impl)->mc, &r->rq);
+    if (e == MPI_SUCCESS) mp_coll_post(r);
     MPI_UNLOCK();
     if (e != MPI_SUCCESS) {
         coll_free(k);
         free(r);
-        return mpi_error(e, "ireduce (ialltoallv) on rank %d of %d", me, P);
+        return e < 0 ? mp_broken_err(c, "ireduce") : mpi_error(e, "ireduce (ialltoallv) on rank %d of %d", me, P);
     }
-    mp_impl *m = c->impl;            /* linked before the progress thread may see it */
-    MPI_LOCK();
-    if (m->colls_tail) m->colls_tail->cnext = r; else m->colls = r;
-    m->colls_tail = r;
-    MPI_UNLOCK();
-    engine_add(r);
     *out = (comm_req *)r;
     return 0;
 }

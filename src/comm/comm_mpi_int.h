@@ -5,6 +5,7 @@
 #include "comm/comm.h"
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 typedef struct {
     MPI_Comm mc;      /* owned: freed with the endpoint */
@@ -78,5 +79,11 @@ int mp_allreduce_polled(comm *c, void *buf, size_t n, size_t esz, MPI_Datatype t
                         char *scratch, const void **in);
 int mp_allgather_polled(comm *c, float *buf, size_t n, int *cnt);
 int mp_barrier_polled(comm *c);
+/* Posting (under mpi_mu, in the hold that checked mp_broken and posted r's MPI request, so that
+ * an interrupt finds r on every list it must or the endpoint already broken): r handed to the
+ * progress thread; a reduction linked to its endpoint's list first, then handed over. */
+void mp_engine_add(mp_req *r);
+void mp_coll_post(mp_req *r);
+extern atomic_int mp_test_gap_hits;   /* test hook PIPETRAIN_TEST_IREDUCE_GAP_MS's sleeps so far */
 
 #endif

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The transport's state (comm_mpi_int.h), here so that comm_mpi.c depends on this file alone. */
 mp_engine eng = { .mu = PTHREAD_MUTEX_INITIALIZER };
@@ -110,6 +111,50 @@ int comm_mpi_recover_arm(void) {
 }
 
 int comm_mpi_interrupts(void) { return atomic_load(&epoch); }
+
+/* Hands r to the progress thread, when it runs (else the rank's own calls complete it). Under
+ * mpi_mu, in the hold that posted r: an interrupt (mpi_mu first) then finds r on the thread's
+ * list, or r's endpoint already broken when the poster checked it (mp_broken under mpi_mu). */
+void mp_engine_add(mp_req *r) {
+    if (!eng.on) return;
+    pthread_mutex_lock(&eng.mu);
+    if (eng.n == eng.cap) {
+        eng.cap = eng.cap ? 2 * eng.cap : 64;
+        mp_req **a = pt_malloc(sizeof *a * (size_t)eng.cap);
+        if (eng.n) memcpy(a, eng.act, sizeof *a * (size_t)eng.n);
+        free(eng.act);
+        eng.act = a;
+    }
+    eng.act[eng.n++] = r;
+    pthread_cond_signal(&eng.work_cv);
+    pthread_mutex_unlock(&eng.mu);
+}
+
+atomic_int mp_test_gap_hits;
+
+/* Test hook: PIPETRAIN_TEST_IREDUCE_GAP_MS=MS (read once) sleeps MS milliseconds between a
+ * reduction's two insertions, still holding mpi_mu (an interrupt meanwhile waits for both),
+ * counted in mp_test_gap_hits (tests/aux_mpi_recover.c interrupts in the gap). */
+static void test_gap(void) {
+    static long ms = -1;   /* under mpi_mu */
+    if (ms < 0) { const char *v = getenv("PIPETRAIN_TEST_IREDUCE_GAP_MS"); ms = v ? atol(v) : 0; }
+    if (ms <= 0) return;
+    atomic_fetch_add(&mp_test_gap_hits, 1);
+    struct timespec t = { ms / 1000, ms % 1000 * 1000000L };
+    nanosleep(&t, NULL);
+}
+
+/* A posted reduction r linked to its endpoint's list of unfinished ones (posting order) and
+ * handed to the progress thread, both in the caller's hold of mpi_mu: comm_mpi_interrupt (which
+ * takes mpi_mu first) sees r on both lists or on neither (then the poster saw the endpoint
+ * broken and posted nothing). Two holds let an interrupt in between leave r never failed. */
+void mp_coll_post(mp_req *r) {
+    mp_impl *m = r->c->impl;
+    if (m->colls_tail) m->colls_tail->cnext = r; else m->colls = r;
+    m->colls_tail = r;
+    test_gap();
+    mp_engine_add(r);
+}
 
 /* r taken off its endpoint's list of unfinished reductions (comm_mpi.c's colls_advance walks
  * it), so that the test that reports r and frees it leaves no pointer to it there. */
