@@ -44,6 +44,7 @@ struct ckpt_snap {
     ckpt_manifest man;          /* the handed-over generation's */
     int w_slot;                 /* the slot the writer works on (installed already) */
     int w_peer;                 /* it goes to the peer */
+    int w_must;                 /* ... whatever the copy's budget says (an even multiple of k) */
     char *w_json;               /* its snap.json text (the writer frees it) */
     uint64_t w_sums[CKPT_SNAP_PIECES];
     pthread_t th;
@@ -55,6 +56,8 @@ struct ckpt_snap {
     ckpt_snap_stats st;
     snap_peer *peer;            /* the peer copy, or NULL */
     int peer_every;             /* every peer_every-th generation written goes to the peer (0: none) */
+    int peer_k;                 /* the run's snapshot interval: the budget's generations that must go
+                                 * are those of the even multiples of it (the same on every rank) */
     int peer_sums;              /* the peer is a replica: sums only (snap_peer_sums_to) */
     long peer_count;            /* generations written since the sending started */
     int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
@@ -234,6 +237,7 @@ void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
     int to_peer = rc == 0 && s->peer_every && ++s->peer_count % s->peer_every == 0;
     if (rc == 0 && (to_peer || s->st.taken <= s->n_slots + 1)) {
         s->w_peer = to_peer;
+        s->w_must = (man->step / (s->peer_k > 0 ? s->peer_k : 1)) % 2 == 0;
         s->w_slot = s->cur;
         s->w_json = json;
         memcpy(s->w_sums, sums, sizeof sums);
@@ -286,13 +290,16 @@ void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
 }
 
 /* every >= 1: every every-th generation to the peer; < 1: each offered, within the copy's CPU
- * budget (SNAP_PEER_BUDGET: the sender thins them). */
-static void peer_every_set(ckpt_snap *s, int every) {
+ * budget (SNAP_PEER_BUDGET: the sender thins them), but those of the even multiples of the
+ * snapshot interval k always go (every rank's at the same steps: a host's lost ranks' copies and
+ * the others' own newest 4 generations always share a step). */
+static void peer_every_set(ckpt_snap *s, int every, int k) {
     s->peer_every = every < 1 ? 1 : every;
+    s->peer_k = k < 1 ? 1 : k;
     snap_peer_budget(s->peer, every < 1 ? SNAP_PEER_BUDGET : 0);
 }
 
-int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int every) {
+int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int every, int interval) {
     const double *mine = table + 3 * me;
     if (mine[1] <= 0) return -1;   /* not listening: it sends nowhere either */
     for (int pass = mine[2] > 0 ? 0 : 1; pass < 2; pass++)
@@ -300,7 +307,7 @@ int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int e
             const double *q = table + 3 * ((me + k) % R);
             if (q[1] <= 0 || (uint32_t)q[0] == (uint32_t)mine[0] || (pass == 0 && q[2] != mine[2])) continue;
             if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
-            peer_every_set(s, every);
+            peer_every_set(s, every, interval);
             s->peer_sums = pass == 0;
             int rc = pass == 0 ? snap_peer_sums_to(s->peer, (uint32_t)q[0], (int)q[1], (me + k) % R)
                                : snap_peer_send_to(s->peer, (uint32_t)q[0], (int)q[1], (me + k) % R);
@@ -316,7 +323,7 @@ int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port) {
 
 int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank, int every) {
     if (!s->peer) s->peer = snap_peer_new(s->dir, s->rank);
-    peer_every_set(s, every);
+    peer_every_set(s, every, 1);
     return snap_peer_send_to(s->peer, addr, port, peer_rank);
 }
 
@@ -425,7 +432,7 @@ static void prune_gens(const ckpt_snap *s, int spare_slots) {
 }
 
 /* The generation just installed from slot sl to the peer's sender (its files' names, maps, sums). */
-static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, const char *text) {
+static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, const char *text, int must) {
     snap_peer_file f[SNAP_PEER_FILES];
     for (int i = 0; i < sl->n_f; i++) {
         const snap_file *x = &sl->f[i];
@@ -444,7 +451,7 @@ static void offer_peer(ckpt_snap *s, const snap_slot *sl, const uint64_t *sums, 
         f[n].bytes = sl->st.bytes;
         f[n++].sum = s->state_sum;
     }
-    snap_peer_offer(s->peer, s->man.step, text, f, n);
+    snap_peer_offer(s->peer, s->man.step, text, f, n, must);
 }
 
 /* On the compute thread, at commit: slot sl made generation man.step: its files' sums (the copy's,
@@ -485,7 +492,7 @@ static int install_gen(ckpt_snap *s, snap_slot *sl, uint64_t *sums, char **json)
  * generations dropped, the compute thread's next slot given its files. */
 static void after_gen(ckpt_snap *s) {
     snap_slot *sl = &s->slot[s->w_slot];
-    if (s->w_peer) offer_peer(s, sl, s->w_sums, s->w_json);
+    if (s->w_peer) offer_peer(s, sl, s->w_sums, s->w_json, s->w_must);
     cJSON_free(s->w_json);
     s->w_json = NULL;
     prune_gens(s, 1);

@@ -112,8 +112,8 @@ void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man);
  * host order) and *port: where others reach it. 0, or -1 naming the error. */
 int ckpt_snap_peer_listen(ckpt_snap *s, uint32_t *addr, int *port);
 /* From now on every `every`-th generation s writes (every >= 1: the every-th, 2 every-th, ...
- * from here; every < 1: each one whose share of a CPU budget has come, 1% of the wall time for
- * the copy's CPU at both ends, the rest left out) is also sent to addr:port (world rank
+ * from here; every < 1: those of even steps and the others whose share of a CPU budget has
+ * come, 1% of the wall time for the copy's CPU at both ends; generations one step apart) is also sent to addr:port (world rank
  * peer_rank), by a thread of its own, off the compute path and off the writer's (a newer
  * generation replaces one still waiting). */
 int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank, int every);
@@ -123,8 +123,10 @@ int ckpt_snap_peer_send_to(ckpt_snap *s, uint32_t addr, int port, int peer_rank,
  * > 0; 0: nobody). Rank me sends to the first rank after it (world order, wrapping) on another
  * host with its key: sums only (snapshot_peer.c; whole where they differ); with none, to the
  * first rank after it on another host, whole; all on one host: to nobody. every as
- * ckpt_snap_peer_send_to. Returns the peer's rank (-1: none), or -2 naming the error. */
-int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int every);
+ * ckpt_snap_peer_send_to, interval the run's snapshot interval K (every < 1: the generations of
+ * even multiples of K always go, the same steps on every rank). Returns the peer's rank (-1: none), or
+ * -2 naming the error. */
+int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int every, int interval);
 /* Writes "<step> <pid> <unix time> <host name>" into the rank's heartbeat file (in place, a few bytes): the
  * supervisor's sign that the rank goes on. */
 void ckpt_snap_heartbeat(ckpt_snap *s, long step);

@@ -140,6 +140,8 @@ int snap_states_listed(snap_states *s, long step);
  * tmpdir cannot be written (pt_err names the file). The step's result is kept: asked again for
  * the same step and folder, it reads nothing; another step's files replace it. */
 int snap_states_take(snap_states *s, long step, const char *tmpdir);
+/* State files found damaged so far (their size or sum did not check, or unreadable). */
+int snap_states_bad(const snap_states *s);
 /* Removes the state files the last take left in its folder (a step not used). */
 void snap_states_drop(snap_states *s);
 void snap_states_free(snap_states *s);
@@ -180,18 +182,22 @@ int snap_peer_send_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
  * generation's sums only, the whole one where the peer's own differs (snapshot_peer.c). */
 int snap_peer_sums_to(snap_peer *p, uint32_t addr, int port, int peer_rank);
 /* The copy's CPU budget (--snapshot-peer-every 0, the default; before snap_peer_send_to): the
- * sender and its receiver together use at most `frac` of the wall time's CPU, so a generation
- * offered before its share has come is left out (counted as thinned). The cost of one is the
+ * sender and its receiver together aim at `frac` of the wall time's CPU, so a generation that may
+ * be left out (offered with must 0) and comes before its share has is left out (counted as
+ * thinned); one offered with must 1 always goes, borrowing its share. The cost of one is the
  * sender's own CPU for the last of its kind (whole, sums only) times PEER_COPY_FACTOR (the
- * receiver's side, not seen here); unknown at first: the first goes. 0: every generation. */
+ * receiver's side, not seen here), corrected after it went; unknown at first: it goes. 0: every
+ * generation. */
 void snap_peer_budget(snap_peer *p, double frac);
 /* The budget's bookkeeping, pure (tests): CPU seconds saved up as *tokens by the wall time since
- * *t (frac a second, at most one generation's cost), spent when a generation of estimated cost
- * `cost` CPU seconds goes. 1: it goes (tokens spent), 0: left out. cost <= 0: goes. */
-int snap_peer_budget_take(double *tokens, double *t, double now, double frac, double cost);
+ * *t (NAN: not started; frac a second, at most one generation's cost), spent when a generation
+ * of estimated cost `cost` CPU seconds goes (must: whatever the tokens, which then may go as low
+ * as -cost). 1: it goes, 0: left out. cost <= 0: goes. */
+int snap_peer_budget_take(double *tokens, double *t, double now, double frac, double cost, int must);
 /* The writer, after a generation is in place: hands it to the sender (json copied; f's maps
- * must stay mapped until snap_peer_free). Returns at once; one still waiting is replaced. */
-void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n);
+ * must stay mapped until snap_peer_free). Returns at once; one still waiting is replaced, but
+ * not one that must go by one that may (must: see snap_peer_budget; then it is left out). */
+void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n, int must);
 /* The compute side, after this rank's own generation `step` is in place: wakes a receiver that
  * waits for it to compare a replica's sums (sums only). */
 void snap_peer_own_written(snap_peer *p, long step);

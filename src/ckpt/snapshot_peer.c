@@ -27,6 +27,7 @@
 #include "util/pt.h"
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -175,8 +176,10 @@ static void *send_main(void *arg) {
         memcpy(f, p->pend_f, sizeof f);
         p->pend_step = 0;
         p->pend_json = NULL;
-        double cost = (p->sums_only ? p->cost_sums : p->cost_whole) * PEER_COPY_FACTOR;
-        if (p->budget > 0 && !snap_peer_budget_take(&p->tokens, &p->tokens_t, pt_now(), p->budget, cost)) {
+        int must = p->pend_must;
+        /* priced as the kind it will likely go as (a sums-only peer not yet answered 'E': whole) */
+        double cost = (p->sums_only && p->cost_sums > 0 ? p->cost_sums : p->cost_whole) * PEER_COPY_FACTOR;
+        if (p->budget > 0 && !snap_peer_budget_take(&p->tokens, &p->tokens_t, pt_now(), p->budget, cost, must)) {
             p->st.thinned++;   /* its share of the CPU has not come yet: the next one */
             free(json);
             continue;
@@ -193,6 +196,11 @@ static void *send_main(void *arg) {
         p->st.send_s += pt_now() - t0;
         p->st.send_cpu_s += c1 - c0;
         if (rc == 0) *(sums && how == 1 ? &p->cost_sums : &p->cost_whole) = c1 - c0;
+        if (p->budget > 0 && cost > 0) {   /* what it really cost, not what was charged (whole after sums) */
+            double used = (c1 - c0) * PEER_COPY_FACTOR;
+            p->tokens -= used - cost;
+            if (p->tokens < -used) p->tokens = -used;
+        }
         if (rc == 0) p->st.sent++; else p->st.failed++;
         p->st.sums_only += rc == 0 && how == 1;
         p->st.whole_after += how == 2;
@@ -202,18 +210,20 @@ static void *send_main(void *arg) {
     return NULL;
 }
 
-int snap_peer_budget_take(double *tokens, double *t, double now, double frac, double cost) {
-    if (*t > 0 && now > *t) *tokens += (now - *t) * frac;
+int snap_peer_budget_take(double *tokens, double *t, double now, double frac, double cost, int must) {
+    if (!isnan(*t) && now > *t) *tokens += (now - *t) * frac;
     *t = now;
     if (cost <= 0) return 1;
     if (*tokens > cost) *tokens = cost;   /* no credit beyond one generation: no bursts */
-    if (*tokens < cost) return 0;
-    *tokens -= cost;
+    if (!must && *tokens < cost) return 0;
+    *tokens -= cost;                      /* a forced one borrows, at most one generation's worth */
+    if (*tokens < -cost) *tokens = -cost;
     return 1;
 }
 
 void snap_peer_budget(snap_peer *p, double frac) {
     p->budget = frac > 0 ? frac : 0;
+    p->tokens_t = NAN;   /* not started: the first generation counts from itself */
 }
 
 int snap_peer_send_to(snap_peer *p, uint32_t addr, int port, int peer_rank) {
@@ -230,9 +240,14 @@ int snap_peer_sums_to(snap_peer *p, uint32_t addr, int port, int peer_rank) {
     return snap_peer_send_to(p, addr, port, peer_rank);
 }
 
-void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n) {
+void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_file *f, int n, int must) {
     if (!p || !p->to_port) return;
     pthread_mutex_lock(&p->mu);
+    if (p->pend_step && p->pend_must && !must) {   /* one that must go is not replaced by one that may */
+        p->st.thinned++;
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
     if (p->pend_step) p->st.skipped++;   /* the sender is still at an older one: this replaces the waiting one */
     free(p->pend_json);
     p->pend_json = pt_malloc(strlen(json) + 1);
@@ -240,6 +255,7 @@ void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_
     memcpy(p->pend_f, f, sizeof *f * (size_t)n);
     p->pend_n = n;
     p->pend_step = step;
+    p->pend_must = must;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }

@@ -52,6 +52,7 @@ struct snap_states {
     long took;                  /* the step whose files are in took_dir now (-1: none) */
     int took_world;             /* how many (0: the step has not every rank's good) */
     char took_dir[1200];
+    int n_bad;                  /* state files that failed their check (size, sum, unreadable) */
 };
 
 snap_states *snap_states_new(const char *root) {
@@ -104,7 +105,7 @@ static int srcs_of(snap_states *s, long step, int w, const state_src **first) {
     }
     int k = lo;
     while (k < s->n && s->src[k].step == step && s->src[k].w == w) k++;
-    *first = &s->src[lo];
+    *first = s->src ? &s->src[lo] : NULL;   /* none noted: no offset from NULL */
     return k - lo;
 }
 
@@ -174,6 +175,7 @@ static int take_rank(snap_states *s, long step, int w, int world, const char *tm
         src_file(s, &o[k], from, sizeof from);
         int rc = snap_copy_checked(from, to, o[k].bytes, o[k].sum);
         if (rc <= 0) return rc < 0 ? -1 : o[k].world;
+        s->n_bad++;   /* damaged: the next place */
     }
     return 0;
 }
@@ -204,6 +206,10 @@ int snap_states_take(snap_states *s, long step, const char *tmpdir) {
         return r;
     }
     return world;
+}
+
+int snap_states_bad(const snap_states *s) {
+    return s->n_bad;
 }
 
 void snap_states_free(snap_states *s) {

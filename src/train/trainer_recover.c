@@ -313,7 +313,8 @@ static int peer_setup(train_ctx *t, struct train_recover *rc) {
         fprintf(stderr, "pipetrain: warning: %s (rank %d's generations stay on its host only)\n", pt_err(), me);
     }
     int rcode = comm_allreduce_f64(w, v, (size_t)(3 * R));
-    if (rcode == 0 && ckpt_snap_peer_route(rc->snap[0], v, R, me, t->o.snapshot_peer_every) == -2) rcode = -1;
+    if (rcode == 0 &&
+        ckpt_snap_peer_route(rc->snap[0], v, R, me, t->o.snapshot_peer_every, t->o.snapshot_every) == -2) rcode = -1;
     free(v);
     return rcode;
 }
