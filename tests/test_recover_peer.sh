@@ -6,7 +6,9 @@
 # supervisor takes the spare and restores from the peer copy at host 0, not from the start, and the
 # run ends with the loss of an uninterrupted run bitwise (the same layout). The same with 2 stages
 # x 2 replicas and --zero 1 on 2 hosts of 2 slots: the moment slices of host 1's ranks have no
-# other holder but their peer copies at host 0. Bounded (each run 120 s), cleans up its hosts;
+# other holder but their peer copies at host 0. Both with the copy priced 1000 times its cost
+# (PIPETRAIN_TEST_PEER_COST: a large model's copy), so the budget sends only the forced even steps,
+# the same on every rank: the restore still finds a step every piece is at. Bounded (each run 120 s), cleans up its hosts;
 # skips where namespaces cannot be made.
 . tests/lib.sh
 H=tools/hosts.sh
@@ -37,7 +39,8 @@ ref=$(last_loss "$D/ref.jsonl")
 
 rm -rf "$SNAP"
 timeout 120 $H exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$PT_HOSTS" \
-  ASAN_OPTIONS="$ASAN_OPTIONS" "$P" launch --np 2 --hostfile "$D/hf3" --spares 1 $mpiargs --snapshot-dir "$SNAP" \
+  ASAN_OPTIONS="$ASAN_OPTIONS" PIPETRAIN_TEST_PEER_COST=1000 "$P" launch --np 2 --hostfile "$D/hf3" --spares 1 \
+  $mpiargs -x PIPETRAIN_TEST_PEER_COST --snapshot-dir "$SNAP" \
   -- train $args --snapshot-every 1 --metrics "$D/p.jsonl" > "$D/p.out" 2>&1 < /dev/null &
 lp=$!
 at_step 10 host_dies 1
@@ -46,11 +49,12 @@ rc=$?
 got=$(last_loss "$D/p.jsonl")
 [ -s "$D/peer_gens" ] && ok "recover peer: rank 1's generations copied to host 0 ($(wc -l < "$D/peer_gens") kept there at step 10)" \
   || fail "recover peer: rank 1's generations copied to host 0" "no $SNAP/rank-0/peer-1/gen-*"
+thinned=$(grep -o '[0-9]* left out (its CPU budget' "$D/p.out" | tail -1 | cut -d' ' -f1)
 if [ $rc = 0 ] && grep -q "spare host 10.77.0.3 takes its place" "$D/p.out" && grep -q '"from":"snapshot"' "$D/p.events.jsonl" \
-   && [ "$got" = "$ref" ] && [ "$(tail -1 "$D/p.jsonl" | sed 's/{"step":\([0-9]*\).*/\1/')" = 40 ]; then
-  ok "recover peer: host 1 lost (--dp 1): restored from the peer copy at host 0, step 40, the final loss bitwise ($(grep -o '"steps_lost":[0-9]*' "$D/p.events.jsonl" | tail -1))"
+   && [ "$got" = "$ref" ] && [ "$(tail -1 "$D/p.jsonl" | sed 's/{"step":\([0-9]*\).*/\1/')" = 40 ] && [ "${thinned:-0}" -gt 0 ]; then
+  ok "recover peer: host 1 lost (--dp 1), the copy thinned to its forced even steps ($thinned left out): restored from the peer copy at host 0, step 40, the final loss bitwise ($(grep -o '"steps_lost":[0-9]*' "$D/p.events.jsonl" | tail -1))"
 else
-  fail "recover peer: host 1 lost (--dp 1)" "rc $rc, loss $got vs $ref, last step $(tail -1 "$D/p.jsonl" | sed 's/{"step":\([0-9]*\).*/\1/'), restored $(grep -o '"from":"[a-z]*","from_step":[0-9]*' "$D/p.events.jsonl" | tr '\n' ' '): $(grep '^launch' "$D/p.out" | tail -4)"
+  fail "recover peer: host 1 lost (--dp 1)" "rc $rc, left out ${thinned:-none}, loss $got vs $ref, last step $(tail -1 "$D/p.jsonl" | sed 's/{"step":\([0-9]*\).*/\1/'), restored $(grep -o '"from":"[a-z]*","from_step":[0-9]*' "$D/p.events.jsonl" | tr '\n' ' '): $(grep '^launch' "$D/p.out" | tail -4)"
 fi
 # --- --zero 1, 2 x 2 on hosts of 2 slots: ranks 2 and 3 (host 1) send to rank 0 (host 0)
 host_dies2() { ls -d "$SNAP"/rank-0/peer-2/gen-* "$SNAP"/rank-0/peer-3/gen-* > "$D/peer_gens2" 2>/dev/null
@@ -61,7 +65,8 @@ zargs="$args --dp 2 --zero 1"
 OPENBLAS_NUM_THREADS=1 "$PIPETRAIN" train $zargs --metrics "$D/refz.jsonl" > /dev/null 2>&1
 rm -rf "$SNAP"
 timeout 120 $H exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PT_HOSTS="$PT_HOSTS" \
-  ASAN_OPTIONS="$ASAN_OPTIONS" "$P" launch --np 4 --hostfile "$D/hf3z" --spares 1 $mpiargs --snapshot-dir "$SNAP" \
+  ASAN_OPTIONS="$ASAN_OPTIONS" PIPETRAIN_TEST_PEER_COST=1000 "$P" launch --np 4 --hostfile "$D/hf3z" --spares 1 \
+  $mpiargs -x PIPETRAIN_TEST_PEER_COST --snapshot-dir "$SNAP" \
   -- train $zargs --snapshot-every 1 --metrics "$D/z.jsonl" > "$D/z.out" 2>&1 < /dev/null &
 lp=$!
 at_step 10 host_dies2 1

@@ -49,6 +49,7 @@ struct snap_peer {
     /* the CPU budget (snap_peer_budget; 0: none): saved-up CPU seconds, when last counted, and
      * the sender's CPU for the last generation sent whole and sums only */
     double budget, tokens, tokens_t, cost_whole, cost_sums;
+    double cost_scale;          /* 1 (PIPETRAIN_TEST_PEER_COST: a test's larger price) */
 };
 
 /* CPU seconds the calling thread has used (what the copy takes from the cores, whatever the load). */
