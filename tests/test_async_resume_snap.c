@@ -82,7 +82,7 @@ static int twin_state(void) {
     if (ckpt_snap_peer_listen(sn[0], &addr[0], &port[0]) < 0 || ckpt_snap_peer_listen(sn[1], &addr[1], &port[1]) < 0)
         return 0;
     double t[9] = { 0x7f000002, port[0], 1, addr[1], port[1], 1, addr[1], 0, 2 };
-    if (ckpt_snap_peer_route(sn[0], t, 3, 0, 1) != 1) return 0;
+    if (ckpt_snap_peer_route(sn[0], t, 3, 0, 1, 1) != 1) return 0;
     for (long g = 1; g <= 2; g++) {
         for (int r = 0; r < 3; r++) {
             int c = r == 2;
