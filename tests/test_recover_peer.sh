@@ -49,7 +49,7 @@ rc=$?
 got=$(last_loss "$D/p.jsonl")
 [ -s "$D/peer_gens" ] && ok "recover peer: rank 1's generations copied to host 0 ($(wc -l < "$D/peer_gens") kept there at step 10)" \
   || fail "recover peer: rank 1's generations copied to host 0" "no $SNAP/rank-0/peer-1/gen-*"
-thinned=$(grep -o '[0-9]* left out (its CPU budget' "$D/p.out" | tail -1 | cut -d' ' -f1)
+thinned=$(grep -o "[0-9]* left out (the copy's CPU budget" "$D/p.out" | tail -1 | cut -d' ' -f1)
 if [ $rc = 0 ] && grep -q "spare host 10.77.0.3 takes its place" "$D/p.out" && grep -q '"from":"snapshot"' "$D/p.events.jsonl" \
    && [ "$got" = "$ref" ] && [ "$(tail -1 "$D/p.jsonl" | sed 's/{"step":\([0-9]*\).*/\1/')" = 40 ] && [ "${thinned:-0}" -gt 0 ]; then
   ok "recover peer: host 1 lost (--dp 1), the copy thinned to its forced even steps ($thinned left out): restored from the peer copy at host 0, step 40, the final loss bitwise ($(grep -o '"steps_lost":[0-9]*' "$D/p.events.jsonl" | tail -1))"

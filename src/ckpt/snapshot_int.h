@@ -140,7 +140,8 @@ int snap_states_listed(snap_states *s, long step);
  * tmpdir cannot be written (pt_err names the file). The step's result is kept: asked again for
  * the same step and folder, it reads nothing; another step's files replace it. */
 int snap_states_take(snap_states *s, long step, const char *tmpdir);
-/* State files found damaged so far (their size or sum did not check, or unreadable). */
+/* How often so far a rank's state of a step was listed but every copy of it failed its check
+ * (size, sum, unreadable or gone). */
 int snap_states_bad(const snap_states *s);
 /* Removes the state files the last take left in its folder (a step not used). */
 void snap_states_drop(snap_states *s);

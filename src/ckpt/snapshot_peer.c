@@ -258,6 +258,11 @@ void snap_peer_offer(snap_peer *p, long step, const char *json, const snap_peer_
         pthread_mutex_unlock(&p->mu);
         return;
     }
+    if (p->pend_step && p->pend_must && !p->must_late_said++)
+        fprintf(stderr, "pipetrain: snapshot peer copy of rank %d: step %ld's generation, which must reach rank %d, "
+                "was still waiting when step %ld's came: the copy takes longer than twice the snapshot interval, and "
+                "a host lost now may find no step every piece is at (give a larger --snapshot-every)\n",
+                p->rank, p->pend_step, p->to_rank, step);
     if (p->pend_step) p->st.skipped++;   /* the sender is still at an older one: this replaces the waiting one */
     free(p->pend_json);
     p->pend_json = pt_malloc(strlen(json) + 1);

@@ -40,6 +40,7 @@ struct snap_peer {
     snap_peer_file pend_f[SNAP_PEER_FILES];
     int pend_n;
     int pend_must;              /* it goes whatever the budget says (snap_peer_offer) */
+    int must_late_said;         /* a must-go generation replaced by the next: said once */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     long own_step;              /* this rank's newest generation written (sums only waits for it) */

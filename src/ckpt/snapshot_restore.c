@@ -452,11 +452,11 @@ int ckpt_snap_restore(const char *root, const int *skip, int n_skip, const char 
                 if (src[c * per + k]) found->from_rank[c] = src[c * per + k]->rank;
         }
     }
-    found->n_bad += snap_states_bad(st);
     if (best && !err && n_states == 0 && snap_states_bad(st) > 0)
         fprintf(stderr, "pipetrain: snapshot restore: step %ld restored without the ranks' own state (asynchronous "
-                "versions, --dp-sync's outer state): %d state file%s damaged, no step with every rank's whole; the "
-                "run starts that state fresh\n", best->step, snap_states_bad(st), snap_states_bad(st) == 1 ? "" : "s");
+                "versions, --dp-sync's outer state): at %d step%s a rank's every copy of it was damaged, no step has "
+                "every rank's whole; the run starts that state fresh\n", best->step, snap_states_bad(st),
+                snap_states_bad(st) == 1 ? "" : "s");
     if (err) rc = -1;
     if (!best && o.begun) ckpt_abandon(o.tmp);
     snap_states_free(st);

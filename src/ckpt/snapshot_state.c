@@ -52,7 +52,7 @@ struct snap_states {
     long took;                  /* the step whose files are in took_dir now (-1: none) */
     int took_world;             /* how many (0: the step has not every rank's good) */
     char took_dir[1200];
-    int n_bad;                  /* state files that failed their check (size, sum, unreadable) */
+    int n_bad;                  /* ranks' states of a step listed whose every copy failed its check */
 };
 
 snap_states *snap_states_new(const char *root) {
@@ -169,14 +169,16 @@ static int take_rank(snap_states *s, long step, int w, int world, const char *tm
     const state_src *o;
     int n = srcs_of(s, step, w, &o);
     ckpt_state_path(to, sizeof to, tmpdir, w);
+    int failed = 0;
     for (int k = 0; k < n; k++) {
         if (world && o[k].world != world) continue;
         char from[1600];
         src_file(s, &o[k], from, sizeof from);
         int rc = snap_copy_checked(from, to, o[k].bytes, o[k].sum);
         if (rc <= 0) return rc < 0 ? -1 : o[k].world;
-        s->n_bad++;   /* damaged: the next place */
+        failed++;   /* damaged or gone since listed: the next place */
     }
+    s->n_bad += failed > 0;   /* a rank whose every listed copy failed */
     return 0;
 }
 

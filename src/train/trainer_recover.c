@@ -392,7 +392,7 @@ void train_recover_end(train_ctx *t) {
     long sent = s.peer_sent + s.peer_failed;
     if (t->root && s.peer_rank >= 0)
         printf("snapshot peer copies (rank %d to rank %d, on another host): %ld sent, %ld skipped (a newer one came), "
-               "%ld left out (its CPU budget, --snapshot-peer-every 0), %ld failed, %.1f ms and %.2f ms of CPU each; "
+               "%ld left out (the copy's CPU budget), %ld failed, %.1f ms and %.2f ms of CPU each; "
                "held here for others: %ld, %ld dropped, %.2f ms of CPU each (off the compute path)\n", rc->ex ? run_exec_world_rank(rc->ex[0]) : 0,
                s.peer_rank, s.peer_sent, s.peer_skipped, s.peer_thinned, s.peer_failed,
                sent ? s.peer_send_s / (double)sent * 1e3 : 0,
