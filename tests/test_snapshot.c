@@ -449,14 +449,11 @@ static int restored_state(int rank, long step) {
     return r.step == step ? 1 : -1;
 }
 
-/* Two ranks with their own state, steps 1..3: step 3 restored with both states; rank 1's state
- * file of step 3 damaged: step 2 restored, with step 2's states (never a state that fails its
- * sum); rank 0's of steps 2 and 1 damaged too (no step has every rank's): the newest whole step
- * (3) without any state file (the documented fallback), saying why. */
-static int state_damaged(const state *s) {
-    char r2[200], p[400];
+/* Ranks 0 and 1 of a 2-rank job, each with its own state, steps 1..3 written under root/name
+ * (r2 gets the folder) and closed. 1, or 0 when a snapshot could not be opened. */
+static int two_with_state(const state *s, const char *name, char *r2, size_t n) {
     ckpt_snap *a, *b;
-    snprintf(r2, sizeof r2, "%s/stdmg", root);
+    snprintf(r2, n, "%s/%s", root, name);
     if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0) return 0;
     for (int g = 1; g <= 3; g++) {
         take_state_of(a, 0, &s[g], g, 0, 2);
@@ -464,6 +461,16 @@ static int state_damaged(const state *s) {
     }
     ckpt_snap_close(a);
     ckpt_snap_close(b);
+    return 1;
+}
+
+/* Two ranks with their own state, steps 1..3: step 3 restored with both states; rank 1's state
+ * file of step 3 damaged: step 2 restored, with step 2's states (never a state that fails its
+ * sum); rank 0's of steps 2 and 1 damaged too (no step has every rank's): the newest whole step
+ * (3) without any state file (the documented fallback), saying why. */
+static int state_damaged(const state *s) {
+    char r2[200], p[400];
+    if (!two_with_state(s, "stdmg", r2, sizeof r2)) return 0;
     ckpt_snap_found f;
     ckpt_manifest man;
     int ok = ckpt_snap_restore(r2, NULL, 0, out, &f) == 1 && f.step == 3 && restored_equals(&s[3]) &&
@@ -634,15 +641,7 @@ static void opens_count(int fd, const int *wd, int nw, int opens[][2]) {
  * step 2's chunk files opened once, the damaged one once, and nothing of step 3 left in it. */
 static int chunk_read_once(const state *s) {
     char r2[200], p[400], gd[4][300];
-    ckpt_snap *a, *b;
-    snprintf(r2, sizeof r2, "%s/once", root);
-    if (ckpt_snap_open(&a, r2, 0, 3) < 0 || ckpt_snap_open(&b, r2, 1, 3) < 0) return 0;
-    for (int g = 1; g <= 3; g++) {
-        take_state_of(a, 0, &s[g], g, 0, 2);
-        take_state_of(b, 1, &s[g], g, 1, 2);
-    }
-    ckpt_snap_close(a);
-    ckpt_snap_close(b);
+    if (!two_with_state(s, "once", r2, sizeof r2)) return 0;
     int fd = inotify_init1(IN_NONBLOCK), wd[4], opens[4][2] = { { 0 } };
     if (fd < 0) { printf("# inotify: %s\n", strerror(errno)); return 0; }
     for (int w = 0; w < 4; w++) {   /* rank 0's and rank 1's step 3, then their step 2 */
