@@ -132,16 +132,17 @@ struct ckpt_reader {
     ckpt_manifest man;
     st_file *chunk[CKPT_MAX_CHUNKS];   /* [man.n_chunks] */
     st_file **shard;                   /* [man.n_shards] (--zero 1 checkpoints) */
-    shard_piece *pc;                   /* [n_pc] every slice of every shard file */
-    int n_pc;
+    shard_piece *pc;                   /* [n_pc] every slice of every shard file (room for cap_pc) */
+    int n_pc, cap_pc;
 };
 
 /* Lists the moment slices of shard file f into r->pc. */
 static int reader_index_shard(ckpt_reader *r, const st_file *f) {
-    shard_piece *pc = pt_malloc(sizeof *pc * (size_t)(r->n_pc + st_count(f) + 1));
-    if (r->n_pc) memcpy(pc, r->pc, sizeof *pc * (size_t)r->n_pc);
-    free(r->pc);
-    r->pc = pc;
+    if (r->n_pc + st_count(f) + 1 > r->cap_pc) {   /* doubling: R shard files copy O(R) slices, not O(R^2) */
+        int want = r->n_pc + st_count(f) + 1;
+        r->cap_pc = want > 2 * r->cap_pc ? want : 2 * r->cap_pc;
+        r->pc = pt_realloc(r->pc, sizeof *r->pc * (size_t)r->cap_pc);
+    }
     for (int i = 0; i < st_count(f); i++) {
         const st_tensor *t = st_at(f, i);
         shard_piece *p = &r->pc[r->n_pc];
