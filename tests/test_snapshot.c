@@ -127,6 +127,15 @@ static int slots_refilled(const state *s) {
     return ok && system(cmd) != 0;
 }
 
+/* A --zero 1 generation's manifest: 2 stages of 3 layers, step 2, R ranks' shards. 0, or -1. */
+static int zero_manifest(ckpt_manifest *man, int R) {
+    static const int cf[3] = { 0, 3, 6 };
+    *man = (ckpt_manifest){ .cfg = CFG, .step = 2, .adam_t = 2, .batch = 4, .seq = 8 };
+    snprintf(man->data_path, sizeof man->data_path, "data.txt");
+    ckpt_manifest_set_layout(man, 2, 1, 2, 1, "1f1b", cf);
+    return ckpt_manifest_set_shards(man, R);
+}
+
 /* --zero 1: each rank snapshots its chunk's parameters only and its moment slices (here rank r
  * the whole of tensor r's moments) as a shard file; restore writes a checkpoint with both
  * shards and whose parameters load bitwise; without rank 1's folder no step is complete (the
@@ -134,11 +143,8 @@ static int slots_refilled(const state *s) {
 static int zero_shards(const state *s) {
     char r2[200];
     snprintf(r2, sizeof r2, "%s/zero", root);
-    static const int cf[3] = { 0, 3, 6 };
-    ckpt_manifest man = { .cfg = CFG, .step = 2, .adam_t = 2, .batch = 4, .seq = 8 };
-    snprintf(man.data_path, sizeof man.data_path, "data.txt");
-    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", cf);
-    ckpt_manifest_set_shards(&man, 2);
+    ckpt_manifest man;
+    zero_manifest(&man, 2);
     ckpt_snap *sn[2];
     for (int r = 0; r < 2; r++) {
         const gpt_param_info *pi = gpt_param_info_at(&s->m, r);
@@ -680,11 +686,8 @@ static int zero_many_shards(const state *s) {
     enum { R = 1100 };
     char r2[200];
     snprintf(r2, sizeof r2, "%s/zeromany", root);
-    static const int cf[3] = { 0, 3, 6 };
-    ckpt_manifest man = { .cfg = CFG, .step = 2, .adam_t = 2, .batch = 4, .seq = 8 };
-    snprintf(man.data_path, sizeof man.data_path, "data.txt");
-    ckpt_manifest_set_layout(&man, 2, 1, 2, 1, "1f1b", cf);
-    if (ckpt_manifest_set_shards(&man, R) < 0) return 0;
+    ckpt_manifest man;
+    if (zero_manifest(&man, R) < 0) return 0;
     int np = gpt_param_count(&s->m);
     ckpt_slice *sl = pt_malloc(sizeof *sl * (size_t)np);
     size_t N = s->m.num_params;

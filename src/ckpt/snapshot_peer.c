@@ -185,14 +185,12 @@ static void *send_main(void *arg) {
             continue;
         }
         int sums = p->sums_only;
-        p->sending = 1;
         pthread_mutex_unlock(&p->mu);
         double t0 = pt_now(), c0 = peer_thread_cpu_s();
         int how, rc = send_one(p, step, json, f, n, &how);
         free(json);
         double c1 = peer_thread_cpu_s();
         pthread_mutex_lock(&p->mu);
-        p->sending = 0;
         p->st.send_s += pt_now() - t0;
         p->st.send_cpu_s += c1 - c0;
         if (rc == 0) *(sums && how == 1 ? &p->cost_sums : &p->cost_whole) = c1 - c0;

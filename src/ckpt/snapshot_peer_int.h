@@ -29,7 +29,7 @@ struct snap_peer {
     pthread_t conn_th[PEER_MAX_CONN];
     /* sending */
     uint32_t to_addr;
-    int to_port, to_rank, sfd, sending;
+    int to_port, to_rank, sfd;
     int awaiting;               /* the sender waits for a sums-only answer (on sfd) */
     int sums_only;              /* the peer is a replica: sums only (0 after it answered 'D') */
     int differ_said;
