@@ -128,11 +128,12 @@ static int slots_refilled(const state *s) {
 }
 
 /* A --zero 1 generation's manifest: 2 stages of 3 layers, step 2, R ranks' shards. 0, or -1. */
+static const int zero_cf[3] = { 0, 3, 6 };   /* the zero tests' chunks: layers [0, 3), [3, 6) */
+
 static int zero_manifest(ckpt_manifest *man, int R) {
-    static const int cf[3] = { 0, 3, 6 };
     *man = (ckpt_manifest){ .cfg = CFG, .step = 2, .adam_t = 2, .batch = 4, .seq = 8 };
     snprintf(man->data_path, sizeof man->data_path, "data.txt");
-    ckpt_manifest_set_layout(man, 2, 1, 2, 1, "1f1b", cf);
+    ckpt_manifest_set_layout(man, 2, 1, 2, 1, "1f1b", zero_cf);
     return ckpt_manifest_set_shards(man, R);
 }
 
@@ -152,7 +153,7 @@ static int zero_shards(const state *s) {
                           .v = s->opt.v + pi->offset };
         if (ckpt_snap_open(&sn[r], r2, r, 3) < 0) return 0;
         ckpt_snap_ready(sn[r]);
-        if (ckpt_snap_stage(sn[r], r, cf[r], cf[r + 1], &s->m, NULL) < 0 || ckpt_snap_stage_shard(sn[r], &sl, 1) < 0)
+        if (ckpt_snap_stage(sn[r], r, zero_cf[r], zero_cf[r + 1], &s->m, NULL) < 0 || ckpt_snap_stage_shard(sn[r], &sl, 1) < 0)
             return 0;
         ckpt_snap_commit(sn[r], &man);
         ckpt_snap_close(sn[r]);
@@ -706,7 +707,7 @@ static int zero_many_shards(const state *s) {
         ok = ckpt_snap_open(&sn, r2, r, 1) == 0;
         if (!ok) break;
         ckpt_snap_ready(sn);
-        ok = (r > 1 || ckpt_snap_stage(sn, r, cf[r], cf[r + 1], &s->m, NULL) == 0) && ckpt_snap_stage_shard(sn, sl, n) == 0;
+        ok = (r > 1 || ckpt_snap_stage(sn, r, zero_cf[r], zero_cf[r + 1], &s->m, NULL) == 0) && ckpt_snap_stage_shard(sn, sl, n) == 0;
         ckpt_snap_commit(sn, &man);
         ok &= ckpt_snap_close(sn) == 0;
     }
